@@ -1,0 +1,29 @@
+"""The only code that touches hardware libraries (NVML, torch.cuda, psutil).
+
+``open_gpu_backend()`` gives live NVML readings, or a recording's readings when
+``replay`` names a file made by ``gpudoctor record``; both have the same methods.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Union
+
+from .na import NA, is_na, value_or
+from .nvml import NvmlBackend, NvmlGate, normalise_bus_id, throttle_reason_names, throttle_reason_words
+from .replay import RecordingError, ReplayBackend, load_recording
+
+GpuBackend = Union[NvmlBackend, ReplayBackend]
+
+__all__ = [
+    "NA", "is_na", "value_or", "NvmlBackend", "NvmlGate", "ReplayBackend", "RecordingError",
+    "load_recording", "open_gpu_backend", "normalise_bus_id", "throttle_reason_names",
+    "throttle_reason_words", "GpuBackend",
+]
+
+
+def open_gpu_backend(replay: str | Path | None = None, *, loop: bool = False) -> Any:
+    """Live NVML, or the recording at ``replay``."""
+    if replay:
+        return ReplayBackend.from_file(replay, loop=loop)
+    return NvmlBackend()

@@ -1,0 +1,66 @@
+"""The "not available" value.
+
+A reading that the driver cannot give (a datacenter GPU has no fan, NVML is missing,
+the GPU fell off the bus) is a value, not an exception: ``NA("NotSupported")``. It is
+falsy, compares equal to other NA values with the same reason, and serialises as
+``{"__na__": reason}`` in recordings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class NA:
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str = "Unknown") -> None:
+        self.reason = str(reason)
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, NA) and other.reason == self.reason
+
+    def __hash__(self) -> int:
+        return hash(("NA", self.reason))
+
+    def __repr__(self) -> str:
+        return f"NA({self.reason!r})"
+
+    def __str__(self) -> str:
+        return f"N/A ({self.reason})"
+
+    def to_json(self) -> dict[str, str]:
+        return {"__na__": self.reason}
+
+
+def is_na(value: Any) -> bool:
+    return isinstance(value, NA)
+
+
+def value_or(value: Any, default: Any) -> Any:
+    return default if isinstance(value, NA) else value
+
+
+def encode(obj: Any) -> Any:
+    """Recursively turn NA values into their JSON form."""
+    if isinstance(obj, NA):
+        return obj.to_json()
+    if isinstance(obj, dict):
+        return {k: encode(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [encode(v) for v in obj]
+    return obj
+
+
+def decode(obj: Any) -> Any:
+    """Inverse of :func:`encode`."""
+    if isinstance(obj, dict):
+        if set(obj) == {"__na__"}:
+            return NA(obj["__na__"])
+        return {k: decode(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [decode(v) for v in obj]
+    return obj

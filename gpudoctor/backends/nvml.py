@@ -1,0 +1,330 @@
+"""NVML, through one gate.
+
+Every NVML call goes through :meth:`NvmlGate.query`, which starts NVML lazily and turns
+any ``NVMLError`` into :class:`~gpudoctor.backends.na.NA` carrying the error's name
+(``NotSupported``, ``NoPermission``, ``GpuIsLost``...). Callers never see an NVML
+exception; a missing ``libnvidia-ml.so`` is one NA for everything, which the probes
+turn into a finding.
+
+:class:`NvmlBackend` builds the readings gpudoctor uses on top of the gate: ``static``
+facts per device (name, limits, thresholds) and ``sample`` readings (utilisation,
+temperature, power...). The replay backend serves the same dictionaries from a
+recording, so probes and front ends cannot tell the two apart.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import Any, Callable
+
+from .na import NA, is_na
+
+log = logging.getLogger(__name__)
+
+# Clock-event ("throttle") reason bits, from nvml.h (nvmlClocksEventReason*).
+THROTTLE_REASONS: dict[int, tuple[str, str]] = {
+    0x1: ("gpu_idle", "GPU idle: nothing is running, clocks are lowered to save power"),
+    0x2: ("applications_clocks", "application clocks setting caps the clocks"),
+    0x4: ("sw_power_cap", "software power cap: the board is at its power limit"),
+    0x8: ("hw_slowdown", "hardware slowdown: clocks halved (high temperature, power brake or bad power supply)"),
+    0x10: ("sync_boost", "sync boost: clocks matched to another GPU in the group"),
+    0x20: ("sw_thermal_slowdown", "software thermal slowdown: the GPU is too hot"),
+    0x40: ("hw_thermal_slowdown", "hardware thermal slowdown: the GPU is far too hot"),
+    0x80: ("hw_power_brake", "hardware power brake: external power brake asserted"),
+    0x100: ("display_clock", "display clock setting"),
+}
+
+# Reasons that mean "the clocks are lower than the work needs" (not idle/config).
+HARMFUL_THROTTLE_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+
+
+def throttle_reason_names(mask: int) -> list[str]:
+    return [THROTTLE_REASONS[bit][0] for bit in sorted(THROTTLE_REASONS) if mask & bit]
+
+
+def throttle_reason_words(mask: int) -> list[str]:
+    return [THROTTLE_REASONS[bit][1] for bit in sorted(THROTTLE_REASONS) if mask & bit]
+
+
+def _error_name(exc: BaseException) -> str:
+    name = type(exc).__name__
+    if name.startswith("NVMLError_"):
+        return name[len("NVMLError_"):]
+    if name == "NVMLError":
+        return str(exc) or "NVMLError"
+    return name
+
+
+def _text(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value
+
+
+def normalise_bus_id(bus_id: str | None) -> str | None:
+    """'00000000:65:00.0' or '0000:65:00.0' -> '0000:65:00.0' (lower case).
+
+    NVML pads the PCI domain to 8 hex digits, CUDA and sysfs to 4; comparing them needs
+    one form.
+    """
+    if not bus_id or not isinstance(bus_id, str):
+        return None
+    text = bus_id.strip().lower()
+    try:
+        domain, bus, rest = text.split(":")
+        device, function = rest.split(".")
+        return f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}.{int(function, 16):x}"
+    except ValueError:
+        return text
+
+
+class NvmlGate:
+    """Lazy NVML start-up and the one place NVML exceptions are caught."""
+
+    def __init__(self, module: Any = None) -> None:
+        self._module = module
+        self._lock = threading.Lock()
+        self._started = False
+        self._init_na: NA | None = None
+        self._missing_functions: set[str] = set()
+
+    @property
+    def lib(self) -> Any:
+        return self._module
+
+    def start(self) -> NA | None:
+        """Initialise NVML once. Returns None when usable, else NA with the reason."""
+        with self._lock:
+            if self._started:
+                return self._init_na
+            self._started = True
+            if self._module is None:
+                try:
+                    import pynvml  # nvidia-ml-py
+                except ImportError:
+                    self._init_na = NA("PythonBindingMissing")
+                    return self._init_na
+                self._module = pynvml
+            try:
+                self._module.nvmlInit()
+            except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+                self._init_na = NA(_error_name(exc))
+                log.debug("NVML unavailable: %s", self._init_na)
+            return self._init_na
+
+    def query(self, function: str, *args: Any) -> Any:
+        """Call ``pynvml.<function>(*args)``; any failure becomes NA(reason)."""
+        na = self.start()
+        if na is not None:
+            return na
+        fn: Callable[..., Any] | None = getattr(self._module, function, None)
+        if fn is None:
+            if function not in self._missing_functions:
+                self._missing_functions.add(function)
+                log.info("NVML binding has no %s (old nvidia-ml-py?)", function)
+            return NA("FunctionNotFound")
+        try:
+            return _text(fn(*args))
+        except Exception as exc:
+            return NA(_error_name(exc))
+
+    def constant(self, name: str, default: int) -> int:
+        na = self.start()
+        if na is not None or self._module is None:
+            return default
+        return getattr(self._module, name, default)
+
+    def shutdown(self) -> None:
+        with self._lock:
+            if self._started and self._init_na is None and self._module is not None:
+                try:
+                    self._module.nvmlShutdown()
+                except Exception:
+                    pass
+            self._started = False
+            self._init_na = None
+
+
+def _mw_to_w(value: Any) -> Any:
+    return value if is_na(value) else value / 1000.0
+
+
+class NvmlBackend:
+    """Live readings through NVML. See :mod:`gpudoctor.backends.base` for the fields."""
+
+    kind = "nvml"
+
+    def __init__(self, gate: NvmlGate | None = None) -> None:
+        self.gate = gate or NvmlGate()
+        self._handles: dict[int, Any] = {}
+        self._process_util_seen: dict[int, int] = {}
+
+    # -- system ---------------------------------------------------------------------
+    def status(self) -> NA | None:
+        return self.gate.start()
+
+    def driver_version(self) -> Any:
+        return self.gate.query("nvmlSystemGetDriverVersion")
+
+    def cuda_driver_version(self) -> Any:
+        """Highest CUDA version the driver supports, as 'major.minor' (nvidia-smi's 'CUDA Version')."""
+        value = self.gate.query("nvmlSystemGetCudaDriverVersion_v2")
+        if is_na(value):
+            value = self.gate.query("nvmlSystemGetCudaDriverVersion")
+        if is_na(value):
+            return value
+        return f"{value // 1000}.{(value % 1000) // 10}"
+
+    def nvml_version(self) -> Any:
+        return self.gate.query("nvmlSystemGetNVMLVersion")
+
+    def device_count(self) -> Any:
+        return self.gate.query("nvmlDeviceGetCount")
+
+    def _handle(self, index: int) -> Any:
+        handle = self._handles.get(index)
+        if handle is None:
+            handle = self.gate.query("nvmlDeviceGetHandleByIndex", index)
+            if not is_na(handle):
+                self._handles[index] = handle
+        return handle
+
+    def _q(self, function: str, index: int, *args: Any) -> Any:
+        handle = self._handle(index)
+        if is_na(handle):
+            return handle
+        return self.gate.query(function, handle, *args)
+
+    # -- per device, read once ------------------------------------------------------
+    def static(self, index: int) -> dict[str, Any]:
+        c = self.gate.constant
+        q = self._q
+        pci = q("nvmlDeviceGetPciInfo", index)
+        bus_id = pci if is_na(pci) else normalise_bus_id(_text(getattr(pci, "busId", None)))
+        memory = q("nvmlDeviceGetMemoryInfo", index)
+        cc = q("nvmlDeviceGetCudaComputeCapability", index)
+        mig = q("nvmlDeviceGetMigMode", index)
+        ecc_mode = q("nvmlDeviceGetEccMode", index)
+        return {
+            "index": index,
+            "name": q("nvmlDeviceGetName", index),
+            "uuid": q("nvmlDeviceGetUUID", index),
+            "serial": q("nvmlDeviceGetSerial", index),
+            "pci_bus_id": bus_id,
+            "memory_total_bytes": memory if is_na(memory) else int(memory.total),
+            "compute_capability": cc if is_na(cc) else f"{cc[0]}.{cc[1]}",
+            "architecture": q("nvmlDeviceGetArchitecture", index),
+            "vbios_version": q("nvmlDeviceGetVbiosVersion", index),
+            "temperature_slowdown_c": q("nvmlDeviceGetTemperatureThreshold", index,
+                                        c("NVML_TEMPERATURE_THRESHOLD_SLOWDOWN", 1)),
+            "temperature_shutdown_c": q("nvmlDeviceGetTemperatureThreshold", index,
+                                        c("NVML_TEMPERATURE_THRESHOLD_SHUTDOWN", 0)),
+            "temperature_gpu_max_c": q("nvmlDeviceGetTemperatureThreshold", index,
+                                       c("NVML_TEMPERATURE_THRESHOLD_GPU_MAX", 3)),
+            "power_limit_w": _mw_to_w(q("nvmlDeviceGetEnforcedPowerLimit", index)),
+            "power_default_limit_w": _mw_to_w(q("nvmlDeviceGetPowerManagementDefaultLimit", index)),
+            "clock_sm_max_mhz": q("nvmlDeviceGetMaxClockInfo", index, c("NVML_CLOCK_SM", 1)),
+            "clock_mem_max_mhz": q("nvmlDeviceGetMaxClockInfo", index, c("NVML_CLOCK_MEM", 2)),
+            "pcie_gen_max": q("nvmlDeviceGetMaxPcieLinkGeneration", index),
+            "pcie_gen_gpu_max": q("nvmlDeviceGetGpuMaxPcieLinkGeneration", index),
+            "pcie_width_max": q("nvmlDeviceGetMaxPcieLinkWidth", index),
+            "memory_bus_width_bits": q("nvmlDeviceGetMemoryBusWidth", index),
+            "mig_mode": mig if is_na(mig) else int(mig[0]),
+            "ecc_mode": ecc_mode if is_na(ecc_mode) else int(ecc_mode[0]),
+            "num_fans": q("nvmlDeviceGetNumFans", index),
+        }
+
+    # -- per device, every interval -------------------------------------------------
+    def sample(self, index: int) -> dict[str, Any]:
+        c = self.gate.constant
+        q = self._q
+        util = q("nvmlDeviceGetUtilizationRates", index)
+        memory = q("nvmlDeviceGetMemoryInfo", index)
+        reasons = q("nvmlDeviceGetCurrentClocksEventReasons", index)
+        if is_na(reasons):
+            reasons = q("nvmlDeviceGetCurrentClocksThrottleReasons", index)
+        remapped = q("nvmlDeviceGetRemappedRows", index)
+        corrected, uncorrected = c("NVML_MEMORY_ERROR_TYPE_CORRECTED", 0), c("NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1)
+        volatile, aggregate = c("NVML_VOLATILE_ECC", 0), c("NVML_AGGREGATE_ECC", 1)
+        tx = q("nvmlDeviceGetPcieThroughput", index, c("NVML_PCIE_UTIL_TX_BYTES", 0))
+        rx = q("nvmlDeviceGetPcieThroughput", index, c("NVML_PCIE_UTIL_RX_BYTES", 1))
+        sbe = q("nvmlDeviceGetRetiredPages", index, c("NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS", 0))
+        dbe = q("nvmlDeviceGetRetiredPages", index, c("NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR", 1))
+        return {
+            "t": time.time(),
+            "gpu_util_pct": util if is_na(util) else int(util.gpu),
+            "mem_util_pct": util if is_na(util) else int(util.memory),
+            "memory_used_bytes": memory if is_na(memory) else int(memory.used),
+            "memory_free_bytes": memory if is_na(memory) else int(memory.free),
+            "memory_total_bytes": memory if is_na(memory) else int(memory.total),
+            "temperature_c": q("nvmlDeviceGetTemperature", index, c("NVML_TEMPERATURE_GPU", 0)),
+            "power_w": _mw_to_w(q("nvmlDeviceGetPowerUsage", index)),
+            "power_limit_w": _mw_to_w(q("nvmlDeviceGetEnforcedPowerLimit", index)),
+            "clock_sm_mhz": q("nvmlDeviceGetClockInfo", index, c("NVML_CLOCK_SM", 1)),
+            "clock_mem_mhz": q("nvmlDeviceGetClockInfo", index, c("NVML_CLOCK_MEM", 2)),
+            "clock_graphics_mhz": q("nvmlDeviceGetClockInfo", index, c("NVML_CLOCK_GRAPHICS", 0)),
+            "throttle_reasons": reasons,
+            "performance_state": q("nvmlDeviceGetPerformanceState", index),
+            "pcie_gen_current": q("nvmlDeviceGetCurrPcieLinkGeneration", index),
+            "pcie_width_current": q("nvmlDeviceGetCurrPcieLinkWidth", index),
+            "pcie_tx_kbps": tx,
+            "pcie_rx_kbps": rx,
+            "fan_pct": q("nvmlDeviceGetFanSpeed", index),
+            "ecc_volatile_corrected": q("nvmlDeviceGetTotalEccErrors", index, corrected, volatile),
+            "ecc_volatile_uncorrected": q("nvmlDeviceGetTotalEccErrors", index, uncorrected, volatile),
+            "ecc_aggregate_corrected": q("nvmlDeviceGetTotalEccErrors", index, corrected, aggregate),
+            "ecc_aggregate_uncorrected": q("nvmlDeviceGetTotalEccErrors", index, uncorrected, aggregate),
+            "retired_pages_sbe": sbe if is_na(sbe) else len(sbe),
+            "retired_pages_dbe": dbe if is_na(dbe) else len(dbe),
+            "retired_pages_pending": q("nvmlDeviceGetRetiredPagesPendingStatus", index),
+            "remapped_rows_correctable": remapped if is_na(remapped) else int(remapped[0]),
+            "remapped_rows_uncorrectable": remapped if is_na(remapped) else int(remapped[1]),
+            "remapped_rows_pending": remapped if is_na(remapped) else bool(remapped[2]),
+            "remapped_rows_failure": remapped if is_na(remapped) else bool(remapped[3]),
+            "persistence_mode": q("nvmlDeviceGetPersistenceMode", index),
+            "compute_mode": q("nvmlDeviceGetComputeMode", index),
+        }
+
+    def processes(self, index: int) -> Any:
+        """Processes holding a context on the device: pid, type, GPU memory, SM util."""
+        found: dict[int, dict[str, Any]] = {}
+        any_ok = False
+        first_na: NA | None = None
+        for kind, function in (("compute", "nvmlDeviceGetComputeRunningProcesses"),
+                               ("graphics", "nvmlDeviceGetGraphicsRunningProcesses")):
+            procs = self._q(function, index)
+            if is_na(procs):
+                first_na = first_na or procs
+                continue
+            any_ok = True
+            for p in procs:
+                used = getattr(p, "usedGpuMemory", None)
+                entry = found.setdefault(int(p.pid), {"pid": int(p.pid), "type": kind,
+                                                      "gpu_memory_bytes": None, "sm_util_pct": None})
+                if used is not None and used < (1 << 62):  # NVML_VALUE_NOT_AVAILABLE is ULL max
+                    entry["gpu_memory_bytes"] = int(used)
+                if entry["type"] != kind:
+                    entry["type"] = "compute+graphics"
+        if not any_ok:
+            return first_na or NA("Unknown")
+        last_seen = self._process_util_seen.get(index, 0)
+        utils = self._q("nvmlDeviceGetProcessUtilization", index, last_seen)
+        if not is_na(utils):
+            newest = last_seen
+            for u in utils:
+                if int(u.pid) in found:
+                    found[int(u.pid)]["sm_util_pct"] = int(u.smUtil)
+                newest = max(newest, int(getattr(u, "timeStamp", 0)))
+            self._process_util_seen[index] = newest
+        return sorted(found.values(), key=lambda e: e["pid"])
+
+    def close(self) -> None:
+        self._handles.clear()
+        self.gate.shutdown()
+
+
+def environment_cuda_visible_devices() -> str | None:
+    return os.environ.get("CUDA_VISIBLE_DEVICES")

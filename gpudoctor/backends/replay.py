@@ -1,0 +1,163 @@
+"""Replay a recording made by ``gpudoctor record``.
+
+A recording is one JSON document::
+
+    {
+      "format": "gpudoctor-recording", "format_version": 1,
+      "meta":  {"created", "host", "device_names", "driver_version", "gpudoctor_version",
+                "hand_made": false, "scenario": ""},
+      "nvml":  {"status": null | NA, "driver_version", "cuda_driver_version", "nvml_version",
+                "device_count", "static": [ {...}, ... ],
+                "samples": [ {"t": seconds_since_start, "devices": [ {...} ], "processes": [ [...] ]} ]},
+      "torch": { torch facts } | null,
+      "host":  { host facts }
+    }
+
+NA values are stored as ``{"__na__": reason}``. Hand-made recordings (fault scenarios
+only: GPU lost, field not supported) set ``meta.hand_made`` and say so in their file name.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+from .na import NA, decode, is_na
+
+RECORDING_FORMAT = "gpudoctor-recording"
+RECORDING_FORMAT_VERSION = 1
+
+
+class RecordingError(ValueError):
+    """A file that is not a readable gpudoctor recording."""
+
+
+def load_recording(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    try:
+        raw = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RecordingError(f"{p}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RecordingError(f"{p}: cannot read: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise RecordingError(f"{p}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(raw, dict) or raw.get("format") != RECORDING_FORMAT:
+        raise RecordingError(f"{p}: not a gpudoctor recording (no \"format\": \"{RECORDING_FORMAT}\")")
+    if raw.get("format_version") != RECORDING_FORMAT_VERSION:
+        raise RecordingError(f"{p}: recording format version {raw.get('format_version')!r} "
+                             f"is not supported (expected {RECORDING_FORMAT_VERSION})")
+    nvml = raw.get("nvml")
+    if not isinstance(nvml, dict) or not isinstance(nvml.get("samples", []), list):
+        raise RecordingError(f"{p}: recording has no valid \"nvml\" section")
+    return decode(raw)
+
+
+class ReplayBackend:
+    """Serves a recording through the same methods as :class:`NvmlBackend`.
+
+    Each call to :meth:`sample` for a device returns that device's next recorded
+    sample; after the last one it holds the last (``loop=False``, so a "GPU lost"
+    recording stays lost) or starts again (``loop=True``, for the TUI).
+    """
+
+    kind = "replay"
+
+    def __init__(self, recording: dict[str, Any], *, loop: bool = False, source: str = "") -> None:
+        self.recording = recording
+        self.source = source
+        self.loop = loop
+        self._nvml = recording.get("nvml") or {}
+        self._cursor: dict[int, int] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_file(cls, path: str | Path, *, loop: bool = False) -> "ReplayBackend":
+        return cls(load_recording(path), loop=loop, source=str(path))
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return self.recording.get("meta") or {}
+
+    def status(self) -> NA | None:
+        status = self._nvml.get("status")
+        return status if is_na(status) else None
+
+    def driver_version(self) -> Any:
+        return self._nvml.get("driver_version", NA("NotRecorded"))
+
+    def cuda_driver_version(self) -> Any:
+        return self._nvml.get("cuda_driver_version", NA("NotRecorded"))
+
+    def nvml_version(self) -> Any:
+        return self._nvml.get("nvml_version", NA("NotRecorded"))
+
+    def device_count(self) -> Any:
+        return self._nvml.get("device_count", NA("NotRecorded"))
+
+    def _check(self, index: int) -> NA | None:
+        status = self.status()
+        if status is not None:
+            return status
+        count = self.device_count()
+        if is_na(count):
+            return count
+        if not 0 <= index < count:
+            return NA("InvalidArgument")
+        return None
+
+    def static(self, index: int) -> dict[str, Any]:
+        na = self._check(index)
+        static = self._nvml.get("static") or []
+        if na is not None or index >= len(static):
+            return {"index": index, "name": na or NA("NotRecorded")}
+        return dict(static[index])
+
+    def _next_sample(self, index: int) -> dict[str, Any] | None:
+        samples = self._nvml.get("samples") or []
+        if not samples:
+            return None
+        with self._lock:
+            pos = self._cursor.get(index, 0)
+            if pos >= len(samples):
+                pos = 0 if self.loop else len(samples) - 1
+            self._cursor[index] = pos + 1
+        return samples[pos]
+
+    def sample(self, index: int) -> dict[str, Any]:
+        na = self._check(index)
+        if na is not None:
+            return {"gpu_util_pct": na}
+        entry = self._next_sample(index)
+        if entry is None:
+            return {"gpu_util_pct": NA("NotRecorded")}
+        devices = entry.get("devices") or []
+        if index >= len(devices):
+            return {"gpu_util_pct": NA("NotRecorded")}
+        return dict(devices[index])
+
+    def processes(self, index: int) -> Any:
+        na = self._check(index)
+        if na is not None:
+            return na
+        samples = self._nvml.get("samples") or []
+        if not samples:
+            return NA("NotRecorded")
+        with self._lock:
+            pos = max(0, min(self._cursor.get(index, 1) - 1, len(samples) - 1))
+        procs = samples[pos].get("processes") or []
+        if index >= len(procs):
+            return NA("NotRecorded")
+        return procs[index]
+
+    def torch_facts(self) -> Any:
+        facts = self.recording.get("torch")
+        return facts if facts is not None else NA("NotRecorded")
+
+    def host_facts(self) -> dict[str, Any]:
+        return dict(self.recording.get("host") or {})
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,55 @@
+"""Which NVML devices a CUDA program (torch) will see, from CUDA_VISIBLE_DEVICES.
+
+NVML ignores CUDA_VISIBLE_DEVICES; CUDA honours it. To say "torch device 0 is NVML
+device 3" without starting CUDA we apply CUDA's rules: a comma-separated list of
+indices or UUID prefixes (``GPU-...``); parsing stops at the first entry that is not a
+valid, unused device; an empty value hides every device.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .na import NA, is_na
+
+
+def parse_visible(value: str | None, nvml_uuids: list[Any]) -> list[int] | NA:
+    """NVML indices visible to CUDA, in CUDA's order (before CUDA_DEVICE_ORDER sorting)."""
+    count = len(nvml_uuids)
+    if value is None:
+        return list(range(count))
+    chosen: list[int] = []
+    for raw in value.split(","):
+        token = raw.strip()
+        if not token:
+            break
+        if token.startswith("MIG-"):
+            return NA("MigInstancesSelected")
+        index: int | None = None
+        if token.startswith("GPU-") or not token.lstrip("-").isdigit():
+            prefix = token if token.startswith("GPU-") else "GPU-" + token
+            matches = [i for i, u in enumerate(nvml_uuids)
+                       if isinstance(u, str) and u.lower().startswith(prefix.lower())]
+            if len(matches) != 1:
+                break
+            index = matches[0]
+        else:
+            number = int(token)
+            if number < 0 or number >= count:
+                break
+            index = number
+        if index in chosen:
+            break
+        chosen.append(index)
+    return chosen
+
+
+def visible_nvml_indices(gpu: Any, env: dict[str, str] | None = None) -> list[int] | NA:
+    """NVML indices torch will see, or NA when NVML cannot say."""
+    env = os.environ if env is None else env
+    count = gpu.device_count()
+    if is_na(count):
+        return count
+    uuids = [gpu.static(i).get("uuid") for i in range(count)] if env.get("CUDA_VISIBLE_DEVICES") else [None] * count
+    return parse_visible(env.get("CUDA_VISIBLE_DEVICES"), uuids)

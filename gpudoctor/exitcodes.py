@@ -1,0 +1,43 @@
+"""Exit codes, in one place. Stable: scripts depend on them (README, docs/exit-codes.md).
+
+=====  ==================  ==========================================================
+code   name                meaning
+=====  ==================  ==========================================================
+0      OK                  healthy: nothing at or above the --fail-on level
+1      INTERNAL            gpudoctor itself failed (a bug: please report it)
+2      USAGE               bad command line or input file (nothing was checked)
+3      WARN                warnings at or above --fail-on (report: --fail-on warn, the default)
+4      FAIL                at least one probe failed: the GPU stack is not usable as is
+5      PROBE_ERROR         no failure, but a probe could not complete (crash, hang, time limit)
+130    INTERRUPTED         stopped by Ctrl-C; finished results were kept and written
+=====  ==================  ==========================================================
+"""
+
+OK = 0
+INTERNAL = 1
+USAGE = 2
+WARN = 3
+FAIL = 4
+PROBE_ERROR = 5
+INTERRUPTED = 130
+
+DESCRIPTIONS = {
+    OK: "healthy: nothing at or above the --fail-on level",
+    INTERNAL: "gpudoctor itself failed (a bug)",
+    USAGE: "bad command line or input file; nothing was checked",
+    WARN: "warnings found (with --fail-on warn, the default)",
+    FAIL: "at least one probe failed",
+    PROBE_ERROR: "a probe could not complete (crash, hang or time limit); nothing failed",
+    INTERRUPTED: "interrupted; finished results were kept",
+}
+
+
+def for_status(status: str, fail_on: str = "warn") -> int:
+    """Exit code for a report whose overall status is ``status``."""
+    if status == "fail":
+        return FAIL
+    if status == "error":
+        return PROBE_ERROR
+    if status == "warn" and fail_on == "warn":
+        return WARN
+    return OK

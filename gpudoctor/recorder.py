@@ -1,0 +1,133 @@
+"""``gpudoctor record``: capture real NVML and torch readings for replay.
+
+The recording (format in :mod:`gpudoctor.backends.replay`) holds the device names, the
+driver version and the date, so a replayed test says which hardware it stands for.
+torch facts are gathered in a child process (with a time limit), like every torch probe.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import platform
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from gpudoctor import _version
+from gpudoctor.backends.na import NA, encode, is_na
+from gpudoctor.backends.replay import RECORDING_FORMAT, RECORDING_FORMAT_VERSION
+from gpudoctor.model import utc_now_iso
+
+
+def _torch_facts_child(conn: Any) -> None:
+    from gpudoctor.backends.torch_cuda import torch_facts
+
+    try:
+        conn.send(encode(torch_facts()))
+    except BaseException as exc:
+        conn.send({"importable": False, "import_error": f"{type(exc).__name__}: {exc}"})
+
+
+def torch_facts_in_child(timeout: float = 120.0) -> Any:
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe()
+    process = ctx.Process(target=_torch_facts_child, args=(child,), daemon=True)
+    process.start()
+    child.close()
+    try:
+        if parent.poll(timeout):
+            return parent.recv()
+        return NA("Timeout")
+    except EOFError:
+        return NA(f"ChildDied:{process.exitcode}")
+    finally:
+        process.join(2)
+        if process.is_alive():
+            process.kill()
+        parent.close()
+
+
+def capture(gpu: Any, *, seconds: float, interval: float, with_torch: bool = True,
+            log: Callable[[str], None] | None = None) -> tuple[dict[str, Any], bool]:
+    """Sample ``gpu`` for ``seconds``; returns (recording, interrupted)."""
+    from gpudoctor.backends.host import host_facts
+
+    status = gpu.status()
+    count = gpu.device_count()
+    n = count if isinstance(count, int) else 0
+    static = [gpu.static(i) for i in range(n)]
+    recording: dict[str, Any] = {
+        "format": RECORDING_FORMAT,
+        "format_version": RECORDING_FORMAT_VERSION,
+        "meta": {
+            "created": utc_now_iso(),
+            "gpudoctor_version": _version.__version__,
+            "device_names": [s.get("name") for s in static],
+            "driver_version": gpu.driver_version(),
+            "cuda_driver_version": gpu.cuda_driver_version(),
+            "host": platform.node(),
+            "hand_made": False,
+            "scenario": "",
+            "interval_s": interval,
+        },
+        "nvml": {
+            "status": status,
+            "driver_version": gpu.driver_version(),
+            "cuda_driver_version": gpu.cuda_driver_version(),
+            "nvml_version": gpu.nvml_version(),
+            "device_count": count,
+            "static": static,
+            "samples": [],
+        },
+        "torch": None,
+        "host": host_facts(),
+    }
+    interrupted = False
+    start = time.monotonic()
+    try:
+        if with_torch:
+            if log:
+                log("gpudoctor: reading torch facts in a child process ...")
+            recording["torch"] = torch_facts_in_child()
+        if log:
+            log(f"gpudoctor: sampling {n} device(s) every {interval:g} s for {seconds:g} s ...")
+        t0 = time.monotonic()
+        while True:
+            now = time.monotonic()
+            recording["nvml"]["samples"].append({
+                "t": round(now - t0, 3),
+                "devices": [gpu.sample(i) for i in range(n)],
+                "processes": [gpu.processes(i) for i in range(n)],
+            })
+            if now - t0 + interval > seconds:
+                break
+            time.sleep(max(0.0, interval - (time.monotonic() - now)))
+    except KeyboardInterrupt:
+        interrupted = True
+    recording["meta"]["duration_s"] = round(time.monotonic() - start, 3)
+    return recording, interrupted
+
+
+def record_to_file(path: str | Path, *, seconds: float = 5.0, interval: float = 0.5,
+                   with_torch: bool = True, anonymize: bool = False, gpu: Any = None,
+                   log: Callable[[str], None] | None = None) -> tuple[Path, bool]:
+    from gpudoctor.backends import NvmlBackend
+    from gpudoctor.fileio import atomic_write_json
+    from gpudoctor.render import anonymize_dict
+
+    own = gpu is None
+    gpu = gpu or NvmlBackend()
+    try:
+        recording, interrupted = capture(gpu, seconds=seconds, interval=interval,
+                                         with_torch=with_torch, log=log)
+    finally:
+        if own:
+            gpu.close()
+    data = encode(recording)
+    if anonymize:
+        data = anonymize_dict(data, hostname=recording["host"].get("hostname"))
+        data["meta"]["host"] = "<redacted>"
+    return atomic_write_json(path, data), interrupted
+
+
+__all__ = ["capture", "record_to_file", "torch_facts_in_child", "is_na"]

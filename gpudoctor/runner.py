@@ -1,0 +1,293 @@
+"""Choose probes, run them, and turn every failure into a result.
+
+This is the one place that catches every exception a probe can raise. Probes that use
+torch run in a child process (``multiprocessing`` spawn) with a per-probe time limit:
+a hang, a segfault, an ``os.abort()`` or a poisoned CUDA context costs one ``error``
+result, and the remaining probes go on in a fresh child. The calling process (the CLI,
+the TUI) never imports torch and never creates a CUDA context.
+
+NVML-only probes run in-process in a daemon thread, also with a time limit (an NVML
+call on a GPU that is falling off the bus can block).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from gpudoctor import _version
+from gpudoctor.model import ProbeResult, Report, Status
+
+# Seconds a child process gets to import torch and start, on top of the probe's own limit.
+CHILD_START_ALLOWANCE_S = 60.0
+
+
+class ProbeSelectionError(ValueError):
+    """Unknown probe name or level (a usage error)."""
+
+
+@dataclass
+class RunSpec:
+    """Everything a (child) process needs to rebuild the probe context. Picklable."""
+
+    level: str = "standard"
+    device: int | None = None
+    replay: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def all_probes() -> dict[str, Any]:
+    from gpudoctor.probes import registry
+
+    return registry()
+
+
+def select_probes(names: Iterable[str] | None = None, level: str = "standard") -> list[Any]:
+    """Probes named (in report order), or every probe that runs at ``level``."""
+    from gpudoctor.probes import LEVELS
+
+    if level not in LEVELS:
+        raise ProbeSelectionError(f"unknown level {level!r} (choose from {', '.join(LEVELS)})")
+    probes = all_probes()
+    if names:
+        wanted = list(dict.fromkeys(names))
+        unknown = [n for n in wanted if n not in probes]
+        if unknown:
+            raise ProbeSelectionError(
+                f"unknown probe {unknown[0]!r}; known probes: {', '.join(probes)}")
+        return [p for p in probes.values() if p.name in wanted]
+    return [p for p in probes.values() if p.runs_at(level)]
+
+
+def build_context(spec: RunSpec, gpu: Any = None) -> Any:
+    from gpudoctor.backends import open_gpu_backend
+    from gpudoctor.probes import ProbeContext
+
+    if gpu is None:
+        gpu = open_gpu_backend(spec.replay)
+    return ProbeContext(gpu=gpu, device=spec.device, level=spec.level, options=dict(spec.options),
+                        replay=bool(spec.replay))
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def call_probe(probe: Any, ctx: Any) -> ProbeResult:
+    """Run one probe in this process; never raises (except KeyboardInterrupt)."""
+    start = time.monotonic()
+    ctx.deadline = start + probe.timeout_s
+    try:
+        result = probe.run(ctx)
+        if not isinstance(result, ProbeResult):
+            raise TypeError(f"probe returned {type(result).__name__}, not ProbeResult")
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit from a library too: one result, not the report
+        result = ProbeResult.error(probe.name, f"probe crashed: {_one_line(exc)}",
+                                   traceback=traceback.format_exc(limit=8))
+    result.probe = probe.name
+    result.duration_s = time.monotonic() - start
+    return result
+
+
+# --------------------------------------------------------------------------- child side
+def _child_main(conn: Any, spec: RunSpec) -> None:
+    """Child process loop: receive probe names, send back result dicts."""
+    # The parent handles Ctrl-C (keeps finished results, kills us).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        probes = all_probes()
+        ctx = build_context(spec)
+    except BaseException as exc:
+        conn.send(("fatal", _one_line(exc)))
+        return
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            message = conn.recv()
+        except EOFError:
+            return
+        if message is None:
+            return
+        probe = probes[message]
+        result = call_probe(probe, ctx)
+        conn.send(("result", result.to_dict()))
+
+
+def _signal_name(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "did not exit"
+    if exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exited with code {exitcode}"
+
+
+class _Child:
+    """One child process that runs torch probes one after another."""
+
+    def __init__(self, spec: RunSpec) -> None:
+        ctx = mp.get_context("spawn")
+        self.conn, child_conn = ctx.Pipe()
+        self.process = ctx.Process(target=_child_main, args=(child_conn, spec), daemon=True,
+                                   name="gpudoctor-probe")
+        self.process.start()
+        child_conn.close()
+        self.ready = False
+
+    def wait_ready(self, timeout: float) -> str | None:
+        """None when ready, else why not."""
+        if self.conn.poll(timeout):
+            try:
+                kind, payload = self.conn.recv()
+            except (EOFError, OSError):
+                self.process.join(1)
+                return f"probe process {_signal_name(self.process.exitcode)} while starting"
+            if kind == "ready":
+                self.ready = True
+                return None
+            return f"probe process could not start: {payload}"
+        return f"probe process did not start within {timeout:.0f} s"
+
+    def run(self, name: str, timeout: float) -> tuple[dict[str, Any] | None, str | None]:
+        try:
+            self.conn.send(name)
+        except (BrokenPipeError, OSError):
+            self.process.join(1)
+            return None, f"probe process {_signal_name(self.process.exitcode)}"
+        if not self.conn.poll(timeout):
+            return None, f"timed out after {timeout:.0f} s (the probe process was stopped)"
+        try:
+            kind, payload = self.conn.recv()
+        except (EOFError, OSError):
+            self.process.join(2)
+            return None, f"probe process {_signal_name(self.process.exitcode)}"
+        return payload, None
+
+    def stop(self, graceful: bool = True) -> None:
+        if graceful and self.process.is_alive():
+            try:
+                self.conn.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+            self.process.join(5)
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(2)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(2)
+        self.conn.close()
+
+
+# --------------------------------------------------------------------------- parent side
+def _run_in_thread(probe: Any, ctx: Any) -> ProbeResult:
+    box: list[ProbeResult] = []
+    start = time.monotonic()
+    thread = threading.Thread(target=lambda: box.append(call_probe(probe, ctx)), daemon=True,
+                              name=f"gpudoctor-{probe.name}")
+    thread.start()
+    thread.join(probe.timeout_s)
+    if not box:
+        return ProbeResult.error(probe.name, f"timed out after {probe.timeout_s:.0f} s",
+                                 duration_s=time.monotonic() - start)
+    return box[0]
+
+
+def run_probes(
+    probes: list[Any],
+    spec: RunSpec,
+    *,
+    gpu: Any = None,
+    on_start: Callable[[Any], None] | None = None,
+    on_result: Callable[[ProbeResult], None] | None = None,
+    isolate: bool | None = None,
+) -> Report:
+    """Run ``probes`` and return a complete report.
+
+    ``isolate``: run torch probes in a child process (default: yes, unless the level is
+    quick, where torch probes answer from NVML in-process). On Ctrl-C the report is
+    returned with the finished results and ``interrupted=True``; the caller decides the
+    exit code.
+    """
+    from gpudoctor.backends.host import host_facts
+
+    if isolate is None:
+        isolate = spec.level != "quick"
+    report = Report(tool_version=_version.__version__,
+                    source=f"replay:{os.path.basename(spec.replay)}" if spec.replay else "live")
+    ctx = build_context(spec, gpu)
+    try:
+        report.host = ctx.host_facts() if spec.replay else host_facts()
+    except Exception as exc:
+        report.host = {"error": _one_line(exc)}
+    report.host = _jsonable(report.host)
+
+    child: _Child | None = None
+    try:
+        for probe in probes:
+            if on_start is not None:
+                on_start(probe)
+            if probe.uses_torch and isolate:
+                start = time.monotonic()
+                if child is None:
+                    child = _Child(spec)
+                    why = child.wait_ready(CHILD_START_ALLOWANCE_S)
+                    if why is not None:
+                        child.stop(graceful=False)
+                        child = None
+                        result = ProbeResult.error(probe.name, why, duration_s=time.monotonic() - start)
+                        report.results.append(result)
+                        if on_result:
+                            on_result(result)
+                        continue
+                payload, why = child.run(probe.name, probe.timeout_s)
+                if payload is None:
+                    child.stop(graceful=False)
+                    child = None
+                    result = ProbeResult.error(probe.name, why or "probe process failed",
+                                               duration_s=time.monotonic() - start)
+                else:
+                    result = ProbeResult.from_dict(payload)
+            else:
+                result = _run_in_thread(probe, ctx)
+            report.results.append(result)
+            if on_result is not None:
+                on_result(result)
+    except KeyboardInterrupt:
+        report.interrupted = True
+    finally:
+        if child is not None:
+            child.stop(graceful=not report.interrupted)
+        if gpu is None:
+            try:
+                ctx.gpu.close()
+            except Exception:
+                pass
+    return report
+
+
+def _jsonable(obj: Any) -> Any:
+    from gpudoctor.backends.na import NA
+
+    if isinstance(obj, NA):
+        return None
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    return obj
+
+
+def overall(report: Report) -> Status:
+    return report.status
