@@ -104,7 +104,6 @@ def _child_main(conn: Any, spec: RunSpec) -> None:
     # The parent handles Ctrl-C (keeps finished results, kills us).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        probes = all_probes()
         ctx = build_context(spec)
     except BaseException as exc:
         conn.send(("fatal", _one_line(exc)))
@@ -112,12 +111,14 @@ def _child_main(conn: Any, spec: RunSpec) -> None:
     conn.send(("ready", os.getpid()))
     while True:
         try:
-            message = conn.recv()
+            probe = conn.recv()  # a Probe (pickled by reference to its run function), or None
         except EOFError:
             return
-        if message is None:
+        except Exception as exc:  # the probe's module cannot be imported here
+            conn.send(("result", ProbeResult.error("unknown", f"cannot load probe: {_one_line(exc)}").to_dict()))
+            continue
+        if probe is None:
             return
-        probe = probes[message]
         result = call_probe(probe, ctx)
         conn.send(("result", result.to_dict()))
 
@@ -159,9 +160,9 @@ class _Child:
             return f"probe process could not start: {payload}"
         return f"probe process did not start within {timeout:.0f} s"
 
-    def run(self, name: str, timeout: float) -> tuple[dict[str, Any] | None, str | None]:
+    def run(self, probe: Any, timeout: float) -> tuple[dict[str, Any] | None, str | None]:
         try:
-            self.conn.send(name)
+            self.conn.send(probe)
         except (BrokenPipeError, OSError):
             self.process.join(1)
             return None, f"probe process {_signal_name(self.process.exitcode)}"
@@ -251,7 +252,7 @@ def run_probes(
                         if on_result:
                             on_result(result)
                         continue
-                payload, why = child.run(probe.name, probe.timeout_s)
+                payload, why = child.run(probe, probe.timeout_s)
                 if payload is None:
                     child.stop(graceful=False)
                     child = None

@@ -297,7 +297,8 @@ class NvmlBackend:
                                ("graphics", "nvmlDeviceGetGraphicsRunningProcesses")):
             procs = self._q(function, index)
             if is_na(procs):
-                first_na = first_na or procs
+                if first_na is None:  # NA is falsy: test identity, not truth
+                    first_na = procs
                 continue
             any_ok = True
             for p in procs:
@@ -309,7 +310,7 @@ class NvmlBackend:
                 if entry["type"] != kind:
                     entry["type"] = "compute+graphics"
         if not any_ok:
-            return first_na or NA("Unknown")
+            return first_na if first_na is not None else NA("Unknown")
         last_seen = self._process_util_seen.get(index, 0)
         utils = self._q("nvmlDeviceGetProcessUtilization", index, last_seen)
         if not is_na(utils):

@@ -112,7 +112,7 @@ class ReplayBackend:
         na = self._check(index)
         static = self._nvml.get("static") or []
         if na is not None or index >= len(static):
-            return {"index": index, "name": na or NA("NotRecorded")}
+            return {"index": index, "name": na if na is not None else NA("NotRecorded")}
         return dict(static[index])
 
     def _next_sample(self, index: int) -> dict[str, Any] | None:

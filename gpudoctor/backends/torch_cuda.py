@@ -55,6 +55,12 @@ def torchvision_facts() -> dict[str, Any]:
     except Exception as exc:
         facts["installed"] = True
         facts["error"] = f"{type(exc).__name__}: {_first_line(exc)}"
+        try:  # the import failed, but the package metadata still names the version
+            from importlib.metadata import version
+
+            facts["version"] = version("torchvision")
+        except Exception:
+            pass
         return facts
     facts["installed"] = True
     facts["version"] = getattr(torchvision, "__version__", None)
