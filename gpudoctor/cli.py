@@ -118,7 +118,7 @@ def _check_device(device: int | None, replay: str | None) -> None:
     if is_na(visible):
         if status is not None:
             raise DeviceSelectionError(
-                f"--device {device}: no CUDA device is visible (NVML: {visible.reason})")
+                f"--device {device} is out of range: no CUDA device is visible (NVML: {visible.reason})")
         return  # MIG instances selected: let torch decide
     if device >= len(visible):
         if not visible:

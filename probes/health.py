@@ -28,7 +28,7 @@ COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclu
 # Retired pages at or above this count: NVIDIA's guidance is that the board is due for RMA.
 RETIRED_PAGES_RMA = 60
 # Within this many degrees of the shutdown threshold, a hot GPU is a failure, not a warning.
-SHUTDOWN_MARGIN_C = 5
+SHUTDOWN_MARGIN_C = 3
 
 
 def _num(value: Any) -> float | None:

@@ -111,7 +111,7 @@ def torch_facts(with_devices: bool = True) -> dict[str, Any]:
         return {"importable": False, "import_error": torch.reason}
     facts: dict[str, Any] = {
         "importable": True,
-        "version": torch.__version__,
+        "version": str(torch.__version__),  # a TorchVersion (str subclass) otherwise
         "cuda_build": getattr(torch.version, "cuda", None),
         "hip_build": getattr(torch.version, "hip", None),
         "git_version": getattr(torch.version, "git_version", None),

@@ -115,7 +115,7 @@ def scenarios():
         "hardware_faults", "One GPU hot and throttled by hardware slowdown under load, with uncorrectable ECC "
         "errors, a pending row remap and a x8 PCIe link on a x16 slot.",
         static=[_static()],
-        samples=[{"t": 0.0, "devices": [_sample(0.0, gpu_util_pct=97, temperature_c=88, power_w=690.0,
+        samples=[{"t": 0.0, "devices": [_sample(0.0, gpu_util_pct=97, temperature_c=90, power_w=690.0,
                                                 clock_sm_mhz=990, throttle_reasons=0x8 | 0x4, pcie_gen_current=5,
                                                 pcie_width_current=8, ecc_volatile_uncorrected=2,
                                                 ecc_aggregate_uncorrected=2, remapped_rows_pending=True,
