@@ -145,7 +145,7 @@ def render_text(report: Report, stream: TextIO | None = None, *, verbose: bool =
                     value += f"  (of {_fmt_value(m['reference'], m.get('unit', ''))})"
                 if m.get("note"):
                     value += f"  {m['note']}"
-                table.add_row("  " + name, value)
+                table.add_row(Text("  " + name), Text(value))  # literal: values may contain [brackets]
             console.print(table)
             hidden = len(result["measurements"]) - len(shown)
             if hidden > 0:

@@ -140,3 +140,21 @@ def test_record_then_replay_round_trip(cli, tmp_path, validate_report):
     assert report["source"] == "replay:rec.json"
     env = next(r for r in report["results"] if r["probe"] == "environment")
     assert any(m["name"] == "torch" and m["value"] == data["torch"]["version"] for m in env["measurements"])
+
+
+def test_text_report_shows_brackets_literally(data_dir):
+    import io
+
+    from gpudoctor import runner
+    from gpudoctor.model import ProbeResult, Report
+    from gpudoctor.render import render_text
+
+    r = ProbeResult("health")
+    r.measure("temperature", 40, "C", device=1)
+    r.measure("odd", "[bold]not markup[/bold]")
+    r.find("warn", "x", "a [red]literal[/red] summary", fix="run `x [y]`")
+    buf = io.StringIO()
+    render_text(Report(results=[r]), buf, verbose=True, color=False)
+    text = buf.getvalue()
+    assert "temperature [gpu 1]" in text and "[bold]not markup[/bold]" in text
+    assert "a [red]literal[/red] summary" in text and "run `x [y]`" in text
