@@ -167,3 +167,25 @@ def work_budget(ctx: Any, target_s: float, devices: int = 1, reserve_s: float = 
 
 def own_pid() -> int:
     return os.getpid()
+
+
+# The few CUDA-specific calls, in one place (tests run the probes' device paths on CPU
+# tensors by replacing these).
+def torch_device(torch: Any, device: Device) -> Any:
+    return torch.device("cuda", device.index)
+
+
+def event_clock(torch: Any, device: Any) -> Any:
+    from gpudoctor.measure import CudaEventClock
+
+    return CudaEventClock(torch, device)
+
+
+def pinned_empty(torch: Any, nbytes: int) -> Any:
+    """Page-locked host memory: the DMA engines copy from it directly."""
+    return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+
+
+def has_context(torch: Any, index: int) -> bool:
+    """Whether this process already created the device's primary CUDA context."""
+    return bool(torch._C._cuda_hasPrimaryContext(index))

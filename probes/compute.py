@@ -24,6 +24,7 @@ from gpudoctor.probes import Probe, ProbeContext
 from . import _gpu
 
 MODES = ("fp32", "tf32", "fp16", "bf16")
+MAX_N = 8192  # 8192^2 outputs: thousands of tiles, every SM of the largest GPUs busy
 SLOW_PCT = 50.0
 # Throttle reasons that mean the matmul ran below its clocks for a hardware reason. A power
 # cap (sw_power_cap) under full matmul load is normal operation and is only noted.
@@ -86,9 +87,9 @@ def bf16_supported(torch: Any, dev: _gpu.Device) -> bool:
 def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Device, budget_s: float,
                   cpu_tflops: float | None) -> None:
     d = dev.index
-    device = torch.device("cuda", d)
-    torch.cuda.set_device(d)
-    clock = measure.CudaEventClock(torch, device)
+    device = _gpu.torch_device(torch, dev)
+    torch.cuda.set_device(device)
+    clock = _gpu.event_clock(torch, device)
     spec = measure.lookup_gpu_spec(dev.name)
     gen = torch.Generator(device=device).manual_seed(0xC0DE + d)
     rows: dict[str, Any] = {}
@@ -100,9 +101,9 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
                 continue
             dtype, tf32 = _mode_setup(torch, mode)
             torch.backends.cuda.matmul.allow_tf32 = tf32
-            free, _ = torch.cuda.mem_get_info(d)
+            free, _ = torch.cuda.mem_get_info(device)
             size = torch.tensor([], dtype=dtype).element_size()
-            n = 8192
+            n = MAX_N
             while n > 1024 and 7 * n * n * size > free // 2:  # 3 input pairs + output, half the free memory
                 n //= 2
             timing = matmul_timing(torch, device, dtype, n, clock, budget_s=budget_s / len(MODES), generator=gen)

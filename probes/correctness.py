@@ -27,6 +27,8 @@ from gpudoctor.probes import Probe, ProbeContext
 from . import _gpu
 
 MODES = ("fp32", "tf32", "fp16", "bf16")
+MATMUL_SHAPE = (2048, 2048, 512)  # m, n, k
+ELEMENTS = 4 << 20
 
 
 def _dtype(torch: Any, mode: str) -> Any:
@@ -103,8 +105,13 @@ def _judge(torch: Any, mode: str, k: int, result: Any, reference: Any, scale: An
     return out
 
 
-def run_checks(torch: Any, device: Any, *, seed: int, m: int = 2048, n: int = 2048, k: int = 512,
-               elements: int = 4 << 20, modes: tuple[str, ...] = MODES) -> list[dict[str, Any]]:
+def run_checks(torch: Any, device: Any, *, seed: int, m: int | None = None, n: int | None = None,
+               k: int | None = None, elements: int | None = None,
+               modes: tuple[str, ...] = MODES) -> list[dict[str, Any]]:
+    m = m or MATMUL_SHAPE[0]
+    n = n or MATMUL_SHAPE[1]
+    k = k or MATMUL_SHAPE[2]
+    elements = elements or ELEMENTS
     generator = torch.Generator().manual_seed(seed)
     rows = [check_matmul(torch, device, mode, m, n, k, generator) for mode in modes]
     rows.append(check_elementwise(torch, device, elements, generator))
@@ -126,7 +133,7 @@ def run(ctx: ProbeContext) -> ProbeResult:
     failed = 0
     for dev in devices:
         modes = tuple(m for m in MODES if m != "bf16" or dev.compute_capability >= (8, 0))
-        rows = run_checks(torch, torch.device("cuda", dev.index), seed=seed + dev.index, modes=modes)
+        rows = run_checks(torch, _gpu.torch_device(torch, dev), seed=seed + dev.index, modes=modes)
         r.details.setdefault("checks", {})[str(dev.index)] = rows
         for row in rows:
             r.measure(f"{row['mode']}_max_error", row["componentwise"], "", device=dev.index,

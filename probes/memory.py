@@ -13,8 +13,8 @@ shows why, on the user's own device and torch build:
 3. The largest single allocation that succeeds now (bounded search, every OOM caught,
    everything freed), and memory held by other processes (NVML process list).
 
-Thresholds (ours, not a vendor's): other processes holding >= 10 % of the device, or a
-largest allocation below 50 % of total memory, are warnings.
+Thresholds (ours, not a vendor's): other processes holding >= 10 % of the device, a
+largest allocation below 50 % of total memory, or less than 5 % free, are warnings.
 """
 
 from __future__ import annotations
@@ -35,8 +35,9 @@ from . import _gpu
 
 OTHERS_WARN_SHARE = 0.10
 LARGEST_WARN_SHARE = 0.50
+NEARLY_FULL_SHARE = 0.05
 
-def measure_context(torch: Any, index: int, read_used: Any) -> dict[str, Any]:
+def measure_context(torch: Any, device: Any, read_used: Any) -> dict[str, Any]:
     """NVML used before/after the primary context and after the first matmul (cuBLAS).
 
     Only meaningful when the device has no context yet in this process. Torch's own
@@ -44,15 +45,15 @@ def measure_context(torch: Any, index: int, read_used: Any) -> dict[str, Any]:
     """
     before = read_used()
     start = time.perf_counter()
-    probe = torch.ones(1, device=f"cuda:{index}")
-    torch.cuda.synchronize(index)
+    probe = torch.ones(1, device=device)
+    torch.cuda.synchronize(device)
     init_s = time.perf_counter() - start
     after_init = read_used()
-    reserved_init = torch.cuda.memory_reserved(index)
-    a = torch.randn(256, 256, device=f"cuda:{index}")
+    reserved_init = torch.cuda.memory_reserved(device)
+    a = torch.randn(256, 256, device=device)
     (a @ a).sum().item()
     after_matmul = read_used()
-    reserved_matmul = torch.cuda.memory_reserved(index)
+    reserved_matmul = torch.cuda.memory_reserved(device)
     del probe, a
     out: dict[str, Any] = {"init_s": round(init_s, 4), "nvml_before": before, "nvml_after_init": after_init,
                            "nvml_after_matmul": after_matmul, "torch_reserved_init": reserved_init,
@@ -75,7 +76,7 @@ def _context_in_fresh_process(device: _gpu.Device, timeout_s: float) -> dict[str
         "    v = gpu.sample(n).get('memory_used_bytes')\n"
         "    return v if isinstance(v, int) else None\n"
         "import torch\n"
-        "print(json.dumps(measure_context(torch, int(sys.argv[1]), used)))\n"
+        "print(json.dumps(measure_context(torch, torch.device('cuda', int(sys.argv[1])), used)))\n"
     )
     try:
         done = subprocess.run([sys.executable, "-c", code, str(device.index), str(device.nvml_index)],
@@ -158,14 +159,15 @@ def other_processes(ctx: ProbeContext, device: _gpu.Device) -> tuple[list[dict[s
 
 def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Device, budget_s: float) -> None:
     d = dev.index
-    device = torch.device("cuda", d)
+    device = _gpu.torch_device(torch, dev)
+    torch.cuda.set_device(device)  # empty_cache() and friends act on the current device
 
     def read_used() -> int | None:
         return _gpu.nvml_used(ctx, dev)
 
     # 1. context size (before this process touches the device, else in a fresh process)
-    if not torch._C._cuda_hasPrimaryContext(d):
-        context = measure_context(torch, d, read_used)
+    if not _gpu.has_context(torch, d):
+        context = measure_context(torch, device, read_used)
         context["measured_in"] = "this probe process"
     elif dev.nvml_index is not None:
         context = _context_in_fresh_process(dev, timeout_s=max(5.0, min(20.0, ctx.time_left() - 5)))
@@ -189,14 +191,15 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
         r.measure("cuda_context", None, "B", device=d, note=context.get("error", "NVML used not readable"))
 
     # 2. the caching allocator walk
-    free, total = torch.cuda.mem_get_info(d)
+    free, total = torch.cuda.mem_get_info(device)
     big_block = max(4 * MiB, min(256 * MiB, (free // 16) // (2 * MiB) * (2 * MiB)))
-    if free < 4 * big_block + 64 * MiB:
+    if free < NEARLY_FULL_SHARE * total:
         r.find(Status.WARN, "memory_nearly_full",
-               f"Only {measure._fmt_bytes(free)} of {measure._fmt_bytes(total)} is free on {dev.label}; "
-               "the allocator walk was skipped.",
+               f"Only {measure._fmt_bytes(free)} of {measure._fmt_bytes(total)} is free on {dev.label}.",
                why="Training on this GPU will run out of memory almost at once.",
                fix="See which processes hold it: nvidia-smi, or the process list below.", device=d)
+    if free < 4 * big_block + 64 * MiB:
+        r.details.setdefault("allocator_walk", {})[str(d)] = {"skipped": "too little free memory"}
     else:
         steps, fragment_stats = allocator_walk(torch, device, read_used, big_block)
         explained = measure.explain_walk(steps)

@@ -72,21 +72,21 @@ def _row(kind: str, nbytes: int, timing: measure.Timing, moved: int, ceiling: fl
 
 def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Device, budget_s: float) -> None:
     d = dev.index
-    device = torch.device("cuda", d)
-    torch.cuda.set_device(d)
-    clock = measure.CudaEventClock(torch, device)
+    device = _gpu.torch_device(torch, dev)
+    torch.cuda.set_device(device)
+    clock = _gpu.event_clock(torch, device)
     static = _gpu.nvml_static(ctx, dev)
     gen, width = static.get("pcie_gen_max"), static.get("pcie_width_max")
     ceiling = measure.pcie_ceiling_gbs(gen, width)
     spec = measure.lookup_gpu_spec(dev.name)
     rows: list[dict[str, Any]] = []
-    free, total = torch.cuda.mem_get_info(d)
+    free, total = torch.cuda.mem_get_info(device)
 
     gen_rng = torch.Generator().manual_seed(0x5EED + d)
     area = min(SLOTS_BYTES, max(2 * MiB, (free // 8) // MiB * MiB))
     sizes = [s for s in HOST_SIZES if s <= area // 2] or [area // 2]
     pageable = torch.empty(area, dtype=torch.uint8)
-    pinned = torch.empty(area, dtype=torch.uint8, pin_memory=True)
+    pinned = _gpu.pinned_empty(torch, area)
     on_device = torch.empty(area, dtype=torch.uint8, device=device)
     for buffer in (pageable, pinned, on_device):
         fill_random(torch, buffer, gen_rng)
@@ -103,7 +103,7 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
 
     # device to device: sizes beyond the L2 cache, each copy reads and writes nbytes
     torch.cuda.empty_cache()
-    free, _ = torch.cuda.mem_get_info(d)
+    free, _ = torch.cuda.mem_get_info(device)
     d2d_sizes = [s for s in D2D_SIZES if 4 * s <= free // 2] or [max(MiB, (free // 16) // MiB * MiB)]
     d2d_area = 2 * d2d_sizes[-1]
     src = torch.empty(d2d_area, dtype=torch.uint8, device=device)
