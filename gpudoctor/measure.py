@@ -230,6 +230,8 @@ _H200_DS = "NVIDIA H200 Tensor Core GPU datasheet (sparse figures halved)"
 _A100_DS = "NVIDIA A100 Tensor Core GPU datasheet (sparse figures halved)"
 _GA102 = "NVIDIA Ampere GA102 GPU architecture whitepaper, GeForce RTX 30 table (FP32-accumulate rates)"
 _AD102 = "NVIDIA Ada GPU architecture whitepaper, GeForce RTX 40 table (FP32-accumulate rates)"
+_GEFORCE_SPEC = ("NVIDIA GeForce product specifications: FP32 = CUDA cores x boost clock x 2, memory = "
+                 "data rate x bus width; tensor rates by the whitepapers' GeForce ratios")
 
 
 def _geforce(model: str, fp32: float, bandwidth: float, source: str) -> GpuSpec:
@@ -245,7 +247,7 @@ DATASHEET: list[tuple[str, GpuSpec]] = [
     (r"\bh200 nvl\b", GpuSpec("H200 NVL", 4800, 60, 417.5, 835.5, 835.5, _H200_DS)),
     (r"\bh200\b", GpuSpec("H200 SXM", 4800, 67, 494.5, 989.5, 989.5, _H200_DS)),
     (r"\bh100 nvl\b", GpuSpec("H100 NVL", 3900, 60, 417.5, 835.5, 835.5, _H100_DS)),
-    (r"\bh100\b.*\bpcie\b", GpuSpec("H100 PCIe", 2000, 51, 378, 756, 756, _H100_DS)),
+    (r"\bh100\b.*\bpcie\b", GpuSpec("H100 PCIe", 2000, 51, 378, 756.5, 756.5, _H100_DS)),
     (r"\bh100\b.*\b(sxm|hbm3)\b", GpuSpec("H100 SXM", 3350, 67, 494.5, 989.5, 989.5, _H100_DS)),
     (r"\ba100\b.*\bsxm4?\b.*\b80gb\b", GpuSpec("A100 SXM4 80GB", 2039, 19.5, 156, 312, 312, _A100_DS)),
     (r"\ba100\b.*\b80gb\b.*\bpcie\b", GpuSpec("A100 PCIe 80GB", 1935, 19.5, 156, 312, 312, _A100_DS)),
@@ -257,16 +259,16 @@ DATASHEET: list[tuple[str, GpuSpec]] = [
     (r"\bv100\b.*\bsxm2\b", GpuSpec("V100 SXM2", 900, 15.7, None, 125, None, "NVIDIA V100 Tensor Core GPU datasheet")),
     (r"\bv100\b.*\bpcie\b", GpuSpec("V100 PCIe", 900, 14, None, 112, None, "NVIDIA V100 Tensor Core GPU datasheet")),
     (r"\brtx 4090\b", _geforce("GeForce RTX 4090", 82.6, 1008, _AD102)),
-    (r"\brtx 4080 super\b", _geforce("GeForce RTX 4080 SUPER", 52.2, 736, _AD102)),
+    (r"\brtx 4080 super\b", _geforce("GeForce RTX 4080 SUPER", 52.2, 736, _GEFORCE_SPEC)),
     (r"\brtx 4080\b", _geforce("GeForce RTX 4080", 48.7, 716.8, _AD102)),
-    (r"\brtx 4070 ti\b(?! super)", _geforce("GeForce RTX 4070 Ti", 40.1, 504, _AD102)),
-    (r"\brtx 4070\b(?! ti| super)", _geforce("GeForce RTX 4070", 29.1, 504, _AD102)),
-    (r"\brtx 3090 ti\b", _geforce("GeForce RTX 3090 Ti", 40.0, 1008, _GA102)),
+    (r"\brtx 4070 ti\b(?! super)", _geforce("GeForce RTX 4070 Ti", 40.1, 504, _GEFORCE_SPEC)),
+    (r"\brtx 4070\b(?! ti| super)", _geforce("GeForce RTX 4070", 29.1, 504, _GEFORCE_SPEC)),
+    (r"\brtx 3090 ti\b", _geforce("GeForce RTX 3090 Ti", 40.0, 1008, _GEFORCE_SPEC)),
     (r"\brtx 3090\b", _geforce("GeForce RTX 3090", 35.6, 936, _GA102)),
-    (r"\brtx 3080 ti\b", _geforce("GeForce RTX 3080 Ti", 34.1, 912, _GA102)),
+    (r"\brtx 3080 ti\b", _geforce("GeForce RTX 3080 Ti", 34.1, 912, _GEFORCE_SPEC)),
     (r"\brtx 3080\b(?! ti)", _geforce("GeForce RTX 3080", 29.8, 760, _GA102)),
-    (r"\brtx 3070\b(?! ti)", _geforce("GeForce RTX 3070", 20.3, 448, _GA102)),
-    (r"\brtx 3060\b(?! ti)", _geforce("GeForce RTX 3060", 12.7, 360, _GA102)),
+    (r"\brtx 3070\b(?! ti)", _geforce("GeForce RTX 3070", 20.3, 448, _GEFORCE_SPEC)),
+    (r"\brtx 3060\b(?! ti)", _geforce("GeForce RTX 3060", 12.7, 360, _GEFORCE_SPEC)),
 ]
 
 
