@@ -53,6 +53,18 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {sentence}"
 
 
+def precheck(ctx: Any) -> NoDevice | None:
+    """Reasons not to measure that need no torch import (--quick must never load torch)."""
+    if ctx.replay:
+        return NoDevice("replay_no_device", "Not measured: a replayed report has no live GPU to exercise.",
+                        "Bandwidth, compute and memory figures need the device itself.",
+                        "Run `gpudoctor report --full` on the machine with the GPU.")
+    if not ctx.torch_allowed():
+        return NoDevice("quick_mode", "Not measured at --quick (no torch import, no CUDA context).",
+                        fix="Run `gpudoctor report --full` to measure.")
+    return None
+
+
 def import_torch_or_reason() -> tuple[Any, NoDevice | None]:
     from gpudoctor.backends.torch_cuda import import_torch
 
@@ -66,12 +78,9 @@ def import_torch_or_reason() -> tuple[Any, NoDevice | None]:
 
 def cuda_devices(ctx: Any, torch: Any) -> list[Device] | NoDevice:
     """The devices to measure (``ctx.device`` or all visible), or why there are none."""
-    if ctx.replay:
-        return NoDevice("replay_no_device", "Not measured: a replayed report has no live GPU to exercise.",
-                        "Bandwidth, compute and memory figures need the device itself.",
-                        "Run `gpudoctor report --full` on the machine with the GPU.")
-    if not ctx.torch_allowed():
-        return NoDevice("quick_mode", "Not measured at --quick (no CUDA context is created).")
+    early = precheck(ctx)
+    if early is not None:
+        return early
     if not getattr(torch.version, "cuda", None):
         return NoDevice("torch_without_cuda", f"This torch build ({torch.__version__}) has no CUDA support.",
                         "GPU measurements need a CUDA build of torch.",

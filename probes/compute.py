@@ -58,13 +58,16 @@ def cpu_matmul_tflops(torch: Any, budget_s: float = 1.5) -> dict[str, Any]:
     """fp32 matmul on the CPU (all of torch's threads), the size grown until one takes ~20 ms."""
     clock = measure.CpuClock()
     gen = torch.Generator().manual_seed(1234)
-    n = 256
+    n = 512
     while n < 4096:
         a = torch.randn(n, n, generator=gen)
         torch.matmul(a, a)  # the first call pays for thread-pool start-up
-        start = clock.start()
-        torch.matmul(a, a)
-        if clock.stop(start) > 0.02:
+        quickest = math.inf
+        for _ in range(3):  # the quickest of three: a busy machine must not stop the growth early
+            start = clock.start()
+            torch.matmul(a, a)
+            quickest = min(quickest, clock.stop(start))
+        if quickest > 0.02:
             break
         n *= 2
     timing = matmul_timing(torch, "cpu", torch.float32, n, clock, budget_s=budget_s, repeats=7, generator=gen)
@@ -182,11 +185,12 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
 
 
 def run(ctx: ProbeContext) -> ProbeResult:
+    early = _gpu.precheck(ctx)
+    if early is not None:
+        return early.result("compute")
     torch, missing = _gpu.import_torch_or_reason()
     if missing is not None:
         return missing.result("compute")
-    if ctx.replay:
-        return _gpu.cuda_devices(ctx, torch).result("compute")  # type: ignore[union-attr]
     r = ProbeResult("compute")
     cpu = cpu_matmul_tflops(torch, budget_s=min(1.5, max(0.3, ctx.time_left() / 10)))
     r.details["cpu"] = cpu
@@ -197,12 +201,12 @@ def run(ctx: ProbeContext) -> ProbeResult:
     if isinstance(devices, _gpu.NoDevice):
         r.find(Status.SKIP, devices.code, devices.summary + " The CPU figure above was measured.",
                devices.why, devices.fix)
-        return r.settle(f"no GPU measured; CPU fp32 matmul {cpu['tflops']:.3f} TFLOP/s")
+        return r.settle(f"no GPU measured; CPU fp32 matmul {cpu['tflops']:.3g} TFLOP/s")
     for dev in devices:
         _probe_device(ctx, r, torch, dev, _gpu.work_budget(ctx, 8.0, len(devices), reserve_s=4.0), cpu_tflops)
     parts = [f"cuda:{m.device} {m.name.replace('_matmul', '')} {m.value:.0f} TFLOP/s"
              for m in r.measurements if m.name == "bf16_matmul" and m.value is not None]
-    parts.append(f"CPU fp32 {cpu['tflops']:.3f} TFLOP/s")
+    parts.append(f"CPU fp32 {cpu['tflops']:.3g} TFLOP/s")
     return r.settle(", ".join(parts))
 
 
@@ -212,7 +216,7 @@ PROBE = Probe(
     run=run,
     level="full",
     uses_torch=True,
-    timeout_s=40,
+    timeout_s=30,
     order=60,
     description=__doc__.splitlines()[0],
 )

@@ -121,6 +121,9 @@ def run_checks(torch: Any, device: Any, *, seed: int, m: int | None = None, n: i
 
 
 def run(ctx: ProbeContext) -> ProbeResult:
+    early = _gpu.precheck(ctx)
+    if early is not None:
+        return early.result("correctness")
     torch, missing = _gpu.import_torch_or_reason()
     if missing is not None:
         return missing.result("correctness")
@@ -171,7 +174,7 @@ PROBE = Probe(
     run=run,
     level="full",
     uses_torch=True,
-    timeout_s=30,
+    timeout_s=20,
     order=45,
     description=__doc__.splitlines()[0],
 )

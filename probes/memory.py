@@ -271,6 +271,9 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
 
 
 def run(ctx: ProbeContext) -> ProbeResult:
+    early = _gpu.precheck(ctx)
+    if early is not None:
+        return early.result("memory")
     torch, missing = _gpu.import_torch_or_reason()
     if missing is not None:
         return missing.result("memory")
@@ -291,7 +294,7 @@ PROBE = Probe(
     run=run,
     level="full",
     uses_torch=True,
-    timeout_s=40,
+    timeout_s=30,
     order=40,
     description=__doc__.splitlines()[0],
 )

@@ -198,6 +198,9 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
 
 
 def run(ctx: ProbeContext) -> ProbeResult:
+    early = _gpu.precheck(ctx)
+    if early is not None:
+        return early.result("transfer")
     torch, missing = _gpu.import_torch_or_reason()
     if missing is not None:
         return missing.result("transfer")
@@ -220,7 +223,7 @@ PROBE = Probe(
     run=run,
     level="full",
     uses_torch=True,
-    timeout_s=30,
+    timeout_s=25,
     order=50,
     description=__doc__.splitlines()[0],
 )

@@ -220,3 +220,26 @@ def test_probe_results_round_trip():
     result = compute.run(_ctx()) if not torch.cuda.is_available() else ProbeResult("compute")
     again = ProbeResult.from_dict(json.loads(json.dumps(result.to_dict(), allow_nan=False)))
     assert again.to_dict() == result.to_dict()
+
+
+def test_quick_level_skips_without_importing_torch():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from gpudoctor.backends.na import NA\n"
+        "from gpudoctor.probes import ProbeContext, registry\n"
+        "class G:\n"
+        "    def status(self): return NA('LibraryNotFound')\n"
+        "    def device_count(self): return self.status()\n"
+        "probes = registry()\n"
+        "for name in ('memory', 'transfer', 'compute', 'correctness'):\n"
+        "    r = probes[name].run(ProbeContext(gpu=G(), level='quick'))\n"
+        "    print(name, r.status.value, r.findings[0].code)\n"
+        "print('torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    lines = out.stdout.split("\n")
+    assert lines[:4] == [f"{n} skip quick_mode" for n in ("memory", "transfer", "compute", "correctness")]
+    assert lines[4] == "False"
