@@ -236,14 +236,17 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
         "stopped_early": search.stopped_early, "leftover_allocated": leftover}
     r.measure("free_memory", free_before, "B", device=d, reference=float(total),
               note="cudaMemGetInfo before the search")
-    r.measure("largest_allocation", search.largest_ok, "B", device=d, reference=float(total),
-              note=f"{len(search.tries)} tries, {search.oom_count} out-of-memory caught")
+    unfinished = search.stopped_early and search.largest_ok == 0
+    r.measure("largest_allocation", None if unfinished else search.largest_ok, "B", device=d,
+              reference=float(total),
+              note=("the search ran out of time before any allocation succeeded" if unfinished else
+                    f"{len(search.tries)} tries, {search.oom_count} out-of-memory caught"))
     if leftover > 0:
         r.find(Status.WARN, "largest_search_leftover",
                f"{measure._fmt_bytes(leftover)} stayed allocated after the largest-allocation search.",
                why="The search must leave nothing behind; this points at a torch allocator problem.",
                fix="Report it with the JSON report attached.", device=d)
-    if search.largest_ok < LARGEST_WARN_SHARE * total:
+    if not unfinished and search.largest_ok < LARGEST_WARN_SHARE * total:
         r.find(Status.WARN, "largest_allocation_small",
                f"The largest single allocation on {dev.label} is {measure._fmt_bytes(search.largest_ok)}, "
                f"{100 * search.largest_ok / total:.0f} % of its {measure._fmt_bytes(total)}.",
@@ -283,7 +286,7 @@ def run(ctx: ProbeContext) -> ProbeResult:
     r = ProbeResult("memory")
     for dev in devices:
         _probe_device(ctx, r, torch, dev, _gpu.work_budget(ctx, 4.0, len(devices)))
-    largest = [m for m in r.measurements if m.name == "largest_allocation"]
+    largest = [m for m in r.measurements if m.name == "largest_allocation" and m.value is not None]
     summary = ", ".join(f"cuda:{m.device} largest allocation {measure._fmt_bytes(m.value)}" for m in largest)
     return r.settle(summary)
 
