@@ -17,7 +17,7 @@ import re
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -625,6 +625,3 @@ def judge_errors(mode: str, k: int, *, normwise: float, componentwise: float, no
     return ErrorCheck(mode, float(normwise), float(componentwise), NORMWISE_LIMIT[mode],
                       componentwise_tolerance(mode, k), int(nonfinite))
 
-
-def finite_or_none(values: Iterable[float]) -> list[float | None]:
-    return [v if isinstance(v, (int, float)) and math.isfinite(v) else None for v in values]
