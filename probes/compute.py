@@ -75,6 +75,27 @@ def cpu_matmul_tflops(torch: Any, budget_s: float = 1.5) -> dict[str, Any]:
             **timing.to_dict()}
 
 
+def spin_up(torch: Any, device: Any, seconds: float = 0.3) -> int:
+    """Keep the GPU busy for ``seconds`` so that its clocks leave their idle state first.
+
+    Idle GPUs run at low clocks and take a moment to boost; without this, the first mode
+    measured would pay for the ramp. Returns how many matmuls it ran.
+    """
+    import time
+
+    n = min(4096, MAX_N)
+    a = torch.randn(n, n, device=device, dtype=torch.float16)
+    out = torch.empty_like(a)
+    runs = 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        for _ in range(8):
+            torch.matmul(a, a, out=out)
+        runs += 8
+        torch.cuda.synchronize(device)
+    return runs
+
+
 def _mode_setup(torch: Any, mode: str) -> tuple[Any, bool]:
     dtype = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[mode]
     return dtype, mode == "tf32"
@@ -97,6 +118,7 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
     gen = torch.Generator(device=device).manual_seed(0xC0DE + d)
     rows: dict[str, Any] = {}
     previous_tf32 = torch.backends.cuda.matmul.allow_tf32
+    r.details.setdefault("spin_up_matmuls", {})[str(d)] = spin_up(torch, device, min(0.3, budget_s / 20))
     try:
         for mode in MODES:
             if mode == "bf16" and not bf16_supported(torch, dev):
