@@ -1,7 +1,7 @@
 """A measuring probe that overruns its time limit is killed and reported as ``error``.
 
 The probe child is started by the runner with ``spawn``, so the hang is planted with a
-``sitecustomize`` module on PYTHONPATH that wraps the memory probe's run in the child
+``sitecustomize`` module on PYTHONPATH that replaces the memory probe's run in the child
 only. The report must still be complete and valid, and the next probe must run in a
 fresh child (compute still gives its CPU figure).
 """
@@ -28,6 +28,9 @@ HANG = textwrap.dedent("""
     def _hang(ctx):
         time.sleep(120)
 
+    # The runner pickles a Probe by reference to its run function, so the child resolves
+    # gpudoctor.probes.memory.run here: replace that (and PROBE, for registry look-ups).
+    m.run = _hang
     m.PROBE = dataclasses.replace(m.PROBE, run=_hang)
 """)
 
