@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpudoctor.backends.na import is_na
-from gpudoctor.backends.nvml import normalise_bus_id
 from gpudoctor.model import ProbeResult
 
 
@@ -118,7 +117,7 @@ def cuda_devices(ctx: Any, torch: Any) -> list[Device] | NoDevice:
 def _nvml_indices(gpu: Any, torch: Any, indices: list[int]) -> dict[int, int | None]:
     """torch index -> NVML index, by PCI bus id (CUDA and NVML number devices differently)."""
     from gpudoctor.backends.torch_cuda import device_properties
-    from gpudoctor.backends.visibility import visible_nvml_indices
+    from gpudoctor.backends.visibility import match_torch_to_nvml, visible_nvml_indices
 
     try:
         if gpu.status() is not None:
@@ -126,15 +125,8 @@ def _nvml_indices(gpu: Any, torch: Any, indices: list[int]) -> dict[int, int | N
         count = gpu.device_count()
         if not isinstance(count, int):
             return {}
-        by_bus = {}
-        for n in range(count):
-            bus = gpu.static(n).get("pci_bus_id")
-            if isinstance(bus, str):
-                by_bus[normalise_bus_id(bus)] = n
-        out: dict[int, int | None] = {}
-        for index in indices:
-            bus = device_properties(torch, index).get("pci_bus_id")
-            out[index] = by_bus.get(normalise_bus_id(bus)) if bus else None
+        out = match_torch_to_nvml([device_properties(torch, index) for index in indices],
+                                  [gpu.static(n) for n in range(count)])
         if all(v is None for v in out.values()):
             visible = visible_nvml_indices(gpu)
             if isinstance(visible, list):

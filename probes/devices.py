@@ -12,28 +12,13 @@ import os
 from typing import Any
 
 from gpudoctor.backends.na import NA, is_na
-from gpudoctor.backends.nvml import normalise_bus_id
-from gpudoctor.backends.visibility import visible_nvml_indices
+from gpudoctor.backends.visibility import match_torch_to_nvml, visible_nvml_indices
 from gpudoctor.model import ProbeResult, Status
 from gpudoctor.probes import Probe, ProbeContext
 
 
 def _na_note(value: Any) -> str:
     return value.reason if is_na(value) else ""
-
-
-def map_torch_to_nvml(torch_devices: list[dict[str, Any]], nvml_static: list[dict[str, Any]]) -> dict[int, int | None]:
-    """torch index -> NVML index by PCI bus id (None where no NVML device matches)."""
-    by_bus = {normalise_bus_id(s.get("pci_bus_id")): s["index"] for s in nvml_static
-              if isinstance(s.get("pci_bus_id"), str)}
-    by_uuid = {s.get("uuid"): s["index"] for s in nvml_static if isinstance(s.get("uuid"), str)}
-    mapping: dict[int, int | None] = {}
-    for dev in torch_devices:
-        nvml_index = by_bus.get(normalise_bus_id(dev.get("pci_bus_id")))
-        if nvml_index is None and dev.get("uuid"):
-            nvml_index = by_uuid.get(dev["uuid"])
-        mapping[dev["index"]] = nvml_index
-    return mapping
 
 
 def run(ctx: ProbeContext) -> ProbeResult:
@@ -57,7 +42,7 @@ def run(ctx: ProbeContext) -> ProbeResult:
 
     # torch index -> NVML index
     if torch_devices:
-        mapping = map_torch_to_nvml(torch_devices, nvml_static)
+        mapping = match_torch_to_nvml(torch_devices, nvml_static)
     elif isinstance(visible, list):
         mapping = {t: n for t, n in enumerate(visible)}
     else:

@@ -185,3 +185,14 @@ def test_every_committed_recording_says_what_it_is(data_dir):
             assert "handmade" in path.name and meta.get("scenario"), path.name
         else:
             assert "handmade" not in path.name, path.name
+
+
+def test_torch_to_nvml_matching_by_bus_id_then_uuid():
+    from gpudoctor.backends.visibility import match_torch_to_nvml
+
+    nvml = [{"index": 0, "pci_bus_id": "00000000:18:00.0", "uuid": "GPU-a"},
+            {"index": 1, "pci_bus_id": "00000000:3b:00.0", "uuid": "GPU-b"}]
+    torch_devices = [{"index": 0, "pci_bus_id": "0000:3b:00.0"},       # CUDA's fastest-first order
+                     {"index": 1, "pci_bus_id": None, "uuid": "GPU-a"},  # no bus id: fall back to UUID
+                     {"index": 2, "pci_bus_id": "0000:99:00.0"}]         # not an NVML device
+    assert match_torch_to_nvml(torch_devices, nvml) == {0: 1, 1: 0, 2: None}
