@@ -318,8 +318,7 @@ def run_rank(*, rank: int, world: int, local_rank: int, backend: str, sizes: lis
         payload["ddp"] = ddp_check(torch, dist, device, rank, world, phases, inject)
         if local_rank == 0:
             phases.enter("node checks")
-            payload["node"] = node_checks(torch) if backend == "nccl" else {
-                "host": socket.gethostname(), "skip_reason": "the gloo (CPU) path does not use GPUs"}
+            payload["node"] = node_checks(torch)  # peers, NVLink, DataParallel: whatever the backend
         phases.enter("done")
         payload["phase_s"] = phases.times
         if gather:
