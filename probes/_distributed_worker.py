@@ -333,6 +333,21 @@ def run_rank(*, rank: int, world: int, local_rank: int, backend: str, sizes: lis
             pass
 
 
+def _exit_with_parent() -> None:
+    """Leave when the launcher goes away (killed at its time limit): no orphaned ranks."""
+    import threading
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent:
+                os._exit(3)
+
+    threading.Thread(target=watch, name="gpudoctor-parent-watch", daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpudoctor-distributed-worker")
     parser.add_argument("--out", required=True)
@@ -342,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", type=float, default=0.2)
     parser.add_argument("--fault", default="")
     args = parser.parse_args(argv)
+    _exit_with_parent()
     rank = int(os.environ["RANK"])
     out = Path(args.out)
     phases = _Phases(out / f"rank{rank}.phase")

@@ -141,9 +141,9 @@ def launch_local(nproc: int, backend: str, sizes: list[int], timeout_s: float, *
             if fault:
                 cmd += ["--fault", fault]
             with open(workdir / f"rank{rank}.stderr", "wb") as err:
+                # Same process group as us: Ctrl-C in the terminal reaches the ranks too.
                 procs[rank] = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL,
-                                               stdout=subprocess.DEVNULL, stderr=err,
-                                               start_new_session=True)
+                                               stdout=subprocess.DEVNULL, stderr=err)
         deadline = time.monotonic() + timeout_s
         exited_at: dict[int, float] = {}
         first_failure: float | None = None
@@ -161,10 +161,7 @@ def launch_local(nproc: int, backend: str, sizes: list[int], timeout_s: float, *
         still_running = {r for r, p in procs.items() if p.poll() is None}
         for p in procs.values():
             if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    p.kill()
+                p.kill()
             p.wait(10)
 
         phases: dict[int, tuple[int, str]] = {}
@@ -413,6 +410,9 @@ def _under_torchrun() -> bool:
 
 
 def run(ctx: ProbeContext) -> ProbeResult:
+    if not ctx.torch_allowed():
+        return ProbeResult.skip("distributed", "the distributed check needs torch: not run with --quick",
+                                code="quick_mode")
     import torch
     import torch.distributed as dist
 

@@ -217,3 +217,12 @@ def test_front_ends_do_not_import_torch():
             "sys.exit(1 if bad else 0)")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_quick_level_skips_without_importing_torch():
+
+    code = ("import sys; from gpudoctor.probes import ProbeContext; from gpudoctor.probes.distributed import run; "
+            "r = run(ProbeContext(gpu=None, level='quick')); "
+            "print(r.status.value, r.findings[0].code, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["skip", "quick_mode", "False"], out.stderr
