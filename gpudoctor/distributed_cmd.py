@@ -88,7 +88,7 @@ def register(subparsers: Any) -> None:
 
 def cmd_distributed(args: argparse.Namespace) -> int:
     from gpudoctor import runner
-    from gpudoctor.render import render_text, report_to_json
+    from gpudoctor.render import render_text
 
     rank = torchrun_rank()
     if args.output and (rank is None or rank == 0):
@@ -116,7 +116,7 @@ def cmd_distributed(args: argparse.Namespace) -> int:
         # Exit 0 unless this rank's own run broke: torchrun stops every rank as soon as one
         # exits non-zero, which could kill rank 0 before it has written the report.
         return exitcodes.PROBE_ERROR if report.status.value == "error" else exitcodes.OK
-    text = report_to_json(report, anonymize=args.anonymize)
+    text = _to_json(report, args.anonymize)
     if args.output:
         from gpudoctor.fileio import atomic_write_text
 
@@ -129,6 +129,22 @@ def cmd_distributed(args: argparse.Namespace) -> int:
         print("gpudoctor: interrupted; finished results were kept"
               + (f" in {args.output}" if args.output else ""), file=sys.stderr)
     return code
+
+
+def _to_json(report: Any, anonymize: bool) -> str:
+    """The report as JSON; with ``anonymize``, every rank's host name is stripped, not only ours."""
+    import json
+
+    from gpudoctor.render import anonymize_dict, report_to_json
+
+    if not anonymize:
+        return report_to_json(report)
+    data = anonymize_dict(report.to_dict())
+    for result in data.get("results", []):
+        for host in list((result.get("details") or {}).get("hosts") or []):
+            if isinstance(host, str) and host not in ("", "?", "<redacted>"):
+                data = anonymize_dict(data, hostname=host)
+    return json.dumps(data, indent=2, allow_nan=False, default=str)
 
 
 __all__ = ["register", "cmd_distributed", "torchrun_rank"]

@@ -221,7 +221,7 @@ def node_checks(torch: Any) -> dict[str, Any]:
     from gpudoctor.backends import NvmlBackend, is_na
     from gpudoctor.backends.visibility import visible_nvml_indices
 
-    info: dict[str, Any] = {"host": socket.gethostname()}
+    info: dict[str, Any] = {"hostname": socket.gethostname()}
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     info["cuda_devices"] = count
     if count < 2:
@@ -281,7 +281,7 @@ def run_rank(*, rank: int, world: int, local_rank: int, backend: str, sizes: lis
 
     phases = phases or _Phases(None)
     payload: dict[str, Any] = {"rank": rank, "world_size": world, "local_rank": local_rank,
-                               "host": socket.gethostname(), "pid": os.getpid(),
+                               "hostname": socket.gethostname(), "pid": os.getpid(),
                                "backend": backend, "torch": torch.__version__, "error": None}
 
     def inject(where: str) -> None:  # test hook: "crash:<rank>:<where>" or "hang:<rank>:<where>"
@@ -325,6 +325,9 @@ def run_rank(*, rank: int, world: int, local_rank: int, backend: str, sizes: lis
             everyone: list[Any] = [None] * world
             dist.all_gather_object(everyone, payload)
             return everyone
+        # Leave together: no rank tears down its communicator while local rank 0 still
+        # runs the node checks.
+        dist.barrier()
         return payload
     finally:
         try:

@@ -240,7 +240,7 @@ def assemble(payloads: dict[int, Any], failures: dict[int, dict[str, str]], worl
              mode: str, skipped: list[tuple[str, str]] | None = None) -> ProbeResult:
     """Build the probe result from every rank's payload (pure: testable without torch)."""
     result = ProbeResult(probe="distributed")
-    hosts = sorted({p.get("host", "?") for p in payloads.values()})
+    hosts = sorted({p.get("hostname", "?") for p in payloads.values()})
     result.details.update(mode=mode, backend=backend, world_size=world, hosts=hosts)
     result.measure("world_size", world, "ranks")
     for code, why in skipped or []:
@@ -324,7 +324,7 @@ def assemble(payloads: dict[int, Any], failures: dict[int, dict[str, str]], worl
         result.measure("ddp_compute_time_median", round(statistics.median(compute.values()) * 1e3, 3), "ms",
                        note="forward+backward without gradient sync")
         result.details["ranks"] = [
-            {"rank": r, "host": payloads[r].get("host"), "device": payloads[r].get("device"),
+            {"rank": r, "hostname": payloads[r].get("hostname"), "device": payloads[r].get("device"),
              "device_name": payloads[r].get("device_name"), "init_s": round(payloads[r].get("init_s", 0.0), 4),
              "ddp_step_ms": round(step[r] * 1e3, 3), "ddp_compute_ms": round(compute[r] * 1e3, 3)}
             for r in sorted(ddp)]
@@ -338,7 +338,7 @@ def assemble(payloads: dict[int, Any], failures: dict[int, dict[str, str]], worl
                             f"on the others); all ranks share this host's CPUs, so this is expected")
                 continue
             result.find(Status.WARN, "straggler",
-                        f"rank {rank} ({p.get('host')}, {p.get('device')}) is a straggler: "
+                        f"rank {rank} ({p.get('hostname')}, {p.get('device')}) is a straggler: "
                         f"{t * 1e3:.2f} ms of compute per step against {ref * 1e3:.2f} ms on the others",
                         why="Every collective waits for the slowest rank, so the whole job runs at its pace.",
                         fix="Compare that device with `gpudoctor report --device N` (clocks, throttling, "
@@ -356,7 +356,7 @@ def _node_findings(result: ProbeResult, ranks: list[dict[str, Any]]) -> None:
     nodes = [p["node"] for p in ranks if p.get("node")]
     result.details["nodes"] = nodes
     for node in nodes:
-        host = node.get("host", "?")
+        host = node.get("hostname", "?")
         if node.get("skip_reason"):
             result.find(Status.SKIP, "multi_gpu_skipped",
                         f"peer access, NVLink and DataParallel not checked on {host}: {node['skip_reason']}",

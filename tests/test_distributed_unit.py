@@ -53,7 +53,7 @@ def test_classify_failures_blames_the_first_death_and_the_rank_left_behind():
 def payload(rank: int, *, world: int = 2, host: str = "node-a", compute: float = 0.004,
             correct: bool = True, grad_diff: float = 0.0, node: dict | None = None) -> dict:
     p = {
-        "rank": rank, "world_size": world, "local_rank": rank, "host": host, "device": f"cuda:{rank}",
+        "rank": rank, "world_size": world, "local_rank": rank, "hostname": host, "device": f"cuda:{rank}",
         "device_name": "GPU", "backend": "nccl", "init_s": 0.5, "error": None,
         "allreduce": [{"bytes": 1 << 20, "dtype": "float32", "correct": correct, "iters": 20,
                        "mean_s": 0.001 * (1 + rank * 0.1)}],
@@ -67,7 +67,7 @@ def payload(rank: int, *, world: int = 2, host: str = "node-a", compute: float =
 
 
 TWO_GPU_NODE = {
-    "host": "node-a", "cuda_devices": 2, "device_names": ["GPU", "GPU"],
+    "hostname": "node-a", "cuda_devices": 2, "device_names": ["GPU", "GPU"],
     "peer_access": [[None, True], [True, None]],
     "nvlink": [[{"link": 0, "active": True, "version": 4, "remote_pci_bus_id": "0000:0f:00.0",
                  "remote_type": "gpu"}],
@@ -121,7 +121,7 @@ def test_assemble_node_problems_and_one_gpu_skip():
     assert codes["dataparallel_failed"].status.value == "fail"
     assert r.status.value == "fail"
 
-    one = {"host": "node-b", "cuda_devices": 1, "skip_reason": "only one CUDA device is visible"}
+    one = {"hostname": "node-b", "cuda_devices": 1, "skip_reason": "only one CUDA device is visible"}
     r = assemble({0: payload(0, node=one), 1: payload(1)}, {}, 2, "nccl", "local")
     skip = [f for f in r.findings if f.code == "multi_gpu_skipped"]
     assert skip and "only one CUDA device" in skip[0].summary and skip[0].status.value == "skip"
@@ -226,3 +226,19 @@ def test_quick_level_skips_without_importing_torch():
             "print(r.status.value, r.findings[0].code, 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.split() == ["skip", "quick_mode", "False"], out.stderr
+
+
+def test_anonymize_strips_every_ranks_host_name():
+    import json
+
+    from gpudoctor.distributed_cmd import _to_json
+    from gpudoctor.model import Report
+
+    result = assemble({0: payload(0, host="node-alpha"), 1: payload(1, host="node-beta", compute=0.02)}, {}, 2,
+                      "nccl", "torchrun")
+    text = _to_json(Report(results=[result]), anonymize=True)
+    assert "node-alpha" not in text and "node-beta" not in text
+    data = json.loads(text)
+    assert data["results"][0]["details"]["ranks"][0]["hostname"] == "<redacted>"
+    assert "straggler" in {f["code"] for f in data["results"][0]["findings"]}
+    assert "node-beta" in _to_json(Report(results=[result]), anonymize=False)
