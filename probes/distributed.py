@@ -405,8 +405,9 @@ def _finish(result: ProbeResult, summary: str | None) -> ProbeResult:
 
 # --------------------------------------------------------------------------- probe
 def _under_torchrun() -> bool:
-    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")) \
-        and int(os.environ.get("WORLD_SIZE", "1")) > 1
+    world = os.environ.get("WORLD_SIZE", "")
+    return all(k in os.environ for k in ("RANK", "MASTER_ADDR", "MASTER_PORT")) \
+        and world.isdigit() and int(world) > 1
 
 
 def run(ctx: ProbeContext) -> ProbeResult:
@@ -424,12 +425,17 @@ def run(ctx: ProbeContext) -> ProbeResult:
     gpus = torch.cuda.device_count() if cuda else 0
     backend = opts.get("backend") or "auto"
     skipped: list[tuple[str, str]] = []
+    torchrun = _under_torchrun()
+    # NCCL wants one GPU per rank on this node: under torchrun that is LOCAL_WORLD_SIZE
+    # ranks (one per node is fine), otherwise the ranks we start here (at least 2).
+    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1) if torchrun else 2
     if backend == "auto":
-        backend = "nccl" if gpus >= 2 and dist.is_nccl_available() else "gloo"
+        backend = "nccl" if gpus >= local_ranks and gpus > 0 and dist.is_nccl_available() else "gloo"
         if backend == "gloo":
             why = ("no CUDA device is visible" if gpus == 0 else
-                   "only one CUDA device is visible (NCCL needs one GPU per rank)" if gpus == 1 else
-                   "this torch build has no NCCL")
+                   "this torch build has no NCCL" if not dist.is_nccl_available() else
+                   f"only {gpus} CUDA device{'s' if gpus != 1 else ''} visible for {local_ranks} ranks on "
+                   "this node (NCCL needs one GPU per rank)")
             skipped.append(("nccl_skipped", f"NCCL all-reduce not checked: {why}; checked gloo on CPU instead"))
     if backend == "nccl" and not (cuda and dist.is_nccl_available()):
         return ProbeResult.skip("distributed", "NCCL asked for, but no CUDA device or no NCCL in this torch",
@@ -443,7 +449,7 @@ def run(ctx: ProbeContext) -> ProbeResult:
         timeout_s = max(5.0, min(DEFAULT_TIMEOUT_S, ctx.time_left() - 10.0))
     target_s = float(opts.get("target_s") or 0.2)
 
-    if _under_torchrun():
+    if torchrun:
         from gpudoctor.probes._distributed_worker import run_rank
 
         world = int(os.environ["WORLD_SIZE"])

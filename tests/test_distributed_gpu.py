@@ -47,5 +47,5 @@ def test_one_gpu_falls_back_to_gloo_and_says_why(tmp_path):
     result = run_cli(tmp_path, "--sizes", "64K,1M")
     codes = {f["code"]: f for f in result["findings"]}
     assert result["details"]["backend"] == "gloo"
-    assert "one CUDA device" in codes["nccl_skipped"]["summary"]
+    assert "only 1 CUDA device visible" in codes["nccl_skipped"]["summary"]
     assert codes["multi_gpu_skipped"]["status"] == "skip"

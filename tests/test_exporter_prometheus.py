@@ -50,6 +50,7 @@ def test_prometheus_scrapes_the_exporter(tmp_path):
          "--replay", str(GPU_LOST), "--interval", "0.5", "--report-interval", "0", "--exit-after", "90"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     prometheus = None
+    log = None
     try:
         line = exporter.stderr.readline()
         match = re.search(r"http://127\.0\.0\.1:(\d+)/metrics", line)
@@ -62,7 +63,7 @@ def test_prometheus_scrapes_the_exporter(tmp_path):
             "scrape_configs:\n"
             "  - job_name: gpudoctor\n"
             f"    static_configs:\n      - targets: ['127.0.0.1:{exporter_port}']\n")
-        log = open(tmp_path / "prometheus.log", "w")
+        log = open(tmp_path / "prometheus.log", "w")  # noqa: SIM115 (closed below)
         prometheus = subprocess.Popen(
             [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
              f"--web.listen-address=127.0.0.1:{prom_port}", "--storage.tsdb.retention.time=1h"],
@@ -97,3 +98,7 @@ def test_prometheus_scrapes_the_exporter(tmp_path):
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait(5)
+        if log is not None:
+            log.close()
+        if exporter.stderr is not None:
+            exporter.stderr.close()
