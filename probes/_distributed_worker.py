@@ -104,7 +104,7 @@ def allreduce_sweep(torch: Any, dist: Any, device: Any, sizes: list[int], world:
     out: list[dict[str, Any]] = []
     expected = world * (world + 1) / 2
     for size in sizes:
-        fault(f"allreduce")  # before entering: a stuck rank stays in its previous phase
+        fault("allreduce")  # before entering: a stuck rank stays in its previous phase
         phases.enter(f"allreduce {human(size)}")
         numel = max(1, size // 4)
         entry: dict[str, Any] = {"bytes": numel * 4, "dtype": "float32"}
