@@ -152,6 +152,16 @@ class ReplayBackend:
             return NA("NotRecorded")
         return procs[index]
 
+    def nvlink(self, index: int) -> Any:
+        """Recorded NVLink links of a device (``nvml.nvlink[index]``), else NA."""
+        na = self._check(index)
+        if na is not None:
+            return na
+        links = self._nvml.get("nvlink")
+        if not isinstance(links, list) or index >= len(links):
+            return NA("NotRecorded")
+        return links[index]
+
     def torch_facts(self) -> Any:
         facts = self.recording.get("torch")
         return facts if facts is not None else NA("NotRecorded")
