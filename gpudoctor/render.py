@@ -22,7 +22,7 @@ STATUS_STYLE = {
 }
 
 VERDICT = {
-    "pass": "Healthy: the GPU stack is usable.",
+    "pass": "Healthy: no problem found by the checks that ran.",
     "skip": "Nothing could be checked.",
     "warn": "Usable, with warnings: read the findings above.",
     "fail": "Not usable as is: fix the failures above.",
