@@ -22,6 +22,8 @@ from gpudoctor.errors import DeviceSelectionError, GpudoctorError, UsageError
 
 # Modules that add sub-commands: each defines register(subparsers).
 EXTRA_COMMANDS: list[str] = [
+    "gpudoctor.tui.command",
+    "gpudoctor.watch",
 ]
 
 # What ``gpudoctor`` with no arguments runs (the TUI once it is registered).
