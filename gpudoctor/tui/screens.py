@@ -355,6 +355,7 @@ class HelpScreen(ModalScreen[None]):
         Binding("question_mark", "dismiss_help", "close", show=False),
         Binding("h", "dismiss_help", "close", show=False),
         Binding("f1", "dismiss_help", "close", show=False),
+        Binding("q", "quit_from_help", "quit", show=False),
     ]
 
     def compose(self) -> ComposeResult:
@@ -372,6 +373,9 @@ class HelpScreen(ModalScreen[None]):
 
     def action_dismiss_help(self) -> None:
         self.dismiss(None)
+
+    def action_quit_from_help(self) -> None:
+        self.app.action_quit_app()  # type: ignore[attr-defined]
 
 
 __all__ = ["OverviewScreen", "ProcessesScreen", "DoctorScreen", "WorkloadScreen", "HelpScreen", "HELP_KEYS",

@@ -71,11 +71,12 @@ class GpuPanel(Widget):
         self.history: History | None = None
 
     def show(self, device: DeviceSnapshot, history: History) -> None:
-        self.device, self.history = device, history
         static = device.static
         title = f"GPU {device.index}: {device.name}"
         self.border_title = title
         fault = device.fault
+        layout_changed = (fault is None) != (self.device is None or self.device.fault is None) or self.device is None
+        self.device, self.history = device, history
         self.set_class(fault is not None, "fault")
         if fault is None:
             bits = []
@@ -91,7 +92,8 @@ class GpuPanel(Widget):
             self.border_subtitle = " · ".join(bits)
         else:
             self.border_subtitle = f"{fault.reason}"
-        self.refresh()
+        # A fault panel has fewer lines than a readings panel: re-layout only then.
+        self.refresh(layout=layout_changed)
 
     def render(self) -> Any:
         dev, hist = self.device, self.history
