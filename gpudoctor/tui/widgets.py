@@ -61,6 +61,13 @@ def _num(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+def _refresh_sized(widget: Any) -> None:
+    """Repaint; re-layout too when the number of lines changed (a GPU lost, a resize)."""
+    count = len(widget.lines(widget.content_size.width))
+    widget.refresh(layout=count != getattr(widget, "_line_count", None))
+    widget._line_count = count
+
+
 class GpuPanel(Widget):
     """One GPU: readings with their history, or what went wrong with it."""
 
@@ -75,7 +82,6 @@ class GpuPanel(Widget):
         title = f"GPU {device.index}: {device.name}"
         self.border_title = title
         fault = device.fault
-        layout_changed = (fault is None) != (self.device is None or self.device.fault is None) or self.device is None
         self.device, self.history = device, history
         self.set_class(fault is not None, "fault")
         if fault is None:
@@ -92,20 +98,26 @@ class GpuPanel(Widget):
             self.border_subtitle = " · ".join(bits)
         else:
             self.border_subtitle = f"{fault.reason}"
-        # A fault panel has fewer lines than a readings panel: re-layout only then.
-        self.refresh(layout=layout_changed)
+        _refresh_sized(self)
+
+    def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
+        return len(self.lines(width))
 
     def render(self) -> Any:
+        return Group(*self.lines(self.content_size.width))
+
+    def lines(self, width: int) -> list[Text]:
+        """The panel's lines for a content ``width`` (Textual asks for the height of any width)."""
         dev, hist = self.device, self.history
         if dev is None or hist is None:
-            return Text("waiting for the first reading ...", style="dim")
-        width = max(20, self.content_size.width)
+            return [Text("waiting for the first reading ...", style="dim")]
+        width = max(20, width)
         fault = dev.fault
         if fault is not None:
             return self._render_fault(dev, hist, fault, width)
         return self._render_readings(dev, hist, width)
 
-    def _render_fault(self, dev: DeviceSnapshot, hist: History, fault: NA, width: int) -> Any:
+    def _render_fault(self, dev: DeviceSnapshot, hist: History, fault: NA, width: int) -> list[Text]:
         lines = [Text(f"No readings: {fault.reason}", style="bold red")]
         for line in textwrap.wrap(fault_words(fault.reason), width)[:3]:
             lines.append(Text(line))
@@ -113,9 +125,9 @@ class GpuPanel(Widget):
         spark_w = max(0, width - LABEL_W - 1)
         lines.append(Text(label.ljust(LABEL_W), style="cyan") + Text(
             " " + sparkline(hist.series(dev.index, "util"), spark_w, 0, 100), style="dim"))
-        return Group(*lines)
+        return lines
 
-    def _render_readings(self, dev: DeviceSnapshot, hist: History, width: int) -> Any:
+    def _render_readings(self, dev: DeviceSnapshot, hist: History, width: int) -> list[Text]:
         s = dev.static
         i = dev.index
         temp_hi = _num(s.get("temperature_slowdown_c")) or 100.0
@@ -164,7 +176,7 @@ class GpuPanel(Widget):
         throttle = Text("clocks".ljust(LABEL_W), style="cyan") + Text(text, style=style)
         throttle.truncate(width, overflow="ellipsis")
         lines.append(throttle)
-        return Group(*lines)
+        return lines
 
     @staticmethod
     def _ecc_text(dev: DeviceSnapshot) -> Text:
@@ -209,17 +221,25 @@ class HostPanel(Widget):
     def show(self, snapshot: Snapshot, history: History) -> None:
         self.snapshot, self.history = snapshot, history
         self.border_title = "Host"
-        self.refresh()
+        _refresh_sized(self)
+
+    def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
+        return len(self.lines(width))
 
     def render(self) -> Any:
+        return Group(*self.lines(self.content_size.width))
+
+    def lines(self, width: int) -> list[Text]:
         snap, hist = self.snapshot, self.history
         if snap is None or hist is None:
-            return Text("waiting for the first reading ...", style="dim")
-        width = max(20, self.content_size.width)
+            return [Text("waiting for the first reading ...", style="dim")]
+        width = max(20, width)
         host = snap.host
         if not isinstance(host, dict):
             reason = host.reason if is_na(host) else "Unknown"
-            return Text(f"host readings not available ({reason}; is psutil installed?)", style="dim")
+            text = Text(f"host readings not available ({reason}; is psutil installed?)", style="dim")
+            text.truncate(width, overflow="ellipsis")
+            return [text]
         cores = host.get("cpu_per_core_pct") or []
         cpu = Text(f"CPU {fmt_num(host.get('cpu_pct'), '%', 0):>4} of {len(cores) or '?'} cores", style="bold")
         used, total = host.get("ram_used_bytes"), host.get("ram_total_bytes")
@@ -239,7 +259,7 @@ class HostPanel(Widget):
                                                            style="green")
             per_core.truncate(width)
             lines.append(per_core)
-        return Group(*lines)
+        return lines
 
 
 # --------------------------------------------------------------------------- doctor
