@@ -378,3 +378,14 @@ async def test_a_stalled_driver_is_reported_and_the_app_answers_keys():
 def test_interval_below_minimum_is_refused():
     with pytest.raises(ValueError):
         make_test_app(STANDIN, interval=0.1)
+
+
+@run_async
+async def test_start_screen_doctor_runs_the_doctor_at_once():
+    app = make_test_app(STANDIN, start_screen="doctor", probe_source=lambda: DOUBLE_PROBES[:1], doctor_level="quick")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.doctor.finished)
+        await pilot.pause()
+        assert "[PASS] double_devices" in screen_text(app)
+        await pilot.press("q")
+    assert app.return_code == 0

@@ -218,12 +218,6 @@ class GpudoctorApp(App[int]):
         self._tick()
         self.set_interval(self.interval, self._tick, name="sample")
 
-    def _active(self, name: str) -> Any:
-        screen = self.screen
-        if self.is_screen_installed(name) and screen is self.get_screen(name):
-            return screen
-        return None
-
     def _redraw(self, *names: str) -> None:
         screen = self.screen
         for name in names:

@@ -18,7 +18,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Input, Static
 
-from gpudoctor.backends.na import is_na
+from gpudoctor.backends.na import NA
 from gpudoctor.live import PROCESS_SORT_KEYS, fmt_bytes
 from gpudoctor.tui.widgets import GpuPanel, HostPanel, NoGpuPanel, bar, doctor_renderable, workload_chart
 from gpudoctor.tui.workload_runner import field_of
@@ -103,8 +103,6 @@ class OverviewScreen(BaseScreen):
             for panel in panels.query(f"#gpu-{dev.index}").results(GpuPanel):
                 panel.show(dev, state.history)
         for panel in panels.query("#no-gpu").results(NoGpuPanel):
-            from gpudoctor.backends.na import NA
-
             panel.show(snap.nvml_status if snap.nvml_status is not None else NA("NoDevices"))
         for panel in panels.query("#host").results(HostPanel):
             panel.show(snap, state.history)
@@ -378,5 +376,4 @@ class HelpScreen(ModalScreen[None]):
         self.app.action_quit_app()  # type: ignore[attr-defined]
 
 
-__all__ = ["OverviewScreen", "ProcessesScreen", "DoctorScreen", "WorkloadScreen", "HelpScreen", "HELP_KEYS",
-           "is_na"]
+__all__ = ["OverviewScreen", "ProcessesScreen", "DoctorScreen", "WorkloadScreen", "HelpScreen", "HELP_KEYS"]
