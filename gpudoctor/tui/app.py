@@ -448,6 +448,7 @@ class GpudoctorApp(App[int]):
                 wl.runs.append(payload)
         elif kind == "done":
             wl.running, wl.phase, wl.result, wl.fraction = False, "finished", payload, 1.0
+            wl.last_message = "sweep finished"
             result_runs = payload.get("runs") if isinstance(payload, dict) else None
             if isinstance(result_runs, list) and not wl.runs:
                 wl.runs = [r for r in result_runs if isinstance(r, dict)]
