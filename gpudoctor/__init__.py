@@ -15,6 +15,7 @@ from gpudoctor.model import SCHEMA_VERSION, Finding, Measurement, ProbeResult, R
 
 # Public names loaded on first use: name -> module that defines it.
 _LAZY: dict[str, str] = {
+    "GpudoctorApp": "gpudoctor.tui.app",
 }
 
 __all__ = [
