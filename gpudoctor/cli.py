@@ -22,6 +22,7 @@ from gpudoctor.errors import DeviceSelectionError, GpudoctorError, UsageError
 
 # Modules that add sub-commands: each defines register(subparsers).
 EXTRA_COMMANDS: list[str] = [
+    "gpudoctor.workload.command",
 ]
 
 # What ``gpudoctor`` with no arguments runs (the TUI once it is registered).

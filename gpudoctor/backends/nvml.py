@@ -288,6 +288,16 @@ class NvmlBackend:
             "compute_mode": q("nvmlDeviceGetComputeMode", index),
         }
 
+    def utilization(self, index: int) -> dict[str, Any]:
+        """Only the busy percentages (nvidia-smi --query-gpu=utilization.gpu,utilization.memory).
+
+        One NVML call, cheap enough to poll at 10-20 Hz beside a running benchmark.
+        """
+        util = self._q("nvmlDeviceGetUtilizationRates", index)
+        return {"t": time.time(),
+                "gpu_util_pct": util if is_na(util) else int(util.gpu),
+                "mem_util_pct": util if is_na(util) else int(util.memory)}
+
     def processes(self, index: int) -> Any:
         """Processes holding a context on the device: pid, type, GPU memory, SM util."""
         found: dict[int, dict[str, Any]] = {}
