@@ -43,6 +43,10 @@ def register(subparsers: Any) -> None:
     mnist.add_argument("--epochs", metavar="N", default="1", help="epochs per run (default 1)")
     mnist.add_argument("--quick", action="store_true",
                        help="a small look: 10000 training samples, batch sizes 64,1000, workers 0,2")
+    mnist.add_argument("--train-samples", metavar="N",
+                       help="use the first N training samples (default: all 60000; --quick: 10000)")
+    mnist.add_argument("--test-samples", metavar="N",
+                       help="use the first N held-out samples (default: all 10000; --quick: 2000)")
     mnist.add_argument("--data-dir", metavar="DIR",
                        help="real MNIST IDX files (plain or .gz) in DIR or DIR/MNIST/raw; "
                             "default: the built-in synthetic set")
@@ -74,6 +78,13 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
     if len(epochs) != 1:
         raise UsageError("--epochs: give one number")
     config.epochs = epochs[0]
+    for option, name in (("--train-samples", "train_samples"), ("--test-samples", "test_samples")):
+        text = getattr(args, name)
+        if text is not None:
+            values = parse_int_list(text, option, 1)
+            if len(values) != 1:
+                raise UsageError(f"{option}: give one number")
+            setattr(config, name, values[0])
     config.data_dir = args.data_dir
     config.download = bool(args.download)
     config.validate()
