@@ -17,6 +17,19 @@ from gpudoctor.workload.run import RunResult, percentile, run_one  # noqa: E402
 from gpudoctor.workload.sweep import SweepResult, run_sweep, sorted_runs, sweep_child_main  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _one_torch_thread(monkeypatch):
+    """These tests check behaviour, not speed: one intra-op thread keeps them quick and steady
+    on a busy 2-core machine (two threads spin-wait badly when the cores are shared)."""
+    import torch
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # for the child processes the tests start
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def small_data():
     return synthetic_mnist(2048, 512, seed=0)

@@ -212,10 +212,11 @@ def download_mnist(root: str | os.PathLike[str]) -> None:
         for train in (True, False):
             MNIST(str(root), train=train, download=True)
     except Exception as exc:
-        first = str(exc).strip().splitlines()
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        why = " ".join(lines)[:300] if lines else type(exc).__name__
         raise WorkloadDataError(
-            f"downloading MNIST into {root} failed: {first[0] if first else type(exc).__name__}"
-            " (no network? put the IDX files in --data-dir instead)") from None
+            f"downloading MNIST into {root} failed: {why} "
+            "(no network? put the IDX files in --data-dir instead)") from None
 
 
 def load_mnist(directory: str | os.PathLike[str], download: bool = False) -> MnistData:

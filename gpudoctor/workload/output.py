@@ -49,6 +49,7 @@ def _fmt(value: Any, spec: str, scale: float = 1.0) -> str:
 
 def render_table(doc: dict[str, Any], stream: TextIO, width: int | None = None) -> None:
     """Runs sorted by epoch duration, then speedups and the recommendation."""
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
@@ -57,30 +58,41 @@ def render_table(doc: dict[str, Any], stream: TextIO, width: int | None = None) 
     dataset = doc.get("dataset", {})
     title = (f"MNIST reference workload: {dataset.get('train_samples', '?')} training samples "
              f"({dataset.get('source', '?')}), {doc['config'].get('epochs', 1)} epoch(s)")
-    table = Table(title=title, title_justify="left", header_style="bold")
-    for name, justify in (("device", "left"), ("mode", "left"), ("batch", "right"), ("workers", "right"),
-                          ("epoch s", "right"), ("samples/s", "right"), ("data wait", "right"),
-                          ("step p50/p95 ms", "right"), ("GPU util mean/max", "right"),
-                          ("peak alloc/resv MiB", "right"), ("loss", "right"), ("accuracy", "right")):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
-    for run in doc["runs"]:
+    runs = doc["runs"]
+    has_util = any(r.get("gpu_util_mean_pct") is not None for r in runs)
+    has_memory = any(r.get("peak_allocated_bytes") is not None for r in runs)
+    columns = [("dev", "left"), ("mode", "left"), ("batch", "right"), ("wk", "right"),
+               ("epoch s", "right"), ("samples/s", "right"), ("wait", "right"), ("step ms", "right")]
+    caption = "wk: DataLoader workers; wait: share of time waiting for data; step ms: p50/p95"
+    if has_util:
+        columns.append(("GPU %", "right"))
+        caption += "; GPU %: NVML utilisation mean/max"
+    if has_memory:
+        columns.append(("MiB", "right"))
+        caption += "; MiB: peak allocated/reserved"
+    columns += [("loss", "right"), ("acc", "right")]
+    table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD,
+                  padding=(0, 1, 0, 0), pad_edge=False, caption=caption, caption_justify="left")
+    for name, justify in columns:
+        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    for run in runs:
         workers = "-" if run["workers"] is None else str(run["workers"])
+        head = [run["device"], run["mode"], str(run["batch_size"]), workers]
         if run["status"] != "ok":
             style = "yellow" if run["status"] == "oom" else "red"
-            message = "out of memory" if run["status"] == "oom" else (run.get("error") or "error")
-            table.add_row(run["device"], run["mode"], str(run["batch_size"]), workers,
-                          f"[{style}]{run['status'].upper()}[/]", f"[{style}]{message}[/]",
-                          "", "", "", "", "", "")
+            table.add_row(*head, f"[{style}]{run['status'].upper()}[/]", *["-"] * (len(columns) - 5))
             continue
-        util = "-" if run["gpu_util_mean_pct"] is None else (
-            f"{run['gpu_util_mean_pct']:.0f}% / {run['gpu_util_max_pct']:.0f}%")
-        memory = "-" if run["peak_allocated_bytes"] is None else (
-            f"{run['peak_allocated_bytes'] / MIB:.0f} / {run['peak_reserved_bytes'] / MIB:.0f}")
-        table.add_row(run["device"], run["mode"], str(run["batch_size"]), workers,
-                      _fmt(run["epoch_s"], ".2f"), _fmt(run["samples_per_s"], ",.0f"),
+        row = head + [_fmt(run["epoch_s"], ".2f"), _fmt(run["samples_per_s"], ",.0f"),
                       _fmt(run["data_wait_share"], ".0%"),
-                      f"{_fmt(run['step_p50_ms'], '.2f')} / {_fmt(run['step_p95_ms'], '.2f')}",
-                      util, memory, _fmt(run["final_loss"], ".3f"), _fmt(run["test_accuracy"], ".1%"))
+                      f"{_fmt(run['step_p50_ms'], '.1f')}/{_fmt(run['step_p95_ms'], '.1f')}"]
+        if has_util:
+            row.append("-" if run["gpu_util_mean_pct"] is None else
+                       f"{run['gpu_util_mean_pct']:.0f}/{run['gpu_util_max_pct']:.0f}")
+        if has_memory:
+            row.append("-" if run["peak_allocated_bytes"] is None else
+                       f"{run['peak_allocated_bytes'] / MIB:.0f}/{run['peak_reserved_bytes'] / MIB:.0f}")
+        row += [_fmt(run["final_loss"], ".3f"), _fmt(run["test_accuracy"], ".1%")]
+        table.add_row(*row)
     console.print(table)
     devices = doc.get("devices", {})
     if devices:

@@ -94,7 +94,7 @@ def _starvation(ok: list[Any], device: str) -> dict[str, Any]:
         starved = (ratio is not None and ratio < STARVED_THROUGHPUT_RATIO) or wait >= STARVED_WAIT_SHARE
         evidence.append((starved, ratio, wait, run, ref))
     hits = [e for e in evidence if e[0]]
-    where = "the GPU" if device == "cuda" else "the CPU's compute"
+    where = "the GPU" if device == "cuda" else "the training loop (on the CPU both share the cores)"
     if not hits:
         worst = min(evidence, key=lambda e: e[1] if e[1] is not None else 1.0)
         text = (f"the input pipeline keeps up: every DataLoader run waits for data less than "
@@ -180,7 +180,8 @@ def recommend(runs: Iterable[Any]) -> dict[str, Any]:
     reasons.extend(errors)
     summary = f"use {describe(best)} on {device}"
     if starvation["starved"]:
-        summary += "; the DataLoader pipeline starves " + ("the GPU" if device == "cuda" else "the CPU")
+        summary += ("; the DataLoader pipeline starves the GPU" if device == "cuda"
+                    else "; the DataLoader pipeline is the bottleneck")
     return {
         "best": {"device": device, "mode": _get(best, "mode"), "batch_size": _get(best, "batch_size"),
                  "workers": _get(best, "workers"), "samples_per_s": _get(best, "samples_per_s"),
