@@ -42,11 +42,11 @@ def register(subparsers: Any) -> None:
                        help="devices: cpu, cuda (default: cpu, plus cuda when torch sees a GPU)")
     mnist.add_argument("--epochs", metavar="N", default="1", help="epochs per run (default 1)")
     mnist.add_argument("--quick", action="store_true",
-                       help="a small look: 10000 training samples, batch sizes 64,1000, workers 0,2")
+                       help="a small look: 5000 training samples, batch sizes 64,1000, workers 0,2")
     mnist.add_argument("--train-samples", metavar="N",
-                       help="use the first N training samples (default: all 60000; --quick: 10000)")
+                       help="use the first N training samples (default: all 60000; --quick: 5000)")
     mnist.add_argument("--test-samples", metavar="N",
-                       help="use the first N held-out samples (default: all 10000; --quick: 2000)")
+                       help="use the first N held-out samples (default: all 10000; --quick: 1000)")
     mnist.add_argument("--data-dir", metavar="DIR",
                        help="real MNIST IDX files (plain or .gz) in DIR or DIR/MNIST/raw; "
                             "default: the built-in synthetic set")

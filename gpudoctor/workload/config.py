@@ -21,8 +21,8 @@ DEFAULT_WORKERS = (0, 2, 4)
 # --quick: a subset of the data and of the grid, for a <= 60 s look on a small machine.
 QUICK_BATCH_SIZES = (64, 1000)
 QUICK_WORKERS = (0, 2)
-QUICK_TRAIN_SAMPLES = 10_000
-QUICK_TEST_SAMPLES = 2_000
+QUICK_TRAIN_SAMPLES = 5_000
+QUICK_TEST_SAMPLES = 1_000
 
 # NVML utilisation is polled this often during a run (20 Hz; the issue asks for >= 10 Hz).
 UTIL_INTERVAL_S = 0.05

@@ -24,6 +24,9 @@ from gpudoctor.workload.run import FaultHook, RunResult, StopRequested
 SWEEP_SCHEMA_VERSION = "1.0"
 SWEEP_KIND = "gpudoctor.bench.mnist"
 
+# Load average per CPU above which the sweep notes that other work shares the machine.
+BUSY_LOAD_PER_CPU = 0.5
+
 #: ``on_run(result, fraction_done)`` after every finished run (fraction in 0..1).
 OnRun = Callable[[RunResult, float], None]
 #: ``on_start(run, index, total)`` before every run (index from 0).
@@ -125,13 +128,18 @@ def run_sweep(config: SweepConfig, *, on_run: OnRun | None = None, on_start: OnS
     started = time.monotonic()
     devices = resolve_devices(config)
     result = SweepResult(config=config)
-    workers, capped = config.effective_workers()
-    if capped:
+    _, capped = config.effective_workers()
+    if capped and any(mode != "resident" for mode in config.modes):
+        from gpudoctor.workload.config import cpu_count
+
         result.notes.append(
-            f"worker counts {', '.join(map(str, capped))} exceed the {workers[-1] if workers else 0}"
-            f" CPUs this process may use; capped to the CPU count")
+            f"worker counts {', '.join(map(str, capped))} exceed the {cpu_count()} CPUs this "
+            f"process may use: capped to {cpu_count()}")
     runs = config.expand(devices)
     result.planned = len(runs)
+    busy = _busy_note()
+    if busy:
+        result.notes.append(busy)
     try:
         facts = host_facts()
         result.host = {k: facts.get(k) for k in ("cpu_model", "cpu_logical", "os", "python")}
@@ -162,6 +170,24 @@ def run_sweep(config: SweepConfig, *, on_run: OnRun | None = None, on_start: OnS
     finally:
         result.duration_s = time.monotonic() - started
     return result
+
+
+def _busy_note() -> str | None:
+    """A note when other work already loads the CPUs: then CPU timings (and the input
+    pipeline of GPU runs) include someone else's work."""
+    import os
+
+    from gpudoctor.workload.config import cpu_count
+
+    try:
+        load = os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
+    cpus = cpu_count()
+    if load > BUSY_LOAD_PER_CPU * cpus:
+        return (f"the machine was busy before the sweep started (1-minute load average {load:.1f} "
+                f"on {cpus} CPUs): timings include other processes' work and vary from run to run")
+    return None
 
 
 # --------------------------------------------------------------------------- child process
