@@ -211,3 +211,16 @@ def test_probe_compares_when_a_figure_is_known(monkeypatch):
     monkeypatch.setitem(workload.EXPECTED_SAMPLES_PER_S, "H100", (1.0e6, "test entry"))
     assert workload.expected_for("NVIDIA H100 80GB HBM3") == (1.0e6, "test entry")
     assert workload.expected_for("Tesla T4") is None
+
+
+def test_command_line_and_probe_discovery_do_not_import_torch():
+    """Parsing `bench mnist` and listing probes stays light: torch loads only when runs start."""
+    code = ("import sys\n"
+            "from gpudoctor.cli import build_parser\n"
+            "build_parser().parse_args(['bench', 'mnist', '--quick'])\n"
+            "from gpudoctor.probes import registry\n"
+            "registry()\n"
+            "import gpudoctor.workload\n"
+            "print(sorted(m for m in ('torch', 'pynvml', 'textual', 'matplotlib') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -105,6 +105,13 @@ def resolve_devices(config: SweepConfig) -> list[str]:
     if "cuda" in config.devices and not have_cuda:
         raise UsageError("--device cuda: torch sees no CUDA device on this machine "
                          "(run `gpudoctor report` to see why)")
+    if "cuda" in config.devices:
+        import torch
+
+        count = torch.cuda.device_count()
+        if config.cuda_index >= count:
+            raise UsageError(f"cuda device {config.cuda_index} does not exist: torch sees {count} "
+                             f"CUDA device{'s' if count != 1 else ''}")
     return list(config.devices)
 
 
