@@ -218,3 +218,68 @@ def test_sorting_and_percentile():
     assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
     assert percentile([5.0], 95) == 5.0
     assert percentile(list(map(float, range(101))), 95) == 95.0
+
+
+class _StandInNvml:
+    """Just enough of pynvml's surface for one device, at the NvmlGate seam."""
+
+    def __init__(self, readings):
+        self.readings = list(readings)
+        self.calls = 0
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlShutdown(self):
+        pass
+
+    def nvmlDeviceGetCount(self):
+        return 1
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return ("handle", index)
+
+    def nvmlDeviceGetUtilizationRates(self, handle):
+        from types import SimpleNamespace
+
+        value = self.readings[min(self.calls, len(self.readings) - 1)]
+        self.calls += 1
+        if value is None:
+            raise type("NVMLError_NotSupported", (Exception,), {})()
+        return SimpleNamespace(gpu=value, memory=0)
+
+
+def test_util_sampler_polls_at_least_10_hz_in_a_thread():
+    import time
+
+    from gpudoctor.backends import NvmlBackend, NvmlGate
+    from gpudoctor.workload.run import UtilSampler
+
+    nvml = _StandInNvml([10, 90, 50, 50])
+    sampler = UtilSampler(0, 0.05, backend=NvmlBackend(NvmlGate(nvml))).start()
+    time.sleep(0.6)
+    out = sampler.stop()
+    assert out["gpu_util_samples"] >= 6 and out["gpu_util_hz"] >= 10
+    assert out["gpu_util_max_pct"] == 90 and 10 <= out["gpu_util_mean_pct"] <= 90
+    assert out["gpu_util_note"] is None
+
+
+def test_util_sampler_reports_why_there_are_no_readings():
+    import time
+
+    from gpudoctor.backends import NvmlBackend, NvmlGate
+    from gpudoctor.workload.run import UtilSampler
+
+    sampler = UtilSampler(0, 0.05, backend=NvmlBackend(NvmlGate(_StandInNvml([None])))).start()
+    time.sleep(0.2)
+    out = sampler.stop()
+    assert out["gpu_util_samples"] == 0 and out["gpu_util_mean_pct"] is None
+    assert "NotSupported" in out["gpu_util_note"]
+    # No NVML library at all (this machine, or a CPU-only container): a note, not an exception.
+    missing = UtilSampler(0, 0.05, backend=NvmlBackend(NvmlGate(_NoNvml()))).start()
+    assert "NVML not available" in missing.stop()["gpu_util_note"]
+
+
+class _NoNvml:
+    def nvmlInit(self):
+        raise type("NVMLError_LibraryNotFound", (Exception,), {})()

@@ -111,8 +111,11 @@ def percentile(values: list[float], q: float) -> float:
 class UtilSampler:
     """Polls NVML ``utilization.gpu`` for one torch CUDA device in a background thread."""
 
-    def __init__(self, torch_index: int, interval_s: float) -> None:
+    def __init__(self, torch_index: int, interval_s: float, backend: Any = None) -> None:
+        """``backend``: an NvmlBackend (default: a new one; tests pass one over a stand-in
+        NVML module through :class:`~gpudoctor.backends.NvmlGate`)."""
         self.torch_index = torch_index
+        self._given_backend = backend
         self.interval_s = interval_s
         self.samples: list[float] = []
         self.note: str | None = None
@@ -127,7 +130,7 @@ class UtilSampler:
         from gpudoctor.backends import NvmlBackend, is_na, normalise_bus_id
         from gpudoctor.backends.visibility import visible_nvml_indices
 
-        backend = NvmlBackend()
+        backend = self._given_backend if self._given_backend is not None else NvmlBackend()
         status = backend.status()
         if status is not None:
             self.note = f"NVML not available ({status.reason})"
