@@ -19,6 +19,12 @@ from gpudoctor.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = REPO / "docs" / "report.schema.json"
+SWEEP_SCHEMA = REPO / "docs" / "bench-mnist.schema.json"
+
+
+def validate_sweep(doc: dict) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.validate(doc, json.loads(SWEEP_SCHEMA.read_text()))
 SMALL = ["bench", "mnist", "--device", "cpu", "--train-samples", "1024", "--test-samples", "256"]
 
 
@@ -100,6 +106,7 @@ def test_json_csv_plot_and_table(capsys, tmp_path):
     assert code == exitcodes.OK
     doc = json.loads(captured.out)
     assert doc == json.loads(out_json.read_text())
+    validate_sweep(doc)
     assert doc["kind"] == "gpudoctor.bench.mnist" and doc["complete"] and not doc["interrupted"]
     assert len(doc["runs"]) == 6  # 2 batch sizes x (dataloader, tuned, resident)
     epochs = [r["epoch_s"] for r in doc["runs"]]
@@ -142,6 +149,7 @@ def test_ctrl_c_keeps_finished_runs_and_exits_130(tmp_path):
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == exitcodes.INTERRUPTED, err
     doc = json.loads(out_json.read_text())
+    validate_sweep(doc)
     assert doc["interrupted"] and not doc["complete"] and doc["planned_runs"] == 8
     assert 2 <= len(doc["runs"]) < 8
     assert all(r["status"] == "ok" for r in doc["runs"])

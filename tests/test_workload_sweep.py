@@ -30,6 +30,15 @@ def _one_torch_thread(monkeypatch):
     torch.set_num_threads(threads)
 
 
+def _validate(doc):
+    import json
+    from pathlib import Path
+
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = Path(__file__).resolve().parents[1] / "docs" / "bench-mnist.schema.json"
+    jsonschema.validate(json.loads(json.dumps(doc, allow_nan=False)), json.loads(schema.read_text()))
+
+
 @pytest.fixture(scope="module")
 def small_data():
     return synthetic_mnist(2048, 512, seed=0)
@@ -79,6 +88,7 @@ def test_out_of_memory_is_a_result_and_the_sweep_goes_on(small_data, phase):
     oom = [r for r in result.runs if r.status == "oom"][0]
     assert "out of memory" in oom.error and oom.samples_per_s is None and oom.epoch_times_s == []
     doc = result.to_dict()
+    _validate(doc)
     assert doc["complete"] and doc["recommendation"]["oom_batch_sizes"] == [1024]
     assert doc["runs"][-1]["status"] == "oom"  # untimed runs sort last
     assert doc["recommendation"]["best"]["batch_size"] in (128, 256)
@@ -149,6 +159,7 @@ def test_child_process_entry_point_streams_runs():
     assert kinds == ["start", "run"] * 4 + ["done"]
     assert [m[2] for m in messages if m[0] == "run"] == [0.25, 0.5, 0.75, 1.0]
     doc = messages[-1][1]
+    _validate(doc)
     assert doc["complete"] and len(doc["runs"]) == 4 and doc["dataset"]["train_samples"] == 1024
 
 
