@@ -294,3 +294,13 @@ def test_util_sampler_reports_why_there_are_no_readings():
 class _NoNvml:
     def nvmlInit(self):
         raise type("NVMLError_LibraryNotFound", (Exception,), {})()
+
+
+def test_allocator_failures_count_as_out_of_memory():
+    from gpudoctor.workload.run import _is_oom
+
+    assert _is_oom(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 MiB"))
+    assert _is_oom(RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory"))
+    assert _is_oom(RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"))
+    assert not _is_oom(RuntimeError("mat1 and mat2 shapes cannot be multiplied (64x100 and 784x512)"))
+    assert not _is_oom(ValueError("out of memory"))  # only the library's own error types

@@ -146,6 +146,11 @@ def cmd_bench_mnist(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     for option, path in (("--csv", args.csv), ("--plot", args.plot), ("-o", args.output)):
         _check_writable(option, path)
+    if args.plot:
+        import importlib.util
+
+        if importlib.util.find_spec("matplotlib") is None:
+            raise UsageError("--plot needs matplotlib: pip install 'gpudoctor[plot]'")
     from gpudoctor.workload.output import render_table, sweep_json, write_csv, write_json, write_plot
     from gpudoctor.workload.sweep import run_sweep
 

@@ -205,8 +205,11 @@ def _is_oom(exc: BaseException) -> bool:
 
     if isinstance(exc, torch.OutOfMemoryError):
         return True
+    # The same condition reached through other layers: cuBLAS failing to allocate its
+    # workspace, or the CPU allocator.
     text = str(exc).lower()
-    return isinstance(exc, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
+    return isinstance(exc, RuntimeError) and any(
+        marker in text for marker in ("out of memory", "can't allocate memory", "cublas_status_alloc_failed"))
 
 
 def _first_line(exc: BaseException) -> str:
