@@ -23,11 +23,12 @@ def test_cuda_run_measures_memory_and_utilisation(data, mode, workers):
     from gpudoctor.workload.config import RunConfig
     from gpudoctor.workload.run import run_one
 
-    result = run_one(RunConfig("cuda", mode, 1000, workers), data, epochs=2)
+    # Batch 128, two epochs of 20000: the same run on the CPU reaches 89-91 % held-out accuracy.
+    result = run_one(RunConfig("cuda", mode, 128, workers), data, epochs=2)
     assert result.status == "ok", result.error
     assert result.device_name == torch.cuda.get_device_name(0)
     assert 0 < result.peak_allocated_bytes <= result.peak_reserved_bytes < result.device_memory_total_bytes
-    assert result.test_accuracy > 0.5 and result.final_loss < result.first_loss
+    assert result.test_accuracy > 0.8 and result.final_loss < result.first_loss / 2
     if NvmlBackend().status() is None:
         assert result.gpu_util_samples > 0, result.gpu_util_note
         assert result.gpu_util_hz is None or result.gpu_util_hz >= 10
