@@ -16,6 +16,8 @@ from gpudoctor.model import SCHEMA_VERSION, Finding, Measurement, ProbeResult, R
 # Public names loaded on first use: name -> module that defines it.
 _LAZY: dict[str, str] = {
     "GpudoctorApp": "gpudoctor.tui.app",
+    "SweepConfig": "gpudoctor.workload",
+    "run_sweep": "gpudoctor.workload",
 }
 
 __all__ = [

@@ -26,6 +26,7 @@ EXTRA_COMMANDS: list[str] = [
     "gpudoctor.exporter",
     "gpudoctor.tui.command",
     "gpudoctor.watch",
+    "gpudoctor.workload.command",
 ]
 
 # What ``gpudoctor`` with no arguments runs (the TUI once it is registered).
