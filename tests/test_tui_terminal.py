@@ -39,15 +39,18 @@ class Tmux:
     def pane(self) -> str:
         return self.run("capture-pane", "-p", "-t", "gd")
 
-    def wait_for(self, text: str, timeout: float = 60.0) -> str:
+    def wait_for(self, *texts: str, timeout: float = 60.0) -> str:
+        """The pane once every one of ``texts`` is on it at the same time (a screen is
+        painted in several writes: one string showing does not mean the rest has)."""
         deadline = time.monotonic() + timeout
         screen = ""
         while time.monotonic() < deadline:
             screen = self.pane()
-            if text in screen:
+            if all(text in screen for text in texts):
                 return screen
             time.sleep(0.2)
-        raise AssertionError(f"{text!r} did not appear within {timeout} s; the pane shows:\n{screen}")
+        missing = [text for text in texts if text not in screen]
+        raise AssertionError(f"{missing!r} did not appear within {timeout} s; the pane shows:\n{screen}")
 
     def keys(self, *keys: str) -> None:
         self.run("send-keys", "-t", "gd", *keys)
@@ -75,12 +78,10 @@ def test_tui_under_tmux(tmp_path):
         server.wait(10)
         pytest.skip(f"tmux server cannot start here: {started.stderr.strip()}")
     try:
-        screen = tmux.wait_for("GPU 1: NVIDIA A100-SXM4-40GB")
-        assert "GPU 0: NVIDIA A100-SXM4-40GB" in screen and "Host" in screen and "q quit" in screen
+        tmux.wait_for("GPU 1: NVIDIA A100-SXM4-40GB", "GPU 0: NVIDIA A100-SXM4-40GB", "Host", "q quit")
 
         tmux.keys("p")
-        screen = tmux.wait_for("424242")
-        assert "python train.py" in screen and "Processes" in screen
+        tmux.wait_for("424242", "python train.py", "Processes")
 
         tmux.keys("d")
         tmux.wait_for("Doctor")

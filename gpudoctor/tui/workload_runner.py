@@ -32,7 +32,7 @@ import signal
 import traceback
 from typing import Any, Iterator
 
-DEFAULT_TARGET = "gpudoctor.workload:sweep"
+DEFAULT_TARGET = "gpudoctor.workload:sweep_with_progress"
 PROGRESS_PARAMETERS = ("progress", "on_progress", "callback", "progress_callback")
 
 
@@ -168,8 +168,10 @@ class WorkloadProcess:
 
     def start(self) -> None:
         self.conn, child_conn = self._ctx.Pipe(duplex=False)
+        # Not daemonic: the sweep's DataLoader workers are child processes, which a daemonic
+        # process may not have. cancel() (called on quit) terminates it instead.
         self.process = self._ctx.Process(target=_child_main, args=(child_conn, self.target, self.options, self.quiet),
-                                         daemon=True, name="gpudoctor-workload")
+                                         daemon=False, name="gpudoctor-workload")
         self.process.start()
         child_conn.close()
 

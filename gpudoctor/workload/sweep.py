@@ -223,3 +223,33 @@ def sweep_child_main(config: dict[str, Any], queue: Any, stop_event: Any = None)
     except Exception as exc:
         lines = str(exc).strip().splitlines()
         queue.put(("error", f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__))
+
+
+def sweep_with_progress(progress: Callable[..., None], quick: bool = False,
+                        should_stop: Callable[[], bool] | None = None, **overrides: Any) -> dict[str, Any]:
+    """Run a sweep for a front end that streams progress (the TUI's Workload screen).
+
+    ``progress(**event)`` is called before each run with ``message``, ``done``, ``total``
+    and ``fraction``, and after each run with the run's fields (``RunResult.to_dict()``)
+    plus ``done``, ``total`` and ``fraction``. ``quick`` starts from the ``--quick``
+    sweep; ``overrides`` are :class:`SweepConfig` fields. Returns the sweep document
+    (``SweepResult.to_dict()``), JSON-safe.
+    """
+    unknown = sorted(set(overrides) - set(SweepConfig.__dataclass_fields__))
+    if unknown:
+        raise TypeError(f"unknown sweep option(s): {', '.join(unknown)}")
+    config = SweepConfig.quick_defaults(**overrides) if quick else SweepConfig.from_dict(overrides)
+    config.validate()
+    state = {"total": 0}
+
+    def on_start(run: RunConfig, index: int, total: int) -> None:
+        state["total"] = total
+        workers = "" if run.workers is None else f", {run.workers} workers"
+        progress(message=f"run {index + 1}/{total}: {run.device} {run.mode} batch {run.batch_size}{workers}",
+                 done=index, total=total, fraction=index / total if total else 0.0)
+
+    def on_run(result: RunResult, fraction: float) -> None:
+        total = state["total"]
+        progress(**result.to_dict(), done=round(fraction * total), total=total, fraction=fraction)
+
+    return run_sweep(config, on_start=on_start, on_run=on_run, should_stop=should_stop).to_dict()
