@@ -42,6 +42,9 @@ class RunSpec:
     device: int | None = None
     replay: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    # Send the probe child's stdout/stderr to /dev/null (the TUI owns the terminal; library
+    # warnings printed there would draw over its screen). Results travel over the pipe.
+    quiet_child: bool = False
 
 
 def all_probes() -> dict[str, Any]:
@@ -105,6 +108,14 @@ def _child_main(conn: Any, spec: RunSpec) -> None:
     """Child process loop: receive probe names, send back result dicts."""
     # The parent handles Ctrl-C (keeps finished results, kills us).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if spec.quiet_child:
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.dup2(devnull, 2)
+            os.close(devnull)
+        except OSError:
+            pass
     try:
         ctx = build_context(spec)
     except BaseException as exc:

@@ -46,3 +46,14 @@ OK = Probe("ok", "passes", _ok, uses_torch=True, timeout_s=30)
 OK_INPROC = Probe("ok_inproc", "passes in-process", _ok, uses_torch=False, timeout_s=30)
 WRONG_TYPE = Probe("wrong_type", "returns a dict", _wrong_type, uses_torch=False, timeout_s=30)
 EXITS = Probe("exits", "raises SystemExit", _exits, uses_torch=True, timeout_s=30)
+
+
+def _noisy(ctx):
+    import sys
+
+    print("NOISY-STDOUT")
+    print("NOISY-STDERR", file=sys.stderr)
+    return ProbeResult("noisy", summary="printed")
+
+
+NOISY = Probe("noisy", "prints to stdout and stderr", _noisy, uses_torch=True, timeout_s=30)

@@ -82,3 +82,20 @@ def test_every_registered_probe_is_well_formed():
     for name, probe in probes.items():
         assert name == probe.name and name.isidentifier() and name == name.lower()
         assert probe.level in LEVELS and probe.timeout_s > 0 and probe.title
+
+
+def test_quiet_child_keeps_the_terminal_clean():
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.path.insert(0, 'tests')\n"
+            "import fault_probes as fp\n"
+            "from gpudoctor import runner\n"
+            "quiet = sys.argv[1] == 'quiet'\n"
+            "r = runner.run_probes([fp.NOISY], runner.RunSpec(quiet_child=quiet))\n"
+            "assert r.results[0].summary == 'printed'\n")
+    loud = subprocess.run([sys.executable, "-c", code, "loud"], capture_output=True, text=True, timeout=120)
+    quiet = subprocess.run([sys.executable, "-c", code, "quiet"], capture_output=True, text=True, timeout=120)
+    assert loud.returncode == quiet.returncode == 0, quiet.stderr
+    assert "NOISY-STDOUT" in loud.stdout and "NOISY-STDERR" in loud.stderr
+    assert "NOISY" not in quiet.stdout + quiet.stderr

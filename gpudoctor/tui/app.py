@@ -325,7 +325,7 @@ class GpudoctorApp(App[int]):
         if not probes:
             self.post_message(DoctorFinished(run_id))
             return
-        spec = runner.RunSpec(level=level, replay=self.replay)
+        spec = runner.RunSpec(level=level, replay=self.replay, quiet_child=True)
         run = self.doctor_runner or runner.run_probes
         done = threading.Event()
         box: dict[str, Any] = {}
