@@ -15,6 +15,11 @@ from gpudoctor.model import SCHEMA_VERSION, Finding, Measurement, ProbeResult, R
 
 # Public names loaded on first use: name -> module that defines it.
 _LAZY: dict[str, str] = {
+    "TrainingMonitor": "gpudoctor.hooks",
+    "Summary": "gpudoctor.hooks",
+    "DiagnosisItem": "gpudoctor.hooks",
+    "check_devices": "gpudoctor.hooks",
+    "DeviceMismatchError": "gpudoctor.hooks",
 }
 
 __all__ = [
