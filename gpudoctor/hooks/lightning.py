@@ -66,9 +66,13 @@ class GpudoctorCallback(_pl.Callback):
         self.monitor = TrainingMonitor(**kwargs)
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        if self.monitor is not None:
+            self.monitor.mark_gap()
         self._last_end = _clock()  # the first fetch of the epoch (workers start) counts as wait
 
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        if self.monitor is not None:
+            self.monitor.mark_gap()
         self._last_end = None
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:

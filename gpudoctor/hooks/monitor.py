@@ -30,7 +30,7 @@ from typing import Any, Iterable, Iterator
 from gpudoctor.errors import UsageError
 
 from .devices import DeviceMismatchError, explain_device_error
-from .summary import RawTimings, Summary, build_summary, find_stragglers, percentile
+from .summary import RawTimings, Summary, build_summary, find_stragglers, iteration_spans, percentile
 
 log = logging.getLogger("gpudoctor.hooks")
 _clock = time.perf_counter
@@ -74,6 +74,8 @@ class _Wrapped:
     def __iter__(self) -> Iterator[Any]:
         monitor = self._monitor
         monitor._wrap_depth += 1
+        monitor._pass += 1
+        this_pass = monitor._pass
         try:
             start = _clock()
             iterator = iter(self._loader)  # the first wait includes starting the workers
@@ -84,6 +86,7 @@ class _Wrapped:
                     return
                 now = _clock()
                 monitor._pending_wait = now - start
+                monitor._pending_pass = this_pass
                 monitor._batches += 1
                 if monitor._keep_batch:
                     monitor._last_batch = item
@@ -144,7 +147,10 @@ class TrainingMonitor:
         self._waits = array("d")
         self._host_steps = array("d")
         self._iter_starts = array("d")
-        self._last_end: float | None = None
+        self._ends = array("d")
+        self._passes = array("q")  # which pass over a wrapped loader each step belongs to (-1: none)
+        self._pass = 0
+        self._step_pass = -1
         self._pending_wait: float | None = None
         self._wrap_depth = 0
         self._batches = 0
@@ -155,6 +161,7 @@ class TrainingMonitor:
         self._step_t0 = 0.0
         self._t_start_iter = 0.0
         self._wait = math.nan
+        self._pending_pass = -1
 
         self._started = False
         self._collecting = False
@@ -185,7 +192,13 @@ class TrainingMonitor:
         """For frameworks that fetch batches themselves (the Lightning callback): the next
         step's batch took ``wait_s`` seconds to arrive. Call it just before ``step()``."""
         self._pending_wait = float(wait_s)
+        self._pending_pass = self._pass
         self._batches += 1
+
+    def mark_gap(self) -> None:
+        """For frameworks: what happens from here to the next ``batch_ready`` (validation, a new
+        epoch) is not training time and ends the current pass over the data."""
+        self._pass += 1
 
     @property
     def device(self) -> str:
@@ -243,9 +256,11 @@ class TrainingMonitor:
             if wait is None:
                 wait = 0.0 if self._wrap_depth else math.nan
                 self._t_start_iter = now
+                self._step_pass = self._pass if self._wrap_depth else -1
             else:
                 self._pending_wait = None
                 self._t_start_iter = now - wait
+                self._step_pass = self._pending_pass
             self._wait = wait
             timer = self._timer
             if timer is not None:
@@ -275,7 +290,8 @@ class TrainingMonitor:
             self._host_steps.append(end - self._step_t0)
             self._waits.append(self._wait)
             self._iter_starts.append(self._t_start_iter)
-            self._last_end = end
+            self._ends.append(end)
+            self._passes.append(self._step_pass)
             every = self.log_every
             if every is not None and len(self._host_steps) % every == 0:
                 self._log_window()
@@ -308,7 +324,6 @@ class TrainingMonitor:
         self._disabled = f"{type(exc).__name__}: {exc}"
         log.warning("gpudoctor: the training monitor stopped measuring after an internal error (%s); "
                     "training goes on", self._disabled)
-        self._in_step = False
         try:
             self._finish_collecting()
         except Exception:
@@ -402,9 +417,13 @@ class TrainingMonitor:
     def _build(self) -> Summary:
         device_steps = None
         if self._timer is not None:
-            self._timer.drain()
-            device_steps = list(self._timer.times_s)
-            if self._timer.dropped:
+            try:
+                self._timer.drain()
+                device_steps = list(self._timer.times_s)
+            except Exception as exc:
+                self._note_once(f"device step times unavailable ({type(exc).__name__}: {exc}); "
+                                "host clock used")
+            if getattr(self._timer, "dropped", 0):
                 self._note_once(f"{self._timer.dropped} step(s) were not timed on the device (the host ran "
                                 "more than 1024 steps ahead)")
         memory = None
@@ -429,7 +448,7 @@ class TrainingMonitor:
             notes.append(f"GPU sampling stopped: {self._sampler.error}")
         return build_summary(RawTimings(
             waits=self._waits, host_steps=self._host_steps, iter_starts=self._iter_starts,
-            last_end=self._last_end, device_steps=device_steps, device=self._device,
+            ends=self._ends, passes=self._passes, device_steps=device_steps, device=self._device,
             rank=self._rank, world_size=self._world, warmup_steps=self.warmup_steps,
             gpu_samples=self._sampler.snapshot() if self._sampler is not None else (),
             memory=memory, host_syncs=self._syncs.snapshot() if self._syncs is not None else None,
@@ -464,7 +483,7 @@ class TrainingMonitor:
         else:
             times = sorted(self._host_steps[first:n])
         waits = [w for w in self._waits[first:n] if not math.isnan(w)]
-        wall = (self._last_end or 0.0) - self._iter_starts[first]
+        wall = sum(iteration_spans(self._iter_starts, self._ends, self._passes, first))
         parts = [f"step {n}: {percentile(times, 50) * 1000 if times else float('nan'):.2f} ms/step "
                  f"(median of the last {n - first})"]
         if waits and wall > 0:

@@ -198,6 +198,22 @@ def gpu_stats(samples: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     }
 
 
+def iteration_spans(starts: Sequence[float], ends: Sequence[float], passes: Sequence[int],
+                    first: int = 0) -> list[float]:
+    """Wall time of each iteration from ``first`` on: from the moment it asked the loader for
+    a batch to the moment the next one did, within one pass over a wrapped loader. The
+    last step of a pass, and steps outside ``wrap()``, end with their step, so time spent
+    between epochs (validation, checkpoints) is not counted as training time."""
+    n = len(ends)
+    spans = []
+    for i in range(first, n):
+        if i + 1 < n and passes[i] >= 0 and passes[i + 1] == passes[i]:
+            spans.append(starts[i + 1] - starts[i])
+        else:
+            spans.append(ends[i] - starts[i])
+    return spans
+
+
 @dataclass
 class RawTimings:
     """What the monitor hands to :func:`build_summary` (seconds, host clock unless said)."""
@@ -205,7 +221,8 @@ class RawTimings:
     waits: Sequence[float]
     host_steps: Sequence[float]
     iter_starts: Sequence[float]
-    last_end: float | None
+    ends: Sequence[float]
+    passes: Sequence[int]
     device_steps: Sequence[float] | None
     device: str
     rank: int = 0
@@ -236,9 +253,7 @@ def build_summary(raw: RawTimings) -> Summary:
     summary.steps_measured = steps - skip
     host = list(raw.host_steps[skip:])
     waits = list(raw.waits[skip:])
-    wall = None
-    if raw.last_end is not None and len(raw.iter_starts) > skip:
-        wall = max(raw.last_end - raw.iter_starts[skip], 1e-12)
+    wall = max(sum(iteration_spans(raw.iter_starts, raw.ends, raw.passes, skip)), 1e-12)
     summary.wall_time_s = wall
     if wall:
         summary.steps_per_s = len(host) / wall
