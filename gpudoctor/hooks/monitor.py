@@ -468,7 +468,8 @@ class TrainingMonitor:
             return summary
         summary.ranks = [{k: d.get(k) for k in ("rank", "steps", "step_time_p50_s", "data_wait_p50_s",
                                                  "data_wait_share", "device_busy_share", "device")}
-                         | {"codes": [item["code"] for item in d.get("diagnosis", [])]}
+                         | {"gpu_util_mean_pct": (d.get("gpu") or {}).get("util_mean_pct"),
+                            "codes": [item["code"] for item in d.get("diagnosis", [])]}
                          for d in gathered]
         summary.diagnosis.extend(find_stragglers(summary.ranks))
         return summary

@@ -51,9 +51,11 @@ MEMORY_NEAR_LIMIT_DEVICE_SHARE = 0.95
 # large tensors is where expandable segments start to pay.
 FRAGMENTED_SHARE = 0.30
 FRAGMENTED_MIN_RESERVED = 1 << 30
-# A rank this much slower than the median rank holds every rank back at each all-reduce.
+# A rank this much slower than the median rank holds every rank back at each all-reduce;
+# the excess must also be a real part of an iteration (not 1 ms of noise on a 50 ms step).
 STRAGGLER_RATIO = 1.20
 STRAGGLER_MIN_EXCESS_S = 0.001
+STRAGGLER_MIN_EXCESS_SHARE = 0.05
 
 
 @dataclass
@@ -469,32 +471,62 @@ def _memory_item(seen: str, evidence: dict[str, Any]) -> DiagnosisItem:
 # -- across ranks -------------------------------------------------------------------------------
 
 def find_stragglers(ranks: Sequence[dict[str, Any]]) -> list[DiagnosisItem]:
-    """Ranks that are much slower than the median rank, and why (data wait or step time)."""
+    """Ranks much slower than the median rank, and why.
+
+    Under DistributedDataParallel the ranks run in lockstep: every rank waits at each
+    gradient all-reduce for the slowest one, so a rank that is slow to get its data shows
+    a long data wait while the others show long *steps* (the waiting happens inside
+    backward). Hence: a long data wait names the rank; a long step names it only when
+    its whole iteration (wait + step) is also longer than the median's, i.e. when the
+    ranks are not simply waiting for each other.
+    """
     items: list[DiagnosisItem] = []
     if len(ranks) < 2:
         return items
-    for key, what, advice in (
-            ("data_wait_p50_s", "waits for data",
-             "Give that rank's DataLoader more workers, check its disk or network path, and make "
-             "sure every rank reads shards of the same size."),
-            ("step_time_p50_s", "takes per step",
-             "Check that rank's GPU (clocks, temperature, other processes on it) and that its "
-             "batches are the same size as the other ranks'.")):
-        values = [(r.get("rank", i), r.get(key)) for i, r in enumerate(ranks)]
-        known = sorted(v for _, v in values if isinstance(v, (int, float)))
-        if len(known) < 2:
-            continue
-        median = known[(len(known) - 1) // 2]
-        for rank, value in values:
-            if not isinstance(value, (int, float)):
-                continue
-            if value >= STRAGGLER_RATIO * median and value - median >= STRAGGLER_MIN_EXCESS_S:
+
+    def num(r: dict[str, Any], key: str) -> float | None:
+        v = r.get(key)
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    def median(values: list[float]) -> float:
+        values = sorted(values)
+        return values[(len(values) - 1) // 2]
+
+    waits = {r.get("rank", i): num(r, "data_wait_p50_s") for i, r in enumerate(ranks)}
+    steps = {r.get("rank", i): num(r, "step_time_p50_s") for i, r in enumerate(ranks)}
+    known_waits = [v for v in waits.values() if v is not None]
+    known_steps = [v for v in steps.values() if v is not None]
+    if not known_steps:
+        return items
+    iterations = {k: (waits[k] or 0.0) + steps[k] for k in steps if steps[k] is not None}
+    median_iteration = median(list(iterations.values()))
+    min_excess = max(STRAGGLER_MIN_EXCESS_S, STRAGGLER_MIN_EXCESS_SHARE * median_iteration)
+
+    def slower(value: float | None, med: float) -> bool:
+        return value is not None and value >= STRAGGLER_RATIO * med and value - med >= min_excess
+
+    if len(known_waits) >= 2:
+        median_wait = median(known_waits)
+        for rank, wait in waits.items():
+            if slower(wait, median_wait):
                 items.append(DiagnosisItem(
                     STRAGGLER,
-                    f"Rank {rank} is a straggler: it {what} {_ms(value)} (median), the median rank "
-                    f"{_ms(median)}. With DistributedDataParallel every rank waits for the slowest "
-                    "one at each gradient all-reduce.",
-                    advice, evidence={"rank": rank, key: value, "median_" + key: median}))
+                    f"Rank {rank} is a straggler: it waits for data {_ms(wait)} per step (median), the "
+                    f"median rank {_ms(median_wait)}. Under DistributedDataParallel the other ranks wait "
+                    "for it at every gradient all-reduce (their steps look longer for it).",
+                    "Give that rank's DataLoader more workers, check its disk or network path, and make "
+                    "sure every rank reads shards of the same size.",
+                    evidence={"rank": rank, "data_wait_p50_s": wait, "median_data_wait_p50_s": median_wait}))
+    median_step = median(known_steps)
+    for rank, step in steps.items():
+        if slower(step, median_step) and slower(iterations.get(rank), median_iteration):
+            items.append(DiagnosisItem(
+                STRAGGLER,
+                f"Rank {rank} is a straggler: its steps take {_ms(step)} (median), the median rank "
+                f"{_ms(median_step)}.",
+                "Check that rank's GPU (clocks, temperature, other processes on it) and that its "
+                "batches are the same size as the other ranks'.",
+                evidence={"rank": rank, "step_time_p50_s": step, "median_step_time_p50_s": median_step}))
     return items
 
 
