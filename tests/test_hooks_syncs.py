@@ -139,3 +139,90 @@ def test_clean_gpu_loop_counts_no_sync_inside_steps():
     assert nvml_missing or summary.gpu["samples"] >= 1  # the sampler reads once at the start
     assert summary.memory["peak_allocated_bytes"] > 0
     assert summary.step_time_p50_s > 0 and summary.device_busy_share is not None
+
+
+# -- the CUDA-event timer's bookkeeping, with events that finish when the test says so ------------
+
+class FakeEvent:
+    """Stands in for torch.cuda.Event: finishes when the fake device clock passes it."""
+
+    device_time_ms = 0.0
+    syncs = 0
+    created = 0
+
+    def __init__(self, enable_timing: bool = False) -> None:
+        assert enable_timing
+        FakeEvent.created += 1
+        self.at_ms: float | None = None
+
+    def record(self, stream=None) -> None:
+        self.at_ms = FakeEvent.device_time_ms
+
+    def query(self) -> bool:
+        return self.at_ms is not None and self.at_ms <= FakeEvent.done_up_to_ms
+
+    def elapsed_time(self, end: "FakeEvent") -> float:
+        assert self.query() and end.query(), "elapsed_time on an unfinished event"
+        return end.at_ms - self.at_ms
+
+    def synchronize(self) -> None:
+        FakeEvent.syncs += 1
+        FakeEvent.done_up_to_ms = float("inf")
+
+
+class FakeTorch:
+    class cuda:  # noqa: N801 - mirrors torch.cuda
+        Event = FakeEvent
+
+        @staticmethod
+        def current_stream(index=None):
+            return None
+
+        @staticmethod
+        def get_sync_debug_mode():
+            return 0
+
+
+def test_event_timer_reads_finished_steps_without_waiting():
+    from gpudoctor.backends.torch_hooks import CudaEventTimer
+
+    FakeEvent.device_time_ms, FakeEvent.done_up_to_ms, FakeEvent.syncs, FakeEvent.created = 0.0, -1.0, 0, 0
+    timer = CudaEventTimer(0, torch=FakeTorch)
+    for step in range(10):
+        timer.begin()
+        FakeEvent.device_time_ms += 2.0 + step  # the device will take 2, 3, 4... ms
+        timer.end()
+        FakeEvent.done_up_to_ms = FakeEvent.device_time_ms - 8.0  # the device lags a few steps behind
+    assert FakeEvent.syncs == 0
+    assert 0 < len(timer.times_s) < 10  # finished steps were read as the loop went on
+    timer.drain()  # the end of training: one wait
+    assert FakeEvent.syncs == 1
+    assert [round(t * 1000) for t in timer.times_s] == list(range(2, 12))
+    # finished events were reused: fewer than two per step were made, and all are back in the pool
+    assert FakeEvent.created < 20 and len(timer._free) == FakeEvent.created
+
+
+def test_event_timer_forgets_oldest_rather_than_wait():
+    from gpudoctor.backends.torch_hooks import CudaEventTimer
+
+    FakeEvent.device_time_ms, FakeEvent.done_up_to_ms, FakeEvent.syncs = 0.0, -1.0, 0
+    timer = CudaEventTimer(0, max_pending=4, torch=FakeTorch)
+    for _ in range(10):
+        timer.begin()
+        FakeEvent.device_time_ms += 1.0
+        timer.end()
+    assert FakeEvent.syncs == 0 and timer.dropped == 6 and len(timer._pending) == 4
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU fallback")
+def test_cuda_asked_for_without_a_gpu_falls_back_to_the_host_clock():
+    from _hooks_loops import mnist_mlp
+
+    monitor = TrainingMonitor(device="cuda")
+    model = mnist_mlp()
+    for inputs, targets in monitor.wrap(make_loader(fast_collate, n=128 * 3)):
+        with monitor.step():
+            model(inputs).sum().backward()
+    summary = monitor.summary()
+    assert summary.steps == 3 and summary.timing == "host_clock" and summary.device == "cpu"
+    assert any("CUDA is not usable here" in note for note in summary.notes)

@@ -85,8 +85,8 @@ class CudaEventTimer:
     and is meant for the end of training (``summary()``), not for the loop.
     """
 
-    def __init__(self, index: int, max_pending: int = 1024) -> None:
-        torch = require_torch()
+    def __init__(self, index: int, max_pending: int = 1024, torch: Any = None) -> None:
+        torch = torch if torch is not None else require_torch()
         self._torch = torch
         self._index = index
         self._event_cls = torch.cuda.Event

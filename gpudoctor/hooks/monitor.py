@@ -462,7 +462,14 @@ class TrainingMonitor:
         from gpudoctor.backends import is_na
         from gpudoctor.backends.torch_hooks import all_gather_objects
 
-        gathered = all_gather_objects(summary.to_dict())
+        from gpudoctor.backends.torch_hooks import loaded_torch, sync_debug_mode_off
+
+        torch = loaded_torch()
+        if torch is not None and self._device_kind == "cuda":
+            with sync_debug_mode_off(torch):  # NCCL's object gather copies to the host: allowed here
+                gathered = all_gather_objects(summary.to_dict())
+        else:
+            gathered = all_gather_objects(summary.to_dict())
         if is_na(gathered):
             summary.notes.append(f"gather=True: {gathered.reason}; this rank's figures only")
             return summary
