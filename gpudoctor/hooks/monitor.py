@@ -485,15 +485,15 @@ class TrainingMonitor:
         n = len(self._host_steps)
         first = self._last_log_index
         self._last_log_index = n
+        times: list[float] = []
         if self._timer is not None:
-            self._timer.poll()
+            self._timer.poll()  # non-blocking: the steps the device has finished so far
             times = sorted(self._timer.times_s[-(n - first):])
-        else:
+        if not times:
             times = sorted(self._host_steps[first:n])
         waits = [w for w in self._waits[first:n] if not math.isnan(w)]
         wall = sum(iteration_spans(self._iter_starts, self._ends, self._passes, first))
-        parts = [f"step {n}: {percentile(times, 50) * 1000 if times else float('nan'):.2f} ms/step "
-                 f"(median of the last {n - first})"]
+        parts = [f"step {n}: {percentile(times, 50) * 1000:.2f} ms/step (median of the last {n - first})"]
         if waits and wall > 0:
             parts.append(f"data wait {sum(waits) / wall * 100:.0f}%")
         if self._sampler is not None:
