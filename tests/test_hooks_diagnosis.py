@@ -7,7 +7,6 @@ import subprocess
 import sys
 import time
 
-import pytest
 
 from gpudoctor.backends import NA
 from gpudoctor.hooks.sampler import GpuSampler, nvml_index_for

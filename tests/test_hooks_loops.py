@@ -31,7 +31,7 @@ def slow_run(one_thread):
 @pytest.fixture(scope="module")
 def fast_run(one_thread):
     monitor = TrainingMonitor(device="cpu")
-    accuracy, _ = train_epoch(monitor, make_loader(fast_collate, batch_size=64, n=64 * 16))
+    accuracy, _ = train_epoch(monitor, make_loader(fast_collate, batch_size=64, n=64 * 32))
     return monitor.summary(), float(accuracy)
 
 
@@ -47,7 +47,7 @@ def test_slow_loader_is_input_bound(slow_run):
 
 def test_same_loop_with_fast_data_is_not_input_bound(fast_run):
     summary, accuracy = fast_run
-    assert summary.steps == 16
+    assert summary.steps == 32
     assert summary.data_wait_share < 0.2
     assert "input_bound" not in summary.codes
     assert summary.diagnosis == []

@@ -217,8 +217,8 @@ class TrainingMonitor:
         under torch.distributed, every rank must call it: each gets its own summary with
         every rank's figures in ``ranks`` and stragglers in the diagnosis.
         """
-        self._finish_collecting()
         try:
+            self._finish_collecting()
             summary = self._build()
         except Exception as exc:  # the monitor's own fault: an empty summary that says so
             log.warning("gpudoctor: could not build the summary: %s: %s", type(exc).__name__, exc)
