@@ -22,6 +22,8 @@ from gpudoctor.errors import DeviceSelectionError, GpudoctorError, UsageError
 
 # Modules that add sub-commands: each defines register(subparsers).
 EXTRA_COMMANDS: list[str] = [
+    "gpudoctor.distributed_cmd",
+    "gpudoctor.exporter",
 ]
 
 # What ``gpudoctor`` with no arguments runs (the TUI once it is registered).
@@ -118,7 +120,7 @@ def _check_device(device: int | None, replay: str | None) -> None:
     if is_na(visible):
         if status is not None:
             raise DeviceSelectionError(
-                f"--device {device}: no CUDA device is visible (NVML: {visible.reason})")
+                f"--device {device} is out of range: no CUDA device is visible (NVML: {visible.reason})")
         return  # MIG instances selected: let torch decide
     if device >= len(visible):
         if not visible:
@@ -162,6 +164,15 @@ def cmd_report(args: argparse.Namespace) -> int:
     report = runner.run_probes(probes, spec, on_start=progress.start, on_result=progress.done)
     progress.clear()
 
+    world = os.environ.get("WORLD_SIZE", "")
+    rank = os.environ.get("RANK") if world.isdigit() and int(world) > 1 else None
+    if rank not in (None, "0"):
+        # Under torchrun every rank runs the report; rank 0 alone prints and writes it.
+        print(f"gpudoctor: rank {rank}: done ({report.status.value}); rank 0 writes the report",
+              file=sys.stderr)
+        # Exit 0 unless this rank's own run broke: torchrun stops every rank as soon as one
+        # exits non-zero, which could kill rank 0 before it has written the report.
+        return exitcodes.PROBE_ERROR if report.status.value == "error" else exitcodes.OK
     text = report_to_json(report, anonymize=args.anonymize)
     if args.output:
         from gpudoctor.fileio import atomic_write_text

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+import sys
 from typing import Any, TextIO
 
 from gpudoctor.model import Report, Status
@@ -21,7 +22,7 @@ STATUS_STYLE = {
 }
 
 VERDICT = {
-    "pass": "Healthy: the GPU stack is usable.",
+    "pass": "Healthy: no problem found by the checks that ran.",
     "skip": "Nothing could be checked.",
     "warn": "Usable, with warnings: read the findings above.",
     "fail": "Not usable as is: fix the failures above.",
@@ -116,8 +117,10 @@ def render_text(report: Report, stream: TextIO | None = None, *, verbose: bool =
     data = report.to_dict()
     if anonymize:
         data = anonymize_dict(data)
+    is_tty = bool(getattr(stream or sys.stdout, "isatty", lambda: False)())
+    # Logs and pipes get long lines (grep-able findings); terminals wrap at their width.
     console = Console(file=stream, force_terminal=color, no_color=(color is False),
-                      highlight=False, soft_wrap=False)
+                      highlight=False, soft_wrap=False, width=None if is_tty else 160)
     host = data.get("host") or {}
     title = Text("gpudoctor report", style="bold")
     title.append(f"  {data['created']}  {host.get('hostname', '')}  ({data['source']})", style="dim")
@@ -142,7 +145,7 @@ def render_text(report: Report, stream: TextIO | None = None, *, verbose: bool =
                     value += f"  (of {_fmt_value(m['reference'], m.get('unit', ''))})"
                 if m.get("note"):
                     value += f"  {m['note']}"
-                table.add_row("  " + name, value)
+                table.add_row(Text("  " + name), Text(value))  # literal: values may contain [brackets]
             console.print(table)
             hidden = len(result["measurements"]) - len(shown)
             if hidden > 0:

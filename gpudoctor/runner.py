@@ -12,6 +12,8 @@ call on a GPU that is falling off the bus can block).
 
 from __future__ import annotations
 
+import json
+import math
 import multiprocessing as mp
 import os
 import signal
@@ -104,7 +106,6 @@ def _child_main(conn: Any, spec: RunSpec) -> None:
     # The parent handles Ctrl-C (keeps finished results, kills us).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        probes = all_probes()
         ctx = build_context(spec)
     except BaseException as exc:
         conn.send(("fatal", _one_line(exc)))
@@ -112,14 +113,48 @@ def _child_main(conn: Any, spec: RunSpec) -> None:
     conn.send(("ready", os.getpid()))
     while True:
         try:
-            message = conn.recv()
+            probe = conn.recv()  # a Probe (pickled by reference to its run function), or None
         except EOFError:
             return
-        if message is None:
+        except Exception as exc:  # the probe's module cannot be imported here
+            conn.send(("result", json.dumps(ProbeResult.error("unknown", f"cannot load probe: {_one_line(exc)}").to_dict())))
+            continue
+        if probe is None:
             return
-        probe = probes[message]
         result = call_probe(probe, ctx)
-        conn.send(("result", result.to_dict()))
+        # JSON text, not pickled objects: the parent must not import torch to read it
+        # (torch.__version__ is a str subclass from torch), and results must be JSON-safe.
+        try:
+            text = json.dumps(_finite(result.to_dict()), default=_json_default, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            text = json.dumps(ProbeResult.error(probe.name, f"probe result is not JSON-safe: {_one_line(exc)}",
+                                                duration_s=result.duration_s).to_dict())
+        conn.send(("result", text))
+
+
+def _finite(obj: Any) -> Any:
+    """JSON has no NaN/Infinity: a reading that is not a number becomes null."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def _json_default(obj: Any) -> Any:
+    from gpudoctor.backends.na import NA
+
+    if isinstance(obj, NA):
+        return None
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if hasattr(obj, "item"):  # numpy / torch scalars
+        return obj.item()
+    if isinstance(obj, (set, tuple)):
+        return list(obj)
+    return str(obj)
 
 
 def _signal_name(exitcode: int | None) -> str:
@@ -159,9 +194,9 @@ class _Child:
             return f"probe process could not start: {payload}"
         return f"probe process did not start within {timeout:.0f} s"
 
-    def run(self, name: str, timeout: float) -> tuple[dict[str, Any] | None, str | None]:
+    def run(self, probe: Any, timeout: float) -> tuple[str | None, str | None]:
         try:
-            self.conn.send(name)
+            self.conn.send(probe)
         except (BrokenPipeError, OSError):
             self.process.join(1)
             return None, f"probe process {_signal_name(self.process.exitcode)}"
@@ -251,14 +286,14 @@ def run_probes(
                         if on_result:
                             on_result(result)
                         continue
-                payload, why = child.run(probe.name, probe.timeout_s)
+                payload, why = child.run(probe, probe.timeout_s)
                 if payload is None:
                     child.stop(graceful=False)
                     child = None
                     result = ProbeResult.error(probe.name, why or "probe process failed",
                                                duration_s=time.monotonic() - start)
                 else:
-                    result = ProbeResult.from_dict(payload)
+                    result = ProbeResult.from_dict(json.loads(payload))
             else:
                 result = _run_in_thread(probe, ctx)
             report.results.append(result)

@@ -288,6 +288,44 @@ class NvmlBackend:
             "compute_mode": q("nvmlDeviceGetComputeMode", index),
         }
 
+    def nvlink(self, index: int) -> Any:
+        """NVLink links of a device: one dict per link that answered, or NA.
+
+        ``nvidia-smi nvlink --status`` / ``nvidia-smi topo -m`` show the same. A GPU
+        without NVLink answers NotSupported for every link: that is normal, not an error.
+        Each link: ``link``, ``active`` (bool), ``version``, ``remote_pci_bus_id`` (the peer,
+        normalised like ``static()['pci_bus_id']``) and ``remote_type`` (gpu, switch, ibmnpu).
+        """
+        handle = self._handle(index)
+        if is_na(handle):
+            return handle
+        max_links = self.gate.constant("NVML_NVLINK_MAX_LINKS", 18)
+        remote_types = {self.gate.constant("NVML_NVLINK_DEVICE_TYPE_GPU", 0): "gpu",
+                        self.gate.constant("NVML_NVLINK_DEVICE_TYPE_IBMNPU", 1): "ibmnpu",
+                        self.gate.constant("NVML_NVLINK_DEVICE_TYPE_SWITCH", 2): "switch"}
+        links: list[dict[str, Any]] = []
+        first_na: NA | None = None
+        for link in range(int(max_links)):
+            state = self.gate.query("nvmlDeviceGetNvLinkState", handle, link)
+            if is_na(state):
+                first_na = first_na or state
+                if state.reason == "InvalidArgument":  # past the device's last link
+                    break
+                continue
+            pci = self.gate.query("nvmlDeviceGetNvLinkRemotePciInfo", handle, link)
+            remote = self.gate.query("nvmlDeviceGetNvLinkRemoteDeviceType", handle, link)
+            version = self.gate.query("nvmlDeviceGetNvLinkVersion", handle, link)
+            links.append({
+                "link": link,
+                "active": bool(state),
+                "version": None if is_na(version) else int(version),
+                "remote_pci_bus_id": None if is_na(pci) else normalise_bus_id(_text(getattr(pci, "busId", None))),
+                "remote_type": None if is_na(remote) else remote_types.get(int(remote), "unknown"),
+            })
+        if not links:
+            return first_na or NA("NotSupported")
+        return links
+
     def processes(self, index: int) -> Any:
         """Processes holding a context on the device: pid, type, GPU memory, SM util."""
         found: dict[int, dict[str, Any]] = {}
@@ -297,7 +335,8 @@ class NvmlBackend:
                                ("graphics", "nvmlDeviceGetGraphicsRunningProcesses")):
             procs = self._q(function, index)
             if is_na(procs):
-                first_na = first_na or procs
+                if first_na is None:  # NA is falsy: test identity, not truth
+                    first_na = procs
                 continue
             any_ok = True
             for p in procs:
@@ -309,7 +348,7 @@ class NvmlBackend:
                 if entry["type"] != kind:
                     entry["type"] = "compute+graphics"
         if not any_ok:
-            return first_na or NA("Unknown")
+            return first_na if first_na is not None else NA("Unknown")
         last_seen = self._process_util_seen.get(index, 0)
         utils = self._q("nvmlDeviceGetProcessUtilization", index, last_seen)
         if not is_na(utils):

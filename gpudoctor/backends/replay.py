@@ -112,7 +112,7 @@ class ReplayBackend:
         na = self._check(index)
         static = self._nvml.get("static") or []
         if na is not None or index >= len(static):
-            return {"index": index, "name": na or NA("NotRecorded")}
+            return {"index": index, "name": na if na is not None else NA("NotRecorded")}
         return dict(static[index])
 
     def _next_sample(self, index: int) -> dict[str, Any] | None:
@@ -151,6 +151,16 @@ class ReplayBackend:
         if index >= len(procs):
             return NA("NotRecorded")
         return procs[index]
+
+    def nvlink(self, index: int) -> Any:
+        """Recorded NVLink links of a device (``nvml.nvlink[index]``), else NA."""
+        na = self._check(index)
+        if na is not None:
+            return na
+        links = self._nvml.get("nvlink")
+        if not isinstance(links, list) or index >= len(links):
+            return NA("NotRecorded")
+        return links[index]
 
     def torch_facts(self) -> Any:
         facts = self.recording.get("torch")

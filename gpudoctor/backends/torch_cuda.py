@@ -55,6 +55,12 @@ def torchvision_facts() -> dict[str, Any]:
     except Exception as exc:
         facts["installed"] = True
         facts["error"] = f"{type(exc).__name__}: {_first_line(exc)}"
+        try:  # the import failed, but the package metadata still names the version
+            from importlib.metadata import version
+
+            facts["version"] = version("torchvision")
+        except Exception:
+            pass
         return facts
     facts["installed"] = True
     facts["version"] = getattr(torchvision, "__version__", None)
@@ -105,7 +111,7 @@ def torch_facts(with_devices: bool = True) -> dict[str, Any]:
         return {"importable": False, "import_error": torch.reason}
     facts: dict[str, Any] = {
         "importable": True,
-        "version": torch.__version__,
+        "version": str(torch.__version__),  # a TorchVersion (str subclass) otherwise
         "cuda_build": getattr(torch.version, "cuda", None),
         "hip_build": getattr(torch.version, "hip", None),
         "git_version": getattr(torch.version, "git_version", None),

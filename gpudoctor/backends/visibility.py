@@ -12,6 +12,7 @@ import os
 from typing import Any
 
 from .na import NA, is_na
+from .nvml import normalise_bus_id
 
 
 def parse_visible(value: str | None, nvml_uuids: list[Any]) -> list[int] | NA:
@@ -53,3 +54,23 @@ def visible_nvml_indices(gpu: Any, env: dict[str, str] | None = None) -> list[in
         return count
     uuids = [gpu.static(i).get("uuid") for i in range(count)] if env.get("CUDA_VISIBLE_DEVICES") else [None] * count
     return parse_visible(env.get("CUDA_VISIBLE_DEVICES"), uuids)
+
+
+def match_torch_to_nvml(torch_devices: list[dict[str, Any]], nvml_static: list[dict[str, Any]]) -> dict[int, int | None]:
+    """torch index -> NVML index, by PCI bus id, else by UUID (None where nothing matches).
+
+    ``torch_devices``: dicts with ``index`` and ``pci_bus_id`` (and optionally ``uuid``), as
+    from :func:`gpudoctor.backends.torch_cuda.device_properties`; ``nvml_static``: the
+    backend's ``static(i)`` dicts.
+    """
+    by_bus = {normalise_bus_id(s.get("pci_bus_id")): s["index"] for s in nvml_static
+              if isinstance(s.get("pci_bus_id"), str)}
+    by_uuid = {s.get("uuid"): s["index"] for s in nvml_static if isinstance(s.get("uuid"), str)}
+    mapping: dict[int, int | None] = {}
+    for dev in torch_devices:
+        bus = dev.get("pci_bus_id")
+        nvml_index = by_bus.get(normalise_bus_id(bus)) if bus else None
+        if nvml_index is None and dev.get("uuid"):
+            nvml_index = by_uuid.get(dev["uuid"])
+        mapping[dev["index"]] = nvml_index
+    return mapping

@@ -1,0 +1,547 @@
+"""``gpudoctor exporter``: Prometheus metrics for every GPU, and the last report's verdict.
+
+How it works:
+
+* A sampler thread reads every GPU through the NVML backend (or a recording, with
+  ``--replay``) every ``--interval`` seconds. Scrapes never touch NVML: they serve the
+  latest sample, so 50 scrapes a second cost no NVML calls, and an NVML call that blocks
+  (a GPU falling off the bus) cannot stall the endpoint.
+* NVML trouble is a metric, not a dead endpoint: ``gpudoctor_nvml_up`` is 0 when NVML
+  cannot start, or when the last sample is stale (older than 3 intervals: the sampler is
+  stuck in the driver); ``gpudoctor_gpu_up`` is 0 for a GPU that stopped answering
+  (``GpuIsLost``), with the reason in ``gpudoctor_gpu_error_info``.
+* The report: the quick report (NVML and host facts, no torch, no CUDA context) runs once
+  at start and then every ``--report-interval`` seconds (default 300; 0 = at start only),
+  in a background thread. ``--report-file FILE`` exposes instead a report written by
+  someone else (e.g. a nightly ``gpudoctor report --full -o FILE``), re-read when it
+  changes. Each probe's status is ``gpudoctor_probe_status{probe, status}`` (a state set:
+  1 for the current status, 0 for the others).
+
+Metric names, units and their dcgm-exporter counterparts: docs/fleet.md (the table there
+is checked against :data:`GPU_METRICS` by a test). Units are Prometheus base units
+(bytes, watts, hertz, ratios 0-1); dcgm-exporter uses MiB, MHz and percent.
+
+Front end: never imports torch or pynvml (NVML goes through gpudoctor.backends).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from gpudoctor import exitcodes
+from gpudoctor.errors import UsageError
+
+DEFAULT_PORT = 9402
+DEFAULT_INTERVAL_S = 5.0
+DEFAULT_REPORT_INTERVAL_S = 300.0
+STALE_AFTER_INTERVALS = 3
+STATUSES = ("pass", "skip", "warn", "fail", "error")
+LOOPBACK = {"127.0.0.1", "::1", "localhost"}
+
+
+@dataclass(frozen=True)
+class GpuMetric:
+    """One per-GPU gauge: Prometheus name, sample key, scale to base units, help, DCGM field."""
+
+    name: str
+    key: str
+    scale: float
+    help: str
+    dcgm: str = ""
+
+
+GPU_METRICS: tuple[GpuMetric, ...] = (
+    GpuMetric("gpudoctor_gpu_utilization_ratio", "gpu_util_pct", 0.01,
+              "Share of the last sample period in which a kernel ran (NVML utilization.gpu)",
+              "DCGM_FI_DEV_GPU_UTIL"),
+    GpuMetric("gpudoctor_gpu_memory_utilization_ratio", "mem_util_pct", 0.01,
+              "Share of the last sample period in which device memory was read or written",
+              "DCGM_FI_DEV_MEM_COPY_UTIL"),
+    GpuMetric("gpudoctor_gpu_memory_used_bytes", "memory_used_bytes", 1.0, "Device memory in use",
+              "DCGM_FI_DEV_FB_USED"),
+    GpuMetric("gpudoctor_gpu_memory_free_bytes", "memory_free_bytes", 1.0, "Device memory free",
+              "DCGM_FI_DEV_FB_FREE"),
+    GpuMetric("gpudoctor_gpu_memory_total_bytes", "memory_total_bytes", 1.0, "Device memory in total",
+              "DCGM_FI_DEV_FB_TOTAL"),
+    GpuMetric("gpudoctor_gpu_temperature_celsius", "temperature_c", 1.0, "GPU core temperature",
+              "DCGM_FI_DEV_GPU_TEMP"),
+    GpuMetric("gpudoctor_gpu_power_watts", "power_w", 1.0, "Power draw", "DCGM_FI_DEV_POWER_USAGE"),
+    GpuMetric("gpudoctor_gpu_power_limit_watts", "power_limit_w", 1.0, "Enforced power limit",
+              "DCGM_FI_DEV_POWER_MGMT_LIMIT"),
+    GpuMetric("gpudoctor_gpu_sm_clock_hertz", "clock_sm_mhz", 1e6, "SM clock", "DCGM_FI_DEV_SM_CLOCK"),
+    GpuMetric("gpudoctor_gpu_memory_clock_hertz", "clock_mem_mhz", 1e6, "Memory clock",
+              "DCGM_FI_DEV_MEM_CLOCK"),
+    GpuMetric("gpudoctor_gpu_graphics_clock_hertz", "clock_graphics_mhz", 1e6, "Graphics clock"),
+    GpuMetric("gpudoctor_gpu_pcie_tx_bytes_per_second", "pcie_tx_kbps", 1024.0,
+              "PCIe transmit throughput over NVML's 20 ms window (NVML reports KiB/s)",
+              "DCGM_FI_DEV_PCIE_TX_THROUGHPUT"),
+    GpuMetric("gpudoctor_gpu_pcie_rx_bytes_per_second", "pcie_rx_kbps", 1024.0,
+              "PCIe receive throughput over NVML's 20 ms window (NVML reports KiB/s)",
+              "DCGM_FI_DEV_PCIE_RX_THROUGHPUT"),
+    GpuMetric("gpudoctor_gpu_pcie_link_generation", "pcie_gen_current", 1.0,
+              "Current PCIe link generation (idle GPUs lower it)", "DCGM_FI_DEV_PCIE_LINK_GEN"),
+    GpuMetric("gpudoctor_gpu_pcie_link_width", "pcie_width_current", 1.0, "Current PCIe link width (lanes)",
+              "DCGM_FI_DEV_PCIE_LINK_WIDTH"),
+    GpuMetric("gpudoctor_gpu_fan_speed_ratio", "fan_pct", 0.01, "Fan speed as a share of its maximum",
+              "DCGM_FI_DEV_FAN_SPEED"),
+    GpuMetric("gpudoctor_gpu_performance_state", "performance_state", 1.0,
+              "Performance state (0 = P0, fastest; 15 = slowest)", "DCGM_FI_DEV_PSTATE"),
+    GpuMetric("gpudoctor_gpu_clock_event_reasons", "throttle_reasons", 1.0,
+              "Clock event (throttle) reason bit mask, nvmlClocksEventReason*",
+              "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"),
+    GpuMetric("gpudoctor_gpu_retired_pages_single_bit", "retired_pages_sbe", 1.0,
+              "Pages retired for repeated single-bit ECC errors", "DCGM_FI_DEV_RETIRED_SBE"),
+    GpuMetric("gpudoctor_gpu_retired_pages_double_bit", "retired_pages_dbe", 1.0,
+              "Pages retired for double-bit ECC errors", "DCGM_FI_DEV_RETIRED_DBE"),
+    GpuMetric("gpudoctor_gpu_retired_pages_pending", "retired_pages_pending", 1.0,
+              "1 when a page retirement waits for a GPU reset", "DCGM_FI_DEV_RETIRED_PENDING"),
+    GpuMetric("gpudoctor_gpu_remapped_rows_correctable", "remapped_rows_correctable", 1.0,
+              "Rows remapped for correctable errors", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS"),
+    GpuMetric("gpudoctor_gpu_remapped_rows_uncorrectable", "remapped_rows_uncorrectable", 1.0,
+              "Rows remapped for uncorrectable errors", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"),
+    GpuMetric("gpudoctor_gpu_remapped_rows_pending", "remapped_rows_pending", 1.0,
+              "1 when a row remap waits for a GPU reset", "DCGM_FI_DEV_ROW_REMAP_PENDING"),
+    GpuMetric("gpudoctor_gpu_remapped_rows_failure", "remapped_rows_failure", 1.0,
+              "1 when row remapping failed (replace the GPU)", "DCGM_FI_DEV_ROW_REMAP_FAILURE"),
+)
+
+# ECC counters: (error type, counter kind) -> sample key, DCGM field.
+ECC_COUNTERS: dict[tuple[str, str], tuple[str, str]] = {
+    ("corrected", "volatile"): ("ecc_volatile_corrected", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"),
+    ("uncorrected", "volatile"): ("ecc_volatile_uncorrected", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"),
+    ("corrected", "aggregate"): ("ecc_aggregate_corrected", "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL"),
+    ("uncorrected", "aggregate"): ("ecc_aggregate_uncorrected", "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL"),
+}
+
+# Every other metric this exporter writes (name -> help), for the docs check.
+OTHER_METRICS: dict[str, str] = {
+    "gpudoctor_exporter_info": "Exporter version and data source (label source: nvml or replay:FILE)",
+    "gpudoctor_nvml_up": "1 when NVML answers and the last sample is fresh, else 0",
+    "gpudoctor_nvml_error_info": "The reason NVML is down (label reason), 1 while it is",
+    "gpudoctor_gpu_count": "GPUs NVML reports",
+    "gpudoctor_sample_timestamp_seconds": "Unix time of the last sample",
+    "gpudoctor_sample_duration_seconds": "How long reading every GPU took, last sample",
+    "gpudoctor_sample_age_seconds": "Seconds since the last sample, at scrape time",
+    "gpudoctor_gpu_info": "1 per GPU, with labels name, uuid, pci_bus_id, driver_version",
+    "gpudoctor_gpu_up": "1 when the GPU answered the last sample, 0 when it did not (e.g. GpuIsLost)",
+    "gpudoctor_gpu_error_info": "Why a GPU is down (label reason), 1 while it is",
+    "gpudoctor_gpu_throttled": "1 per clock event reason that is active (label reason)",
+    "gpudoctor_gpu_ecc_errors_total": "ECC error counts (labels error_type, counter)",
+    "gpudoctor_report_up": "1 when the last report ran (or the report file was read), else 0",
+    "gpudoctor_report_status": "Overall status of the last report, as a state set (label status)",
+    "gpudoctor_probe_status": "Each probe's status in the last report, as a state set (labels probe, status)",
+    "gpudoctor_report_timestamp_seconds": "Unix time the last report finished (or the file was written)",
+    "gpudoctor_report_duration_seconds": "How long the last report took",
+}
+
+GPU_LABELS = ("gpu", "uuid", "name", "pci_bus_id")
+
+
+def all_metric_names() -> list[str]:
+    return [m.name for m in GPU_METRICS] + list(OTHER_METRICS)
+
+
+# --------------------------------------------------------------------------- sampling
+class GpuSampler:
+    """Reads every GPU every ``interval`` seconds in a daemon thread; keeps the latest."""
+
+    def __init__(self, gpu: Any, interval: float = DEFAULT_INTERVAL_S) -> None:
+        self.gpu = gpu
+        self.interval = interval
+        self.snapshot: dict[str, Any] | None = None
+        self._static: dict[int, dict[str, Any]] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def sample_once(self) -> dict[str, Any]:
+        from gpudoctor.backends import is_na
+
+        start = time.monotonic()
+        status = self.gpu.status()
+        snap: dict[str, Any] = {"t": time.time(), "status": status, "devices": [],
+                                "driver_version": None, "count": None}
+        if status is None:
+            count = self.gpu.device_count()
+            driver = self.gpu.driver_version()
+            snap["driver_version"] = None if is_na(driver) else driver
+            if is_na(count):
+                snap["status"] = count
+            else:
+                snap["count"] = count
+                for index in range(count):
+                    static = self._static.get(index)
+                    if static is None or is_na(static.get("name")):
+                        static = self.gpu.static(index)
+                        self._static[index] = static
+                    snap["devices"].append({"index": index, "static": static,
+                                            "sample": self.gpu.sample(index)})
+        snap["duration_s"] = time.monotonic() - start
+        self.snapshot = snap  # one reference swap: scrapes see a whole sample or the previous one
+        return snap
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.sample_once()
+            except Exception as exc:  # a backend bug must not end the sampling
+                from gpudoctor.backends import NA
+
+                self.snapshot = {"t": time.time(), "status": NA(f"SamplerError: {type(exc).__name__}"),
+                                 "devices": [], "driver_version": None, "count": None, "duration_s": 0.0}
+            self._stop.wait(self.interval)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="gpudoctor-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self.interval + 2)
+
+
+class ReportStatus:
+    """The last report: run periodically by ``produce`` or read from ``path`` when it changes."""
+
+    def __init__(self, produce: Callable[[], Any] | None = None, path: str | None = None,
+                 interval: float = DEFAULT_REPORT_INTERVAL_S) -> None:
+        self.produce = produce
+        self.path = path
+        self.interval = interval
+        self.report: dict[str, Any] | None = None
+        self.up = 0
+        self.finished_at: float | None = None
+        self.duration_s: float | None = None
+        self._mtime: float | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def refresh(self) -> None:
+        if self.path is not None:
+            self._read_file()
+        elif self.produce is not None:
+            start = time.monotonic()
+            try:
+                report = self.produce()
+                self.report = report.to_dict() if hasattr(report, "to_dict") else dict(report)
+                self.up = 1
+            except Exception:
+                self.up = 0
+            self.duration_s = time.monotonic() - start
+            self.finished_at = time.time()
+
+    def _read_file(self) -> None:
+        import json
+
+        try:
+            mtime = os.stat(self.path).st_mtime  # type: ignore[arg-type]
+        except OSError:
+            self.up = 0
+            return
+        if mtime == self._mtime and self.report is not None:
+            return
+        try:
+            with open(self.path, encoding="utf-8") as fh:  # type: ignore[arg-type]
+                data = json.load(fh)
+            if not isinstance(data, dict) or "results" not in data:
+                raise ValueError("not a gpudoctor report")
+        except (OSError, ValueError):
+            self.up = 0
+            return
+        self.report, self.up, self._mtime, self.finished_at = data, 1, mtime, mtime
+        self.duration_s = sum(float(r.get("duration_s") or 0) for r in data.get("results", []))
+
+    def _loop(self) -> None:
+        while True:
+            self.refresh()
+            wait = 5.0 if self.path is not None else self.interval
+            if wait <= 0 or self._stop.wait(wait):
+                return
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="gpudoctor-report", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def quick_report_producer(replay: str | None) -> Callable[[], Any]:
+    def produce() -> Any:
+        from gpudoctor import runner
+
+        probes = runner.select_probes(None, "quick")
+        return runner.run_probes(probes, runner.RunSpec(level="quick", replay=replay), isolate=False)
+
+    return produce
+
+
+# --------------------------------------------------------------------------- exposition
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    if isinstance(value, (int, float)):
+        return float(value)
+    return None  # NA, None, text: the series is left out (absent, as Prometheus expects)
+
+
+class GpudoctorCollector:
+    """A prometheus_client collector built from the latest sample and report."""
+
+    def __init__(self, sampler: GpuSampler, reports: ReportStatus | None = None, source: str = "nvml") -> None:
+        self.sampler = sampler
+        self.reports = reports
+        self.source = source
+
+    def describe(self) -> list[Any]:
+        return []  # collected on demand; no fixed description
+
+    def collect(self) -> Iterable[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+
+        from gpudoctor import _version
+        from gpudoctor.backends import is_na
+        from gpudoctor.backends.nvml import HARMFUL_THROTTLE_MASK, THROTTLE_REASONS
+
+        info = InfoMetricFamily("gpudoctor_exporter", OTHER_METRICS["gpudoctor_exporter_info"])
+        info.add_metric([], {"version": _version.__version__, "source": self.source})
+        yield info
+
+        snap = self.sampler.snapshot
+        now = time.time()
+        nvml_up = GaugeMetricFamily("gpudoctor_nvml_up", OTHER_METRICS["gpudoctor_nvml_up"])
+        nvml_err = GaugeMetricFamily("gpudoctor_nvml_error_info", OTHER_METRICS["gpudoctor_nvml_error_info"],
+                                     labels=["reason"])
+        if snap is None:
+            nvml_up.add_metric([], 0.0)
+            nvml_err.add_metric(["NotSampledYet"], 1.0)
+            yield nvml_up
+            yield nvml_err
+            yield from self._report_metrics()
+            return
+        age = now - snap["t"]
+        stale = age > STALE_AFTER_INTERVALS * self.sampler.interval + 1.0
+        status = snap["status"]
+        nvml_up.add_metric([], 0.0 if (status is not None or stale) else 1.0)
+        if status is not None:
+            nvml_err.add_metric([status.reason if is_na(status) else str(status)], 1.0)
+        elif stale:
+            nvml_err.add_metric(["SampleStale"], 1.0)
+        yield nvml_up
+        yield nvml_err
+        yield GaugeMetricFamily("gpudoctor_sample_timestamp_seconds",
+                                OTHER_METRICS["gpudoctor_sample_timestamp_seconds"], value=snap["t"])
+        yield GaugeMetricFamily("gpudoctor_sample_duration_seconds",
+                                OTHER_METRICS["gpudoctor_sample_duration_seconds"], value=snap["duration_s"])
+        yield GaugeMetricFamily("gpudoctor_sample_age_seconds", OTHER_METRICS["gpudoctor_sample_age_seconds"],
+                                value=max(0.0, age))
+        if snap.get("count") is not None:
+            yield GaugeMetricFamily("gpudoctor_gpu_count", OTHER_METRICS["gpudoctor_gpu_count"],
+                                    value=snap["count"])
+
+        gpu_info = GaugeMetricFamily("gpudoctor_gpu_info", OTHER_METRICS["gpudoctor_gpu_info"],
+                                     labels=list(GPU_LABELS) + ["driver_version"])
+        gpu_up = GaugeMetricFamily("gpudoctor_gpu_up", OTHER_METRICS["gpudoctor_gpu_up"], labels=["gpu"])
+        gpu_err = GaugeMetricFamily("gpudoctor_gpu_error_info", OTHER_METRICS["gpudoctor_gpu_error_info"],
+                                    labels=["gpu", "reason"])
+        families = {m.name: GaugeMetricFamily(m.name, m.help + (f" (DCGM: {m.dcgm})" if m.dcgm else ""),
+                                              labels=list(GPU_LABELS)) for m in GPU_METRICS}
+        throttled = GaugeMetricFamily("gpudoctor_gpu_throttled", OTHER_METRICS["gpudoctor_gpu_throttled"],
+                                      labels=list(GPU_LABELS) + ["reason"])
+        ecc = CounterMetricFamily("gpudoctor_gpu_ecc_errors", OTHER_METRICS["gpudoctor_gpu_ecc_errors_total"],
+                                  labels=list(GPU_LABELS) + ["error_type", "counter"])
+        for dev in snap["devices"]:
+            static, sample = dev["static"], dev["sample"]
+            labels = [str(dev["index"])] + [_label(static.get(k)) for k in ("uuid", "name", "pci_bus_id")]
+            gpu_info.add_metric(labels + [_label(snap.get("driver_version"))], 1.0)
+            if any(k != "t" for k, v in sample.items() if not is_na(v)):
+                gpu_up.add_metric([labels[0]], 1.0)
+            else:
+                gpu_up.add_metric([labels[0]], 0.0)
+                reasons = [v.reason for v in sample.values() if is_na(v)]
+                gpu_err.add_metric([labels[0], reasons[0] if reasons else "NoReading"], 1.0)
+            for metric in GPU_METRICS:
+                value = _number(sample.get(metric.key))
+                if value is not None:
+                    families[metric.name].add_metric(labels, value * metric.scale)
+            mask = sample.get("throttle_reasons")
+            if isinstance(mask, int) and not isinstance(mask, bool):
+                for bit, (name, _words) in sorted(THROTTLE_REASONS.items()):
+                    throttled.add_metric(labels + [name], 1.0 if mask & bit else 0.0)
+                throttled.add_metric(labels + ["any_harmful"], 1.0 if mask & HARMFUL_THROTTLE_MASK else 0.0)
+            for (kind, counter), (key, _dcgm) in ECC_COUNTERS.items():
+                value = _number(sample.get(key))
+                if value is not None:
+                    ecc.add_metric(labels + [kind, counter], value)
+        yield gpu_info
+        yield gpu_up
+        yield gpu_err
+        yield from families.values()
+        yield throttled
+        yield ecc
+        yield from self._report_metrics()
+
+    def _report_metrics(self) -> Iterable[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        if self.reports is None:
+            return
+        yield GaugeMetricFamily("gpudoctor_report_up", OTHER_METRICS["gpudoctor_report_up"],
+                                value=float(self.reports.up))
+        report = self.reports.report
+        if report is None:
+            return
+        overall = GaugeMetricFamily("gpudoctor_report_status", OTHER_METRICS["gpudoctor_report_status"],
+                                    labels=["status"])
+        for status in STATUSES:
+            overall.add_metric([status], 1.0 if report.get("status") == status else 0.0)
+        yield overall
+        probes = GaugeMetricFamily("gpudoctor_probe_status", OTHER_METRICS["gpudoctor_probe_status"],
+                                   labels=["probe", "status"])
+        for result in report.get("results", []):
+            for status in STATUSES:
+                probes.add_metric([str(result.get("probe")), status],
+                                  1.0 if result.get("status") == status else 0.0)
+        yield probes
+        if self.reports.finished_at is not None:
+            yield GaugeMetricFamily("gpudoctor_report_timestamp_seconds",
+                                    OTHER_METRICS["gpudoctor_report_timestamp_seconds"],
+                                    value=self.reports.finished_at)
+        if self.reports.duration_s is not None:
+            yield GaugeMetricFamily("gpudoctor_report_duration_seconds",
+                                    OTHER_METRICS["gpudoctor_report_duration_seconds"],
+                                    value=self.reports.duration_s)
+
+
+def _label(value: Any) -> str:
+    from gpudoctor.backends import is_na
+
+    if value is None or is_na(value):
+        return ""
+    return str(value)
+
+
+def build_registry(collector: GpudoctorCollector) -> Any:
+    """A registry with our collector and the exporter's own process metrics (RSS, CPU)."""
+    from prometheus_client import CollectorRegistry, ProcessCollector
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    ProcessCollector(registry=registry)
+    return registry
+
+
+# --------------------------------------------------------------------------- command
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be 0..65535, got {value}")
+    return value
+
+
+def _seconds(allow_zero: bool) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+        if value < 0 or (value == 0 and not allow_zero):
+            raise argparse.ArgumentTypeError(f"must be {'>= 0' if allow_zero else '> 0'}, got {text}")
+        return value
+
+    return parse
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "exporter", help="serve Prometheus metrics for every GPU and the last report",
+        description="Prometheus exporter: per-GPU utilisation, memory, temperature, power, clocks, PCIe, "
+                    "ECC, throttle reasons, and each probe's status in the last quick report. Metric names "
+                    "and their dcgm-exporter counterparts: docs/fleet.md.")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 opens it to the network)")
+    p.add_argument("--port", type=_port, default=DEFAULT_PORT,
+                   help=f"TCP port (default {DEFAULT_PORT}; 0 picks a free one and prints it)")
+    p.add_argument("--interval", type=_seconds(False), default=DEFAULT_INTERVAL_S, metavar="S",
+                   help=f"seconds between GPU samples (default {DEFAULT_INTERVAL_S:g}); scrapes serve the latest")
+    p.add_argument("--report-interval", type=_seconds(True), default=DEFAULT_REPORT_INTERVAL_S, metavar="S",
+                   help="run the quick report at start and then every S seconds (default 300; 0: at start only)")
+    p.add_argument("--report-file", metavar="FILE",
+                   help="expose the report in FILE (written by `gpudoctor report -o FILE`) instead of "
+                        "running the quick report; re-read when it changes")
+    p.add_argument("--no-report", action="store_true", help="expose no report metrics")
+    p.add_argument("--replay", metavar="FILE", help="serve a recording (gpudoctor record) instead of live NVML")
+    p.add_argument("--exit-after", type=_seconds(False), metavar="S",
+                   help="stop after S seconds (for scripts and tests; default: run until Ctrl-C or SIGTERM)")
+    p.set_defaults(handler=cmd_exporter)
+
+
+def cmd_exporter(args: argparse.Namespace) -> int:
+    from prometheus_client import start_http_server
+
+    from gpudoctor.backends import RecordingError, open_gpu_backend
+
+    try:
+        gpu = open_gpu_backend(args.replay)
+    except RecordingError as exc:
+        raise UsageError(str(exc)) from None
+    sampler = GpuSampler(gpu, args.interval)
+    sampler.sample_once()  # the first scrape already has data
+    reports: ReportStatus | None = None
+    if not args.no_report:
+        if args.report_file:
+            reports = ReportStatus(path=args.report_file)
+        else:
+            reports = ReportStatus(produce=quick_report_producer(args.replay), interval=args.report_interval)
+    source = f"replay:{os.path.basename(args.replay)}" if args.replay else "nvml"
+    registry = build_registry(GpudoctorCollector(sampler, reports, source))
+    try:
+        server, _thread = start_http_server(args.port, addr=args.host, registry=registry)
+    except OSError as exc:
+        gpu.close()
+        raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+    host, port = server.server_address[:2]
+    shown = f"[{host}]" if ":" in str(host) else host
+    print(f"gpudoctor exporter: serving http://{shown}:{port}/metrics", file=sys.stderr, flush=True)
+    if args.host not in LOOPBACK:
+        print(f"gpudoctor exporter: warning: listening on {args.host}, reachable from other machines",
+              file=sys.stderr, flush=True)
+    first = sampler.snapshot or {}
+    if first.get("status") is not None:
+        print(f"gpudoctor exporter: NVML unavailable ({first['status'].reason}); "
+              "serving gpudoctor_nvml_up 0", file=sys.stderr, flush=True)
+
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    sampler.start()
+    if reports is not None:
+        reports.start()
+    interrupted = False
+    try:
+        stop.wait(args.exit_after)  # None: until SIGTERM (or Ctrl-C)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        server.shutdown()
+        server.server_close()
+        sampler.stop()
+        if reports is not None:
+            reports.stop()
+        gpu.close()
+    print("gpudoctor exporter: stopped", file=sys.stderr, flush=True)
+    return exitcodes.INTERRUPTED if interrupted else exitcodes.OK
+
+
+__all__ = ["GpuSampler", "ReportStatus", "GpudoctorCollector", "build_registry", "GPU_METRICS",
+           "ECC_COUNTERS", "OTHER_METRICS", "all_metric_names", "register", "cmd_exporter"]

@@ -1,0 +1,385 @@
+"""The work one rank does for the ``distributed`` probe (imports torch when called).
+
+Each rank joins a process group, measures all-reduce over message sizes, runs DDP
+training steps of the reference MNIST network and checks that gradients and parameters
+agree across ranks; local rank 0 of each node also reads the node's peer-access matrix,
+NVLink state and runs a DataParallel smoke test. Everything a rank learns goes into one
+JSON-safe ``payload`` dict; :mod:`gpudoctor.probes.distributed` turns the payloads of all
+ranks into one :class:`~gpudoctor.model.ProbeResult`.
+
+Two ways in:
+
+* ``python -m gpudoctor.probes._distributed_worker --out DIR ...`` — started by the
+  probe's own launcher (one process per rank, rendezvous on 127.0.0.1); the payload is
+  written to ``DIR/rank<N>.json`` and progress to ``DIR/rank<N>.phase`` so the launcher
+  can say where a hung rank stopped.
+* :func:`run_rank` in-process, when gpudoctor itself was started by torchrun (RANK,
+  WORLD_SIZE, MASTER_ADDR and MASTER_PORT in the environment): the payloads are
+  exchanged with ``all_gather_object`` so every rank can build the same result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+# The reference network from the tutorials our users learned from (docs/design).
+MLP_WIDTHS = (784, 512, 256, 128, 64, 10)
+DDP_BATCH = 64          # the tutorials' batch size
+DDP_TIMED_STEPS = 10
+SEED = 1234
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+class _Phases:
+    """Writes the current phase to a file so a launcher can name where a rank hung."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.current = "start"
+        self.seq = 0
+        self.times: dict[str, float] = {}
+        self._t = time.perf_counter()
+
+    def enter(self, name: str) -> None:
+        now = time.perf_counter()
+        self.times[self.current] = round(self.times.get(self.current, 0.0) + now - self._t, 6)
+        self._t = now
+        self.current = name
+        self.seq += 1
+        if self.path is not None:
+            try:
+                # "<seq> <name>": the launcher compares seq to find the rank that fell behind.
+                self.path.write_text(f"{self.seq} {name}", encoding="utf-8")
+            except OSError:
+                pass
+
+
+def human(n: int) -> str:
+    for unit, mult in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= mult and n % mult == 0:
+            return f"{n // mult} {unit}"
+    return f"{n} B"
+
+
+def build_mlp(torch: Any) -> Any:
+    nn = torch.nn
+    layers: list[Any] = []
+    for i, (a, b) in enumerate(zip(MLP_WIDTHS, MLP_WIDTHS[1:])):
+        layers.append(nn.Linear(a, b))
+        if i < len(MLP_WIDTHS) - 2:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+def _sync(torch: Any, device: Any) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _spread(torch: Any, dist: Any, flat: Any) -> float:
+    """Largest difference of any element of ``flat`` between two ranks (0.0 = identical)."""
+    hi = flat.detach().clone()
+    lo = flat.detach().clone().neg_()
+    dist.all_reduce(hi, op=dist.ReduceOp.MAX)
+    dist.all_reduce(lo, op=dist.ReduceOp.MAX)
+    return float((hi + lo).max().item())  # max - min
+
+
+def allreduce_sweep(torch: Any, dist: Any, device: Any, sizes: list[int], world: int, rank: int,
+                    target_s: float, phases: _Phases, fault: Callable[[str], None]) -> list[dict[str, Any]]:
+    """All-reduce (sum, float32, in place) per message size: correctness, then timing."""
+    out: list[dict[str, Any]] = []
+    expected = world * (world + 1) / 2
+    for size in sizes:
+        fault("allreduce")  # before entering: a stuck rank stays in its previous phase
+        phases.enter(f"allreduce {human(size)}")
+        numel = max(1, size // 4)
+        entry: dict[str, Any] = {"bytes": numel * 4, "dtype": "float32"}
+        try:
+            buf = torch.full((numel,), float(rank + 1), dtype=torch.float32, device=device)
+        except RuntimeError as exc:  # out of memory at this size: a recorded result
+            entry["error"] = _first_line(exc)
+            out.append(entry)
+            continue
+        dist.all_reduce(buf)
+        _sync(torch, device)
+        entry["correct"] = bool(torch.all(buf == expected).item())
+        buf.zero_()
+        for _ in range(2):  # warm-up: connections, NCCL channels, allocator
+            dist.all_reduce(buf)
+        _sync(torch, device)
+        t0 = time.perf_counter()
+        dist.all_reduce(buf)
+        _sync(torch, device)
+        one = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=device)
+        dist.all_reduce(one, op=dist.ReduceOp.MAX)  # every rank must run the same count
+        iters = int(min(200, max(3, target_s / max(float(one.item()), 1e-6))))
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            dist.all_reduce(buf)
+        _sync(torch, device)
+        entry["iters"] = iters
+        entry["mean_s"] = (time.perf_counter() - t0) / iters
+        out.append(entry)
+        del buf
+    return out
+
+
+def ddp_check(torch: Any, dist: Any, device: Any, rank: int, world: int, phases: _Phases,
+              fault: Callable[[str], None]) -> dict[str, Any]:
+    """DDP steps of the reference MLP; gradients checked against a manual all-reduce."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    phases.enter("ddp setup")
+    torch.manual_seed(SEED)  # same initial weights everywhere (DDP also broadcasts rank 0's)
+    model = build_mlp(torch).to(device)
+    reference = build_mlp(torch).to(device)
+    reference.load_state_dict(model.state_dict())
+    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.5)
+    gen = torch.Generator().manual_seed(SEED + 1 + rank)  # each rank its own batch
+
+    def batch() -> tuple[Any, Any]:
+        x = torch.randn(DDP_BATCH, 784, generator=gen).to(device)
+        y = torch.randint(0, 10, (DDP_BATCH,), generator=gen).to(device)
+        return x, y
+
+    # 1. one step: DDP's averaged gradient versus local gradients summed by hand.
+    fault("ddp")
+    phases.enter("ddp gradient check")
+    x, y = batch()
+    opt.zero_grad(set_to_none=True)
+    loss = loss_fn(ddp(x), y)
+    loss.backward()
+    ddp_grad = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    reference.zero_grad(set_to_none=True)
+    loss_fn(reference(x), y).backward()
+    manual = torch.cat([p.grad.reshape(-1) for p in reference.parameters()])
+    dist.all_reduce(manual)
+    manual /= world
+    grad_vs_manual = float((ddp_grad - manual).abs().max().item())
+    grad_scale = float(manual.abs().max().item())
+    grad_spread = _spread(torch, dist, ddp_grad)
+    opt.step()
+    param_spread = _spread(torch, dist, torch.cat([p.detach().reshape(-1) for p in model.parameters()]))
+
+    # 2. timed steps with gradient sync, and the same steps without it (local compute only):
+    #    collectives make every rank wait for the slowest, so stragglers show in compute time.
+    phases.enter("ddp timed steps")
+    step_times: list[float] = []
+    for _ in range(DDP_TIMED_STEPS):
+        x, y = batch()
+        _sync(torch, device)
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(ddp(x), y)
+        loss.backward()
+        opt.step()
+        _sync(torch, device)
+        step_times.append(time.perf_counter() - t0)
+    compute_times: list[float] = []
+    with ddp.no_sync():
+        for _ in range(DDP_TIMED_STEPS):
+            x, y = batch()
+            _sync(torch, device)
+            t0 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            loss_fn(ddp(x), y).backward()
+            _sync(torch, device)
+            compute_times.append(time.perf_counter() - t0)
+    dist.barrier()
+    return {
+        "batch_per_rank": DDP_BATCH,
+        "loss": float(loss.item()),
+        "grad_max_abs_diff_vs_manual": grad_vs_manual,
+        "grad_max_abs": grad_scale,
+        "grad_spread": grad_spread,
+        "param_spread": param_spread,
+        "step_times_s": step_times,
+        "compute_times_s": compute_times,
+        "parameters": int(sum(p.numel() for p in model.parameters())),
+    }
+
+
+def node_checks(torch: Any) -> dict[str, Any]:
+    """Peer access, NVLink (NVML) and DataParallel on this node's visible GPUs."""
+    from gpudoctor.backends import NvmlBackend, is_na
+    from gpudoctor.backends.visibility import visible_nvml_indices
+
+    info: dict[str, Any] = {"hostname": socket.gethostname()}
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    info["cuda_devices"] = count
+    if count < 2:
+        info["skip_reason"] = ("no CUDA device is visible" if count == 0
+                               else "only one CUDA device is visible")
+        return info
+    info["device_names"] = [torch.cuda.get_device_name(i) for i in range(count)]
+    info["peer_access"] = [[None if i == j else bool(torch.cuda.can_device_access_peer(i, j))
+                            for j in range(count)] for i in range(count)]
+    gpu = NvmlBackend()
+    try:
+        visible = visible_nvml_indices(gpu)
+        if is_na(visible):
+            info["nvlink_error"] = visible.reason
+        else:
+            links: list[Any] = []
+            for torch_index, nvml_index in enumerate(visible[:count]):
+                state = gpu.nvlink(nvml_index)
+                links.append(state.reason if is_na(state) else state)
+            info["nvlink"] = links
+            info["nvml_bus_ids"] = [gpu.static(i).get("pci_bus_id") for i in visible[:count]]
+            info["nvml_bus_ids"] = [None if is_na(b) else b for b in info["nvml_bus_ids"]]
+    finally:
+        gpu.close()
+    info["dataparallel"] = dataparallel_smoke(torch, count)
+    return info
+
+
+def dataparallel_smoke(torch: Any, count: int) -> dict[str, Any]:
+    """nn.DataParallel over every visible GPU must give what one GPU gives."""
+    try:
+        torch.manual_seed(SEED)
+        model = build_mlp(torch).to("cuda:0")
+        x = torch.randn(DDP_BATCH * count, 784, device="cuda:0")
+        with torch.no_grad():
+            single = model(x)
+        parallel_model = torch.nn.DataParallel(model, device_ids=list(range(count)))
+        t0 = time.perf_counter()
+        out = parallel_model(x)
+        out.float().sum().backward()
+        torch.cuda.synchronize()
+        elapsed = time.perf_counter() - t0
+        diff = float((out.detach() - single).abs().max().item())
+        grads_finite = all(bool(torch.isfinite(p.grad).all().item()) for p in model.parameters())
+        return {"devices": count, "max_abs_diff": diff, "grads_finite": grads_finite,
+                "ok": diff <= 1e-3 and grads_finite, "seconds": elapsed}
+    except Exception as exc:
+        return {"devices": count, "ok": False, "error": _first_line(exc)}
+
+
+def run_rank(*, rank: int, world: int, local_rank: int, backend: str, sizes: list[int],
+             init_method: str, timeout_s: float, target_s: float = 0.2,
+             phases: _Phases | None = None, fault: str = "", gather: bool = False) -> Any:
+    """One rank's whole check. Returns its payload, or every rank's when ``gather``."""
+    import torch
+    import torch.distributed as dist
+
+    phases = phases or _Phases(None)
+    payload: dict[str, Any] = {"rank": rank, "world_size": world, "local_rank": local_rank,
+                               "hostname": socket.gethostname(), "pid": os.getpid(),
+                               "backend": backend, "torch": torch.__version__, "error": None}
+
+    def inject(where: str) -> None:  # test hook: "crash:<rank>:<where>" or "hang:<rank>:<where>"
+        if not fault:
+            return
+        kind, who, at = (fault.split(":") + ["", ""])[:3]
+        if int(who) == rank and at == where:
+            if kind == "crash":
+                os._exit(17)
+            if kind == "hang":
+                while True:
+                    time.sleep(1)
+
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+        payload["device_name"] = torch.cuda.get_device_name(device)
+    else:
+        device = torch.device("cpu")
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "0")) or world
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, local_world)))
+        payload["device_name"] = "cpu"
+    payload["device"] = str(device)
+    inject("init")
+    phases.enter("init_process_group")
+    t0 = time.perf_counter()
+    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=timeout_s))
+    try:
+        dist.barrier()
+        payload["init_s"] = time.perf_counter() - t0
+        payload["allreduce"] = allreduce_sweep(torch, dist, device, sizes, world, rank, target_s,
+                                               phases, inject)
+        payload["ddp"] = ddp_check(torch, dist, device, rank, world, phases, inject)
+        if local_rank == 0:
+            phases.enter("node checks")
+            payload["node"] = node_checks(torch)  # peers, NVLink, DataParallel: whatever the backend
+        phases.enter("done")
+        payload["phase_s"] = phases.times
+        if gather:
+            everyone: list[Any] = [None] * world
+            dist.all_gather_object(everyone, payload)
+            return everyone
+        # Leave together: no rank tears down its communicator while local rank 0 still
+        # runs the node checks.
+        dist.barrier()
+        return payload
+    finally:
+        try:
+            dist.destroy_process_group()
+        except Exception:
+            pass
+
+
+def _exit_with_parent() -> None:
+    """Leave when the launcher goes away (killed at its time limit): no orphaned ranks."""
+    import threading
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent:
+                os._exit(3)
+
+    threading.Thread(target=watch, name="gpudoctor-parent-watch", daemon=True).start()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="gpudoctor-distributed-worker")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--backend", required=True)
+    parser.add_argument("--sizes", required=True, help="comma-separated byte counts")
+    parser.add_argument("--timeout", type=float, required=True)
+    parser.add_argument("--target", type=float, default=0.2)
+    parser.add_argument("--fault", default="")
+    args = parser.parse_args(argv)
+    _exit_with_parent()
+    rank = int(os.environ["RANK"])
+    out = Path(args.out)
+    phases = _Phases(out / f"rank{rank}.phase")
+    try:
+        payload = run_rank(rank=rank, world=int(os.environ["WORLD_SIZE"]),
+                           local_rank=int(os.environ.get("LOCAL_RANK", rank)), backend=args.backend,
+                           sizes=[int(s) for s in args.sizes.split(",")], init_method="env://",
+                           timeout_s=args.timeout, target_s=args.target, phases=phases,
+                           fault=args.fault)
+        code = 0
+    except Exception as exc:
+        payload = {"rank": rank, "error": f"{_first_line(exc)} (in {phases.current})",
+                   "traceback": traceback.format_exc(limit=6)}
+        code = 1
+    from gpudoctor.fileio import atomic_write_text
+
+    atomic_write_text(out / f"rank{rank}.json", json.dumps(payload, default=str))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

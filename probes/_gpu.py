@@ -1,0 +1,195 @@
+"""Helpers shared by the measuring probes (memory, transfer, compute, correctness).
+
+Not a probe itself (the leading underscore keeps it out of the registry). Imports torch
+only inside functions: these probes run in the runner's child process.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from gpudoctor.backends.na import is_na
+from gpudoctor.model import ProbeResult
+
+
+@dataclass
+class Device:
+    """One torch device to measure, with its NVML index (None when NVML cannot tell)."""
+
+    index: int
+    nvml_index: int | None
+    name: str
+    total_memory: int
+    compute_capability: tuple[int, int]
+
+    @property
+    def label(self) -> str:
+        return f"cuda:{self.index} ({self.name})"
+
+
+@dataclass
+class NoDevice:
+    """Why there is nothing to measure: becomes the probe's ``skip`` result."""
+
+    code: str
+    summary: str
+    why: str = ""
+    fix: str = ""
+
+    def result(self, probe: str) -> ProbeResult:
+        return ProbeResult.skip(probe, self.summary, code=self.code, why=self.why, fix=self.fix)
+
+
+def _first_line(exc: BaseException) -> str:
+    """'RuntimeError: Found no NVIDIA driver on your system' (first sentence of the first line)."""
+    text = str(exc).strip()
+    if not text:
+        return type(exc).__name__
+    line = text.splitlines()[0]
+    sentence = line.split(". ")[0].rstrip(".")
+    return f"{type(exc).__name__}: {sentence}"
+
+
+def precheck(ctx: Any) -> NoDevice | None:
+    """Reasons not to measure that need no torch import (--quick must never load torch)."""
+    if ctx.replay:
+        return NoDevice("replay_no_device", "Not measured: a replayed report has no live GPU to exercise.",
+                        "Bandwidth, compute and memory figures need the device itself.",
+                        "Run `gpudoctor report --full` on the machine with the GPU.")
+    if not ctx.torch_allowed():
+        return NoDevice("quick_mode", "Not measured at --quick (no torch import, no CUDA context).",
+                        fix="Run `gpudoctor report --full` to measure.")
+    return None
+
+
+def import_torch_or_reason() -> tuple[Any, NoDevice | None]:
+    from gpudoctor.backends.torch_cuda import import_torch
+
+    torch = import_torch()
+    if is_na(torch):
+        return None, NoDevice("torch_unavailable", f"torch cannot be imported ({torch.reason}).",
+                              "Nothing can be measured without torch.",
+                              "Install a torch build for this machine (pip install torch).")
+    return torch, None
+
+
+def cuda_devices(ctx: Any, torch: Any) -> list[Device] | NoDevice:
+    """The devices to measure (``ctx.device`` or all visible), or why there are none."""
+    early = precheck(ctx)
+    if early is not None:
+        return early
+    if not getattr(torch.version, "cuda", None):
+        return NoDevice("torch_without_cuda", f"This torch build ({torch.__version__}) has no CUDA support.",
+                        "GPU measurements need a CUDA build of torch.",
+                        "Install a CUDA build: see the selector at https://pytorch.org/get-started/locally/.")
+    try:
+        available = torch.cuda.is_available()
+    except Exception as exc:  # pragma: no cover - is_available does not raise in practice
+        available, reason = False, _first_line(exc)
+    else:
+        reason = ""
+    if not available:
+        if not reason:
+            try:
+                torch.cuda.init()
+                reason = "torch sees no CUDA device"
+            except Exception as exc:
+                reason = _first_line(exc)
+        return NoDevice("no_cuda_device", f"No CUDA device to measure ({reason}).",
+                        "These checks exercise the GPU itself; the devices and environment probes say why "
+                        "none is usable.",
+                        "Run `gpudoctor report` and fix the failures it lists first.")
+    count = torch.cuda.device_count()
+    if ctx.device is not None and not 0 <= ctx.device < count:
+        return NoDevice("device_out_of_range", f"--device {ctx.device} does not exist (torch sees {count}).")
+    indices = [ctx.device] if ctx.device is not None else list(range(count))
+    nvml_map = _nvml_indices(ctx.gpu, torch, indices)
+    devices = []
+    for index in indices:
+        props = torch.cuda.get_device_properties(index)
+        devices.append(Device(index, nvml_map.get(index), str(props.name), int(props.total_memory),
+                              (int(props.major), int(props.minor))))
+    return devices
+
+
+def _nvml_indices(gpu: Any, torch: Any, indices: list[int]) -> dict[int, int | None]:
+    """torch index -> NVML index, by PCI bus id (CUDA and NVML number devices differently)."""
+    from gpudoctor.backends.torch_cuda import device_properties
+    from gpudoctor.backends.visibility import match_torch_to_nvml, visible_nvml_indices
+
+    try:
+        if gpu.status() is not None:
+            return {}
+        count = gpu.device_count()
+        if not isinstance(count, int):
+            return {}
+        out = match_torch_to_nvml([device_properties(torch, index) for index in indices],
+                                  [gpu.static(n) for n in range(count)])
+        if all(v is None for v in out.values()):
+            visible = visible_nvml_indices(gpu)
+            if isinstance(visible, list):
+                out = {i: (visible[i] if i < len(visible) else None) for i in indices}
+        return out
+    except Exception:
+        return {}
+
+
+def nvml_sample(ctx: Any, device: Device) -> dict[str, Any]:
+    if device.nvml_index is None:
+        return {}
+    try:
+        return ctx.gpu.sample(device.nvml_index)
+    except Exception:
+        return {}
+
+
+def nvml_used(ctx: Any, device: Device) -> int | None:
+    """Device memory in use according to the driver (nvidia-smi's 'Memory-Usage'), or None."""
+    value = nvml_sample(ctx, device).get("memory_used_bytes")
+    return int(value) if isinstance(value, int) else None
+
+
+def nvml_static(ctx: Any, device: Device) -> dict[str, Any]:
+    if device.nvml_index is None:
+        return {}
+    try:
+        return ctx.gpu.static(device.nvml_index)
+    except Exception:
+        return {}
+
+
+def work_budget(ctx: Any, target_s: float, devices: int = 1, reserve_s: float = 2.0) -> float:
+    """Seconds of measuring per device: the probe's target, cut to what its deadline leaves."""
+    left = ctx.time_left() - reserve_s
+    return max(0.2, min(target_s, left) / max(1, devices))
+
+
+def own_pid() -> int:
+    return os.getpid()
+
+
+# The few CUDA-specific calls, in one place (tests run the probes' device paths on CPU
+# tensors by replacing these).
+def torch_device(torch: Any, device: Device) -> Any:
+    return torch.device("cuda", device.index)
+
+
+def event_clock(torch: Any, device: Any) -> Any:
+    from gpudoctor.measure import CudaEventClock
+
+    return CudaEventClock(torch, device)
+
+
+def pinned_empty(torch: Any, nbytes: int) -> Any:
+    """Page-locked host memory: the DMA engines copy from it directly."""
+    return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+
+
+def has_context(torch: Any, index: int) -> bool:
+    """Whether this process already created the device's primary CUDA context."""
+    try:
+        return bool(torch._C._cuda_hasPrimaryContext(index))
+    except Exception:  # private API: when it cannot answer, measure in a fresh process
+        return True

@@ -1,0 +1,244 @@
+"""compute: matrix-multiply TFLOP/s (fp32, tf32, fp16, bf16) against the datasheet, and a CPU figure.
+
+Square matmuls large enough to fill every SM (n = 8192 where memory allows) are timed
+with CUDA events after a warm-up, median of repeats, with inputs rotated through three
+random pairs so that no cache flatters the figure. Each figure is compared with the
+device's dense datasheet peak (table and sources in :mod:`gpudoctor.measure`,
+docs/measurements.md). A CPU fp32 figure is always measured, GPU or not, so the
+GPU/CPU ratio the tutorials argue about is a number for this machine.
+
+Thresholds (ours): a tensor-core mode below 50 % of its datasheet peak is a warning
+(healthy datacenter GPUs reach 70-90 %; consumer cards boost less reliably).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from gpudoctor import measure
+from gpudoctor.backends.nvml import HARMFUL_THROTTLE_MASK, throttle_reason_names
+from gpudoctor.model import ProbeResult, Status
+from gpudoctor.probes import Probe, ProbeContext
+
+from . import _gpu
+
+MODES = ("fp32", "tf32", "fp16", "bf16")
+MAX_N = 8192  # 8192^2 outputs: thousands of tiles, every SM of the largest GPUs busy
+SLOW_PCT = 50.0
+# Throttle reasons that mean the matmul ran below its clocks for a hardware reason. A power
+# cap (sw_power_cap) under full matmul load is normal operation and is only noted.
+HEAT_OR_HW_MASK = HARMFUL_THROTTLE_MASK & ~0x4
+
+
+def matmul_timing(torch: Any, device: Any, dtype: Any, n: int, clock: Any, *, budget_s: float,
+                  slots: int = 3, repeats: int = 10, generator: Any = None) -> measure.Timing:
+    """Median seconds of one n x n x n matmul in ``dtype`` on ``device`` (CPU works too)."""
+    pairs = []
+    for _ in range(slots):
+        # made where they are used: random normal values, never zeros
+        a = torch.randn(n, n, generator=generator, device=device, dtype=dtype)
+        b = torch.randn(n, n, generator=generator, device=device, dtype=dtype)
+        pairs.append((a, b))
+    out = torch.empty(n, n, device=device, dtype=dtype)
+
+    def op(i: int) -> None:
+        a, b = pairs[i % slots]
+        torch.matmul(a, b, out=out)
+
+    first = clock.start()
+    op(0)
+    once = clock.stop(first)
+    inner = measure.inner_count(once, window_s=0.005, cap=16)
+    warmup = 1 if once * inner > budget_s / 4 else 2
+    return measure.time_op(op, clock, warmup=warmup, repeats=repeats, inner=inner, budget_s=budget_s)
+
+
+def cpu_matmul_tflops(torch: Any, budget_s: float = 1.5) -> dict[str, Any]:
+    """fp32 matmul on the CPU (all of torch's threads), the size grown until one takes ~20 ms."""
+    clock = measure.CpuClock()
+    gen = torch.Generator().manual_seed(1234)
+    n = 512
+    while n < 4096:
+        a = torch.randn(n, n, generator=gen)
+        torch.matmul(a, a)  # the first call pays for thread-pool start-up
+        quickest = math.inf
+        for _ in range(3):  # the quickest of three: a busy machine must not stop the growth early
+            start = clock.start()
+            torch.matmul(a, a)
+            quickest = min(quickest, clock.stop(start))
+        if quickest > 0.02:
+            break
+        n *= 2
+    timing = matmul_timing(torch, "cpu", torch.float32, n, clock, budget_s=budget_s, repeats=7, generator=gen)
+    return {"n": n, "threads": torch.get_num_threads(), "tflops": measure.matmul_tflops(n, n, n, timing.seconds),
+            **timing.to_dict()}
+
+
+def spin_up(torch: Any, device: Any, seconds: float = 0.3) -> int:
+    """Keep the GPU busy for ``seconds`` so that its clocks leave their idle state first.
+
+    Idle GPUs run at low clocks and take a moment to boost; without this, the first mode
+    measured would pay for the ramp. Returns how many matmuls it ran.
+    """
+    import time
+
+    n = min(4096, MAX_N)
+    a = torch.randn(n, n, device=device, dtype=torch.float16)
+    out = torch.empty_like(a)
+    runs = 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        for _ in range(8):
+            torch.matmul(a, a, out=out)
+        runs += 8
+        torch.cuda.synchronize(device)
+    return runs
+
+
+def _mode_setup(torch: Any, mode: str) -> tuple[Any, bool]:
+    dtype = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[mode]
+    return dtype, mode == "tf32"
+
+
+def bf16_supported(torch: Any, dev: _gpu.Device) -> bool:
+    try:
+        return bool(torch.cuda.is_bf16_supported(including_emulation=False))
+    except TypeError:  # older torch
+        return dev.compute_capability >= (8, 0)
+
+
+def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Device, budget_s: float,
+                  cpu_tflops: float | None) -> None:
+    d = dev.index
+    device = _gpu.torch_device(torch, dev)
+    torch.cuda.set_device(device)
+    clock = _gpu.event_clock(torch, device)
+    spec = measure.lookup_gpu_spec(dev.name)
+    gen = torch.Generator(device=device).manual_seed(0xC0DE + d)
+    rows: dict[str, Any] = {}
+    previous_tf32 = torch.backends.cuda.matmul.allow_tf32
+    r.details.setdefault("spin_up_matmuls", {})[str(d)] = spin_up(torch, device, min(0.3, budget_s / 20))
+    try:
+        for mode in MODES:
+            if mode == "bf16" and not bf16_supported(torch, dev):
+                rows[mode] = {"skipped": f"no bf16 tensor cores on sm_{dev.compute_capability[0]}{dev.compute_capability[1]}"}
+                continue
+            dtype, tf32 = _mode_setup(torch, mode)
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            free, _ = torch.cuda.mem_get_info(device)
+            size = torch.tensor([], dtype=dtype).element_size()
+            n = MAX_N
+            while n > 1024 and 7 * n * n * size > free // 2:  # 3 input pairs + output, half the free memory
+                n //= 2
+            timing = matmul_timing(torch, device, dtype, n, clock, budget_s=budget_s / len(MODES), generator=gen)
+            tflops = measure.matmul_tflops(n, n, n, timing.seconds)
+            peak = spec.peak_tflops(mode) if spec else None
+            rows[mode] = {"n": n, "tflops": round(tflops, 3), "peak_tflops": peak,
+                          "pct_of_peak": None if peak is None else round(measure.percent_of(tflops, peak) or 0, 1),
+                          **timing.to_dict()}
+            torch.cuda.empty_cache()
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous_tf32
+    after = _gpu.nvml_sample(ctx, dev)
+    reasons = after.get("throttle_reasons")
+    r.details.setdefault("matmul", {})[str(d)] = rows
+    r.details.setdefault("datasheet", {})[str(d)] = (
+        {"model": spec.model, "fp32": spec.fp32, "tf32": spec.tf32, "fp16": spec.fp16, "bf16": spec.bf16,
+         "source": spec.source} if spec else None)
+    r.details.setdefault("after_load", {})[str(d)] = {
+        "throttle_reasons": throttle_reason_names(reasons) if isinstance(reasons, int) else None,
+        "clock_sm_mhz": after.get("clock_sm_mhz") if isinstance(after.get("clock_sm_mhz"), int) else None,
+        "power_w": after.get("power_w") if isinstance(after.get("power_w"), (int, float)) else None}
+
+    for mode in MODES:
+        row = rows[mode]
+        if "skipped" in row:
+            r.measure(f"{mode}_matmul", None, "TFLOP/s", device=d, note=row["skipped"])
+            continue
+        note = f"n={row['n']}"
+        if row["pct_of_peak"] is not None:
+            note += f"; {row['pct_of_peak']:.0f} % of {spec.model} datasheet"
+        r.measure(f"{mode}_matmul", row["tflops"], "TFLOP/s", device=d, reference=row["peak_tflops"], note=note)
+    if cpu_tflops:
+        fp32 = rows["fp32"].get("tflops")
+        if fp32:
+            r.measure("gpu_cpu_fp32_ratio", round(fp32 / cpu_tflops, 1), "x", device=d)
+        best = max((row["tflops"] for row in rows.values() if "tflops" in row), default=None)
+        if best and fp32:
+            r.find(Status.PASS, "gpu_cpu_ratio",
+                   f"{dev.label} multiplies matrices {fp32 / cpu_tflops:.0f}x faster than this CPU in fp32 and "
+                   f"{best / cpu_tflops:.0f}x in its fastest mode.",
+                   why="A training run sees this ratio only when the input pipeline keeps the GPU fed; "
+                       "`gpudoctor bench mnist` shows how much of it a real loop gets.", device=d)
+
+    slow = [m for m in ("tf32", "fp16", "bf16")
+            if rows[m].get("pct_of_peak") is not None and rows[m]["pct_of_peak"] < SLOW_PCT]
+    if slow:
+        worst = min(slow, key=lambda m: rows[m]["pct_of_peak"])
+        r.find(Status.WARN, "matmul_slow",
+               f"{', '.join(slow)} matmul on {dev.label} reach(es) only {rows[worst]['pct_of_peak']:.0f} % of the "
+               f"{spec.model} datasheet peak ({worst}: {rows[worst]['tflops']:.0f} of {rows[worst]['peak_tflops']:.0f} "
+               "TFLOP/s).",
+               why="Training runs at most this fraction of the speed the hardware is sold for.",
+               fix="Check clocks and power (health probe: throttling, power cap), other processes on the GPU, "
+                   "MIG slicing, and that nvidia-smi shows the expected board.", device=d)
+    elif spec is None:
+        r.find(Status.PASS, "no_datasheet",
+               f"No datasheet peak for {dev.name} in gpudoctor's table; measured figures are shown alone.", device=d)
+    else:
+        r.find(Status.PASS, "matmul_ok",
+               f"Tensor-core matmul on {dev.label} reaches " + ", ".join(
+                   f"{m} {rows[m]['pct_of_peak']:.0f} %" for m in ("tf32", "fp16", "bf16")
+                   if rows[m].get("pct_of_peak") is not None) + f" of the {spec.model} datasheet.", device=d)
+    if isinstance(reasons, int) and reasons & HEAT_OR_HW_MASK:
+        r.find(Status.WARN, "throttled_under_load",
+               f"{dev.label} was throttling right after the matmul test: "
+               f"{', '.join(throttle_reason_names(reasons & HEAT_OR_HW_MASK))}.",
+               why="Thermal or hardware slowdown lowers the clocks under load, so long runs are slower than short ones.",
+               fix="Check cooling and airflow (nvidia-smi -q -d PERFORMANCE,TEMPERATURE).", device=d)
+    fp32, tf32 = rows["fp32"].get("tflops"), rows["tf32"].get("tflops")
+    if fp32 and tf32 and tf32 >= 1.5 * fp32 and torch.get_float32_matmul_precision() == "highest":
+        r.find(Status.PASS, "tf32_available",
+               f"TF32 runs fp32 matmuls {tf32 / fp32:.1f}x faster on {dev.label}, and torch uses it only when asked.",
+               why="torch keeps full fp32 precision for matmuls by default.",
+               fix='torch.set_float32_matmul_precision("high") at the start of training (or use bf16 autocast).',
+               device=d)
+
+
+def run(ctx: ProbeContext) -> ProbeResult:
+    early = _gpu.precheck(ctx)
+    if early is not None:
+        return early.result("compute")
+    torch, missing = _gpu.import_torch_or_reason()
+    if missing is not None:
+        return missing.result("compute")
+    r = ProbeResult("compute")
+    cpu = cpu_matmul_tflops(torch, budget_s=min(1.5, max(0.3, ctx.time_left() / 10)))
+    r.details["cpu"] = cpu
+    cpu_tflops = cpu["tflops"] if math.isfinite(cpu["tflops"]) else None
+    r.measure("cpu_fp32_matmul", round(cpu["tflops"], 4), "TFLOP/s",
+              note=f"n={cpu['n']}, {cpu['threads']} threads")
+    devices = _gpu.cuda_devices(ctx, torch)
+    if isinstance(devices, _gpu.NoDevice):
+        r.find(Status.SKIP, devices.code, devices.summary + " The CPU figure above was measured.",
+               devices.why, devices.fix)
+        return r.settle(f"no GPU measured; CPU fp32 matmul {cpu['tflops']:.3g} TFLOP/s")
+    for dev in devices:
+        _probe_device(ctx, r, torch, dev, _gpu.work_budget(ctx, 8.0, len(devices), reserve_s=4.0), cpu_tflops)
+    parts = [f"cuda:{m.device} {m.name.replace('_matmul', '')} {m.value:.0f} TFLOP/s"
+             for m in r.measurements if m.name == "bf16_matmul" and m.value is not None]
+    parts.append(f"CPU fp32 {cpu['tflops']:.3g} TFLOP/s")
+    return r.settle(", ".join(parts))
+
+
+PROBE = Probe(
+    name="compute",
+    title="Matrix-multiply TFLOP/s (fp32, tf32, fp16, bf16) against the datasheet, and the CPU",
+    run=run,
+    level="full",
+    uses_torch=True,
+    timeout_s=30,
+    order=60,
+    description=__doc__.splitlines()[0],
+)

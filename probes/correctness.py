@@ -1,0 +1,180 @@
+"""correctness: the device's arithmetic against a float64 CPU reference (silent data corruption).
+
+Fresh random inputs each run (the seed is in the report, so a failure can be replayed).
+Inputs are rounded to the tested format first, so the reference sees exactly what the
+device sees and only the device's own arithmetic is judged:
+
+- matmul in fp32, tf32, fp16 and bf16 (2048 x 512 @ 512 x 2048 by default: more output
+  tiles than any GPU has SMs, so every SM computes part of it);
+- element-wise fp32 ``a * b + c`` over 4 Mi elements.
+
+Two limits per format (values and reasoning in :mod:`gpudoctor.measure`): a rounding-error
+bound per element that correct hardware cannot exceed, and a norm-wise relative error far
+above what correct hardware shows. NaN or Inf never passes; any excess is a ``fail``. The
+same matmul is also run twice: identical inputs must give bit-identical results (cuBLAS is
+deterministic on one device), else ``fail``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from gpudoctor import measure
+from gpudoctor.model import ProbeResult, Status
+from gpudoctor.probes import Probe, ProbeContext
+
+from . import _gpu
+
+MODES = ("fp32", "tf32", "fp16", "bf16")
+MATMUL_SHAPE = (2048, 2048, 512)  # m, n, k
+ELEMENTS = 4 << 20
+
+
+def _dtype(torch: Any, mode: str) -> Any:
+    return {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[mode]
+
+
+class _MatmulPrecision:
+    """Set torch's TF32 and reduced-precision-reduction switches for one mode, restore after."""
+
+    def __init__(self, torch: Any, mode: str) -> None:
+        self.m = torch.backends.cuda.matmul
+        self.mode = mode
+        self.saved: dict[str, Any] = {}
+
+    def __enter__(self) -> None:
+        wanted = {"allow_tf32": self.mode == "tf32",
+                  # split-K partial sums in fp16/bf16 would void the fp32-accumulation bound
+                  "allow_fp16_reduced_precision_reduction": False,
+                  "allow_bf16_reduced_precision_reduction": False}
+        for name, value in wanted.items():
+            if hasattr(self.m, name):
+                self.saved[name] = getattr(self.m, name)
+                setattr(self.m, name, value)
+
+    def __exit__(self, *exc: Any) -> None:
+        for name, value in self.saved.items():
+            setattr(self.m, name, value)
+
+
+def check_matmul(torch: Any, device: Any, mode: str, m: int, n: int, k: int, generator: Any) -> dict[str, Any]:
+    """One matmul on ``device`` against float64 on the CPU. ``device`` may be "cpu" (tests)."""
+    dtype = _dtype(torch, mode)
+    a = torch.randn(m, k, dtype=torch.float64, generator=generator).to(dtype)
+    b = torch.randn(k, n, dtype=torch.float64, generator=generator).to(dtype)
+    a64, b64 = a.double(), b.double()
+    reference = a64 @ b64
+    # |a_i| . |b_j| <= ||a_i|| ||b_j||: a rigorous per-element scale, cheaper than |A| @ |B|
+    scale = torch.outer(a64.norm(dim=1), b64.norm(dim=0))
+    with _MatmulPrecision(torch, mode):
+        a_dev, b_dev = a.to(device), b.to(device)
+        first = a_dev @ b_dev
+        second = a_dev @ b_dev
+        repeat_identical = bool(torch.equal(first, second))
+        result = first.double().cpu()
+    return _judge(torch, mode, k, result, reference, scale, repeat_identical)
+
+
+def check_elementwise(torch: Any, device: Any, count: int, generator: Any) -> dict[str, Any]:
+    """fp32 a * b + c on ``device`` against float64 computed from the same fp32 inputs."""
+    a, b, c = (torch.randn(count, dtype=torch.float64, generator=generator).float() for _ in range(3))
+    a64, b64, c64 = a.double(), b.double(), c.double()
+    reference = a64 * b64 + c64
+    scale = (a64 * b64).abs() + c64.abs()
+    result = (a.to(device) * b.to(device) + c.to(device)).double().cpu()
+    return _judge(torch, "fp32_elementwise", 1, result, reference, scale, True)
+
+
+def _judge(torch: Any, mode: str, k: int, result: Any, reference: Any, scale: Any,
+           repeat_identical: bool) -> dict[str, Any]:
+    nonfinite = int((~torch.isfinite(result)).sum().item())
+    if nonfinite:
+        normwise = componentwise = float("inf")
+    else:
+        diff = result - reference
+        normwise = float(diff.norm() / reference.norm())
+        componentwise = float((diff.abs() / scale.clamp_min(1e-300)).max())
+    if mode == "fp32_elementwise":
+        check = measure.judge_elementwise(normwise=normwise, componentwise=componentwise, nonfinite=nonfinite)
+    else:
+        check = measure.judge_errors(mode, k, normwise=normwise, componentwise=componentwise, nonfinite=nonfinite)
+    out = check.to_dict()
+    out["repeat_identical"] = repeat_identical
+    out["ok"] = check.ok and repeat_identical
+    return out
+
+
+def run_checks(torch: Any, device: Any, *, seed: int, m: int | None = None, n: int | None = None,
+               k: int | None = None, elements: int | None = None,
+               modes: tuple[str, ...] = MODES) -> list[dict[str, Any]]:
+    m = m or MATMUL_SHAPE[0]
+    n = n or MATMUL_SHAPE[1]
+    k = k or MATMUL_SHAPE[2]
+    elements = elements or ELEMENTS
+    generator = torch.Generator().manual_seed(seed)
+    rows = [check_matmul(torch, device, mode, m, n, k, generator) for mode in modes]
+    rows.append(check_elementwise(torch, device, elements, generator))
+    for row in rows:
+        row["shape"] = [m, n, k] if row["mode"] != "fp32_elementwise" else [elements]
+    return rows
+
+
+def run(ctx: ProbeContext) -> ProbeResult:
+    early = _gpu.precheck(ctx)
+    if early is not None:
+        return early.result("correctness")
+    torch, missing = _gpu.import_torch_or_reason()
+    if missing is not None:
+        return missing.result("correctness")
+    devices = _gpu.cuda_devices(ctx, torch)
+    if isinstance(devices, _gpu.NoDevice):
+        return devices.result("correctness")
+    r = ProbeResult("correctness")
+    seed = int.from_bytes(os.urandom(6), "little")
+    r.details["seed"] = seed
+    failed = 0
+    for dev in devices:
+        modes = tuple(m for m in MODES if m != "bf16" or dev.compute_capability >= (8, 0))
+        rows = run_checks(torch, _gpu.torch_device(torch, dev), seed=seed + dev.index, modes=modes)
+        r.details.setdefault("checks", {})[str(dev.index)] = rows
+        for row in rows:
+            r.measure(f"{row['mode']}_max_error", row["componentwise"], "", device=dev.index,
+                      reference=row["componentwise_limit"],
+                      note=f"norm-wise {row['normwise']:.2e} (limit {row['normwise_limit']:.0e})"
+                      if row["normwise"] is not None else "result has NaN/Inf")
+            if row["ok"]:
+                continue
+            failed += 1
+            if row["nonfinite"]:
+                what = f"{row['nonfinite']} NaN/Inf values"
+            elif not row["repeat_identical"] and row["componentwise"] is not None \
+                    and row["componentwise"] <= row["componentwise_limit"]:
+                what = "two runs on identical inputs gave different bits"
+            else:
+                what = (f"error {row['componentwise']:.2e} per element (limit {row['componentwise_limit']:.1e}), "
+                        f"{row['normwise']:.2e} norm-wise (limit {row['normwise_limit']:.0e})")
+            r.find(Status.FAIL, "wrong_results",
+                   f"{row['mode']} results on {dev.label} are wrong: {what}.",
+                   why="Silent data corruption: training on this GPU can produce garbage weights without any error.",
+                   fix=f"Re-run `gpudoctor report --full --probe correctness` (seed {seed + dev.index}); if it "
+                       "repeats, run NVIDIA's DCGM diagnostics (dcgmi diag -r 3), check ECC errors and "
+                       "clocks/overclocking, and take the GPU out of service.", device=dev.index)
+        if not any(not row["ok"] for row in rows):
+            r.find(Status.PASS, "results_correct",
+                   f"{dev.label}: {', '.join(row['mode'] for row in rows)} results agree with float64 within their "
+                   "rounding-error limits; repeated runs are bit-identical.", device=dev.index)
+    checked = sum(len(v) for v in r.details["checks"].values())
+    return r.settle(f"{checked - failed} of {checked} checks correct")
+
+
+PROBE = Probe(
+    name="correctness",
+    title="Device arithmetic against a float64 CPU reference (silent data corruption)",
+    run=run,
+    level="full",
+    uses_torch=True,
+    timeout_s=20,
+    order=45,
+    description=__doc__.splitlines()[0],
+)

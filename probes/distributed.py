@@ -1,0 +1,486 @@
+"""Distributed check: all-reduce bus bandwidth, a DDP step, stragglers, peers and NVLink.
+
+What it checks, on N ranks (NCCL on GPUs, gloo on CPU):
+
+* all-reduce (sum, float32) gives the right answer at every message size, and how fast:
+  bus bandwidth as nccl-tests defines it, ``busbw = algbw * 2 (n - 1) / n`` with
+  ``algbw = bytes / time``; the time is the slowest rank's mean, so one slow rank shows;
+* a DDP training step of the reference MNIST network (784-512-256-128-64-10): DDP's
+  averaged gradients must equal the local gradients all-reduced by hand, and gradients
+  and parameters must agree across ranks;
+* per-rank timings; a rank whose local compute is 1.5x slower than the median of the
+  others (and slower by more than 2 ms, so timer noise on tiny steps is not blamed) is
+  named as a straggler;
+* on each node with >= 2 GPUs: the peer-access matrix (``torch.cuda.can_device_access_peer``),
+  NVLink state (NVML) and a DataParallel smoke test. With one GPU or none those parts
+  are ``skip`` findings with the reason, and the probe's status is that of the parts that ran.
+
+Two ways to run: ``gpudoctor distributed --nproc N`` (or this probe from ``report``)
+starts the ranks itself, on 127.0.0.1, with a time limit; under torchrun
+(``torchrun --nproc-per-node N -m gpudoctor distributed``) every rank runs the probe and
+the ranks exchange their results, so every rank reaches the same verdict and rank 0
+writes the report. A rank that crashes or hangs is named (with the phase it was in),
+never a hung command.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from gpudoctor.model import ProbeResult, Status
+from gpudoctor.probes import Probe, ProbeContext
+from gpudoctor.probes._distributed_worker import human as human_size
+
+DEFAULT_SIZES = {"gloo": [64 << 10, 1 << 20, 16 << 20], "nccl": [1 << 20, 16 << 20, 128 << 20, 512 << 20]}
+DEFAULT_TIMEOUT_S = 120.0
+STRAGGLER_RATIO = 1.5
+STRAGGLER_MIN_S = 0.002
+# Seconds the other ranks get to notice a dead rank before the launcher stops them.
+FAILURE_GRACE_S = 5.0
+
+
+def parse_size(text: str) -> int:
+    """'4096', '64K', '1M', '2G' (binary units, as nccl-tests' -b/-e) -> bytes."""
+    raw = text.strip().upper().removesuffix("IB").removesuffix("B")
+    factor = 1
+    for suffix, mult in (("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30)):
+        if raw.endswith(suffix):
+            raw, factor = raw[:-1], mult
+            break
+    try:
+        value = int(float(raw) * factor)
+    except ValueError:
+        raise ValueError(f"not a message size: {text!r} (use e.g. 64K, 1M, 256M)") from None
+    if value < 4:
+        raise ValueError(f"message size must be at least 4 bytes, got {text!r}")
+    return value
+
+
+def bus_bandwidth(nbytes: int, seconds: float, world: int) -> tuple[float, float]:
+    """(algbw, busbw) in GB/s (1e9 bytes/s) for an all-reduce, per nccl-tests."""
+    algbw = nbytes / seconds / 1e9
+    return algbw, algbw * 2 * (world - 1) / world
+
+
+def find_stragglers(times: dict[int, float]) -> list[tuple[int, float, float]]:
+    """Ranks slower than STRAGGLER_RATIO x the median of the others: (rank, time, median)."""
+    out = []
+    if len(times) < 2:
+        return out
+    for rank, t in sorted(times.items()):
+        others = [v for r, v in times.items() if r != rank]
+        ref = statistics.median(others)
+        if t > STRAGGLER_RATIO * ref and t - ref > STRAGGLER_MIN_S:
+            out.append((rank, t, ref))
+    return out
+
+
+# --------------------------------------------------------------------------- launching
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _stderr_tail(path: Path, limit: int = 3) -> str:
+    try:
+        lines = [ln.strip() for ln in path.read_text(encoding="utf-8", errors="replace").splitlines()]
+    except OSError:
+        return ""
+    lines = [ln for ln in lines if ln and not ln.startswith(("File ", "^", "~"))]
+    return " | ".join(lines[-limit:])
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def launch_local(nproc: int, backend: str, sizes: list[int], timeout_s: float, *,
+                 target_s: float = 0.2, fault: str = "") -> tuple[dict[int, Any], dict[int, dict[str, str]]]:
+    """Start ``nproc`` ranks on this machine (rendezvous on 127.0.0.1) and wait for them.
+
+    Returns (payloads by rank, failures by rank). Never waits past ``timeout_s``: ranks
+    still running then are killed. Each failure has ``kind``: ``failed`` (the first rank
+    to die), ``hung`` (did not finish, and no other rank fell further behind), or
+    ``stopped`` (waiting for a failed or hung rank when it was stopped), and ``text``.
+    """
+    import json
+
+    workdir = Path(tempfile.mkdtemp(prefix="gpudoctor-dist-"))
+    port = _free_port()
+    procs: dict[int, subprocess.Popen[bytes]] = {}
+    try:
+        for rank in range(nproc):
+            env = dict(os.environ)
+            env.update(RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_RANK=str(rank),
+                       LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+            if sys.platform.startswith("linux") and os.path.exists("/sys/class/net/lo"):
+                env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # stay on loopback
+            # The ranks' own collective timeout is longer than ours, so that the rank that is
+            # stuck, not the one waiting for it, is what we find when our limit comes.
+            cmd = [sys.executable, "-m", "gpudoctor.probes._distributed_worker", "--out", str(workdir),
+                   "--backend", backend, "--sizes", ",".join(str(s) for s in sizes),
+                   "--timeout", str(timeout_s + 60.0), "--target", str(target_s)]
+            if fault:
+                cmd += ["--fault", fault]
+            with open(workdir / f"rank{rank}.stderr", "wb") as err:
+                # Same process group as us: Ctrl-C in the terminal reaches the ranks too.
+                procs[rank] = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL,
+                                               stdout=subprocess.DEVNULL, stderr=err)
+        deadline = time.monotonic() + timeout_s
+        exited_at: dict[int, float] = {}
+        first_failure: float | None = None
+        while time.monotonic() < deadline:
+            now = time.monotonic()
+            for r, p in procs.items():
+                if r not in exited_at and p.poll() is not None:
+                    exited_at[r] = now
+                    if p.returncode != 0 and first_failure is None:
+                        first_failure = now
+                        deadline = min(deadline, now + FAILURE_GRACE_S)
+            if len(exited_at) == len(procs):
+                break
+            time.sleep(0.05)
+        still_running = {r for r, p in procs.items() if p.poll() is None}
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+            p.wait(10)
+
+        phases: dict[int, tuple[int, str]] = {}
+        payloads: dict[int, Any] = {}
+        errors: dict[int, str] = {}
+        for rank, p in procs.items():
+            try:
+                seq, _, name = (workdir / f"rank{rank}.phase").read_text(encoding="utf-8").partition(" ")
+                phases[rank] = (int(seq), name.strip())
+            except (OSError, ValueError):
+                phases[rank] = (0, "start-up")
+            payload = None
+            try:
+                payload = json.loads((workdir / f"rank{rank}.json").read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                pass
+            if rank in still_running:
+                continue
+            if payload is not None and not payload.get("error") and p.returncode == 0:
+                payloads[rank] = payload
+            elif payload is not None and payload.get("error"):
+                errors[rank] = f"failed: {payload['error']}"
+            else:
+                tail = _stderr_tail(workdir / f"rank{rank}.stderr")
+                errors[rank] = (f"{_describe_exit(p.returncode)} (last phase: {phases[rank][1]})"
+                                + (f": {tail}" if tail else ""))
+        return payloads, classify_failures(errors, exited_at, still_running, phases, timeout_s)
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def classify_failures(errors: dict[int, str], exited_at: dict[int, float], still_running: set[int],
+                      phases: dict[int, tuple[int, str]], timeout_s: float) -> dict[int, dict[str, str]]:
+    """Tell the rank that caused the trouble from the ranks that were waiting for it.
+
+    A rank that died is the culprit when it died first (ties: one that left no error
+    report of its own, i.e. crashed, before one that reported a broken connection).
+    Without a death, the ranks that fell furthest behind (lowest phase number) hung; the
+    others were waiting for them in a collective.
+    """
+    out: dict[int, dict[str, str]] = {}
+    if errors:
+        first = min(errors, key=lambda r: (exited_at.get(r, float("inf")), "failed:" in errors[r]))
+        out[first] = {"kind": "failed", "text": errors[first]}
+        for rank, text in errors.items():
+            if rank != first:
+                out[rank] = {"kind": "stopped", "text": f"failed after rank {first} did ({text})"}
+        for rank in still_running:
+            out[rank] = {"kind": "stopped",
+                         "text": f"was stopped after rank {first} failed (in {phases[rank][1]})"}
+        return out
+    if still_running:
+        behind = min(phases[r][0] for r in still_running)
+        culprits = sorted(r for r in still_running if phases[r][0] == behind)
+        for rank in still_running:
+            if rank in culprits:
+                out[rank] = {"kind": "hung",
+                             "text": f"did not finish within {timeout_s:.0f} s (last phase: {phases[rank][1]})"}
+            else:
+                out[rank] = {"kind": "stopped",
+                             "text": f"was waiting for rank(s) {', '.join(map(str, culprits))} "
+                                     f"in {phases[rank][1]} when stopped"}
+    return out
+
+
+# --------------------------------------------------------------------------- assembling
+def _tolerance(scale: float) -> float:
+    # Two float32 sums of the same numbers in different orders differ by a few ulps.
+    return 1e-4 * scale + 1e-7
+
+
+def assemble(payloads: dict[int, Any], failures: dict[int, dict[str, str]], world: int, backend: str,
+             mode: str, skipped: list[tuple[str, str]] | None = None) -> ProbeResult:
+    """Build the probe result from every rank's payload (pure: testable without torch)."""
+    result = ProbeResult(probe="distributed")
+    hosts = sorted({p.get("hostname", "?") for p in payloads.values()})
+    result.details.update(mode=mode, backend=backend, world_size=world, hosts=hosts)
+    result.measure("world_size", world, "ranks")
+    for code, why in skipped or []:
+        result.find(Status.SKIP, code, why)
+
+    for rank in sorted(failures):
+        kind, text = failures[rank]["kind"], failures[rank]["text"]
+        if kind == "stopped":
+            result.find(Status.SKIP, "rank_stopped", f"rank {rank} {text}")
+            continue
+        result.find(Status.FAIL, "rank_hung" if kind == "hung" else "rank_failed", f"rank {rank} {text}",
+                    why="One rank that crashes or hangs stalls every collective in a training job.",
+                    fix="Run again with NCCL_DEBUG=INFO (NCCL) or TORCH_DISTRIBUTED_DEBUG=DETAIL to see "
+                        "where that rank stops; check its GPU with `gpudoctor report --device N`.")
+    result.details["failures"] = {str(r): f for r, f in sorted(failures.items())}
+    ranks = [payloads[r] for r in sorted(payloads)]
+    if not ranks:
+        return _finish(result, None)
+
+    # all-reduce table: per size, the slowest rank's mean time.
+    table: list[dict[str, Any]] = []
+    wrong: list[str] = []
+    size_errors: list[str] = []
+    for i, entry in enumerate(ranks[0].get("allreduce", [])):
+        nbytes = int(entry["bytes"])
+        per_rank = {p["rank"]: p["allreduce"][i] for p in ranks if i < len(p.get("allreduce", []))}
+        errors = {r: e["error"] for r, e in per_rank.items() if e.get("error")}
+        if errors:
+            size_errors.append(f"{human_size(nbytes)}: " + "; ".join(f"rank {r}: {e}" for r, e in errors.items()))
+            continue
+        bad = [r for r, e in per_rank.items() if not e.get("correct", False)]
+        if bad:
+            wrong.append(f"{human_size(nbytes)} on rank(s) {', '.join(map(str, bad))}")
+        seconds = max(e["mean_s"] for e in per_rank.values())
+        algbw, busbw = bus_bandwidth(nbytes, seconds, world)
+        table.append({"bytes": nbytes, "size": human_size(nbytes), "time_us": round(seconds * 1e6, 2),
+                      "algbw_GBps": round(algbw, 4), "busbw_GBps": round(busbw, 4),
+                      "iters": min(e.get("iters", 0) for e in per_rank.values()),
+                      "per_rank_time_us": {str(r): round(e["mean_s"] * 1e6, 2) for r, e in per_rank.items()}})
+        result.measure(f"allreduce_busbw_{human_size(nbytes).replace(' ', '')}", round(busbw, 4), "GB/s",
+                       note=f"algbw {algbw:.4f} GB/s, {seconds * 1e6:.1f} us (slowest rank)")
+    result.details["allreduce"] = table
+    if wrong:
+        result.find(Status.FAIL, "allreduce_wrong_result", "all-reduce gave a wrong sum: " + "; ".join(wrong),
+                    why="A collective that returns wrong numbers silently corrupts training.",
+                    fix="Update the driver and NCCL; run nccl-tests' all_reduce_perf with -c 1 to confirm.")
+    if size_errors:
+        result.find(Status.WARN, "allreduce_size_failed", "all-reduce could not run at " + "; ".join(size_errors),
+                    fix="Use smaller --sizes, or free device memory.")
+    if table:
+        peak = max(table, key=lambda row: row["busbw_GBps"])
+        result.measure("allreduce_busbw_peak", peak["busbw_GBps"], "GB/s", note=f"at {peak['size']}")
+
+    # DDP: correctness and per-rank timings.
+    ddp = {p["rank"]: p["ddp"] for p in ranks if p.get("ddp")}
+    if ddp:
+        scale = max(d["grad_max_abs"] for d in ddp.values())
+        tol = _tolerance(scale)
+        vs_manual = max(d["grad_max_abs_diff_vs_manual"] for d in ddp.values())
+        grad_spread = max(d["grad_spread"] for d in ddp.values())
+        param_spread = max(d["param_spread"] for d in ddp.values())
+        result.measure("ddp_grad_diff_vs_manual_allreduce", vs_manual, "", reference=tol)
+        result.measure("ddp_grad_spread_across_ranks", grad_spread, "", reference=tol)
+        result.measure("ddp_param_spread_across_ranks", param_spread, "", reference=tol)
+        if vs_manual > tol:
+            result.find(Status.FAIL, "ddp_gradients_wrong",
+                        f"DDP's averaged gradients differ from a hand-made all-reduce by {vs_manual:.3g} "
+                        f"(tolerance {tol:.3g})",
+                        why="DDP is not averaging gradients correctly: the model trains on wrong updates.",
+                        fix="Check that every rank runs the same torch version and the same model code.")
+        if grad_spread > tol or param_spread > tol:
+            result.find(Status.FAIL, "ranks_disagree",
+                        f"ranks disagree after a DDP step (gradients by {grad_spread:.3g}, parameters by "
+                        f"{param_spread:.3g})",
+                        why="Replicas that drift apart train different models.",
+                        fix="Look for rank-dependent code paths and mixed torch/NCCL versions across nodes.")
+        step = {r: statistics.median(d["step_times_s"]) for r, d in ddp.items()}
+        compute = {r: statistics.median(d["compute_times_s"]) for r, d in ddp.items()}
+        result.measure("ddp_step_time_slowest", round(max(step.values()) * 1e3, 3), "ms",
+                       note=f"batch {ranks[0]['ddp']['batch_per_rank']} per rank, median of timed steps")
+        result.measure("ddp_compute_time_median", round(statistics.median(compute.values()) * 1e3, 3), "ms",
+                       note="forward+backward without gradient sync")
+        result.details["ranks"] = [
+            {"rank": r, "hostname": payloads[r].get("hostname"), "device": payloads[r].get("device"),
+             "device_name": payloads[r].get("device_name"), "init_s": round(payloads[r].get("init_s", 0.0), 4),
+             "ddp_step_ms": round(step[r] * 1e3, 3), "ddp_compute_ms": round(compute[r] * 1e3, 3)}
+            for r in sorted(ddp)]
+        shared_cpus = backend == "gloo" and len(hosts) == 1
+        for rank, t, ref in find_stragglers(compute):
+            p = payloads[rank]
+            if shared_cpus:
+                # CPU ranks on one host compete for the same cores: slower ranks are expected.
+                result.find(Status.PASS, "straggler_shared_cpu",
+                            f"rank {rank} computed slower ({t * 1e3:.2f} ms per step against {ref * 1e3:.2f} ms "
+                            f"on the others); all ranks share this host's CPUs, so this is expected")
+                continue
+            result.find(Status.WARN, "straggler",
+                        f"rank {rank} ({p.get('hostname')}, {p.get('device')}) is a straggler: "
+                        f"{t * 1e3:.2f} ms of compute per step against {ref * 1e3:.2f} ms on the others",
+                        why="Every collective waits for the slowest rank, so the whole job runs at its pace.",
+                        fix="Compare that device with `gpudoctor report --device N` (clocks, throttling, "
+                            "PCIe link) and look for other processes on it.")
+    _node_findings(result, ranks)
+    if not any(f.status in (Status.FAIL, Status.WARN) for f in result.findings) and table and ddp:
+        peak = max(table, key=lambda row: row["busbw_GBps"])
+        result.find(Status.PASS, "distributed_ok",
+                    f"{world} ranks ({backend}) on {len(hosts)} host(s): all-reduce correct at every size, "
+                    f"peak bus bandwidth {peak['busbw_GBps']:.2f} GB/s at {peak['size']}; DDP gradients agree")
+    return _finish(result, None)
+
+
+def _node_findings(result: ProbeResult, ranks: list[dict[str, Any]]) -> None:
+    nodes = [p["node"] for p in ranks if p.get("node")]
+    result.details["nodes"] = nodes
+    for node in nodes:
+        host = node.get("hostname", "?")
+        if node.get("skip_reason"):
+            result.find(Status.SKIP, "multi_gpu_skipped",
+                        f"peer access, NVLink and DataParallel not checked on {host}: {node['skip_reason']}",
+                        why="These checks need at least two GPUs on one node.")
+            continue
+        matrix = node.get("peer_access") or []
+        missing = [f"{i}->{j}" for i, row in enumerate(matrix) for j, ok in enumerate(row) if ok is False]
+        if missing:
+            result.find(Status.WARN, "no_peer_access",
+                        f"{host}: no GPU peer access for {', '.join(missing)}",
+                        why="Without peer access NCCL and DataParallel copy between GPUs through host "
+                            "memory, which is slower.",
+                        fix="Check `nvidia-smi topo -m`; on servers, PCIe ACS or an IOMMU in translated "
+                            "mode (common in VMs) blocks peer-to-peer; consumer GPUs may not offer it.")
+        links = node.get("nvlink") or []
+        down = []
+        active_total = 0
+        for gpu, state in enumerate(links):
+            if isinstance(state, list):
+                active_total += sum(1 for link in state if link.get("active"))
+                down += [f"GPU {gpu} link {link['link']}" for link in state if not link.get("active")]
+        result.measure("nvlink_active_links", active_total, "links", note=host)
+        if down:
+            result.find(Status.WARN, "nvlink_link_down", f"{host}: NVLink inactive: {', '.join(down)}",
+                        why="An inactive NVLink lowers GPU-to-GPU bandwidth; traffic falls back to PCIe.",
+                        fix="Check `nvidia-smi nvlink --status`; reset the GPUs or reseat the bridge.")
+        dp = node.get("dataparallel") or {}
+        if dp and not dp.get("ok"):
+            result.find(Status.FAIL, "dataparallel_failed",
+                        f"{host}: DataParallel over {dp.get('devices')} GPUs failed: "
+                        + (dp.get("error") or f"output differs from one GPU by {dp.get('max_abs_diff')}"),
+                        why="Multi-GPU training on this node does not work as is.",
+                        fix="Check the peer-access matrix and `nvidia-smi topo -m`; update the driver.")
+
+
+def _finish(result: ProbeResult, summary: str | None) -> ProbeResult:
+    # Parts that could not run are skip findings; the status is that of the parts that ran.
+    ran = [f.status for f in result.findings if f.status != Status.SKIP]
+    result.status = Status.worst(ran) if ran else Status.SKIP
+    if summary is None:
+        worst = [f for f in result.findings if f.status == result.status]
+        summary = worst[0].summary if worst else ""
+    result.summary = summary
+    return result
+
+
+# --------------------------------------------------------------------------- probe
+def _under_torchrun() -> bool:
+    world = os.environ.get("WORLD_SIZE", "")
+    return all(k in os.environ for k in ("RANK", "MASTER_ADDR", "MASTER_PORT")) \
+        and world.isdigit() and int(world) > 1
+
+
+def run(ctx: ProbeContext) -> ProbeResult:
+    if not ctx.torch_allowed():
+        return ProbeResult.skip("distributed", "the distributed check needs torch: not run with --quick",
+                                code="quick_mode")
+    import torch
+    import torch.distributed as dist
+
+    opts = ctx.options
+    if not dist.is_available():
+        return ProbeResult.skip("distributed", "this torch build has no torch.distributed",
+                                code="distributed_unavailable")
+    cuda = torch.cuda.is_available()
+    gpus = torch.cuda.device_count() if cuda else 0
+    backend = opts.get("backend") or "auto"
+    skipped: list[tuple[str, str]] = []
+    torchrun = _under_torchrun()
+    # NCCL wants one GPU per rank on this node: under torchrun that is LOCAL_WORLD_SIZE
+    # ranks (one per node is fine), otherwise the ranks we start here (at least 2).
+    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1) if torchrun else 2
+    if backend == "auto":
+        backend = "nccl" if gpus >= local_ranks and gpus > 0 and dist.is_nccl_available() else "gloo"
+        if backend == "gloo":
+            why = ("no CUDA device is visible" if gpus == 0 else
+                   "this torch build has no NCCL" if not dist.is_nccl_available() else
+                   f"only {gpus} CUDA device{'s' if gpus != 1 else ''} visible for {local_ranks} ranks on "
+                   "this node (NCCL needs one GPU per rank)")
+            skipped.append(("nccl_skipped", f"NCCL all-reduce not checked: {why}; checked gloo on CPU instead"))
+    if backend == "nccl" and not (cuda and dist.is_nccl_available()):
+        return ProbeResult.skip("distributed", "NCCL asked for, but no CUDA device or no NCCL in this torch",
+                                code="nccl_unavailable")
+    if backend == "gloo" and not dist.is_gloo_available():
+        return ProbeResult.skip("distributed", "this torch build has no gloo backend", code="gloo_unavailable")
+    sizes = [int(s) for s in (opts.get("sizes") or DEFAULT_SIZES[backend])]
+    if opts.get("timeout_s"):  # the caller gave the runner a matching limit
+        timeout_s = float(opts["timeout_s"])
+    else:
+        timeout_s = max(5.0, min(DEFAULT_TIMEOUT_S, ctx.time_left() - 10.0))
+    target_s = float(opts.get("target_s") or 0.2)
+
+    if torchrun:
+        from gpudoctor.probes._distributed_worker import run_rank
+
+        world = int(os.environ["WORLD_SIZE"])
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        if backend == "nccl" and local_rank >= gpus:
+            return ProbeResult.error("distributed", f"local rank {local_rank} has no GPU ({gpus} visible)")
+        everyone = run_rank(rank=int(os.environ["RANK"]), world=world, local_rank=local_rank,
+                            backend=backend, sizes=sizes, init_method="env://", timeout_s=timeout_s,
+                            target_s=target_s, gather=True)
+        payloads = {p["rank"]: p for p in everyone}
+        return assemble(payloads, {}, world, backend, "torchrun", skipped)
+
+    nproc = int(opts.get("nproc") or (gpus if backend == "nccl" else 2))
+    if backend == "nccl" and nproc > gpus:
+        return ProbeResult.skip("distributed", f"--nproc {nproc} needs {nproc} GPUs for NCCL, {gpus} visible",
+                                code="not_enough_gpus")
+    if nproc < 2:
+        return ProbeResult.skip("distributed", "a distributed check needs at least 2 ranks (--nproc 2)",
+                                code="one_rank")
+    payloads, failures = launch_local(nproc, backend, sizes, timeout_s, target_s=target_s,
+                                      fault=str(opts.get("fault") or ""))
+    return assemble(payloads, failures, nproc, backend, "local", skipped)
+
+
+PROBE = Probe(
+    name="distributed",
+    title="Distributed: all-reduce bandwidth, DDP agreement, stragglers, peers",
+    run=run,
+    level="full",
+    uses_torch=True,
+    timeout_s=DEFAULT_TIMEOUT_S + 60.0,
+    order=900,
+    description="torch.distributed on N ranks: NCCL on GPUs, gloo on CPU.",
+)

@@ -1,0 +1,264 @@
+"""environment: is the software stack (driver, torch, CUDA, cuDNN, NCCL, torchvision) consistent?
+
+Asks the libraries that are actually loaded (``torch.backends.cudnn.version()``), not
+ldconfig. At ``--quick`` it answers from NVML and host facts only (no torch import).
+
+Thresholds and their sources:
+- Minimum Linux driver per CUDA major version: CUDA Toolkit release notes, "CUDA Toolkit
+  and Corresponding Driver Versions" (CUDA 11.x >= 450.80.02, 12.x >= 525.60.13,
+  13.x >= 580.65.06). Within one major version, CUDA's minor-version compatibility lets a
+  newer toolkit build run on an older driver of the same major, except for features that
+  need the newer driver (PTX JIT of newer PTX among them): a warning, not a failure.
+- torchvision pairs: torchvision 0.(N+15) is built for torch 2.N (0.28 <-> 2.13, 0.29 <-> 2.14).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from gpudoctor.backends.host import environment_variables
+from gpudoctor.backends.na import is_na
+from gpudoctor.model import ProbeResult, Status
+from gpudoctor.probes import Probe, ProbeContext
+
+MIN_DRIVER_FOR_CUDA_MAJOR = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
+# A PyTorch wheel index per CUDA major version (download.pytorch.org/whl/<tag>).
+WHEEL_INDEX_FOR_CUDA_MAJOR = {11: "cu118", 12: "cu126", 13: "cu130"}
+
+NVML_REASON_WORDS = {
+    "LibraryNotFound": ("the NVIDIA driver is not installed (libnvidia-ml.so was not found)",
+                        "Install the NVIDIA driver for this GPU (e.g. `sudo apt install nvidia-driver-580` "
+                        "or NVIDIA's .run installer), then reboot; check with `nvidia-smi`."),
+    "DriverNotLoaded": ("the NVIDIA kernel module is not loaded",
+                        "Load it (`sudo modprobe nvidia`) or reboot; `dmesg | grep -i nvrm` shows why it failed "
+                        "(Secure Boot blocking an unsigned module is common)."),
+    "NoPermission": ("this user may not open the NVIDIA device files",
+                     "Check permissions of /dev/nvidia* (add the user to the group that owns them) or, in a "
+                     "container, start it with the NVIDIA runtime (`--gpus all`)."),
+    "PythonBindingMissing": ("the NVML Python binding (nvidia-ml-py) is not installed",
+                             "pip install nvidia-ml-py"),
+    "InsufficientSize": ("NVML could not start", "Run `nvidia-smi` to see the driver's own error."),
+}
+
+
+def _version_tuple(text: Any) -> tuple[int, ...]:
+    if not isinstance(text, str):
+        return ()
+    return tuple(int(x) for x in re.findall(r"\d+", text)[:3])
+
+
+def _torch_minor(version: str) -> tuple[int, int] | None:
+    m = re.match(r"(\d+)\.(\d+)", version or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def expected_torchvision(torch_version: str) -> str | None:
+    tv = _torch_minor(torch_version)
+    if tv is None or tv[0] != 2:
+        return None
+    return f"0.{tv[1] + 15}"
+
+
+def torch_for_torchvision(torchvision_version: str) -> str | None:
+    m = re.match(r"0\.(\d+)", torchvision_version or "")
+    if not m or int(m.group(1)) < 15:
+        return None
+    return f"2.{int(m.group(1)) - 15}"
+
+
+def kernel_image_available(arch_list: list[str], capability: str) -> bool | None:
+    """Can a torch built for ``arch_list`` run kernels on a device of ``capability`` ('8.6')?
+
+    Real binaries (sm_XY) run on the same major with an equal or higher minor; PTX
+    (compute_XY) JIT-compiles for any equal or newer capability. Arch-specific targets
+    (sm_90a) run only on exactly that capability.
+    """
+    m = re.match(r"(\d+)\.(\d+)", capability or "")
+    if not m or not arch_list:
+        return None
+    major, minor = int(m.group(1)), int(m.group(2))
+    for arch in arch_list:
+        am = re.match(r"(sm|compute)_(\d+?)(\d)([af]?)$", arch)
+        if not am:
+            continue
+        kind, amaj, amin, suffix = am.group(1), int(am.group(2)), int(am.group(3)), am.group(4)
+        if suffix:
+            if (amaj, amin) == (major, minor):
+                return True
+            continue
+        if kind == "sm" and amaj == major and amin <= minor:
+            return True
+        if kind == "compute" and (amaj, amin) <= (major, minor):
+            return True
+    return False
+
+
+def run(ctx: ProbeContext) -> ProbeResult:
+    r = ProbeResult("environment")
+    host = ctx.host_facts()
+    r.measure("python", host.get("python"))
+    r.measure("os", host.get("os"))
+    r.measure("cpu", f"{host.get('cpu_model')} ({host.get('cpu_logical')} threads)")
+    ram = host.get("ram_total_bytes")
+    r.measure("ram_total", None if is_na(ram) else ram, "B")
+    env = environment_variables()
+    for name in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "PYTORCH_CUDA_ALLOC_CONF"):
+        r.measure(name, env.get(name) if env.get(name) is not None else "(unset)")
+    r.details["environment_variables"] = env
+
+    # -- driver (NVML) ---------------------------------------------------------------
+    gpu = ctx.gpu
+    nvml_na = gpu.status()
+    driver = gpu.driver_version() if nvml_na is None else nvml_na
+    driver_cuda = gpu.cuda_driver_version() if nvml_na is None else nvml_na
+    r.measure("nvidia_driver", None if is_na(driver) else driver,
+              note="" if not is_na(driver) else driver.reason)
+    r.measure("driver_cuda_version", None if is_na(driver_cuda) else driver_cuda,
+              note="highest CUDA version the driver supports" if not is_na(driver_cuda) else driver_cuda.reason)
+    if nvml_na is not None:
+        words, fix = NVML_REASON_WORDS.get(nvml_na.reason, (f"NVML is unavailable ({nvml_na.reason})",
+                                                            "Run `nvidia-smi` to see the driver's own error."))
+        r.find(Status.FAIL, "nvidia_driver_unavailable", f"No usable NVIDIA driver: {words}.",
+               why="Without the driver no CUDA program can use a GPU; torch falls back to the CPU.",
+               fix=fix)
+
+    # -- torch -------------------------------------------------------------------------
+    facts = ctx.torch_facts()
+    if is_na(facts):
+        r.details["torch"] = None
+        why_not = "--quick" if facts.reason == "QuickMode" else "not in the recording"
+        return r.settle("driver " + (driver if isinstance(driver, str) else "unavailable")
+                        + f"; torch not checked ({why_not})")
+    r.details["torch"] = facts
+    if not facts.get("importable"):
+        r.find(Status.FAIL, "torch_import_failed", f"torch does not import: {facts.get('import_error')}",
+               why="Every PyTorch program on this machine fails at `import torch`.",
+               fix="Reinstall torch in this environment: `pip install --force-reinstall torch`.")
+        return r.settle("torch does not import")
+
+    version = facts.get("version", "")
+    cuda_build = facts.get("cuda_build")
+    r.measure("torch", version)
+    r.measure("torch_cuda_build", cuda_build or "none (CPU-only build)")
+    if facts.get("hip_build"):
+        r.measure("torch_hip_build", facts["hip_build"])
+    r.measure("cudnn", facts.get("cudnn_version") if facts.get("cudnn_available") is True else None,
+              note="" if facts.get("cudnn_available") is True else "not available")
+    r.measure("nccl", facts.get("nccl_version"), note="" if facts.get("nccl_version") else "not built in")
+    r.measure("mps_available", facts.get("mps_available") is True)
+    r.measure("xpu_available", facts.get("xpu_available") is True)
+    r.measure("cuda_available", facts.get("cuda_available") is True)
+
+    if not cuda_build and not facts.get("hip_build"):
+        r.find(Status.FAIL if nvml_na is None else Status.WARN, "torch_cpu_only_build",
+               f"torch {version} is a CPU-only build: it cannot use a GPU even when one is present.",
+               why="CPU-only wheels (+cpu) have no CUDA kernels; torch.cuda.is_available() is always False.",
+               fix="Install a CUDA build: `pip install --force-reinstall torch torchvision` from PyPI "
+                   "(its Linux wheels carry CUDA) or from https://download.pytorch.org/whl/cu126 etc.")
+
+    # driver vs torch's CUDA build
+    build = _version_tuple(cuda_build)
+    supported = _version_tuple(driver_cuda if isinstance(driver_cuda, str) else None)
+    if build and supported:
+        if supported[0] < build[0]:
+            need = MIN_DRIVER_FOR_CUDA_MAJOR.get(build[0], "a newer driver")
+            r.find(Status.FAIL, "driver_too_old",
+                   f"The driver ({driver}) supports CUDA up to {driver_cuda}, but torch {version} is built for "
+                   f"CUDA {cuda_build}.",
+                   why="CUDA cannot start: torch.cuda.is_available() returns False with "
+                       "'The NVIDIA driver on your system is too old'.",
+                   fix=f"Upgrade the NVIDIA driver to >= {need}, or install a torch built for CUDA "
+                       f"{supported[0]}.x (e.g. `pip install torch --index-url "
+                       f"https://download.pytorch.org/whl/{WHEEL_INDEX_FOR_CUDA_MAJOR.get(supported[0], 'cu126')}`).")
+        elif supported[:2] < build[:2]:
+            r.find(Status.WARN, "driver_older_than_build",
+                   f"The driver supports CUDA {driver_cuda}; torch is built for CUDA {cuda_build} (same major "
+                   f"version, newer minor).",
+                   why="CUDA minor-version compatibility lets this run, but kernels shipped only as newer PTX "
+                       "cannot be JIT-compiled by this driver and fail with 'unsupported toolchain'.",
+                   fix="Upgrade the driver when convenient, or use a torch built for the driver's CUDA version.")
+
+    # CUDA not starting although a driver and devices are there
+    count = gpu.device_count() if nvml_na is None else nvml_na
+    if (cuda_build and facts.get("cuda_available") is not True and isinstance(count, int) and count > 0
+            and not any(f.code == "driver_too_old" for f in r.findings)):
+        reason = facts.get("cuda_init_error") or "; ".join(facts.get("cuda_warnings") or []) or "unknown reason"
+        r.find(Status.FAIL, "cuda_init_failed",
+               f"NVML sees {count} GPU(s) but torch cannot start CUDA: {reason}",
+               why="torch.cuda.is_available() is False, so training silently runs on the CPU.",
+               fix="Read the error above; common causes are CUDA_VISIBLE_DEVICES hiding every GPU, a driver/"
+                   "library mismatch after an upgrade without reboot, or a container started without GPUs.")
+
+    # compiled architectures vs each device's compute capability
+    arch_list = facts.get("arch_list") if isinstance(facts.get("arch_list"), list) else []
+    if arch_list:
+        r.measure("torch_arch_list", " ".join(arch_list))
+    capabilities: list[tuple[int, str, str]] = []
+    for dev in facts.get("devices") or []:
+        if "compute_capability" in dev:
+            capabilities.append((dev["index"], dev.get("name", "?"), dev["compute_capability"]))
+    if not capabilities and isinstance(count, int):
+        for i in range(count):
+            s = gpu.static(i)
+            if isinstance(s.get("compute_capability"), str):
+                capabilities.append((i, s.get("name", "?"), s["compute_capability"]))
+    for index, name, cc in capabilities:
+        ok = kernel_image_available(arch_list, cc)
+        if ok is False:
+            r.find(Status.FAIL, "no_kernel_image",
+                   f"GPU {index} ({name}) has compute capability {cc}, which torch {version} was not compiled "
+                   f"for ({' '.join(arch_list)}).",
+                   why="Every CUDA kernel fails with 'no kernel image is available for execution on the device'.",
+                   fix="Install a torch build whose arch list includes sm_" + cc.replace(".", "") +
+                       " (older GPUs need an older CUDA build, e.g. cu126 wheels for sm_50..sm_70).",
+                   device=index)
+
+    # torchvision
+    tv = facts.get("torchvision") or {}
+    if tv.get("installed"):
+        r.measure("torchvision", tv.get("version"))
+        expected = expected_torchvision(version)
+        tv_version = tv.get("version") or ""
+        if not tv.get("ops_ok"):
+            error = tv.get("error") or "unknown error"
+            mismatch = "does not exist" in error or "undefined symbol" in error or (
+                expected is not None and not tv_version.startswith(expected + "."))
+            pair = f"torchvision=={expected}.*" if expected else "the matching torchvision"
+            r.find(Status.FAIL, "torchvision_mismatch" if mismatch else "torchvision_ops_broken",
+                   f"torchvision {tv_version or '?'} does not work with torch {version}: {error}",
+                   why="torchvision's compiled operators (nms, roi_align, the image decoders) are built against "
+                       "one torch release; against another they fail to register, so `import torchvision` "
+                       "or its first op raises. The local torch 2.13.0+cpu wheel with torchvision 0.28.0 from "
+                       "PyPI fails this way ('operator torchvision::nms does not exist').",
+                   fix=f"Install the pair from the same index: `pip install --force-reinstall torch=={version.split('+')[0]} "
+                       f"\"{pair}\"` (or let pip choose both: `pip install -U torch torchvision`).")
+        elif expected is not None and tv_version and not tv_version.startswith(expected + "."):
+            tv_torch = torch_for_torchvision(tv_version)
+            r.find(Status.WARN, "torchvision_version_pair",
+                   f"torchvision {tv_version} is not the release built for torch {version} (expected {expected}.x).",
+                   why="Its compiled operators load and ran a test op now, but a mismatched pair can break on the "
+                       "first operator whose signature changed between the two torch releases.",
+                   fix=f"Install a matched pair: `pip install \"torchvision=={expected}.*\"` once it is released"
+                       + (f", or `pip install \"torch=={tv_torch}.*\"` to match torchvision {tv_version}." if tv_torch else "."))
+    else:
+        r.measure("torchvision", None, note="not installed")
+
+    summary = f"torch {version}"
+    if cuda_build:
+        summary += f" (CUDA {cuda_build})"
+    if facts.get("cudnn_version"):
+        summary += f", cuDNN {facts['cudnn_version']}"
+    summary += ", driver " + (driver if isinstance(driver, str) else "unavailable")
+    return r.settle(summary)
+
+
+PROBE = Probe(
+    name="environment",
+    title="Driver, torch, CUDA, cuDNN, NCCL and torchvision versions agree",
+    run=run,
+    level="quick",
+    uses_torch=True,
+    timeout_s=90,
+    order=10,
+)

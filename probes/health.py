@@ -1,0 +1,262 @@
+"""health: temperature, power, clocks and throttling, ECC, retired pages / remapped rows, PCIe link.
+
+NVML only (no torch, no CUDA context), so it runs every minute in ``--quick`` scripts.
+
+Thresholds are the device's own (NVML temperature thresholds, enforced power limit,
+maximum clocks and PCIe link); the interpretation follows NVIDIA's documentation:
+- Clock event ("throttle") reasons: nvml.h, nvmlClocksEventReason*. HW slowdown, HW
+  thermal and HW power brake mean the hardware is protecting itself; SW power cap is the
+  normal state of a fully loaded board.
+- Page retirement (before Ampere) and row remapping (Ampere and later): NVIDIA's
+  "GPU Memory Error Management" guide. A pending retirement/remap needs a GPU reset to
+  take effect; a remapping failure means the GPU should be replaced.
+- An idle GPU lowers its PCIe link generation to save power (ASPM-like link speed
+  management); a lower *width* is not a power-saving state and points at the slot/riser.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpudoctor.backends.na import is_na
+from gpudoctor.backends.nvml import HARMFUL_THROTTLE_MASK, THROTTLE_REASONS, throttle_reason_names
+from gpudoctor.backends.visibility import visible_nvml_indices
+from gpudoctor.model import ProbeResult, Status
+from gpudoctor.probes import Probe, ProbeContext
+
+COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
+# Retired pages at or above this count: NVIDIA's guidance is that the board is due for RMA.
+RETIRED_PAGES_RMA = 60
+# Within this many degrees of the shutdown threshold, a hot GPU is a failure, not a warning.
+SHUTDOWN_MARGIN_C = 3
+
+
+def _num(value: Any) -> float | None:
+    if is_na(value) or value is None or isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def check_device(r: ProbeResult, dev: int, s: dict[str, Any], x: dict[str, Any]) -> None:
+    """Add measurements and findings for one device: ``s`` static facts, ``x`` a sample."""
+    name = s.get("name")
+    label = f"GPU {dev}" + (f" ({name})" if isinstance(name, str) else "")
+
+    lost = [k for k, v in list(s.items()) + list(x.items()) if is_na(v) and v.reason == "GpuIsLost"]
+    if lost:
+        r.find(Status.FAIL, "gpu_lost", f"{label} has fallen off the bus (NVML: GpuIsLost).",
+               why="The driver lost contact with the GPU (Xid 79); every CUDA call on it fails.",
+               fix="Check `dmesg` for Xid errors; the node needs a GPU reset or reboot, and a hardware check "
+                   "(power, seating, cooling) if it repeats.", device=dev)
+        return
+
+    def m(key_name: str, value: Any, unit: str = "", reference: Any = None) -> None:
+        r.measure(key_name, None if is_na(value) else value, unit, device=dev,
+                  reference=_num(reference), note=value.reason if is_na(value) else "")
+
+    util = x.get("gpu_util_pct")
+    m("gpu_utilization", util, "%")
+
+    # -- temperature ------------------------------------------------------------------
+    temp, slow, shut = _num(x.get("temperature_c")), _num(s.get("temperature_slowdown_c")), _num(s.get("temperature_shutdown_c"))
+    m("temperature", x.get("temperature_c"), "C", reference=s.get("temperature_slowdown_c"))
+    if temp is not None:
+        if shut is not None and temp >= shut - SHUTDOWN_MARGIN_C:
+            r.find(Status.FAIL, "temperature_critical",
+                   f"{label} is at {temp:.0f} C, within {SHUTDOWN_MARGIN_C} C of its shutdown threshold ({shut:.0f} C).",
+                   why="At the shutdown threshold the GPU turns itself off and the job dies.",
+                   fix="Stop the load and check the cooling now (fans, airflow, blocked inlets, datacenter cooling).",
+                   device=dev)
+        elif slow is not None and temp >= slow:
+            r.find(Status.WARN, "temperature_slowdown",
+                   f"{label} is at {temp:.0f} C, at or above its slowdown threshold ({slow:.0f} C).",
+                   why="Above the slowdown threshold the GPU lowers its clocks: training runs slower.",
+                   fix="Improve cooling or airflow; check that fans run and inlets are clear.", device=dev)
+
+    # -- power ------------------------------------------------------------------------
+    power, limit = _num(x.get("power_w")), _num(x.get("power_limit_w")) or _num(s.get("power_limit_w"))
+    m("power_draw", x.get("power_w"), "W", reference=limit)
+    default_limit = _num(s.get("power_default_limit_w"))
+    if limit is not None and default_limit is not None and limit < 0.9 * default_limit:
+        r.find(Status.WARN, "power_limit_lowered",
+               f"{label} power limit is {limit:.0f} W, below its default {default_limit:.0f} W.",
+               why="A lowered power limit caps clocks under load: less throughput than the GPU can give.",
+               fix="If unintended, an administrator can restore it (`nvidia-smi -pl` with the default value).",
+               device=dev)
+
+    # -- clocks and throttle reasons --------------------------------------------------
+    m("sm_clock", x.get("clock_sm_mhz"), "MHz", reference=s.get("clock_sm_max_mhz"))
+    m("memory_clock", x.get("clock_mem_mhz"), "MHz", reference=s.get("clock_mem_max_mhz"))
+    reasons = x.get("throttle_reasons")
+    if isinstance(reasons, int):
+        names = throttle_reason_names(reasons)
+        r.measure("throttle_reasons", ", ".join(names) if names else "none", device=dev)
+        for bit, (code, words) in THROTTLE_REASONS.items():
+            if not reasons & bit:
+                continue
+            if bit in (0x8, 0x40, 0x80):
+                r.find(Status.FAIL, f"throttle_{code}", f"{label}: {words}.",
+                       why="The hardware is protecting itself; clocks drop sharply and stay low while it lasts.",
+                       fix="Check cooling and power delivery (PSU, cables); `nvidia-smi -q -d PERFORMANCE` shows "
+                           "the reason live; repeated HW slowdown warrants a hardware check.", device=dev)
+            elif bit == 0x20:
+                r.find(Status.WARN, f"throttle_{code}", f"{label}: {words}.",
+                       why="The driver lowers clocks to keep the temperature in range: slower training.",
+                       fix="Improve cooling or airflow.", device=dev)
+            elif bit == 0x4:
+                r.find(Status.PASS, f"throttle_{code}", f"{label}: {words}.",
+                       why="Normal for a fully loaded GPU: it runs as fast as its power budget allows.",
+                       fix="Nothing to do unless the power limit was lowered on purpose.", device=dev)
+        if not reasons & HARMFUL_THROTTLE_MASK and not reasons & 0x1:
+            pass
+    else:
+        r.measure("throttle_reasons", None, device=dev, note=getattr(reasons, "reason", ""))
+
+    # -- memory errors ------------------------------------------------------------------
+    vol_unc, agg_unc = _num(x.get("ecc_volatile_uncorrected")), _num(x.get("ecc_aggregate_uncorrected"))
+    vol_cor, agg_cor = _num(x.get("ecc_volatile_corrected")), _num(x.get("ecc_aggregate_corrected"))
+    ecc_mode = s.get("ecc_mode")
+    m("ecc_mode", ("enabled" if ecc_mode else "disabled") if isinstance(ecc_mode, int) else ecc_mode)
+    for key, unit in (("ecc_volatile_corrected", ""), ("ecc_volatile_uncorrected", ""),
+                      ("ecc_aggregate_corrected", ""), ("ecc_aggregate_uncorrected", "")):
+        m(key, x.get(key), unit)
+    if vol_unc:
+        r.find(Status.FAIL, "ecc_uncorrected_volatile",
+               f"{label} had {vol_unc:.0f} uncorrectable ECC error(s) since the driver loaded.",
+               why="Uncorrectable errors corrupt data or kill the process that hit them (Xid 48/94/95).",
+               fix="Drain the node, reset the GPU (retires/remaps the bad memory), and run a memory test; "
+                   "replace the GPU if errors come back.", device=dev)
+    elif agg_unc:
+        r.find(Status.WARN, "ecc_uncorrected_aggregate",
+               f"{label} has had {agg_unc:.0f} uncorrectable ECC error(s) over its lifetime (none since driver load).",
+               why="Past uncorrectable errors point at weak memory cells; retirement/remapping should have isolated them.",
+               fix="Check retired pages / remapped rows below; watch for new volatile errors.", device=dev)
+    elif vol_cor:
+        r.find(Status.PASS, "ecc_corrected",
+               f"{label} corrected {vol_cor:.0f} single-bit ECC error(s) since the driver loaded.",
+               why="Corrected errors are harmless on their own; a fast-growing count precedes page retirement.",
+               fix="Nothing now; alert if the count keeps rising.", device=dev)
+
+    sbe, dbe, pending = x.get("retired_pages_sbe"), x.get("retired_pages_dbe"), x.get("retired_pages_pending")
+    if not (is_na(sbe) and is_na(dbe)):
+        total = (_num(sbe) or 0) + (_num(dbe) or 0)
+        m("retired_pages", int(total))
+        if pending is True or pending == 1:
+            r.find(Status.WARN, "retired_pages_pending",
+                   f"{label} has memory pages waiting to be retired.",
+                   why="Retirement takes effect only after the GPU is reset; until then the bad page can be used.",
+                   fix="Reset the GPU (`nvidia-smi -r` when idle) or reboot the node.", device=dev)
+        if total >= RETIRED_PAGES_RMA:
+            r.find(Status.FAIL, "retired_pages_limit",
+                   f"{label} has {total:.0f} retired pages (>= {RETIRED_PAGES_RMA}).",
+                   why="NVIDIA's guidance treats this many retirements as a board to return (RMA).",
+                   fix="Replace the GPU.", device=dev)
+    rows_pending, rows_failure = x.get("remapped_rows_pending"), x.get("remapped_rows_failure")
+    if not is_na(x.get("remapped_rows_uncorrectable", None)) and x.get("remapped_rows_uncorrectable") is not None:
+        m("remapped_rows_uncorrectable", x.get("remapped_rows_uncorrectable"))
+        m("remapped_rows_correctable", x.get("remapped_rows_correctable"))
+        if rows_failure is True:
+            r.find(Status.FAIL, "row_remap_failure", f"{label} failed to remap a memory row.",
+                   why="The GPU has no spare rows left for a bad one: memory errors will not be isolated.",
+                   fix="Replace the GPU (RMA).", device=dev)
+        elif rows_pending is True:
+            r.find(Status.WARN, "row_remap_pending", f"{label} has a memory row remap pending.",
+                   why="The remap takes effect only after a GPU reset.",
+                   fix="Reset the GPU (`nvidia-smi -r` when idle) or reboot the node.", device=dev)
+
+    # -- PCIe link ----------------------------------------------------------------------
+    gen, gen_max = _num(x.get("pcie_gen_current")), _num(s.get("pcie_gen_max"))
+    width, width_max = _num(x.get("pcie_width_current")), _num(s.get("pcie_width_max"))
+    m("pcie_link_gen", x.get("pcie_gen_current"), reference=s.get("pcie_gen_max"))
+    m("pcie_link_width", x.get("pcie_width_current"), "lanes", reference=s.get("pcie_width_max"))
+    idle = (isinstance(reasons, int) and reasons & 0x1) or (_num(util) == 0)
+    if gen is not None and gen_max is not None and gen < gen_max:
+        if idle:
+            r.find(Status.PASS, "pcie_gen_idle_downshift",
+                   f"{label} PCIe link at gen {gen:.0f} of {gen_max:.0f} while idle.",
+                   why="An idle GPU lowers its link speed to save power and raises it under load: not a fault.",
+                   fix="Nothing to do; re-check under load if transfers seem slow.", device=dev)
+        else:
+            r.find(Status.WARN, "pcie_gen_degraded",
+                   f"{label} PCIe link at gen {gen:.0f} of {gen_max:.0f} while busy.",
+                   why="A busy GPU should run its link at full speed; a lower generation halves host<->device "
+                       "bandwidth per step down.",
+                   fix="Check BIOS PCIe settings, risers and slot; reseat the card.", device=dev)
+    if width is not None and width_max is not None and width < width_max:
+        r.find(Status.WARN, "pcie_width_degraded",
+               f"{label} PCIe link is x{width:.0f} of x{width_max:.0f}.",
+               why="Fewer lanes divide host<->device bandwidth; data loading and .to(device) copies get slower.",
+               fix="Reseat the GPU, check the slot's wiring (some x16 slots are x8 electrically) and risers.",
+               device=dev)
+
+    # -- modes --------------------------------------------------------------------------
+    persistence = x.get("persistence_mode")
+    m("persistence_mode", ("on" if persistence else "off") if isinstance(persistence, int) else persistence)
+    if persistence == 0:
+        r.find(Status.PASS, "persistence_off",
+               f"{label} persistence mode is off.",
+               why="Without it the driver may unload between jobs, so each job's first CUDA call pays seconds "
+                   "of re-initialisation.",
+               fix="On Linux servers run the nvidia-persistenced daemon (administrator).", device=dev)
+    mode = x.get("compute_mode")
+    m("compute_mode", COMPUTE_MODES.get(mode, mode) if isinstance(mode, int) else mode)
+    if mode == 2:
+        r.find(Status.FAIL, "compute_prohibited", f"{label} is in compute mode Prohibited.",
+               why="No process can create a CUDA context on it: torch fails on first use.",
+               fix="An administrator sets it back with `nvidia-smi -c DEFAULT`.", device=dev)
+    elif mode == 3:
+        r.find(Status.PASS, "compute_exclusive", f"{label} is in compute mode Exclusive_Process.",
+               why="Only one process at a time may use it: a second job or a DataLoader worker touching CUDA fails "
+                   "with 'all CUDA-capable devices are busy or unavailable'.",
+               fix="Expected on shared clusters; otherwise `nvidia-smi -c DEFAULT` (administrator).", device=dev)
+
+    m("fan_speed", x.get("fan_pct"), "%")
+
+
+def run(ctx: ProbeContext) -> ProbeResult:
+    r = ProbeResult("health")
+    gpu = ctx.gpu
+    na = gpu.status()
+    if na is not None:
+        return ProbeResult.skip("health", f"no NVML ({na.reason}): nothing to check",
+                                code="nvml_unavailable",
+                                why="Health readings come from the driver's management library (NVML).",
+                                fix="See the environment probe's finding about the driver.")
+    count = gpu.device_count()
+    if not isinstance(count, int) or count == 0:
+        return ProbeResult.skip("health", "no GPU to check", code="no_gpu")
+    if ctx.device is not None:
+        visible = visible_nvml_indices(gpu)
+        nvml_indices = [visible[ctx.device]] if isinstance(visible, list) and ctx.device < len(visible) else [ctx.device]
+        torch_of = {nvml_indices[0]: ctx.device}
+    else:
+        nvml_indices = list(range(count))
+        visible = visible_nvml_indices(gpu)
+        torch_of = {n: t for t, n in enumerate(visible)} if isinstance(visible, list) else {}
+    for n in nvml_indices:
+        static = gpu.static(n)
+        sample = gpu.sample(n)
+        check_device(r, n, static, sample)
+    r.details["device_numbering"] = "nvml"
+    r.details["nvml_to_torch"] = {str(k): v for k, v in torch_of.items()}
+    worst = Status.worst((f.status for f in r.findings), default=Status.PASS)
+    problems = [f for f in r.findings if f.status in (Status.WARN, Status.FAIL)]
+    summary = (f"{len(nvml_indices)} GPU(s) healthy" if not problems
+               else f"{len(problems)} problem(s) on {len({f.device for f in problems})} GPU(s)")
+    r.settle(summary)
+    r.status = worst
+    return r
+
+
+PROBE = Probe(
+    name="health",
+    title="Temperature, power, clocks, throttling, ECC, memory retirement and PCIe link",
+    run=run,
+    level="quick",
+    uses_torch=False,
+    timeout_s=30,
+    order=30,
+)

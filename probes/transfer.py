@@ -1,0 +1,229 @@
+"""transfer: host<->device bandwidth (pageable and pinned) and device-to-device copy bandwidth.
+
+Each figure stands next to its ceiling: the PCIe link's theoretical one-direction rate
+(generation x width, as NVML reports the most this device and slot can train to) for
+host transfers, the datasheet memory bandwidth for device-to-device copies (which read
+and write every byte, so 2 x size moves per copy, the STREAM convention).
+
+Timing: CUDA events around the copies, warm-up first, median of repeats, source and
+destination rotated through several buffers, data random (never zeros).
+
+Thresholds (ours): pinned host-to-device below 60 % of the link, or device-to-device
+below 70 % of the datasheet, are warnings; a healthy machine does better than both.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpudoctor import measure
+from gpudoctor.measure import MiB
+from gpudoctor.model import ProbeResult, Status
+from gpudoctor.probes import Probe, ProbeContext
+
+from . import _gpu
+
+HOST_SIZES = (1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB)
+D2D_SIZES = (64 * MiB, 256 * MiB, 1024 * MiB)
+PINNED_WARN_PCT = 60.0
+D2D_WARN_PCT = 70.0
+SLOTS_BYTES = 512 * MiB  # rotation area per buffer: two slots of the largest host size
+
+
+def fill_random(torch: Any, buffer: Any, generator: Any = None) -> None:
+    """Fill a uint8 buffer with random bytes quickly (1 MiB of noise, repeated), touching every page."""
+    chunk = min(buffer.numel(), MiB)
+    noise = torch.randint(1, 256, (chunk,), dtype=torch.uint8, generator=generator)
+    full = buffer.numel() // chunk
+    if full:
+        buffer[: full * chunk].view(full, chunk).copy_(noise.to(buffer.device).expand(full, chunk))
+    rest = buffer.numel() - full * chunk
+    if rest:
+        buffer[full * chunk:].copy_(noise[:rest].to(buffer.device))
+
+
+def copy_timing(dst: Any, src: Any, nbytes: int, clock: Any, *, budget_s: float, repeats: int = 7,
+                non_blocking: bool = True) -> measure.Timing:
+    """Median seconds of one ``nbytes`` copy from ``src`` to ``dst`` (1-D uint8 buffers).
+
+    Copies rotate through the slots that fit in both buffers. Works for any pair of
+    devices, CPU to CPU included (the tests use that with a CPU clock).
+    """
+    slots = max(1, min(8, dst.numel() // nbytes, src.numel() // nbytes))
+    pairs = [(dst[s * nbytes:(s + 1) * nbytes], src[s * nbytes:(s + 1) * nbytes]) for s in range(slots)]
+
+    def op(i: int) -> None:
+        d, s = pairs[i % slots]
+        d.copy_(s, non_blocking=non_blocking)
+
+    # one untimed copy tells how many copies a timed sample needs to last ~2 ms
+    first = clock.start()
+    op(0)
+    inner = measure.inner_count(clock.stop(first))
+    return measure.time_op(op, clock, warmup=1, repeats=repeats, inner=inner, budget_s=budget_s)
+
+
+def _row(kind: str, nbytes: int, timing: measure.Timing, moved: int, ceiling: float | None) -> dict[str, Any]:
+    gbs = measure.bandwidth_gbs(moved, timing.seconds)
+    return {"kind": kind, "bytes": nbytes, "gb_per_s": round(gbs, 3),
+            "pct_of_ceiling": None if ceiling is None else round(measure.percent_of(gbs, ceiling) or 0.0, 1),
+            **timing.to_dict()}
+
+
+def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Device, budget_s: float) -> None:
+    d = dev.index
+    device = _gpu.torch_device(torch, dev)
+    torch.cuda.set_device(device)
+    clock = _gpu.event_clock(torch, device)
+    static = _gpu.nvml_static(ctx, dev)
+    gen, width = static.get("pcie_gen_max"), static.get("pcie_width_max")
+    ceiling = measure.pcie_ceiling_gbs(gen, width)
+    spec = measure.lookup_gpu_spec(dev.name)
+    rows: list[dict[str, Any]] = []
+    free, total = torch.cuda.mem_get_info(device)
+
+    gen_rng = torch.Generator().manual_seed(0x5EED + d)
+    area = min(SLOTS_BYTES, max(2 * MiB, (free // 8) // MiB * MiB))
+    sizes = [s for s in HOST_SIZES if s <= area // 2] or [area // 2]
+    pageable = torch.empty(area, dtype=torch.uint8)
+    pinned = _gpu.pinned_empty(torch, area)
+    on_device = torch.empty(area, dtype=torch.uint8, device=device)
+    for buffer in (pageable, pinned, on_device):
+        fill_random(torch, buffer, gen_rng)
+    per_copy_budget = budget_s * 0.7 / (4 * len(sizes))
+    for nbytes in sizes:
+        for kind, dst, src, non_blocking in (("pageable_h2d", on_device, pageable, False),
+                                         ("pinned_h2d", on_device, pinned, True),
+                                         ("pageable_d2h", pageable, on_device, False),
+                                         ("pinned_d2h", pinned, on_device, True)):
+            timing = copy_timing(dst, src, nbytes, clock, budget_s=per_copy_budget, non_blocking=non_blocking)
+            rows.append(_row(kind, nbytes, timing, nbytes, ceiling))
+    after_load = _gpu.nvml_sample(ctx, dev)  # right after pinned traffic: the link is trained up
+    del pageable, pinned, on_device
+
+    # device to device: sizes beyond the L2 cache, each copy reads and writes nbytes
+    torch.cuda.empty_cache()
+    free, _ = torch.cuda.mem_get_info(device)
+    d2d_sizes = [s for s in D2D_SIZES if 4 * s <= free // 2] or [max(MiB, (free // 16) // MiB * MiB)]
+    d2d_area = 2 * d2d_sizes[-1]
+    src = torch.empty(d2d_area, dtype=torch.uint8, device=device)
+    dst = torch.empty(d2d_area, dtype=torch.uint8, device=device)
+    fill_random(torch, src, gen_rng)
+    dst.fill_(7)
+    for nbytes in d2d_sizes:
+        timing = copy_timing(dst, src, nbytes, clock, budget_s=budget_s * 0.3 / len(d2d_sizes))
+        rows.append(_row("d2d", nbytes, timing, 2 * nbytes,
+                         spec.memory_bandwidth_gbs if spec else None))
+    del src, dst
+    torch.cuda.empty_cache()
+
+    r.details.setdefault("rows", {})[str(d)] = rows
+    r.details.setdefault("pcie", {})[str(d)] = {
+        "gen_max": gen if isinstance(gen, int) else None, "width_max": width if isinstance(width, int) else None,
+        "gen_after_load": after_load.get("pcie_gen_current") if isinstance(after_load.get("pcie_gen_current"), int) else None,
+        "width_after_load": after_load.get("pcie_width_current") if isinstance(after_load.get("pcie_width_current"), int) else None,
+        "ceiling_gb_per_s": ceiling}
+    r.details.setdefault("datasheet", {})[str(d)] = (
+        {"model": spec.model, "memory_bandwidth_gb_per_s": spec.memory_bandwidth_gbs, "source": spec.source}
+        if spec else None)
+
+    largest = {}
+    for row in rows:
+        largest[row["kind"]] = row  # rows are in increasing size: the last one is the largest
+    link = f"PCIe gen {gen} x{width}" if ceiling else "PCIe link unknown"
+    for kind in ("pinned_h2d", "pinned_d2h", "pageable_h2d", "pageable_d2h"):
+        row = largest[kind]
+        r.measure(f"{kind}_bandwidth", row["gb_per_s"], "GB/s", device=d, reference=ceiling,
+                  note=f"{row['bytes'] // MiB} MiB copies; ceiling {link}" +
+                       (f"; {row['pct_of_ceiling']:.0f} %" if row["pct_of_ceiling"] is not None else ""))
+    d2d = largest["d2d"]
+    r.measure("d2d_bandwidth", d2d["gb_per_s"], "GB/s", device=d,
+              reference=spec.memory_bandwidth_gbs if spec else None,
+              note=(f"{d2d['bytes'] // MiB} MiB copies (read+write); {d2d['pct_of_ceiling']:.0f} % of "
+                    f"{spec.model} datasheet" if spec else f"no datasheet figure for {dev.name}"))
+
+    pinned_h2d = largest["pinned_h2d"]
+    pct = pinned_h2d["pct_of_ceiling"]
+    cur_gen = r.details["pcie"][str(d)]["gen_after_load"]
+    cur_width = r.details["pcie"][str(d)]["width_after_load"]
+    trained = f" The link was at gen {cur_gen} x{cur_width} right after the copies." if cur_gen and cur_width else ""
+    if pct is None:
+        r.find(Status.PASS, "pcie_ceiling_unknown",
+               f"Pinned host-to-device copies reach {pinned_h2d['gb_per_s']:.1f} GB/s on {dev.label}; NVML does "
+               "not report the PCIe link, so there is no ceiling to compare with.", device=d)
+    elif pct > 110:
+        r.find(Status.PASS, "host_link_not_pcie",
+               f"Pinned host-to-device copies reach {pinned_h2d['gb_per_s']:.1f} GB/s, more than {link} can carry "
+               f"({ceiling:.1f} GB/s): the host link is not plain PCIe (e.g. NVLink-C2C).", device=d)
+    elif pct < PINNED_WARN_PCT:
+        r.find(Status.WARN, "pinned_h2d_slow",
+               f"Pinned host-to-device copies reach {pinned_h2d['gb_per_s']:.1f} GB/s on {dev.label}, {pct:.0f} % of "
+               f"{link} ({ceiling:.1f} GB/s).{trained}",
+               why="Every batch crosses this link; at this rate input copies can starve the GPU.",
+               fix="Check the slot (x16 electrical?), risers and BIOS PCIe settings; run on the CPU socket "
+                   "nearest the GPU (numactl --cpunodebind); look for other transfers sharing the switch.",
+               device=d)
+    elif isinstance(cur_width, int) and isinstance(width, int) and cur_width < width:
+        r.find(Status.WARN, "pcie_link_degraded",
+               f"The PCIe link of {dev.label} trained at x{cur_width} of x{width} under load.",
+               why="Half the lanes halve every host transfer.",
+               fix="Reseat the card or check the slot's electrical width and the riser.", device=d)
+    else:
+        r.find(Status.PASS, "pinned_h2d_ok",
+               f"Pinned host-to-device copies reach {pinned_h2d['gb_per_s']:.1f} GB/s, {pct:.0f} % of {link}.",
+               device=d)
+    pageable_h2d = largest["pageable_h2d"]["gb_per_s"]
+    if pageable_h2d > 0 and pinned_h2d["gb_per_s"] >= 1.3 * pageable_h2d:
+        r.find(Status.PASS, "pin_memory_helps",
+               f"Pinned memory copies {pinned_h2d['gb_per_s'] / pageable_h2d:.1f}x faster than pageable memory "
+               f"({pinned_h2d['gb_per_s']:.1f} vs {pageable_h2d:.1f} GB/s).",
+               why="Pageable tensors are first copied into a pinned staging buffer by the driver, and the copy "
+                   "blocks the Python thread.",
+               fix="DataLoader(..., pin_memory=True) and batch.to(device, non_blocking=True).", device=d)
+    if spec is None:
+        r.find(Status.PASS, "no_datasheet",
+               f"No datasheet memory bandwidth for {dev.name} in gpudoctor's table; device-to-device copies "
+               f"reach {d2d['gb_per_s']:.0f} GB/s.", device=d)
+    elif d2d["pct_of_ceiling"] is not None and d2d["pct_of_ceiling"] < D2D_WARN_PCT:
+        r.find(Status.WARN, "d2d_slow",
+               f"Device-to-device copies reach {d2d['gb_per_s']:.0f} GB/s on {dev.label}, "
+               f"{d2d['pct_of_ceiling']:.0f} % of the {spec.model}'s {spec.memory_bandwidth_gbs:.0f} GB/s.",
+               why="Memory-bound layers (normalisation, activations, optimiser steps) run this much slower.",
+               fix="Check memory clocks and throttling (gpudoctor report, health probe), other processes on the "
+                   "GPU, and whether this is a MIG slice.", device=d)
+    else:
+        r.find(Status.PASS, "d2d_ok",
+               f"Device-to-device copies reach {d2d['gb_per_s']:.0f} GB/s, {d2d['pct_of_ceiling']:.0f} % of the "
+               f"{spec.model}'s datasheet {spec.memory_bandwidth_gbs:.0f} GB/s.", device=d)
+
+
+def run(ctx: ProbeContext) -> ProbeResult:
+    early = _gpu.precheck(ctx)
+    if early is not None:
+        return early.result("transfer")
+    torch, missing = _gpu.import_torch_or_reason()
+    if missing is not None:
+        return missing.result("transfer")
+    devices = _gpu.cuda_devices(ctx, torch)
+    if isinstance(devices, _gpu.NoDevice):
+        return devices.result("transfer")
+    r = ProbeResult("transfer")
+    for dev in devices:
+        _probe_device(ctx, r, torch, dev, _gpu.work_budget(ctx, 6.0, len(devices), reserve_s=4.0))
+    parts = []
+    for m in r.measurements:
+        if m.name in ("pinned_h2d_bandwidth", "d2d_bandwidth"):
+            parts.append(f"cuda:{m.device} {m.name.replace('_bandwidth', '')} {m.value:.1f} GB/s")
+    return r.settle(", ".join(parts))
+
+
+PROBE = Probe(
+    name="transfer",
+    title="Host<->device (pageable, pinned) and device-to-device bandwidth against their ceilings",
+    run=run,
+    level="full",
+    uses_torch=True,
+    timeout_s=25,
+    order=50,
+    description=__doc__.splitlines()[0],
+)

@@ -1,0 +1,88 @@
+"""Shared fixtures.
+
+Every report the test-suite builds in-process is validated against
+docs/report.schema.json (Report.to_dict is wrapped for the whole session); reports from
+CLI subprocesses are validated by the tests that parse them, with ``validate_report``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data"
+SCHEMA_PATH = ROOT / "docs" / "report.schema.json"
+
+
+def _validator():
+    import jsonschema
+
+    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+_VALIDATOR = _validator()
+
+
+def validate_report_dict(data: dict) -> dict:
+    errors = sorted(_VALIDATOR.iter_errors(data), key=lambda e: list(e.path))
+    if errors:
+        first = errors[0]
+        raise AssertionError(f"report does not match schema at {list(first.path)}: {first.message}")
+    json.dumps(data, allow_nan=False)  # strict JSON: no NaN/Infinity
+    return data
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _validate_every_report():
+    from gpudoctor.model import Report
+
+    original = Report.to_dict
+
+    def checked(self):
+        return validate_report_dict(original(self))
+
+    Report.to_dict = checked
+    yield
+    Report.to_dict = original
+
+
+@pytest.fixture
+def validate_report():
+    return validate_report_dict
+
+
+@pytest.fixture
+def data_dir() -> Path:
+    return DATA
+
+
+def run_cli(*args: str, env: dict | None = None, timeout: float = 240, cwd: str | None = None):
+    """Run ``python -m gpudoctor ARGS`` for real; returns CompletedProcess (text)."""
+    full_env = dict(os.environ)
+    full_env.setdefault("PYTHONUNBUFFERED", "1")
+    if env:
+        full_env.update(env)
+    return subprocess.run([sys.executable, "-m", "gpudoctor", *args], capture_output=True, text=True,
+                          env=full_env, timeout=timeout, cwd=cwd)
+
+
+@pytest.fixture
+def cli():
+    return run_cli
+
+
+def cuda_available() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:
+        return False

@@ -1,0 +1,48 @@
+"""Probes that misbehave on purpose, for runner tests (module-level so a spawned child can import them)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from gpudoctor.model import ProbeResult, Status
+from gpudoctor.probes import Probe
+
+
+def _raises(ctx):
+    raise ValueError("deliberate failure\nsecond line is not shown")
+
+
+def _hangs(ctx):
+    time.sleep(3600)
+    return ProbeResult("hangs")
+
+
+def _aborts(ctx):
+    os.abort()
+
+
+def _ok(ctx):
+    r = ProbeResult("ok")
+    r.measure("pid", os.getpid())
+    r.find(Status.PASS, "fine", "all good")
+    return r.settle("fine")
+
+
+def _wrong_type(ctx):
+    return {"not": "a ProbeResult"}
+
+
+def _exits(ctx):
+    raise SystemExit(3)
+
+
+RAISES = Probe("raises", "raises ValueError", _raises, uses_torch=True, timeout_s=30)
+RAISES_INPROC = Probe("raises_inproc", "raises ValueError in-process", _raises, uses_torch=False, timeout_s=30)
+HANGS = Probe("hangs", "sleeps forever in the child", _hangs, uses_torch=True, timeout_s=2)
+HANGS_INPROC = Probe("hangs_inproc", "sleeps forever in a thread", _hangs, uses_torch=False, timeout_s=1)
+ABORTS = Probe("aborts", "os.abort() in the child", _aborts, uses_torch=True, timeout_s=30)
+OK = Probe("ok", "passes", _ok, uses_torch=True, timeout_s=30)
+OK_INPROC = Probe("ok_inproc", "passes in-process", _ok, uses_torch=False, timeout_s=30)
+WRONG_TYPE = Probe("wrong_type", "returns a dict", _wrong_type, uses_torch=False, timeout_s=30)
+EXITS = Probe("exits", "raises SystemExit", _exits, uses_torch=True, timeout_s=30)

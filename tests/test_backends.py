@@ -1,0 +1,198 @@
+"""NVML gate, replay backend and CUDA_VISIBLE_DEVICES rules."""
+
+from __future__ import annotations
+
+import json
+import types
+
+import pytest
+
+from gpudoctor.backends import NA, NvmlBackend, NvmlGate, RecordingError, ReplayBackend, is_na, load_recording
+from gpudoctor.backends.na import decode, encode
+from gpudoctor.backends.nvml import normalise_bus_id, throttle_reason_names, throttle_reason_words
+from gpudoctor.backends.visibility import parse_visible
+
+
+class NVMLError(Exception):
+    pass
+
+
+def _error(name):
+    return type(f"NVMLError_{name}", (NVMLError,), {})
+
+
+NotSupported, NoPermission, GpuIsLost, LibraryNotFound = (_error(n) for n in
+                                                         ("NotSupported", "NoPermission", "GpuIsLost", "LibraryNotFound"))
+
+
+def fake_pynvml(*, init_error=None, lost=False):
+    """A stand-in for the pynvml module: the seam the NVML gate is built on."""
+    mod = types.SimpleNamespace()
+    mod.NVML_TEMPERATURE_GPU = 0
+    state = {"shutdown": 0}
+
+    def nvmlInit():
+        if init_error:
+            raise init_error()
+
+    def dev(fn):
+        def wrapper(*a):
+            if lost:
+                raise GpuIsLost()
+            return fn(*a)
+        return wrapper
+
+    mod.nvmlInit = nvmlInit
+    mod.nvmlShutdown = lambda: state.__setitem__("shutdown", state["shutdown"] + 1)
+    mod.nvmlSystemGetDriverVersion = lambda: b"580.95.05"
+    mod.nvmlSystemGetCudaDriverVersion_v2 = lambda: 13000
+    mod.nvmlDeviceGetCount = lambda: 1
+    mod.nvmlDeviceGetHandleByIndex = lambda i: ("handle", i)
+    mod.nvmlDeviceGetName = dev(lambda h: "Fake GPU")
+    mod.nvmlDeviceGetTemperature = dev(lambda h, sensor: 41)
+    mod.nvmlDeviceGetFanSpeed = dev(lambda h: (_ for _ in ()).throw(NotSupported()))
+    mod.nvmlDeviceGetSerial = dev(lambda h: (_ for _ in ()).throw(NoPermission()))
+    mod.nvmlDeviceGetPciInfo = dev(lambda h: types.SimpleNamespace(busId=b"00000000:65:00.0"))
+    mod.nvmlDeviceGetUtilizationRates = dev(lambda h: types.SimpleNamespace(gpu=55, memory=12))
+    mod.nvmlDeviceGetComputeRunningProcesses = dev(lambda h: [types.SimpleNamespace(pid=7, usedGpuMemory=2**20)])
+    mod.nvmlDeviceGetGraphicsRunningProcesses = dev(lambda h: (_ for _ in ()).throw(NotSupported()))
+    mod._state = state
+    return mod
+
+
+def test_gate_turns_nvml_errors_into_na_values():
+    gate = NvmlGate(fake_pynvml())
+    assert gate.query("nvmlSystemGetDriverVersion") == "580.95.05"  # bytes decoded
+    handle = gate.query("nvmlDeviceGetHandleByIndex", 0)
+    assert gate.query("nvmlDeviceGetFanSpeed", handle) == NA("NotSupported")
+    assert gate.query("nvmlDeviceGetSerial", handle) == NA("NoPermission")
+    assert gate.query("nvmlDeviceGetNoSuchThing", handle) == NA("FunctionNotFound")
+
+
+def test_missing_library_is_one_na_for_everything():
+    backend = NvmlBackend(NvmlGate(fake_pynvml(init_error=LibraryNotFound)))
+    assert backend.status() == NA("LibraryNotFound")
+    assert backend.device_count() == NA("LibraryNotFound")
+    assert backend.static(0)["name"] == NA("LibraryNotFound")
+    assert all(is_na(v) for k, v in backend.sample(0).items() if k != "t")
+
+
+def test_live_backend_fields_and_lost_gpu():
+    backend = NvmlBackend(NvmlGate(fake_pynvml()))
+    assert backend.cuda_driver_version() == "13.0"
+    static = backend.static(0)
+    assert static["name"] == "Fake GPU" and static["pci_bus_id"] == "0000:65:00.0"
+    assert static["serial"] == NA("NoPermission")
+    sample = backend.sample(0)
+    assert sample["gpu_util_pct"] == 55 and sample["temperature_c"] == 41
+    assert sample["fan_pct"] == NA("NotSupported")
+    assert backend.processes(0) == [{"pid": 7, "type": "compute", "gpu_memory_bytes": 2**20, "sm_util_pct": None}]
+    lost = NvmlBackend(NvmlGate(fake_pynvml(lost=True)))
+    assert lost.sample(0)["temperature_c"] == NA("GpuIsLost")
+    assert lost.processes(0) == NA("GpuIsLost")
+
+
+def test_real_nvml_on_this_machine_never_raises():
+    backend = NvmlBackend()
+    status = backend.status()
+    count = backend.device_count()
+    if status is not None:  # CI: no driver
+        assert is_na(count) and count.reason == status.reason
+    assert isinstance(backend.sample(0), dict)
+    backend.close()
+
+
+def test_na_semantics_and_json_round_trip():
+    value = NA("NotSupported")
+    assert not value and str(value) == "N/A (NotSupported)" and value != NA("GpuIsLost")
+    data = {"a": [1, NA("GpuIsLost")], "b": {"c": NA("NotSupported")}}
+    assert decode(json.loads(json.dumps(encode(data)))) == data
+
+
+def test_bus_ids_and_throttle_words():
+    assert normalise_bus_id("00000000:65:00.0") == normalise_bus_id("0000:65:00.0") == "0000:65:00.0"
+    assert normalise_bus_id("0000:1A:00.0") == "0000:1a:00.0"
+    assert throttle_reason_names(0x1 | 0x40) == ["gpu_idle", "hw_thermal_slowdown"]
+    assert "power" in throttle_reason_words(0x4)[0]
+
+
+UUIDS = ["GPU-aaaa1111-0000-0000-0000-000000000000", "GPU-bbbb2222-0000-0000-0000-000000000000",
+         "GPU-cccc3333-0000-0000-0000-000000000000"]
+
+
+@pytest.mark.parametrize("value, expected", [
+    (None, [0, 1, 2]),
+    ("", []),
+    ("2,0", [2, 0]),
+    ("1,7,0", [1]),            # CUDA stops at the first invalid entry
+    ("0,0,1", [0]),            # a repeated entry is invalid too
+    ("-1", []),
+    ("GPU-bbbb", [1]),         # UUID prefix
+    ("GPU-cccc3333-0000-0000-0000-000000000000,0", [2, 0]),
+    ("GPU-", []),              # ambiguous prefix
+])
+def test_cuda_visible_devices_rules(value, expected):
+    assert parse_visible(value, UUIDS) == expected
+
+
+def test_mig_uuids_defer_to_cuda():
+    assert is_na(parse_visible("MIG-1234", UUIDS))
+
+
+def test_replay_loads_and_serves_samples(data_dir):
+    backend = ReplayBackend.from_file(data_dir / "handmade_hardware_faults.json")
+    assert backend.device_count() == 1 and backend.driver_version() == "580.95.05"
+    assert backend.sample(0)["throttle_reasons"] == 0xC
+    assert backend.sample(0)["throttle_reasons"] == 0xC  # holds the last sample
+    assert backend.sample(3)["gpu_util_pct"] == NA("InvalidArgument")
+    assert backend.processes(0)[0]["pid"] == 4242
+    assert backend.meta["hand_made"] is True
+
+
+def test_replay_gpu_lost_and_nvml_missing(data_dir):
+    lost = ReplayBackend.from_file(data_dir / "handmade_gpu_lost.json")
+    assert lost.static(0)["name"].startswith("NVIDIA H100")
+    assert lost.sample(0)["temperature_c"] == NA("GpuIsLost")
+    missing = ReplayBackend.from_file(data_dir / "handmade_torchvision_mismatch.json")
+    assert missing.status() == NA("LibraryNotFound")
+    assert missing.device_count() == NA("LibraryNotFound")
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{not json", "not JSON"),
+    ('{"format": "something-else"}', "not a gpudoctor recording"),
+    ('{"format": "gpudoctor-recording", "format_version": 99}', "format version 99"),
+    ('{"format": "gpudoctor-recording", "format_version": 1, "nvml": 5}', r"no valid .nvml. section"),
+])
+def test_bad_recordings_give_one_line_errors(tmp_path, content, message):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    with pytest.raises(RecordingError, match=message) as info:
+        load_recording(path)
+    assert "\n" not in str(info.value) and str(path) in str(info.value)
+    with pytest.raises(RecordingError, match="no such file"):
+        load_recording(tmp_path / "missing.json")
+
+
+def test_every_committed_recording_says_what_it_is(data_dir):
+    for path in sorted(data_dir.glob("*.json")):
+        raw = json.loads(path.read_text())
+        if raw.get("format") != "gpudoctor-recording":
+            continue
+        meta = raw["meta"]
+        assert meta.get("driver_version") and meta.get("created") and "device_names" in meta, path.name
+        if meta.get("hand_made"):
+            assert "handmade" in path.name and meta.get("scenario"), path.name
+        else:
+            assert "handmade" not in path.name, path.name
+
+
+def test_torch_to_nvml_matching_by_bus_id_then_uuid():
+    from gpudoctor.backends.visibility import match_torch_to_nvml
+
+    nvml = [{"index": 0, "pci_bus_id": "00000000:18:00.0", "uuid": "GPU-a"},
+            {"index": 1, "pci_bus_id": "00000000:3b:00.0", "uuid": "GPU-b"}]
+    torch_devices = [{"index": 0, "pci_bus_id": "0000:3b:00.0"},       # CUDA's fastest-first order
+                     {"index": 1, "pci_bus_id": None, "uuid": "GPU-a"},  # no bus id: fall back to UUID
+                     {"index": 2, "pci_bus_id": "0000:99:00.0"}]         # not an NVML device
+    assert match_torch_to_nvml(torch_devices, nvml) == {0: 1, 1: 0, 2: None}

@@ -1,0 +1,118 @@
+"""The distributed check for real: 2 gloo ranks on CPU, self-launched and under torchrun,
+plus a crashed and a hung rank (each bounded by a time limit)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.probes.distributed import DEFAULT_SIZES, assemble, launch_local
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = ROOT / "docs" / "report.schema.json"
+SMALL = [64 << 10, 1 << 20]
+
+
+def validate(report: dict) -> None:
+    if not SCHEMA.exists():
+        return  # the lead adds the schema on main; validated there
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.validate(report, json.loads(SCHEMA.read_text()))
+
+
+def check_good_result(result: dict, mode: str, sizes: list[int]) -> None:
+    assert result["probe"] == "distributed"
+    assert result["status"] == "pass", result["findings"]
+    details = result["details"]
+    assert details["mode"] == mode and details["backend"] == "gloo" and details["world_size"] == 2
+    rows = details["allreduce"]
+    assert [row["bytes"] for row in rows] == sizes
+    for row in rows:
+        assert row["busbw_GBps"] > 0
+        # nccl-tests' definition with n = 2: busbw = algbw * 2 * (2 - 1) / 2 = algbw
+        assert row["busbw_GBps"] == pytest.approx(row["algbw_GBps"], rel=1e-3)
+        assert set(row["per_rank_time_us"]) == {"0", "1"}
+    measures = {m["name"]: m for m in result["measurements"]}
+    assert measures["allreduce_busbw_64KiB"]["unit"] == "GB/s"
+    for name in ("ddp_grad_diff_vs_manual_allreduce", "ddp_grad_spread_across_ranks",
+                 "ddp_param_spread_across_ranks"):
+        assert measures[name]["value"] <= measures[name]["reference"], name
+    assert [r["rank"] for r in details["ranks"]] == [0, 1]
+    assert all(r["ddp_compute_ms"] > 0 for r in details["ranks"])
+    codes = {f["code"] for f in result["findings"]}
+    assert "distributed_ok" in codes
+    assert "multi_gpu_skipped" in codes  # no GPUs on the gloo path: said, with the reason
+
+
+def test_cli_self_launched_two_gloo_ranks(tmp_path):
+    out = tmp_path / "dist.json"
+    run = subprocess.run([sys.executable, "-m", "gpudoctor", "distributed", "--nproc", "2", "--backend", "gloo",
+                          "--sizes", "64K,1M", "--timeout", "90", "--json", "-o", str(out)],
+                         capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    report = json.loads(run.stdout)
+    assert json.loads(out.read_text()) == report  # one report, written whole
+    validate(report)
+    assert len(report["results"]) == 1
+    check_good_result(report["results"][0], "local", SMALL)
+
+
+def test_under_torchrun_every_rank_runs_and_rank0_writes_one_report(tmp_path):
+    out = tmp_path / "dist.json"
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                          "--standalone",
+                          "-m", "gpudoctor", "report", "--probe", "distributed", "--json", "-o", str(out)],
+                         capture_output=True, text=True, timeout=240, cwd=tmp_path,
+                         env={**__import__("os").environ, "GLOO_SOCKET_IFNAME": "lo"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads(run.stdout)  # exactly one JSON document: rank 1 prints nothing
+    assert json.loads(out.read_text()) == report
+    validate(report)
+    assert "rank 1: done" in run.stderr
+    result = report["results"][0]
+    # with no GPU, auto picks gloo and says why NCCL was not checked
+    assert any(f["code"] == "nccl_skipped" and f["status"] == "skip" for f in result["findings"])
+    # `report` runs the probe with its default gloo sizes
+    check_good_result(result, "torchrun", DEFAULT_SIZES["gloo"])
+
+
+def test_crashed_rank_is_named():
+    t0 = time.monotonic()
+    payloads, failures = launch_local(2, "gloo", SMALL, 60, fault="crash:1:allreduce")
+    assert time.monotonic() - t0 < 45
+    assert failures[1]["kind"] == "failed" and "code 17" in failures[1]["text"]
+    assert failures[0]["kind"] == "stopped" and "rank 1" in failures[0]["text"]
+    result = assemble(payloads, failures, 2, "gloo", "local")
+    assert result.status.value == "fail"
+    assert [f.code for f in result.findings if f.status.value == "fail"] == ["rank_failed"]
+    assert result.summary.startswith("rank 1 exited with code 17")
+
+
+def test_hung_rank_is_named_within_the_time_limit():
+    # rank 1 stops right after joining the group; rank 0 goes on into the first all-reduce and waits.
+    t0 = time.monotonic()
+    payloads, failures = launch_local(2, "gloo", SMALL, 15, fault="hang:1:allreduce")
+    elapsed = time.monotonic() - t0
+    assert elapsed < 15 + 15, elapsed  # the limit, plus killing and reading the ranks
+    assert payloads == {}
+    assert failures[1]["kind"] == "hung", failures
+    assert "did not finish within 15 s" in failures[1]["text"]
+    assert "last phase: init_process_group" in failures[1]["text"]
+    assert failures[0]["kind"] == "stopped", failures
+    assert "waiting for rank(s) 1 in allreduce 64 KiB" in failures[0]["text"]
+    result = assemble(payloads, failures, 2, "gloo", "local")
+    assert result.status.value == "fail"
+    assert result.summary.startswith("rank 1 did not finish")
+
+
+def test_usage_errors_exit_2(tmp_path):
+    for argv in (["--nproc", "1"], ["--sizes", "lots"], ["--timeout", "1"]):
+        run = subprocess.run([sys.executable, "-m", "gpudoctor", "distributed", *argv],
+                             capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        assert run.returncode == 2, (argv, run.stderr)
+        assert "error:" in run.stderr

@@ -1,0 +1,244 @@
+"""The distributed probe's arithmetic and verdicts, from hand-made rank payloads (no torch),
+and the NVLink query through the NVML gate with a fake NVML module."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+
+import pytest
+
+from gpudoctor.backends import NA, NvmlBackend, NvmlGate
+from gpudoctor.probes.distributed import (assemble, bus_bandwidth, classify_failures, find_stragglers,
+                                          parse_size)
+
+
+def test_parse_size_binary_units():
+    assert parse_size("4096") == 4096
+    assert parse_size("64K") == 64 << 10
+    assert parse_size("1m") == 1 << 20
+    assert parse_size("2GiB") == 2 << 30
+    with pytest.raises(ValueError):
+        parse_size("big")
+    with pytest.raises(ValueError):
+        parse_size("2")
+
+
+def test_bus_bandwidth_is_nccl_tests_definition():
+    # 1 GB in 0.1 s: algbw 10 GB/s; busbw = algbw * 2 (n-1) / n
+    assert bus_bandwidth(10**9, 0.1, 2) == pytest.approx((10.0, 10.0))
+    assert bus_bandwidth(10**9, 0.1, 8) == pytest.approx((10.0, 17.5))
+    assert bus_bandwidth(10**9, 0.1, 4)[1] == pytest.approx(15.0)
+
+
+def test_find_stragglers_uses_median_of_the_others_and_a_floor():
+    assert find_stragglers({0: 0.010, 1: 0.011, 2: 0.010, 3: 0.030}) == [(3, 0.030, 0.010)]
+    assert find_stragglers({0: 0.010, 1: 0.012}) == []          # 1.2x: not a straggler
+    assert find_stragglers({0: 0.0010, 1: 0.0025}) == []        # 2.5x but only 1.5 ms: timer noise
+    assert find_stragglers({0: 0.5}) == []
+
+
+def test_classify_failures_blames_the_first_death_and_the_rank_left_behind():
+    out = classify_failures({0: "failed: RuntimeError: Connection reset by peer", 1: "exited with code 17"},
+                            {0: 5.0, 1: 5.0}, set(), {0: (3, "allreduce 1 MiB"), 1: (2, "allreduce 64 KiB")}, 60)
+    assert out[1]["kind"] == "failed" and out[0]["kind"] == "stopped"
+    out = classify_failures({}, {}, {0, 1, 2}, {0: (5, "ddp gradient check"), 1: (4, "ddp setup"),
+                                                2: (5, "ddp gradient check")}, 30)
+    assert out[1]["kind"] == "hung" and "within 30 s" in out[1]["text"]
+    assert out[0]["kind"] == out[2]["kind"] == "stopped"
+    assert "waiting for rank(s) 1" in out[2]["text"]
+
+
+def payload(rank: int, *, world: int = 2, host: str = "node-a", compute: float = 0.004,
+            correct: bool = True, grad_diff: float = 0.0, node: dict | None = None) -> dict:
+    p = {
+        "rank": rank, "world_size": world, "local_rank": rank, "hostname": host, "device": f"cuda:{rank}",
+        "device_name": "GPU", "backend": "nccl", "init_s": 0.5, "error": None,
+        "allreduce": [{"bytes": 1 << 20, "dtype": "float32", "correct": correct, "iters": 20,
+                       "mean_s": 0.001 * (1 + rank * 0.1)}],
+        "ddp": {"batch_per_rank": 64, "loss": 2.3, "grad_max_abs_diff_vs_manual": grad_diff,
+                "grad_max_abs": 0.5, "grad_spread": 0.0, "param_spread": 0.0,
+                "step_times_s": [0.006] * 10, "compute_times_s": [compute] * 10, "parameters": 575050},
+    }
+    if node is not None:
+        p["node"] = node
+    return p
+
+
+TWO_GPU_NODE = {
+    "hostname": "node-a", "cuda_devices": 2, "device_names": ["GPU", "GPU"],
+    "peer_access": [[None, True], [True, None]],
+    "nvlink": [[{"link": 0, "active": True, "version": 4, "remote_pci_bus_id": "0000:0f:00.0",
+                 "remote_type": "gpu"}],
+               [{"link": 0, "active": True, "version": 4, "remote_pci_bus_id": "0000:07:00.0",
+                 "remote_type": "gpu"}]],
+    "dataparallel": {"devices": 2, "max_abs_diff": 0.0, "grads_finite": True, "ok": True, "seconds": 0.1},
+}
+
+
+def test_assemble_healthy_two_gpu_node():
+    r = assemble({0: payload(0, node=TWO_GPU_NODE), 1: payload(1)}, {}, 2, "nccl", "local")
+    assert r.status.value == "pass", [f.summary for f in r.findings]
+    row = r.details["allreduce"][0]
+    # the slowest rank's time (rank 1: 1.1 ms) sets the bandwidth
+    assert row["time_us"] == pytest.approx(1100.0)
+    assert row["busbw_GBps"] == pytest.approx((1 << 20) / 0.0011 / 1e9, rel=1e-3)
+    m = {x.name: x for x in r.measurements}
+    assert m["allreduce_busbw_1MiB"].unit == "GB/s"
+    assert m["nvlink_active_links"].value == 2
+
+
+def test_assemble_flags_wrong_sums_wrong_gradients_and_stragglers():
+    r = assemble({0: payload(0, correct=False), 1: payload(1, grad_diff=0.1, compute=0.02)}, {}, 2, "nccl",
+                 "local")
+    codes = {f.code: f for f in r.findings}
+    assert r.status.value == "fail"
+    assert "allreduce_wrong_result" in codes and "rank(s) 0" in codes["allreduce_wrong_result"].summary
+    assert "ddp_gradients_wrong" in codes
+    assert codes["straggler"].status.value == "warn" and "rank 1" in codes["straggler"].summary
+    assert "distributed_ok" not in codes
+
+
+def test_cpu_ranks_sharing_a_host_are_not_called_stragglers():
+    slow = [payload(0), payload(1, compute=0.02)]
+    for p in slow:
+        p["backend"] = "gloo"
+    r = assemble({0: slow[0], 1: slow[1]}, {}, 2, "gloo", "local")
+    assert r.status.value == "pass"
+    assert any(f.code == "straggler_shared_cpu" for f in r.findings)
+
+
+def test_assemble_node_problems_and_one_gpu_skip():
+    bad = copy.deepcopy(TWO_GPU_NODE)
+    bad["peer_access"] = [[None, False], [False, None]]
+    bad["nvlink"][1][0]["active"] = False
+    bad["dataparallel"] = {"devices": 2, "ok": False, "error": "RuntimeError: CUDA error: peer access"}
+    r = assemble({0: payload(0, node=bad), 1: payload(1)}, {}, 2, "nccl", "local")
+    codes = {f.code: f for f in r.findings}
+    assert codes["no_peer_access"].status.value == "warn" and "0->1" in codes["no_peer_access"].summary
+    assert "GPU 1 link 0" in codes["nvlink_link_down"].summary
+    assert codes["dataparallel_failed"].status.value == "fail"
+    assert r.status.value == "fail"
+
+    one = {"hostname": "node-b", "cuda_devices": 1, "skip_reason": "only one CUDA device is visible"}
+    r = assemble({0: payload(0, node=one), 1: payload(1)}, {}, 2, "nccl", "local")
+    skip = [f for f in r.findings if f.code == "multi_gpu_skipped"]
+    assert skip and "only one CUDA device" in skip[0].summary and skip[0].status.value == "skip"
+    assert r.status.value == "pass"  # the parts that ran passed
+
+
+def test_assemble_with_no_rank_finished_fails_with_the_culprit():
+    failures = {0: {"kind": "hung", "text": "did not finish within 60 s (last phase: init_process_group)"},
+                1: {"kind": "stopped", "text": "was waiting for rank(s) 0 in init_process_group when stopped"}}
+    r = assemble({}, failures, 2, "nccl", "local")
+    assert r.status.value == "fail"
+    assert r.summary.startswith("rank 0 did not finish")
+
+
+# --------------------------------------------------------------------------- NVLink via NVML
+class _FakeNvml:
+    NVML_NVLINK_MAX_LINKS = 6
+    NVML_NVLINK_DEVICE_TYPE_GPU = 0
+    NVML_NVLINK_DEVICE_TYPE_IBMNPU = 1
+    NVML_NVLINK_DEVICE_TYPE_SWITCH = 2
+
+    class NVMLError_NotSupported(Exception):
+        pass
+
+    class NVMLError_InvalidArgument(Exception):
+        pass
+
+    class _Pci:
+        def __init__(self, bus: bytes) -> None:
+            self.busId = bus
+
+    def __init__(self, links_per_device: dict[int, int]) -> None:
+        self.links = links_per_device
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlShutdown(self):
+        pass
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return index
+
+    def _check(self, handle, link):
+        n = self.links[handle]
+        if n == 0:
+            raise self.NVMLError_NotSupported()
+        if link >= n:
+            raise self.NVMLError_InvalidArgument()
+
+    def nvmlDeviceGetNvLinkState(self, handle, link):
+        self._check(handle, link)
+        return 0 if link == 2 else 1
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, handle, link):
+        self._check(handle, link)
+        return self._Pci(b"00000000:0F:00.0")
+
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle, link):
+        self._check(handle, link)
+        return 2
+
+    def nvmlDeviceGetNvLinkVersion(self, handle, link):
+        self._check(handle, link)
+        return 4
+
+
+def test_nvlink_query_through_the_gate():
+    backend = NvmlBackend(NvmlGate(_FakeNvml({0: 4, 1: 0})))
+    links = backend.nvlink(0)
+    assert [l["link"] for l in links] == [0, 1, 2, 3]
+    assert [l["active"] for l in links] == [True, True, False, True]
+    assert links[0]["remote_pci_bus_id"] == "0000:0f:00.0"
+    assert links[0]["remote_type"] == "switch" and links[0]["version"] == 4
+    assert backend.nvlink(1) == NA("NotSupported")  # no NVLink on this board: a value, not an error
+
+
+def test_nvlink_without_nvml_is_na():
+    class Missing:
+        class NVMLError_LibraryNotFound(Exception):
+            pass
+
+        def nvmlInit(self):
+            raise self.NVMLError_LibraryNotFound()
+
+    assert NvmlBackend(NvmlGate(Missing())).nvlink(0) == NA("LibraryNotFound")
+
+
+def test_front_ends_do_not_import_torch():
+    code = ("import sys, gpudoctor.cli as c; c.build_parser(); import gpudoctor.exporter, "
+            "gpudoctor.distributed_cmd, gpudoctor.probes.distributed; "
+            "bad = [m for m in ('torch', 'pynvml', 'textual') if m in sys.modules]; print(bad); "
+            "sys.exit(1 if bad else 0)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_quick_level_skips_without_importing_torch():
+
+    code = ("import sys; from gpudoctor.probes import ProbeContext; from gpudoctor.probes.distributed import run; "
+            "r = run(ProbeContext(gpu=None, level='quick')); "
+            "print(r.status.value, r.findings[0].code, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["skip", "quick_mode", "False"], out.stderr
+
+
+def test_anonymize_strips_every_ranks_host_name():
+    import json
+
+    from gpudoctor.distributed_cmd import _to_json
+    from gpudoctor.model import Report
+
+    result = assemble({0: payload(0, host="node-alpha"), 1: payload(1, host="node-beta", compute=0.02)}, {}, 2,
+                      "nccl", "torchrun")
+    text = _to_json(Report(results=[result]), anonymize=True)
+    assert "node-alpha" not in text and "node-beta" not in text
+    data = json.loads(text)
+    assert data["results"][0]["details"]["ranks"][0]["hostname"] == "<redacted>"
+    assert "straggler" in {f["code"] for f in data["results"][0]["findings"]}
+    assert "node-beta" in _to_json(Report(results=[result]), anonymize=False)

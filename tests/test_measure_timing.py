@@ -1,0 +1,178 @@
+"""gpudoctor.measure: statistics, the timing loop, arithmetic, PCIe ceilings, the datasheet table."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+
+from gpudoctor import measure
+from gpudoctor.measure import MiB
+
+
+class ScriptedClock:
+    """A clock whose samples are given in advance: the timing loop's logic without noise."""
+
+    kind = "scripted"
+
+    def __init__(self, durations):
+        self.durations = list(durations)
+        self.starts = 0
+
+    def start(self):
+        self.starts += 1
+        return None
+
+    def stop(self, token):
+        return self.durations.pop(0)
+
+
+# --------------------------------------------------------------------------- statistics
+def test_summarise_median_and_quartiles():
+    s = measure.summarise([5.0, 1.0, 3.0, 2.0, 4.0])
+    assert (s.median, s.minimum, s.maximum, s.count) == (3.0, 1.0, 5.0, 5)
+    assert (s.q1, s.q3) == (2.0, 4.0)
+    assert s.spread == pytest.approx(2.0 / 3.0)
+
+
+def test_summarise_one_sample_and_none():
+    assert measure.summarise([0.25]).median == 0.25
+    with pytest.raises(ValueError):
+        measure.summarise([])
+
+
+def test_median_ignores_one_outlier():
+    # a preempted repeat must not move the figure
+    s = measure.summarise([1.0, 1.01, 0.99, 1.0, 50.0])
+    assert s.median == 1.0
+
+
+# --------------------------------------------------------------------------- timing
+def test_time_op_warmup_untimed_and_rotation_indices():
+    seen = []
+    clock = ScriptedClock([0.4, 0.2, 0.3])
+    timing = measure.time_op(seen.append, clock, warmup=2, repeats=3, inner=1)
+    assert seen == [0, 1, 2, 3, 4]          # a running index: op rotates its inputs with it
+    assert clock.starts == 3                 # warm-up calls are not timed
+    assert timing.seconds == 0.3
+    assert timing.repeats == 3 and timing.warmup == 2 and timing.clock == "scripted"
+
+
+def test_time_op_divides_by_inner():
+    calls = []
+    timing = measure.time_op(calls.append, ScriptedClock([1.0, 1.0, 1.0]), warmup=0, repeats=3, inner=4)
+    assert len(calls) == 12
+    assert timing.seconds == pytest.approx(0.25)
+
+
+def test_time_op_budget_stops_early_after_min_repeats():
+    import time
+
+    timing = measure.time_op(lambda i: time.sleep(0.02), measure.CpuClock(), warmup=1, repeats=50,
+                             budget_s=0.1, min_repeats=3)
+    assert timing.stopped_early
+    assert 3 <= timing.repeats < 50
+
+
+def test_time_op_rejects_bad_arguments():
+    with pytest.raises(ValueError):
+        measure.time_op(lambda i: None, measure.CpuClock(), repeats=0)
+
+
+def test_cpu_clock_measures_real_work():
+    import time
+
+    timing = measure.time_op(lambda i: time.sleep(0.005), measure.CpuClock(), warmup=1, repeats=3)
+    assert 0.004 < timing.seconds < 0.5
+    assert timing.to_dict()["clock"] == "perf_counter"
+
+
+def test_inner_count():
+    assert measure.inner_count(0.001, window_s=0.002) == 2
+    assert measure.inner_count(1e-6, window_s=0.002, cap=64) == 64
+    assert measure.inner_count(0.5) == 1
+    assert measure.inner_count(0.0, cap=16) == 16
+
+
+# --------------------------------------------------------------------------- arithmetic
+def test_bandwidth_and_flops():
+    assert measure.bandwidth_gbs(2e9, 1.0) == 2.0
+    assert measure.bandwidth_gbs(256 * MiB, 0.01) == pytest.approx(26.8435456)
+    assert math.isnan(measure.bandwidth_gbs(1, 0.0))
+    # 8192^3 matmul in 1.1 ms: about 1000 TFLOP/s
+    assert measure.matmul_tflops(8192, 8192, 8192, 1.1e-3) == pytest.approx(999.5, rel=1e-3)
+    assert measure.percent_of(50.0, 63.0) == pytest.approx(79.365, rel=1e-4)
+    assert measure.percent_of(50.0, None) is None
+    assert measure.percent_of(float("nan"), 10.0) is None
+
+
+# --------------------------------------------------------------------------- PCIe
+@pytest.mark.parametrize("gen,width,expected", [
+    (1, 16, 4.0), (2, 16, 8.0), (3, 16, 15.754), (4, 16, 31.508), (5, 16, 63.015), (4, 8, 15.754),
+    (3, 1, 0.985), (6, 16, 121.0),
+])
+def test_pcie_ceiling(gen, width, expected):
+    assert measure.pcie_ceiling_gbs(gen, width) == pytest.approx(expected, rel=1e-3)
+
+
+@pytest.mark.parametrize("gen,width", [(None, 16), (4, None), (7, 16), (4, 0), (True, 16), ("4", 16)])
+def test_pcie_ceiling_unknown(gen, width):
+    from gpudoctor.backends.na import NA
+
+    assert measure.pcie_ceiling_gbs(gen, width) is None
+    assert measure.pcie_ceiling_gbs(NA("NotSupported"), 16) is None
+
+
+# --------------------------------------------------------------------------- datasheet
+@pytest.mark.parametrize("name,model", [
+    ("NVIDIA H100 80GB HBM3", "H100 SXM"),
+    ("NVIDIA H100 PCIe", "H100 PCIe"),
+    ("NVIDIA H100 NVL", "H100 NVL"),
+    ("NVIDIA H200", "H200 SXM"),
+    ("NVIDIA H200 NVL", "H200 NVL"),
+    ("NVIDIA A100-SXM4-80GB", "A100 SXM4 80GB"),
+    ("NVIDIA A100 80GB PCIe", "A100 PCIe 80GB"),
+    ("NVIDIA A100-PCIE-40GB", "A100 40GB"),
+    ("NVIDIA A100-SXM4-40GB", "A100 40GB"),
+    ("NVIDIA A10", "A10"),
+    ("NVIDIA L4", "L4"),
+    ("Tesla T4", "T4"),
+    ("Tesla V100-SXM2-32GB", "V100 SXM2"),
+    ("Tesla V100-PCIE-16GB", "V100 PCIe"),
+    ("NVIDIA GeForce RTX 4090", "GeForce RTX 4090"),
+    ("NVIDIA GeForce RTX 4080 SUPER", "GeForce RTX 4080 SUPER"),
+    ("NVIDIA GeForce RTX 4070 Ti", "GeForce RTX 4070 Ti"),
+    ("NVIDIA GeForce RTX 3090", "GeForce RTX 3090"),
+    ("NVIDIA GeForce RTX 3090 Ti", "GeForce RTX 3090 Ti"),
+    ("NVIDIA GeForce RTX 3060", "GeForce RTX 3060"),
+])
+def test_lookup_known_names(name, model):
+    spec = measure.lookup_gpu_spec(name)
+    assert spec is not None and spec.model == model
+
+
+@pytest.mark.parametrize("name", [
+    "NVIDIA A10G", "NVIDIA H100", "NVIDIA GeForce RTX 4070 Ti SUPER", "NVIDIA GeForce RTX 3060 Ti",
+    "NVIDIA GeForce RTX 4090 Laptop GPU", "NVIDIA L40S", "", None, 42,
+])
+def test_lookup_unknown_or_ambiguous_names(name):
+    # an unknown variant must not borrow a neighbour's figures
+    assert measure.lookup_gpu_spec(name) is None
+
+
+def test_datasheet_entries_are_consistent():
+    for pattern, spec in measure.DATASHEET:
+        re.compile(pattern)
+        assert spec.source and "NVIDIA" in spec.source
+        assert spec.memory_bandwidth_gbs > 100
+        assert spec.fp32 and spec.fp32 > 1
+        for dtype in ("tf32", "fp16", "bf16"):
+            peak = spec.peak_tflops(dtype)
+            assert peak is None or peak >= spec.fp32
+        if spec.bf16 is not None:
+            assert spec.bf16 == spec.fp16
+        if spec.tf32 is not None:
+            assert spec.fp16 >= spec.tf32
+    h100 = measure.lookup_gpu_spec("NVIDIA H100 80GB HBM3")
+    assert (h100.memory_bandwidth_gbs, h100.bf16) == (3350, 989.5)

@@ -1,0 +1,206 @@
+"""The GPU code paths of the measuring probes, run on CPU tensors.
+
+No GPU is needed: the handful of CUDA-only calls (device, CUDA events, pinned memory,
+the torch.cuda memory counters) are replaced by CPU stand-ins and NVML by a fake with
+the fields the probes read. The figures are the CPU's and mean nothing; what is tested
+is that every branch of the device path runs, builds its findings and stays JSON-valid.
+The real thing runs in tests/test_probes_gpu.py on a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gpudoctor import measure  # noqa: E402
+from gpudoctor.measure import GiB, MiB  # noqa: E402
+from gpudoctor.model import Status  # noqa: E402
+from gpudoctor.probes import ProbeContext  # noqa: E402
+from gpudoctor.probes import _gpu, compute, correctness, memory, transfer  # noqa: E402
+
+
+class FakeNvml:
+    def __init__(self, name, pcie=True, throttle=0):
+        self.name = name
+        self.pcie = pcie
+        self.throttle = throttle
+        self.used = 600 * MiB
+
+    def status(self):
+        return None
+
+    def device_count(self):
+        return 1
+
+    def static(self, index):
+        out = {"index": index, "name": self.name, "pci_bus_id": "0000:65:00.0"}
+        if self.pcie:
+            out.update(pcie_gen_max=4, pcie_width_max=16)
+        return out
+
+    def sample(self, index):
+        self.used += 2 * MiB
+        out = {"memory_used_bytes": self.used, "throttle_reasons": self.throttle, "clock_sm_mhz": 1755,
+               "power_w": 300.5}
+        if self.pcie:
+            out.update(pcie_gen_current=4, pcie_width_current=8)
+        return out
+
+    def processes(self, index):
+        return [{"pid": os.getpid(), "gpu_memory_bytes": 700 * MiB},
+                {"pid": 4_000_000, "gpu_memory_bytes": 3 * GiB}]
+
+    def close(self):
+        pass
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """CPU stand-ins for the CUDA-only calls; returns the settings a test may change."""
+    state = {"reserved": 0, "free": 768 * MiB, "total": 4 * GiB, "has_context": False,
+             "name": "NVIDIA H100 80GB HBM3"}
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(_gpu, "torch_device", lambda t, dev: cpu)
+    monkeypatch.setattr(_gpu, "event_clock", lambda t, device: measure.CpuClock())
+    monkeypatch.setattr(_gpu, "pinned_empty", lambda t, n: t.empty(n, dtype=t.uint8))
+    monkeypatch.setattr(_gpu, "has_context", lambda t, index: state["has_context"])
+    monkeypatch.setattr(_gpu, "cuda_devices", lambda ctx, t: [
+        _gpu.Device(0, 0, state["name"], state["total"], (9, 0))])
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (state["free"], state["total"]))
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 0)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: state["reserved"])
+    monkeypatch.setattr(torch.cuda, "memory_stats", lambda device=None: {
+        "inactive_split_bytes.all.current": 11 * MiB, "reserved_bytes.all.current": 40 * MiB,
+        "allocated_bytes.all.current": 17 * MiB, "num_alloc_retries": 0, "num_ooms": 0, "segment.all.current": 2})
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
+    monkeypatch.setattr(compute, "MAX_N", 256)
+    monkeypatch.setattr(correctness, "MATMUL_SHAPE", (128, 96, 64))
+    monkeypatch.setattr(correctness, "ELEMENTS", 1 << 14)
+    return state
+
+
+def _valid(result):
+    data = json.loads(json.dumps(result.to_dict(), allow_nan=False))
+    assert data["status"] in ("pass", "warn", "fail", "skip")
+    return data
+
+
+def _codes(result):
+    return {f.code for f in result.findings}
+
+
+def test_memory_device_path(fake_cuda):
+    result = memory.run(ProbeContext(gpu=FakeNvml(fake_cuda["name"]), level="full"))
+    _valid(result)
+    names = {m.name for m in result.measurements}
+    assert {"cuda_context", "cached_after_free", "empty_cache_returned", "largest_allocation",
+            "free_memory", "other_processes_memory", "fragment_demo_inactive_split"} <= names
+    walk = result.details["allocator_walk"]["0"]
+    assert [s["label"] for s in walk["steps"]] == ["baseline", "small_alloc", "small_free_alternate",
+                                                   "fragment_alloc", "big_alloc", "big_free_half",
+                                                   "freed_all", "empty_cache"]
+    assert result.details["context"]["0"]["measured_in"] == "this probe process"
+    largest = result.details["largest_allocation"]["0"]
+    assert largest["leftover_allocated"] == 0 and largest["tries"]
+    # one other process holds 3 GiB of 4 GiB; this probe's own pid is not counted
+    others = result.details["other_processes"]["0"]
+    assert [p["pid"] for p in others] == [4_000_000]
+    assert {"memory_held_by_others", "largest_allocation_small", "cuda_context_size",
+            "allocator_explained"} <= _codes(result)
+    assert result.status is Status.WARN
+
+
+def test_memory_context_in_fresh_process_reports_its_failure(fake_cuda):
+    fake_cuda["has_context"] = True
+    fake_cuda["free"] = 60 * MiB  # under 5 % free, and too little for the walk
+    result = memory.run(ProbeContext(gpu=FakeNvml(fake_cuda["name"]), level="full"))
+    _valid(result)
+    context = result.details["context"]["0"]
+    assert context["measured_in"] == "a fresh python process"
+    if not torch.cuda.is_available():
+        assert "error" in context  # the fresh process has no GPU either
+    assert "memory_nearly_full" in _codes(result)
+    assert result.details["allocator_walk"]["0"] == {"skipped": "too little free memory"}
+
+
+def test_transfer_device_path_with_ceilings(fake_cuda):
+    result = transfer.run(ProbeContext(gpu=FakeNvml(fake_cuda["name"]), level="full"))
+    data = _valid(result)
+    rows = result.details["rows"]["0"]
+    kinds = {r["kind"] for r in rows}
+    assert kinds == {"pageable_h2d", "pinned_h2d", "pageable_d2h", "pinned_d2h", "d2d"}
+    assert min(r["bytes"] for r in rows) == 1 * MiB
+    pinned = next(m for m in data["measurements"] if m["name"] == "pinned_h2d_bandwidth")
+    assert pinned["reference"] == pytest.approx(31.5, rel=1e-2) and pinned["value"] > 0
+    d2d = next(m for m in data["measurements"] if m["name"] == "d2d_bandwidth")
+    assert d2d["reference"] == 3350
+    assert result.details["pcie"]["0"]["width_after_load"] == 8
+    assert _codes(result) & {"pinned_h2d_slow", "pcie_link_degraded", "pinned_h2d_ok", "host_link_not_pcie"}
+    assert _codes(result) & {"d2d_slow", "d2d_ok"}
+
+
+def test_transfer_device_path_without_pcie_or_datasheet(fake_cuda):
+    fake_cuda["name"] = "NVIDIA Imaginary GPU"
+    result = transfer.run(ProbeContext(gpu=FakeNvml(fake_cuda["name"], pcie=False), level="full"))
+    data = _valid(result)
+    assert {"pcie_ceiling_unknown", "no_datasheet"} <= _codes(result)
+    assert all(m.get("reference") is None for m in data["measurements"])
+
+
+def test_compute_device_path(fake_cuda):
+    result = compute.run(ProbeContext(gpu=FakeNvml(fake_cuda["name"], throttle=0x20), level="full"))
+    data = _valid(result)
+    names = [m["name"] for m in data["measurements"]]
+    assert names[0] == "cpu_fp32_matmul"
+    assert {"fp32_matmul", "tf32_matmul", "fp16_matmul", "bf16_matmul", "gpu_cpu_fp32_ratio"} <= set(names)
+    bf16 = next(m for m in data["measurements"] if m["name"] == "bf16_matmul")
+    assert bf16["reference"] == 989.5 and "% of H100 SXM datasheet" in bf16["note"]
+    # CPU figures against an H100's datasheet: far below, and the fake NVML says thermal slowdown
+    assert {"matmul_slow", "throttled_under_load", "gpu_cpu_ratio"} <= _codes(result)
+    assert result.status is Status.WARN
+    assert torch.backends.cuda.matmul.allow_tf32 is False  # restored
+
+
+def test_compute_without_bf16(fake_cuda, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: False)
+    fake_cuda["name"] = "Tesla T4"
+    result = compute.run(ProbeContext(gpu=FakeNvml(fake_cuda["name"]), level="full"))
+    data = _valid(result)
+    bf16 = next(m for m in data["measurements"] if m["name"] == "bf16_matmul")
+    assert bf16["value"] is None and "no bf16" in bf16["note"]
+    tf32 = next(m for m in data["measurements"] if m["name"] == "tf32_matmul")
+    assert tf32.get("reference") is None  # Turing has no TF32
+
+
+def test_correctness_device_path(fake_cuda):
+    result = correctness.run(ProbeContext(gpu=FakeNvml(fake_cuda["name"]), level="full"))
+    _valid(result)
+    assert result.status is Status.PASS
+    assert "results_correct" in _codes(result)
+    assert len(result.details["checks"]["0"]) == 5
+    assert isinstance(result.details["seed"], int)
+
+
+def test_correctness_mismatch_is_a_fail(fake_cuda, monkeypatch):
+    real = correctness._judge
+
+    def corrupt(t, mode, k, result, reference, scale, repeat_identical):
+        if mode == "bf16":
+            result = result.clone()
+            result[1, 2] += 1000.0  # a wrong value, as a faulty SM would produce
+        return real(t, mode, k, result, reference, scale, repeat_identical)
+
+    monkeypatch.setattr(correctness, "_judge", corrupt)
+    result = correctness.run(ProbeContext(gpu=FakeNvml(fake_cuda["name"]), level="full"))
+    _valid(result)
+    assert result.status is Status.FAIL
+    fails = [f for f in result.findings if f.status is Status.FAIL]
+    assert len(fails) == 1 and fails[0].code == "wrong_results" and "bf16" in fails[0].summary
+    assert "results_correct" not in _codes(result)
