@@ -37,6 +37,13 @@ def test_underused_gpu_from_nvml_samples():
     assert summary.gpu["util_mean_pct"] == 40 and summary.gpu["samples"] == 3
 
 
+def test_no_gpu_diagnosis_when_the_watched_gpu_held_nothing():
+    memory = {"total_bytes": 80 * GiB, "peak_reserved_bytes": 0, "peak_allocated_bytes": 0,
+              "reserved_bytes": 0, "allocated_bytes": 0, "inactive_split_bytes": 0, "alloc_retries": 0}
+    summary = build_summary(_raw(gpu_samples=[_sample(0)] * 5, memory=memory))
+    assert "gpu_underutilised" not in summary.codes
+
+
 def test_busy_gpu_is_fine():
     summary = build_summary(_raw(gpu_samples=[_sample(97)] * 5))
     assert summary.codes == [] and summary.gpu["util_mean_pct"] == 97 > GPU_UNDERUTILISED_PCT

@@ -434,6 +434,10 @@ class TrainingMonitor:
             if "error" in memory:
                 self._note_once(f"allocator statistics unavailable: {memory['error']}")
                 memory = None
+            elif memory.get("peak_allocated_bytes") == 0 and self.steps:
+                self._note_once(f"nothing was allocated on {self._device} during the run: the loop seems to "
+                                "train elsewhere (pass device= or model= to TrainingMonitor); GPU figures "
+                                "are not diagnosed")
         notes = list(self._notes)
         for kind, count in self._misuse.items():
             notes.append({"nested_step": f"{count} nested monitor.step() call(s) were ignored",

@@ -12,7 +12,7 @@ import logging
 import threading
 from typing import Any
 
-from gpudoctor.backends import is_na, normalise_bus_id, throttle_reason_names
+from gpudoctor.backends import is_na, throttle_reason_names
 
 log = logging.getLogger("gpudoctor.hooks")
 
@@ -21,17 +21,19 @@ KEPT_FIELDS = ("t", "gpu_util_pct", "memory_used_bytes", "memory_total_bytes", "
 
 
 def nvml_index_for(backend: Any, cuda_index: int, pci_bus_id: str | None) -> int | None:
-    """The NVML index of torch's CUDA device: matched by PCI bus id, else by CUDA_VISIBLE_DEVICES."""
+    """The NVML index of torch's CUDA device: matched by PCI bus id (the one torch->NVML
+    matcher, :func:`gpudoctor.backends.visibility.match_torch_to_nvml`), else by the order
+    CUDA_VISIBLE_DEVICES gives."""
+    from gpudoctor.backends.visibility import match_torch_to_nvml, visible_nvml_indices
+
     count = backend.device_count()
     if is_na(count):
         return None
-    wanted = normalise_bus_id(pci_bus_id) if pci_bus_id else None
-    if wanted:
-        for i in range(count):
-            if backend.static(i).get("pci_bus_id") == wanted:
-                return i
-    from gpudoctor.backends.visibility import visible_nvml_indices
-
+    if pci_bus_id:
+        static = [dict(backend.static(i), index=i) for i in range(count)]
+        found = match_torch_to_nvml([{"index": cuda_index, "pci_bus_id": pci_bus_id}], static).get(cuda_index)
+        if found is not None:
+            return found
     visible = visible_nvml_indices(backend)
     if is_na(visible) or cuda_index >= len(visible):
         return None

@@ -402,6 +402,8 @@ def diagnose(s: Summary) -> list[DiagnosisItem]:
             evidence={"per_step": syncs.get("per_step"), "sites": frequent[:4]}))
 
     gpu = s.gpu or {}
+    if on_cuda and (s.memory or {}).get("peak_allocated_bytes") == 0:
+        on_cuda = False  # the watched GPU held no tensor: the loop trained elsewhere
     util = gpu.get("util_mean_pct")
     if on_cuda and util is not None and gpu.get("samples", 0) >= GPU_UNDERUTILISED_MIN_SAMPLES \
             and util < GPU_UNDERUTILISED_PCT:
