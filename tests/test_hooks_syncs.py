@@ -58,6 +58,21 @@ def test_counter_counts_every_sync_by_user_line_and_restores_warnings():
     assert warnings.filters == before_filters and warnings.showwarning is before_show
 
 
+def test_syncs_outside_the_training_loop_are_not_counted_as_sites():
+    in_loop = {"now": True}
+    counter = SyncCounter(torch=None, counting=lambda: in_loop["now"])
+    counter.install()
+    loss = FakeCudaScalar()
+    for _ in range(3):
+        loss.item()
+    in_loop["now"] = False  # e.g. an evaluation loop after training
+    for _ in range(5):
+        loss.item()
+    counter.uninstall()
+    snap = counter.snapshot()
+    assert snap["total"] == 3 and snap["outside_loop"] == 5 and snap["sites"][0]["count"] == 3
+
+
 def test_other_warnings_still_reach_the_user():
     counter = SyncCounter(torch=None)
     counter.install()

@@ -193,16 +193,20 @@ class SyncCounter:
     ``.cpu()``, ``.tolist()``, a blocking ``.to(device)``, ``torch.cuda.synchronize()``...
     The counter catches those warnings (they are not shown), groups them by the first
     frame outside torch and gpudoctor, and keeps the line's text to name the pattern.
+    ``counting`` limits the count to part of the program (the monitor passes "inside a
+    pass over the wrapped loader or a step"); other syncs only add to ``outside``.
 
     If the user already chose a sync debug mode ("warn" or "error") it is left alone:
     "error" turns every sync into an exception, so nothing is counted; "warn" is counted
     and the warnings are still shown.
     """
 
-    def __init__(self, torch: Any | None = None) -> None:
+    def __init__(self, torch: Any | None = None, counting: Callable[[], bool] | None = None) -> None:
         self._torch = torch
+        self._counting = counting  # e.g. "inside the training loop"; None: always
         self._lock = threading.Lock()
         self.total = 0
+        self.outside = 0
         self.sites: dict[tuple[str, int], dict[str, Any]] = {}
         self.active = False
         self.status: str = "not started"
@@ -268,7 +272,10 @@ class SyncCounter:
     def _showwarning(self, message: Any, category: Any, filename: str, lineno: int,
                      file: Any = None, line: str | None = None) -> None:
         if str(message).startswith(SYNC_WARNING_TEXT):
-            self.record(filename, lineno)
+            if self._counting is None or self._counting():
+                self.record(filename, lineno)
+            else:
+                self.outside += 1
             if not self._show_warnings:
                 return
         original = self._saved_showwarning or warnings._showwarning_orig  # type: ignore[attr-defined]
@@ -297,7 +304,7 @@ class SyncCounter:
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
             sites = sorted((dict(s) for s in self.sites.values()), key=lambda s: -s["count"])
-            return {"total": self.total, "sites": sites, "status": self.status}
+            return {"total": self.total, "sites": sites, "status": self.status, "outside_loop": self.outside}
 
 
 # Patterns, from the line's text. Order matters: the first match names the line.

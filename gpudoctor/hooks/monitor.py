@@ -349,11 +349,14 @@ class TrainingMonitor:
             from gpudoctor.backends.torch_hooks import SyncCounter, require_torch
 
             if self._syncs is None:
-                self._syncs = SyncCounter(require_torch())
+                self._syncs = SyncCounter(require_torch(), counting=self._in_training_loop)
             if not self._syncs.install() and self._syncs.status not in self._notes:
                 self._notes.append(f"host syncs {self._syncs.status}")
         if self.sample_gpu:
             self._start_sampler()
+
+    def _in_training_loop(self) -> bool:
+        return self._in_step or self._wrap_depth > 0
 
     def _start_sampler(self) -> None:
         if self._sampler is not None:
