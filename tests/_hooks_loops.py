@@ -95,3 +95,26 @@ def train_epoch(monitor: Any, loader: Any, model: nn.Module | None = None, devic
             correct += (out.argmax(1) == targets).sum()
             total += len(targets)
     return correct / max(total, 1), losses
+
+
+_SUMMARY_VALIDATOR = None
+
+
+def validate_summary(data: dict) -> dict:
+    """Check a Summary.to_dict() against docs/training-summary.schema.json (and strict JSON)."""
+    global _SUMMARY_VALIDATOR
+    import json
+    from pathlib import Path
+
+    import jsonschema
+
+    if _SUMMARY_VALIDATOR is None:
+        schema_path = Path(__file__).resolve().parents[1] / "docs" / "training-summary.schema.json"
+        schema = json.loads(schema_path.read_text(encoding="utf-8"))
+        jsonschema.Draft202012Validator.check_schema(schema)
+        _SUMMARY_VALIDATOR = jsonschema.Draft202012Validator(schema)
+    errors = sorted(_SUMMARY_VALIDATOR.iter_errors(data), key=lambda e: list(e.path))
+    if errors:
+        raise AssertionError(f"summary does not match schema at {list(errors[0].path)}: {errors[0].message}")
+    json.dumps(data, allow_nan=False)
+    return data

@@ -57,6 +57,10 @@ def test_two_gloo_ranks_name_the_straggler(tmp_path):
     mp.spawn(_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
     r0 = json.loads((tmp_path / "rank0.json").read_text())
     r1 = json.loads((tmp_path / "rank1.json").read_text())
+    from _hooks_loops import validate_summary
+
+    for doc in (r0["own"], r0["gathered"], r1["own"], r1["gathered"]):
+        validate_summary(doc)
     # each rank summarised itself
     assert (r0["own"]["rank"], r0["own"]["world_size"], r1["own"]["rank"]) == (0, 2, 1)
     assert r0["own"]["steps"] == r1["own"]["steps"] == 12

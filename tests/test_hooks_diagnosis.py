@@ -114,7 +114,14 @@ def test_slow_steps_name_a_rank_only_when_its_iteration_is_longer():
 
 
 def test_summary_round_trip_keeps_everything():
-    summary = build_summary(_raw(gpu_samples=[_sample(30)] * 4))
+    from _hooks_loops import validate_summary
+
+    memory = {"total_bytes": 80 * GiB, "peak_reserved_bytes": 76 * GiB, "peak_allocated_bytes": 70 * GiB,
+              "reserved_bytes": 30 * GiB, "allocated_bytes": 12 * GiB, "inactive_split_bytes": 12 * GiB,
+              "alloc_retries": 2, "ooms": 0}
+    summary = build_summary(_raw(gpu_samples=[_sample(30)] * 4, memory=memory))
+    assert summary.codes == ["gpu_underutilised", "memory_near_limit", "fragmentation"]
+    validate_summary(summary.to_dict())
     again = Summary.from_dict(json.loads(summary.to_json()))
     assert again.to_dict() == summary.to_dict()
 

@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from _hooks_loops import fast_collate, make_loader, single_thread, slow_collate, train_epoch  # noqa: E402
+from _hooks_loops import fast_collate, make_loader, single_thread, slow_collate, train_epoch, validate_summary  # noqa: E402
 
 from gpudoctor import Summary, TrainingMonitor  # noqa: E402
 
@@ -47,6 +47,7 @@ def test_slow_loader_is_input_bound(slow_run):
 
 def test_same_loop_with_fast_data_is_not_input_bound(fast_run):
     summary, accuracy = fast_run
+    validate_summary(summary.to_dict())
     assert summary.steps == 32
     assert summary.data_wait_share < 0.2
     assert "input_bound" not in summary.codes
@@ -57,8 +58,7 @@ def test_same_loop_with_fast_data_is_not_input_bound(fast_run):
 
 def test_summary_dict_is_json_safe_and_has_the_contract_fields(slow_run):
     summary, _ = slow_run
-    d = summary.to_dict()
-    json.dumps(d, allow_nan=False)
+    d = validate_summary(summary.to_dict())
     for key in ("steps", "data_wait_share", "step_time_p50_s", "diagnosis"):
         assert key in d
     assert 0.0 <= d["data_wait_share"] <= 1.0

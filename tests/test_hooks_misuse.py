@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import logging
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from _hooks_loops import fast_collate, make_loader, mnist_mlp  # noqa: E402
+from _hooks_loops import fast_collate, make_loader, mnist_mlp, validate_summary  # noqa: E402
 
 from gpudoctor import TrainingMonitor  # noqa: E402
 from gpudoctor.hooks import MonitorUsageError, MonitorUsageWarning  # noqa: E402
@@ -26,7 +25,7 @@ def test_summary_with_zero_steps_is_empty_and_says_so():
     assert summary.steps == 0 and summary.diagnosis == []
     assert summary.data_wait_share is None and summary.step_time_p50_s is None
     assert "no training steps were recorded" in str(summary)
-    json.dumps(summary.to_dict(), allow_nan=False)
+    validate_summary(summary.to_dict())
 
 
 def test_wrap_without_step_is_noted():
@@ -45,6 +44,7 @@ def test_steps_outside_wrap_are_timed_without_data_wait():
         with monitor.step():
             _step(model, inputs, targets)
     summary = monitor.summary()
+    validate_summary(summary.to_dict())
     assert summary.steps == 4 and summary.step_time_p50_s > 0
     assert summary.data_wait_share is None
     assert any("outside monitor.wrap(loader)" in note for note in summary.notes)

@@ -96,6 +96,9 @@ def test_a_sync_every_step_is_diagnosed_with_its_line():
                      ends=[i * 0.0021 + 0.0021 for i in range(n)], passes=[1] * n,
                      device_steps=[0.0015] * n, device="cuda:0", host_syncs=counter.snapshot())
     summary = build_summary(raw)
+    from _hooks_loops import validate_summary
+
+    validate_summary(summary.to_dict())
     assert summary.codes[0] == "host_sync_bound"
     message = summary.diagnosis[0].message
     assert "`.item()`" in message and "test_hooks_syncs.py:" in message and "1.0 times per step" in message
