@@ -69,6 +69,10 @@ def test_strict_mode_raises_on_nested_step():
         with monitor.step():
             with monitor.step():
                 pass
+    with monitor.step():  # the monitor is not left thinking a step is still open
+        pass
+    summary = monitor.summary()
+    assert summary.steps == 1 and any("ended with an exception" in n for n in summary.notes)
 
 
 def test_bad_arguments_are_usage_errors():

@@ -241,9 +241,10 @@ class TrainingMonitor:
     # -- hot path ---------------------------------------------------------------------------------
     def _begin_step(self) -> None:
         if self._in_step:
-            self._nested_depth += 1
+            # strict mode raises here, before the inner step counts as open
             self._misused("nested_step", "monitor.step() inside another monitor.step(): the inner one "
                           "is ignored; put one step() around the whole training step")
+            self._nested_depth += 1
             return
         self._in_step = True
         if self._disabled is not None:
@@ -307,7 +308,10 @@ class TrainingMonitor:
                 pass
         if isinstance(exc, RuntimeError) and not isinstance(exc, DeviceMismatchError):
             batch = self._last_batch
-            words = explain_device_error(exc, self._model, (batch,) if batch is not None else ())
+            try:
+                words = explain_device_error(exc, self._model, (batch,) if batch is not None else ())
+            except Exception:  # never replace the user's error with one of ours
+                words = None
             if words is not None:
                 raise DeviceMismatchError(words) from exc
 
