@@ -58,6 +58,33 @@ def test_counter_counts_every_sync_by_user_line_and_restores_warnings():
     assert warnings.filters == before_filters and warnings.showwarning is before_show
 
 
+def test_a_sync_inside_a_library_is_charged_to_the_users_line(tmp_path, monkeypatch):
+    import importlib
+    import os
+
+    from gpudoctor.backends import torch_hooks
+
+    lib = tmp_path / "fakelib"
+    lib.mkdir()
+    (lib / "__init__.py").write_text(
+        "import warnings\n"
+        "def clip(x):\n"
+        "    warnings.warn('called a synchronizing CUDA operation', UserWarning)  # inside the library\n"
+        "    return x\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    fakelib = importlib.import_module("fakelib")
+    real = torch_hooks._library_prefixes
+    monkeypatch.setattr(torch_hooks, "_library_prefixes", lambda: real() + (str(lib) + os.sep,))
+    counter = SyncCounter(torch=None)
+    counter.install()
+    for _ in range(4):
+        fakelib.clip(1.0)
+    counter.uninstall()
+    (site,) = counter.snapshot()["sites"]
+    assert site["file"].endswith("test_hooks_syncs.py") and site["code"] == "fakelib.clip(1.0)"
+    assert site["raised_in"].startswith(str(lib)) and site["count"] == 4
+
+
 def test_syncs_outside_the_training_loop_are_not_counted_as_sites():
     in_loop = {"now": True}
     counter = SyncCounter(torch=None, counting=lambda: in_loop["now"])

@@ -175,14 +175,28 @@ class sync_debug_mode_off:
 
 SYNC_WARNING_TEXT = "called a synchronizing CUDA operation"
 
-# Files whose frames are not "the user's line": the warnings machinery, torch, us.
-_SKIP_PATH_PARTS = (os.sep + "warnings.py", os.sep + "torch" + os.sep, os.sep + "gpudoctor" + os.sep,
-                    os.sep + "lightning" + os.sep, os.sep + "pytorch_lightning" + os.sep,
-                    "<frozen ")
+def _library_prefixes() -> tuple[str, ...]:
+    """Directories whose frames are not "the user's line": torch, Lightning, gpudoctor itself.
+
+    Taken from the loaded packages' own locations, so a user's project that merely lives in
+    a folder called ``gpudoctor`` or ``torch`` is not mistaken for the library.
+    """
+    prefixes = [os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep]
+    for name in ("torch", "lightning", "pytorch_lightning"):
+        module = sys.modules.get(name)
+        location = getattr(module, "__file__", None)
+        if location:
+            prefixes.append(os.path.dirname(os.path.abspath(location)) + os.sep)
+    return tuple(prefixes)
 
 
-def _is_library_frame(filename: str) -> bool:
-    return any(part in filename for part in _SKIP_PATH_PARTS)
+_WARNINGS_FILES = {os.path.abspath(warnings.__file__), warnings.__file__}
+
+
+def _is_library_frame(filename: str, prefixes: tuple[str, ...]) -> bool:
+    if filename in _WARNINGS_FILES or filename.startswith("<frozen "):
+        return True
+    return os.path.abspath(filename).startswith(prefixes)
 
 
 class SyncCounter:
@@ -214,8 +228,10 @@ class SyncCounter:
         self._saved_showwarning: Callable[..., Any] | None = None
         self._filter: tuple[Any, ...] | None = None
         self._show_warnings = False
+        self._prefixes: tuple[str, ...] = ()
 
     def install(self) -> bool:
+        self._prefixes = _library_prefixes()
         torch = self._torch
         if torch is not None:
             try:
@@ -283,9 +299,10 @@ class SyncCounter:
 
     def record(self, filename: str, lineno: int) -> None:
         user_file, user_line = filename, lineno
-        if _is_library_frame(filename):
+        prefixes = self._prefixes or _library_prefixes()
+        if _is_library_frame(filename, prefixes):
             frame = sys._getframe(1)
-            while frame is not None and _is_library_frame(frame.f_code.co_filename):
+            while frame is not None and _is_library_frame(frame.f_code.co_filename, prefixes):
                 frame = frame.f_back
             if frame is not None:
                 user_file, user_line = frame.f_code.co_filename, frame.f_lineno
