@@ -63,3 +63,14 @@ def test_fast_data_under_lightning_is_not_input_bound(tmp_path):
     summary = callback.summary
     assert summary.steps == 24
     assert "input_bound" not in summary.codes and summary.data_wait_share < 0.2
+
+
+def test_missing_lightning_says_how_to_install(monkeypatch):
+    import importlib
+    import sys
+
+    for name in ("lightning", "lightning.pytorch", "pytorch_lightning"):
+        monkeypatch.setitem(sys.modules, name, None)  # "not installed" for the import system
+    monkeypatch.delitem(sys.modules, "gpudoctor.hooks.lightning")
+    with pytest.raises(ImportError, match=r"pip install 'gpudoctor\[lightning\]'"):
+        importlib.import_module("gpudoctor.hooks.lightning")
