@@ -15,6 +15,9 @@ from gpudoctor.model import SCHEMA_VERSION, Finding, Measurement, ProbeResult, R
 
 # Public names loaded on first use: name -> module that defines it.
 _LAZY: dict[str, str] = {
+    "GpudoctorApp": "gpudoctor.tui.app",
+    "SweepConfig": "gpudoctor.workload",
+    "run_sweep": "gpudoctor.workload",
     "TrainingMonitor": "gpudoctor.hooks",
     "Summary": "gpudoctor.hooks",
     "DiagnosisItem": "gpudoctor.hooks",

@@ -24,6 +24,9 @@ from gpudoctor.errors import DeviceSelectionError, GpudoctorError, UsageError
 EXTRA_COMMANDS: list[str] = [
     "gpudoctor.distributed_cmd",
     "gpudoctor.exporter",
+    "gpudoctor.tui.command",
+    "gpudoctor.watch",
+    "gpudoctor.workload.command",
 ]
 
 # What ``gpudoctor`` with no arguments runs (the TUI once it is registered).

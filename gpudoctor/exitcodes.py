@@ -9,6 +9,7 @@ code   name                meaning
 3      WARN                warnings at or above --fail-on (report: --fail-on warn, the default)
 4      FAIL                at least one probe failed: the GPU stack is not usable as is
 5      PROBE_ERROR         no failure, but a probe could not complete (crash, hang, time limit)
+6      NO_GPU              nothing to watch: NVML found no usable NVIDIA GPU (gpudoctor watch)
 130    INTERRUPTED         stopped by Ctrl-C; finished results were kept and written
 =====  ==================  ==========================================================
 """
@@ -19,6 +20,7 @@ USAGE = 2
 WARN = 3
 FAIL = 4
 PROBE_ERROR = 5
+NO_GPU = 6
 INTERRUPTED = 130
 
 DESCRIPTIONS = {
@@ -28,6 +30,7 @@ DESCRIPTIONS = {
     WARN: "warnings found (with --fail-on warn, the default)",
     FAIL: "at least one probe failed",
     PROBE_ERROR: "a probe could not complete (crash, hang or time limit); nothing failed",
+    NO_GPU: "watch: no usable NVIDIA GPU to watch",
     INTERRUPTED: "interrupted; finished results were kept",
 }
 

@@ -95,7 +95,7 @@ def test_exit_codes_follow_status_and_fail_on(cli, data_dir):
     warn_only = str(data_dir / "handmade_gpu_lost.json")
     assert cli("report", "--replay", warn_only, "--probe", "environment").returncode == exitcodes.WARN
     assert cli("report", "--replay", warn_only, "--probe", "environment", "--fail-on", "fail").returncode == exitcodes.OK
-    healthy = str(data_dir / "handmade_notsupported_fields.json")
+    healthy = str(data_dir / "handmade_consumer_notsupported.json")
     assert cli("report", "--replay", healthy).returncode == exitcodes.OK
     assert cli("report", "--replay", str(data_dir / "handmade_hardware_faults.json"),
                "--fail-on", "fail").returncode == exitcodes.FAIL

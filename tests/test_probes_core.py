@@ -61,7 +61,7 @@ def test_gpu_lost_mid_report(data_dir):
 
 
 def test_notsupported_fields_are_normal(data_dir):
-    health = run_probe("health", data_dir / "handmade_notsupported_fields.json")
+    health = run_probe("health", data_dir / "handmade_consumer_notsupported.json")
     assert health.status == Status.PASS
     fan = [m for m in health.measurements if m.name == "fan_speed"][0]
     ecc = [m for m in health.measurements if m.name == "ecc_volatile_uncorrected"][0]

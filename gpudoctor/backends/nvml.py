@@ -308,7 +308,8 @@ class NvmlBackend:
         for link in range(int(max_links)):
             state = self.gate.query("nvmlDeviceGetNvLinkState", handle, link)
             if is_na(state):
-                first_na = first_na or state
+                if first_na is None:  # NA is falsy: test identity, not truth
+                    first_na = state
                 if state.reason == "InvalidArgument":  # past the device's last link
                     break
                 continue
@@ -323,8 +324,18 @@ class NvmlBackend:
                 "remote_type": None if is_na(remote) else remote_types.get(int(remote), "unknown"),
             })
         if not links:
-            return first_na or NA("NotSupported")
+            return first_na if first_na is not None else NA("NotSupported")
         return links
+
+    def utilization(self, index: int) -> dict[str, Any]:
+        """Only the busy percentages (nvidia-smi --query-gpu=utilization.gpu,utilization.memory).
+
+        One NVML call, cheap enough to poll at 10-20 Hz beside a running benchmark.
+        """
+        util = self._q("nvmlDeviceGetUtilizationRates", index)
+        return {"t": time.time(),
+                "gpu_util_pct": util if is_na(util) else int(util.gpu),
+                "mem_util_pct": util if is_na(util) else int(util.memory)}
 
     def processes(self, index: int) -> Any:
         """Processes holding a context on the device: pid, type, GPU memory, SM util."""

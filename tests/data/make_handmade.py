@@ -98,7 +98,7 @@ def scenarios():
         static=[_static()],
         samples=[{"t": 0.0, "devices": [lost_sample], "processes": [LOST]}],
         torch=_torch())
-    out["handmade_notsupported_fields.json"] = recording(
+    out["handmade_consumer_notsupported.json"] = recording(
         "notsupported_fields", "A consumer-style board: ECC, retirement, remapping, power limits and PCIe "
         "throughput answer NotSupported; fan speed is present. None of this is a fault.",
         static=[_static(name="NVIDIA GeForce RTX 4090 (hand-made stand-in)", compute_capability="8.9",

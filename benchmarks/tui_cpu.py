@@ -1,0 +1,140 @@
+"""CPU time of the gpudoctor TUI at a fixed refresh, in a real (pseudo-)terminal.
+
+Starts ``python -m gpudoctor tui`` on a pty of a fixed size, lets it start up, then
+measures the user+system CPU seconds the process spends over a window of wall time
+(psutil), and quits it with ``q``. With ``--replay`` it shows a recording (no GPU
+needed); without, it reads live NVML. ``--other CMD`` measures another monitor the same
+way (e.g. ``--other "nvitop --interval 1"`` on a GPU machine: the issue's target is
+gpudoctor <= nvitop at the same refresh, same machine and GPUs).
+
+    python benchmarks/tui_cpu.py --replay tests/data/handmade_two_gpu_training_standin.json
+    python benchmarks/tui_cpu.py --seconds 30 --interval 1 --other "nvitop --interval 1"
+
+Prints a table, or JSON with --json. Not part of the test run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import platform
+import pty
+import shlex
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def measure(argv: list[str], *, seconds: float, warmup: float, cols: int, rows: int,
+            quit_keys: str = "q") -> dict[str, Any]:
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": str(cols), "LINES": str(rows)}
+    started = time.monotonic()
+    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, cwd=ROOT, env=env,
+                            start_new_session=True)
+    os.close(slave)
+    received = [0]
+
+    def drain() -> None:  # a terminal that reads everything, as fast as it comes
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            received[0] += len(data)
+
+    threading.Thread(target=drain, daemon=True).start()
+    ps = psutil.Process(proc.pid)
+    try:
+        time.sleep(warmup)
+        if proc.poll() is not None:
+            raise RuntimeError(f"{argv[0]} exited during start-up with code {proc.returncode}")
+        t0 = ps.cpu_times()
+        bytes0 = received[0]
+        w0 = time.monotonic()
+        time.sleep(seconds)
+        t1 = ps.cpu_times()
+        wall = time.monotonic() - w0
+        bytes1 = received[0]
+        rss = ps.memory_info().rss
+        startup_cpu = t0.user + t0.system
+        window_cpu = (t1.user - t0.user) + (t1.system - t0.system)
+        os.write(master, quit_keys.encode())
+        try:
+            code = proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        try:
+            os.close(master)
+        except OSError:
+            pass
+    return {
+        "command": " ".join(shlex.quote(a) for a in argv),
+        "terminal": f"{cols}x{rows}",
+        "startup_wall_s": round(warmup, 1),
+        "startup_cpu_s": round(startup_cpu, 3),
+        "window_wall_s": round(wall, 2),
+        "window_cpu_s": round(window_cpu, 3),
+        "cpu_pct_of_one_core": round(100.0 * window_cpu / wall, 2),
+        "terminal_output_bytes_per_s": round((bytes1 - bytes0) / wall),
+        "rss_mib": round(rss / 2**20, 1),
+        "exit_code": code,
+        "total_wall_s": round(time.monotonic() - started, 1),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=30.0, help="measured window (default 30)")
+    parser.add_argument("--warmup", type=float, default=6.0, help="start-up time not measured (default 6)")
+    parser.add_argument("--interval", type=float, default=1.0, help="TUI refresh interval (default 1)")
+    parser.add_argument("--replay", help="recording to show (default: live NVML)")
+    parser.add_argument("--cols", type=int, default=120)
+    parser.add_argument("--rows", type=int, default=40)
+    parser.add_argument("--other", help="another monitor's command line to measure the same way")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+
+    ours = [sys.executable, "-m", "gpudoctor", "tui", "--interval", str(args.interval)]
+    if args.replay:
+        ours += ["--replay", args.replay]
+    results = [measure(ours, seconds=args.seconds, warmup=args.warmup, cols=args.cols, rows=args.rows)]
+    if args.other:
+        results.append(measure(shlex.split(args.other), seconds=args.seconds, warmup=args.warmup,
+                               cols=args.cols, rows=args.rows))
+    machine = {"host_cpu": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+               "python": platform.python_version(), "date": time.strftime("%Y-%m-%d", time.gmtime())}
+    if args.json:
+        print(json.dumps({"machine": machine, "interval_s": args.interval, "results": results}, indent=2))
+    else:
+        print(f"machine: {machine}  refresh: {args.interval:g} s")
+        for r in results:
+            print(f"{r['command']}\n  {r['terminal']}: {r['window_cpu_s']:.2f} CPU s over {r['window_wall_s']:.1f} s "
+                  f"= {r['cpu_pct_of_one_core']:.1f} % of one core; start-up {r['startup_cpu_s']:.2f} CPU s; "
+                  f"{r['terminal_output_bytes_per_s']} B/s to the terminal; RSS {r['rss_mib']} MiB; "
+                  f"exit {r['exit_code']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,482 @@
+"""The gpudoctor TUI: a live nvidia-smi companion with Doctor and Workload screens.
+
+The app is built from injected parts so that tests and replays drive the same code:
+
+* ``backend_factory()`` returns a GPU backend (``NvmlBackend`` live, ``ReplayBackend``
+  for a recording); it is read only in worker threads.
+* ``host_sampler()`` returns host readings (psutil by default).
+* ``probe_source()`` / ``doctor_runner(...)`` choose and run the doctor's probes
+  (``gpudoctor.runner``, which runs torch probes in child processes).
+* ``workload_factory(options)`` makes a :class:`WorkloadProcess` (a spawned child).
+
+Threads never touch widgets: workers post :class:`Message` objects and the handlers
+below update :class:`AppState` and ask the active screen to redraw. The TUI process
+never imports torch and never creates a CUDA context.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from textual import work
+from textual.app import App
+from textual.binding import Binding
+from textual.message import Message
+from textual.worker import get_current_worker
+
+from gpudoctor.live import (
+    History, LiveSampler, ProcessRow, PsutilProcessInfo, Snapshot, default_host_sampler, process_rows,
+    recorded_process_info,
+)
+from gpudoctor.model import ProbeResult
+from gpudoctor.tui.screens import DoctorScreen, HelpScreen, OverviewScreen, ProcessesScreen, WorkloadScreen
+from gpudoctor.tui.workload_runner import DEFAULT_TARGET, WorkloadProcess, field_of, workload_available
+
+MIN_INTERVAL_S = 0.25
+DEFAULT_INTERVAL_S = 1.0
+SCREEN_NAMES = ("overview", "processes", "doctor", "workload")
+
+
+# --------------------------------------------------------------------------- state
+@dataclass
+class AppState:
+    snapshot: Snapshot | None = None
+    history: History = field(default_factory=History)
+    processes: list[ProcessRow] = field(default_factory=list)
+    process_notes: list[str] = field(default_factory=list)
+    sample_error: str = ""
+    stalled_s: float | None = None
+    samples: int = 0
+
+
+@dataclass
+class DoctorState:
+    level: str = "standard"
+    run_id: int = 0
+    running: bool = False
+    finished: bool = False
+    probes: list[tuple[str, str]] = field(default_factory=list)
+    results: dict[str, ProbeResult] = field(default_factory=dict)
+    current: str | None = None
+    error: str = ""
+    verdict: str = ""
+
+
+@dataclass
+class WorkloadState:
+    phase: str = "idle"
+    running: bool = False
+    unavailable: str = ""
+    pid: int | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    dropped: list[str] = field(default_factory=list)
+    events: int = 0
+    fraction: float | None = None
+    last_message: str = ""
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    result: Any = None
+    error: str = ""
+
+
+# --------------------------------------------------------------------------- messages
+class SampleReady(Message):
+    def __init__(self, snapshot: Snapshot, rows: list[ProcessRow], notes: list[str]) -> None:
+        super().__init__()
+        self.snapshot, self.rows, self.notes = snapshot, rows, notes
+
+
+class SampleFailed(Message):
+    def __init__(self, error: str) -> None:
+        super().__init__()
+        self.error = error
+
+
+class DoctorStarted(Message):
+    def __init__(self, run_id: int, probes: list[tuple[str, str]]) -> None:
+        super().__init__()
+        self.run_id, self.probes = run_id, probes
+
+
+class DoctorProbeStarted(Message):
+    def __init__(self, run_id: int, name: str) -> None:
+        super().__init__()
+        self.run_id, self.name = run_id, name
+
+
+class DoctorResult(Message):
+    def __init__(self, run_id: int, result: ProbeResult) -> None:
+        super().__init__()
+        self.run_id, self.result = run_id, result
+
+
+class DoctorFinished(Message):
+    def __init__(self, run_id: int, verdict: str = "", error: str = "") -> None:
+        super().__init__()
+        self.run_id, self.verdict, self.error = run_id, verdict, error
+
+
+class WorkloadEvent(Message):
+    def __init__(self, kind: str, payload: dict[str, Any]) -> None:
+        super().__init__()
+        self.kind, self.payload = kind, payload
+
+
+def start_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker now, while sys.stderr is the real one.
+
+    Spawning a child (the doctor's torch probes, the workload) starts the tracker on
+    first use and passes it ``sys.stderr.fileno()``. Inside a running Textual app
+    sys.stderr is a capture object whose fileno() is -1, and the spawn then fails with
+    "bad value(s) in fds_to_keep". Started before the app runs, the tracker is reused.
+    """
+    try:
+        from multiprocessing import resource_tracker
+
+        resource_tracker.ensure_running()
+    except Exception:  # no tracker on this platform: spawning works without it
+        pass
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+# --------------------------------------------------------------------------- app
+class GpudoctorApp(App[int]):
+    """``gpudoctor``: Overview, Processes, Doctor, Workload and Help screens."""
+
+    CSS_PATH = "gpudoctor.tcss"
+    TITLE = "gpudoctor"
+    ENABLE_COMMAND_PALETTE = False
+    BINDINGS = [
+        Binding("o", "show('overview')", "overview"),
+        Binding("p", "show('processes')", "processes"),
+        Binding("d", "show('doctor')", "doctor"),
+        Binding("w", "show('workload')", "workload"),
+        Binding("1", "show('overview')", "overview", show=False),
+        Binding("2", "show('processes')", "processes", show=False),
+        Binding("3", "show('doctor')", "doctor", show=False),
+        Binding("4", "show('workload')", "workload", show=False),
+        Binding("question_mark", "help", "help"),
+        Binding("h", "help", "help", show=False),
+        Binding("f1", "help", "help", show=False),
+        Binding("q", "quit_app", "quit"),
+    ]
+
+    def __init__(
+        self,
+        backend_factory: Callable[[], Any],
+        *,
+        interval: float = DEFAULT_INTERVAL_S,
+        host_sampler: Callable[[], Any] | None = None,
+        process_info: Callable[..., dict[str, Any]] | None = None,
+        doctor_level: str = "standard",
+        replay: str | None = None,
+        probe_source: Callable[[], list[Any]] | None = None,
+        doctor_runner: Callable[..., Any] | None = None,
+        workload_factory: Callable[[dict[str, Any]], WorkloadProcess] | None = None,
+        workload_check: Callable[[], str | None] | None = None,
+        start_screen: str = "overview",
+    ) -> None:
+        super().__init__()
+        if interval < MIN_INTERVAL_S:
+            raise ValueError(f"interval must be at least {MIN_INTERVAL_S} s")
+        self.interval = float(interval)
+        self.backend_factory = backend_factory
+        self.host_sampler = host_sampler
+        self.process_info = process_info
+        self.replay = replay
+        self.probe_source = probe_source
+        self.doctor_runner = doctor_runner
+        self.workload_factory = workload_factory or (lambda options: WorkloadProcess(DEFAULT_TARGET, options))
+        self.workload_check = workload_check or workload_available
+        self.start_screen = start_screen
+        self.state = AppState()
+        self.doctor = DoctorState(level=doctor_level)
+        self.workload = WorkloadState()
+        self.sampler: LiveSampler | None = None
+        self._sample_started: float | None = None
+        self._workload_stop = threading.Event()
+        self._quitting = False
+        start_resource_tracker()
+
+    # -- lifecycle ------------------------------------------------------------------
+    def on_mount(self) -> None:
+        self.install_screen(OverviewScreen(), "overview")
+        self.install_screen(ProcessesScreen(), "processes")
+        self.install_screen(DoctorScreen(), "doctor")
+        self.install_screen(WorkloadScreen(), "workload")
+        self.push_screen(self.start_screen)
+        why = self.workload_check()
+        if why:
+            self.workload.unavailable = why
+            self.workload.phase = "not available"
+        self._tick()
+        self.set_interval(self.interval, self._tick, name="sample")
+
+    def _redraw(self, *names: str) -> None:
+        screen = self.screen
+        for name in names:
+            if self.is_screen_installed(name) and screen is self.get_screen(name):
+                screen.refresh_view()  # type: ignore[attr-defined]
+
+    # -- actions --------------------------------------------------------------------
+    def action_show(self, name: str) -> None:
+        if name not in SCREEN_NAMES:
+            return
+        if isinstance(self.screen, HelpScreen):
+            self.pop_screen()
+        if self.screen is not self.get_screen(name):
+            self.switch_screen(name)
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def action_quit_app(self) -> None:
+        self._quitting = True
+        self._workload_stop.set()
+        self.exit(0)
+
+    # -- sampling -------------------------------------------------------------------
+    def request_sample(self) -> None:
+        """Read the backend now (the timer does this every interval)."""
+        self._tick()
+
+    def _tick(self) -> None:
+        if self._sample_started is not None:
+            # The previous reading has not come back: NVML can block on a failing GPU.
+            waited = time.monotonic() - self._sample_started
+            if waited > max(3 * self.interval, 2.0):
+                self.state.stalled_s = waited
+                self._redraw(*SCREEN_NAMES)
+            return
+        self._sample_started = time.monotonic()
+        self._sample_worker()
+
+    @work(thread=True, exclusive=True, group="sample", exit_on_error=False)
+    def _sample_worker(self) -> None:
+        worker = get_current_worker()
+        try:
+            if self.sampler is None:
+                info = self.process_info
+                gpu = self.backend_factory()
+                if info is None:
+                    info = recorded_process_info if getattr(gpu, "kind", "") == "replay" else PsutilProcessInfo()
+                    self.process_info = info
+                self.sampler = LiveSampler(gpu, self.host_sampler or default_host_sampler())
+            snap = self.sampler.read()
+            rows, notes = process_rows(snap, self.process_info)  # type: ignore[arg-type]
+            forget = getattr(self.process_info, "forget_except", None)
+            if forget is not None:
+                forget({r.pid for r in rows})
+        except Exception as exc:  # a backend is not supposed to raise; if it does, say so and go on
+            if not worker.is_cancelled:
+                self.post_message(SampleFailed(f"reading failed: {_one_line(exc)}"))
+            return
+        if not worker.is_cancelled:
+            self.post_message(SampleReady(snap, rows, notes))
+
+    def on_sample_ready(self, message: SampleReady) -> None:
+        self._sample_started = None
+        state = self.state
+        state.snapshot = message.snapshot
+        state.history.add(message.snapshot)
+        state.processes = message.rows
+        state.process_notes = message.notes
+        state.sample_error = ""
+        state.stalled_s = None
+        state.samples += 1
+        self._redraw("overview", "processes")
+
+    def on_sample_failed(self, message: SampleFailed) -> None:
+        self._sample_started = None
+        self.state.sample_error = message.error
+        self._redraw(*SCREEN_NAMES)
+
+    # -- doctor ---------------------------------------------------------------------
+    def start_doctor(self) -> None:
+        doc = self.doctor
+        if doc.running:
+            self.notify("The doctor is still running; r re-runs it once it is done.", severity="warning")
+            return
+        doc.run_id += 1
+        doc.running, doc.finished = True, False
+        doc.probes, doc.results, doc.current, doc.error, doc.verdict = [], {}, None, "", ""
+        self._redraw("doctor")
+        self._doctor_worker(doc.run_id, doc.level)
+
+    @work(thread=True, exclusive=True, group="doctor", exit_on_error=False)
+    def _doctor_worker(self, run_id: int, level: str) -> None:
+        from gpudoctor import runner
+        from gpudoctor.render import VERDICT
+
+        worker = get_current_worker()
+        try:
+            probes = self.probe_source() if self.probe_source else runner.select_probes(None, level)
+        except Exception as exc:
+            self.post_message(DoctorFinished(run_id, error=f"cannot choose probes: {_one_line(exc)}"))
+            return
+        self.post_message(DoctorStarted(run_id, [(p.name, p.title) for p in probes]))
+        if not probes:
+            self.post_message(DoctorFinished(run_id))
+            return
+        spec = runner.RunSpec(level=level, replay=self.replay)
+        run = self.doctor_runner or runner.run_probes
+        done = threading.Event()
+        box: dict[str, Any] = {}
+
+        def target() -> None:
+            try:
+                box["report"] = run(
+                    probes, spec,
+                    on_start=lambda p: self.post_message(DoctorProbeStarted(run_id, p.name)),
+                    on_result=lambda r: self.post_message(DoctorResult(run_id, r)))
+            except BaseException as exc:  # the runner is not supposed to raise; if it does, show it
+                box["error"] = _one_line(exc)
+            finally:
+                done.set()
+
+        # The runner waits on child processes with long time limits; running it in a
+        # daemon thread lets `q` quit at once (its daemon children die with us).
+        threading.Thread(target=target, name="gpudoctor-doctor", daemon=True).start()
+        while not done.wait(0.1):
+            if worker.is_cancelled:
+                return
+        report = box.get("report")
+        verdict = ""
+        if report is not None:
+            status = str(report.status)
+            verdict = f"Verdict: {status.upper()}. {VERDICT.get(status, '')}"
+        self.post_message(DoctorFinished(run_id, verdict=verdict, error=box.get("error", "")))
+
+    def on_doctor_started(self, message: DoctorStarted) -> None:
+        if message.run_id == self.doctor.run_id:
+            self.doctor.probes = message.probes
+            self._redraw("doctor")
+
+    def on_doctor_probe_started(self, message: DoctorProbeStarted) -> None:
+        if message.run_id == self.doctor.run_id:
+            self.doctor.current = message.name
+            self._redraw("doctor")
+
+    def on_doctor_result(self, message: DoctorResult) -> None:
+        if message.run_id == self.doctor.run_id:
+            self.doctor.results[message.result.probe] = message.result
+            if self.doctor.current == message.result.probe:
+                self.doctor.current = None
+            self._redraw("doctor")
+
+    def on_doctor_finished(self, message: DoctorFinished) -> None:
+        if message.run_id == self.doctor.run_id:
+            doc = self.doctor
+            doc.running, doc.finished, doc.current = False, True, None
+            doc.verdict, doc.error = message.verdict, message.error
+            self._redraw("doctor")
+
+    # -- workload -------------------------------------------------------------------
+    def start_workload(self, options: dict[str, Any]) -> None:
+        wl = self.workload
+        if wl.running:
+            self.notify("A sweep is already running (x cancels it).", severity="warning")
+            return
+        why = self.workload_check()
+        if why:
+            wl.unavailable, wl.phase = why, "not available"
+            self._redraw("workload")
+            return
+        self.workload = WorkloadState(phase="starting", running=True, options=dict(options))
+        self._workload_stop.clear()
+        self._redraw("workload")
+        self._workload_worker(dict(options))
+
+    def cancel_workload(self) -> None:
+        if self.workload.running:
+            self._workload_stop.set()
+            self.workload.phase = "cancelling"
+            self._redraw("workload")
+
+    @work(thread=True, exclusive=True, group="workload", exit_on_error=False)
+    def _workload_worker(self, options: dict[str, Any]) -> None:
+        worker = get_current_worker()
+        try:
+            proc = self.workload_factory(options)
+            proc.start()
+        except Exception as exc:
+            self.post_message(WorkloadEvent("error", {"message": f"could not start the workload process: "
+                                                                 f"{_one_line(exc)}"}))
+            return
+        self.post_message(WorkloadEvent("launched", {"pid": proc.pid}))
+        try:
+            for kind, payload in proc.events(stop=lambda: worker.is_cancelled or self._workload_stop.is_set()):
+                if worker.is_cancelled and kind != "cancelled":
+                    break
+                self.post_message(WorkloadEvent(kind, payload))
+        finally:
+            if not proc.finished:
+                proc.cancel()
+
+    def on_workload_event(self, message: WorkloadEvent) -> None:
+        wl = self.workload
+        kind, payload = message.kind, message.payload or {}
+        wl.events += 1
+        if kind == "launched":
+            wl.pid = payload.get("pid")
+            wl.phase = "starting (importing the workload in its own process)"
+        elif kind == "started":
+            wl.pid = payload.get("pid", wl.pid)
+            wl.options = payload.get("options", wl.options)
+            wl.dropped = list(payload.get("dropped_options") or [])
+            wl.phase = "running"
+        elif kind == "progress":
+            wl.phase = "running"
+            fraction = field_of(payload, "fraction")
+            done, total = field_of(payload, "done"), field_of(payload, "total")
+            if isinstance(fraction, (int, float)) and 0 <= fraction <= 1:
+                wl.fraction = float(fraction)
+            elif isinstance(done, (int, float)) and isinstance(total, (int, float)) and total > 0:
+                wl.fraction = min(1.0, float(done) / float(total))
+            msg = field_of(payload, "message")
+            if isinstance(msg, str):
+                wl.last_message = msg
+            if field_of(payload, "batch_size") is not None and (
+                    field_of(payload, "samples_per_s") is not None or field_of(payload, "status") is not None):
+                wl.runs.append(payload)
+        elif kind == "done":
+            wl.running, wl.phase, wl.result, wl.fraction = False, "finished", payload, 1.0
+            wl.last_message = "sweep finished"
+            result_runs = payload.get("runs") if isinstance(payload, dict) else None
+            if isinstance(result_runs, list) and not wl.runs:
+                wl.runs = [r for r in result_runs if isinstance(r, dict)]
+        elif kind == "unavailable":
+            wl.running, wl.phase = False, "not available"
+            wl.unavailable = str(payload.get("message", "workload module not available"))
+        elif kind in ("error", "exited"):
+            wl.running, wl.phase = False, "failed"
+            wl.error = str(payload.get("message", kind))
+        elif kind == "cancelled":
+            wl.running, wl.phase = False, "cancelled"
+        self._redraw("workload")
+
+
+def make_app(*, replay: str | None = None, interval: float = DEFAULT_INTERVAL_S, doctor_level: str = "standard",
+             **kw: Any) -> GpudoctorApp:
+    """The app on live NVML, or on a recording played in a loop."""
+    from gpudoctor.backends import NvmlBackend, ReplayBackend
+
+    if replay:
+        recording = ReplayBackend.from_file(replay, loop=True).recording  # validate now, before the screen opens
+
+        def factory() -> Any:
+            return ReplayBackend(recording, loop=True, source=str(replay))
+    else:
+        factory = NvmlBackend
+    return GpudoctorApp(factory, interval=interval, doctor_level=doctor_level, replay=replay, **kw)
+
+
+__all__ = ["GpudoctorApp", "make_app", "MIN_INTERVAL_S", "DEFAULT_INTERVAL_S", "AppState", "DoctorState",
+           "WorkloadState"]

@@ -1,0 +1,379 @@
+"""Screens: Overview, Processes, Doctor, Workload, Help.
+
+Screens read the app's state (``self.app.state``) in ``refresh_view()``, which the app
+calls from its message handlers when new data arrives and which each screen calls when
+it is shown again. No screen talks to a backend.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen, Screen
+from textual.widgets import DataTable, Footer, Input, Static
+
+from gpudoctor.backends.na import NA
+from gpudoctor.live import PROCESS_SORT_KEYS, fmt_bytes
+from gpudoctor.tui.widgets import GpuPanel, HostPanel, NoGpuPanel, bar, doctor_renderable, workload_chart
+from gpudoctor.tui.workload_runner import field_of
+
+if TYPE_CHECKING:
+    from gpudoctor.tui.app import GpudoctorApp
+
+
+class TitleBar(Static):
+    """One line: screen name, data source, and anything wrong with the sampling."""
+
+
+class BaseScreen(Screen):
+    TITLE = ""
+
+    @property
+    def gapp(self) -> "GpudoctorApp":
+        return self.app  # type: ignore[return-value]
+
+    def title_text(self, extra: str = "") -> Text:
+        state = self.gapp.state
+        text = Text(" gpudoctor ", style="bold reverse")
+        text.append(f" {self.TITLE} ", style="bold")
+        # Trouble first: a narrow terminal cuts the end of this line.
+        if state.stalled_s is not None:
+            text.append(f"· driver not answering for {state.stalled_s:.0f} s ", style="bold red")
+        elif state.sample_error:
+            text.append(f"· {state.sample_error} ", style="bold red")
+        if extra:
+            text.append(extra)
+        snap = state.snapshot
+        if snap is not None:
+            text.append(f"· {snap.source} ", style="dim")
+            if isinstance(snap.driver_version, str) and snap.driver_version:
+                text.append(f"· driver {snap.driver_version} ", style="dim")
+        text.append(f"· every {self.gapp.interval:g} s ", style="dim")
+        return text
+
+    def on_screen_resume(self) -> None:
+        self.refresh_view()
+
+    def refresh_view(self) -> None:  # pragma: no cover - overridden
+        pass
+
+
+# --------------------------------------------------------------------------- overview
+class OverviewScreen(BaseScreen):
+    TITLE = "Overview"
+
+    def compose(self) -> ComposeResult:
+        yield TitleBar(id="title")
+        yield VerticalScroll(id="panels")
+        yield Footer()
+
+    def refresh_view(self) -> None:
+        state = self.gapp.state
+        self.query_one("#title", TitleBar).update(self.title_text())
+        snap = state.snapshot
+        if snap is None:
+            return
+        panels = self.query_one("#panels", VerticalScroll)
+        wanted: list[str] = []
+        if snap.nvml_status is not None:
+            wanted.append("no-gpu")
+        elif not snap.devices:
+            wanted.append("no-gpu")
+        wanted += [f"gpu-{d.index}" for d in snap.devices]
+        wanted.append("host")
+        have = [w.id for w in panels.children]
+        if have != wanted:
+            panels.remove_children()
+            new: list[Any] = []
+            for ident in wanted:
+                if ident == "no-gpu":
+                    new.append(NoGpuPanel())
+                elif ident == "host":
+                    new.append(HostPanel())
+                else:
+                    new.append(GpuPanel(int(ident.split("-")[1])))
+            panels.mount_all(new)
+        for dev in snap.devices:
+            for panel in panels.query(f"#gpu-{dev.index}").results(GpuPanel):
+                panel.show(dev, state.history)
+        for panel in panels.query("#no-gpu").results(NoGpuPanel):
+            panel.show(snap.nvml_status if snap.nvml_status is not None else NA("NoDevices"))
+        for panel in panels.query("#host").results(HostPanel):
+            panel.show(snap, state.history)
+
+
+# --------------------------------------------------------------------------- processes
+PROCESS_COLUMNS = (("pid", "pid"), ("user", "user"), ("gpu", "GPU"), ("gpu memory", "GPU mem"),
+                   ("sm util", "SM %"), ("cpu", "CPU %"), ("host memory", "host mem"), ("command", "command"))
+SORT_ORDER = [key for key, _ in PROCESS_COLUMNS]
+
+
+class ProcessesScreen(BaseScreen):
+    TITLE = "Processes"
+    BINDINGS = [
+        Binding("s", "cycle_sort", "sort"),
+        Binding("slash", "focus_filter", "filter"),
+        Binding("escape", "clear_filter", "clear filter", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sort_key = "gpu memory"
+        self.filter_text = ""
+
+    def compose(self) -> ComposeResult:
+        yield TitleBar(id="title")
+        yield Input(placeholder="filter: pid, user, command (press / to type, Esc to clear)", id="filter")
+        table: DataTable[Any] = DataTable(id="procs", cursor_type="row", zebra_stripes=True)
+        yield table
+        yield Static(id="proc-notes")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#procs", DataTable)
+        for key, label in PROCESS_COLUMNS:
+            table.add_column(label, key=key)
+        table.focus()
+
+    def action_cycle_sort(self) -> None:
+        i = SORT_ORDER.index(self.sort_key)
+        self.sort_key = SORT_ORDER[(i + 1) % len(SORT_ORDER)]
+        self.refresh_view()
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        self.sort_key = str(event.column_key.value)
+        self.refresh_view()
+
+    def action_focus_filter(self) -> None:
+        self.query_one("#filter", Input).focus()
+
+    def action_clear_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.value = ""
+        self.query_one("#procs", DataTable).focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        self.filter_text = event.value.strip()
+        self.refresh_view()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.query_one("#procs", DataTable).focus()
+
+    def refresh_view(self) -> None:
+        state = self.gapp.state
+        rows = [r for r in state.processes if r.matches(self.filter_text)]
+        rows.sort(key=PROCESS_SORT_KEYS[self.sort_key])
+        shown = f"· {len(rows)} of {len(state.processes)} · sorted by {self.sort_key} (s) "
+        if self.filter_text:
+            shown += f"· filter {self.filter_text!r} "
+        self.query_one("#title", TitleBar).update(self.title_text(shown))
+        table = self.query_one("#procs", DataTable)
+        selected = None
+        if table.row_count and table.cursor_row is not None and 0 <= table.cursor_row < table.row_count:
+            try:
+                selected = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
+            except Exception:
+                selected = None
+        table.clear()
+        for r in rows:
+            table.add_row(
+                str(r.pid), r.user or "-", str(r.gpu),
+                fmt_bytes(r.gpu_memory_bytes) if r.gpu_memory_bytes is not None else "n/a",
+                f"{r.sm_util_pct}" if r.sm_util_pct is not None else "n/a",
+                f"{r.cpu_pct:.0f}" if isinstance(r.cpu_pct, (int, float)) else "n/a",
+                fmt_bytes(r.host_memory_bytes) if r.host_memory_bytes is not None else "n/a",
+                r.command,
+                key=f"{r.gpu}:{r.pid}",
+            )
+        if selected is not None:
+            try:
+                table.move_cursor(row=table.get_row_index(selected), animate=False)
+            except Exception:
+                pass
+        notes = list(state.process_notes)
+        if not state.processes and not notes:
+            snap = state.snapshot
+            if snap is not None and not snap.has_gpu:
+                notes.append("No GPU, so no GPU processes.")
+            elif snap is not None:
+                notes.append("No process holds a context on any GPU.")
+        self.query_one("#proc-notes", Static).update(Text("\n".join(notes), style="yellow"))
+
+
+# --------------------------------------------------------------------------- doctor
+class DoctorScreen(BaseScreen):
+    TITLE = "Doctor"
+    BINDINGS = [Binding("r", "rerun", "re-run")]
+
+    def compose(self) -> ComposeResult:
+        yield TitleBar(id="title")
+        with VerticalScroll(id="doctor-scroll"):
+            yield Static(id="doctor-body")
+        yield Footer()
+
+    def on_screen_resume(self) -> None:
+        if self.gapp.doctor.run_id == 0:
+            self.gapp.start_doctor()
+        super().on_screen_resume()
+
+    def action_rerun(self) -> None:
+        self.gapp.start_doctor()
+
+    def refresh_view(self) -> None:
+        doc = self.gapp.doctor
+        if doc.running:
+            extra = f"· level {doc.level} · running {len(doc.results)}/{len(doc.probes) or '?'} "
+        elif doc.finished:
+            counts: dict[str, int] = {}
+            for r in doc.results.values():
+                counts[str(r.status)] = counts.get(str(r.status), 0) + 1
+            extra = f"· level {doc.level} · done: " + ", ".join(f"{n} {k}" for k, n in counts.items()) + " · r re-run "
+        else:
+            extra = f"· level {doc.level} "
+        self.query_one("#title", TitleBar).update(self.title_text(extra))
+        width = max(30, self.size.width - 4)
+        parts: list[Any] = []
+        if doc.error:
+            parts.append(Text(f"The doctor could not run: {doc.error}", style="bold red"))
+        if doc.run_id and not doc.probes and not doc.running and not doc.error:
+            parts.append(Text("No probes are installed in this build (gpudoctor.probes is empty).", style="yellow"))
+        elif doc.run_id == 0:
+            parts.append(Text("Press r to run the doctor.", style="dim"))
+        if doc.probes:
+            parts.append(doctor_renderable(doc.probes, doc.results, doc.current, width))
+        if doc.finished and doc.verdict:
+            parts.append(Text(""))
+            parts.append(Text(doc.verdict, style="bold"))
+        self.query_one("#doctor-body", Static).update(Group(*parts))
+
+
+# --------------------------------------------------------------------------- workload
+class WorkloadScreen(BaseScreen):
+    TITLE = "Workload"
+    BINDINGS = [
+        Binding("s", "start_quick", "quick sweep"),
+        Binding("f", "start_full", "full sweep"),
+        Binding("x", "cancel", "cancel"),
+    ]
+
+    def compose(self) -> ComposeResult:
+        yield TitleBar(id="title")
+        with VerticalScroll(id="workload-scroll"):
+            yield Static(id="workload-body")
+        yield Footer()
+
+    def action_start_quick(self) -> None:
+        self.gapp.start_workload({"quick": True})
+
+    def action_start_full(self) -> None:
+        self.gapp.start_workload({})
+
+    def action_cancel(self) -> None:
+        self.gapp.cancel_workload()
+
+    def refresh_view(self) -> None:
+        wl = self.gapp.workload
+        extra = f"· {wl.phase} "
+        self.query_one("#title", TitleBar).update(self.title_text(extra))
+        width = max(30, self.size.width - 4)
+        parts: list[Any] = []
+        if wl.unavailable:
+            parts.append(Text(wl.unavailable, style="bold yellow"))
+            parts.append(Text("The MNIST sweep (gpudoctor bench mnist) is not part of this build yet.", style="dim"))
+            self.query_one("#workload-body", Static).update(Group(*parts))
+            return
+        parts.append(Text("The MNIST reference sweep runs in a separate process (all CUDA work happens there). "
+                          "s: quick sweep · f: full sweep · x: cancel", style="dim"))
+        if wl.pid:
+            parts.append(Text(f"workload process pid {wl.pid}" + (f", options {wl.options}" if wl.options else "")
+                              + (f" (not accepted by this sweep: {', '.join(wl.dropped)})" if wl.dropped else ""),
+                              style="dim"))
+        if wl.fraction is not None:
+            bar_w = max(10, width - 12)
+            parts.append(Text("progress ") + Text(bar(wl.fraction, 1.0, bar_w), style="cyan")
+                         + Text(f" {wl.fraction * 100:3.0f}%"))
+        if wl.last_message:
+            parts.append(Text(wl.last_message))
+        if wl.error:
+            parts.append(Text(wl.error, style="bold red"))
+        if wl.runs:
+            parts.append(Text(""))
+            parts.append(workload_chart(wl.runs, width))
+            parts.append(Text(""))
+            parts.append(self._runs_table(wl.runs))
+        self.query_one("#workload-body", Static).update(Group(*parts))
+
+    @staticmethod
+    def _runs_table(runs: list[dict[str, Any]]) -> Table:
+        table = Table(box=None, pad_edge=False, header_style="bold")
+        for col in ("mode", "device", "batch", "workers", "samples/s", "GPU util", "status"):
+            table.add_column(col, justify="right" if col in ("batch", "workers", "samples/s", "GPU util") else "left")
+        for r in runs[-12:]:
+            rate = field_of(r, "samples_per_s")
+            util = field_of(r, "gpu_util")
+            table.add_row(
+                str(field_of(r, "mode") or "-"), str(field_of(r, "device") or "-"),
+                str(field_of(r, "batch_size") or "-"), str(field_of(r, "workers") if field_of(r, "workers") is not None else "-"),
+                f"{rate:,.0f}" if isinstance(rate, (int, float)) else "n/a",
+                f"{util:.0f}%" if isinstance(util, (int, float)) else "n/a",
+                str(field_of(r, "status") or "ok"),
+            )
+        return table
+
+
+# --------------------------------------------------------------------------- help
+HELP_KEYS = [
+    ("o  1", "Overview: a panel per GPU with history, host CPU and RAM"),
+    ("p  2", "Processes: who uses the GPUs"),
+    ("d  3", "Doctor: run the report's checks in the background"),
+    ("w  4", "Workload: the MNIST reference sweep"),
+    ("?  h  F1", "this help"),
+    ("q", "quit"),
+    ("", ""),
+    ("Processes", ""),
+    ("s", "next sort column (or click a column header)"),
+    ("/", "type a filter (pid, user, command); Enter keeps it, Esc clears it"),
+    ("Doctor", ""),
+    ("r", "run the checks again"),
+    ("Workload", ""),
+    ("s / f", "start the quick / full sweep"),
+    ("x", "cancel the running sweep"),
+]
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [
+        Binding("escape", "dismiss_help", "close"),
+        Binding("question_mark", "dismiss_help", "close", show=False),
+        Binding("h", "dismiss_help", "close", show=False),
+        Binding("f1", "dismiss_help", "close", show=False),
+        Binding("q", "quit_from_help", "quit", show=False),
+    ]
+
+    def compose(self) -> ComposeResult:
+        table = Table(box=None, show_header=False, pad_edge=False)
+        table.add_column(style="bold cyan", no_wrap=True)
+        table.add_column()
+        for key, what in HELP_KEYS:
+            if key and not what:
+                table.add_row(Text(key, style="bold underline"), "")
+            else:
+                table.add_row(key, what)
+        body = Group(Text("gpudoctor keys", style="bold"), Text(""), table, Text(""),
+                     Text("Esc or ? closes this help.", style="dim"))
+        yield Static(body, id="help-body")
+
+    def action_dismiss_help(self) -> None:
+        self.dismiss(None)
+
+    def action_quit_from_help(self) -> None:
+        self.app.action_quit_app()  # type: ignore[attr-defined]
+
+
+__all__ = ["OverviewScreen", "ProcessesScreen", "DoctorScreen", "WorkloadScreen", "HelpScreen", "HELP_KEYS"]

@@ -1,0 +1,344 @@
+"""Widgets of the TUI. They render plain data handed to them by screen handlers.
+
+Every widget here is passive: it never reads a backend. A handler on the UI thread
+calls ``show(...)`` with a snapshot and the history; ``render()`` lays the data out for
+the widget's current width, so a terminal resize re-flows without new readings.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from typing import Any
+
+from rich.console import Group
+from rich.text import Text
+from textual.widget import Widget
+
+from gpudoctor.backends.na import NA, is_na
+from gpudoctor.live import (
+    DeviceSnapshot, History, Snapshot, fault_words, fmt_bytes, fmt_memory, fmt_num, fmt_power,
+    fmt_rate_kbps, no_gpu_words, sparkline, throttle_text,
+)
+from gpudoctor.model import ProbeResult
+from gpudoctor.tui.workload_runner import field_of
+
+# Panel cell: label, value, sparkline.
+LABEL_W = 7
+VALUE_W = 14
+TWO_COLUMNS_MIN = 70
+
+STATUS_STYLE = {
+    "pass": ("PASS", "bold green"),
+    "skip": ("SKIP", "dim"),
+    "warn": ("WARN", "bold yellow"),
+    "fail": ("FAIL", "bold red"),
+    "error": ("ERR ", "bold magenta"),
+}
+
+
+def _na_text(value: NA) -> str:
+    words = {"NotSupported": "n/a (not sup.)", "NoPermission": "n/a (no perm.)", "GpuIsLost": "n/a (lost)",
+             "NotRecorded": "n/a (not rec.)", "FunctionNotFound": "n/a (old drv.)"}
+    return words.get(value.reason, f"n/a ({value.reason})")
+
+
+def _value(text: str, raw: Any = None) -> Text:
+    if is_na(raw):
+        return Text(_na_text(raw)[:VALUE_W].ljust(VALUE_W), style="dim")
+    return Text(text[:VALUE_W].ljust(VALUE_W), style="bold")
+
+
+def _cell(label: str, value: Text, spark: str, width: int) -> Text:
+    out = Text(label[:LABEL_W].ljust(LABEL_W), style="cyan")
+    out.append_text(value)
+    spark_w = max(0, width - LABEL_W - VALUE_W - 1)
+    if spark_w:
+        out.append(" " + spark[-spark_w:].rjust(spark_w), style="green")
+    return out
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _refresh_sized(widget: Any) -> None:
+    """Repaint; re-layout too when the number of lines changed (a GPU lost, a resize)."""
+    count = len(widget.lines(widget.content_size.width))
+    widget.refresh(layout=count != getattr(widget, "_line_count", None))
+    widget._line_count = count
+
+
+class GpuPanel(Widget):
+    """One GPU: readings with their history, or what went wrong with it."""
+
+    def __init__(self, index: int, **kw: Any) -> None:
+        super().__init__(id=f"gpu-{index}", classes="panel gpu-panel", **kw)
+        self.index = index
+        self.device: DeviceSnapshot | None = None
+        self.history: History | None = None
+
+    def show(self, device: DeviceSnapshot, history: History) -> None:
+        static = device.static
+        title = f"GPU {device.index}: {device.name}"
+        self.border_title = title
+        fault = device.fault
+        self.device, self.history = device, history
+        self.set_class(fault is not None, "fault")
+        if fault is None:
+            bits = []
+            pstate = device.sample.get("performance_state")
+            if isinstance(pstate, int):
+                bits.append(f"P{pstate}")
+            bus = static.get("pci_bus_id")
+            if isinstance(bus, str):
+                bits.append(bus)
+            procs = device.processes
+            if isinstance(procs, list):
+                bits.append(f"{len(procs)} proc{'s' if len(procs) != 1 else ''}")
+            self.border_subtitle = " · ".join(bits)
+        else:
+            self.border_subtitle = f"{fault.reason}"
+        _refresh_sized(self)
+
+    def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
+        return len(self.lines(width))
+
+    def render(self) -> Any:
+        return Group(*self.lines(self.content_size.width))
+
+    def lines(self, width: int) -> list[Text]:
+        """The panel's lines for a content ``width`` (Textual asks for the height of any width)."""
+        dev, hist = self.device, self.history
+        if dev is None or hist is None:
+            return [Text("waiting for the first reading ...", style="dim")]
+        width = max(20, width)
+        fault = dev.fault
+        if fault is not None:
+            return self._render_fault(dev, hist, fault, width)
+        return self._render_readings(dev, hist, width)
+
+    def _render_fault(self, dev: DeviceSnapshot, hist: History, fault: NA, width: int) -> list[Text]:
+        lines = [Text(f"No readings: {fault.reason}", style="bold red")]
+        for line in textwrap.wrap(fault_words(fault.reason), width)[:3]:
+            lines.append(Text(line))
+        label = "util"
+        spark_w = max(0, width - LABEL_W - 1)
+        lines.append(Text(label.ljust(LABEL_W), style="cyan") + Text(
+            " " + sparkline(hist.series(dev.index, "util"), spark_w, 0, 100), style="dim"))
+        return lines
+
+    def _render_readings(self, dev: DeviceSnapshot, hist: History, width: int) -> list[Text]:
+        s = dev.static
+        i = dev.index
+        temp_hi = _num(s.get("temperature_slowdown_c")) or 100.0
+        power_limit = _num(dev.sample.get("power_limit_w")) or _num(s.get("power_limit_w"))
+        sm_max = _num(s.get("clock_sm_max_mhz"))
+        mem_max = _num(s.get("clock_mem_max_mhz"))
+
+        def series(metric: str) -> list[float | None]:
+            return hist.series(i, metric)
+
+        def spark(metric: str, hi: float | None, w: int) -> str:
+            return sparkline(series(metric), w, 0.0, hi)
+
+        g = dev.get
+        cells = [
+            ("util", _value(fmt_num(g("gpu_util_pct"), "%"), g("gpu_util_pct")), "util", 100.0),
+            ("mem", _value(fmt_memory(dev), g("memory_used_bytes")), "mem", 100.0),
+            ("temp", _value(fmt_num(g("temperature_c"), "°C"), g("temperature_c")), "temp", temp_hi),
+            ("power", _value(fmt_power(dev), g("power_w")), "power", power_limit),
+            ("SM", _value(fmt_num(g("clock_sm_mhz"), "MHz"), g("clock_sm_mhz")), "sm_clock", sm_max),
+            ("memclk", _value(fmt_num(g("clock_mem_mhz"), "MHz"), g("clock_mem_mhz")), "mem_clock", mem_max),
+            ("PCIe↓", _value(fmt_rate_kbps(g("pcie_rx_kbps")), g("pcie_rx_kbps")), "pcie_rx", None),
+            ("PCIe↑", _value(fmt_rate_kbps(g("pcie_tx_kbps")), g("pcie_tx_kbps")), "pcie_tx", None),
+            ("fan", _value(fmt_num(g("fan_pct"), "%"), g("fan_pct")), "fan", 100.0),
+        ]
+        lines: list[Text] = []
+        if width >= TWO_COLUMNS_MIN:
+            col = (width - 1) // 2
+            for left, right in zip(cells[0::2], cells[1::2]):
+                line = _cell(left[0], left[1], spark(left[2], left[3], col), col)
+                line.append(" ")
+                line.append_text(_cell(right[0], right[1], spark(right[2], right[3], col), col))
+                lines.append(line)
+            fan = cells[-1]
+            lines.append(_cell(fan[0], fan[1], spark(fan[2], fan[3], col), col) + Text(" ") + self._ecc_text(dev))
+        else:
+            for label, value, metric, hi in cells:
+                lines.append(_cell(label, value, spark(metric, hi, width), width))
+        reasons = g("throttle_reasons")
+        text = throttle_text(reasons)
+        if text == "none":
+            text = "no throttling: clocks are not held back"
+        style = "dim" if (isinstance(reasons, int) and reasons in (0, 1)) else "yellow"
+        if is_na(reasons):
+            style = "dim"
+        throttle = Text("clocks".ljust(LABEL_W), style="cyan") + Text(text, style=style)
+        throttle.truncate(width, overflow="ellipsis")
+        lines.append(throttle)
+        return lines
+
+    @staticmethod
+    def _ecc_text(dev: DeviceSnapshot) -> Text:
+        value = dev.get("ecc_volatile_uncorrected")
+        out = Text("ECC".ljust(LABEL_W), style="cyan")
+        if is_na(value):
+            return out + Text(_na_text(value), style="dim")
+        if isinstance(value, int):
+            return out + Text(f"{value} uncorrected", style="bold red" if value else "")
+        return out + Text("n/a", style="dim")
+
+
+class NoGpuPanel(Widget):
+    """Shown when NVML is unusable: why, and where to look next."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(id="no-gpu", classes="panel warn", **kw)
+        self.reason: NA | None = None
+
+    def show(self, reason: NA) -> None:
+        self.reason = reason
+        self.border_title = "No GPU"
+        self.refresh()
+
+    def render(self) -> Any:
+        reason = self.reason.reason if self.reason is not None else "Unknown"
+        return Group(
+            Text(f"{no_gpu_words(reason)}.", style="bold yellow"),
+            Text("Host readings below still work. Press d for the doctor's findings on why there is no GPU.",
+                 style=""),
+        )
+
+
+class HostPanel(Widget):
+    """Host CPU and RAM with their history."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(id="host", classes="panel", **kw)
+        self.snapshot: Snapshot | None = None
+        self.history: History | None = None
+
+    def show(self, snapshot: Snapshot, history: History) -> None:
+        self.snapshot, self.history = snapshot, history
+        self.border_title = "Host"
+        _refresh_sized(self)
+
+    def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
+        return len(self.lines(width))
+
+    def render(self) -> Any:
+        return Group(*self.lines(self.content_size.width))
+
+    def lines(self, width: int) -> list[Text]:
+        snap, hist = self.snapshot, self.history
+        if snap is None or hist is None:
+            return [Text("waiting for the first reading ...", style="dim")]
+        width = max(20, width)
+        host = snap.host
+        if not isinstance(host, dict):
+            reason = host.reason if is_na(host) else "Unknown"
+            text = Text(f"host readings not available ({reason}; is psutil installed?)", style="dim")
+            text.truncate(width, overflow="ellipsis")
+            return [text]
+        cores = host.get("cpu_per_core_pct") or []
+        cpu = Text(f"CPU {fmt_num(host.get('cpu_pct'), '%', 0):>4} of {len(cores) or '?'} cores", style="bold")
+        used, total = host.get("ram_used_bytes"), host.get("ram_total_bytes")
+        ram = Text(f"RAM {fmt_bytes(used)}/{fmt_bytes(total)}", style="bold")
+        if width >= TWO_COLUMNS_MIN:
+            col = (width - 1) // 2
+            line = cpu + Text(" " + sparkline(hist.host["cpu"], max(0, col - len(cpu) - 1), 0, 100), style="green")
+            line.append(" ")
+            line.append_text(ram + Text(" " + sparkline(hist.host["ram"], max(0, col - len(ram) - 1), 0, 100),
+                                        style="green"))
+            lines = [line]
+        else:
+            lines = [cpu + Text(" " + sparkline(hist.host["cpu"], max(0, width - len(cpu) - 1), 0, 100), style="green"),
+                     ram + Text(" " + sparkline(hist.host["ram"], max(0, width - len(ram) - 1), 0, 100), style="green")]
+        if cores:
+            per_core = Text("cores ", style="cyan") + Text(sparkline(cores, min(len(cores), width - 6), 0, 100),
+                                                           style="green")
+            per_core.truncate(width)
+            lines.append(per_core)
+        return lines
+
+
+# --------------------------------------------------------------------------- doctor
+def doctor_renderable(probes: list[tuple[str, str]], results: dict[str, ProbeResult], running: str | None,
+                      width: int) -> Any:
+    """Probe list with statuses; findings (not passes) with why and fix, as they arrive."""
+    out: list[Any] = []
+    for name, title in probes:
+        result = results.get(name)
+        if result is None:
+            mark, style = ("....", "bold cyan") if name == running else ("    ", "dim")
+            line = Text(f"[{mark}] ", style=style) + Text(name, style="bold")
+            line.append(f"  {title}" + ("  running ..." if name == running else "  waiting"), style="dim")
+            out.append(line)
+            continue
+        label, style = STATUS_STYLE.get(str(result.status), ("?", ""))
+        line = Text(f"[{label}] ", style=style) + Text(name, style="bold")
+        if result.summary:
+            line.append(f"  {result.summary}")
+        line.append(f"  ({result.duration_s:.1f} s)", style="dim")
+        out.append(line)
+        for finding in result.findings:
+            if str(finding.status) == "pass":
+                continue
+            flabel, fstyle = STATUS_STYLE.get(str(finding.status), ("?", ""))
+            wrap_w = max(20, width - 6)
+            for k, chunk in enumerate(textwrap.wrap(finding.summary, wrap_w) or [""]):
+                out.append(Text("    " + (f"{flabel.strip().lower()}: " if k == 0 else "      "), style=fstyle)
+                           + Text(chunk))
+            if finding.why:
+                for chunk in textwrap.wrap("why: " + finding.why, wrap_w):
+                    out.append(Text("      " + chunk, style="dim"))
+            if finding.fix:
+                for k, chunk in enumerate(textwrap.wrap(finding.fix, wrap_w - 5)):
+                    out.append(Text("      " + ("fix: " if k == 0 else "     "), style="bold") + Text(chunk))
+    return Group(*out)
+
+
+# --------------------------------------------------------------------------- workload
+def bar(value: float, top: float, width: int) -> str:
+    """A horizontal bar with eighth-block resolution."""
+    if width <= 0 or top <= 0:
+        return ""
+    cells = max(0.0, min(1.0, value / top)) * width
+    full = int(cells)
+    rest = int((cells - full) * 8)
+    return ("█" * full + (" ▏▎▍▌▋▊▉"[rest] if rest and full < width else "")).ljust(width)
+
+
+def workload_chart(runs: list[dict[str, Any]], width: int) -> Any:
+    """samples/s and GPU utilisation against batch size, one block per mode."""
+    rows = [r for r in runs if field_of(r, "batch_size") is not None]
+    if not rows:
+        return Text("no finished runs yet", style="dim")
+    rates = [float(field_of(r, "samples_per_s")) for r in rows
+             if isinstance(field_of(r, "samples_per_s"), (int, float))]
+    top = max(rates) if rates else 1.0
+    bar_w = max(6, (width - 34) // 2)
+    out: list[Any] = [Text(f"{'mode':<10}{'batch':>7}  {'samples/s':<{bar_w + 9}} GPU util", style="bold")]
+    modes: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        modes.setdefault(str(field_of(r, "mode") or "-"), []).append(r)
+    for mode, items in modes.items():
+        items.sort(key=lambda r: (float(field_of(r, "batch_size")) if isinstance(field_of(r, "batch_size"), (int, float)) else 0))
+        for k, r in enumerate(items):
+            rate = field_of(r, "samples_per_s")
+            util = field_of(r, "gpu_util")
+            status = field_of(r, "status")
+            line = Text(f"{(mode if k == 0 else ''):<10}{field_of(r, 'batch_size')!s:>7}  ", style="")
+            if isinstance(rate, (int, float)):
+                line.append(bar(float(rate), top, bar_w), style="green")
+                line.append(f" {rate:>8,.0f}")
+            else:
+                line.append(f"{str(status or 'n/a'):<{bar_w + 9}}", style="yellow")
+            line.append(" ")
+            if isinstance(util, (int, float)):
+                line.append(bar(float(util), 100.0, bar_w), style="magenta")
+                line.append(f" {util:>3.0f}%")
+            else:
+                line.append("n/a (no GPU reading)", style="dim")
+            out.append(line)
+    return Group(*out)

@@ -1,0 +1,274 @@
+"""Run the MNIST sweep (gpudoctor.workload) in a child process and stream its progress.
+
+The TUI process must never import torch nor create a CUDA context, so the sweep runs
+in a ``multiprocessing`` *spawn* child. The child imports the target function, calls
+it with a progress callback, and sends every progress event, then the result (or the
+error), over a Pipe as plain JSON-safe dictionaries. Nothing here imports textual: the
+TUI's worker thread reads :meth:`WorkloadProcess.poll` and posts messages.
+
+Events received by the parent are tuples ``(kind, payload)``:
+
+* ``("started", {"pid", "target", "options"})``
+* ``("progress", {...})`` one per progress call, the sweep's own fields
+* ``("done", {...})`` the sweep's return value (``to_dict()`` when it has one)
+* ``("unavailable", {"message"})`` the target module cannot be imported
+* ``("error", {"message", "traceback"})`` the sweep raised
+* ``("exited", {"message"})`` the child died without saying why (killed, segfault)
+
+The target's progress callback parameter is found by name (``progress``,
+``on_progress``, ``callback``); options the target does not accept are dropped and
+listed in the ``started`` event, so the screen can say what was really run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+import inspect
+import math
+import multiprocessing as mp
+import signal
+import traceback
+from typing import Any, Iterator
+
+DEFAULT_TARGET = "gpudoctor.workload:sweep"
+PROGRESS_PARAMETERS = ("progress", "on_progress", "callback", "progress_callback")
+
+
+def workload_available(target: str = DEFAULT_TARGET) -> str | None:
+    """None when the target's module can be found, else why not.
+
+    Uses ``find_spec`` only: importing the module here could import torch into the TUI
+    process.
+    """
+    module = target.split(":", 1)[0]
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError) as exc:
+        return f"{module}: {type(exc).__name__}: {exc}"
+    if spec is None:
+        return f"workload module not available ({module} is not installed in this build)"
+    return None
+
+
+def plain(obj: Any, depth: int = 0) -> Any:
+    """A JSON-safe copy of a progress event or result (dataclass, to_dict(), mapping...)."""
+    if depth > 8:
+        return repr(obj)
+    if obj is None or isinstance(obj, (bool, int, str)):
+        return obj
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    to_dict = getattr(obj, "to_dict", None)
+    if callable(to_dict):
+        try:
+            return plain(to_dict(), depth + 1)
+        except Exception:
+            pass
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return plain(dataclasses.asdict(obj), depth + 1)
+    if isinstance(obj, dict):
+        return {str(k): plain(v, depth + 1) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set)):
+        return [plain(v, depth + 1) for v in obj]
+    if type(obj).__name__ == "NA":
+        return None
+    item = getattr(obj, "item", None)  # numpy / torch scalars
+    if callable(item):
+        try:
+            return plain(item(), depth + 1)
+        except Exception:
+            pass
+    return str(obj)
+
+
+def _resolve(target: str) -> Any:
+    module_name, _, attr = target.partition(":")
+    module = importlib.import_module(module_name)
+    return getattr(module, attr or "sweep")
+
+
+def _child_main(conn: Any, target: str, options: dict[str, Any], quiet: bool = True) -> None:
+    """Child process: import the sweep, run it, stream events. Runs under spawn."""
+    import os
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent cancels by terminating us
+    if quiet:
+        # The parent's terminal belongs to the TUI: library warnings printed here would
+        # land in the middle of its screen. Everything we report goes over the pipe.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.dup2(devnull, 2)
+            os.close(devnull)
+        except OSError:
+            pass
+
+    def send(kind: str, payload: Any) -> None:
+        try:
+            conn.send((kind, plain(payload)))
+        except (BrokenPipeError, OSError):
+            os._exit(0)  # the parent is gone: nobody to report to
+
+    try:
+        fn = _resolve(target)
+    except ImportError as exc:
+        send("unavailable", {"message": f"workload module not available: {type(exc).__name__}: {exc}"})
+        return
+    except Exception as exc:
+        send("error", {"message": f"cannot load {target}: {type(exc).__name__}: {exc}",
+                       "traceback": traceback.format_exc(limit=6)})
+        return
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        params = {}
+    takes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    progress_name = next((n for n in PROGRESS_PARAMETERS if n in params), None)
+    if progress_name is None and takes_kwargs:
+        progress_name = "progress"
+    if progress_name is None:
+        send("error", {"message": f"{target} takes no progress callback (expected one of "
+                                  f"{', '.join(PROGRESS_PARAMETERS)})", "traceback": ""})
+        return
+    used = {k: v for k, v in options.items() if k in params or takes_kwargs}
+    dropped = sorted(set(options) - set(used))
+    send("started", {"pid": os.getpid(), "target": target, "options": used, "dropped_options": dropped})
+
+    def report(event: Any = None, **fields: Any) -> None:
+        payload = plain(event)
+        if not isinstance(payload, dict):
+            payload = {} if payload is None else {"message": str(payload)}
+        payload.update(plain(fields))
+        send("progress", payload)
+
+    try:
+        result = fn(**used, **{progress_name: report})
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt from the library too
+        text = str(exc).strip()
+        message = type(exc).__name__ + (f": {text.splitlines()[0]}" if text else "")
+        send("error", {"message": message, "traceback": traceback.format_exc(limit=8)})
+        return
+    send("done", result)
+
+
+class WorkloadProcess:
+    """One sweep in a spawned child; poll it from a worker thread."""
+
+    def __init__(self, target: str = DEFAULT_TARGET, options: dict[str, Any] | None = None,
+                 quiet: bool = True) -> None:
+        self.target = target
+        self.quiet = quiet
+        self.options = dict(options or {})
+        self._ctx = mp.get_context("spawn")
+        self.conn: Any = None
+        self.process: Any = None
+        self.finished = False
+
+    def start(self) -> None:
+        self.conn, child_conn = self._ctx.Pipe(duplex=False)
+        self.process = self._ctx.Process(target=_child_main, args=(child_conn, self.target, self.options, self.quiet),
+                                         daemon=True, name="gpudoctor-workload")
+        self.process.start()
+        child_conn.close()
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    def poll(self, timeout: float = 0.2) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Events that arrived within ``timeout``; ends with a final event once the child is done."""
+        if self.finished or self.conn is None:
+            return
+        try:
+            ready = self.conn.poll(timeout)
+        except (OSError, EOFError):
+            ready = True
+        while ready:
+            try:
+                kind, payload = self.conn.recv()
+            except (EOFError, OSError):
+                self.finished = True
+                self.process.join(2)
+                code = self.process.exitcode
+                yield "exited", {"message": f"the workload process ended without a result ({_exit_words(code)})"}
+                return
+            if kind in ("done", "error", "unavailable"):
+                self.finished = True
+                self.process.join(5)
+                yield kind, payload if isinstance(payload, dict) or kind != "done" else {"result": payload}
+                return
+            yield kind, payload
+            try:
+                ready = self.conn.poll(0)
+            except (OSError, EOFError):
+                ready = True
+
+    def cancel(self) -> None:
+        """Stop the child (terminate, then kill); its CUDA context dies with it."""
+        self.finished = True
+        if self.process is not None and self.process.is_alive():
+            self.process.terminate()
+            self.process.join(3)
+            if self.process.is_alive():
+                self.process.kill()
+                self.process.join(2)
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except OSError:
+                pass
+
+    def events(self, stop: Any = None) -> Iterator[tuple[str, dict[str, Any]]]:
+        """All events until the child finishes (or ``stop()`` returns true, then cancel)."""
+        while not self.finished:
+            if stop is not None and stop():
+                self.cancel()
+                yield "cancelled", {"message": "cancelled"}
+                return
+            yield from self.poll(0.2)
+
+
+def _exit_words(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+# --------------------------------------------------------------------------- reading events
+_ALIASES = {
+    "batch_size": ("batch_size", "batch", "bs"),
+    "mode": ("mode", "pipeline", "pipeline_mode"),
+    "workers": ("workers", "num_workers"),
+    "device": ("device",),
+    "samples_per_s": ("samples_per_s", "samples_per_sec", "samples_per_second", "throughput"),
+    "gpu_util": ("gpu_util_mean_pct", "gpu_util_mean", "gpu_util_pct", "gpu_utilization", "gpu_util"),
+    "status": ("status", "state", "outcome"),
+    "done": ("done", "completed", "index", "run_index", "step"),
+    "total": ("total", "count", "runs", "total_runs", "steps"),
+    "fraction": ("fraction", "progress"),
+    "message": ("message", "msg", "phase", "stage"),
+}
+
+
+def field_of(event: dict[str, Any], name: str) -> Any:
+    """A field of a progress event under any of its usual names (also inside ``run``/``result``)."""
+    for key in _ALIASES.get(name, (name,)):
+        if key in event and event[key] is not None:
+            return event[key]
+    for nested in ("run", "result", "config", "spec"):
+        inner = event.get(nested)
+        if isinstance(inner, dict):
+            value = field_of(inner, name)
+            if value is not None:
+                return value
+    return None
+
+
+__all__ = ["WorkloadProcess", "workload_available", "field_of", "plain", "DEFAULT_TARGET"]

@@ -1,0 +1,446 @@
+"""One run of the reference workload: train, time every step, sample the GPU, evaluate.
+
+What is measured, and how:
+
+- ``epoch_s``: wall time of each epoch, from asking the first batch (DataLoader worker
+  start-up included, as a user pays it) to the end of the last step, after a device
+  synchronise. ``samples_per_s`` = training samples / total training time.
+- ``data_wait_share``: the part of the training time the loop spent waiting for its
+  next batch (``next()`` on the loader plus the copy to the device).
+- ``step_p50_ms``/``step_p95_ms``: host wall time from one step's batch request to the
+  next. The ``dataloader`` mode reads ``loss.item()`` every step, as the tutorials do, so
+  it synchronises every step; ``tuned`` and ``resident`` do not, so their step time is
+  the loop's pace, which equals the device's once CUDA's launch queue is full.
+- GPU utilisation: NVML's ``utilization.gpu`` polled by a background thread every
+  ``util_interval_s`` (20 Hz by default) while the run trains.
+- Peak allocated/reserved memory: torch's caching allocator statistics for the run.
+- Loss: mean training loss of the last epoch (and the first step's, to show it fell);
+  accuracy on the held-out split after training.
+
+A warm-up step on a throw-away copy of the network (same batch size) runs first, so CUDA
+start-up and cuBLAS handle creation are not charged to the first configuration, and an
+out-of-memory shows up before the timed part. Out of memory is a result (status "oom"):
+the run's tensors are dropped and the allocator's cache emptied, so the sweep goes on.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+from gpudoctor.workload.config import RunConfig
+from gpudoctor.workload.data import MnistData, MnistItems, normalised
+
+#: Called as ``hook(phase, run)`` at "setup", "warmup" and before every "step": tests use
+#: it to raise a real ``torch.OutOfMemoryError`` at a chosen point of a real run.
+FaultHook = Callable[[str, RunConfig], None]
+
+EVAL_CHUNK = 10_000
+TUNED_PREFETCH_FACTOR = 4
+
+
+class StopRequested(Exception):
+    """``should_stop()`` said so (the TUI's cancel button): like Ctrl-C, without the signal."""
+
+
+@dataclass
+class RunResult:
+    """One row of the sweep. Numbers are None where they do not apply or were not read."""
+
+    device: str
+    mode: str
+    batch_size: int
+    workers: int | None
+    status: str = "ok"            # "ok", "oom" or "error"
+    error: str | None = None
+    device_name: str | None = None
+    epochs: int = 0
+    train_samples: int = 0
+    steps: int = 0
+    epoch_s: float | None = None  # mean over epochs
+    epoch_times_s: list[float] = field(default_factory=list)
+    samples_per_s: float | None = None
+    data_wait_share: float | None = None
+    step_p50_ms: float | None = None
+    step_p95_ms: float | None = None
+    gpu_util_mean_pct: float | None = None
+    gpu_util_max_pct: float | None = None
+    gpu_util_samples: int = 0
+    gpu_util_hz: float | None = None
+    gpu_util_note: str | None = None
+    peak_allocated_bytes: int | None = None
+    peak_reserved_bytes: int | None = None
+    device_memory_total_bytes: int | None = None
+    first_loss: float | None = None
+    final_loss: float | None = None
+    test_accuracy: float | None = None
+    wall_s: float | None = None
+
+    @property
+    def run(self) -> RunConfig:
+        return RunConfig(self.device, self.mode, self.batch_size, self.workers)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        for key, value in out.items():
+            if isinstance(value, float) and not math.isfinite(value):
+                out[key] = None  # JSON has no NaN: a diverged loss is reported as None + error
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RunResult":
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolated percentile (q in 0..100) of a non-empty list."""
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0]
+    rank = (len(ordered) - 1) * q / 100.0
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+# --------------------------------------------------------------------------- NVML sampling
+class UtilSampler:
+    """Polls NVML ``utilization.gpu`` for one torch CUDA device in a background thread."""
+
+    def __init__(self, torch_index: int, interval_s: float, backend: Any = None) -> None:
+        """``backend``: an NvmlBackend (default: a new one; tests pass one over a stand-in
+        NVML module through :class:`~gpudoctor.backends.NvmlGate`)."""
+        self.torch_index = torch_index
+        self._given_backend = backend
+        self.interval_s = interval_s
+        self.samples: list[float] = []
+        self.note: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._backend: Any = None
+        self._nvml_index: int | None = None
+        self._started = 0.0
+        self._stopped = 0.0
+
+    def _resolve(self) -> None:
+        from gpudoctor.backends import NvmlBackend, is_na, normalise_bus_id
+        from gpudoctor.backends.visibility import visible_nvml_indices
+
+        backend = self._given_backend if self._given_backend is not None else NvmlBackend()
+        status = backend.status()
+        if status is not None:
+            self.note = f"NVML not available ({status.reason})"
+            return
+        bus_id = None
+        try:
+            import torch
+
+            from gpudoctor.backends.torch_cuda import device_properties
+
+            bus_id = normalise_bus_id(device_properties(torch, self.torch_index).get("pci_bus_id"))
+        except Exception:
+            bus_id = None
+        count = backend.device_count()
+        if bus_id and not is_na(count):
+            for index in range(count):
+                if backend.static(index).get("pci_bus_id") == bus_id:
+                    self._nvml_index = index
+                    break
+        if self._nvml_index is None:
+            visible = visible_nvml_indices(backend)
+            if not is_na(visible) and self.torch_index < len(visible):
+                self._nvml_index = visible[self.torch_index]
+        if self._nvml_index is None:
+            self.note = f"no NVML device matches torch device cuda:{self.torch_index}"
+            backend.close()
+            return
+        self._backend = backend
+
+    def _loop(self) -> None:
+        from gpudoctor.backends import is_na
+
+        while not self._stop.is_set():
+            value = self._backend.utilization(self._nvml_index)["gpu_util_pct"]
+            if is_na(value):
+                self.note = f"NVML utilisation not available ({value.reason})"
+            else:
+                self.samples.append(float(value))
+            self._stop.wait(self.interval_s)
+
+    def start(self) -> "UtilSampler":
+        self._resolve()
+        if self._backend is not None:
+            self._started = time.monotonic()
+            self._thread = threading.Thread(target=self._loop, name="gpudoctor-util", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> dict[str, Any]:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(2)
+            self._stopped = time.monotonic()
+        if self._backend is not None:
+            self._backend.close()
+            self._backend = None
+        out: dict[str, Any] = {"gpu_util_samples": len(self.samples), "gpu_util_note": self.note,
+                               "gpu_util_mean_pct": None, "gpu_util_max_pct": None,
+                               "gpu_util_hz": None}
+        if self.samples:
+            out["gpu_util_mean_pct"] = round(sum(self.samples) / len(self.samples), 1)
+            out["gpu_util_max_pct"] = max(self.samples)
+            span = self._stopped - self._started
+            if span > 0:
+                out["gpu_util_hz"] = round(len(self.samples) / span, 1)
+        return out
+
+
+# --------------------------------------------------------------------------- one run
+def _is_oom(exc: BaseException) -> bool:
+    import torch
+
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    # The same condition reached through other layers: cuBLAS failing to allocate its
+    # workspace, or the CPU allocator.
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and any(
+        marker in text for marker in ("out of memory", "can't allocate memory", "cublas_status_alloc_failed"))
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
+def device_name(device: str, cuda_index: int = 0) -> str:
+    if device == "cuda":
+        import torch
+
+        return torch.cuda.get_device_name(cuda_index)
+    from gpudoctor.backends.host import host_facts
+
+    facts = host_facts()
+    return f"{facts.get('cpu_model')} ({facts.get('cpu_logical')} logical CPUs)"
+
+
+def _release(device: Any) -> None:
+    import torch
+
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+
+
+def run_one(run: RunConfig, data: MnistData, *, epochs: int = 1, seed: int = 0,
+            cuda_index: int = 0, util_interval_s: float = 0.05,
+            fault_hook: FaultHook | None = None,
+            should_stop: Callable[[], bool] | None = None) -> RunResult:
+    """Train the reference network once with ``run``'s settings and measure it.
+
+    Never raises for a failed run (out of memory -> status "oom", anything else ->
+    "error"); raises KeyboardInterrupt (Ctrl-C) and :class:`StopRequested` so the caller
+    can keep what finished.
+    """
+    import torch
+
+    result = RunResult(run.device, run.mode, run.batch_size, run.workers, epochs=epochs)
+    device = torch.device(f"cuda:{cuda_index}" if run.device == "cuda" else "cpu")
+    started = time.monotonic()
+    state: dict[str, Any] = {}
+    try:
+        result.device_name = device_name(run.device, cuda_index)
+        _train_and_measure(run, data, device, epochs, seed, util_interval_s, fault_hook,
+                           should_stop, result, state)
+    except (KeyboardInterrupt, StopRequested):
+        raise
+    except Exception as exc:
+        # The exception's frames hold the run's tensors: it is dropped at the end of this
+        # block, before ``_release`` empties the allocator's cache.
+        result.status = "oom" if _is_oom(exc) else "error"
+        result.error = _first_line(exc)
+        _clear_measurements(result)
+    finally:
+        sampler = state.pop("sampler", None)
+        if sampler is not None:
+            sampler.stop()
+        state.clear()  # drop the model, optimiser, loader and device tensors
+        try:
+            _release(device)
+        except Exception:
+            pass
+        result.wall_s = round(time.monotonic() - started, 3)
+    return result
+
+
+def _clear_measurements(result: RunResult) -> None:
+    for name in ("epoch_s", "samples_per_s", "data_wait_share", "step_p50_ms", "step_p95_ms",
+                 "gpu_util_mean_pct", "gpu_util_max_pct", "gpu_util_hz", "peak_allocated_bytes",
+                 "peak_reserved_bytes", "first_loss", "final_loss", "test_accuracy"):
+        setattr(result, name, None)
+    result.epoch_times_s = []
+    result.gpu_util_samples = 0
+
+
+def _make_loader(run: RunConfig, data: MnistData, device: Any, seed: int) -> Any:
+    from torch.utils.data import DataLoader
+    import torch
+
+    dataset = MnistItems(data.train_images, data.train_labels)
+    generator = torch.Generator().manual_seed(seed)
+    if run.mode == "dataloader":
+        return DataLoader(dataset, batch_size=run.batch_size, shuffle=True,
+                          num_workers=run.workers or 0, generator=generator)
+    workers = run.workers or 0
+    return DataLoader(dataset, batch_size=run.batch_size, shuffle=True, num_workers=workers,
+                      generator=generator, pin_memory=device.type == "cuda",
+                      persistent_workers=workers > 0,
+                      prefetch_factor=TUNED_PREFETCH_FACTOR if workers > 0 else None)
+
+
+def _resident_batches(x: Any, y: Any, batch_size: int, generator: Any) -> Any:
+    import torch
+
+    order = torch.randperm(x.shape[0], device=x.device, generator=generator)
+    for start in range(0, x.shape[0], batch_size):
+        index = order[start:start + batch_size]
+        yield x[index], y[index]
+
+
+def _train_and_measure(run: RunConfig, data: MnistData, device: Any, epochs: int, seed: int,
+                       util_interval_s: float, fault_hook: FaultHook | None,
+                       should_stop: Callable[[], bool] | None, result: RunResult,
+                       state: dict[str, Any]) -> None:
+    import torch
+
+    from gpudoctor.workload.model import build_model, build_optimizer, loss_function
+
+    cuda = device.type == "cuda"
+    hook = fault_hook or (lambda phase, r: None)
+    criterion = loss_function()
+    n_train = int(data.train_labels.shape[0])
+    result.train_samples = n_train
+
+    if cuda:
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+        result.device_memory_total_bytes = int(torch.cuda.get_device_properties(device).total_memory)
+    hook("setup", run)
+
+    # Warm-up on a throw-away network: CUDA/cuBLAS start-up, and an early out-of-memory.
+    hook("warmup", run)
+    warm_model = build_model(device, seed)
+    warm_opt = build_optimizer(warm_model)
+    warm_x = torch.zeros(min(run.batch_size, n_train), 784, device=device)
+    warm_y = torch.zeros(warm_x.shape[0], dtype=torch.int64, device=device)
+    warm_loss = criterion(warm_model(warm_x), warm_y)
+    warm_loss.backward()
+    warm_opt.step()
+    del warm_model, warm_opt, warm_x, warm_y, warm_loss
+    _release(device)
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+
+    model = build_model(device, seed)
+    optimizer = build_optimizer(model)
+    state["model"], state["optimizer"] = model, optimizer
+    if run.mode == "resident":
+        x_all = normalised(data.train_images).to(device)
+        y_all = data.train_labels.to(device)
+        state["x"], state["y"] = x_all, y_all
+        shuffle = torch.Generator(device=device).manual_seed(seed)
+        loader = None
+    else:
+        loader = _make_loader(run, data, device, seed)
+        state["loader"] = loader
+    sync_every_step = run.mode == "dataloader"  # the tutorials' running loss.item()
+    non_blocking = run.mode == "tuned" and cuda
+
+    sampler = UtilSampler(device.index or 0, util_interval_s) if cuda else None
+    if sampler is not None:
+        state["sampler"] = sampler.start()
+
+    step_times: list[float] = []
+    wait_total = 0.0
+    train_total = 0.0
+    first_loss: Any = None
+    last_epoch_loss = 0.0
+    model.train()
+    for epoch in range(epochs):
+        epoch_start = time.perf_counter()
+        batches = iter(loader) if loader is not None else _resident_batches(x_all, y_all, run.batch_size, shuffle)
+        loss_sum: Any = torch.zeros((), device=device) if not sync_every_step else 0.0
+        seen = 0
+        while True:
+            step_start = time.perf_counter()
+            try:
+                x, y = next(batches)
+            except StopIteration:
+                break
+            x = x.to(device, non_blocking=non_blocking)
+            y = y.to(device, non_blocking=non_blocking)
+            fetched = time.perf_counter()
+            hook("step", run)
+            if should_stop is not None and should_stop():
+                raise StopRequested()
+            optimizer.zero_grad(set_to_none=True)
+            loss = criterion(model(x), y)
+            loss.backward()
+            optimizer.step()
+            n = int(y.shape[0])
+            if sync_every_step:
+                loss_sum += loss.item() * n
+            else:
+                loss_sum += loss.detach() * n
+            if first_loss is None:
+                first_loss = loss.detach().clone()
+            seen += n
+            wait_total += fetched - step_start
+            step_times.append(time.perf_counter() - step_start)
+        if cuda:
+            torch.cuda.synchronize(device)
+        elapsed = time.perf_counter() - epoch_start
+        train_total += elapsed
+        result.epoch_times_s.append(round(elapsed, 4))
+        last_epoch_loss = float(loss_sum) / max(seen, 1)
+        del batches
+    if sampler is not None:
+        result.__dict__.update(state.pop("sampler").stop())
+    if cuda:
+        result.peak_allocated_bytes = int(torch.cuda.max_memory_allocated(device))
+        result.peak_reserved_bytes = int(torch.cuda.max_memory_reserved(device))
+
+    result.steps = len(step_times)
+    result.epoch_s = round(train_total / epochs, 4)
+    result.samples_per_s = round(n_train * epochs / train_total, 1) if train_total > 0 else None
+    result.data_wait_share = round(wait_total / train_total, 4) if train_total > 0 else None
+    if step_times:
+        result.step_p50_ms = round(percentile(step_times, 50) * 1000, 3)
+        result.step_p95_ms = round(percentile(step_times, 95) * 1000, 3)
+    result.first_loss = float(first_loss) if first_loss is not None else None
+    result.final_loss = round(last_epoch_loss, 5)
+    result.test_accuracy = round(evaluate(model, data, device), 5)
+    if not math.isfinite(last_epoch_loss):
+        # Throughput is still a measurement; the numbers the network produced are not.
+        result.status = "error"
+        result.error = f"training diverged: mean loss of the last epoch is {last_epoch_loss}"
+
+
+def evaluate(model: Any, data: MnistData, device: Any) -> float:
+    """Accuracy (0..1) on the held-out split."""
+    import torch
+
+    model.eval()
+    correct = 0
+    total = int(data.test_labels.shape[0])
+    with torch.no_grad():
+        for start in range(0, total, EVAL_CHUNK):
+            x = normalised(data.test_images[start:start + EVAL_CHUNK]).to(device)
+            y = data.test_labels[start:start + EVAL_CHUNK].to(device)
+            correct += int((model(x).argmax(dim=1) == y).sum())
+    return correct / max(total, 1)

@@ -1,0 +1,204 @@
+"""End to end in a real terminal: `python -m gpudoctor tui --replay ...`.
+
+Under tmux (the reference: start, switch screens with keys, read the pane, quit with q,
+exit code 0); it skips when tmux is not installed (CI: apt-get install tmux) or its
+server cannot start here. The same walk also runs on a bare pseudo-terminal, which
+needs nothing but the standard library, so the real-terminal path is always tested.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tui_support import STANDIN
+
+TMUX = shutil.which("tmux")
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.timeout(180)
+
+
+class Tmux:
+    def __init__(self, socket: Path) -> None:
+        self.socket = str(socket)
+
+    def run(self, *args: str, check: bool = True) -> str:
+        proc = subprocess.run([TMUX, "-S", self.socket, *args], capture_output=True, text=True, timeout=30)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"tmux {' '.join(args)} failed: {proc.stderr}")
+        return proc.stdout
+
+    def pane(self) -> str:
+        return self.run("capture-pane", "-p", "-t", "gd")
+
+    def wait_for(self, text: str, timeout: float = 60.0) -> str:
+        deadline = time.monotonic() + timeout
+        screen = ""
+        while time.monotonic() < deadline:
+            screen = self.pane()
+            if text in screen:
+                return screen
+            time.sleep(0.2)
+        raise AssertionError(f"{text!r} did not appear within {timeout} s; the pane shows:\n{screen}")
+
+    def keys(self, *keys: str) -> None:
+        self.run("send-keys", "-t", "gd", *keys)
+
+
+@pytest.mark.skipif(TMUX is None, reason="tmux is not installed (CI: apt-get install tmux)")
+def test_tui_under_tmux(tmp_path):
+    status = tmp_path / "exit_status"
+    command = (f"cd {shlex.quote(str(ROOT))} && {shlex.quote(sys.executable)} -m gpudoctor tui "
+               f"--replay {shlex.quote(str(STANDIN))} --interval 0.5 --doctor-level quick; "
+               f"echo $? > {shlex.quote(str(status))}; sleep 30")
+    tmux = Tmux(tmp_path / "tmux.sock")
+    env_cmd = f"env TERM=xterm-256color PYTHONUNBUFFERED=1 sh -c {shlex.quote(command)}"
+    # The server runs in the foreground (-D) as our child: it needs no daemon() (which
+    # fails where /dev/null is not a character device, as in some sandboxes).
+    server = subprocess.Popen([TMUX, "-S", tmux.socket, "-D", "-f", os.devnull],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while not Path(tmux.socket).exists() and time.monotonic() < deadline and server.poll() is None:
+        time.sleep(0.05)
+    started = subprocess.run([TMUX, "-S", tmux.socket, "new-session", "-d", "-s", "gd",
+                              "-x", "80", "-y", "24", env_cmd], capture_output=True, text=True, timeout=30)
+    if started.returncode != 0:
+        server.kill()
+        server.wait(10)
+        pytest.skip(f"tmux server cannot start here: {started.stderr.strip()}")
+    try:
+        screen = tmux.wait_for("GPU 1: NVIDIA A100-SXM4-40GB")
+        assert "GPU 0: NVIDIA A100-SXM4-40GB" in screen and "Host" in screen and "q quit" in screen
+
+        tmux.keys("p")
+        screen = tmux.wait_for("424242")
+        assert "python train.py" in screen and "Processes" in screen
+
+        tmux.keys("d")
+        tmux.wait_for("Doctor")
+        tmux.wait_for("r re-run", timeout=60)  # the quick doctor finished
+
+        tmux.keys("w")
+        tmux.wait_for("Workload")
+
+        tmux.keys("?")
+        tmux.wait_for("gpudoctor keys")
+        tmux.keys("Escape")
+        # Esc followed at once by a key reads as Alt+key: wait for the help to close first.
+        deadline = time.monotonic() + 30
+        while "gpudoctor keys" in tmux.pane():
+            assert time.monotonic() < deadline, "Esc did not close the help"
+            time.sleep(0.2)
+        tmux.keys("o")
+        tmux.wait_for("GPU 0: NVIDIA")
+
+        tmux.keys("q")
+        deadline = time.monotonic() + 30
+        while not status.exists() or not status.read_text().strip():
+            assert time.monotonic() < deadline, "the app did not exit after q:\n" + tmux.pane()
+            time.sleep(0.2)
+        assert status.read_text().strip() == "0"
+    finally:
+        tmux.run("kill-server", check=False)
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(10)
+
+
+# --------------------------------------------------------------------------- bare pty
+class PtyApp:
+    """The TUI as a child process on a pseudo-terminal of a fixed size."""
+
+    def __init__(self, argv: list[str], cols: int = 100, rows: int = 30) -> None:
+        import fcntl
+        import pty
+        import struct
+        import termios
+        import threading
+
+        self.master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+        env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": str(cols), "LINES": str(rows)}
+        self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, cwd=ROOT, env=env,
+                                     start_new_session=True)
+        os.close(slave)
+        self.chunks: list[bytes] = []
+        self.lock = threading.Lock()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = os.read(self.master, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            with self.lock:
+                self.chunks.append(data)
+
+    def text(self) -> str:
+        """Everything the app wrote, escape sequences removed."""
+        with self.lock:
+            raw = b"".join(self.chunks).decode("utf-8", "replace")
+        return ANSI.sub("", raw)
+
+    def mark(self) -> int:
+        return len(self.text())
+
+    def wait_for(self, needle: str, since: int = 0, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if needle in self.text()[since:]:
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        raise AssertionError(f"{needle!r} not shown within {timeout} s; output tail:\n{self.text()[-2000:]}")
+
+    def keys(self, data: str) -> None:
+        os.write(self.master, data.encode())
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        try:
+            os.close(self.master)
+        except OSError:
+            pass
+
+
+ANSI = __import__("re").compile(r"\x1b(\[[0-9;?<>=]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[PX^_][^\x1b]*\x1b\\|.)")
+
+
+def test_tui_on_a_pseudo_terminal():
+    app = PtyApp([sys.executable, "-m", "gpudoctor", "tui", "--replay", str(STANDIN), "--interval", "0.5",
+                  "--doctor-level", "quick"])
+    try:
+        app.wait_for("GPU 1: NVIDIA A100-SXM4-40GB")
+        app.wait_for("Host")
+        for key, needle in (("p", "python train.py"), ("d", "Doctor"), ("w", "Workload"), ("?", "gpudoctor keys")):
+            since = app.mark()
+            app.keys(key)
+            app.wait_for(needle, since)
+        app.keys("\x1b")  # Esc closes the help
+        time.sleep(0.5)
+        since = app.mark()
+        app.keys("o")
+        app.wait_for("GPU 0: NVIDIA", since)
+        app.keys("q")
+        assert app.proc.wait(30) == 0
+    finally:
+        app.close()

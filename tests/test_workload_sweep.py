@@ -1,0 +1,306 @@
+"""Real CPU runs of every pipeline mode, out-of-memory handling, the sweep and its advice."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gpudoctor.errors import UsageError  # noqa: E402
+from gpudoctor.workload import recommend as rec  # noqa: E402
+from gpudoctor.workload.config import RunConfig, SweepConfig, cpu_count  # noqa: E402
+from gpudoctor.workload.data import synthetic_mnist  # noqa: E402
+from gpudoctor.workload.run import RunResult, percentile, run_one  # noqa: E402
+from gpudoctor.workload.sweep import SweepResult, run_sweep, sorted_runs, sweep_child_main  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread(monkeypatch):
+    """These tests check behaviour, not speed: one intra-op thread keeps them quick and steady
+    on a busy 2-core machine (two threads spin-wait badly when the cores are shared)."""
+    import torch
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # for the child processes the tests start
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _validate(doc):
+    import json
+    from pathlib import Path
+
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = Path(__file__).resolve().parents[1] / "docs" / "bench-mnist.schema.json"
+    jsonschema.validate(json.loads(json.dumps(doc, allow_nan=False)), json.loads(schema.read_text()))
+
+
+@pytest.fixture(scope="module")
+def small_data():
+    return synthetic_mnist(2048, 512, seed=0)
+
+
+@pytest.mark.parametrize("mode,workers", [("dataloader", 0), ("dataloader", 1), ("tuned", 0),
+                                          ("tuned", 1), ("resident", None)])
+def test_each_mode_trains_for_real_on_cpu(small_data, mode, workers):
+    result = run_one(RunConfig("cpu", mode, 256, workers), small_data, epochs=2)
+    assert result.status == "ok", result.error
+    assert result.steps == 2 * 8 and result.train_samples == 2048
+    assert len(result.epoch_times_s) == 2 and result.epoch_s > 0
+    assert result.samples_per_s == pytest.approx(2 * 2048 / sum(result.epoch_times_s), rel=0.01)
+    assert 0 <= result.data_wait_share < 1
+    assert 0 < result.step_p50_ms <= result.step_p95_ms
+    assert result.final_loss < result.first_loss  # it learned something in 16 steps
+    assert 0.0 <= result.test_accuracy <= 1.0
+    # CPU runs have no GPU readings: None, not zero.
+    assert result.gpu_util_mean_pct is None and result.peak_allocated_bytes is None
+    assert result.device_name
+
+
+def test_same_seed_same_numbers_across_modes(small_data):
+    """Modes differ in how batches arrive, not in what the network computes from the seed."""
+    a = run_one(RunConfig("cpu", "dataloader", 512, 0), small_data)
+    b = run_one(RunConfig("cpu", "tuned", 512, 0), small_data)
+    assert a.first_loss == pytest.approx(b.first_loss)
+    assert a.final_loss == pytest.approx(b.final_loss, rel=1e-4)
+
+
+def _oom_at(batch_size: int, phase: str = "step"):
+    def hook(where: str, run: RunConfig) -> None:
+        if where == phase and run.batch_size == batch_size:
+            raise torch.OutOfMemoryError(
+                f"CUDA out of memory. Tried to allocate 2.00 GiB (injected at batch {batch_size})")
+    return hook
+
+
+@pytest.mark.parametrize("phase", ["warmup", "step"])
+def test_out_of_memory_is_a_result_and_the_sweep_goes_on(small_data, phase):
+    config = SweepConfig(batch_sizes=[128, 1024, 256], workers=[0], modes=["resident"], devices=["cpu"])
+    seen = []
+    result = run_sweep(config, data=small_data, fault_hook=_oom_at(1024, phase),
+                       on_run=lambda r, f: seen.append((r.batch_size, r.status, f)))
+    assert [(b, s) for b, s, _ in seen] == [(128, "ok"), (1024, "oom"), (256, "ok")]
+    assert [round(f, 3) for _, _, f in seen] == [0.333, 0.667, 1.0]
+    oom = [r for r in result.runs if r.status == "oom"][0]
+    assert "out of memory" in oom.error and oom.samples_per_s is None and oom.epoch_times_s == []
+    doc = result.to_dict()
+    _validate(doc)
+    assert doc["complete"] and doc["recommendation"]["oom_batch_sizes"] == [1024]
+    assert doc["runs"][-1]["status"] == "oom"  # untimed runs sort last
+    assert doc["recommendation"]["best"]["batch_size"] in (128, 256)
+
+
+def test_other_failures_are_error_results(small_data):
+    def hook(where, run):
+        if where == "setup":
+            raise ValueError("disk on fire")
+    result = run_one(RunConfig("cpu", "tuned", 128, 0), small_data, fault_hook=hook)
+    assert result.status == "error" and result.error == "ValueError: disk on fire"
+
+
+def test_stop_request_keeps_finished_runs(small_data):
+    calls = {"n": 0}
+
+    def should_stop():
+        calls["n"] += 1
+        return len(finished) >= 1
+
+    finished = []
+    config = SweepConfig(batch_sizes=[512, 256, 128], workers=[0], modes=["resident"], devices=["cpu"])
+    result = run_sweep(config, data=small_data, should_stop=should_stop,
+                       on_run=lambda r, f: finished.append(r))
+    assert result.interrupted and len(result.runs) == 1 and result.planned == 3
+    doc = result.to_dict()
+    assert doc["interrupted"] and not doc["complete"]
+    assert SweepResult.from_dict(doc).runs[0].batch_size == 512
+
+
+def test_workers_are_capped_by_cpu_count(small_data):
+    cpus = cpu_count()
+    config = SweepConfig(batch_sizes=[512], workers=[0, cpus + 3], modes=["dataloader"], devices=["cpu"])
+    assert config.effective_workers() == ([0, cpus], [cpus + 3])
+    result = run_sweep(config, data=small_data)
+    assert [r.workers for r in result.runs] == [0, cpus]
+    assert "capped" in result.notes[0]
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"batch_sizes": [0]}, "--batch-sizes"), ({"batch_sizes": [-5]}, "--batch-sizes"),
+    ({"batch_sizes": [1.5]}, "--batch-sizes"), ({"workers": [-1]}, "--workers"),
+    ({"modes": ["fast"]}, "unknown mode"), ({"devices": ["tpu"]}, "unknown device"),
+    ({"epochs": 0}, "--epochs"), ({"util_interval_s": 0.5}, "10 Hz"),
+])
+def test_bad_configuration_is_a_usage_error(kwargs, message):
+    with pytest.raises(UsageError, match=message):
+        run_sweep(SweepConfig(**kwargs))
+
+
+def test_child_process_entry_point_streams_runs():
+    """The TUI's way in: a spawned child, plain dicts over a queue."""
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    config = SweepConfig(batch_sizes=[512, 256], workers=[0], modes=["resident", "dataloader"],
+                         devices=["cpu"], train_samples=1024, test_samples=256)
+    child = ctx.Process(target=sweep_child_main, args=(config.to_dict(), queue), daemon=False)
+    child.start()
+    messages = []
+    while True:
+        message = queue.get(timeout=120)
+        messages.append(message)
+        if message[0] in ("done", "error"):
+            break
+    child.join(30)
+    assert child.exitcode == 0
+    kinds = [m[0] for m in messages]
+    assert kinds == ["start", "run"] * 4 + ["done"]
+    assert [m[2] for m in messages if m[0] == "run"] == [0.25, 0.5, 0.75, 1.0]
+    doc = messages[-1][1]
+    _validate(doc)
+    assert doc["complete"] and len(doc["runs"]) == 4 and doc["dataset"]["train_samples"] == 1024
+
+
+def test_child_process_reports_bad_data_as_error(tmp_path):
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    config = SweepConfig(devices=["cpu"], data_dir=str(tmp_path / "missing"))
+    child = ctx.Process(target=sweep_child_main, args=(config.to_dict(), queue), daemon=False)
+    child.start()
+    kind, message = queue.get(timeout=120)
+    child.join(30)
+    assert kind == "error" and "no such directory" in message
+
+
+# --------------------------------------------------------------------------- advice
+def _run(device, mode, batch, workers, sps, wait=0.05, acc=0.95, util=None, **kw):
+    return RunResult(device=device, mode=mode, batch_size=batch, workers=workers, samples_per_s=sps,
+                     epoch_s=60000 / sps, data_wait_share=wait, test_accuracy=acc,
+                     gpu_util_mean_pct=util, gpu_util_max_pct=util, **kw)
+
+
+def test_recommendation_sees_a_starved_gpu_and_reports_speedup():
+    gib = 1024 ** 3
+    runs = [
+        _run("cuda", "dataloader", 64, 0, 9000, wait=0.55, util=18),
+        _run("cuda", "tuned", 64, 2, 20000, wait=0.35, util=40),
+        _run("cuda", "resident", 64, None, 60000, wait=0.01, util=70),
+        _run("cuda", "resident", 20000, None, 900000, wait=0.0, util=95, acc=0.62,
+             peak_reserved_bytes=2 * gib, peak_allocated_bytes=gib, device_memory_total_bytes=80 * gib),
+        _run("cpu", "dataloader", 64, 0, 3000, wait=0.2),
+        _run("cpu", "resident", 20000, None, 30000),
+        RunResult(device="cuda", mode="resident", batch_size=50000, workers=None, status="oom", error="x"),
+    ]
+    advice = rec.recommend(runs)
+    assert advice["best"]["mode"] == "resident" and advice["best"]["batch_size"] == 20000
+    assert advice["starved"] is True
+    assert "dataloader at batch 64 with 0 workers" in advice["starved_reasons"][0]
+    assert "6.7x faster" in advice["starved_reasons"][0]
+    text = " ".join(advice["reasons"])
+    assert "100.0x the tutorials' loop" in text
+    assert "62.0% held-out accuracy" in text  # the fast config's accuracy caveat
+    assert "out of memory at batch size 50000" in text
+    assert advice["headroom"]["free_fraction"] == pytest.approx(1 - 2 / 80)
+    speed = rec.speedups(runs)
+    assert speed["best_vs_best"]["speedup"] == 30.0
+    assert [(p["mode"], p["batch_size"], p["speedup"]) for p in speed["same_config"]] == [
+        ("dataloader", 64, 3.0), ("resident", 20000, 30.0)]
+
+
+def test_recommendation_when_the_pipeline_keeps_up():
+    runs = [_run("cuda", "dataloader", 1000, 4, 95000, wait=0.05),
+            _run("cuda", "resident", 1000, None, 100000, wait=0.0)]
+    advice = rec.recommend(runs)
+    assert advice["starved"] is False and "keeps up" in advice["starved_reasons"][0]
+
+
+def test_recommendation_with_nothing_finished():
+    advice = rec.recommend([RunResult(device="cpu", mode="tuned", batch_size=64, workers=0,
+                                      status="error", error="boom")])
+    assert advice["best"] is None and "no run finished" in advice["summary"]
+
+
+def test_sorting_and_percentile():
+    runs = [_run("cpu", "tuned", 64, 0, 1000), RunResult("cpu", "tuned", 128, 0, status="oom"),
+            _run("cpu", "tuned", 256, 0, 4000)]
+    assert [r.batch_size for r in sorted_runs(runs)] == [256, 64, 128]
+    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
+    assert percentile([5.0], 95) == 5.0
+    assert percentile(list(map(float, range(101))), 95) == 95.0
+
+
+class _StandInNvml:
+    """Just enough of pynvml's surface for one device, at the NvmlGate seam."""
+
+    def __init__(self, readings):
+        self.readings = list(readings)
+        self.calls = 0
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlShutdown(self):
+        pass
+
+    def nvmlDeviceGetCount(self):
+        return 1
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return ("handle", index)
+
+    def nvmlDeviceGetUtilizationRates(self, handle):
+        from types import SimpleNamespace
+
+        value = self.readings[min(self.calls, len(self.readings) - 1)]
+        self.calls += 1
+        if value is None:
+            raise type("NVMLError_NotSupported", (Exception,), {})()
+        return SimpleNamespace(gpu=value, memory=0)
+
+
+def test_util_sampler_polls_at_least_10_hz_in_a_thread():
+    import time
+
+    from gpudoctor.backends import NvmlBackend, NvmlGate
+    from gpudoctor.workload.run import UtilSampler
+
+    nvml = _StandInNvml([10, 90, 50, 50])
+    sampler = UtilSampler(0, 0.05, backend=NvmlBackend(NvmlGate(nvml))).start()
+    time.sleep(0.6)
+    out = sampler.stop()
+    assert out["gpu_util_samples"] >= 6 and out["gpu_util_hz"] >= 10
+    assert out["gpu_util_max_pct"] == 90 and 10 <= out["gpu_util_mean_pct"] <= 90
+    assert out["gpu_util_note"] is None
+
+
+def test_util_sampler_reports_why_there_are_no_readings():
+    import time
+
+    from gpudoctor.backends import NvmlBackend, NvmlGate
+    from gpudoctor.workload.run import UtilSampler
+
+    sampler = UtilSampler(0, 0.05, backend=NvmlBackend(NvmlGate(_StandInNvml([None])))).start()
+    time.sleep(0.2)
+    out = sampler.stop()
+    assert out["gpu_util_samples"] == 0 and out["gpu_util_mean_pct"] is None
+    assert "NotSupported" in out["gpu_util_note"]
+    # No NVML library at all (this machine, or a CPU-only container): a note, not an exception.
+    missing = UtilSampler(0, 0.05, backend=NvmlBackend(NvmlGate(_NoNvml()))).start()
+    assert "NVML not available" in missing.stop()["gpu_util_note"]
+
+
+class _NoNvml:
+    def nvmlInit(self):
+        raise type("NVMLError_LibraryNotFound", (Exception,), {})()
+
+
+def test_allocator_failures_count_as_out_of_memory():
+    from gpudoctor.workload.run import _is_oom
+
+    assert _is_oom(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 MiB"))
+    assert _is_oom(RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory"))
+    assert _is_oom(RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"))
+    assert not _is_oom(RuntimeError("mat1 and mat2 shapes cannot be multiplied (64x100 and 784x512)"))
+    assert not _is_oom(ValueError("out of memory"))  # only the library's own error types

@@ -1,0 +1,83 @@
+"""Helpers for the TUI tests: recordings, a fixed host sampler, and screen text.
+
+Test doubles live here and in tui_workload_double.py, never in the product.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+DATA = Path(__file__).resolve().parent / "data"
+STANDIN = DATA / "handmade_two_gpu_training_standin.json"
+GPU_LOST = DATA / "handmade_gpu_lost_midsession.json"
+NOT_SUPPORTED = DATA / "handmade_notsupported_fields.json"
+NVML_GONE = DATA / "handmade_nvml_gone_midsession.json"
+NO_NVML = DATA / "handmade_no_nvml.json"
+
+GiB = 2**30
+
+
+def fixed_host() -> dict[str, Any]:
+    """Host readings that do not change, so screens are reproducible."""
+    return {"cpu_pct": 25.0, "cpu_per_core_pct": [10.0, 40.0, 20.0, 30.0],
+            "ram_used_bytes": 6 * GiB, "ram_total_bytes": 16 * GiB}
+
+
+def replay_factory(path: Path, loop: bool = False) -> Callable[[], Any]:
+    from gpudoctor.backends import ReplayBackend
+
+    return lambda: ReplayBackend.from_file(path, loop=loop)
+
+
+def make_test_app(path: Path = STANDIN, *, loop: bool = False, **kw: Any) -> Any:
+    """An app on a recording, sampling only when the test asks (interval of an hour)."""
+    from gpudoctor.tui.app import GpudoctorApp
+
+    kw.setdefault("interval", 3600.0)
+    kw.setdefault("host_sampler", fixed_host)
+    kw.setdefault("workload_check", lambda: "workload module not available (test: not wired)")
+    return GpudoctorApp(replay_factory(path, loop), replay=str(path), **kw)
+
+
+def screen_lines(app: Any) -> list[str]:
+    """The text of the screen as shown, one string per terminal row."""
+    strips = app.screen._compositor.render_strips()  # the composed frame (what a terminal gets)
+    return ["".join(segment.text for segment in strip) for strip in strips]
+
+
+def screen_text(app: Any) -> str:
+    return "\n".join(line.rstrip() for line in screen_lines(app))
+
+
+async def wait_for(pilot: Any, condition: Callable[[], bool], timeout: float = 20.0, step: float = 0.05) -> None:
+    """Let the app run until ``condition()`` holds (workers finish, messages land)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s")
+        await pilot.pause(step)
+
+
+async def take_samples(pilot: Any, app: Any, n: int) -> None:
+    """Read the backend ``n`` more times, one after another."""
+    for _ in range(n):
+        target = app.state.samples + 1
+        await wait_for(pilot, lambda: app._sample_started is None)
+        app.request_sample()
+        await wait_for(pilot, lambda: app.state.samples >= target)
+    await pilot.pause()
+
+
+def run_async(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Run an ``async def`` test with asyncio.run (no pytest-asyncio dependency)."""
+    import asyncio
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return asyncio.run(fn(*args, **kwargs))
+
+    return wrapper
