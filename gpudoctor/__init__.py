@@ -18,6 +18,11 @@ _LAZY: dict[str, str] = {
     "GpudoctorApp": "gpudoctor.tui.app",
     "SweepConfig": "gpudoctor.workload",
     "run_sweep": "gpudoctor.workload",
+    "TrainingMonitor": "gpudoctor.hooks",
+    "Summary": "gpudoctor.hooks",
+    "DiagnosisItem": "gpudoctor.hooks",
+    "check_devices": "gpudoctor.hooks",
+    "DeviceMismatchError": "gpudoctor.hooks",
 }
 
 __all__ = [

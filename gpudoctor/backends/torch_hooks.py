@@ -1,0 +1,404 @@
+"""torch helpers for the training-loop hooks: CUDA-event step timers, host-sync counting,
+allocator statistics and torch.distributed facts.
+
+Like :mod:`gpudoctor.backends.torch_cuda`, nothing here imports torch at module import
+time; :mod:`gpudoctor.hooks` reaches torch only through these functions, so
+``import gpudoctor`` stays free of torch. None of the helpers that run once per step
+synchronises the device: events are recorded, and later *queried*, never waited on.
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+import threading
+import warnings
+from collections import deque
+from typing import Any, Callable
+
+from .na import NA
+
+
+def loaded_torch() -> Any:
+    """torch if the user's program has already imported it, else None (never imports it)."""
+    return sys.modules.get("torch")
+
+
+def require_torch() -> Any:
+    import torch
+
+    return torch
+
+
+# -- which device a monitor watches -------------------------------------------------------
+
+def resolve_device(device: Any = None) -> tuple[str, int | None]:
+    """``(type, index)`` for ``device`` (None, "cuda", "cuda:1", 1, torch.device).
+
+    None means "what this process trains on": the current CUDA device when torch is
+    loaded and CUDA is usable, else the CPU. Only inspects; starts CUDA only when it is
+    already available and asked about.
+    """
+    if device is None:
+        torch = loaded_torch()
+        if torch is not None and _cuda_usable(torch):
+            return "cuda", int(torch.cuda.current_device())
+        return "cpu", None
+    if isinstance(device, int):
+        return "cuda", device
+    text = str(device)
+    kind, _, index = text.partition(":")
+    if kind == "cuda":
+        torch = require_torch()
+        if not _cuda_usable(torch):
+            return "cuda-unavailable", int(index) if index.isdigit() else None
+        return "cuda", int(index) if index.isdigit() else int(torch.cuda.current_device())
+    return kind, int(index) if index.isdigit() else None
+
+
+def _cuda_usable(torch: Any) -> bool:
+    try:
+        return bool(torch.cuda.is_available())
+    except Exception:
+        return False
+
+
+def cuda_pci_bus_id(index: int) -> str | None:
+    """PCI bus id of torch's CUDA device ``index`` ('0000:65:00.0'), to find it in NVML."""
+    from .torch_cuda import device_properties
+
+    try:
+        return device_properties(require_torch(), index).get("pci_bus_id")
+    except Exception:
+        return None
+
+
+# -- step times from CUDA events ----------------------------------------------------------
+
+class CudaEventTimer:
+    """Times steps on the device with pairs of CUDA events, resolved lazily.
+
+    ``begin()``/``end()`` record an event on the current stream (no wait). Finished
+    pairs are read with ``cudaEventQuery``, which never blocks, a few at a time in
+    ``poll()``; event objects are reused. ``drain()`` waits for what is still queued
+    and is meant for the end of training (``summary()``), not for the loop.
+    """
+
+    def __init__(self, index: int, max_pending: int = 1024, torch: Any = None) -> None:
+        torch = torch if torch is not None else require_torch()
+        self._torch = torch
+        self._index = index
+        self._event_cls = torch.cuda.Event
+        self._current_stream = torch.cuda.current_stream
+        self._pending: deque[tuple[Any, Any]] = deque()
+        self._free: list[Any] = []
+        self._start: Any = None
+        self._max_pending = max_pending
+        self.times_s: list[float] = []
+        self.dropped = 0
+
+    def _event(self) -> Any:
+        if self._free:
+            return self._free.pop()
+        return self._event_cls(enable_timing=True)
+
+    def begin(self) -> None:
+        event = self._event()
+        event.record(self._current_stream(self._index))
+        self._start = event
+
+    def end(self) -> None:
+        start = self._start
+        if start is None:
+            return
+        self._start = None
+        event = self._event()
+        event.record(self._current_stream(self._index))
+        if len(self._pending) >= self._max_pending:
+            # The device is far behind the host; forget the oldest pair rather than wait.
+            old_start, old_end = self._pending.popleft()
+            self._free.extend((old_start, old_end))
+            self.dropped += 1
+        self._pending.append((start, event))
+        self.poll(2)
+
+    def cancel(self) -> None:
+        if self._start is not None:
+            self._free.append(self._start)
+            self._start = None
+
+    def poll(self, limit: int | None = None) -> int:
+        """Read up to ``limit`` finished pairs without blocking; returns how many were read."""
+        pending = self._pending
+        done = 0
+        while pending and (limit is None or done < limit):
+            start, end = pending[0]
+            if not end.query():
+                break
+            pending.popleft()
+            self.times_s.append(start.elapsed_time(end) / 1000.0)
+            self._free.extend((start, end))
+            done += 1
+        return done
+
+    def drain(self) -> None:
+        """Wait for the queued pairs (one device wait, with sync debug mode held off)."""
+        if not self._pending:
+            return
+        with sync_debug_mode_off(self._torch):
+            self._pending[-1][1].synchronize()
+        self.poll()
+
+
+class sync_debug_mode_off:
+    """Turn ``torch.cuda`` sync debug mode off for a block (gpudoctor's own waits at the end)."""
+
+    def __init__(self, torch: Any) -> None:
+        self._torch = torch
+        self._saved = 0
+
+    def __enter__(self) -> None:
+        try:
+            self._saved = self._torch.cuda.get_sync_debug_mode()
+            if self._saved:
+                self._torch.cuda.set_sync_debug_mode(0)
+        except Exception:
+            self._saved = 0
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._saved:
+            self._torch.cuda.set_sync_debug_mode(self._saved)
+
+
+# -- host syncs, counted with torch.cuda sync debug mode ----------------------------------
+
+SYNC_WARNING_TEXT = "called a synchronizing CUDA operation"
+
+def _library_prefixes() -> tuple[str, ...]:
+    """Directories whose frames are not "the user's line": torch, Lightning, gpudoctor itself.
+
+    Taken from the loaded packages' own locations, so a user's project that merely lives in
+    a folder called ``gpudoctor`` or ``torch`` is not mistaken for the library.
+    """
+    prefixes = [os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep]
+    for name in ("torch", "lightning", "pytorch_lightning"):
+        module = sys.modules.get(name)
+        location = getattr(module, "__file__", None)
+        if location:
+            prefixes.append(os.path.dirname(os.path.abspath(location)) + os.sep)
+    return tuple(prefixes)
+
+
+_WARNINGS_FILES = {os.path.abspath(warnings.__file__), warnings.__file__}
+
+
+def _is_library_frame(filename: str, prefixes: tuple[str, ...]) -> bool:
+    if filename in _WARNINGS_FILES or filename.startswith("<frozen "):
+        return True
+    return os.path.abspath(filename).startswith(prefixes)
+
+
+class SyncCounter:
+    """Counts host<->device synchronisations and where in the user's code they happen.
+
+    With ``torch.cuda.set_sync_debug_mode("warn")`` torch warns (``UserWarning: called a
+    synchronizing CUDA operation``) from the Python line that made the sync: ``.item()``,
+    ``.cpu()``, ``.tolist()``, a blocking ``.to(device)``, ``torch.cuda.synchronize()``...
+    The counter catches those warnings (they are not shown), groups them by the first
+    frame outside torch and gpudoctor, and keeps the line's text to name the pattern.
+    ``counting`` limits the count to part of the program (the monitor passes "inside a
+    pass over the wrapped loader or a step"); other syncs only add to ``outside``.
+
+    If the user already chose a sync debug mode ("warn" or "error") it is left alone:
+    "error" turns every sync into an exception, so nothing is counted; "warn" is counted
+    and the warnings are still shown.
+    """
+
+    def __init__(self, torch: Any | None = None, counting: Callable[[], bool] | None = None) -> None:
+        self._torch = torch
+        self._counting = counting  # e.g. "inside the training loop"; None: always
+        self._lock = threading.Lock()
+        self.total = 0
+        self.outside = 0
+        self.sites: dict[tuple[str, int], dict[str, Any]] = {}
+        self.active = False
+        self.status: str = "not started"
+        self._saved_mode = 0
+        self._saved_showwarning: Callable[..., Any] | None = None
+        self._filter: tuple[Any, ...] | None = None
+        self._show_warnings = False
+        self._prefixes: tuple[str, ...] = ()
+
+    def install(self) -> bool:
+        self._prefixes = _library_prefixes()
+        torch = self._torch
+        if torch is not None:
+            try:
+                self._saved_mode = int(torch.cuda.get_sync_debug_mode())
+            except Exception as exc:
+                self.status = f"sync debug mode unavailable ({type(exc).__name__})"
+                return False
+            if self._saved_mode == 2:
+                self.status = "not counted: sync debug mode is 'error' (set by the program)"
+                return False
+            self._show_warnings = self._saved_mode == 1
+        self._install_warning_hook()
+        if torch is not None and self._saved_mode == 0:
+            try:
+                torch.cuda.set_sync_debug_mode(1)
+            except Exception as exc:
+                self._remove_warning_hook()
+                self.status = f"sync debug mode unavailable ({type(exc).__name__})"
+                return False
+        self.active = True
+        self.status = "counted with torch.cuda sync debug mode"
+        return True
+
+    def _install_warning_hook(self) -> None:
+        # "always" so that every sync reaches showwarning, not only the first per line.
+        warnings.filterwarnings("always", message=SYNC_WARNING_TEXT)
+        self._filter = warnings.filters[0]
+        self._saved_showwarning = warnings.showwarning
+        warnings.showwarning = self._showwarning
+
+    def _remove_warning_hook(self) -> None:
+        if warnings.showwarning == self._showwarning and self._saved_showwarning is not None:
+            warnings.showwarning = self._saved_showwarning
+        if self._filter is not None:
+            try:
+                warnings.filters.remove(self._filter)
+                warnings._filters_mutated()  # type: ignore[attr-defined]
+            except (ValueError, AttributeError):
+                pass
+            self._filter = None
+
+    def uninstall(self) -> None:
+        if not self.active:
+            return
+        self.active = False
+        torch = self._torch
+        if torch is not None and self._saved_mode == 0:
+            try:
+                torch.cuda.set_sync_debug_mode(0)
+            except Exception:
+                pass
+        self._remove_warning_hook()
+
+    def _showwarning(self, message: Any, category: Any, filename: str, lineno: int,
+                     file: Any = None, line: str | None = None) -> None:
+        if str(message).startswith(SYNC_WARNING_TEXT):
+            if self._counting is None or self._counting():
+                self.record(filename, lineno)
+            else:
+                self.outside += 1
+            if not self._show_warnings:
+                return
+        original = self._saved_showwarning or warnings._showwarning_orig  # type: ignore[attr-defined]
+        original(message, category, filename, lineno, file, line)
+
+    def record(self, filename: str, lineno: int) -> None:
+        user_file, user_line = filename, lineno
+        prefixes = self._prefixes or _library_prefixes()
+        if _is_library_frame(filename, prefixes):
+            frame = sys._getframe(1)
+            while frame is not None and _is_library_frame(frame.f_code.co_filename, prefixes):
+                frame = frame.f_back
+            if frame is not None:
+                user_file, user_line = frame.f_code.co_filename, frame.f_lineno
+        key = (user_file, user_line)
+        with self._lock:
+            self.total += 1
+            site = self.sites.get(key)
+            if site is None:
+                text = linecache.getline(user_file, user_line).strip()
+                site = {"file": user_file, "line": user_line, "code": text,
+                        "pattern": classify_sync_line(text), "count": 0,
+                        "raised_in": f"{filename}:{lineno}" if (filename, lineno) != key else None}
+                self.sites[key] = site
+            site["count"] += 1
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            sites = sorted((dict(s) for s in self.sites.values()), key=lambda s: -s["count"])
+            return {"total": self.total, "sites": sites, "status": self.status, "outside_loop": self.outside}
+
+
+# Patterns, from the line's text. Order matters: the first match names the line.
+_SYNC_PATTERNS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("item", (".item()",)),
+    ("tolist", (".tolist()",)),
+    ("cpu", (".cpu()", ".numpy()")),
+    ("synchronize", ("synchronize(",)),
+    ("print", ("print(", "format(", "f\"", "f'")),
+    ("nonzero", ("nonzero(", "masked_select(", "unique(", ".any()", ".all()")),
+)
+
+
+def classify_sync_line(text: str) -> str:
+    """A short name for what made the sync on this source line."""
+    compact = text.replace(" ", "")
+    for name, needles in _SYNC_PATTERNS:
+        if any(n.replace(" ", "") in compact for n in needles):
+            return name
+    if (".to(" in compact or ".cuda(" in compact) and "non_blocking=True" not in compact:
+        return "blocking_copy"
+    if compact.startswith(("if", "while", "assert")) or " if " in text:
+        return "python_condition"
+    return "other"
+
+
+# -- allocator statistics -------------------------------------------------------------------
+
+def cuda_memory_facts(index: int) -> dict[str, Any]:
+    """Peak allocator figures for device ``index`` since the process (or last reset) began.
+
+    ``torch.cuda.memory_stats`` reads the caching allocator's counters; it does not
+    synchronise. ``num_alloc_retries`` counts cudaMalloc failures that forced the cache to
+    be flushed and retried, the allocator's own sign of fragmentation.
+    """
+    torch = require_torch()
+    try:
+        stats = torch.cuda.memory_stats(index)
+        total = int(torch.cuda.get_device_properties(index).total_memory)
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    return {
+        "total_bytes": total,
+        "peak_allocated_bytes": int(stats.get("allocated_bytes.all.peak", 0)),
+        "peak_reserved_bytes": int(stats.get("reserved_bytes.all.peak", 0)),
+        "allocated_bytes": int(stats.get("allocated_bytes.all.current", 0)),
+        "reserved_bytes": int(stats.get("reserved_bytes.all.current", 0)),
+        "inactive_split_bytes": int(stats.get("inactive_split_bytes.all.current", 0)),
+        "alloc_retries": int(stats.get("num_alloc_retries", 0)),
+        "ooms": int(stats.get("num_ooms", 0)),
+    }
+
+
+# -- torch.distributed --------------------------------------------------------------------------
+
+def distributed_rank() -> tuple[int, int]:
+    """(rank, world size); (0, 1) when torch.distributed is not initialised."""
+    torch = loaded_torch()
+    if torch is None:
+        return 0, 1
+    try:
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank()), int(dist.get_world_size())
+    except Exception:
+        pass
+    return 0, 1
+
+
+def all_gather_objects(obj: Any) -> list[Any] | NA:
+    """Every rank's ``obj`` (a collective: every rank must call it), or NA when not distributed."""
+    torch = loaded_torch()
+    if torch is None:
+        return NA("torch not loaded")
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()):
+        return NA("torch.distributed is not initialised")
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out

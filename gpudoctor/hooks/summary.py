@@ -1,0 +1,573 @@
+"""What a :class:`~gpudoctor.hooks.TrainingMonitor` found: the figures, and a diagnosis in words.
+
+Plain data (no torch): a :class:`Summary` is built from the monitor's raw timings by
+:func:`build_summary`, and :func:`diagnose` turns its figures into :class:`DiagnosisItem`
+entries with stable codes. The thresholds are named constants below, each with the
+reason for its value.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from gpudoctor.fileio import atomic_write_text
+
+SUMMARY_FORMAT = "gpudoctor-training-summary"
+SUMMARY_FORMAT_VERSION = 1
+
+# Stable diagnosis codes (scripts match on them; add new ones, never rename).
+INPUT_BOUND = "input_bound"
+HOST_SYNC_BOUND = "host_sync_bound"
+GPU_UNDERUTILISED = "gpu_underutilised"
+MEMORY_NEAR_LIMIT = "memory_near_limit"
+FRAGMENTATION = "fragmentation"
+STRAGGLER = "straggler"
+CODES = (INPUT_BOUND, HOST_SYNC_BOUND, GPU_UNDERUTILISED, MEMORY_NEAR_LIMIT, FRAGMENTATION, STRAGGLER)
+
+# A loop that spends a fifth of its wall time in next(loader) would be at least 25%
+# faster with a loader that keeps up; below that, loader tuning is rarely the first fix.
+INPUT_BOUND_SHARE = 0.20
+# On CUDA the host may wait for data while the GPU still works through queued steps; only
+# call it input-bound when the device was also idle for a real part of the time.
+INPUT_BOUND_MAX_DEVICE_BUSY = 0.85
+# A sync site hit in at least half of the steps is "every step" for practical purposes
+# (logging every other step costs the same kind of stall).
+SYNC_SITE_STEP_SHARE = 0.5
+# NVML utilisation is the share of sample periods in which a kernel ran; a training loop
+# that keeps the GPU fed sits above 90%. Below 60% more than a third of the GPU is idle.
+GPU_UNDERUTILISED_PCT = 60.0
+GPU_UNDERUTILISED_MIN_SAMPLES = 3
+# Same meaning measured with CUDA events when NVML cannot be read.
+DEVICE_BUSY_UNDERUTILISED = 0.60
+# The caching allocator needs headroom for temporaries; above 90% of the card's memory one
+# larger batch or a longer sequence ends in an out-of-memory error.
+MEMORY_NEAR_LIMIT_SHARE = 0.90
+# Whole-device use (other processes included), as NVML reports it.
+MEMORY_NEAR_LIMIT_DEVICE_SHARE = 0.95
+# Memory the allocator holds in split, unused blocks; a third of the cache unusable for
+# large tensors is where expandable segments start to pay.
+FRAGMENTED_SHARE = 0.30
+FRAGMENTED_MIN_RESERVED = 1 << 30
+# A rank this much slower than the median rank holds every rank back at each all-reduce;
+# the excess must also be a real part of an iteration (not 1 ms of noise on a 50 ms step).
+STRAGGLER_RATIO = 1.20
+STRAGGLER_MIN_EXCESS_S = 0.001
+STRAGGLER_MIN_EXCESS_SHARE = 0.05
+
+
+@dataclass
+class DiagnosisItem:
+    """One problem found: a stable ``code``, what was seen (``message``), what to do (``advice``)."""
+
+    code: str
+    message: str
+    advice: str
+    severity: str = "warn"
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "severity": self.severity, "message": self.message,
+                "advice": self.advice, "evidence": _json_safe(self.evidence)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "DiagnosisItem":
+        return cls(code=data["code"], message=data["message"], advice=data["advice"],
+                   severity=data.get("severity", "warn"), evidence=dict(data.get("evidence") or {}))
+
+
+@dataclass
+class Summary:
+    """A training loop's figures and diagnosis. ``to_dict()`` is JSON-safe; ``str()`` is words."""
+
+    steps: int = 0
+    steps_measured: int = 0
+    warmup_steps: int = 0
+    device: str = "cpu"
+    timing: str = "host_clock"
+    rank: int = 0
+    world_size: int = 1
+    wall_time_s: float | None = None
+    data_wait_share: float | None = None
+    data_wait_p50_s: float | None = None
+    data_wait_total_s: float | None = None
+    step_time_p50_s: float | None = None
+    step_time_p90_s: float | None = None
+    step_time_mean_s: float | None = None
+    host_step_time_p50_s: float | None = None
+    device_busy_share: float | None = None
+    steps_per_s: float | None = None
+    gpu: dict[str, Any] | None = None
+    memory: dict[str, Any] | None = None
+    host_syncs: dict[str, Any] | None = None
+    diagnosis: list[DiagnosisItem] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    ranks: list[dict[str, Any]] | None = None
+
+    @property
+    def codes(self) -> list[str]:
+        return [item.code for item in self.diagnosis]
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"format": SUMMARY_FORMAT, "format_version": SUMMARY_FORMAT_VERSION}
+        for name in ("steps", "steps_measured", "warmup_steps", "device", "timing", "rank", "world_size",
+                     "wall_time_s", "data_wait_share", "data_wait_p50_s", "data_wait_total_s",
+                     "step_time_p50_s", "step_time_p90_s", "step_time_mean_s", "host_step_time_p50_s",
+                     "device_busy_share", "steps_per_s", "gpu", "memory", "host_syncs"):
+            out[name] = _json_safe(getattr(self, name))
+        out["diagnosis"] = [item.to_dict() for item in self.diagnosis]
+        out["notes"] = list(self.notes)
+        if self.ranks is not None:
+            out["ranks"] = _json_safe(self.ranks)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Summary":
+        kwargs = {k: v for k, v in data.items() if k in cls.__dataclass_fields__ and k != "diagnosis"}
+        summary = cls(**kwargs)
+        summary.diagnosis = [DiagnosisItem.from_dict(d) for d in data.get("diagnosis", [])]
+        return summary
+
+    def to_json(self, path: Any = None, indent: int | None = 2) -> str:
+        """The summary as JSON text; written atomically to ``path`` when one is given."""
+        text = json.dumps(self.to_dict(), indent=indent, allow_nan=False) + "\n"
+        if path is not None:
+            atomic_write_text(path, text)
+        return text
+
+    def __str__(self) -> str:
+        return render_text(self)
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    return str(value)  # NA and other odd readings: their words, never a crash
+
+
+# -- figures ------------------------------------------------------------------------------------
+
+def percentile(sorted_values: Sequence[float], q: float) -> float | None:
+    """Nearest-rank percentile of already sorted values (q in 0..100)."""
+    n = len(sorted_values)
+    if n == 0:
+        return None
+    rank = max(1, math.ceil(q / 100.0 * n))
+    return float(sorted_values[min(rank, n) - 1])
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def gpu_stats(samples: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """Summarise NVML samples taken during training (numbers only; NA readings skipped)."""
+    if not samples:
+        return None
+
+    def nums(key: str) -> list[float]:
+        return [float(s[key]) for s in samples if isinstance(s.get(key), (int, float)) and not isinstance(s.get(key), bool)]
+
+    util = sorted(nums("gpu_util_pct"))
+    used = nums("memory_used_bytes")
+    total = nums("memory_total_bytes")
+    power = nums("power_w")
+    limit = nums("power_limit_w")
+    sm = nums("clock_sm_mhz")
+    reasons: set[str] = set()
+    for s in samples:
+        for name in s.get("throttle_reason_names") or []:
+            reasons.add(name)
+    return {
+        "samples": len(samples),
+        "util_mean_pct": _mean(util),
+        "util_p50_pct": percentile(util, 50),
+        "memory_used_max_bytes": int(max(used)) if used else None,
+        "memory_total_bytes": int(total[-1]) if total else None,
+        "power_mean_w": _mean(power),
+        "power_limit_w": limit[-1] if limit else None,
+        "clock_sm_mean_mhz": _mean(sm),
+        "clock_sm_max_seen_mhz": max(sm) if sm else None,
+        "throttle_reasons_seen": sorted(reasons),
+    }
+
+
+def iteration_spans(starts: Sequence[float], ends: Sequence[float], passes: Sequence[int],
+                    first: int = 0) -> list[float]:
+    """Wall time of each iteration from ``first`` on: from the moment it asked the loader for
+    a batch to the moment the next one did, within one pass over a wrapped loader. The
+    last step of a pass, and steps outside ``wrap()``, end with their step, so time spent
+    between epochs (validation, checkpoints) is not counted as training time."""
+    n = len(ends)
+    spans = []
+    for i in range(first, n):
+        if i + 1 < n and passes[i] >= 0 and passes[i + 1] == passes[i]:
+            spans.append(starts[i + 1] - starts[i])
+        else:
+            spans.append(ends[i] - starts[i])
+    return spans
+
+
+@dataclass
+class RawTimings:
+    """What the monitor hands to :func:`build_summary` (seconds, host clock unless said)."""
+
+    waits: Sequence[float]
+    host_steps: Sequence[float]
+    iter_starts: Sequence[float]
+    ends: Sequence[float]
+    passes: Sequence[int]
+    device_steps: Sequence[float] | None
+    device: str
+    rank: int = 0
+    world_size: int = 1
+    warmup_steps: int = 1
+    gpu_samples: Sequence[dict[str, Any]] = ()
+    memory: dict[str, Any] | None = None
+    host_syncs: dict[str, Any] | None = None
+    notes: Sequence[str] = ()
+
+
+def build_summary(raw: RawTimings) -> Summary:
+    steps = len(raw.host_steps)
+    summary = Summary(steps=steps, device=raw.device, rank=raw.rank, world_size=raw.world_size,
+                      timing="cuda_events" if raw.device_steps is not None else "host_clock")
+    summary.notes.extend(raw.notes)
+    if steps == 0:
+        summary.notes.append("no steps were recorded: wrap the body of the training loop in "
+                             "`with monitor.step():` to measure it")
+        summary.host_syncs = raw.host_syncs
+        summary.gpu = gpu_stats(raw.gpu_samples)
+        summary.memory = raw.memory
+        return summary
+    # The first step pays for start-up (DataLoader workers, CUDA context, cuDNN autotuning):
+    # leave it out of the figures, unless it is all there is.
+    skip = raw.warmup_steps if steps > raw.warmup_steps else 0
+    summary.warmup_steps = skip
+    summary.steps_measured = steps - skip
+    host = list(raw.host_steps[skip:])
+    waits = list(raw.waits[skip:])
+    wall = max(sum(iteration_spans(raw.iter_starts, raw.ends, raw.passes, skip)), 1e-12)
+    summary.wall_time_s = wall
+    if wall:
+        summary.steps_per_s = len(host) / wall
+    summary.host_step_time_p50_s = percentile(sorted(host), 50)
+
+    known_waits = [w for w in waits if not math.isnan(w)]
+    if known_waits:
+        summary.data_wait_total_s = sum(known_waits)
+        summary.data_wait_p50_s = percentile(sorted(known_waits), 50)
+        if wall:
+            summary.data_wait_share = min(1.0, max(0.0, sum(known_waits) / wall))
+        if len(known_waits) < len(waits):
+            summary.notes.append(f"{len(waits) - len(known_waits)} of {len(waits)} steps ran outside "
+                                 "monitor.wrap(loader): data wait was not measured for them")
+    else:
+        summary.notes.append("steps ran outside monitor.wrap(loader): data wait was not measured")
+
+    if raw.device_steps is not None:
+        device = list(raw.device_steps)
+        # Device times arrive in step order; drop the same warm-up steps when all are present.
+        if len(device) == steps:
+            device = device[skip:]
+        if len(device) < len(host):
+            summary.notes.append(f"{len(host) - len(device)} step(s) had no device time yet")
+        times = sorted(device)
+        summary.step_time_p50_s = percentile(times, 50)
+        summary.step_time_p90_s = percentile(times, 90)
+        summary.step_time_mean_s = _mean(times)
+        if wall and device:
+            summary.device_busy_share = min(1.0, sum(device) * (len(host) / len(device)) / wall)
+    else:
+        times = sorted(host)
+        summary.step_time_p50_s = percentile(times, 50)
+        summary.step_time_p90_s = percentile(times, 90)
+        summary.step_time_mean_s = _mean(times)
+
+    summary.gpu = gpu_stats(raw.gpu_samples)
+    summary.memory = raw.memory
+    if raw.host_syncs is not None:
+        syncs = dict(raw.host_syncs)
+        syncs["per_step"] = syncs.get("total", 0) / steps
+        for site in syncs.get("sites", []):
+            site["per_step"] = site["count"] / steps
+        summary.host_syncs = syncs
+    summary.diagnosis = diagnose(summary)
+    return summary
+
+
+# -- diagnosis ----------------------------------------------------------------------------------
+
+def _pct(share: float) -> str:
+    return f"{share * 100:.0f}%"
+
+
+def _ms(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    if seconds < 0.001:
+        return f"{seconds * 1e6:.0f} µs"
+    return f"{seconds * 1000:.1f} ms"
+
+
+def _gib(n: float) -> str:
+    return f"{n / (1 << 30):.1f} GiB"
+
+
+_SYNC_ADVICE = {
+    "item": ("a `.item()` on a CUDA tensor",
+             "Keep running totals on the GPU (`running_loss += loss.detach()`) and call `.item()` "
+             "only every N steps or once per epoch."),
+    "tolist": ("a `.tolist()` on a CUDA tensor",
+               "Collect results on the GPU and copy them to the host once per N steps or per epoch."),
+    "cpu": ("a `.cpu()`/`.numpy()` copy to the host",
+            "Keep metrics on the GPU and copy them to the host every N steps, or copy with "
+            "`.to('cpu', non_blocking=True)` into pinned memory and read them a step later."),
+    "synchronize": ("an explicit `torch.cuda.synchronize()`",
+                    "Remove it from the loop; to time steps use CUDA events (gpudoctor already does)."),
+    "print": ("printing or formatting a CUDA tensor",
+              "Format tensors only every N steps; formatting copies the value to the host."),
+    "nonzero": ("an operation whose output size depends on the data (nonzero, masked_select, "
+                "unique, any/all in a condition)",
+                "Use fixed-size forms (`torch.where`, masks multiplied in) or move the check "
+                "out of the per-step path."),
+    "blocking_copy": ("a blocking host-to-device copy (`.to(device)` or `.cuda()` without non_blocking)",
+                      "Use `DataLoader(..., pin_memory=True)` and `.to(device, non_blocking=True)`, "
+                      "so the copy overlaps with compute instead of waiting for the GPU to drain."),
+    "python_condition": ("a Python `if`/`while`/`assert` on a CUDA tensor's value",
+                         "Decide on the GPU (`torch.where`) or check every N steps."),
+    "other": ("an operation that waits for the GPU",
+              "Move it out of the per-step path or run it every N steps."),
+}
+
+
+def sync_pattern_words(pattern: str) -> tuple[str, str]:
+    return _SYNC_ADVICE.get(pattern, _SYNC_ADVICE["other"])
+
+
+def diagnose(s: Summary) -> list[DiagnosisItem]:
+    """The problems these figures show, most important first."""
+    items: list[DiagnosisItem] = []
+    on_cuda = s.device.startswith("cuda")
+
+    if s.data_wait_share is not None and s.data_wait_share >= INPUT_BOUND_SHARE and (
+            s.device_busy_share is None or s.device_busy_share < INPUT_BOUND_MAX_DEVICE_BUSY):
+        where = "the GPU" if on_cuda else "the model"
+        busy = (f" The GPU was busy {_pct(s.device_busy_share)} of the time."
+                if s.device_busy_share is not None else "")
+        cpu_note = (" On a CPU-only run the loader's workers and the model share the same cores, "
+                    "so give the workers a few cores and leave the rest to the model."
+                    if not on_cuda else "")
+        items.append(DiagnosisItem(
+            INPUT_BOUND,
+            f"The loop waited for the next batch {_pct(s.data_wait_share)} of its time "
+            f"({_ms(s.data_wait_p50_s)} per step, median, against {_ms(s.step_time_p50_s)} of step): "
+            f"the input pipeline does not keep {where} fed.{busy}",
+            "Load in parallel: `DataLoader(num_workers=N, persistent_workers=True, prefetch_factor=2-4)`; "
+            "on CUDA add `pin_memory=True` and `.to(device, non_blocking=True)`. Move per-sample work "
+            "(decoding, augmentation) out of Python or onto the GPU, and keep a small dataset "
+            "resident in device memory." + cpu_note,
+            evidence={"data_wait_share": s.data_wait_share, "data_wait_p50_s": s.data_wait_p50_s,
+                      "step_time_p50_s": s.step_time_p50_s, "device_busy_share": s.device_busy_share}))
+
+    syncs = s.host_syncs or {}
+    steps = max(s.steps, 1)
+    frequent = [site for site in syncs.get("sites", []) if site["count"] >= SYNC_SITE_STEP_SHARE * steps]
+    if frequent:
+        top = frequent[0]
+        what, advice = sync_pattern_words(top["pattern"])
+        where = f"{top['file']}:{top['line']}"
+        code_text = f" (`{top['code']}`)" if top.get("code") else ""
+        others = ""
+        if len(frequent) > 1:
+            others = " Also every step: " + "; ".join(
+                f"{site['file']}:{site['line']} ({sync_pattern_words(site['pattern'])[0]})" for site in frequent[1:4]) + "."
+        busy = (f" The GPU was busy {_pct(s.device_busy_share)} of the wall time."
+                if s.device_busy_share is not None else "")
+        items.append(DiagnosisItem(
+            HOST_SYNC_BOUND,
+            f"The host waits for the GPU {syncs.get('per_step', 0):.1f} times per step. "
+            f"The main one is {what} at {where}{code_text}, "
+            f"{top['count'] / steps:.1f} times per step: each one empties the GPU's queue, so the GPU "
+            f"idles while Python prepares the next step.{busy}{others}",
+            advice,
+            evidence={"per_step": syncs.get("per_step"), "sites": frequent[:4]}))
+
+    gpu = s.gpu or {}
+    if on_cuda and (s.memory or {}).get("peak_allocated_bytes") == 0:
+        on_cuda = False  # the watched GPU held no tensor: the loop trained elsewhere
+    util = gpu.get("util_mean_pct")
+    if on_cuda and util is not None and gpu.get("samples", 0) >= GPU_UNDERUTILISED_MIN_SAMPLES \
+            and util < GPU_UNDERUTILISED_PCT:
+        items.append(_underutilised(s, f"NVML saw a kernel running {util:.0f}% of the time (mean of "
+                                       f"{gpu['samples']} samples)", {"util_mean_pct": util}))
+    elif on_cuda and util is None and s.device_busy_share is not None \
+            and s.device_busy_share < DEVICE_BUSY_UNDERUTILISED:
+        items.append(_underutilised(s, f"the steps kept the GPU busy {_pct(s.device_busy_share)} of the "
+                                       "wall time (CUDA events; NVML utilisation was not available)",
+                                    {"device_busy_share": s.device_busy_share}))
+
+    mem = s.memory or {}
+    total = mem.get("total_bytes") or gpu.get("memory_total_bytes")
+    peak = mem.get("peak_reserved_bytes")
+    if total and peak is not None and peak >= MEMORY_NEAR_LIMIT_SHARE * total:
+        items.append(_memory_item(f"PyTorch's allocator held up to {_gib(peak)} of the GPU's {_gib(total)} "
+                                  f"({_pct(peak / total)})", {"peak_reserved_bytes": peak, "total_bytes": total}))
+    elif gpu.get("memory_used_max_bytes") and gpu.get("memory_total_bytes") and \
+            gpu["memory_used_max_bytes"] >= MEMORY_NEAR_LIMIT_DEVICE_SHARE * gpu["memory_total_bytes"]:
+        used, dev_total = gpu["memory_used_max_bytes"], gpu["memory_total_bytes"]
+        items.append(_memory_item(f"the GPU's memory was {_pct(used / dev_total)} full ({_gib(used)} of "
+                                  f"{_gib(dev_total)}, all processes)",
+                                  {"memory_used_max_bytes": used, "memory_total_bytes": dev_total}))
+
+    retries = mem.get("alloc_retries") or 0
+    reserved = mem.get("reserved_bytes") or 0
+    inactive = mem.get("inactive_split_bytes") or 0
+    if retries > 0 or (reserved >= FRAGMENTED_MIN_RESERVED and inactive >= FRAGMENTED_SHARE * reserved):
+        seen = []
+        if retries:
+            seen.append(f"the allocator had to free its cache and retry {retries} time(s) "
+                        "because no free block was large enough")
+        if reserved and inactive >= FRAGMENTED_SHARE * reserved:
+            seen.append(f"{_gib(inactive)} of the {_gib(reserved)} it holds sits in split blocks too "
+                        "small to reuse")
+        items.append(DiagnosisItem(
+            FRAGMENTATION,
+            "GPU memory is fragmented: " + "; ".join(seen) + ". Each retry stalls the step.",
+            "Set `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` before starting Python, keep "
+            "tensor shapes steady between steps (pad variable-length batches to a few sizes), and "
+            "do not call `torch.cuda.empty_cache()` in the loop (it frees memory for other processes, "
+            "not speed for yours).",
+            evidence={"alloc_retries": retries, "inactive_split_bytes": inactive, "reserved_bytes": reserved}))
+    return items
+
+
+def _underutilised(s: Summary, seen: str, evidence: dict[str, Any]) -> DiagnosisItem:
+    return DiagnosisItem(
+        GPU_UNDERUTILISED,
+        f"The GPU is underused: {seen}.",
+        "If a cause is listed above, fix it first. Otherwise the steps are too small for this GPU: "
+        "raise the batch size (and the learning rate with it), use mixed precision "
+        "(`torch.autocast`), or fuse small kernels with `torch.compile`.",
+        evidence=evidence)
+
+
+def _memory_item(seen: str, evidence: dict[str, Any]) -> DiagnosisItem:
+    return DiagnosisItem(
+        MEMORY_NEAR_LIMIT,
+        f"Memory is near the limit: {seen}. A larger batch or a longer input will run out of memory.",
+        "Lower the batch size (accumulate gradients to keep the effective size), train in mixed "
+        "precision, or use activation checkpointing (`torch.utils.checkpoint`). "
+        "`torch.cuda.empty_cache()` does not give your process more memory.",
+        evidence=evidence)
+
+
+# -- across ranks -------------------------------------------------------------------------------
+
+def find_stragglers(ranks: Sequence[dict[str, Any]]) -> list[DiagnosisItem]:
+    """Ranks much slower than the median rank, and why.
+
+    Under DistributedDataParallel the ranks run in lockstep: every rank waits at each
+    gradient all-reduce for the slowest one, so a rank that is slow to get its data shows
+    a long data wait while the others show long *steps* (the waiting happens inside
+    backward). Hence: a long data wait names the rank; a long step names it only when
+    its whole iteration (wait + step) is also longer than the median's, i.e. when the
+    ranks are not simply waiting for each other.
+    """
+    items: list[DiagnosisItem] = []
+    if len(ranks) < 2:
+        return items
+
+    def num(r: dict[str, Any], key: str) -> float | None:
+        v = r.get(key)
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    def median(values: list[float]) -> float:
+        values = sorted(values)
+        return values[(len(values) - 1) // 2]
+
+    waits = {r.get("rank", i): num(r, "data_wait_p50_s") for i, r in enumerate(ranks)}
+    steps = {r.get("rank", i): num(r, "step_time_p50_s") for i, r in enumerate(ranks)}
+    known_waits = [v for v in waits.values() if v is not None]
+    known_steps = [v for v in steps.values() if v is not None]
+    if not known_steps:
+        return items
+    iterations = {k: (waits[k] or 0.0) + steps[k] for k in steps if steps[k] is not None}
+    median_iteration = median(list(iterations.values()))
+    min_excess = max(STRAGGLER_MIN_EXCESS_S, STRAGGLER_MIN_EXCESS_SHARE * median_iteration)
+
+    def slower(value: float | None, med: float) -> bool:
+        return value is not None and value >= STRAGGLER_RATIO * med and value - med >= min_excess
+
+    if len(known_waits) >= 2:
+        median_wait = median(known_waits)
+        for rank, wait in waits.items():
+            if slower(wait, median_wait):
+                items.append(DiagnosisItem(
+                    STRAGGLER,
+                    f"Rank {rank} is a straggler: it waits for data {_ms(wait)} per step (median), the "
+                    f"median rank {_ms(median_wait)}. Under DistributedDataParallel the other ranks wait "
+                    "for it at every gradient all-reduce (their steps look longer for it).",
+                    "Give that rank's DataLoader more workers, check its disk or network path, and make "
+                    "sure every rank reads shards of the same size.",
+                    evidence={"rank": rank, "data_wait_p50_s": wait, "median_data_wait_p50_s": median_wait}))
+    median_step = median(known_steps)
+    for rank, step in steps.items():
+        if slower(step, median_step) and slower(iterations.get(rank), median_iteration):
+            items.append(DiagnosisItem(
+                STRAGGLER,
+                f"Rank {rank} is a straggler: its steps take {_ms(step)} (median), the median rank "
+                f"{_ms(median_step)}.",
+                "Check that rank's GPU (clocks, temperature, other processes on it) and that its "
+                "batches are the same size as the other ranks'.",
+                evidence={"rank": rank, "step_time_p50_s": step, "median_step_time_p50_s": median_step}))
+    return items
+
+
+# -- words ----------------------------------------------------------------------------------------
+
+def render_text(s: Summary) -> str:
+    who = f"rank {s.rank}/{s.world_size}, " if s.world_size > 1 else ""
+    if s.steps == 0:
+        lines = [f"gpudoctor: no training steps were recorded ({who}{s.device})."]
+        lines += [f"  note: {n}" for n in s.notes]
+        return "\n".join(lines)
+    clock = "CUDA events" if s.timing == "cuda_events" else "host clock"
+    head = (f"gpudoctor: {s.steps} steps on {s.device} ({who}{clock}): "
+            f"{_ms(s.step_time_p50_s)} per step (median)")
+    if s.steps_per_s:
+        head += f", {s.steps_per_s:.1f} steps/s"
+    lines = [head + "."]
+    facts = []
+    if s.data_wait_share is not None:
+        facts.append(f"waiting for data {_pct(s.data_wait_share)} of the time")
+    if s.device_busy_share is not None:
+        facts.append(f"GPU busy with the steps {_pct(s.device_busy_share)}")
+    if s.gpu and s.gpu.get("util_mean_pct") is not None:
+        facts.append(f"NVML utilisation {s.gpu['util_mean_pct']:.0f}%")
+    if s.host_syncs and "per_step" in s.host_syncs:
+        facts.append(f"{s.host_syncs['per_step']:.1f} host syncs per step")
+    if facts:
+        lines.append("  " + "; ".join(facts) + ".")
+    if s.diagnosis:
+        for item in s.diagnosis:
+            lines.append(f"[{item.code}] {item.message}")
+            lines.append(f"  What to do: {item.advice}")
+    else:
+        lines.append("No problem found: the loop is not waiting on data"
+                     + (", host syncs or memory." if s.device.startswith("cuda") else "."))
+    for note in s.notes:
+        lines.append(f"  note: {note}")
+    if s.ranks:
+        lines.append("  per rank: " + "; ".join(
+            f"rank {r.get('rank')}: {_ms(r.get('step_time_p50_s'))}/step, data wait {_ms(r.get('data_wait_p50_s'))}"
+            for r in s.ranks))
+    return "\n".join(lines)

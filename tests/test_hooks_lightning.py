@@ -1,0 +1,76 @@
+"""The Lightning callback on a real Trainer (CPU): slow data is input_bound, fast data is not."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pl = pytest.importorskip("lightning.pytorch")
+
+from _hooks_loops import fast_collate, make_loader, mnist_mlp, single_thread, slow_collate  # noqa: E402
+
+from gpudoctor.hooks.lightning import GpudoctorCallback  # noqa: E402
+
+
+class DigitsModule(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = mnist_mlp()
+
+    def training_step(self, batch, batch_idx):
+        inputs, targets = batch
+        return torch.nn.functional.cross_entropy(self.net(inputs), targets)
+
+    def validation_step(self, batch, batch_idx):
+        inputs, targets = batch
+        return torch.nn.functional.cross_entropy(self.net(inputs), targets)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.5)
+
+
+def _fit(collate, tmp_path, epochs=1, val=None, val_every=None, **callback_kwargs):
+    callback = GpudoctorCallback(**callback_kwargs)
+    trainer = pl.Trainer(accelerator="cpu", devices=1, max_epochs=epochs, logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                         num_sanity_val_steps=0, default_root_dir=str(tmp_path), callbacks=[callback],
+                         val_check_interval=val_every)
+    with single_thread():
+        trainer.fit(DigitsModule(), make_loader(collate, batch_size=64, n=64 * 12), val)
+    return callback
+
+
+def test_slow_data_under_lightning_is_input_bound(tmp_path, caplog):
+    target = tmp_path / "summary.json"
+    with caplog.at_level(logging.INFO, logger="gpudoctor.hooks"):
+        callback = _fit(slow_collate, tmp_path, path=str(target))
+    summary = callback.summary
+    assert summary.steps == 12 and summary.device == "cpu"
+    assert summary.data_wait_share > 0.5 and "input_bound" in summary.codes
+    from _hooks_loops import validate_summary
+
+    assert validate_summary(json.loads(target.read_text()))["steps"] == 12
+    assert any("[input_bound]" in r.getMessage() for r in caplog.records)
+
+
+def test_fast_data_under_lightning_is_not_input_bound(tmp_path):
+    # a slow validation run in the middle of each epoch must not count as training data wait
+    callback = _fit(fast_collate, tmp_path, epochs=2, val_every=6,
+                    val=make_loader(slow_collate, batch_size=64, n=64 * 4))
+    summary = callback.summary
+    assert summary.steps == 24
+    assert "input_bound" not in summary.codes and summary.data_wait_share < 0.2
+
+
+def test_missing_lightning_says_how_to_install(monkeypatch):
+    import importlib
+    import sys
+
+    for name in ("lightning", "lightning.pytorch", "pytorch_lightning"):
+        monkeypatch.setitem(sys.modules, name, None)  # "not installed" for the import system
+    monkeypatch.delitem(sys.modules, "gpudoctor.hooks.lightning")
+    with pytest.raises(ImportError, match=r"pip install 'gpudoctor\[lightning\]'"):
+        importlib.import_module("gpudoctor.hooks.lightning")
