@@ -138,7 +138,6 @@ def _check_device(device: int | None, replay: str | None) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from gpudoctor import runner
-    from gpudoctor.render import render_text, report_to_json
 
     if args.list_probes:
         for probe in runner.all_probes().values():
@@ -167,10 +166,27 @@ def cmd_report(args: argparse.Namespace) -> int:
     report = runner.run_probes(probes, spec, on_start=progress.start, on_result=progress.done)
     progress.clear()
 
-    world = os.environ.get("WORLD_SIZE", "")
-    rank = os.environ.get("RANK") if world.isdigit() and int(world) > 1 else None
-    if rank not in (None, "0"):
-        # Under torchrun every rank runs the report; rank 0 alone prints and writes it.
+    return emit_report(report, args)
+
+
+def torchrun_rank() -> int | None:
+    """This process's rank when started by torchrun with WORLD_SIZE > 1, else None."""
+    world, rank = os.environ.get("WORLD_SIZE", ""), os.environ.get("RANK", "")
+    if world.isdigit() and int(world) > 1 and rank.isdigit():
+        return int(rank)
+    return None
+
+
+def emit_report(report: Any, args: argparse.Namespace) -> int:
+    """Write a finished report as asked (``--json``, ``-o``, text) and return the exit code.
+
+    ``args`` needs ``json``, ``output``, ``anonymize``, ``verbose`` and ``fail_on``. Under
+    torchrun every rank runs the checks; rank 0 alone prints and writes.
+    """
+    from gpudoctor.render import render_text, report_to_json
+
+    rank = torchrun_rank()
+    if rank not in (None, 0):
         print(f"gpudoctor: rank {rank}: done ({report.status.value}); rank 0 writes the report",
               file=sys.stderr)
         # Exit 0 unless this rank's own run broke: torchrun stops every rank as soon as one

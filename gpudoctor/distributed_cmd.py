@@ -12,19 +12,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import sys
 from typing import Any
 
-from gpudoctor import exitcodes
-
-
-def torchrun_rank() -> int | None:
-    """This process's rank when started by torchrun with WORLD_SIZE > 1, else None."""
-    world, rank = os.environ.get("WORLD_SIZE", ""), os.environ.get("RANK", "")
-    if world.isdigit() and int(world) > 1 and rank.isdigit():
-        return int(rank)
-    return None
 
 
 def _sizes(text: str) -> list[int]:
@@ -88,12 +78,10 @@ def register(subparsers: Any) -> None:
 
 def cmd_distributed(args: argparse.Namespace) -> int:
     from gpudoctor import runner
-    from gpudoctor.render import render_text
+    from gpudoctor.cli import _check_writable, emit_report, torchrun_rank
 
     rank = torchrun_rank()
     if args.output and (rank is None or rank == 0):
-        from gpudoctor.cli import _check_writable
-
         _check_writable(args.output)
     options: dict[str, Any] = {"backend": args.backend, "timeout_s": args.timeout}
     if args.nproc and rank is None:
@@ -107,44 +95,7 @@ def cmd_distributed(args: argparse.Namespace) -> int:
     if rank is None and sys.stderr.isatty():
         sys.stderr.write("gpudoctor: running the distributed check ...\n")
     report = runner.run_probes([probe], spec, isolate=True)
-    code = exitcodes.for_status(report.status.value, args.fail_on)
-    if report.interrupted:
-        code = exitcodes.INTERRUPTED
-    if rank not in (None, 0):
-        print(f"gpudoctor: rank {rank}: done ({report.status.value}); rank 0 writes the report",
-              file=sys.stderr)
-        # Exit 0 unless this rank's own run broke: torchrun stops every rank as soon as one
-        # exits non-zero, which could kill rank 0 before it has written the report.
-        return exitcodes.PROBE_ERROR if report.status.value == "error" else exitcodes.OK
-    text = _to_json(report, args.anonymize)
-    if args.output:
-        from gpudoctor.fileio import atomic_write_text
-
-        atomic_write_text(args.output, text + "\n")
-    if args.json:
-        sys.stdout.write(text + "\n")
-    else:
-        render_text(report, sys.stdout, verbose=args.verbose, anonymize=args.anonymize)
-    if report.interrupted:
-        print("gpudoctor: interrupted; finished results were kept"
-              + (f" in {args.output}" if args.output else ""), file=sys.stderr)
-    return code
+    return emit_report(report, args)
 
 
-def _to_json(report: Any, anonymize: bool) -> str:
-    """The report as JSON; with ``anonymize``, every rank's host name is stripped, not only ours."""
-    import json
-
-    from gpudoctor.render import anonymize_dict, report_to_json
-
-    if not anonymize:
-        return report_to_json(report)
-    data = anonymize_dict(report.to_dict())
-    for result in data.get("results", []):
-        for host in list((result.get("details") or {}).get("hosts") or []):
-            if isinstance(host, str) and host not in ("", "?", "<redacted>"):
-                data = anonymize_dict(data, hostname=host)
-    return json.dumps(data, indent=2, allow_nan=False, default=str)
-
-
-__all__ = ["register", "cmd_distributed", "torchrun_rank"]
+__all__ = ["register", "cmd_distributed"]

@@ -33,8 +33,19 @@ VERDICT = {
 def report_to_json(report: Report, anonymize: bool = False, indent: int | None = 2) -> str:
     data = report.to_dict()
     if anonymize:
-        data = anonymize_dict(data)
+        data = anonymize_report_dict(data)
     return json.dumps(data, indent=indent, allow_nan=False, default=str)
+
+
+def anonymize_report_dict(data: dict[str, Any]) -> dict[str, Any]:
+    """:func:`anonymize_dict`, also stripping every other host a result names
+    (``details.hosts``: the ranks of a distributed check on other nodes)."""
+    data = anonymize_dict(data)
+    for result in data.get("results", []):
+        for host in list((result.get("details") or {}).get("hosts") or []):
+            if isinstance(host, str) and host not in ("", "?", REDACTED):
+                data = anonymize_dict(data, hostname=host)
+    return data
 
 
 # --------------------------------------------------------------------------- anonymize
@@ -116,7 +127,7 @@ def render_text(report: Report, stream: TextIO | None = None, *, verbose: bool =
 
     data = report.to_dict()
     if anonymize:
-        data = anonymize_dict(data)
+        data = anonymize_report_dict(data)
     is_tty = bool(getattr(stream or sys.stdout, "isatty", lambda: False)())
     # Logs and pipes get long lines (grep-able findings); terminals wrap at their width.
     console = Console(file=stream, force_terminal=color, no_color=(color is False),

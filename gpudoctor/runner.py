@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from gpudoctor import _version
+from gpudoctor._proc import describe_exit, silence_stdio
 from gpudoctor.model import ProbeResult, Report, Status
 
 # Seconds a child process gets to import torch and start, on top of the probe's own limit.
@@ -109,13 +110,7 @@ def _child_main(conn: Any, spec: RunSpec) -> None:
     # The parent handles Ctrl-C (keeps finished results, kills us).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if spec.quiet_child:
-        try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, 1)
-            os.dup2(devnull, 2)
-            os.close(devnull)
-        except OSError:
-            pass
+        silence_stdio()
     try:
         ctx = build_context(spec)
     except BaseException as exc:
@@ -168,17 +163,6 @@ def _json_default(obj: Any) -> Any:
     return str(obj)
 
 
-def _signal_name(exitcode: int | None) -> str:
-    if exitcode is None:
-        return "did not exit"
-    if exitcode < 0:
-        try:
-            return f"killed by {signal.Signals(-exitcode).name}"
-        except ValueError:
-            return f"killed by signal {-exitcode}"
-    return f"exited with code {exitcode}"
-
-
 class _Child:
     """One child process that runs torch probes one after another."""
 
@@ -198,7 +182,7 @@ class _Child:
                 kind, payload = self.conn.recv()
             except (EOFError, OSError):
                 self.process.join(1)
-                return f"probe process {_signal_name(self.process.exitcode)} while starting"
+                return f"probe process {describe_exit(self.process.exitcode)} while starting"
             if kind == "ready":
                 self.ready = True
                 return None
@@ -210,14 +194,14 @@ class _Child:
             self.conn.send(probe)
         except (BrokenPipeError, OSError):
             self.process.join(1)
-            return None, f"probe process {_signal_name(self.process.exitcode)}"
+            return None, f"probe process {describe_exit(self.process.exitcode)}"
         if not self.conn.poll(timeout):
             return None, f"timed out after {timeout:.0f} s (the probe process was stopped)"
         try:
             kind, payload = self.conn.recv()
         except (EOFError, OSError):
             self.process.join(2)
-            return None, f"probe process {_signal_name(self.process.exitcode)}"
+            return None, f"probe process {describe_exit(self.process.exitcode)}"
         return payload, None
 
     def stop(self, graceful: bool = True) -> None:

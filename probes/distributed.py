@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -37,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpudoctor._proc import describe_exit
 from gpudoctor.model import ProbeResult, Status
 from gpudoctor.probes import Probe, ProbeContext
 from gpudoctor.probes._distributed_worker import human as human_size
@@ -99,17 +99,6 @@ def _stderr_tail(path: Path, limit: int = 3) -> str:
         return ""
     lines = [ln for ln in lines if ln and not ln.startswith(("File ", "^", "~"))]
     return " | ".join(lines[-limit:])
-
-
-def _describe_exit(code: int | None) -> str:
-    if code is None:
-        return "still running"
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exited with code {code}"
 
 
 def launch_local(nproc: int, backend: str, sizes: list[int], timeout_s: float, *,
@@ -186,7 +175,7 @@ def launch_local(nproc: int, backend: str, sizes: list[int], timeout_s: float, *
                 errors[rank] = f"failed: {payload['error']}"
             else:
                 tail = _stderr_tail(workdir / f"rank{rank}.stderr")
-                errors[rank] = (f"{_describe_exit(p.returncode)} (last phase: {phases[rank][1]})"
+                errors[rank] = (f"{describe_exit(p.returncode)} (last phase: {phases[rank][1]})"
                                 + (f": {tail}" if tail else ""))
         return payloads, classify_failures(errors, exited_at, still_running, phases, timeout_s)
     finally:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpudoctor.backends.na import is_na
-from gpudoctor.backends.nvml import HARMFUL_THROTTLE_MASK, THROTTLE_REASONS, throttle_reason_names
+from gpudoctor.backends.nvml import THROTTLE_REASONS, throttle_reason_names
 from gpudoctor.backends.visibility import visible_nvml_indices
 from gpudoctor.model import ProbeResult, Status
 from gpudoctor.probes import Probe, ProbeContext
@@ -77,7 +77,7 @@ def check_device(r: ProbeResult, dev: int, s: dict[str, Any], x: dict[str, Any])
                    fix="Improve cooling or airflow; check that fans run and inlets are clear.", device=dev)
 
     # -- power ------------------------------------------------------------------------
-    power, limit = _num(x.get("power_w")), _num(x.get("power_limit_w")) or _num(s.get("power_limit_w"))
+    limit = _num(x.get("power_limit_w")) or _num(s.get("power_limit_w"))
     m("power_draw", x.get("power_w"), "W", reference=limit)
     default_limit = _num(s.get("power_default_limit_w"))
     if limit is not None and default_limit is not None and limit < 0.9 * default_limit:
@@ -110,14 +110,12 @@ def check_device(r: ProbeResult, dev: int, s: dict[str, Any], x: dict[str, Any])
                 r.find(Status.PASS, f"throttle_{code}", f"{label}: {words}.",
                        why="Normal for a fully loaded GPU: it runs as fast as its power budget allows.",
                        fix="Nothing to do unless the power limit was lowered on purpose.", device=dev)
-        if not reasons & HARMFUL_THROTTLE_MASK and not reasons & 0x1:
-            pass
     else:
         r.measure("throttle_reasons", None, device=dev, note=getattr(reasons, "reason", ""))
 
     # -- memory errors ------------------------------------------------------------------
     vol_unc, agg_unc = _num(x.get("ecc_volatile_uncorrected")), _num(x.get("ecc_aggregate_uncorrected"))
-    vol_cor, agg_cor = _num(x.get("ecc_volatile_corrected")), _num(x.get("ecc_aggregate_corrected"))
+    vol_cor = _num(x.get("ecc_volatile_corrected"))
     ecc_mode = s.get("ecc_mode")
     m("ecc_mode", ("enabled" if ecc_mode else "disabled") if isinstance(ecc_mode, int) else ecc_mode)
     for key, unit in (("ecc_volatile_corrected", ""), ("ecc_volatile_uncorrected", ""),

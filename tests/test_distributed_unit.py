@@ -231,8 +231,11 @@ def test_quick_level_skips_without_importing_torch():
 def test_anonymize_strips_every_ranks_host_name():
     import json
 
-    from gpudoctor.distributed_cmd import _to_json
     from gpudoctor.model import Report
+    from gpudoctor.render import report_to_json
+
+    def _to_json(report, anonymize):
+        return report_to_json(report, anonymize=anonymize)
 
     result = assemble({0: payload(0, host="node-alpha"), 1: payload(1, host="node-beta", compute=0.02)}, {}, 2,
                       "nccl", "torchrun")

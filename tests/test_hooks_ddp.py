@@ -46,6 +46,9 @@ def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
         gathered = monitor.summary(gather=True)
         with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as fh:
             json.dump({"own": own.to_dict(), "gathered": gathered.to_dict(), "text": str(gathered)}, fh)
+        # Leave together: a rank that tears gloo down while its peer is still using the
+        # connection can abort the peer ("terminate called without an active exception").
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 

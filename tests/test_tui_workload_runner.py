@@ -63,7 +63,7 @@ def test_errors_deaths_and_missing_callback_are_reported():
 
     _, events = run_all("tui_workload_double:dying_sweep")
     assert events[-2] == ("progress", {"message": "about to die"})
-    assert events[-1][0] == "exited" and "exit code 7" in events[-1][1]["message"]
+    assert events[-1][0] == "exited" and "exited with code 7" in events[-1][1]["message"]
 
     _, events = run_all("tui_workload_double:no_callback_sweep")
     assert events[-1][0] == "error" and "takes no progress callback" in events[-1][1]["message"]

@@ -32,6 +32,8 @@ import signal
 import traceback
 from typing import Any, Iterator
 
+from gpudoctor._proc import describe_exit, silence_stdio
+
 DEFAULT_TARGET = "gpudoctor.workload:sweep_with_progress"
 PROGRESS_PARAMETERS = ("progress", "on_progress", "callback", "progress_callback")
 
@@ -97,13 +99,7 @@ def _child_main(conn: Any, target: str, options: dict[str, Any], quiet: bool = T
     if quiet:
         # The parent's terminal belongs to the TUI: library warnings printed here would
         # land in the middle of its screen. Everything we report goes over the pipe.
-        try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, 1)
-            os.dup2(devnull, 2)
-            os.close(devnull)
-        except OSError:
-            pass
+        silence_stdio()
 
     def send(kind: str, payload: Any) -> None:
         try:
@@ -194,7 +190,7 @@ class WorkloadProcess:
                 self.finished = True
                 self.process.join(2)
                 code = self.process.exitcode
-                yield "exited", {"message": f"the workload process ended without a result ({_exit_words(code)})"}
+                yield "exited", {"message": f"the workload process ended without a result ({describe_exit(code)})"}
                 return
             if kind in ("done", "error", "unavailable"):
                 self.finished = True
@@ -230,17 +226,6 @@ class WorkloadProcess:
                 yield "cancelled", {"message": "cancelled"}
                 return
             yield from self.poll(0.2)
-
-
-def _exit_words(code: int | None) -> str:
-    if code is None:
-        return "still running"
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
 
 
 # --------------------------------------------------------------------------- reading events
