@@ -196,3 +196,29 @@ def test_torch_to_nvml_matching_by_bus_id_then_uuid():
                      {"index": 1, "pci_bus_id": None, "uuid": "GPU-a"},  # no bus id: fall back to UUID
                      {"index": 2, "pci_bus_id": "0000:99:00.0"}]         # not an NVML device
     assert match_torch_to_nvml(torch_devices, nvml) == {0: 1, 1: 0, 2: None}
+
+
+def test_cheap_reads_skip_the_slow_counters():
+    calls = []
+    mod = fake_pynvml()
+    mod.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(used=1, free=2, total=3)
+
+    def pcie(h, counter):
+        calls.append("pcie")  # NVML measures this over a 20 ms window
+        return 5
+    mod.nvmlDeviceGetPcieThroughput = pcie
+    backend = NvmlBackend(NvmlGate(mod))
+    assert backend.memory(0) == {"memory_used_bytes": 1, "memory_free_bytes": 2, "memory_total_bytes": 3}
+    fast = backend.fast_sample(0)
+    assert fast["gpu_util_pct"] == 55 and fast["memory_used_bytes"] == 1 and "pcie_tx_kbps" not in fast
+    assert calls == []
+    full = backend.sample(0)
+    assert set(fast) <= set(full) and full["pcie_tx_kbps"] == 5 and calls == ["pcie", "pcie"]
+
+
+def test_replay_cheap_reads_are_cuts_of_samples(data_dir):
+    backend = ReplayBackend.from_file(data_dir / "handmade_hardware_faults.json")
+    assert backend.fast_sample(0)["temperature_c"] == 90
+    assert backend.memory(0)["memory_total_bytes"] == 85520809984
+    lost = ReplayBackend.from_file(data_dir / "handmade_gpu_lost.json")
+    assert lost.memory(0)["memory_used_bytes"] == NA("GpuIsLost")

@@ -238,28 +238,37 @@ class NvmlBackend:
         }
 
     # -- per device, every interval -------------------------------------------------
-    def sample(self, index: int) -> dict[str, Any]:
+    def memory(self, index: int) -> dict[str, Any]:
+        """Framebuffer memory only (nvidia-smi --query-gpu=memory.used,memory.free,memory.total).
+
+        One NVML call: for code that reads memory often (the allocator walk, samplers).
+        """
+        memory = self._q("nvmlDeviceGetMemoryInfo", index)
+        return {
+            "memory_used_bytes": memory if is_na(memory) else int(memory.used),
+            "memory_free_bytes": memory if is_na(memory) else int(memory.free),
+            "memory_total_bytes": memory if is_na(memory) else int(memory.total),
+        }
+
+    def fast_sample(self, index: int) -> dict[str, Any]:
+        """The readings that cost one quick NVML call each: utilisation, memory, temperature,
+        power, clocks, throttle reasons, performance state.
+
+        Leaves out the PCIe throughput counters (NVML measures each over a 20 ms window, so
+        two of them cost >= 40 ms per GPU), ECC and retirement counts and the modes: cheap
+        enough for samplers beside a training loop.
+        """
         c = self.gate.constant
         q = self._q
         util = q("nvmlDeviceGetUtilizationRates", index)
-        memory = q("nvmlDeviceGetMemoryInfo", index)
         reasons = q("nvmlDeviceGetCurrentClocksEventReasons", index)
         if is_na(reasons):
             reasons = q("nvmlDeviceGetCurrentClocksThrottleReasons", index)
-        remapped = q("nvmlDeviceGetRemappedRows", index)
-        corrected, uncorrected = c("NVML_MEMORY_ERROR_TYPE_CORRECTED", 0), c("NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1)
-        volatile, aggregate = c("NVML_VOLATILE_ECC", 0), c("NVML_AGGREGATE_ECC", 1)
-        tx = q("nvmlDeviceGetPcieThroughput", index, c("NVML_PCIE_UTIL_TX_BYTES", 0))
-        rx = q("nvmlDeviceGetPcieThroughput", index, c("NVML_PCIE_UTIL_RX_BYTES", 1))
-        sbe = q("nvmlDeviceGetRetiredPages", index, c("NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS", 0))
-        dbe = q("nvmlDeviceGetRetiredPages", index, c("NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR", 1))
         return {
             "t": time.time(),
             "gpu_util_pct": util if is_na(util) else int(util.gpu),
             "mem_util_pct": util if is_na(util) else int(util.memory),
-            "memory_used_bytes": memory if is_na(memory) else int(memory.used),
-            "memory_free_bytes": memory if is_na(memory) else int(memory.free),
-            "memory_total_bytes": memory if is_na(memory) else int(memory.total),
+            **self.memory(index),
             "temperature_c": q("nvmlDeviceGetTemperature", index, c("NVML_TEMPERATURE_GPU", 0)),
             "power_w": _mw_to_w(q("nvmlDeviceGetPowerUsage", index)),
             "power_limit_w": _mw_to_w(q("nvmlDeviceGetEnforcedPowerLimit", index)),
@@ -268,6 +277,22 @@ class NvmlBackend:
             "clock_graphics_mhz": q("nvmlDeviceGetClockInfo", index, c("NVML_CLOCK_GRAPHICS", 0)),
             "throttle_reasons": reasons,
             "performance_state": q("nvmlDeviceGetPerformanceState", index),
+        }
+
+    def sample(self, index: int) -> dict[str, Any]:
+        """Every reading gpudoctor shows: :meth:`fast_sample` plus PCIe link and throughput,
+        fan, ECC, page retirement, row remapping, persistence and compute mode."""
+        c = self.gate.constant
+        q = self._q
+        remapped = q("nvmlDeviceGetRemappedRows", index)
+        corrected, uncorrected = c("NVML_MEMORY_ERROR_TYPE_CORRECTED", 0), c("NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1)
+        volatile, aggregate = c("NVML_VOLATILE_ECC", 0), c("NVML_AGGREGATE_ECC", 1)
+        tx = q("nvmlDeviceGetPcieThroughput", index, c("NVML_PCIE_UTIL_TX_BYTES", 0))
+        rx = q("nvmlDeviceGetPcieThroughput", index, c("NVML_PCIE_UTIL_RX_BYTES", 1))
+        sbe = q("nvmlDeviceGetRetiredPages", index, c("NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS", 0))
+        dbe = q("nvmlDeviceGetRetiredPages", index, c("NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR", 1))
+        return {
+            **self.fast_sample(index),
             "pcie_gen_current": q("nvmlDeviceGetCurrPcieLinkGeneration", index),
             "pcie_width_current": q("nvmlDeviceGetCurrPcieLinkWidth", index),
             "pcie_tx_kbps": tx,

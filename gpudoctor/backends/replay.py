@@ -138,6 +138,22 @@ class ReplayBackend:
             return {"gpu_util_pct": NA("NotRecorded")}
         return dict(devices[index])
 
+    # Recordings hold whole samples; the cheaper views are cuts of the next one.
+    _MEMORY_KEYS = ("memory_used_bytes", "memory_free_bytes", "memory_total_bytes")
+    _FAST_KEYS = ("t", "gpu_util_pct", "mem_util_pct", *_MEMORY_KEYS, "temperature_c", "power_w",
+                  "power_limit_w", "clock_sm_mhz", "clock_mem_mhz", "clock_graphics_mhz",
+                  "throttle_reasons", "performance_state")
+
+    def fast_sample(self, index: int) -> dict[str, Any]:
+        full = self.sample(index)
+        missing = next((v for v in full.values() if is_na(v)), NA("NotRecorded"))
+        return {k: full.get(k, missing) for k in self._FAST_KEYS}
+
+    def memory(self, index: int) -> dict[str, Any]:
+        full = self.sample(index)
+        missing = next((v for v in full.values() if is_na(v)), NA("NotRecorded"))
+        return {k: full.get(k, missing) for k in self._MEMORY_KEYS}
+
     def processes(self, index: int) -> Any:
         na = self._check(index)
         if na is not None:
