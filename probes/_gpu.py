@@ -146,8 +146,16 @@ def nvml_sample(ctx: Any, device: Device) -> dict[str, Any]:
 
 
 def nvml_used(ctx: Any, device: Device) -> int | None:
-    """Device memory in use according to the driver (nvidia-smi's 'Memory-Usage'), or None."""
-    value = nvml_sample(ctx, device).get("memory_used_bytes")
+    """Device memory in use according to the driver (nvidia-smi's 'Memory-Usage'), or None.
+
+    One NVML call (``memory()``), not a whole sample: the allocator walk reads it often.
+    """
+    if device.nvml_index is None:
+        return None
+    try:
+        value = ctx.gpu.memory(device.nvml_index).get("memory_used_bytes")
+    except Exception:
+        return None
     return int(value) if isinstance(value, int) else None
 
 

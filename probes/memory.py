@@ -73,14 +73,17 @@ def _context_in_fresh_process(device: _gpu.Device, timeout_s: float) -> dict[str
         "gpu = NvmlBackend()\n"
         "n = int(sys.argv[2])\n"
         "def used():\n"
-        "    v = gpu.sample(n).get('memory_used_bytes')\n"
+        "    v = gpu.memory(n).get('memory_used_bytes')\n"
         "    return v if isinstance(v, int) else None\n"
         "import torch\n"
         "print(json.dumps(measure_context(torch, torch.device('cuda', int(sys.argv[1])), used)))\n"
     )
+    # The same import path as this process, so the child finds this gpudoctor whatever the
+    # working directory or install method.
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     try:
         done = subprocess.run([sys.executable, "-c", code, str(device.index), str(device.nvml_index)],
-                              capture_output=True, text=True, timeout=timeout_s, env=dict(os.environ))
+                              capture_output=True, text=True, timeout=timeout_s, env=env)
     except subprocess.TimeoutExpired:
         return {"error": f"fresh process did not finish in {timeout_s:.0f} s"}
     if done.returncode != 0:
@@ -160,13 +163,15 @@ def other_processes(ctx: ProbeContext, device: _gpu.Device) -> tuple[list[dict[s
 def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Device, budget_s: float) -> None:
     d = dev.index
     device = _gpu.torch_device(torch, dev)
-    torch.cuda.set_device(device)  # empty_cache() and friends act on the current device
 
     def read_used() -> int | None:
         return _gpu.nvml_used(ctx, dev)
 
-    # 1. context size (before this process touches the device, else in a fresh process)
-    if not _gpu.has_context(torch, d):
+    # 1. context size (before this process touches the device, else in a fresh process).
+    # Ask before set_device: since torch 2.8 set_device always calls cudaSetDevice, which
+    # creates the primary context at once (CUDA 12+), so asking after it always says "yes".
+    fresh = not _gpu.has_context(torch, d)
+    if fresh:
         context = measure_context(torch, device, read_used)
         context["measured_in"] = "this probe process"
     elif dev.nvml_index is not None:
@@ -174,6 +179,7 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
         context["measured_in"] = "a fresh python process"
     else:
         context = {"error": "NVML cannot say which device this is"}
+    torch.cuda.set_device(device)  # empty_cache() and friends act on the current device
     r.details.setdefault("context", {})[str(d)] = context
     if "context_bytes" in context:
         r.measure("cuda_context", context["context_bytes"], "B", device=d,

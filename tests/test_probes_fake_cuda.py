@@ -50,6 +50,10 @@ class FakeNvml:
             out.update(pcie_gen_current=4, pcie_width_current=8)
         return out
 
+    def memory(self, index):
+        self.used += 2 * MiB
+        return {"memory_used_bytes": self.used}
+
     def processes(self, index):
         return [{"pid": os.getpid(), "gpu_memory_bytes": 700 * MiB},
                 {"pid": 4_000_000, "gpu_memory_bytes": 3 * GiB}]
@@ -115,6 +119,15 @@ def test_memory_device_path(fake_cuda):
     assert {"memory_held_by_others", "largest_allocation_small", "cuda_context_size",
             "allocator_explained"} <= _codes(result)
     assert result.status is Status.WARN
+
+
+def test_memory_context_is_asked_before_set_device_creates_it(fake_cuda, monkeypatch):
+    # torch >= 2.8: set_device always calls cudaSetDevice, which creates the primary
+    # context (CUDA 12+). Asking has_context after it would always answer yes.
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: fake_cuda.__setitem__("has_context", True))
+    result = memory.run(ProbeContext(gpu=FakeNvml(fake_cuda["name"]), level="full"))
+    assert result.details["context"]["0"]["measured_in"] == "this probe process"
+    assert fake_cuda["has_context"] is True  # set_device still ran, after the measurement
 
 
 def test_memory_context_in_fresh_process_reports_its_failure(fake_cuda):
