@@ -13,6 +13,7 @@ TFLOP/s (10^12 floating-point operations per second).
 from __future__ import annotations
 
 import math
+import os
 import re
 import statistics
 import time
@@ -286,10 +287,43 @@ def lookup_gpu_spec(name: Any) -> GpuSpec | None:
     text = normalise_gpu_name(name)
     if re.search(r"\b(laptop|mobile|max q)\b", text):
         return None  # notebook parts share desktop names but run at a fraction of the power
+    if re.search(r"\bmig\b", text):
+        return None  # a MIG slice ("... MIG 1g.10gb") has a fraction of the SMs and bandwidth
     for pattern, spec in DATASHEET:
         if re.search(pattern, text):
             return spec
     return None
+
+
+# --------------------------------------------------------------------------- TF32 overrides
+@dataclass(frozen=True)
+class Tf32Environment:
+    """Environment variables that change what an "fp32" or "tf32" matmul really runs.
+
+    - ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1`` (set in NVIDIA's NGC PyTorch containers) makes
+      cuBLAS use TF32 for fp32 matmuls whatever ``torch.backends.cuda.matmul.allow_tf32`` says.
+    - ``NVIDIA_TF32_OVERRIDE=0`` stops cuBLAS/cuDNN from using TF32 at all.
+    """
+
+    fp32_runs_as_tf32: bool
+    tf32_disabled: bool
+
+    @property
+    def note(self) -> str:
+        parts = []
+        if self.fp32_runs_as_tf32:
+            parts.append("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1: fp32 matmuls run in TF32 (NGC containers set this)")
+        if self.tf32_disabled:
+            parts.append("NVIDIA_TF32_OVERRIDE=0: TF32 is disabled, 'tf32' matmuls run in plain fp32")
+        return "; ".join(parts)
+
+
+def tf32_environment(environ: Mapping[str, str] | None = None) -> Tf32Environment:
+    env = os.environ if environ is None else environ
+    forced = env.get("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "").strip() not in ("", "0")
+    disabled = env.get("NVIDIA_TF32_OVERRIDE", "").strip() == "0"
+    # NVIDIA_TF32_OVERRIDE=0 wins: cuBLAS will not use TF32 even when torch asks for it.
+    return Tf32Environment(fp32_runs_as_tf32=forced and not disabled, tf32_disabled=disabled)
 
 
 # --------------------------------------------------------------------------- allocator

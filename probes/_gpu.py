@@ -201,3 +201,49 @@ def has_context(torch: Any, index: int) -> bool:
         return bool(torch._C._cuda_hasPrimaryContext(index))
     except Exception:  # private API: when it cannot answer, measure in a fresh process
         return True
+
+
+class LoadSampler:
+    """Reads NVML (``fast_sample``) in a thread while a load runs on ``device``.
+
+    Throttle reasons read after a benchmark finds an idle GPU; reading during it finds
+    the thermal or power limits the load actually ran into. Collects the union of
+    throttle reasons (minus "idle"), and the lowest SM clock and highest power seen.
+    """
+
+    def __init__(self, ctx: Any, device: Device, interval_s: float = 0.1) -> None:
+        import threading
+
+        self.ctx, self.device, self.interval_s = ctx, device, interval_s
+        self.reasons = 0
+        self.samples = 0
+        self.min_sm_clock: int | None = None
+        self.max_power_w: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="gpudoctor-load-sampler", daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                x = self.ctx.gpu.fast_sample(self.device.nvml_index)
+            except Exception:
+                return
+            reasons, clock, power = x.get("throttle_reasons"), x.get("clock_sm_mhz"), x.get("power_w")
+            if isinstance(reasons, int) and not reasons & 0x1:  # skip samples where the GPU sat idle
+                self.samples += 1
+                self.reasons |= reasons
+                if isinstance(clock, int):
+                    self.min_sm_clock = clock if self.min_sm_clock is None else min(self.min_sm_clock, clock)
+                if isinstance(power, (int, float)):
+                    self.max_power_w = power if self.max_power_w is None else max(self.max_power_w, power)
+            self._stop.wait(self.interval_s)
+
+    def start(self) -> "LoadSampler":
+        if self.device.nvml_index is not None:
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(2)

@@ -118,7 +118,9 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
     gen = torch.Generator(device=device).manual_seed(0xC0DE + d)
     rows: dict[str, Any] = {}
     previous_tf32 = torch.backends.cuda.matmul.allow_tf32
+    tf32_env = measure.tf32_environment()
     r.details.setdefault("spin_up_matmuls", {})[str(d)] = spin_up(torch, device, min(0.3, budget_s / 20))
+    load = _gpu.LoadSampler(ctx, dev).start()
     try:
         for mode in MODES:
             if mode == "bf16" and not bf16_supported(torch, dev):
@@ -134,20 +136,27 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
             timing = matmul_timing(torch, device, dtype, n, clock, budget_s=budget_s / len(MODES), generator=gen)
             tflops = measure.matmul_tflops(n, n, n, timing.seconds)
             peak = spec.peak_tflops(mode) if spec else None
+            if (mode == "tf32" and tf32_env.tf32_disabled) or (mode == "fp32" and tf32_env.fp32_runs_as_tf32):
+                peak = None  # cuBLAS ran another format than the row's name: no fair datasheet figure
             rows[mode] = {"n": n, "tflops": round(tflops, 3), "peak_tflops": peak,
                           "pct_of_peak": None if peak is None else round(measure.percent_of(tflops, peak) or 0, 1),
                           **timing.to_dict()}
             torch.cuda.empty_cache()
     finally:
+        load.stop()
         torch.backends.cuda.matmul.allow_tf32 = previous_tf32
     after = _gpu.nvml_sample(ctx, dev)
-    reasons = after.get("throttle_reasons")
+    # Throttle reasons seen while the matmuls ran; after them the GPU is idle again.
+    reasons = load.reasons if load.samples else after.get("throttle_reasons")
     r.details.setdefault("matmul", {})[str(d)] = rows
     r.details.setdefault("datasheet", {})[str(d)] = (
         {"model": spec.model, "fp32": spec.fp32, "tf32": spec.tf32, "fp16": spec.fp16, "bf16": spec.bf16,
          "source": spec.source} if spec else None)
     r.details.setdefault("after_load", {})[str(d)] = {
         "throttle_reasons": throttle_reason_names(reasons) if isinstance(reasons, int) else None,
+        "throttle_reasons_source": "during the matmuls" if load.samples else "after the matmuls",
+        "samples_during_load": load.samples, "min_sm_clock_during_load_mhz": load.min_sm_clock,
+        "max_power_during_load_w": load.max_power_w,
         "clock_sm_mhz": after.get("clock_sm_mhz") if isinstance(after.get("clock_sm_mhz"), int) else None,
         "power_w": after.get("power_w") if isinstance(after.get("power_w"), (int, float)) else None}
 
@@ -191,9 +200,14 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
                f"Tensor-core matmul on {dev.label} reaches " + ", ".join(
                    f"{m} {rows[m]['pct_of_peak']:.0f} %" for m in ("tf32", "fp16", "bf16")
                    if rows[m].get("pct_of_peak") is not None) + f" of the {spec.model} datasheet.", device=d)
+    if tf32_env.note:
+        r.find(Status.PASS, "tf32_override",
+               f"{tf32_env.note}; the affected rows are shown without a datasheet comparison.",
+               why="The environment, not torch's allow_tf32 switch, decides which format cuBLAS runs.",
+               fix="Nothing to do; unset the variable to let torch's own switch decide.", device=d)
     if isinstance(reasons, int) and reasons & HEAT_OR_HW_MASK:
         r.find(Status.WARN, "throttled_under_load",
-               f"{dev.label} was throttling right after the matmul test: "
+               f"{dev.label} was throttling {'during' if load.samples else 'right after'} the matmul test: "
                f"{', '.join(throttle_reason_names(reasons & HEAT_OR_HW_MASK))}.",
                why="Thermal or hardware slowdown lowers the clocks under load, so long runs are slower than short ones.",
                fix="Check cooling and airflow (nvidia-smi -q -d PERFORMANCE,TEMPERATURE).", device=d)

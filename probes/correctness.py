@@ -58,8 +58,13 @@ class _MatmulPrecision:
             setattr(self.m, name, value)
 
 
-def check_matmul(torch: Any, device: Any, mode: str, m: int, n: int, k: int, generator: Any) -> dict[str, Any]:
-    """One matmul on ``device`` against float64 on the CPU. ``device`` may be "cpu" (tests)."""
+def check_matmul(torch: Any, device: Any, mode: str, m: int, n: int, k: int, generator: Any,
+                 environment: measure.Tf32Environment | None = None) -> dict[str, Any]:
+    """One matmul on ``device`` against float64 on the CPU. ``device`` may be "cpu" (tests).
+
+    ``environment``: the TF32 overrides in force for cuBLAS (:func:`measure.tf32_environment`),
+    which decide the format a CUDA matmul really runs and so the limits it is held to.
+    """
     dtype = _dtype(torch, mode)
     a = torch.randn(m, k, dtype=torch.float64, generator=generator).to(dtype)
     b = torch.randn(k, n, dtype=torch.float64, generator=generator).to(dtype)
@@ -73,7 +78,18 @@ def check_matmul(torch: Any, device: Any, mode: str, m: int, n: int, k: int, gen
         second = a_dev @ b_dev
         repeat_identical = bool(torch.equal(first, second))
         result = first.double().cpu()
-    return _judge(torch, mode, k, result, reference, scale, repeat_identical)
+    judged_as = mode
+    environment = environment or measure.Tf32Environment(False, False)
+    if mode == "fp32" and environment.fp32_runs_as_tf32:
+        judged_as = "tf32"  # cuBLAS really ran TF32: hold it to TF32's rounding limits
+    elif mode == "tf32" and environment.tf32_disabled:
+        judged_as = "fp32"  # cuBLAS really ran fp32: the tighter limits apply
+    out = _judge(torch, judged_as, k, result, reference, scale, repeat_identical)
+    out["mode"] = mode
+    if judged_as != mode:
+        out["judged_as"] = judged_as
+        out["judged_as_why"] = environment.note
+    return out
 
 
 def check_elementwise(torch: Any, device: Any, count: int, generator: Any) -> dict[str, Any]:
@@ -107,13 +123,14 @@ def _judge(torch: Any, mode: str, k: int, result: Any, reference: Any, scale: An
 
 def run_checks(torch: Any, device: Any, *, seed: int, m: int | None = None, n: int | None = None,
                k: int | None = None, elements: int | None = None,
-               modes: tuple[str, ...] = MODES) -> list[dict[str, Any]]:
+               modes: tuple[str, ...] = MODES,
+               environment: measure.Tf32Environment | None = None) -> list[dict[str, Any]]:
     m = m or MATMUL_SHAPE[0]
     n = n or MATMUL_SHAPE[1]
     k = k or MATMUL_SHAPE[2]
     elements = elements or ELEMENTS
     generator = torch.Generator().manual_seed(seed)
-    rows = [check_matmul(torch, device, mode, m, n, k, generator) for mode in modes]
+    rows = [check_matmul(torch, device, mode, m, n, k, generator, environment) for mode in modes]
     rows.append(check_elementwise(torch, device, elements, generator))
     for row in rows:
         row["shape"] = [m, n, k] if row["mode"] != "fp32_elementwise" else [elements]
@@ -136,7 +153,8 @@ def run(ctx: ProbeContext) -> ProbeResult:
     failed = 0
     for dev in devices:
         modes = tuple(m for m in MODES if m != "bf16" or dev.compute_capability >= (8, 0))
-        rows = run_checks(torch, _gpu.torch_device(torch, dev), seed=seed + dev.index, modes=modes)
+        rows = run_checks(torch, _gpu.torch_device(torch, dev), seed=seed + dev.index, modes=modes,
+                          environment=measure.tf32_environment())
         r.details.setdefault("checks", {})[str(dev.index)] = rows
         for row in rows:
             r.measure(f"{row['mode']}_max_error", row["componentwise"], "", device=dev.index,
@@ -160,6 +178,15 @@ def run(ctx: ProbeContext) -> ProbeResult:
                    fix=f"Re-run `gpudoctor report --full --probe correctness` (seed {seed + dev.index}); if it "
                        "repeats, run NVIDIA's DCGM diagnostics (dcgmi diag -r 3), check ECC errors and "
                        "clocks/overclocking, and take the GPU out of service.", device=dev.index)
+        overridden = [row for row in rows if row.get("judged_as")]
+        if overridden:
+            r.find(Status.PASS, "tf32_override",
+                   f"{overridden[0]['judged_as_why']}; "
+                   + ", ".join(f"{row['mode']} judged as {row['judged_as']}" for row in overridden) + ".",
+                   why="The environment decides what cuBLAS really computes; judging it by the wrong "
+                       "format's limits would call normal rounding corruption (or miss real corruption).",
+                   fix="Nothing to do; unset the variable if you want torch's own TF32 switch to decide.",
+                   device=dev.index)
         if not any(not row["ok"] for row in rows):
             r.find(Status.PASS, "results_correct",
                    f"{dev.label}: {', '.join(row['mode'] for row in rows)} results agree with float64 within their "

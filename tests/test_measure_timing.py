@@ -176,3 +176,21 @@ def test_datasheet_entries_are_consistent():
             assert spec.fp16 >= spec.tf32
     h100 = measure.lookup_gpu_spec("NVIDIA H100 80GB HBM3")
     assert (h100.memory_bandwidth_gbs, h100.bf16) == (3350, 989.5)
+
+
+
+def test_tf32_environment_variables():
+    from gpudoctor.measure import tf32_environment
+
+    assert tf32_environment({}) == measure.Tf32Environment(False, False)
+    ngc = tf32_environment({"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"})
+    assert ngc.fp32_runs_as_tf32 and "NGC" in ngc.note
+    off = tf32_environment({"NVIDIA_TF32_OVERRIDE": "0", "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"})
+    assert off.tf32_disabled and not off.fp32_runs_as_tf32  # 0 wins: cuBLAS uses no TF32 at all
+
+
+def test_mig_slices_get_no_whole_gpu_datasheet():
+    from gpudoctor.measure import lookup_gpu_spec
+
+    assert lookup_gpu_spec("NVIDIA H100 80GB HBM3") is not None
+    assert lookup_gpu_spec("NVIDIA H100 80GB HBM3 MIG 1g.10gb") is None

@@ -50,6 +50,9 @@ class FakeNvml:
             out.update(pcie_gen_current=4, pcie_width_current=8)
         return out
 
+    def fast_sample(self, index):
+        return self.sample(index)
+
     def memory(self, index):
         self.used += 2 * MiB
         return {"memory_used_bytes": self.used}
@@ -217,3 +220,49 @@ def test_correctness_mismatch_is_a_fail(fake_cuda, monkeypatch):
     fails = [f for f in result.findings if f.status is Status.FAIL]
     assert len(fails) == 1 and fails[0].code == "wrong_results" and "bf16" in fails[0].summary
     assert "results_correct" not in _codes(result)
+
+
+class LoadOnlyThrottle(FakeNvml):
+    """Throttles (HW thermal slowdown) while busy; reads idle once the load stops."""
+
+    def __init__(self, name):
+        super().__init__(name)
+        self.busy = True
+
+    def sample(self, index):
+        out = super().sample(index)
+        out["throttle_reasons"] = 0x40 if self.busy else 0x1
+        return out
+
+
+def test_compute_reads_throttling_during_the_load(fake_cuda, monkeypatch):
+    gpu = LoadOnlyThrottle(fake_cuda["name"])
+    real_spin_up = compute.spin_up
+
+    def spin_up_slowly(*args, **kwargs):  # give the sampler thread time to read while "busy"
+        import time
+
+        time.sleep(0.3)
+        return real_spin_up(*args, **kwargs)
+
+    monkeypatch.setattr(compute, "spin_up", spin_up_slowly)
+    original_nvml_sample = _gpu.nvml_sample
+
+    def after_load(ctx, dev):
+        gpu.busy = False  # the matmuls are over: a reading now sees an idle GPU
+        return original_nvml_sample(ctx, dev)
+
+    monkeypatch.setattr(_gpu, "nvml_sample", after_load)
+    result = compute.run(ProbeContext(gpu=gpu, level="full"))
+    after = result.details["after_load"]["0"]
+    assert after["throttle_reasons_source"] == "during the matmuls" and after["samples_during_load"] >= 1
+    finding = next(f for f in result.findings if f.code == "throttled_under_load")
+    assert "during the matmul test" in finding.summary and "hw_thermal_slowdown" in finding.summary
+
+
+def test_compute_tf32_disabled_row_has_no_datasheet_comparison(fake_cuda, monkeypatch):
+    monkeypatch.setenv("NVIDIA_TF32_OVERRIDE", "0")
+    result = compute.run(ProbeContext(gpu=FakeNvml(fake_cuda["name"]), level="full"))
+    rows = result.details["matmul"]["0"]
+    assert rows["tf32"]["peak_tflops"] is None and rows["fp16"]["peak_tflops"] is not None
+    assert "tf32_override" in _codes(result)

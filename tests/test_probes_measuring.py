@@ -243,3 +243,20 @@ def test_quick_level_skips_without_importing_torch():
     lines = out.stdout.split("\n")
     assert lines[:4] == [f"{n} skip quick_mode" for n in ("memory", "transfer", "compute", "correctness")]
     assert lines[4] == "False"
+
+
+
+def test_fp32_under_forced_tf32_is_judged_by_tf32_limits():
+    import torch
+
+    from gpudoctor.measure import Tf32Environment
+
+    forced = Tf32Environment(fp32_runs_as_tf32=True, tf32_disabled=False)
+    rows = correctness.run_checks(torch, "cpu", seed=3, m=64, n=64, k=64, elements=256,
+                                  modes=("fp32", "tf32"), environment=forced)
+    fp32 = next(r for r in rows if r["mode"] == "fp32")
+    assert fp32["judged_as"] == "tf32" and "NGC" in fp32["judged_as_why"] and fp32["ok"]
+    tf32 = next(r for r in rows if r["mode"] == "tf32")
+    assert "judged_as" not in tf32
+    plain = correctness.run_checks(torch, "cpu", seed=3, m=64, n=64, k=64, elements=256, modes=("fp32",))
+    assert "judged_as" not in plain[0] and plain[0]["componentwise_limit"] < fp32["componentwise_limit"]

@@ -251,6 +251,10 @@ def run_one(run: RunConfig, data: MnistData, *, epochs: int = 1, seed: int = 0,
 
     result = RunResult(run.device, run.mode, run.batch_size, run.workers, epochs=epochs)
     device = torch.device(f"cuda:{cuda_index}" if run.device == "cuda" else "cpu")
+    if device.type == "cuda":
+        # The DataLoader's pin-memory thread and torch.cuda.* calls without a device use the
+        # current device: without this a run on cuda:1 also opens a context on cuda:0.
+        torch.cuda.set_device(device)
     started = time.monotonic()
     state: dict[str, Any] = {}
     try:
