@@ -33,7 +33,7 @@ def _sample(util, used=10 * GiB, total=80 * GiB):
 def test_underused_gpu_from_nvml_samples():
     summary = build_summary(_raw(gpu_samples=[_sample(35), _sample(40), _sample(45)]))
     assert summary.codes == ["gpu_underutilised"]
-    assert "40% of the time" in summary.diagnosis[0].message
+    assert "40% of the training time" in summary.diagnosis[0].message
     assert summary.gpu["util_mean_pct"] == 40 and summary.gpu["samples"] == 3
 
 
@@ -49,13 +49,30 @@ def test_busy_gpu_is_fine():
     assert summary.codes == [] and summary.gpu["util_mean_pct"] == 97 > GPU_UNDERUTILISED_PCT
 
 
-def test_underused_from_cuda_events_when_nvml_is_missing():
-    # device time 3 ms of an 11 ms iteration: 27% busy
+def test_event_spans_are_not_gpu_busy_evidence_without_nvml():
+    # each step's events span 3 ms of an 11 ms iteration; the span says nothing about how
+    # busy the GPU was inside it, so without NVML there is no utilisation diagnosis
     raw = _raw(device_steps=False)
     raw.device_steps = [0.003] * 50
     summary = build_summary(raw)
-    assert "gpu_underutilised" in summary.codes
-    assert "CUDA events" in summary.diagnosis[summary.codes.index("gpu_underutilised")].message
+    assert summary.device_span_share == summary.to_dict()["device_busy_share"]
+    assert abs(summary.device_span_share - 3 / 11) < 1e-9
+    assert "gpu_underutilised" not in summary.codes
+    text = str(summary)
+    assert "GPU busy with" not in text and "device span 27% of the wall time (not GPU busy time)" in text
+
+
+def test_old_summaries_with_device_busy_share_still_load():
+    from _hooks_loops import validate_summary
+
+    data = build_summary(_raw()).to_dict()
+    data.pop("device_span_share")
+    data["device_busy_share"] = 0.5
+    again = Summary.from_dict(data)
+    assert again.device_span_share == 0.5 and again.device_busy_share == 0.5
+    out = again.to_dict()
+    assert out["device_span_share"] == out["device_busy_share"] == 0.5
+    validate_summary(out)
 
 
 def test_memory_near_limit_from_the_allocator():
@@ -90,6 +107,62 @@ def test_input_bound_needs_an_idle_gpu_on_cuda():
     assert "input_bound" not in build_summary(raw).codes
     raw.device_steps = [0.005] * 40
     assert "input_bound" in build_summary(raw).codes
+
+
+def test_input_bound_on_cuda_judges_gpu_activity_by_nvml_not_event_spans():
+    # spans cover the whole wall time (the GPU sat inside the steps' spans waiting on the host)
+    # but NVML saw kernels only half the time: the waits did starve the GPU
+    raw = _raw(n=40, step=0.007, wait=0.003, gpu_samples=[_sample(50)] * 4)
+    raw.device_steps = [0.0098] * 40
+    summary = build_summary(raw)
+    assert "input_bound" in summary.codes
+    item = summary.diagnosis[summary.codes.index("input_bound")]
+    assert "NVML saw a kernel running 50% of the training time" in item.message
+    assert "busy" not in item.message and item.evidence["gpu_util_mean_pct"] == 50
+    # short spans, but NVML saw the GPU busy through the waits: not input-bound
+    raw = _raw(n=40, step=0.007, wait=0.003, gpu_samples=[_sample(95)] * 4)
+    raw.device_steps = [0.004] * 40
+    assert "input_bound" not in build_summary(raw).codes
+
+
+def test_host_sync_text_quotes_nvml_not_event_spans():
+    syncs = {"total": 50, "status": "counted", "outside_loop": 0, "other_threads": 0,
+             "sites": [{"file": "train.py", "line": 7, "code": "total += loss.item()", "pattern": "item",
+                        "origin": "user", "count": 50, "raised_in": None}]}
+    summary = build_summary(_raw(host_syncs=syncs, gpu_samples=[_sample(92)] * 3))
+    item = summary.diagnosis[summary.codes.index("host_sync_bound")]
+    assert "NVML saw a kernel running 92% of the training time" in item.message
+    assert "busy" not in item.message
+    summary = build_summary(_raw(host_syncs=syncs))
+    assert "busy" not in summary.diagnosis[summary.codes.index("host_sync_bound")].message
+
+
+def test_framework_sync_sites_get_framework_advice():
+    site = {"file": "/site-packages/lightning/pytorch/loops/x.py", "line": 3, "code": "v = value.item()",
+            "pattern": "item", "origin": "framework", "count": 50, "raised_in": None}
+    syncs = {"total": 50, "status": "counted", "outside_loop": 0, "sites": [site]}
+    item = build_summary(_raw(host_syncs=syncs)).diagnosis[0]
+    assert item.code == "host_sync_bound" and "inside framework code" in item.message
+    assert "log_every_n_steps" in item.advice and "running_loss" not in item.advice
+
+
+def test_nvml_samples_outside_the_steps_do_not_count_as_idle_training():
+    # 50 steps of 11 ms from t=100 s; a 10 s validation run after step 25 (GPU idle, 0%)
+    starts = [100 + i * 0.011 for i in range(25)] + [100 + 10.275 + i * 0.011 for i in range(25)]
+    raw = RawTimings(waits=[0.001] * 50, host_steps=[0.010] * 50, iter_starts=starts,
+                     ends=[s + 0.011 for s in starts], passes=[1] * 25 + [2] * 25,
+                     device_steps=[0.010] * 50, device="cuda:0")
+    inside = [dict(_sample(96), t_mono=100 + 0.05 + 0.05 * k) for k in range(4)] + \
+             [dict(_sample(94), t_mono=110.3 + 0.05 * k) for k in range(4)]
+    outside = [dict(_sample(0), t_mono=100.5 + 0.5 * k) for k in range(18)]
+    raw.gpu_samples = inside + outside
+    summary = build_summary(raw)
+    assert summary.gpu["samples"] == 26 and summary.gpu["samples_in_steps"] == 8
+    assert summary.gpu["util_mean_pct"] == 95 and "gpu_underutilised" not in summary.codes
+    assert any("18 of 26 GPU samples fell outside the measured steps" in n for n in summary.notes)
+    # the same idle samples taken during steps are underuse
+    raw.gpu_samples = [dict(_sample(0), t_mono=100.02 + 0.011 * k) for k in range(10)]
+    assert "gpu_underutilised" in build_summary(raw).codes
 
 
 def test_stragglers_are_named():
@@ -142,6 +215,9 @@ class FakeNvml:
         return {"pci_bus_id": ["0000:17:00.0", "0000:65:00.0"][index], "uuid": f"GPU-{index}"}
 
     def sample(self, index):
+        raise AssertionError("the sampler must use fast_sample(): sample() reads 20 ms PCIe counters")
+
+    def fast_sample(self, index):
         self.calls += 1
         return {"t": time.time(), "gpu_util_pct": 50 + index, "memory_used_bytes": GiB,
                 "memory_total_bytes": 80 * GiB, "power_w": NA("NotSupported"), "power_limit_w": 700.0,
@@ -168,6 +244,18 @@ def test_sampler_thread_keeps_the_diagnosis_fields():
     assert first["gpu_util_pct"] == 51 and first["power_w"] is None  # NA becomes None
     assert first["throttle_reason_names"] == ["sw_power_cap", "sw_thermal_slowdown"]
     assert "ecc_volatile_corrected" not in first
+    assert sampler.error is None and isinstance(first["t_mono"], float)
+    assert samples[0]["t_mono"] <= samples[-1]["t_mono"] <= time.perf_counter()
+
+
+def test_sampler_falls_back_to_sample_for_backends_without_fast_sample():
+    class OldBackend:
+        def sample(self, index):
+            return {"gpu_util_pct": 77}
+
+    sampler = GpuSampler(OldBackend(), 0)
+    sampler.sample_once()
+    assert sampler.snapshot()[0]["gpu_util_pct"] == 77
 
 
 def test_importing_gpudoctor_and_hooks_loads_no_torch():

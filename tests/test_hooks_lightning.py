@@ -74,3 +74,29 @@ def test_missing_lightning_says_how_to_install(monkeypatch):
     monkeypatch.delitem(sys.modules, "gpudoctor.hooks.lightning")
     with pytest.raises(ImportError, match=r"pip install 'gpudoctor\[lightning\]'"):
         importlib.import_module("gpudoctor.hooks.lightning")
+
+
+def test_mid_epoch_validation_restarts_the_data_wait_clock(tmp_path):
+    # validation after every 4th of 12 batches (each validation run sleeps 4 x 50 ms): every
+    # training batch still gets a measured data wait, and none of it is validation time
+    callback = _fit(fast_collate, tmp_path, epochs=1, val_every=4,
+                    val=make_loader(slow_collate, batch_size=64, n=64 * 4))
+    summary = callback.summary
+    assert summary.steps == 12
+    assert not [n for n in summary.notes if "data wait was not measured" in n], summary.notes
+    waits = list(callback.monitor._waits)
+    assert len(waits) == 12 and all(w == w for w in waits)  # no NaN: all measured
+    assert max(waits) < 0.15  # a validation run (>= 0.2 s) never counts as data wait
+    assert "input_bound" not in summary.codes
+
+
+def test_sanity_check_validation_does_not_start_the_clock(tmp_path):
+    callback = GpudoctorCallback()
+    trainer = pl.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=2,
+                         default_root_dir=str(tmp_path), callbacks=[callback], limit_train_batches=4)
+    with single_thread():
+        trainer.fit(DigitsModule(), make_loader(fast_collate, batch_size=64, n=64 * 4),
+                    make_loader(slow_collate, batch_size=64, n=64 * 2))
+    waits = list(callback.monitor._waits)
+    assert len(waits) == 4 and all(w == w for w in waits) and max(waits) < 0.1

@@ -183,7 +183,7 @@ def test_clean_gpu_loop_counts_no_sync_inside_steps():
     nvml_missing = any("NVML unavailable" in note for note in summary.notes)
     assert nvml_missing or summary.gpu["samples"] >= 1  # the sampler reads once at the start
     assert summary.memory["peak_allocated_bytes"] > 0
-    assert summary.step_time_p50_s > 0 and summary.device_busy_share is not None
+    assert summary.step_time_p50_s > 0 and summary.device_span_share is not None
 
 
 # -- the CUDA-event timer's bookkeeping, with events that finish when the test says so ------------
@@ -271,3 +271,22 @@ def test_cuda_asked_for_without_a_gpu_falls_back_to_the_host_clock():
     summary = monitor.summary()
     assert summary.steps == 3 and summary.timing == "host_clock" and summary.device == "cpu"
     assert any("CUDA is not usable here" in note for note in summary.notes)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_nvml_samples_between_epochs_are_left_out_of_utilisation_on_gpu():
+    import time as _time
+
+    monitor = TrainingMonitor(device="cuda", sample_interval_s=0.1)
+    model = None
+    for _ in range(2):
+        train_epoch(monitor, make_loader(fast_collate, n=128 * 20, pin_memory=True), model=model,
+                    device="cuda")
+        _time.sleep(1.0)  # "validation": the GPU idles, outside any measured step
+    summary = monitor.summary()
+    if any("NVML unavailable" in note for note in summary.notes):
+        pytest.skip("NVML is not readable here")
+    gpu = summary.gpu
+    assert gpu["samples"] >= 10 and gpu["samples_in_steps"] < gpu["samples"]
+    assert any("fell outside the measured steps" in note for note in summary.notes)

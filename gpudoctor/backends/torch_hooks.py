@@ -10,14 +10,18 @@ synchronises the device: events are recorded, and later *queried*, never waited 
 from __future__ import annotations
 
 import linecache
+import logging
 import os
 import sys
+import sysconfig
 import threading
 import warnings
 from collections import deque
 from typing import Any, Callable
 
 from .na import NA
+
+log = logging.getLogger("gpudoctor.hooks")
 
 
 def loaded_torch() -> Any:
@@ -37,13 +41,23 @@ def resolve_device(device: Any = None) -> tuple[str, int | None]:
     """``(type, index)`` for ``device`` (None, "cuda", "cuda:1", 1, torch.device).
 
     None means "what this process trains on": the current CUDA device when torch is
-    loaded and CUDA is usable, else the CPU. Only inspects; starts CUDA only when it is
-    already available and asked about.
+    loaded and CUDA is usable, else the CPU. Under an initialised ``torch.distributed``
+    job whose ``LOCAL_RANK`` names another GPU than the current device (a launcher that
+    did not call ``torch.cuda.set_device``), it is ``cuda:LOCAL_RANK``: watching the
+    current device (GPU 0) would measure another rank's GPU and open an extra CUDA
+    context there from every rank. Only inspects; starts CUDA only when it is already
+    available and asked about.
     """
     if device is None:
         torch = loaded_torch()
         if torch is not None and _cuda_usable(torch):
-            return "cuda", int(torch.cuda.current_device())
+            current = int(torch.cuda.current_device())
+            local = _distributed_local_rank(torch)
+            if local is not None and local != current:
+                log.info("gpudoctor: torch.distributed is initialised with LOCAL_RANK=%d but the current "
+                         "CUDA device is %d; watching cuda:%d (pass device= to choose)", local, current, local)
+                return "cuda", local
+            return "cuda", current
         return "cpu", None
     if isinstance(device, int):
         return "cuda", device
@@ -55,6 +69,21 @@ def resolve_device(device: Any = None) -> tuple[str, int | None]:
             return "cuda-unavailable", int(index) if index.isdigit() else None
         return "cuda", int(index) if index.isdigit() else int(torch.cuda.current_device())
     return kind, int(index) if index.isdigit() else None
+
+
+def _distributed_local_rank(torch: Any) -> int | None:
+    """``LOCAL_RANK`` as a CUDA index, when torch.distributed is initialised and it names a GPU."""
+    text = os.environ.get("LOCAL_RANK", "")
+    if not text.strip().isdigit():
+        return None
+    try:
+        dist = torch.distributed
+        if not (dist.is_available() and dist.is_initialized()):
+            return None
+        local = int(text)
+        return local if local < int(torch.cuda.device_count()) else None
+    except Exception:
+        return None
 
 
 def _cuda_usable(torch: Any) -> bool:
@@ -175,28 +204,73 @@ class sync_debug_mode_off:
 
 SYNC_WARNING_TEXT = "called a synchronizing CUDA operation"
 
+# Frameworks whose own code (not the user's) may make a sync; the site is then theirs.
+FRAMEWORK_PACKAGES = ("lightning", "pytorch_lightning")
+# Parts of torch that run as a framework around the user's model (DDP's bookkeeping).
+TORCH_FRAMEWORK_PARTS = ("nn/parallel", "distributed")
+
+
+def _package_dir(name: str) -> str | None:
+    module = sys.modules.get(name)
+    location = getattr(module, "__file__", None)
+    return os.path.dirname(os.path.abspath(location)) + os.sep if location else None
+
+
+def _stdlib_prefixes() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the standard library's directories, the site-packages directories inside them)."""
+    paths = sysconfig.get_paths()
+    stdlib = tuple(os.path.abspath(paths[k]) + os.sep for k in ("stdlib",) if paths.get(k))
+    site = tuple(os.path.abspath(paths[k]) + os.sep for k in ("purelib", "platlib") if paths.get(k))
+    return stdlib, site
+
+
 def _library_prefixes() -> tuple[str, ...]:
     """Directories whose frames are not "the user's line": torch, Lightning, gpudoctor itself.
 
     Taken from the loaded packages' own locations, so a user's project that merely lives in
-    a folder called ``gpudoctor`` or ``torch`` is not mistaken for the library.
+    a folder called ``gpudoctor`` or ``torch`` is not mistaken for the library. (The standard
+    library is a library too: :func:`_is_library_frame` checks it separately.)
     """
     prefixes = [os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep]
-    for name in ("torch", "lightning", "pytorch_lightning"):
-        module = sys.modules.get(name)
-        location = getattr(module, "__file__", None)
-        if location:
-            prefixes.append(os.path.dirname(os.path.abspath(location)) + os.sep)
+    for name in ("torch",) + FRAMEWORK_PACKAGES:
+        found = _package_dir(name)
+        if found:
+            prefixes.append(found)
+    return tuple(prefixes)
+
+
+def _framework_prefixes() -> tuple[str, ...]:
+    """Directories of framework code whose syncs are the framework's, not the user's line's."""
+    prefixes = [d for d in (_package_dir(name) for name in FRAMEWORK_PACKAGES) if d]
+    torch_dir = _package_dir("torch")
+    if torch_dir:
+        prefixes += [os.path.join(torch_dir, *part.split("/")) + os.sep for part in TORCH_FRAMEWORK_PARTS]
     return tuple(prefixes)
 
 
 _WARNINGS_FILES = {os.path.abspath(warnings.__file__), warnings.__file__}
+_STDLIB, _SITE_PACKAGES = _stdlib_prefixes()
 
 
 def _is_library_frame(filename: str, prefixes: tuple[str, ...]) -> bool:
     if filename in _WARNINGS_FILES or filename.startswith("<frozen "):
         return True
-    return os.path.abspath(filename).startswith(prefixes)
+    path = os.path.abspath(filename)
+    if path.startswith(prefixes):
+        return True
+    # the standard library (threading, contextlib, functools...), but not a site-packages
+    # folder that lives inside it (a Python installed without a virtual environment)
+    return path.startswith(_STDLIB) and not path.startswith(_SITE_PACKAGES) \
+        and os.sep + "site-packages" + os.sep not in path and os.sep + "dist-packages" + os.sep not in path
+
+
+def _started_by_python() -> bool:
+    """Whether the calling thread was started by ``threading``/``_thread`` code we can see as a
+    real Thread (a data prefetcher, a logger), rather than by C++ (autograd's device threads),
+    which Python knows only as a dummy thread."""
+    dummy = getattr(threading, "_DummyThread", None)
+    current = threading.current_thread()
+    return not (dummy is not None and isinstance(current, dummy))
 
 
 class SyncCounter:
@@ -206,9 +280,16 @@ class SyncCounter:
     synchronizing CUDA operation``) from the Python line that made the sync: ``.item()``,
     ``.cpu()``, ``.tolist()``, a blocking ``.to(device)``, ``torch.cuda.synchronize()``...
     The counter catches those warnings (they are not shown), groups them by the first
-    frame outside torch and gpudoctor, and keeps the line's text to name the pattern.
+    frame outside torch, Lightning, gpudoctor and the standard library, and keeps the
+    line's text to name the pattern. A sync made by framework code (Lightning, DDP) is
+    charged to the innermost framework line instead, with ``origin`` "framework": the
+    user's ``trainer.fit(...)`` line is not where it can be fixed.
     ``counting`` limits the count to part of the program (the monitor passes "inside a
-    pass over the wrapped loader or a step"); other syncs only add to ``outside``.
+    pass over the wrapped loader or a step"); other syncs only add to ``outside``. Only
+    syncs on the thread that installed the counter (the training loop's) are counted, and
+    on threads that Python did not start (autograd's device threads run Python backward
+    hooks during ``loss.backward()``, which the training thread waits for); those of the
+    program's other Python threads add to ``other_threads``.
 
     If the user already chose a sync debug mode ("warn" or "error") it is left alone:
     "error" turns every sync into an exception, so nothing is counted; "warn" is counted
@@ -221,6 +302,8 @@ class SyncCounter:
         self._lock = threading.Lock()
         self.total = 0
         self.outside = 0
+        self.other_threads = 0
+        self._thread_id: int | None = None
         self.sites: dict[tuple[str, int], dict[str, Any]] = {}
         self.active = False
         self.status: str = "not started"
@@ -229,9 +312,12 @@ class SyncCounter:
         self._filter: tuple[Any, ...] | None = None
         self._show_warnings = False
         self._prefixes: tuple[str, ...] = ()
+        self._framework: tuple[str, ...] = ()
 
     def install(self) -> bool:
         self._prefixes = _library_prefixes()
+        self._framework = _framework_prefixes()
+        self._thread_id = threading.get_ident()
         torch = self._torch
         if torch is not None:
             try:
@@ -288,7 +374,11 @@ class SyncCounter:
     def _showwarning(self, message: Any, category: Any, filename: str, lineno: int,
                      file: Any = None, line: str | None = None) -> None:
         if str(message).startswith(SYNC_WARNING_TEXT):
-            if self._counting is None or self._counting():
+            if self._thread_id is not None and threading.get_ident() != self._thread_id \
+                    and _started_by_python():
+                with self._lock:
+                    self.other_threads += 1
+            elif self._counting is None or self._counting():
                 self.record(filename, lineno)
             else:
                 self.outside += 1
@@ -299,12 +389,24 @@ class SyncCounter:
 
     def record(self, filename: str, lineno: int) -> None:
         user_file, user_line = filename, lineno
+        origin = "user"
         prefixes = self._prefixes or _library_prefixes()
+        framework = self._framework if self._prefixes else _framework_prefixes()
         if _is_library_frame(filename, prefixes):
+            # Walk out from the line that raised the warning to the first line of the user's;
+            # on the way, the innermost framework line (Lightning's loop, DDP) is noted: a sync
+            # made there is the framework's, not the user's ``trainer.fit(...)`` line's.
+            inner_framework: tuple[str, int] | None = None
+            if os.path.abspath(filename).startswith(framework) and filename not in _WARNINGS_FILES:
+                inner_framework = (filename, lineno)
             frame = sys._getframe(1)
             while frame is not None and _is_library_frame(frame.f_code.co_filename, prefixes):
+                if inner_framework is None and os.path.abspath(frame.f_code.co_filename).startswith(framework):
+                    inner_framework = (frame.f_code.co_filename, frame.f_lineno)
                 frame = frame.f_back
-            if frame is not None:
+            if inner_framework is not None:
+                (user_file, user_line), origin = inner_framework, "framework"
+            elif frame is not None:
                 user_file, user_line = frame.f_code.co_filename, frame.f_lineno
         key = (user_file, user_line)
         with self._lock:
@@ -313,7 +415,7 @@ class SyncCounter:
             if site is None:
                 text = linecache.getline(user_file, user_line).strip()
                 site = {"file": user_file, "line": user_line, "code": text,
-                        "pattern": classify_sync_line(text), "count": 0,
+                        "pattern": classify_sync_line(text), "origin": origin, "count": 0,
                         "raised_in": f"{filename}:{lineno}" if (filename, lineno) != key else None}
                 self.sites[key] = site
             site["count"] += 1
@@ -321,7 +423,8 @@ class SyncCounter:
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
             sites = sorted((dict(s) for s in self.sites.values()), key=lambda s: -s["count"])
-            return {"total": self.total, "sites": sites, "status": self.status, "outside_loop": self.outside}
+            return {"total": self.total, "sites": sites, "status": self.status, "outside_loop": self.outside,
+                    "other_threads": self.other_threads}
 
 
 # Patterns, from the line's text. Order matters: the first match names the line.

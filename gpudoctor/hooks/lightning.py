@@ -76,7 +76,11 @@ class GpudoctorCallback(_pl.Callback):
         self._last_end = None
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
-        if trainer.training:
+        # Restart the data-wait clock after a validation run inside fit. (Lightning 2.x runs it
+        # with trainer.validating set and sets trainer.training again only after the run, so
+        # trainer.training is always False here; the sanity check before training is the only
+        # validation inside fit that is not followed by a training batch of the same pass.)
+        if not getattr(trainer, "sanity_checking", False):
             self._last_end = _clock()
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:

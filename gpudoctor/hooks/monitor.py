@@ -485,7 +485,8 @@ class TrainingMonitor:
             summary.notes.append(f"gather=True: {gathered.reason}; this rank's figures only")
             return summary
         summary.ranks = [{k: d.get(k) for k in ("rank", "steps", "step_time_p50_s", "data_wait_p50_s",
-                                                 "data_wait_share", "device_busy_share", "device")}
+                                                 "data_wait_share", "device_span_share", "device")}
+                         | {"device_busy_share": d.get("device_span_share", d.get("device_busy_share"))}
                          | {"gpu_util_mean_pct": (d.get("gpu") or {}).get("util_mean_pct"),
                             "codes": [item["code"] for item in d.get("diagnosis", [])]}
                          for d in gathered]

@@ -1,15 +1,19 @@
 """GPU readings during training, from NVML in a background thread.
 
 The thread asks the backend (:class:`gpudoctor.backends.NvmlBackend`, or anything with
-the same ``sample(index)``) for one device's readings every ``interval_s`` and keeps the
-few fields the diagnosis uses. NVML calls do not touch the CUDA context, so sampling
-adds no work to the training stream.
+the same ``fast_sample(index)``, else ``sample(index)``) for one device's readings every
+``interval_s`` and keeps the few fields the diagnosis uses, with ``t_mono``: the time of
+the reading on the monitor's clock (``time.perf_counter``), so the summary can keep only
+the readings taken during the measured steps. ``fast_sample`` leaves out the PCIe
+throughput counters (20 ms each) and the slow, rarely changing readings. NVML calls do
+not touch the CUDA context, so sampling adds no work to the training stream.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 from gpudoctor.backends import is_na, throttle_reason_names
@@ -53,6 +57,8 @@ class GpuSampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        fast = getattr(backend, "fast_sample", None)
+        self._read = fast if callable(fast) else backend.sample
 
     def start(self) -> None:
         if self._thread is not None:
@@ -61,8 +67,9 @@ class GpuSampler:
         self._thread.start()
 
     def sample_once(self) -> None:
-        reading = self.backend.sample(self.index)
+        reading = self._read(self.index)
         kept = {k: (None if is_na(reading.get(k)) else reading.get(k)) for k in KEPT_FIELDS}
+        kept["t_mono"] = time.perf_counter()  # the monitor's clock: placed against the step spans
         reasons = reading.get("throttle_reasons")
         kept["throttle_reason_names"] = [] if is_na(reasons) or reasons is None else throttle_reason_names(int(reasons))
         with self._lock:

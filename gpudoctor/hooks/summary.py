@@ -31,8 +31,13 @@ CODES = (INPUT_BOUND, HOST_SYNC_BOUND, GPU_UNDERUTILISED, MEMORY_NEAR_LIMIT, FRA
 # faster with a loader that keeps up; below that, loader tuning is rarely the first fix.
 INPUT_BOUND_SHARE = 0.20
 # On CUDA the host may wait for data while the GPU still works through queued steps; only
-# call it input-bound when the device was also idle for a real part of the time.
-INPUT_BOUND_MAX_DEVICE_BUSY = 0.85
+# call it input-bound when NVML also saw the GPU idle for a real part of the training time.
+INPUT_BOUND_MAX_GPU_UTIL_PCT = 85.0
+# Without NVML: the host's waits are hidden when the steps' device spans (first to last
+# event of each step) cover this share of the wall time, i.e. the GPU still had the queued
+# step to run while the host waited. A span is not busy time (see ``device_span_share``),
+# so this only stops the diagnosis; it is never quoted as GPU activity.
+INPUT_BOUND_MAX_DEVICE_SPAN = 0.85
 # A sync site hit in at least half of the steps is "every step" for practical purposes
 # (logging every other step costs the same kind of stall).
 SYNC_SITE_STEP_SHARE = 0.5
@@ -40,8 +45,6 @@ SYNC_SITE_STEP_SHARE = 0.5
 # that keeps the GPU fed sits above 90%. Below 60% more than a third of the GPU is idle.
 GPU_UNDERUTILISED_PCT = 60.0
 GPU_UNDERUTILISED_MIN_SAMPLES = 3
-# Same meaning measured with CUDA events when NVML cannot be read.
-DEVICE_BUSY_UNDERUTILISED = 0.60
 # The caching allocator needs headroom for temporaries; above 90% of the card's memory one
 # larger batch or a longer sequence ends in an out-of-memory error.
 MEMORY_NEAR_LIMIT_SHARE = 0.90
@@ -97,7 +100,7 @@ class Summary:
     step_time_p90_s: float | None = None
     step_time_mean_s: float | None = None
     host_step_time_p50_s: float | None = None
-    device_busy_share: float | None = None
+    device_span_share: float | None = None
     steps_per_s: float | None = None
     gpu: dict[str, Any] | None = None
     memory: dict[str, Any] | None = None
@@ -110,13 +113,19 @@ class Summary:
     def codes(self) -> list[str]:
         return [item.code for item in self.diagnosis]
 
+    @property
+    def device_busy_share(self) -> float | None:
+        """Deprecated name of :attr:`device_span_share` (it never measured busy time)."""
+        return self.device_span_share
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"format": SUMMARY_FORMAT, "format_version": SUMMARY_FORMAT_VERSION}
         for name in ("steps", "steps_measured", "warmup_steps", "device", "timing", "rank", "world_size",
                      "wall_time_s", "data_wait_share", "data_wait_p50_s", "data_wait_total_s",
                      "step_time_p50_s", "step_time_p90_s", "step_time_mean_s", "host_step_time_p50_s",
-                     "device_busy_share", "steps_per_s", "gpu", "memory", "host_syncs"):
+                     "device_span_share", "steps_per_s", "gpu", "memory", "host_syncs"):
             out[name] = _json_safe(getattr(self, name))
+        out["device_busy_share"] = out["device_span_share"]  # deprecated copy, for old readers
         out["diagnosis"] = [item.to_dict() for item in self.diagnosis]
         out["notes"] = list(self.notes)
         if self.ranks is not None:
@@ -126,6 +135,8 @@ class Summary:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Summary":
         kwargs = {k: v for k, v in data.items() if k in cls.__dataclass_fields__ and k != "diagnosis"}
+        if "device_span_share" not in data and "device_busy_share" in data:  # written before the rename
+            kwargs["device_span_share"] = data["device_busy_share"]
         summary = cls(**kwargs)
         summary.diagnosis = [DiagnosisItem.from_dict(d) for d in data.get("diagnosis", [])]
         return summary
@@ -168,26 +179,55 @@ def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def gpu_stats(samples: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
-    """Summarise NVML samples taken during training (numbers only; NA readings skipped)."""
+def in_spans(samples: Sequence[dict[str, Any]], spans: Sequence[tuple[float, float]]) -> list[dict[str, Any]]:
+    """The samples whose ``t_mono`` (the monitor's clock) falls inside one of ``spans``
+    (``(start, end)`` pairs, sorted by start and not overlapping). Samples without
+    ``t_mono`` cannot be placed and are kept."""
+    import bisect
+
+    starts = [a for a, _ in spans]
+    kept = []
+    for sample in samples:
+        t = sample.get("t_mono")
+        if not isinstance(t, (int, float)):
+            kept.append(sample)
+            continue
+        i = bisect.bisect_right(starts, t) - 1
+        if i >= 0 and t <= spans[i][1]:
+            kept.append(sample)
+    return kept
+
+
+def gpu_stats(samples: Sequence[dict[str, Any]],
+              spans: Sequence[tuple[float, float]] | None = None) -> dict[str, Any] | None:
+    """Summarise NVML samples taken during training (numbers only; NA readings skipped).
+
+    With ``spans`` (the measured iterations), utilisation, power and clocks come only from
+    the samples taken inside them (``util_samples`` counts those), so validation runs,
+    checkpoints and epoch boundaries do not pull the utilisation down; memory and throttle
+    reasons come from every sample.
+    """
     if not samples:
         return None
+    inside = list(samples) if spans is None else in_spans(samples, spans)
 
-    def nums(key: str) -> list[float]:
-        return [float(s[key]) for s in samples if isinstance(s.get(key), (int, float)) and not isinstance(s.get(key), bool)]
+    def nums(key: str, among: Sequence[dict[str, Any]] = samples) -> list[float]:
+        return [float(s[key]) for s in among if isinstance(s.get(key), (int, float)) and not isinstance(s.get(key), bool)]
 
-    util = sorted(nums("gpu_util_pct"))
+    util = sorted(nums("gpu_util_pct", inside))
     used = nums("memory_used_bytes")
     total = nums("memory_total_bytes")
-    power = nums("power_w")
+    power = nums("power_w", inside)
     limit = nums("power_limit_w")
-    sm = nums("clock_sm_mhz")
+    sm = nums("clock_sm_mhz", inside)
     reasons: set[str] = set()
     for s in samples:
         for name in s.get("throttle_reason_names") or []:
             reasons.add(name)
     return {
         "samples": len(samples),
+        "samples_in_steps": len(inside),
+        "util_samples": len(util),
         "util_mean_pct": _mean(util),
         "util_p50_pct": percentile(util, 50),
         "memory_used_max_bytes": int(max(used)) if used else None,
@@ -245,7 +285,7 @@ def build_summary(raw: RawTimings) -> Summary:
         summary.notes.append("no steps were recorded: wrap the body of the training loop in "
                              "`with monitor.step():` to measure it")
         summary.host_syncs = raw.host_syncs
-        summary.gpu = gpu_stats(raw.gpu_samples)
+        summary.gpu = gpu_stats(raw.gpu_samples, spans=[])
         summary.memory = raw.memory
         return summary
     # The first step pays for start-up (DataLoader workers, CUDA context, cuDNN autotuning):
@@ -255,7 +295,8 @@ def build_summary(raw: RawTimings) -> Summary:
     summary.steps_measured = steps - skip
     host = list(raw.host_steps[skip:])
     waits = list(raw.waits[skip:])
-    wall = max(sum(iteration_spans(raw.iter_starts, raw.ends, raw.passes, skip)), 1e-12)
+    lengths = iteration_spans(raw.iter_starts, raw.ends, raw.passes, skip)
+    wall = max(sum(lengths), 1e-12)
     summary.wall_time_s = wall
     if wall:
         summary.steps_per_s = len(host) / wall
@@ -285,14 +326,19 @@ def build_summary(raw: RawTimings) -> Summary:
         summary.step_time_p90_s = percentile(times, 90)
         summary.step_time_mean_s = _mean(times)
         if wall and device:
-            summary.device_busy_share = min(1.0, sum(device) * (len(host) / len(device)) / wall)
+            summary.device_span_share = min(1.0, sum(device) * (len(host) / len(device)) / wall)
     else:
         times = sorted(host)
         summary.step_time_p50_s = percentile(times, 50)
         summary.step_time_p90_s = percentile(times, 90)
         summary.step_time_mean_s = _mean(times)
 
-    summary.gpu = gpu_stats(raw.gpu_samples)
+    spans = [(raw.iter_starts[i], raw.iter_starts[i] + length) for i, length in enumerate(lengths, start=skip)]
+    summary.gpu = gpu_stats(raw.gpu_samples, spans=spans)
+    if summary.gpu is not None and summary.gpu["samples"] > summary.gpu["samples_in_steps"]:
+        summary.notes.append(f"{summary.gpu['samples'] - summary.gpu['samples_in_steps']} of {summary.gpu['samples']} "
+                             "GPU samples fell outside the measured steps (warm-up, validation, checkpoints, "
+                             "epoch boundaries) and are left out of utilisation, power and clocks")
     summary.memory = raw.memory
     if raw.host_syncs is not None:
         syncs = dict(raw.host_syncs)
@@ -353,16 +399,41 @@ def sync_pattern_words(pattern: str) -> tuple[str, str]:
     return _SYNC_ADVICE.get(pattern, _SYNC_ADVICE["other"])
 
 
+_FRAMEWORK_SYNC_ADVICE = (
+    "This line is the framework's, not yours: it runs because of how the training is configured. "
+    "Under Lightning the usual causes are logging a tensor every step (`self.log(..., on_step=True)`, "
+    "`prog_bar=True`, `sync_dist=True`), which Lightning turns into a host number: log every N steps "
+    "(`Trainer(log_every_n_steps=N)`, `on_step=False`) and keep `sync_dist` for epoch-level values. "
+    "Under DistributedDataParallel, `find_unused_parameters=True` and uneven inputs add host work each "
+    "step. If the line names none of these, run one step under `torch.cuda.set_sync_debug_mode('warn')` "
+    "to see the full stack.")
+
+
+def sync_site_words(site: dict[str, Any]) -> tuple[str, str]:
+    """(what made the sync, what to do) for one site; framework lines get framework advice."""
+    what, advice = sync_pattern_words(site.get("pattern", "other"))
+    if site.get("origin") == "framework":
+        return f"{what} inside framework code", _FRAMEWORK_SYNC_ADVICE
+    return what, advice
+
+
 def diagnose(s: Summary) -> list[DiagnosisItem]:
     """The problems these figures show, most important first."""
     items: list[DiagnosisItem] = []
     on_cuda = s.device.startswith("cuda")
+    gpu = s.gpu or {}
+    # GPU activity comes from NVML only: CUDA events give each step's device *span* (first
+    # to last event), which includes the GPU's idle gaps while it waits for the host.
+    util = gpu.get("util_mean_pct") if gpu.get("util_samples", gpu.get("samples", 0)) else None
+    if on_cuda and util is not None:
+        gpu_idle_too = util < INPUT_BOUND_MAX_GPU_UTIL_PCT
+    else:
+        gpu_idle_too = s.device_span_share is None or s.device_span_share < INPUT_BOUND_MAX_DEVICE_SPAN
 
-    if s.data_wait_share is not None and s.data_wait_share >= INPUT_BOUND_SHARE and (
-            s.device_busy_share is None or s.device_busy_share < INPUT_BOUND_MAX_DEVICE_BUSY):
+    if s.data_wait_share is not None and s.data_wait_share >= INPUT_BOUND_SHARE and gpu_idle_too:
         where = "the GPU" if on_cuda else "the model"
-        busy = (f" The GPU was busy {_pct(s.device_busy_share)} of the time."
-                if s.device_busy_share is not None else "")
+        busy = (f" NVML saw a kernel running {util:.0f}% of the training time."
+                if on_cuda and util is not None else "")
         cpu_note = (" On a CPU-only run the loader's workers and the model share the same cores, "
                     "so give the workers a few cores and leave the rest to the model."
                     if not on_cuda else "")
@@ -376,22 +447,23 @@ def diagnose(s: Summary) -> list[DiagnosisItem]:
             "(decoding, augmentation) out of Python or onto the GPU, and keep a small dataset "
             "resident in device memory." + cpu_note,
             evidence={"data_wait_share": s.data_wait_share, "data_wait_p50_s": s.data_wait_p50_s,
-                      "step_time_p50_s": s.step_time_p50_s, "device_busy_share": s.device_busy_share}))
+                      "step_time_p50_s": s.step_time_p50_s, "gpu_util_mean_pct": util if on_cuda else None,
+                      "device_span_share": s.device_span_share}))
 
     syncs = s.host_syncs or {}
     steps = max(s.steps, 1)
     frequent = [site for site in syncs.get("sites", []) if site["count"] >= SYNC_SITE_STEP_SHARE * steps]
     if frequent:
         top = frequent[0]
-        what, advice = sync_pattern_words(top["pattern"])
+        what, advice = sync_site_words(top)
         where = f"{top['file']}:{top['line']}"
         code_text = f" (`{top['code']}`)" if top.get("code") else ""
         others = ""
         if len(frequent) > 1:
             others = " Also every step: " + "; ".join(
-                f"{site['file']}:{site['line']} ({sync_pattern_words(site['pattern'])[0]})" for site in frequent[1:4]) + "."
-        busy = (f" The GPU was busy {_pct(s.device_busy_share)} of the wall time."
-                if s.device_busy_share is not None else "")
+                f"{site['file']}:{site['line']} ({sync_site_words(site)[0]})" for site in frequent[1:4]) + "."
+        busy = (f" NVML saw a kernel running {util:.0f}% of the training time."
+                if on_cuda and util is not None else "")
         items.append(DiagnosisItem(
             HOST_SYNC_BOUND,
             f"The host waits for the GPU {syncs.get('per_step', 0):.1f} times per step. "
@@ -401,19 +473,13 @@ def diagnose(s: Summary) -> list[DiagnosisItem]:
             advice,
             evidence={"per_step": syncs.get("per_step"), "sites": frequent[:4]}))
 
-    gpu = s.gpu or {}
     if on_cuda and (s.memory or {}).get("peak_allocated_bytes") == 0:
         on_cuda = False  # the watched GPU held no tensor: the loop trained elsewhere
-    util = gpu.get("util_mean_pct")
-    if on_cuda and util is not None and gpu.get("samples", 0) >= GPU_UNDERUTILISED_MIN_SAMPLES \
+    counted = gpu.get("util_samples", gpu.get("samples", 0))
+    if on_cuda and util is not None and counted >= GPU_UNDERUTILISED_MIN_SAMPLES \
             and util < GPU_UNDERUTILISED_PCT:
-        items.append(_underutilised(s, f"NVML saw a kernel running {util:.0f}% of the time (mean of "
-                                       f"{gpu['samples']} samples)", {"util_mean_pct": util}))
-    elif on_cuda and util is None and s.device_busy_share is not None \
-            and s.device_busy_share < DEVICE_BUSY_UNDERUTILISED:
-        items.append(_underutilised(s, f"the steps kept the GPU busy {_pct(s.device_busy_share)} of the "
-                                       "wall time (CUDA events; NVML utilisation was not available)",
-                                    {"device_busy_share": s.device_busy_share}))
+        items.append(_underutilised(s, f"NVML saw a kernel running {util:.0f}% of the training time (mean of "
+                                       f"{counted} samples taken during the steps)", {"util_mean_pct": util}))
 
     mem = s.memory or {}
     total = mem.get("total_bytes") or gpu.get("memory_total_bytes")
@@ -549,8 +615,8 @@ def render_text(s: Summary) -> str:
     facts = []
     if s.data_wait_share is not None:
         facts.append(f"waiting for data {_pct(s.data_wait_share)} of the time")
-    if s.device_busy_share is not None:
-        facts.append(f"GPU busy with the steps {_pct(s.device_busy_share)}")
+    if s.device_span_share is not None:
+        facts.append(f"steps' device span {_pct(s.device_span_share)} of the wall time (not GPU busy time)")
     if s.gpu and s.gpu.get("util_mean_pct") is not None:
         facts.append(f"NVML utilisation {s.gpu['util_mean_pct']:.0f}%")
     if s.host_syncs and "per_step" in s.host_syncs:
