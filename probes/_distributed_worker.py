@@ -103,16 +103,34 @@ def allreduce_sweep(torch: Any, dist: Any, device: Any, sizes: list[int], world:
     """All-reduce (sum, float32, in place) per message size: correctness, then timing."""
     out: list[dict[str, Any]] = []
     expected = world * (world + 1) / 2
+    # One slot per rank, allocated before the sweep (a rank short of memory at a large size
+    # can still vote): 1 = this rank could not allocate the buffer at this size.
+    failed = torch.zeros(world, dtype=torch.int32, device=device)
     for size in sizes:
         fault("allreduce")  # before entering: a stuck rank stays in its previous phase
         phases.enter(f"allreduce {human(size)}")
         numel = max(1, size // 4)
         entry: dict[str, Any] = {"bytes": numel * 4, "dtype": "float32"}
+        buf = None
         try:
+            fault(f"alloc{numel * 4}")  # test hook: "oom:<rank>:alloc<bytes>"
             buf = torch.full((numel,), float(rank + 1), dtype=torch.float32, device=device)
-        except RuntimeError as exc:  # out of memory at this size: a recorded result
+        except Exception as exc:  # out of memory at this size: a recorded result
             entry["error"] = _first_line(exc)
+        # Every rank learns who could not allocate, and all skip this size together: a rank
+        # that skipped alone would leave the others in an all-reduce of another size.
+        failed.zero_()
+        if buf is None:
+            failed[rank] = 1
+        dist.all_reduce(failed)
+        culprits = [r for r, bad in enumerate(failed.tolist()) if bad]
+        if culprits:
+            if buf is not None:
+                entry["skipped"] = (f"rank{'s' if len(culprits) > 1 else ''} "
+                                    f"{', '.join(map(str, culprits))} could not allocate {human(numel * 4)}")
+            entry["failed_ranks"] = culprits
             out.append(entry)
+            del buf
             continue
         dist.all_reduce(buf)
         _sync(torch, device)
@@ -284,7 +302,7 @@ def run_rank(*, rank: int, world: int, local_rank: int, backend: str, sizes: lis
                                "hostname": socket.gethostname(), "pid": os.getpid(),
                                "backend": backend, "torch": torch.__version__, "error": None}
 
-    def inject(where: str) -> None:  # test hook: "crash:<rank>:<where>" or "hang:<rank>:<where>"
+    def inject(where: str) -> None:  # test hook: "crash|hang|oom:<rank>:<where>"
         if not fault:
             return
         kind, who, at = (fault.split(":") + ["", ""])[:3]
@@ -294,6 +312,8 @@ def run_rank(*, rank: int, world: int, local_rank: int, backend: str, sizes: lis
             if kind == "hang":
                 while True:
                     time.sleep(1)
+            if kind == "oom":
+                raise RuntimeError(f"CUDA out of memory (injected at {where})")
 
     if backend == "nccl":
         torch.cuda.set_device(local_rank)

@@ -257,8 +257,12 @@ def assemble(payloads: dict[int, Any], failures: dict[int, dict[str, str]], worl
         nbytes = int(entry["bytes"])
         per_rank = {p["rank"]: p["allreduce"][i] for p in ranks if i < len(p.get("allreduce", []))}
         errors = {r: e["error"] for r, e in per_rank.items() if e.get("error")}
-        if errors:
-            size_errors.append(f"{human_size(nbytes)}: " + "; ".join(f"rank {r}: {e}" for r, e in errors.items()))
+        if errors or any(e.get("skipped") for e in per_rank.values()):
+            # The ranks that could not allocate; the others skipped the size with them.
+            said = "; ".join(f"rank {r}: {e}" for r, e in errors.items()) or next(
+                e["skipped"] for e in per_rank.values() if e.get("skipped"))
+            size_errors.append(f"{human_size(nbytes)}: {said}" + ("" if len(errors) == len(per_rank) else
+                                                                 " (skipped by every rank, so all stay in step)"))
             continue
         bad = [r for r, e in per_rank.items() if not e.get("correct", False)]
         if bad:
