@@ -147,6 +147,13 @@ class NvmlGate:
             self._started = False
             self._init_na = None
 
+    def reset(self) -> None:
+        """Forget the last start-up: shut NVML down if it was up, and let the next call run a
+        fresh ``nvmlInit`` (a driver loaded or reloaded since, a GPU reset). Start-up failures
+        are otherwise kept, so that one missing driver costs one ``nvmlInit``, not one per call.
+        """
+        self.shutdown()
+
 
 def _mw_to_w(value: Any) -> Any:
     return value if is_na(value) else value / 1000.0
@@ -395,6 +402,13 @@ class NvmlBackend:
                 newest = max(newest, int(getattr(u, "timeStamp", 0)))
             self._process_util_seen[index] = newest
         return sorted(found.values(), key=lambda e: e["pid"])
+
+    def reset(self) -> None:
+        """Start again from nothing: device handles from before a driver reload or a GPU reset
+        are stale, so they are dropped with NVML itself; the next reading re-initialises."""
+        self._handles.clear()
+        self._process_util_seen.clear()
+        self.gate.reset()
 
     def close(self) -> None:
         self._handles.clear()
