@@ -234,8 +234,36 @@ def ddp_check(torch: Any, dist: Any, device: Any, rank: int, world: int, phases:
     }
 
 
-def node_checks(torch: Any) -> dict[str, Any]:
-    """Peer access, NVLink (NVML) and DataParallel on this node's visible GPUs."""
+COMPUTE_MODES = {0: "default", 1: "exclusive-thread", 2: "prohibited", 3: "exclusive-process"}
+
+
+def dataparallel_blocker(gpu: Any, nvml_indices: list[int], local_ranks: int) -> str | None:
+    """Why local rank 0 cannot run DataParallel over every GPU, or None.
+
+    The other local ranks each hold a context on their own GPU; on a GPU in a compute mode
+    other than default (exclusive-process: one context at a time; prohibited: none), rank 0
+    cannot open a second one, so DataParallel would fail for a reason that is no fault.
+    """
+    from gpudoctor.backends import is_na
+
+    if local_ranks <= 1:
+        return None
+    odd = []
+    for torch_index, nvml_index in enumerate(nvml_indices):
+        mode = gpu.compute_mode(nvml_index)
+        if not is_na(mode) and int(mode) != 0:
+            odd.append(f"GPU {torch_index} is in {COMPUTE_MODES.get(int(mode), f'mode {int(mode)}')} compute mode")
+    if not odd:
+        return None
+    return (f"{'; '.join(odd)} and {local_ranks - 1} other local rank(s) hold their GPUs, so local rank 0 "
+            "cannot open contexts on every GPU (`nvidia-smi -c DEFAULT` allows it)")
+
+
+def node_checks(torch: Any, local_ranks: int = 1) -> dict[str, Any]:
+    """Peer access, NVLink (NVML) and DataParallel on this node's visible GPUs.
+
+    ``local_ranks``: ranks on this node that hold a GPU context of their own (NCCL).
+    """
     from gpudoctor.backends import NvmlBackend, is_na
     from gpudoctor.backends.visibility import visible_nvml_indices
 
@@ -250,11 +278,13 @@ def node_checks(torch: Any) -> dict[str, Any]:
     info["peer_access"] = [[None if i == j else bool(torch.cuda.can_device_access_peer(i, j))
                             for j in range(count)] for i in range(count)]
     gpu = NvmlBackend()
+    blocker = None
     try:
         visible = visible_nvml_indices(gpu)
         if is_na(visible):
             info["nvlink_error"] = visible.reason
         else:
+            blocker = dataparallel_blocker(gpu, list(visible[:count]), local_ranks)
             links: list[Any] = []
             for torch_index, nvml_index in enumerate(visible[:count]):
                 state = gpu.nvlink(nvml_index)
@@ -264,7 +294,8 @@ def node_checks(torch: Any) -> dict[str, Any]:
             info["nvml_bus_ids"] = [None if is_na(b) else b for b in info["nvml_bus_ids"]]
     finally:
         gpu.close()
-    info["dataparallel"] = dataparallel_smoke(torch, count)
+    info["dataparallel"] = ({"devices": count, "skipped": blocker} if blocker
+                            else dataparallel_smoke(torch, count))
     return info
 
 
@@ -338,7 +369,10 @@ def run_rank(*, rank: int, world: int, local_rank: int, backend: str, sizes: lis
         payload["ddp"] = ddp_check(torch, dist, device, rank, world, phases, inject)
         if local_rank == 0:
             phases.enter("node checks")
-            payload["node"] = node_checks(torch)  # peers, NVLink, DataParallel: whatever the backend
+            # peers, NVLink, DataParallel: whatever the backend; with NCCL every local rank
+            # holds a context on its GPU
+            local_ranks = (int(os.environ.get("LOCAL_WORLD_SIZE", "0")) or world) if backend == "nccl" else 1
+            payload["node"] = node_checks(torch, local_ranks)
         phases.enter("done")
         payload["phase_s"] = phases.times
         if gather:

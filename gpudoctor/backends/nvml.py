@@ -359,6 +359,11 @@ class NvmlBackend:
             return first_na if first_na is not None else NA("NotSupported")
         return links
 
+    def compute_mode(self, index: int) -> Any:
+        """nvmlDeviceGetComputeMode: 0 default, 1 exclusive thread (deprecated), 2 prohibited,
+        3 exclusive process (one context on the device at a time). One NVML call."""
+        return self._q("nvmlDeviceGetComputeMode", index)
+
     def utilization(self, index: int) -> dict[str, Any]:
         """Only the busy percentages (nvidia-smi --query-gpu=utilization.gpu,utilization.memory).
 
