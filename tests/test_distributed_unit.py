@@ -338,3 +338,33 @@ def test_dataparallel_is_skipped_on_exclusive_gpus_held_by_other_ranks():
     assert codes["dataparallel_skipped"].status.value == "skip" and "exclusive-process" in codes[
         "dataparallel_skipped"].summary
     assert r.status.value == "pass"
+
+
+def test_nvlink_version_enum_is_decoded_with_the_bindings_constants():
+    import pynvml
+
+    assert pynvml.NVML_NVLINK_VERSION_4_0 == 6  # nvidia-ml-py 13.x: the enum, not the number
+
+    class WithEnum(_FakeNvml):
+        NVML_NVLINK_VERSION_INVALID = 0
+        NVML_NVLINK_VERSION_1_0 = 1
+        NVML_NVLINK_VERSION_2_0 = 2
+        NVML_NVLINK_VERSION_2_2 = 3
+        NVML_NVLINK_VERSION_3_0 = 4
+        NVML_NVLINK_VERSION_3_1 = 5
+        NVML_NVLINK_VERSION_4_0 = 6
+        NVML_NVLINK_VERSION_5_0 = 7
+
+        def nvmlDeviceGetNvLinkVersion(self, handle, link):
+            self._check(handle, link)
+            return 6  # an H100 on a newer driver
+
+    links = NvmlBackend(NvmlGate(WithEnum({0: 2}))).nvlink(0)
+    assert [(l["version"], l["version_name"]) for l in links] == [(6, "4.0"), (6, "4.0")]
+    # the real binding's constants decode the same way
+    links = NvmlBackend(NvmlGate(type("Real", (WithEnum,), {
+        k: getattr(pynvml, k) for k in dir(pynvml) if k.startswith("NVML_NVLINK_VERSION_")})({0: 1}))).nvlink(0)
+    assert links[0]["version_name"] == "4.0"
+    # an older binding without the constants: the raw value only, no guess
+    links = NvmlBackend(NvmlGate(_FakeNvml({0: 1}))).nvlink(0)
+    assert links[0]["version"] == 4 and links[0]["version_name"] is None

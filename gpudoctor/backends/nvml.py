@@ -325,7 +325,9 @@ class NvmlBackend:
 
         ``nvidia-smi nvlink --status`` / ``nvidia-smi topo -m`` show the same. A GPU
         without NVLink answers NotSupported for every link: that is normal, not an error.
-        Each link: ``link``, ``active`` (bool), ``version``, ``remote_pci_bus_id`` (the peer,
+        Each link: ``link``, ``active`` (bool), ``version`` (what NVML answered),
+        ``version_name`` ("4.0": the nvmlNvlinkVersion_t value decoded, None if the binding
+        has no NVML_NVLINK_VERSION_* constants), ``remote_pci_bus_id`` (the peer,
         normalised like ``static()['pci_bus_id']``) and ``remote_type`` (gpu, switch, ibmnpu).
         """
         handle = self._handle(index)
@@ -352,12 +354,33 @@ class NvmlBackend:
                 "link": link,
                 "active": bool(state),
                 "version": None if is_na(version) else int(version),
+                "version_name": None if is_na(version) else self._nvlink_version_names().get(int(version)),
                 "remote_pci_bus_id": None if is_na(pci) else normalise_bus_id(_text(getattr(pci, "busId", None))),
                 "remote_type": None if is_na(remote) else remote_types.get(int(remote), "unknown"),
             })
         if not links:
             return first_na if first_na is not None else NA("NotSupported")
         return links
+
+    def _nvlink_version_names(self) -> dict[int, str]:
+        """nvmlNvlinkVersion_t values -> "4.0" etc., from the binding's NVML_NVLINK_VERSION_*
+        constants (NVML_NVLINK_VERSION_4_0 = 6: the enum, not the version number, which is
+        what newer drivers return). Empty with an older binding that has no such constants:
+        then only the raw ``version`` is given, since it cannot be told apart from a number.
+        """
+        module = self.gate.lib
+        cached = getattr(self, "_nvlink_names", None)
+        if cached is not None and cached[0] is module:
+            return cached[1]
+        names: dict[int, str] = {}
+        for attr in dir(module) if module is not None else ():
+            if attr.startswith("NVML_NVLINK_VERSION_") and attr != "NVML_NVLINK_VERSION_INVALID":
+                value = getattr(module, attr)
+                major, _, minor = attr[len("NVML_NVLINK_VERSION_"):].partition("_")
+                if isinstance(value, int) and major.isdigit() and minor.isdigit():
+                    names[value] = f"{major}.{minor}"
+        self._nvlink_names = (module, names)
+        return names
 
     def compute_mode(self, index: int) -> Any:
         """nvmlDeviceGetComputeMode: 0 default, 1 exclusive thread (deprecated), 2 prohibited,
