@@ -597,8 +597,10 @@ def cmd_exporter(args: argparse.Namespace) -> int:
               file=sys.stderr, flush=True)
     first = sampler.snapshot or {}
     if first.get("status") is not None:
-        print(f"gpudoctor exporter: NVML unavailable ({first['status'].reason}); "
-              "serving gpudoctor_nvml_up 0", file=sys.stderr, flush=True)
+        retry = first.get("retry_in_s")
+        print(f"gpudoctor exporter: NVML unavailable ({first['status'].reason}); serving gpudoctor_nvml_up 0"
+              + (f", trying again in {retry:.0f} s (then after 10, 20, 40 s, then every 60 s)" if retry is not None else ""),
+              file=sys.stderr, flush=True)
 
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
