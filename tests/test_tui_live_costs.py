@@ -3,12 +3,11 @@ second per GPU, fresh cheap readings every interval; PCIe units as NVML means th
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 from gpudoctor.backends import NA, NvmlBackend, NvmlGate, ReplayBackend
 from gpudoctor.live import LiveSampler, fmt_rate_kbps, watch_line
-
-from pathlib import Path
 
 STANDIN = Path(__file__).parent / "data" / "handmade_two_gpu_training_standin.json"
 
