@@ -125,6 +125,7 @@ OTHER_METRICS: dict[str, str] = {
     "gpudoctor_exporter_info": "Exporter version and data source (label source: nvml or replay:FILE)",
     "gpudoctor_nvml_up": "1 when NVML answers and the last sample is fresh, else 0",
     "gpudoctor_nvml_error_info": "The reason NVML is down (label reason), 1 while it is",
+    "gpudoctor_nvml_reinit_total": "NVML restarts tried after a driver (re)load or every GPU lost",
     "gpudoctor_gpu_count": "GPUs NVML reports",
     "gpudoctor_sample_timestamp_seconds": "Unix time of the last sample",
     "gpudoctor_sample_duration_seconds": "How long reading every GPU took, last sample",
@@ -149,13 +150,54 @@ def all_metric_names() -> list[str]:
 
 
 # --------------------------------------------------------------------------- sampling
-class GpuSampler:
-    """Reads every GPU every ``interval`` seconds in a daemon thread; keeps the latest."""
+# NVML states that a later nvmlInit can cure: the driver was not loaded yet, or was reloaded
+# under us (Uninitialized). Every GPU answering GpuIsLost (a GPU reset) is cured the same way.
+RECOVERABLE_NVML_REASONS = frozenset({"LibraryNotFound", "DriverNotLoaded", "Uninitialized"})
+RETRY_FIRST_S = 5.0
+RETRY_MAX_S = 60.0
 
-    def __init__(self, gpu: Any, interval: float = DEFAULT_INTERVAL_S) -> None:
+
+def recoverable_trouble(snap: dict[str, Any]) -> str | None:
+    """The reason a fresh NVML start-up may help with this sample, or None."""
+    from gpudoctor.backends import is_na
+
+    status = snap.get("status")
+    if is_na(status) and status.reason in RECOVERABLE_NVML_REASONS:
+        return status.reason
+    devices = snap.get("devices") or []
+    if devices and all(_all_lost(dev["sample"]) for dev in devices):
+        return "GpuIsLost"
+    return None
+
+
+def _all_lost(sample: dict[str, Any]) -> bool:
+    from gpudoctor.backends import is_na
+
+    readings = [v for k, v in sample.items() if k != "t"]
+    return bool(readings) and all(is_na(v) and v.reason == "GpuIsLost" for v in readings)
+
+
+class GpuSampler:
+    """Reads every GPU every ``interval`` seconds in a daemon thread; keeps the latest.
+
+    When NVML is down in a way a new start-up can cure (see :func:`recoverable_trouble`),
+    the backend is reset (NVML shut down, device handles dropped) and started again, first
+    after ``retry_first_s`` and then at doubling intervals up to ``retry_max_s``; between
+    tries the sampler serves the failure (``gpudoctor_nvml_up 0``) without touching NVML's
+    start-up.
+    """
+
+    def __init__(self, gpu: Any, interval: float = DEFAULT_INTERVAL_S, *, retry_first_s: float = RETRY_FIRST_S,
+                 retry_max_s: float = RETRY_MAX_S, clock: Callable[[], float] = time.monotonic) -> None:
         self.gpu = gpu
         self.interval = interval
         self.snapshot: dict[str, Any] | None = None
+        self.retry_first_s = retry_first_s
+        self.retry_max_s = retry_max_s
+        self.reinits = 0  # NVML restarts tried
+        self._clock = clock
+        self._retry_delay = retry_first_s
+        self._retry_at: float | None = None
         self._static: dict[int, dict[str, Any]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -164,6 +206,14 @@ class GpuSampler:
         from gpudoctor.backends import is_na
 
         start = time.monotonic()
+        now = self._clock()
+        retried = False
+        can_reset = callable(getattr(self.gpu, "reset", None))
+        if can_reset and self._retry_at is not None and now >= self._retry_at:
+            self.gpu.reset()  # shutdown + drop handles: the next call runs nvmlInit again
+            self._static.clear()
+            self.reinits += 1
+            retried = True
         status = self.gpu.status()
         snap: dict[str, Any] = {"t": time.time(), "status": status, "devices": [],
                                 "driver_version": None, "count": None}
@@ -182,6 +232,15 @@ class GpuSampler:
                         self._static[index] = static
                     snap["devices"].append({"index": index, "static": static,
                                             "sample": self.gpu.sample(index)})
+        trouble = recoverable_trouble(snap) if can_reset else None
+        if trouble is None:
+            self._retry_at, self._retry_delay = None, self.retry_first_s
+        elif self._retry_at is None or retried:
+            if retried:  # the new start-up did not cure it: wait longer next time
+                self._retry_delay = min(self.retry_max_s, self._retry_delay * 2)
+            self._retry_at = now + self._retry_delay
+        snap["reinits"] = self.reinits
+        snap["retry_in_s"] = None if self._retry_at is None else max(0.0, self._retry_at - now)
         snap["duration_s"] = time.monotonic() - start
         self.snapshot = snap  # one reference swap: scrapes see a whole sample or the previous one
         return snap
@@ -201,10 +260,28 @@ class GpuSampler:
         self._thread = threading.Thread(target=self._loop, name="gpudoctor-sampler", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, join_s: float | None = None) -> bool:
+        """Stop sampling; True once the thread has ended (False: still inside a backend call)."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(self.interval + 2)
+        if self._thread is None:
+            return True
+        self._thread.join(self.interval + 2 if join_s is None else join_s)
+        return not self._thread.is_alive()
+
+
+def stop_sampler_then_close(sampler: GpuSampler, gpu: Any, join_s: float | None = None) -> bool:
+    """Stop the sampler, then close the backend only if the sampler thread has ended.
+
+    A sampler stuck in a driver call (a GPU falling off the bus) must not see nvmlShutdown
+    pulled from under it; the process is exiting anyway, and the driver cleans up after it.
+    Returns whether the backend was closed.
+    """
+    if not sampler.stop(join_s):
+        print("gpudoctor exporter: the sampler is still inside an NVML call; leaving NVML open",
+              file=sys.stderr, flush=True)
+        return False
+    gpu.close()
+    return True
 
 
 class ReportStatus:
@@ -336,6 +413,8 @@ class GpudoctorCollector:
             nvml_err.add_metric(["SampleStale"], 1.0)
         yield nvml_up
         yield nvml_err
+        yield CounterMetricFamily("gpudoctor_nvml_reinit", OTHER_METRICS["gpudoctor_nvml_reinit_total"],
+                                  value=float(snap.get("reinits") or 0))
         yield GaugeMetricFamily("gpudoctor_sample_timestamp_seconds",
                                 OTHER_METRICS["gpudoctor_sample_timestamp_seconds"], value=snap["t"])
         yield GaugeMetricFamily("gpudoctor_sample_duration_seconds",
@@ -518,8 +597,10 @@ def cmd_exporter(args: argparse.Namespace) -> int:
               file=sys.stderr, flush=True)
     first = sampler.snapshot or {}
     if first.get("status") is not None:
-        print(f"gpudoctor exporter: NVML unavailable ({first['status'].reason}); "
-              "serving gpudoctor_nvml_up 0", file=sys.stderr, flush=True)
+        retry = first.get("retry_in_s")
+        print(f"gpudoctor exporter: NVML unavailable ({first['status'].reason}); serving gpudoctor_nvml_up 0"
+              + (f", trying again in {retry:.0f} s (then after 10, 20, 40 s, then every 60 s)" if retry is not None else ""),
+              file=sys.stderr, flush=True)
 
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -535,13 +616,12 @@ def cmd_exporter(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, previous)
         server.shutdown()
         server.server_close()
-        sampler.stop()
         if reports is not None:
             reports.stop()
-        gpu.close()
+        stop_sampler_then_close(sampler, gpu)
     print("gpudoctor exporter: stopped", file=sys.stderr, flush=True)
     return exitcodes.INTERRUPTED if interrupted else exitcodes.OK
 
 
-__all__ = ["GpuSampler", "ReportStatus", "GpudoctorCollector", "build_registry", "GPU_METRICS",
+__all__ = ["GpuSampler", "ReportStatus", "stop_sampler_then_close", "recoverable_trouble", "GpudoctorCollector", "build_registry", "GPU_METRICS",
            "ECC_COUNTERS", "OTHER_METRICS", "all_metric_names", "register", "cmd_exporter"]

@@ -26,6 +26,12 @@ from gpudoctor.backends.nvml import throttle_reason_names, throttle_reason_words
 #: History kept per metric for sparklines (samples; at 1 s that is two minutes).
 HISTORY_LENGTH = 120
 
+#: Seconds between full reads of one GPU by :class:`LiveSampler` on live NVML. A full
+#: ``sample()`` includes the two PCIe throughput counters, which NVML measures over a 20 ms
+#: window each (>= 40 ms per GPU), plus ECC, retirement and mode queries; in between, the
+#: cheap ``fast_sample()`` readings are fresh and the slow ones are those of the last full read.
+SLOW_READ_INTERVAL_S = 1.0
+
 #: Fields of a device sample that are not readings.
 _NOT_READINGS = {"t"}
 
@@ -165,10 +171,14 @@ class LiveSampler:
     """
 
     def __init__(self, gpu: Any, host_sampler: Callable[[], Any] | None = None,
-                 with_processes: bool = True) -> None:
+                 with_processes: bool = True, *, slow_every_s: float = SLOW_READ_INTERVAL_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.gpu = gpu
         self.host_sampler = host_sampler
         self.with_processes = with_processes
+        self.slow_every_s = slow_every_s
+        self._clock = clock
+        self._full: dict[int, tuple[float, dict[str, Any]]] = {}  # index -> (when, last full sample)
         self._static: list[dict[str, Any]] | None = None
         self._status: NA | None = None
         self._driver: Any = None
@@ -215,7 +225,7 @@ class LiveSampler:
         devices: list[DeviceSnapshot] = []
         for i, static in enumerate(self._static):
             try:
-                sample = dict(self.gpu.sample(i))
+                sample = self._sample(i)
             except Exception as exc:
                 sample = {"gpu_util_pct": NA(type(exc).__name__)}
             procs: Any = NA("NotRead")
@@ -229,6 +239,30 @@ class LiveSampler:
         return Snapshot(time=time.time(), nvml_status=self._status, devices=devices, host=host,
                         driver_version=self._driver, source=self.source,
                         read_s=time.monotonic() - started)
+
+    def _sample(self, index: int) -> dict[str, Any]:
+        """A full sample at most every ``slow_every_s`` per GPU; cheap readings in between.
+
+        Recordings cost nothing to read, and backends without ``fast_sample`` have no cheap
+        path: those are read in full every time.
+        """
+        fast = getattr(self.gpu, "fast_sample", None)
+        if fast is None or getattr(self.gpu, "kind", "") == "replay" or self.slow_every_s <= 0:
+            return dict(self.gpu.sample(index))
+        now = self._clock()
+        cached = self._full.get(index)
+        # 10 % slack: at a 1 s refresh a read that comes a few ms early is still a full one.
+        if cached is None or now - cached[0] >= 0.9 * self.slow_every_s:
+            sample = dict(self.gpu.sample(index))
+            self._full[index] = (now, sample)
+            return sample
+        quick = dict(fast(index))
+        if device_fault(quick) is not None:
+            # The device stopped answering: show the fault, not last second's slow readings,
+            # and read it in full next time.
+            self._full.pop(index, None)
+            return quick
+        return {**cached[1], **quick}
 
     def close(self) -> None:
         try:
@@ -339,17 +373,18 @@ def fmt_bytes(n: Any) -> str:
 
 
 def fmt_rate_kbps(kbps: Any) -> str:
-    """NVML reports PCIe throughput in KB/s."""
+    """PCIe throughput as NVML gives it ("KB/s", which is KiB/s: x1024, as the exporter and
+    nvitop read it), in binary units: ``512 KiB/s``, ``1.2 GiB/s``."""
     if is_na(kbps):
         return short_na(kbps)
-    if not isinstance(kbps, (int, float)):
+    if not isinstance(kbps, (int, float)) or isinstance(kbps, bool):
         return "n/a"
-    bps = float(kbps) * 1000.0
-    for unit in ("B/s", "kB/s", "MB/s", "GB/s"):
-        if bps < 1000 or unit == "GB/s":
-            return f"{bps:.0f} {unit}" if unit in ("B/s", "kB/s") else f"{bps:.1f} {unit}"
-        bps /= 1000.0
-    return f"{bps:.1f} GB/s"
+    bps = float(kbps) * 1024.0
+    for unit in ("B/s", "KiB/s", "MiB/s", "GiB/s"):
+        if bps < 1024 or unit == "GiB/s":
+            return f"{bps:.0f} {unit}" if unit in ("B/s", "KiB/s") else f"{bps:.1f} {unit}"
+        bps /= 1024.0
+    return f"{bps:.1f} GiB/s"
 
 
 def fmt_num(value: Any, unit: str = "", digits: int = 0) -> str:

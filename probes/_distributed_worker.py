@@ -103,16 +103,34 @@ def allreduce_sweep(torch: Any, dist: Any, device: Any, sizes: list[int], world:
     """All-reduce (sum, float32, in place) per message size: correctness, then timing."""
     out: list[dict[str, Any]] = []
     expected = world * (world + 1) / 2
+    # One slot per rank, allocated before the sweep (a rank short of memory at a large size
+    # can still vote): 1 = this rank could not allocate the buffer at this size.
+    failed = torch.zeros(world, dtype=torch.int32, device=device)
     for size in sizes:
         fault("allreduce")  # before entering: a stuck rank stays in its previous phase
         phases.enter(f"allreduce {human(size)}")
         numel = max(1, size // 4)
         entry: dict[str, Any] = {"bytes": numel * 4, "dtype": "float32"}
+        buf = None
         try:
+            fault(f"alloc{numel * 4}")  # test hook: "oom:<rank>:alloc<bytes>"
             buf = torch.full((numel,), float(rank + 1), dtype=torch.float32, device=device)
-        except RuntimeError as exc:  # out of memory at this size: a recorded result
+        except Exception as exc:  # out of memory at this size: a recorded result
             entry["error"] = _first_line(exc)
+        # Every rank learns who could not allocate, and all skip this size together: a rank
+        # that skipped alone would leave the others in an all-reduce of another size.
+        failed.zero_()
+        if buf is None:
+            failed[rank] = 1
+        dist.all_reduce(failed)
+        culprits = [r for r, bad in enumerate(failed.tolist()) if bad]
+        if culprits:
+            if buf is not None:
+                entry["skipped"] = (f"rank{'s' if len(culprits) > 1 else ''} "
+                                    f"{', '.join(map(str, culprits))} could not allocate {human(numel * 4)}")
+            entry["failed_ranks"] = culprits
             out.append(entry)
+            del buf
             continue
         dist.all_reduce(buf)
         _sync(torch, device)
@@ -216,8 +234,36 @@ def ddp_check(torch: Any, dist: Any, device: Any, rank: int, world: int, phases:
     }
 
 
-def node_checks(torch: Any) -> dict[str, Any]:
-    """Peer access, NVLink (NVML) and DataParallel on this node's visible GPUs."""
+COMPUTE_MODES = {0: "default", 1: "exclusive-thread", 2: "prohibited", 3: "exclusive-process"}
+
+
+def dataparallel_blocker(gpu: Any, nvml_indices: list[int], local_ranks: int) -> str | None:
+    """Why local rank 0 cannot run DataParallel over every GPU, or None.
+
+    The other local ranks each hold a context on their own GPU; on a GPU in a compute mode
+    other than default (exclusive-process: one context at a time; prohibited: none), rank 0
+    cannot open a second one, so DataParallel would fail for a reason that is no fault.
+    """
+    from gpudoctor.backends import is_na
+
+    if local_ranks <= 1:
+        return None
+    odd = []
+    for torch_index, nvml_index in enumerate(nvml_indices):
+        mode = gpu.compute_mode(nvml_index)
+        if not is_na(mode) and int(mode) != 0:
+            odd.append(f"GPU {torch_index} is in {COMPUTE_MODES.get(int(mode), f'mode {int(mode)}')} compute mode")
+    if not odd:
+        return None
+    return (f"{'; '.join(odd)} and {local_ranks - 1} other local rank(s) hold their GPUs, so local rank 0 "
+            "cannot open contexts on every GPU (`nvidia-smi -c DEFAULT` allows it)")
+
+
+def node_checks(torch: Any, local_ranks: int = 1) -> dict[str, Any]:
+    """Peer access, NVLink (NVML) and DataParallel on this node's visible GPUs.
+
+    ``local_ranks``: ranks on this node that hold a GPU context of their own (NCCL).
+    """
     from gpudoctor.backends import NvmlBackend, is_na
     from gpudoctor.backends.visibility import visible_nvml_indices
 
@@ -232,11 +278,13 @@ def node_checks(torch: Any) -> dict[str, Any]:
     info["peer_access"] = [[None if i == j else bool(torch.cuda.can_device_access_peer(i, j))
                             for j in range(count)] for i in range(count)]
     gpu = NvmlBackend()
+    blocker = None
     try:
         visible = visible_nvml_indices(gpu)
         if is_na(visible):
             info["nvlink_error"] = visible.reason
         else:
+            blocker = dataparallel_blocker(gpu, list(visible[:count]), local_ranks)
             links: list[Any] = []
             for torch_index, nvml_index in enumerate(visible[:count]):
                 state = gpu.nvlink(nvml_index)
@@ -246,7 +294,8 @@ def node_checks(torch: Any) -> dict[str, Any]:
             info["nvml_bus_ids"] = [None if is_na(b) else b for b in info["nvml_bus_ids"]]
     finally:
         gpu.close()
-    info["dataparallel"] = dataparallel_smoke(torch, count)
+    info["dataparallel"] = ({"devices": count, "skipped": blocker} if blocker
+                            else dataparallel_smoke(torch, count))
     return info
 
 
@@ -284,7 +333,7 @@ def run_rank(*, rank: int, world: int, local_rank: int, backend: str, sizes: lis
                                "hostname": socket.gethostname(), "pid": os.getpid(),
                                "backend": backend, "torch": torch.__version__, "error": None}
 
-    def inject(where: str) -> None:  # test hook: "crash:<rank>:<where>" or "hang:<rank>:<where>"
+    def inject(where: str) -> None:  # test hook: "crash|hang|oom:<rank>:<where>"
         if not fault:
             return
         kind, who, at = (fault.split(":") + ["", ""])[:3]
@@ -294,6 +343,8 @@ def run_rank(*, rank: int, world: int, local_rank: int, backend: str, sizes: lis
             if kind == "hang":
                 while True:
                     time.sleep(1)
+            if kind == "oom":
+                raise RuntimeError(f"CUDA out of memory (injected at {where})")
 
     if backend == "nccl":
         torch.cuda.set_device(local_rank)
@@ -318,7 +369,10 @@ def run_rank(*, rank: int, world: int, local_rank: int, backend: str, sizes: lis
         payload["ddp"] = ddp_check(torch, dist, device, rank, world, phases, inject)
         if local_rank == 0:
             phases.enter("node checks")
-            payload["node"] = node_checks(torch)  # peers, NVLink, DataParallel: whatever the backend
+            # peers, NVLink, DataParallel: whatever the backend; with NCCL every local rank
+            # holds a context on its GPU
+            local_ranks = (int(os.environ.get("LOCAL_WORLD_SIZE", "0")) or world) if backend == "nccl" else 1
+            payload["node"] = node_checks(torch, local_ranks)
         phases.enter("done")
         payload["phase_s"] = phases.times
         if gather:

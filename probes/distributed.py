@@ -257,8 +257,12 @@ def assemble(payloads: dict[int, Any], failures: dict[int, dict[str, str]], worl
         nbytes = int(entry["bytes"])
         per_rank = {p["rank"]: p["allreduce"][i] for p in ranks if i < len(p.get("allreduce", []))}
         errors = {r: e["error"] for r, e in per_rank.items() if e.get("error")}
-        if errors:
-            size_errors.append(f"{human_size(nbytes)}: " + "; ".join(f"rank {r}: {e}" for r, e in errors.items()))
+        if errors or any(e.get("skipped") for e in per_rank.values()):
+            # The ranks that could not allocate; the others skipped the size with them.
+            said = "; ".join(f"rank {r}: {e}" for r, e in errors.items()) or next(
+                e["skipped"] for e in per_rank.values() if e.get("skipped"))
+            size_errors.append(f"{human_size(nbytes)}: {said}" + ("" if len(errors) == len(per_rank) else
+                                                                 " (skipped by every rank, so all stay in step)"))
             continue
         bad = [r for r, e in per_rank.items() if not e.get("correct", False)]
         if bad:
@@ -360,25 +364,57 @@ def _node_findings(result: ProbeResult, ranks: list[dict[str, Any]]) -> None:
                             "memory, which is slower.",
                         fix="Check `nvidia-smi topo -m`; on servers, PCIe ACS or an IOMMU in translated "
                             "mode (common in VMs) blocks peer-to-peer; consumer GPUs may not offer it.")
-        links = node.get("nvlink") or []
-        down = []
-        active_total = 0
-        for gpu, state in enumerate(links):
-            if isinstance(state, list):
-                active_total += sum(1 for link in state if link.get("active"))
-                down += [f"GPU {gpu} link {link['link']}" for link in state if not link.get("active")]
-        result.measure("nvlink_active_links", active_total, "links", note=host)
-        if down:
-            result.find(Status.WARN, "nvlink_link_down", f"{host}: NVLink inactive: {', '.join(down)}",
-                        why="An inactive NVLink lowers GPU-to-GPU bandwidth; traffic falls back to PCIe.",
-                        fix="Check `nvidia-smi nvlink --status`; reset the GPUs or reseat the bridge.")
+        _nvlink_findings(result, host, node.get("nvlink") or [])
         dp = node.get("dataparallel") or {}
-        if dp and not dp.get("ok"):
+        if dp.get("skipped"):
+            result.find(Status.SKIP, "dataparallel_skipped", f"{host}: DataParallel not checked: {dp['skipped']}",
+                        why="DataParallel needs one process to open a context on every GPU.")
+        elif dp and not dp.get("ok"):
             result.find(Status.FAIL, "dataparallel_failed",
                         f"{host}: DataParallel over {dp.get('devices')} GPUs failed: "
                         + (dp.get("error") or f"output differs from one GPU by {dp.get('max_abs_diff')}"),
                         why="Multi-GPU training on this node does not work as is.",
                         fix="Check the peer-access matrix and `nvidia-smi topo -m`; update the driver.")
+
+
+def _nvlink_findings(result: ProbeResult, host: str, links: list[Any]) -> None:
+    """NVLink per GPU: warn on links down beside links up, or on fewer links up than the peers.
+
+    Boards that can take an NVLink bridge but have none (H100 PCIe, H200 NVL without a
+    bridge) report every link inactive rather than NotSupported: that is a board without
+    NVLink connected, not a fault. A GPU whose links answer NotSupported (text, not a list)
+    has no NVLink at all and is left out.
+    """
+    active: dict[int, int] = {}
+    inactive: dict[int, list[int]] = {}
+    for gpu, state in enumerate(links):
+        if isinstance(state, list):
+            active[gpu] = sum(1 for link in state if link.get("active"))
+            inactive[gpu] = [link["link"] for link in state if not link.get("active")]
+    total = sum(active.values())
+    result.measure("nvlink_active_links", total, "links", note=host)
+    if not active:
+        return
+    if total == 0:
+        result.find(Status.PASS, "nvlink_not_connected",
+                    f"{host}: no NVLink connected ({len(active)} GPU(s) have NVLink ports, none is linked); "
+                    "GPU-to-GPU traffic goes over PCIe",
+                    why="Boards that take an NVLink bridge report every link inactive when none is fitted.")
+        return
+    most = max(active.values())
+    down: list[str] = []
+    notes: list[str] = []
+    for gpu in sorted(active):
+        if active[gpu] and inactive[gpu]:  # some links up, others down: a link failed
+            down += [f"GPU {gpu} link {link}" for link in inactive[gpu]]
+        elif active[gpu] < most:  # fewer links up than a peer (none up, or a shorter list)
+            down += [f"GPU {gpu} link {link}" for link in inactive[gpu]] or [f"GPU {gpu}"]
+            notes.append(f"GPU {gpu} has {active[gpu]} link(s) up, a peer {most}")
+    if down:
+        result.find(Status.WARN, "nvlink_link_down",
+                    f"{host}: NVLink inactive: {', '.join(down)}" + (f" ({'; '.join(notes)})" if notes else ""),
+                    why="An inactive NVLink lowers GPU-to-GPU bandwidth; traffic falls back to PCIe.",
+                    fix="Check `nvidia-smi nvlink --status`; reset the GPUs or reseat the bridge.")
 
 
 def _finish(result: ProbeResult, summary: str | None) -> ProbeResult:

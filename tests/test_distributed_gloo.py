@@ -116,3 +116,29 @@ def test_usage_errors_exit_2(tmp_path):
                              capture_output=True, text=True, timeout=60, cwd=tmp_path)
         assert run.returncode == 2, (argv, run.stderr)
         assert "error:" in run.stderr
+
+
+def test_allocation_failure_on_one_rank_skips_that_size_on_every_rank():
+    # Rank 1 cannot allocate the 256 KiB buffer. Every rank must skip that size together and
+    # go on in step: before, rank 1 alone moved on to 1 MiB while rank 0 all-reduced 256 KiB.
+    sizes = [64 << 10, 256 << 10, 1 << 20]
+    t0 = time.monotonic()
+    payloads, failures = launch_local(2, "gloo", sizes, 60, fault=f"oom:1:alloc{256 << 10}")
+    assert time.monotonic() - t0 < 50
+    assert failures == {}, failures
+    assert set(payloads) == {0, 1}
+    rank0, rank1 = (payloads[r]["allreduce"] for r in (0, 1))
+    assert [e["bytes"] for e in rank0] == [e["bytes"] for e in rank1] == sizes
+    assert "injected" in rank1[1]["error"] and rank1[1]["failed_ranks"] == [1]
+    assert "error" not in rank0[1] and rank0[1]["skipped"] == "rank 1 could not allocate 256 KiB"
+    assert rank0[1]["failed_ranks"] == [1]
+    for entries in (rank0, rank1):  # the sizes around it ran, with the right sums
+        assert entries[0]["correct"] is True and entries[2]["correct"] is True
+        assert entries[2]["iters"] >= 3
+    result = assemble(payloads, failures, 2, "gloo", "local")
+    assert [row["bytes"] for row in result.details["allreduce"]] == [64 << 10, 1 << 20]
+    warn = [f for f in result.findings if f.code == "allreduce_size_failed"]
+    assert len(warn) == 1 and warn[0].status.value == "warn"
+    assert warn[0].summary.startswith("all-reduce could not run at 256 KiB: rank 1: RuntimeError: CUDA out of memory")
+    assert "rank 0" not in warn[0].summary and "skipped by every rank" in warn[0].summary
+    assert result.status.value == "warn"

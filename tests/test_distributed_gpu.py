@@ -37,7 +37,12 @@ def test_nccl_on_every_gpu(tmp_path):
     node = result["details"]["nodes"][0]
     n = torch.cuda.device_count()
     assert len(node["peer_access"]) == n and all(len(row) == n for row in node["peer_access"])
-    assert node["dataparallel"]["ok"], node["dataparallel"]
+    modes = _compute_modes(n)
+    if any(m not in (0, None) for m in modes):  # exclusive or prohibited: skipped with the reason
+        assert "compute mode" in node["dataparallel"]["skipped"], (modes, node["dataparallel"])
+        assert "dataparallel_failed" not in {f["code"] for f in result["findings"]}
+    else:
+        assert node["dataparallel"]["ok"], node["dataparallel"]
     assert not any(f["code"] in ("ranks_disagree", "ddp_gradients_wrong", "allreduce_wrong_result")
                    for f in result["findings"])
 
@@ -49,3 +54,32 @@ def test_one_gpu_falls_back_to_gloo_and_says_why(tmp_path):
     assert result["details"]["backend"] == "gloo"
     assert "only 1 CUDA device visible" in codes["nccl_skipped"]["summary"]
     assert codes["multi_gpu_skipped"]["status"] == "skip"
+
+
+def _compute_modes(count: int) -> list:
+    from gpudoctor.backends import NvmlBackend, is_na
+    from gpudoctor.backends.visibility import visible_nvml_indices
+
+    gpu = NvmlBackend()
+    try:
+        visible = visible_nvml_indices(gpu)
+        if is_na(visible):
+            return [None] * count
+        return [None if is_na(m) else int(m) for m in (gpu.compute_mode(i) for i in visible[:count])]
+    finally:
+        gpu.close()
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs at least 2 GPUs")
+def test_node_checks_run_dataparallel_in_default_mode_and_skip_it_otherwise():
+    from gpudoctor.probes._distributed_worker import node_checks
+
+    n = torch.cuda.device_count()
+    modes = _compute_modes(n)
+    alone = node_checks(torch, local_ranks=1)  # no other rank holds a GPU: always attempted
+    assert "skipped" not in alone["dataparallel"]
+    shared = node_checks(torch, local_ranks=n)
+    if all(m in (0, None) for m in modes):
+        assert shared["dataparallel"]["ok"], shared["dataparallel"]
+    else:
+        assert "compute mode" in shared["dataparallel"]["skipped"]

@@ -245,3 +245,126 @@ def test_anonymize_strips_every_ranks_host_name():
     assert data["results"][0]["details"]["ranks"][0]["hostname"] == "<redacted>"
     assert "straggler" in {f["code"] for f in data["results"][0]["findings"]}
     assert "node-beta" in _to_json(Report(results=[result]), anonymize=False)
+
+
+def _links(states: list[bool]) -> list[dict]:
+    return [{"link": i, "active": a, "version": 4, "remote_pci_bus_id": None, "remote_type": "gpu"}
+            for i, a in enumerate(states)]
+
+
+def _node_with_links(per_gpu: list) -> dict:
+    node = copy.deepcopy(TWO_GPU_NODE)
+    node["nvlink"] = per_gpu
+    return node
+
+
+def test_nvlink_capable_boards_without_a_bridge_are_not_warned():
+    # H100 PCIe / H200 NVL without a bridge: NVML answers every link "inactive", not NotSupported.
+    node = _node_with_links([_links([False] * 18), _links([False] * 18)])
+    r = assemble({0: payload(0, node=node), 1: payload(1)}, {}, 2, "nccl", "local")
+    codes = {f.code: f for f in r.findings}
+    assert "nvlink_link_down" not in codes
+    assert codes["nvlink_not_connected"].status.value == "pass"
+    assert "no NVLink connected" in codes["nvlink_not_connected"].summary
+    assert r.status.value == "pass"
+    assert {m.name: m for m in r.measurements}["nvlink_active_links"].value == 0
+
+
+def test_nvlink_warns_on_a_link_down_beside_links_up_and_on_fewer_links_than_peers():
+    node = _node_with_links([_links([True] * 4), _links([True, True, False, True])])
+    r = assemble({0: payload(0, node=node), 1: payload(1)}, {}, 2, "nccl", "local")
+    down = [f for f in r.findings if f.code == "nvlink_link_down"]
+    assert len(down) == 1 and down[0].status.value == "warn"
+    assert "GPU 1 link 2" in down[0].summary and "GPU 0" not in down[0].summary
+
+    # GPU 2 has no link up while its peers have bridges: that GPU's bridge is missing or dead.
+    node = _node_with_links([_links([True, True]), _links([True, True]), _links([False, False])])
+    r = assemble({0: payload(0, node=node), 1: payload(1)}, {}, 2, "nccl", "local")
+    down = [f for f in r.findings if f.code == "nvlink_link_down"]
+    assert len(down) == 1
+    assert "GPU 2 link 0, GPU 2 link 1" in down[0].summary and "GPU 2 has 0 link(s) up, a peer 2" in down[0].summary
+
+    # all links up everywhere, or NotSupported on a board without NVLink: nothing to say
+    for links in ([_links([True] * 6), _links([True] * 6)], ["NotSupported", "NotSupported"]):
+        r = assemble({0: payload(0, node=_node_with_links(links)), 1: payload(1)}, {}, 2, "nccl", "local")
+        assert not [f for f in r.findings if f.code.startswith("nvlink")], r.findings
+        assert r.status.value == "pass"
+
+
+class _ComputeModeNvml:
+    class NVMLError_NotSupported(Exception):
+        pass
+
+    def __init__(self, modes: dict[int, object]) -> None:
+        self.modes = modes
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlShutdown(self):
+        pass
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return index
+
+    def nvmlDeviceGetComputeMode(self, handle):
+        if self.modes[handle] is None:
+            raise self.NVMLError_NotSupported()
+        return self.modes[handle]
+
+
+def test_dataparallel_is_skipped_on_exclusive_gpus_held_by_other_ranks():
+    from gpudoctor.probes._distributed_worker import dataparallel_blocker
+
+    def blocker(modes, local_ranks, indices=None):
+        gpu = NvmlBackend(NvmlGate(_ComputeModeNvml(modes)))
+        return dataparallel_blocker(gpu, indices if indices is not None else sorted(modes), local_ranks)
+
+    why = blocker({0: 0, 1: 3}, 2)
+    assert why.startswith("GPU 1 is in exclusive-process compute mode and 1 other local rank(s) hold their GPUs")
+    assert "GPU 0" not in why
+    assert "GPU 0 is in prohibited compute mode" in blocker({0: 2, 1: 0}, 2)
+    # NVML index 5 is torch's GPU 0 under CUDA_VISIBLE_DEVICES: named by the torch index
+    assert blocker({5: 3, 6: 0}, 2, indices=[5, 6]).startswith("GPU 0 is in exclusive-process")
+    assert blocker({0: 0, 1: 0}, 2) is None          # default mode: run it
+    assert blocker({0: 3, 1: 3}, 1) is None          # no other rank holds a GPU: run it
+    assert blocker({0: None, 1: 0}, 2) is None       # mode unknown: run it, a failure will say why
+
+    node = copy.deepcopy(TWO_GPU_NODE)
+    node["dataparallel"] = {"devices": 2, "skipped": why}
+    r = assemble({0: payload(0, node=node), 1: payload(1)}, {}, 2, "nccl", "local")
+    codes = {f.code: f for f in r.findings}
+    assert "dataparallel_failed" not in codes
+    assert codes["dataparallel_skipped"].status.value == "skip" and "exclusive-process" in codes[
+        "dataparallel_skipped"].summary
+    assert r.status.value == "pass"
+
+
+def test_nvlink_version_enum_is_decoded_with_the_bindings_constants():
+    import pynvml
+
+    assert pynvml.NVML_NVLINK_VERSION_4_0 == 6  # nvidia-ml-py 13.x: the enum, not the number
+
+    class WithEnum(_FakeNvml):
+        NVML_NVLINK_VERSION_INVALID = 0
+        NVML_NVLINK_VERSION_1_0 = 1
+        NVML_NVLINK_VERSION_2_0 = 2
+        NVML_NVLINK_VERSION_2_2 = 3
+        NVML_NVLINK_VERSION_3_0 = 4
+        NVML_NVLINK_VERSION_3_1 = 5
+        NVML_NVLINK_VERSION_4_0 = 6
+        NVML_NVLINK_VERSION_5_0 = 7
+
+        def nvmlDeviceGetNvLinkVersion(self, handle, link):
+            self._check(handle, link)
+            return 6  # an H100 on a newer driver
+
+    links = NvmlBackend(NvmlGate(WithEnum({0: 2}))).nvlink(0)
+    assert [(l["version"], l["version_name"]) for l in links] == [(6, "4.0"), (6, "4.0")]
+    # the real binding's constants decode the same way
+    links = NvmlBackend(NvmlGate(type("Real", (WithEnum,), {
+        k: getattr(pynvml, k) for k in dir(pynvml) if k.startswith("NVML_NVLINK_VERSION_")})({0: 1}))).nvlink(0)
+    assert links[0]["version_name"] == "4.0"
+    # an older binding without the constants: the raw value only, no guess
+    links = NvmlBackend(NvmlGate(_FakeNvml({0: 1}))).nvlink(0)
+    assert links[0]["version"] == 4 and links[0]["version_name"] is None

@@ -147,6 +147,13 @@ class NvmlGate:
             self._started = False
             self._init_na = None
 
+    def reset(self) -> None:
+        """Forget the last start-up: shut NVML down if it was up, and let the next call run a
+        fresh ``nvmlInit`` (a driver loaded or reloaded since, a GPU reset). Start-up failures
+        are otherwise kept, so that one missing driver costs one ``nvmlInit``, not one per call.
+        """
+        self.shutdown()
+
 
 def _mw_to_w(value: Any) -> Any:
     return value if is_na(value) else value / 1000.0
@@ -318,7 +325,9 @@ class NvmlBackend:
 
         ``nvidia-smi nvlink --status`` / ``nvidia-smi topo -m`` show the same. A GPU
         without NVLink answers NotSupported for every link: that is normal, not an error.
-        Each link: ``link``, ``active`` (bool), ``version``, ``remote_pci_bus_id`` (the peer,
+        Each link: ``link``, ``active`` (bool), ``version`` (what NVML answered),
+        ``version_name`` ("4.0": the nvmlNvlinkVersion_t value decoded, None if the binding
+        has no NVML_NVLINK_VERSION_* constants), ``remote_pci_bus_id`` (the peer,
         normalised like ``static()['pci_bus_id']``) and ``remote_type`` (gpu, switch, ibmnpu).
         """
         handle = self._handle(index)
@@ -345,12 +354,38 @@ class NvmlBackend:
                 "link": link,
                 "active": bool(state),
                 "version": None if is_na(version) else int(version),
+                "version_name": None if is_na(version) else self._nvlink_version_names().get(int(version)),
                 "remote_pci_bus_id": None if is_na(pci) else normalise_bus_id(_text(getattr(pci, "busId", None))),
                 "remote_type": None if is_na(remote) else remote_types.get(int(remote), "unknown"),
             })
         if not links:
             return first_na if first_na is not None else NA("NotSupported")
         return links
+
+    def _nvlink_version_names(self) -> dict[int, str]:
+        """nvmlNvlinkVersion_t values -> "4.0" etc., from the binding's NVML_NVLINK_VERSION_*
+        constants (NVML_NVLINK_VERSION_4_0 = 6: the enum, not the version number, which is
+        what newer drivers return). Empty with an older binding that has no such constants:
+        then only the raw ``version`` is given, since it cannot be told apart from a number.
+        """
+        module = self.gate.lib
+        cached = getattr(self, "_nvlink_names", None)
+        if cached is not None and cached[0] is module:
+            return cached[1]
+        names: dict[int, str] = {}
+        for attr in dir(module) if module is not None else ():
+            if attr.startswith("NVML_NVLINK_VERSION_") and attr != "NVML_NVLINK_VERSION_INVALID":
+                value = getattr(module, attr)
+                major, _, minor = attr[len("NVML_NVLINK_VERSION_"):].partition("_")
+                if isinstance(value, int) and major.isdigit() and minor.isdigit():
+                    names[value] = f"{major}.{minor}"
+        self._nvlink_names = (module, names)
+        return names
+
+    def compute_mode(self, index: int) -> Any:
+        """nvmlDeviceGetComputeMode: 0 default, 1 exclusive thread (deprecated), 2 prohibited,
+        3 exclusive process (one context on the device at a time). One NVML call."""
+        return self._q("nvmlDeviceGetComputeMode", index)
 
     def utilization(self, index: int) -> dict[str, Any]:
         """Only the busy percentages (nvidia-smi --query-gpu=utilization.gpu,utilization.memory).
@@ -395,6 +430,13 @@ class NvmlBackend:
                 newest = max(newest, int(getattr(u, "timeStamp", 0)))
             self._process_util_seen[index] = newest
         return sorted(found.values(), key=lambda e: e["pid"])
+
+    def reset(self) -> None:
+        """Start again from nothing: device handles from before a driver reload or a GPU reset
+        are stale, so they are dropped with NVML itself; the next reading re-initialises."""
+        self._handles.clear()
+        self._process_util_seen.clear()
+        self.gate.reset()
 
     def close(self) -> None:
         self._handles.clear()
