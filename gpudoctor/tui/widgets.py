@@ -61,14 +61,26 @@ def _num(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _refresh_sized(widget: Any) -> None:
-    """Repaint; re-layout too when the number of lines changed (a GPU lost, a resize)."""
-    count = len(widget.lines(widget.content_size.width))
-    widget.refresh(layout=count != getattr(widget, "_line_count", None))
-    widget._line_count = count
+class _LinesPanel(Widget):
+    """A panel whose content is ``self.lines(width)`` (each subclass defines it) and whose
+    height is the number of those lines."""
+
+    _line_count: int | None = None
+
+    def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
+        return len(self.lines(width))  # type: ignore[attr-defined]
+
+    def render(self) -> Any:
+        return Group(*self.lines(self.content_size.width))  # type: ignore[attr-defined]
+
+    def refresh_sized(self) -> None:
+        """Repaint; re-layout too when the number of lines changed (a GPU lost, a resize)."""
+        count = len(self.lines(self.content_size.width))  # type: ignore[attr-defined]
+        self.refresh(layout=count != self._line_count)
+        self._line_count = count
 
 
-class GpuPanel(Widget):
+class GpuPanel(_LinesPanel):
     """One GPU: readings with their history, or what went wrong with it."""
 
     def __init__(self, index: int, **kw: Any) -> None:
@@ -98,13 +110,7 @@ class GpuPanel(Widget):
             self.border_subtitle = " · ".join(bits)
         else:
             self.border_subtitle = f"{fault.reason}"
-        _refresh_sized(self)
-
-    def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
-        return len(self.lines(width))
-
-    def render(self) -> Any:
-        return Group(*self.lines(self.content_size.width))
+        self.refresh_sized()
 
     def lines(self, width: int) -> list[Text]:
         """The panel's lines for a content ``width`` (Textual asks for the height of any width)."""
@@ -210,7 +216,7 @@ class NoGpuPanel(Widget):
         )
 
 
-class HostPanel(Widget):
+class HostPanel(_LinesPanel):
     """Host CPU and RAM with their history."""
 
     def __init__(self, **kw: Any) -> None:
@@ -221,13 +227,7 @@ class HostPanel(Widget):
     def show(self, snapshot: Snapshot, history: History) -> None:
         self.snapshot, self.history = snapshot, history
         self.border_title = "Host"
-        _refresh_sized(self)
-
-    def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
-        return len(self.lines(width))
-
-    def render(self) -> Any:
-        return Group(*self.lines(self.content_size.width))
+        self.refresh_sized()
 
     def lines(self, width: int) -> list[Text]:
         snap, hist = self.snapshot, self.history
