@@ -9,8 +9,10 @@ code   name                meaning
 3      WARN                warnings at or above --fail-on (report: --fail-on warn, the default)
 4      FAIL                at least one probe failed: the GPU stack is not usable as is
 5      PROBE_ERROR         no failure, but a probe could not complete (crash, hang, time limit)
-6      NO_GPU              nothing to watch: NVML found no usable NVIDIA GPU (gpudoctor watch)
+6      NO_GPU              nothing to watch or record: NVML found no usable NVIDIA GPU (watch, record)
+7      WRITE_FAILED        the run finished but an output file could not be written (stdout kept)
 130    INTERRUPTED         stopped by Ctrl-C; finished results were kept and written
+143    TERMINATED          stopped by SIGTERM; finished results were kept and written
 =====  ==================  ==========================================================
 """
 
@@ -21,7 +23,9 @@ WARN = 3
 FAIL = 4
 PROBE_ERROR = 5
 NO_GPU = 6
+WRITE_FAILED = 7
 INTERRUPTED = 130
+TERMINATED = 143
 
 DESCRIPTIONS = {
     OK: "healthy: nothing at or above the --fail-on level",
@@ -30,8 +34,10 @@ DESCRIPTIONS = {
     WARN: "warnings found (with --fail-on warn, the default)",
     FAIL: "at least one probe failed",
     PROBE_ERROR: "a probe could not complete (crash, hang or time limit); nothing failed",
-    NO_GPU: "watch: no usable NVIDIA GPU to watch",
+    NO_GPU: "watch/record: no usable NVIDIA GPU",
+    WRITE_FAILED: "finished, but an output file could not be written",
     INTERRUPTED: "interrupted; finished results were kept",
+    TERMINATED: "terminated by SIGTERM; finished results were kept",
 }
 
 
