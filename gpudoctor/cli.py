@@ -78,15 +78,18 @@ def build_parser() -> argparse.ArgumentParser:
     level.add_argument("--full", dest="level", action="store_const", const="full",
                        help="also exercise memory, bandwidth, compute and the MNIST workload")
     report.set_defaults(level="standard")
-    report.add_argument("--json", action="store_true", help="print one JSON document to stdout")
+    report.add_argument("--json", action="store_true", help="print one JSON document to stdout (= --format json)")
+    report.add_argument("--format", choices=("text", "json", "markdown"), default=None,
+                        help="text (default), json, or markdown: a collapsible summary to paste into an issue")
     report.add_argument("--probe", action="append", metavar="NAME", help="run only this probe (repeatable)")
     report.add_argument("--list-probes", action="store_true", help="list probes and exit")
     report.add_argument("--device", type=_device_index, metavar="N", help="check only torch device N")
     report.add_argument("-o", "--output", metavar="FILE", help="also write the JSON report to FILE (atomically)")
     report.add_argument("--fail-on", choices=("warn", "fail"), default="warn",
                         help="lowest status that gives a non-zero exit (default: warn)")
-    report.add_argument("--anonymize", action="store_true",
-                        help="strip GPU UUIDs, serial numbers and the host name")
+    report.add_argument("--anonymize", action=argparse.BooleanOptionalAction, default=None,
+                        help="strip GPU UUIDs, serial numbers and the host name (default: on for "
+                             "--format markdown only)")
     report.add_argument("--replay", metavar="FILE", help="read NVML/torch facts from a recording (gpudoctor record)")
     report.add_argument("--data-dir", metavar="DIR", help="MNIST IDX files for the workload probe")
     report.add_argument("-v", "--verbose", action="store_true", help="show every measurement and passing finding")
@@ -139,6 +142,11 @@ def _check_device(device: int | None, replay: str | None) -> None:
 def cmd_report(args: argparse.Namespace) -> int:
     from gpudoctor import runner
 
+    if args.json and args.format not in (None, "json"):
+        raise UsageError(f"--json is --format json; it cannot be combined with --format {args.format}")
+    args.format = "json" if args.json else (args.format or "text")
+    args.json = args.format == "json"
+
     if args.list_probes:
         for probe in runner.all_probes().values():
             print(f"{probe.name:<14} {probe.level:<9} {probe.title}")
@@ -183,7 +191,7 @@ def emit_report(report: Any, args: argparse.Namespace) -> int:
     ``args`` needs ``json``, ``output``, ``anonymize``, ``verbose`` and ``fail_on``. Under
     torchrun every rank runs the checks; rank 0 alone prints and writes.
     """
-    from gpudoctor.render import render_text, report_to_json
+    from gpudoctor.render import render_text, report_to_json, report_to_markdown
 
     rank = torchrun_rank()
     if rank not in (None, 0):
@@ -192,15 +200,18 @@ def emit_report(report: Any, args: argparse.Namespace) -> int:
         # Exit 0 unless this rank's own run broke: torchrun stops every rank as soon as one
         # exits non-zero, which could kill rank 0 before it has written the report.
         return exitcodes.PROBE_ERROR if report.status.value == "error" else exitcodes.OK
-    text = report_to_json(report, anonymize=args.anonymize)
+    anonymize = bool(args.anonymize)  # None (not given): off, except for markdown below
+    text = report_to_json(report, anonymize=anonymize)
     if args.output:
         from gpudoctor.fileio import atomic_write_text
 
         atomic_write_text(args.output, text + "\n")
     if args.json:
         sys.stdout.write(text + "\n")
+    elif getattr(args, "format", "text") == "markdown":
+        sys.stdout.write(report_to_markdown(report, anonymize=args.anonymize is not False))
     else:
-        render_text(report, sys.stdout, verbose=args.verbose, anonymize=args.anonymize)
+        render_text(report, sys.stdout, verbose=args.verbose, anonymize=anonymize)
     if report.interrupted:
         print("gpudoctor: interrupted; finished results were kept"
               + (f" in {args.output}" if args.output else ""), file=sys.stderr)

@@ -201,10 +201,17 @@ def report_lines(data: dict[str, Any], *, width: int, verbose: bool = False) -> 
     if data.get("interrupted") and not data["results"]:
         sentence = "Interrupted before any check finished."
     first = f"Verdict: {label}  "
-    text = sentence + (f"  ({counts})" if counts else "")
-    if data.get("interrupted"):
-        text += "  [interrupted: partial report]"
-    para(text, first, style)
+    tails = [f"({counts})"] if counts else []
+    if data.get("interrupted") and data["results"]:
+        tails.append("[interrupted: partial report]")
+    lines = wrap_hanging(sentence, width, first)
+    for tail in tails:  # kept whole: "(1 pass, 2 fail)" is never split over two lines
+        if not width or len(lines[-1]) + 2 + len(tail) <= width:
+            lines[-1] += "  " + tail
+        else:
+            lines.append(" " * len(first) + tail)
+    for k, line in enumerate(lines):
+        out.append(_styled(line, [(0, len(first), style)] if k == 0 else []))
     return out
 
 
@@ -246,3 +253,66 @@ def render_text(report: Report, stream: TextIO | None = None, *, verbose: bool =
 
 def status_word(status: Status | str) -> str:
     return _status_word(Status(status))
+
+
+# --------------------------------------------------------------------------- markdown
+# What can change the meaning of a table cell or a line: emphasis, code, links, pipes, strike.
+# (<, > and & are HTML-escaped, so driver text cannot close the <details> block.)
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
+#: Measurements of the environment probe quoted as the versions line, in this order.
+MARKDOWN_VERSIONS = (("gpudoctor", None), ("python", "python"), ("os", "os"), ("driver", "nvidia_driver"),
+                     ("driver CUDA", "driver_cuda_version"), ("torch", "torch"),
+                     ("torch CUDA build", "torch_cuda_build"), ("cuDNN", "cudnn"))
+
+
+def md_text(value: Any, limit: int = 500) -> str:
+    """Driver or probe text for markdown: plain (one line, no escapes), HTML-escaped so it
+    cannot close the ``<details>`` block, markdown characters backslash-escaped."""
+    import html
+
+    text = html.escape(plain_text(value if value is not None else "", limit=limit), quote=False)
+    return _MD_SPECIAL.sub(r"\\\1", text)
+
+
+def report_to_markdown(report: Report, anonymize: bool = True) -> str:
+    """A short, collapsible summary to paste into a GitHub issue: the verdict line, versions,
+    GPUs and every finding that is not a pass, inside one ``<details>`` block.
+
+    ``anonymize`` (the default here) strips GPU UUIDs, serials and host names first.
+    """
+    data = report.to_dict()
+    if anonymize:
+        data = anonymize_report_dict(data)
+    status = data["status"]
+    counts = ", ".join(f"{n} {k}" for k, n in (data.get("counts") or {}).items() if n)
+    verdict = f"{status_word(status)}: {VERDICT.get(status, '')}" + (f" ({counts})" if counts else "")
+    if data.get("interrupted"):
+        verdict += " (interrupted: partial report)"
+    lines = ["<details>", f"<summary>gpudoctor report: {md_text(verdict)}</summary>", ""]
+
+    env = next((r for r in data["results"] if r["probe"] == "environment"), None)
+    values = {m["name"]: m["value"] for m in (env or {}).get("measurements", []) if m.get("device") is None}
+    versions = []
+    for label, key in MARKDOWN_VERSIONS:
+        value = (data.get("tool") or {}).get("version") if key is None else values.get(key)
+        if value not in (None, ""):
+            versions.append(f"{label} {md_text(value, 80)}")
+    if versions:
+        lines.append("- versions: " + ", ".join(versions))
+    devices = next((r for r in data["results"] if r["probe"] == "devices"), None)
+    if devices is not None and devices.get("summary"):
+        lines.append(f"- GPUs: {md_text(devices['summary'])}")
+    lines.append(f"- source: {md_text(data.get('source') or '', 120)}, created {md_text(data.get('created') or '', 40)}"
+                 + (", anonymized" if anonymize else ""))
+    lines.append("")
+    findings = [(r, f) for r in data["results"] for f in (r.get("findings") or []) if f["status"] != "pass"]
+    if findings:
+        lines.append("| status | check | finding | fix |")
+        lines.append("|---|---|---|---|")
+        for result, f in findings:
+            lines.append(f"| {status_word(f['status'])} | {md_text(result['probe'], 60)} | "
+                         f"{md_text(f.get('summary'))} | {md_text(f.get('fix'))} |")
+    else:
+        lines.append("Every finding passed.")
+    lines += ["", "</details>", ""]
+    return "\n".join(lines)
