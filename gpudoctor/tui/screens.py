@@ -312,9 +312,13 @@ class WorkloadScreen(BaseScreen):
             parts.append(Text("progress ") + Text(bar(wl.fraction, 1.0, bar_w), style="cyan")
                          + Text(f" {wl.fraction * 100:3.0f}%"))
         if wl.last_message:
-            parts.append(Text(wl.last_message))
+            parts.append(Text(plain_text(wl.last_message, limit=1000)))
         if wl.error:
-            parts.append(Text(wl.error, style="bold red"))
+            parts.append(Text(plain_text(wl.error, limit=1000), style="bold red"))
+        notes = wl.result.get("notes") if isinstance(wl.result, dict) else None
+        for note in notes if isinstance(notes, list) else []:
+            # The CLI prints these too: a busy machine, capped worker counts.
+            parts.append(Text("note: " + plain_text(note, limit=1000), style="yellow"))
         if wl.runs:
             parts.append(Text(""))
             parts.append(workload_chart(wl.runs, width))

@@ -1,4 +1,5 @@
-"""Text gpudoctor did not write is shown as plain text (#11 items 2 and 17).
+"""TUI output: foreign text shown as plain text (#11 items 2 and 17), the header verdict and
+the busy-machine note (#12 items 2 and 4).
 
 A replayed recording whose GPU name and a process command line hold Rich/Textual markup
 and terminal escape sequences: the TUI shows them literally (no MarkupError, no action),
@@ -94,4 +95,21 @@ async def test_header_keeps_the_start_up_quick_doctor_verdict():
         first_line = screen_text(app).splitlines()[0]
         assert app.headline == (*expected, "quick")
         assert f"Doctor: FAIL: {expected[1][:40]}" in first_line and "· d" in first_line
+        await pilot.press("q")
+
+
+@run_async
+async def test_workload_screen_shows_the_busy_machine_note_like_the_cli():
+    from gpudoctor.tui.workload_runner import WorkloadProcess
+    from tui_workload_double import BUSY_NOTE
+
+    app = make_test_app(STANDIN, workload_check=lambda: None,
+                        workload_factory=lambda options: WorkloadProcess("tui_workload_double:busy_sweep", options))
+    async with app.run_test(size=(120, 50)) as pilot:
+        await pilot.press("w")
+        await pilot.press("s")
+        await wait_for(pilot, lambda: app.workload.phase == "finished", timeout=60)
+        await pilot.pause()
+        text = " ".join(screen_text(app).split())
+        assert "note: " + BUSY_NOTE[:60] in text
         await pilot.press("q")
