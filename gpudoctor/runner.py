@@ -21,16 +21,15 @@ from __future__ import annotations
 
 import json
 import math
-import multiprocessing as mp
 import os
 import signal
-import subprocess
 import threading
 import time
-import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+# multiprocessing and subprocess are imported where a child starts: `report --quick`
+# starts none, and their imports are a tenth of its run time.
 from gpudoctor import _version
 from gpudoctor._proc import describe_exit, silence_stdio
 from gpudoctor.model import ProbeResult, Report, Status
@@ -108,6 +107,8 @@ def call_probe(probe: Any, ctx: Any) -> ProbeResult:
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # SystemExit from a library too: one result, not the report
+        import traceback  # only here: `report --quick` should not pay for its import
+
         result = ProbeResult.error(probe.name, f"probe crashed: {_one_line(exc)}",
                                    traceback=traceback.format_exc(limit=8))
     result.probe = probe.name
@@ -223,7 +224,7 @@ class _InterpreterProcess:
     """The part of ``multiprocessing.Process`` that :class:`_Child` uses, for a child
     started with another interpreter (``subprocess.Popen``)."""
 
-    def __init__(self, popen: subprocess.Popen) -> None:
+    def __init__(self, popen: Any) -> None:
         self._popen = popen
         self.pid = popen.pid
 
@@ -231,6 +232,8 @@ class _InterpreterProcess:
         return self._popen.poll() is None
 
     def join(self, timeout: float | None = None) -> None:
+        import subprocess
+
         try:
             self._popen.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -251,6 +254,9 @@ class _InterpreterProcess:
 
 def _start_interpreter_child(spec: RunSpec) -> tuple[Any, Any]:
     """(connection, process) for a probe child run by ``spec.python``."""
+    import multiprocessing as mp
+    import subprocess
+
     parent_conn, child_conn = mp.Pipe()
     package, probes, nvml = _installation_paths()
     try:
@@ -271,6 +277,8 @@ class _Child:
             self.conn, self.process = _start_interpreter_child(spec)
             self.ready = False
             return
+        import multiprocessing as mp
+
         ctx = mp.get_context("spawn")
         self.conn, child_conn = ctx.Pipe()
         self.process = ctx.Process(target=_child_main, args=(child_conn, spec), daemon=True,
@@ -364,7 +372,7 @@ def run_probes(
                     source=f"replay:{os.path.basename(spec.replay)}" if spec.replay else "live")
     ctx = build_context(spec, gpu)
     try:
-        report.host = ctx.host_facts() if spec.replay else host_facts()
+        report.host = ctx.host_facts()  # cached: the environment probe reads the same facts
     except Exception as exc:
         report.host = {"error": _one_line(exc)}
     report.host = _jsonable(report.host)

@@ -18,9 +18,7 @@ import importlib.util
 import json
 import os
 import re
-import subprocess
 import sys
-from dataclasses import dataclass
 from typing import Any
 
 # Interpreters older than this cannot load gpudoctor's probes (pyproject's requires-python).
@@ -40,25 +38,36 @@ class InterpreterError(ValueError):
     """``--python PATH`` does not name a usable Python interpreter (a usage error)."""
 
 
-@dataclass(frozen=True)
 class TorchBuild:
     """What one interpreter's torch is, read without importing it.
 
     ``location``: the torch package folder (None: torch is not installed there).
     ``version``/``cuda``/``hip``: from torch/version.py (None when absent or a CPU build).
     ``error``: why version.py could not be read although torch is there.
-    ``source``: "text" (version.py), "recording" (a replayed session), "loaded" (torch
-    was already imported in this process).
+    ``source``: "text" (version.py) or "recording" (a replayed session).
+    (A plain class: a dataclass costs milliseconds of `report --quick`'s start-up.)
     """
 
-    python: str
-    python_version: str
-    location: str | None = None
-    version: str | None = None
-    cuda: str | None = None
-    hip: str | None = None
-    error: str | None = None
-    source: str = "text"
+    __slots__ = ("python", "python_version", "location", "version", "cuda", "hip", "error", "source")
+
+    def __init__(self, python: str, python_version: str, location: str | None = None,
+                 version: str | None = None, cuda: str | None = None, hip: str | None = None,
+                 error: str | None = None, source: str = "text") -> None:
+        self.python = python
+        self.python_version = python_version
+        self.location = location
+        self.version = version
+        self.cuda = cuda
+        self.hip = hip
+        self.error = error
+        self.source = source
+
+    def __repr__(self) -> str:
+        return "TorchBuild(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__) + ")"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TorchBuild) and all(
+            getattr(self, k) == getattr(other, k) for k in self.__slots__)
 
     @property
     def installed(self) -> bool:
@@ -170,6 +179,8 @@ def inspect_interpreter(python: str) -> TorchBuild:
         raise InterpreterError(f"--python {python}: no such file")
     if not os.access(path, os.X_OK):
         raise InterpreterError(f"--python {python}: not executable")
+    import subprocess
+
     try:
         proc = subprocess.run([path, "-c", _INSPECT_SCRIPT], stdin=subprocess.DEVNULL,
                               capture_output=True, timeout=INSPECT_TIMEOUT_S)

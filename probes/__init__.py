@@ -20,7 +20,7 @@ torch's version and CUDA build read from ``torch/version.py`` as text (no import
 from __future__ import annotations
 
 import importlib
-import pkgutil
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -140,13 +140,31 @@ class ProbeContext:
         return self.deadline - time.monotonic()
 
 
+def _uncatalogued_modules() -> list[str]:
+    """Probe modules in this package's folder(s) that CATALOGUE does not name (a directory
+    listing: pkgutil would cost `report --quick` its own import)."""
+    catalogued = {module for module, _ in CATALOGUE.values()}
+    found: list[str] = []
+    for folder in __path__:
+        try:
+            entries = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.endswith(".py"):
+                name = entry[:-3]
+            elif os.path.isfile(os.path.join(folder, entry, "__init__.py")):
+                name = entry
+            else:
+                continue
+            if name.isidentifier() and not name.startswith("_") and name not in catalogued and name not in found:
+                found.append(name)
+    return found
+
+
 def probe_names() -> list[str]:
     """Every probe's name, without importing any probe module (catalogue, then extra files)."""
-    names = list(CATALOGUE)
-    catalogued = {module for module, _ in CATALOGUE.values()}
-    names += [info.name for info in pkgutil.iter_modules(__path__)
-              if not info.name.startswith("_") and info.name not in catalogued]
-    return names
+    return list(CATALOGUE) + _uncatalogued_modules()
 
 
 def registry(level: str | None = None, names: "list[str] | None" = None) -> dict[str, Probe]:
@@ -155,7 +173,6 @@ def registry(level: str | None = None, names: "list[str] | None" = None) -> dict
     ``level``: only probes that run at it; ``names``: only these. Only the modules of the
     probes returned are imported (modules missing from CATALOGUE are imported to learn).
     """
-    catalogued = {module for module, _ in CATALOGUE.values()}
     modules: list[str] = []
     for name, (module, probe_level) in CATALOGUE.items():
         if names is not None and name not in names:
@@ -163,8 +180,7 @@ def registry(level: str | None = None, names: "list[str] | None" = None) -> dict
         if level is not None and not _runs_at(probe_level, level):
             continue
         modules.append(module)
-    modules += [info.name for info in pkgutil.iter_modules(__path__)
-                if not info.name.startswith("_") and info.name not in catalogued]
+    modules += _uncatalogued_modules()
     found: list[Probe] = []
     for module_name in modules:
         module = importlib.import_module(f"{__name__}.{module_name}")
