@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import json
 import threading
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .na import NA, decode, is_na
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 RECORDING_FORMAT = "gpudoctor-recording"
 RECORDING_FORMAT_VERSION = 1
@@ -35,6 +37,8 @@ class RecordingError(ValueError):
 
 
 def load_recording(path: str | Path) -> dict[str, Any]:
+    from pathlib import Path  # here, not at import: `report --quick` does not replay
+
     p = Path(path)
     try:
         raw = json.loads(p.read_text(encoding="utf-8"))
