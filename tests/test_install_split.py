@@ -331,3 +331,11 @@ def test_python_child_loads_gpudoctor_from_a_wheel_layout(tmp_path):
     env_result = json.loads(proc.stdout)["results"][0]
     assert env_result["status"] != "error", env_result
     assert env_result["details"]["torch"]["importable"] is True
+
+
+def test_host_platform_text_matches_platform_without_its_subprocess():
+    import platform
+
+    from gpudoctor.backends.host import _platform_text
+
+    assert _platform_text() == platform.platform()

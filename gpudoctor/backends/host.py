@@ -22,12 +22,28 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def _platform_text() -> str:
+    """``platform.platform()``'s text without its cost: on Linux it runs ``uname -p`` in a
+    subprocess and scans the Python binary for the libc version (milliseconds of every
+    ``report --quick``). glibc names itself through confstr; elsewhere ask platform."""
+    system = platform.system()
+    if system == "Linux":
+        try:
+            libc = os.confstr("CS_GNU_LIBC_VERSION") or ""  # "glibc 2.36"
+        except (ValueError, OSError, AttributeError):
+            libc = ""
+        name, _, version = libc.partition(" ")
+        if name and version:
+            return f"{system}-{platform.release()}-{platform.machine()}-with-{name}{version}"
+    return platform.platform()
+
+
 def host_facts() -> dict[str, Any]:
     """Static-ish facts about the host: OS, Python, CPU, RAM."""
     facts: dict[str, Any] = {
         "hostname": socket.gethostname(),
         "os": f"{platform.system()} {platform.release()}",
-        "platform": platform.platform(),
+        "platform": _platform_text(),
         "machine": platform.machine(),
         "python": sys.version.split()[0],
         "python_implementation": platform.python_implementation(),
