@@ -4,8 +4,8 @@
 start-up, and a CUDA context in the monitoring process), yet the most common broken
 stack, a driver too old for torch's CUDA build, is visible without it: torch writes its
 build into ``torch/version.py`` (``__version__ = '2.14.1+cu130'``, ``cuda = '13.0'``).
-This module finds that file with ``importlib.util.find_spec`` (which locates a package
-without running it) and parses it as text.
+This module finds that file with the import system's finders (as ``importlib.util.find_spec``
+does, without running the package) and parses it as text.
 
 For another environment (``report --python PATH``) the interpreter is asked where its
 torch lies, with a few lines of Python that import nothing but ``importlib``; the file
@@ -14,10 +14,8 @@ is then read here.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import re
 import sys
 from typing import Any
 
@@ -83,19 +81,33 @@ class TorchBuild:
         return f"torch {self.version} ({build})"
 
 
-_ASSIGNMENT = re.compile(
-    r"""^(?P<name>__version__|cuda|hip)\s*(?::[^=\n]*)?=\s*(?:(?P<q>['"])(?P<value>[^'"\n]*)(?P=q)|None)\s*$""",
-    re.MULTILINE)
+_FIELDS = {"__version__": "version", "cuda": "cuda", "hip": "hip"}
 
 
 def parse_version_file(text: str) -> dict[str, str | None]:
-    """``{"version": ..., "cuda": ..., "hip": ...}`` from the text of torch/version.py."""
+    """``{"version": ..., "cuda": ..., "hip": ...}`` from the text of torch/version.py.
+
+    Reads lines of the form ``name = 'text'``, ``name: Optional[str] = 'text'`` or
+    ``name = None`` (torch's generated layout); the first of each name counts.
+    """
     found: dict[str, str | None] = {"version": None, "cuda": None, "hip": None}
-    for m in _ASSIGNMENT.finditer(text):
-        key = "version" if m.group("name") == "__version__" else m.group("name")
-        if found[key] is None:
-            value = m.group("value")
-            found[key] = value[:64] if value else None  # data from a file: bounded
+    seen: set[str] = set()
+    for line in text.splitlines():
+        head, sep, value = line.partition("=")
+        if not sep:
+            continue
+        name = head.split(":", 1)[0].strip()
+        key = _FIELDS.get(name)
+        if key is None or key in seen:
+            continue
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            inner = value[1:-1]
+            if inner and not any(q in inner for q in "'\"\n"):
+                found[key] = inner[:64]  # data from a file: bounded
+                seen.add(key)
+        elif value == "None":
+            seen.add(key)
     return found
 
 
@@ -121,13 +133,26 @@ def _this_python_version() -> str:
     return sys.version.split()[0]
 
 
+def _find_top_level_spec(name: str) -> Any:
+    """What ``importlib.util.find_spec(name)`` answers for a top-level name not yet imported:
+    the first meta-path finder's spec (importlib.util costs `report --quick` its import)."""
+    for finder in sys.meta_path:
+        find_spec = getattr(finder, "find_spec", None)
+        if find_spec is None:
+            continue
+        spec = find_spec(name, None, None)
+        if spec is not None:
+            return spec
+    return None
+
+
 def find_local_torch() -> str | None:
     """The folder of the torch this process would import (no import), or None."""
     loaded = sys.modules.get("torch")
     if loaded is not None and getattr(loaded, "__file__", None):
         return os.path.dirname(loaded.__file__)
     try:
-        spec = importlib.util.find_spec("torch")
+        spec = _find_top_level_spec("torch")
     except (ImportError, ValueError):  # blocked (sys.modules['torch'] = None) or a broken finder
         return None
     if spec is None:

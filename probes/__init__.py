@@ -22,7 +22,7 @@ from __future__ import annotations
 import importlib
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from gpudoctor.model import ProbeResult
@@ -63,7 +63,6 @@ class Probe:
         return _runs_at(self.level, level)
 
 
-@dataclass
 class ProbeContext:
     """What a probe may use. Built by the runner (in the child process for torch probes).
 
@@ -73,19 +72,28 @@ class ProbeContext:
     should return (long loops check :meth:`time_left`). ``python``: the interpreter whose
     torch is checked (``report --python``; None: this one). ``torch_missing``: set by the
     runner when that interpreter has no torch (torch probes then answer without it).
+
+    (A plain class, not a dataclass: building one costs `report --quick` a millisecond.)
     """
 
-    gpu: Any
-    device: int | None = None
-    level: str = "standard"
-    options: dict[str, Any] = field(default_factory=dict)
-    deadline: float | None = None
-    replay: bool = False
-    python: str | None = None
-    torch_missing: bool = False
-    _torch_facts: Any = None
-    _host_facts: Any = None
-    _torch_build: Any = None
+    def __init__(self, gpu: Any, device: int | None = None, level: str = "standard",
+                 options: dict[str, Any] | None = None, deadline: float | None = None, replay: bool = False,
+                 python: str | None = None, torch_missing: bool = False) -> None:
+        self.gpu = gpu
+        self.device = device
+        self.level = level
+        self.options = {} if options is None else options
+        self.deadline = deadline
+        self.replay = replay
+        self.python = python
+        self.torch_missing = torch_missing
+        self._torch_facts: Any = None
+        self._host_facts: Any = None
+        self._torch_build: Any = None
+
+    def __repr__(self) -> str:
+        return (f"ProbeContext(gpu={self.gpu!r}, device={self.device!r}, level={self.level!r}, "
+                f"replay={self.replay!r}, python={self.python!r})")
 
     def torch_allowed(self) -> bool:
         return self.level != "quick"
