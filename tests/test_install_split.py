@@ -339,3 +339,16 @@ def test_host_platform_text_matches_platform_without_its_subprocess():
     from gpudoctor.backends.host import _platform_text
 
     assert _platform_text() == platform.platform()
+
+
+def test_host_cores_and_memory_without_psutil_agree_with_psutil():
+    psutil = pytest.importorskip("psutil")
+    from gpudoctor.backends.host import _linux_cores_and_memory
+
+    linux = _linux_cores_and_memory()
+    if linux is None:
+        pytest.skip("not Linux, or /sys//proc lack the fields (psutil is used there)")
+    cores, total, available = linux
+    assert cores == psutil.cpu_count(logical=False)
+    assert total == psutil.virtual_memory().total
+    assert abs(available - psutil.virtual_memory().available) < 512 * 2**20  # it moves between reads
