@@ -179,8 +179,14 @@ def _json_default(obj: Any) -> Any:
 # and 2: the gpudoctor and gpudoctor.probes package folders, which setuptools' package-dir
 # mapping keeps apart in a source tree), fall back to this installation's NVML binding
 # (argv 3) when that environment has none, then serve probes on the inherited pipe (argv 4).
+# Ctrl-C is the parent's to handle, and a failure to start is one line to the parent,
+# never a traceback on the user's terminal.
 _INTERPRETER_CHILD_BOOT = r"""
+import signal
+signal.signal(signal.SIGINT, signal.SIG_IGN)
 import importlib.util, os, sys
+from multiprocessing.connection import Connection
+_conn = Connection(int(sys.argv[4]))
 def _load(name, path, package=True):
     init = os.path.join(path, "__init__.py") if package else path
     spec = importlib.util.spec_from_file_location(
@@ -189,17 +195,21 @@ def _load(name, path, package=True):
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
-_pkg = _load("gpudoctor", sys.argv[1])
-_pkg.probes = _load("gpudoctor.probes", sys.argv[2])
-if sys.argv[3]:
-    try:
-        import pynvml
-    except ImportError:
-        _load("pynvml", sys.argv[3], package=False)
-from multiprocessing.connection import Connection
-from gpudoctor.runner import _child_main
-_conn = Connection(int(sys.argv[4]))
-_child_main(_conn, _conn.recv())
+try:
+    _pkg = _load("gpudoctor", sys.argv[1])
+    _pkg.probes = _load("gpudoctor.probes", sys.argv[2])
+    if sys.argv[3]:
+        try:
+            import pynvml
+        except ImportError:
+            _load("pynvml", sys.argv[3], package=False)
+    from gpudoctor.runner import _child_main
+    _spec = _conn.recv()
+except BaseException as exc:
+    _text = str(exc).strip().splitlines()
+    _conn.send(("fatal", f"{type(exc).__name__}: {_text[0][:300]}" if _text else type(exc).__name__))
+    sys.exit(1)
+_child_main(_conn, _spec)
 """
 
 
@@ -260,9 +270,11 @@ def _start_interpreter_child(spec: RunSpec) -> tuple[Any, Any]:
     parent_conn, child_conn = mp.Pipe()
     package, probes, nvml = _installation_paths()
     try:
+        quiet = subprocess.DEVNULL if spec.quiet_child else None  # the TUI owns the terminal
         popen = subprocess.Popen(
             [spec.python, "-c", _INTERPRETER_CHILD_BOOT, package, probes, nvml, str(child_conn.fileno())],
-            stdin=subprocess.DEVNULL, pass_fds=(child_conn.fileno(),), close_fds=True)
+            stdin=subprocess.DEVNULL, stdout=quiet, stderr=quiet, pass_fds=(child_conn.fileno(),),
+            close_fds=True)
     finally:
         child_conn.close()
     parent_conn.send(spec)

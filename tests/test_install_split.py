@@ -352,3 +352,21 @@ def test_host_cores_and_memory_without_psutil_agree_with_psutil():
     assert cores == psutil.cpu_count(logical=False)
     assert total == psutil.virtual_memory().total
     assert abs(available - psutil.virtual_memory().available) < 512 * 2**20  # it moves between reads
+
+
+def test_a_python_child_that_cannot_load_gpudoctor_is_one_error_result(tmp_path, monkeypatch):
+    """A broken gpudoctor folder in the child: the probe becomes an error with the reason,
+    and no traceback reaches the terminal."""
+    from gpudoctor import runner
+    from gpudoctor.model import ProbeResult
+
+    broken = tmp_path / "gpudoctor"
+    broken.mkdir()
+    (broken / "__init__.py").write_text("raise RuntimeError('broken install')\n")
+    real = runner._installation_paths
+    monkeypatch.setattr(runner, "_installation_paths", lambda: (str(broken), *real()[1:]))
+    probes = runner.select_probes(["environment"], "standard")
+    report = runner.run_probes(probes, runner.RunSpec(level="standard", python=sys.executable))
+    result = report.result("environment")
+    assert isinstance(result, ProbeResult) and result.status == Status.ERROR
+    assert "RuntimeError: broken install" in result.summary
