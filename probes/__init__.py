@@ -78,7 +78,8 @@ class ProbeContext:
 
     def __init__(self, gpu: Any, device: int | None = None, level: str = "standard",
                  options: dict[str, Any] | None = None, deadline: float | None = None, replay: bool = False,
-                 python: str | None = None, torch_missing: bool = False) -> None:
+                 python: str | None = None, torch_missing: bool = False, _torch_facts: Any = None,
+                 _host_facts: Any = None, _torch_build: Any = None) -> None:
         self.gpu = gpu
         self.device = device
         self.level = level
@@ -87,9 +88,10 @@ class ProbeContext:
         self.replay = replay
         self.python = python
         self.torch_missing = torch_missing
-        self._torch_facts: Any = None
-        self._host_facts: Any = None
-        self._torch_build: Any = None
+        # Preset facts (tests, replays) or None until first asked.
+        self._torch_facts = _torch_facts
+        self._host_facts = _host_facts
+        self._torch_build = _torch_build
 
     def __repr__(self) -> str:
         return (f"ProbeContext(gpu={self.gpu!r}, device={self.device!r}, level={self.level!r}, "
