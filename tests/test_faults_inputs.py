@@ -506,3 +506,29 @@ def test_exporter_command_serves_through_the_bounded_server(tmp_path):
         out.terminate()
         out.wait(30)
     assert "Traceback" not in out.stderr.read()
+
+
+# --------------------------------------------------------------------------- bench mnist sizes
+def test_train_samples_beyond_the_hard_cap_is_exit_2():
+    out = run_cli("bench", "mnist", "--train-samples", "99999999999", timeout=60)
+    assert out.returncode == 2
+    assert "--train-samples" in one_line_error(out) and "limit" in out.stderr
+
+
+def test_synthetic_set_must_fit_in_memory(monkeypatch):
+    from gpudoctor.errors import UsageError
+    from gpudoctor.workload import config as cfg
+
+    monkeypatch.setattr(cfg, "available_memory", lambda: 4 * 2**30)
+    with pytest.raises(UsageError, match=r"--train-samples: .* more than half of the 4.0 GiB available"):
+        cfg.SweepConfig(train_samples=1_000_000).validate()
+    with pytest.raises(UsageError, match="--test-samples"):
+        cfg.SweepConfig(test_samples=200_000).validate()
+    cfg.SweepConfig(train_samples=100_000).validate()  # 1.7 GiB of 4: fits
+    cfg.SweepConfig().validate()  # the default size is not second-guessed
+    # Real MNIST has a fixed size: a larger limit means all of it; only the hard cap applies.
+    cfg.SweepConfig(train_samples=5_000_000, data_dir="/data/mnist").validate()
+    with pytest.raises(UsageError, match="limit of 10,000,000"):
+        cfg.SweepConfig(test_samples=cfg.MAX_SAMPLES + 1, data_dir="/data/mnist").validate()
+    monkeypatch.setattr(cfg, "available_memory", lambda: None)  # unknown: the hard cap only
+    cfg.SweepConfig(train_samples=5_000_000).validate()
