@@ -532,3 +532,56 @@ def test_synthetic_set_must_fit_in_memory(monkeypatch):
         cfg.SweepConfig(test_samples=cfg.MAX_SAMPLES + 1, data_dir="/data/mnist").validate()
     monkeypatch.setattr(cfg, "available_memory", lambda: None)  # unknown: the hard cap only
     cfg.SweepConfig(train_samples=5_000_000).validate()
+
+
+# --------------------------------------------------------------------------- --anonymize
+def _report_with_hosts(local: str, other: str):
+    from gpudoctor.model import ProbeResult, Report
+
+    devices = ProbeResult("devices")
+    devices.measure("visible_to_cuda", 1, note="CUDA_VISIBLE_DEVICES='GPU-0f0e0d0c-0b0a,MIG-1a2b'")
+    dist = ProbeResult("distributed")
+    dist.details.update(hosts=[local, other], world_size=2)
+    dist.find("warn", "peer_access_missing", f"{other}: no GPU peer access for 0-1; about a table on {local}")
+    report = Report(results=[devices, dist])
+    return report
+
+
+def test_anonymize_strips_uuid_prefixes_and_short_host_names():
+    import re
+
+    from gpudoctor.render import REDACTED, report_to_json
+
+    text = report_to_json(_report_with_hosts("h1", "ab"), anonymize=True)
+    data = json.loads(text)
+    assert "0f0e0d0c" not in text and "1a2b" not in text
+    hosts = next(r for r in data["results"] if r["probe"] == "distributed")["details"]["hosts"]
+    assert REDACTED in hosts and "ab" not in hosts
+    assert not re.search(r"(?<![\w.-])(ab|h1)(?![\w-])", text), text
+    assert "about a table" in text  # words that merely contain a short name stay
+
+
+def test_anonymize_text_report_too():
+    import io
+
+    from gpudoctor.render import render_text
+
+    buf = io.StringIO()
+    render_text(_report_with_hosts("h1", "ab"), buf, verbose=True, color=False, anonymize=True)
+    out = buf.getvalue()
+    assert "0f0e0d0c" not in out and " ab:" not in out and "ab: no GPU" not in out
+
+
+def test_anonymized_recording_drops_a_short_host_name(tmp_path, monkeypatch):
+    from gpudoctor.backends import NvmlBackend, NvmlGate, host
+    from gpudoctor.recorder import record_to_file
+    from tests.test_backends import fake_pynvml
+
+    real = host.host_facts
+    monkeypatch.setattr(host, "host_facts", lambda: dict(real(), hostname="g7", note="built on g7"))
+    out = tmp_path / "rec.json"
+    record_to_file(out, seconds=0.1, interval=0.1, with_torch=False,
+                   gpu=NvmlBackend(NvmlGate(fake_pynvml())), anonymize=True)
+    text = out.read_text()
+    assert '"g7"' not in text and "on g7" not in text
+    load_recording(out)
