@@ -248,18 +248,18 @@ def two_gpu_training() -> dict:
     """GPU 0 trains (busy, power-capped now and then), GPU 1 sits idle; datacenter GPUs without fans."""
     name = "NVIDIA A100-SXM4-40GB"
     statics = [_session_static(i, name, memory_gib=40, power_limit=400.0, sm_max=1410, mem_max=1215, fans=0, ecc=1,
-                      cc="8.0", arch=7) for i in range(2)]
+                               cc="8.0", arch=7) for i in range(2)]
     samples = []
     for k in range(30):
         wave = math.sin(k / 3.0)
         busy = _session_sample(util=88 + 10 * wave, mem_util=41 + 6 * wave, used_gib=31.2 + 0.2 * wave, total_gib=40,
-                      temp=58 + k * 0.3, power=330 + 60 * wave, limit=400.0, sm=1410 if wave < 0.6 else 1305,
-                      mem=1215, reasons=0x4 if wave >= 0.6 else 0, pstate=0,
-                      rx_kbps=int(900_000 + 300_000 * wave), tx_kbps=int(60_000 + 20_000 * wave),
-                      fan=_na("NotSupported"), ecc=0)
+                               temp=58 + k * 0.3, power=330 + 60 * wave, limit=400.0, sm=1410 if wave < 0.6 else 1305,
+                               mem=1215, reasons=0x4 if wave >= 0.6 else 0, pstate=0,
+                               rx_kbps=int(900_000 + 300_000 * wave), tx_kbps=int(60_000 + 20_000 * wave),
+                               fan=_na("NotSupported"), ecc=0)
         idle = _session_sample(util=0, mem_util=0, used_gib=0.4, total_gib=40, temp=31, power=52.5, limit=400.0,
-                      sm=210, mem=1215, reasons=0x1, pstate=0, rx_kbps=0, tx_kbps=0,
-                      fan=_na("NotSupported"), ecc=0)
+                               sm=210, mem=1215, reasons=0x1, pstate=0, rx_kbps=0, tx_kbps=0,
+                               fan=_na("NotSupported"), ecc=0)
         busy["t"] = idle["t"] = float(k)
         procs0 = [
             {"pid": 424242, "type": "compute", "gpu_memory_bytes": int(30.4 * GiB), "sm_util_pct": int(85 + 10 * wave),
@@ -287,12 +287,12 @@ def gpu_lost_midsession() -> dict:
     """One GPU works for 6 samples, then falls off the bus: every reading is GpuIsLost."""
     name = "NVIDIA GeForce RTX 3090"
     statics = [_session_static(0, name, memory_gib=24, power_limit=350.0, sm_max=2100, mem_max=9751, fans=2,
-                      ecc=_na("NotSupported"), cc="8.6", arch=7)]
+                               ecc=_na("NotSupported"), cc="8.6", arch=7)]
     samples = []
     for k in range(12):
         good = _session_sample(util=95, mem_util=60, used_gib=20.5, total_gib=24, temp=74 + k, power=338.0, limit=350.0,
-                      sm=1860, mem=9751, reasons=0x4, pstate=2, rx_kbps=1_200_000, tx_kbps=80_000, fan=71,
-                      ecc=_na("NotSupported"))
+                               sm=1860, mem=9751, reasons=0x4, pstate=2, rx_kbps=1_200_000, tx_kbps=80_000, fan=71,
+                               ecc=_na("NotSupported"))
         good["t"] = float(k)
         if k < 6:
             procs = [{"pid": 31337, "type": "compute", "gpu_memory_bytes": int(20.1 * GiB), "sm_util_pct": 93,
@@ -311,12 +311,12 @@ def notsupported_fields() -> dict:
     """A GPU on which several fields are NotSupported; power goes NotSupported mid-session."""
     name = "NVIDIA GeForce GTX 1080"
     statics = [_session_static(0, name, memory_gib=8, power_limit=_na("NotSupported"), sm_max=1911, mem_max=5005,
-                      fans=1, ecc=_na("NotSupported"), cc="6.1", arch=4)]
+                               fans=1, ecc=_na("NotSupported"), cc="6.1", arch=4)]
     samples = []
     for k in range(10):
         s = _session_sample(util=40 + 3 * k, mem_util=20, used_gib=3.2, total_gib=8, temp=61, power=120.0,
-                   limit=_na("NotSupported"), sm=1733, mem=5005, reasons=0, pstate=2,
-                   rx_kbps=_na("NotSupported"), tx_kbps=_na("NotSupported"), fan=48, ecc=_na("NotSupported"))
+                            limit=_na("NotSupported"), sm=1733, mem=5005, reasons=0, pstate=2,
+                            rx_kbps=_na("NotSupported"), tx_kbps=_na("NotSupported"), fan=48, ecc=_na("NotSupported"))
         if k >= 4:
             s["power_w"] = _na("NotSupported")
         s["throttle_reasons"] = _na("NotSupported") if k >= 7 else 0
@@ -335,14 +335,14 @@ def nvml_gone_midsession() -> dict:
     """Two GPUs; after 5 samples NVML answers Uninitialized for everything (driver reloaded)."""
     name = "NVIDIA L4"
     statics = [_session_static(i, name, memory_gib=22.5, power_limit=72.0, sm_max=2040, mem_max=6251, fans=0, ecc=1,
-                      cc="8.9", arch=8) for i in range(2)]
+                               cc="8.9", arch=8) for i in range(2)]
     samples = []
     for k in range(10):
         devs = []
         for i in range(2):
             s = _session_sample(util=60 if i == 0 else 10, mem_util=30, used_gib=10, total_gib=22.5, temp=50, power=55.0,
-                       limit=72.0, sm=1800, mem=6251, reasons=0, pstate=0, rx_kbps=10_000, tx_kbps=5_000,
-                       fan=_na("NotSupported"), ecc=0)
+                                limit=72.0, sm=1800, mem=6251, reasons=0, pstate=0, rx_kbps=10_000, tx_kbps=5_000,
+                                fan=_na("NotSupported"), ecc=0)
             s["t"] = float(k)
             devs.append(_all_na("Uninitialized", s) if k >= 5 else s)
         procs = [_na("Uninitialized")] * 2 if k >= 5 else [[], []]
