@@ -17,6 +17,11 @@ How it works:
   changes. Each probe's status is ``gpudoctor_probe_status{probe, status}`` (a state set:
   1 for the current status, 0 for the others).
 
+* The HTTP server (:func:`serve_metrics`) gives each connection at most 10 s and serves at
+  most 128 at once (more are answered 503 and closed), so idle or half-sent requests cannot
+  hold threads and file descriptors until scrapes fail; ``--report-file`` is read within
+  bounds (16 MiB, 64 levels) and a bad file only sets ``gpudoctor_report_up`` to 0.
+
 Metric names, units and their dcgm-exporter counterparts: docs/fleet.md (the table there
 is checked against :data:`GPU_METRICS` by a test). Units are Prometheus base units
 (bytes, watts, hertz, ratios 0-1); dcgm-exporter uses MiB, MHz and percent.

@@ -500,6 +500,12 @@ def test_exporter_command_serves_through_the_bounded_server(tmp_path):
         for sock in idle:
             sock.sendall(b"GET /metrics HTTP/1.1\r\n")
         assert "gpudoctor_nvml_up" in _scrape(port)
+        # The command's server ends an idle half-sent request by itself (after 10 s).
+        idle[0].settimeout(60)
+        try:
+            assert idle[0].recv(4096) == b""
+        except ConnectionResetError:
+            pass
         for sock in idle:
             sock.close()
     finally:
