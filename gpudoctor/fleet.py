@@ -58,7 +58,8 @@ GPUDOCTOR_METRICS = (
     "gpudoctor_gpu_memory_used_bytes", "gpudoctor_gpu_memory_total_bytes", "gpudoctor_gpu_temperature_celsius",
     "gpudoctor_gpu_power_watts", "gpudoctor_gpu_power_limit_watts", "gpudoctor_gpu_throttled",
     "gpudoctor_gpu_ecc_errors_total", "gpudoctor_gpu_remapped_rows_failure", "gpudoctor_gpu_remapped_rows_pending",
-    "gpudoctor_gpu_retired_pages_pending", "gpudoctor_gpu_xid_errors_total", "gpudoctor_gpu_last_xid",
+    "gpudoctor_gpu_retired_pages_pending", "gpudoctor_gpu_xid_errors_total", "gpudoctor_gpu_kernel_log_xids",
+    "gpudoctor_gpu_last_xid",
     "gpudoctor_gpu_last_xid_timestamp_seconds", "gpudoctor_nvml_up", "gpudoctor_nvml_error_info",
     "gpudoctor_sample_age_seconds", "gpudoctor_report_status", "gpudoctor_report_timestamp_seconds",
 )
@@ -416,7 +417,9 @@ def _judge_gpudoctor(rows: dict[tuple[str, str], FleetRow], m: dict[str, list[Se
         if active:
             rows[key].add("warn", "clocks held down: " + ", ".join(sorted(active)))
     counts = _one(m, "gpudoctor_gpu_xid_errors_total")
-    times = _one(m, "gpudoctor_gpu_last_xid_timestamp_seconds")
+    for key, logged in _one(m, "gpudoctor_gpu_kernel_log_xids").items():
+        counts[key] = counts.get(key, 0.0) + logged  # seen while watching + logged before it began
+    times = {k: v for k, v in _one(m, "gpudoctor_gpu_last_xid_timestamp_seconds").items() if v > 0}
     for key, value in _one(m, "gpudoctor_gpu_last_xid").items():
         if key in rows:
             _add_xid(rows[key], int(value), counts.get(key), times.get(key), now)

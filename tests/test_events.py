@@ -180,10 +180,10 @@ def test_unreadable_kernel_log_says_why(tmp_path):
 
 
 def test_replayed_events():
-    events = ReplayEvents({"devices": [
-        {"events": [{"time": 10.0, "kind": "xid", "code": 79}, {"time": 5.0, "kind": "xid", "code": 13,
-                                                                 "source": "kernel_log"}]},
-        {}]})
+    events = ReplayEvents({"nvml": {"device_count": 2, "events": [
+        [{"time": 10.0, "kind": "xid", "code": 79}, {"time": 5.0, "kind": "xid", "code": 13, "source": "kernel_log"}]],
+        "kernel_log": {"readable": True, "reason": ""}}})
+    assert events.kernel_log_readable is True
     assert events.snapshot(0).last_xid().code == 79 and events.snapshot(0).xid_count == 1
     assert events.snapshot(1).supported == NA("NotRecorded")
 

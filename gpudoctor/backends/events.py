@@ -230,20 +230,30 @@ class EventWatcher:
 
 
 class ReplayEvents:
-    """Events recorded in a recording (``devices[i].events``), served with the same interface."""
+    """Events kept in a recording, served with the watcher's interface.
+
+    Recording format: ``nvml.events`` is a list with one list of events per NVML index
+    (``{"time", "kind", "code", "source"}``; ``source: "kernel_log"`` for Xids logged before the
+    recording began), and ``nvml.kernel_log`` is ``{"readable": bool, "reason": str}``. A recording
+    without ``nvml.events`` (made before gpudoctor watched events) answers ``NA("NotRecorded")``.
+    """
 
     def __init__(self, recording: dict[str, Any], keep: int = 8) -> None:
+        nvml = recording.get("nvml") or {}
         self.status: NA | None = None
-        self.kernel_log_readable: bool | None = recording.get("kernel_log_readable")
-        self.kernel_log_reason = str(recording.get("kernel_log_reason") or "")
+        log = nvml.get("kernel_log") or {}
+        self.kernel_log_readable: bool | None = log.get("readable")
+        self.kernel_log_reason = str(log.get("reason") or "")
         self._trackers: dict[int, _Tracker] = {}
-        for index, device in enumerate(recording.get("devices") or []):
+        per_device = nvml.get("events")
+        count = nvml.get("device_count")
+        count = count if isinstance(count, int) else len(nvml.get("static") or [])
+        for index in range(max(0, count)):
             tracker = self._trackers[index] = _Tracker(keep)
-            events = device.get("events")
-            if events is None:
+            if not isinstance(per_device, list) or index >= len(per_device):
                 tracker.state.supported = NA("NotRecorded")
                 continue
-            for item in events:
+            for item in per_device[index]:
                 event = GpuEvent(float(item["time"]), str(item["kind"]), item.get("code"), "replay")
                 if item.get("source") == "kernel_log":
                     tracker.state.logged_xids.append(GpuEvent(event.time, event.kind, event.code, "kernel_log"))
@@ -259,3 +269,22 @@ class ReplayEvents:
 
     def stop(self, join_s: float | None = None) -> bool:
         return True
+
+
+def open_event_watcher(gpu: Any, keep: int = 8) -> Any:
+    """The event watcher for a backend: NVML's event set for live NVML, the recorded events for a
+    replay. Not started: call ``start()`` (registration makes NVML calls) and ``stop()``."""
+    recording = getattr(gpu, "recording", None)
+    if isinstance(recording, dict):
+        return ReplayEvents(recording, keep=keep)
+    count = gpu.device_count()
+    if is_na(count):
+        watcher = EventWatcher(gpu.gate, 0, keep=keep)
+        watcher.status = count
+        return watcher
+    bus_ids = {}
+    for index in range(count):
+        bus = gpu.static(index).get("pci_bus_id")
+        if isinstance(bus, str):
+            bus_ids[index] = bus
+    return EventWatcher(gpu.gate, count, bus_ids=bus_ids, keep=keep)
