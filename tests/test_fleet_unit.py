@@ -228,3 +228,17 @@ def test_cli_json_rows_worst_first(capsys, monkeypatch):
     assert code == exitcodes.FAIL
     assert [r["status"] for r in data["rows"]] == ["fail", "pass"]
     assert data["counts"] == {"fail": 1, "stale": 0, "warn": 0, "pass": 1}
+
+
+def test_json_matches_the_published_schema(capsys, monkeypatch):
+    import jsonschema
+    from pathlib import Path
+
+    schema = json.loads((Path(__file__).resolve().parents[1] / "docs" / "fleet.schema.json").read_text())
+    extra = [(dict(gpu("b:9402", 0), __name__="gpudoctor_gpu_last_xid"), 13)]
+    code, out, err = _run(capsys, make([("a:9402", 2), ("b:9402", 1)], up={"a:9402": 1, "b:9402": 1, "c:9402": 0},
+                                       extra=extra), monkeypatch, "--json")
+    data = json.loads(out)
+    jsonschema.validate(data, schema)
+    assert data["rows"][0]["instance"] == "c:9402" and data["rows"][0]["status"] == "stale"
+    assert data["rows"][1]["xid_last"] == 13 and data["rows"][1]["status"] == "warn"
