@@ -382,6 +382,10 @@ class NvmlBackend:
         self._nvlink_names = (module, names)
         return names
 
+    def total_energy_mj(self, index: int) -> Any:
+        """Energy used since the driver loaded, in mJ (nvidia-smi --query-gpu=total_energy_consumption)."""
+        return self._q("nvmlDeviceGetTotalEnergyConsumption", index)
+
     def compute_mode(self, index: int) -> Any:
         """nvmlDeviceGetComputeMode: 0 default, 1 exclusive thread (deprecated), 2 prohibited,
         3 exclusive process (one context on the device at a time). One NVML call."""
