@@ -546,13 +546,13 @@ def error_exit_code(error: FleetError) -> int:
         error.kind, exitcodes.UNREACHABLE)
 
 
-def _fmt(value: float | None, scale: float, unit: str, digits: int = 0) -> str:
+def fmt_number(value: float | None, scale: float, unit: str, digits: int = 0) -> str:
     if value is None or not math.isfinite(value):
         return "-"
     return f"{value * scale:.{digits}f}{unit}"
 
 
-def _mem(row: FleetRow) -> str:
+def fmt_mem(row: FleetRow) -> str:
     if row.memory_used_bytes is None:
         return "-"
     used = row.memory_used_bytes / 2 ** 30
@@ -577,8 +577,8 @@ def render_text(view: FleetView, width: int = 120) -> str:
             report += f" {_age_words(row.report_age_s).replace(' ', '')}"
         instance = row.instance if len(row.instance) <= 24 else row.instance[:23] + "…"
         xid_text = "-" if row.xid_last is None else str(row.xid_last)
-        line = (f"{row.status.upper():<6} {instance:<24} {row.gpu or '-':>3} {_fmt(row.utilization, 100, '%'):>5} "
-                f"{_mem(row):>9} {_fmt(row.temperature_c, 1, 'C'):>5} {_fmt(row.power_w, 1, 'W'):>6} "
+        line = (f"{row.status.upper():<6} {instance:<24} {row.gpu or '-':>3} {fmt_number(row.utilization, 100, '%'):>5} "
+                f"{fmt_mem(row):>9} {fmt_number(row.temperature_c, 1, 'C'):>5} {fmt_number(row.power_w, 1, 'W'):>6} "
                 f"{xid_text:>4} {report:<11} ")
         lines.extend(_wrap_reason(line, row.reason, fixed, width))
     return "\n".join(lines) + "\n"
