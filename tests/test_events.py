@@ -199,3 +199,22 @@ def test_every_common_xid_is_explained_with_an_action(code):
 def test_unknown_xid_points_to_the_catalog():
     assert "Xid catalog" in xid.explain(9999).action
     assert xid.explain(79).severity == "critical" and xid.explain(13).severity == "warn"
+
+
+def test_recorded_events_are_validated_at_load(tmp_path):
+    import json
+
+    from gpudoctor.recording import RecordingError, load_recording
+
+    base = json.loads((__import__("pathlib").Path(__file__).parent / "data" /
+                       "handmade_two_gpu_training_standin.json").read_text())
+    base["nvml"]["events"] = [[{"time": 1.0, "kind": "xid", "code": 79}], []]
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(base))
+    assert load_recording(good)["nvml"]["events"][0][0]["code"] == 79
+    base["nvml"]["events"] = [[{"time": 1.0, "kind": "bogus"}]]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(base))
+    with pytest.raises(RecordingError) as info:
+        load_recording(bad)
+    assert "nvml.events[0][0].kind" in str(info.value)
