@@ -147,6 +147,8 @@ OTHER_METRICS: dict[str, str] = {
     "gpudoctor_probe_status": "Each probe's status in the last report, as a state set (labels probe, status)",
     "gpudoctor_report_timestamp_seconds": "Unix time the last report finished (or the file was written)",
     "gpudoctor_report_duration_seconds": "How long the last report took",
+    "gpudoctor_gpu_energy_joules_total": "Energy the GPU used since the driver loaded (NVML total energy "
+                                         "consumption; Volta and newer)",
     "gpudoctor_gpu_xid_errors_total": "Xid errors NVML reported for the GPU since the exporter started watching",
     "gpudoctor_gpu_kernel_log_xids": "Xid errors for the GPU found in the kernel log when the exporter started",
     "gpudoctor_gpu_last_xid": "The most recent Xid of the GPU (NVML event or kernel log); see docs/fleet.md",
@@ -492,6 +494,8 @@ class GpudoctorCollector:
                                       labels=list(GPU_LABELS) + ["reason"])
         ecc = CounterMetricFamily("gpudoctor_gpu_ecc_errors", OTHER_METRICS["gpudoctor_gpu_ecc_errors_total"],
                                   labels=list(GPU_LABELS) + ["error_type", "counter"])
+        energy = CounterMetricFamily("gpudoctor_gpu_energy_joules", OTHER_METRICS["gpudoctor_gpu_energy_joules_total"],
+                                     labels=list(GPU_LABELS))
         for dev in snap["devices"]:
             static, sample = dev["static"], dev["sample"]
             labels = [str(dev["index"])] + [_label(static.get(k)) for k in ("uuid", "name", "pci_bus_id")]
@@ -515,12 +519,16 @@ class GpudoctorCollector:
                 value = _number(sample.get(key))
                 if value is not None:
                     ecc.add_metric(labels + [kind, counter], value)
+            millijoules = _number(sample.get("energy_mj"))
+            if millijoules is not None:
+                energy.add_metric(labels, millijoules / 1000.0)
         yield gpu_info
         yield gpu_up
         yield gpu_err
         yield from families.values()
         yield throttled
         yield ecc
+        yield energy
         if self.events is not None:
             yield from self._event_metrics(snap["devices"])
         yield from self._report_metrics()

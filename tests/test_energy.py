@@ -97,3 +97,23 @@ def test_replayed_counter_and_a_recording_without_one():
     bare = {"nvml": {"status": None, "device_count": 1, "static": [{"name": "x"}],
                      "samples": [{"t": 0, "devices": [{"gpu_util_pct": 1}]}]}}
     assert ReplayBackend(bare).total_energy_mj(0) == NA("NotRecorded")
+
+
+def test_exporter_serves_the_energy_counter_in_joules():
+    import json
+
+    from prometheus_client import generate_latest
+
+    from gpudoctor.backends import ReplayBackend
+    from gpudoctor.exporter import GpudoctorCollector, GpuSampler, build_registry
+
+    rec = json.loads((Path(__file__).parent / "data" / "handmade_two_gpu_training_standin.json").read_text())
+    for sample in rec["nvml"]["samples"]:
+        sample["devices"][0]["energy_mj"] = 2_500_000  # GPU 1 has no counter: absent, not 0
+        sample["devices"][1].pop("energy_mj", None)
+    sampler = GpuSampler(ReplayBackend(rec), 1.0)
+    sampler.sample_once()
+    text = generate_latest(build_registry(GpudoctorCollector(sampler))).decode()
+    lines = [line for line in text.splitlines() if line.startswith("gpudoctor_gpu_energy_joules_total{")]
+    assert len(lines) == 1 and 'gpu="0"' in lines[0] and lines[0].endswith(" 2500.0")
+    assert "# TYPE gpudoctor_gpu_energy_joules_total counter" in text

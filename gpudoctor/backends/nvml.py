@@ -318,6 +318,7 @@ class NvmlBackend:
             "remapped_rows_failure": remapped if is_na(remapped) else bool(remapped[3]),
             "persistence_mode": q("nvmlDeviceGetPersistenceMode", index),
             "compute_mode": q("nvmlDeviceGetComputeMode", index),
+            "energy_mj": self.total_energy_mj(index),
         }
 
     def nvlink(self, index: int) -> Any:
