@@ -394,21 +394,13 @@ def _judge_gpudoctor(rows: dict[tuple[str, str], FleetRow], m: dict[str, list[Se
             reason = ", ".join(r for r in errors.get(key, []) if r) or "no reading"
             rows[key].add("fail", f"GPU not answering NVML ({reason}): check `nvidia-smi` and the kernel log "
                                   "on the node; a lost GPU needs a reset or a reboot")
-    for key, series in _values(m, "gpudoctor_gpu_ecc_errors_total").items():
-        uncorrected = sum(s.value for s in series if s.labels.get("error_type") == "uncorrected"
-                          and s.labels.get("counter") == "volatile")
-        if key in rows and uncorrected > 0:
-            rows[key].add("fail", f"{uncorrected:.0f} uncorrectable ECC error(s) since the driver loaded: "
-                                  "drain the node and reset the GPU")
-    for key, value in _one(m, "gpudoctor_gpu_remapped_rows_failure").items():
-        if key in rows and value >= 1:
-            rows[key].add("fail", "row remapping failed: the GPU needs replacing")
+    uncorrected = {key: sum(s.value for s in series if s.labels.get("error_type") == "uncorrected"
+                            and s.labels.get("counter") == "volatile")
+                   for key, series in _values(m, "gpudoctor_gpu_ecc_errors_total").items()}
     pending = dict(_one(m, "gpudoctor_gpu_remapped_rows_pending"))
     for key, value in _one(m, "gpudoctor_gpu_retired_pages_pending").items():
         pending[key] = max(value, pending.get(key, 0.0))
-    for key, value in pending.items():
-        if key in rows and value >= 1:
-            rows[key].add("warn", "a GPU reset is pending to take faulty memory out of use")
+    _judge_memory(rows, uncorrected, _one(m, "gpudoctor_gpu_remapped_rows_failure"), pending)
     for key, series in _values(m, "gpudoctor_gpu_throttled").items():
         if key not in rows:
             continue
@@ -427,6 +419,21 @@ def _judge_gpudoctor(rows: dict[tuple[str, str], FleetRow], m: dict[str, list[Se
         if key in rows:
             rows[key].xid_count = int(value)
     _judge_instances(rows, m, now, stale_after_s, report_max_age_s)
+
+
+def _judge_memory(rows: dict[tuple[str, str], FleetRow], uncorrected: dict[tuple[str, str], float],
+                  remap_failed: dict[tuple[str, str], float], reset_pending: dict[tuple[str, str], float]) -> None:
+    """Device memory faults, the same facts whichever exporter sent them."""
+    for key, value in uncorrected.items():
+        if key in rows and value > 0:
+            rows[key].add("fail", f"{value:.0f} uncorrectable ECC error(s) since the driver loaded: "
+                                  "drain the node and reset the GPU")
+    for key, value in remap_failed.items():
+        if key in rows and value >= 1:
+            rows[key].add("fail", "row remapping failed: the GPU needs replacing")
+    for key, value in reset_pending.items():
+        if key in rows and value >= 1:
+            rows[key].add("warn", "a GPU reset is pending to take faulty memory out of use")
 
 
 def _judge_instances(rows: dict[tuple[str, str], FleetRow], m: dict[str, list[Series]], now: float,
@@ -492,16 +499,8 @@ def _judge_dcgm(rows: dict[tuple[str, str], FleetRow], m: dict[str, list[Series]
     for key, value in _one(m, "DCGM_FI_DEV_XID_ERRORS").items():
         if key in rows and rows[key].xid_last is None:
             _add_xid(rows[key], int(value), None, None, 0.0)
-    for key, value in _one(m, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL").items():
-        if key in rows and value > 0:
-            rows[key].add("fail", f"{value:.0f} uncorrectable ECC error(s) since the driver loaded: "
-                                  "drain the node and reset the GPU")
-    for key, value in _one(m, "DCGM_FI_DEV_ROW_REMAP_FAILURE").items():
-        if key in rows and value >= 1:
-            rows[key].add("fail", "row remapping failed: the GPU needs replacing")
-    for key, value in _one(m, "DCGM_FI_DEV_ROW_REMAP_PENDING").items():
-        if key in rows and value >= 1:
-            rows[key].add("warn", "a GPU reset is pending to take faulty memory out of use")
+    _judge_memory(rows, _one(m, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"), _one(m, "DCGM_FI_DEV_ROW_REMAP_FAILURE"),
+                  _one(m, "DCGM_FI_DEV_ROW_REMAP_PENDING"))
     masks = dict(_one(m, "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"))
     masks.update(_one(m, "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"))
     for key, value in masks.items():

@@ -11,33 +11,18 @@ from __future__ import annotations
 import copy
 import json
 import re
-import shutil
-import socket
 import subprocess
 import sys
 import time
-import urllib.parse
-import urllib.request
 from pathlib import Path
 
-import pytest
-
 from gpudoctor import exitcodes
+from prom_support import PROMETHEUS, free_port, needs_prometheus, query, stop
 
 ROOT = Path(__file__).resolve().parents[1]
 HEALTHY = ROOT / "tests" / "data" / "handmade_two_gpu_training_standin.json"
 GPU_LOST = ROOT / "tests" / "data" / "exporter_gpu_lost_handmade.json"
-PROMETHEUS = shutil.which("prometheus")
-
-pytestmark = pytest.mark.skipif(
-    PROMETHEUS is None,
-    reason="the prometheus binary is not installed (Debian/Ubuntu: apt-get install -y --no-install-recommends prometheus)")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+pytestmark = needs_prometheus
 
 
 def _xid79_recording(tmp_path: Path) -> Path:
@@ -64,12 +49,6 @@ def _exporter(recording: Path) -> tuple[subprocess.Popen, int]:
     return proc, int(match.group(1))
 
 
-def _query(port: int, expr: str) -> list[dict]:
-    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-    with urllib.request.urlopen(url, timeout=5) as response:
-        return json.load(response)["data"]["result"]
-
-
 def _wait(predicate, seconds: float, what: str) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -88,17 +67,7 @@ def _fleet(prom_port: int, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=60, cwd=ROOT)
 
 
-def _stop(proc: subprocess.Popen | None) -> None:
-    if proc is not None and proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-
-
-def test_fleet_lists_three_exporters_worst_first_then_sees_one_stop(tmp_path):
+def test_fleet_lists_three_exporters_worst_first_then_sees_onestop(tmp_path):
     exporters = []
     prometheus = None
     log = open(tmp_path / "prometheus.log", "w")  # noqa: SIM115 (closed below)
@@ -108,7 +77,7 @@ def test_fleet_lists_three_exporters_worst_first_then_sees_one_stop(tmp_path):
             proc, port = _exporter(recording)
             exporters.append(proc)
             ports[name] = port
-        prom_port = _free_port()
+        prom_port = free_port()
         targets = ", ".join(f"'127.0.0.1:{p}'" for p in ports.values())
         config = tmp_path / "prometheus.yml"
         config.write_text("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
@@ -117,9 +86,9 @@ def test_fleet_lists_three_exporters_worst_first_then_sees_one_stop(tmp_path):
             [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
              f"--web.listen-address=127.0.0.1:{prom_port}", "--storage.tsdb.retention.time=1h"],
             stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
-        _wait(lambda: len([r for r in _query(prom_port, 'up{job="gpudoctor"} == 1')]) == 3
-              and len(_query(prom_port, "gpudoctor_gpu_info")) >= 5
-              and _query(prom_port, "gpudoctor_gpu_last_xid"), 60, "three exporters scraped")
+        _wait(lambda: len([r for r in query(prom_port, 'up{job="gpudoctor"} == 1')]) == 3
+              and len(query(prom_port, "gpudoctor_gpu_info")) >= 5
+              and query(prom_port, "gpudoctor_gpu_last_xid"), 60, "three exporters scraped")
 
         proc = _fleet(prom_port, "--json")
         assert proc.returncode == exitcodes.FAIL, proc.stderr
@@ -148,8 +117,8 @@ def test_fleet_lists_three_exporters_worst_first_then_sees_one_stop(tmp_path):
         assert inst["lost"] not in text.stdout and "PASS" in text.stdout
 
         # one exporter stops: Prometheus marks its series stale; fleet names the target
-        _stop(exporters[2])
-        _wait(lambda: _query(prom_port, f'up{{instance="{inst["xid79"]}"}} == 0'), 30, "the stopped target seen down")
+        stop(exporters[2])
+        _wait(lambda: query(prom_port, f'up{{instance="{inst["xid79"]}"}} == 0'), 30, "the stopped target seen down")
         after = _fleet(prom_port, "--json")
         down = json.loads(after.stdout)
         assert inst["xid79"] in down["targets_down"]
@@ -158,15 +127,15 @@ def test_fleet_lists_three_exporters_worst_first_then_sees_one_stop(tmp_path):
         assert "not answering Prometheus" in stale[0]["reason"]
         assert after.returncode == exitcodes.FAIL  # the lost GPU still fails
 
-        _stop(prometheus)
+        stop(prometheus)
         gone = _fleet(prom_port)
         assert gone.returncode == exitcodes.UNREACHABLE
         assert gone.stdout == "" and len(gone.stderr.strip().splitlines()) == 1
         assert "cannot be reached" in gone.stderr
     finally:
-        _stop(prometheus)
+        stop(prometheus)
         for proc in exporters:
-            _stop(proc)
+            stop(proc)
             if proc.stderr is not None:
                 proc.stderr.close()
         log.close()
