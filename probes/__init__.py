@@ -35,6 +35,7 @@ CATALOGUE: dict[str, tuple[str, str]] = {
     "environment": ("environment", "quick"),
     "devices": ("devices", "quick"),
     "health": ("health", "quick"),
+    "events": ("events", "quick"),
     "memory": ("memory", "full"),
     "correctness": ("correctness", "full"),
     "transfer": ("transfer", "full"),
