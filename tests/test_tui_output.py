@@ -81,11 +81,10 @@ def test_text_report_prints_no_escape_sequence_from_a_replayed_name(tmp_path):
 
 @run_async
 async def test_header_keeps_the_start_up_quick_doctor_verdict():
-    from gpudoctor import runner
-    from gpudoctor.tui.app import report_headline
+    from gpudoctor.quick import quick_verdict
 
-    expected = report_headline(runner.run_probes(runner.select_probes(None, "quick"),
-                                                 runner.RunSpec(level="quick", replay=str(NO_NVML))))
+    verdict = quick_verdict(replay=str(NO_NVML))  # the verdict report --quick and the exporter give
+    expected = (verdict.status.value, verdict.headline)
     assert expected[0] == "fail" and expected[1]
     app = make_test_app(NO_NVML, startup_doctor=True)
     async with app.run_test(size=(200, 24)) as pilot:
@@ -108,8 +107,9 @@ async def test_workload_screen_shows_the_busy_machine_note_like_the_cli():
     async with app.run_test(size=(120, 50)) as pilot:
         await pilot.press("w")
         await pilot.press("s")
-        await wait_for(pilot, lambda: app.workload.phase == "finished", timeout=60)
+        await wait_for(pilot, lambda: app.workload.phase in ("finished", "failed"), timeout=60)
         await pilot.pause()
+        assert app.workload.phase == "finished", (app.workload.error, app.workload.last_message)
         text = " ".join(screen_text(app).split())
         assert "note: " + BUSY_NOTE[:60] in text
         await pilot.press("q")

@@ -127,18 +127,14 @@ class HeaderVerdict(Message):
 
 
 def report_headline(report: Any) -> tuple[str, str]:
-    """(status, reason) of a report for the header: the first finding at the report's
-    status says why (``("fail", "torch cannot start CUDA")``); a healthy report has none."""
-    status = str(report.status)
-    if status in ("pass", "skip"):
-        return status, ""
-    for result in report.results:
-        for finding in result.findings:
-            if str(finding.status) == status and finding.summary:
-                return status, finding.summary
-        if str(result.status) == status and result.summary:
-            return status, f"{result.probe}: {result.summary}"
-    return status, ""
+    """(status, reason) of a finished report for the header, from the verdict the quick check,
+    ``report --quick`` and the exporter share (:func:`gpudoctor.quick.verdict_of`); a pass
+    carries no reason."""
+    from gpudoctor.quick import verdict_of
+
+    verdict = verdict_of(report)
+    status = verdict.status.value
+    return status, ("" if status == "pass" else verdict.headline)
 
 
 class WorkloadEvent(Message):
@@ -251,12 +247,11 @@ class GpudoctorApp(App[int]):
     def _quick_verdict_worker(self) -> None:
         """The quick doctor (NVML and text only: no torch import, no CUDA context in this
         process) for the header verdict; it never blocks the screen."""
-        from gpudoctor import runner
+        from gpudoctor.quick import quick_report
 
         worker = get_current_worker()
         try:
-            probes = runner.select_probes(None, "quick")
-            report = runner.run_probes(probes, runner.RunSpec(level="quick", replay=self.replay, quiet_child=True))
+            report = quick_report(replay=self.replay)
         except Exception as exc:  # the header says the doctor could not run; the app goes on
             headline = ("error", f"the quick doctor could not run: {_one_line(exc)}")
         else:
