@@ -113,3 +113,33 @@ async def test_workload_screen_shows_the_busy_machine_note_like_the_cli():
         text = " ".join(screen_text(app).split())
         assert "note: " + BUSY_NOTE[:60] in text
         await pilot.press("q")
+
+
+def test_tall_util_graph_has_a_time_axis_like_nvitop():
+    from gpudoctor.tui.widgets import util_graph
+
+    lines = [line.plain for line in util_graph([50.0] * 120, rows=4, width=140, interval_s=1.0)]
+    assert len(lines) == 5 and all(len(line) == 140 for line in lines)
+    axis = lines[-1]
+    assert axis.startswith("util") and "30s" in axis and "60s" in axis and "120s" in axis
+    assert axis.index("120s") < axis.index("60s") < axis.index("30s")
+    assert axis.index("30s") + len("30s") == 140 - 30  # the mark ends at the sample taken 30 s ago
+    assert lines[0].strip() == "100%" and set(lines[3][-120:]) == {"█"}  # half of 4 rows filled
+
+
+@run_async
+async def test_idle_clock_reason_is_not_called_nothing_running_beside_busy_util(tmp_path):
+    data = json.loads(STANDIN.read_text(encoding="utf-8"))
+    for sample in data["nvml"]["samples"]:
+        sample["devices"][0]["throttle_reasons"] = 1  # NVML's GpuIdle bit, read at one instant
+        sample["devices"][0]["gpu_util_pct"] = 37
+    path = tmp_path / "handmade_idle_bit_busy_util.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    app = make_test_app(path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await take_samples(pilot, app, 1)
+        await pilot.pause()
+        gpu0 = screen_text(app).split("GPU 1:")[0]
+        assert "37%" in gpu0 and "nothing is running" not in gpu0
+        assert "idle between kernels" in gpu0
+        await pilot.press("q")

@@ -109,13 +109,44 @@ class OverviewScreen(BaseScreen):
                 else:
                     new.append(GpuPanel(int(ident.split("-")[1])))
             panels.mount_all(new)
+        gpu_panels = []
         for dev in snap.devices:
             for panel in panels.query(f"#gpu-{dev.index}").results(GpuPanel):
+                panel.interval_s = self.gapp.interval
                 panel.show(dev, state.history)
+                gpu_panels.append(panel)
         for panel in panels.query("#no-gpu").results(NoGpuPanel):
             panel.show(snap.nvml_status if snap.nvml_status is not None else NA("NoDevices"))
         for panel in panels.query("#host").results(HostPanel):
             panel.show(snap, state.history)
+        self._share_free_rows(panels, gpu_panels)
+
+    def on_resize(self) -> None:
+        self.refresh_view()
+
+    @staticmethod
+    def _share_free_rows(panels: Any, gpu_panels: list[GpuPanel]) -> None:
+        """Rows the panels leave free become taller utilisation graphs, shared by the GPUs."""
+        if not gpu_panels or panels.size.height <= 0:
+            return
+        used = 0
+        for child in panels.children:
+            lines = getattr(child, "lines", None)
+            width = child.content_size.width or max(20, panels.size.width - 2)
+            if isinstance(child, GpuPanel):
+                rows, child.graph_rows = child.graph_rows, 0
+                used += len(child.lines(width)) + 2
+                child.graph_rows = rows
+            elif lines is not None:
+                used += len(lines(width)) + 2
+            else:
+                used += child.outer_size.height
+        spare = (panels.size.height - used) // len(gpu_panels)
+        rows = spare - 1 if spare >= 4 else 0  # the axis takes a row; under 3 graph rows is no graph
+        for panel in gpu_panels:
+            if panel.graph_rows != rows:
+                panel.graph_rows = rows
+                panel.refresh_sized()
 
 
 # --------------------------------------------------------------------------- processes

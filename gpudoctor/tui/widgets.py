@@ -78,6 +78,10 @@ class GpuPanel(_LinesPanel):
         self.index = index
         self.device: DeviceSnapshot | None = None
         self.history: History | None = None
+        #: Rows of the tall utilisation graph (0: none); the Overview gives free rows here.
+        self.graph_rows = 0
+        #: Seconds between samples, for the graph's time axis.
+        self.interval_s = 1.0
 
     def show(self, device: DeviceSnapshot, history: History) -> None:
         static = device.static
@@ -178,6 +182,8 @@ class GpuPanel(_LinesPanel):
         throttle = Text("clocks".ljust(LABEL_W), style="cyan") + Text(text, style=style)
         throttle.truncate(width, overflow="ellipsis")
         lines.append(throttle)
+        if self.graph_rows >= 2:
+            lines += util_graph(series("util"), self.graph_rows, width, self.interval_s)
         return lines
 
     @staticmethod
@@ -256,6 +262,59 @@ class HostPanel(_LinesPanel):
             per_core.truncate(width)
             lines.append(per_core)
         return lines
+
+
+# --------------------------------------------------------------------------- tall graph
+GRAPH_FILL = " ▁▂▃▄▅▆▇█"
+#: Marks on the graph's time axis, seconds before now (as nvitop marks 30/60/120 s); longer
+#: ones for long refresh intervals. A mark is drawn only where the history reaches.
+AXIS_MARKS_S = (30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 28800, 43200)
+
+
+def _mark(seconds: int) -> str:
+    if seconds <= 120:
+        return f"{seconds}s"
+    return f"{seconds // 60}m" if seconds < 3600 else f"{seconds // 3600}h"
+
+
+def util_graph(values: list[float | None], rows: int, width: int, interval_s: float) -> list[Text]:
+    """Utilisation history ``rows`` tall on a fixed 0-100 % scale, newest on the right, and a
+    time axis under it with marks at 30/60/120 s ago where the history reaches."""
+    label_w = LABEL_W
+    plot_w = max(1, width - label_w)
+    data = list(values)[-plot_w:]
+    data = [None] * (plot_w - len(data)) + data
+    out: list[Text] = []
+    for r in range(rows):
+        level = rows - 1 - r  # rows below this one
+        cells = []
+        for v in data:
+            if v is None:
+                cells.append(" ")
+                continue
+            eighths = max(0.0, min(100.0, float(v))) / 100.0 * rows * 8
+            fill = int(max(0, min(8, round(eighths - level * 8))))
+            cells.append(GRAPH_FILL[max(fill, 1) if level == 0 else fill])  # a reading, even 0 %, shows
+        label = "100%" if r == 0 else ("0%" if r == rows - 1 else "")
+        out.append(Text(label.rjust(label_w - 1) + " ", style="dim") + Text("".join(cells), style="green"))
+    axis = ["─"] * plot_w
+    known = sum(1 for v in data if v is not None)
+    free_from = plot_w  # marks are placed right to left without overlapping
+    for seconds in AXIS_MARKS_S:
+        k = int(round(seconds / interval_s)) if interval_s > 0 else 0
+        mark = _mark(seconds)
+        end = plot_w - k  # the column of the sample taken `seconds` ago: the mark ends there
+        start = end - len(mark)
+        if k < 1 or start < 0 or k > min(HISTORY_SAMPLES, max(known, 1)) or end >= free_from:
+            continue
+        axis[start:end] = list(mark)
+        free_from = start - 1
+    out.append(Text("util".ljust(label_w), style="cyan") + Text("".join(axis), style="dim"))
+    return out
+
+
+#: Samples a History keeps (the graph's time axis stops where the history does).
+from gpudoctor.live import HISTORY_LENGTH as HISTORY_SAMPLES  # noqa: E402
 
 
 # --------------------------------------------------------------------------- doctor
