@@ -119,8 +119,10 @@ def format_bytes(n: float | int | None) -> str:
 
 
 def render_text(report: Report, stream: TextIO | None = None, *, verbose: bool = False,
-                color: bool | None = None, anonymize: bool = False) -> None:
-    """Print a report for people: a section per probe, findings with fixes, a verdict."""
+                color: bool | None = None, anonymize: bool = False, title: str = "gpudoctor report") -> None:
+    """Print a report for people: a section per probe, findings with fixes, a verdict.
+
+    ``title`` heads it: the command that made the report (``gpudoctor distributed``)."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -133,9 +135,9 @@ def render_text(report: Report, stream: TextIO | None = None, *, verbose: bool =
     console = Console(file=stream, force_terminal=color, no_color=(color is False),
                       highlight=False, soft_wrap=False, width=None if is_tty else 160)
     host = data.get("host") or {}
-    title = Text("gpudoctor report", style="bold")
-    title.append(f"  {data['created']}  {host.get('hostname', '')}  ({data['source']})", style="dim")
-    console.print(title)
+    heading = Text(title, style="bold")
+    heading.append(f"  {data['created']}  {host.get('hostname', '')}  ({data['source']})", style="dim")
+    console.print(heading)
     for result in data["results"]:
         label, style = STATUS_STYLE[result["status"]]
         head = Text(f"[{label}] ", style=style)

@@ -212,7 +212,7 @@ def test_nvlink_without_nvml_is_na():
 
 def test_front_ends_do_not_import_torch():
     code = ("import sys, gpudoctor.cli as c; c.build_parser(); import gpudoctor.exporter, "
-            "gpudoctor.distributed_cmd, gpudoctor.probes.distributed; "
+            "gpudoctor.commands.distributed, gpudoctor.probes.distributed; "
             "bad = [m for m in ('torch', 'pynvml', 'textual') if m in sys.modules]; print(bad); "
             "sys.exit(1 if bad else 0)")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
