@@ -17,6 +17,11 @@ How it works:
   changes. Each probe's status is ``gpudoctor_probe_status{probe, status}`` (a state set:
   1 for the current status, 0 for the others).
 
+* The HTTP server (:func:`serve_metrics`) gives each connection at most 10 s and serves at
+  most 128 at once (more are answered 503 and closed), so idle or half-sent requests cannot
+  hold threads and file descriptors until scrapes fail; ``--report-file`` is read within
+  bounds (16 MiB, 64 levels) and a bad file only sets ``gpudoctor_report_up`` to 0.
+
 Metric names, units and their dcgm-exporter counterparts: docs/fleet.md (the table there
 is checked against :data:`GPU_METRICS` by a test). Units are Prometheus base units
 (bytes, watts, hertz, ratios 0-1); dcgm-exporter uses MiB, MHz and percent.
@@ -26,7 +31,9 @@ Front end: never imports torch or pynvml (NVML goes through gpudoctor.backends).
 
 from __future__ import annotations
 
+import errno
 import os
+import socket
 import sys
 import threading
 import time
@@ -280,6 +287,34 @@ def stop_sampler_then_close(sampler: GpuSampler, gpu: Any, join_s: float | None 
     return True
 
 
+REPORT_FILE_MAX_BYTES = 16 << 20  # a full report of 64 GPUs is well under 1 MiB
+REPORT_FILE_MAX_DEPTH = 64
+REPORT_FILE_MAX_RESULTS = 1000
+
+
+def _report_duration(data: Any) -> float:
+    """Sum of the results' durations, after checking the fields the collector reads.
+
+    ValueError for anything that is not a gpudoctor report of the expected shape.
+    """
+    results = data.get("results") if isinstance(data, dict) else None
+    if not isinstance(results, list):
+        raise ValueError("not a gpudoctor report")
+    if len(results) > REPORT_FILE_MAX_RESULTS:
+        raise ValueError(f"more than {REPORT_FILE_MAX_RESULTS} results")
+    if not isinstance(data.get("status"), (str, type(None))):
+        raise ValueError("status is not a string")
+    total = 0.0
+    for result in results:
+        if not isinstance(result, dict) or not isinstance(result.get("probe"), str) \
+                or len(result["probe"]) > 200 or not isinstance(result.get("status"), (str, type(None))):
+            raise ValueError("a result is not a probe result")
+        duration = result.get("duration_s")
+        if isinstance(duration, (int, float)) and not isinstance(duration, bool) and duration == duration:
+            total += float(duration)
+    return total
+
+
 class ReportStatus:
     """The last report: run periodically by ``produce`` or read from ``path`` when it changes."""
 
@@ -311,29 +346,36 @@ class ReportStatus:
             self.finished_at = time.time()
 
     def _read_file(self) -> None:
-        import json
+        """Read the report file if it changed. A file that is missing, too big, nested too deep,
+        not JSON or not a report sets ``up`` to 0; the next change is read again."""
+        from gpudoctor.safejson import JsonFileError, read_json_file
 
         try:
-            mtime = os.stat(self.path).st_mtime  # type: ignore[arg-type]
-        except OSError:
-            self.up = 0
-            return
-        if mtime == self._mtime and self.report is not None:
-            return
-        try:
-            with open(self.path, encoding="utf-8") as fh:  # type: ignore[arg-type]
-                data = json.load(fh)
-            if not isinstance(data, dict) or "results" not in data:
-                raise ValueError("not a gpudoctor report")
+            st = os.stat(self.path)  # type: ignore[arg-type]
         except (OSError, ValueError):
             self.up = 0
             return
+        mtime = st.st_mtime
+        if mtime == self._mtime and self.report is not None:
+            return
+        try:
+            data = read_json_file(self.path, max_bytes=REPORT_FILE_MAX_BYTES,  # type: ignore[arg-type]
+                                  max_depth=REPORT_FILE_MAX_DEPTH)
+            duration = _report_duration(data)
+        except (JsonFileError, ValueError):
+            self.up = 0
+            return
         self.report, self.up, self._mtime, self.finished_at = data, 1, mtime, mtime
-        self.duration_s = sum(float(r.get("duration_s") or 0) for r in data.get("results", []))
+        self.duration_s = duration
 
     def _loop(self) -> None:
         while True:
-            self.refresh()
+            try:
+                self.refresh()
+            except Exception as exc:  # never let one bad file or report end the thread for good
+                self.up = 0
+                print(f"gpudoctor exporter: report: {type(exc).__name__}: {str(exc)[:200]}",
+                      file=sys.stderr, flush=True)
             wait = 5.0 if self.path is not None else self.interval
             if wait <= 0 or self._stop.wait(wait):
                 return
@@ -513,5 +555,170 @@ def build_registry(collector: GpudoctorCollector) -> Any:
     return registry
 
 
-__all__ = ["GpuSampler", "ReportStatus", "stop_sampler_then_close", "recoverable_trouble", "GpudoctorCollector", "build_registry", "GPU_METRICS",
+# --------------------------------------------------------------------------- HTTP server
+DEFAULT_MAX_CONNECTIONS = 128    # open connections served at once; more are answered 503 and closed
+DEFAULT_REQUEST_TIMEOUT_S = 10.0  # a connection's whole life (Prometheus' default scrape timeout)
+_FD_SHORTAGE = {getattr(errno, name) for name in ("EMFILE", "ENFILE", "ENOBUFS", "ENOMEM") if hasattr(errno, name)}
+_BUSY = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+
+
+class _OneLineErrors:
+    """Where wsgiref writes a failed request's traceback: only its last line reaches stderr."""
+
+    def __init__(self) -> None:
+        self._parts: list[str] = []
+
+    def write(self, text: str) -> int:
+        if sum(map(len, self._parts)) < 65536:
+            self._parts.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        lines = [line for line in "".join(self._parts).splitlines() if line.strip()]
+        self._parts.clear()
+        if lines:
+            print(f"gpudoctor exporter: request failed: {lines[-1].strip()[:200]}", file=sys.stderr, flush=True)
+
+
+def _metrics_server_class() -> Any:
+    """The server class, built on first use (wsgiref is only imported by the exporter command)."""
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
+
+    class Handler(WSGIRequestHandler):
+        """One connection: a socket timeout on every read and write, no access log."""
+
+        def setup(self) -> None:
+            self.timeout = self.server.request_timeout_s  # StreamRequestHandler.setup applies it
+            super().setup()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def get_stderr(self) -> Any:
+            return _OneLineErrors()
+
+    class MetricsServer(WSGIServer):
+        """A thread per connection, at most ``max_connections`` at once, each for at most
+        ``request_timeout_s``: idle or half-sent requests (slowloris) cannot hold threads and
+        file descriptors until scrapes fail. Connections over the cap are answered 503 and
+        closed at once; running out of file descriptors costs one pause, never a traceback."""
+
+        handler_class = Handler
+
+        def __init__(self, address: tuple[Any, ...], family: int, *, max_connections: int,
+                     request_timeout_s: float) -> None:
+            self.address_family = family
+            self.max_connections = max_connections
+            self.request_timeout_s = request_timeout_s
+            self.refused = 0          # connections closed because the cap was reached
+            self.timed_out = 0        # connections ended by request_timeout_s
+            self.fd_shortages = 0     # accept() failures for want of file descriptors
+            self.peak_connections = 0  # most connections served at once
+            self._active: dict[Any, float] = {}
+            self._lock = threading.Lock()
+            super().__init__(address, Handler)
+
+        def get_request(self) -> Any:
+            try:
+                return super().get_request()
+            except OSError as exc:
+                if exc.errno in _FD_SHORTAGE:
+                    # The listening socket stays readable: pause instead of spinning, and let
+                    # the connections being served finish and give their descriptors back.
+                    self.fd_shortages += 1
+                    time.sleep(0.05)
+                raise  # socketserver drops a failed accept() quietly
+
+        def process_request(self, request: Any, client_address: Any) -> None:
+            with self._lock:
+                full = len(self._active) >= self.max_connections
+                if not full:
+                    self._active[request] = time.monotonic()
+                    self.peak_connections = max(self.peak_connections, len(self._active))
+            if full:
+                self.refused += 1
+                self._refuse(request)
+                return
+            try:
+                threading.Thread(target=self._serve, args=(request, client_address),
+                                 name="gpudoctor-http", daemon=True).start()
+            except RuntimeError:  # no thread could be started: this connection only
+                self._forget(request)
+                self._refuse(request)
+
+        def _serve(self, request: Any, client_address: Any) -> None:
+            try:
+                self.finish_request(request, client_address)
+            except Exception:
+                self.handle_error(request, client_address)
+            finally:
+                self._forget(request)
+                self.shutdown_request(request)
+
+        def _forget(self, request: Any) -> None:
+            with self._lock:
+                self._active.pop(request, None)
+
+        def _refuse(self, request: Any) -> None:
+            try:
+                request.setblocking(False)
+                request.send(_BUSY)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+
+        def service_actions(self) -> None:
+            """Between polls of serve_forever: cut connections older than the timeout. Their
+            threads see end-of-file, finish and close; shutdown() frees no descriptor under them."""
+            limit = time.monotonic() - self.request_timeout_s
+            with self._lock:
+                old = [r for r, started in self._active.items() if started < limit]
+            for request in old:
+                with self._lock:
+                    self.timed_out += 1
+                try:
+                    request.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+        def handle_error(self, request: Any, client_address: Any) -> None:
+            exc = sys.exc_info()[1]
+            if isinstance(exc, TimeoutError):  # one read or write took the whole timeout
+                with self._lock:
+                    self.timed_out += 1
+                return
+            if isinstance(exc, OSError):  # resets, broken pipes: the client's side
+                return
+            print(f"gpudoctor exporter: request failed: {type(exc).__name__}: {str(exc)[:200]}",
+                  file=sys.stderr, flush=True)
+
+    return MetricsServer
+
+
+def serve_metrics(registry: Any, host: str, port: int, *, max_connections: int = DEFAULT_MAX_CONNECTIONS,
+                  request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+                  poll_interval_s: float | None = None) -> tuple[Any, threading.Thread]:
+    """Serve ``registry`` at http://host:port/metrics from a background thread.
+
+    Returns (server, thread); ``server.server_address`` has the port chosen for port 0.
+    ``server.shutdown()`` then ``server.server_close()`` stop it. OSError if it cannot listen.
+    """
+    from prometheus_client import make_wsgi_app
+    # Imported now, not inside the first scrape: an import needs a file descriptor, and one
+    # that fails for want of one (EMFILE) leaves the module half-initialised for good.
+    import prometheus_client.core  # noqa: F401  (the collector's metric families)
+
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, _type, _proto, _name, address = infos[0]
+    server = _metrics_server_class()(address, family, max_connections=max_connections,
+                                     request_timeout_s=request_timeout_s)
+    server.set_app(make_wsgi_app(registry))
+    poll = poll_interval_s if poll_interval_s is not None else min(0.5, request_timeout_s / 4)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": poll},
+                              name="gpudoctor-http-server", daemon=True)
+    thread.start()
+    return server, thread
+
+
+__all__ = ["GpuSampler", "ReportStatus", "serve_metrics", "stop_sampler_then_close", "recoverable_trouble", "GpudoctorCollector", "build_registry", "GPU_METRICS",
            "ECC_COUNTERS", "OTHER_METRICS", "all_metric_names"]

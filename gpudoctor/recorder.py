@@ -109,23 +109,24 @@ def capture(gpu: Any, *, seconds: float, interval: float, with_torch: bool = Tru
 
 
 def record(gpu: Any, *, seconds: float = 5.0, interval: float = 0.5, with_torch: bool = True,
-           anonymize: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-           log: Callable[[str], None] | None = None) -> tuple[dict[str, Any], bool]:
+           anonymize: bool = False, log: Callable[[str], None] | None = None) -> tuple[dict[str, Any], bool]:
     """Capture a recording as plain JSON data; returns (data, interrupted).
 
-    ``anonymize`` is applied to the data before it is returned: the caller chooses what to
-    strip (``gpudoctor record --anonymize`` strips UUIDs, serials and host names).
+    ``anonymize`` strips GPU UUIDs, serial numbers and host names (``record --anonymize``).
     """
     recording, interrupted = capture(gpu, seconds=seconds, interval=interval, with_torch=with_torch, log=log)
     data = encode(recording)
-    if anonymize is not None:
-        data = anonymize(data)
+    if anonymize:
+        from gpudoctor.anonymize import REDACTED, anonymize_dict
+
+        data = anonymize_dict(data, hostname=recording["host"].get("hostname"))
+        data["meta"]["host"] = REDACTED
     return data, interrupted
 
 
 def record_to_file(path: str | Path, *, seconds: float = 5.0, interval: float = 0.5,
-                   with_torch: bool = True, anonymize: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-                   gpu: Any = None, log: Callable[[str], None] | None = None) -> tuple[Path, bool]:
+                   with_torch: bool = True, anonymize: bool = False, gpu: Any = None,
+                   log: Callable[[str], None] | None = None) -> tuple[Path, bool]:
     """:func:`record`, then write the recording to ``path``; returns (path, interrupted).
 
     A write that fails raises ``OSError``.

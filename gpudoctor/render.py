@@ -1,4 +1,4 @@
-"""Report renderers: rich text for people, JSON for scripts, and anonymisation.
+"""Report renderers: rich text for people, JSON for scripts (anonymised on request).
 
 Rendering only reads a :class:`~gpudoctor.model.Report`; it never runs probes.
 """
@@ -6,11 +6,10 @@ Rendering only reads a :class:`~gpudoctor.model.Report`; it never runs probes.
 from __future__ import annotations
 
 import json
-import re
-import socket
 import sys
 from typing import Any, TextIO
 
+from gpudoctor.anonymize import REDACTED, anonymize_dict, anonymize_report_dict  # noqa: F401  (re-exported)
 from gpudoctor.model import Report, Status
 
 STATUS_STYLE = {
@@ -35,61 +34,6 @@ def report_to_json(report: Report, anonymize: bool = False, indent: int | None =
     if anonymize:
         data = anonymize_report_dict(data)
     return json.dumps(data, indent=indent, allow_nan=False, default=str)
-
-
-def anonymize_report_dict(data: dict[str, Any]) -> dict[str, Any]:
-    """:func:`anonymize_dict`, also stripping every other host a result names
-    (``details.hosts``: the ranks of a distributed check on other nodes)."""
-    data = anonymize_dict(data)
-    for result in data.get("results", []):
-        for host in list((result.get("details") or {}).get("hosts") or []):
-            if isinstance(host, str) and host not in ("", "?", REDACTED):
-                data = anonymize_dict(data, hostname=host)
-    return data
-
-
-# --------------------------------------------------------------------------- anonymize
-_UUID_RE = re.compile(r"\b(GPU|MIG)-[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}\b")
-_SECRET_KEYS = {"uuid", "serial", "hostname", "host_name", "board_serial"}
-REDACTED = "<redacted>"
-
-
-def anonymize_dict(data: Any, hostname: str | None = None) -> Any:
-    """Strip GPU UUIDs, serial numbers and the host name, wherever they appear."""
-    if hostname is None:
-        found = _find_key(data, "hostname")
-        hostname = found if isinstance(found, str) and found else socket.gethostname()
-    return _anonymize(data, hostname)
-
-
-def _find_key(data: Any, key: str) -> Any:
-    if isinstance(data, dict):
-        if key in data:
-            return data[key]
-        for v in data.values():
-            found = _find_key(v, key)
-            if found is not None:
-                return found
-    elif isinstance(data, list):
-        for v in data:
-            found = _find_key(v, key)
-            if found is not None:
-                return found
-    return None
-
-
-def _anonymize(data: Any, hostname: str) -> Any:
-    if isinstance(data, dict):
-        return {k: (REDACTED if k in _SECRET_KEYS and data[k] not in (None, "") else _anonymize(v, hostname))
-                for k, v in data.items()}
-    if isinstance(data, list):
-        return [_anonymize(v, hostname) for v in data]
-    if isinstance(data, str):
-        text = _UUID_RE.sub(REDACTED, data)
-        if hostname and len(hostname) >= 3:
-            text = text.replace(hostname, REDACTED)
-        return text
-    return data
 
 
 # --------------------------------------------------------------------------- text

@@ -18,7 +18,7 @@ from gpudoctor.commands.args import bounded, seconds, seconds_or_zero
 from gpudoctor.errors import UsageError
 from gpudoctor.exporter import (DEFAULT_INTERVAL_S, DEFAULT_PORT, DEFAULT_REPORT_INTERVAL_S, LOOPBACK,
                                 GpudoctorCollector, GpuSampler, ReportStatus, build_registry, quick_report_producer,
-                                stop_sampler_then_close)
+                                serve_metrics, stop_sampler_then_close)
 
 port = bounded(int, minimum=0, maximum=65535, what="a port number")
 
@@ -48,8 +48,6 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from prometheus_client import start_http_server
-
     from gpudoctor.backends import RecordingError, open_gpu_backend
 
     try:
@@ -67,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     source = f"replay:{os.path.basename(args.replay)}" if args.replay else "nvml"
     registry = build_registry(GpudoctorCollector(sampler, reports, source))
     try:
-        server, _thread = start_http_server(args.port, addr=args.host, registry=registry)
+        server, _thread = serve_metrics(registry, args.host, args.port)
     except OSError as exc:
         gpu.close()
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None

@@ -26,14 +26,6 @@ def register(subparsers: Any) -> None:
     record.set_defaults(handler=run)
 
 
-def _anonymize(data: dict[str, Any]) -> dict[str, Any]:
-    from gpudoctor.render import anonymize_dict
-
-    data = anonymize_dict(data, hostname=(data.get("host") or {}).get("hostname"))
-    data["meta"]["host"] = "<redacted>"
-    return data
-
-
 def no_gpu_reason(gpu: Any) -> str | None:
     """Why there is nothing to record (one sentence), or None when NVML sees a GPU."""
     from gpudoctor.live import no_gpu_words
@@ -60,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
             say(f"gpudoctor record: nothing to record: {reason}. `gpudoctor report` says why.")
             return exitcodes.NO_GPU
         data, interrupted = record(gpu, seconds=args.seconds, interval=args.interval, with_torch=not args.no_torch,
-                                   anonymize=_anonymize if args.anonymize else None, log=say)
+                                   anonymize=args.anonymize, log=say)
     finally:
         gpu.close()
     if not deliver(None, [(args.output, lambda path: fileio.write_json(path, data))]):
