@@ -76,7 +76,8 @@ def _write_atomically(target: str, data: bytes, mode: int) -> None:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
-            os.fchmod(fh.fileno(), mode)
+            if hasattr(os, "fchmod"):  # not on Windows before Python 3.13 (files there have no mode bits)
+                os.fchmod(fh.fileno(), mode)
             os.fsync(fh.fileno())
         os.replace(tmp, target)
     except BaseException:
