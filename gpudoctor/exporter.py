@@ -143,6 +143,20 @@ OTHER_METRICS: dict[str, str] = {
     "gpudoctor_probe_status": "Each probe's status in the last report, as a state set (labels probe, status)",
     "gpudoctor_report_timestamp_seconds": "Unix time the last report finished (or the file was written)",
     "gpudoctor_report_duration_seconds": "How long the last report took",
+    "gpudoctor_gpu_energy_joules_total": "Energy the GPU used since the driver loaded (NVML total energy "
+                                         "consumption; Volta and newer)",
+    "gpudoctor_gpu_xid_errors_total": "Xid errors NVML reported for the GPU since the exporter started watching",
+    "gpudoctor_gpu_kernel_log_xids": "Xid errors for the GPU found in the kernel log when the exporter started",
+    "gpudoctor_gpu_last_xid": "The most recent Xid of the GPU (NVML event or kernel log); see docs/fleet.md",
+    "gpudoctor_gpu_last_xid_timestamp_seconds": "Unix time of the most recent Xid (0 when the log gave no time)",
+    "gpudoctor_gpu_events_total": "Critical events NVML reported since watching began (label kind: xid, "
+                                  "ecc_double_bit, ecc_single_bit, ecc_single_bit_storm, clock_change, ...)",
+    "gpudoctor_gpu_events_supported": "1 when the GPU reports critical events to NVML, else 0 (reason in "
+                                      "gpudoctor_gpu_events_error_info)",
+    "gpudoctor_gpu_events_error_info": "Why the GPU's events cannot be watched (label reason), 1 while so",
+    "gpudoctor_kernel_log_readable": "1 when the kernel log could be read for Xids from before the exporter "
+                                     "started, else 0 (reason in gpudoctor_kernel_log_error_info)",
+    "gpudoctor_kernel_log_error_info": "Why the kernel log could not be read (label reason)",
 }
 
 GPU_LABELS = ("gpu", "uuid", "name", "pci_bus_id")
@@ -410,10 +424,12 @@ def _number(value: Any) -> float | None:
 class GpudoctorCollector:
     """A prometheus_client collector built from the latest sample and report."""
 
-    def __init__(self, sampler: GpuSampler, reports: ReportStatus | None = None, source: str = "nvml") -> None:
+    def __init__(self, sampler: GpuSampler, reports: ReportStatus | None = None, source: str = "nvml",
+                 events: Any = None) -> None:
         self.sampler = sampler
         self.reports = reports
         self.source = source
+        self.events = events  # an EventWatcher / ReplayEvents (gpudoctor.backends.events), or None
 
     def describe(self) -> list[Any]:
         return []  # collected on demand; no fixed description
@@ -474,6 +490,8 @@ class GpudoctorCollector:
                                       labels=list(GPU_LABELS) + ["reason"])
         ecc = CounterMetricFamily("gpudoctor_gpu_ecc_errors", OTHER_METRICS["gpudoctor_gpu_ecc_errors_total"],
                                   labels=list(GPU_LABELS) + ["error_type", "counter"])
+        energy = CounterMetricFamily("gpudoctor_gpu_energy_joules", OTHER_METRICS["gpudoctor_gpu_energy_joules_total"],
+                                     labels=list(GPU_LABELS))
         for dev in snap["devices"]:
             static, sample = dev["static"], dev["sample"]
             labels = [str(dev["index"])] + [_label(static.get(k)) for k in ("uuid", "name", "pci_bus_id")]
@@ -497,13 +515,63 @@ class GpudoctorCollector:
                 value = _number(sample.get(key))
                 if value is not None:
                     ecc.add_metric(labels + [kind, counter], value)
+            millijoules = _number(sample.get("energy_mj"))
+            if millijoules is not None:
+                energy.add_metric(labels, millijoules / 1000.0)
         yield gpu_info
         yield gpu_up
         yield gpu_err
         yield from families.values()
         yield throttled
         yield ecc
+        yield energy
+        if self.events is not None:
+            yield from self._event_metrics(snap["devices"])
         yield from self._report_metrics()
+
+    def _event_metrics(self, devices: list[dict[str, Any]]) -> Iterable[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        names = OTHER_METRICS
+        gpu_labels = list(GPU_LABELS)
+        xids = CounterMetricFamily("gpudoctor_gpu_xid_errors", names["gpudoctor_gpu_xid_errors_total"], labels=gpu_labels)
+        logged = GaugeMetricFamily("gpudoctor_gpu_kernel_log_xids", names["gpudoctor_gpu_kernel_log_xids"],
+                                   labels=gpu_labels)
+        last = GaugeMetricFamily("gpudoctor_gpu_last_xid", names["gpudoctor_gpu_last_xid"], labels=gpu_labels)
+        last_t = GaugeMetricFamily("gpudoctor_gpu_last_xid_timestamp_seconds",
+                                   names["gpudoctor_gpu_last_xid_timestamp_seconds"], labels=gpu_labels)
+        kinds = CounterMetricFamily("gpudoctor_gpu_events", names["gpudoctor_gpu_events_total"],
+                                    labels=gpu_labels + ["kind"])
+        supported = GaugeMetricFamily("gpudoctor_gpu_events_supported", names["gpudoctor_gpu_events_supported"],
+                                      labels=gpu_labels)
+        unsupported = GaugeMetricFamily("gpudoctor_gpu_events_error_info", names["gpudoctor_gpu_events_error_info"],
+                                        labels=gpu_labels + ["reason"])
+        for dev in devices:
+            static = dev["static"]
+            labels = [str(dev["index"])] + [_label(static.get(k)) for k in ("uuid", "name", "pci_bus_id")]
+            state = self.events.snapshot(dev["index"])
+            supported.add_metric(labels, 0.0 if state.supported is not None else 1.0)
+            if state.supported is not None:
+                unsupported.add_metric(labels + [state.supported.reason], 1.0)
+            else:
+                xids.add_metric(labels, float(state.xid_count))
+                for kind, count in sorted(state.counts.items()):
+                    kinds.add_metric(labels + [kind], float(count))
+            logged.add_metric(labels, float(len(state.logged_xids)))
+            newest = state.last_xid()
+            if newest is not None:
+                last.add_metric(labels, float(newest.code or 0))
+                last_t.add_metric(labels, float(newest.time))
+        yield from (xids, logged, last, last_t, kinds, supported, unsupported)
+        readable = getattr(self.events, "kernel_log_readable", None)
+        if readable is not None:
+            yield GaugeMetricFamily("gpudoctor_kernel_log_readable", names["gpudoctor_kernel_log_readable"],
+                                    value=1.0 if readable else 0.0)
+            if not readable:
+                reason = GaugeMetricFamily("gpudoctor_kernel_log_error_info", names["gpudoctor_kernel_log_error_info"],
+                                           labels=["reason"])
+                reason.add_metric([_label(self.events.kernel_log_reason)[:200]], 1.0)
+                yield reason
 
     def _report_metrics(self) -> Iterable[Any]:
         from prometheus_client.core import GaugeMetricFamily

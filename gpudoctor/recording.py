@@ -92,6 +92,16 @@ _SAMPLE_FIELDS = {
     "remapped_rows_correctable": _INT_NA, "remapped_rows_uncorrectable": _INT_NA,
     "remapped_rows_pending": _FLAG, "remapped_rows_failure": _FLAG,
     "persistence_mode": _INT_NA, "compute_mode": _INT_NA,
+    "energy_mj": _INT_NA,
+}
+
+MAX_EVENTS = 10_000  # per device
+_EVENT_FIELDS = {
+    "time": {"type": "number"},
+    "kind": {"enum": ["xid", "ecc_double_bit", "ecc_single_bit", "ecc_single_bit_storm", "clock_change",
+                      "memory_retirement", "memory_retirement_failure"]},
+    "code": {"type": ["integer", "null"]},
+    "source": {"enum": ["nvml", "kernel_log", "derived", "replay"]},
 }
 
 _PROCESS_FIELDS = {
@@ -172,6 +182,10 @@ SCHEMA: dict[str, Any] = {
             }}, MAX_SAMPLES),
             "nvlink": _array(_or_na(_array({"type": "object", "properties": _NVLINK_FIELDS}, MAX_NVLINKS),
                                     "a list of NVLink links or NA"), MAX_DEVICES),
+            "events": _array(_array({"type": "object", "required": ["time", "kind"], "properties": _EVENT_FIELDS},
+                                    MAX_EVENTS), MAX_DEVICES),
+            "kernel_log": {"type": "object", "properties": {"readable": {"type": ["boolean", "null"]},
+                                                            "reason": _text()}},
         }},
         "torch": {"title": "torch facts, null or NA", "anyOf": [
             {"type": "null"}, {"$ref": "#/$defs/na"}, {"type": "object", "properties": _TORCH_FIELDS}]},
@@ -266,7 +280,7 @@ def validate(value: Any, schema: dict[str, Any] | None = None, *, path: str = ""
     """``value`` checked against ``schema`` (default :data:`SCHEMA`), else :class:`SchemaError`.
 
     Knows the keywords the recording schema uses: ``$ref`` (to ``#/$defs/...``), ``type``,
-    ``const``, ``anyOf``, ``properties``, ``required``, ``additionalProperties`` (false),
+    ``const``, ``enum``, ``anyOf``, ``properties``, ``required``, ``additionalProperties`` (false),
     ``items``, ``maxItems``, ``maxLength``, ``minimum``, ``maximum``; annotations are ignored.
     Returns the value with integral floats where an integer is expected turned into ints
     (JSON Schema accepts ``2.0`` as an integer; ``range(2.0)`` would not). Recurses only
@@ -284,6 +298,8 @@ def validate(value: Any, schema: dict[str, Any] | None = None, *, path: str = ""
         raise SchemaError(path, f"expected {_expected(schema, root)}")
     if "const" in schema and not _same(value, schema["const"]):
         raise SchemaError(path, f"expected {json.dumps(schema['const'])}")
+    if "enum" in schema and not any(_same(value, option) for option in schema["enum"]):
+        raise SchemaError(path, "expected one of " + ", ".join(json.dumps(o) for o in schema["enum"]))
     kinds = schema.get("type")
     if kinds is not None:
         names = [kinds] if isinstance(kinds, str) else kinds

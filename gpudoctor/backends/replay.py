@@ -124,6 +124,11 @@ class ReplayBackend:
         missing = next((v for v in full.values() if is_na(v)), NA("NotRecorded"))
         return {k: full.get(k, missing) for k in self._FAST_KEYS}
 
+    def total_energy_mj(self, index: int) -> Any:
+        """The energy counter of the device's next recorded sample (``energy_mj``), or NA."""
+        sample = self.sample(index)
+        return sample.get("energy_mj", NA("NotRecorded"))
+
     def memory(self, index: int) -> dict[str, Any]:
         full = self.sample(index)
         missing = next((v for v in full.values() if is_na(v)), NA("NotRecorded"))

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudoctor.commands import bench, distributed, exporter, record, report, tui, watch
+from gpudoctor.commands import bench, compare, distributed, exporter, fleet, record, report, tui, watch
 
 # In the order ``gpudoctor --help`` lists them.
-COMMANDS = (report, record, distributed, exporter, tui, watch, bench)
+COMMANDS = (report, record, distributed, exporter, compare, fleet, tui, watch, bench)
 
 # Modules of this package that are shared helpers, not commands.
 SHARED = ("args", "output")

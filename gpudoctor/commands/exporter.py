@@ -63,7 +63,11 @@ def run(args: argparse.Namespace) -> int:
         else:
             reports = ReportStatus(produce=quick_report_producer(args.replay), interval=args.report_interval)
     source = f"replay:{os.path.basename(args.replay)}" if args.replay else "nvml"
-    registry = build_registry(GpudoctorCollector(sampler, reports, source))
+    from gpudoctor.backends.events import open_event_watcher
+
+    events = open_event_watcher(gpu)
+    events.start()
+    registry = build_registry(GpudoctorCollector(sampler, reports, source, events))
     try:
         server, _thread = serve_metrics(registry, args.host, args.port)
     except OSError as exc:
@@ -98,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
         server.server_close()
         if reports is not None:
             reports.stop()
+        events.stop()
         stop_sampler_then_close(sampler, gpu)
     print("gpudoctor exporter: stopped", file=sys.stderr, flush=True)
     return exitcodes.INTERRUPTED if interrupted else exitcodes.OK
