@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 
 from gpudoctor import exitcodes
 from gpudoctor._version import __version__
-from gpudoctor.commands import register_all
+from gpudoctor.commands import COMMAND_NAMES, register_all
 from gpudoctor.commands.output import ensure_std_streams, say
 from gpudoctor.errors import GpudoctorError
 
@@ -35,7 +35,8 @@ class _Parser(argparse.ArgumentParser):
                                    f"Try '{self.prog} --help'.\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(commands: Sequence[str] = COMMAND_NAMES) -> argparse.ArgumentParser:
+    """The parser with ``commands`` registered (all of them unless told)."""
     parser = _Parser(
         prog="gpudoctor",
         description="GPU diagnostics and utilisation monitor for PyTorch training. "
@@ -44,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"gpudoctor {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    register_all(sub)
+    register_all(sub, commands)
     return parser
 
 
@@ -83,8 +84,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: list[str], on_interrupt: Callable[[], None]) -> int:
-    parser = build_parser()
-    args = parser.parse_args(_with_default_command(argv))
+    argv = _with_default_command(argv)
+    # A known command registers alone: `gpudoctor report` imports no other command's module.
+    parser = build_parser((argv[0],) if argv[0] in COMMAND_NAMES else COMMAND_NAMES)
+    args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)
     if handler is None:
         parser.print_help()

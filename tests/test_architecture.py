@@ -145,7 +145,7 @@ def test_no_module_imports_a_higher_layer():
 def test_no_command_imports_another_command():
     from gpudoctor import commands
 
-    command_modules = {c.__name__ for c in commands.COMMANDS}
+    command_modules = {commands.load(name).__name__ for name in commands.COMMAND_NAMES}
     shared = {f"gpudoctor.commands.{name}" for name in commands.SHARED}
     assert command_modules and not command_modules & shared
     for module in _modules():
@@ -153,7 +153,8 @@ def test_no_command_imports_another_command():
             continue
         others = {_owner(i) for i in _imports(module)[0] if _layer(_owner(i)) == "commands"} - shared - {module}
         assert not others, f"{module} imports the command(s) {sorted(others)}; share code through commands.args/output"
-    for command in commands.COMMANDS:
+    for name in commands.COMMAND_NAMES:
+        command = commands.load(name)
         assert callable(command.register) and callable(command.run), command.__name__
 
 
@@ -213,8 +214,8 @@ PUBLIC = {
     "gpudoctor.workload": ["MODES", "RunConfig", "SweepConfig", "SweepResult", "run_sweep", "sweep_child_main",
                            "sweep_with_progress"],
     "gpudoctor.tui": ["GpudoctorApp", "make_app"],
-    "gpudoctor.probes": ["Probe", "ProbeContext", "registry", "LEVELS"],
-    "gpudoctor.commands": ["COMMANDS", "SHARED", "register_all"],
+    "gpudoctor.probes": ["Probe", "ProbeContext", "registry", "probe_names", "CATALOGUE", "LEVELS"],
+    "gpudoctor.commands": ["COMMAND_NAMES", "SHARED", "load", "register_all"],
 }
 
 

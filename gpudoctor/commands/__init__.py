@@ -7,25 +7,33 @@ and never imports another command; what commands share lives here in two modules
 are not commands: :mod:`~gpudoctor.commands.args` (argument types) and
 :mod:`~gpudoctor.commands.output` (stdout then files, progress, the report).
 
-A new command: a module here, added to ``COMMANDS`` (docs/architecture.md).
+A new command: a module here, added to ``COMMAND_NAMES`` (docs/architecture.md).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from types import ModuleType
+from typing import Any, Iterable
 
-from gpudoctor.commands import bench, compare, distributed, exporter, fleet, record, report, tui, watch
-
-# In the order ``gpudoctor --help`` lists them.
-COMMANDS = (report, record, distributed, exporter, compare, fleet, tui, watch, bench)
+# Every command, in the order ``gpudoctor --help`` lists them. A command's module is imported
+# only when it is registered: ``gpudoctor report`` loads neither the exporter nor the workload.
+COMMAND_NAMES = ("report", "record", "distributed", "exporter", "compare", "fleet", "tui", "watch", "bench")
 
 # Modules of this package that are shared helpers, not commands.
 SHARED = ("args", "output")
 
 
-def register_all(subparsers: Any) -> None:
-    for command in COMMANDS:
-        command.register(subparsers)
+def load(name: str) -> ModuleType:
+    """The module of command ``name`` (one of :data:`COMMAND_NAMES`)."""
+    if name not in COMMAND_NAMES:
+        raise KeyError(name)
+    return importlib.import_module(f"{__name__}.{name}")
 
 
-__all__ = ["COMMANDS", "SHARED", "register_all"]
+def register_all(subparsers: Any, names: Iterable[str] = COMMAND_NAMES) -> None:
+    for name in names:
+        load(name).register(subparsers)
+
+
+__all__ = ["COMMAND_NAMES", "SHARED", "load", "register_all"]

@@ -37,6 +37,8 @@ def register(subparsers: Any) -> None:
     report.add_argument("--replay", metavar="FILE", help="read NVML/torch facts from a recording (gpudoctor record)")
     report.add_argument("--data-dir", metavar="DIR", help="MNIST IDX files for the workload probe")
     report.add_argument("-v", "--verbose", action="store_true", help="show every measurement and passing finding")
+    report.add_argument("--python", metavar="PATH", help="check the torch of this interpreter (your training "
+                        "environment's python); gpudoctor need not be installed there")
     report.set_defaults(handler=run)
 
 
@@ -76,6 +78,15 @@ def run(args: argparse.Namespace) -> int:
         for probe in runner.all_probes().values():
             print(f"{probe.name:<14} {probe.level:<9} {probe.title}")
         return exitcodes.OK
+    if args.python:
+        if args.replay:
+            raise UsageError("--python checks a live environment; it cannot be combined with --replay")
+        from gpudoctor.torch_build import InterpreterError, inspect_interpreter
+
+        try:
+            inspect_interpreter(args.python)
+        except InterpreterError as exc:
+            raise UsageError(str(exc)) from None
     if args.replay:
         from gpudoctor.backends import RecordingError, load_recording
 
@@ -93,7 +104,8 @@ def run(args: argparse.Namespace) -> int:
     options: dict[str, Any] = {}
     if args.data_dir:
         options["data_dir"] = args.data_dir
-    spec = runner.RunSpec(level=args.level, device=args.device, replay=args.replay, options=options)
+    spec = runner.RunSpec(level=args.level, device=args.device, replay=args.replay, options=options,
+                          python=args.python)
     with Progress(enabled=not args.json) as progress:
         report = runner.run_probes(probes, spec, on_start=lambda probe: progress.start(f"checking {probe.name}"))
     return emit_report(report, args)
