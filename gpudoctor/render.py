@@ -1,4 +1,4 @@
-"""Report renderers: rich text for people, JSON for scripts, and anonymisation.
+"""Report renderers: rich text for people, JSON for scripts (anonymised on request).
 
 Rendering only reads a :class:`~gpudoctor.model.Report`; it never runs probes.
 """
@@ -6,11 +6,10 @@ Rendering only reads a :class:`~gpudoctor.model.Report`; it never runs probes.
 from __future__ import annotations
 
 import json
-import re
-import socket
 import sys
 from typing import Any, TextIO
 
+from gpudoctor.anonymize import REDACTED, anonymize_dict, anonymize_report_dict  # noqa: F401  (re-exported)
 from gpudoctor.model import Report, Status
 
 STATUS_STYLE = {
@@ -35,66 +34,6 @@ def report_to_json(report: Report, anonymize: bool = False, indent: int | None =
     if anonymize:
         data = anonymize_report_dict(data)
     return json.dumps(data, indent=indent, allow_nan=False, default=str)
-
-
-def anonymize_report_dict(data: dict[str, Any]) -> dict[str, Any]:
-    """:func:`anonymize_dict`, also stripping every other host a result names
-    (``details.hosts``: the ranks of a distributed check on other nodes)."""
-    data = anonymize_dict(data)
-    for result in data.get("results", []):
-        for host in list((result.get("details") or {}).get("hosts") or []):
-            if isinstance(host, str) and host not in ("", "?", REDACTED):
-                data = anonymize_dict(data, hostname=host)
-    return data
-
-
-# --------------------------------------------------------------------------- anonymize
-# A GPU or MIG UUID, whole or any prefix of it: CUDA_VISIBLE_DEVICES accepts a unique prefix
-# ("GPU-0f0e0d0c-0b0a"), and a prefix identifies the board as well as the whole UUID does.
-_UUID_RE = re.compile(r"\b(GPU|MIG)-[0-9a-fA-F]+(-[0-9a-fA-F]+)*\b")
-_SECRET_KEYS = {"uuid", "serial", "hostname", "host_name", "board_serial"}
-REDACTED = "<redacted>"
-
-
-def anonymize_dict(data: Any, hostname: str | None = None) -> Any:
-    """Strip GPU UUIDs, serial numbers and the host name, wherever they appear."""
-    if hostname is None:
-        found = _find_key(data, "hostname")
-        hostname = found if isinstance(found, str) and found else socket.gethostname()
-    return _anonymize(data, hostname)
-
-
-def _find_key(data: Any, key: str) -> Any:
-    if isinstance(data, dict):
-        if key in data:
-            return data[key]
-        for v in data.values():
-            found = _find_key(v, key)
-            if found is not None:
-                return found
-    elif isinstance(data, list):
-        for v in data:
-            found = _find_key(v, key)
-            if found is not None:
-                return found
-    return None
-
-
-def _anonymize(data: Any, hostname: str) -> Any:
-    if isinstance(data, dict):
-        return {k: (REDACTED if k in _SECRET_KEYS and data[k] not in (None, "") else _anonymize(v, hostname))
-                for k, v in data.items()}
-    if isinstance(data, list):
-        return [_anonymize(v, hostname) for v in data]
-    if isinstance(data, str):
-        text = _UUID_RE.sub(REDACTED, data)
-        if hostname and len(hostname) >= 3:
-            text = text.replace(hostname, REDACTED)
-        elif hostname:
-            # A short name ("n1", "g7") is replaced only as a whole token, not inside words.
-            text = re.sub(rf"(?<![\w.-]){re.escape(hostname)}(?![\w-])", REDACTED, text)
-        return text
-    return data
 
 
 # --------------------------------------------------------------------------- text
@@ -124,8 +63,10 @@ def format_bytes(n: float | int | None) -> str:
 
 
 def render_text(report: Report, stream: TextIO | None = None, *, verbose: bool = False,
-                color: bool | None = None, anonymize: bool = False) -> None:
-    """Print a report for people: a section per probe, findings with fixes, a verdict."""
+                color: bool | None = None, anonymize: bool = False, title: str = "gpudoctor report") -> None:
+    """Print a report for people: a section per probe, findings with fixes, a verdict.
+
+    ``title`` heads it: the command that made the report (``gpudoctor distributed``)."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -138,9 +79,9 @@ def render_text(report: Report, stream: TextIO | None = None, *, verbose: bool =
     console = Console(file=stream, force_terminal=color, no_color=(color is False),
                       highlight=False, soft_wrap=False, width=None if is_tty else 160)
     host = data.get("host") or {}
-    title = Text("gpudoctor report", style="bold")
-    title.append(f"  {data['created']}  {host.get('hostname', '')}  ({data['source']})", style="dim")
-    console.print(title)
+    heading = Text(title, style="bold")
+    heading.append(f"  {data['created']}  {host.get('hostname', '')}  ({data['source']})", style="dim")
+    console.print(heading)
     for result in data["results"]:
         label, style = STATUS_STYLE[result["status"]]
         head = Text(f"[{label}] ", style=style)

@@ -463,8 +463,9 @@ def run(ctx: ProbeContext) -> ProbeResult:
                    "this node (NCCL needs one GPU per rank)")
             skipped.append(("nccl_skipped", f"NCCL all-reduce not checked: {why}; checked gloo on CPU instead"))
     if backend == "nccl" and not (cuda and dist.is_nccl_available()):
-        return ProbeResult.skip("distributed", "NCCL asked for, but no CUDA device or no NCCL in this torch",
-                                code="nccl_unavailable")
+        why = ("this torch build has no NCCL" if not dist.is_nccl_available() else
+               "torch sees no CUDA device (NCCL runs on GPUs; --backend gloo checks on the CPU)")
+        return ProbeResult.skip("distributed", f"NCCL asked for, but {why}", code="nccl_unavailable")
     if backend == "gloo" and not dist.is_gloo_available():
         return ProbeResult.skip("distributed", "this torch build has no gloo backend", code="gloo_unavailable")
     sizes = [int(s) for s in (opts.get("sizes") or DEFAULT_SIZES[backend])]

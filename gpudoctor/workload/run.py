@@ -32,6 +32,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
+from gpudoctor.errors import first_line as _first_line
+
 from gpudoctor.workload.config import RunConfig
 from gpudoctor.workload.data import MnistData, MnistItems, normalised
 
@@ -212,9 +214,6 @@ def _is_oom(exc: BaseException) -> bool:
         marker in text for marker in ("out of memory", "can't allocate memory", "cublas_status_alloc_failed"))
 
 
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
 def device_name(device: str, cuda_index: int = 0) -> str:

@@ -1,0 +1,114 @@
+"""``gpudoctor report``: check the GPU stack probe by probe and give a verdict (exit code)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from gpudoctor import exitcodes
+from gpudoctor.commands.args import bounded, check_writable, output_path
+from gpudoctor.commands.output import Progress, emit_report
+from gpudoctor.errors import DeviceSelectionError, UsageError
+
+device_index = bounded(int, minimum=0, what="a device index (use 0, 1, ...)",
+                       below_message="device index must be >= 0, got {text}")
+
+
+def register(subparsers: Any) -> None:
+    report = subparsers.add_parser("report", help="check this machine's GPU stack (text or --json)",
+                                   description="Check the GPU stack probe by probe and give a verdict.")
+    level = report.add_mutually_exclusive_group()
+    level.add_argument("--quick", dest="level", action="store_const", const="quick",
+                       help="NVML and host facts only: no torch import, no CUDA context")
+    level.add_argument("--full", dest="level", action="store_const", const="full",
+                       help="also exercise memory, bandwidth, compute and the MNIST workload")
+    report.set_defaults(level="standard")
+    report.add_argument("--json", action="store_true", help="print one JSON document to stdout")
+    report.add_argument("--probe", action="append", metavar="NAME", help="run only this probe (repeatable)")
+    report.add_argument("--list-probes", action="store_true", help="list probes and exit")
+    report.add_argument("--device", type=device_index, metavar="N", help="check only torch device N")
+    report.add_argument("-o", "--output", type=output_path, metavar="FILE",
+                        help="also write the JSON report to FILE (atomically)")
+    report.add_argument("--fail-on", choices=("warn", "fail"), default="warn",
+                        help="lowest status that gives a non-zero exit (default: warn)")
+    report.add_argument("--anonymize", action="store_true",
+                        help="strip GPU UUIDs, serial numbers and the host name")
+    report.add_argument("--replay", metavar="FILE", help="read NVML/torch facts from a recording (gpudoctor record)")
+    report.add_argument("--data-dir", metavar="DIR", help="MNIST IDX files for the workload probe")
+    report.add_argument("-v", "--verbose", action="store_true", help="show every measurement and passing finding")
+    report.add_argument("--python", metavar="PATH", help="check the torch of this interpreter (your training "
+                        "environment's python); gpudoctor need not be installed there")
+    report.set_defaults(handler=run)
+
+
+def check_device(device: int | None, replay: str | None) -> None:
+    """``--device N`` must exist: a one-line error (exit 2), not CUDA's opaque one."""
+    if device is None:
+        return
+    from gpudoctor.backends import is_na, open_gpu_backend
+    from gpudoctor.backends.visibility import visible_nvml_indices
+
+    gpu = open_gpu_backend(replay)
+    try:
+        status = gpu.status()
+        visible = visible_nvml_indices(gpu) if status is None else status
+    finally:
+        gpu.close()
+    if is_na(visible):
+        if status is not None:
+            raise DeviceSelectionError(
+                f"--device {device} is out of range: no CUDA device is visible (NVML: {visible.reason})")
+        return  # MIG instances selected: let torch decide
+    if device >= len(visible):
+        if not visible:
+            have = "no CUDA device is visible"
+            if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
+                have += f" (CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']!r})"
+        else:
+            have = (f"this machine has {len(visible)} visible CUDA device"
+                    f"{'s' if len(visible) != 1 else ''} (0..{len(visible) - 1})")
+        raise DeviceSelectionError(f"--device {device} is out of range: {have}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from gpudoctor import runner
+
+    if args.list_probes:
+        for probe in runner.all_probes().values():
+            print(f"{probe.name:<14} {probe.level:<9} {probe.title}")
+        return exitcodes.OK
+    if args.python:
+        if args.replay:
+            raise UsageError("--python checks a live environment; it cannot be combined with --replay")
+        from gpudoctor.torch_build import InterpreterError, inspect_interpreter
+
+        try:
+            inspect_interpreter(args.python)
+        except InterpreterError as exc:
+            raise UsageError(str(exc)) from None
+    if args.replay:
+        from gpudoctor.backends import RecordingError, load_recording
+
+        try:
+            load_recording(args.replay)
+        except RecordingError as exc:
+            raise UsageError(str(exc)) from None
+    try:
+        probes = runner.select_probes(args.probe, args.level)
+    except runner.ProbeSelectionError as exc:
+        raise UsageError(str(exc)) from None
+    check_device(args.device, args.replay)
+    check_writable(args.output)
+
+    options: dict[str, Any] = {}
+    if args.data_dir:
+        options["data_dir"] = args.data_dir
+    spec = runner.RunSpec(level=args.level, device=args.device, replay=args.replay, options=options,
+                          python=args.python)
+    with Progress(enabled=not args.json) as progress:
+        report = runner.run_probes(probes, spec, on_start=lambda probe: progress.start(f"checking {probe.name}"))
+    return emit_report(report, args)
+
+
+__all__ = ["register", "run", "check_device", "device_index"]
