@@ -39,6 +39,11 @@ def register(subparsers: Any) -> None:
     report.add_argument("-v", "--verbose", action="store_true", help="show every measurement and passing finding")
     report.add_argument("--python", metavar="PATH", help="check the torch of this interpreter (your training "
                         "environment's python); gpudoctor need not be installed there")
+    report.add_argument("--baseline", metavar="FILE_OR_DIR",
+                        help="compare the measured figures with a known-good report of the same GPU model, or the "
+                             "median of a directory of them (docs/baselines.md)")
+    report.add_argument("--baseline-force", action="store_true",
+                        help="compare with the baseline even when the GPU models differ")
     report.set_defaults(handler=run)
 
 
@@ -100,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     check_device(args.device, args.replay)
     check_writable(args.output)
+    baseline = load_baseline(args.baseline)
 
     options: dict[str, Any] = {}
     if args.data_dir:
@@ -108,7 +114,38 @@ def run(args: argparse.Namespace) -> int:
                           python=args.python)
     with Progress(enabled=not args.json) as progress:
         report = runner.run_probes(probes, spec, on_start=lambda probe: progress.start(f"checking {probe.name}"))
+    if baseline is not None:
+        add_baseline_result(report, baseline, force=args.baseline_force)
     return emit_report(report, args)
 
 
-__all__ = ["register", "run", "check_device", "device_index"]
+def load_baseline(path: str | None) -> Any:
+    """The baseline, read before anything runs: a bad one is one line and exit 2, not a lost run."""
+    if path is None:
+        return None
+    from gpudoctor import baseline
+
+    try:
+        return baseline.load_baseline(path)
+    except baseline.BaselineError as exc:
+        raise UsageError(f"--baseline: {exc}") from None
+
+
+def add_baseline_result(report: Any, base: Any, *, force: bool) -> None:
+    """Append the comparison with ``base`` to ``report`` as the ``baseline`` result.
+
+    A model mismatch found only now (the baseline was readable, but this machine's GPU differs)
+    is a usage error, like in ``compare``; the report itself is not lost: it is emitted with a
+    ``baseline`` result in error saying why.
+    """
+    from gpudoctor import baseline
+    from gpudoctor.model import ProbeResult
+
+    try:
+        result = baseline.compare(base, report.to_dict(), force=force)
+    except baseline.BaselineError as exc:
+        result = ProbeResult.error("baseline", f"not compared with the baseline: {exc}")
+    report.results.append(result)
+
+
+__all__ = ["register", "run", "check_device", "device_index", "load_baseline", "add_baseline_result"]
