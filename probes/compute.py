@@ -3,7 +3,7 @@
 Square matmuls large enough to fill every SM (n = 8192 where memory allows) are timed
 with CUDA events after a warm-up, median of repeats, with inputs rotated through three
 random pairs so that no cache flatters the figure. Each figure is compared with the
-device's dense datasheet peak (table and sources in :mod:`gpudoctor.measure`,
+device's dense datasheet peak (table and sources in :mod:`gpudoctor.probes._datasheet`,
 docs/measurements.md). A CPU fp32 figure is always measured, GPU or not, so the
 GPU/CPU ratio the tutorials argue about is a number for this machine.
 
@@ -16,12 +16,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from gpudoctor import measure
 from gpudoctor.backends.nvml import HARMFUL_THROTTLE_MASK, throttle_reason_names
 from gpudoctor.model import ProbeResult, Status
 from gpudoctor.probes import Probe, ProbeContext
 
 from . import _gpu
+from ._datasheet import lookup_gpu_spec
+from ._precision import tf32_environment
+from ._timing import CpuClock, Timing, inner_count, matmul_tflops, percent_of, time_op
 
 MODES = ("fp32", "tf32", "fp16", "bf16")
 MAX_N = 8192  # 8192^2 outputs: thousands of tiles, every SM of the largest GPUs busy
@@ -32,7 +34,7 @@ HEAT_OR_HW_MASK = HARMFUL_THROTTLE_MASK & ~0x4
 
 
 def matmul_timing(torch: Any, device: Any, dtype: Any, n: int, clock: Any, *, budget_s: float,
-                  slots: int = 3, repeats: int = 10, generator: Any = None) -> measure.Timing:
+                  slots: int = 3, repeats: int = 10, generator: Any = None) -> Timing:
     """Median seconds of one n x n x n matmul in ``dtype`` on ``device`` (CPU works too)."""
     pairs = []
     for _ in range(slots):
@@ -49,14 +51,14 @@ def matmul_timing(torch: Any, device: Any, dtype: Any, n: int, clock: Any, *, bu
     first = clock.start()
     op(0)
     once = clock.stop(first)
-    inner = measure.inner_count(once, window_s=0.005, cap=16)
+    inner = inner_count(once, window_s=0.005, cap=16)
     warmup = 1 if once * inner > budget_s / 4 else 2
-    return measure.time_op(op, clock, warmup=warmup, repeats=repeats, inner=inner, budget_s=budget_s)
+    return time_op(op, clock, warmup=warmup, repeats=repeats, inner=inner, budget_s=budget_s)
 
 
 def cpu_matmul_tflops(torch: Any, budget_s: float = 1.5) -> dict[str, Any]:
     """fp32 matmul on the CPU (all of torch's threads), the size grown until one takes ~20 ms."""
-    clock = measure.CpuClock()
+    clock = CpuClock()
     gen = torch.Generator().manual_seed(1234)
     n = 512
     while n < 4096:
@@ -71,7 +73,7 @@ def cpu_matmul_tflops(torch: Any, budget_s: float = 1.5) -> dict[str, Any]:
             break
         n *= 2
     timing = matmul_timing(torch, "cpu", torch.float32, n, clock, budget_s=budget_s, repeats=7, generator=gen)
-    return {"n": n, "threads": torch.get_num_threads(), "tflops": measure.matmul_tflops(n, n, n, timing.seconds),
+    return {"n": n, "threads": torch.get_num_threads(), "tflops": matmul_tflops(n, n, n, timing.seconds),
             **timing.to_dict()}
 
 
@@ -114,11 +116,11 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
     device = _gpu.torch_device(torch, dev)
     torch.cuda.set_device(device)
     clock = _gpu.event_clock(torch, device)
-    spec = measure.lookup_gpu_spec(dev.name)
+    spec = lookup_gpu_spec(dev.name)
     gen = torch.Generator(device=device).manual_seed(0xC0DE + d)
     rows: dict[str, Any] = {}
     previous_tf32 = torch.backends.cuda.matmul.allow_tf32
-    tf32_env = measure.tf32_environment()
+    tf32_env = tf32_environment()
     r.details.setdefault("spin_up_matmuls", {})[str(d)] = spin_up(torch, device, min(0.3, budget_s / 20))
     load = _gpu.LoadSampler(ctx, dev).start()
     try:
@@ -134,12 +136,12 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
             while n > 1024 and 7 * n * n * size > free // 2:  # 3 input pairs + output, half the free memory
                 n //= 2
             timing = matmul_timing(torch, device, dtype, n, clock, budget_s=budget_s / len(MODES), generator=gen)
-            tflops = measure.matmul_tflops(n, n, n, timing.seconds)
+            tflops = matmul_tflops(n, n, n, timing.seconds)
             peak = spec.peak_tflops(mode) if spec else None
             if (mode == "tf32" and tf32_env.tf32_disabled) or (mode == "fp32" and tf32_env.fp32_runs_as_tf32):
                 peak = None  # cuBLAS ran another format than the row's name: no fair datasheet figure
             rows[mode] = {"n": n, "tflops": round(tflops, 3), "peak_tflops": peak,
-                          "pct_of_peak": None if peak is None else round(measure.percent_of(tflops, peak) or 0, 1),
+                          "pct_of_peak": None if peak is None else round(percent_of(tflops, peak) or 0, 1),
                           **timing.to_dict()}
             torch.cuda.empty_cache()
     finally:

@@ -8,7 +8,7 @@ device sees and only the device's own arithmetic is judged:
   tiles than any GPU has SMs, so every SM computes part of it);
 - element-wise fp32 ``a * b + c`` over 4 Mi elements.
 
-Two limits per format (values and reasoning in :mod:`gpudoctor.measure`): a rounding-error
+Two limits per format (values and reasoning in :mod:`gpudoctor.probes._precision`): a rounding-error
 bound per element that correct hardware cannot exceed, and a norm-wise relative error far
 above what correct hardware shows. NaN or Inf never passes; any excess is a ``fail``. The
 same matmul is also run twice: identical inputs must give bit-identical results (cuBLAS is
@@ -20,11 +20,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from gpudoctor import measure
 from gpudoctor.model import ProbeResult, Status
 from gpudoctor.probes import Probe, ProbeContext
 
 from . import _gpu
+from ._precision import Tf32Environment, judge_elementwise, judge_errors, tf32_environment
 
 MODES = ("fp32", "tf32", "fp16", "bf16")
 MATMUL_SHAPE = (2048, 2048, 512)  # m, n, k
@@ -59,10 +59,10 @@ class _MatmulPrecision:
 
 
 def check_matmul(torch: Any, device: Any, mode: str, m: int, n: int, k: int, generator: Any,
-                 environment: measure.Tf32Environment | None = None) -> dict[str, Any]:
+                 environment: Tf32Environment | None = None) -> dict[str, Any]:
     """One matmul on ``device`` against float64 on the CPU. ``device`` may be "cpu" (tests).
 
-    ``environment``: the TF32 overrides in force for cuBLAS (:func:`measure.tf32_environment`),
+    ``environment``: the TF32 overrides in force for cuBLAS (:func:`tf32_environment`),
     which decide the format a CUDA matmul really runs and so the limits it is held to.
     """
     dtype = _dtype(torch, mode)
@@ -79,7 +79,7 @@ def check_matmul(torch: Any, device: Any, mode: str, m: int, n: int, k: int, gen
         repeat_identical = bool(torch.equal(first, second))
         result = first.double().cpu()
     judged_as = mode
-    environment = environment or measure.Tf32Environment(False, False)
+    environment = environment or Tf32Environment(False, False)
     if mode == "fp32" and environment.fp32_runs_as_tf32:
         judged_as = "tf32"  # cuBLAS really ran TF32: hold it to TF32's rounding limits
     elif mode == "tf32" and environment.tf32_disabled:
@@ -112,9 +112,9 @@ def _judge(torch: Any, mode: str, k: int, result: Any, reference: Any, scale: An
         normwise = float(diff.norm() / reference.norm())
         componentwise = float((diff.abs() / scale.clamp_min(1e-300)).max())
     if mode == "fp32_elementwise":
-        check = measure.judge_elementwise(normwise=normwise, componentwise=componentwise, nonfinite=nonfinite)
+        check = judge_elementwise(normwise=normwise, componentwise=componentwise, nonfinite=nonfinite)
     else:
-        check = measure.judge_errors(mode, k, normwise=normwise, componentwise=componentwise, nonfinite=nonfinite)
+        check = judge_errors(mode, k, normwise=normwise, componentwise=componentwise, nonfinite=nonfinite)
     out = check.to_dict()
     out["repeat_identical"] = repeat_identical
     out["ok"] = check.ok and repeat_identical
@@ -124,7 +124,7 @@ def _judge(torch: Any, mode: str, k: int, result: Any, reference: Any, scale: An
 def run_checks(torch: Any, device: Any, *, seed: int, m: int | None = None, n: int | None = None,
                k: int | None = None, elements: int | None = None,
                modes: tuple[str, ...] = MODES,
-               environment: measure.Tf32Environment | None = None) -> list[dict[str, Any]]:
+               environment: Tf32Environment | None = None) -> list[dict[str, Any]]:
     m = m or MATMUL_SHAPE[0]
     n = n or MATMUL_SHAPE[1]
     k = k or MATMUL_SHAPE[2]
@@ -154,7 +154,7 @@ def run(ctx: ProbeContext) -> ProbeResult:
     for dev in devices:
         modes = tuple(m for m in MODES if m != "bf16" or dev.compute_capability >= (8, 0))
         rows = run_checks(torch, _gpu.torch_device(torch, dev), seed=seed + dev.index, modes=modes,
-                          environment=measure.tf32_environment())
+                          environment=tf32_environment())
         r.details.setdefault("checks", {})[str(dev.index)] = rows
         for row in rows:
             r.measure(f"{row['mode']}_max_error", row["componentwise"], "", device=dev.index,

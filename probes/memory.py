@@ -26,12 +26,12 @@ import sys
 import time
 from typing import Any
 
-from gpudoctor import measure
-from gpudoctor.measure import MiB
 from gpudoctor.model import ProbeResult, Status
 from gpudoctor.probes import Probe, ProbeContext
 
 from . import _gpu
+from ._allocator import LargestAllocation, expandable_segments_enabled, explain_walk, format_bytes, largest_allocation
+from ._timing import MiB
 
 OTHERS_WARN_SHARE = 0.10
 LARGEST_WARN_SHARE = 0.50
@@ -135,13 +135,13 @@ def allocator_walk(torch: Any, device: Any, read_used: Any, big_block: int) -> t
     return steps, fragment_stats
 
 
-def search_largest(torch: Any, device: Any, time_left: Any) -> tuple[measure.LargestAllocation, int, int]:
+def search_largest(torch: Any, device: Any, time_left: Any) -> tuple[LargestAllocation, int, int]:
     """Largest single allocation now; returns (search, leftover allocated bytes, free before)."""
     torch.cuda.empty_cache()
     allocated_before = torch.cuda.memory_allocated(device)
     free, _total = torch.cuda.mem_get_info(device)
     granularity = max(2 * MiB, (free // 256) // (2 * MiB) * (2 * MiB))
-    search = measure.largest_allocation(
+    search = largest_allocation(
         lambda n: torch.empty(int(n), dtype=torch.uint8, device=device),
         lambda handle: None,  # dropping the reference frees it; empty_cache hands it back
         upper=max(free, granularity), granularity=granularity,
@@ -187,8 +187,8 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
         if "cublas_bytes" in context:
             r.measure("cublas_first_matmul", context["cublas_bytes"], "B", device=d)
         r.find(Status.PASS, "cuda_context_size",
-               f"The CUDA context costs {measure._fmt_bytes(context['context_bytes'])} on {dev.label} before any "
-               "tensor" + (f", and the first matmul adds {measure._fmt_bytes(context['cublas_bytes'])} (cuBLAS)"
+               f"The CUDA context costs {format_bytes(context['context_bytes'])} on {dev.label} before any "
+               "tensor" + (f", and the first matmul adds {format_bytes(context['cublas_bytes'])} (cuBLAS)"
                            if "cublas_bytes" in context else "") + ".",
                why="Every process that touches this GPU pays it: nvidia-smi shows it although torch reports 0 "
                    "bytes allocated. DataLoader workers or metrics code that call .cuda() each pay it again.",
@@ -201,14 +201,14 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
     big_block = max(4 * MiB, min(256 * MiB, (free // 16) // (2 * MiB) * (2 * MiB)))
     if free < NEARLY_FULL_SHARE * total:
         r.find(Status.WARN, "memory_nearly_full",
-               f"Only {measure._fmt_bytes(free)} of {measure._fmt_bytes(total)} is free on {dev.label}.",
+               f"Only {format_bytes(free)} of {format_bytes(total)} is free on {dev.label}.",
                why="Training on this GPU will run out of memory almost at once.",
                fix="See which processes hold it: nvidia-smi, or the process list below.", device=d)
     if free < 4 * big_block + 64 * MiB:
         r.details.setdefault("allocator_walk", {})[str(d)] = {"skipped": "too little free memory"}
     else:
         steps, fragment_stats = allocator_walk(torch, device, read_used, big_block)
-        explained = measure.explain_walk(steps)
+        explained = explain_walk(steps)
         r.details.setdefault("allocator_walk", {})[str(d)] = {
             "big_block_bytes": big_block, "steps": steps, "fragment_stats": fragment_stats,
             "facts": explained["facts"], "sentences": explained["sentences"]}
@@ -223,7 +223,7 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
         r.measure("fragment_demo_inactive_split", fragment_stats["inactive_split_bytes.all.current"], "B",
                   device=d, note="free pieces of partly used segments in the walk's fragmenting step")
         env = {k: os.environ.get(k) for k in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")}
-        expandable = measure.expandable_segments_enabled(env)
+        expandable = expandable_segments_enabled(env)
         r.find(Status.PASS, "allocator_explained", " ".join(explained["sentences"]) or
                "The caching allocator walk ran; see details.allocator_walk for the numbers.",
                why="torch.cuda.memory_allocated() counts live tensors; nvidia-smi counts what torch reserved "
@@ -249,13 +249,13 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
                     f"{len(search.tries)} tries, {search.oom_count} out-of-memory caught"))
     if leftover > 0:
         r.find(Status.WARN, "largest_search_leftover",
-               f"{measure._fmt_bytes(leftover)} stayed allocated after the largest-allocation search.",
+               f"{format_bytes(leftover)} stayed allocated after the largest-allocation search.",
                why="The search must leave nothing behind; this points at a torch allocator problem.",
                fix="Report it with the JSON report attached.", device=d)
     if not unfinished and search.largest_ok < LARGEST_WARN_SHARE * total:
         r.find(Status.WARN, "largest_allocation_small",
-               f"The largest single allocation on {dev.label} is {measure._fmt_bytes(search.largest_ok)}, "
-               f"{100 * search.largest_ok / total:.0f} % of its {measure._fmt_bytes(total)}.",
+               f"The largest single allocation on {dev.label} is {format_bytes(search.largest_ok)}, "
+               f"{100 * search.largest_ok / total:.0f} % of its {format_bytes(total)}.",
                why="Models, batches or activations larger than this will not fit, whatever nvidia-smi's total says.",
                fix="Check the processes holding memory on this GPU (below, or nvidia-smi) and stop idle ones.",
                device=d)
@@ -272,7 +272,7 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
         if held >= OTHERS_WARN_SHARE * total:
             pids = ", ".join(str(p["pid"]) for p in others[:6])
             r.find(Status.WARN, "memory_held_by_others",
-                   f"{len(others)} other process(es) hold {measure._fmt_bytes(held)} of {dev.label} "
+                   f"{len(others)} other process(es) hold {format_bytes(held)} of {dev.label} "
                    f"(pid {pids}).",
                    why="Your training gets only what they leave; their kernels also share the GPU's time.",
                    fix="Stop idle notebooks or old runs (nvidia-smi shows them); in a container the pids are "
@@ -293,7 +293,7 @@ def run(ctx: ProbeContext) -> ProbeResult:
     for dev in devices:
         _probe_device(ctx, r, torch, dev, _gpu.work_budget(ctx, 4.0, len(devices)))
     largest = [m for m in r.measurements if m.name == "largest_allocation" and m.value is not None]
-    summary = ", ".join(f"cuda:{m.device} largest allocation {measure._fmt_bytes(m.value)}" for m in largest)
+    summary = ", ".join(f"cuda:{m.device} largest allocation {format_bytes(m.value)}" for m in largest)
     return r.settle(summary)
 
 

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudoctor import measure
-from gpudoctor.measure import MiB
 from gpudoctor.model import ProbeResult, Status
 from gpudoctor.probes import Probe, ProbeContext
 
 from . import _gpu
+from ._datasheet import lookup_gpu_spec
+from ._pcie import pcie_ceiling_gbs
+from ._timing import MiB, Timing, bandwidth_gbs, inner_count, percent_of, time_op
 
 HOST_SIZES = (1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB)
 D2D_SIZES = (64 * MiB, 256 * MiB, 1024 * MiB)
@@ -43,7 +44,7 @@ def fill_random(torch: Any, buffer: Any, generator: Any = None) -> None:
 
 
 def copy_timing(dst: Any, src: Any, nbytes: int, clock: Any, *, budget_s: float, repeats: int = 7,
-                non_blocking: bool = True) -> measure.Timing:
+                non_blocking: bool = True) -> Timing:
     """Median seconds of one ``nbytes`` copy from ``src`` to ``dst`` (1-D uint8 buffers).
 
     Copies rotate through the slots that fit in both buffers. Works for any pair of
@@ -59,14 +60,14 @@ def copy_timing(dst: Any, src: Any, nbytes: int, clock: Any, *, budget_s: float,
     # one untimed copy tells how many copies a timed sample needs to last ~2 ms
     first = clock.start()
     op(0)
-    inner = measure.inner_count(clock.stop(first))
-    return measure.time_op(op, clock, warmup=1, repeats=repeats, inner=inner, budget_s=budget_s)
+    inner = inner_count(clock.stop(first))
+    return time_op(op, clock, warmup=1, repeats=repeats, inner=inner, budget_s=budget_s)
 
 
-def _row(kind: str, nbytes: int, timing: measure.Timing, moved: int, ceiling: float | None) -> dict[str, Any]:
-    gbs = measure.bandwidth_gbs(moved, timing.seconds)
+def _row(kind: str, nbytes: int, timing: Timing, moved: int, ceiling: float | None) -> dict[str, Any]:
+    gbs = bandwidth_gbs(moved, timing.seconds)
     return {"kind": kind, "bytes": nbytes, "gb_per_s": round(gbs, 3),
-            "pct_of_ceiling": None if ceiling is None else round(measure.percent_of(gbs, ceiling) or 0.0, 1),
+            "pct_of_ceiling": None if ceiling is None else round(percent_of(gbs, ceiling) or 0.0, 1),
             **timing.to_dict()}
 
 
@@ -77,8 +78,8 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
     clock = _gpu.event_clock(torch, device)
     static = _gpu.nvml_static(ctx, dev)
     gen, width = static.get("pcie_gen_max"), static.get("pcie_width_max")
-    ceiling = measure.pcie_ceiling_gbs(gen, width)
-    spec = measure.lookup_gpu_spec(dev.name)
+    ceiling = pcie_ceiling_gbs(gen, width)
+    spec = lookup_gpu_spec(dev.name)
     rows: list[dict[str, Any]] = []
     free, total = torch.cuda.mem_get_info(device)
 

@@ -16,8 +16,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gpudoctor import measure  # noqa: E402
-from gpudoctor.measure import GiB, MiB  # noqa: E402
+from gpudoctor.probes._timing import CpuClock  # noqa: E402
+from gpudoctor.probes._timing import GiB, MiB  # noqa: E402
 from gpudoctor.model import Status  # noqa: E402
 from gpudoctor.probes import ProbeContext  # noqa: E402
 from gpudoctor.probes import _gpu, compute, correctness, memory, transfer  # noqa: E402
@@ -72,7 +72,7 @@ def fake_cuda(monkeypatch):
              "name": "NVIDIA H100 80GB HBM3"}
     cpu = torch.device("cpu")
     monkeypatch.setattr(_gpu, "torch_device", lambda t, dev: cpu)
-    monkeypatch.setattr(_gpu, "event_clock", lambda t, device: measure.CpuClock())
+    monkeypatch.setattr(_gpu, "event_clock", lambda t, device: CpuClock())
     monkeypatch.setattr(_gpu, "pinned_empty", lambda t, n: t.empty(n, dtype=t.uint8))
     monkeypatch.setattr(_gpu, "has_context", lambda t, index: state["has_context"])
     monkeypatch.setattr(_gpu, "cuda_devices", lambda ctx, t: [
