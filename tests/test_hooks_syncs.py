@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 from _hooks_loops import fast_collate, make_loader, train_epoch  # noqa: E402
 
 from gpudoctor import TrainingMonitor  # noqa: E402
-from gpudoctor.backends.torch_hooks import SYNC_WARNING_TEXT, SyncCounter, classify_sync_line  # noqa: E402
+from gpudoctor.hooks.torch_support import SYNC_WARNING_TEXT, SyncCounter, classify_sync_line  # noqa: E402
 from gpudoctor.hooks.summary import RawTimings, build_summary  # noqa: E402
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -62,7 +62,7 @@ def test_a_sync_inside_a_library_is_charged_to_the_users_line(tmp_path, monkeypa
     import importlib
     import os
 
-    from gpudoctor.backends import torch_hooks
+    from gpudoctor.hooks import torch_support as torch_hooks
 
     lib = tmp_path / "fakelib"
     lib.mkdir()
@@ -229,7 +229,7 @@ class FakeTorch:
 
 
 def test_event_timer_reads_finished_steps_without_waiting():
-    from gpudoctor.backends.torch_hooks import CudaEventTimer
+    from gpudoctor.hooks.torch_support import CudaEventTimer
 
     FakeEvent.device_time_ms, FakeEvent.done_up_to_ms, FakeEvent.syncs, FakeEvent.created = 0.0, -1.0, 0, 0
     timer = CudaEventTimer(0, torch=FakeTorch)
@@ -248,7 +248,7 @@ def test_event_timer_reads_finished_steps_without_waiting():
 
 
 def test_event_timer_forgets_oldest_rather_than_wait():
-    from gpudoctor.backends.torch_hooks import CudaEventTimer
+    from gpudoctor.hooks.torch_support import CudaEventTimer
 
     FakeEvent.device_time_ms, FakeEvent.done_up_to_ms, FakeEvent.syncs = 0.0, -1.0, 0
     timer = CudaEventTimer(0, max_pending=4, torch=FakeTorch)

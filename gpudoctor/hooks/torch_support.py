@@ -1,9 +1,9 @@
 """torch helpers for the training-loop hooks: CUDA-event step timers, host-sync counting,
 allocator statistics and torch.distributed facts.
 
-Like :mod:`gpudoctor.backends.torch_cuda`, nothing here imports torch at module import
-time; :mod:`gpudoctor.hooks` reaches torch only through these functions, so
-``import gpudoctor`` stays free of torch. None of the helpers that run once per step
+Nothing here imports torch at module import time; the rest of :mod:`gpudoctor.hooks`
+reaches torch only through these functions, so ``import gpudoctor`` stays free of torch
+(tests/test_contracts.py checks it). None of the helpers that run once per step
 synchronises the device: events are recorded, and later *queried*, never waited on.
 """
 
@@ -19,7 +19,7 @@ import warnings
 from collections import deque
 from typing import Any, Callable
 
-from .na import NA
+from gpudoctor.backends.na import NA
 
 log = logging.getLogger("gpudoctor.hooks")
 
@@ -95,7 +95,7 @@ def _cuda_usable(torch: Any) -> bool:
 
 def cuda_pci_bus_id(index: int) -> str | None:
     """PCI bus id of torch's CUDA device ``index`` ('0000:65:00.0'), to find it in NVML."""
-    from .torch_cuda import device_properties
+    from gpudoctor.backends.torch_cuda import device_properties
 
     try:
         return device_properties(require_torch(), index).get("pci_bus_id")
