@@ -218,3 +218,17 @@ def test_mig_slices_get_no_whole_gpu_datasheet():
 
     assert lookup_gpu_spec("NVIDIA H100 80GB HBM3") is not None
     assert lookup_gpu_spec("NVIDIA H100 80GB HBM3 MIG 1g.10gb") is None
+
+
+def test_one_percentile_for_the_project():
+    from gpudoctor.stats import percentile
+
+    # linear interpolation between closest ranks (numpy's default, statistics.quantiles "inclusive")
+    assert percentile([4.0, 1.0, 3.0, 2.0], 50) == 2.5
+    assert percentile([1.0, 2.0, 3.0, 4.0], 90) == pytest.approx(3.7)
+    assert percentile([1.0, 2.0], 0) == 1.0 and percentile([1.0, 2.0], 100) == 2.0
+    assert percentile([], 50) is None
+    with pytest.raises(ValueError):
+        percentile([1.0], 101)
+    s = summarise([1.0, 2.0, 3.0, 4.0])
+    assert (s.q1, s.median, s.q3) == (percentile([1, 2, 3, 4], 25), 2.5, percentile([1, 2, 3, 4], 75))

@@ -30,7 +30,9 @@ from typing import Any, Iterable, Iterator
 from gpudoctor.errors import UsageError
 
 from .devices import DeviceMismatchError, explain_device_error
-from .summary import RawTimings, Summary, build_summary, find_stragglers, iteration_spans, percentile
+from gpudoctor.stats import percentile
+
+from .summary import RawTimings, Summary, build_summary, find_stragglers, iteration_spans
 
 log = logging.getLogger("gpudoctor.hooks")
 _clock = time.perf_counter

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from gpudoctor.fileio import atomic_write_text
+from gpudoctor.stats import percentile
 
 SUMMARY_FORMAT = "gpudoctor-training-summary"
 SUMMARY_FORMAT_VERSION = 1
@@ -165,15 +166,6 @@ def _json_safe(value: Any) -> Any:
 
 
 # -- figures ------------------------------------------------------------------------------------
-
-def percentile(sorted_values: Sequence[float], q: float) -> float | None:
-    """Nearest-rank percentile of already sorted values (q in 0..100)."""
-    n = len(sorted_values)
-    if n == 0:
-        return None
-    rank = max(1, math.ceil(q / 100.0 * n))
-    return float(sorted_values[min(rank, n) - 1])
-
 
 def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None

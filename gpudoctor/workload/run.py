@@ -32,6 +32,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
+from gpudoctor.stats import percentile
 from gpudoctor.workload.config import RunConfig
 from gpudoctor.workload.data import MnistData, MnistItems, normalised
 
@@ -94,17 +95,6 @@ class RunResult:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RunResult":
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Linear-interpolated percentile (q in 0..100) of a non-empty list."""
-    ordered = sorted(values)
-    if len(ordered) == 1:
-        return ordered[0]
-    rank = (len(ordered) - 1) * q / 100.0
-    low = math.floor(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
 # --------------------------------------------------------------------------- NVML sampling
@@ -424,8 +414,8 @@ def _train_and_measure(run: RunConfig, data: MnistData, device: Any, epochs: int
     result.samples_per_s = round(n_train * epochs / train_total, 1) if train_total > 0 else None
     result.data_wait_share = round(wait_total / train_total, 4) if train_total > 0 else None
     if step_times:
-        result.step_p50_ms = round(percentile(step_times, 50) * 1000, 3)
-        result.step_p95_ms = round(percentile(step_times, 95) * 1000, 3)
+        result.step_p50_ms = round(percentile(step_times, 50) * 1000, 3)  # type: ignore[operator]
+        result.step_p95_ms = round(percentile(step_times, 95) * 1000, 3)  # type: ignore[operator]
     result.first_loss = float(first_loss) if first_loss is not None else None
     result.final_loss = round(last_epoch_loss, 5)
     result.test_accuracy = round(evaluate(model, data, device), 5)
