@@ -232,3 +232,17 @@ def test_one_percentile_for_the_project():
         percentile([1.0], 101)
     s = summarise([1.0, 2.0, 3.0, 4.0])
     assert (s.q1, s.median, s.q3) == (percentile([1, 2, 3, 4], 25), 2.5, percentile([1, 2, 3, 4], 75))
+
+
+def test_link_ceiling_cross_checks_maximum_and_current():
+    from gpudoctor.probes._pcie import host_link_is_c2c, link_ceiling
+
+    plain = link_ceiling(4, 16, 1, 16)  # an idle link trains down: the maximum is the ceiling
+    assert (plain.generation, plain.width, plain.note) == (4, 16, "")
+    assert plain.gb_per_s == pytest.approx(31.508, rel=1e-3)
+    vm = link_ceiling(1, 16, 4, 16)  # running above the "maximum": the maximum is misreported
+    assert (vm.generation, vm.width) == (4, 16) and "virtual root port" in vm.note
+    assert link_ceiling(None, 16, 4, 16).gb_per_s is None
+    assert link_ceiling(4, 16).label == "PCIe gen 4 x16"
+    assert host_link_is_c2c("NVIDIA GH200 480GB") and host_link_is_c2c("NVIDIA GB200")
+    assert not host_link_is_c2c("NVIDIA H200") and not host_link_is_c2c("NVIDIA H100 80GB HBM3")
