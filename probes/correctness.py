@@ -36,26 +36,54 @@ def _dtype(torch: Any, mode: str) -> Any:
 
 
 class _MatmulPrecision:
-    """Set torch's TF32 and reduced-precision-reduction switches for one mode, restore after."""
+    """Set torch's TF32 and reduced-precision-reduction switches for one mode; restore them
+    exactly as found.
+
+    Each reduced-precision-reduction setting is two flags (reduced precision, split-K);
+    reading the attribute gives only the first, and writing a bool resets the second to
+    True, so both are saved and written back as a pair. TF32 is three views of one
+    setting (``allow_tf32``, ``fp32_precision`` where torch has it, and
+    ``torch.get_float32_matmul_precision()``); all three are put back.
+    """
+
+    _REDUCTIONS = ("allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction")
 
     def __init__(self, torch: Any, mode: str) -> None:
+        self.torch = torch
         self.m = torch.backends.cuda.matmul
         self.mode = mode
         self.saved: dict[str, Any] = {}
 
+    def _read(self, name: str) -> Any:
+        value = getattr(self.m, name)
+        if name in self._REDUCTIONS:
+            try:
+                return (value, getattr(self.m, f"{name}_split_k"))
+            except AttributeError:  # torch without the split-K flag: a bool is the whole setting
+                return value
+        return value
+
     def __enter__(self) -> None:
-        wanted = {"allow_tf32": self.mode == "tf32",
-                  # split-K partial sums in fp16/bf16 would void the fp32-accumulation bound
-                  "allow_fp16_reduced_precision_reduction": False,
-                  "allow_bf16_reduced_precision_reduction": False}
-        for name, value in wanted.items():
-            if hasattr(self.m, name):
-                self.saved[name] = getattr(self.m, name)
-                setattr(self.m, name, value)
+        try:
+            self.saved["float32_matmul_precision"] = self.torch.get_float32_matmul_precision()
+        except AttributeError:
+            pass
+        for name in ("fp32_precision", "allow_tf32") + self._REDUCTIONS:
+            try:
+                self.saved[name] = self._read(name)
+            except (AttributeError, RuntimeError):
+                continue
+        self.m.allow_tf32 = self.mode == "tf32"
+        for name in self._REDUCTIONS:  # split-K partial sums in fp16/bf16 would void the fp32-accumulation bound
+            if name in self.saved:
+                setattr(self.m, name, False)
 
     def __exit__(self, *exc: Any) -> None:
-        for name, value in self.saved.items():
-            setattr(self.m, name, value)
+        if "float32_matmul_precision" in self.saved:
+            self.torch.set_float32_matmul_precision(self.saved["float32_matmul_precision"])
+        for name in ("allow_tf32", "fp32_precision") + self._REDUCTIONS:
+            if name in self.saved and self._read(name) != self.saved[name]:
+                setattr(self.m, name, self.saved[name])
 
 
 def check_matmul(torch: Any, device: Any, mode: str, m: int, n: int, k: int, generator: Any,

@@ -261,3 +261,32 @@ def test_fp32_under_forced_tf32_is_judged_by_tf32_limits():
     assert "judged_as" not in tf32
     plain = correctness.run_checks(torch, "cpu", seed=3, m=64, n=64, k=64, elements=256, modes=("fp32",))
     assert "judged_as" not in plain[0] and plain[0]["componentwise_limit"] < fp32["componentwise_limit"]
+
+
+def test_correctness_restores_every_matmul_precision_flag_exactly():
+    """fp16 and bf16 reduced-precision reduction are (reduced, split-K) pairs; TF32 has three views."""
+    from gpudoctor.probes.correctness import check_matmul
+
+    m = torch.backends.cuda.matmul
+    saved_precision = torch.get_float32_matmul_precision()
+    saved = {name: getattr(m, name) for name in (
+        "allow_tf32", "allow_fp16_reduced_precision_reduction", "allow_fp16_reduced_precision_reduction_split_k",
+        "allow_bf16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction_split_k")}
+    try:
+        torch.set_float32_matmul_precision("medium")
+        m.allow_fp16_reduced_precision_reduction = (False, False)  # writing a bool would reset split-K
+        m.allow_bf16_reduced_precision_reduction = (False, False)
+        before = {name: getattr(m, name) for name in saved}
+        before_fp32 = getattr(m, "fp32_precision", None)
+        for mode in ("fp32", "tf32", "fp16", "bf16"):
+            check_matmul(torch, "cpu", mode, 8, 8, 8, torch.Generator().manual_seed(1))
+        assert {name: getattr(m, name) for name in saved} == before
+        assert torch.get_float32_matmul_precision() == "medium"
+        assert getattr(m, "fp32_precision", None) == before_fp32
+    finally:
+        torch.set_float32_matmul_precision(saved_precision)
+        m.allow_fp16_reduced_precision_reduction = (saved["allow_fp16_reduced_precision_reduction"],
+                                                    saved["allow_fp16_reduced_precision_reduction_split_k"])
+        m.allow_bf16_reduced_precision_reduction = (saved["allow_bf16_reduced_precision_reduction"],
+                                                    saved["allow_bf16_reduced_precision_reduction_split_k"])
+        m.allow_tf32 = saved["allow_tf32"]
