@@ -248,13 +248,5 @@ def run(ctx: ProbeContext) -> ProbeResult:
     return r.settle(", ".join(parts))
 
 
-PROBE = Probe(
-    name="compute",
-    title="Matrix-multiply TFLOP/s (fp32, tf32, fp16, bf16) against the datasheet, and the CPU",
-    run=run,
-    level="full",
-    uses_torch=True,
-    timeout_s=30,
-    order=60,
-    description=__doc__.splitlines()[0],
-)
+PROBE = Probe.define(__name__, run, "Matrix-multiply TFLOP/s (fp32, tf32, fp16, bf16) against the datasheet, and the CPU",
+                     level="full", uses_torch=True, timeout_s=30, order=60)

@@ -24,6 +24,7 @@ from gpudoctor.model import ProbeResult, Status
 from gpudoctor.probes import Probe, ProbeContext
 
 from . import _gpu
+from ._measuring import torch_and_devices
 from ._precision import Tf32Environment, judge_elementwise, judge_errors, tf32_environment
 
 MODES = ("fp32", "tf32", "fp16", "bf16")
@@ -166,15 +167,10 @@ def run_checks(torch: Any, device: Any, *, seed: int, m: int | None = None, n: i
 
 
 def run(ctx: ProbeContext) -> ProbeResult:
-    early = _gpu.precheck(ctx)
-    if early is not None:
-        return early.result("correctness")
-    torch, missing = _gpu.import_torch_or_reason()
-    if missing is not None:
-        return missing.result("correctness")
-    devices = _gpu.cuda_devices(ctx, torch)
-    if isinstance(devices, _gpu.NoDevice):
-        return devices.result("correctness")
+    found = torch_and_devices(ctx, "correctness")
+    if isinstance(found, ProbeResult):
+        return found
+    torch, devices = found
     r = ProbeResult("correctness")
     seed = int.from_bytes(os.urandom(6), "little")
     r.details["seed"] = seed
@@ -223,13 +219,5 @@ def run(ctx: ProbeContext) -> ProbeResult:
     return r.settle(f"{checked - failed} of {checked} checks correct")
 
 
-PROBE = Probe(
-    name="correctness",
-    title="Device arithmetic against a float64 CPU reference (silent data corruption)",
-    run=run,
-    level="full",
-    uses_torch=True,
-    timeout_s=20,
-    order=45,
-    description=__doc__.splitlines()[0],
-)
+PROBE = Probe.define(__name__, run, "Device arithmetic against a float64 CPU reference (silent data corruption)",
+                     level="full", uses_torch=True, timeout_s=20, order=45)

@@ -499,13 +499,6 @@ def run(ctx: ProbeContext) -> ProbeResult:
     return assemble(payloads, failures, nproc, backend, "local", skipped)
 
 
-PROBE = Probe(
-    name="distributed",
-    title="Distributed: all-reduce bandwidth, DDP agreement, stragglers, peers",
-    run=run,
-    level="full",
-    uses_torch=True,
-    timeout_s=DEFAULT_TIMEOUT_S + 60.0,
-    order=900,
-    description="torch.distributed on N ranks: NCCL on GPUs, gloo on CPU.",
-)
+PROBE = Probe.define(__name__, run, "Distributed: all-reduce bandwidth, DDP agreement, stragglers, peers",
+                     level="full", uses_torch=True, timeout_s=DEFAULT_TIMEOUT_S + 60.0, order=900,
+                     description="torch.distributed on N ranks: NCCL on GPUs, gloo on CPU.")

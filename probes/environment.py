@@ -253,12 +253,5 @@ def run(ctx: ProbeContext) -> ProbeResult:
     return r.settle(summary)
 
 
-PROBE = Probe(
-    name="environment",
-    title="Driver, torch, CUDA, cuDNN, NCCL and torchvision versions agree",
-    run=run,
-    level="quick",
-    uses_torch=True,
-    timeout_s=90,
-    order=10,
-)
+PROBE = Probe.define(__name__, run, "Driver, torch, CUDA, cuDNN, NCCL and torchvision versions agree",
+                     level="quick", uses_torch=True, timeout_s=90, order=10)

@@ -30,6 +30,7 @@ from gpudoctor.model import ProbeResult, Status
 from gpudoctor.probes import Probe, ProbeContext
 
 from . import _gpu
+from ._measuring import torch_and_devices
 from ._allocator import LargestAllocation, expandable_segments_enabled, explain_walk, format_bytes, largest_allocation
 from ._timing import MiB
 
@@ -280,15 +281,10 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
 
 
 def run(ctx: ProbeContext) -> ProbeResult:
-    early = _gpu.precheck(ctx)
-    if early is not None:
-        return early.result("memory")
-    torch, missing = _gpu.import_torch_or_reason()
-    if missing is not None:
-        return missing.result("memory")
-    devices = _gpu.cuda_devices(ctx, torch)
-    if isinstance(devices, _gpu.NoDevice):
-        return devices.result("memory")
+    found = torch_and_devices(ctx, "memory")
+    if isinstance(found, ProbeResult):
+        return found
+    torch, devices = found
     r = ProbeResult("memory")
     for dev in devices:
         _probe_device(ctx, r, torch, dev, _gpu.work_budget(ctx, 4.0, len(devices)))
@@ -297,13 +293,5 @@ def run(ctx: ProbeContext) -> ProbeResult:
     return r.settle(summary)
 
 
-PROBE = Probe(
-    name="memory",
-    title="GPU memory: CUDA context, caching allocator, largest allocation, other processes",
-    run=run,
-    level="full",
-    uses_torch=True,
-    timeout_s=30,
-    order=40,
-    description=__doc__.splitlines()[0],
-)
+PROBE = Probe.define(__name__, run, "GPU memory: CUDA context, caching allocator, largest allocation, other processes",
+                     level="full", uses_torch=True, timeout_s=30, order=40)

@@ -20,6 +20,7 @@ from gpudoctor.model import ProbeResult, Status
 from gpudoctor.probes import Probe, ProbeContext
 
 from . import _gpu
+from ._measuring import torch_and_devices
 from ._datasheet import lookup_gpu_spec
 from ._pcie import LinkCeiling, host_link_is_c2c, link_ceiling
 from ._timing import MiB, Timing, bandwidth_gbs, inner_count, percent_of, time_op
@@ -253,15 +254,10 @@ def _d2d_findings(r: ProbeResult, dev: _gpu.Device, d2d: dict[str, Any], spec: A
 
 
 def run(ctx: ProbeContext) -> ProbeResult:
-    early = _gpu.precheck(ctx)
-    if early is not None:
-        return early.result("transfer")
-    torch, missing = _gpu.import_torch_or_reason()
-    if missing is not None:
-        return missing.result("transfer")
-    devices = _gpu.cuda_devices(ctx, torch)
-    if isinstance(devices, _gpu.NoDevice):
-        return devices.result("transfer")
+    found = torch_and_devices(ctx, "transfer")
+    if isinstance(found, ProbeResult):
+        return found
+    torch, devices = found
     r = ProbeResult("transfer")
     for dev in devices:
         _probe_device(ctx, r, torch, dev, _gpu.work_budget(ctx, 6.0, len(devices), reserve_s=4.0))
@@ -272,13 +268,5 @@ def run(ctx: ProbeContext) -> ProbeResult:
     return r.settle(", ".join(parts))
 
 
-PROBE = Probe(
-    name="transfer",
-    title="Host<->device (pageable, pinned) and device-to-device bandwidth against their ceilings",
-    run=run,
-    level="full",
-    uses_torch=True,
-    timeout_s=25,
-    order=50,
-    description=__doc__.splitlines()[0],
-)
+PROBE = Probe.define(__name__, run, "Host<->device (pageable, pinned) and device-to-device bandwidth against their ceilings",
+                     level="full", uses_torch=True, timeout_s=25, order=50)

@@ -128,13 +128,6 @@ def run(ctx: Any) -> ProbeResult:
     return measure(result, "cuda", index, ctx.options.get("data_dir"))
 
 
-PROBE = Probe(
-    name="workload",
-    title="MNIST reference workload (one short training run)",
-    run=run,
-    level="full",
-    uses_torch=True,
-    timeout_s=180.0,
-    order=900,
-    description="Train the tutorials' MNIST network for one epoch on the GPU; samples/s and accuracy.",
-)
+PROBE = Probe.define(__name__, run, "MNIST reference workload (one short training run)",
+                     level="full", uses_torch=True, timeout_s=180.0, order=900,
+                     description="Train the tutorials' MNIST network for one epoch on the GPU; samples/s and accuracy.")
