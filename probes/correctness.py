@@ -24,7 +24,7 @@ from gpudoctor.model import ProbeResult, Status
 from gpudoctor.probes import Probe, ProbeContext
 
 from . import _gpu
-from ._measuring import torch_and_devices
+from ._measuring import measure_each_device
 from ._precision import Tf32Environment, judge_elementwise, judge_errors, tf32_environment
 
 MODES = ("fp32", "tf32", "fp16", "bf16")
@@ -166,57 +166,62 @@ def run_checks(torch: Any, device: Any, *, seed: int, m: int | None = None, n: i
     return rows
 
 
+def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Device, budget_s: float) -> None:
+    # one random seed per report (in it, so a failure can be replayed), offset per device
+    seed = r.details.setdefault("seed", int.from_bytes(os.urandom(6), "little")) + dev.index
+    modes = tuple(m for m in MODES if m != "bf16" or dev.compute_capability >= (8, 0))
+    rows = run_checks(torch, _gpu.torch_device(torch, dev), seed=seed, modes=modes, environment=tf32_environment())
+    r.details.setdefault("checks", {})[str(dev.index)] = rows
+    for row in rows:
+        r.measure(f"{row['mode']}_max_error", row["componentwise"], "", device=dev.index,
+                  reference=row["componentwise_limit"],
+                  note=f"norm-wise {row['normwise']:.2e} (limit {row['normwise_limit']:.0e})"
+                  if row["normwise"] is not None else "result has NaN/Inf")
+        if not row["ok"]:
+            _wrong_results(r, dev, row, seed)
+    _override_finding(r, dev, rows)
+    if all(row["ok"] for row in rows):
+        r.find(Status.PASS, "results_correct",
+               f"{dev.label}: {', '.join(row['mode'] for row in rows)} results agree with float64 within their "
+               "rounding-error limits; repeated runs are bit-identical.", device=dev.index)
+
+
+def _wrong_results(r: ProbeResult, dev: _gpu.Device, row: dict[str, Any], seed: int) -> None:
+    if row["nonfinite"]:
+        what = f"{row['nonfinite']} NaN/Inf values"
+    elif not row["repeat_identical"] and row["componentwise"] is not None \
+            and row["componentwise"] <= row["componentwise_limit"]:
+        what = "two runs on identical inputs gave different bits"
+    else:
+        what = (f"error {row['componentwise']:.2e} per element (limit {row['componentwise_limit']:.1e}), "
+                f"{row['normwise']:.2e} norm-wise (limit {row['normwise_limit']:.0e})")
+    r.find(Status.FAIL, "wrong_results",
+           f"{row['mode']} results on {dev.label} are wrong: {what}.",
+           why="Silent data corruption: training on this GPU can produce garbage weights without any error.",
+           fix=f"Re-run `gpudoctor report --full --probe correctness` (seed {seed}); if it "
+               "repeats, run NVIDIA's DCGM diagnostics (dcgmi diag -r 3), check ECC errors and "
+               "clocks/overclocking, and take the GPU out of service.", device=dev.index)
+
+
+def _override_finding(r: ProbeResult, dev: _gpu.Device, rows: list[dict[str, Any]]) -> None:
+    overridden = [row for row in rows if row.get("judged_as")]
+    if overridden:
+        r.find(Status.PASS, "tf32_override",
+               f"{overridden[0]['judged_as_why']}; "
+               + ", ".join(f"{row['mode']} judged as {row['judged_as']}" for row in overridden) + ".",
+               why="The environment decides what cuBLAS really computes; judging it by the wrong "
+                   "format's limits would call normal rounding corruption (or miss real corruption).",
+               fix="Nothing to do; unset the variable if you want torch's own TF32 switch to decide.",
+               device=dev.index)
+
+
+def _summary(r: ProbeResult) -> str:
+    rows = [row for checks in r.details["checks"].values() for row in checks]
+    return f"{sum(1 for row in rows if row['ok'])} of {len(rows)} checks correct"
+
+
 def run(ctx: ProbeContext) -> ProbeResult:
-    found = torch_and_devices(ctx, "correctness")
-    if isinstance(found, ProbeResult):
-        return found
-    torch, devices = found
-    r = ProbeResult("correctness")
-    seed = int.from_bytes(os.urandom(6), "little")
-    r.details["seed"] = seed
-    failed = 0
-    for dev in devices:
-        modes = tuple(m for m in MODES if m != "bf16" or dev.compute_capability >= (8, 0))
-        rows = run_checks(torch, _gpu.torch_device(torch, dev), seed=seed + dev.index, modes=modes,
-                          environment=tf32_environment())
-        r.details.setdefault("checks", {})[str(dev.index)] = rows
-        for row in rows:
-            r.measure(f"{row['mode']}_max_error", row["componentwise"], "", device=dev.index,
-                      reference=row["componentwise_limit"],
-                      note=f"norm-wise {row['normwise']:.2e} (limit {row['normwise_limit']:.0e})"
-                      if row["normwise"] is not None else "result has NaN/Inf")
-            if row["ok"]:
-                continue
-            failed += 1
-            if row["nonfinite"]:
-                what = f"{row['nonfinite']} NaN/Inf values"
-            elif not row["repeat_identical"] and row["componentwise"] is not None \
-                    and row["componentwise"] <= row["componentwise_limit"]:
-                what = "two runs on identical inputs gave different bits"
-            else:
-                what = (f"error {row['componentwise']:.2e} per element (limit {row['componentwise_limit']:.1e}), "
-                        f"{row['normwise']:.2e} norm-wise (limit {row['normwise_limit']:.0e})")
-            r.find(Status.FAIL, "wrong_results",
-                   f"{row['mode']} results on {dev.label} are wrong: {what}.",
-                   why="Silent data corruption: training on this GPU can produce garbage weights without any error.",
-                   fix=f"Re-run `gpudoctor report --full --probe correctness` (seed {seed + dev.index}); if it "
-                       "repeats, run NVIDIA's DCGM diagnostics (dcgmi diag -r 3), check ECC errors and "
-                       "clocks/overclocking, and take the GPU out of service.", device=dev.index)
-        overridden = [row for row in rows if row.get("judged_as")]
-        if overridden:
-            r.find(Status.PASS, "tf32_override",
-                   f"{overridden[0]['judged_as_why']}; "
-                   + ", ".join(f"{row['mode']} judged as {row['judged_as']}" for row in overridden) + ".",
-                   why="The environment decides what cuBLAS really computes; judging it by the wrong "
-                       "format's limits would call normal rounding corruption (or miss real corruption).",
-                   fix="Nothing to do; unset the variable if you want torch's own TF32 switch to decide.",
-                   device=dev.index)
-        if not any(not row["ok"] for row in rows):
-            r.find(Status.PASS, "results_correct",
-                   f"{dev.label}: {', '.join(row['mode'] for row in rows)} results agree with float64 within their "
-                   "rounding-error limits; repeated runs are bit-identical.", device=dev.index)
-    checked = sum(len(v) for v in r.details["checks"].values())
-    return r.settle(f"{checked - failed} of {checked} checks correct")
+    return measure_each_device(ctx, "correctness", _probe_device, _summary, target_s=0.0)
 
 
 PROBE = Probe.define(__name__, run, "Device arithmetic against a float64 CPU reference (silent data corruption)",

@@ -24,13 +24,14 @@ import os
 import subprocess
 import sys
 import time
+from functools import partial
 from typing import Any
 
 from gpudoctor.model import ProbeResult, Status
 from gpudoctor.probes import Probe, ProbeContext
 
 from . import _gpu
-from ._measuring import torch_and_devices
+from ._measuring import measure_each_device
 from ._allocator import LargestAllocation, expandable_segments_enabled, explain_walk, format_bytes, largest_allocation
 from ._timing import MiB
 
@@ -162,13 +163,18 @@ def other_processes(ctx: ProbeContext, device: _gpu.Device) -> tuple[list[dict[s
 
 
 def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Device, budget_s: float) -> None:
-    d = dev.index
     device = _gpu.torch_device(torch, dev)
+    _context_size(ctx, r, torch, dev, device)
+    total = _allocator_walk(ctx, r, torch, dev, device)
+    _largest_allocation(r, torch, dev, device, budget_s, total)
+    _held_by_others(ctx, r, dev, total)
 
-    def read_used() -> int | None:
-        return _gpu.nvml_used(ctx, dev)
 
-    # 1. context size (before this process touches the device, else in a fresh process).
+def _context_size(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Device, device: Any) -> None:
+    """1. The CUDA context's size: before this process touches the device, else in a fresh process."""
+    d = dev.index
+    read_used = partial(_gpu.nvml_used, ctx, dev)
+
     # Ask before set_device: since torch 2.8 set_device always calls cudaSetDevice, which
     # creates the primary context at once (CUDA 12+), so asking after it always says "yes".
     fresh = not _gpu.has_context(torch, d)
@@ -197,7 +203,12 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
     else:
         r.measure("cuda_context", None, "B", device=d, note=context.get("error", "NVML used not readable"))
 
-    # 2. the caching allocator walk
+
+def _allocator_walk(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Device, device: Any) -> int:
+    """2. The caching allocator walk (and whether the device is nearly full); returns total memory."""
+    d = dev.index
+    read_used = partial(_gpu.nvml_used, ctx, dev)
+
     free, total = torch.cuda.mem_get_info(device)
     big_block = max(4 * MiB, min(256 * MiB, (free // 16) // (2 * MiB) * (2 * MiB)))
     if free < NEARLY_FULL_SHARE * total:
@@ -234,8 +245,13 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
                     "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True. Read "
                     "torch.cuda.memory_stats() in your loop: num_alloc_retries > 0 means memory pressure."),
                device=d)
+    return total
 
-    # 3. largest single allocation
+
+def _largest_allocation(r: ProbeResult, torch: Any, dev: _gpu.Device, device: Any, budget_s: float,
+                        total: int) -> None:
+    """3. The largest single allocation that succeeds now."""
+    d = dev.index
     search_deadline = time.monotonic() + max(1.0, budget_s)
     search, leftover, free_before = search_largest(torch, device, lambda: search_deadline - time.monotonic())
     r.details.setdefault("largest_allocation", {})[str(d)] = {
@@ -261,7 +277,10 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
                fix="Check the processes holding memory on this GPU (below, or nvidia-smi) and stop idle ones.",
                device=d)
 
-    # 4. memory held by other processes
+
+def _held_by_others(ctx: ProbeContext, r: ProbeResult, dev: _gpu.Device, total: int) -> None:
+    """4. Memory held by other processes."""
+    d = dev.index
     others, why_not = other_processes(ctx, dev)
     if others is None:
         r.measure("other_processes_memory", None, "B", device=d, note=why_not)
@@ -280,17 +299,13 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
                        "the host's.", device=d)
 
 
-def run(ctx: ProbeContext) -> ProbeResult:
-    found = torch_and_devices(ctx, "memory")
-    if isinstance(found, ProbeResult):
-        return found
-    torch, devices = found
-    r = ProbeResult("memory")
-    for dev in devices:
-        _probe_device(ctx, r, torch, dev, _gpu.work_budget(ctx, 4.0, len(devices)))
+def _summary(r: ProbeResult) -> str:
     largest = [m for m in r.measurements if m.name == "largest_allocation" and m.value is not None]
-    summary = ", ".join(f"cuda:{m.device} largest allocation {format_bytes(m.value)}" for m in largest)
-    return r.settle(summary)
+    return ", ".join(f"cuda:{m.device} largest allocation {format_bytes(m.value)}" for m in largest)
+
+
+def run(ctx: ProbeContext) -> ProbeResult:
+    return measure_each_device(ctx, "memory", _probe_device, _summary, target_s=4.0)
 
 
 PROBE = Probe.define(__name__, run, "GPU memory: CUDA context, caching allocator, largest allocation, other processes",

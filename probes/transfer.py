@@ -20,7 +20,7 @@ from gpudoctor.model import ProbeResult, Status
 from gpudoctor.probes import Probe, ProbeContext
 
 from . import _gpu
-from ._measuring import torch_and_devices
+from ._measuring import measure_each_device
 from ._datasheet import lookup_gpu_spec
 from ._pcie import LinkCeiling, host_link_is_c2c, link_ceiling
 from ._timing import MiB, Timing, bandwidth_gbs, inner_count, percent_of, time_op
@@ -253,19 +253,13 @@ def _d2d_findings(r: ProbeResult, dev: _gpu.Device, d2d: dict[str, Any], spec: A
                f"{spec.model}'s datasheet {spec.memory_bandwidth_gbs:.0f} GB/s.", device=d)
 
 
+def _summary(r: ProbeResult) -> str:
+    return ", ".join(f"cuda:{m.device} {m.name.replace('_bandwidth', '')} {m.value:.1f} GB/s" for m in r.measurements
+                     if m.name in ("pinned_h2d_bandwidth", "d2d_bandwidth"))
+
+
 def run(ctx: ProbeContext) -> ProbeResult:
-    found = torch_and_devices(ctx, "transfer")
-    if isinstance(found, ProbeResult):
-        return found
-    torch, devices = found
-    r = ProbeResult("transfer")
-    for dev in devices:
-        _probe_device(ctx, r, torch, dev, _gpu.work_budget(ctx, 6.0, len(devices), reserve_s=4.0))
-    parts = []
-    for m in r.measurements:
-        if m.name in ("pinned_h2d_bandwidth", "d2d_bandwidth"):
-            parts.append(f"cuda:{m.device} {m.name.replace('_bandwidth', '')} {m.value:.1f} GB/s")
-    return r.settle(", ".join(parts))
+    return measure_each_device(ctx, "transfer", _probe_device, _summary, target_s=6.0, reserve_s=4.0)
 
 
 PROBE = Probe.define(__name__, run, "Host<->device (pageable, pinned) and device-to-device bandwidth against their ceilings",
