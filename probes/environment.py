@@ -96,6 +96,37 @@ def kernel_image_available(arch_list: list[str], capability: str) -> bool | None
 
 def run(ctx: ProbeContext) -> ProbeResult:
     r = ProbeResult("environment")
+    _host_facts(r, ctx)
+    gpu = ctx.gpu
+    nvml_na, driver, driver_cuda = _driver(r, gpu)
+    facts = ctx.torch_facts()
+    if is_na(facts):
+        r.details["torch"] = None
+        why_not = "--quick" if facts.reason == "QuickMode" else "not in the recording"
+        return r.settle("driver " + (driver if isinstance(driver, str) else "unavailable")
+                        + f"; torch not checked ({why_not})")
+    r.details["torch"] = facts
+    if not facts.get("importable"):
+        r.find(Status.FAIL, "torch_import_failed", f"torch does not import: {facts.get('import_error')}",
+               why="Every PyTorch program on this machine fails at `import torch`.",
+               fix="Reinstall torch in this environment: `pip install --force-reinstall torch`.")
+        return r.settle("torch does not import")
+    version, cuda_build = _torch_build(r, facts, nvml_na)
+    _driver_against_build(r, driver, driver_cuda, version, cuda_build)
+    count = gpu.device_count() if nvml_na is None else nvml_na
+    _cuda_start(r, facts, cuda_build, count)
+    _kernel_images(r, gpu, facts, version, count)
+    _torchvision(r, facts, version)
+    summary = f"torch {version}"
+    if cuda_build:
+        summary += f" (CUDA {cuda_build})"
+    if facts.get("cudnn_version"):
+        summary += f", cuDNN {facts['cudnn_version']}"
+    summary += ", driver " + (driver if isinstance(driver, str) else "unavailable")
+    return r.settle(summary)
+
+
+def _host_facts(r: ProbeResult, ctx: ProbeContext) -> None:
     host = ctx.host_facts()
     r.measure("python", host.get("python"))
     r.measure("os", host.get("os"))
@@ -107,8 +138,9 @@ def run(ctx: ProbeContext) -> ProbeResult:
         r.measure(name, env.get(name) if env.get(name) is not None else "(unset)")
     r.details["environment_variables"] = env
 
-    # -- driver (NVML) ---------------------------------------------------------------
-    gpu = ctx.gpu
+
+def _driver(r: ProbeResult, gpu: Any) -> tuple[Any, Any, Any]:
+    """The NVIDIA driver as NVML sees it: (why NVML is unavailable or None, driver, its CUDA version)."""
     nvml_na = gpu.status()
     driver = gpu.driver_version() if nvml_na is None else nvml_na
     driver_cuda = gpu.cuda_driver_version() if nvml_na is None else nvml_na
@@ -122,21 +154,11 @@ def run(ctx: ProbeContext) -> ProbeResult:
         r.find(Status.FAIL, "nvidia_driver_unavailable", f"No usable NVIDIA driver: {words}.",
                why="Without the driver no CUDA program can use a GPU; torch falls back to the CPU.",
                fix=fix)
+    return nvml_na, driver, driver_cuda
 
-    # -- torch -------------------------------------------------------------------------
-    facts = ctx.torch_facts()
-    if is_na(facts):
-        r.details["torch"] = None
-        why_not = "--quick" if facts.reason == "QuickMode" else "not in the recording"
-        return r.settle("driver " + (driver if isinstance(driver, str) else "unavailable")
-                        + f"; torch not checked ({why_not})")
-    r.details["torch"] = facts
-    if not facts.get("importable"):
-        r.find(Status.FAIL, "torch_import_failed", f"torch does not import: {facts.get('import_error')}",
-               why="Every PyTorch program on this machine fails at `import torch`.",
-               fix="Reinstall torch in this environment: `pip install --force-reinstall torch`.")
-        return r.settle("torch does not import")
 
+def _torch_build(r: ProbeResult, facts: dict[str, Any], nvml_na: Any) -> tuple[str, Any]:
+    """torch's build and libraries; a CPU-only build is a finding. Returns (version, CUDA build)."""
     version = facts.get("version", "")
     cuda_build = facts.get("cuda_build")
     r.measure("torch", version)
@@ -156,8 +178,11 @@ def run(ctx: ProbeContext) -> ProbeResult:
                why="CPU-only wheels (+cpu) have no CUDA kernels; torch.cuda.is_available() is always False.",
                fix="Install a CUDA build: `pip install --force-reinstall torch torchvision` from PyPI "
                    "(its Linux wheels carry CUDA) or from https://download.pytorch.org/whl/cu126 etc.")
+    return version, cuda_build
 
-    # driver vs torch's CUDA build
+
+def _driver_against_build(r: ProbeResult, driver: Any, driver_cuda: Any, version: str, cuda_build: Any) -> None:
+    """The driver's CUDA version against the one torch was built for."""
     build = _version_tuple(cuda_build)
     supported = _version_tuple(driver_cuda if isinstance(driver_cuda, str) else None)
     if build and supported:
@@ -179,8 +204,9 @@ def run(ctx: ProbeContext) -> ProbeResult:
                        "cannot be JIT-compiled by this driver and fail with 'unsupported toolchain'.",
                    fix="Upgrade the driver when convenient, or use a torch built for the driver's CUDA version.")
 
-    # CUDA not starting although a driver and devices are there
-    count = gpu.device_count() if nvml_na is None else nvml_na
+
+def _cuda_start(r: ProbeResult, facts: dict[str, Any], cuda_build: Any, count: Any) -> None:
+    """CUDA not starting although a driver and devices are there."""
     if (cuda_build and facts.get("cuda_available") is not True and isinstance(count, int) and count > 0
             and not any(f.code == "driver_too_old" for f in r.findings)):
         reason = facts.get("cuda_init_error") or "; ".join(facts.get("cuda_warnings") or []) or "unknown reason"
@@ -190,7 +216,9 @@ def run(ctx: ProbeContext) -> ProbeResult:
                fix="Read the error above; common causes are CUDA_VISIBLE_DEVICES hiding every GPU, a driver/"
                    "library mismatch after an upgrade without reboot, or a container started without GPUs.")
 
-    # compiled architectures vs each device's compute capability
+
+def _kernel_images(r: ProbeResult, gpu: Any, facts: dict[str, Any], version: str, count: Any) -> None:
+    """torch's compiled architectures against each device's compute capability."""
     arch_list = facts.get("arch_list") if isinstance(facts.get("arch_list"), list) else []
     if arch_list:
         r.measure("torch_arch_list", " ".join(arch_list))
@@ -214,7 +242,8 @@ def run(ctx: ProbeContext) -> ProbeResult:
                        " (older GPUs need an older CUDA build, e.g. cu126 wheels for sm_50..sm_70).",
                    device=index)
 
-    # torchvision
+
+def _torchvision(r: ProbeResult, facts: dict[str, Any], version: str) -> None:
     tv = facts.get("torchvision") or {}
     if tv.get("installed"):
         r.measure("torchvision", tv.get("version"))
@@ -243,14 +272,6 @@ def run(ctx: ProbeContext) -> ProbeResult:
                        + (f", or `pip install \"torch=={tv_torch}.*\"` to match torchvision {tv_version}." if tv_torch else "."))
     else:
         r.measure("torchvision", None, note="not installed")
-
-    summary = f"torch {version}"
-    if cuda_build:
-        summary += f" (CUDA {cuda_build})"
-    if facts.get("cudnn_version"):
-        summary += f", cuDNN {facts['cudnn_version']}"
-    summary += ", driver " + (driver if isinstance(driver, str) else "unavailable")
-    return r.settle(summary)
 
 
 PROBE = Probe.define(__name__, run, "Driver, torch, CUDA, cuDNN, NCCL and torchvision versions agree",
