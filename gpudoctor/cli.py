@@ -24,6 +24,8 @@ from gpudoctor.errors import DeviceSelectionError, GpudoctorError, UsageError
 EXTRA_COMMANDS: list[str] = [
     "gpudoctor.distributed_cmd",
     "gpudoctor.exporter",
+    "gpudoctor.compare_cmd",
+    "gpudoctor.fleet_cmd",
     "gpudoctor.tui.command",
     "gpudoctor.watch",
     "gpudoctor.workload.command",

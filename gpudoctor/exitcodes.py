@@ -11,6 +11,7 @@ code   name                meaning
 5      PROBE_ERROR         no failure, but a probe could not complete (crash, hang, time limit)
 6      NO_GPU              nothing to watch or record: NVML found no usable NVIDIA GPU (watch, record)
 7      WRITE_FAILED        the run finished but an output file could not be written (stdout kept)
+8      UNREACHABLE         fleet: Prometheus could not be reached or did not answer as Prometheus does
 130    INTERRUPTED         stopped by Ctrl-C; finished results were kept and written
 143    TERMINATED          stopped by SIGTERM; finished results were kept and written
 =====  ==================  ==========================================================
@@ -24,6 +25,7 @@ FAIL = 4
 PROBE_ERROR = 5
 NO_GPU = 6
 WRITE_FAILED = 7
+UNREACHABLE = 8
 INTERRUPTED = 130
 TERMINATED = 143
 
@@ -36,6 +38,7 @@ DESCRIPTIONS = {
     PROBE_ERROR: "a probe could not complete (crash, hang or time limit); nothing failed",
     NO_GPU: "watch/record: no usable NVIDIA GPU",
     WRITE_FAILED: "finished, but an output file could not be written",
+    UNREACHABLE: "fleet: Prometheus could not be reached",
     INTERRUPTED: "interrupted; finished results were kept",
     TERMINATED: "terminated by SIGTERM; finished results were kept",
 }

@@ -17,6 +17,11 @@ How it works:
   changes. Each probe's status is ``gpudoctor_probe_status{probe, status}`` (a state set:
   1 for the current status, 0 for the others).
 
+* The HTTP server (:func:`serve_metrics`) gives each connection at most 10 s and serves at
+  most 128 at once (more are answered 503 and closed), so idle or half-sent requests cannot
+  hold threads and file descriptors until scrapes fail; ``--report-file`` is read within
+  bounds (16 MiB, 64 levels) and a bad file only sets ``gpudoctor_report_up`` to 0.
+
 Metric names, units and their dcgm-exporter counterparts: docs/fleet.md (the table there
 is checked against :data:`GPU_METRICS` by a test). Units are Prometheus base units
 (bytes, watts, hertz, ratios 0-1); dcgm-exporter uses MiB, MHz and percent.
@@ -27,8 +32,10 @@ Front end: never imports torch or pynvml (NVML goes through gpudoctor.backends).
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -140,6 +147,20 @@ OTHER_METRICS: dict[str, str] = {
     "gpudoctor_probe_status": "Each probe's status in the last report, as a state set (labels probe, status)",
     "gpudoctor_report_timestamp_seconds": "Unix time the last report finished (or the file was written)",
     "gpudoctor_report_duration_seconds": "How long the last report took",
+    "gpudoctor_gpu_energy_joules_total": "Energy the GPU used since the driver loaded (NVML total energy "
+                                         "consumption; Volta and newer)",
+    "gpudoctor_gpu_xid_errors_total": "Xid errors NVML reported for the GPU since the exporter started watching",
+    "gpudoctor_gpu_kernel_log_xids": "Xid errors for the GPU found in the kernel log when the exporter started",
+    "gpudoctor_gpu_last_xid": "The most recent Xid of the GPU (NVML event or kernel log); see docs/fleet.md",
+    "gpudoctor_gpu_last_xid_timestamp_seconds": "Unix time of the most recent Xid (0 when the log gave no time)",
+    "gpudoctor_gpu_events_total": "Critical events NVML reported since watching began (label kind: xid, "
+                                  "ecc_double_bit, ecc_single_bit, ecc_single_bit_storm, clock_change, ...)",
+    "gpudoctor_gpu_events_supported": "1 when the GPU reports critical events to NVML, else 0 (reason in "
+                                      "gpudoctor_gpu_events_error_info)",
+    "gpudoctor_gpu_events_error_info": "Why the GPU's events cannot be watched (label reason), 1 while so",
+    "gpudoctor_kernel_log_readable": "1 when the kernel log could be read for Xids from before the exporter "
+                                     "started, else 0 (reason in gpudoctor_kernel_log_error_info)",
+    "gpudoctor_kernel_log_error_info": "Why the kernel log could not be read (label reason)",
 }
 
 GPU_LABELS = ("gpu", "uuid", "name", "pci_bus_id")
@@ -284,6 +305,34 @@ def stop_sampler_then_close(sampler: GpuSampler, gpu: Any, join_s: float | None 
     return True
 
 
+REPORT_FILE_MAX_BYTES = 16 << 20  # a full report of 64 GPUs is well under 1 MiB
+REPORT_FILE_MAX_DEPTH = 64
+REPORT_FILE_MAX_RESULTS = 1000
+
+
+def _report_duration(data: Any) -> float:
+    """Sum of the results' durations, after checking the fields the collector reads.
+
+    ValueError for anything that is not a gpudoctor report of the expected shape.
+    """
+    results = data.get("results") if isinstance(data, dict) else None
+    if not isinstance(results, list):
+        raise ValueError("not a gpudoctor report")
+    if len(results) > REPORT_FILE_MAX_RESULTS:
+        raise ValueError(f"more than {REPORT_FILE_MAX_RESULTS} results")
+    if not isinstance(data.get("status"), (str, type(None))):
+        raise ValueError("status is not a string")
+    total = 0.0
+    for result in results:
+        if not isinstance(result, dict) or not isinstance(result.get("probe"), str) \
+                or len(result["probe"]) > 200 or not isinstance(result.get("status"), (str, type(None))):
+            raise ValueError("a result is not a probe result")
+        duration = result.get("duration_s")
+        if isinstance(duration, (int, float)) and not isinstance(duration, bool) and duration == duration:
+            total += float(duration)
+    return total
+
+
 class ReportStatus:
     """The last report: run periodically by ``produce`` or read from ``path`` when it changes."""
 
@@ -315,29 +364,36 @@ class ReportStatus:
             self.finished_at = time.time()
 
     def _read_file(self) -> None:
-        import json
+        """Read the report file if it changed. A file that is missing, too big, nested too deep,
+        not JSON or not a report sets ``up`` to 0; the next change is read again."""
+        from gpudoctor.safejson import JsonFileError, read_json_file
 
         try:
-            mtime = os.stat(self.path).st_mtime  # type: ignore[arg-type]
-        except OSError:
-            self.up = 0
-            return
-        if mtime == self._mtime and self.report is not None:
-            return
-        try:
-            with open(self.path, encoding="utf-8") as fh:  # type: ignore[arg-type]
-                data = json.load(fh)
-            if not isinstance(data, dict) or "results" not in data:
-                raise ValueError("not a gpudoctor report")
+            st = os.stat(self.path)  # type: ignore[arg-type]
         except (OSError, ValueError):
             self.up = 0
             return
+        mtime = st.st_mtime
+        if mtime == self._mtime and self.report is not None:
+            return
+        try:
+            data = read_json_file(self.path, max_bytes=REPORT_FILE_MAX_BYTES,  # type: ignore[arg-type]
+                                  max_depth=REPORT_FILE_MAX_DEPTH)
+            duration = _report_duration(data)
+        except (JsonFileError, ValueError):
+            self.up = 0
+            return
         self.report, self.up, self._mtime, self.finished_at = data, 1, mtime, mtime
-        self.duration_s = sum(float(r.get("duration_s") or 0) for r in data.get("results", []))
+        self.duration_s = duration
 
     def _loop(self) -> None:
         while True:
-            self.refresh()
+            try:
+                self.refresh()
+            except Exception as exc:  # never let one bad file or report end the thread for good
+                self.up = 0
+                print(f"gpudoctor exporter: report: {type(exc).__name__}: {str(exc)[:200]}",
+                      file=sys.stderr, flush=True)
             wait = 5.0 if self.path is not None else self.interval
             if wait <= 0 or self._stop.wait(wait):
                 return
@@ -372,10 +428,12 @@ def _number(value: Any) -> float | None:
 class GpudoctorCollector:
     """A prometheus_client collector built from the latest sample and report."""
 
-    def __init__(self, sampler: GpuSampler, reports: ReportStatus | None = None, source: str = "nvml") -> None:
+    def __init__(self, sampler: GpuSampler, reports: ReportStatus | None = None, source: str = "nvml",
+                 events: Any = None) -> None:
         self.sampler = sampler
         self.reports = reports
         self.source = source
+        self.events = events  # an EventWatcher / ReplayEvents (gpudoctor.backends.events), or None
 
     def describe(self) -> list[Any]:
         return []  # collected on demand; no fixed description
@@ -436,6 +494,8 @@ class GpudoctorCollector:
                                       labels=list(GPU_LABELS) + ["reason"])
         ecc = CounterMetricFamily("gpudoctor_gpu_ecc_errors", OTHER_METRICS["gpudoctor_gpu_ecc_errors_total"],
                                   labels=list(GPU_LABELS) + ["error_type", "counter"])
+        energy = CounterMetricFamily("gpudoctor_gpu_energy_joules", OTHER_METRICS["gpudoctor_gpu_energy_joules_total"],
+                                     labels=list(GPU_LABELS))
         for dev in snap["devices"]:
             static, sample = dev["static"], dev["sample"]
             labels = [str(dev["index"])] + [_label(static.get(k)) for k in ("uuid", "name", "pci_bus_id")]
@@ -459,13 +519,63 @@ class GpudoctorCollector:
                 value = _number(sample.get(key))
                 if value is not None:
                     ecc.add_metric(labels + [kind, counter], value)
+            millijoules = _number(sample.get("energy_mj"))
+            if millijoules is not None:
+                energy.add_metric(labels, millijoules / 1000.0)
         yield gpu_info
         yield gpu_up
         yield gpu_err
         yield from families.values()
         yield throttled
         yield ecc
+        yield energy
+        if self.events is not None:
+            yield from self._event_metrics(snap["devices"])
         yield from self._report_metrics()
+
+    def _event_metrics(self, devices: list[dict[str, Any]]) -> Iterable[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        names = OTHER_METRICS
+        gpu_labels = list(GPU_LABELS)
+        xids = CounterMetricFamily("gpudoctor_gpu_xid_errors", names["gpudoctor_gpu_xid_errors_total"], labels=gpu_labels)
+        logged = GaugeMetricFamily("gpudoctor_gpu_kernel_log_xids", names["gpudoctor_gpu_kernel_log_xids"],
+                                   labels=gpu_labels)
+        last = GaugeMetricFamily("gpudoctor_gpu_last_xid", names["gpudoctor_gpu_last_xid"], labels=gpu_labels)
+        last_t = GaugeMetricFamily("gpudoctor_gpu_last_xid_timestamp_seconds",
+                                   names["gpudoctor_gpu_last_xid_timestamp_seconds"], labels=gpu_labels)
+        kinds = CounterMetricFamily("gpudoctor_gpu_events", names["gpudoctor_gpu_events_total"],
+                                    labels=gpu_labels + ["kind"])
+        supported = GaugeMetricFamily("gpudoctor_gpu_events_supported", names["gpudoctor_gpu_events_supported"],
+                                      labels=gpu_labels)
+        unsupported = GaugeMetricFamily("gpudoctor_gpu_events_error_info", names["gpudoctor_gpu_events_error_info"],
+                                        labels=gpu_labels + ["reason"])
+        for dev in devices:
+            static = dev["static"]
+            labels = [str(dev["index"])] + [_label(static.get(k)) for k in ("uuid", "name", "pci_bus_id")]
+            state = self.events.snapshot(dev["index"])
+            supported.add_metric(labels, 0.0 if state.supported is not None else 1.0)
+            if state.supported is not None:
+                unsupported.add_metric(labels + [state.supported.reason], 1.0)
+            else:
+                xids.add_metric(labels, float(state.xid_count))
+                for kind, count in sorted(state.counts.items()):
+                    kinds.add_metric(labels + [kind], float(count))
+            logged.add_metric(labels, float(len(state.logged_xids)))
+            newest = state.last_xid()
+            if newest is not None:
+                last.add_metric(labels, float(newest.code or 0))
+                last_t.add_metric(labels, float(newest.time))
+        yield from (xids, logged, last, last_t, kinds, supported, unsupported)
+        readable = getattr(self.events, "kernel_log_readable", None)
+        if readable is not None:
+            yield GaugeMetricFamily("gpudoctor_kernel_log_readable", names["gpudoctor_kernel_log_readable"],
+                                    value=1.0 if readable else 0.0)
+            if not readable:
+                reason = GaugeMetricFamily("gpudoctor_kernel_log_error_info", names["gpudoctor_kernel_log_error_info"],
+                                           labels=["reason"])
+                reason.add_metric([_label(self.events.kernel_log_reason)[:200]], 1.0)
+                yield reason
 
     def _report_metrics(self) -> Iterable[Any]:
         from prometheus_client.core import GaugeMetricFamily
@@ -517,6 +627,171 @@ def build_registry(collector: GpudoctorCollector) -> Any:
     return registry
 
 
+# --------------------------------------------------------------------------- HTTP server
+DEFAULT_MAX_CONNECTIONS = 128    # open connections served at once; more are answered 503 and closed
+DEFAULT_REQUEST_TIMEOUT_S = 10.0  # a connection's whole life (Prometheus' default scrape timeout)
+_FD_SHORTAGE = {getattr(errno, name) for name in ("EMFILE", "ENFILE", "ENOBUFS", "ENOMEM") if hasattr(errno, name)}
+_BUSY = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+
+
+class _OneLineErrors:
+    """Where wsgiref writes a failed request's traceback: only its last line reaches stderr."""
+
+    def __init__(self) -> None:
+        self._parts: list[str] = []
+
+    def write(self, text: str) -> int:
+        if sum(map(len, self._parts)) < 65536:
+            self._parts.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        lines = [line for line in "".join(self._parts).splitlines() if line.strip()]
+        self._parts.clear()
+        if lines:
+            print(f"gpudoctor exporter: request failed: {lines[-1].strip()[:200]}", file=sys.stderr, flush=True)
+
+
+def _metrics_server_class() -> Any:
+    """The server class, built on first use (wsgiref is only imported by the exporter command)."""
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
+
+    class Handler(WSGIRequestHandler):
+        """One connection: a socket timeout on every read and write, no access log."""
+
+        def setup(self) -> None:
+            self.timeout = self.server.request_timeout_s  # StreamRequestHandler.setup applies it
+            super().setup()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def get_stderr(self) -> Any:
+            return _OneLineErrors()
+
+    class MetricsServer(WSGIServer):
+        """A thread per connection, at most ``max_connections`` at once, each for at most
+        ``request_timeout_s``: idle or half-sent requests (slowloris) cannot hold threads and
+        file descriptors until scrapes fail. Connections over the cap are answered 503 and
+        closed at once; running out of file descriptors costs one pause, never a traceback."""
+
+        handler_class = Handler
+
+        def __init__(self, address: tuple[Any, ...], family: int, *, max_connections: int,
+                     request_timeout_s: float) -> None:
+            self.address_family = family
+            self.max_connections = max_connections
+            self.request_timeout_s = request_timeout_s
+            self.refused = 0          # connections closed because the cap was reached
+            self.timed_out = 0        # connections ended by request_timeout_s
+            self.fd_shortages = 0     # accept() failures for want of file descriptors
+            self.peak_connections = 0  # most connections served at once
+            self._active: dict[Any, float] = {}
+            self._lock = threading.Lock()
+            super().__init__(address, Handler)
+
+        def get_request(self) -> Any:
+            try:
+                return super().get_request()
+            except OSError as exc:
+                if exc.errno in _FD_SHORTAGE:
+                    # The listening socket stays readable: pause instead of spinning, and let
+                    # the connections being served finish and give their descriptors back.
+                    self.fd_shortages += 1
+                    time.sleep(0.05)
+                raise  # socketserver drops a failed accept() quietly
+
+        def process_request(self, request: Any, client_address: Any) -> None:
+            with self._lock:
+                full = len(self._active) >= self.max_connections
+                if not full:
+                    self._active[request] = time.monotonic()
+                    self.peak_connections = max(self.peak_connections, len(self._active))
+            if full:
+                self.refused += 1
+                self._refuse(request)
+                return
+            try:
+                threading.Thread(target=self._serve, args=(request, client_address),
+                                 name="gpudoctor-http", daemon=True).start()
+            except RuntimeError:  # no thread could be started: this connection only
+                self._forget(request)
+                self._refuse(request)
+
+        def _serve(self, request: Any, client_address: Any) -> None:
+            try:
+                self.finish_request(request, client_address)
+            except Exception:
+                self.handle_error(request, client_address)
+            finally:
+                self._forget(request)
+                self.shutdown_request(request)
+
+        def _forget(self, request: Any) -> None:
+            with self._lock:
+                self._active.pop(request, None)
+
+        def _refuse(self, request: Any) -> None:
+            try:
+                request.setblocking(False)
+                request.send(_BUSY)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+
+        def service_actions(self) -> None:
+            """Between polls of serve_forever: cut connections older than the timeout. Their
+            threads see end-of-file, finish and close; shutdown() frees no descriptor under them."""
+            limit = time.monotonic() - self.request_timeout_s
+            with self._lock:
+                old = [r for r, started in self._active.items() if started < limit]
+            for request in old:
+                with self._lock:
+                    self.timed_out += 1
+                try:
+                    request.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+        def handle_error(self, request: Any, client_address: Any) -> None:
+            exc = sys.exc_info()[1]
+            if isinstance(exc, TimeoutError):  # one read or write took the whole timeout
+                with self._lock:
+                    self.timed_out += 1
+                return
+            if isinstance(exc, OSError):  # resets, broken pipes: the client's side
+                return
+            print(f"gpudoctor exporter: request failed: {type(exc).__name__}: {str(exc)[:200]}",
+                  file=sys.stderr, flush=True)
+
+    return MetricsServer
+
+
+def serve_metrics(registry: Any, host: str, port: int, *, max_connections: int = DEFAULT_MAX_CONNECTIONS,
+                  request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+                  poll_interval_s: float | None = None) -> tuple[Any, threading.Thread]:
+    """Serve ``registry`` at http://host:port/metrics from a background thread.
+
+    Returns (server, thread); ``server.server_address`` has the port chosen for port 0.
+    ``server.shutdown()`` then ``server.server_close()`` stop it. OSError if it cannot listen.
+    """
+    from prometheus_client import make_wsgi_app
+    # Imported now, not inside the first scrape: an import needs a file descriptor, and one
+    # that fails for want of one (EMFILE) leaves the module half-initialised for good.
+    import prometheus_client.core  # noqa: F401  (the collector's metric families)
+
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, _type, _proto, _name, address = infos[0]
+    server = _metrics_server_class()(address, family, max_connections=max_connections,
+                                     request_timeout_s=request_timeout_s)
+    server.set_app(make_wsgi_app(registry))
+    poll = poll_interval_s if poll_interval_s is not None else min(0.5, request_timeout_s / 4)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": poll},
+                              name="gpudoctor-http-server", daemon=True)
+    thread.start()
+    return server, thread
+
+
 # --------------------------------------------------------------------------- command
 def _port(text: str) -> int:
     try:
@@ -566,8 +841,6 @@ def register(subparsers: Any) -> None:
 
 
 def cmd_exporter(args: argparse.Namespace) -> int:
-    from prometheus_client import start_http_server
-
     from gpudoctor.backends import RecordingError, open_gpu_backend
 
     try:
@@ -583,9 +856,13 @@ def cmd_exporter(args: argparse.Namespace) -> int:
         else:
             reports = ReportStatus(produce=quick_report_producer(args.replay), interval=args.report_interval)
     source = f"replay:{os.path.basename(args.replay)}" if args.replay else "nvml"
-    registry = build_registry(GpudoctorCollector(sampler, reports, source))
+    from gpudoctor.backends.events import open_event_watcher
+
+    events = open_event_watcher(gpu)
+    events.start()
+    registry = build_registry(GpudoctorCollector(sampler, reports, source, events))
     try:
-        server, _thread = start_http_server(args.port, addr=args.host, registry=registry)
+        server, _thread = serve_metrics(registry, args.host, args.port)
     except OSError as exc:
         gpu.close()
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
@@ -618,10 +895,11 @@ def cmd_exporter(args: argparse.Namespace) -> int:
         server.server_close()
         if reports is not None:
             reports.stop()
+        events.stop()
         stop_sampler_then_close(sampler, gpu)
     print("gpudoctor exporter: stopped", file=sys.stderr, flush=True)
     return exitcodes.INTERRUPTED if interrupted else exitcodes.OK
 
 
-__all__ = ["GpuSampler", "ReportStatus", "stop_sampler_then_close", "recoverable_trouble", "GpudoctorCollector", "build_registry", "GPU_METRICS",
+__all__ = ["GpuSampler", "ReportStatus", "serve_metrics", "stop_sampler_then_close", "recoverable_trouble", "GpudoctorCollector", "build_registry", "GPU_METRICS",
            "ECC_COUNTERS", "OTHER_METRICS", "all_metric_names", "register", "cmd_exporter"]

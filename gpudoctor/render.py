@@ -49,7 +49,9 @@ def anonymize_report_dict(data: dict[str, Any]) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- anonymize
-_UUID_RE = re.compile(r"\b(GPU|MIG)-[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}\b")
+# A GPU or MIG UUID, whole or any prefix of it: CUDA_VISIBLE_DEVICES accepts a unique prefix
+# ("GPU-0f0e0d0c-0b0a"), and a prefix identifies the board as well as the whole UUID does.
+_UUID_RE = re.compile(r"\b(GPU|MIG)-[0-9a-fA-F]+(-[0-9a-fA-F]+)*\b")
 _SECRET_KEYS = {"uuid", "serial", "hostname", "host_name", "board_serial"}
 REDACTED = "<redacted>"
 
@@ -88,6 +90,9 @@ def _anonymize(data: Any, hostname: str) -> Any:
         text = _UUID_RE.sub(REDACTED, data)
         if hostname and len(hostname) >= 3:
             text = text.replace(hostname, REDACTED)
+        elif hostname:
+            # A short name ("n1", "g7") is replaced only as a whole token, not inside words.
+            text = re.sub(rf"(?<![\w.-]){re.escape(hostname)}(?![\w-])", REDACTED, text)
         return text
     return data
 

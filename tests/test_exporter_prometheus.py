@@ -8,40 +8,17 @@ wait is bounded.
 
 from __future__ import annotations
 
-import json
 import re
-import shutil
-import socket
 import subprocess
 import sys
 import time
-import urllib.parse
-import urllib.request
 from pathlib import Path
 
-import pytest
+from prom_support import PROMETHEUS, free_port, needs_prometheus, query, stop
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU_LOST = ROOT / "tests" / "data" / "exporter_gpu_lost_handmade.json"
-PROMETHEUS = shutil.which("prometheus")
-
-pytestmark = pytest.mark.skipif(
-    PROMETHEUS is None,
-    reason="the prometheus binary is not installed (Debian/Ubuntu: apt-get install -y --no-install-recommends prometheus)")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _query(port: int, expr: str) -> list[dict]:
-    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-    with urllib.request.urlopen(url, timeout=5) as response:
-        data = json.load(response)
-    assert data["status"] == "success", data
-    return data["data"]["result"]
+pytestmark = needs_prometheus
 
 
 def test_prometheus_scrapes_the_exporter(tmp_path):
@@ -56,7 +33,7 @@ def test_prometheus_scrapes_the_exporter(tmp_path):
         match = re.search(r"http://127\.0\.0\.1:(\d+)/metrics", line)
         assert match, f"exporter did not start: {line}"
         exporter_port = int(match.group(1))
-        prom_port = _free_port()
+        prom_port = free_port()
         config = tmp_path / "prometheus.yml"
         config.write_text(
             "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
@@ -72,9 +49,9 @@ def test_prometheus_scrapes_the_exporter(tmp_path):
         temperature = up = lost = None
         while time.monotonic() < deadline and prometheus.poll() is None:
             try:
-                up = _query(prom_port, 'up{job="gpudoctor"}')
-                temperature = _query(prom_port, 'gpudoctor_gpu_temperature_celsius{gpu="0"}')
-                lost = _query(prom_port, 'gpudoctor_gpu_up{gpu="1"}')
+                up = query(prom_port, 'up{job="gpudoctor"}')
+                temperature = query(prom_port, 'gpudoctor_gpu_temperature_celsius{gpu="0"}')
+                lost = query(prom_port, 'gpudoctor_gpu_up{gpu="1"}')
             except OSError:  # not listening yet
                 pass
             if up and temperature and lost and lost[0]["value"][1] == "0":
@@ -87,17 +64,11 @@ def test_prometheus_scrapes_the_exporter(tmp_path):
         assert float(temperature[0]["value"][1]) in (64.0, 65.0)
         assert temperature[0]["metric"]["pci_bus_id"] == "0000:07:00.0"
         assert lost and lost[0]["value"][1] == "0", f"GPU 1 (lost in the recording) not down: {lost}"
-        nvml = _query(prom_port, "gpudoctor_nvml_up")
+        nvml = query(prom_port, "gpudoctor_nvml_up")
         assert nvml[0]["value"][1] == "1"
     finally:
         for proc in (prometheus, exporter):
-            if proc is not None and proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(5)
+            stop(proc)
         if log is not None:
             log.close()
         if exporter.stderr is not None:

@@ -318,6 +318,7 @@ class NvmlBackend:
             "remapped_rows_failure": remapped if is_na(remapped) else bool(remapped[3]),
             "persistence_mode": q("nvmlDeviceGetPersistenceMode", index),
             "compute_mode": q("nvmlDeviceGetComputeMode", index),
+            "energy_mj": self.total_energy_mj(index),
         }
 
     def nvlink(self, index: int) -> Any:
@@ -381,6 +382,10 @@ class NvmlBackend:
                     names[value] = f"{major}.{minor}"
         self._nvlink_names = (module, names)
         return names
+
+    def total_energy_mj(self, index: int) -> Any:
+        """Energy used since the driver loaded, in mJ (nvidia-smi --query-gpu=total_energy_consumption)."""
+        return self._q("nvmlDeviceGetTotalEnergyConsumption", index)
 
     def compute_mode(self, index: int) -> Any:
         """nvmlDeviceGetComputeMode: 0 default, 1 exclusive thread (deprecated), 2 prohibited,

@@ -15,44 +15,19 @@ A recording is one JSON document::
 
 NA values are stored as ``{"__na__": reason}``. Hand-made recordings (fault scenarios
 only: GPU lost, field not supported) set ``meta.hand_made`` and say so in their file name.
+The full format, with its bounds, is docs/recording.schema.json (gpudoctor.recording).
 """
 
 from __future__ import annotations
 
-import json
 import threading
 from pathlib import Path
 from typing import Any
 
-from .na import NA, decode, is_na
+# The loader lives in gpudoctor.recording (bounded reading, the schema); re-exported here.
+from gpudoctor.recording import RECORDING_FORMAT, RECORDING_FORMAT_VERSION, RecordingError, load_recording
 
-RECORDING_FORMAT = "gpudoctor-recording"
-RECORDING_FORMAT_VERSION = 1
-
-
-class RecordingError(ValueError):
-    """A file that is not a readable gpudoctor recording."""
-
-
-def load_recording(path: str | Path) -> dict[str, Any]:
-    p = Path(path)
-    try:
-        raw = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise RecordingError(f"{p}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RecordingError(f"{p}: cannot read: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise RecordingError(f"{p}: not JSON ({exc.msg} at line {exc.lineno})") from None
-    if not isinstance(raw, dict) or raw.get("format") != RECORDING_FORMAT:
-        raise RecordingError(f"{p}: not a gpudoctor recording (no \"format\": \"{RECORDING_FORMAT}\")")
-    if raw.get("format_version") != RECORDING_FORMAT_VERSION:
-        raise RecordingError(f"{p}: recording format version {raw.get('format_version')!r} "
-                             f"is not supported (expected {RECORDING_FORMAT_VERSION})")
-    nvml = raw.get("nvml")
-    if not isinstance(nvml, dict) or not isinstance(nvml.get("samples", []), list):
-        raise RecordingError(f"{p}: recording has no valid \"nvml\" section")
-    return decode(raw)
+from .na import NA, is_na
 
 
 class ReplayBackend:
@@ -148,6 +123,11 @@ class ReplayBackend:
         full = self.sample(index)
         missing = next((v for v in full.values() if is_na(v)), NA("NotRecorded"))
         return {k: full.get(k, missing) for k in self._FAST_KEYS}
+
+    def total_energy_mj(self, index: int) -> Any:
+        """The energy counter of the device's next recorded sample (``energy_mj``), or NA."""
+        sample = self.sample(index)
+        return sample.get("energy_mj", NA("NotRecorded"))
 
     def memory(self, index: int) -> dict[str, Any]:
         full = self.sample(index)

@@ -1,0 +1,291 @@
+"""Readiness against a known-good baseline: is this node as good as the ones that work?
+
+A baseline is a report (``gpudoctor report --full -o good.json``) from a node known to be good,
+or a directory of them, whose figures are reduced to their median per metric (so one bad node
+in the directory does not move the bar). The candidate is another report of the same GPU model.
+Each measured figure is compared with its tolerance (below): worse than ``warn_pct`` is a warn,
+worse than ``fail_pct`` a fail, each with both values and the percentage. Better is fine.
+
+Different GPU models are refused (exit 2) unless forced; a different driver, torch or CUDA build
+is named as a warning, since a changed stack explains (and is itself) a difference from the
+known-good node.
+
+The result is a :class:`~gpudoctor.model.ProbeResult` named ``baseline``, so it travels in the
+report schema: ``report --baseline`` appends it to the report, ``compare`` prints a report
+holding only it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from gpudoctor.model import ProbeResult, Status
+
+MAX_REPORT_BYTES = 64 * 1024 * 1024
+MAX_BASELINE_FILES = 1000
+
+
+class BaselineError(ValueError):
+    """A baseline or report that cannot be used: one line, exit 2."""
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How one figure is judged. ``better``: higher or lower. ``field``: the measurement's value,
+    or its reference (PCIe: the link's maximum generation/width, since an idle GPU lowers the
+    current one). Percentages are of the baseline's figure; ``absolute`` tolerances (degrees C)
+    are differences."""
+
+    probe: str
+    name: str
+    better: str  # "higher" or "lower"
+    warn: float
+    fail: float
+    absolute: bool = False
+    field: str = "value"
+    why: str = ""
+
+
+# Tolerances, per metric. Sources of the spreads they allow: repeated runs of the same probe on
+# one node vary by a few percent (CUDA-event medians of rotated inputs; docs/measurements.md), so
+# a warn starts well above that noise; a fail is a gap that no noise explains.
+TOLERANCES: tuple[Tolerance, ...] = (
+    *(Tolerance("transfer", f"{kind}_bandwidth", "higher", 10, 25,
+                why="host/device copies feed every batch; a slower link or a downgraded slot shows here")
+      for kind in ("pinned_h2d", "pinned_d2h", "pageable_h2d", "pageable_d2h")),
+    Tolerance("transfer", "d2d_bandwidth", "higher", 10, 25, why="device memory bandwidth bounds most kernels"),
+    *(Tolerance("compute", f"{mode}_matmul", "higher", 10, 25,
+                why="matmul throughput is what training buys; clocks held down or a bad GPU show here")
+      for mode in ("fp32", "tf32", "fp16", "bf16")),
+    Tolerance("compute", "cpu_fp32_matmul", "higher", 15, 30,
+              why="the host CPU's matmul rate: the input pipeline and every CPU-side step run on it"),
+    Tolerance("memory", "cuda_context", "lower", 20, 50,
+              why="a larger CUDA context leaves less memory for the job (driver or CUDA build change)"),
+    Tolerance("workload", "workload_samples_per_s", "higher", 15, 30,
+              why="the reference MNIST loop's throughput: input pipeline, host and GPU together"),
+    Tolerance("workload", "workload_samples_per_joule", "higher", 15, 30,
+              why="energy per sample: the same work costing more power"),
+    Tolerance("health", "power_draw", "lower", 20, 50,
+              why="idle power well above the good node's hints at a stuck process or clocks held high"),
+    Tolerance("health", "temperature", "lower", 10, 20, absolute=True,
+              why="a hotter idle GPU than its peers points at cooling (fans, airflow, a blocked inlet)"),
+    Tolerance("health", "pcie_link_gen", "higher", 0.01, 0.01, field="reference",
+              why="the link's maximum generation: a lower one means a slot, riser or BIOS setting differs"),
+    Tolerance("health", "pcie_link_width", "higher", 0.01, 0.01, field="reference",
+              why="the link's maximum width: fewer lanes halve host/device bandwidth"),
+    Tolerance("distributed", "allreduce_busbw_peak", "higher", 10, 25,
+              why="collective bandwidth between GPUs (NVLink/PCIe/network)"),
+)
+
+
+# --------------------------------------------------------------------------- reading reports
+def read_report(path: str | Path) -> dict[str, Any]:
+    """A gpudoctor JSON report, bounded in size, with a one-line error for anything else."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_REPORT_BYTES + 1)
+    except OSError as exc:
+        raise BaselineError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if len(data) > MAX_REPORT_BYTES:
+        raise BaselineError(f"{path}: larger than {MAX_REPORT_BYTES >> 20} MiB; not a gpudoctor report")
+    try:
+        report = json.loads(data)
+    except (ValueError, RecursionError):
+        raise BaselineError(f"{path}: not JSON (expected `gpudoctor report --json` output)") from None
+    if (not isinstance(report, dict) or not isinstance(report.get("results"), list)
+            or not str(report.get("schema_version", "")).startswith("1.")):
+        raise BaselineError(f"{path}: not a gpudoctor report (no schema_version 1.x with results)")
+    return report
+
+
+def _measurements(report: dict[str, Any]) -> Iterable[tuple[str, dict[str, Any]]]:
+    for result in report.get("results", []):
+        if not isinstance(result, dict):
+            continue
+        for m in result.get("measurements") or []:
+            if isinstance(m, dict):
+                yield str(result.get("probe", "")), m
+
+
+def identity(report: dict[str, Any]) -> dict[str, Any]:
+    """GPU models (by device), driver, torch and its CUDA build, as the report read them."""
+    models: dict[int, str] = {}
+    found: dict[str, Any] = {"driver": None, "torch": None, "torch_cuda": None}
+    for probe, m in _measurements(report):
+        if probe == "devices" and m.get("name") == "name" and isinstance(m.get("value"), str):
+            models[int(m.get("device") or 0)] = m["value"]
+        if probe == "environment":
+            key = {"nvidia_driver": "driver", "torch": "torch", "torch_cuda_build": "torch_cuda"}.get(m.get("name"))
+            if key and m.get("value") is not None:
+                found[key] = m["value"]
+    found["models"] = [models[i] for i in sorted(models)]
+    return found
+
+
+def figures(report: dict[str, Any]) -> dict[tuple[str, str, int | None], float]:
+    """Every judged figure of a report: (probe, name, device) -> number."""
+    wanted = {(t.probe, t.name): t for t in TOLERANCES}
+    out: dict[tuple[str, str, int | None], float] = {}
+    for probe, m in _measurements(report):
+        tol = wanted.get((probe, str(m.get("name"))))
+        if tol is None:
+            continue
+        value = m.get(tol.field)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            out[(probe, tol.name, m.get("device"))] = float(value)
+    return out
+
+
+# --------------------------------------------------------------------------- baselines
+@dataclass
+class Baseline:
+    figures: dict[tuple[str, str, int | None], float]
+    identity: dict[str, Any]
+    sources: list[str]
+    outliers: list[str]  # "file: metric x% off the median" for directory baselines
+
+
+def load_baseline(path: str | Path) -> Baseline:
+    """One report, or the median of every ``*.json`` report in a directory (same GPU model)."""
+    path = Path(path)
+    if not path.is_dir():
+        report = read_report(path)
+        return Baseline(figures(report), identity(report), [str(path)], [])
+    files = sorted(p for p in path.glob("*.json") if p.is_file())[:MAX_BASELINE_FILES + 1]
+    if not files:
+        raise BaselineError(f"{path}: no *.json reports in this directory")
+    if len(files) > MAX_BASELINE_FILES:
+        raise BaselineError(f"{path}: more than {MAX_BASELINE_FILES} reports; pick a smaller set")
+    reports = [(f, read_report(f)) for f in files]
+    ids = [identity(r) for _, r in reports]
+    models = {tuple(i["models"]) for i in ids if i["models"]}
+    if len(models) > 1:
+        listing = "; ".join(f"{f.name}: {', '.join(i['models']) or 'no GPU'}" for (f, _), i in zip(reports, ids))
+        raise BaselineError(f"{path}: reports of different GPU models ({listing}); keep one model per directory")
+    per_metric: dict[tuple[str, str, int | None], list[tuple[str, float]]] = {}
+    for f, report in reports:
+        for key, value in figures(report).items():
+            per_metric.setdefault(key, []).append((f.name, value))
+    medians = {key: statistics.median(v for _, v in values) for key, values in per_metric.items()}
+    tolerances = {(t.probe, t.name): t for t in TOLERANCES}
+    outliers = []
+    for key, values in per_metric.items():
+        if len(values) < 3:
+            continue  # a median of two is their mean: no outlier can be named
+        tol = tolerances[(key[0], key[1])]
+        for name, value in values:
+            gap = _worse_by(tol, medians[key], value)
+            if gap is not None and gap > tol.fail:
+                outliers.append(f"{name}: {_label(key)} {_fmt(value)} vs the median {_fmt(medians[key])}")
+    merged = dict(ids[0])
+    for key in ("driver", "torch", "torch_cuda"):
+        seen = sorted({str(i[key]) for i in ids if i[key] is not None})
+        merged[key] = seen[0] if len(seen) == 1 else (" / ".join(seen) if seen else None)
+    return Baseline(medians, merged, [str(f) for f in files], sorted(outliers))
+
+
+# --------------------------------------------------------------------------- comparing
+def _worse_by(tol: Tolerance, base: float, value: float) -> float | None:
+    """How much worse ``value`` is than ``base`` (percent, or absolute units); None when not worse."""
+    diff = (base - value) if tol.better == "higher" else (value - base)
+    if diff <= 0:
+        return None
+    if tol.absolute:
+        return diff
+    if base == 0:
+        return math.inf
+    return diff / abs(base) * 100.0
+
+
+def _fmt(value: float) -> str:
+    if value != 0 and (abs(value) >= 1e5 or abs(value) < 1e-2):
+        return f"{value:.3g}"
+    return f"{value:.4g}"
+
+
+def _label(key: tuple[str, str, int | None]) -> str:
+    probe, name, device = key
+    return f"{name}" + (f" on GPU {device}" if device is not None else "")
+
+
+def compare(baseline: Baseline, candidate: dict[str, Any], *, force: bool = False,
+            candidate_name: str = "this report") -> ProbeResult:
+    """Judge ``candidate`` (a report dict) against ``baseline``. Raises BaselineError when the
+    GPU models differ and ``force`` is false, or when nothing can be compared."""
+    result = ProbeResult(probe="baseline")
+    result.details["baseline_files"] = baseline.sources
+    mine, theirs = identity(candidate), baseline.identity
+    if mine["models"] and theirs["models"] and mine["models"] != theirs["models"]:
+        words = f"{', '.join(mine['models'])} here, {', '.join(theirs['models'])} in the baseline"
+        if not force:
+            raise BaselineError(f"different GPU models ({words}); comparing them says nothing about this node "
+                                "(use --force to compare anyway)")
+        result.find(Status.WARN, "baseline_model_differs", f"Compared across GPU models, as asked: {words}.",
+                    why="Figures of different models differ by design; only large gaps mean anything.",
+                    fix="Record a baseline on a known-good node of this model.")
+    _stack_drift(result, mine, theirs)
+    judged = _judge(result, baseline, figures(candidate))
+    if baseline.outliers:
+        result.details["baseline_outliers"] = baseline.outliers
+        result.find(Status.PASS, "baseline_outliers_ignored",
+                    f"The baseline directory holds {len(baseline.outliers)} figure(s) far from its median "
+                    f"(the median ignores them): {'; '.join(baseline.outliers[:3])}"
+                    + (" ..." if len(baseline.outliers) > 3 else ""),
+                    why="One slow node in the baseline set must not lower the bar for the others.",
+                    fix="Check or remove those reports from the baseline directory.")
+    if judged == 0:
+        raise BaselineError(f"nothing to compare: {candidate_name} and the baseline share no measured figure "
+                            "(run both with `gpudoctor report --full`)")
+    regressions = [f for f in result.findings if f.code == "baseline_regression"]
+    result.settle(f"{judged} figure(s) compared with {len(baseline.sources)} baseline report(s): "
+                  + (f"{len(regressions)} worse than tolerated" if regressions else "none worse than tolerated"))
+    return result
+
+
+def _stack_drift(result: ProbeResult, mine: dict[str, Any], theirs: dict[str, Any]) -> None:
+    for key, words in (("driver", "NVIDIA driver"), ("torch", "torch"), ("torch_cuda", "torch's CUDA build")):
+        if mine[key] is not None and theirs[key] is not None and str(mine[key]) != str(theirs[key]):
+            result.find(Status.WARN, f"baseline_{key}_differs",
+                        f"{words} differs from the baseline: {mine[key]} here, {theirs[key]} there.",
+                        why="A different software stack can explain (and is itself) a difference from the good node.",
+                        fix=f"Install the baseline's {words}, or record a new baseline with this one.")
+
+
+def _judge(result: ProbeResult, baseline: Baseline, mine: dict[tuple[str, str, int | None], float]) -> int:
+    tolerances = {(t.probe, t.name): t for t in TOLERANCES}
+    judged = 0
+    table = result.details.setdefault("figures", [])
+    for key in sorted(baseline.figures, key=lambda k: (k[0], k[1], -1 if k[2] is None else k[2])):
+        if key not in mine:
+            continue
+        tol = tolerances[(key[0], key[1])]
+        base, value = baseline.figures[key], mine[key]
+        judged += 1
+        unit = "C" if tol.absolute else ""
+        result.measure(f"{key[0]}.{key[1]}", value, unit, device=key[2], reference=base,
+                       note=f"baseline {_fmt(base)}; tolerance {tol.warn:g}{' C' if tol.absolute else ' %'} (warn), "
+                            f"{tol.fail:g}{' C' if tol.absolute else ' %'} (fail), {tol.better} is better")
+        gap = _worse_by(tol, base, value)
+        status = Status.PASS if gap is None or gap <= tol.warn else (Status.FAIL if gap > tol.fail else Status.WARN)
+        table.append({"probe": key[0], "figure": key[1], "device": key[2], "baseline": base, "value": value,
+                      "unit": "C" if tol.absolute else "%", "worse_by": None if gap is None or not math.isfinite(gap)
+                      else round(gap, 2), "status": status.value})
+        if status == Status.PASS:
+            continue
+        amount = f"{gap:.1f} C" if tol.absolute else (f"{gap:.0f} %" if math.isfinite(gap) else "infinitely")
+        direction = "above" if tol.better == "lower" else "below"
+        what = f"{key[1]}" + (" (link maximum)" if tol.field == "reference" else "")
+        result.find(status, "baseline_regression",
+                    f"{what}{'' if key[2] is None else f' on GPU {key[2]}'}: {_fmt(value)}, {amount} {direction} "
+                    f"the baseline's {_fmt(base)} (tolerated: {tol.warn:g}{' C' if tol.absolute else ' %'}, "
+                    f"fail beyond {tol.fail:g}{' C' if tol.absolute else ' %'}).",
+                    why=tol.why[:1].upper() + tol.why[1:] + ".",
+                    fix=f"Run `gpudoctor report --full --probe {key[0]} -v` on both nodes and compare their details.",
+                    device=key[2])
+    return judged

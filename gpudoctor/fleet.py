@@ -1,0 +1,591 @@
+"""``gpudoctor fleet``: every node's GPUs from what Prometheus already holds, worst first.
+
+It reads Prometheus's HTTP API (``/api/v1/query``, instant queries); it never scrapes nodes.
+Two kinds of series are understood:
+
+* gpudoctor's exporter (``gpudoctor_gpu_*``, ``gpudoctor_report_*``; docs/fleet.md), and
+* NVIDIA dcgm-exporter (``DCGM_FI_DEV_*``), for nodes that run that instead.
+
+One row per (instance, GPU). A row's status is the worst of its findings:
+
+* ``fail``: the GPU stopped answering NVML, uncorrectable ECC errors since the driver loaded,
+  row remapping failed, a critical Xid (see gpudoctor/xid.py), or the node's last report failed;
+* ``stale``: the target stopped answering Prometheus (``up == 0``), or its readings are older
+  than ``stale_after_s`` (a sampler stuck in the driver);
+* ``warn``: a reset is pending to activate a row remap or page retirement, clocks held down by
+  power, heat or a hardware slowdown, a non-critical Xid, the last report warned or is old;
+* ``pass``: none of these.
+
+Front end: no torch, no pynvml; only the standard library's HTTP client.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import socket
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+from gpudoctor import xid
+
+SCHEMA_VERSION = 1
+STATUS_ORDER = {"fail": 0, "stale": 1, "warn": 2, "pass": 3}
+DEFAULT_TIMEOUT_S = 10.0
+DEFAULT_STALE_AFTER_S = 120.0
+DEFAULT_LOOKBACK = "1h"
+DEFAULT_REPORT_MAX_AGE_S = 24 * 3600.0
+MAX_SERIES = 200_000  # an answer larger than this is refused rather than held in memory
+MAX_ANSWER_BYTES = 256 * 1024 * 1024
+LABEL_MAX = 128
+
+# Clock event reasons that cost speed for a reason worth a look (nvmlClocksEventReason*):
+# software power cap, hardware slowdown, software/hardware thermal slowdown, power brake.
+HARMFUL_CLOCK_BITS = {0x4: "power cap", 0x8: "hardware slowdown", 0x20: "thermal slowdown (software)",
+                      0x40: "thermal slowdown (hardware)", 0x80: "power brake"}
+GPUDOCTOR_THROTTLE_WORDS = {"sw_power_cap": "power cap", "hw_slowdown": "hardware slowdown",
+                            "sw_thermal_slowdown": "thermal slowdown (software)",
+                            "hw_thermal_slowdown": "thermal slowdown (hardware)", "hw_power_brake": "power brake"}
+
+# The series read, by source. Each query is one HTTP request; the selector is the user's --match.
+GPUDOCTOR_METRICS = (
+    "gpudoctor_gpu_info", "gpudoctor_gpu_up", "gpudoctor_gpu_error_info", "gpudoctor_gpu_utilization_ratio",
+    "gpudoctor_gpu_memory_used_bytes", "gpudoctor_gpu_memory_total_bytes", "gpudoctor_gpu_temperature_celsius",
+    "gpudoctor_gpu_power_watts", "gpudoctor_gpu_power_limit_watts", "gpudoctor_gpu_throttled",
+    "gpudoctor_gpu_ecc_errors_total", "gpudoctor_gpu_remapped_rows_failure", "gpudoctor_gpu_remapped_rows_pending",
+    "gpudoctor_gpu_retired_pages_pending", "gpudoctor_gpu_xid_errors_total", "gpudoctor_gpu_kernel_log_xids",
+    "gpudoctor_gpu_last_xid",
+    "gpudoctor_gpu_last_xid_timestamp_seconds", "gpudoctor_nvml_up", "gpudoctor_nvml_error_info",
+    "gpudoctor_sample_age_seconds", "gpudoctor_report_status", "gpudoctor_report_timestamp_seconds",
+)
+DCGM_METRICS = (
+    "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DEV_ROW_REMAP_PENDING", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+)
+
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+_MATCH = re.compile(r"^\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*(.*?)\s*$", re.S)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+class FleetError(Exception):
+    """A fleet query that could not be answered; ``kind`` picks the exit code."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind  # "usage", "unreachable", "query", "empty"
+
+
+def plain(value: Any, limit: int = LABEL_MAX) -> str:
+    """A label value from Prometheus as bounded plain text (no control or escape characters)."""
+    text = _CONTROL.sub("?", "" if value is None else str(value))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# --------------------------------------------------------------------------- input
+@dataclass(frozen=True)
+class Matcher:
+    label: str
+    op: str
+    value: str
+
+    def promql(self) -> str:
+        escaped = self.value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+        return f'{self.label}{self.op}"{escaped}"'
+
+
+def parse_match(text: str) -> Matcher:
+    """``job=gpu``, ``instance!=node1:9402``, ``job=~"gpu.*"``: one Prometheus label matcher."""
+    m = _MATCH.match(text or "")
+    if not m:
+        raise FleetError("usage", f"--match {text!r}: expected LABEL=VALUE (also !=, =~, !~), e.g. job=gpu")
+    label, op, value = m.groups()
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+        value = value[1:-1]
+    if label == "__name__":
+        raise FleetError("usage", "--match __name__=...: fleet picks the metrics itself; match on other labels")
+    if op in ("=~", "!~"):
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise FleetError("usage", f"--match {text!r}: not a regular expression ({exc})") from None
+    return Matcher(label, op, value)
+
+
+def check_url(url: str) -> str:
+    """The Prometheus base URL, without a trailing slash; one-line error when it is not one."""
+    parts = urllib.parse.urlsplit(url or "")
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
+        raise FleetError("usage", f"--prometheus {url!r}: expected http(s)://HOST[:PORT][/PATH], "
+                                  "e.g. http://prometheus:9090")
+    try:
+        parts.port  # noqa: B018 (raises on a bad port)
+    except ValueError:
+        raise FleetError("usage", f"--prometheus {url!r}: the port is not a number from 0 to 65535") from None
+    return url.rstrip("/")
+
+
+# --------------------------------------------------------------------------- Prometheus
+@dataclass
+class Series:
+    labels: dict[str, str]
+    value: float
+
+
+class Prometheus:
+    """A minimal client for ``/api/v1/query`` with bounded answers and one-line errors."""
+
+    def __init__(self, url: str, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 opener: Callable[..., Any] | None = None) -> None:
+        self.url = check_url(url)
+        self.timeout_s = timeout_s
+        self._open = opener or urllib.request.urlopen
+        self.queries = 0
+
+    def query(self, expr: str, at: float | None = None) -> list[Series]:
+        params = {"query": expr}
+        if at is not None:
+            params["time"] = f"{at:.3f}"
+        request = urllib.request.Request(f"{self.url}/api/v1/query?" + urllib.parse.urlencode(params),
+                                         headers={"Accept": "application/json"})
+        self.queries += 1
+        try:
+            with self._open(request, timeout=self.timeout_s) as response:
+                body = response.read(MAX_ANSWER_BYTES + 1)
+        except urllib.error.HTTPError as exc:
+            body = exc.read(64 * 1024)
+            raise FleetError(*self._http_error(exc.code, body)) from None
+        except (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise FleetError("unreachable", f"Prometheus at {self.url} cannot be reached: "
+                                            f"{plain(reason, 200)}") from None
+        if len(body) > MAX_ANSWER_BYTES:
+            raise FleetError("query", f"Prometheus answered more than {MAX_ANSWER_BYTES >> 20} MiB; "
+                                      "narrow the selection with --match")
+        return self._parse(body)
+
+    def _http_error(self, code: int, body: bytes) -> tuple[str, str]:
+        try:
+            data = json.loads(body)
+            error = plain(data.get("error"), 300)
+            kind = "query" if data.get("errorType") in ("bad_data", "execution", "timeout") else "unreachable"
+            return kind, f"Prometheus at {self.url} refused the query (HTTP {code}): {error}"
+        except (ValueError, AttributeError):
+            return "unreachable", (f"{self.url} answered HTTP {code} without Prometheus's JSON: "
+                                   "is this the Prometheus server's address?")
+
+    def _parse(self, body: bytes) -> list[Series]:
+        try:
+            data = json.loads(body)
+        except ValueError:
+            raise FleetError("unreachable", f"{self.url} answered something that is not JSON: "
+                                            "is this the Prometheus server's address?") from None
+        if not isinstance(data, dict) or data.get("status") != "success":
+            error = plain(data.get("error") if isinstance(data, dict) else data, 300)
+            raise FleetError("query", f"Prometheus at {self.url} could not answer: {error}")
+        result = (data.get("data") or {}).get("result")
+        if not isinstance(result, list):
+            raise FleetError("query", f"Prometheus at {self.url} answered an unexpected shape (no result list)")
+        if len(result) > MAX_SERIES:
+            raise FleetError("query", f"Prometheus answered {len(result)} series (limit {MAX_SERIES}); "
+                                      "narrow the selection with --match")
+        series = []
+        for item in result:
+            try:
+                labels = {str(k): plain(v) for k, v in item["metric"].items()}
+                value = float(item["value"][1])
+            except (KeyError, TypeError, ValueError, IndexError):
+                continue
+            series.append(Series(labels, value))
+        return series
+
+
+# --------------------------------------------------------------------------- rows
+@dataclass
+class FleetRow:
+    instance: str
+    gpu: str
+    status: str = "pass"
+    reason: str = ""
+    source: str = "gpudoctor"
+    name: str = ""
+    uuid: str = ""
+    job: str = ""
+    utilization: float | None = None  # ratio 0-1
+    memory_used_bytes: float | None = None
+    memory_total_bytes: float | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    xid_count: int | None = None
+    xid_last: int | None = None
+    xid_last_words: str | None = None
+    xid_last_time: float | None = None
+    report_status: str | None = None
+    report_age_s: float | None = None
+    findings: list[tuple[str, str]] = field(default_factory=list)  # (status, words)
+
+    def add(self, status: str, words: str) -> None:
+        self.findings.append((status, words))
+
+    def settle(self) -> None:
+        ordered = sorted(self.findings, key=lambda f: STATUS_ORDER[f[0]])
+        self.status = ordered[0][0] if ordered else "pass"
+        self.reason = "; ".join(words for _, words in ordered) if ordered else "no problem seen"
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("findings")
+        for key, value in data.items():
+            if isinstance(value, float) and not math.isfinite(value):
+                data[key] = None
+        return data
+
+
+def _key(labels: dict[str, str]) -> tuple[str, str]:
+    return labels.get("instance", ""), labels.get("gpu", "")
+
+
+def _selector(matchers: Sequence[Matcher], extra: str = "") -> str:
+    parts = [m.promql() for m in matchers]
+    if extra:
+        parts.insert(0, extra)
+    return "{" + ",".join(parts) + "}"
+
+
+def _names_regex(names: Iterable[str]) -> str:
+    return '__name__=~"' + "|".join(names) + '"'
+
+
+@dataclass
+class FleetView:
+    prometheus: str
+    selector: str
+    queried_at: float
+    rows: list[FleetRow]
+    targets: dict[str, int]  # instance -> up (1/0)
+    queries: int = 0
+
+    def counts(self) -> dict[str, int]:
+        counts = {status: 0 for status in STATUS_ORDER}
+        for row in self.rows:
+            counts[row.status] += 1
+        return counts
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "prometheus": self.prometheus,
+            "selector": self.selector,
+            "queried_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.queried_at)),
+            "counts": self.counts(),
+            "nodes": len({row.instance for row in self.rows}),
+            "targets_down": sorted(i for i, up in self.targets.items() if not up),
+            "rows": [row.to_dict() for row in self.rows],
+        }
+
+
+def collect(client: Prometheus, matchers: Sequence[Matcher] = (), *, stale_after_s: float = DEFAULT_STALE_AFTER_S,
+            lookback: str = DEFAULT_LOOKBACK, report_max_age_s: float = DEFAULT_REPORT_MAX_AGE_S,
+            now: float | None = None) -> FleetView:
+    """Query Prometheus and build one judged row per GPU, worst first."""
+    now = time.time() if now is None else now
+    selector = _selector(matchers)
+    up = client.query("up" + selector, at=now)
+    current = client.query(_selector(matchers, _names_regex(GPUDOCTOR_METRICS + DCGM_METRICS)), at=now)
+    # GPUs seen in the look-back window, so a target that stopped answering still lists its GPUs.
+    known = client.query(f"last_over_time(gpudoctor_gpu_info{selector}[{lookback}])", at=now)
+    known_dcgm = client.query(f"last_over_time(DCGM_FI_DEV_GPU_TEMP{selector}[{lookback}])", at=now)
+    last_sample = client.query(f"last_over_time(gpudoctor_sample_timestamp_seconds{selector}[{lookback}])", at=now)
+
+    targets = {s.labels.get("instance", ""): int(s.value) for s in up}
+    by_metric: dict[str, list[Series]] = {}
+    for s in current:
+        by_metric.setdefault(s.labels.get("__name__", ""), []).append(s)
+
+    rows: dict[tuple[str, str], FleetRow] = {}
+
+    def row_for(labels: dict[str, str], source: str) -> FleetRow:
+        key = _key(labels)
+        row = rows.get(key)
+        if row is None:
+            row = rows[key] = FleetRow(instance=key[0], gpu=key[1], source=source, job=labels.get("job", ""))
+        return row
+
+    for s in known:
+        row = row_for(s.labels, "gpudoctor")
+        row.name, row.uuid = s.labels.get("name", ""), s.labels.get("uuid", "")
+    for s in known_dcgm:
+        row = row_for(s.labels, "dcgm-exporter")
+        row.name = row.name or s.labels.get("modelName", "")
+        row.uuid = row.uuid or s.labels.get("UUID", "")
+    _judge_gpudoctor(rows, by_metric, now, stale_after_s, report_max_age_s)
+    _judge_dcgm(rows, by_metric)
+    sampled_at = {s.labels.get("instance", ""): s.value for s in last_sample}
+    _judge_targets(rows, targets, sampled_at, now)
+    if not rows:
+        raise FleetError("empty", f"Prometheus at {client.url} holds no GPU series"
+                                  f"{' for ' + selector if matchers else ''} (neither gpudoctor's exporter "
+                                  "nor dcgm-exporter in the last " + lookback + ")")
+    for row in rows.values():
+        row.settle()
+    ordered = sorted(rows.values(), key=lambda r: (STATUS_ORDER[r.status], r.instance, _gpu_sort(r.gpu)))
+    return FleetView(client.url, selector, now, ordered, targets, client.queries)
+
+
+def _gpu_sort(gpu: str) -> tuple[int, str]:
+    return (int(gpu), "") if gpu.isdigit() else (1 << 30, gpu)
+
+
+def _values(by_metric: dict[str, list[Series]], name: str) -> dict[tuple[str, str], list[Series]]:
+    out: dict[tuple[str, str], list[Series]] = {}
+    for s in by_metric.get(name, []):
+        out.setdefault(_key(s.labels), []).append(s)
+    return out
+
+
+def _one(by_metric: dict[str, list[Series]], name: str) -> dict[tuple[str, str], float]:
+    return {key: series[0].value for key, series in _values(by_metric, name).items()}
+
+
+def _per_instance(by_metric: dict[str, list[Series]], name: str) -> dict[str, list[Series]]:
+    out: dict[str, list[Series]] = {}
+    for s in by_metric.get(name, []):
+        out.setdefault(s.labels.get("instance", ""), []).append(s)
+    return out
+
+
+def _age_words(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.0f} h"
+    return f"{seconds / 86400:.0f} d"
+
+
+def _judge_gpudoctor(rows: dict[tuple[str, str], FleetRow], m: dict[str, list[Series]], now: float,
+                     stale_after_s: float, report_max_age_s: float) -> None:
+    simple = {
+        "utilization": _one(m, "gpudoctor_gpu_utilization_ratio"),
+        "memory_used_bytes": _one(m, "gpudoctor_gpu_memory_used_bytes"),
+        "memory_total_bytes": _one(m, "gpudoctor_gpu_memory_total_bytes"),
+        "temperature_c": _one(m, "gpudoctor_gpu_temperature_celsius"),
+        "power_w": _one(m, "gpudoctor_gpu_power_watts"),
+        "power_limit_w": _one(m, "gpudoctor_gpu_power_limit_watts"),
+    }
+    for attr, values in simple.items():
+        for key, value in values.items():
+            if key in rows:
+                setattr(rows[key], attr, value)
+    errors = {key: [s.labels.get("reason", "") for s in series]
+              for key, series in _values(m, "gpudoctor_gpu_error_info").items()}
+    for key, value in _one(m, "gpudoctor_gpu_up").items():
+        if key in rows and value == 0:
+            reason = ", ".join(r for r in errors.get(key, []) if r) or "no reading"
+            rows[key].add("fail", f"GPU not answering NVML ({reason}): check `nvidia-smi` and the kernel log "
+                                  "on the node; a lost GPU needs a reset or a reboot")
+    uncorrected = {key: sum(s.value for s in series if s.labels.get("error_type") == "uncorrected"
+                            and s.labels.get("counter") == "volatile")
+                   for key, series in _values(m, "gpudoctor_gpu_ecc_errors_total").items()}
+    pending = dict(_one(m, "gpudoctor_gpu_remapped_rows_pending"))
+    for key, value in _one(m, "gpudoctor_gpu_retired_pages_pending").items():
+        pending[key] = max(value, pending.get(key, 0.0))
+    _judge_memory(rows, uncorrected, _one(m, "gpudoctor_gpu_remapped_rows_failure"), pending)
+    for key, series in _values(m, "gpudoctor_gpu_throttled").items():
+        if key not in rows:
+            continue
+        active = [GPUDOCTOR_THROTTLE_WORDS[s.labels["reason"]] for s in series
+                  if s.value >= 1 and s.labels.get("reason") in GPUDOCTOR_THROTTLE_WORDS]
+        if active:
+            rows[key].add("warn", "clocks held down: " + ", ".join(sorted(active)))
+    counts = _one(m, "gpudoctor_gpu_xid_errors_total")
+    for key, logged in _one(m, "gpudoctor_gpu_kernel_log_xids").items():
+        counts[key] = counts.get(key, 0.0) + logged  # seen while watching + logged before it began
+    times = {k: v for k, v in _one(m, "gpudoctor_gpu_last_xid_timestamp_seconds").items() if v > 0}
+    for key, value in _one(m, "gpudoctor_gpu_last_xid").items():
+        if key in rows:
+            _add_xid(rows[key], int(value), counts.get(key), times.get(key), now)
+    for key, value in counts.items():
+        if key in rows:
+            rows[key].xid_count = int(value)
+    _judge_instances(rows, m, now, stale_after_s, report_max_age_s)
+
+
+def _judge_memory(rows: dict[tuple[str, str], FleetRow], uncorrected: dict[tuple[str, str], float],
+                  remap_failed: dict[tuple[str, str], float], reset_pending: dict[tuple[str, str], float]) -> None:
+    """Device memory faults, the same facts whichever exporter sent them."""
+    for key, value in uncorrected.items():
+        if key in rows and value > 0:
+            rows[key].add("fail", f"{value:.0f} uncorrectable ECC error(s) since the driver loaded: "
+                                  "drain the node and reset the GPU")
+    for key, value in remap_failed.items():
+        if key in rows and value >= 1:
+            rows[key].add("fail", "row remapping failed: the GPU needs replacing")
+    for key, value in reset_pending.items():
+        if key in rows and value >= 1:
+            rows[key].add("warn", "a GPU reset is pending to take faulty memory out of use")
+
+
+def _judge_instances(rows: dict[tuple[str, str], FleetRow], m: dict[str, list[Series]], now: float,
+                     stale_after_s: float, report_max_age_s: float) -> None:
+    by_instance: dict[str, list[FleetRow]] = {}
+    for row in rows.values():
+        by_instance.setdefault(row.instance, []).append(row)
+    nvml_errors = {i: [s.labels.get("reason", "") for s in ss]
+                   for i, ss in _per_instance(m, "gpudoctor_nvml_error_info").items()}
+    for instance, series in _per_instance(m, "gpudoctor_nvml_up").items():
+        if series[0].value >= 1:
+            continue
+        reasons = [r for r in nvml_errors.get(instance, []) if r]
+        for row in by_instance.get(instance, []):
+            if "SampleStale" in reasons:
+                row.add("stale", "the exporter's sampler is stuck inside an NVML call (readings are old)")
+            else:
+                row.add("fail", f"NVML is down on the node ({', '.join(reasons) or 'no reason given'})")
+    for instance, series in _per_instance(m, "gpudoctor_sample_age_seconds").items():
+        if series[0].value > stale_after_s:
+            for row in by_instance.get(instance, []):
+                row.add("stale", f"readings {_age_words(series[0].value)} old")
+    stamps = {i: ss[0].value for i, ss in _per_instance(m, "gpudoctor_report_timestamp_seconds").items()}
+    for instance, series in _per_instance(m, "gpudoctor_report_status").items():
+        current = next((s.labels.get("status") for s in series if s.value >= 1), None)
+        age = now - stamps[instance] if instance in stamps else None
+        for row in by_instance.get(instance, []):
+            row.report_status, row.report_age_s = current, age
+            if current == "fail":
+                row.add("fail", "the node's last report failed: run `gpudoctor report` there")
+            elif current in ("warn", "error"):
+                row.add("warn", f"the node's last report: {current}")
+            if age is not None and age > report_max_age_s:
+                row.add("warn", f"the node's last report is {_age_words(age)} old")
+
+
+def _add_xid(row: FleetRow, code: int, count: float | None, when: float | None, now: float) -> None:
+    if code <= 0:
+        return
+    row.xid_last = code
+    row.xid_last_time = when
+    entry = xid.explain(code)
+    row.xid_last_words = entry.words
+    ago = f", {_age_words(now - when)} ago" if when else ""
+    severity = "fail" if entry.severity == "critical" else "warn"
+    row.add(severity, f"Xid {code}{ago}: {entry.words}; {entry.action}")
+    if count is not None:
+        row.xid_count = int(count)
+
+
+def _judge_dcgm(rows: dict[tuple[str, str], FleetRow], m: dict[str, list[Series]]) -> None:
+    for attr, name, scale in (("utilization", "DCGM_FI_DEV_GPU_UTIL", 0.01),
+                              ("memory_used_bytes", "DCGM_FI_DEV_FB_USED", 2 ** 20),
+                              ("temperature_c", "DCGM_FI_DEV_GPU_TEMP", 1.0),
+                              ("power_w", "DCGM_FI_DEV_POWER_USAGE", 1.0)):
+        for key, value in _one(m, name).items():
+            if key in rows and getattr(rows[key], attr) is None:
+                setattr(rows[key], attr, value * scale)
+    free = _one(m, "DCGM_FI_DEV_FB_FREE")
+    for key, used in _one(m, "DCGM_FI_DEV_FB_USED").items():
+        if key in rows and key in free and rows[key].memory_total_bytes is None:
+            rows[key].memory_total_bytes = (used + free[key]) * 2 ** 20
+    for key, value in _one(m, "DCGM_FI_DEV_XID_ERRORS").items():
+        if key in rows and rows[key].xid_last is None:
+            _add_xid(rows[key], int(value), None, None, 0.0)
+    _judge_memory(rows, _one(m, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"), _one(m, "DCGM_FI_DEV_ROW_REMAP_FAILURE"),
+                  _one(m, "DCGM_FI_DEV_ROW_REMAP_PENDING"))
+    masks = dict(_one(m, "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"))
+    masks.update(_one(m, "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"))
+    for key, value in masks.items():
+        if key in rows and rows[key].source == "dcgm-exporter":
+            active = [words for bit, words in HARMFUL_CLOCK_BITS.items() if int(value) & bit]
+            if active:
+                rows[key].add("warn", "clocks held down: " + ", ".join(sorted(active)))
+
+
+def _judge_targets(rows: dict[tuple[str, str], FleetRow], targets: dict[str, int],
+                   sampled_at: dict[str, float], now: float) -> None:
+    for row in rows.values():
+        if targets.get(row.instance, 1) == 0:
+            since = sampled_at.get(row.instance)
+            when = f" (last reading {_age_words(now - since)} ago)" if since else ""
+            row.add("stale", f"target not answering Prometheus{when}: is the exporter running on the node?")
+    covered = {row.instance for row in rows.values()}
+    for instance, value in targets.items():
+        if value == 0 and instance not in covered:
+            row = rows[(instance, "")] = FleetRow(instance=instance, gpu="", source="")
+            row.add("stale", "target not answering Prometheus, and no GPU of it seen in the look-back window")
+
+
+# --------------------------------------------------------------------------- output
+def exit_code(view: FleetView, fail_on: str = "warn") -> int:
+    from gpudoctor import exitcodes
+
+    counts = view.counts()
+    if counts["fail"]:
+        return exitcodes.FAIL
+    if counts["stale"]:
+        return exitcodes.PROBE_ERROR
+    if counts["warn"] and fail_on == "warn":
+        return exitcodes.WARN
+    return exitcodes.OK
+
+
+def error_exit_code(error: FleetError) -> int:
+    from gpudoctor import exitcodes
+
+    return {"usage": exitcodes.USAGE, "query": exitcodes.USAGE, "empty": exitcodes.NO_GPU}.get(
+        error.kind, exitcodes.UNREACHABLE)
+
+
+def fmt_number(value: float | None, scale: float, unit: str, digits: int = 0) -> str:
+    if value is None or not math.isfinite(value):
+        return "-"
+    return f"{value * scale:.{digits}f}{unit}"
+
+
+def fmt_mem(row: FleetRow) -> str:
+    if row.memory_used_bytes is None:
+        return "-"
+    used = row.memory_used_bytes / 2 ** 30
+    if row.memory_total_bytes:
+        return f"{used:.0f}/{row.memory_total_bytes / 2 ** 30:.0f}G"
+    return f"{used:.0f}G"
+
+
+def render_text(view: FleetView, width: int = 120) -> str:
+    counts = view.counts()
+    nodes = len({row.instance for row in view.rows})
+    lines = [f"fleet: {len(view.rows)} GPU row(s) on {nodes} node(s) from {view.prometheus}"
+             + (f" {view.selector}" if view.selector != "{}" else "")
+             + " · " + ", ".join(f"{counts[s]} {s}" for s in STATUS_ORDER)]
+    header = f"{'STATUS':<6} {'INSTANCE':<24} {'GPU':>3} {'UTIL':>5} {'MEM':>9} {'TEMP':>5} {'POWER':>6} " \
+             f"{'XID':>4} {'REPORT':<11} REASON"
+    lines.append(header)
+    fixed = len(header) - len("REASON")
+    for row in view.rows:
+        report = "-" if row.report_status is None else row.report_status
+        if row.report_age_s is not None and row.report_status is not None:
+            report += f" {_age_words(row.report_age_s).replace(' ', '')}"
+        instance = row.instance if len(row.instance) <= 24 else row.instance[:23] + "…"
+        xid_text = "-" if row.xid_last is None else str(row.xid_last)
+        line = (f"{row.status.upper():<6} {instance:<24} {row.gpu or '-':>3} {fmt_number(row.utilization, 100, '%'):>5} "
+                f"{fmt_mem(row):>9} {fmt_number(row.temperature_c, 1, 'C'):>5} {fmt_number(row.power_w, 1, 'W'):>6} "
+                f"{xid_text:>4} {report:<11} ")
+        lines.extend(_wrap_reason(line, row.reason, fixed, width))
+    return "\n".join(lines) + "\n"
+
+
+def _wrap_reason(prefix: str, reason: str, indent: int, width: int) -> list[str]:
+    import textwrap
+
+    room = max(30, width - indent)
+    parts = textwrap.wrap(reason, room) or [""]
+    return [prefix + parts[0]] + [" " * indent + part for part in parts[1:]]

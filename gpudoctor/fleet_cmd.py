@@ -1,0 +1,76 @@
+"""``gpudoctor fleet --prometheus URL``: every node's GPUs from Prometheus, worst first.
+
+Exit codes (gpudoctor/exitcodes.py): 0 every GPU passes; 3 warnings (with --fail-on warn,
+the default); 4 at least one GPU fails; 5 no failure, but a target stopped answering or its
+readings are stale (its health is unknown); 2 bad arguments or a query Prometheus refused;
+6 Prometheus holds no GPU series for the selection; 8 Prometheus could not be reached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from typing import Any
+
+from gpudoctor import exitcodes
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not (0 < value <= 86400 * 365):  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"must be more than 0 and at most a year, got {text}")
+    return value
+
+
+def _lookback(text: str) -> str:
+    import re
+
+    if not re.fullmatch(r"[1-9][0-9]{0,5}(s|m|h|d)", text):
+        raise argparse.ArgumentTypeError(f"not a Prometheus duration like 30m, 1h or 2d: {text!r}")
+    return text
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "fleet", help="every node's GPUs from Prometheus, worst first",
+        description="Read what Prometheus holds from gpudoctor exporters (and dcgm-exporter) and list "
+                    "every node's GPUs, worst first, with the reason. Exit codes: 0 pass, 3 warn, 4 fail, "
+                    "5 stale targets, 2 usage or refused query, 6 no GPU series, 8 Prometheus unreachable.")
+    parser.add_argument("--prometheus", metavar="URL", required=True,
+                        help="the Prometheus server, e.g. http://prometheus:9090")
+    parser.add_argument("--match", action="append", default=[], metavar="LABEL=VALUE",
+                        help="only series with this label (repeatable; also !=, =~, !~), e.g. job=gpu")
+    parser.add_argument("--json", action="store_true", help="print one JSON document (docs/fleet.schema.json)")
+    parser.add_argument("--fail-on", choices=("warn", "fail"), default="warn",
+                        help="lowest status that gives a non-zero exit (default: warn)")
+    parser.add_argument("--stale-after", type=_seconds, default=120.0, metavar="SECONDS",
+                        help="readings older than this are stale (default 120)")
+    parser.add_argument("--lookback", type=_lookback, default="1h", metavar="DURATION",
+                        help="how far back to look for GPUs of targets that stopped answering (default 1h)")
+    parser.add_argument("--timeout", type=_seconds, default=10.0, metavar="SECONDS",
+                        help="per-request time limit (default 10)")
+    parser.set_defaults(handler=cmd_fleet)
+
+
+def cmd_fleet(args: argparse.Namespace) -> int:
+    from gpudoctor import fleet
+
+    try:
+        matchers = [fleet.parse_match(text) for text in args.match]
+        client = fleet.Prometheus(args.prometheus, timeout_s=args.timeout)
+        view = fleet.collect(client, matchers, stale_after_s=args.stale_after, lookback=args.lookback)
+    except fleet.FleetError as exc:
+        print(f"gpudoctor fleet: {exc}", file=sys.stderr)
+        return fleet.error_exit_code(exc)
+    if args.json:
+        sys.stdout.write(json.dumps(view.to_dict(), indent=2) + "\n")
+    else:
+        width = shutil.get_terminal_size((120, 24)).columns if sys.stdout.isatty() else 160
+        sys.stdout.write(fleet.render_text(view, width=max(80, width)))
+    sys.stdout.flush()
+    return fleet.exit_code(view, args.fail_on)

@@ -1,0 +1,110 @@
+"""Read a JSON file that someone else wrote, within bounds.
+
+``json.load`` trusts its input: a link to ``/dev/zero`` is read until memory runs out,
+100,000 nested brackets end in ``RecursionError``, and a file of empty objects costs far
+more memory than its size. :func:`read_json_file` reads at most ``max_bytes + 1`` bytes
+(it never trusts ``stat``: FIFOs, ``/dev/zero`` and growing files are bounded the same
+way), then scans the brackets outside strings to bound the nesting depth and the number
+of objects and arrays *before* the decoder recurses, and only then decodes.
+
+Every failure is a :class:`JsonFileError` with a one-line message.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+from typing import Any
+
+MiB = 1 << 20
+
+# Escapes are removed first, so that a string is then simply a quote, no quote, a quote:
+# two linear passes, where one pattern with escapes inside can backtrack quadratically.
+_ESCAPE = re.compile(r"\\.", re.DOTALL)
+_STRING = re.compile(r'"[^"]*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+class JsonFileError(ValueError):
+    """A file that could not be read as bounded JSON (message: one line, no path)."""
+
+
+def read_bounded(path: str | os.PathLike[str], max_bytes: int) -> bytes:
+    """At most ``max_bytes`` bytes of ``path``; :class:`JsonFileError` if there are more."""
+    chunks: list[bytes] = []
+    total = 0
+    try:
+        with open(path, "rb") as fh:
+            while total <= max_bytes:
+                chunk = fh.read(min(1 * MiB, max_bytes + 1 - total))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                total += len(chunk)
+    except FileNotFoundError:
+        raise JsonFileError("no such file") from None
+    except IsADirectoryError:
+        raise JsonFileError("is a directory, not a file") from None
+    except OSError as exc:
+        raise JsonFileError(f"cannot read: {exc.strerror or exc}") from None
+    if total > max_bytes:
+        raise JsonFileError(f"larger than the limit of {_size(max_bytes)}")
+    return b"".join(chunks)
+
+
+def _size(n: int) -> str:
+    return f"{n / MiB:g} MiB" if n >= MiB else f"{n} bytes"
+
+
+def nesting(text: str) -> tuple[int, int]:
+    """(deepest nesting, number of objects and arrays) of the JSON ``text``.
+
+    Counts brackets outside strings. On valid JSON this is exact; on invalid JSON it is
+    exact up to the first error, which is as far as a decoder gets before it stops.
+    """
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", _ESCAPE.sub("", text)))
+    if not brackets:
+        return 0, 0
+    opened = brackets.count("[") + brackets.count("{")
+    depth = max(itertools.accumulate(_STEP[c] for c in brackets))
+    return max(depth, 0), opened
+
+
+def _no_constant(name: str) -> Any:
+    raise JsonFileError(f"not JSON ({name} is not a JSON number)")
+
+
+def parse_bounded(data: bytes, *, max_depth: int, max_containers: int, allow_nan: bool = True) -> Any:
+    """Decode ``data`` (UTF-8 JSON) within the depth and container bounds."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise JsonFileError(f"not UTF-8 text (byte {exc.start})") from None
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    depth, containers = nesting(text)
+    if depth > max_depth:
+        raise JsonFileError(f"nested more than {max_depth} levels deep")
+    if containers > max_containers:
+        raise JsonFileError(f"more than {max_containers:,} objects and arrays")
+    try:
+        if allow_nan:
+            return json.loads(text)
+        return json.loads(text, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        raise JsonFileError(f"not JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:  # cannot happen within max_depth; kept so nothing escapes as a traceback
+        raise JsonFileError("nested too deeply") from None
+
+
+def read_json_file(path: str | os.PathLike[str], *, max_bytes: int, max_depth: int = 64,
+                   max_containers: int = 1_000_000, allow_nan: bool = True) -> Any:
+    """The JSON value in ``path``, read within the given bounds."""
+    return parse_bounded(read_bounded(path, max_bytes), max_depth=max_depth,
+                         max_containers=max_containers, allow_nan=allow_nan)
+
+
+__all__ = ["JsonFileError", "read_bounded", "parse_bounded", "read_json_file", "nesting"]

@@ -1,0 +1,149 @@
+"""The Fleet screen: every node's GPUs from Prometheus, worst first (``gpudoctor --prometheus URL``).
+
+The screen asks Prometheus in a thread worker every ``interval`` seconds (the same query as
+``gpudoctor fleet``) and shows the rows in a table; the worker never touches widgets, it posts
+messages. Every label from Prometheus is shown as plain text (``rich.text.Text``), never markup.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+
+STATUS_STYLES = {"fail": "bold red", "stale": "bold magenta", "warn": "yellow", "pass": "green"}
+REASON_WIDTH = 90
+COLUMNS = (("STATUS", 6), ("INSTANCE", 24), ("GPU", 3), ("UTIL", 5), ("MEM", 9), ("TEMP", 5), ("POWER", 6),
+           ("XID", 4), ("REPORT", 11), ("REASON", REASON_WIDTH))
+
+
+class FleetReady(Message):
+    def __init__(self, view: Any, took_s: float) -> None:
+        super().__init__()
+        self.view = view
+        self.took_s = took_s
+
+
+class FleetFailed(Message):
+    def __init__(self, error: str) -> None:
+        super().__init__()
+        self.error = error
+
+
+class FleetScreen(Screen):
+    """Rows of ``gpudoctor.fleet.collect`` in a DataTable, refreshed every ``interval`` seconds."""
+
+    BINDINGS = [Binding("r", "refresh_now", "Refresh")]
+    DEFAULT_CSS = """
+    FleetScreen #fleet-title { height: 1; }
+    FleetScreen #fleet-status { height: 1; }
+    FleetScreen DataTable { height: 1fr; }
+    """
+
+    def __init__(self, url: str, *, interval: float = 15.0, matchers: list[Any] | None = None,
+                 collect: Callable[[], Any] | None = None) -> None:
+        super().__init__()
+        self.url = url
+        self.interval = interval
+        self.matchers = matchers or []
+        self._collect = collect or self._query
+        self.view: Any = None
+        self.error = ""
+        self.updated_at: float | None = None
+        self._busy = False
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="fleet-title")
+        yield Static(id="fleet-status")
+        yield DataTable(id="fleet-table", zebra_stripes=True, cursor_type="row")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        for label, width in COLUMNS:
+            table.add_column(label, width=width)
+        self._show_title()
+        self.action_refresh_now()
+        self.set_interval(self.interval, self.action_refresh_now)
+
+    def _query(self) -> Any:
+        from gpudoctor import fleet
+
+        return fleet.collect(fleet.Prometheus(self.url), self.matchers)
+
+    def action_refresh_now(self) -> None:
+        if not self._busy:
+            self._busy = True
+            self._fetch()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="fleet")
+    def _fetch(self) -> None:
+        from gpudoctor.fleet import FleetError
+
+        start = time.monotonic()
+        try:
+            view = self._collect()
+        except FleetError as exc:
+            self.post_message(FleetFailed(str(exc)))
+        except Exception as exc:  # noqa: BLE001 (a bug here must not end the TUI)
+            self.post_message(FleetFailed(f"{type(exc).__name__}: {exc}"))
+        else:
+            self.post_message(FleetReady(view, time.monotonic() - start))
+
+    def on_fleet_ready(self, message: FleetReady) -> None:
+        self._busy = False
+        self.view, self.error, self.updated_at = message.view, "", time.time()
+        self._fill(message.view)
+        self._show_title(f"answered in {message.took_s:.1f} s")
+
+    def on_fleet_failed(self, message: FleetFailed) -> None:
+        self._busy = False
+        self.error = message.error
+        self._show_title()
+
+    def _show_title(self, extra: str = "") -> None:
+        title = Text(" gpudoctor ", style="bold reverse")
+        title.append(" Fleet ", style="bold")
+        title.append(f"· {self.url} ", style="dim")
+        title.append(f"· every {self.interval:g} s ", style="dim")
+        self.query_one("#fleet-title", Static).update(title)
+        status = Text()
+        if self.error:
+            status.append(self.error[:300], style="bold red")
+            if self.view is not None:
+                status.append("  (rows below are from the last answer)", style="dim")
+        elif self.view is not None:
+            counts = self.view.counts()
+            for name in ("fail", "stale", "warn", "pass"):
+                status.append(f"{counts[name]} {name}  ", style=STATUS_STYLES[name] if counts[name] else "dim")
+            nodes = len({row.instance for row in self.view.rows})
+            status.append(f"· {len(self.view.rows)} GPU(s) on {nodes} node(s) ", style="dim")
+            if extra:
+                status.append(f"· {extra}", style="dim")
+        else:
+            status.append("asking Prometheus ...", style="dim")
+        self.query_one("#fleet-status", Static).update(status)
+
+    def _fill(self, view: Any) -> None:
+        from gpudoctor.fleet import fmt_mem, fmt_number
+
+        table = self.query_one(DataTable)
+        table.clear()
+        for row in view.rows:
+            report = "-" if row.report_status is None else row.report_status
+            cells = [
+                Text(row.status.upper(), style=STATUS_STYLES[row.status]),
+                Text(row.instance if len(row.instance) <= 24 else row.instance[:23] + "…"), Text(row.gpu or "-"),
+                Text(fmt_number(row.utilization, 100, "%")), Text(fmt_mem(row)), Text(fmt_number(row.temperature_c, 1, "C")),
+                Text(fmt_number(row.power_w, 1, "W")), Text("-" if row.xid_last is None else str(row.xid_last)),
+                Text(report),
+                Text(row.reason if len(row.reason) <= REASON_WIDTH else row.reason[:REASON_WIDTH - 1] + "…"),
+            ]
+            table.add_row(*cells)

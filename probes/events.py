@@ -1,0 +1,109 @@
+"""Xid errors and other critical GPU events: what the driver reported since boot, and whether
+each GPU can report events at all.
+
+Sources: the kernel log (``NVRM: Xid (PCI:...): N``), read once, matched to GPUs by PCI bus id;
+for a replayed recording, the events it holds. NVML's event set is registered too (and freed at
+once): a report runs for seconds, so it shows whether each GPU *can* report events, which the
+exporter, ``watch`` and the TUI then count while they run.
+
+Judgement (meanings and actions: gpudoctor/xid.py, from NVIDIA's Xid documentation):
+* a critical Xid since boot (48, 61, 62, 64, 74, 79, 95, 119, 120): warn, with what to do. The
+  GPU answers now (else the health probe fails it as lost); the Xid says it failed before and
+  that a reset or a hardware check is due;
+* an application-class Xid (13, 31, 43, 68, 69...): a pass note, with its words: it is usually
+  the job's own fault;
+* the kernel log unreadable (no root or CAP_SYSLOG with kernel.dmesg_restrict=1, a container):
+  a skip that says so; unknown is not "no Xid".
+"""
+
+from __future__ import annotations
+
+from gpudoctor.model import ProbeResult, Status
+from gpudoctor.probes import Probe, ProbeContext
+
+
+def _judge_gpu(r: ProbeResult, index: int, state: object) -> None:
+    from gpudoctor import xid
+
+    label = f"GPU {index}"
+    xids = sorted(getattr(state, "logged_xids") + [e for e in getattr(state, "recent") if e.kind == "xid"],
+                  key=lambda e: e.time)
+    r.measure("xid_since_boot", len(xids), device=index)
+    supported = getattr(state, "supported")
+    r.measure("events_supported", supported is None, device=index,
+              note="" if supported is None else supported.reason)
+    by_code: dict[int, list[object]] = {}
+    for event in xids:
+        by_code.setdefault(int(event.code or 0), []).append(event)
+    for code, events in sorted(by_code.items()):
+        info = xid.explain(code)
+        times = f"{len(events)} time(s)" if len(events) > 1 else "once"
+        summary = f"{label}: Xid {code} {times} since boot: {info.words}."
+        if info.severity == "critical":
+            r.find(Status.WARN, "xid_critical", summary,
+                   why="A critical Xid means the GPU or its link failed; it can fail again mid-job.",
+                   fix=info.action[:1].upper() + info.action[1:] + ".", device=index)
+        else:
+            r.find(Status.PASS, "xid_application", summary,
+                   why="This class of Xid is usually raised by a fault in the application, not the GPU.",
+                   fix=info.action[:1].upper() + info.action[1:] + ".", device=index)
+
+
+def run(ctx: ProbeContext) -> ProbeResult:
+    from gpudoctor.backends.events import open_event_watcher
+
+    gpu = ctx.gpu
+    na = gpu.status()
+    if na is not None:
+        return ProbeResult.skip("events", f"no NVML ({na.reason}): no GPU to attach events to",
+                                code="nvml_unavailable")
+    count = gpu.device_count()
+    if not isinstance(count, int) or count == 0:
+        return ProbeResult.skip("events", "no GPU to check", code="no_gpu")
+    watcher = open_event_watcher(gpu)
+    start = getattr(watcher, "register", None)
+    if start is not None:
+        start()  # registers NVML events (to learn what each GPU supports) and reads the kernel log
+    try:
+        indices = range(count) if ctx.device is None else [ctx.device]
+        r = ProbeResult("events")
+        for index in indices:
+            _judge_gpu(r, index, watcher.snapshot(index))
+    finally:
+        watcher.stop()
+    readable = getattr(watcher, "kernel_log_readable", None)
+    r.details["kernel_log_readable"] = readable
+    if readable is False:
+        r.find(Status.SKIP, "kernel_log_unreadable",
+               f"Xids from before now are unknown: {watcher.kernel_log_reason or 'the kernel log is not readable'}.",
+               why="The driver writes Xid errors to the kernel log; without it, only NVML events seen while "
+                   "gpudoctor runs (exporter, watch, TUI) are counted.",
+               fix="Run as root (or with CAP_SYSLOG), or read `sudo dmesg | grep -i xid` yourself.")
+    recorded = [m for m in r.measurements if m.name == "events_supported" and m.note == "NotRecorded"]
+    if readable is None and len(recorded) == len(list(indices)):
+        return ProbeResult.skip("events", "the recording holds no event data (made before gpudoctor recorded "
+                                          "events)", code="events_not_recorded")
+    problems = [f for f in r.findings if f.status == Status.WARN]
+    total = sum(m.value for m in r.measurements if m.name == "xid_since_boot")
+    if readable is False and not total:
+        summary = "kernel log not readable: Xids since boot unknown"
+    elif total:
+        summary = f"{total} Xid(s) since boot" + (f", {len(problems)} critical" if problems else "")
+    else:
+        summary = "no Xid since boot"
+    r.settle(summary)
+    if readable is False and r.status == Status.PASS:
+        r.status = Status.SKIP
+    return r
+
+
+PROBE = Probe(
+    name="events",
+    title="Xid errors since boot (kernel log) and whether each GPU reports critical events",
+    run=run,
+    level="quick",
+    uses_torch=False,
+    timeout_s=20,
+    order=35,
+    description=__doc__.splitlines()[0],
+)

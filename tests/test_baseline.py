@@ -1,0 +1,154 @@
+"""Readiness against a known-good baseline: `gpudoctor compare` on real reports made here (CPU
+figures), with regressions injected by editing a copy, a GPU model mismatch, and a directory
+baseline holding an outlier."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpudoctor import baseline, exitcodes
+from gpudoctor.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def real_report(tmp_path_factory) -> dict:
+    """A real report of this machine: the environment, devices and compute probes (CPU matmul)."""
+    out = tmp_path_factory.mktemp("baseline") / "good.json"
+    proc = subprocess.run([sys.executable, "-m", "gpudoctor", "report", "--probe", "environment", "--probe", "devices",
+                           "--probe", "compute", "--json", "-o", str(out)],
+                          capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert out.exists(), proc.stderr
+    report = json.loads(out.read_text())
+    assert baseline.figures(report), "the compute probe measured no CPU figure"
+    return report
+
+
+def _edited(report: dict, factor: float = 1.0, *, name: str | None = None, torch: str | None = None) -> dict:
+    data = copy.deepcopy(report)
+    for result in data["results"]:
+        for m in result["measurements"]:
+            if result["probe"] == "compute" and m["name"] == "cpu_fp32_matmul":
+                m["value"] = m["value"] * factor
+            if torch and result["probe"] == "environment" and m["name"] == "torch":
+                m["value"] = torch
+        if name and result["probe"] == "devices":
+            result["measurements"].append({"name": "name", "value": name, "unit": "", "device": 0})
+    return data
+
+
+def _write(tmp_path: Path, name: str, data: dict) -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _compare(capsys, *args):
+    code = main(["compare", *map(str, args)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_same_report_passes(real_report, tmp_path, capsys):
+    good = _write(tmp_path, "good.json", real_report)
+    code, out, err = _compare(capsys, good, good)
+    assert code == exitcodes.OK, err
+    assert "cpu_fp32_matmul" in out and "PASS" in out
+
+
+@pytest.mark.parametrize("factor, status, code", [(0.80, "warn", exitcodes.WARN), (0.55, "fail", exitcodes.FAIL),
+                                                  (1.30, "pass", exitcodes.OK)])
+def test_injected_regression_is_judged_with_both_values_and_the_percentage(real_report, tmp_path, capsys,
+                                                                           factor, status, code):
+    good = _write(tmp_path, "good.json", real_report)
+    bad = _write(tmp_path, "bad.json", _edited(real_report, factor))
+    got, out, err = _compare(capsys, good, bad, "--json")
+    assert got == code, err
+    data = json.loads(out)
+    (result,) = data["results"]
+    assert result["probe"] == "baseline" and result["status"] == status
+    row = next(r for r in result["details"]["figures"] if r["figure"] == "cpu_fp32_matmul")
+    assert row["value"] == pytest.approx(row["baseline"] * factor)
+    if status != "pass":
+        finding = next(f for f in result["findings"] if f["code"] == "baseline_regression")
+        assert f"{(1 - factor) * 100:.0f} % below" in finding["summary"]
+        assert f"{row['baseline']:.4g}" in finding["summary"]
+
+
+def test_report_schema_holds_for_compare_json(real_report, tmp_path, capsys):
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads((ROOT / "docs" / "report.schema.json").read_text())
+    good = _write(tmp_path, "good.json", real_report)
+    code, out, _ = _compare(capsys, good, _write(tmp_path, "b.json", _edited(real_report, 0.5)), "--json")
+    jsonschema.validate(json.loads(out), schema)
+
+
+def test_a_different_gpu_model_is_refused_unless_forced(real_report, tmp_path, capsys):
+    h100 = _write(tmp_path, "h100.json", _edited(real_report, name="NVIDIA H100 80GB HBM3"))
+    a100 = _write(tmp_path, "a100.json", _edited(real_report, 0.5, name="NVIDIA A100-SXM4-80GB"))
+    code, out, err = _compare(capsys, h100, a100)
+    assert code == exitcodes.USAGE and out == ""
+    assert "different GPU models" in err and "A100" in err and len(err.strip().splitlines()) == 1
+    code, out, err = _compare(capsys, h100, a100, "--force", "--json")
+    result = json.loads(out)["results"][0]
+    assert {"baseline_model_differs", "baseline_regression"} <= {f["code"] for f in result["findings"]}
+
+
+def test_a_different_torch_is_named(real_report, tmp_path, capsys):
+    good = _write(tmp_path, "good.json", real_report)
+    other = _write(tmp_path, "other.json", _edited(real_report, torch="2.99.0+cu999"))
+    code, out, err = _compare(capsys, good, other)
+    assert code == exitcodes.WARN
+    assert "torch differs from the baseline: 2.99.0+cu999 here" in out
+
+
+def test_directory_baseline_is_the_median_and_names_the_outlier(real_report, tmp_path, capsys):
+    folder = tmp_path / "good-nodes"
+    folder.mkdir()
+    for i, factor in enumerate((1.0, 1.02, 0.98, 0.40)):  # the last node is far off: an outlier
+        _write(folder, f"node{i}.json", _edited(real_report, factor))
+    candidate = _write(tmp_path, "new.json", _edited(real_report, 0.97))
+    code, out, err = _compare(capsys, folder, candidate, "--json")
+    result = json.loads(out)["results"][0]
+    assert code == exitcodes.OK, (out, err)  # 3% below the median: within tolerance
+    row = next(r for r in result["details"]["figures"] if r["figure"] == "cpu_fp32_matmul")
+    original = next(m["value"] for r in real_report["results"] for m in r["measurements"] if m["name"] == "cpu_fp32_matmul")
+    assert row["baseline"] == pytest.approx(original * 0.99)  # median of 1.0, 1.02, 0.98, 0.40
+    assert any("node3.json" in o for o in result["details"]["baseline_outliers"])
+    assert len(result["details"]["baseline_files"]) == 4
+
+
+def test_directory_of_mixed_models_is_refused(real_report, tmp_path, capsys):
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    _write(folder, "a.json", _edited(real_report, name="NVIDIA H100 80GB HBM3"))
+    _write(folder, "b.json", _edited(real_report, name="NVIDIA A100-SXM4-80GB"))
+    code, out, err = _compare(capsys, folder, _write(tmp_path, "c.json", real_report))
+    assert code == exitcodes.USAGE and "different GPU models" in err
+
+
+@pytest.mark.parametrize("content", ["not json", "{}", '{"schema_version": "1.0"}', "[" * 100000])
+def test_bad_files_are_one_line_usage_errors(tmp_path, capsys, content, real_report):
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    good = _write(tmp_path, "good.json", real_report)
+    for args in ((bad, good), (good, bad), (tmp_path / "missing.json", good), (tmp_path / "empty-dir", good)):
+        if args[0].name == "empty-dir":
+            args[0].mkdir(exist_ok=True)
+        code, out, err = _compare(capsys, *args)
+        assert code == exitcodes.USAGE and out == ""
+        assert err.startswith("gpudoctor compare: ") and len(err.strip().splitlines()) == 1
+
+
+def test_nothing_in_common_is_said(real_report, tmp_path, capsys):
+    empty = copy.deepcopy(real_report)
+    empty["results"] = [r for r in empty["results"] if r["probe"] != "compute"]
+    code, out, err = _compare(capsys, _write(tmp_path, "a.json", real_report), _write(tmp_path, "b.json", empty))
+    assert code == exitcodes.USAGE and "nothing to compare" in err

@@ -1,0 +1,119 @@
+"""Energy counters: RAPL through a powercap tree (present, wrapping, absent) and NVML's total
+energy through the backend seam (live gate with a stand-in module, and a replay)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+from gpudoctor.backends import NvmlBackend, NvmlGate
+from gpudoctor.backends.energy import EnergyUse, cpu_meter, gpu_meter, read_rapl_uj, rapl_reason_words
+from gpudoctor.backends.na import NA, is_na
+
+
+def _zone(root: Path, name: str, energy: int, wrap: int = 262143328850) -> Path:
+    zone = root / name
+    zone.mkdir(parents=True, exist_ok=True)
+    (zone / "name").write_text("package-0\n")
+    (zone / "energy_uj").write_text(f"{energy}\n")
+    (zone / "max_energy_range_uj").write_text(f"{wrap}\n")
+    return zone
+
+
+def _clock(*times):
+    it = iter(times)
+    return lambda: next(it)
+
+
+def test_rapl_joules_over_two_packages_and_a_wrap(tmp_path):
+    a = _zone(tmp_path, "intel-rapl:0", 1_000_000)
+    b = _zone(tmp_path, "intel-rapl:1", 999_000_000, wrap=1_000_000_000)
+    _zone(tmp_path, "intel-rapl:0:0", 5)  # a sub-zone (core): not counted twice
+    meter = cpu_meter(str(tmp_path), clock=_clock(10.0, 12.0))
+    meter.start()
+    (a / "energy_uj").write_text("31000000\n")  # +30 J
+    (b / "energy_uj").write_text("9000000\n")  # wrapped: +10 J
+    use = meter.stop()
+    assert use.source == "rapl" and use.reason == ""
+    assert use.joules == 40.0 and use.seconds == 2.0 and use.watts == 20.0
+    assert use.per(800) == 20.0
+
+
+def test_no_rapl_is_na_with_the_reason(tmp_path):
+    assert read_rapl_uj(str(tmp_path / "none")) == NA("NoRaplInterface")
+    use = cpu_meter(str(tmp_path / "none"), clock=_clock(0.0, 1.0))
+    use.start()
+    result = use.stop()
+    assert result.joules is None and result.reason == "NoRaplInterface" and result.watts is None
+    assert "virtual machines" in rapl_reason_words(result.reason)
+
+
+class EnergyNvml:
+    """NVML with a total-energy counter that advances 250 J a read (a stand-in module)."""
+
+    def __init__(self, supported=True):
+        self.mj = 5_000_000
+        self.supported = supported
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return index
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle):
+        if not self.supported:
+            raise type("NVMLError_NotSupported", (Exception,), {})()
+        self.mj += 250_000
+        return self.mj
+
+
+def test_gpu_energy_from_nvml_counter():
+    backend = NvmlBackend(NvmlGate(EnergyNvml()))
+    meter = gpu_meter(backend, 0, clock=_clock(0.0, 5.0))
+    meter.start()
+    use = meter.stop()
+    assert use == EnergyUse(250.0, 5.0, "nvml") and use.watts == 50.0
+
+
+def test_gpu_without_the_counter_is_na():
+    backend = NvmlBackend(NvmlGate(EnergyNvml(supported=False)))
+    assert is_na(backend.total_energy_mj(0))
+    meter = gpu_meter(backend, 0, clock=_clock(0.0, 5.0))
+    meter.start()
+    assert meter.stop().reason == "NotSupported"
+
+
+def test_replayed_counter_and_a_recording_without_one():
+    from gpudoctor.backends import ReplayBackend
+
+    rec = {"format": "gpudoctor-recording", "format_version": 1, "meta": {},
+           "nvml": {"status": None, "device_count": 1, "static": [{"name": "x"}],
+                    "samples": [{"t": 0, "devices": [{"gpu_util_pct": 90, "energy_mj": 1_000_000}]},
+                                {"t": 1, "devices": [{"gpu_util_pct": 90, "energy_mj": 1_400_000}]}]}}
+    meter = gpu_meter(ReplayBackend(rec), 0, clock=_clock(0.0, 1.0))
+    meter.start()
+    assert meter.stop().joules == 400.0
+    bare = {"nvml": {"status": None, "device_count": 1, "static": [{"name": "x"}],
+                     "samples": [{"t": 0, "devices": [{"gpu_util_pct": 1}]}]}}
+    assert ReplayBackend(bare).total_energy_mj(0) == NA("NotRecorded")
+
+
+def test_exporter_serves_the_energy_counter_in_joules():
+    import json
+
+    from prometheus_client import generate_latest
+
+    from gpudoctor.backends import ReplayBackend
+    from gpudoctor.exporter import GpudoctorCollector, GpuSampler, build_registry
+
+    rec = json.loads((Path(__file__).parent / "data" / "handmade_two_gpu_training_standin.json").read_text())
+    for sample in rec["nvml"]["samples"]:
+        sample["devices"][0]["energy_mj"] = 2_500_000  # GPU 1 has no counter: absent, not 0
+        sample["devices"][1].pop("energy_mj", None)
+    sampler = GpuSampler(ReplayBackend(rec), 1.0)
+    sampler.sample_once()
+    text = generate_latest(build_registry(GpudoctorCollector(sampler))).decode()
+    lines = [line for line in text.splitlines() if line.startswith("gpudoctor_gpu_energy_joules_total{")]
+    assert len(lines) == 1 and 'gpu="0"' in lines[0] and lines[0].endswith(" 2500.0")
+    assert "# TYPE gpudoctor_gpu_energy_joules_total counter" in text

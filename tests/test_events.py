@@ -1,0 +1,220 @@
+"""Critical GPU events: NVML's event set (through the gate, with a stand-in NVML module), the
+kernel log, and the Xid table."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+from gpudoctor import xid
+from gpudoctor.backends import NvmlGate
+from gpudoctor.backends.events import (EVENT_CLOCK, EVENT_DOUBLE_BIT_ECC, EVENT_SINGLE_BIT_ECC, EVENT_XID_CRITICAL,
+                                       EventWatcher, ReplayEvents)
+from gpudoctor.backends.na import NA
+
+
+class NVMLError_Timeout(Exception):  # noqa: N801 (named as pynvml names them: the gate reads the name)
+    pass
+
+
+class NVMLError_NotSupported(Exception):  # noqa: N801
+    pass
+
+
+class NVMLError_Uninitialized(Exception):  # noqa: N801
+    pass
+
+
+class EventNvml:
+    """NVML's event functions over ``gpus`` devices; ``supported[i]`` is each one's event mask."""
+
+    def __init__(self, supported):
+        self.supported = supported
+        self.events: queue.Queue = queue.Queue()
+        self.registered = {}
+        self.freed = False
+        self.waits = threading.Event()
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlShutdown(self):
+        pass
+
+    def nvmlEventSetCreate(self):
+        return "set"
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return ("handle", index)
+
+    def nvmlDeviceGetSupportedEventTypes(self, handle):
+        mask = self.supported[handle[1]]
+        if isinstance(mask, Exception):
+            raise mask
+        return mask
+
+    def nvmlDeviceRegisterEvents(self, handle, mask, event_set):
+        self.registered[handle[1]] = mask
+
+    def nvmlEventSetWait_v2(self, event_set, timeout_ms):
+        self.waits.set()
+        try:
+            item = self.events.get(timeout=timeout_ms / 1000.0)
+        except queue.Empty:
+            raise NVMLError_Timeout() from None
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    def nvmlDeviceGetIndex(self, handle):
+        return handle[1]
+
+    def nvmlEventSetFree(self, event_set):
+        self.freed = True
+
+    def send(self, index, event_type, data=0):
+        self.events.put(SimpleNamespace(device=("handle", index), eventType=event_type, eventData=data))
+
+
+def _no_log():
+    return xid.KernelLog([], False, "cannot read /dev/kmsg: Permission denied (needs root or CAP_SYSLOG)")
+
+
+def _wait_for(predicate, timeout=10.0):
+    done = threading.Event()
+    for _ in range(int(timeout / 0.01)):
+        if predicate():
+            return True
+        done.wait(0.01)
+    return predicate()
+
+
+def test_xid_and_ecc_events_are_counted_per_gpu_with_the_last_kept():
+    nvml = EventNvml({0: 0xFFFF, 1: EVENT_XID_CRITICAL | EVENT_DOUBLE_BIT_ECC})
+    clock = iter(range(1000, 2000)).__next__
+    watcher = EventWatcher(NvmlGate(nvml), 2, wait_ms=50, clock=lambda: float(clock()), kernel_log=_no_log)
+    watcher.start()
+    try:
+        assert nvml.registered[1] == EVENT_XID_CRITICAL | EVENT_DOUBLE_BIT_ECC
+        nvml.send(1, EVENT_XID_CRITICAL, 79)
+        nvml.send(1, EVENT_DOUBLE_BIT_ECC)
+        nvml.send(0, EVENT_CLOCK)
+        nvml.send(1, EVENT_XID_CRITICAL, 48)
+        assert _wait_for(lambda: watcher.snapshot(1).xid_count == 2)
+    finally:
+        assert watcher.stop()
+    gpu1 = watcher.snapshot(1)
+    assert gpu1.supported is None
+    assert gpu1.counts == {"xid": 2, "ecc_double_bit": 1}
+    assert [(e.kind, e.code) for e in gpu1.recent] == [("xid", 79), ("ecc_double_bit", None), ("xid", 48)]
+    assert gpu1.last_xid().code == 48
+    assert watcher.snapshot(0).counts == {"clock_change": 1} and watcher.snapshot(0).recent == []
+    assert nvml.freed
+    assert watcher.kernel_log_readable is False and "CAP_SYSLOG" in watcher.kernel_log_reason
+
+
+def test_unsupported_events_are_na_with_the_reason():
+    nvml = EventNvml({0: NVMLError_NotSupported(), 1: 0})
+    watcher = EventWatcher(NvmlGate(nvml), 2, wait_ms=50, kernel_log=_no_log)
+    watcher.start()
+    assert watcher.snapshot(0).supported == NA("NotSupported")
+    assert watcher.snapshot(1).supported == NA("NotSupported")  # no critical event type at all
+    assert watcher.status == NA("NotSupported")
+    assert watcher.stop()
+
+
+def test_no_nvml_is_one_reason_for_every_gpu():
+    watcher = EventWatcher(NvmlGate(SimpleNamespace(nvmlInit=lambda: (_ for _ in ()).throw(
+        type("NVMLError_LibraryNotFound", (Exception,), {})()))), 1, kernel_log=_no_log)
+    watcher.start()
+    assert watcher.snapshot(0).supported == NA("LibraryNotFound")
+    assert watcher.stop()
+
+
+def test_watcher_stops_when_nvml_goes_away_and_says_why():
+    nvml = EventNvml({0: 0xFFFF})
+    watcher = EventWatcher(NvmlGate(nvml), 1, wait_ms=50, kernel_log=_no_log)
+    watcher.start()
+    nvml.events.put(NVMLError_Uninitialized())
+    assert _wait_for(lambda: watcher.status is not None)
+    assert watcher.status == NA("Uninitialized")
+    assert watcher.stop()
+
+
+def test_single_bit_storm_is_derived_once_a_minute():
+    nvml = EventNvml({0: EVENT_SINGLE_BIT_ECC})
+    times = iter([1000.0 + i for i in range(30)])
+    watcher = EventWatcher(NvmlGate(nvml), 1, wait_ms=50, clock=lambda: next(times), kernel_log=_no_log)
+    watcher.register()
+    for _ in range(25):
+        watcher.handle(SimpleNamespace(device=("handle", 0), eventType=EVENT_SINGLE_BIT_ECC, eventData=0))
+    counts = watcher.snapshot(0).counts
+    assert counts["ecc_single_bit"] == 25 and counts["ecc_single_bit_storm"] == 1
+
+
+def test_kernel_log_xids_are_attached_to_gpus_by_bus_id(tmp_path):
+    log = tmp_path / "kmsg"
+    log.write_text(
+        "6,1234,5000000,-;NVRM: loading NVIDIA UNIX x86_64 Kernel Module\n"
+        "4,1300,7000000,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.\n"
+        "4,1301,8000000,-;NVRM: Xid (PCI:0000:86:00): 13, pid=99, Graphics Exception\n"
+        "garbage line \x1b[31m\n")
+    entries = xid.read_kernel_log(str(log), boot_time=1_700_000_000.0)
+    assert entries.readable
+    assert [(e.pci_bus_id, e.code, e.time) for e in entries.xids] == [
+        ("0000:3b:00.0", 79, 1_700_000_007.0), ("0000:86:00.0", 13, 1_700_000_008.0)]
+    watcher = EventWatcher(NvmlGate(EventNvml({0: 0xFFFF})), 1, bus_ids={0: "0000:3B:00.0"},
+                           kernel_log=lambda: entries)
+    watcher.register()
+    snap = watcher.snapshot(0)
+    assert [(e.code, e.source) for e in snap.logged_xids] == [(79, "kernel_log")]
+    assert snap.last_xid().code == 79 and snap.xid_count == 0  # counted by source, not mixed
+
+
+def test_unreadable_kernel_log_says_why(tmp_path):
+    missing = xid.read_kernel_log(str(tmp_path / "nope"))
+    assert not missing.readable and "cannot read" in missing.reason
+
+
+def test_replayed_events():
+    events = ReplayEvents({"nvml": {"device_count": 2, "events": [
+        [{"time": 10.0, "kind": "xid", "code": 79}, {"time": 5.0, "kind": "xid", "code": 13, "source": "kernel_log"}]],
+        "kernel_log": {"readable": True, "reason": ""}}})
+    assert events.kernel_log_readable is True
+    assert events.snapshot(0).last_xid().code == 79 and events.snapshot(0).xid_count == 1
+    assert events.snapshot(1).supported == NA("NotRecorded")
+
+
+@pytest.mark.parametrize("code", [13, 31, 43, 45, 48, 61, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95, 119, 120])
+def test_every_common_xid_is_explained_with_an_action(code):
+    info = xid.explain(code)
+    assert info.code == code and info.words and info.action
+    assert info.severity in ("critical", "warn", "info")
+    assert "not in gpudoctor's table" not in info.words
+
+
+def test_unknown_xid_points_to_the_catalog():
+    assert "Xid catalog" in xid.explain(9999).action
+    assert xid.explain(79).severity == "critical" and xid.explain(13).severity == "warn"
+
+
+def test_recorded_events_are_validated_at_load(tmp_path):
+    import json
+
+    from gpudoctor.recording import RecordingError, load_recording
+
+    base = json.loads((__import__("pathlib").Path(__file__).parent / "data" /
+                       "handmade_two_gpu_training_standin.json").read_text())
+    base["nvml"]["events"] = [[{"time": 1.0, "kind": "xid", "code": 79}], []]
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(base))
+    assert load_recording(good)["nvml"]["events"][0][0]["code"] == 79
+    base["nvml"]["events"] = [[{"time": 1.0, "kind": "bogus"}]]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(base))
+    with pytest.raises(RecordingError) as info:
+        load_recording(bad)
+    assert "nvml.events[0][0].kind" in str(info.value)

@@ -1,0 +1,244 @@
+"""fleet: judging rows from Prometheus answers, and every one-line error with its exit code.
+
+Prometheus is stood in for at the HTTP seam (the opener): the answers are the JSON shapes
+/api/v1/query returns. The end-to-end test with a real Prometheus is test_fleet_prometheus.py.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import urllib.error
+import urllib.parse
+
+import pytest
+
+from gpudoctor import exitcodes, fleet
+from gpudoctor.cli import main
+
+NOW = 1_800_000_000.0
+
+
+def vec(*series):
+    return {"status": "success", "data": {"resultType": "vector", "result": [
+        {"metric": labels, "value": [NOW, str(value)]} for labels, value in series]}}
+
+
+def gpu(instance, index, **extra):
+    labels = {"instance": instance, "job": "gpudoctor", "gpu": str(index)}
+    labels.update(extra)
+    return labels
+
+
+class FakeProm:
+    """Answers each query by the first rule whose prefix the query starts with."""
+
+    def __init__(self, rules):
+        self.rules = rules
+        self.seen = []
+
+    def __call__(self, request, timeout):
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(request.full_url).query)["query"][0]
+        self.seen.append(query)
+        for prefix, answer in self.rules:
+            if query.startswith(prefix):
+                if isinstance(answer, Exception):
+                    raise answer
+                return io.BytesIO(json.dumps(answer).encode())
+        return io.BytesIO(json.dumps(vec()).encode())
+
+
+def healthy_node(instance, n=1):
+    current = []
+    for i in range(n):
+        current += [
+            (dict(gpu(instance, i), __name__="gpudoctor_gpu_up"), 1),
+            (dict(gpu(instance, i), __name__="gpudoctor_gpu_utilization_ratio"), 0.93),
+            (dict(gpu(instance, i), __name__="gpudoctor_gpu_memory_used_bytes"), 40 * 2**30),
+            (dict(gpu(instance, i), __name__="gpudoctor_gpu_memory_total_bytes"), 80 * 2**30),
+            (dict(gpu(instance, i), __name__="gpudoctor_gpu_temperature_celsius"), 61),
+            (dict(gpu(instance, i), __name__="gpudoctor_gpu_power_watts"), 512.5),
+        ]
+    current += [({"__name__": "gpudoctor_nvml_up", "instance": instance, "job": "gpudoctor"}, 1),
+                ({"__name__": "gpudoctor_sample_age_seconds", "instance": instance, "job": "gpudoctor"}, 1.2)]
+    info = [(gpu(instance, i, name="NVIDIA H100 80GB HBM3", uuid=f"GPU-{instance}-{i}"), 1) for i in range(n)]
+    return current, info
+
+
+def make(nodes, up=None, extra=(), dcgm=()):
+    current, info = [], []
+    for instance, n in nodes:
+        c, i = healthy_node(instance, n)
+        current += c
+        info += i
+    # one series per label set, as in Prometheus: an extra series replaces the healthy one
+    merged = {tuple(sorted(labels.items())): (labels, value) for labels, value in current + list(extra)}
+    current = list(merged.values())
+    up = up or {instance: 1 for instance, _ in nodes}
+    return FakeProm([
+        ("up", vec(*[({"instance": k, "job": "gpudoctor"}, v) for k, v in up.items()])),
+        ("{__name__=~", vec(*current)),
+        ("last_over_time(gpudoctor_gpu_info", vec(*info)),
+        ("last_over_time(DCGM_FI_DEV_GPU_TEMP", vec(*dcgm)),
+        ("last_over_time(gpudoctor_sample_timestamp_seconds",
+         vec(*[({"instance": k, "job": "gpudoctor"}, NOW - 600) for k in up])),
+    ])
+
+
+def view_of(fake, matchers=()):
+    client = fleet.Prometheus("http://prom.example:9090", opener=fake)
+    return fleet.collect(client, matchers, now=NOW)
+
+
+def test_healthy_fleet_passes_with_the_readings():
+    view = view_of(make([("a:9402", 2), ("b:9402", 1)]))
+    assert [(r.instance, r.gpu, r.status) for r in view.rows] == [
+        ("a:9402", "0", "pass"), ("a:9402", "1", "pass"), ("b:9402", "0", "pass")]
+    row = view.rows[0]
+    assert row.name == "NVIDIA H100 80GB HBM3"
+    assert row.utilization == pytest.approx(0.93) and row.temperature_c == 61 and row.power_w == 512.5
+    assert row.memory_used_bytes == 40 * 2**30 and row.memory_total_bytes == 80 * 2**30
+    assert fleet.exit_code(view) == exitcodes.OK
+
+
+def test_worst_first_with_reasons_lost_gpu_xid_and_stopped_target():
+    extra = [
+        (dict(gpu("b:9402", 0), __name__="gpudoctor_gpu_up"), 0),
+        (dict(gpu("b:9402", 0), __name__="gpudoctor_gpu_error_info", reason="GpuIsLost"), 1),
+        (dict(gpu("c:9402", 0), __name__="gpudoctor_gpu_last_xid"), 79),
+        (dict(gpu("c:9402", 0), __name__="gpudoctor_gpu_xid_errors_total"), 2),
+        (dict(gpu("c:9402", 0), __name__="gpudoctor_gpu_last_xid_timestamp_seconds"), NOW - 300),
+        (dict(gpu("a:9402", 0), __name__="gpudoctor_gpu_throttled", reason="hw_thermal_slowdown"), 1),
+        (dict(gpu("a:9402", 0), __name__="gpudoctor_gpu_throttled", reason="gpu_idle"), 1),
+    ]
+    fake = make([("a:9402", 1), ("b:9402", 1), ("c:9402", 1), ("d:9402", 1)],
+                up={"a:9402": 1, "b:9402": 1, "c:9402": 1, "d:9402": 0}, extra=extra)
+    view = view_of(fake)
+    statuses = [(r.instance, r.status) for r in view.rows]
+    assert statuses == [("b:9402", "fail"), ("c:9402", "fail"), ("d:9402", "stale"), ("a:9402", "warn")]
+    lost, xid79, stopped, hot = view.rows
+    assert "GpuIsLost" in lost.reason
+    assert xid79.xid_last == 79 and xid79.xid_count == 2 and "fallen off the bus" in xid79.reason
+    assert "5 min ago" in xid79.reason
+    assert "not answering Prometheus" in stopped.reason and "10 min ago" in stopped.reason
+    assert "thermal slowdown (hardware)" in hot.reason and "idle" not in hot.reason
+    assert fleet.exit_code(view) == exitcodes.FAIL
+    data = view.to_dict()
+    assert data["targets_down"] == ["d:9402"]
+    assert data["rows"][1]["xid_last"] == 79
+    assert {"instance", "gpu", "status", "reason", "xid_last"} <= set(data["rows"][0])
+
+
+def test_stale_only_exits_5_and_warn_only_exits_3_unless_fail_on_fail():
+    stale = view_of(make([("a:9402", 1)], extra=[
+        ({"__name__": "gpudoctor_sample_age_seconds", "instance": "a:9402", "job": "gpudoctor"}, 900)]))
+    assert stale.rows[0].status == "stale" and "15 min old" in stale.rows[0].reason
+    assert fleet.exit_code(stale) == exitcodes.PROBE_ERROR
+    warn = view_of(make([("a:9402", 1)], extra=[
+        (dict(gpu("a:9402", 0), __name__="gpudoctor_gpu_remapped_rows_pending"), 1)]))
+    assert warn.rows[0].status == "warn"
+    assert fleet.exit_code(warn) == exitcodes.WARN
+    assert fleet.exit_code(warn, fail_on="fail") == exitcodes.OK
+
+
+def test_report_verdict_and_age_of_the_node():
+    extra = [
+        ({"__name__": "gpudoctor_report_status", "instance": "a:9402", "job": "gpudoctor", "status": "fail"}, 1),
+        ({"__name__": "gpudoctor_report_status", "instance": "a:9402", "job": "gpudoctor", "status": "pass"}, 0),
+        ({"__name__": "gpudoctor_report_timestamp_seconds", "instance": "a:9402", "job": "gpudoctor"}, NOW - 3 * 86400),
+    ]
+    row = view_of(make([("a:9402", 1)], extra=extra)).rows[0]
+    assert row.status == "fail" and row.report_status == "fail"
+    assert row.report_age_s == pytest.approx(3 * 86400)
+    assert "last report failed" in row.reason and "3 d old" in row.reason
+
+
+def test_dcgm_exporter_series_are_understood():
+    labels = {"instance": "n1:9400", "job": "dcgm", "gpu": "0", "UUID": "GPU-x", "modelName": "NVIDIA A100-SXM4-80GB"}
+    fake = FakeProm([
+        ("up", vec(({"instance": "n1:9400", "job": "dcgm"}, 1))),
+        ("{__name__=~", vec((dict(labels, __name__="DCGM_FI_DEV_GPU_UTIL"), 55),
+                            (dict(labels, __name__="DCGM_FI_DEV_FB_USED"), 1024),
+                            (dict(labels, __name__="DCGM_FI_DEV_FB_FREE"), 3072),
+                            (dict(labels, __name__="DCGM_FI_DEV_XID_ERRORS"), 48),
+                            (dict(labels, __name__="DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"), 0x40))),
+        ("last_over_time(DCGM_FI_DEV_GPU_TEMP", vec((labels, 50))),
+    ])
+    row = view_of(fake).rows[0]
+    assert row.source == "dcgm-exporter" and row.name == "NVIDIA A100-SXM4-80GB"
+    assert row.utilization == pytest.approx(0.55)
+    assert row.memory_used_bytes == 2**30 and row.memory_total_bytes == 4 * 2**30
+    assert row.status == "fail" and row.xid_last == 48 and "ECC" in row.reason
+    assert "thermal slowdown (hardware)" in row.reason
+
+
+def test_match_is_sent_to_prometheus_escaped():
+    fake = make([("a:9402", 1)])
+    view_of(fake, [fleet.parse_match('job=gpu"x'), fleet.parse_match("instance=~a.*")])
+    assert fake.seen[0] == 'up{job="gpu\\"x",instance=~"a.*"}'
+    assert all('job="gpu\\"x"' in q for q in fake.seen)
+
+
+@pytest.mark.parametrize("text", ["job", "=x", "job=~(", "__name__=up", "1abc=x"])
+def test_bad_match_is_a_usage_error(text):
+    with pytest.raises(fleet.FleetError) as info:
+        fleet.parse_match(text)
+    assert info.value.kind == "usage"
+
+
+def test_label_text_from_prometheus_is_plain_and_bounded():
+    extra = [(dict(gpu("a:9402", 0), __name__="gpudoctor_gpu_up"), 0),
+             (dict(gpu("a:9402", 0), __name__="gpudoctor_gpu_error_info", reason="\x1b]0;pwned\x07[red]x" + "y" * 500), 1)]
+    view = view_of(make([("a:9402", 1)], extra=extra))
+    text = fleet.render_text(view)
+    assert "\x1b" not in text and "\x07" not in text
+    assert len(view.rows[0].reason) < 400
+
+
+def _run(capsys, fake, monkeypatch, *args):
+    monkeypatch.setattr(fleet.urllib.request, "urlopen", fake)
+    code = main(["fleet", "--prometheus", "http://prom.example:9090", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_errors_are_one_line_with_their_exit_codes(capsys, monkeypatch):
+    refused = FakeProm([("up", urllib.error.URLError(ConnectionRefusedError(111, "Connection refused")))])
+    code, out, err = _run(capsys, refused, monkeypatch)
+    assert code == exitcodes.UNREACHABLE and out == "" and len(err.strip().splitlines()) == 1
+    assert "cannot be reached" in err
+
+    bad = urllib.error.HTTPError("http://x", 400, "Bad Request", {}, io.BytesIO(json.dumps(
+        {"status": "error", "errorType": "bad_data", "error": "parse error at char 5"}).encode()))
+    code, out, err = _run(capsys, FakeProm([("up", bad)]), monkeypatch)
+    assert code == exitcodes.USAGE and "refused the query" in err and len(err.strip().splitlines()) == 1
+
+    html = urllib.error.HTTPError("http://x", 404, "Not Found", {}, io.BytesIO(b"<html>nope</html>"))
+    code, out, err = _run(capsys, FakeProm([("up", html)]), monkeypatch)
+    assert code == exitcodes.UNREACHABLE and "Prometheus server's address" in err
+
+    code, out, err = _run(capsys, FakeProm([]), monkeypatch)
+    assert code == exitcodes.NO_GPU and "holds no GPU series" in err and out == ""
+
+
+def test_cli_json_rows_worst_first(capsys, monkeypatch):
+    extra = [(dict(gpu("b:9402", 0), __name__="gpudoctor_gpu_up"), 0)]
+    code, out, err = _run(capsys, make([("a:9402", 1), ("b:9402", 1)], extra=extra), monkeypatch, "--json")
+    data = json.loads(out)
+    assert code == exitcodes.FAIL
+    assert [r["status"] for r in data["rows"]] == ["fail", "pass"]
+    assert data["counts"] == {"fail": 1, "stale": 0, "warn": 0, "pass": 1}
+
+
+def test_json_matches_the_published_schema(capsys, monkeypatch):
+    import jsonschema
+    from pathlib import Path
+
+    schema = json.loads((Path(__file__).resolve().parents[1] / "docs" / "fleet.schema.json").read_text())
+    extra = [(dict(gpu("b:9402", 0), __name__="gpudoctor_gpu_last_xid"), 13)]
+    code, out, err = _run(capsys, make([("a:9402", 2), ("b:9402", 1)], up={"a:9402": 1, "b:9402": 1, "c:9402": 0},
+                                       extra=extra), monkeypatch, "--json")
+    data = json.loads(out)
+    jsonschema.validate(data, schema)
+    assert data["rows"][0]["instance"] == "c:9402" and data["rows"][0]["status"] == "stale"
+    assert data["rows"][1]["xid_last"] == 13 and data["rows"][1]["status"] == "warn"

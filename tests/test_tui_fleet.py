@@ -1,0 +1,72 @@
+"""The TUI Fleet screen (headless Pilot): rows worst first from a fleet view, labels shown as
+plain text, and a Prometheus failure shown on the screen while the last rows stay."""
+
+from __future__ import annotations
+
+import pytest
+from textual.app import App
+
+from gpudoctor import fleet
+from test_fleet_unit import NOW, FakeProm, gpu, make
+from tui_support import run_async, screen_text, wait_for
+
+pytestmark = pytest.mark.timeout(120)
+
+
+class FleetApp(App):
+    def __init__(self, screen):
+        super().__init__()
+        self._fleet_screen = screen
+
+    def on_mount(self) -> None:
+        self.push_screen(self._fleet_screen)
+
+
+def _view(extra=(), up=None):
+    fake = make([("a:9402", 1), ("b:9402", 1)], extra=extra, up=up)
+    return fleet.collect(fleet.Prometheus("http://prom.example:9090", opener=fake), now=NOW)
+
+
+@run_async
+async def test_fleet_screen_shows_rows_worst_first_as_plain_text():
+    from gpudoctor.tui.fleet import FleetScreen
+
+    hostile = "[bold]x[/] [@click=app.quit]q\x1b[2J"
+    extra = [(dict(gpu("b:9402", 0), __name__="gpudoctor_gpu_up"), 0),
+             (dict(gpu("b:9402", 0), __name__="gpudoctor_gpu_error_info", reason=hostile), 1)]
+    view = _view(extra)
+    screen = FleetScreen("http://prom.example:9090", interval=3600, collect=lambda: view)
+    app = FleetApp(screen)
+    async with app.run_test(size=(160, 20)) as pilot:
+        await wait_for(pilot, lambda: screen.view is not None)
+        await pilot.pause()
+        text = screen_text(app)
+        assert "Fleet" in text and "1 fail" in text and "1 pass" in text
+        lines = [line for line in text.splitlines() if "b:9402" in line or "a:9402" in line]
+        assert lines[0].lstrip().startswith("FAIL") and "b:9402" in lines[0]
+        assert "[@click=app.quit]" in text and "[bold]x[/]" in text  # shown, not interpreted
+        assert "\x1b" not in text
+        assert app.is_running
+
+
+@run_async
+async def test_prometheus_failure_is_shown_and_the_last_rows_stay():
+    from gpudoctor.tui.fleet import FleetScreen
+
+    answers = [_view()]
+
+    def collect():
+        if answers:
+            return answers.pop()
+        raise fleet.FleetError("unreachable", "Prometheus at http://prom.example:9090 cannot be reached: refused")
+
+    screen = FleetScreen("http://prom.example:9090", interval=3600, collect=collect)
+    app = FleetApp(screen)
+    async with app.run_test(size=(160, 20)) as pilot:
+        await wait_for(pilot, lambda: screen.view is not None)
+        await pilot.press("r")
+        await wait_for(pilot, lambda: bool(screen.error))
+        await pilot.pause()
+        text = screen_text(app)
+        assert "cannot be reached" in text and "last answer" in text
+        assert "a:9402" in text
