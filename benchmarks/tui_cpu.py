@@ -10,6 +10,12 @@ gpudoctor <= nvitop at the same refresh, same machine and GPUs).
     python benchmarks/tui_cpu.py --replay tests/data/handmade_two_gpu_training_standin.json
     python benchmarks/tui_cpu.py --seconds 30 --interval 1 --other "nvitop --interval 1"
 
+Without a driver, ``--fake-nvml`` gives both programs the same fake one-GPU NVML
+(``benchmarks/fake_nvml``, an idle H100 PCIe) through PYTHONPATH, so gpudoctor's live
+path and nvitop do their own full work at the same refresh:
+
+    python benchmarks/tui_cpu.py --fake-nvml --other ".venv/bin/nvitop --interval 1"
+
 Prints a table, or JSON with --json. Not part of the test run.
 """
 
@@ -38,10 +44,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def measure(argv: list[str], *, seconds: float, warmup: float, cols: int, rows: int,
-            quit_keys: str = "q") -> dict[str, Any]:
+            quit_keys: str = "q", fake_nvml: bool = False) -> dict[str, Any]:
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
     env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": str(cols), "LINES": str(rows)}
+    if fake_nvml:
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "benchmarks" / "fake_nvml")]
+                                            + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        env.pop("PYTHONDONTWRITEBYTECODE", None)  # as an installed package runs
     started = time.monotonic()
     proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, cwd=ROOT, env=env,
                             start_new_session=True)
@@ -112,18 +122,23 @@ def main() -> int:
     parser.add_argument("--cols", type=int, default=120)
     parser.add_argument("--rows", type=int, default=40)
     parser.add_argument("--other", help="another monitor's command line to measure the same way")
+    parser.add_argument("--fake-nvml", action="store_true",
+                        help="give both programs benchmarks/fake_nvml's one-GPU NVML (no driver here)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
     ours = [sys.executable, "-m", "gpudoctor", "tui", "--interval", str(args.interval)]
     if args.replay:
         ours += ["--replay", args.replay]
-    results = [measure(ours, seconds=args.seconds, warmup=args.warmup, cols=args.cols, rows=args.rows)]
+    results = [measure(ours, seconds=args.seconds, warmup=args.warmup, cols=args.cols, rows=args.rows,
+                       fake_nvml=args.fake_nvml)]
     if args.other:
         results.append(measure(shlex.split(args.other), seconds=args.seconds, warmup=args.warmup,
-                               cols=args.cols, rows=args.rows))
+                               cols=args.cols, rows=args.rows, fake_nvml=args.fake_nvml))
     machine = {"host_cpu": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-               "python": platform.python_version(), "date": time.strftime("%Y-%m-%d", time.gmtime())}
+               "python": platform.python_version(), "date": time.strftime("%Y-%m-%d", time.gmtime()),
+               "nvml": "fake one-GPU H100 PCIe (benchmarks/fake_nvml)" if args.fake_nvml
+               else ("replay" if args.replay else "live")}
     if args.json:
         print(json.dumps({"machine": machine, "interval_s": args.interval, "results": results}, indent=2))
     else:

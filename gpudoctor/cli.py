@@ -63,7 +63,7 @@ def _device_index(text: str) -> int:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(with_extra: bool = True) -> argparse.ArgumentParser:
     parser = _Parser(
         prog="gpudoctor",
         description="GPU diagnostics and utilisation monitor for PyTorch training.",
@@ -92,6 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--replay", metavar="FILE", help="read NVML/torch facts from a recording (gpudoctor record)")
     report.add_argument("--data-dir", metavar="DIR", help="MNIST IDX files for the workload probe")
     report.add_argument("-v", "--verbose", action="store_true", help="show every measurement and passing finding")
+    report.add_argument("--python", metavar="PATH", help="check the torch of this interpreter (your training "
+                        "environment's python); gpudoctor need not be installed there")
     report.set_defaults(handler=cmd_report)
 
     record = sub.add_parser("record", help="capture real NVML and torch readings into a recording",
@@ -103,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     record.add_argument("--anonymize", action="store_true", help="strip UUIDs, serials and host name")
     record.set_defaults(handler=cmd_record)
 
-    for module_name in EXTRA_COMMANDS:
+    for module_name in EXTRA_COMMANDS if with_extra else ():
         importlib.import_module(module_name).register(sub)
     return parser
 
@@ -145,6 +147,15 @@ def cmd_report(args: argparse.Namespace) -> int:
         for probe in runner.all_probes().values():
             print(f"{probe.name:<14} {probe.level:<9} {probe.title}")
         return exitcodes.OK
+    if args.python:
+        if args.replay:
+            raise UsageError("--python checks a live environment; it cannot be combined with --replay")
+        from gpudoctor.torch_build import InterpreterError, inspect_interpreter
+
+        try:
+            inspect_interpreter(args.python)
+        except InterpreterError as exc:
+            raise UsageError(str(exc)) from None
     if args.replay:
         from gpudoctor.backends import load_recording, RecordingError
 
@@ -163,7 +174,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     options: dict[str, Any] = {}
     if args.data_dir:
         options["data_dir"] = args.data_dir
-    spec = runner.RunSpec(level=args.level, device=args.device, replay=args.replay, options=options)
+    spec = runner.RunSpec(level=args.level, device=args.device, replay=args.replay, options=options,
+                          python=args.python)
     progress = _Progress(enabled=sys.stderr.isatty() and not args.json)
     report = runner.run_probes(probes, spec, on_start=progress.start, on_result=progress.done)
     progress.clear()
@@ -255,7 +267,8 @@ def cmd_record(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- main
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
+    # `report` and `record` are defined here: skip importing the other commands' modules.
+    parser = build_parser(with_extra=not (argv and argv[0] in ("report", "record")))
     if not argv:
         known = parser._subparsers._group_actions[0].choices if parser._subparsers else {}  # type: ignore[union-attr]
         argv = [DEFAULT_COMMAND] if DEFAULT_COMMAND in known else ["--help"]

@@ -408,10 +408,9 @@ class ReportStatus:
 
 def quick_report_producer(replay: str | None) -> Callable[[], Any]:
     def produce() -> Any:
-        from gpudoctor import runner
+        from gpudoctor.quick import quick_report  # the verdict report --quick and the TUI give
 
-        probes = runner.select_probes(None, "quick")
-        return runner.run_probes(probes, runner.RunSpec(level="quick", replay=replay), isolate=False)
+        return quick_report(replay=replay)
 
     return produce
 

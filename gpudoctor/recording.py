@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 from gpudoctor.safejson import MiB, JsonFileError, read_json_file
 
@@ -353,6 +355,8 @@ def _type_of(value: Any) -> str:
 # --------------------------------------------------------------------------- the loader
 def load_recording(path: str | Path) -> dict[str, Any]:
     """The recording in ``path``, validated and with NA values decoded; else :class:`RecordingError`."""
+    from pathlib import Path  # here, not at import: `report --quick` reads no recording
+
     from gpudoctor.backends.na import decode  # here: gpudoctor.backends imports this module
 
     p = Path(path)

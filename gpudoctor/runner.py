@@ -8,21 +8,28 @@ the TUI) never imports torch and never creates a CUDA context.
 
 NVML-only probes run in-process in a daemon thread, also with a time limit (an NVML
 call on a GPU that is falling off the bus can block).
+
+``RunSpec.python`` (``report --python PATH``) starts the child with another interpreter,
+the user's training environment, so one gpudoctor checks any environment's torch. That
+child loads gpudoctor from this installation's files (it need not be installed there).
+When the checked interpreter has no torch, the torch probes do not start a child: the
+quick-level ones answer from NVML and say so, the others are skipped with the way to
+check the environment that has torch.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import multiprocessing as mp
 import os
 import signal
 import threading
 import time
-import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+# multiprocessing and subprocess are imported where a child starts: `report --quick`
+# starts none, and their imports are a tenth of its run time.
 from gpudoctor import _version
 from gpudoctor._proc import describe_exit, silence_stdio
 from gpudoctor.model import ProbeResult, Report, Status
@@ -46,6 +53,8 @@ class RunSpec:
     # Send the probe child's stdout/stderr to /dev/null (the TUI owns the terminal; library
     # warnings printed there would draw over its screen). Results travel over the pipe.
     quiet_child: bool = False
+    # The interpreter whose torch the torch probes use (None: this one).
+    python: str | None = None
 
 
 def all_probes() -> dict[str, Any]:
@@ -56,19 +65,20 @@ def all_probes() -> dict[str, Any]:
 
 def select_probes(names: Iterable[str] | None = None, level: str = "standard") -> list[Any]:
     """Probes named (in report order), or every probe that runs at ``level``."""
-    from gpudoctor.probes import LEVELS
+    from gpudoctor.probes import LEVELS, probe_names, registry
 
     if level not in LEVELS:
         raise ProbeSelectionError(f"unknown level {level!r} (choose from {', '.join(LEVELS)})")
-    probes = all_probes()
+    # Import only the modules of the probes that will run (--quick loads no measuring probe).
     if names:
         wanted = list(dict.fromkeys(names))
-        unknown = [n for n in wanted if n not in probes]
+        known = probe_names()
+        unknown = [n for n in wanted if n not in known]
         if unknown:
             raise ProbeSelectionError(
-                f"unknown probe {unknown[0]!r}; known probes: {', '.join(probes)}")
-        return [p for p in probes.values() if p.name in wanted]
-    return [p for p in probes.values() if p.runs_at(level)]
+                f"unknown probe {unknown[0]!r}; known probes: {', '.join(known)}")
+        return list(registry(names=wanted).values())
+    return list(registry(level=level).values())
 
 
 def build_context(spec: RunSpec, gpu: Any = None) -> Any:
@@ -78,7 +88,7 @@ def build_context(spec: RunSpec, gpu: Any = None) -> Any:
     if gpu is None:
         gpu = open_gpu_backend(spec.replay)
     return ProbeContext(gpu=gpu, device=spec.device, level=spec.level, options=dict(spec.options),
-                        replay=bool(spec.replay))
+                        replay=bool(spec.replay), python=spec.python)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -97,6 +107,8 @@ def call_probe(probe: Any, ctx: Any) -> ProbeResult:
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # SystemExit from a library too: one result, not the report
+        import traceback  # only here: `report --quick` should not pay for its import
+
         result = ProbeResult.error(probe.name, f"probe crashed: {_one_line(exc)}",
                                    traceback=traceback.format_exc(limit=8))
     result.probe = probe.name
@@ -163,10 +175,122 @@ def _json_default(obj: Any) -> Any:
     return str(obj)
 
 
+# Run by --python's interpreter: load gpudoctor from this installation's folders (argv 1
+# and 2: the gpudoctor and gpudoctor.probes package folders, which setuptools' package-dir
+# mapping keeps apart in a source tree), fall back to this installation's NVML binding
+# (argv 3) when that environment has none, then serve probes on the inherited pipe (argv 4).
+# Ctrl-C is the parent's to handle, and a failure to start is one line to the parent,
+# never a traceback on the user's terminal.
+_INTERPRETER_CHILD_BOOT = r"""
+import signal
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+import importlib.util, os, sys
+from multiprocessing.connection import Connection
+_conn = Connection(int(sys.argv[4]))
+def _load(name, path, package=True):
+    init = os.path.join(path, "__init__.py") if package else path
+    spec = importlib.util.spec_from_file_location(
+        name, init, submodule_search_locations=[path] if package else None)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+try:
+    _pkg = _load("gpudoctor", sys.argv[1])
+    _pkg.probes = _load("gpudoctor.probes", sys.argv[2])
+    if sys.argv[3]:
+        try:
+            import pynvml
+        except ImportError:
+            _load("pynvml", sys.argv[3], package=False)
+    from gpudoctor.runner import _child_main
+    _spec = _conn.recv()
+except BaseException as exc:
+    _text = str(exc).strip().splitlines()
+    _conn.send(("fatal", f"{type(exc).__name__}: {_text[0][:300]}" if _text else type(exc).__name__))
+    sys.exit(1)
+_child_main(_conn, _spec)
+"""
+
+
+def _installation_paths() -> tuple[str, str, str]:
+    """This gpudoctor's package folders and its NVML binding's file ('' when absent)."""
+    import importlib.util
+
+    import gpudoctor
+    import gpudoctor.probes
+
+    nvml = ""
+    try:
+        spec = importlib.util.find_spec("pynvml")
+        if spec is not None and spec.origin and spec.origin.endswith(".py"):
+            nvml = spec.origin
+    except (ImportError, ValueError):
+        pass
+    return list(gpudoctor.__path__)[0], list(gpudoctor.probes.__path__)[0], nvml
+
+
+class _InterpreterProcess:
+    """The part of ``multiprocessing.Process`` that :class:`_Child` uses, for a child
+    started with another interpreter (``subprocess.Popen``)."""
+
+    def __init__(self, popen: Any) -> None:
+        self._popen = popen
+        self.pid = popen.pid
+
+    def is_alive(self) -> bool:
+        return self._popen.poll() is None
+
+    def join(self, timeout: float | None = None) -> None:
+        import subprocess
+
+        try:
+            self._popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def terminate(self) -> None:
+        if self.is_alive():
+            self._popen.terminate()
+
+    def kill(self) -> None:
+        if self.is_alive():
+            self._popen.kill()
+
+    @property
+    def exitcode(self) -> int | None:
+        return self._popen.poll()
+
+
+def _start_interpreter_child(spec: RunSpec) -> tuple[Any, Any]:
+    """(connection, process) for a probe child run by ``spec.python``."""
+    import multiprocessing as mp
+    import subprocess
+
+    parent_conn, child_conn = mp.Pipe()
+    package, probes, nvml = _installation_paths()
+    try:
+        quiet = subprocess.DEVNULL if spec.quiet_child else None  # the TUI owns the terminal
+        popen = subprocess.Popen(
+            [spec.python, "-c", _INTERPRETER_CHILD_BOOT, package, probes, nvml, str(child_conn.fileno())],
+            stdin=subprocess.DEVNULL, stdout=quiet, stderr=quiet, pass_fds=(child_conn.fileno(),),
+            close_fds=True)
+    finally:
+        child_conn.close()
+    parent_conn.send(spec)
+    return parent_conn, _InterpreterProcess(popen)
+
+
 class _Child:
     """One child process that runs torch probes one after another."""
 
     def __init__(self, spec: RunSpec) -> None:
+        if spec.python:
+            self.conn, self.process = _start_interpreter_child(spec)
+            self.ready = False
+            return
+        import multiprocessing as mp
+
         ctx = mp.get_context("spawn")
         self.conn, child_conn = ctx.Pipe()
         self.process = ctx.Process(target=_child_main, args=(child_conn, spec), daemon=True,
@@ -254,21 +378,26 @@ def run_probes(
 
     if isolate is None:
         isolate = spec.level != "quick"
+    if spec.python and spec.level != "quick":
+        isolate = True  # the other interpreter's torch can only be used in its own process
     report = Report(tool_version=_version.__version__,
                     source=f"replay:{os.path.basename(spec.replay)}" if spec.replay else "live")
     ctx = build_context(spec, gpu)
     try:
-        report.host = ctx.host_facts() if spec.replay else host_facts()
+        report.host = ctx.host_facts()  # cached: the environment probe reads the same facts
     except Exception as exc:
         report.host = {"error": _one_line(exc)}
     report.host = _jsonable(report.host)
+    no_torch = _torch_absence(probes, spec, ctx)
 
     child: _Child | None = None
     try:
         for probe in probes:
             if on_start is not None:
                 on_start(probe)
-            if probe.uses_torch and isolate:
+            if probe.uses_torch and no_torch is not None:
+                result = no_torch(probe)
+            elif probe.uses_torch and isolate:
                 start = time.monotonic()
                 if child is None:
                     child = _Child(spec)
@@ -305,6 +434,31 @@ def run_probes(
             except Exception:
                 pass
     return report
+
+
+def _torch_absence(probes: list[Any], spec: RunSpec, ctx: Any) -> Callable[[Any], ProbeResult] | None:
+    """When the checked interpreter has no torch (or --python cannot be used): how each torch
+    probe answers instead of starting a child. None when torch is there (or not needed)."""
+    if spec.replay or spec.level == "quick" or not any(p.uses_torch for p in probes):
+        return None
+    from gpudoctor.torch_build import CHECK_ANOTHER_ENV_HINT, InterpreterError
+
+    try:
+        build = ctx.torch_build()
+    except InterpreterError as exc:
+        reason = str(exc)
+        return lambda probe: ProbeResult.error(probe.name, reason)
+    if build.installed:
+        return None
+    ctx.torch_missing = True
+    where = f"the interpreter {build.python}" if spec.python else f"this environment ({build.python})"
+
+    def answer(probe: Any) -> ProbeResult:
+        if probe.level == "quick":  # answers from NVML and says torch was not checked
+            return _run_in_thread(probe, ctx)
+        return ProbeResult.skip(probe.name, f"torch is not installed in {where}", code="torch_not_installed",
+                                why="This check runs PyTorch on the GPU.", fix=CHECK_ANOTHER_ENV_HINT)
+    return answer
 
 
 def _jsonable(obj: Any) -> Any:

@@ -5,26 +5,50 @@ the module, described by its docstring's first line), whose ``run(ctx)`` takes a
 :class:`ProbeContext` and returns a :class:`~gpudoctor.model.ProbeResult`. A probe never
 prints and never imports torch at module level (``report --quick`` must not load torch);
 it asks its backends for readings. The runner discovers every module in this package,
-so adding a probe is adding a file.
+so adding a probe is adding a file (and a line in ``CATALOGUE``, which a test checks).
+
+``CATALOGUE`` names each probe's module and level so that choosing probes imports only
+the modules that will run: ``report --quick`` never imports the measuring probes (and
+what they import). A module missing from it is still found, by importing it.
 
 Levels: a probe runs at its ``level`` and above (``quick`` < ``standard`` < ``full``).
 ``uses_torch`` probes run in the runner's child process with a time limit; at the
 ``quick`` level they still run, in-process, but ``ctx.torch_facts()`` is unavailable
-and they must answer from NVML and host facts alone.
+and they must answer from NVML and host facts alone; ``ctx.torch_build()`` tells them
+torch's version and CUDA build read from ``torch/version.py`` as text (no import).
 """
 
 from __future__ import annotations
 
 import importlib
-import pkgutil
+import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from gpudoctor.model import ProbeResult
 
 LEVELS = ("quick", "standard", "full")
+
+# probe name -> (module in this package, level). Must agree with each module's PROBE
+# (tests/test_install_split.py checks it); lets registry(level=...) import only what runs.
+CATALOGUE: dict[str, tuple[str, str]] = {
+    "environment": ("environment", "quick"),
+    "devices": ("devices", "quick"),
+    "health": ("health", "quick"),
+    "events": ("events", "quick"),
+    "memory": ("memory", "full"),
+    "correctness": ("correctness", "full"),
+    "transfer": ("transfer", "full"),
+    "compute": ("compute", "full"),
+    "workload": ("workload", "full"),
+    "distributed": ("distributed", "full"),
+}
+
+
+def _runs_at(probe_level: str, level: str) -> bool:
+    return LEVELS.index(level) >= LEVELS.index(probe_level)
 
 
 @dataclass(frozen=True)
@@ -48,27 +72,42 @@ class Probe:
         return cls(name=module.rpartition(".")[2], title=title, run=run, **options)
 
     def runs_at(self, level: str) -> bool:
-        return LEVELS.index(level) >= LEVELS.index(self.level)
+        return _runs_at(self.level, level)
 
 
-@dataclass
 class ProbeContext:
     """What a probe may use. Built by the runner (in the child process for torch probes).
 
     ``gpu``: NVML or replay backend. ``device``: the torch device index the user chose
     (None: all). ``level``: quick/standard/full. ``options``: probe options from the
     command line (e.g. ``data_dir``). ``deadline``: monotonic time by which the probe
-    should return (long loops check :meth:`time_left`).
+    should return (long loops check :meth:`time_left`). ``python``: the interpreter whose
+    torch is checked (``report --python``; None: this one). ``torch_missing``: set by the
+    runner when that interpreter has no torch (torch probes then answer without it).
+
+    (A plain class, not a dataclass: building one costs `report --quick` a millisecond.)
     """
 
-    gpu: Any
-    device: int | None = None
-    level: str = "standard"
-    options: dict[str, Any] = field(default_factory=dict)
-    deadline: float | None = None
-    replay: bool = False
-    _torch_facts: Any = None
-    _host_facts: Any = None
+    def __init__(self, gpu: Any, device: int | None = None, level: str = "standard",
+                 options: dict[str, Any] | None = None, deadline: float | None = None, replay: bool = False,
+                 python: str | None = None, torch_missing: bool = False, _torch_facts: Any = None,
+                 _host_facts: Any = None, _torch_build: Any = None) -> None:
+        self.gpu = gpu
+        self.device = device
+        self.level = level
+        self.options = {} if options is None else options
+        self.deadline = deadline
+        self.replay = replay
+        self.python = python
+        self.torch_missing = torch_missing
+        # Preset facts (tests, replays) or None until first asked.
+        self._torch_facts = _torch_facts
+        self._host_facts = _host_facts
+        self._torch_build = _torch_build
+
+    def __repr__(self) -> str:
+        return (f"ProbeContext(gpu={self.gpu!r}, device={self.device!r}, level={self.level!r}, "
+                f"replay={self.replay!r}, python={self.python!r})")
 
     def torch_allowed(self) -> bool:
         return self.level != "quick"
@@ -80,6 +119,8 @@ class ProbeContext:
         if self._torch_facts is None:
             if not self.torch_allowed():
                 return NA("QuickMode")
+            if self.torch_missing:
+                return NA("TorchNotInstalled")
             if self.replay:
                 self._torch_facts = self.gpu.torch_facts()
             else:
@@ -87,6 +128,23 @@ class ProbeContext:
 
                 self._torch_facts = torch_facts()
         return self._torch_facts
+
+    def torch_build(self) -> Any:
+        """torch's version and CUDA build without importing it (a TorchBuild; cached).
+
+        Replay: from the recording's torch facts. Live: read from torch/version.py of
+        this interpreter, or of ``python`` (asked where its torch lies).
+        """
+        if self._torch_build is None:
+            from gpudoctor import torch_build
+
+            if self.replay:
+                self._torch_build = torch_build.build_from_facts(self.gpu.torch_facts())
+            elif self.python:
+                self._torch_build = torch_build.inspect_interpreter(self.python)
+            else:
+                self._torch_build = torch_build.local_build()
+        return self._torch_build
 
     def host_facts(self) -> dict[str, Any]:
         if self._host_facts is None:
@@ -104,18 +162,60 @@ class ProbeContext:
         return self.deadline - time.monotonic()
 
 
-def registry() -> dict[str, Probe]:
-    """All probes in this package, by name, in report order."""
-    found: list[Probe] = []
-    for info in pkgutil.iter_modules(__path__):
-        if info.name.startswith("_"):
+def _uncatalogued_modules() -> list[str]:
+    """Probe modules in this package's folder(s) that CATALOGUE does not name (a directory
+    listing: pkgutil would cost `report --quick` its own import)."""
+    catalogued = {module for module, _ in CATALOGUE.values()}
+    found: list[str] = []
+    for folder in __path__:
+        try:
+            entries = sorted(os.listdir(folder))
+        except OSError:
             continue
-        module = importlib.import_module(f"{__name__}.{info.name}")
+        for entry in entries:
+            if entry.endswith(".py"):
+                name = entry[:-3]
+            elif os.path.isfile(os.path.join(folder, entry, "__init__.py")):
+                name = entry
+            else:
+                continue
+            if name.isidentifier() and not name.startswith("_") and name not in catalogued and name not in found:
+                found.append(name)
+    return found
+
+
+def probe_names() -> list[str]:
+    """Every probe's name, without importing any probe module (catalogue, then extra files)."""
+    return list(CATALOGUE) + _uncatalogued_modules()
+
+
+def registry(level: str | None = None, names: "list[str] | None" = None) -> dict[str, Probe]:
+    """Probes in this package, by name, in report order.
+
+    ``level``: only probes that run at it; ``names``: only these. Only the modules of the
+    probes returned are imported (modules missing from CATALOGUE are imported to learn).
+    """
+    modules: list[str] = []
+    for name, (module, probe_level) in CATALOGUE.items():
+        if names is not None and name not in names:
+            continue
+        if level is not None and not _runs_at(probe_level, level):
+            continue
+        modules.append(module)
+    modules += _uncatalogued_modules()
+    found: list[Probe] = []
+    for module_name in modules:
+        module = importlib.import_module(f"{__name__}.{module_name}")
         probe = getattr(module, "PROBE", None)
-        if isinstance(probe, Probe):
-            found.append(probe)
+        if not isinstance(probe, Probe):
+            continue
+        if names is not None and probe.name not in names:
+            continue
+        if level is not None and not probe.runs_at(level):
+            continue
+        found.append(probe)
     found.sort(key=lambda p: (p.order, p.name))
     return {p.name: p for p in found}
 
 
-__all__ = ["Probe", "ProbeContext", "registry", "LEVELS"]
+__all__ = ["Probe", "ProbeContext", "registry", "probe_names", "CATALOGUE", "LEVELS"]

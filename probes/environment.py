@@ -1,14 +1,12 @@
 """environment: is the software stack (driver, torch, CUDA, cuDNN, NCCL, torchvision) consistent?
 
 Asks the libraries that are actually loaded (``torch.backends.cudnn.version()``), not
-ldconfig. At ``--quick`` it answers from NVML and host facts only (no torch import).
+ldconfig. At ``--quick`` (and where torch is not installed) it answers from NVML, host
+facts and torch's build read from torch/version.py as text (no torch import); the driver
+against CUDA build check is the same code either way (:mod:`gpudoctor.cuda_compat`).
 
 Thresholds and their sources:
-- Minimum Linux driver per CUDA major version: CUDA Toolkit release notes, "CUDA Toolkit
-  and Corresponding Driver Versions" (CUDA 11.x >= 450.80.02, 12.x >= 525.60.13,
-  13.x >= 580.65.06). Within one major version, CUDA's minor-version compatibility lets a
-  newer toolkit build run on an older driver of the same major, except for features that
-  need the newer driver (PTX JIT of newer PTX among them): a warning, not a failure.
+- Minimum Linux driver per CUDA major version: see :mod:`gpudoctor.cuda_compat`.
 - torchvision pairs: torchvision 0.(N+15) is built for torch 2.N (0.28 <-> 2.13, 0.29 <-> 2.14).
 """
 
@@ -19,12 +17,9 @@ from typing import Any
 
 from gpudoctor.backends.host import environment_variables
 from gpudoctor.backends.na import is_na
+from gpudoctor.cuda_compat import driver_build_findings
 from gpudoctor.model import ProbeResult, Status
 from gpudoctor.probes import Probe, ProbeContext
-
-MIN_DRIVER_FOR_CUDA_MAJOR = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
-# A PyTorch wheel index per CUDA major version (download.pytorch.org/whl/<tag>).
-WHEEL_INDEX_FOR_CUDA_MAJOR = {11: "cu118", 12: "cu126", 13: "cu130"}
 
 NVML_REASON_WORDS = {
     "LibraryNotFound": ("the NVIDIA driver is not installed (libnvidia-ml.so was not found)",
@@ -40,12 +35,6 @@ NVML_REASON_WORDS = {
                              "pip install nvidia-ml-py"),
     "InsufficientSize": ("NVML could not start", "Run `nvidia-smi` to see the driver's own error."),
 }
-
-
-def _version_tuple(text: Any) -> tuple[int, ...]:
-    if not isinstance(text, str):
-        return ()
-    return tuple(int(x) for x in re.findall(r"\d+", text)[:3])
 
 
 def _torch_minor(version: str) -> tuple[int, int] | None:
@@ -102,9 +91,7 @@ def run(ctx: ProbeContext) -> ProbeResult:
     facts = ctx.torch_facts()
     if is_na(facts):
         r.details["torch"] = None
-        why_not = "--quick" if facts.reason == "QuickMode" else "not in the recording"
-        return r.settle("driver " + (driver if isinstance(driver, str) else "unavailable")
-                        + f"; torch not checked ({why_not})")
+        return _without_torch(r, ctx, facts.reason, driver, driver_cuda)
     r.details["torch"] = facts
     if not facts.get("importable"):
         r.find(Status.FAIL, "torch_import_failed", f"torch does not import: {facts.get('import_error')}",
@@ -112,7 +99,8 @@ def run(ctx: ProbeContext) -> ProbeResult:
                fix="Reinstall torch in this environment: `pip install --force-reinstall torch`.")
         return r.settle("torch does not import")
     version, cuda_build = _torch_build(r, facts, nvml_na)
-    _driver_against_build(r, driver, driver_cuda, version, cuda_build)
+    # driver vs torch's CUDA build (the same check as --quick's)
+    r.findings.extend(driver_build_findings(driver, driver_cuda, version, cuda_build))
     count = gpu.device_count() if nvml_na is None else nvml_na
     _cuda_start(r, facts, cuda_build, count)
     _kernel_images(r, gpu, facts, version, count)
@@ -123,6 +111,8 @@ def run(ctx: ProbeContext) -> ProbeResult:
     if facts.get("cudnn_version"):
         summary += f", cuDNN {facts['cudnn_version']}"
     summary += ", driver " + (driver if isinstance(driver, str) else "unavailable")
+    if ctx.python:  # report --python: name the environment that was checked
+        summary += f"; checked with {ctx.python}"
     return r.settle(summary)
 
 
@@ -179,30 +169,6 @@ def _torch_build(r: ProbeResult, facts: dict[str, Any], nvml_na: Any) -> tuple[s
                fix="Install a CUDA build: `pip install --force-reinstall torch torchvision` from PyPI "
                    "(its Linux wheels carry CUDA) or from https://download.pytorch.org/whl/cu126 etc.")
     return version, cuda_build
-
-
-def _driver_against_build(r: ProbeResult, driver: Any, driver_cuda: Any, version: str, cuda_build: Any) -> None:
-    """The driver's CUDA version against the one torch was built for."""
-    build = _version_tuple(cuda_build)
-    supported = _version_tuple(driver_cuda if isinstance(driver_cuda, str) else None)
-    if build and supported:
-        if supported[0] < build[0]:
-            need = MIN_DRIVER_FOR_CUDA_MAJOR.get(build[0], "a newer driver")
-            r.find(Status.FAIL, "driver_too_old",
-                   f"The driver ({driver}) supports CUDA up to {driver_cuda}, but torch {version} is built for "
-                   f"CUDA {cuda_build}.",
-                   why="CUDA cannot start: torch.cuda.is_available() returns False with "
-                       "'The NVIDIA driver on your system is too old'.",
-                   fix=f"Upgrade the NVIDIA driver to >= {need}, or install a torch built for CUDA "
-                       f"{supported[0]}.x (e.g. `pip install torch --index-url "
-                       f"https://download.pytorch.org/whl/{WHEEL_INDEX_FOR_CUDA_MAJOR.get(supported[0], 'cu126')}`).")
-        elif supported[:2] < build[:2]:
-            r.find(Status.WARN, "driver_older_than_build",
-                   f"The driver supports CUDA {driver_cuda}; torch is built for CUDA {cuda_build} (same major "
-                   f"version, newer minor).",
-                   why="CUDA minor-version compatibility lets this run, but kernels shipped only as newer PTX "
-                       "cannot be JIT-compiled by this driver and fail with 'unsupported toolchain'.",
-                   fix="Upgrade the driver when convenient, or use a torch built for the driver's CUDA version.")
 
 
 def _cuda_start(r: ProbeResult, facts: dict[str, Any], cuda_build: Any, count: Any) -> None:
@@ -272,6 +238,40 @@ def _torchvision(r: ProbeResult, facts: dict[str, Any], version: str) -> None:
                        + (f", or `pip install \"torch=={tv_torch}.*\"` to match torchvision {tv_version}." if tv_torch else "."))
     else:
         r.measure("torchvision", None, note="not installed")
+
+
+def _without_torch(r: ProbeResult, ctx: ProbeContext, reason: str, driver: Any, driver_cuda: Any) -> ProbeResult:
+    """--quick, or no torch installed: torch's build read as text, and the same driver check."""
+    from gpudoctor.torch_build import CHECK_ANOTHER_ENV_HINT, InterpreterError
+
+    driver_text = "driver " + (driver if isinstance(driver, str) else "unavailable")
+    not_started = "--quick" if reason == "QuickMode" else "not started"
+    try:
+        build = ctx.torch_build()
+    except InterpreterError as exc:
+        r.find(Status.ERROR, "python_unusable", str(exc))
+        return r.settle(f"{driver_text}; torch not checked")
+    if ctx.replay and not build.installed:
+        return r.settle(f"{driver_text}; torch not checked (not in the recording)")
+    if not ctx.replay:
+        r.measure("interpreter", build.python)
+    if not build.installed:
+        r.measure("torch", None, note="not installed")
+        r.find(Status.SKIP, "torch_not_installed",
+               f"torch is not installed in {build.python}: the torch checks did not run.",
+               why="gpudoctor's base install has no torch; the checks that start CUDA need the torch your "
+                   "training uses.",
+               fix=CHECK_ANOTHER_ENV_HINT)
+        return r.settle(f"{driver_text}; no torch in {build.python}")
+    if build.version is None:
+        r.measure("torch", None, note=build.error or "version unreadable")
+        return r.settle(f"{driver_text}; torch's build could not be read ({build.error})")
+    r.measure("torch", build.version, note="from the recording" if ctx.replay
+              else f"read from {build.location}/version.py")
+    r.measure("torch_cuda_build", build.cuda or ("none (ROCm build)" if build.hip else "none (CPU-only build)"))
+    r.findings.extend(driver_build_findings(driver, driver_cuda, build.version, build.cuda))
+    where = f" in {build.python}" if ctx.python else ""
+    return r.settle(f"{driver_text}; {build.describe()}{where}, CUDA not started ({not_started})")
 
 
 PROBE = Probe.define(__name__, run, "Driver, torch, CUDA, cuDNN, NCCL and torchvision versions agree",

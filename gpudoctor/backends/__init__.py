@@ -6,12 +6,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
 from .na import NA, is_na, value_or
 from .nvml import NvmlBackend, NvmlGate, normalise_bus_id, throttle_reason_names, throttle_reason_words
 from .replay import RecordingError, ReplayBackend, load_recording
+
+if TYPE_CHECKING:  # pathlib costs `report --quick` ~5 ms of imports; only replays need it
+    from pathlib import Path
 
 GpuBackend = Union[NvmlBackend, ReplayBackend]
 

@@ -21,13 +21,15 @@ The full format, with its bounds, is docs/recording.schema.json (gpudoctor.recor
 from __future__ import annotations
 
 import threading
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # The loader lives in gpudoctor.recording (bounded reading, the schema); re-exported here.
 from gpudoctor.recording import RECORDING_FORMAT, RECORDING_FORMAT_VERSION, RecordingError, load_recording
 
 from .na import NA, is_na
+
+if TYPE_CHECKING:  # pathlib costs `report --quick` ~5 ms of imports; only replays need it
+    from pathlib import Path
 
 
 class ReplayBackend:

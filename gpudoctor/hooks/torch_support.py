@@ -30,8 +30,13 @@ def loaded_torch() -> Any:
 
 
 def require_torch() -> Any:
-    import torch
-
+    try:
+        import torch
+    except ModuleNotFoundError as exc:
+        if exc.name != "torch":
+            raise
+        raise ModuleNotFoundError('gpudoctor\'s training hooks need torch: pip install "gpudoctor[torch]"',
+                                  name="torch") from None
     return torch
 
 

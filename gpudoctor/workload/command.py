@@ -144,6 +144,10 @@ class _Progress:
 
 def cmd_bench_mnist(args: argparse.Namespace) -> int:
     config = config_from_args(args)
+    from gpudoctor.torch_build import TORCH_EXTRA_HINT, find_local_torch
+
+    if find_local_torch() is None:  # the light install: say how to get torch, not a traceback
+        raise UsageError(f"bench mnist needs torch, which is not installed in this environment: {TORCH_EXTRA_HINT}")
     for option, path in (("--csv", args.csv), ("--plot", args.plot), ("-o", args.output)):
         _check_writable(option, path)
     if args.plot:

@@ -1,0 +1,308 @@
+"""A fake one-GPU NVML for benchmarks and end-to-end tests on machines without a driver.
+
+Put this folder on PYTHONPATH: Python imports ``sitecustomize`` at start-up, and this one
+gives nvidia-ml-py's ``pynvml`` a fake ``libnvidia-ml`` (``pynvml.nvmlLib``). Every
+``pynvml.nvml*`` wrapper then runs unchanged, ctypes arguments and all, against the
+functions below, so gpudoctor and nvitop (which calls some NVML symbols itself through
+``pynvml._nvmlGetFunctionPointer``) do their own full Python work on the same device.
+The device is one idle NVIDIA H100 PCIe with realistic readings. A symbol not defined
+here exists but answers NVML_ERROR_NOT_SUPPORTED (a current driver has every symbol);
+both tools show it as N/A.
+
+Environment:
+- ``FAKE_NVML_DRIVER``: driver version (default 580.95.05); ``FAKE_NVML_CUDA``: the CUDA
+  version it supports, as NVML encodes it (default 13000, i.e. 13.0). A 470 driver
+  (``470.57.02``, ``11040``) makes the "driver too old for torch's CUDA build" case.
+- ``FAKE_NVML_LOG``: a file to which each missing symbol's name is appended (coverage).
+
+Not a reading of real hardware: timings taken with it measure the tools' own Python
+work, not the cost of a real driver call.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import os
+import sys
+
+SUCCESS = 0
+NOT_SUPPORTED = 3
+NOT_FOUND = 6
+
+DRIVER = os.environ.get("FAKE_NVML_DRIVER", "580.95.05")
+CUDA = int(os.environ.get("FAKE_NVML_CUDA", "13000"))
+GIB = 1024 ** 3
+
+
+def _out(arg):
+    """The ctypes object behind byref(...) (or the object itself)."""
+    return getattr(arg, "_obj", arg)
+
+
+def _set(arg, value):
+    _out(arg).value = value
+    return SUCCESS
+
+
+def _fill(arg, **fields):
+    obj = _out(arg)
+    names = {f[0] for f in getattr(type(obj), "_fields_", [])}
+    for name, value in fields.items():
+        if name in names:
+            setattr(obj, name, value)
+    return SUCCESS
+
+
+def _text(buf, value: str):
+    buf.value = value.encode()
+    return SUCCESS
+
+
+class FakeNvmlLibrary:
+    """Stands in for ctypes.CDLL('libnvidia-ml.so.1'): one idle H100 PCIe."""
+
+    def __init__(self, pynvml) -> None:
+        self._device = pynvml.struct_c_nvmlDevice_t()
+        self._log = os.environ.get("FAKE_NVML_LOG")
+
+    def __getattr__(self, name):
+        if self._log:
+            with open(self._log, "a") as fh:
+                fh.write(name + "\n")
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return lambda *args: NOT_SUPPORTED
+
+    # -- library and system
+    def nvmlInitWithFlags(self, flags):
+        return SUCCESS
+
+    def nvmlInit_v2(self):
+        return SUCCESS
+
+    def nvmlShutdown(self):
+        return SUCCESS
+
+    def nvmlSystemGetDriverVersion(self, buf, size):
+        return _text(buf, DRIVER)
+
+    def nvmlSystemGetNVMLVersion(self, buf, size):
+        return _text(buf, f"{CUDA // 1000}.{DRIVER}")
+
+    def nvmlSystemGetCudaDriverVersion(self, out):
+        return _set(out, CUDA)
+
+    nvmlSystemGetCudaDriverVersion_v2 = nvmlSystemGetCudaDriverVersion
+
+    # -- device handles
+    def nvmlDeviceGetCount_v2(self, out):
+        return _set(out, 1)
+
+    def _handle(self, out):
+        _out(out).contents = self._device
+        return SUCCESS
+
+    def nvmlDeviceGetHandleByIndex_v2(self, index, out):
+        return self._handle(out) if getattr(index, "value", index) == 0 else 2  # INVALID_ARGUMENT
+
+    def nvmlDeviceGetHandleByUUID(self, uuid, out):
+        return self._handle(out)
+
+    def nvmlDeviceGetHandleByPciBusId_v2(self, bus_id, out):
+        return self._handle(out)
+
+    def nvmlDeviceGetIndex(self, handle, out):
+        return _set(out, 0)
+
+    def nvmlDeviceIsMigDeviceHandle(self, handle, out):
+        return _set(out, 0)
+
+    # -- identity
+    def nvmlDeviceGetName(self, handle, buf, size):
+        return _text(buf, "NVIDIA H100 PCIe")
+
+    def nvmlDeviceGetUUID(self, handle, buf, size):
+        return _text(buf, "GPU-5a1e7c3b-0f4d-4b8e-9c21-3d7f00fa4e11")
+
+    def nvmlDeviceGetSerial(self, handle, buf, size):
+        return _text(buf, "1654923000000")
+
+    def nvmlDeviceGetVbiosVersion(self, handle, buf, size):
+        return _text(buf, "96.00.99.00.01")
+
+    def nvmlDeviceGetPciInfo_v3(self, handle, out):
+        return _fill(out, busIdLegacy=b"0000:17:00.0", domain=0, bus=0x17, device=0, pciDeviceId=0x233110DE,
+                     pciSubSystemId=0x16C110DE, busId=b"00000000:17:00.0")
+
+    def nvmlDeviceGetArchitecture(self, handle, out):
+        return _set(out, 9)  # NVML_DEVICE_ARCH_HOPPER
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle, major, minor):
+        _set(major, 9)
+        return _set(minor, 0)
+
+    def nvmlDeviceGetMemoryBusWidth(self, handle, out):
+        return _set(out, 5120)
+
+    # -- modes
+    def nvmlDeviceGetPersistenceMode(self, handle, out):
+        return _set(out, 1)
+
+    def nvmlDeviceGetComputeMode(self, handle, out):
+        return _set(out, 0)
+
+    def nvmlDeviceGetDisplayActive(self, handle, out):
+        return _set(out, 0)
+
+    def nvmlDeviceGetDisplayMode(self, handle, out):
+        return _set(out, 0)
+
+    def nvmlDeviceGetMigMode(self, handle, current, pending):
+        _set(current, 0)
+        return _set(pending, 0)
+
+    def nvmlDeviceGetEccMode(self, handle, current, pending):
+        _set(current, 1)
+        return _set(pending, 1)
+
+    def nvmlDeviceGetPerformanceState(self, handle, out):
+        return _set(out, 0)
+
+    # -- readings (an idle board)
+    def nvmlDeviceGetMemoryInfo(self, handle, out):
+        used = 529 * 1024 ** 2
+        return _fill(out, total=80 * GIB, free=80 * GIB - used, used=used)
+
+    def nvmlDeviceGetMemoryInfo_v2(self, handle, out):
+        used = 529 * 1024 ** 2
+        reserved = 512 * 1024 ** 2
+        return _fill(out, total=80 * GIB, reserved=reserved, free=80 * GIB - used - reserved, used=used)
+
+    def nvmlDeviceGetBAR1MemoryInfo(self, handle, out):
+        return _fill(out, bar1Total=128 * GIB, bar1Free=128 * GIB - 2 * 1024 ** 2, bar1Used=2 * 1024 ** 2)
+
+    def nvmlDeviceGetUtilizationRates(self, handle, out):
+        return _fill(out, gpu=0, memory=0)
+
+    def nvmlDeviceGetEncoderUtilization(self, handle, util, period):
+        _set(util, 0)
+        return _set(period, 167000)
+
+    nvmlDeviceGetDecoderUtilization = nvmlDeviceGetEncoderUtilization
+
+    def nvmlDeviceGetTemperature(self, handle, sensor, out):
+        return _set(out, 31)
+
+    def nvmlDeviceGetTemperatureV(self, handle, out):
+        return _fill(out, temperature=31)
+
+    def nvmlDeviceGetTemperatureThreshold(self, handle, kind, out):
+        value = {0: 92, 1: 89, 2: 87, 3: 85}.get(_out(kind).value if hasattr(kind, "value") else kind, 87)
+        return _set(out, value)
+
+    def nvmlDeviceGetFanSpeed(self, handle, out):
+        return NOT_SUPPORTED  # passively cooled board
+
+    nvmlDeviceGetFanSpeed_v2 = nvmlDeviceGetFanSpeed
+    nvmlDeviceGetNumFans = nvmlDeviceGetFanSpeed
+
+    def nvmlDeviceGetPowerUsage(self, handle, out):
+        return _set(out, 48_512)  # mW
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle, out):
+        return _set(out, 350_000)
+
+    nvmlDeviceGetPowerManagementLimit = nvmlDeviceGetEnforcedPowerLimit
+    nvmlDeviceGetPowerManagementDefaultLimit = nvmlDeviceGetEnforcedPowerLimit
+
+    def nvmlDeviceGetClockInfo(self, handle, kind, out):
+        value = {0: 345, 1: 345, 2: 1593, 3: 765}.get(_out(kind).value if hasattr(kind, "value") else kind, 345)
+        return _set(out, value)
+
+    def nvmlDeviceGetMaxClockInfo(self, handle, kind, out):
+        value = {0: 1755, 1: 1755, 2: 1593, 3: 1620}.get(_out(kind).value if hasattr(kind, "value") else kind, 1755)
+        return _set(out, value)
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle, out):
+        return _set(out, 0x1)  # GPU idle
+
+    nvmlDeviceGetCurrentClocksThrottleReasons = nvmlDeviceGetCurrentClocksEventReasons
+
+    def nvmlDeviceGetTotalEccErrors(self, handle, error_type, counter_type, out):
+        return _set(out, 0)
+
+    def nvmlDeviceGetRemappedRows(self, handle, corrected, uncorrected, pending, failure):
+        for arg in (corrected, uncorrected, pending, failure):
+            _set(arg, 0)
+        return SUCCESS
+
+    def nvmlDeviceGetRetiredPages(self, handle, cause, count, addresses):
+        return NOT_SUPPORTED  # Hopper remaps rows instead
+
+    nvmlDeviceGetRetiredPages_v2 = nvmlDeviceGetRetiredPages
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle, out):
+        return NOT_SUPPORTED
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle, out):
+        return _set(out, 5)
+
+    nvmlDeviceGetMaxPcieLinkGeneration = nvmlDeviceGetCurrPcieLinkGeneration
+    nvmlDeviceGetGpuMaxPcieLinkGeneration = nvmlDeviceGetCurrPcieLinkGeneration
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle, out):
+        return _set(out, 16)
+
+    nvmlDeviceGetMaxPcieLinkWidth = nvmlDeviceGetCurrPcieLinkWidth
+
+    def nvmlDeviceGetPcieThroughput(self, handle, counter, out):
+        return _set(out, 1200)  # KB/s
+
+    def nvmlDeviceGetNvLinkState(self, handle, link, out):
+        return NOT_SUPPORTED  # the PCIe board has no NVLink bridge fitted
+
+    def nvmlDeviceGetFieldValues(self, handle, count, values):
+        return NOT_SUPPORTED
+
+    # -- processes: none running
+    def _no_processes(self, handle, count, infos):
+        _set(count, 0)
+        return SUCCESS
+
+    nvmlDeviceGetComputeRunningProcesses_v3 = _no_processes
+    nvmlDeviceGetGraphicsRunningProcesses_v3 = _no_processes
+    nvmlDeviceGetMPSComputeRunningProcesses_v3 = _no_processes
+    nvmlDeviceGetComputeRunningProcesses_v2 = _no_processes
+    nvmlDeviceGetGraphicsRunningProcesses_v2 = _no_processes
+    nvmlDeviceGetMPSComputeRunningProcesses_v2 = _no_processes
+    nvmlDeviceGetComputeRunningProcesses = _no_processes
+    nvmlDeviceGetGraphicsRunningProcesses = _no_processes
+
+    def nvmlDeviceGetProcessUtilization(self, handle, samples, count, since):
+        return NOT_FOUND  # no samples: nothing ran
+
+
+class _FakeOnImport:
+    """Gives pynvml the fake library when (and only if) a program imports pynvml. A plain
+    meta-path finder (importlib.abc and importlib.util would add ~10 ms of imports to every
+    program timed with this harness)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "pynvml":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return spec
+        run_module = spec.loader.exec_module
+
+        def exec_module(module):
+            run_module(module)
+            module.nvmlLib = FakeNvmlLibrary(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+if os.environ.get("FAKE_NVML_OFF") != "1":
+    sys.meta_path.insert(0, _FakeOnImport())

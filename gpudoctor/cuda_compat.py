@@ -1,0 +1,66 @@
+"""Does the NVIDIA driver support the CUDA version torch was built for? (no torch import)
+
+One table and one finding builder, shared by the environment probe (which asks the
+loaded torch) and the quick check (which reads torch's CUDA build from its
+``version.py`` as text), so ``report``, ``report --quick``, the exporter and the TUI
+header give the same verdict for the same driver and torch.
+
+Sources:
+- Minimum Linux driver per CUDA major version: CUDA Toolkit release notes, "CUDA Toolkit
+  and Corresponding Driver Versions" (CUDA 11.x >= 450.80.02, 12.x >= 525.60.13,
+  13.x >= 580.65.06). Within one major version, CUDA's minor-version compatibility lets a
+  newer toolkit build run on an older driver of the same major, except for features that
+  need the newer driver (PTX JIT of newer PTX among them): a warning, not a failure.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from gpudoctor.model import Finding, Status
+
+MIN_DRIVER_FOR_CUDA_MAJOR = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
+# A PyTorch wheel index per CUDA major version (download.pytorch.org/whl/<tag>).
+WHEEL_INDEX_FOR_CUDA_MAJOR = {11: "cu118", 12: "cu126", 13: "cu130"}
+
+
+def version_tuple(text: Any) -> tuple[int, ...]:
+    """'12.4' -> (12, 4); anything that is not text -> ()."""
+    if not isinstance(text, str):
+        return ()
+    return tuple(int(x) for x in re.findall(r"\d+", text)[:3])
+
+
+def driver_build_findings(driver: Any, driver_cuda: Any, torch_version: str,
+                          cuda_build: Any) -> list[Finding]:
+    """Findings for a driver that supports CUDA up to ``driver_cuda`` against a torch built for
+    ``cuda_build``: FAIL when the major version is too new for the driver, WARN for a newer
+    minor of the same major. Nothing when either side is unknown."""
+    build = version_tuple(cuda_build)
+    supported = version_tuple(driver_cuda)
+    if not build or not supported:
+        return []
+    if supported[0] < build[0]:
+        need = MIN_DRIVER_FOR_CUDA_MAJOR.get(build[0], "a newer driver")
+        index = WHEEL_INDEX_FOR_CUDA_MAJOR.get(supported[0], "cu126")
+        return [Finding(
+            Status.FAIL, "driver_too_old",
+            f"The driver ({driver}) supports CUDA up to {driver_cuda}, but torch {torch_version} is built "
+            f"for CUDA {cuda_build}.",
+            why="CUDA cannot start: torch.cuda.is_available() returns False with "
+                "'The NVIDIA driver on your system is too old'.",
+            fix=f"Upgrade the NVIDIA driver to >= {need}, or install a torch built for CUDA {supported[0]}.x "
+                f"(e.g. `pip install torch --index-url https://download.pytorch.org/whl/{index}`).")]
+    if supported[:2] < build[:2]:
+        return [Finding(
+            Status.WARN, "driver_older_than_build",
+            f"The driver supports CUDA {driver_cuda}; torch is built for CUDA {cuda_build} (same major "
+            f"version, newer minor).",
+            why="CUDA minor-version compatibility lets this run, but kernels shipped only as newer PTX "
+                "cannot be JIT-compiled by this driver and fail with 'unsupported toolchain'.",
+            fix="Upgrade the driver when convenient, or use a torch built for the driver's CUDA version.")]
+    return []
+
+
+__all__ = ["MIN_DRIVER_FOR_CUDA_MAJOR", "WHEEL_INDEX_FOR_CUDA_MAJOR", "version_tuple", "driver_build_findings"]

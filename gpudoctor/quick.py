@@ -1,0 +1,83 @@
+"""The quick check, as one call: the verdict `report --quick`, the exporter and the TUI header share.
+
+It runs the quick-level probes (NVML, host facts, and torch's build read from
+``torch/version.py`` as text): no torch import, no CUDA context, well under a second.
+A driver too old for torch's CUDA build fails here exactly as in the full report, because
+both use :func:`gpudoctor.cuda_compat.driver_build_findings`.
+
+    from gpudoctor.quick import quick_verdict
+    verdict = quick_verdict()            # or quick_verdict(gpu=backend) in the TUI
+    verdict.status                       # Status.FAIL
+    verdict.line()                       # "FAIL: The driver (470.57.02) supports CUDA up to 11.4, ..."
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gpudoctor.model import Report, Status
+
+# A headline is one line of plain text, bounded (it comes from driver and file data).
+HEADLINE_MAX = 160
+
+
+@dataclass(frozen=True)
+class QuickVerdict:
+    """``status``: the quick report's overall status. ``headline``: the worst finding's summary
+    (one line, bounded), or a short all-clear. ``probe``: the probe that said it (None: all clear).
+    ``report``: the whole quick report, for a screen that shows more."""
+
+    status: Status
+    headline: str
+    probe: str | None
+    report: Report
+
+    def line(self, width: int | None = None) -> str:
+        """'FAIL: <headline>', cut to ``width`` characters with an ellipsis."""
+        text = f"{self.status.value.upper()}: {self.headline}"
+        if width is not None and len(text) > width:
+            text = text[:max(0, width - 1)] + "…"
+        return text
+
+
+def quick_report(replay: str | None = None, python: str | None = None, gpu: Any = None) -> Report:
+    """Run the quick-level probes in this process (no torch import) and return the report.
+
+    ``replay``: a recording instead of live NVML. ``python``: read the torch build of that
+    interpreter (``report --python``). ``gpu``: an open GPU backend to use (the caller
+    keeps it open), e.g. the TUI's.
+    """
+    from gpudoctor import runner
+
+    probes = runner.select_probes(None, "quick")
+    spec = runner.RunSpec(level="quick", replay=replay, python=python)
+    return runner.run_probes(probes, spec, gpu=gpu, isolate=False)
+
+
+def verdict_of(report: Report) -> QuickVerdict:
+    """The headline of a finished report (quick or not): its worst finding, in report order."""
+    status = report.status
+    if status in (Status.PASS,):
+        return QuickVerdict(status, "no problem found by the quick check", None, report)
+    for result in report.results:
+        if result.status != status:
+            continue
+        for finding in result.findings:
+            if finding.status == status:
+                return QuickVerdict(status, _one_line(finding.summary), result.probe, report)
+        return QuickVerdict(status, _one_line(result.summary), result.probe, report)
+    return QuickVerdict(status, "nothing could be checked", None, report)
+
+
+def quick_verdict(replay: str | None = None, python: str | None = None, gpu: Any = None) -> QuickVerdict:
+    """Run the quick check and return its verdict (see :func:`quick_report`)."""
+    return verdict_of(quick_report(replay=replay, python=python, gpu=gpu))
+
+
+def _one_line(text: str) -> str:
+    line = "".join(ch for ch in " ".join(str(text).split()) if ch.isprintable())  # no escapes
+    return line if len(line) <= HEADLINE_MAX else line[:HEADLINE_MAX - 1] + "…"
+
+
+__all__ = ["QuickVerdict", "quick_report", "quick_verdict", "verdict_of"]
