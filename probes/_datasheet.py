@@ -53,17 +53,21 @@ def _geforce(model: str, fp32: float, bandwidth: float, source: str) -> GpuSpec:
 #: (regular expression on the normalised device name, spec). First match wins, so more
 #: specific names come first. Names as NVML / torch report them, e.g. "NVIDIA H100 80GB HBM3"
 #: (SXM), "NVIDIA H100 PCIe", "NVIDIA A100-SXM4-80GB", "Tesla T4", "NVIDIA GeForce RTX 4090";
-#: tests/test_measure_timing.py lists the exact strings every row must match.
+#: tests/test_measure_timing.py lists the exact strings every row must match. Data-centre names
+#: (and device ids) as the driver reports them: the compatible-GPU table in the README of NVIDIA's
+#: open-gpu-kernel-modules; figures from each row's datasheet, named in its ``source``.
 DATASHEET: list[tuple[str, GpuSpec]] = [
-    # Grace Hopper superchips ("NVIDIA GH200 480GB": 96 GB HBM3; the 144 GB HBM3e board is faster)
+    # Grace Hopper superchips: "NVIDIA GH200 480GB" and "NVIDIA GH200 120GB" (device 2342, 96 GB HBM3),
+    # "NVIDIA GH200 144G HBM3e" (device 2348)
     (r"\bgh200\b.*\b(144gb?|hbm3e)\b", GpuSpec("GH200 144GB HBM3e", 4900, 67, 494.5, 989.5, 989.5, _GH200_DS)),
     (r"\bgh200\b", GpuSpec("GH200 96GB HBM3", 4000, 67, 494.5, 989.5, 989.5, _GH200_DS)),
     (r"\bh200 nvl\b", GpuSpec("H200 NVL", 4800, 60, 417.5, 835.5, 835.5, _H200_DS)),
     (r"\bh200\b", GpuSpec("H200 SXM", 4800, 67, 494.5, 989.5, 989.5, _H200_DS)),
     (r"\bh100 nvl\b", GpuSpec("H100 NVL", 3900, 60, 417.5, 835.5, 835.5, _H100_DS)),
     (r"\bh100\b.*\bpcie\b", GpuSpec("H100 PCIe", 2000, 51, 378, 756.5, 756.5, _H100_DS)),
-    # SXM5 boards: "NVIDIA H100 80GB HBM3", "... SXM5 ...", "... HBM3e", or the bare "NVIDIA H100"
-    # (the PCIe and NVL boards always name their form factor).
+    # SXM5 boards: "NVIDIA H100 80GB HBM3" (device 2330), "... SXM5 ...", "... HBM3e", and the bare
+    # "NVIDIA H100" (device 2339, an SXM5 board: the PCIe and NVL boards name their form factor),
+    # held to the 80 GB SXM5 figures.
     (r"\bh100\b.*\b(sxm\d*|hbm3e?)\b|^h100$", GpuSpec("H100 SXM", 3350, 67, 494.5, 989.5, 989.5, _H100_DS)),
     (r"\ba100\b.*\bsxm4?\b.*\b80gb\b", GpuSpec("A100 SXM4 80GB", 2039, 19.5, 156, 312, 312, _A100_DS)),
     (r"\ba100\b.*\b80gb\b.*\bpcie\b", GpuSpec("A100 PCIe 80GB", 1935, 19.5, 156, 312, 312, _A100_DS)),

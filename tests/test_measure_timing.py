@@ -132,6 +132,7 @@ def test_pcie_ceiling_unknown(gen, width):
 #: the boards of each datasheet row. Every row must appear here (test below).
 NVML_NAMES = [
     ("NVIDIA GH200 480GB", "GH200 96GB HBM3"),
+    ("NVIDIA GH200 120GB", "GH200 96GB HBM3"),
     ("NVIDIA GH200 144G HBM3e", "GH200 144GB HBM3e"),
     ("NVIDIA H200", "H200 SXM"),
     ("NVIDIA H200 NVL", "H200 NVL"),
