@@ -178,7 +178,7 @@ def torch_device(torch: Any, device: Device) -> Any:
 
 
 def event_clock(torch: Any, device: Any) -> Any:
-    from gpudoctor.measure import CudaEventClock
+    from ._timing import CudaEventClock
 
     return CudaEventClock(torch, device)
 
