@@ -61,6 +61,8 @@ def measure(result: ProbeResult, device: str, cuda_index: int = 0, data_dir: str
                         "`gpudoctor report --probe workload -v` again.", device=dev)
         return result.settle(f"workload failed ({outcome.status})")
     result.measure("workload_samples_per_s", outcome.samples_per_s, "samples/s", device=dev)
+    result.measure("workload_samples_per_joule", outcome.samples_per_joule, "samples/J", device=dev,
+                   note=outcome.energy_note or "")
     result.measure("workload_epoch", outcome.epoch_s, "s", device=dev)
     result.measure("workload_step_p50", outcome.step_p50_ms, "ms", device=dev)
     result.measure("workload_test_accuracy", outcome.test_accuracy, "fraction", device=dev,

@@ -81,6 +81,12 @@ class RunResult:
     final_loss: float | None = None
     test_accuracy: float | None = None
     wall_s: float | None = None
+    energy_j: float | None = None          # over the timed epochs (NVML counter or RAPL)
+    energy_per_epoch_j: float | None = None
+    avg_power_w: float | None = None
+    samples_per_joule: float | None = None
+    energy_source: str | None = None       # "nvml" (the GPU) or "rapl" (the CPU packages)
+    energy_note: str | None = None         # why there is no energy figure
 
     @property
     def run(self) -> RunConfig:
@@ -261,6 +267,9 @@ def run_one(run: RunConfig, data: MnistData, *, epochs: int = 1, seed: int = 0,
         sampler = state.pop("sampler", None)
         if sampler is not None:
             sampler.stop()
+        meter = state.pop("energy", None)
+        if meter is not None:  # a run that ended early (OOM, Ctrl-C): no energy figure, NVML closed
+            meter.close()
         state.clear()  # drop the model, optimiser, loader and device tensors
         try:
             _release(device)
@@ -273,7 +282,8 @@ def run_one(run: RunConfig, data: MnistData, *, epochs: int = 1, seed: int = 0,
 def _clear_measurements(result: RunResult) -> None:
     for name in ("epoch_s", "samples_per_s", "data_wait_share", "step_p50_ms", "step_p95_ms",
                  "gpu_util_mean_pct", "gpu_util_max_pct", "gpu_util_hz", "peak_allocated_bytes",
-                 "peak_reserved_bytes", "first_loss", "final_loss", "test_accuracy"):
+                 "peak_reserved_bytes", "first_loss", "final_loss", "test_accuracy", "energy_j",
+                 "energy_per_epoch_j", "avg_power_w", "samples_per_joule"):
         setattr(result, name, None)
     result.epoch_times_s = []
     result.gpu_util_samples = 0
@@ -335,8 +345,12 @@ def _train_and_measure(run: RunConfig, data: MnistData, device: Any, epochs: int
     sampler = UtilSampler(device.index or 0, util_interval_s) if cuda else None
     if sampler is not None:
         state["sampler"] = sampler.start()
+    from gpudoctor.workload import energy
 
+    meter = state["energy"] = energy.RunEnergy(device).start()
     trained = _train_epochs(run, model, optimizer, batches, device, epochs, hook, should_stop, result)
+    energy.fill(result, meter.stop(), n_train * epochs, epochs)
+    state.pop("energy").close()
     if sampler is not None:
         result.__dict__.update(state.pop("sampler").stop())
     if cuda:
