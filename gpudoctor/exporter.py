@@ -31,10 +31,8 @@ Front end: never imports torch or pynvml (NVML goes through gpudoctor.backends).
 
 from __future__ import annotations
 
-import argparse
 import errno
 import os
-import signal
 import socket
 import sys
 import threading
@@ -42,8 +40,6 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from gpudoctor import exitcodes
-from gpudoctor.errors import UsageError
 
 DEFAULT_PORT = 9402
 DEFAULT_INTERVAL_S = 5.0
@@ -791,114 +787,5 @@ def serve_metrics(registry: Any, host: str, port: int, *, max_connections: int =
     return server, thread
 
 
-# --------------------------------------------------------------------------- command
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"port must be 0..65535, got {value}")
-    return value
-
-
-def _seconds(allow_zero: bool) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-        if value < 0 or (value == 0 and not allow_zero):
-            raise argparse.ArgumentTypeError(f"must be {'>= 0' if allow_zero else '> 0'}, got {text}")
-        return value
-
-    return parse
-
-
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "exporter", help="serve Prometheus metrics for every GPU and the last report",
-        description="Prometheus exporter: per-GPU utilisation, memory, temperature, power, clocks, PCIe, "
-                    "ECC, throttle reasons, and each probe's status in the last quick report. Metric names "
-                    "and their dcgm-exporter counterparts: docs/fleet.md.")
-    p.add_argument("--host", default="127.0.0.1",
-                   help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 opens it to the network)")
-    p.add_argument("--port", type=_port, default=DEFAULT_PORT,
-                   help=f"TCP port (default {DEFAULT_PORT}; 0 picks a free one and prints it)")
-    p.add_argument("--interval", type=_seconds(False), default=DEFAULT_INTERVAL_S, metavar="S",
-                   help=f"seconds between GPU samples (default {DEFAULT_INTERVAL_S:g}); scrapes serve the latest")
-    p.add_argument("--report-interval", type=_seconds(True), default=DEFAULT_REPORT_INTERVAL_S, metavar="S",
-                   help="run the quick report at start and then every S seconds (default 300; 0: at start only)")
-    p.add_argument("--report-file", metavar="FILE",
-                   help="expose the report in FILE (written by `gpudoctor report -o FILE`) instead of "
-                        "running the quick report; re-read when it changes")
-    p.add_argument("--no-report", action="store_true", help="expose no report metrics")
-    p.add_argument("--replay", metavar="FILE", help="serve a recording (gpudoctor record) instead of live NVML")
-    p.add_argument("--exit-after", type=_seconds(False), metavar="S",
-                   help="stop after S seconds (for scripts and tests; default: run until Ctrl-C or SIGTERM)")
-    p.set_defaults(handler=cmd_exporter)
-
-
-def cmd_exporter(args: argparse.Namespace) -> int:
-    from gpudoctor.backends import RecordingError, open_gpu_backend
-
-    try:
-        gpu = open_gpu_backend(args.replay)
-    except RecordingError as exc:
-        raise UsageError(str(exc)) from None
-    sampler = GpuSampler(gpu, args.interval)
-    sampler.sample_once()  # the first scrape already has data
-    reports: ReportStatus | None = None
-    if not args.no_report:
-        if args.report_file:
-            reports = ReportStatus(path=args.report_file)
-        else:
-            reports = ReportStatus(produce=quick_report_producer(args.replay), interval=args.report_interval)
-    source = f"replay:{os.path.basename(args.replay)}" if args.replay else "nvml"
-    from gpudoctor.backends.events import open_event_watcher
-
-    events = open_event_watcher(gpu)
-    events.start()
-    registry = build_registry(GpudoctorCollector(sampler, reports, source, events))
-    try:
-        server, _thread = serve_metrics(registry, args.host, args.port)
-    except OSError as exc:
-        gpu.close()
-        raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
-    host, port = server.server_address[:2]
-    shown = f"[{host}]" if ":" in str(host) else host
-    print(f"gpudoctor exporter: serving http://{shown}:{port}/metrics", file=sys.stderr, flush=True)
-    if args.host not in LOOPBACK:
-        print(f"gpudoctor exporter: warning: listening on {args.host}, reachable from other machines",
-              file=sys.stderr, flush=True)
-    first = sampler.snapshot or {}
-    if first.get("status") is not None:
-        retry = first.get("retry_in_s")
-        print(f"gpudoctor exporter: NVML unavailable ({first['status'].reason}); serving gpudoctor_nvml_up 0"
-              + (f", trying again in {retry:.0f} s (then after 10, 20, 40 s, then every 60 s)" if retry is not None else ""),
-              file=sys.stderr, flush=True)
-
-    stop = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    sampler.start()
-    if reports is not None:
-        reports.start()
-    interrupted = False
-    try:
-        stop.wait(args.exit_after)  # None: until SIGTERM (or Ctrl-C)
-    except KeyboardInterrupt:
-        interrupted = True
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        server.shutdown()
-        server.server_close()
-        if reports is not None:
-            reports.stop()
-        events.stop()
-        stop_sampler_then_close(sampler, gpu)
-    print("gpudoctor exporter: stopped", file=sys.stderr, flush=True)
-    return exitcodes.INTERRUPTED if interrupted else exitcodes.OK
-
-
 __all__ = ["GpuSampler", "ReportStatus", "serve_metrics", "stop_sampler_then_close", "recoverable_trouble", "GpudoctorCollector", "build_registry", "GPU_METRICS",
-           "ECC_COUNTERS", "OTHER_METRICS", "all_metric_names", "register", "cmd_exporter"]
+           "ECC_COUNTERS", "OTHER_METRICS", "all_metric_names"]

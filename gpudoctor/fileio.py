@@ -1,23 +1,83 @@
-"""Atomic writes: a reader never sees half a file, an interrupted write leaves the old one."""
+"""Writing output files (``-o``, ``--csv``, ``record``): atomic for regular files only.
+
+* A regular file, or a path that does not exist yet, is written atomically: a temporary
+  file in the same directory, fsync, then a rename over the target, so a reader never sees
+  half a file and an interrupted write leaves the old one.
+* Anything else that exists (a character device such as /dev/null, a FIFO, a terminal, a
+  socket, ``/proc/self/fd/1``) is opened and written directly. Renaming over it would
+  replace the device node or the pipe with a regular file.
+* A symlink is followed: the file it points at is written (replaced atomically if it is a
+  regular file); the link itself stays.
+* New files get the mode ``open()`` would give them (0666 less the umask); a regular file
+  that is replaced keeps its permission bits.
+
+Errors are ``OSError`` (disk full, directory gone, permission): callers report them in one
+line (``gpudoctor.commands.output``), never as a traceback.
+"""
 
 from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
+import stat
 from pathlib import Path
 from typing import Any
 
+# Linux and macOS limit one path component to 255 bytes: the temporary name must fit
+# beside a target name that is itself legal.
+_NAME_MAX = 255
+_TMP_SUFFIX = ".tmp"
+_TMP_RANDOM_CHARS = 8
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
-    """Write to a temporary file in the same directory, fsync, then rename over ``path``."""
-    target = Path(path)
-    directory = target.parent if str(target.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+
+def _umask() -> int:
+    """The process umask, read without changing it where the system says it."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)  # no other way to read it: set and restore at once
+    os.umask(mask)
+    return mask
+
+
+def _temporary_name(target_name: str) -> str:
+    """``.NAME.RANDOM.tmp``, with NAME shortened so the whole stays within 255 bytes."""
+    room = _NAME_MAX - len(b".") - len(b".") - _TMP_RANDOM_CHARS - len(_TMP_SUFFIX)
+    encoded = os.fsencode(target_name)[:room]
+    stem = os.fsdecode(encoded)
+    while len(os.fsencode(stem)) > room:  # a cut inside a multi-byte character
+        stem = stem[:-1]
+    return f".{stem}.{secrets.token_hex(_TMP_RANDOM_CHARS // 2)}{_TMP_SUFFIX}"
+
+
+def _write_directly(path: str, data: bytes) -> None:
+    with open(path, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+
+
+def _write_atomically(target: str, data: bytes, mode: int) -> None:
+    directory, name = os.path.split(target)
+    for _ in range(100):
+        tmp = os.path.join(directory or ".", _temporary_name(name))
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            break
+        except FileExistsError:
+            continue
+    else:  # pragma: no cover - 100 collisions of 32 random bits
+        raise FileExistsError(f"no free temporary name beside {target}")
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
+            if hasattr(os, "fchmod"):  # not on Windows before Python 3.13 (files there have no mode bits)
+                os.fchmod(fh.fileno(), mode)
             os.fsync(fh.fileno())
         os.replace(tmp, target)
     except BaseException:
@@ -26,12 +86,39 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
         except OSError:
             pass
         raise
-    return target
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str, encoding: str = "utf-8") -> Path:
-    return atomic_write_bytes(path, text.encode(encoding))
+def write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Write ``data`` to ``path``: atomically for a regular file or a new path, directly otherwise."""
+    text_path = os.fspath(path)
+    if not text_path:
+        raise FileNotFoundError(2, "empty file name", text_path)
+    try:
+        info = os.stat(text_path)  # follows symlinks: what a write would reach
+    except FileNotFoundError:
+        info = None
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        _write_directly(text_path, data)
+        return Path(text_path)
+    # A symlink (even a dangling one) stays a link: write the file it points at.
+    target = os.path.realpath(text_path) if os.path.islink(text_path) else text_path
+    mode = stat.S_IMODE(info.st_mode) if info is not None else 0o666 & ~_umask()
+    _write_atomically(target, data, mode)
+    return Path(text_path)
 
 
-def atomic_write_json(path: str | os.PathLike[str], obj: Any, indent: int | None = 2) -> Path:
-    return atomic_write_text(path, json.dumps(obj, indent=indent, allow_nan=False) + "\n")
+def write_text(path: str | os.PathLike[str], text: str, encoding: str = "utf-8") -> Path:
+    return write_bytes(path, text.encode(encoding))
+
+
+def write_json(path: str | os.PathLike[str], obj: Any, indent: int | None = 2) -> Path:
+    return write_text(path, json.dumps(obj, indent=indent, allow_nan=False) + "\n")
+
+
+# The names every writer used so far: the same functions.
+atomic_write_bytes = write_bytes
+atomic_write_text = write_text
+atomic_write_json = write_json
+
+__all__ = ["write_bytes", "write_text", "write_json", "atomic_write_bytes", "atomic_write_text",
+           "atomic_write_json"]

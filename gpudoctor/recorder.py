@@ -108,26 +108,41 @@ def capture(gpu: Any, *, seconds: float, interval: float, with_torch: bool = Tru
     return recording, interrupted
 
 
+def record(gpu: Any, *, seconds: float = 5.0, interval: float = 0.5, with_torch: bool = True,
+           anonymize: bool = False, log: Callable[[str], None] | None = None) -> tuple[dict[str, Any], bool]:
+    """Capture a recording as plain JSON data; returns (data, interrupted).
+
+    ``anonymize`` strips GPU UUIDs, serial numbers and host names (``record --anonymize``).
+    """
+    recording, interrupted = capture(gpu, seconds=seconds, interval=interval, with_torch=with_torch, log=log)
+    data = encode(recording)
+    if anonymize:
+        from gpudoctor.anonymize import REDACTED, anonymize_dict
+
+        data = anonymize_dict(data, hostname=recording["host"].get("hostname"))
+        data["meta"]["host"] = REDACTED
+    return data, interrupted
+
+
 def record_to_file(path: str | Path, *, seconds: float = 5.0, interval: float = 0.5,
                    with_torch: bool = True, anonymize: bool = False, gpu: Any = None,
                    log: Callable[[str], None] | None = None) -> tuple[Path, bool]:
+    """:func:`record`, then write the recording to ``path``; returns (path, interrupted).
+
+    A write that fails raises ``OSError``.
+    """
     from gpudoctor.backends import NvmlBackend
-    from gpudoctor.fileio import atomic_write_json
-    from gpudoctor.render import anonymize_dict
+    from gpudoctor.fileio import write_json
 
     own = gpu is None
     gpu = gpu or NvmlBackend()
     try:
-        recording, interrupted = capture(gpu, seconds=seconds, interval=interval,
-                                         with_torch=with_torch, log=log)
+        data, interrupted = record(gpu, seconds=seconds, interval=interval, with_torch=with_torch,
+                                   anonymize=anonymize, log=log)
     finally:
         if own:
             gpu.close()
-    data = encode(recording)
-    if anonymize:
-        data = anonymize_dict(data, hostname=recording["host"].get("hostname"))
-        data["meta"]["host"] = "<redacted>"
-    return atomic_write_json(path, data), interrupted
+    return write_json(path, data), interrupted
 
 
-__all__ = ["capture", "record_to_file", "torch_facts_in_child", "is_na"]
+__all__ = ["capture", "record", "record_to_file", "torch_facts_in_child", "is_na"]

@@ -1,4 +1,4 @@
-"""Report renderers: rich text for people, JSON for scripts, and anonymisation.
+"""Report renderers: rich text for people, JSON for scripts (anonymised on request).
 
 Rendering only reads a :class:`~gpudoctor.model.Report`; it never runs probes.
 """
@@ -7,81 +7,22 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import sys
 from typing import Any, TextIO
 
+from gpudoctor.anonymize import REDACTED, anonymize_dict, anonymize_report_dict  # noqa: F401  (re-exported)
 from gpudoctor.model import Report, Status
 from gpudoctor.presentation import (
     STATUS_STYLE, VERDICT, fmt_bytes, plain_text, status_style, wrap_hanging,
 )
 from gpudoctor.presentation import status_word as _status_word
 
+
 def report_to_json(report: Report, anonymize: bool = False, indent: int | None = 2) -> str:
     data = report.to_dict()
     if anonymize:
         data = anonymize_report_dict(data)
     return json.dumps(data, indent=indent, allow_nan=False, default=str)
-
-
-def anonymize_report_dict(data: dict[str, Any]) -> dict[str, Any]:
-    """:func:`anonymize_dict`, also stripping every other host a result names
-    (``details.hosts``: the ranks of a distributed check on other nodes)."""
-    data = anonymize_dict(data)
-    for result in data.get("results", []):
-        for host in list((result.get("details") or {}).get("hosts") or []):
-            if isinstance(host, str) and host not in ("", "?", REDACTED):
-                data = anonymize_dict(data, hostname=host)
-    return data
-
-
-# --------------------------------------------------------------------------- anonymize
-# A GPU or MIG UUID, whole or any prefix of it: CUDA_VISIBLE_DEVICES accepts a unique prefix
-# ("GPU-0f0e0d0c-0b0a"), and a prefix identifies the board as well as the whole UUID does.
-_UUID_RE = re.compile(r"\b(GPU|MIG)-[0-9a-fA-F]+(-[0-9a-fA-F]+)*\b")
-_SECRET_KEYS = {"uuid", "serial", "hostname", "host_name", "board_serial"}
-REDACTED = "<redacted>"
-
-
-def anonymize_dict(data: Any, hostname: str | None = None) -> Any:
-    """Strip GPU UUIDs, serial numbers and the host name, wherever they appear."""
-    if hostname is None:
-        found = _find_key(data, "hostname")
-        hostname = found if isinstance(found, str) and found else socket.gethostname()
-    return _anonymize(data, hostname)
-
-
-def _find_key(data: Any, key: str) -> Any:
-    if isinstance(data, dict):
-        if key in data:
-            return data[key]
-        for v in data.values():
-            found = _find_key(v, key)
-            if found is not None:
-                return found
-    elif isinstance(data, list):
-        for v in data:
-            found = _find_key(v, key)
-            if found is not None:
-                return found
-    return None
-
-
-def _anonymize(data: Any, hostname: str) -> Any:
-    if isinstance(data, dict):
-        return {k: (REDACTED if k in _SECRET_KEYS and data[k] not in (None, "") else _anonymize(v, hostname))
-                for k, v in data.items()}
-    if isinstance(data, list):
-        return [_anonymize(v, hostname) for v in data]
-    if isinstance(data, str):
-        text = _UUID_RE.sub(REDACTED, data)
-        if hostname and len(hostname) >= 3:
-            text = text.replace(hostname, REDACTED)
-        elif hostname:
-            # A short name ("n1", "g7") is replaced only as a whole token, not inside words.
-            text = re.sub(rf"(?<![\w.-]){re.escape(hostname)}(?![\w-])", REDACTED, text)
-        return text
-    return data
 
 
 # --------------------------------------------------------------------------- text
@@ -129,8 +70,10 @@ def _styled(line: str, spans: list[tuple[int, int, str]]) -> Any:
     return text
 
 
-def report_lines(data: dict[str, Any], *, width: int, verbose: bool = False) -> list[Any]:
-    """The text report as Rich ``Text`` lines, each already fitted to ``width`` (0: no wrap)."""
+def report_lines(data: dict[str, Any], *, width: int, verbose: bool = False,
+                 title: str = "gpudoctor report") -> list[Any]:
+    """The text report as Rich ``Text`` lines, each already fitted to ``width`` (0: no wrap).
+    ``title`` heads it: the command that made the report (``gpudoctor distributed``)."""
     out: list[Any] = []
 
     def para(text: str, first: str, first_style: str = "", style: str = "", indent: int | None = None) -> None:
@@ -141,7 +84,6 @@ def report_lines(data: dict[str, Any], *, width: int, verbose: bool = False) -> 
             out.append(_styled(line, spans))
 
     host = data.get("host") or {}
-    title = "gpudoctor report"
     meta = "  ".join(x for x in (plain_text(data.get("created") or "", limit=40),
                                  plain_text(host.get("hostname") or "", limit=80)) if x)
     source = plain_text(data.get("source") or "", limit=80)
@@ -235,7 +177,8 @@ def terminal_width(stream: TextIO | None) -> int:
 
 
 def render_text(report: Report, stream: TextIO | None = None, *, verbose: bool = False,
-                color: bool | None = None, anonymize: bool = False, width: int | None = None) -> None:
+                color: bool | None = None, anonymize: bool = False, width: int | None = None,
+                title: str = "gpudoctor report") -> None:
     """Print a report for people: a line per probe, findings with why and fix, a verdict.
 
     A passing probe is one line (its measurements with ``verbose``). Lines wrap at the
@@ -252,7 +195,7 @@ def render_text(report: Report, stream: TextIO | None = None, *, verbose: bool =
         width = terminal_width(stream)
     console = Console(file=stream, force_terminal=color, no_color=(color is False), highlight=False,
                       soft_wrap=True, width=max(width, 80) if width else 10_000)
-    for line in report_lines(data, width=width, verbose=verbose):
+    for line in report_lines(data, width=width, verbose=verbose, title=plain_text(title, limit=80)):
         console.print(line, soft_wrap=True)
 
 

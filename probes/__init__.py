@@ -1,6 +1,7 @@
 """Probes: one module per check (installed as ``gpudoctor.probes``).
 
-Each probe module defines ``PROBE = Probe(...)`` whose ``run(ctx)`` takes a
+Each probe module defines ``PROBE = Probe.define(__name__, run, "title", ...)`` (named after
+the module, described by its docstring's first line), whose ``run(ctx)`` takes a
 :class:`ProbeContext` and returns a :class:`~gpudoctor.model.ProbeResult`. A probe never
 prints and never imports torch at module level (``report --quick`` must not load torch);
 it asks its backends for readings. The runner discovers every module in this package,
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -59,6 +61,15 @@ class Probe:
     timeout_s: float = 60.0
     order: int = 100
     description: str = ""
+
+    @classmethod
+    def define(cls, module: str, run: Callable[["ProbeContext"], ProbeResult], title: str, **options: Any) -> "Probe":
+        """The probe of module ``module`` (pass ``__name__``): its name is the module's, its
+        description the first line of the module's docstring unless ``description`` is given."""
+        if "description" not in options:
+            doc = (sys.modules[module].__doc__ or "").strip()
+            options["description"] = doc.splitlines()[0] if doc else ""
+        return cls(name=module.rpartition(".")[2], title=title, run=run, **options)
 
     def runs_at(self, level: str) -> bool:
         return _runs_at(self.level, level)

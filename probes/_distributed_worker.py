@@ -31,6 +31,8 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
+from gpudoctor.errors import first_line as _first_line
+
 # The reference network from the tutorials our users learned from (docs/design).
 MLP_WIDTHS = (784, 512, 256, 128, 64, 10)
 DDP_BATCH = 64          # the tutorials' batch size
@@ -38,9 +40,6 @@ DDP_TIMED_STEPS = 10
 SEED = 1234
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 class _Phases:

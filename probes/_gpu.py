@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpudoctor.backends.na import is_na
+from gpudoctor.errors import first_sentence as _first_line
 from gpudoctor.model import ProbeResult
 
 
@@ -42,14 +43,6 @@ class NoDevice:
         return ProbeResult.skip(probe, self.summary, code=self.code, why=self.why, fix=self.fix)
 
 
-def _first_line(exc: BaseException) -> str:
-    """'RuntimeError: Found no NVIDIA driver on your system' (first sentence of the first line)."""
-    text = str(exc).strip()
-    if not text:
-        return type(exc).__name__
-    line = text.splitlines()[0]
-    sentence = line.split(". ")[0].rstrip(".")
-    return f"{type(exc).__name__}: {sentence}"
 
 
 def precheck(ctx: Any) -> NoDevice | None:
@@ -185,7 +178,7 @@ def torch_device(torch: Any, device: Device) -> Any:
 
 
 def event_clock(torch: Any, device: Any) -> Any:
-    from gpudoctor.measure import CudaEventClock
+    from ._timing import CudaEventClock
 
     return CudaEventClock(torch, device)
 

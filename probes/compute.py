@@ -3,7 +3,7 @@
 Square matmuls large enough to fill every SM (n = 8192 where memory allows) are timed
 with CUDA events after a warm-up, median of repeats, with inputs rotated through three
 random pairs so that no cache flatters the figure. Each figure is compared with the
-device's dense datasheet peak (table and sources in :mod:`gpudoctor.measure`,
+device's dense datasheet peak (table and sources in :mod:`gpudoctor.probes._datasheet`,
 docs/measurements.md). A CPU fp32 figure is always measured, GPU or not, so the
 GPU/CPU ratio the tutorials argue about is a number for this machine.
 
@@ -16,12 +16,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from gpudoctor import measure
 from gpudoctor.backends.nvml import HARMFUL_THROTTLE_MASK, throttle_reason_names
 from gpudoctor.model import ProbeResult, Status
 from gpudoctor.probes import Probe, ProbeContext
 
 from . import _gpu
+from ._datasheet import lookup_gpu_spec
+from ._precision import tf32_environment
+from ._timing import CpuClock, Timing, inner_count, matmul_tflops, percent_of, time_op
 
 MODES = ("fp32", "tf32", "fp16", "bf16")
 MAX_N = 8192  # 8192^2 outputs: thousands of tiles, every SM of the largest GPUs busy
@@ -32,7 +34,7 @@ HEAT_OR_HW_MASK = HARMFUL_THROTTLE_MASK & ~0x4
 
 
 def matmul_timing(torch: Any, device: Any, dtype: Any, n: int, clock: Any, *, budget_s: float,
-                  slots: int = 3, repeats: int = 10, generator: Any = None) -> measure.Timing:
+                  slots: int = 3, repeats: int = 10, generator: Any = None) -> Timing:
     """Median seconds of one n x n x n matmul in ``dtype`` on ``device`` (CPU works too)."""
     pairs = []
     for _ in range(slots):
@@ -49,14 +51,14 @@ def matmul_timing(torch: Any, device: Any, dtype: Any, n: int, clock: Any, *, bu
     first = clock.start()
     op(0)
     once = clock.stop(first)
-    inner = measure.inner_count(once, window_s=0.005, cap=16)
+    inner = inner_count(once, window_s=0.005, cap=16)
     warmup = 1 if once * inner > budget_s / 4 else 2
-    return measure.time_op(op, clock, warmup=warmup, repeats=repeats, inner=inner, budget_s=budget_s)
+    return time_op(op, clock, warmup=warmup, repeats=repeats, inner=inner, budget_s=budget_s)
 
 
 def cpu_matmul_tflops(torch: Any, budget_s: float = 1.5) -> dict[str, Any]:
     """fp32 matmul on the CPU (all of torch's threads), the size grown until one takes ~20 ms."""
-    clock = measure.CpuClock()
+    clock = CpuClock()
     gen = torch.Generator().manual_seed(1234)
     n = 512
     while n < 4096:
@@ -71,7 +73,7 @@ def cpu_matmul_tflops(torch: Any, budget_s: float = 1.5) -> dict[str, Any]:
             break
         n *= 2
     timing = matmul_timing(torch, "cpu", torch.float32, n, clock, budget_s=budget_s, repeats=7, generator=gen)
-    return {"n": n, "threads": torch.get_num_threads(), "tflops": measure.matmul_tflops(n, n, n, timing.seconds),
+    return {"n": n, "threads": torch.get_num_threads(), "tflops": matmul_tflops(n, n, n, timing.seconds),
             **timing.to_dict()}
 
 
@@ -113,38 +115,14 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
     d = dev.index
     device = _gpu.torch_device(torch, dev)
     torch.cuda.set_device(device)
-    clock = _gpu.event_clock(torch, device)
-    spec = measure.lookup_gpu_spec(dev.name)
-    gen = torch.Generator(device=device).manual_seed(0xC0DE + d)
-    rows: dict[str, Any] = {}
-    previous_tf32 = torch.backends.cuda.matmul.allow_tf32
-    tf32_env = measure.tf32_environment()
+    spec = lookup_gpu_spec(dev.name)
+    tf32_env = tf32_environment()
     r.details.setdefault("spin_up_matmuls", {})[str(d)] = spin_up(torch, device, min(0.3, budget_s / 20))
     load = _gpu.LoadSampler(ctx, dev).start()
     try:
-        for mode in MODES:
-            if mode == "bf16" and not bf16_supported(torch, dev):
-                rows[mode] = {"skipped": f"no bf16 tensor cores on sm_{dev.compute_capability[0]}{dev.compute_capability[1]}"}
-                continue
-            dtype, tf32 = _mode_setup(torch, mode)
-            torch.backends.cuda.matmul.allow_tf32 = tf32
-            free, _ = torch.cuda.mem_get_info(device)
-            size = torch.tensor([], dtype=dtype).element_size()
-            n = MAX_N
-            while n > 1024 and 7 * n * n * size > free // 2:  # 3 input pairs + output, half the free memory
-                n //= 2
-            timing = matmul_timing(torch, device, dtype, n, clock, budget_s=budget_s / len(MODES), generator=gen)
-            tflops = measure.matmul_tflops(n, n, n, timing.seconds)
-            peak = spec.peak_tflops(mode) if spec else None
-            if (mode == "tf32" and tf32_env.tf32_disabled) or (mode == "fp32" and tf32_env.fp32_runs_as_tf32):
-                peak = None  # cuBLAS ran another format than the row's name: no fair datasheet figure
-            rows[mode] = {"n": n, "tflops": round(tflops, 3), "peak_tflops": peak,
-                          "pct_of_peak": None if peak is None else round(measure.percent_of(tflops, peak) or 0, 1),
-                          **timing.to_dict()}
-            torch.cuda.empty_cache()
+        rows = _time_modes(torch, dev, device, spec, tf32_env, budget_s)
     finally:
         load.stop()
-        torch.backends.cuda.matmul.allow_tf32 = previous_tf32
     after = _gpu.nvml_sample(ctx, dev)
     # Throttle reasons seen while the matmuls ran; after them the GPU is idle again.
     reasons = load.reasons if load.samples else after.get("throttle_reasons")
@@ -169,6 +147,52 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
         if row["pct_of_peak"] is not None:
             note += f"; {row['pct_of_peak']:.0f} % of {spec.model} datasheet"
         r.measure(f"{mode}_matmul", row["tflops"], "TFLOP/s", device=d, reference=row["peak_tflops"], note=note)
+    _cpu_ratio_finding(r, dev, rows, cpu_tflops)
+    _speed_finding(r, dev, rows, spec)
+    if tf32_env.note:
+        r.find(Status.PASS, "tf32_override",
+               f"{tf32_env.note}; the affected rows are shown without a datasheet comparison.",
+               why="The environment, not torch's allow_tf32 switch, decides which format cuBLAS runs.",
+               fix="Nothing to do; unset the variable to let torch's own switch decide.", device=d)
+    _throttle_finding(r, dev, reasons, during=bool(load.samples))
+    _tf32_available_finding(r, torch, dev, rows)
+
+
+def _time_modes(torch: Any, dev: _gpu.Device, device: Any, spec: Any, tf32_env: Any,
+                budget_s: float) -> dict[str, Any]:
+    """One timed matmul per mode, as large as half the free memory allows (n <= MAX_N)."""
+    clock = _gpu.event_clock(torch, device)
+    gen = torch.Generator(device=device).manual_seed(0xC0DE + dev.index)
+    rows: dict[str, Any] = {}
+    previous_tf32 = torch.backends.cuda.matmul.allow_tf32
+    try:
+        for mode in MODES:
+            if mode == "bf16" and not bf16_supported(torch, dev):
+                rows[mode] = {"skipped": f"no bf16 tensor cores on sm_{dev.compute_capability[0]}{dev.compute_capability[1]}"}
+                continue
+            dtype, tf32 = _mode_setup(torch, mode)
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            free, _ = torch.cuda.mem_get_info(device)
+            size = torch.tensor([], dtype=dtype).element_size()
+            n = MAX_N
+            while n > 1024 and 7 * n * n * size > free // 2:  # 3 input pairs + output, half the free memory
+                n //= 2
+            timing = matmul_timing(torch, device, dtype, n, clock, budget_s=budget_s / len(MODES), generator=gen)
+            tflops = matmul_tflops(n, n, n, timing.seconds)
+            peak = spec.peak_tflops(mode) if spec else None
+            if (mode == "tf32" and tf32_env.tf32_disabled) or (mode == "fp32" and tf32_env.fp32_runs_as_tf32):
+                peak = None  # cuBLAS ran another format than the row's name: no fair datasheet figure
+            rows[mode] = {"n": n, "tflops": round(tflops, 3), "peak_tflops": peak,
+                          "pct_of_peak": None if peak is None else round(percent_of(tflops, peak) or 0, 1),
+                          **timing.to_dict()}
+            torch.cuda.empty_cache()
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous_tf32
+    return rows
+
+
+def _cpu_ratio_finding(r: ProbeResult, dev: _gpu.Device, rows: dict[str, Any], cpu_tflops: float | None) -> None:
+    d = dev.index
     if cpu_tflops:
         fp32 = rows["fp32"].get("tflops")
         if fp32:
@@ -181,6 +205,9 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
                    why="A training run sees this ratio only when the input pipeline keeps the GPU fed; "
                        "`gpudoctor bench mnist` shows how much of it a real loop gets.", device=d)
 
+
+def _speed_finding(r: ProbeResult, dev: _gpu.Device, rows: dict[str, Any], spec: Any) -> None:
+    d = dev.index
     slow = [m for m in ("tf32", "fp16", "bf16")
             if rows[m].get("pct_of_peak") is not None and rows[m]["pct_of_peak"] < SLOW_PCT]
     if slow:
@@ -200,17 +227,20 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
                f"Tensor-core matmul on {dev.label} reaches " + ", ".join(
                    f"{m} {rows[m]['pct_of_peak']:.0f} %" for m in ("tf32", "fp16", "bf16")
                    if rows[m].get("pct_of_peak") is not None) + f" of the {spec.model} datasheet.", device=d)
-    if tf32_env.note:
-        r.find(Status.PASS, "tf32_override",
-               f"{tf32_env.note}; the affected rows are shown without a datasheet comparison.",
-               why="The environment, not torch's allow_tf32 switch, decides which format cuBLAS runs.",
-               fix="Nothing to do; unset the variable to let torch's own switch decide.", device=d)
+
+
+def _throttle_finding(r: ProbeResult, dev: _gpu.Device, reasons: Any, during: bool) -> None:
+    d = dev.index
     if isinstance(reasons, int) and reasons & HEAT_OR_HW_MASK:
         r.find(Status.WARN, "throttled_under_load",
-               f"{dev.label} was throttling {'during' if load.samples else 'right after'} the matmul test: "
+               f"{dev.label} was throttling {'during' if during else 'right after'} the matmul test: "
                f"{', '.join(throttle_reason_names(reasons & HEAT_OR_HW_MASK))}.",
                why="Thermal or hardware slowdown lowers the clocks under load, so long runs are slower than short ones.",
                fix="Check cooling and airflow (nvidia-smi -q -d PERFORMANCE,TEMPERATURE).", device=d)
+
+
+def _tf32_available_finding(r: ProbeResult, torch: Any, dev: _gpu.Device, rows: dict[str, Any]) -> None:
+    d = dev.index
     fp32, tf32 = rows["fp32"].get("tflops"), rows["tf32"].get("tflops")
     if fp32 and tf32 and tf32 >= 1.5 * fp32 and torch.get_float32_matmul_precision() == "highest":
         r.find(Status.PASS, "tf32_available",
@@ -246,13 +276,5 @@ def run(ctx: ProbeContext) -> ProbeResult:
     return r.settle(", ".join(parts))
 
 
-PROBE = Probe(
-    name="compute",
-    title="Matrix-multiply TFLOP/s (fp32, tf32, fp16, bf16) against the datasheet, and the CPU",
-    run=run,
-    level="full",
-    uses_torch=True,
-    timeout_s=30,
-    order=60,
-    description=__doc__.splitlines()[0],
-)
+PROBE = Probe.define(__name__, run, "Matrix-multiply TFLOP/s (fp32, tf32, fp16, bf16) against the datasheet, and the CPU",
+                     level="full", uses_torch=True, timeout_s=30, order=60)

@@ -8,7 +8,7 @@ device sees and only the device's own arithmetic is judged:
   tiles than any GPU has SMs, so every SM computes part of it);
 - element-wise fp32 ``a * b + c`` over 4 Mi elements.
 
-Two limits per format (values and reasoning in :mod:`gpudoctor.measure`): a rounding-error
+Two limits per format (values and reasoning in :mod:`gpudoctor.probes._precision`): a rounding-error
 bound per element that correct hardware cannot exceed, and a norm-wise relative error far
 above what correct hardware shows. NaN or Inf never passes; any excess is a ``fail``. The
 same matmul is also run twice: identical inputs must give bit-identical results (cuBLAS is
@@ -20,11 +20,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from gpudoctor import measure
 from gpudoctor.model import ProbeResult, Status
 from gpudoctor.probes import Probe, ProbeContext
 
 from . import _gpu
+from ._measuring import measure_each_device
+from ._precision import Tf32Environment, judge_elementwise, judge_errors, tf32_environment
 
 MODES = ("fp32", "tf32", "fp16", "bf16")
 MATMUL_SHAPE = (2048, 2048, 512)  # m, n, k
@@ -36,33 +37,61 @@ def _dtype(torch: Any, mode: str) -> Any:
 
 
 class _MatmulPrecision:
-    """Set torch's TF32 and reduced-precision-reduction switches for one mode, restore after."""
+    """Set torch's TF32 and reduced-precision-reduction switches for one mode; restore them
+    exactly as found.
+
+    Each reduced-precision-reduction setting is two flags (reduced precision, split-K);
+    reading the attribute gives only the first, and writing a bool resets the second to
+    True, so both are saved and written back as a pair. TF32 is three views of one
+    setting (``allow_tf32``, ``fp32_precision`` where torch has it, and
+    ``torch.get_float32_matmul_precision()``); all three are put back.
+    """
+
+    _REDUCTIONS = ("allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction")
 
     def __init__(self, torch: Any, mode: str) -> None:
+        self.torch = torch
         self.m = torch.backends.cuda.matmul
         self.mode = mode
         self.saved: dict[str, Any] = {}
 
+    def _read(self, name: str) -> Any:
+        value = getattr(self.m, name)
+        if name in self._REDUCTIONS:
+            try:
+                return (value, getattr(self.m, f"{name}_split_k"))
+            except AttributeError:  # torch without the split-K flag: a bool is the whole setting
+                return value
+        return value
+
     def __enter__(self) -> None:
-        wanted = {"allow_tf32": self.mode == "tf32",
-                  # split-K partial sums in fp16/bf16 would void the fp32-accumulation bound
-                  "allow_fp16_reduced_precision_reduction": False,
-                  "allow_bf16_reduced_precision_reduction": False}
-        for name, value in wanted.items():
-            if hasattr(self.m, name):
-                self.saved[name] = getattr(self.m, name)
-                setattr(self.m, name, value)
+        try:
+            self.saved["float32_matmul_precision"] = self.torch.get_float32_matmul_precision()
+        except AttributeError:
+            pass
+        for name in ("fp32_precision", "allow_tf32") + self._REDUCTIONS:
+            try:
+                self.saved[name] = self._read(name)
+            except (AttributeError, RuntimeError):
+                continue
+        self.m.allow_tf32 = self.mode == "tf32"
+        for name in self._REDUCTIONS:  # split-K partial sums in fp16/bf16 would void the fp32-accumulation bound
+            if name in self.saved:
+                setattr(self.m, name, False)
 
     def __exit__(self, *exc: Any) -> None:
-        for name, value in self.saved.items():
-            setattr(self.m, name, value)
+        if "float32_matmul_precision" in self.saved:
+            self.torch.set_float32_matmul_precision(self.saved["float32_matmul_precision"])
+        for name in ("allow_tf32", "fp32_precision") + self._REDUCTIONS:
+            if name in self.saved and self._read(name) != self.saved[name]:
+                setattr(self.m, name, self.saved[name])
 
 
 def check_matmul(torch: Any, device: Any, mode: str, m: int, n: int, k: int, generator: Any,
-                 environment: measure.Tf32Environment | None = None) -> dict[str, Any]:
+                 environment: Tf32Environment | None = None) -> dict[str, Any]:
     """One matmul on ``device`` against float64 on the CPU. ``device`` may be "cpu" (tests).
 
-    ``environment``: the TF32 overrides in force for cuBLAS (:func:`measure.tf32_environment`),
+    ``environment``: the TF32 overrides in force for cuBLAS (:func:`tf32_environment`),
     which decide the format a CUDA matmul really runs and so the limits it is held to.
     """
     dtype = _dtype(torch, mode)
@@ -79,7 +108,7 @@ def check_matmul(torch: Any, device: Any, mode: str, m: int, n: int, k: int, gen
         repeat_identical = bool(torch.equal(first, second))
         result = first.double().cpu()
     judged_as = mode
-    environment = environment or measure.Tf32Environment(False, False)
+    environment = environment or Tf32Environment(False, False)
     if mode == "fp32" and environment.fp32_runs_as_tf32:
         judged_as = "tf32"  # cuBLAS really ran TF32: hold it to TF32's rounding limits
     elif mode == "tf32" and environment.tf32_disabled:
@@ -112,9 +141,9 @@ def _judge(torch: Any, mode: str, k: int, result: Any, reference: Any, scale: An
         normwise = float(diff.norm() / reference.norm())
         componentwise = float((diff.abs() / scale.clamp_min(1e-300)).max())
     if mode == "fp32_elementwise":
-        check = measure.judge_elementwise(normwise=normwise, componentwise=componentwise, nonfinite=nonfinite)
+        check = judge_elementwise(normwise=normwise, componentwise=componentwise, nonfinite=nonfinite)
     else:
-        check = measure.judge_errors(mode, k, normwise=normwise, componentwise=componentwise, nonfinite=nonfinite)
+        check = judge_errors(mode, k, normwise=normwise, componentwise=componentwise, nonfinite=nonfinite)
     out = check.to_dict()
     out["repeat_identical"] = repeat_identical
     out["ok"] = check.ok and repeat_identical
@@ -124,7 +153,7 @@ def _judge(torch: Any, mode: str, k: int, result: Any, reference: Any, scale: An
 def run_checks(torch: Any, device: Any, *, seed: int, m: int | None = None, n: int | None = None,
                k: int | None = None, elements: int | None = None,
                modes: tuple[str, ...] = MODES,
-               environment: measure.Tf32Environment | None = None) -> list[dict[str, Any]]:
+               environment: Tf32Environment | None = None) -> list[dict[str, Any]]:
     m = m or MATMUL_SHAPE[0]
     n = n or MATMUL_SHAPE[1]
     k = k or MATMUL_SHAPE[2]
@@ -137,71 +166,63 @@ def run_checks(torch: Any, device: Any, *, seed: int, m: int | None = None, n: i
     return rows
 
 
+def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Device, budget_s: float) -> None:
+    # one random seed per report (in it, so a failure can be replayed), offset per device
+    seed = r.details.setdefault("seed", int.from_bytes(os.urandom(6), "little")) + dev.index
+    modes = tuple(m for m in MODES if m != "bf16" or dev.compute_capability >= (8, 0))
+    rows = run_checks(torch, _gpu.torch_device(torch, dev), seed=seed, modes=modes, environment=tf32_environment())
+    r.details.setdefault("checks", {})[str(dev.index)] = rows
+    for row in rows:
+        r.measure(f"{row['mode']}_max_error", row["componentwise"], "", device=dev.index,
+                  reference=row["componentwise_limit"],
+                  note=f"norm-wise {row['normwise']:.2e} (limit {row['normwise_limit']:.0e})"
+                  if row["normwise"] is not None else "result has NaN/Inf")
+        if not row["ok"]:
+            _wrong_results(r, dev, row, seed)
+    _override_finding(r, dev, rows)
+    if all(row["ok"] for row in rows):
+        r.find(Status.PASS, "results_correct",
+               f"{dev.label}: {', '.join(row['mode'] for row in rows)} results agree with float64 within their "
+               "rounding-error limits; repeated runs are bit-identical.", device=dev.index)
+
+
+def _wrong_results(r: ProbeResult, dev: _gpu.Device, row: dict[str, Any], seed: int) -> None:
+    if row["nonfinite"]:
+        what = f"{row['nonfinite']} NaN/Inf values"
+    elif not row["repeat_identical"] and row["componentwise"] is not None \
+            and row["componentwise"] <= row["componentwise_limit"]:
+        what = "two runs on identical inputs gave different bits"
+    else:
+        what = (f"error {row['componentwise']:.2e} per element (limit {row['componentwise_limit']:.1e}), "
+                f"{row['normwise']:.2e} norm-wise (limit {row['normwise_limit']:.0e})")
+    r.find(Status.FAIL, "wrong_results",
+           f"{row['mode']} results on {dev.label} are wrong: {what}.",
+           why="Silent data corruption: training on this GPU can produce garbage weights without any error.",
+           fix=f"Re-run `gpudoctor report --full --probe correctness` (seed {seed}); if it "
+               "repeats, run NVIDIA's DCGM diagnostics (dcgmi diag -r 3), check ECC errors and "
+               "clocks/overclocking, and take the GPU out of service.", device=dev.index)
+
+
+def _override_finding(r: ProbeResult, dev: _gpu.Device, rows: list[dict[str, Any]]) -> None:
+    overridden = [row for row in rows if row.get("judged_as")]
+    if overridden:
+        r.find(Status.PASS, "tf32_override",
+               f"{overridden[0]['judged_as_why']}; "
+               + ", ".join(f"{row['mode']} judged as {row['judged_as']}" for row in overridden) + ".",
+               why="The environment decides what cuBLAS really computes; judging it by the wrong "
+                   "format's limits would call normal rounding corruption (or miss real corruption).",
+               fix="Nothing to do; unset the variable if you want torch's own TF32 switch to decide.",
+               device=dev.index)
+
+
+def _summary(r: ProbeResult) -> str:
+    rows = [row for checks in r.details["checks"].values() for row in checks]
+    return f"{sum(1 for row in rows if row['ok'])} of {len(rows)} checks correct"
+
+
 def run(ctx: ProbeContext) -> ProbeResult:
-    early = _gpu.precheck(ctx)
-    if early is not None:
-        return early.result("correctness")
-    torch, missing = _gpu.import_torch_or_reason()
-    if missing is not None:
-        return missing.result("correctness")
-    devices = _gpu.cuda_devices(ctx, torch)
-    if isinstance(devices, _gpu.NoDevice):
-        return devices.result("correctness")
-    r = ProbeResult("correctness")
-    seed = int.from_bytes(os.urandom(6), "little")
-    r.details["seed"] = seed
-    failed = 0
-    for dev in devices:
-        modes = tuple(m for m in MODES if m != "bf16" or dev.compute_capability >= (8, 0))
-        rows = run_checks(torch, _gpu.torch_device(torch, dev), seed=seed + dev.index, modes=modes,
-                          environment=measure.tf32_environment())
-        r.details.setdefault("checks", {})[str(dev.index)] = rows
-        for row in rows:
-            r.measure(f"{row['mode']}_max_error", row["componentwise"], "", device=dev.index,
-                      reference=row["componentwise_limit"],
-                      note=f"norm-wise {row['normwise']:.2e} (limit {row['normwise_limit']:.0e})"
-                      if row["normwise"] is not None else "result has NaN/Inf")
-            if row["ok"]:
-                continue
-            failed += 1
-            if row["nonfinite"]:
-                what = f"{row['nonfinite']} NaN/Inf values"
-            elif not row["repeat_identical"] and row["componentwise"] is not None \
-                    and row["componentwise"] <= row["componentwise_limit"]:
-                what = "two runs on identical inputs gave different bits"
-            else:
-                what = (f"error {row['componentwise']:.2e} per element (limit {row['componentwise_limit']:.1e}), "
-                        f"{row['normwise']:.2e} norm-wise (limit {row['normwise_limit']:.0e})")
-            r.find(Status.FAIL, "wrong_results",
-                   f"{row['mode']} results on {dev.label} are wrong: {what}.",
-                   why="Silent data corruption: training on this GPU can produce garbage weights without any error.",
-                   fix=f"Re-run `gpudoctor report --full --probe correctness` (seed {seed + dev.index}); if it "
-                       "repeats, run NVIDIA's DCGM diagnostics (dcgmi diag -r 3), check ECC errors and "
-                       "clocks/overclocking, and take the GPU out of service.", device=dev.index)
-        overridden = [row for row in rows if row.get("judged_as")]
-        if overridden:
-            r.find(Status.PASS, "tf32_override",
-                   f"{overridden[0]['judged_as_why']}; "
-                   + ", ".join(f"{row['mode']} judged as {row['judged_as']}" for row in overridden) + ".",
-                   why="The environment decides what cuBLAS really computes; judging it by the wrong "
-                       "format's limits would call normal rounding corruption (or miss real corruption).",
-                   fix="Nothing to do; unset the variable if you want torch's own TF32 switch to decide.",
-                   device=dev.index)
-        if not any(not row["ok"] for row in rows):
-            r.find(Status.PASS, "results_correct",
-                   f"{dev.label}: {', '.join(row['mode'] for row in rows)} results agree with float64 within their "
-                   "rounding-error limits; repeated runs are bit-identical.", device=dev.index)
-    checked = sum(len(v) for v in r.details["checks"].values())
-    return r.settle(f"{checked - failed} of {checked} checks correct")
+    return measure_each_device(ctx, "correctness", _probe_device, _summary, target_s=0.0)
 
 
-PROBE = Probe(
-    name="correctness",
-    title="Device arithmetic against a float64 CPU reference (silent data corruption)",
-    run=run,
-    level="full",
-    uses_torch=True,
-    timeout_s=20,
-    order=45,
-    description=__doc__.splitlines()[0],
-)
+PROBE = Probe.define(__name__, run, "Device arithmetic against a float64 CPU reference (silent data corruption)",
+                     level="full", uses_torch=True, timeout_s=20, order=45)

@@ -133,25 +133,7 @@ def launch_local(nproc: int, backend: str, sizes: list[int], timeout_s: float, *
                 # Same process group as us: Ctrl-C in the terminal reaches the ranks too.
                 procs[rank] = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL,
                                                stdout=subprocess.DEVNULL, stderr=err)
-        deadline = time.monotonic() + timeout_s
-        exited_at: dict[int, float] = {}
-        first_failure: float | None = None
-        while time.monotonic() < deadline:
-            now = time.monotonic()
-            for r, p in procs.items():
-                if r not in exited_at and p.poll() is not None:
-                    exited_at[r] = now
-                    if p.returncode != 0 and first_failure is None:
-                        first_failure = now
-                        deadline = min(deadline, now + FAILURE_GRACE_S)
-            if len(exited_at) == len(procs):
-                break
-            time.sleep(0.05)
-        still_running = {r for r, p in procs.items() if p.poll() is None}
-        for p in procs.values():
-            if p.poll() is None:
-                p.kill()
-            p.wait(10)
+        exited_at, still_running = _wait_for_ranks(procs, timeout_s)
 
         phases: dict[int, tuple[int, str]] = {}
         payloads: dict[int, Any] = {}
@@ -183,6 +165,31 @@ def launch_local(nproc: int, backend: str, sizes: list[int], timeout_s: float, *
             if p.poll() is None:
                 p.kill()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _wait_for_ranks(procs: dict[int, "subprocess.Popen[bytes]"], timeout_s: float) -> tuple[dict[int, float], set[int]]:
+    """Wait until every rank exits, or ``timeout_s``, or FAILURE_GRACE_S after the first rank
+    fails; kill the rest. Returns (when each rank exited, the ranks still running at the end)."""
+    deadline = time.monotonic() + timeout_s
+    exited_at: dict[int, float] = {}
+    first_failure: float | None = None
+    while time.monotonic() < deadline:
+        now = time.monotonic()
+        for r, p in procs.items():
+            if r not in exited_at and p.poll() is not None:
+                exited_at[r] = now
+                if p.returncode != 0 and first_failure is None:
+                    first_failure = now
+                    deadline = min(deadline, now + FAILURE_GRACE_S)
+        if len(exited_at) == len(procs):
+            break
+        time.sleep(0.05)
+    still_running = {r for r, p in procs.items() if p.poll() is None}
+    for p in procs.values():
+        if p.poll() is None:
+            p.kill()
+        p.wait(10)
+    return exited_at, still_running
 
 
 def classify_failures(errors: dict[int, str], exited_at: dict[int, float], still_running: set[int],
@@ -234,7 +241,22 @@ def assemble(payloads: dict[int, Any], failures: dict[int, dict[str, str]], worl
     result.measure("world_size", world, "ranks")
     for code, why in skipped or []:
         result.find(Status.SKIP, code, why)
+    _failure_findings(result, failures)
+    ranks = [payloads[r] for r in sorted(payloads)]
+    if not ranks:
+        return _finish(result, None)
+    table = _allreduce_findings(result, ranks, world)
+    ddp = _ddp_findings(result, ranks, payloads, backend, hosts)
+    _node_findings(result, ranks)
+    if not any(f.status in (Status.FAIL, Status.WARN) for f in result.findings) and table and ddp:
+        peak = max(table, key=lambda row: row["busbw_GBps"])
+        result.find(Status.PASS, "distributed_ok",
+                    f"{world} ranks ({backend}) on {len(hosts)} host(s): all-reduce correct at every size, "
+                    f"peak bus bandwidth {peak['busbw_GBps']:.2f} GB/s at {peak['size']}; DDP gradients agree")
+    return _finish(result, None)
 
+
+def _failure_findings(result: ProbeResult, failures: dict[int, dict[str, str]]) -> None:
     for rank in sorted(failures):
         kind, text = failures[rank]["kind"], failures[rank]["text"]
         if kind == "stopped":
@@ -245,11 +267,10 @@ def assemble(payloads: dict[int, Any], failures: dict[int, dict[str, str]], worl
                     fix="Run again with NCCL_DEBUG=INFO (NCCL) or TORCH_DISTRIBUTED_DEBUG=DETAIL to see "
                         "where that rank stops; check its GPU with `gpudoctor report --device N`.")
     result.details["failures"] = {str(r): f for r, f in sorted(failures.items())}
-    ranks = [payloads[r] for r in sorted(payloads)]
-    if not ranks:
-        return _finish(result, None)
 
-    # all-reduce table: per size, the slowest rank's mean time.
+
+def _allreduce_findings(result: ProbeResult, ranks: list[dict[str, Any]], world: int) -> list[dict[str, Any]]:
+    """The all-reduce table (per size, the slowest rank's mean time) and its findings."""
     table: list[dict[str, Any]] = []
     wrong: list[str] = []
     size_errors: list[str] = []
@@ -286,8 +307,12 @@ def assemble(payloads: dict[int, Any], failures: dict[int, dict[str, str]], worl
     if table:
         peak = max(table, key=lambda row: row["busbw_GBps"])
         result.measure("allreduce_busbw_peak", peak["busbw_GBps"], "GB/s", note=f"at {peak['size']}")
+    return table
 
-    # DDP: correctness and per-rank timings.
+
+def _ddp_findings(result: ProbeResult, ranks: list[dict[str, Any]], payloads: dict[int, Any], backend: str,
+                  hosts: list[str]) -> dict[int, Any]:
+    """DDP's correctness across ranks, per-rank timings, and stragglers."""
     ddp = {p["rank"]: p["ddp"] for p in ranks if p.get("ddp")}
     if ddp:
         scale = max(d["grad_max_abs"] for d in ddp.values())
@@ -336,13 +361,7 @@ def assemble(payloads: dict[int, Any], failures: dict[int, dict[str, str]], worl
                         why="Every collective waits for the slowest rank, so the whole job runs at its pace.",
                         fix="Compare that device with `gpudoctor report --device N` (clocks, throttling, "
                             "PCIe link) and look for other processes on it.")
-    _node_findings(result, ranks)
-    if not any(f.status in (Status.FAIL, Status.WARN) for f in result.findings) and table and ddp:
-        peak = max(table, key=lambda row: row["busbw_GBps"])
-        result.find(Status.PASS, "distributed_ok",
-                    f"{world} ranks ({backend}) on {len(hosts)} host(s): all-reduce correct at every size, "
-                    f"peak bus bandwidth {peak['busbw_GBps']:.2f} GB/s at {peak['size']}; DDP gradients agree")
-    return _finish(result, None)
+    return ddp
 
 
 def _node_findings(result: ProbeResult, ranks: list[dict[str, Any]]) -> None:
@@ -469,8 +488,9 @@ def run(ctx: ProbeContext) -> ProbeResult:
                    "this node (NCCL needs one GPU per rank)")
             skipped.append(("nccl_skipped", f"NCCL all-reduce not checked: {why}; checked gloo on CPU instead"))
     if backend == "nccl" and not (cuda and dist.is_nccl_available()):
-        return ProbeResult.skip("distributed", "NCCL asked for, but no CUDA device or no NCCL in this torch",
-                                code="nccl_unavailable")
+        why = ("this torch build has no NCCL" if not dist.is_nccl_available() else
+               "torch sees no CUDA device (NCCL runs on GPUs; --backend gloo checks on the CPU)")
+        return ProbeResult.skip("distributed", f"NCCL asked for, but {why}", code="nccl_unavailable")
     if backend == "gloo" and not dist.is_gloo_available():
         return ProbeResult.skip("distributed", "this torch build has no gloo backend", code="gloo_unavailable")
     sizes = [int(s) for s in (opts.get("sizes") or DEFAULT_SIZES[backend])]
@@ -505,13 +525,6 @@ def run(ctx: ProbeContext) -> ProbeResult:
     return assemble(payloads, failures, nproc, backend, "local", skipped)
 
 
-PROBE = Probe(
-    name="distributed",
-    title="Distributed: all-reduce bandwidth, DDP agreement, stragglers, peers",
-    run=run,
-    level="full",
-    uses_torch=True,
-    timeout_s=DEFAULT_TIMEOUT_S + 60.0,
-    order=900,
-    description="torch.distributed on N ranks: NCCL on GPUs, gloo on CPU.",
-)
+PROBE = Probe.define(__name__, run, "Distributed: all-reduce bandwidth, DDP agreement, stragglers, peers",
+                     level="full", uses_torch=True, timeout_s=DEFAULT_TIMEOUT_S + 60.0, order=900,
+                     description="torch.distributed on N ranks: NCCL on GPUs, gloo on CPU.")

@@ -85,6 +85,38 @@ def kernel_image_available(arch_list: list[str], capability: str) -> bool | None
 
 def run(ctx: ProbeContext) -> ProbeResult:
     r = ProbeResult("environment")
+    _host_facts(r, ctx)
+    gpu = ctx.gpu
+    nvml_na, driver, driver_cuda = _driver(r, gpu)
+    facts = ctx.torch_facts()
+    if is_na(facts):
+        r.details["torch"] = None
+        return _without_torch(r, ctx, facts.reason, driver, driver_cuda)
+    r.details["torch"] = facts
+    if not facts.get("importable"):
+        r.find(Status.FAIL, "torch_import_failed", f"torch does not import: {facts.get('import_error')}",
+               why="Every PyTorch program on this machine fails at `import torch`.",
+               fix="Reinstall torch in this environment: `pip install --force-reinstall torch`.")
+        return r.settle("torch does not import")
+    version, cuda_build = _torch_build(r, facts, nvml_na)
+    # driver vs torch's CUDA build (the same check as --quick's)
+    r.findings.extend(driver_build_findings(driver, driver_cuda, version, cuda_build))
+    count = gpu.device_count() if nvml_na is None else nvml_na
+    _cuda_start(r, facts, cuda_build, count)
+    _kernel_images(r, gpu, facts, version, count)
+    _torchvision(r, facts, version)
+    summary = f"torch {version}"
+    if cuda_build:
+        summary += f" (CUDA {cuda_build})"
+    if facts.get("cudnn_version"):
+        summary += f", cuDNN {facts['cudnn_version']}"
+    summary += ", driver " + (driver if isinstance(driver, str) else "unavailable")
+    if ctx.python:  # report --python: name the environment that was checked
+        summary += f"; checked with {ctx.python}"
+    return r.settle(summary)
+
+
+def _host_facts(r: ProbeResult, ctx: ProbeContext) -> None:
     host = ctx.host_facts()
     r.measure("python", host.get("python"))
     r.measure("os", host.get("os"))
@@ -96,8 +128,9 @@ def run(ctx: ProbeContext) -> ProbeResult:
         r.measure(name, env.get(name) if env.get(name) is not None else "(unset)")
     r.details["environment_variables"] = env
 
-    # -- driver (NVML) ---------------------------------------------------------------
-    gpu = ctx.gpu
+
+def _driver(r: ProbeResult, gpu: Any) -> tuple[Any, Any, Any]:
+    """The NVIDIA driver as NVML sees it: (why NVML is unavailable or None, driver, its CUDA version)."""
     nvml_na = gpu.status()
     driver = gpu.driver_version() if nvml_na is None else nvml_na
     driver_cuda = gpu.cuda_driver_version() if nvml_na is None else nvml_na
@@ -111,19 +144,11 @@ def run(ctx: ProbeContext) -> ProbeResult:
         r.find(Status.FAIL, "nvidia_driver_unavailable", f"No usable NVIDIA driver: {words}.",
                why="Without the driver no CUDA program can use a GPU; torch falls back to the CPU.",
                fix=fix)
+    return nvml_na, driver, driver_cuda
 
-    # -- torch -------------------------------------------------------------------------
-    facts = ctx.torch_facts()
-    if is_na(facts):
-        r.details["torch"] = None
-        return _without_torch(r, ctx, facts.reason, driver, driver_cuda)
-    r.details["torch"] = facts
-    if not facts.get("importable"):
-        r.find(Status.FAIL, "torch_import_failed", f"torch does not import: {facts.get('import_error')}",
-               why="Every PyTorch program on this machine fails at `import torch`.",
-               fix="Reinstall torch in this environment: `pip install --force-reinstall torch`.")
-        return r.settle("torch does not import")
 
+def _torch_build(r: ProbeResult, facts: dict[str, Any], nvml_na: Any) -> tuple[str, Any]:
+    """torch's build and libraries; a CPU-only build is a finding. Returns (version, CUDA build)."""
     version = facts.get("version", "")
     cuda_build = facts.get("cuda_build")
     r.measure("torch", version)
@@ -143,12 +168,11 @@ def run(ctx: ProbeContext) -> ProbeResult:
                why="CPU-only wheels (+cpu) have no CUDA kernels; torch.cuda.is_available() is always False.",
                fix="Install a CUDA build: `pip install --force-reinstall torch torchvision` from PyPI "
                    "(its Linux wheels carry CUDA) or from https://download.pytorch.org/whl/cu126 etc.")
+    return version, cuda_build
 
-    # driver vs torch's CUDA build (the same check as --quick's)
-    r.findings.extend(driver_build_findings(driver, driver_cuda, version, cuda_build))
 
-    # CUDA not starting although a driver and devices are there
-    count = gpu.device_count() if nvml_na is None else nvml_na
+def _cuda_start(r: ProbeResult, facts: dict[str, Any], cuda_build: Any, count: Any) -> None:
+    """CUDA not starting although a driver and devices are there."""
     if (cuda_build and facts.get("cuda_available") is not True and isinstance(count, int) and count > 0
             and not any(f.code == "driver_too_old" for f in r.findings)):
         reason = facts.get("cuda_init_error") or "; ".join(facts.get("cuda_warnings") or []) or "unknown reason"
@@ -158,7 +182,9 @@ def run(ctx: ProbeContext) -> ProbeResult:
                fix="Read the error above; common causes are CUDA_VISIBLE_DEVICES hiding every GPU, a driver/"
                    "library mismatch after an upgrade without reboot, or a container started without GPUs.")
 
-    # compiled architectures vs each device's compute capability
+
+def _kernel_images(r: ProbeResult, gpu: Any, facts: dict[str, Any], version: str, count: Any) -> None:
+    """torch's compiled architectures against each device's compute capability."""
     arch_list = facts.get("arch_list") if isinstance(facts.get("arch_list"), list) else []
     if arch_list:
         r.measure("torch_arch_list", " ".join(arch_list))
@@ -182,7 +208,8 @@ def run(ctx: ProbeContext) -> ProbeResult:
                        " (older GPUs need an older CUDA build, e.g. cu126 wheels for sm_50..sm_70).",
                    device=index)
 
-    # torchvision
+
+def _torchvision(r: ProbeResult, facts: dict[str, Any], version: str) -> None:
     tv = facts.get("torchvision") or {}
     if tv.get("installed"):
         r.measure("torchvision", tv.get("version"))
@@ -211,16 +238,6 @@ def run(ctx: ProbeContext) -> ProbeResult:
                        + (f", or `pip install \"torch=={tv_torch}.*\"` to match torchvision {tv_version}." if tv_torch else "."))
     else:
         r.measure("torchvision", None, note="not installed")
-
-    summary = f"torch {version}"
-    if cuda_build:
-        summary += f" (CUDA {cuda_build})"
-    if facts.get("cudnn_version"):
-        summary += f", cuDNN {facts['cudnn_version']}"
-    summary += ", driver " + (driver if isinstance(driver, str) else "unavailable")
-    if ctx.python:  # report --python: name the environment that was checked
-        summary += f"; checked with {ctx.python}"
-    return r.settle(summary)
 
 
 def _without_torch(r: ProbeResult, ctx: ProbeContext, reason: str, driver: Any, driver_cuda: Any) -> ProbeResult:
@@ -257,12 +274,5 @@ def _without_torch(r: ProbeResult, ctx: ProbeContext, reason: str, driver: Any, 
     return r.settle(f"{driver_text}; {build.describe()}{where}, CUDA not started ({not_started})")
 
 
-PROBE = Probe(
-    name="environment",
-    title="Driver, torch, CUDA, cuDNN, NCCL and torchvision versions agree",
-    run=run,
-    level="quick",
-    uses_torch=True,
-    timeout_s=90,
-    order=10,
-)
+PROBE = Probe.define(__name__, run, "Driver, torch, CUDA, cuDNN, NCCL and torchvision versions agree",
+                     level="quick", uses_torch=True, timeout_s=90, order=10)

@@ -24,14 +24,16 @@ import os
 import subprocess
 import sys
 import time
+from functools import partial
 from typing import Any
 
-from gpudoctor import measure
-from gpudoctor.measure import MiB
 from gpudoctor.model import ProbeResult, Status
 from gpudoctor.probes import Probe, ProbeContext
 
 from . import _gpu
+from ._measuring import measure_each_device
+from ._allocator import LargestAllocation, expandable_segments_enabled, explain_walk, format_bytes, largest_allocation
+from ._timing import MiB
 
 OTHERS_WARN_SHARE = 0.10
 LARGEST_WARN_SHARE = 0.50
@@ -135,13 +137,13 @@ def allocator_walk(torch: Any, device: Any, read_used: Any, big_block: int) -> t
     return steps, fragment_stats
 
 
-def search_largest(torch: Any, device: Any, time_left: Any) -> tuple[measure.LargestAllocation, int, int]:
+def search_largest(torch: Any, device: Any, time_left: Any) -> tuple[LargestAllocation, int, int]:
     """Largest single allocation now; returns (search, leftover allocated bytes, free before)."""
     torch.cuda.empty_cache()
     allocated_before = torch.cuda.memory_allocated(device)
     free, _total = torch.cuda.mem_get_info(device)
     granularity = max(2 * MiB, (free // 256) // (2 * MiB) * (2 * MiB))
-    search = measure.largest_allocation(
+    search = largest_allocation(
         lambda n: torch.empty(int(n), dtype=torch.uint8, device=device),
         lambda handle: None,  # dropping the reference frees it; empty_cache hands it back
         upper=max(free, granularity), granularity=granularity,
@@ -161,13 +163,18 @@ def other_processes(ctx: ProbeContext, device: _gpu.Device) -> tuple[list[dict[s
 
 
 def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Device, budget_s: float) -> None:
-    d = dev.index
     device = _gpu.torch_device(torch, dev)
+    _context_size(ctx, r, torch, dev, device)
+    total = _allocator_walk(ctx, r, torch, dev, device)
+    _largest_allocation(r, torch, dev, device, budget_s, total)
+    _held_by_others(ctx, r, dev, total)
 
-    def read_used() -> int | None:
-        return _gpu.nvml_used(ctx, dev)
 
-    # 1. context size (before this process touches the device, else in a fresh process).
+def _context_size(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Device, device: Any) -> None:
+    """1. The CUDA context's size: before this process touches the device, else in a fresh process."""
+    d = dev.index
+    read_used = partial(_gpu.nvml_used, ctx, dev)
+
     # Ask before set_device: since torch 2.8 set_device always calls cudaSetDevice, which
     # creates the primary context at once (CUDA 12+), so asking after it always says "yes".
     fresh = not _gpu.has_context(torch, d)
@@ -187,8 +194,8 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
         if "cublas_bytes" in context:
             r.measure("cublas_first_matmul", context["cublas_bytes"], "B", device=d)
         r.find(Status.PASS, "cuda_context_size",
-               f"The CUDA context costs {measure._fmt_bytes(context['context_bytes'])} on {dev.label} before any "
-               "tensor" + (f", and the first matmul adds {measure._fmt_bytes(context['cublas_bytes'])} (cuBLAS)"
+               f"The CUDA context costs {format_bytes(context['context_bytes'])} on {dev.label} before any "
+               "tensor" + (f", and the first matmul adds {format_bytes(context['cublas_bytes'])} (cuBLAS)"
                            if "cublas_bytes" in context else "") + ".",
                why="Every process that touches this GPU pays it: nvidia-smi shows it although torch reports 0 "
                    "bytes allocated. DataLoader workers or metrics code that call .cuda() each pay it again.",
@@ -196,19 +203,24 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
     else:
         r.measure("cuda_context", None, "B", device=d, note=context.get("error", "NVML used not readable"))
 
-    # 2. the caching allocator walk
+
+def _allocator_walk(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Device, device: Any) -> int:
+    """2. The caching allocator walk (and whether the device is nearly full); returns total memory."""
+    d = dev.index
+    read_used = partial(_gpu.nvml_used, ctx, dev)
+
     free, total = torch.cuda.mem_get_info(device)
     big_block = max(4 * MiB, min(256 * MiB, (free // 16) // (2 * MiB) * (2 * MiB)))
     if free < NEARLY_FULL_SHARE * total:
         r.find(Status.WARN, "memory_nearly_full",
-               f"Only {measure._fmt_bytes(free)} of {measure._fmt_bytes(total)} is free on {dev.label}.",
+               f"Only {format_bytes(free)} of {format_bytes(total)} is free on {dev.label}.",
                why="Training on this GPU will run out of memory almost at once.",
                fix="See which processes hold it: nvidia-smi, or the process list below.", device=d)
     if free < 4 * big_block + 64 * MiB:
         r.details.setdefault("allocator_walk", {})[str(d)] = {"skipped": "too little free memory"}
     else:
         steps, fragment_stats = allocator_walk(torch, device, read_used, big_block)
-        explained = measure.explain_walk(steps)
+        explained = explain_walk(steps)
         r.details.setdefault("allocator_walk", {})[str(d)] = {
             "big_block_bytes": big_block, "steps": steps, "fragment_stats": fragment_stats,
             "facts": explained["facts"], "sentences": explained["sentences"]}
@@ -223,7 +235,7 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
         r.measure("fragment_demo_inactive_split", fragment_stats["inactive_split_bytes.all.current"], "B",
                   device=d, note="free pieces of partly used segments in the walk's fragmenting step")
         env = {k: os.environ.get(k) for k in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")}
-        expandable = measure.expandable_segments_enabled(env)
+        expandable = expandable_segments_enabled(env)
         r.find(Status.PASS, "allocator_explained", " ".join(explained["sentences"]) or
                "The caching allocator walk ran; see details.allocator_walk for the numbers.",
                why="torch.cuda.memory_allocated() counts live tensors; nvidia-smi counts what torch reserved "
@@ -233,8 +245,13 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
                     "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True. Read "
                     "torch.cuda.memory_stats() in your loop: num_alloc_retries > 0 means memory pressure."),
                device=d)
+    return total
 
-    # 3. largest single allocation
+
+def _largest_allocation(r: ProbeResult, torch: Any, dev: _gpu.Device, device: Any, budget_s: float,
+                        total: int) -> None:
+    """3. The largest single allocation that succeeds now."""
+    d = dev.index
     search_deadline = time.monotonic() + max(1.0, budget_s)
     search, leftover, free_before = search_largest(torch, device, lambda: search_deadline - time.monotonic())
     r.details.setdefault("largest_allocation", {})[str(d)] = {
@@ -249,18 +266,21 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
                     f"{len(search.tries)} tries, {search.oom_count} out-of-memory caught"))
     if leftover > 0:
         r.find(Status.WARN, "largest_search_leftover",
-               f"{measure._fmt_bytes(leftover)} stayed allocated after the largest-allocation search.",
+               f"{format_bytes(leftover)} stayed allocated after the largest-allocation search.",
                why="The search must leave nothing behind; this points at a torch allocator problem.",
                fix="Report it with the JSON report attached.", device=d)
     if not unfinished and search.largest_ok < LARGEST_WARN_SHARE * total:
         r.find(Status.WARN, "largest_allocation_small",
-               f"The largest single allocation on {dev.label} is {measure._fmt_bytes(search.largest_ok)}, "
-               f"{100 * search.largest_ok / total:.0f} % of its {measure._fmt_bytes(total)}.",
+               f"The largest single allocation on {dev.label} is {format_bytes(search.largest_ok)}, "
+               f"{100 * search.largest_ok / total:.0f} % of its {format_bytes(total)}.",
                why="Models, batches or activations larger than this will not fit, whatever nvidia-smi's total says.",
                fix="Check the processes holding memory on this GPU (below, or nvidia-smi) and stop idle ones.",
                device=d)
 
-    # 4. memory held by other processes
+
+def _held_by_others(ctx: ProbeContext, r: ProbeResult, dev: _gpu.Device, total: int) -> None:
+    """4. Memory held by other processes."""
+    d = dev.index
     others, why_not = other_processes(ctx, dev)
     if others is None:
         r.measure("other_processes_memory", None, "B", device=d, note=why_not)
@@ -272,38 +292,21 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
         if held >= OTHERS_WARN_SHARE * total:
             pids = ", ".join(str(p["pid"]) for p in others[:6])
             r.find(Status.WARN, "memory_held_by_others",
-                   f"{len(others)} other process(es) hold {measure._fmt_bytes(held)} of {dev.label} "
+                   f"{len(others)} other process(es) hold {format_bytes(held)} of {dev.label} "
                    f"(pid {pids}).",
                    why="Your training gets only what they leave; their kernels also share the GPU's time.",
                    fix="Stop idle notebooks or old runs (nvidia-smi shows them); in a container the pids are "
                        "the host's.", device=d)
 
 
-def run(ctx: ProbeContext) -> ProbeResult:
-    early = _gpu.precheck(ctx)
-    if early is not None:
-        return early.result("memory")
-    torch, missing = _gpu.import_torch_or_reason()
-    if missing is not None:
-        return missing.result("memory")
-    devices = _gpu.cuda_devices(ctx, torch)
-    if isinstance(devices, _gpu.NoDevice):
-        return devices.result("memory")
-    r = ProbeResult("memory")
-    for dev in devices:
-        _probe_device(ctx, r, torch, dev, _gpu.work_budget(ctx, 4.0, len(devices)))
+def _summary(r: ProbeResult) -> str:
     largest = [m for m in r.measurements if m.name == "largest_allocation" and m.value is not None]
-    summary = ", ".join(f"cuda:{m.device} largest allocation {measure._fmt_bytes(m.value)}" for m in largest)
-    return r.settle(summary)
+    return ", ".join(f"cuda:{m.device} largest allocation {format_bytes(m.value)}" for m in largest)
 
 
-PROBE = Probe(
-    name="memory",
-    title="GPU memory: CUDA context, caching allocator, largest allocation, other processes",
-    run=run,
-    level="full",
-    uses_torch=True,
-    timeout_s=30,
-    order=40,
-    description=__doc__.splitlines()[0],
-)
+def run(ctx: ProbeContext) -> ProbeResult:
+    return measure_each_device(ctx, "memory", _probe_device, _summary, target_s=4.0)
+
+
+PROBE = Probe.define(__name__, run, "GPU memory: CUDA context, caching allocator, largest allocation, other processes",
+                     level="full", uses_torch=True, timeout_s=30, order=40)

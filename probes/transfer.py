@@ -16,12 +16,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudoctor import measure
-from gpudoctor.measure import MiB
 from gpudoctor.model import ProbeResult, Status
 from gpudoctor.probes import Probe, ProbeContext
 
 from . import _gpu
+from ._measuring import measure_each_device
+from ._datasheet import lookup_gpu_spec
+from ._pcie import LinkCeiling, host_link_is_c2c, link_ceiling
+from ._timing import MiB, Timing, bandwidth_gbs, inner_count, percent_of, time_op
 
 HOST_SIZES = (1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB)
 D2D_SIZES = (64 * MiB, 256 * MiB, 1024 * MiB)
@@ -43,7 +45,7 @@ def fill_random(torch: Any, buffer: Any, generator: Any = None) -> None:
 
 
 def copy_timing(dst: Any, src: Any, nbytes: int, clock: Any, *, budget_s: float, repeats: int = 7,
-                non_blocking: bool = True) -> measure.Timing:
+                non_blocking: bool = True) -> Timing:
     """Median seconds of one ``nbytes`` copy from ``src`` to ``dst`` (1-D uint8 buffers).
 
     Copies rotate through the slots that fit in both buffers. Works for any pair of
@@ -59,15 +61,82 @@ def copy_timing(dst: Any, src: Any, nbytes: int, clock: Any, *, budget_s: float,
     # one untimed copy tells how many copies a timed sample needs to last ~2 ms
     first = clock.start()
     op(0)
-    inner = measure.inner_count(clock.stop(first))
-    return measure.time_op(op, clock, warmup=1, repeats=repeats, inner=inner, budget_s=budget_s)
+    inner = inner_count(clock.stop(first))
+    return time_op(op, clock, warmup=1, repeats=repeats, inner=inner, budget_s=budget_s)
 
 
-def _row(kind: str, nbytes: int, timing: measure.Timing, moved: int, ceiling: float | None) -> dict[str, Any]:
-    gbs = measure.bandwidth_gbs(moved, timing.seconds)
-    return {"kind": kind, "bytes": nbytes, "gb_per_s": round(gbs, 3),
-            "pct_of_ceiling": None if ceiling is None else round(measure.percent_of(gbs, ceiling) or 0.0, 1),
-            **timing.to_dict()}
+def _row(kind: str, nbytes: int, timing: Timing, moved: int) -> dict[str, Any]:
+    gbs = bandwidth_gbs(moved, timing.seconds)
+    # pct_of_ceiling is filled in once the ceiling is known (after the copies: see link_ceiling)
+    return {"kind": kind, "bytes": nbytes, "gb_per_s": round(gbs, 3), "pct_of_ceiling": None, **timing.to_dict()}
+
+
+def _set_ceiling(rows: list[dict[str, Any]], ceiling: float | None) -> None:
+    for row in rows:
+        row["pct_of_ceiling"] = None if ceiling is None else round(percent_of(row["gb_per_s"], ceiling) or 0.0, 1)
+
+
+def free_pinned_cache(torch: Any) -> dict[str, Any]:
+    """Give the pinned host memory torch's host allocator cached back to the system.
+
+    Freed pinned tensors stay in the caching host allocator for the life of the process
+    (the probe's 512 MiB rotation area would); ``host_empty_cache`` releases them. Returns
+    the allocator's bytes before and after, where torch reports them.
+    """
+    def held() -> int | None:
+        try:
+            stats = torch.cuda.host_memory_stats()
+        except Exception:  # older torch, or no CUDA
+            return None
+        value = stats.get("allocated_bytes.current", stats.get("allocated_bytes.all.current"))
+        return int(value) if isinstance(value, (int, float)) else None
+
+    before = held()
+    empty = getattr(torch.cuda, "host_empty_cache", None) or getattr(torch._C, "_host_emptyCache", None)
+    if empty is None:
+        return {"cached_before": before, "cached_after": before, "freed": False}
+    empty()
+    return {"cached_before": before, "cached_after": held(), "freed": True}
+
+
+def _host_rows(torch: Any, device: Any, area: int, clock: Any, budget_s: float, rng: Any) -> list[dict[str, Any]]:
+    """Pageable and pinned copies both ways at each size that fits in ``area``."""
+    sizes = [s for s in HOST_SIZES if s <= area // 2] or [area // 2]
+    pageable = torch.empty(area, dtype=torch.uint8)
+    pinned = _gpu.pinned_empty(torch, area)
+    on_device = torch.empty(area, dtype=torch.uint8, device=device)
+    for buffer in (pageable, pinned, on_device):
+        fill_random(torch, buffer, rng)
+    per_copy_budget = budget_s * 0.7 / (4 * len(sizes))
+    rows = []
+    for nbytes in sizes:
+        for kind, dst, src, non_blocking in (("pageable_h2d", on_device, pageable, False),
+                                             ("pinned_h2d", on_device, pinned, True),
+                                             ("pageable_d2h", pageable, on_device, False),
+                                             ("pinned_d2h", pinned, on_device, True)):
+            timing = copy_timing(dst, src, nbytes, clock, budget_s=per_copy_budget, non_blocking=non_blocking)
+            rows.append(_row(kind, nbytes, timing, nbytes))
+    return rows
+
+
+def _d2d_rows(torch: Any, device: Any, clock: Any, budget_s: float, rng: Any) -> list[dict[str, Any]]:
+    """Device-to-device copies at sizes beyond the L2 cache; each copy reads and writes nbytes."""
+    torch.cuda.empty_cache()
+    free, _ = torch.cuda.mem_get_info(device)
+    sizes = [s for s in D2D_SIZES if 4 * s <= free // 2] or [max(MiB, (free // 16) // MiB * MiB)]
+    src = torch.empty(2 * sizes[-1], dtype=torch.uint8, device=device)
+    dst = torch.empty(2 * sizes[-1], dtype=torch.uint8, device=device)
+    fill_random(torch, src, rng)
+    dst.fill_(7)
+    rows = [_row("d2d", nbytes, copy_timing(dst, src, nbytes, clock, budget_s=budget_s * 0.3 / len(sizes)),
+                 2 * nbytes) for nbytes in sizes]
+    del src, dst
+    torch.cuda.empty_cache()
+    return rows
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Device, budget_s: float) -> None:
@@ -76,110 +145,97 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
     torch.cuda.set_device(device)
     clock = _gpu.event_clock(torch, device)
     static = _gpu.nvml_static(ctx, dev)
-    gen, width = static.get("pcie_gen_max"), static.get("pcie_width_max")
-    ceiling = measure.pcie_ceiling_gbs(gen, width)
-    spec = measure.lookup_gpu_spec(dev.name)
-    rows: list[dict[str, Any]] = []
-    free, total = torch.cuda.mem_get_info(device)
-
-    gen_rng = torch.Generator().manual_seed(0x5EED + d)
+    spec = lookup_gpu_spec(dev.name)
+    free, _total = torch.cuda.mem_get_info(device)
+    rng = torch.Generator().manual_seed(0x5EED + d)
     area = min(SLOTS_BYTES, max(2 * MiB, (free // 8) // MiB * MiB))
-    sizes = [s for s in HOST_SIZES if s <= area // 2] or [area // 2]
-    pageable = torch.empty(area, dtype=torch.uint8)
-    pinned = _gpu.pinned_empty(torch, area)
-    on_device = torch.empty(area, dtype=torch.uint8, device=device)
-    for buffer in (pageable, pinned, on_device):
-        fill_random(torch, buffer, gen_rng)
-    per_copy_budget = budget_s * 0.7 / (4 * len(sizes))
-    for nbytes in sizes:
-        for kind, dst, src, non_blocking in (("pageable_h2d", on_device, pageable, False),
-                                         ("pinned_h2d", on_device, pinned, True),
-                                         ("pageable_d2h", pageable, on_device, False),
-                                         ("pinned_d2h", pinned, on_device, True)):
-            timing = copy_timing(dst, src, nbytes, clock, budget_s=per_copy_budget, non_blocking=non_blocking)
-            rows.append(_row(kind, nbytes, timing, nbytes, ceiling))
+    rows = _host_rows(torch, device, area, clock, budget_s, rng)
     after_load = _gpu.nvml_sample(ctx, dev)  # right after pinned traffic: the link is trained up
-    del pageable, pinned, on_device
-
-    # device to device: sizes beyond the L2 cache, each copy reads and writes nbytes
-    torch.cuda.empty_cache()
-    free, _ = torch.cuda.mem_get_info(device)
-    d2d_sizes = [s for s in D2D_SIZES if 4 * s <= free // 2] or [max(MiB, (free // 16) // MiB * MiB)]
-    d2d_area = 2 * d2d_sizes[-1]
-    src = torch.empty(d2d_area, dtype=torch.uint8, device=device)
-    dst = torch.empty(d2d_area, dtype=torch.uint8, device=device)
-    fill_random(torch, src, gen_rng)
-    dst.fill_(7)
-    for nbytes in d2d_sizes:
-        timing = copy_timing(dst, src, nbytes, clock, budget_s=budget_s * 0.3 / len(d2d_sizes))
-        rows.append(_row("d2d", nbytes, timing, 2 * nbytes,
-                         spec.memory_bandwidth_gbs if spec else None))
-    del src, dst
-    torch.cuda.empty_cache()
+    r.details.setdefault("pinned_host_cache", {})[str(d)] = free_pinned_cache(torch)
+    gen_now = _int_or_none(after_load.get("pcie_gen_current"))
+    width_now = _int_or_none(after_load.get("pcie_width_current"))
+    link = link_ceiling(static.get("pcie_gen_max"), static.get("pcie_width_max"), gen_now, width_now)
+    _set_ceiling(rows, link.gb_per_s)
+    d2d = _d2d_rows(torch, device, clock, budget_s, rng)
+    _set_ceiling(d2d, spec.memory_bandwidth_gbs if spec else None)
+    rows += d2d
 
     r.details.setdefault("rows", {})[str(d)] = rows
     r.details.setdefault("pcie", {})[str(d)] = {
-        "gen_max": gen if isinstance(gen, int) else None, "width_max": width if isinstance(width, int) else None,
-        "gen_after_load": after_load.get("pcie_gen_current") if isinstance(after_load.get("pcie_gen_current"), int) else None,
-        "width_after_load": after_load.get("pcie_width_current") if isinstance(after_load.get("pcie_width_current"), int) else None,
-        "ceiling_gb_per_s": ceiling}
+        "gen_max": _int_or_none(static.get("pcie_gen_max")), "width_max": _int_or_none(static.get("pcie_width_max")),
+        "gen_after_load": gen_now, "width_after_load": width_now, "ceiling_gb_per_s": link.gb_per_s,
+        "ceiling_note": link.note or None, "host_link": "nvlink-c2c" if host_link_is_c2c(dev.name) else "pcie"}
     r.details.setdefault("datasheet", {})[str(d)] = (
         {"model": spec.model, "memory_bandwidth_gb_per_s": spec.memory_bandwidth_gbs, "source": spec.source}
         if spec else None)
-
-    largest = {}
-    for row in rows:
-        largest[row["kind"]] = row  # rows are in increasing size: the last one is the largest
-    link = f"PCIe gen {gen} x{width}" if ceiling else "PCIe link unknown"
+    largest = {row["kind"]: row for row in rows}  # rows are in increasing size: the last one is the largest
     for kind in ("pinned_h2d", "pinned_d2h", "pageable_h2d", "pageable_d2h"):
         row = largest[kind]
-        r.measure(f"{kind}_bandwidth", row["gb_per_s"], "GB/s", device=d, reference=ceiling,
-                  note=f"{row['bytes'] // MiB} MiB copies; ceiling {link}" +
+        r.measure(f"{kind}_bandwidth", row["gb_per_s"], "GB/s", device=d, reference=link.gb_per_s,
+                  note=f"{row['bytes'] // MiB} MiB copies; ceiling {link.label}" +
                        (f"; {row['pct_of_ceiling']:.0f} %" if row["pct_of_ceiling"] is not None else ""))
-    d2d = largest["d2d"]
-    r.measure("d2d_bandwidth", d2d["gb_per_s"], "GB/s", device=d,
-              reference=spec.memory_bandwidth_gbs if spec else None,
-              note=(f"{d2d['bytes'] // MiB} MiB copies (read+write); {d2d['pct_of_ceiling']:.0f} % of "
-                    f"{spec.model} datasheet" if spec else f"no datasheet figure for {dev.name}"))
+    _host_link_findings(r, dev, largest["pinned_h2d"], link, gen_now, width_now)
+    _pin_memory_finding(r, dev, largest["pinned_h2d"], largest["pageable_h2d"])
+    _d2d_findings(r, dev, largest["d2d"], spec)
 
-    pinned_h2d = largest["pinned_h2d"]
-    pct = pinned_h2d["pct_of_ceiling"]
-    cur_gen = r.details["pcie"][str(d)]["gen_after_load"]
-    cur_width = r.details["pcie"][str(d)]["width_after_load"]
-    trained = f" The link was at gen {cur_gen} x{cur_width} right after the copies." if cur_gen and cur_width else ""
-    if pct is None:
+
+def _host_link_findings(r: ProbeResult, dev: _gpu.Device, pinned_h2d: dict[str, Any], link: LinkCeiling,
+                        gen_now: int | None, width_now: int | None) -> None:
+    """Pinned host-to-device bandwidth against the link's rate (the link's training itself is
+    the health probe's judgement: pcie_gen_degraded, pcie_width_degraded)."""
+    d, gbs, pct = dev.index, pinned_h2d["gb_per_s"], pinned_h2d["pct_of_ceiling"]
+    trained = f" The link was at gen {gen_now} x{width_now} right after the copies." if gen_now and width_now else ""
+    if link.note:
+        trained += f" {link.note}."
+    if host_link_is_c2c(dev.name) and (pct is None or pct > 110):
+        r.find(Status.PASS, "host_link_not_pcie",
+               f"Pinned host-to-device copies reach {gbs:.1f} GB/s on {dev.label}: its host link is NVLink-C2C "
+               "(a Grace superchip), not PCIe, so no PCIe ceiling applies.", device=d)
+    elif pct is None:
         r.find(Status.PASS, "pcie_ceiling_unknown",
-               f"Pinned host-to-device copies reach {pinned_h2d['gb_per_s']:.1f} GB/s on {dev.label}; NVML does "
+               f"Pinned host-to-device copies reach {gbs:.1f} GB/s on {dev.label}; NVML does "
                "not report the PCIe link, so there is no ceiling to compare with.", device=d)
     elif pct > 110:
-        r.find(Status.PASS, "host_link_not_pcie",
-               f"Pinned host-to-device copies reach {pinned_h2d['gb_per_s']:.1f} GB/s, more than {link} can carry "
-               f"({ceiling:.1f} GB/s): the host link is not plain PCIe (e.g. NVLink-C2C).", device=d)
+        r.find(Status.PASS, "pcie_link_misreported",
+               f"Pinned host-to-device copies reach {gbs:.1f} GB/s on {dev.label}, more than {link.label} can "
+               f"carry ({link.gb_per_s:.1f} GB/s): the link NVML reports is not the one the copies used.{trained}",
+               why="Only GH200/GB200-class parts have a faster host link (NVLink-C2C), and this is not one. In a "
+                   "virtual machine the GPU sits behind a virtual root port that may report a lower PCIe "
+                   "generation or width than the physical link, so the ceiling above is wrong, not the copies.",
+               fix="Nothing to fix in the training setup; compare with the host's own `nvidia-smi -q -d PCIE` "
+                   "(or `lspci -vv` on the host) to see the physical link.", device=d)
     elif pct < PINNED_WARN_PCT:
         r.find(Status.WARN, "pinned_h2d_slow",
-               f"Pinned host-to-device copies reach {pinned_h2d['gb_per_s']:.1f} GB/s on {dev.label}, {pct:.0f} % of "
-               f"{link} ({ceiling:.1f} GB/s).{trained}",
+               f"Pinned host-to-device copies reach {gbs:.1f} GB/s on {dev.label}, {pct:.0f} % of "
+               f"{link.label} ({link.gb_per_s:.1f} GB/s).{trained}",
                why="Every batch crosses this link; at this rate input copies can starve the GPU.",
                fix="Check the slot (x16 electrical?), risers and BIOS PCIe settings; run on the CPU socket "
                    "nearest the GPU (numactl --cpunodebind); look for other transfers sharing the switch.",
                device=d)
-    elif isinstance(cur_width, int) and isinstance(width, int) and cur_width < width:
-        r.find(Status.WARN, "pcie_link_degraded",
-               f"The PCIe link of {dev.label} trained at x{cur_width} of x{width} under load.",
-               why="Half the lanes halve every host transfer.",
-               fix="Reseat the card or check the slot's electrical width and the riser.", device=d)
     else:
         r.find(Status.PASS, "pinned_h2d_ok",
-               f"Pinned host-to-device copies reach {pinned_h2d['gb_per_s']:.1f} GB/s, {pct:.0f} % of {link}.",
+               f"Pinned host-to-device copies reach {gbs:.1f} GB/s, {pct:.0f} % of {link.label}.{trained}",
                device=d)
-    pageable_h2d = largest["pageable_h2d"]["gb_per_s"]
-    if pageable_h2d > 0 and pinned_h2d["gb_per_s"] >= 1.3 * pageable_h2d:
+
+
+def _pin_memory_finding(r: ProbeResult, dev: _gpu.Device, pinned_h2d: dict[str, Any],
+                        pageable_row: dict[str, Any]) -> None:
+    pinned, pageable = pinned_h2d["gb_per_s"], pageable_row["gb_per_s"]
+    if pageable > 0 and pinned >= 1.3 * pageable:
         r.find(Status.PASS, "pin_memory_helps",
-               f"Pinned memory copies {pinned_h2d['gb_per_s'] / pageable_h2d:.1f}x faster than pageable memory "
-               f"({pinned_h2d['gb_per_s']:.1f} vs {pageable_h2d:.1f} GB/s).",
+               f"Pinned memory copies {pinned / pageable:.1f}x faster than pageable memory "
+               f"({pinned:.1f} vs {pageable:.1f} GB/s).",
                why="Pageable tensors are first copied into a pinned staging buffer by the driver, and the copy "
                    "blocks the Python thread.",
-               fix="DataLoader(..., pin_memory=True) and batch.to(device, non_blocking=True).", device=d)
+               fix="DataLoader(..., pin_memory=True) and batch.to(device, non_blocking=True).", device=dev.index)
+
+
+def _d2d_findings(r: ProbeResult, dev: _gpu.Device, d2d: dict[str, Any], spec: Any) -> None:
+    d = dev.index
+    r.measure("d2d_bandwidth", d2d["gb_per_s"], "GB/s", device=d,
+              reference=spec.memory_bandwidth_gbs if spec else None,
+              note=(f"{d2d['bytes'] // MiB} MiB copies (read+write); {d2d['pct_of_ceiling']:.0f} % of "
+                    f"{spec.model} datasheet" if spec else f"no datasheet figure for {dev.name}"))
     if spec is None:
         r.find(Status.PASS, "no_datasheet",
                f"No datasheet memory bandwidth for {dev.name} in gpudoctor's table; device-to-device copies "
@@ -197,33 +253,14 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
                f"{spec.model}'s datasheet {spec.memory_bandwidth_gbs:.0f} GB/s.", device=d)
 
 
+def _summary(r: ProbeResult) -> str:
+    return ", ".join(f"cuda:{m.device} {m.name.replace('_bandwidth', '')} {m.value:.1f} GB/s" for m in r.measurements
+                     if m.name in ("pinned_h2d_bandwidth", "d2d_bandwidth"))
+
+
 def run(ctx: ProbeContext) -> ProbeResult:
-    early = _gpu.precheck(ctx)
-    if early is not None:
-        return early.result("transfer")
-    torch, missing = _gpu.import_torch_or_reason()
-    if missing is not None:
-        return missing.result("transfer")
-    devices = _gpu.cuda_devices(ctx, torch)
-    if isinstance(devices, _gpu.NoDevice):
-        return devices.result("transfer")
-    r = ProbeResult("transfer")
-    for dev in devices:
-        _probe_device(ctx, r, torch, dev, _gpu.work_budget(ctx, 6.0, len(devices), reserve_s=4.0))
-    parts = []
-    for m in r.measurements:
-        if m.name in ("pinned_h2d_bandwidth", "d2d_bandwidth"):
-            parts.append(f"cuda:{m.device} {m.name.replace('_bandwidth', '')} {m.value:.1f} GB/s")
-    return r.settle(", ".join(parts))
+    return measure_each_device(ctx, "transfer", _probe_device, _summary, target_s=6.0, reserve_s=4.0)
 
 
-PROBE = Probe(
-    name="transfer",
-    title="Host<->device (pageable, pinned) and device-to-device bandwidth against their ceilings",
-    run=run,
-    level="full",
-    uses_torch=True,
-    timeout_s=25,
-    order=50,
-    description=__doc__.splitlines()[0],
-)
+PROBE = Probe.define(__name__, run, "Host<->device (pageable, pinned) and device-to-device bandwidth against their ceilings",
+                     level="full", uses_torch=True, timeout_s=25, order=50)

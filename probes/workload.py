@@ -61,6 +61,8 @@ def measure(result: ProbeResult, device: str, cuda_index: int = 0, data_dir: str
                         "`gpudoctor report --probe workload -v` again.", device=dev)
         return result.settle(f"workload failed ({outcome.status})")
     result.measure("workload_samples_per_s", outcome.samples_per_s, "samples/s", device=dev)
+    result.measure("workload_samples_per_joule", outcome.samples_per_joule, "samples/J", device=dev,
+                   note=outcome.energy_note or "")
     result.measure("workload_epoch", outcome.epoch_s, "s", device=dev)
     result.measure("workload_step_p50", outcome.step_p50_ms, "ms", device=dev)
     result.measure("workload_test_accuracy", outcome.test_accuracy, "fraction", device=dev,
@@ -81,8 +83,14 @@ def measure(result: ProbeResult, device: str, cuda_index: int = 0, data_dir: str
                     why="On the built-in set this network reaches 90 % or more on a correct device.",
                     fix="Re-run; if it stays low, the device computes wrong results (check ECC errors, "
                         "clocks, and the driver/torch versions).", device=dev)
+    sps = outcome.samples_per_s or 0.0
+    _comparison(result, outcome, dev, expected_for(outcome.device_name) if device == "cuda" else None)
+    return result.settle(f"{sps:,.0f} samples/s, accuracy {outcome.test_accuracy:.1%}")
+
+
+def _comparison(result: ProbeResult, outcome: Any, dev: int | None, expected: tuple[float, str] | None) -> None:
+    """Samples/s against the figure measured on this GPU model, when there is one."""
     name = outcome.device_name
-    expected = expected_for(name) if device == "cuda" else None
     sps = outcome.samples_per_s or 0.0
     if expected is None:
         result.details["comparison"] = None
@@ -106,7 +114,6 @@ def measure(result: ProbeResult, device: str, cuda_index: int = 0, data_dir: str
             result.find(Status.PASS, "workload_as_expected",
                         f"{sps:,.0f} samples/s, {sps / figure:.0%} of the {figure:,.0f} expected "
                         f"({source})", device=dev)
-    return result.settle(f"{sps:,.0f} samples/s, accuracy {outcome.test_accuracy:.1%}")
 
 
 def run(ctx: Any) -> ProbeResult:
@@ -128,13 +135,6 @@ def run(ctx: Any) -> ProbeResult:
     return measure(result, "cuda", index, ctx.options.get("data_dir"))
 
 
-PROBE = Probe(
-    name="workload",
-    title="MNIST reference workload (one short training run)",
-    run=run,
-    level="full",
-    uses_torch=True,
-    timeout_s=180.0,
-    order=900,
-    description="Train the tutorials' MNIST network for one epoch on the GPU; samples/s and accuracy.",
-)
+PROBE = Probe.define(__name__, run, "MNIST reference workload (one short training run)",
+                     level="full", uses_torch=True, timeout_s=180.0, order=900,
+                     description="Train the tutorials' MNIST network for one epoch on the GPU; samples/s and accuracy.")

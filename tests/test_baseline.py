@@ -152,3 +152,23 @@ def test_nothing_in_common_is_said(real_report, tmp_path, capsys):
     empty["results"] = [r for r in empty["results"] if r["probe"] != "compute"]
     code, out, err = _compare(capsys, _write(tmp_path, "a.json", real_report), _write(tmp_path, "b.json", empty))
     assert code == exitcodes.USAGE and "nothing to compare" in err
+
+
+def test_report_baseline_appends_the_comparison_and_sets_the_exit_code(real_report, tmp_path, capsys):
+    """`report --baseline` on a live (CPU) run: a baseline 40% faster than this machine fails."""
+    faster = _write(tmp_path, "faster.json", _edited(real_report, 1 / 0.6))
+    out_file = tmp_path / "r.json"
+    code = main(["report", "--probe", "compute", "--baseline", str(faster), "--json", "-o", str(out_file)])
+    out, err = capsys.readouterr()
+    data = json.loads(out)
+    result = data["results"][-1]
+    assert result["probe"] == "baseline" and result["status"] == "fail"
+    assert code == exitcodes.FAIL
+    assert json.loads(out_file.read_text())["results"][-1]["probe"] == "baseline"
+
+
+def test_report_baseline_unreadable_is_refused_before_running(tmp_path, capsys):
+    code = main(["report", "--probe", "compute", "--baseline", str(tmp_path / "nope.json")])
+    out, err = capsys.readouterr()
+    assert code == exitcodes.USAGE and out == ""
+    assert "--baseline" in err and len(err.strip().splitlines()) == 1

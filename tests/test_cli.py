@@ -127,19 +127,50 @@ def test_python_dash_m_and_console_script_agree(cli):
     assert a.stdout == cli("--version").stdout
 
 
-def test_record_then_replay_round_trip(cli, tmp_path, validate_report):
-    rec = tmp_path / "rec.json"
-    out = cli("record", "-o", str(rec), "--seconds", "0.6", "--interval", "0.2")
-    assert out.returncode == 0, out.stderr
+def _check_round_trip(cli, rec, validate_report):
     data = json.loads(rec.read_text())
     assert data["format"] == "gpudoctor-recording" and data["meta"]["hand_made"] is False
     assert data["meta"]["created"] and "driver_version" in data["meta"]
     assert data["torch"]["importable"] is True and len(data["nvml"]["samples"]) >= 3
     replayed = cli("report", "--json", "--replay", str(rec))
     report = validate_report(json.loads(replayed.stdout))
-    assert report["source"] == "replay:rec.json"
+    assert report["source"] == f"replay:{rec.name}"
     env = next(r for r in report["results"] if r["probe"] == "environment")
     assert any(m["name"] == "torch" and m["value"] == data["torch"]["version"] for m in env["measurements"])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason="records a real GPU")
+def test_record_then_replay_round_trip(cli, tmp_path, validate_report):
+    rec = tmp_path / "rec.json"
+    out = cli("record", "-o", str(rec), "--seconds", "0.6", "--interval", "0.2")
+    assert out.returncode == 0, out.stderr
+    _check_round_trip(cli, rec, validate_report)
+
+
+def test_record_command_round_trip_on_a_replayed_gpu(cli, tmp_path, validate_report, data_dir, monkeypatch):
+    """The record command end to end in-process, its NVML backend served by a recording.
+
+    (Before: this test recorded on a machine without a GPU and expected exit 0, the
+    defect of issue #12 item 5; `record` without a GPU now exits 6, tested below.)"""
+    from gpudoctor.backends import ReplayBackend
+    from gpudoctor.cli import main
+
+    source = str(data_dir / "handmade_consumer_notsupported.json")
+    monkeypatch.setattr("gpudoctor.backends.NvmlBackend", lambda: ReplayBackend.from_file(source, loop=True))
+    rec = tmp_path / "rec.json"
+    assert main(["record", "-o", str(rec), "--seconds", "0.6", "--interval", "0.2"]) == exitcodes.OK
+    _check_round_trip(cli, rec, validate_report)
+
+
+@pytest.mark.skipif(cuda_available(), reason="checks the no-GPU exit")
+def test_record_without_a_gpu_exits_6_at_once(cli, tmp_path):
+    rec = tmp_path / "rec.json"
+    out = cli("record", "-o", str(rec), "--seconds", "30")
+    assert out.returncode == exitcodes.NO_GPU, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpudoctor record: nothing to record: ")
+    assert "sampling" not in out.stderr and not rec.exists() and out.stdout == ""
 
 
 def test_text_report_shows_brackets_literally(data_dir):

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Front ends: they render results or stream samples, never touch hardware libraries.
 FRONT_END_GLOBS = ["gpudoctor/cli.py", "gpudoctor/render.py", "gpudoctor/tui/**/*.py",
-                   "gpudoctor/hooks/**/*.py", "gpudoctor/exporter*.py", "gpudoctor/exporter/**/*.py",
+                   "gpudoctor/exporter*.py", "gpudoctor/exporter/**/*.py",
                    "gpudoctor/commands/**/*.py", "gpudoctor/*_cmd.py", "gpudoctor/watch.py", "gpudoctor/live.py"]
 HARDWARE_MODULES = {"torch", "pynvml"}
 
@@ -42,6 +42,23 @@ def test_front_ends_never_import_torch_or_pynvml():
     assert ROOT / "gpudoctor/cli.py" in files
     offenders = {str(p.relative_to(ROOT)): sorted(_imports(p) & HARDWARE_MODULES) for p in files}
     assert not {k: v for k, v in offenders.items() if v}
+
+
+def test_hooks_import_torch_only_inside_functions():
+    # The hooks instrument the user's training loop, so they use torch; but only once a step
+    # runs, so that `import gpudoctor` (and the front ends above) never load it.
+    for path in (ROOT / "gpudoctor/hooks").glob("*.py"):
+        top = set()
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.Import):
+                top |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                top.add(node.module.split(".")[0])
+        assert not top & HARDWARE_MODULES, path.name
+    code = "import sys, gpudoctor.hooks; print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
 
 
 def test_model_imports_only_the_standard_library():

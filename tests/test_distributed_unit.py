@@ -212,7 +212,7 @@ def test_nvlink_without_nvml_is_na():
 
 def test_front_ends_do_not_import_torch():
     code = ("import sys, gpudoctor.cli as c; c.build_parser(); import gpudoctor.exporter, "
-            "gpudoctor.distributed_cmd, gpudoctor.probes.distributed; "
+            "gpudoctor.commands.distributed, gpudoctor.probes.distributed; "
             "bad = [m for m in ('torch', 'pynvml', 'textual') if m in sys.modules]; print(bad); "
             "sys.exit(1 if bad else 0)")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -368,3 +368,21 @@ def test_nvlink_version_enum_is_decoded_with_the_bindings_constants():
     # an older binding without the constants: the raw value only, no guess
     links = NvmlBackend(NvmlGate(_FakeNvml({0: 1}))).nvlink(0)
     assert links[0]["version"] == 4 and links[0]["version_name"] is None
+
+
+def test_nccl_asked_for_without_a_gpu_names_the_missing_gpu_not_nccl(monkeypatch):
+    """Issue #12 item 5: a torch with NCCL but no GPU said "no NCCL in this torch"."""
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    from gpudoctor.probes import ProbeContext
+    from gpudoctor.probes.distributed import run
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(dist, "is_nccl_available", lambda: True)
+    result = run(ProbeContext(gpu=None, level="full", options={"backend": "nccl"}))
+    assert result.status.value == "skip" and result.findings[0].code == "nccl_unavailable"
+    assert "no CUDA device" in result.summary and "no NCCL" not in result.summary
+    monkeypatch.setattr(dist, "is_nccl_available", lambda: False)
+    result = run(ProbeContext(gpu=None, level="full", options={"backend": "nccl"}))
+    assert result.summary == "NCCL asked for, but this torch build has no NCCL"

@@ -117,3 +117,76 @@ def test_exporter_serves_the_energy_counter_in_joules():
     lines = [line for line in text.splitlines() if line.startswith("gpudoctor_gpu_energy_joules_total{")]
     assert len(lines) == 1 and 'gpu="0"' in lines[0] and lines[0].endswith(" 2500.0")
     assert "# TYPE gpudoctor_gpu_energy_joules_total counter" in text
+
+
+# --------------------------------------------------------------------------- bench mnist runs
+def _cpu_run():
+    from gpudoctor.workload.config import RunConfig
+    from gpudoctor.workload.data import synthetic_mnist
+    from gpudoctor.workload.run import run_one
+
+    return run_one(RunConfig("cpu", "resident", 512, None), synthetic_mnist(4096, 512), epochs=1)
+
+
+def test_cpu_run_without_rapl_says_why(monkeypatch, tmp_path):
+    from gpudoctor.workload import energy
+
+    monkeypatch.setattr(energy, "cpu_meter", lambda: cpu_meter(str(tmp_path / "no-powercap")))
+    result = _cpu_run()
+    assert result.status == "ok" and result.samples_per_s
+    assert result.energy_j is None and result.samples_per_joule is None
+    assert result.energy_source == "rapl" and "no RAPL energy counters" in result.energy_note
+
+
+def test_cpu_run_with_rapl_counts_the_energy_of_the_timed_epochs(monkeypatch, tmp_path):
+    """A real training run while a powercap tree's counter advances (1 J every read)."""
+    from gpudoctor.backends import energy as backend_energy
+    from gpudoctor.workload import energy
+
+    zone = _zone(tmp_path, "intel-rapl:0", 0)
+    reads = []
+    real_read = backend_energy.read_rapl_uj
+
+    def advancing(root):
+        reads.append(root)
+        (zone / "energy_uj").write_text(f"{len(reads) * 1_000_000}\n")
+        return real_read(root)
+
+    monkeypatch.setattr(backend_energy, "read_rapl_uj", advancing)
+    monkeypatch.setattr(energy, "cpu_meter", lambda: cpu_meter(str(tmp_path)))
+    result = _cpu_run()
+    assert result.status == "ok" and len(reads) == 2  # one read before, one after the timed epochs
+    assert result.energy_j == 1.0 and result.energy_per_epoch_j == 1.0
+    assert result.samples_per_joule == 4096.0
+    assert result.avg_power_w is not None and result.avg_power_w > 0
+    assert result.energy_source == "rapl" and result.energy_note is None
+
+
+def test_recommendation_names_the_most_efficient_run_when_it_is_not_the_fastest():
+    from gpudoctor.workload.recommend import recommend
+
+    def run(mode, batch, sps, spj):
+        return {"device": "cuda", "mode": mode, "batch_size": batch, "workers": None, "status": "ok",
+                "samples_per_s": sps, "epoch_s": 60000 / sps, "samples_per_joule": spj, "avg_power_w": sps / spj if spj else None,
+                "test_accuracy": 0.95, "data_wait_share": 0.01, "gpu_util_mean_pct": 80, "gpu_util_max_pct": 95}
+
+    rec = recommend([run("resident", 20000, 900_000, 3_000.0), run("resident", 4096, 700_000, 4_500.0)])
+    assert rec["best"]["batch_size"] == 20000
+    efficient = rec["most_efficient"]
+    assert efficient["batch_size"] == 4096 and not efficient["same_as_fastest"]
+    assert "4,500.0 samples/J" in efficient["text"] and "3,000.0 samples/J" in efficient["text"]
+    assert any("most energy-efficient" in r for r in rec["reasons"])
+    same = recommend([run("resident", 20000, 900_000, 5_000.0), run("resident", 4096, 700_000, 4_500.0)])
+    assert same["most_efficient"]["same_as_fastest"] and "also the most energy-efficient" in same["most_efficient"]["text"]
+    none = recommend([run("resident", 64, 1000, None)])
+    assert none["most_efficient"] is None
+
+
+def test_sweep_outputs_carry_the_energy_columns():
+    from gpudoctor.workload.output import CSV_COLUMNS, runs_csv
+
+    assert {"energy_j", "samples_per_joule", "avg_power_w", "energy_note"} <= set(CSV_COLUMNS)
+    text = runs_csv([{"device": "cpu", "mode": "resident", "batch_size": 64, "samples_per_joule": 12.5,
+                      "energy_note": None}])
+    header, row = text.splitlines()
+    assert row.split(",")[header.split(",").index("samples_per_joule")] == "12.5"

@@ -15,8 +15,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gpudoctor.backends import torch_hooks  # noqa: E402
-from gpudoctor.backends.torch_hooks import SYNC_WARNING_TEXT, SyncCounter  # noqa: E402
+from gpudoctor.hooks import torch_support as torch_hooks  # noqa: E402
+from gpudoctor.hooks.torch_support import SYNC_WARNING_TEXT, SyncCounter  # noqa: E402
 
 HERE = os.path.basename(__file__)
 

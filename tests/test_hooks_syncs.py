@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 from _hooks_loops import fast_collate, make_loader, train_epoch  # noqa: E402
 
 from gpudoctor import TrainingMonitor  # noqa: E402
-from gpudoctor.backends.torch_hooks import SYNC_WARNING_TEXT, SyncCounter, classify_sync_line  # noqa: E402
+from gpudoctor.hooks.torch_support import SYNC_WARNING_TEXT, SyncCounter, classify_sync_line  # noqa: E402
 from gpudoctor.hooks.summary import RawTimings, build_summary  # noqa: E402
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -62,7 +62,7 @@ def test_a_sync_inside_a_library_is_charged_to_the_users_line(tmp_path, monkeypa
     import importlib
     import os
 
-    from gpudoctor.backends import torch_hooks
+    from gpudoctor.hooks import torch_support as torch_hooks
 
     lib = tmp_path / "fakelib"
     lib.mkdir()
@@ -229,7 +229,7 @@ class FakeTorch:
 
 
 def test_event_timer_reads_finished_steps_without_waiting():
-    from gpudoctor.backends.torch_hooks import CudaEventTimer
+    from gpudoctor.hooks.torch_support import CudaEventTimer
 
     FakeEvent.device_time_ms, FakeEvent.done_up_to_ms, FakeEvent.syncs, FakeEvent.created = 0.0, -1.0, 0, 0
     timer = CudaEventTimer(0, torch=FakeTorch)
@@ -248,7 +248,7 @@ def test_event_timer_reads_finished_steps_without_waiting():
 
 
 def test_event_timer_forgets_oldest_rather_than_wait():
-    from gpudoctor.backends.torch_hooks import CudaEventTimer
+    from gpudoctor.hooks.torch_support import CudaEventTimer
 
     FakeEvent.device_time_ms, FakeEvent.done_up_to_ms, FakeEvent.syncs = 0.0, -1.0, 0
     timer = CudaEventTimer(0, max_pending=4, torch=FakeTorch)
@@ -290,3 +290,91 @@ def test_nvml_samples_between_epochs_are_left_out_of_utilisation_on_gpu():
     gpu = summary.gpu
     assert gpu["samples"] >= 10 and gpu["samples_in_steps"] < gpu["samples"]
     assert any("fell outside the measured steps" in note for note in summary.notes)
+
+
+# -- explicit waits: torch.cuda.synchronize() raises no sync-debug warning -------------------------
+
+def _fake_torch(stream_warns=False):
+    """torch's seam for the counter (a module ``cuda`` with sync debug mode and the three
+    explicit waits); ``waits`` counts the waits that reached the "device"."""
+    import types
+
+    state = {"waits": 0, "mode": 0}
+
+    def wait(*args, **kwargs):
+        state["waits"] += 1
+
+    class StreamBase:
+        def synchronize(self):
+            wait()
+            if stream_warns:  # torch's Stream.synchronize does warn in sync debug mode
+                warnings.warn(SYNC_WARNING_TEXT, UserWarning, stacklevel=2)
+
+    class Stream(StreamBase):  # inherits synchronize, as torch.cuda.Stream from its C base
+        pass
+
+    class Event:
+        def synchronize(self):
+            wait()
+
+    cuda = types.ModuleType("fake_cuda")
+    cuda.Stream, cuda.Event, cuda.synchronize = Stream, Event, wait
+    cuda.get_sync_debug_mode = lambda: state["mode"]
+    cuda.set_sync_debug_mode = lambda mode: state.update(mode=mode)
+    return types.SimpleNamespace(cuda=cuda), state
+
+
+def test_explicit_synchronize_every_step_is_counted_and_diagnosed():
+    fake, state = _fake_torch()
+    originals = (fake.cuda.synchronize, fake.cuda.Event.__dict__["synchronize"])
+    inside = {"loop": False}
+    counter = SyncCounter(fake, counting=lambda: inside["loop"])
+    assert counter.install()
+    fake.cuda.synchronize()  # before the loop: not counted as the loop's
+    inside["loop"] = True
+    for _ in range(6):
+        fake.cuda.synchronize()
+    fake.cuda.Stream().synchronize()
+    fake.cuda.Event().synchronize()
+    counter.uninstall()
+    fake.cuda.synchronize()  # after: the originals are back, nothing counts
+    assert state["waits"] == 10  # every call still reached the real wait
+    snap = counter.snapshot()
+    assert snap["total"] == 8 and snap["outside_loop"] == 1
+    top = snap["sites"][0]
+    assert top["count"] == 6 and top["pattern"] == "synchronize" and top["file"].endswith("test_hooks_syncs.py")
+    assert (fake.cuda.synchronize, fake.cuda.Event.__dict__["synchronize"]) == originals
+    assert "synchronize" not in vars(fake.cuda.Stream)  # the inherited method is uncovered again
+    assert state["mode"] == 0
+
+    n = 6
+    summary = build_summary(RawTimings(
+        waits=[0.0] * n, host_steps=[0.01] * n, iter_starts=[i * 0.01 for i in range(n)],
+        ends=[(i + 1) * 0.01 for i in range(n)], passes=[1] * n, device_steps=None, device="cuda:0",
+        warmup_steps=0, host_syncs=snap))
+    assert "host_sync_bound" in summary.codes
+    assert "torch.cuda.synchronize()" in next(d for d in summary.diagnosis if d.code == "host_sync_bound").message
+
+
+def test_a_warning_raised_inside_an_explicit_wait_counts_once():
+    fake, state = _fake_torch(stream_warns=True)
+    counter = SyncCounter(fake)
+    assert counter.install()
+    for _ in range(3):
+        fake.cuda.Stream().synchronize()
+    counter.uninstall()
+    assert counter.snapshot()["total"] == 3 and state["waits"] == 3
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_explicit_synchronize_every_step_is_host_sync_bound_on_gpu():
+    monitor = TrainingMonitor(device="cuda")
+    x = torch.randn(256, 256, device="cuda")
+    for batch in monitor.wrap(range(20)):
+        with monitor.step():
+            y = x @ x
+            torch.cuda.synchronize()
+    summary = monitor.summary()
+    assert "host_sync_bound" in summary.codes, summary.to_dict()
+    assert torch.cuda.synchronize.__module__ == "torch.cuda"  # restored after the monitor stopped

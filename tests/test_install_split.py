@@ -276,7 +276,7 @@ def test_bench_and_hooks_without_torch_name_the_extra():
         'gpudoctor: error: bench mnist needs torch, which is not installed in this environment: '
         'pip install "gpudoctor[torch]"']
     code = BLOCK_TORCH + textwrap.dedent("""
-        from gpudoctor.backends.torch_hooks import require_torch
+        from gpudoctor.hooks.torch_support import require_torch
         try:
             require_torch()
         except ModuleNotFoundError as exc:

@@ -16,17 +16,18 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gpudoctor import measure  # noqa: E402
-from gpudoctor.measure import GiB, MiB  # noqa: E402
+from gpudoctor.probes._timing import CpuClock  # noqa: E402
+from gpudoctor.probes._timing import GiB, MiB  # noqa: E402
 from gpudoctor.model import Status  # noqa: E402
 from gpudoctor.probes import ProbeContext  # noqa: E402
 from gpudoctor.probes import _gpu, compute, correctness, memory, transfer  # noqa: E402
 
 
 class FakeNvml:
-    def __init__(self, name, pcie=True, throttle=0):
+    def __init__(self, name, pcie=True, throttle=0, link=(4, 16, 4, 8)):
         self.name = name
         self.pcie = pcie
+        self.link = link  # gen max, width max, gen current, width current
         self.throttle = throttle
         self.used = 600 * MiB
 
@@ -39,7 +40,7 @@ class FakeNvml:
     def static(self, index):
         out = {"index": index, "name": self.name, "pci_bus_id": "0000:65:00.0"}
         if self.pcie:
-            out.update(pcie_gen_max=4, pcie_width_max=16)
+            out.update(pcie_gen_max=self.link[0], pcie_width_max=self.link[1])
         return out
 
     def sample(self, index):
@@ -47,7 +48,7 @@ class FakeNvml:
         out = {"memory_used_bytes": self.used, "throttle_reasons": self.throttle, "clock_sm_mhz": 1755,
                "power_w": 300.5}
         if self.pcie:
-            out.update(pcie_gen_current=4, pcie_width_current=8)
+            out.update(pcie_gen_current=self.link[2], pcie_width_current=self.link[3])
         return out
 
     def fast_sample(self, index):
@@ -72,7 +73,7 @@ def fake_cuda(monkeypatch):
              "name": "NVIDIA H100 80GB HBM3"}
     cpu = torch.device("cpu")
     monkeypatch.setattr(_gpu, "torch_device", lambda t, dev: cpu)
-    monkeypatch.setattr(_gpu, "event_clock", lambda t, device: measure.CpuClock())
+    monkeypatch.setattr(_gpu, "event_clock", lambda t, device: CpuClock())
     monkeypatch.setattr(_gpu, "pinned_empty", lambda t, n: t.empty(n, dtype=t.uint8))
     monkeypatch.setattr(_gpu, "has_context", lambda t, index: state["has_context"])
     monkeypatch.setattr(_gpu, "cuda_devices", lambda ctx, t: [
@@ -158,8 +159,46 @@ def test_transfer_device_path_with_ceilings(fake_cuda):
     d2d = next(m for m in data["measurements"] if m["name"] == "d2d_bandwidth")
     assert d2d["reference"] == 3350
     assert result.details["pcie"]["0"]["width_after_load"] == 8
-    assert _codes(result) & {"pinned_h2d_slow", "pcie_link_degraded", "pinned_h2d_ok", "host_link_not_pcie"}
+    assert _codes(result) & {"pinned_h2d_slow", "pinned_h2d_ok", "pcie_link_misreported"}
+    # the link's down-training (x8 of x16) is health's judgement (pcie_width_degraded), not a second code here
+    assert "pcie_link_degraded" not in _codes(result)
     assert _codes(result) & {"d2d_slow", "d2d_ok"}
+
+
+def test_transfer_above_the_ceiling_is_a_misreported_link_unless_c2c(fake_cuda):
+    # gen 1 x1 (0.25 GB/s), as a VM's virtual root port may report: CPU copies beat it by far
+    result = transfer.run(ProbeContext(gpu=FakeNvml(fake_cuda["name"], link=(1, 1, 1, 1)), level="full"))
+    _valid(result)
+    finding = next(f for f in result.findings if f.code == "pcie_link_misreported")
+    assert "virtual root port" in finding.why and "host_link_not_pcie" not in _codes(result)
+    # the same speed on a Grace superchip is its NVLink-C2C host link
+    fake_cuda["name"] = "NVIDIA GH200 480GB"
+    result = transfer.run(ProbeContext(gpu=FakeNvml(fake_cuda["name"], link=(1, 1, 1, 1)), level="full"))
+    assert "host_link_not_pcie" in _codes(result) and "pcie_link_misreported" not in _codes(result)
+    assert result.details["pcie"]["0"]["host_link"] == "nvlink-c2c"
+
+
+def test_transfer_ceiling_uses_the_current_link_when_the_maximum_is_below_it(fake_cuda):
+    result = transfer.run(ProbeContext(gpu=FakeNvml(fake_cuda["name"], link=(3, 8, 4, 16)), level="full"))
+    pcie = result.details["pcie"]["0"]
+    assert pcie["ceiling_gb_per_s"] == pytest.approx(31.5, rel=1e-2)
+    assert "misreported" in pcie["ceiling_note"]
+
+
+def test_transfer_frees_its_pinned_host_cache():
+    class FakeTorch:
+        class cuda:
+            held = 512 * MiB
+
+            @classmethod
+            def host_memory_stats(cls):
+                return {"allocated_bytes.current": cls.held}
+
+            @classmethod
+            def host_empty_cache(cls):
+                cls.held = 0
+
+    assert transfer.free_pinned_cache(FakeTorch) == {"cached_before": 512 * MiB, "cached_after": 0, "freed": True}
 
 
 def test_transfer_device_path_without_pcie_or_datasheet(fake_cuda):

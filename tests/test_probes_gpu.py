@@ -38,12 +38,27 @@ def _call(name):
     return result, {m["name"]: m for m in data["measurements"]}
 
 
+def _clear_cublas_workspaces():
+    # cuBLAS keeps a workspace per handle and stream (32 MiB on sm_90) in the caching allocator
+    # for the life of the process; it is not the probe's to free.
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is not None:
+        clear()
+    return clear is not None
+
+
 def test_memory_probe_on_gpu():
+    torch.cuda.init()
+    _clear_cublas_workspaces()
+    before = torch.cuda.memory_allocated(0)
     result, m = _call("memory")
     total = torch.cuda.get_device_properties(0).total_memory
     assert 0 < m["largest_allocation"]["value"] <= total
     assert result.details["largest_allocation"]["0"]["leftover_allocated"] == 0
-    assert torch.cuda.memory_allocated(0) == 0  # the probe ran in this process and freed everything
+    if _clear_cublas_workspaces():
+        assert torch.cuda.memory_allocated(0) == before  # the probe ran in this process and freed everything
+    else:
+        assert torch.cuda.memory_allocated(0) - before <= 64 << 20  # at most cuBLAS workspaces remain
     walk = result.details["allocator_walk"]["0"]
     steps = {s["label"]: s for s in walk["steps"]}
     assert steps["freed_all"]["allocated"] <= steps["baseline"]["allocated"]

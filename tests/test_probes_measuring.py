@@ -15,7 +15,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gpudoctor import measure  # noqa: E402
+from gpudoctor.probes._precision import MATMUL_FORMATS, NORMWISE_LIMIT, componentwise_tolerance  # noqa: E402
+from gpudoctor.probes._timing import CpuClock, MiB, bandwidth_gbs  # noqa: E402
 from gpudoctor.model import ProbeResult, Report, Status  # noqa: E402
 from gpudoctor.probes import ProbeContext, registry  # noqa: E402
 from gpudoctor.probes import _gpu, compute, correctness, memory, transfer  # noqa: E402
@@ -71,25 +72,25 @@ def test_probe_modules_do_not_import_torch_at_top_level():
 
 # --------------------------------------------------------------------------- loops on CPU
 def test_copy_timing_on_cpu_buffers():
-    src = torch.empty(8 * measure.MiB, dtype=torch.uint8)
-    dst = torch.empty(8 * measure.MiB, dtype=torch.uint8)
+    src = torch.empty(8 * MiB, dtype=torch.uint8)
+    dst = torch.empty(8 * MiB, dtype=torch.uint8)
     transfer.fill_random(torch, src, torch.Generator().manual_seed(1))
     assert int((src == 0).sum()) == 0  # never zeros as data
-    timing = transfer.copy_timing(dst, src, 2 * measure.MiB, measure.CpuClock(), budget_s=1.0, repeats=5)
-    assert torch.equal(dst[: 2 * measure.MiB], src[: 2 * measure.MiB])
-    gbs = measure.bandwidth_gbs(2 * measure.MiB, timing.seconds)
+    timing = transfer.copy_timing(dst, src, 2 * MiB, CpuClock(), budget_s=1.0, repeats=5)
+    assert torch.equal(dst[: 2 * MiB], src[: 2 * MiB])
+    gbs = bandwidth_gbs(2 * MiB, timing.seconds)
     assert 0.05 < gbs < 1000
     assert timing.repeats >= 3 and timing.inner >= 1
 
 
 def test_fill_random_odd_sizes():
-    buf = torch.zeros(3 * measure.MiB + 17, dtype=torch.uint8)
+    buf = torch.zeros(3 * MiB + 17, dtype=torch.uint8)
     transfer.fill_random(torch, buf)
     assert int((buf == 0).sum()) == 0
 
 
 def test_matmul_timing_and_cpu_figure():
-    timing = compute.matmul_timing(torch, "cpu", torch.float32, 128, measure.CpuClock(), budget_s=0.5,
+    timing = compute.matmul_timing(torch, "cpu", torch.float32, 128, CpuClock(), budget_s=0.5,
                                    generator=torch.Generator().manual_seed(3))
     assert timing.seconds > 0 and timing.repeats >= 3
     cpu = compute.cpu_matmul_tflops(torch, budget_s=0.5)
@@ -148,9 +149,9 @@ def test_different_bits_on_repeat_fail():
 
 def test_tolerances_per_dtype_are_ordered():
     k = 512
-    tol = {m: measure.componentwise_tolerance(m, k) for m in measure.MATMUL_FORMATS}
+    tol = {m: componentwise_tolerance(m, k) for m in MATMUL_FORMATS}
     assert tol["fp32"] < tol["tf32"] <= tol["bf16"] and tol["fp16"] < tol["bf16"]
-    assert measure.NORMWISE_LIMIT["fp32"] < measure.NORMWISE_LIMIT["fp16"] < measure.NORMWISE_LIMIT["bf16"]
+    assert NORMWISE_LIMIT["fp32"] < NORMWISE_LIMIT["fp16"] < NORMWISE_LIMIT["bf16"]
 
 
 # --------------------------------------------------------------------------- no GPU
@@ -249,7 +250,7 @@ def test_quick_level_skips_without_importing_torch():
 def test_fp32_under_forced_tf32_is_judged_by_tf32_limits():
     import torch
 
-    from gpudoctor.measure import Tf32Environment
+    from gpudoctor.probes._precision import Tf32Environment
 
     forced = Tf32Environment(fp32_runs_as_tf32=True, tf32_disabled=False)
     rows = correctness.run_checks(torch, "cpu", seed=3, m=64, n=64, k=64, elements=256,
@@ -260,3 +261,32 @@ def test_fp32_under_forced_tf32_is_judged_by_tf32_limits():
     assert "judged_as" not in tf32
     plain = correctness.run_checks(torch, "cpu", seed=3, m=64, n=64, k=64, elements=256, modes=("fp32",))
     assert "judged_as" not in plain[0] and plain[0]["componentwise_limit"] < fp32["componentwise_limit"]
+
+
+def test_correctness_restores_every_matmul_precision_flag_exactly():
+    """fp16 and bf16 reduced-precision reduction are (reduced, split-K) pairs; TF32 has three views."""
+    from gpudoctor.probes.correctness import check_matmul
+
+    m = torch.backends.cuda.matmul
+    saved_precision = torch.get_float32_matmul_precision()
+    saved = {name: getattr(m, name) for name in (
+        "allow_tf32", "allow_fp16_reduced_precision_reduction", "allow_fp16_reduced_precision_reduction_split_k",
+        "allow_bf16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction_split_k")}
+    try:
+        torch.set_float32_matmul_precision("medium")
+        m.allow_fp16_reduced_precision_reduction = (False, False)  # writing a bool would reset split-K
+        m.allow_bf16_reduced_precision_reduction = (False, False)
+        before = {name: getattr(m, name) for name in saved}
+        before_fp32 = getattr(m, "fp32_precision", None)
+        for mode in ("fp32", "tf32", "fp16", "bf16"):
+            check_matmul(torch, "cpu", mode, 8, 8, 8, torch.Generator().manual_seed(1))
+        assert {name: getattr(m, name) for name in saved} == before
+        assert torch.get_float32_matmul_precision() == "medium"
+        assert getattr(m, "fp32_precision", None) == before_fp32
+    finally:
+        torch.set_float32_matmul_precision(saved_precision)
+        m.allow_fp16_reduced_precision_reduction = (saved["allow_fp16_reduced_precision_reduction"],
+                                                    saved["allow_fp16_reduced_precision_reduction_split_k"])
+        m.allow_bf16_reduced_precision_reduction = (saved["allow_bf16_reduced_precision_reduction"],
+                                                    saved["allow_bf16_reduced_precision_reduction_split_k"])
+        m.allow_tf32 = saved["allow_tf32"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 
 import pytest
@@ -13,8 +12,9 @@ from gpudoctor.errors import UsageError  # noqa: E402
 from gpudoctor.workload import recommend as rec  # noqa: E402
 from gpudoctor.workload.config import RunConfig, SweepConfig, cpu_count  # noqa: E402
 from gpudoctor.workload.data import synthetic_mnist  # noqa: E402
-from gpudoctor.workload.run import RunResult, percentile, run_one  # noqa: E402
-from gpudoctor.workload.sweep import SweepResult, run_sweep, sorted_runs, sweep_child_main  # noqa: E402
+from gpudoctor.stats import percentile  # noqa: E402
+from gpudoctor.workload.run import RunResult, run_one  # noqa: E402
+from gpudoctor.workload.sweep import SweepResult, run_sweep, sorted_runs  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -137,41 +137,6 @@ def test_workers_are_capped_by_cpu_count(small_data):
 def test_bad_configuration_is_a_usage_error(kwargs, message):
     with pytest.raises(UsageError, match=message):
         run_sweep(SweepConfig(**kwargs))
-
-
-def test_child_process_entry_point_streams_runs():
-    """The TUI's way in: a spawned child, plain dicts over a queue."""
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    config = SweepConfig(batch_sizes=[512, 256], workers=[0], modes=["resident", "dataloader"],
-                         devices=["cpu"], train_samples=1024, test_samples=256)
-    child = ctx.Process(target=sweep_child_main, args=(config.to_dict(), queue), daemon=False)
-    child.start()
-    messages = []
-    while True:
-        message = queue.get(timeout=120)
-        messages.append(message)
-        if message[0] in ("done", "error"):
-            break
-    child.join(30)
-    assert child.exitcode == 0
-    kinds = [m[0] for m in messages]
-    assert kinds == ["start", "run"] * 4 + ["done"]
-    assert [m[2] for m in messages if m[0] == "run"] == [0.25, 0.5, 0.75, 1.0]
-    doc = messages[-1][1]
-    _validate(doc)
-    assert doc["complete"] and len(doc["runs"]) == 4 and doc["dataset"]["train_samples"] == 1024
-
-
-def test_child_process_reports_bad_data_as_error(tmp_path):
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    config = SweepConfig(devices=["cpu"], data_dir=str(tmp_path / "missing"))
-    child = ctx.Process(target=sweep_child_main, args=(config.to_dict(), queue), daemon=False)
-    child.start()
-    kind, message = queue.get(timeout=120)
-    child.join(30)
-    assert kind == "error" and "no such directory" in message
 
 
 # --------------------------------------------------------------------------- advice

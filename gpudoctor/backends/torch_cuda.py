@@ -12,6 +12,8 @@ import sys
 import warnings
 from typing import Any
 
+from gpudoctor.errors import message_line as _first_line
+
 from .na import NA
 
 
@@ -23,9 +25,6 @@ def import_torch() -> Any:
         return NA(f"{type(exc).__name__}: {_first_line(exc)}")
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _safe(fn, *args, **kwargs) -> Any:

@@ -1,7 +1,8 @@
 """Hooks inside the user's training loop: :class:`TrainingMonitor` and friends.
 
-Front-end layer: nothing here imports torch at module level; torch is reached through
-:mod:`gpudoctor.backends.torch_hooks` when a step first runs. The Lightning callback lives
+Instrumentation inside the user's process: nothing here imports torch at module level
+(``import gpudoctor`` stays free of torch); torch is reached through
+:mod:`gpudoctor.hooks.torch_support` when a step first runs. The Lightning callback lives
 in :mod:`gpudoctor.hooks.lightning` (optional dependency, imported only when asked for).
 """
 

@@ -30,7 +30,9 @@ from typing import Any, Iterable, Iterator
 from gpudoctor.errors import UsageError
 
 from .devices import DeviceMismatchError, explain_device_error
-from .summary import RawTimings, Summary, build_summary, find_stragglers, iteration_spans, percentile
+from gpudoctor.stats import percentile
+
+from .summary import RawTimings, Summary, build_summary, find_stragglers, iteration_spans
 
 log = logging.getLogger("gpudoctor.hooks")
 _clock = time.perf_counter
@@ -343,14 +345,14 @@ class TrainingMonitor:
             return
         if self._timer is None:
             try:
-                from gpudoctor.backends.torch_hooks import CudaEventTimer
+                from .torch_support import CudaEventTimer
 
                 self._timer = CudaEventTimer(self._device_index or 0)
             except Exception as exc:
                 self._notes.append(f"CUDA events unavailable ({type(exc).__name__}: {exc}); step times "
                                    "use the host clock")
         if self.count_syncs:
-            from gpudoctor.backends.torch_hooks import SyncCounter, require_torch
+            from .torch_support import SyncCounter, require_torch
 
             if self._syncs is None:
                 self._syncs = SyncCounter(require_torch(), counting=self._in_training_loop)
@@ -373,7 +375,7 @@ class TrainingMonitor:
                 self._sampler.start()
             return
         from gpudoctor.backends import NvmlBackend
-        from gpudoctor.backends.torch_hooks import cuda_pci_bus_id
+        from .torch_support import cuda_pci_bus_id
 
         from .sampler import GpuSampler, nvml_index_for
 
@@ -399,7 +401,7 @@ class TrainingMonitor:
             self._syncs.uninstall()
 
     def _resolve_device(self) -> None:
-        from gpudoctor.backends.torch_hooks import distributed_rank, resolve_device
+        from .torch_support import distributed_rank, resolve_device
 
         device = self._device_arg
         if device is None and self._model is not None and hasattr(self._model, "parameters"):
@@ -435,7 +437,7 @@ class TrainingMonitor:
                                 "more than 1024 steps ahead)")
         memory = None
         if self._device_kind == "cuda":
-            from gpudoctor.backends.torch_hooks import cuda_memory_facts
+            from .torch_support import cuda_memory_facts
 
             memory = cuda_memory_facts(self._device_index or 0)
             if "error" in memory:
@@ -471,9 +473,9 @@ class TrainingMonitor:
 
     def _gather(self, summary: Summary) -> Summary:
         from gpudoctor.backends import is_na
-        from gpudoctor.backends.torch_hooks import all_gather_objects
+        from .torch_support import all_gather_objects
 
-        from gpudoctor.backends.torch_hooks import loaded_torch, sync_debug_mode_off
+        from .torch_support import loaded_torch, sync_debug_mode_off
 
         torch = loaded_torch()
         if torch is not None and self._device_kind == "cuda":

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from gpudoctor.fileio import atomic_write_text
+from gpudoctor.stats import percentile
 
 SUMMARY_FORMAT = "gpudoctor-training-summary"
 SUMMARY_FORMAT_VERSION = 1
@@ -165,15 +166,6 @@ def _json_safe(value: Any) -> Any:
 
 
 # -- figures ------------------------------------------------------------------------------------
-
-def percentile(sorted_values: Sequence[float], q: float) -> float | None:
-    """Nearest-rank percentile of already sorted values (q in 0..100)."""
-    n = len(sorted_values)
-    if n == 0:
-        return None
-    rank = max(1, math.ceil(q / 100.0 * n))
-    return float(sorted_values[min(rank, n) - 1])
-
 
 def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
@@ -418,18 +410,25 @@ def sync_site_words(site: dict[str, Any]) -> tuple[str, str]:
 
 
 def diagnose(s: Summary) -> list[DiagnosisItem]:
-    """The problems these figures show, most important first."""
-    items: list[DiagnosisItem] = []
+    """The problems these figures show, most important first (one function per problem)."""
     on_cuda = s.device.startswith("cuda")
     gpu = s.gpu or {}
     # GPU activity comes from NVML only: CUDA events give each step's device *span* (first
     # to last event), which includes the GPU's idle gaps while it waits for the host.
     util = gpu.get("util_mean_pct") if gpu.get("util_samples", gpu.get("samples", 0)) else None
+    # the watched GPU held no tensor: the loop trained elsewhere, so its utilisation says nothing
+    trained_here = on_cuda and (s.memory or {}).get("peak_allocated_bytes") != 0
+    found = [_input_bound(s, on_cuda, util), _host_sync_bound(s, on_cuda, util),
+             _gpu_underused(s, gpu, util) if trained_here else None, _memory_near_limit(s, gpu),
+             _fragmentation(s)]
+    return [item for item in found if item is not None]
+
+
+def _input_bound(s: Summary, on_cuda: bool, util: float | None) -> DiagnosisItem | None:
     if on_cuda and util is not None:
         gpu_idle_too = util < INPUT_BOUND_MAX_GPU_UTIL_PCT
     else:
         gpu_idle_too = s.device_span_share is None or s.device_span_share < INPUT_BOUND_MAX_DEVICE_SPAN
-
     if s.data_wait_share is not None and s.data_wait_share >= INPUT_BOUND_SHARE and gpu_idle_too:
         where = "the GPU" if on_cuda else "the model"
         busy = (f" NVML saw a kernel running {util:.0f}% of the training time."
@@ -437,7 +436,7 @@ def diagnose(s: Summary) -> list[DiagnosisItem]:
         cpu_note = (" On a CPU-only run the loader's workers and the model share the same cores, "
                     "so give the workers a few cores and leave the rest to the model."
                     if not on_cuda else "")
-        items.append(DiagnosisItem(
+        return DiagnosisItem(
             INPUT_BOUND,
             f"The loop waited for the next batch {_pct(s.data_wait_share)} of its time "
             f"({_ms(s.data_wait_p50_s)} per step, median, against {_ms(s.step_time_p50_s)} of step): "
@@ -448,8 +447,12 @@ def diagnose(s: Summary) -> list[DiagnosisItem]:
             "resident in device memory." + cpu_note,
             evidence={"data_wait_share": s.data_wait_share, "data_wait_p50_s": s.data_wait_p50_s,
                       "step_time_p50_s": s.step_time_p50_s, "gpu_util_mean_pct": util if on_cuda else None,
-                      "device_span_share": s.device_span_share}))
+                      "device_span_share": s.device_span_share})
 
+    return None
+
+
+def _host_sync_bound(s: Summary, on_cuda: bool, util: float | None) -> DiagnosisItem | None:
     syncs = s.host_syncs or {}
     steps = max(s.steps, 1)
     frequent = [site for site in syncs.get("sites", []) if site["count"] >= SYNC_SITE_STEP_SHARE * steps]
@@ -464,36 +467,47 @@ def diagnose(s: Summary) -> list[DiagnosisItem]:
                 f"{site['file']}:{site['line']} ({sync_site_words(site)[0]})" for site in frequent[1:4]) + "."
         busy = (f" NVML saw a kernel running {util:.0f}% of the training time."
                 if on_cuda and util is not None else "")
-        items.append(DiagnosisItem(
+        return DiagnosisItem(
             HOST_SYNC_BOUND,
             f"The host waits for the GPU {syncs.get('per_step', 0):.1f} times per step. "
             f"The main one is {what} at {where}{code_text}, "
             f"{top['count'] / steps:.1f} times per step: each one empties the GPU's queue, so the GPU "
             f"idles while Python prepares the next step.{busy}{others}",
             advice,
-            evidence={"per_step": syncs.get("per_step"), "sites": frequent[:4]}))
+            evidence={"per_step": syncs.get("per_step"), "sites": frequent[:4]})
 
-    if on_cuda and (s.memory or {}).get("peak_allocated_bytes") == 0:
-        on_cuda = False  # the watched GPU held no tensor: the loop trained elsewhere
+    return None
+
+
+def _gpu_underused(s: Summary, gpu: dict[str, Any], util: float | None) -> DiagnosisItem | None:
     counted = gpu.get("util_samples", gpu.get("samples", 0))
-    if on_cuda and util is not None and counted >= GPU_UNDERUTILISED_MIN_SAMPLES \
+    if util is not None and counted >= GPU_UNDERUTILISED_MIN_SAMPLES \
             and util < GPU_UNDERUTILISED_PCT:
-        items.append(_underutilised(s, f"NVML saw a kernel running {util:.0f}% of the training time (mean of "
-                                       f"{counted} samples taken during the steps)", {"util_mean_pct": util}))
+        return _underutilised(s, f"NVML saw a kernel running {util:.0f}% of the training time (mean of "
+                                       f"{counted} samples taken during the steps)", {"util_mean_pct": util})
 
+    return None
+
+
+def _memory_near_limit(s: Summary, gpu: dict[str, Any]) -> DiagnosisItem | None:
     mem = s.memory or {}
     total = mem.get("total_bytes") or gpu.get("memory_total_bytes")
     peak = mem.get("peak_reserved_bytes")
     if total and peak is not None and peak >= MEMORY_NEAR_LIMIT_SHARE * total:
-        items.append(_memory_item(f"PyTorch's allocator held up to {_gib(peak)} of the GPU's {_gib(total)} "
-                                  f"({_pct(peak / total)})", {"peak_reserved_bytes": peak, "total_bytes": total}))
+        return _memory_item(f"PyTorch's allocator held up to {_gib(peak)} of the GPU's {_gib(total)} "
+                                  f"({_pct(peak / total)})", {"peak_reserved_bytes": peak, "total_bytes": total})
     elif gpu.get("memory_used_max_bytes") and gpu.get("memory_total_bytes") and \
             gpu["memory_used_max_bytes"] >= MEMORY_NEAR_LIMIT_DEVICE_SHARE * gpu["memory_total_bytes"]:
         used, dev_total = gpu["memory_used_max_bytes"], gpu["memory_total_bytes"]
-        items.append(_memory_item(f"the GPU's memory was {_pct(used / dev_total)} full ({_gib(used)} of "
+        return _memory_item(f"the GPU's memory was {_pct(used / dev_total)} full ({_gib(used)} of "
                                   f"{_gib(dev_total)}, all processes)",
-                                  {"memory_used_max_bytes": used, "memory_total_bytes": dev_total}))
+                                  {"memory_used_max_bytes": used, "memory_total_bytes": dev_total})
 
+    return None
+
+
+def _fragmentation(s: Summary) -> DiagnosisItem | None:
+    mem = s.memory or {}
     retries = mem.get("alloc_retries") or 0
     reserved = mem.get("reserved_bytes") or 0
     inactive = mem.get("inactive_split_bytes") or 0
@@ -505,15 +519,15 @@ def diagnose(s: Summary) -> list[DiagnosisItem]:
         if reserved and inactive >= FRAGMENTED_SHARE * reserved:
             seen.append(f"{_gib(inactive)} of the {_gib(reserved)} it holds sits in split blocks too "
                         "small to reuse")
-        items.append(DiagnosisItem(
+        return DiagnosisItem(
             FRAGMENTATION,
             "GPU memory is fragmented: " + "; ".join(seen) + ". Each retry stalls the step.",
             "Set `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` before starting Python, keep "
             "tensor shapes steady between steps (pad variable-length batches to a few sizes), and "
             "do not call `torch.cuda.empty_cache()` in the loop (it frees memory for other processes, "
             "not speed for yours).",
-            evidence={"alloc_retries": retries, "inactive_split_bytes": inactive, "reserved_bytes": reserved}))
-    return items
+            evidence={"alloc_retries": retries, "inactive_split_bytes": inactive, "reserved_bytes": reserved})
+    return None
 
 
 def _underutilised(s: Summary, seen: str, evidence: dict[str, Any]) -> DiagnosisItem:

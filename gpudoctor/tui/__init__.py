@@ -1,7 +1,7 @@
 """The Textual TUI (``gpudoctor`` with no arguments, ``gpudoctor tui``).
 
-Importing this package does not import textual: ``gpudoctor.tui.command`` (the CLI
-registration) and ``gpudoctor.tui.workload_runner`` stay light; the app itself lives
+Importing this package does not import textual: ``gpudoctor.tui.workload_runner`` stays
+light (the command is ``gpudoctor.commands.tui``); the app itself lives
 in :mod:`gpudoctor.tui.app` and is loaded on first use of ``GpudoctorApp``/``make_app``.
 """
 

@@ -7,6 +7,6 @@ command. Importing this package does not import torch (the runs do).
 from __future__ import annotations
 
 from gpudoctor.workload.config import MODES, RunConfig, SweepConfig
-from gpudoctor.workload.sweep import SweepResult, run_sweep, sweep_child_main, sweep_with_progress
+from gpudoctor.workload.sweep import SweepResult, run_sweep, sweep_with_progress
 
-__all__ = ["MODES", "RunConfig", "SweepConfig", "SweepResult", "run_sweep", "sweep_child_main", "sweep_with_progress"]
+__all__ = ["MODES", "RunConfig", "SweepConfig", "SweepResult", "run_sweep", "sweep_with_progress"]

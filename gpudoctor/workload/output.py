@@ -15,7 +15,8 @@ CSV_COLUMNS = (
     "train_samples", "steps", "epoch_s", "samples_per_s", "data_wait_share", "step_p50_ms",
     "step_p95_ms", "gpu_util_mean_pct", "gpu_util_max_pct", "gpu_util_samples", "gpu_util_hz",
     "peak_allocated_bytes", "peak_reserved_bytes", "device_memory_total_bytes", "first_loss",
-    "final_loss", "test_accuracy", "wall_s",
+    "final_loss", "test_accuracy", "wall_s", "energy_j", "energy_per_epoch_j", "avg_power_w",
+    "samples_per_joule", "energy_source", "energy_note",
 )
 
 MIB = 1024 ** 2
@@ -64,6 +65,7 @@ def render_table(doc: dict[str, Any], stream: TextIO, width: int | None = None) 
     runs = doc["runs"]
     has_util = any(r.get("gpu_util_mean_pct") is not None for r in runs)
     has_memory = any(r.get("peak_allocated_bytes") is not None for r in runs)
+    has_energy = any(r.get("samples_per_joule") is not None for r in runs)
     columns = [("dev", "left"), ("mode", "left"), ("batch", "right"), ("wk", "right"),
                ("epoch s", "right"), ("samples/s", "right"), ("wait", "right"), ("step ms", "right")]
     caption = "wk: DataLoader workers; wait: share of time waiting for data; step ms: p50/p95"
@@ -73,6 +75,9 @@ def render_table(doc: dict[str, Any], stream: TextIO, width: int | None = None) 
     if has_memory:
         columns.append(("MiB", "right"))
         caption += "; MiB: peak allocated/reserved"
+    if has_energy:
+        columns += [("W", "right"), ("smp/J", "right")]
+        caption += "; W: average power; smp/J: samples per joule (NVML energy counter, or RAPL for the CPU)"
     columns += [("loss", "right"), ("acc", "right")]
     table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD,
                   padding=(0, 1, 0, 0), pad_edge=False, caption=caption, caption_justify="left")
@@ -94,6 +99,8 @@ def render_table(doc: dict[str, Any], stream: TextIO, width: int | None = None) 
         if has_memory:
             row.append("-" if run["peak_allocated_bytes"] is None else
                        f"{run['peak_allocated_bytes'] / MIB:.0f}/{run['peak_reserved_bytes'] / MIB:.0f}")
+        if has_energy:
+            row += [_fmt(run.get("avg_power_w"), ".0f"), _fmt(run.get("samples_per_joule"), ",.1f")]
         row += [_fmt(run["final_loss"], ".3f"), _fmt(run["test_accuracy"], ".1%")]
         table.add_row(*row)
     console.print(table)
@@ -144,8 +151,8 @@ def render_plot(doc: dict[str, Any]) -> bytes:
         kept = series.get(run["batch_size"])
         if kept is None or run["samples_per_s"] > kept["samples_per_s"]:
             series[run["batch_size"]] = run  # best worker count at this batch size
-    figure = Figure(figsize=(11, 4.5), dpi=100)
-    speed, util = figure.subplots(1, 2)
+    figure = Figure(figsize=(16, 4.5), dpi=100)
+    speed, util, efficiency = figure.subplots(1, 3)
     any_util = False
     for (device, mode), series in sorted(lines.items()):
         sizes = sorted(series)
@@ -174,11 +181,35 @@ def render_plot(doc: dict[str, Any]) -> bytes:
     else:
         util.text(0.5, 0.5, "no GPU utilisation readings\n(CPU runs only, or NVML unavailable)",
                   ha="center", va="center", transform=util.transAxes)
+    _plot_efficiency(efficiency, doc["runs"])
     figure.suptitle("gpudoctor bench mnist" + (" (interrupted)" if doc.get("interrupted") else ""))
     figure.tight_layout()
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png")
     return buffer.getvalue()
+
+
+def _plot_efficiency(axis: Any, runs: list[dict[str, Any]]) -> None:
+    """Throughput against samples per joule, one point per run (top right is best)."""
+    points: dict[str, list[tuple[float, float]]] = {}
+    for run in runs:
+        if run["status"] == "ok" and run.get("samples_per_s") and run.get("samples_per_joule"):
+            points.setdefault(f"{run['device']} {run['mode']}", []).append(
+                (run["samples_per_joule"], run["samples_per_s"]))
+    for label, xy in sorted(points.items()):
+        axis.scatter([p[0] for p in xy], [p[1] for p in xy], label=label)
+    axis.set_xlabel("samples per joule")
+    axis.set_ylabel("samples/s")
+    axis.set_title("Throughput against energy efficiency")
+    axis.grid(True, alpha=0.3)
+    if points:
+        axis.set_xscale("log")
+        axis.set_yscale("log")
+        axis.legend(fontsize=8)
+    else:
+        notes = sorted({run.get("energy_note") for run in runs if run.get("energy_note")})
+        axis.text(0.5, 0.5, "no energy readings\n" + ("\n".join(notes[:2]) if notes else ""),
+                  ha="center", va="center", transform=axis.transAxes, fontsize=8, wrap=True)
 
 
 def write_plot(path: str, doc: dict[str, Any]) -> None:

@@ -168,6 +168,27 @@ def _headroom(best: Any) -> dict[str, Any]:
             "total_bytes": total, "text": text}
 
 
+def _most_efficient(on_device: list[Any], fastest: Any) -> dict[str, Any] | None:
+    """The run with the most samples per joule, named when it is not the fastest one."""
+    measured = [r for r in on_device if _get(r, "samples_per_joule")]
+    if not measured:
+        return None
+    best = max(measured, key=lambda r: _get(r, "samples_per_joule"))
+    fast_spj = _get(fastest, "samples_per_joule")
+    entry = {"mode": _get(best, "mode"), "batch_size": _get(best, "batch_size"), "workers": _get(best, "workers"),
+             "samples_per_joule": _get(best, "samples_per_joule"), "samples_per_s": _get(best, "samples_per_s"),
+             "same_as_fastest": best is fastest}
+    if best is fastest:
+        entry["text"] = (f"it is also the most energy-efficient run: {_get(best, 'samples_per_joule'):,.1f} samples/J "
+                         f"at {_get(best, 'avg_power_w') or 0:.0f} W")
+    else:
+        entry["text"] = (f"the most energy-efficient run is {describe(best)}: {_get(best, 'samples_per_joule'):,.1f} "
+                         f"samples/J at {_get(best, 'samples_per_s'):,.0f} samples/s, against "
+                         + (f"{fast_spj:,.1f} samples/J" if fast_spj else "an unmeasured energy")
+                         + f" at {_get(fastest, 'samples_per_s'):,.0f} samples/s for the fastest")
+    return entry
+
+
 def recommend(runs: Iterable[Any]) -> dict[str, Any]:
     """The best configuration, with reasons; plus starvation and headroom verdicts."""
     runs = list(runs)
@@ -206,6 +227,9 @@ def recommend(runs: Iterable[Any]) -> dict[str, Any]:
             f"but it ends at {best_acc:.1%} held-out accuracy against {top_acc:.1%} for "
             f"{describe(accurate)}: a larger batch takes fewer optimiser steps per epoch, so raise "
             f"the learning rate or train more epochs before relying on it")
+    efficient = _most_efficient(on_device, best)
+    if efficient is not None:
+        reasons.append(efficient["text"])
     starvation = _starvation(on_device, device)
     headroom = _headroom(best)
     if oom:
@@ -225,4 +249,5 @@ def recommend(runs: Iterable[Any]) -> dict[str, Any]:
         "starved_reasons": starvation["reasons"],
         "headroom": headroom,
         "oom_batch_sizes": oom,
+        "most_efficient": efficient,
     }

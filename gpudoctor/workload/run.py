@@ -32,6 +32,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
+from gpudoctor.errors import first_line as _first_line
+from gpudoctor.stats import percentile
 from gpudoctor.workload.config import RunConfig
 from gpudoctor.workload.data import MnistData, MnistItems, normalised
 
@@ -79,6 +81,12 @@ class RunResult:
     final_loss: float | None = None
     test_accuracy: float | None = None
     wall_s: float | None = None
+    energy_j: float | None = None          # over the timed epochs (NVML counter or RAPL)
+    energy_per_epoch_j: float | None = None
+    avg_power_w: float | None = None
+    samples_per_joule: float | None = None
+    energy_source: str | None = None       # "nvml" (the GPU) or "rapl" (the CPU packages)
+    energy_note: str | None = None         # why there is no energy figure
 
     @property
     def run(self) -> RunConfig:
@@ -94,17 +102,6 @@ class RunResult:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RunResult":
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Linear-interpolated percentile (q in 0..100) of a non-empty list."""
-    ordered = sorted(values)
-    if len(ordered) == 1:
-        return ordered[0]
-    rank = (len(ordered) - 1) * q / 100.0
-    low = math.floor(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
 # --------------------------------------------------------------------------- NVML sampling
@@ -212,9 +209,6 @@ def _is_oom(exc: BaseException) -> bool:
         marker in text for marker in ("out of memory", "can't allocate memory", "cublas_status_alloc_failed"))
 
 
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
 def device_name(device: str, cuda_index: int = 0) -> str:
@@ -273,6 +267,9 @@ def run_one(run: RunConfig, data: MnistData, *, epochs: int = 1, seed: int = 0,
         sampler = state.pop("sampler", None)
         if sampler is not None:
             sampler.stop()
+        meter = state.pop("energy", None)
+        if meter is not None:  # a run that ended early (OOM, Ctrl-C): no energy figure, NVML closed
+            meter.close()
         state.clear()  # drop the model, optimiser, loader and device tensors
         try:
             _release(device)
@@ -285,7 +282,8 @@ def run_one(run: RunConfig, data: MnistData, *, epochs: int = 1, seed: int = 0,
 def _clear_measurements(result: RunResult) -> None:
     for name in ("epoch_s", "samples_per_s", "data_wait_share", "step_p50_ms", "step_p95_ms",
                  "gpu_util_mean_pct", "gpu_util_max_pct", "gpu_util_hz", "peak_allocated_bytes",
-                 "peak_reserved_bytes", "first_loss", "final_loss", "test_accuracy"):
+                 "peak_reserved_bytes", "first_loss", "final_loss", "test_accuracy", "energy_j",
+                 "energy_per_epoch_j", "avg_power_w", "samples_per_joule"):
         setattr(result, name, None)
     result.epoch_times_s = []
     result.gpu_util_samples = 0
@@ -322,11 +320,10 @@ def _train_and_measure(run: RunConfig, data: MnistData, device: Any, epochs: int
                        state: dict[str, Any]) -> None:
     import torch
 
-    from gpudoctor.workload.model import build_model, build_optimizer, loss_function
+    from gpudoctor.workload.model import build_model, build_optimizer
 
     cuda = device.type == "cuda"
     hook = fault_hook or (lambda phase, r: None)
-    criterion = loss_function()
     n_train = int(data.train_labels.shape[0])
     result.train_samples = n_train
 
@@ -336,48 +333,97 @@ def _train_and_measure(run: RunConfig, data: MnistData, device: Any, epochs: int
         result.device_memory_total_bytes = int(torch.cuda.get_device_properties(device).total_memory)
     hook("setup", run)
 
-    # Warm-up on a throw-away network: CUDA/cuBLAS start-up, and an early out-of-memory.
     hook("warmup", run)
-    warm_model = build_model(device, seed)
-    warm_opt = build_optimizer(warm_model)
-    warm_x = torch.zeros(min(run.batch_size, n_train), 784, device=device)
-    warm_y = torch.zeros(warm_x.shape[0], dtype=torch.int64, device=device)
-    warm_loss = criterion(warm_model(warm_x), warm_y)
-    warm_loss.backward()
-    warm_opt.step()
-    del warm_model, warm_opt, warm_x, warm_y, warm_loss
-    _release(device)
+    _warm_up(run, device, seed, n_train)
     if cuda:
         torch.cuda.reset_peak_memory_stats(device)
 
     model = build_model(device, seed)
     optimizer = build_optimizer(model)
     state["model"], state["optimizer"] = model, optimizer
+    batches = _batch_source(run, data, device, seed, state)
+    sampler = UtilSampler(device.index or 0, util_interval_s) if cuda else None
+    if sampler is not None:
+        state["sampler"] = sampler.start()
+    from gpudoctor.workload import energy
+
+    meter = state["energy"] = energy.RunEnergy(device).start()
+    trained = _train_epochs(run, model, optimizer, batches, device, epochs, hook, should_stop, result)
+    energy.fill(result, meter.stop(), n_train * epochs, epochs)
+    state.pop("energy").close()
+    if sampler is not None:
+        result.__dict__.update(state.pop("sampler").stop())
+    if cuda:
+        result.peak_allocated_bytes = int(torch.cuda.max_memory_allocated(device))
+        result.peak_reserved_bytes = int(torch.cuda.max_memory_reserved(device))
+    _fill_figures(result, trained, n_train, epochs)
+    result.test_accuracy = round(evaluate(model, data, device), 5)
+    if not math.isfinite(trained.last_epoch_loss):
+        # Throughput is still a measurement; the numbers the network produced are not.
+        result.status = "error"
+        result.error = f"training diverged: mean loss of the last epoch is {trained.last_epoch_loss}"
+
+
+def _warm_up(run: RunConfig, device: Any, seed: int, n_train: int) -> None:
+    """One step on a throw-away network: CUDA/cuBLAS start-up, and an early out-of-memory."""
+    import torch
+
+    from gpudoctor.workload.model import build_model, build_optimizer, loss_function
+
+    warm_model = build_model(device, seed)
+    warm_opt = build_optimizer(warm_model)
+    warm_x = torch.zeros(min(run.batch_size, n_train), 784, device=device)
+    warm_y = torch.zeros(warm_x.shape[0], dtype=torch.int64, device=device)
+    warm_loss = loss_function()(warm_model(warm_x), warm_y)
+    warm_loss.backward()
+    warm_opt.step()
+    del warm_model, warm_opt, warm_x, warm_y, warm_loss
+    _release(device)
+
+
+def _batch_source(run: RunConfig, data: MnistData, device: Any, seed: int,
+                  state: dict[str, Any]) -> Callable[[], Any]:
+    """What gives one epoch's batches: the mode's DataLoader, or shuffled slices of device tensors."""
+    import torch
+
     if run.mode == "resident":
         x_all = normalised(data.train_images).to(device)
         y_all = data.train_labels.to(device)
         state["x"], state["y"] = x_all, y_all
         shuffle = torch.Generator(device=device).manual_seed(seed)
-        loader = None
-    else:
-        loader = _make_loader(run, data, device, seed)
-        state["loader"] = loader
+        return lambda: _resident_batches(x_all, y_all, run.batch_size, shuffle)
+    loader = _make_loader(run, data, device, seed)
+    state["loader"] = loader
+    return lambda: iter(loader)
+
+
+@dataclass
+class _Trained:
+    """What the timed epochs leave behind (host clock, seconds)."""
+
+    step_times: list[float] = field(default_factory=list)
+    wait_total: float = 0.0
+    train_total: float = 0.0
+    first_loss: Any = None
+    last_epoch_loss: float = 0.0
+
+
+def _train_epochs(run: RunConfig, model: Any, optimizer: Any, batches_of: Callable[[], Any], device: Any,
+                  epochs: int, hook: FaultHook, should_stop: Callable[[], bool] | None,
+                  result: RunResult) -> _Trained:
+    import torch
+
+    from gpudoctor.workload.model import loss_function
+
+    cuda = device.type == "cuda"
+    criterion = loss_function()
     sync_every_step = run.mode == "dataloader"  # the tutorials' running loss.item()
     non_blocking = run.mode == "tuned" and cuda
-
-    sampler = UtilSampler(device.index or 0, util_interval_s) if cuda else None
-    if sampler is not None:
-        state["sampler"] = sampler.start()
-
-    step_times: list[float] = []
-    wait_total = 0.0
-    train_total = 0.0
-    first_loss: Any = None
-    last_epoch_loss = 0.0
+    out = _Trained()
     model.train()
-    for epoch in range(epochs):
+    for _epoch in range(epochs):
         epoch_start = time.perf_counter()
-        batches = iter(loader) if loader is not None else _resident_batches(x_all, y_all, run.batch_size, shuffle)
+        batches = batches_of()
         loss_sum: Any = torch.zeros((), device=device) if not sync_every_step else 0.0
         seen = 0
         while True:
@@ -401,38 +447,32 @@ def _train_and_measure(run: RunConfig, data: MnistData, device: Any, epochs: int
                 loss_sum += loss.item() * n
             else:
                 loss_sum += loss.detach() * n
-            if first_loss is None:
-                first_loss = loss.detach().clone()
+            if out.first_loss is None:
+                out.first_loss = loss.detach().clone()
             seen += n
-            wait_total += fetched - step_start
-            step_times.append(time.perf_counter() - step_start)
+            out.wait_total += fetched - step_start
+            out.step_times.append(time.perf_counter() - step_start)
         if cuda:
             torch.cuda.synchronize(device)
         elapsed = time.perf_counter() - epoch_start
-        train_total += elapsed
+        out.train_total += elapsed
         result.epoch_times_s.append(round(elapsed, 4))
-        last_epoch_loss = float(loss_sum) / max(seen, 1)
+        out.last_epoch_loss = float(loss_sum) / max(seen, 1)
         del batches
-    if sampler is not None:
-        result.__dict__.update(state.pop("sampler").stop())
-    if cuda:
-        result.peak_allocated_bytes = int(torch.cuda.max_memory_allocated(device))
-        result.peak_reserved_bytes = int(torch.cuda.max_memory_reserved(device))
+    return out
 
-    result.steps = len(step_times)
+
+def _fill_figures(result: RunResult, trained: _Trained, n_train: int, epochs: int) -> None:
+    train_total = trained.train_total
+    result.steps = len(trained.step_times)
     result.epoch_s = round(train_total / epochs, 4)
     result.samples_per_s = round(n_train * epochs / train_total, 1) if train_total > 0 else None
-    result.data_wait_share = round(wait_total / train_total, 4) if train_total > 0 else None
-    if step_times:
-        result.step_p50_ms = round(percentile(step_times, 50) * 1000, 3)
-        result.step_p95_ms = round(percentile(step_times, 95) * 1000, 3)
-    result.first_loss = float(first_loss) if first_loss is not None else None
-    result.final_loss = round(last_epoch_loss, 5)
-    result.test_accuracy = round(evaluate(model, data, device), 5)
-    if not math.isfinite(last_epoch_loss):
-        # Throughput is still a measurement; the numbers the network produced are not.
-        result.status = "error"
-        result.error = f"training diverged: mean loss of the last epoch is {last_epoch_loss}"
+    result.data_wait_share = round(trained.wait_total / train_total, 4) if train_total > 0 else None
+    if trained.step_times:
+        result.step_p50_ms = round(percentile(trained.step_times, 50) * 1000, 3)  # type: ignore[operator]
+        result.step_p95_ms = round(percentile(trained.step_times, 95) * 1000, 3)  # type: ignore[operator]
+    result.first_loss = float(trained.first_loss) if trained.first_loss is not None else None
+    result.final_loss = round(trained.last_epoch_loss, 5)
 
 
 def evaluate(model: Any, data: MnistData, device: Any) -> float:

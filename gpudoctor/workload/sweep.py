@@ -1,8 +1,9 @@
 """The sweep: every (device, mode, batch size, workers) run, in one process, one after another.
 
 :func:`run_sweep` is the entry point for every front end. The CLI calls it in-process;
-the TUI runs it in a spawned child process through :func:`sweep_child_main`, so its own
-process never imports torch nor creates a CUDA context.
+the TUI runs :func:`sweep_with_progress` in a spawned child process
+(:mod:`gpudoctor.tui.workload_runner`), so its own process never imports torch nor
+creates a CUDA context.
 
 Ctrl-C (KeyboardInterrupt) or a stop request ends the sweep between or inside runs: the
 unfinished run is dropped, the finished ones are kept, and the result says
@@ -195,34 +196,6 @@ def _busy_note() -> str | None:
         return (f"the machine was busy before the sweep started (1-minute load average {load:.1f} "
                 f"on {cpus} CPUs): timings include other processes' work and vary from run to run")
     return None
-
-
-# --------------------------------------------------------------------------- child process
-def sweep_child_main(config: dict[str, Any], queue: Any, stop_event: Any = None) -> None:
-    """Target for a spawned child process (the TUI's Workload screen).
-
-    Puts on ``queue``: ``("start", run_dict, index, total)`` before each run,
-    ``("run", result_dict, fraction)`` after each, and finally ``("done", sweep_dict)``
-    or ``("error", one_line)``. ``stop_event`` (a multiprocessing Event) asks it to stop;
-    the finished runs still come back in "done". Start the process with
-    ``daemon=False``: DataLoader workers are child processes, which a daemonic process
-    may not have.
-    """
-    import signal
-    from dataclasses import asdict
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; it sets stop_event
-    try:
-        sweep_config = SweepConfig.from_dict(config)
-        result = run_sweep(
-            sweep_config,
-            on_start=lambda run, index, total: queue.put(("start", asdict(run), index, total)),
-            on_run=lambda run, fraction: queue.put(("run", run.to_dict(), fraction)),
-            should_stop=(stop_event.is_set if stop_event is not None else None))
-        queue.put(("done", result.to_dict()))
-    except Exception as exc:
-        lines = str(exc).strip().splitlines()
-        queue.put(("error", f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__))
 
 
 def sweep_with_progress(progress: Callable[..., None], quick: bool = False,

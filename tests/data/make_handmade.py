@@ -439,23 +439,6 @@ def exporter_nvml_missing() -> dict:
 
 
 # --------------------------------------------------------------------------- other fixtures (not recordings)
-def allocator_stats() -> dict:
-    """torch.cuda.memory_stats() subsets for the allocator assessment."""
-    def stats(ooms: int, retries: int, inactive_split: int, reserved: int, allocated: int) -> dict:
-        return {"num_ooms": ooms, "num_alloc_retries": retries, "inactive_split_bytes.all.current": inactive_split,
-                "reserved_bytes.all.current": reserved, "allocated_bytes.all.current": allocated}
-
-    return {
-        "hand_made": True,
-        "scenario": "Hand-made torch.cuda.memory_stats() subsets for three situations; not recordings.",
-        "cases": {
-            "clean": stats(0, 0, 40 * MiB, 6 * GiB, 5 * GiB),
-            "pressure_and_fragmentation": stats(1, 12, 3 * GiB, 10 * GiB, 6 * GiB),
-            "small_fragmented_cache": stats(0, 0, 60 * MiB, 100 * MiB, 30 * MiB),
-        },
-    }
-
-
 def memory_walk() -> dict:
     """The memory probe's allocator walk, as the caching allocator's rounding rules give it (MiB)."""
     steps = [("baseline", 0, 0, 520), ("small_alloc", 18, 20, 540), ("small_free_alternate", 9, 20, 540),
@@ -485,7 +468,6 @@ def builders() -> dict[str, Callable[[], Any]]:
         "handmade_no_nvml.json": no_nvml,
         "exporter_gpu_lost_handmade.json": exporter_gpu_lost,
         "exporter_nvml_missing_handmade.json": exporter_nvml_missing,
-        "allocator_stats_handmade.json": allocator_stats,
         "memory_walk_handmade.json": memory_walk,
     })
     return files

@@ -1,19 +1,21 @@
-"""``gpudoctor bench mnist``: the reference workload sweep, as a sub-command.
+"""``gpudoctor bench mnist``: the reference workload sweep (the library: :mod:`gpudoctor.workload`).
 
 Front end: validates the command line (one-line error, exit 2) before importing torch,
-runs :func:`gpudoctor.workload.sweep.run_sweep` with a progress bar on stderr, prints the
-table (or ``--json`` to stdout) and writes ``--csv``/``--plot``/``-o`` atomically. Ctrl-C
-keeps the finished runs, writes them, and exits 130.
+runs :func:`gpudoctor.workload.sweep.run_sweep` with progress on stderr, prints the table
+(or ``--json``) to stdout, then writes ``--csv``/``--plot``/``-o``. Ctrl-C keeps the
+finished runs, writes them, and exits 130; an output that cannot be written is one line
+and exit 7.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 
 from gpudoctor import exitcodes
+from gpudoctor.commands.args import check_writable, output_path
+from gpudoctor.commands.output import Progress, deliver, say
 from gpudoctor.errors import UsageError
 from gpudoctor.workload.config import (DEFAULT_BATCH_SIZES, DEFAULT_WORKERS, DEVICES, MODES,
                                        QUICK_BATCH_SIZES, QUICK_WORKERS, SweepConfig,
@@ -53,10 +55,10 @@ def register(subparsers: Any) -> None:
     mnist.add_argument("--download", action="store_true",
                        help="download MNIST into --data-dir (default ~/.cache/gpudoctor/mnist) first")
     mnist.add_argument("--json", action="store_true", help="print the JSON document to stdout")
-    mnist.add_argument("--csv", metavar="FILE", help="write one CSV row per run to FILE")
-    mnist.add_argument("--plot", metavar="FILE.png", help="plot samples/s and GPU utilisation against batch size")
-    mnist.add_argument("-o", "--output", metavar="FILE", help="write the JSON document to FILE")
-    mnist.set_defaults(handler=cmd_bench_mnist)
+    mnist.add_argument("--csv", type=output_path, metavar="FILE", help="write one CSV row per run to FILE")
+    mnist.add_argument("--plot", type=output_path, metavar="FILE.png", help="plot samples/s and GPU utilisation against batch size")
+    mnist.add_argument("-o", "--output", type=output_path, metavar="FILE", help="write the JSON document to FILE")
+    mnist.set_defaults(handler=run)
 
 
 def _bench_help(parser: argparse.ArgumentParser) -> int:
@@ -91,65 +93,22 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
     return config
 
 
-def _check_writable(option: str, path: str | None) -> None:
-    if not path:
-        return
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise UsageError(f"{option} {path}: directory {directory} does not exist")
-    if not os.access(directory, os.W_OK):
-        raise UsageError(f"{option} {path}: directory {directory} is not writable")
-    if os.path.isdir(path):
-        raise UsageError(f"{option} {path}: is a directory")
+def _run_line(result: Any, fraction: float) -> str:
+    if result.status == "ok":
+        outcome = f"{result.samples_per_s:,.0f} samples/s, epoch {result.epoch_s:.2f} s"
+    else:
+        outcome = f"{result.status}: {result.error}"
+    return f"gpudoctor: [{fraction:4.0%}] {result.run.label()}: {outcome}"
 
 
-class _Progress:
-    """A rich progress bar on stderr (a terminal), else one line per finished run."""
-
-    def __init__(self) -> None:
-        self.live = sys.stderr.isatty()
-        self.progress: Any = None
-        self.task: Any = None
-
-    def __enter__(self) -> "_Progress":
-        if self.live:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                     TimeElapsedColumn(), console=Console(stderr=True), transient=True)
-            self.progress.__enter__()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.progress is not None:
-            self.progress.__exit__(None, None, None)
-
-    def start(self, run: Any, index: int, total: int) -> None:
-        if self.progress is not None:
-            if self.task is None:
-                self.task = self.progress.add_task("", total=total)
-            self.progress.update(self.task, description=f"running {run.label()}")
-
-    def done(self, result: Any, fraction: float) -> None:
-        if self.progress is not None:
-            self.progress.advance(self.task)
-            return
-        if result.status == "ok":
-            outcome = f"{result.samples_per_s:,.0f} samples/s, epoch {result.epoch_s:.2f} s"
-        else:
-            outcome = f"{result.status}: {result.error}"
-        print(f"gpudoctor: [{fraction:4.0%}] {result.run.label()}: {outcome}", file=sys.stderr, flush=True)
-
-
-def cmd_bench_mnist(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     from gpudoctor.torch_build import TORCH_EXTRA_HINT, find_local_torch
 
     if find_local_torch() is None:  # the light install: say how to get torch, not a traceback
         raise UsageError(f"bench mnist needs torch, which is not installed in this environment: {TORCH_EXTRA_HINT}")
     for option, path in (("--csv", args.csv), ("--plot", args.plot), ("-o", args.output)):
-        _check_writable(option, path)
+        check_writable(path, option)
     if args.plot:
         import importlib.util
 
@@ -158,23 +117,24 @@ def cmd_bench_mnist(args: argparse.Namespace) -> int:
     from gpudoctor.workload.output import render_table, sweep_json, write_csv, write_json, write_plot
     from gpudoctor.workload.sweep import run_sweep
 
-    with _Progress() as progress:
-        result = run_sweep(config, on_start=progress.start, on_run=progress.done)
+    with Progress(lines=True) as progress:
+        result = run_sweep(config,
+                           on_start=lambda run, index, total: progress.start(f"running {run.label()} "
+                                                                             f"({index + 1}/{total})"),
+                           on_run=lambda result, fraction: progress.done(_run_line(result, fraction)))
     doc = result.to_dict()
-    # Files first: a Ctrl-C while printing must not lose them.
-    if args.output:
-        write_json(args.output, doc)
-    if args.csv:
-        write_csv(args.csv, doc["runs"])
-    if args.plot:
-        write_plot(args.plot, doc)
-    if args.json:
-        sys.stdout.write(sweep_json(doc) + "\n")
-    else:
-        render_table(doc, sys.stdout)
+    files = [(path, writer) for path, writer in ((args.output, lambda p: write_json(p, doc)),
+                                                 (args.csv, lambda p: write_csv(p, doc["runs"])),
+                                                 (args.plot, lambda p: write_plot(p, doc))) if path]
+    written = deliver(lambda out: out.write(sweep_json(doc) + "\n") if args.json else render_table(doc, out),
+                      files)
     if result.interrupted:
-        written = [p for p in (args.output, args.csv, args.plot) if p]
-        print(f"gpudoctor: interrupted; {len(result.runs)} of {result.planned} runs finished and were kept"
-              + (f" in {', '.join(written)}" if written else ""), file=sys.stderr)
-        return exitcodes.INTERRUPTED
-    return exitcodes.OK
+        kept = [path for path, _ in files] if written else []
+        say(f"gpudoctor: interrupted; {len(result.runs)} of {result.planned} runs finished and were kept"
+            + (f" in {', '.join(kept)}" if kept else ""))
+    if not written:
+        return exitcodes.WRITE_FAILED
+    return exitcodes.INTERRUPTED if result.interrupted else exitcodes.OK
+
+
+__all__ = ["register", "run", "config_from_args"]

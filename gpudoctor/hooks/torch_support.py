@@ -1,9 +1,9 @@
 """torch helpers for the training-loop hooks: CUDA-event step timers, host-sync counting,
 allocator statistics and torch.distributed facts.
 
-Like :mod:`gpudoctor.backends.torch_cuda`, nothing here imports torch at module import
-time; :mod:`gpudoctor.hooks` reaches torch only through these functions, so
-``import gpudoctor`` stays free of torch. None of the helpers that run once per step
+Nothing here imports torch at module import time; the rest of :mod:`gpudoctor.hooks`
+reaches torch only through these functions, so ``import gpudoctor`` stays free of torch
+(tests/test_contracts.py checks it). None of the helpers that run once per step
 synchronises the device: events are recorded, and later *queried*, never waited on.
 """
 
@@ -19,7 +19,7 @@ import warnings
 from collections import deque
 from typing import Any, Callable
 
-from .na import NA
+from gpudoctor.backends.na import NA
 
 log = logging.getLogger("gpudoctor.hooks")
 
@@ -100,7 +100,7 @@ def _cuda_usable(torch: Any) -> bool:
 
 def cuda_pci_bus_id(index: int) -> str | None:
     """PCI bus id of torch's CUDA device ``index`` ('0000:65:00.0'), to find it in NVML."""
-    from .torch_cuda import device_properties
+    from gpudoctor.backends.torch_cuda import device_properties
 
     try:
         return device_properties(require_torch(), index).get("pci_bus_id")
@@ -283,8 +283,10 @@ class SyncCounter:
 
     With ``torch.cuda.set_sync_debug_mode("warn")`` torch warns (``UserWarning: called a
     synchronizing CUDA operation``) from the Python line that made the sync: ``.item()``,
-    ``.cpu()``, ``.tolist()``, a blocking ``.to(device)``, ``torch.cuda.synchronize()``...
-    The counter catches those warnings (they are not shown), groups them by the first
+    ``.cpu()``, ``.tolist()``, a blocking ``.to(device)``... Device-wide and event waits
+    (``torch.cuda.synchronize()``, ``Stream.synchronize()``, ``Event.synchronize()``) raise
+    no such warning, so while the counter is active those three are wrapped to count
+    themselves, and restored after. The counter catches the warnings (they are not shown), groups them by the first
     frame outside torch, Lightning, gpudoctor and the standard library, and keeps the
     line's text to name the pattern. A sync made by framework code (Lightning, DDP) is
     charged to the innermost framework line instead, with ``origin`` "framework": the
@@ -318,6 +320,8 @@ class SyncCounter:
         self._show_warnings = False
         self._prefixes: tuple[str, ...] = ()
         self._framework: tuple[str, ...] = ()
+        self._wrapped: list[tuple[Any, str, Any, bool]] = []  # (owner, name, original, owned by it)
+        self._inside_explicit = threading.local()
 
     def install(self) -> bool:
         self._prefixes = _library_prefixes()
@@ -342,9 +346,63 @@ class SyncCounter:
                 self._remove_warning_hook()
                 self.status = f"sync debug mode unavailable ({type(exc).__name__})"
                 return False
+        if torch is not None:
+            self._wrap_explicit_syncs(torch)
         self.active = True
         self.status = "counted with torch.cuda sync debug mode"
         return True
+
+    # Device-wide and event waits do not go through sync debug mode's warning, so an explicit
+    # torch.cuda.synchronize() every step would go uncounted: while the counter is active,
+    # these three calls are wrapped (the warnings raised inside them are not counted again).
+    def _wrap_explicit_syncs(self, torch: Any) -> None:
+        cuda = torch.cuda
+        targets: list[Any] = [cuda] + [c for c in (getattr(cuda, "Stream", None), getattr(cuda, "Event", None))
+                                       if isinstance(c, type)]
+        for owner in targets:
+            original = getattr(owner, "synchronize", None)
+            if original is None:
+                continue
+            owned = not isinstance(owner, type) or "synchronize" in vars(owner)
+            setattr(owner, "synchronize", self._counting_wrapper(original))
+            self._wrapped.append((owner, "synchronize", original, owned))
+
+    def _counting_wrapper(self, original: Any) -> Any:
+        counter = self
+
+        def synchronize(*args: Any, **kwargs: Any) -> Any:
+            caller = sys._getframe(1)
+            counter._count(caller.f_code.co_filename, caller.f_lineno)
+            inside = counter._inside_explicit
+            inside.depth = getattr(inside, "depth", 0) + 1
+            try:
+                return original(*args, **kwargs)
+            finally:
+                inside.depth -= 1
+
+        synchronize.__wrapped__ = original  # type: ignore[attr-defined]
+        return synchronize
+
+    def _unwrap_explicit_syncs(self) -> None:
+        for owner, name, original, owned in reversed(self._wrapped):
+            if getattr(getattr(owner, name, None), "__wrapped__", None) is not original:
+                continue  # someone wrapped it again after us: leave theirs in place
+            if owned:
+                setattr(owner, name, original)
+            else:
+                delattr(owner, name)  # it was inherited: uncover the base class's method
+        self._wrapped = []
+
+    def _count(self, filename: str, lineno: int) -> None:
+        """One sync made at ``filename:lineno``: counted, or set aside (other thread, outside the loop)."""
+        if self._thread_id is not None and threading.get_ident() != self._thread_id and _started_by_python():
+            with self._lock:
+                self.other_threads += 1
+        elif self._counting is None or self._counting():
+            self.record(filename, lineno)
+        else:
+            with self._lock:
+                self.outside += 1
 
     def _install_warning_hook(self) -> None:
         # "always" so that every sync reaches showwarning, not only the first per line.
@@ -368,6 +426,7 @@ class SyncCounter:
         if not self.active:
             return
         self.active = False
+        self._unwrap_explicit_syncs()
         torch = self._torch
         if torch is not None and self._saved_mode == 0:
             try:
@@ -379,14 +438,8 @@ class SyncCounter:
     def _showwarning(self, message: Any, category: Any, filename: str, lineno: int,
                      file: Any = None, line: str | None = None) -> None:
         if str(message).startswith(SYNC_WARNING_TEXT):
-            if self._thread_id is not None and threading.get_ident() != self._thread_id \
-                    and _started_by_python():
-                with self._lock:
-                    self.other_threads += 1
-            elif self._counting is None or self._counting():
-                self.record(filename, lineno)
-            else:
-                self.outside += 1
+            if not getattr(self._inside_explicit, "depth", 0):  # an explicit wait counts once
+                self._count(filename, lineno)
             if not self._show_warnings:
                 return
         original = self._saved_showwarning or warnings._showwarning_orig  # type: ignore[attr-defined]

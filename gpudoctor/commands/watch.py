@@ -2,32 +2,24 @@
 
 Exit codes (gpudoctor/exitcodes.py): 0 after COUNT intervals; 2 bad arguments or
 recording; 6 no usable GPU (NVML missing or no device: said on stderr, and as one JSON
-line ``{"error": "no_gpu", ...}`` on stdout with --json); 130 stopped by Ctrl-C, which
-is the usual way to end an unbounded watch. A GPU that fails mid-watch (GPU lost,
-driver gone) prints a FAULT line for that GPU and the watch goes on.
+line ``{"error": "no_gpu", ...}`` on stdout with --json); 7 stdout cannot be written;
+130 stopped by Ctrl-C, which is the usual way to end an unbounded watch. A GPU that fails
+mid-watch (GPU lost, driver gone) prints a FAULT line for that GPU and the watch goes on.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from typing import Any
 
 from gpudoctor import exitcodes
+from gpudoctor.commands.args import bounded, refresh_interval
+from gpudoctor.commands.output import say, write_stdout_line
 from gpudoctor.errors import UsageError
-from gpudoctor.tui.command import interval_seconds
 
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+count = bounded(int, minimum=1, what="a whole number")
 
 
 def register(subparsers: Any) -> None:
@@ -35,21 +27,16 @@ def register(subparsers: Any) -> None:
         "watch", help="one line per GPU per interval, for logs (--json: JSON lines)",
         description="Print one line per GPU every interval: utilisation, memory, temperature, power, clocks, "
                     "PCIe, fan and throttle reasons. Exit codes: 0 done, 2 usage, 6 no GPU, 130 Ctrl-C.")
-    parser.add_argument("-i", "--interval", type=interval_seconds, default=1.0, metavar="SECONDS",
+    parser.add_argument("-i", "--interval", type=refresh_interval, default=1.0, metavar="SECONDS",
                         help="seconds between readings (default 1, minimum 0.25)")
-    parser.add_argument("-n", "--count", type=_count, metavar="COUNT",
+    parser.add_argument("-n", "--count", type=count, metavar="COUNT",
                         help="stop after COUNT intervals (default: until Ctrl-C)")
     parser.add_argument("--json", action="store_true", help="one JSON object per GPU per interval")
     parser.add_argument("--replay", metavar="FILE", help="read a recording made with `gpudoctor record`")
-    parser.set_defaults(handler=cmd_watch)
+    parser.set_defaults(handler=run)
 
 
-def _emit(line: str) -> None:
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()  # a log reader sees each interval as it happens
-
-
-def cmd_watch(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     from gpudoctor.backends import NvmlBackend, RecordingError, ReplayBackend
     from gpudoctor.live import LiveSampler, no_gpu_words, watch_line, watch_record
 
@@ -66,16 +53,17 @@ def cmd_watch(args: argparse.Namespace) -> int:
         if not snap.has_gpu:
             reason = snap.nvml_status.reason if snap.nvml_status is not None else "NoDevices"
             words = no_gpu_words(reason) if snap.nvml_status is not None else "NVML reports no NVIDIA GPU"
-            print(f"gpudoctor watch: nothing to watch: {words} (NVML: {reason}). "
-                  f"`gpudoctor report` says why.", file=sys.stderr)
+            say(f"gpudoctor watch: nothing to watch: {words} (NVML: {reason}). `gpudoctor report` says why.")
             if args.json:
-                _emit(json.dumps({"error": "no_gpu", "reason": reason, "message": words}))
+                write_stdout_line(json.dumps({"error": "no_gpu", "reason": reason, "message": words}))
             return exitcodes.NO_GPU
         done = 0
         next_at = time.monotonic()
         while True:
             for dev in snap.devices:
-                _emit(json.dumps(watch_record(snap, dev), allow_nan=False) if args.json else watch_line(snap, dev))
+                # flushed per line: a log reader sees each interval as it happens
+                write_stdout_line(json.dumps(watch_record(snap, dev), allow_nan=False) if args.json
+                                  else watch_line(snap, dev))
             done += 1
             if args.count is not None and done >= args.count:
                 return exitcodes.OK
@@ -86,3 +74,6 @@ def cmd_watch(args: argparse.Namespace) -> int:
         return exitcodes.INTERRUPTED
     finally:
         sampler.close()
+
+
+__all__ = ["register", "run", "count"]

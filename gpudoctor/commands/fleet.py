@@ -15,16 +15,12 @@ import sys
 from typing import Any
 
 from gpudoctor import exitcodes
+from gpudoctor.commands.args import bounded
+from gpudoctor.commands.output import is_terminal
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not (0 < value <= 86400 * 365):  # also refuses nan and inf
-        raise argparse.ArgumentTypeError(f"must be more than 0 and at most a year, got {text}")
-    return value
+# Per-request limit and staleness: more than 0, at most a year.
+_seconds = bounded(float, above=0, maximum=86400 * 365, what="a number of seconds", unit=" s")
 
 
 def _lookback(text: str) -> str:
@@ -54,10 +50,10 @@ def register(subparsers: Any) -> None:
                         help="how far back to look for GPUs of targets that stopped answering (default 1h)")
     parser.add_argument("--timeout", type=_seconds, default=10.0, metavar="SECONDS",
                         help="per-request time limit (default 10)")
-    parser.set_defaults(handler=cmd_fleet)
+    parser.set_defaults(handler=run)
 
 
-def cmd_fleet(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     from gpudoctor import fleet
 
     try:
@@ -70,7 +66,7 @@ def cmd_fleet(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps(view.to_dict(), indent=2) + "\n")
     else:
-        width = shutil.get_terminal_size((120, 24)).columns if sys.stdout.isatty() else 160
+        width = shutil.get_terminal_size((120, 24)).columns if is_terminal(sys.stdout) else 160
         sys.stdout.write(fleet.render_text(view, width=max(80, width)))
     sys.stdout.flush()
     return fleet.exit_code(view, args.fail_on)

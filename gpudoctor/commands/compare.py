@@ -29,10 +29,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--force", action="store_true", help="compare even when the GPU models differ")
     parser.add_argument("--fail-on", choices=("warn", "fail"), default="warn",
                         help="lowest status that gives a non-zero exit (default: warn)")
-    parser.set_defaults(handler=cmd_compare)
+    parser.set_defaults(handler=run)
 
 
-def cmd_compare(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     from gpudoctor import _version, baseline
     from gpudoctor.model import Report
 

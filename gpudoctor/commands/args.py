@@ -1,0 +1,101 @@
+"""Argument types every command shares: one bounded number, one output path.
+
+argparse calls a type with the text the user typed; an ``argparse.ArgumentTypeError``
+becomes ``gpudoctor CMD: error: argument --x: MESSAGE`` and exit 2 (cli._Parser).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from typing import Callable, Union
+
+from gpudoctor.errors import UsageError
+
+Number = Union[int, float]
+
+
+def bounded(kind: type = float, *, minimum: Number | None = None, maximum: Number | None = None,
+            above: Number | None = None, what: str = "a number", unit: str = "",
+            below_message: str | None = None) -> Callable[[str], Number]:
+    """An argparse type: an ``int`` or a finite ``float`` within bounds.
+
+    ``minimum``/``maximum`` are inclusive, ``above`` is an exclusive lower bound; ``unit``
+    is appended to the bounds in messages (" s"). NaN, ±inf and overflowing literals
+    (``1e309`` reads as inf) are refused with a one-line message, so no interval, count or
+    time limit is NaN or infinite downstream. ``below_message`` (a format string with
+    ``{text}``) replaces the message for a value under the lower bound.
+    """
+    if kind not in (int, float):
+        raise TypeError("kind must be int or float")
+
+    def parse(text: str) -> Number:
+        raw = text.strip()
+        try:
+            value: Number = int(raw, 10) if kind is int else float(raw)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
+        if isinstance(value, float) and math.isinf(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+        # Comparisons written so that NaN fails them (NaN compares false with everything).
+        if above is not None and not value > above:
+            raise argparse.ArgumentTypeError(
+                below_message.format(text=text) if below_message else f"must be > {above:g}{unit}, got {text}")
+        if minimum is not None and not value >= minimum:
+            raise argparse.ArgumentTypeError(
+                below_message.format(text=text) if below_message else f"must be at least {minimum:g}{unit}, got {text}")
+        if maximum is not None and not value <= maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {maximum:g}{unit}, got {text}")
+        if isinstance(value, float) and math.isnan(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+        return value
+
+    parse.__name__ = what.replace(" ", "_")  # argparse names the type in some messages
+    return parse
+
+
+# Upper bounds keep every duration a valid argument of time.sleep / Event.wait / timers
+# (1e309 overflows; threading.TIMEOUT_MAX is about 9.2e9 s on Linux) and far past any use.
+MAX_SECONDS = 10 * 365 * 24 * 3600.0  # ten years
+
+seconds = bounded(float, above=0, maximum=MAX_SECONDS, what="a number of seconds", unit=" s")
+seconds_or_zero = bounded(float, minimum=0, maximum=MAX_SECONDS, what="a number of seconds", unit=" s")
+
+# The refresh interval of the TUI and watch. Also gpudoctor.tui.app.MIN_INTERVAL_S: kept
+# here so that parsing needs no textual.
+MIN_INTERVAL_S = 0.25
+refresh_interval = bounded(float, minimum=MIN_INTERVAL_S, maximum=MAX_SECONDS, what="a number of seconds",
+                           unit=" s")
+
+
+def output_path(text: str) -> str:
+    """An argparse type for ``-o FILE`` and friends: a non-empty path."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("give a file name (got an empty one)")
+    return text
+
+
+def check_writable(path: str | None, option: str | None = None) -> None:
+    """Refuse, before a run, an output path that can never be written (UsageError, exit 2).
+
+    Whether the write then works (disk full, device, permissions on the file) is known only
+    when writing: see :mod:`gpudoctor.commands.output`.
+    """
+    if path is None:
+        return
+    label = f"{option} {path}" if option else f"cannot write {path}"
+    if not path.strip():
+        raise UsageError(f"{option or 'output'}: give a file name (got an empty one)")
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise UsageError(f"{label}: directory {directory} does not exist")
+    if os.path.isdir(path):
+        raise UsageError(f"{label}: it is a directory")
+    if os.path.exists(path) and not os.path.isfile(path):
+        return  # a device, a FIFO, a terminal: written directly, the directory does not matter
+    if not os.access(directory, os.W_OK):
+        raise UsageError(f"{label}: directory {directory} is not writable")
+
+
+__all__ = ["bounded", "seconds", "seconds_or_zero", "MAX_SECONDS", "MIN_INTERVAL_S", "refresh_interval", "output_path", "check_writable"]

@@ -1,0 +1,64 @@
+"""``gpudoctor record -o FILE``: capture real NVML and torch readings for replay and bug reports.
+
+Exit codes: 0 written; 2 bad arguments; 6 no usable GPU (said at once, nothing sampled);
+7 the recording could not be written; 130 Ctrl-C (what was sampled is written).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from gpudoctor import exitcodes
+from gpudoctor.commands.args import check_writable, output_path, seconds
+from gpudoctor.commands.output import deliver, say
+
+
+def register(subparsers: Any) -> None:
+    record = subparsers.add_parser("record", help="capture real NVML and torch readings into a recording",
+                                   description="Capture device readings for replay and bug reports.")
+    record.add_argument("-o", "--output", type=output_path, metavar="FILE", required=True,
+                        help="recording file to write")
+    record.add_argument("--seconds", type=seconds, default=5.0, help="how long to sample (default 5)")
+    record.add_argument("--interval", type=seconds, default=0.5, help="seconds between samples (default 0.5)")
+    record.add_argument("--no-torch", action="store_true", help="do not record torch facts (no CUDA context)")
+    record.add_argument("--anonymize", action="store_true", help="strip UUIDs, serials and host name")
+    record.set_defaults(handler=run)
+
+
+def no_gpu_reason(gpu: Any) -> str | None:
+    """Why there is nothing to record (one sentence), or None when NVML sees a GPU."""
+    from gpudoctor.live import no_gpu_words
+
+    status = gpu.status()
+    if status is not None:
+        return f"{no_gpu_words(status.reason)} (NVML: {status.reason})"
+    count = gpu.device_count()
+    if not isinstance(count, int) or count < 1:
+        return f"{no_gpu_words('NoDevices')} (NVML: NoDevices)"
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    from gpudoctor import fileio
+    from gpudoctor.backends import NvmlBackend
+    from gpudoctor.recorder import record
+
+    check_writable(args.output)
+    gpu = NvmlBackend()
+    try:
+        reason = no_gpu_reason(gpu)
+        if reason is not None:
+            say(f"gpudoctor record: nothing to record: {reason}. `gpudoctor report` says why.")
+            return exitcodes.NO_GPU
+        data, interrupted = record(gpu, seconds=args.seconds, interval=args.interval, with_torch=not args.no_torch,
+                                   anonymize=args.anonymize, log=say)
+    finally:
+        gpu.close()
+    if not deliver(None, [(args.output, lambda path: fileio.write_json(path, data))]):
+        return exitcodes.WRITE_FAILED
+    say(f"gpudoctor: recording written to {args.output}")
+    return exitcodes.INTERRUPTED if interrupted else exitcodes.OK
+
+
+__all__ = ["register", "run", "no_gpu_reason"]
