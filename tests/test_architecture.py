@@ -211,7 +211,7 @@ PUBLIC = {
                            "throttle_reason_words", "GpuBackend"],
     "gpudoctor.hooks": ["TrainingMonitor", "Summary", "DiagnosisItem", "CODES", "check_devices",
                         "explain_device_error", "DeviceMismatchError", "MonitorUsageError", "MonitorUsageWarning"],
-    "gpudoctor.workload": ["MODES", "RunConfig", "SweepConfig", "SweepResult", "run_sweep", "sweep_child_main",
+    "gpudoctor.workload": ["MODES", "RunConfig", "SweepConfig", "SweepResult", "run_sweep",
                            "sweep_with_progress"],
     "gpudoctor.tui": ["GpudoctorApp", "make_app"],
     "gpudoctor.probes": ["Probe", "ProbeContext", "registry", "probe_names", "CATALOGUE", "LEVELS"],
