@@ -14,14 +14,11 @@ every reading is NA with one reason (``GpuIsLost``, ``Uninitialized``...) is a
 from __future__ import annotations
 
 import collections
-import datetime as _dt
-import math
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Deque, Iterable, Mapping
+from typing import Any, Callable, Deque, Mapping
 
 from gpudoctor.backends.na import NA, is_na
-from gpudoctor.backends.nvml import throttle_reason_names, throttle_reason_words
 
 #: History kept per metric for sparklines (samples; at 1 s that is two minutes).
 HISTORY_LENGTH = 120
@@ -327,155 +324,12 @@ class History:
 
 
 # --------------------------------------------------------------------------- formatting
-SPARK_CHARS = "▁▂▃▄▅▆▇█"
-
-
-def sparkline(values: Iterable[float | None], width: int, lo: float = 0.0, hi: float | None = None) -> str:
-    """The last ``width`` values as block characters on a fixed scale [lo, hi].
-
-    A fixed scale (0-100 % for utilisation) keeps a flat 100 % line from looking like a
-    flat 0 % line, which an auto-scaled sparkline would show identically. Gaps (None)
-    are blanks. ``hi`` None: the largest value seen (for watts, MHz, bytes/s).
-    """
-    if width <= 0:
-        return ""
-    data = list(values)[-width:]
-    known = [v for v in data if v is not None]
-    top = hi if hi is not None else (max(known) if known else 1.0)
-    span = (top - lo) or 1.0
-    out = []
-    for v in data:
-        if v is None or (isinstance(v, float) and math.isnan(v)):
-            out.append(" ")
-            continue
-        frac = min(1.0, max(0.0, (v - lo) / span))
-        out.append(SPARK_CHARS[min(len(SPARK_CHARS) - 1, int(frac * (len(SPARK_CHARS) - 1) + 0.5))])
-    return "".join(out).rjust(width)
-
-
-def short_na(value: NA) -> str:
-    words = {"NotSupported": "not supported", "NoPermission": "no permission", "GpuIsLost": "GPU lost",
-             "NotRecorded": "not recorded", "FunctionNotFound": "old driver"}
-    return f"n/a ({words.get(value.reason, value.reason)})"
-
-
-def fmt_bytes(n: Any) -> str:
-    if is_na(n):
-        return short_na(n)
-    if not isinstance(n, (int, float)):
-        return "n/a"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit in ("B", "KiB") else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"
-
-
-def fmt_rate_kbps(kbps: Any) -> str:
-    """PCIe throughput as NVML gives it ("KB/s", which is KiB/s: x1024, as the exporter and
-    nvitop read it), in binary units: ``512 KiB/s``, ``1.2 GiB/s``."""
-    if is_na(kbps):
-        return short_na(kbps)
-    if not isinstance(kbps, (int, float)) or isinstance(kbps, bool):
-        return "n/a"
-    bps = float(kbps) * 1024.0
-    for unit in ("B/s", "KiB/s", "MiB/s", "GiB/s"):
-        if bps < 1024 or unit == "GiB/s":
-            return f"{bps:.0f} {unit}" if unit in ("B/s", "KiB/s") else f"{bps:.1f} {unit}"
-        bps /= 1024.0
-    return f"{bps:.1f} GiB/s"
-
-
-def fmt_num(value: Any, unit: str = "", digits: int = 0) -> str:
-    if is_na(value):
-        return short_na(value)
-    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
-        return "n/a"
-    text = f"{value:.{digits}f}"
-    return f"{text}{unit}" if unit in ("%", "°C") else f"{text} {unit}".rstrip()
-
-
-def fmt_memory(dev: DeviceSnapshot) -> str:
-    used, total = dev.sample.get("memory_used_bytes", NA("NotRecorded")), dev.memory_total
-    if is_na(used):
-        return short_na(used)
-    if isinstance(used, (int, float)) and isinstance(total, (int, float)) and total > 0:
-        return f"{used / 2**30:.1f}/{total / 2**30:.1f} GiB"
-    return fmt_bytes(used)
-
-
-def fmt_power(dev: DeviceSnapshot) -> str:
-    power = dev.get("power_w")
-    limit = dev.sample.get("power_limit_w", dev.static.get("power_limit_w"))
-    if is_na(power) or not isinstance(power, (int, float)):
-        return fmt_num(power)
-    if isinstance(limit, (int, float)) and not is_na(limit):
-        return f"{power:.0f}/{limit:.0f} W"
-    return f"{power:.0f} W"
-
-
-def throttle_text(value: Any, *, words: bool = True) -> str:
-    """Throttle (clock event) reasons in words; "none" when the clocks run free."""
-    if is_na(value):
-        return short_na(value)
-    if not isinstance(value, int):
-        return "n/a"
-    if value == 0:
-        return "none"
-    names = throttle_reason_words(value) if words else throttle_reason_names(value)
-    return "; ".join(names) if names else f"unknown reason bits 0x{value:x}"
-
-
-# --------------------------------------------------------------------------- watch lines
-WATCH_FIELDS = ("gpu_util_pct", "mem_util_pct", "memory_used_bytes", "memory_total_bytes", "temperature_c",
-                "power_w", "power_limit_w", "clock_sm_mhz", "clock_mem_mhz", "pcie_rx_kbps",
-                "pcie_tx_kbps", "fan_pct", "throttle_reasons", "performance_state")
-
-
-def _iso(ts: float) -> str:
-    return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def watch_line(snap: Snapshot, dev: DeviceSnapshot) -> str:
-    """One log line for one device, e.g. ``2026-...Z gpu0 util 87% mem 31.2/40.0 GiB ...``."""
-    head = f"{_iso(snap.time)} gpu{dev.index}"
-    fault = dev.fault
-    if fault is not None:
-        return f"{head} FAULT {fault.reason}: {fault_words(fault.reason)}"
-    parts = [
-        f"util {fmt_num(dev.get('gpu_util_pct'), '%')}",
-        f"mem {fmt_memory(dev)}",
-        f"temp {fmt_num(dev.get('temperature_c'), '°C')}",
-        f"power {fmt_power(dev)}",
-        f"sm {fmt_num(dev.get('clock_sm_mhz'), 'MHz')}",
-        f"memclk {fmt_num(dev.get('clock_mem_mhz'), 'MHz')}",
-        f"pcie rx {fmt_rate_kbps(dev.get('pcie_rx_kbps'))} tx {fmt_rate_kbps(dev.get('pcie_tx_kbps'))}",
-        f"fan {fmt_num(dev.get('fan_pct'), '%')}",
-        f"throttle {throttle_text(dev.get('throttle_reasons'), words=False).replace('; ', ',')}",
-    ]
-    return head + " " + " | ".join(parts)
-
-
-def watch_record(snap: Snapshot, dev: DeviceSnapshot) -> dict[str, Any]:
-    """One JSON-lines record: readings as numbers, NA as null with its reason in ``na``."""
-    record: dict[str, Any] = {"time": _iso(snap.time), "gpu": dev.index, "name": dev.name}
-    na: dict[str, str] = {}
-    fault = dev.fault
-    record["fault"] = fault.reason if fault is not None else None
-    for key in WATCH_FIELDS:
-        value = dev.get(key)
-        if is_na(value):
-            record[key] = None
-            na[key] = value.reason
-        elif isinstance(value, float) and not math.isfinite(value):
-            record[key] = None
-        else:
-            record[key] = value
-    reasons = dev.get("throttle_reasons")
-    record["throttle"] = throttle_reason_names(reasons) if isinstance(reasons, int) else None
-    record["na"] = na
-    return record
+# The formatting of readings lives in gpudoctor.presentation (shared by the report, the TUI
+# and watch); these names stay importable from here for existing callers.
+from gpudoctor.presentation import (  # noqa: E402,F401
+    SPARK_CHARS, WATCH_FIELDS, fmt_bytes, fmt_memory, fmt_num, fmt_power, fmt_rate_kbps, short_na,
+    sparkline, throttle_text, watch_line, watch_record,
+)
 
 
 # --------------------------------------------------------------------------- processes

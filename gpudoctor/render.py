@@ -6,27 +6,16 @@ Rendering only reads a :class:`~gpudoctor.model.Report`; it never runs probes.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from typing import Any, TextIO
 
 from gpudoctor.anonymize import REDACTED, anonymize_dict, anonymize_report_dict  # noqa: F401  (re-exported)
 from gpudoctor.model import Report, Status
-
-STATUS_STYLE = {
-    "pass": ("PASS", "bold green"),
-    "skip": ("SKIP", "dim"),
-    "warn": ("WARN", "bold yellow"),
-    "fail": ("FAIL", "bold red"),
-    "error": ("ERROR", "bold magenta"),
-}
-
-VERDICT = {
-    "pass": "Healthy: no problem found by the checks that ran.",
-    "skip": "Nothing could be checked.",
-    "warn": "Usable, with warnings: read the findings above.",
-    "fail": "Not usable as is: fix the failures above.",
-    "error": "Incomplete: a check could not finish (see the errors above).",
-}
+from gpudoctor.presentation import (
+    STATUS_STYLE, VERDICT, fmt_bytes, plain_text, status_style, wrap_hanging,
+)
+from gpudoctor.presentation import status_word as _status_word
 
 
 def report_to_json(report: Report, anonymize: bool = False, indent: int | None = 2) -> str:
@@ -37,97 +26,241 @@ def report_to_json(report: Report, anonymize: bool = False, indent: int | None =
 
 
 # --------------------------------------------------------------------------- text
+#: Longest prose field (a finding's summary, why or fix) shown; driver text inside is bounded too.
+MAX_PROSE = 2000
+
+
+def _prose(value: Any) -> str:
+    """Probe-written prose that may quote driver text: plain, one paragraph, bounded."""
+    if value is None:
+        return ""
+    return " ".join(plain_text(part, limit=MAX_PROSE) for part in str(value).splitlines() if part.strip())
+
+
 def _fmt_value(value: Any, unit: str) -> str:
     if value is None:
         return "n/a"
+    unit = plain_text(unit or "", limit=20)
     if isinstance(value, float):
         text = f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
     elif isinstance(value, bool):
         text = "yes" if value else "no"
     elif isinstance(value, int) and unit in ("B", "bytes"):
-        return format_bytes(value)
+        return fmt_bytes(value)
     else:
-        text = str(value)
+        text = plain_text(value)
     return f"{text} {unit}".rstrip()
 
 
-def format_bytes(n: float | int | None) -> str:
-    if n is None:
-        return "n/a"
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
+#: The report's width when stdout is not a terminal: no hard wrap. A pipe or a log file gets
+#: each finding on one line (grep finds it whole, a pager or editor wraps for its reader),
+#: so no sentence is ever broken at a width the reader does not have.
+PIPE_WIDTH = 0
+#: Narrowest terminal width the report lays out for; narrower terminals wrap again themselves.
+MIN_WIDTH = 40
 
 
-def render_text(report: Report, stream: TextIO | None = None, *, verbose: bool = False,
-                color: bool | None = None, anonymize: bool = False, title: str = "gpudoctor report") -> None:
-    """Print a report for people: a section per probe, findings with fixes, a verdict.
-
-    ``title`` heads it: the command that made the report (``gpudoctor distributed``)."""
-    from rich.console import Console
-    from rich.table import Table
+def _styled(line: str, spans: list[tuple[int, int, str]]) -> Any:
     from rich.text import Text
 
-    data = report.to_dict()
-    if anonymize:
-        data = anonymize_report_dict(data)
-    is_tty = bool(getattr(stream or sys.stdout, "isatty", lambda: False)())
-    # Logs and pipes get long lines (grep-able findings); terminals wrap at their width.
-    console = Console(file=stream, force_terminal=color, no_color=(color is False),
-                      highlight=False, soft_wrap=False, width=None if is_tty else 160)
+    text = Text(line, no_wrap=True, overflow="ignore")
+    for begin, finish, style in spans:
+        if style and begin < len(line):
+            text.stylize(style, begin, min(finish, len(line)))
+    return text
+
+
+def report_lines(data: dict[str, Any], *, width: int, verbose: bool = False,
+                 title: str = "gpudoctor report") -> list[Any]:
+    """The text report as Rich ``Text`` lines, each already fitted to ``width`` (0: no wrap).
+    ``title`` heads it: the command that made the report (``gpudoctor distributed``)."""
+    out: list[Any] = []
+
+    def para(text: str, first: str, first_style: str = "", style: str = "", indent: int | None = None) -> None:
+        for k, line in enumerate(wrap_hanging(text, width, first, indent)):
+            spans = [(len(first) - len(first.lstrip()), len(first), first_style)] if k == 0 else []
+            if style:
+                spans.insert(0, (0, len(line), style))
+            out.append(_styled(line, spans))
+
     host = data.get("host") or {}
-    heading = Text(title, style="bold")
-    heading.append(f"  {data['created']}  {host.get('hostname', '')}  ({data['source']})", style="dim")
-    console.print(heading)
+    meta = "  ".join(x for x in (plain_text(data.get("created") or "", limit=40),
+                                 plain_text(host.get("hostname") or "", limit=80)) if x)
+    source = plain_text(data.get("source") or "", limit=80)
+    tail = f"  {meta}" + (f"  ({source})" if source else "")
+    out.append(_styled(title + tail, [(0, len(title), "bold"), (len(title), len(title) + len(tail), "dim")]))
     for result in data["results"]:
-        label, style = STATUS_STYLE[result["status"]]
-        head = Text(f"[{label}] ", style=style)
-        head.append(result["probe"], style="bold")
-        if result.get("summary"):
-            head.append(f"  {result['summary']}")
-        head.append(f"  ({result['duration_s']:.1f} s)", style="dim")
-        console.print(head)
-        shown = result["measurements"] if verbose else [m for m in result["measurements"] if not m["name"].startswith("_")][:12]
-        if shown:
-            table = Table(show_header=False, box=None, pad_edge=False, padding=(0, 2))
-            table.add_column(style="cyan", no_wrap=True)
-            table.add_column()
-            for m in shown:
-                name = m["name"] if m.get("device") is None else f"{m['name']} [gpu {m['device']}]"
+        status = result["status"]
+        label, style = status_style(status)
+        name = plain_text(result["probe"], limit=60)
+        summary = _prose(result.get("summary"))
+        duration = f"({result['duration_s']:.1f} s)" if isinstance(result.get("duration_s"), (int, float)) else ""
+        first = f"[{label}] "
+        body = "  ".join(x for x in (summary, duration) if x)
+        lines = wrap_hanging(f"{name}  {body}" if body else name, width, first)
+        for k, line in enumerate(lines):
+            spans = [(0, len(first), style), (len(first), len(first) + len(name), "bold")] if k == 0 else []
+            if duration and k == len(lines) - 1 and line.endswith(duration):
+                spans.append((len(line) - len(duration), len(line), "dim"))
+            out.append(_styled(line, spans))
+        details_shown = verbose or status != "pass"
+        measurements = result.get("measurements") or []
+        if details_shown and measurements:
+            shown = measurements if verbose else [m for m in measurements if not str(m["name"]).startswith("_")][:12]
+            names = [plain_text(m["name"], limit=60) + ("" if m.get("device") is None else f" [gpu {m['device']}]")
+                     for m in shown]
+            col = min(max((len(n) for n in names), default=0), 40)
+            for m, n in zip(shown, names):
                 value = _fmt_value(m["value"], m.get("unit", ""))
                 if m.get("reference") is not None:
                     value += f"  (of {_fmt_value(m['reference'], m.get('unit', ''))})"
                 if m.get("note"):
-                    value += f"  {m['note']}"
-                table.add_row(Text("  " + name), Text(value))  # literal: values may contain [brackets]
-            console.print(table)
-            hidden = len(result["measurements"]) - len(shown)
+                    value += f"  {_prose(m['note'])}"
+                first = f"  {n.ljust(col)}  "
+                para(value, first, "cyan", indent=len(first) if len(first) < 46 else 6)
+            hidden = len(measurements) - len(shown)
             if hidden > 0:
-                console.print(Text(f"    ... {hidden} more (use -v)", style="dim"))
-        for f in result["findings"]:
-            if f["status"] == "pass" and not verbose:
+                out.append(_styled(f"    ... {hidden} more (use -v)", [(0, 1000, "dim")]))
+        seen: set[str] = {summary}
+        for f in result.get("findings") or []:
+            fstatus = f["status"]
+            if fstatus == "pass" and not verbose:
                 continue
-            flabel, fstyle = STATUS_STYLE[f["status"]]
-            line = Text(f"    {flabel.lower()}: ", style=fstyle)
-            line.append(f["summary"])
-            console.print(line)
-            if f.get("why"):
-                console.print(Text(f"      why: {f['why']}", style="dim"))
-            if f.get("fix"):
-                console.print(Text("      fix: ", style="bold") + Text(f["fix"]))
+            fsummary = _prose(f.get("summary"))
+            if fstatus == "skip" and fsummary.lower().startswith("skipped: "):
+                fsummary = fsummary[len("skipped: "):]
+            why, fix = _prose(f.get("why")), _prose(f.get("fix"))
+            if fsummary in seen or fsummary.lower() in summary.lower() and fstatus == status:
+                fsummary = ""  # the result's own line already says it
+            else:
+                seen.add(fsummary)
+            flabel, fstyle = status_style(fstatus)
+            if fsummary:
+                para(fsummary, f"    {flabel.lower()}: ", fstyle)
+            if why:
+                para(why, "      why: ", style="dim")
+            if fix:
+                para(fix, "      fix: ", "bold")
     status = data["status"]
-    label, style = STATUS_STYLE[status]
-    counts = ", ".join(f"{n} {k}" for k, n in data["counts"].items() if n)
-    verdict = Text(f"Verdict: {label}  ", style=style)
-    verdict.append(VERDICT[status])
-    verdict.append(f"  ({counts})", style="dim")
-    if data.get("interrupted"):
-        verdict.append("  [interrupted: partial report]", style="bold yellow")
-    console.print(verdict)
+    label, style = status_style(status)
+    counts = ", ".join(f"{n} {k}" for k, n in (data.get("counts") or {}).items() if n)
+    sentence = VERDICT.get(status, "")
+    if data.get("interrupted") and not data["results"]:
+        sentence = "Interrupted before any check finished."
+    first = f"Verdict: {label}  "
+    tails = [f"({counts})"] if counts else []
+    if data.get("interrupted") and data["results"]:
+        tails.append("[interrupted: partial report]")
+    lines = wrap_hanging(sentence, width, first)
+    for tail in tails:  # kept whole: "(1 pass, 2 fail)" is never split over two lines
+        if not width or len(lines[-1]) + 2 + len(tail) <= width:
+            lines[-1] += "  " + tail
+        else:
+            lines.append(" " * len(first) + tail)
+    for k, line in enumerate(lines):
+        out.append(_styled(line, [(0, len(first), style)] if k == 0 else []))
+    return out
+
+
+def terminal_width(stream: TextIO | None) -> int:
+    """The width the report wraps at on ``stream``: its terminal's, or :data:`PIPE_WIDTH`."""
+    import shutil
+
+    target = stream or sys.stdout
+    try:
+        is_tty = bool(target.isatty())
+    except (AttributeError, ValueError, OSError):
+        is_tty = False
+    if not is_tty:
+        return PIPE_WIDTH
+    return max(MIN_WIDTH, shutil.get_terminal_size((80, 24)).columns)
+
+
+def render_text(report: Report, stream: TextIO | None = None, *, verbose: bool = False,
+                color: bool | None = None, anonymize: bool = False, width: int | None = None,
+                title: str = "gpudoctor report") -> None:
+    """Print a report for people: a line per probe, findings with why and fix, a verdict.
+
+    A passing probe is one line (its measurements with ``verbose``). Lines wrap at the
+    terminal's width with hanging indents; when not a terminal they are not wrapped
+    (:data:`PIPE_WIDTH`). Every string from a driver, a process or a file is printed as
+    plain text (:func:`~gpudoctor.presentation.plain_text`).
+    """
+    from rich.console import Console
+
+    data = report.to_dict()
+    if anonymize:
+        data = anonymize_report_dict(data)
+    if width is None:
+        width = terminal_width(stream)
+    console = Console(file=stream, force_terminal=color, no_color=(color is False), highlight=False,
+                      soft_wrap=True, width=max(width, 80) if width else 10_000)
+    for line in report_lines(data, width=width, verbose=verbose, title=plain_text(title, limit=80)):
+        console.print(line, soft_wrap=True)
 
 
 def status_word(status: Status | str) -> str:
-    return STATUS_STYLE[Status(status).value][0]
+    return _status_word(Status(status))
+
+
+# --------------------------------------------------------------------------- markdown
+# What can change the meaning of a table cell or a line: emphasis, code, links, pipes, strike.
+# (<, > and & are HTML-escaped, so driver text cannot close the <details> block.)
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
+#: Measurements of the environment probe quoted as the versions line, in this order.
+MARKDOWN_VERSIONS = (("gpudoctor", None), ("python", "python"), ("os", "os"), ("driver", "nvidia_driver"),
+                     ("driver CUDA", "driver_cuda_version"), ("torch", "torch"),
+                     ("torch CUDA build", "torch_cuda_build"), ("cuDNN", "cudnn"))
+
+
+def md_text(value: Any, limit: int = 500) -> str:
+    """Driver or probe text for markdown: plain (one line, no escapes), HTML-escaped so it
+    cannot close the ``<details>`` block, markdown characters backslash-escaped."""
+    import html
+
+    text = html.escape(plain_text(value if value is not None else "", limit=limit), quote=False)
+    return _MD_SPECIAL.sub(r"\\\1", text)
+
+
+def report_to_markdown(report: Report, anonymize: bool = True) -> str:
+    """A short, collapsible summary to paste into a GitHub issue: the verdict line, versions,
+    GPUs and every finding that is not a pass, inside one ``<details>`` block.
+
+    ``anonymize`` (the default here) strips GPU UUIDs, serials and host names first.
+    """
+    data = report.to_dict()
+    if anonymize:
+        data = anonymize_report_dict(data)
+    status = data["status"]
+    counts = ", ".join(f"{n} {k}" for k, n in (data.get("counts") or {}).items() if n)
+    verdict = f"{status_word(status)}: {VERDICT.get(status, '')}" + (f" ({counts})" if counts else "")
+    if data.get("interrupted"):
+        verdict += " (interrupted: partial report)"
+    lines = ["<details>", f"<summary>gpudoctor report: {md_text(verdict)}</summary>", ""]
+
+    env = next((r for r in data["results"] if r["probe"] == "environment"), None)
+    values = {m["name"]: m["value"] for m in (env or {}).get("measurements", []) if m.get("device") is None}
+    versions = []
+    for label, key in MARKDOWN_VERSIONS:
+        value = (data.get("tool") or {}).get("version") if key is None else values.get(key)
+        if value not in (None, ""):
+            versions.append(f"{label} {md_text(value, 80)}")
+    if versions:
+        lines.append("- versions: " + ", ".join(versions))
+    devices = next((r for r in data["results"] if r["probe"] == "devices"), None)
+    if devices is not None and devices.get("summary"):
+        lines.append(f"- GPUs: {md_text(devices['summary'])}")
+    lines.append(f"- source: {md_text(data.get('source') or '', 120)}, created {md_text(data.get('created') or '', 40)}"
+                 + (", anonymized" if anonymize else ""))
+    lines.append("")
+    findings = [(r, f) for r in data["results"] for f in (r.get("findings") or []) if f["status"] != "pass"]
+    if findings:
+        lines.append("| status | check | finding | fix |")
+        lines.append("|---|---|---|---|")
+        for result, f in findings:
+            lines.append(f"| {status_word(f['status'])} | {md_text(result['probe'], 60)} | "
+                         f"{md_text(f.get('summary'))} | {md_text(f.get('fix'))} |")
+    else:
+        lines.append("Every finding passed.")
+    lines += ["", "</details>", ""]
+    return "\n".join(lines)

@@ -93,7 +93,7 @@ def cuda_devices(ctx: Any, torch: Any) -> list[Device] | NoDevice:
         return NoDevice("no_cuda_device", f"No CUDA device to measure ({reason}).",
                         "These checks exercise the GPU itself; the devices and environment probes say why "
                         "none is usable.",
-                        "Run `gpudoctor report` and fix the failures it lists first.")
+                        "Fix the failures the devices and environment checks list first.")
     count = torch.cuda.device_count()
     if ctx.device is not None and not 0 <= ctx.device < count:
         return NoDevice("device_out_of_range", f"--device {ctx.device} does not exist (torch sees {count}).")

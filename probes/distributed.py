@@ -470,6 +470,12 @@ def run(ctx: ProbeContext) -> ProbeResult:
     backend = opts.get("backend") or "auto"
     skipped: list[tuple[str, str]] = []
     torchrun = _under_torchrun()
+    if not opts.get("backend") and gpus == 0 and not torchrun:
+        # From `report --full` on a machine without a GPU: the CPU gloo run costs 15-25 s and
+        # says nothing about the GPUs; the distributed command still runs it when asked.
+        return ProbeResult.skip("distributed", "no CUDA device visible: the CPU-only (gloo) check was not run",
+                                code="no_cuda_device",
+                                fix="To check gloo on CPU anyway: gpudoctor distributed --backend gloo")
     # NCCL wants one GPU per rank on this node: under torchrun that is LOCAL_WORLD_SIZE
     # ranks (one per node is fine), otherwise the ranks we start here (at least 2).
     local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1) if torchrun else 2

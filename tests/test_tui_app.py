@@ -221,7 +221,7 @@ async def test_doctor_runs_probes_through_the_runner_and_shows_findings():
         assert "[PASS] double_devices  2 device(s) in the recording" in text
         assert "[WARN] double_hot" in text and "GPU 0 runs hot" in text
         assert "fix: Clean the fan intake" in text and "why: clocks drop above 83 C" in text
-        assert "[ERR ] double_crash" in text and "ZeroDivisionError" in text
+        assert "[ERROR] double_crash" in text and "ZeroDivisionError" in text
         assert "Verdict: ERROR" in text and "done: 1 pass, 1 warn, 1 error" in text
         first = app.doctor.run_id
         await pilot.press("r")  # re-run by key

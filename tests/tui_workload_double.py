@@ -60,3 +60,14 @@ def no_callback_sweep(quick: bool = False):
 def kwargs_sweep(**options):
     options["progress"]({"message": "kwargs"})
     return {"options": sorted(options)}
+
+
+BUSY_NOTE = ("the machine was busy before the sweep started (1-minute load average 7.5 on 2 CPUs): "
+             "timings include other processes' work and vary from run to run")
+
+
+def busy_sweep(progress, quick: bool = False):
+    """fake_sweep whose result carries the busy-machine note the real sweep adds."""
+    result = fake_sweep(progress, quick=quick)
+    result["notes"] = [BUSY_NOTE]
+    return result

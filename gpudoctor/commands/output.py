@@ -191,7 +191,7 @@ def emit_report(report: Any, args: Any, *, title: str = "gpudoctor report") -> i
     ``args`` needs ``json``, ``output``, ``anonymize``, ``verbose`` and ``fail_on``. Under
     torchrun every rank runs the checks; rank 0 alone prints and writes.
     """
-    from gpudoctor.render import render_text, report_to_json
+    from gpudoctor.render import render_text, report_to_json, report_to_markdown
 
     rank = torchrun_rank()
     if rank not in (None, 0):
@@ -199,13 +199,16 @@ def emit_report(report: Any, args: Any, *, title: str = "gpudoctor report") -> i
         # Exit 0 unless this rank's own run broke: torchrun stops every rank as soon as one
         # exits non-zero, which could kill rank 0 before it has written the report.
         return exitcodes.PROBE_ERROR if report.status.value == "error" else exitcodes.OK
-    text = report_to_json(report, anonymize=args.anonymize) + "\n"
+    anonymize = bool(args.anonymize)  # None (not given): off, except for markdown (--no-anonymize there)
+    text = report_to_json(report, anonymize=anonymize) + "\n"
 
     def show(out: TextIO) -> None:
         if args.json:
             out.write(text)
+        elif getattr(args, "format", "text") == "markdown":
+            out.write(report_to_markdown(report, anonymize=args.anonymize is not False))
         else:
-            render_text(report, out, verbose=args.verbose, anonymize=args.anonymize, title=title)
+            render_text(report, out, verbose=args.verbose, anonymize=anonymize, title=title)
 
     files: Sequence[tuple[str, Writer]] = [(args.output, lambda p: fileio.write_text(p, text))] if args.output else []
     written = deliver(show, files)

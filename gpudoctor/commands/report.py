@@ -24,7 +24,9 @@ def register(subparsers: Any) -> None:
     level.add_argument("--full", dest="level", action="store_const", const="full",
                        help="also exercise memory, bandwidth, compute and the MNIST workload")
     report.set_defaults(level="standard")
-    report.add_argument("--json", action="store_true", help="print one JSON document to stdout")
+    report.add_argument("--json", action="store_true", help="print one JSON document to stdout (= --format json)")
+    report.add_argument("--format", choices=("text", "json", "markdown"), default=None,
+                        help="text (default), json, or markdown: a collapsible summary to paste into an issue")
     report.add_argument("--probe", action="append", metavar="NAME", help="run only this probe (repeatable)")
     report.add_argument("--list-probes", action="store_true", help="list probes and exit")
     report.add_argument("--device", type=device_index, metavar="N", help="check only torch device N")
@@ -32,8 +34,9 @@ def register(subparsers: Any) -> None:
                         help="also write the JSON report to FILE (atomically)")
     report.add_argument("--fail-on", choices=("warn", "fail"), default="warn",
                         help="lowest status that gives a non-zero exit (default: warn)")
-    report.add_argument("--anonymize", action="store_true",
-                        help="strip GPU UUIDs, serial numbers and the host name")
+    report.add_argument("--anonymize", action=argparse.BooleanOptionalAction, default=None,
+                        help="strip GPU UUIDs, serial numbers and the host name (default: on for "
+                             "--format markdown only)")
     report.add_argument("--replay", metavar="FILE", help="read NVML/torch facts from a recording (gpudoctor record)")
     report.add_argument("--data-dir", metavar="DIR", help="MNIST IDX files for the workload probe")
     report.add_argument("-v", "--verbose", action="store_true", help="show every measurement and passing finding")
@@ -79,6 +82,10 @@ def check_device(device: int | None, replay: str | None) -> None:
 def run(args: argparse.Namespace) -> int:
     from gpudoctor import runner
 
+    if args.json and args.format not in (None, "json"):
+        raise UsageError(f"--json is --format json; it cannot be combined with --format {args.format}")
+    args.format = "json" if args.json else (args.format or "text")
+    args.json = args.format == "json"
     if args.list_probes:
         for probe in runner.all_probes().values():
             print(f"{probe.name:<14} {probe.level:<9} {probe.title}")

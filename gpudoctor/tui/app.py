@@ -113,9 +113,28 @@ class DoctorResult(Message):
 
 
 class DoctorFinished(Message):
-    def __init__(self, run_id: int, verdict: str = "", error: str = "") -> None:
+    def __init__(self, run_id: int, verdict: str = "", error: str = "", headline: tuple[str, str] | None = None) -> None:
         super().__init__()
-        self.run_id, self.verdict, self.error = run_id, verdict, error
+        self.run_id, self.verdict, self.error, self.headline = run_id, verdict, error, headline
+
+
+class HeaderVerdict(Message):
+    """The start-up quick doctor's verdict for the header: (status, reason)."""
+
+    def __init__(self, headline: tuple[str, str]) -> None:
+        super().__init__()
+        self.headline = headline
+
+
+def report_headline(report: Any) -> tuple[str, str]:
+    """(status, reason) of a finished report for the header, from the verdict the quick check,
+    ``report --quick`` and the exporter share (:func:`gpudoctor.quick.verdict_of`); a pass
+    carries no reason."""
+    from gpudoctor.quick import verdict_of
+
+    verdict = verdict_of(report)
+    status = verdict.status.value
+    return status, ("" if status == "pass" else verdict.headline)
 
 
 class WorkloadEvent(Message):
@@ -181,6 +200,7 @@ class GpudoctorApp(App[int]):
         workload_factory: Callable[[dict[str, Any]], WorkloadProcess] | None = None,
         workload_check: Callable[[], str | None] | None = None,
         start_screen: str = "overview",
+        startup_doctor: bool = False,
     ) -> None:
         super().__init__()
         if interval < MIN_INTERVAL_S:
@@ -195,6 +215,9 @@ class GpudoctorApp(App[int]):
         self.workload_factory = workload_factory or (lambda options: WorkloadProcess(DEFAULT_TARGET, options))
         self.workload_check = workload_check or workload_available
         self.start_screen = start_screen
+        self.startup_doctor = startup_doctor
+        #: The header's doctor verdict: (status, reason, level), empty until a doctor run ends.
+        self.headline: tuple[str, str, str] | None = None
         self.state = AppState()
         self.doctor = DoctorState(level=doctor_level)
         self.workload = WorkloadState()
@@ -217,6 +240,30 @@ class GpudoctorApp(App[int]):
             self.workload.phase = "not available"
         self._tick()
         self.set_interval(self.interval, self._tick, name="sample")
+        if self.startup_doctor:
+            self._quick_verdict_worker()
+
+    @work(thread=True, exclusive=True, group="verdict", exit_on_error=False)
+    def _quick_verdict_worker(self) -> None:
+        """The quick doctor (NVML and text only: no torch import, no CUDA context in this
+        process) for the header verdict; it never blocks the screen."""
+        from gpudoctor.quick import quick_report
+
+        worker = get_current_worker()
+        try:
+            report = quick_report(replay=self.replay)
+        except Exception as exc:  # the header says the doctor could not run; the app goes on
+            headline = ("error", f"the quick doctor could not run: {_one_line(exc)}")
+        else:
+            headline = report_headline(report)
+        if not worker.is_cancelled:
+            self.post_message(HeaderVerdict(headline))
+
+    def on_header_verdict(self, message: HeaderVerdict) -> None:
+        # A verdict of the Doctor screen (a deeper level) is not replaced by the quick one.
+        if self.headline is None or self.headline[2] == "quick":
+            self.headline = (*message.headline, "quick")
+            self._redraw(*SCREEN_NAMES)
 
     def _redraw(self, *names: str) -> None:
         screen = self.screen
@@ -313,7 +360,7 @@ class GpudoctorApp(App[int]):
     @work(thread=True, exclusive=True, group="doctor", exit_on_error=False)
     def _doctor_worker(self, run_id: int, level: str) -> None:
         from gpudoctor import runner
-        from gpudoctor.render import VERDICT
+        from gpudoctor.presentation import VERDICT
 
         worker = get_current_worker()
         try:
@@ -349,10 +396,12 @@ class GpudoctorApp(App[int]):
                 return
         report = box.get("report")
         verdict = ""
+        headline = None
         if report is not None:
             status = str(report.status)
             verdict = f"Verdict: {status.upper()}. {VERDICT.get(status, '')}"
-        self.post_message(DoctorFinished(run_id, verdict=verdict, error=box.get("error", "")))
+            headline = report_headline(report)
+        self.post_message(DoctorFinished(run_id, verdict=verdict, error=box.get("error", ""), headline=headline))
 
     def on_doctor_started(self, message: DoctorStarted) -> None:
         if message.run_id == self.doctor.run_id:
@@ -376,7 +425,11 @@ class GpudoctorApp(App[int]):
             doc = self.doctor
             doc.running, doc.finished, doc.current = False, True, None
             doc.verdict, doc.error = message.verdict, message.error
-            self._redraw("doctor")
+            if message.headline is not None:
+                self.headline = (*message.headline, doc.level)
+                self._redraw(*SCREEN_NAMES)
+            else:
+                self._redraw("doctor")
 
     # -- workload -------------------------------------------------------------------
     def start_workload(self, options: dict[str, Any]) -> None:
@@ -475,8 +528,9 @@ def make_app(*, replay: str | None = None, interval: float = DEFAULT_INTERVAL_S,
             return ReplayBackend(recording, loop=True, source=str(replay))
     else:
         factory = NvmlBackend
+    kw.setdefault("startup_doctor", True)
     return GpudoctorApp(factory, interval=interval, doctor_level=doctor_level, replay=replay, **kw)
 
 
-__all__ = ["GpudoctorApp", "make_app", "MIN_INTERVAL_S", "DEFAULT_INTERVAL_S", "AppState", "DoctorState",
+__all__ = ["GpudoctorApp", "make_app", "report_headline", "MIN_INTERVAL_S", "DEFAULT_INTERVAL_S", "AppState", "DoctorState",
            "WorkloadState"]

@@ -19,7 +19,8 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Input, Static
 
 from gpudoctor.backends.na import NA
-from gpudoctor.live import PROCESS_SORT_KEYS, fmt_bytes
+from gpudoctor.live import PROCESS_SORT_KEYS
+from gpudoctor.presentation import fmt_bytes, plain_text, status_style, wrap_hanging
 from gpudoctor.tui.widgets import GpuPanel, HostPanel, NoGpuPanel, bar, doctor_renderable, workload_chart
 from gpudoctor.tui.workload_runner import field_of
 
@@ -46,14 +47,23 @@ class BaseScreen(Screen):
         if state.stalled_s is not None:
             text.append(f"· driver not answering for {state.stalled_s:.0f} s ", style="bold red")
         elif state.sample_error:
-            text.append(f"· {state.sample_error} ", style="bold red")
+            text.append(f"· {plain_text(state.sample_error, limit=120)} ", style="bold red")
+        headline = getattr(self.gapp, "headline", None)
+        if headline is not None and self.TITLE != "Doctor":  # the Doctor screen shows it in full
+            status, reason, _level = headline
+            word, style = status_style(status)
+            text.append("· Doctor: ", style="bold")
+            text.append(word, style=style)
+            if reason:
+                text.append(f": {plain_text(reason, limit=60)}")
+            text.append(" · d ", style="dim")
         if extra:
             text.append(extra)
         snap = state.snapshot
         if snap is not None:
-            text.append(f"· {snap.source} ", style="dim")
+            text.append(f"· {plain_text(snap.source, limit=80)} ", style="dim")
             if isinstance(snap.driver_version, str) and snap.driver_version:
-                text.append(f"· driver {snap.driver_version} ", style="dim")
+                text.append(f"· driver {plain_text(snap.driver_version, limit=40)} ", style="dim")
         text.append(f"· every {self.gapp.interval:g} s ", style="dim")
         return text
 
@@ -99,13 +109,44 @@ class OverviewScreen(BaseScreen):
                 else:
                     new.append(GpuPanel(int(ident.split("-")[1])))
             panels.mount_all(new)
+        gpu_panels = []
         for dev in snap.devices:
             for panel in panels.query(f"#gpu-{dev.index}").results(GpuPanel):
+                panel.interval_s = self.gapp.interval
                 panel.show(dev, state.history)
+                gpu_panels.append(panel)
         for panel in panels.query("#no-gpu").results(NoGpuPanel):
             panel.show(snap.nvml_status if snap.nvml_status is not None else NA("NoDevices"))
         for panel in panels.query("#host").results(HostPanel):
             panel.show(snap, state.history)
+        self._share_free_rows(panels, gpu_panels)
+
+    def on_resize(self) -> None:
+        self.refresh_view()
+
+    @staticmethod
+    def _share_free_rows(panels: Any, gpu_panels: list[GpuPanel]) -> None:
+        """Rows the panels leave free become taller utilisation graphs, shared by the GPUs."""
+        if not gpu_panels or panels.size.height <= 0:
+            return
+        used = 0
+        for child in panels.children:
+            lines = getattr(child, "lines", None)
+            width = child.content_size.width or max(20, panels.size.width - 2)
+            if isinstance(child, GpuPanel):
+                rows, child.graph_rows = child.graph_rows, 0
+                used += len(child.lines(width)) + 2
+                child.graph_rows = rows
+            elif lines is not None:
+                used += len(lines(width)) + 2
+            else:
+                used += child.outer_size.height
+        spare = (panels.size.height - used) // len(gpu_panels)
+        rows = spare - 1 if spare >= 4 else 0  # the axis takes a row; under 3 graph rows is no graph
+        for panel in gpu_panels:
+            if panel.graph_rows != rows:
+                panel.graph_rows = rows
+                panel.refresh_sized()
 
 
 # --------------------------------------------------------------------------- processes
@@ -171,7 +212,7 @@ class ProcessesScreen(BaseScreen):
         rows.sort(key=PROCESS_SORT_KEYS[self.sort_key])
         shown = f"· {len(rows)} of {len(state.processes)} · sorted by {self.sort_key} (s) "
         if self.filter_text:
-            shown += f"· filter {self.filter_text!r} "
+            shown += f"· filter {plain_text(self.filter_text, limit=40)!r} "
         self.query_one("#title", TitleBar).update(self.title_text(shown))
         table = self.query_one("#procs", DataTable)
         selected = None
@@ -182,15 +223,17 @@ class ProcessesScreen(BaseScreen):
                 selected = None
         table.clear()
         for r in rows:
-            table.add_row(
-                str(r.pid), r.user or "-", str(r.gpu),
+            # Cells are Text, never str: DataTable parses a str as markup, and a command line
+            # such as `train.py data=[/data/a,/data/b]` is data, not markup.
+            cells = (
+                str(r.pid), plain_text(r.user or "-", limit=32), str(r.gpu),
                 fmt_bytes(r.gpu_memory_bytes) if r.gpu_memory_bytes is not None else "n/a",
                 f"{r.sm_util_pct}" if r.sm_util_pct is not None else "n/a",
                 f"{r.cpu_pct:.0f}" if isinstance(r.cpu_pct, (int, float)) else "n/a",
                 fmt_bytes(r.host_memory_bytes) if r.host_memory_bytes is not None else "n/a",
-                r.command,
-                key=f"{r.gpu}:{r.pid}",
+                plain_text(r.command),
             )
+            table.add_row(*(Text(c) for c in cells), key=f"{r.gpu}:{r.pid}")
         if selected is not None:
             try:
                 table.move_cursor(row=table.get_row_index(selected), animate=False)
@@ -203,7 +246,8 @@ class ProcessesScreen(BaseScreen):
                 notes.append("No GPU, so no GPU processes.")
             elif snap is not None:
                 notes.append("No process holds a context on any GPU.")
-        self.query_one("#proc-notes", Static).update(Text("\n".join(notes), style="yellow"))
+        self.query_one("#proc-notes", Static).update(
+            Text("\n".join(plain_text(n) for n in notes), style="yellow"))
 
 
 # --------------------------------------------------------------------------- doctor
@@ -240,7 +284,7 @@ class DoctorScreen(BaseScreen):
         width = max(30, self.size.width - 4)
         parts: list[Any] = []
         if doc.error:
-            parts.append(Text(f"The doctor could not run: {doc.error}", style="bold red"))
+            parts.append(Text(f"The doctor could not run: {plain_text(doc.error)}", style="bold red"))
         if doc.run_id and not doc.probes and not doc.running and not doc.error:
             parts.append(Text("No probes are installed in this build (gpudoctor.probes is empty).", style="yellow"))
         elif doc.run_id == 0:
@@ -249,7 +293,7 @@ class DoctorScreen(BaseScreen):
             parts.append(doctor_renderable(doc.probes, doc.results, doc.current, width))
         if doc.finished and doc.verdict:
             parts.append(Text(""))
-            parts.append(Text(doc.verdict, style="bold"))
+            parts.append(Text("\n".join(wrap_hanging(doc.verdict, width, "", indent=9)), style="bold", no_wrap=True))
         self.query_one("#doctor-body", Static).update(Group(*parts))
 
 
@@ -299,9 +343,13 @@ class WorkloadScreen(BaseScreen):
             parts.append(Text("progress ") + Text(bar(wl.fraction, 1.0, bar_w), style="cyan")
                          + Text(f" {wl.fraction * 100:3.0f}%"))
         if wl.last_message:
-            parts.append(Text(wl.last_message))
+            parts.append(Text(plain_text(wl.last_message, limit=1000)))
         if wl.error:
-            parts.append(Text(wl.error, style="bold red"))
+            parts.append(Text(plain_text(wl.error, limit=1000), style="bold red"))
+        notes = wl.result.get("notes") if isinstance(wl.result, dict) else None
+        for note in notes if isinstance(notes, list) else []:
+            # The CLI prints these too: a busy machine, capped worker counts.
+            parts.append(Text("note: " + plain_text(note, limit=1000), style="yellow"))
         if wl.runs:
             parts.append(Text(""))
             parts.append(workload_chart(wl.runs, width))

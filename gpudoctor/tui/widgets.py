@@ -15,11 +15,12 @@ from rich.text import Text
 from textual.widget import Widget
 
 from gpudoctor.backends.na import NA, is_na
-from gpudoctor.live import (
-    DeviceSnapshot, History, Snapshot, fault_words, fmt_bytes, fmt_memory, fmt_num, fmt_power,
-    fmt_rate_kbps, no_gpu_words, sparkline, throttle_text,
-)
+from gpudoctor.live import DeviceSnapshot, History, Snapshot, fault_words, no_gpu_words
 from gpudoctor.model import ProbeResult
+from gpudoctor.presentation import (
+    fmt_bytes, fmt_memory, fmt_num, fmt_power, fmt_rate_kbps, plain_text, sparkline, status_style,
+    throttle_text, tiny_na, wrap_hanging,
+)
 from gpudoctor.tui.workload_runner import field_of
 
 # Panel cell: label, value, sparkline.
@@ -27,19 +28,8 @@ LABEL_W = 7
 VALUE_W = 14
 TWO_COLUMNS_MIN = 70
 
-STATUS_STYLE = {
-    "pass": ("PASS", "bold green"),
-    "skip": ("SKIP", "dim"),
-    "warn": ("WARN", "bold yellow"),
-    "fail": ("FAIL", "bold red"),
-    "error": ("ERR ", "bold magenta"),
-}
-
-
 def _na_text(value: NA) -> str:
-    words = {"NotSupported": "n/a (not sup.)", "NoPermission": "n/a (no perm.)", "GpuIsLost": "n/a (lost)",
-             "NotRecorded": "n/a (not rec.)", "FunctionNotFound": "n/a (old drv.)"}
-    return words.get(value.reason, f"n/a ({value.reason})")
+    return tiny_na(value)
 
 
 def _value(text: str, raw: Any = None) -> Text:
@@ -88,11 +78,15 @@ class GpuPanel(_LinesPanel):
         self.index = index
         self.device: DeviceSnapshot | None = None
         self.history: History | None = None
+        #: Rows of the tall utilisation graph (0: none); the Overview gives free rows here.
+        self.graph_rows = 0
+        #: Seconds between samples, for the graph's time axis.
+        self.interval_s = 1.0
 
     def show(self, device: DeviceSnapshot, history: History) -> None:
         static = device.static
-        title = f"GPU {device.index}: {device.name}"
-        self.border_title = title
+        # The name comes from the driver (or a replayed file): literal text, never markup.
+        self.border_title = Text(f"GPU {device.index}: {plain_text(device.name, limit=80)}")
         fault = device.fault
         self.device, self.history = device, history
         self.set_class(fault is not None, "fault")
@@ -103,13 +97,13 @@ class GpuPanel(_LinesPanel):
                 bits.append(f"P{pstate}")
             bus = static.get("pci_bus_id")
             if isinstance(bus, str):
-                bits.append(bus)
+                bits.append(plain_text(bus, limit=40))
             procs = device.processes
             if isinstance(procs, list):
                 bits.append(f"{len(procs)} proc{'s' if len(procs) != 1 else ''}")
-            self.border_subtitle = " · ".join(bits)
+            self.border_subtitle = Text(" · ".join(bits))
         else:
-            self.border_subtitle = f"{fault.reason}"
+            self.border_subtitle = Text(plain_text(fault.reason, limit=60))
         self.refresh_sized()
 
     def lines(self, width: int) -> list[Text]:
@@ -124,8 +118,8 @@ class GpuPanel(_LinesPanel):
         return self._render_readings(dev, hist, width)
 
     def _render_fault(self, dev: DeviceSnapshot, hist: History, fault: NA, width: int) -> list[Text]:
-        lines = [Text(f"No readings: {fault.reason}", style="bold red")]
-        for line in textwrap.wrap(fault_words(fault.reason), width)[:3]:
+        lines = [Text(f"No readings: {plain_text(fault.reason, limit=60)}", style="bold red")]
+        for line in textwrap.wrap(plain_text(fault_words(fault.reason)), width)[:3]:
             lines.append(Text(line))
         label = "util"
         spark_w = max(0, width - LABEL_W - 1)
@@ -176,12 +170,20 @@ class GpuPanel(_LinesPanel):
         text = throttle_text(reasons)
         if text == "none":
             text = "no throttling: clocks are not held back"
+        util = _num(g("gpu_util_pct"))
+        if isinstance(reasons, int) and reasons & 0x1 and util:
+            # NVML's idle reason is the state at the instant of reading; utilisation covers the
+            # last sample period. Never say "nothing is running" beside a busy reading.
+            words = [w for w in text.split("; ") if not w.startswith("GPU idle")]
+            text = "; ".join(["idle between kernels: clocks lowered at this instant"] + words)
         style = "dim" if (isinstance(reasons, int) and reasons in (0, 1)) else "yellow"
         if is_na(reasons):
             style = "dim"
         throttle = Text("clocks".ljust(LABEL_W), style="cyan") + Text(text, style=style)
         throttle.truncate(width, overflow="ellipsis")
         lines.append(throttle)
+        if self.graph_rows >= 2:
+            lines += util_graph(series("util"), self.graph_rows, width, self.interval_s)
         return lines
 
     @staticmethod
@@ -262,39 +264,119 @@ class HostPanel(_LinesPanel):
         return lines
 
 
+# --------------------------------------------------------------------------- tall graph
+GRAPH_FILL = " ▁▂▃▄▅▆▇█"
+#: Marks on the graph's time axis, seconds before now (as nvitop marks 30/60/120 s); longer
+#: ones for long refresh intervals. A mark is drawn only where the history reaches.
+AXIS_MARKS_S = (30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 28800, 43200)
+
+
+def _mark(seconds: int) -> str:
+    if seconds <= 120:
+        return f"{seconds}s"
+    return f"{seconds // 60}m" if seconds < 3600 else f"{seconds // 3600}h"
+
+
+def util_graph(values: list[float | None], rows: int, width: int, interval_s: float) -> list[Text]:
+    """Utilisation history ``rows`` tall on a fixed 0-100 % scale, newest on the right, and a
+    time axis under it with marks at 30/60/120 s ago where the history reaches."""
+    label_w = LABEL_W
+    plot_w = max(1, width - label_w)
+    data = list(values)[-plot_w:]
+    data = [None] * (plot_w - len(data)) + data
+    out: list[Text] = []
+    for r in range(rows):
+        level = rows - 1 - r  # rows below this one
+        cells = []
+        for v in data:
+            if v is None:
+                cells.append(" ")
+                continue
+            eighths = max(0.0, min(100.0, float(v))) / 100.0 * rows * 8
+            fill = int(max(0, min(8, round(eighths - level * 8))))
+            cells.append(GRAPH_FILL[max(fill, 1) if level == 0 else fill])  # a reading, even 0 %, shows
+        label = "100%" if r == 0 else ("0%" if r == rows - 1 else "")
+        out.append(Text(label.rjust(label_w - 1) + " ", style="dim") + Text("".join(cells), style="green"))
+    axis = ["─"] * plot_w
+    known = sum(1 for v in data if v is not None)
+    free_from = plot_w  # marks are placed right to left without overlapping
+    for seconds in AXIS_MARKS_S:
+        k = int(round(seconds / interval_s)) if interval_s > 0 else 0
+        mark = _mark(seconds)
+        end = plot_w - k  # the column of the sample taken `seconds` ago: the mark ends there
+        start = end - len(mark)
+        if k < 1 or start < 0 or k > min(HISTORY_SAMPLES, max(known, 1)) or end >= free_from:
+            continue
+        axis[start:end] = list(mark)
+        free_from = start - 1
+    out.append(Text("util".ljust(label_w), style="cyan") + Text("".join(axis), style="dim"))
+    return out
+
+
+#: Samples a History keeps (the graph's time axis stops where the history does).
+from gpudoctor.live import HISTORY_LENGTH as HISTORY_SAMPLES  # noqa: E402
+
+
 # --------------------------------------------------------------------------- doctor
+def _fitted(line: str, spans: list[tuple[int, int, str]]) -> Text:
+    """A line already wrapped to the width: printed as is (never wrapped a second time)."""
+    text = Text(line, no_wrap=True, overflow="crop")
+    for begin, end, style in spans:
+        if style:
+            text.stylize(style, begin, end)
+    return text
+
+
 def doctor_renderable(probes: list[tuple[str, str]], results: dict[str, ProbeResult], running: str | None,
                       width: int) -> Any:
-    """Probe list with statuses; findings (not passes) with why and fix, as they arrive."""
+    """Probe list with statuses; findings (not passes) with why and fix, as they arrive.
+
+    Every line is wrapped here, at ``width``, with hanging indents, and shown as is. Probe
+    text may quote the driver: it is made plain (:func:`plain_text`) first.
+    """
+    width = max(20, width)
     out: list[Any] = []
+
+    def para(text: str, first: str, first_style: str = "", style: str = "") -> None:
+        for k, line in enumerate(wrap_hanging(plain_text(text, limit=2000), width, first)):
+            spans = [(0, len(line), style)] if style else []
+            if k == 0:
+                spans.append((len(first) - len(first.lstrip()), len(first), first_style))
+            out.append(_fitted(line, spans))
+
     for name, title in probes:
         result = results.get(name)
+        shown = plain_text(name, limit=60)
         if result is None:
             mark, style = ("....", "bold cyan") if name == running else ("    ", "dim")
-            line = Text(f"[{mark}] ", style=style) + Text(name, style="bold")
-            line.append(f"  {title}" + ("  running ..." if name == running else "  waiting"), style="dim")
-            out.append(line)
+            first = f"[{mark}] "
+            rest = f"  {plain_text(title)}" + ("  running ..." if name == running else "  waiting")
+            for k, line in enumerate(wrap_hanging(shown + rest, width, first)):
+                spans = [(0, len(line), "dim")]
+                if k == 0:
+                    spans += [(0, len(first), style), (len(first), len(first) + len(shown), "bold")]
+                out.append(_fitted(line, spans))
             continue
-        label, style = STATUS_STYLE.get(str(result.status), ("?", ""))
-        line = Text(f"[{label}] ", style=style) + Text(name, style="bold")
-        if result.summary:
-            line.append(f"  {result.summary}")
-        line.append(f"  ({result.duration_s:.1f} s)", style="dim")
-        out.append(line)
+        label, style = status_style(result.status)
+        first = f"[{label}] "
+        summary = plain_text(result.summary or "", limit=2000)
+        duration = f"({result.duration_s:.1f} s)"
+        lines = wrap_hanging("  ".join(x for x in (shown, summary, duration) if x), width, first)
+        for k, line in enumerate(lines):
+            spans = [(0, len(first), style), (len(first), len(first) + len(shown), "bold")] if k == 0 else []
+            if k == len(lines) - 1 and line.endswith(duration):
+                spans.append((len(line) - len(duration), len(line), "dim"))
+            out.append(_fitted(line, spans))
         for finding in result.findings:
             if str(finding.status) == "pass":
                 continue
-            flabel, fstyle = STATUS_STYLE.get(str(finding.status), ("?", ""))
-            wrap_w = max(20, width - 6)
-            for k, chunk in enumerate(textwrap.wrap(finding.summary, wrap_w) or [""]):
-                out.append(Text("    " + (f"{flabel.strip().lower()}: " if k == 0 else "      "), style=fstyle)
-                           + Text(chunk))
+            flabel, fstyle = status_style(finding.status)
+            if finding.summary and finding.summary != result.summary:
+                para(finding.summary, f"    {flabel.lower()}: ", fstyle)
             if finding.why:
-                for chunk in textwrap.wrap("why: " + finding.why, wrap_w):
-                    out.append(Text("      " + chunk, style="dim"))
+                para(finding.why, "      why: ", style="dim")
             if finding.fix:
-                for k, chunk in enumerate(textwrap.wrap(finding.fix, wrap_w - 5)):
-                    out.append(Text("      " + ("fix: " if k == 0 else "     "), style="bold") + Text(chunk))
+                para(finding.fix, "      fix: ", "bold")
     return Group(*out)
 
 

@@ -8,6 +8,7 @@ import json
 from typing import Any, TextIO
 
 from gpudoctor.fileio import atomic_write_bytes, atomic_write_text
+from gpudoctor.workload.recommend import speed_phrase
 
 CSV_COLUMNS = (
     "device", "device_name", "mode", "batch_size", "workers", "status", "error", "epochs",
@@ -59,6 +60,8 @@ def render_table(doc: dict[str, Any], stream: TextIO, width: int | None = None) 
     dataset = doc.get("dataset", {})
     title = (f"MNIST reference workload: {dataset.get('train_samples', '?')} training samples "
              f"({dataset.get('source', '?')}), {doc['config'].get('epochs', 1)} epoch(s)")
+    if doc["config"].get("quick"):
+        title += " · quick sweep: throughput only (too little training for accuracies to mean anything)"
     runs = doc["runs"]
     has_util = any(r.get("gpu_util_mean_pct") is not None for r in runs)
     has_memory = any(r.get("peak_allocated_bytes") is not None for r in runs)
@@ -106,12 +109,12 @@ def render_table(doc: dict[str, Any], stream: TextIO, width: int | None = None) 
         console.print("devices: " + "; ".join(f"{k} = {v}" for k, v in devices.items()))
     best_pair = doc.get("speedups", {}).get("best_vs_best")
     if best_pair:
-        console.print(f"CUDA vs CPU: best against best {best_pair['speedup']:.1f}x "
+        console.print(f"CUDA vs CPU: best against best, CUDA is {speed_phrase(best_pair['speedup'])} "
                       f"({best_pair['cuda']}: {best_pair['cuda_samples_per_s']:,.0f} samples/s; "
                       f"{best_pair['cpu']}: {best_pair['cpu_samples_per_s']:,.0f} samples/s)")
         for pair in doc["speedups"]["same_config"]:
             workers = "" if pair["workers"] is None else f", {pair['workers']} workers"
-            console.print(f"  {pair['mode']} batch {pair['batch_size']}{workers}: {pair['speedup']:.1f}x")
+            console.print(f"  {pair['mode']} batch {pair['batch_size']}{workers}: CUDA {speed_phrase(pair['speedup'])}")
     for note in doc.get("notes", []):
         console.print(f"[dim]note: {note}[/]")
     rec = doc.get("recommendation") or {}

@@ -1,0 +1,290 @@
+"""Presentation shared by every front end: units, "not available" text, status words and
+styles, and the one function that makes foreign text safe to show.
+
+The text report (:mod:`gpudoctor.render`), the TUI (:mod:`gpudoctor.tui`) and ``gpudoctor
+watch`` all format values here, so a reading looks the same everywhere. Nothing here reads
+hardware, and this module imports neither textual, nor torch, nor pynvml.
+
+Text that gpudoctor did not write (GPU and driver names, process command lines, anything
+read from a file or a recording) is data. :func:`plain_text` turns it into one bounded line
+with control characters and terminal escape sequences replaced by visible placeholders;
+front ends then show it as literal text (``rich.text.Text``), never as markup.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import re
+import textwrap
+from typing import Any, Iterable
+
+from gpudoctor.backends.na import NA, is_na
+from gpudoctor.backends.nvml import throttle_reason_names, throttle_reason_words
+
+# --------------------------------------------------------------------------- status words
+#: Word and Rich style of each status, for the report, the TUI and the markdown summary.
+STATUS_STYLE: dict[str, tuple[str, str]] = {
+    "pass": ("PASS", "bold green"),
+    "skip": ("SKIP", "dim"),
+    "warn": ("WARN", "bold yellow"),
+    "fail": ("FAIL", "bold red"),
+    "error": ("ERROR", "bold magenta"),
+}
+
+#: One sentence per overall status.
+VERDICT: dict[str, str] = {
+    "pass": "Healthy: no problem found by the checks that ran.",
+    "skip": "Nothing could be checked.",
+    "warn": "Usable, with warnings: read the findings above.",
+    "fail": "Not usable as is: fix the failures above.",
+    "error": "Incomplete: a check could not finish (see the errors above).",
+}
+
+
+def status_word(status: Any) -> str:
+    """``PASS``, ``WARN``... for a :class:`~gpudoctor.model.Status` or its value."""
+    return status_style(status)[0]
+
+
+def status_style(status: Any) -> tuple[str, str]:
+    """(word, Rich style) of a status; an unknown status is shown as itself, unstyled."""
+    key = str(getattr(status, "value", status))
+    return STATUS_STYLE.get(key, (plain_text(key, limit=12).upper() or "?", ""))
+
+
+# --------------------------------------------------------------------------- foreign text
+#: Longest foreign string shown on one line (a GPU name is < 100, a command line can be huge).
+MAX_TEXT = 300
+
+# Terminal escape sequences: CSI (ESC [ ... final), OSC (ESC ] ... BEL or ST), DCS/SOS/PM/APC
+# strings (ESC P/X/^/_ ... ST), and any other ESC + one character. Each becomes one visible mark.
+_ESCAPE_RE = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]?"
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"
+    r"|\x1b[PX^_][^\x1b]*(?:\x1b\\)?"
+    r"|\x1b.?"
+    r"|\x9b[0-?]*[ -/]*[@-~]?",
+    re.DOTALL,
+)
+# Characters that move the cursor, ring, erase or reorder text; C1 controls; bidi overrides.
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _control_mark(ch: str) -> str:
+    code = ord(ch)
+    if code < 0x20:
+        return chr(0x2400 + code)  # the Unicode control pictures: ␀ ... ␟ (␊ for a newline)
+    if code == 0x7F:
+        return "\u2421"  # ␡
+    return "\ufffd"
+
+
+def plain_text(value: Any, *, limit: int = MAX_TEXT) -> str:
+    """Foreign text made safe to print: one line, no control characters, at most ``limit``.
+
+    Escape sequences become ``␛`` followed by their visible parameters (``␛[2J``), other
+    control characters their Unicode control pictures (a newline ``␤``-style ``␊``, a tab a
+    space). Markup stays literal text: callers print the result as ``rich.text.Text`` (or
+    escape it for markdown), so ``[/]`` or ``[@click=app.quit]`` is shown, never parsed.
+    """
+    text = value if isinstance(value, str) else str(value)
+    if len(text) > limit * 4:  # bound the work on absurd input before any regex runs
+        text = text[: limit * 4]
+    text = text.replace("\t", " ")
+    text = _ESCAPE_RE.sub(lambda m: "\u241b" + _CONTROL_RE.sub(lambda c: _control_mark(c.group()), m.group()[1:]),
+                          text)
+    text = _CONTROL_RE.sub(lambda m: _control_mark(m.group()), text)
+    if len(text) > limit:
+        text = text[: max(0, limit - 1)] + "…"
+    return text
+
+
+# --------------------------------------------------------------------------- wrapping
+def wrap_hanging(text: str, width: int, first: str = "", indent: int | None = None) -> list[str]:
+    """``first`` + ``text`` wrapped at ``width``, continuation lines indented under the text.
+
+    Used by the text report and the TUI Doctor: each line it returns fits ``width`` and is
+    printed as is (no second wrap). ``width`` None or <= 0: one line, no wrap (pipes).
+    """
+    hang = " " * (len(first) if indent is None else indent)
+    if not width or width <= 0:
+        return [first + text]
+    width = max(width, len(first) + 20)
+    return textwrap.wrap(text, width, initial_indent=first, subsequent_indent=hang,
+                         break_on_hyphens=False) or [first.rstrip()]
+
+
+# --------------------------------------------------------------------------- readings
+SPARK_CHARS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: Iterable[float | None], width: int, lo: float = 0.0, hi: float | None = None) -> str:
+    """The last ``width`` values as block characters on a fixed scale [lo, hi].
+
+    A fixed scale (0-100 % for utilisation) keeps a flat 100 % line from looking like a
+    flat 0 % line, which an auto-scaled sparkline would show identically. Gaps (None)
+    are blanks. ``hi`` None: the largest value seen (for watts, MHz, bytes/s).
+    """
+    if width <= 0:
+        return ""
+    data = list(values)[-width:]
+    known = [v for v in data if v is not None]
+    top = hi if hi is not None else (max(known) if known else 1.0)
+    span = (top - lo) or 1.0
+    out = []
+    for v in data:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            out.append(" ")
+            continue
+        frac = min(1.0, max(0.0, (v - lo) / span))
+        out.append(SPARK_CHARS[min(len(SPARK_CHARS) - 1, int(frac * (len(SPARK_CHARS) - 1) + 0.5))])
+    return "".join(out).rjust(width)
+
+
+_NA_WORDS = {"NotSupported": "not supported", "NoPermission": "no permission", "GpuIsLost": "GPU lost",
+             "NotRecorded": "not recorded", "FunctionNotFound": "old driver"}
+_NA_SHORT = {"NotSupported": "n/a (not sup.)", "NoPermission": "n/a (no perm.)", "GpuIsLost": "n/a (lost)",
+             "NotRecorded": "n/a (not rec.)", "FunctionNotFound": "n/a (old drv.)"}
+
+
+def short_na(value: NA) -> str:
+    """``n/a (reason in words)``."""
+    return f"n/a ({_NA_WORDS.get(value.reason, plain_text(value.reason, limit=40))})"
+
+
+def tiny_na(value: NA) -> str:
+    """``n/a`` with an abbreviated reason, for the TUI's narrow value cells."""
+    return _NA_SHORT.get(value.reason, f"n/a ({plain_text(value.reason, limit=40)})")
+
+
+def fmt_bytes(n: Any) -> str:
+    if is_na(n):
+        return short_na(n)
+    if not isinstance(n, (int, float)) or isinstance(n, bool):
+        return "n/a"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit in ("B", "KiB") else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
+def fmt_rate_kbps(kbps: Any) -> str:
+    """PCIe throughput as NVML gives it ("KB/s", which is KiB/s: x1024, as the exporter and
+    nvitop read it), in binary units: ``512 KiB/s``, ``1.2 GiB/s``."""
+    if is_na(kbps):
+        return short_na(kbps)
+    if not isinstance(kbps, (int, float)) or isinstance(kbps, bool):
+        return "n/a"
+    bps = float(kbps) * 1024.0
+    for unit in ("B/s", "KiB/s", "MiB/s", "GiB/s"):
+        if bps < 1024 or unit == "GiB/s":
+            return f"{bps:.0f} {unit}" if unit in ("B/s", "KiB/s") else f"{bps:.1f} {unit}"
+        bps /= 1024.0
+    return f"{bps:.1f} GiB/s"
+
+
+def fmt_num(value: Any, unit: str = "", digits: int = 0) -> str:
+    if is_na(value):
+        return short_na(value)
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "n/a"
+    text = f"{value:.{digits}f}"
+    return f"{text}{unit}" if unit in ("%", "°C") else f"{text} {unit}".rstrip()
+
+
+def fmt_memory(dev: Any) -> str:
+    """Used/total memory of a device snapshot: ``31.2/40.0 GiB``."""
+    used, total = dev.sample.get("memory_used_bytes", NA("NotRecorded")), dev.memory_total
+    if is_na(used):
+        return short_na(used)
+    if isinstance(used, (int, float)) and isinstance(total, (int, float)) and total > 0:
+        return f"{used / 2**30:.1f}/{total / 2**30:.1f} GiB"
+    return fmt_bytes(used)
+
+
+def fmt_power(dev: Any) -> str:
+    power = dev.get("power_w")
+    limit = dev.sample.get("power_limit_w", dev.static.get("power_limit_w"))
+    if is_na(power) or not isinstance(power, (int, float)):
+        return fmt_num(power)
+    if isinstance(limit, (int, float)) and not is_na(limit):
+        return f"{power:.0f}/{limit:.0f} W"
+    return f"{power:.0f} W"
+
+
+def throttle_text(value: Any, *, words: bool = True) -> str:
+    """Throttle (clock event) reasons in words; "none" when the clocks run free."""
+    if is_na(value):
+        return short_na(value)
+    if not isinstance(value, int):
+        return "n/a"
+    if value == 0:
+        return "none"
+    names = throttle_reason_words(value) if words else throttle_reason_names(value)
+    return "; ".join(names) if names else f"unknown reason bits 0x{value:x}"
+
+
+# --------------------------------------------------------------------------- watch lines
+WATCH_FIELDS = ("gpu_util_pct", "mem_util_pct", "memory_used_bytes", "memory_total_bytes", "temperature_c",
+                "power_w", "power_limit_w", "clock_sm_mhz", "clock_mem_mhz", "pcie_rx_kbps",
+                "pcie_tx_kbps", "fan_pct", "throttle_reasons", "performance_state")
+
+
+def _iso(ts: float) -> str:
+    return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def watch_line(snap: Any, dev: Any) -> str:
+    """One log line for one device, e.g. ``2026-...Z gpu0 util 87% mem 31.2/40.0 GiB ...``."""
+    from gpudoctor.live import fault_words
+
+    head = f"{_iso(snap.time)} gpu{dev.index}"
+    fault = dev.fault
+    if fault is not None:
+        reason = plain_text(fault.reason, limit=60)
+        return f"{head} FAULT {reason}: {plain_text(fault_words(fault.reason))}"
+    parts = [
+        f"util {fmt_num(dev.get('gpu_util_pct'), '%')}",
+        f"mem {fmt_memory(dev)}",
+        f"temp {fmt_num(dev.get('temperature_c'), '°C')}",
+        f"power {fmt_power(dev)}",
+        f"sm {fmt_num(dev.get('clock_sm_mhz'), 'MHz')}",
+        f"memclk {fmt_num(dev.get('clock_mem_mhz'), 'MHz')}",
+        f"pcie rx {fmt_rate_kbps(dev.get('pcie_rx_kbps'))} tx {fmt_rate_kbps(dev.get('pcie_tx_kbps'))}",
+        f"fan {fmt_num(dev.get('fan_pct'), '%')}",
+        f"throttle {throttle_text(dev.get('throttle_reasons'), words=False).replace('; ', ',')}",
+    ]
+    return head + " " + " | ".join(parts)
+
+
+def watch_record(snap: Any, dev: Any) -> dict[str, Any]:
+    """One JSON-lines record: readings as numbers, NA as null with its reason in ``na``.
+
+    JSON escapes control characters itself; the name is still bounded in length."""
+    record: dict[str, Any] = {"time": _iso(snap.time), "gpu": dev.index, "name": plain_text(dev.name)}
+    na: dict[str, str] = {}
+    fault = dev.fault
+    record["fault"] = fault.reason if fault is not None else None
+    for key in WATCH_FIELDS:
+        value = dev.get(key)
+        if is_na(value):
+            record[key] = None
+            na[key] = value.reason
+        elif isinstance(value, float) and not math.isfinite(value):
+            record[key] = None
+        else:
+            record[key] = value
+    reasons = dev.get("throttle_reasons")
+    record["throttle"] = throttle_reason_names(reasons) if isinstance(reasons, int) else None
+    record["na"] = na
+    return record
+
+
+__all__ = [
+    "MAX_TEXT", "SPARK_CHARS", "STATUS_STYLE", "VERDICT", "WATCH_FIELDS", "fmt_bytes", "fmt_memory",
+    "fmt_num", "fmt_power", "fmt_rate_kbps", "plain_text", "short_na", "sparkline", "status_style",
+    "status_word", "throttle_text", "tiny_na", "watch_line", "watch_record", "wrap_hanging",
+]

@@ -1,0 +1,92 @@
+"""The text report fits the terminal and the markdown summary is safe to paste (#12 items 3, 5, 7)."""
+
+from __future__ import annotations
+
+import io
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from gpudoctor.model import ProbeResult, Report, Status
+from gpudoctor.render import render_text, report_to_markdown
+
+ROOT = Path(__file__).resolve().parents[1]
+LONG = ("The driver supports CUDA up to 12.4, but this torch is built for CUDA 13.2, so CUDA cannot "
+        "start and every tensor stays on the CPU; upgrade the driver or install a matching wheel.")
+
+
+def sample_report(name: str = "NVIDIA A100") -> Report:
+    ok = ProbeResult("health", summary="1 GPU(s) healthy", duration_s=0.1)
+    ok.measure("temperature", 40, "C")
+    ok.find(Status.PASS, "ok", "temperatures fine")
+    bad = ProbeResult("environment", summary=f"driver too old for {name}", duration_s=0.2)
+    bad.measure("torch", "2.15.0+cu132")
+    bad.find(Status.FAIL, "driver_too_old", LONG + " " + name,
+             why="torch.cuda.is_available() returns False with 'The NVIDIA driver on your system is too old'; "
+                 "training code written device-agnostic silently runs on the CPU.",
+             fix="Upgrade the NVIDIA driver to >= 580.65.06, or install a torch built for CUDA 12.x "
+                 "(pip install torch --index-url https://download.pytorch.org/whl/cu126).")
+    bad.settle()
+    skipped = ProbeResult.skip("workload", "skipped: no CUDA device")
+    return Report(results=[ok, bad, skipped], host={"hostname": "node-a"}, source="replay:x.json")
+
+
+def text_of(report: Report, width: int, verbose: bool = False) -> list[str]:
+    out = io.StringIO()
+    render_text(report, out, color=False, width=width, verbose=verbose)
+    return out.getvalue().splitlines()
+
+
+def test_text_wraps_at_80_with_hanging_indents_and_one_line_per_pass():
+    lines = text_of(sample_report(), 80)
+    assert all(len(line) <= 80 for line in lines), lines
+    head = [i for i, line in enumerate(lines) if line.startswith("    fail: ")][0]
+    assert lines[head + 1].startswith(" " * len("    fail: ")) and lines[head + 1].strip()
+    assert [line for line in lines if "health" in line] == ["[PASS] health  1 GPU(s) healthy  (0.1 s)"]
+    assert not any("temperature" in line for line in lines)  # passing details only with -v
+    assert any("temperature" in line for line in text_of(sample_report(), 80, verbose=True))
+    assert len(lines) == len(set(lines))  # no repeated lines
+    skip = [line for line in lines if "skip" in line.lower() and "1 skip" not in line]
+    assert skip == ["[SKIP] workload  skipped: no CUDA device  (0.0 s)"]  # said once, no "skip: skipped:"
+    assert not any(re.search(r"(^|\s)\(\s*\)", line) for line in lines)  # no empty parentheses
+    assert lines[-1].endswith("(1 pass, 1 skip, 1 fail)")
+
+
+def test_piped_text_is_not_hard_wrapped():
+    lines = text_of(sample_report(), 0)
+    assert any(line == "    fail: " + LONG + " NVIDIA A100" for line in lines)
+
+
+def test_interrupted_empty_report_has_no_empty_parentheses():
+    lines = text_of(Report(interrupted=True), 80)
+    assert lines[-1].startswith("Verdict: SKIP  Interrupted before any check finished.")
+    assert not any(re.search(r"(^|\s)\(\s*\)", line) for line in lines)  # no empty parentheses
+
+
+def test_markdown_is_one_collapsible_block_and_escapes_driver_text():
+    hostile = "A100 </details><script>x</script> | `code` *b* [l](u) \x1b]0;t\x07"
+    md = report_to_markdown(sample_report(hostile))
+    assert md.startswith("<details>\n<summary>gpudoctor report: FAIL: ")
+    assert md.count("</details>") == 1 and md.rstrip().endswith("</details>")
+    assert "<script>" not in md and "&lt;/details&gt;&lt;script&gt;" in md
+    assert "\x1b" not in md and "\x07" not in md
+    rows = [line for line in md.splitlines() if line.startswith("| FAIL")]
+    assert len(rows) == 1 and rows[0].count(" | ") == 3  # the pipe in the name is escaped
+    assert "\\| \\`code\\` \\*b\\* \\[l\\](u)" in rows[0]
+    assert "| SKIP | workload |" in md and "temperatures fine" not in md  # passes are not listed
+    assert "node-a" not in md  # anonymized by default
+
+
+def test_cli_format_markdown_and_json_alias():
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "gpudoctor", "report", "--quick", *args],
+                              capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+    md = run("--format", "markdown")
+    assert md.stdout.startswith("<details>") and "anonymized" in md.stdout, md.stderr
+    plain = run("--format", "markdown", "--no-anonymize")
+    assert plain.stdout.startswith("<details>") and "anonymized" not in plain.stdout
+    clash = run("--json", "--format", "markdown")
+    assert clash.returncode == 2 and clash.stderr.count("\n") == 1 and "--json is --format json" in clash.stderr
+    assert run("--json").stdout.lstrip().startswith("{")

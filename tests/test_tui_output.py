@@ -1,0 +1,145 @@
+"""TUI output: foreign text shown as plain text (#11 items 2 and 17), the header verdict and
+the busy-machine note (#12 items 2 and 4).
+
+A replayed recording whose GPU name and a process command line hold Rich/Textual markup
+and terminal escape sequences: the TUI shows them literally (no MarkupError, no action),
+the text report prints no escape sequence, and both bound the length.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.presentation import MAX_TEXT, plain_text
+from tui_support import NO_NVML, STANDIN, make_test_app, run_async, screen_text, take_samples, wait_for
+
+pytestmark = pytest.mark.timeout(180)
+
+ROOT = Path(__file__).resolve().parents[1]
+HOSTILE_NAME = "A100 [/] [bold]x[@click=app.quit] [a-z]\x1b]0;pwned\x07\x1b[2J\x07end"
+HOSTILE_COMMAND = "python train.py data=[/data/a,/data/b] [@click=app.quit]q [/] \x1b[31mred\nnext"
+
+
+def hostile_recording(tmp_path: Path) -> Path:
+    """A copy of the hand-made two-GPU stand-in with hostile GPU 0 name and command line."""
+    data = json.loads(STANDIN.read_text(encoding="utf-8"))
+    data = copy.deepcopy(data)
+    data["meta"]["scenario"] = "hand-made hostile copy of the two-GPU stand-in (markup and escapes)"
+    data["meta"]["device_names"][0] = HOSTILE_NAME
+    data["nvml"]["static"][0]["name"] = HOSTILE_NAME
+    for sample in data["nvml"]["samples"]:
+        sample["processes"][0][0]["command"] = HOSTILE_COMMAND
+    path = tmp_path / "handmade_hostile_text.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def test_plain_text_replaces_controls_and_escapes_and_bounds_length():
+    text = plain_text(HOSTILE_NAME)
+    assert "\x1b" not in text and "\x07" not in text
+    assert "␛]0;pwned␇" in text and "␛[2J" in text  # visible, not executed
+    assert "[/] [bold]x[@click=app.quit] [a-z]" in text  # markup kept as literal characters
+    assert plain_text("a\nb\tc\x9bd\x85") == "a␊b c␛d\ufffd"  # C1 CSI is an escape too
+    assert all(ord(c) >= 0x20 for c in plain_text("".join(chr(i) for i in range(0, 0xA0))))
+    long = plain_text("x" * 100_000)
+    assert len(long) == MAX_TEXT and long.endswith("…")
+
+
+@run_async
+async def test_tui_shows_hostile_gpu_name_and_command_line_literally(tmp_path):
+    path = hostile_recording(tmp_path)
+    app = make_test_app(path)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await take_samples(pilot, app, 2)
+        await pilot.pause()
+        overview = screen_text(app)
+        assert "GPU 0: A100 [/] [bold]x[@click=app.quit] [a-z]␛]0;pwned␇␛[2J" in overview
+        await pilot.press("p")
+        await pilot.pause()
+        processes = screen_text(app)
+        assert "data=[/data/a,/data/b] [@click=app.quit]q [/] ␛[31mred␊next" in processes
+        assert "\x1b" not in overview + processes
+        await pilot.press("q")
+    assert app.return_code == 0  # no MarkupError, and [@click=app.quit] did not quit on its own
+
+
+def test_text_report_prints_no_escape_sequence_from_a_replayed_name(tmp_path):
+    path = hostile_recording(tmp_path)
+    run = subprocess.run([sys.executable, "-m", "gpudoctor", "report", "--quick", "--replay", str(path)],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert run.returncode in (0, 3, 4), run.stderr
+    assert "\x1b" not in run.stdout and "\x07" not in run.stdout
+    assert "A100 [/] [bold]x[@click=app.quit] [a-z]␛]0;pwned␇␛[2J" in run.stdout
+    assert "Traceback" not in run.stderr
+
+
+@run_async
+async def test_header_keeps_the_start_up_quick_doctor_verdict():
+    from gpudoctor.quick import quick_verdict
+
+    verdict = quick_verdict(replay=str(NO_NVML))  # the verdict report --quick and the exporter give
+    expected = (verdict.status.value, verdict.headline)
+    assert expected[0] == "fail" and expected[1]
+    app = make_test_app(NO_NVML, startup_doctor=True)
+    async with app.run_test(size=(200, 24)) as pilot:
+        await wait_for(pilot, lambda: app.headline is not None)
+        await take_samples(pilot, app, 1)
+        await pilot.pause()
+        first_line = screen_text(app).splitlines()[0]
+        assert app.headline == (*expected, "quick")
+        assert f"Doctor: FAIL: {expected[1][:40]}" in first_line and "· d" in first_line
+        await pilot.press("q")
+
+
+@run_async
+async def test_workload_screen_shows_the_busy_machine_note_like_the_cli():
+    from gpudoctor.tui.workload_runner import WorkloadProcess
+    from tui_workload_double import BUSY_NOTE
+
+    app = make_test_app(STANDIN, workload_check=lambda: None,
+                        workload_factory=lambda options: WorkloadProcess("tui_workload_double:busy_sweep", options))
+    async with app.run_test(size=(120, 50)) as pilot:
+        await pilot.press("w")
+        await pilot.press("s")
+        await wait_for(pilot, lambda: app.workload.phase in ("finished", "failed"), timeout=60)
+        await pilot.pause()
+        assert app.workload.phase == "finished", (app.workload.error, app.workload.last_message)
+        text = " ".join(screen_text(app).split())
+        assert "note: " + BUSY_NOTE[:60] in text
+        await pilot.press("q")
+
+
+def test_tall_util_graph_has_a_time_axis_like_nvitop():
+    from gpudoctor.tui.widgets import util_graph
+
+    lines = [line.plain for line in util_graph([50.0] * 120, rows=4, width=140, interval_s=1.0)]
+    assert len(lines) == 5 and all(len(line) == 140 for line in lines)
+    axis = lines[-1]
+    assert axis.startswith("util") and "30s" in axis and "60s" in axis and "120s" in axis
+    assert axis.index("120s") < axis.index("60s") < axis.index("30s")
+    assert axis.index("30s") + len("30s") == 140 - 30  # the mark ends at the sample taken 30 s ago
+    assert lines[0].strip() == "100%" and set(lines[3][-120:]) == {"█"}  # half of 4 rows filled
+
+
+@run_async
+async def test_idle_clock_reason_is_not_called_nothing_running_beside_busy_util(tmp_path):
+    data = json.loads(STANDIN.read_text(encoding="utf-8"))
+    for sample in data["nvml"]["samples"]:
+        sample["devices"][0]["throttle_reasons"] = 1  # NVML's GpuIdle bit, read at one instant
+        sample["devices"][0]["gpu_util_pct"] = 37
+    path = tmp_path / "handmade_idle_bit_busy_util.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    app = make_test_app(path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await take_samples(pilot, app, 1)
+        await pilot.pause()
+        gpu0 = screen_text(app).split("GPU 1:")[0]
+        assert "37%" in gpu0 and "nothing is running" not in gpu0
+        assert "idle between kernels" in gpu0
+        await pilot.press("q")
