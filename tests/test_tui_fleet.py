@@ -70,3 +70,40 @@ async def test_prometheus_failure_is_shown_and_the_last_rows_stay():
         text = screen_text(app)
         assert "cannot be reached" in text and "last answer" in text
         assert "a:9402" in text
+
+
+@run_async
+async def test_gpudoctor_with_prometheus_has_a_fleet_screen_on_n():
+    from tui_support import make_test_app
+
+    from gpudoctor.tui.fleet import FleetScreen
+
+    app = make_test_app(prometheus="http://127.0.0.1:9", fleet_interval=3600)  # port 9: nothing listens
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.press("n")
+        await wait_for(pilot, lambda: isinstance(app.screen, FleetScreen) and bool(app.screen.error))
+        await pilot.pause()
+        text = screen_text(app)
+        assert "Fleet" in text and "cannot be reached" in text
+        await pilot.press("o")
+        await wait_for(pilot, lambda: not isinstance(app.screen, FleetScreen))
+
+
+@run_async
+async def test_without_prometheus_n_does_nothing():
+    from tui_support import make_test_app
+
+    app = make_test_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        before = app.screen
+        await pilot.press("n")
+        await pilot.pause()
+        assert app.screen is before
+
+
+def test_tui_refuses_a_bad_prometheus_url(capsys):
+    from gpudoctor import exitcodes
+    from gpudoctor.cli import main
+
+    assert main(["--prometheus", "not-a-url"]) == exitcodes.USAGE
+    assert "expected http(s)://" in capsys.readouterr().err

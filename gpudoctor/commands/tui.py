@@ -28,8 +28,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--replay", metavar="FILE", help="show a recording made with `gpudoctor record` (loops)")
     parser.add_argument("--doctor-level", choices=("quick", "standard", "full"), default="standard",
                         help="which checks the Doctor screen runs (default standard)")
-    parser.add_argument("--screen", choices=("overview", "processes", "doctor", "workload"), default="overview",
-                        help="screen to open first (default overview)")
+    parser.add_argument("--screen", choices=("overview", "processes", "doctor", "workload", "fleet"),
+                        default="overview", help="screen to open first (default overview; fleet needs --prometheus)")
+    parser.add_argument("--prometheus", metavar="URL",
+                        help="add the Fleet screen (n): every node's GPUs from this Prometheus, worst first")
     parser.set_defaults(handler=run)
 
 
@@ -41,12 +43,21 @@ def run(args: argparse.Namespace) -> int:
             load_recording(args.replay)
         except RecordingError as exc:
             raise UsageError(str(exc)) from None
+    if args.prometheus:
+        from gpudoctor.fleet import FleetError, check_url
+
+        try:
+            check_url(args.prometheus)
+        except FleetError as exc:
+            raise UsageError(str(exc)) from None
+    elif args.screen == "fleet":
+        raise UsageError("--screen fleet needs --prometheus URL")
     if not (is_terminal(sys.stdin) and is_terminal(sys.stdout)):
         raise UsageError("the TUI needs a terminal; for logs use `gpudoctor watch` (or --json)")
     from gpudoctor.tui.app import make_app
 
     app = make_app(replay=args.replay, interval=args.interval, doctor_level=args.doctor_level,
-                   start_screen=args.screen)
+                   start_screen=args.screen, prometheus=args.prometheus)
     app.run()
     code = app.return_code
     return exitcodes.OK if code is None else int(code)

@@ -180,6 +180,8 @@ class GpudoctorApp(App[int]):
         Binding("2", "show('processes')", "processes", show=False),
         Binding("3", "show('doctor')", "doctor", show=False),
         Binding("4", "show('workload')", "workload", show=False),
+        Binding("n", "show('fleet')", "fleet", show=False),  # nodes (f starts the full sweep on Workload)
+        Binding("5", "show('fleet')", "fleet", show=False),
         Binding("question_mark", "help", "help"),
         Binding("h", "help", "help", show=False),
         Binding("f1", "help", "help", show=False),
@@ -201,6 +203,8 @@ class GpudoctorApp(App[int]):
         workload_check: Callable[[], str | None] | None = None,
         start_screen: str = "overview",
         startup_doctor: bool = False,
+        prometheus: str | None = None,
+        fleet_interval: float = 15.0,
     ) -> None:
         super().__init__()
         if interval < MIN_INTERVAL_S:
@@ -216,6 +220,9 @@ class GpudoctorApp(App[int]):
         self.workload_check = workload_check or workload_available
         self.start_screen = start_screen
         self.startup_doctor = startup_doctor
+        #: ``gpudoctor --prometheus URL``: the Fleet screen (f) reads every node from Prometheus.
+        self.prometheus = prometheus
+        self.fleet_interval = fleet_interval
         #: The header's doctor verdict: (status, reason, level), empty until a doctor run ends.
         self.headline: tuple[str, str, str] | None = None
         self.state = AppState()
@@ -233,6 +240,10 @@ class GpudoctorApp(App[int]):
         self.install_screen(ProcessesScreen(), "processes")
         self.install_screen(DoctorScreen(), "doctor")
         self.install_screen(WorkloadScreen(), "workload")
+        if self.prometheus:
+            from gpudoctor.tui.fleet import FleetScreen
+
+            self.install_screen(FleetScreen(self.prometheus, interval=self.fleet_interval), "fleet")
         self.push_screen(self.start_screen)
         why = self.workload_check()
         if why:
@@ -273,7 +284,7 @@ class GpudoctorApp(App[int]):
 
     # -- actions --------------------------------------------------------------------
     def action_show(self, name: str) -> None:
-        if name not in SCREEN_NAMES:
+        if name not in SCREEN_NAMES and not (name == "fleet" and self.prometheus):
             return
         if isinstance(self.screen, HelpScreen):
             self.pop_screen()

@@ -381,6 +381,7 @@ HELP_KEYS = [
     ("p  2", "Processes: who uses the GPUs"),
     ("d  3", "Doctor: run the report's checks in the background"),
     ("w  4", "Workload: the MNIST reference sweep"),
+    ("n  5", "Fleet: every node's GPUs from Prometheus (with --prometheus URL)"),
     ("?  h  F1", "this help"),
     ("q", "quit"),
     ("", ""),
