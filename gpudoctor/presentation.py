@@ -260,6 +260,37 @@ def watch_line(snap: Any, dev: Any) -> str:
     return head + " " + " | ".join(parts)
 
 
+EVENT_WORDS = {
+    "ecc_double_bit": "double-bit (uncorrectable) ECC error",
+    "ecc_single_bit_storm": "many single-bit ECC errors within a minute",
+    "memory_retirement": "a page or row of GPU memory was retired",
+    "memory_retirement_failure": "retiring faulty GPU memory failed",
+}
+
+
+def event_line(index: int, event: Any) -> str:
+    """One log line for a critical GPU event (gpudoctor.backends.events.GpuEvent)."""
+    from gpudoctor import xid
+
+    when = _iso(event.time) if event.time > 0 else "(time unknown)"
+    head = f"{when} gpu{index} EVENT"
+    if event.kind == "xid":
+        info = xid.explain(int(event.code or 0))
+        return f"{head} Xid {event.code} ({info.severity}): {plain_text(info.words)}; {plain_text(info.action)}"
+    return f"{head} {plain_text(EVENT_WORDS.get(event.kind, event.kind))}"
+
+
+def event_record(index: int, event: Any) -> dict[str, Any]:
+    from gpudoctor import xid
+
+    record = {"time": _iso(event.time) if event.time > 0 else None, "gpu": index, "event": event.kind, "code": event.code,
+              "source": event.source}
+    if event.kind == "xid":
+        info = xid.explain(int(event.code or 0))
+        record.update(severity=info.severity, words=info.words, action=info.action)
+    return record
+
+
 def watch_record(snap: Any, dev: Any) -> dict[str, Any]:
     """One JSON-lines record: readings as numbers, NA as null with its reason in ``na``.
 
@@ -284,7 +315,7 @@ def watch_record(snap: Any, dev: Any) -> dict[str, Any]:
 
 
 __all__ = [
-    "MAX_TEXT", "SPARK_CHARS", "STATUS_STYLE", "VERDICT", "WATCH_FIELDS", "fmt_bytes", "fmt_memory",
+    "EVENT_WORDS", "event_line", "event_record", "MAX_TEXT", "SPARK_CHARS", "STATUS_STYLE", "VERDICT", "WATCH_FIELDS", "fmt_bytes", "fmt_memory",
     "fmt_num", "fmt_power", "fmt_rate_kbps", "plain_text", "short_na", "sparkline", "status_style",
     "status_word", "throttle_text", "tiny_na", "watch_line", "watch_record", "wrap_hanging",
 ]

@@ -218,3 +218,29 @@ def test_recorded_events_are_validated_at_load(tmp_path):
     with pytest.raises(RecordingError) as info:
         load_recording(bad)
     assert "nvml.events[0][0].kind" in str(info.value)
+
+
+def test_watch_prints_each_event_once_with_its_meaning(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    rec = json.loads((root / "tests" / "data" / "handmade_two_gpu_training_standin.json").read_text())
+    rec["nvml"]["events"] = [[{"time": 1_800_000_000.0, "kind": "xid", "code": 79, "source": "kernel_log"},
+                              {"time": 1_800_000_100.0, "kind": "ecc_double_bit", "code": None}], []]
+    path = tmp_path / "events.json"
+    path.write_text(json.dumps(rec))
+    text = subprocess.run([sys.executable, "-m", "gpudoctor", "watch", "--replay", str(path), "-n", "3", "-i", "0.25"],
+                          capture_output=True, text=True, timeout=60, cwd=root)
+    assert text.returncode == 0, text.stderr
+    events = [line for line in text.stdout.splitlines() if " EVENT " in line]
+    assert len(events) == 2  # once each, not every interval
+    assert "gpu0 EVENT Xid 79 (critical): GPU has fallen off the bus" in events[0]
+    assert "double-bit" in events[1]
+    lines = subprocess.run([sys.executable, "-m", "gpudoctor", "watch", "--replay", str(path), "-n", "2", "-i", "0.25",
+                            "--json"], capture_output=True, text=True, timeout=60, cwd=root).stdout.splitlines()
+    records = [json.loads(line) for line in lines]
+    xids = [r for r in records if r.get("event") == "xid"]
+    assert len(xids) == 1 and xids[0]["code"] == 79 and xids[0]["severity"] == "critical"

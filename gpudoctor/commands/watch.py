@@ -48,6 +48,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         gpu = NvmlBackend()
     sampler = LiveSampler(gpu, host_sampler=None, with_processes=False)
+    from gpudoctor.backends.events import open_event_watcher
+
+    events = open_event_watcher(gpu)
     try:
         snap = sampler.read()
         if not snap.has_gpu:
@@ -57,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
             if args.json:
                 write_stdout_line(json.dumps({"error": "no_gpu", "reason": reason, "message": words}))
             return exitcodes.NO_GPU
+        events.start()
+        seen: dict[int, int] = {}
         done = 0
         next_at = time.monotonic()
         while True:
@@ -64,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
                 # flushed per line: a log reader sees each interval as it happens
                 write_stdout_line(json.dumps(watch_record(snap, dev), allow_nan=False) if args.json
                                   else watch_line(snap, dev))
+                _new_events(events, dev.index, seen, args.json)
             done += 1
             if args.count is not None and done >= args.count:
                 return exitcodes.OK
@@ -73,7 +79,26 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return exitcodes.INTERRUPTED
     finally:
+        events.stop(join_s=1.0)
         sampler.close()
+
+
+def _new_events(events: Any, index: int, seen: dict[int, int], as_json: bool) -> None:
+    """An EVENT line for each critical event (Xid, ECC) the GPU reported since the last interval.
+
+    Kernel-log Xids from before the watch began come once, on the first interval."""
+    from gpudoctor.presentation import event_line, event_record
+
+    state = events.snapshot(index)
+    happened = sorted(state.logged_xids + state.recent, key=lambda e: e.time)
+    total = len(state.logged_xids) + sum(count for kind, count in state.counts.items() if kind != "clock_change")
+    if total <= seen.get(index, 0):
+        return
+    fresh = happened[-(total - seen.get(index, 0)):] if total - seen.get(index, 0) <= len(happened) else happened
+    seen[index] = total
+    for event in fresh:
+        write_stdout_line(json.dumps(event_record(index, event), allow_nan=False) if as_json
+                          else event_line(index, event))
 
 
 __all__ = ["register", "run", "count"]
