@@ -84,7 +84,11 @@ def capture(gpu: Any, *, seconds: float, interval: float, with_torch: bool = Tru
     }
     interrupted = False
     start = time.monotonic()
+    from gpudoctor.backends.events import open_event_watcher
+
+    events = open_event_watcher(gpu)
     try:
+        events.start()  # Xids and ECC events during the recording, and those in the kernel log before it
         if with_torch:
             if log:
                 log("gpudoctor: reading torch facts in a child process ...")
@@ -104,8 +108,18 @@ def capture(gpu: Any, *, seconds: float, interval: float, with_torch: bool = Tru
             time.sleep(max(0.0, interval - (time.monotonic() - now)))
     except KeyboardInterrupt:
         interrupted = True
+    finally:
+        events.stop(join_s=1.0)
+    recording["nvml"]["events"] = [[dict(e.to_dict(), source="kernel_log" if e.source == "kernel_log" else "nvml")
+                                    for e in _events_of(events.snapshot(i))] for i in range(n)]
+    recording["nvml"]["kernel_log"] = {"readable": getattr(events, "kernel_log_readable", None),
+                                       "reason": getattr(events, "kernel_log_reason", "")}
     recording["meta"]["duration_s"] = round(time.monotonic() - start, 3)
     return recording, interrupted
+
+
+def _events_of(state: Any) -> list[Any]:
+    return sorted(state.logged_xids + state.recent, key=lambda e: e.time)
 
 
 def record(gpu: Any, *, seconds: float = 5.0, interval: float = 0.5, with_torch: bool = True,

@@ -244,3 +244,21 @@ def test_watch_prints_each_event_once_with_its_meaning(tmp_path):
     records = [json.loads(line) for line in lines]
     xids = [r for r in records if r.get("event") == "xid"]
     assert len(xids) == 1 and xids[0]["code"] == 79 and xids[0]["severity"] == "critical"
+
+
+def test_a_recording_keeps_the_events_and_replays_them():
+    import json
+    from pathlib import Path
+
+    from gpudoctor.backends import ReplayBackend
+    from gpudoctor.backends.na import encode
+    from gpudoctor.recorder import capture
+    from gpudoctor.recording import validate
+
+    rec = json.loads((Path(__file__).parent / "data" / "handmade_two_gpu_training_standin.json").read_text())
+    rec["nvml"]["events"] = [[], [{"time": 1_800_000_000.0, "kind": "xid", "code": 48}]]
+    out, interrupted = capture(ReplayBackend(rec), seconds=0.2, interval=0.1, with_torch=False)
+    assert not interrupted
+    assert out["nvml"]["events"][1][0]["code"] == 48 and out["nvml"]["events"][0] == []
+    document = validate(json.loads(json.dumps(encode(out))))
+    assert ReplayEvents(document).snapshot(1).last_xid().code == 48
