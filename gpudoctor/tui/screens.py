@@ -113,7 +113,7 @@ class OverviewScreen(BaseScreen):
         for dev in snap.devices:
             for panel in panels.query(f"#gpu-{dev.index}").results(GpuPanel):
                 panel.interval_s = self.gapp.interval
-                panel.show(dev, state.history)
+                panel.show(dev, state.history, state.events.get(dev.index))
                 gpu_panels.append(panel)
         for panel in panels.query("#no-gpu").results(NoGpuPanel):
             panel.show(snap.nvml_status if snap.nvml_status is not None else NA("NoDevices"))

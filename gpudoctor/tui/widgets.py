@@ -8,6 +8,7 @@ the widget's current width, so a terminal resize re-flows without new readings.
 from __future__ import annotations
 
 import textwrap
+import time
 from typing import Any
 
 from rich.console import Group
@@ -78,17 +79,18 @@ class GpuPanel(_LinesPanel):
         self.index = index
         self.device: DeviceSnapshot | None = None
         self.history: History | None = None
+        self.events: Any = None  # gpudoctor.backends.events.DeviceEvents, or None
         #: Rows of the tall utilisation graph (0: none); the Overview gives free rows here.
         self.graph_rows = 0
         #: Seconds between samples, for the graph's time axis.
         self.interval_s = 1.0
 
-    def show(self, device: DeviceSnapshot, history: History) -> None:
+    def show(self, device: DeviceSnapshot, history: History, events: Any = None) -> None:
         static = device.static
         # The name comes from the driver (or a replayed file): literal text, never markup.
         self.border_title = Text(f"GPU {device.index}: {plain_text(device.name, limit=80)}")
         fault = device.fault
-        self.device, self.history = device, history
+        self.device, self.history, self.events = device, history, events
         self.set_class(fault is not None, "fault")
         if fault is None:
             bits = []
@@ -114,7 +116,7 @@ class GpuPanel(_LinesPanel):
         width = max(20, width)
         fault = dev.fault
         if fault is not None:
-            return self._render_fault(dev, hist, fault, width)
+            return self._render_fault(dev, hist, fault, width) + event_lines(self.events, width)
         return self._render_readings(dev, hist, width)
 
     def _render_fault(self, dev: DeviceSnapshot, hist: History, fault: NA, width: int) -> list[Text]:
@@ -182,6 +184,7 @@ class GpuPanel(_LinesPanel):
         throttle = Text("clocks".ljust(LABEL_W), style="cyan") + Text(text, style=style)
         throttle.truncate(width, overflow="ellipsis")
         lines.append(throttle)
+        lines += event_lines(self.events, width)
         if self.graph_rows >= 2:
             lines += util_graph(series("util"), self.graph_rows, width, self.interval_s)
         return lines
@@ -195,6 +198,56 @@ class GpuPanel(_LinesPanel):
         if isinstance(value, int):
             return out + Text(f"{value} uncorrected", style="bold red" if value else "")
         return out + Text("n/a", style="dim")
+
+
+def event_lines(events: Any, width: int, now: float | None = None) -> list[Text]:
+    """The GPU's critical events (Xid, ECC) in words: nothing when there are none.
+
+    Xids from the kernel log (before gpudoctor started) count too, marked "logged"."""
+    if events is None:
+        return []
+    from gpudoctor import xid
+    from gpudoctor.presentation import EVENT_WORDS
+
+    now = time.time() if now is None else now
+    counts = {k: v for k, v in events.counts.items() if v and k != "clock_change"}
+    last = events.last_xid()
+    serious = [e for e in events.recent if e.kind not in ("xid", "clock_change")]
+    if not counts and last is None:
+        return []
+    lines: list[Text] = []
+    if last is not None:
+        info = xid.explain(int(last.code or 0))
+        total = events.xid_count
+        when = "logged before start" if last.source == "kernel_log" else _ago(now - last.time)
+        head = Text("Xid".ljust(LABEL_W), style="cyan")
+        head.append(f"{last.code} ({info.severity}), {when}", style="bold red" if info.severity == "critical" else "yellow")
+        if total > 1:
+            head.append(f"; {total} since start", style="dim")
+        head.truncate(width, overflow="ellipsis")
+        lines.append(head)
+        for line in textwrap.wrap(plain_text(f"{info.words}; {info.action}"), max(10, width - LABEL_W))[:2]:
+            lines.append(Text(" " * LABEL_W + line))
+    if serious:
+        event = serious[-1]
+        line = Text("events".ljust(LABEL_W), style="cyan")
+        line.append(f"{plain_text(EVENT_WORDS.get(event.kind, event.kind))}, {_ago(now - event.time)}",
+                    style="bold red")
+        others = sum(v for k, v in counts.items() if k != "xid") - 1
+        if others > 0:
+            line.append(f" (+{others} more)", style="dim")
+        line.truncate(width, overflow="ellipsis")
+        lines.append(line)
+    return lines
+
+
+def _ago(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 90:
+        return f"{seconds:.0f} s ago"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min ago"
+    return f"{seconds / 3600:.1f} h ago"
 
 
 class NoGpuPanel(Widget):
