@@ -32,21 +32,31 @@ class Status(str, enum.Enum):
 
     @classmethod
     def worst(cls, statuses: Iterable["Status"], default: "Status | None" = None) -> "Status":
-        """The most severe of ``statuses`` (``default``, else PASS, when empty)."""
+        """The most severe of ``statuses`` that ran; SKIP only when every one was skipped;
+        ``default`` (else PASS) when there are none.
+
+        A skipped check neither passes nor fails: three passes and a skip are PASS ("no problem
+        found by the checks that ran", with the skip counted beside it), not "nothing could be
+        checked"."""
         worst: Status | None = None
+        skipped = False
         for status in statuses:
             status = cls(status)
-            if worst is None or status.severity > worst.severity:
+            if status is cls.SKIP:
+                skipped = True
+            elif worst is None or status.severity > worst.severity:
                 worst = status
-        if worst is None:
-            return default if default is not None else cls.PASS
-        return worst
+        if worst is not None:
+            return worst
+        if skipped:
+            return cls.SKIP
+        return default if default is not None else cls.PASS
 
     def __str__(self) -> str:  # "pass", not "Status.PASS", in f-strings
         return self.value
 
 
-# skip ranks above pass: a report whose every probe was skipped is not "healthy".
+# skip ranks above pass where statuses are sorted; Status.worst counts a skip only when nothing ran.
 _SEVERITY = {Status.PASS: 0, Status.SKIP: 1, Status.WARN: 2, Status.FAIL: 3, Status.ERROR: 4}
 
 
