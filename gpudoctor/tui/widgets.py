@@ -13,6 +13,7 @@ from typing import Any
 
 from rich.console import Group
 from rich.text import Text
+from textual.geometry import Region
 from textual.widget import Widget
 
 from gpudoctor.backends.na import NA, is_na
@@ -76,7 +77,13 @@ class _LinesPanel(Widget):
         resize)."""
         width = self.content_size.width
         lines = self.lines(width)  # type: ignore[attr-defined]
-        if width == self._shown_width and _same_lines(lines, self._shown):
+        old = self._shown
+        if width == self._shown_width and old is not None and len(old) == len(lines) == self._line_count:
+            # Same size: repaint only the lines that changed (the terminal gets those alone).
+            changed = [Region(0, y, width, 1) for y, (a, b) in enumerate(zip(lines, old)) if not _same_line(a, b)]
+            self._shown = lines
+            if changed:
+                self.refresh(*changed)
             return
         self._shown, self._shown_width = lines, width
         self.refresh(layout=len(lines) != self._line_count)
@@ -92,10 +99,9 @@ class _LinesPanel(Widget):
         self.border_subtitle = Text(subtitle) if subtitle else None
 
 
-def _same_lines(new: list[Text], old: list[Text] | None) -> bool:
+def _same_line(a: Text, b: Text) -> bool:
     """The same text with the same styles (rich's Text equality leaves the base style out)."""
-    return old is not None and len(new) == len(old) and all(
-        a.plain == b.plain and a.style == b.style and a.spans == b.spans for a, b in zip(new, old))
+    return a.plain == b.plain and a.style == b.style and a.spans == b.spans
 
 
 class GpuPanel(_LinesPanel):
