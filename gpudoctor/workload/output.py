@@ -51,12 +51,22 @@ def _fmt(value: Any, spec: str, scale: float = 1.0) -> str:
 
 def render_table(doc: dict[str, Any], stream: TextIO, width: int | None = None) -> None:
     """Runs sorted by epoch duration, then speedups and the recommendation."""
-    from rich import box
     from rich.console import Console
-    from rich.table import Table
 
     console = Console(file=stream, width=width or (None if stream.isatty() else 160),
                       highlight=False, soft_wrap=False)
+    console.print(_runs_table(doc))
+    _print_comparisons(console, doc)
+    _print_recommendation(console, doc)
+    if doc.get("interrupted"):
+        console.print(f"[yellow]interrupted: {len(doc['runs'])} of {doc.get('planned_runs')} runs finished[/]")
+
+
+def _runs_table(doc: dict[str, Any]) -> Any:
+    """The runs, one row each, with the columns the runs measured."""
+    from rich import box
+    from rich.table import Table
+
     dataset = doc.get("dataset", {})
     title = (f"MNIST reference workload: {dataset.get('train_samples', '?')} training samples "
              f"({dataset.get('source', '?')}), {doc['config'].get('epochs', 1)} epoch(s)")
@@ -103,7 +113,11 @@ def render_table(doc: dict[str, Any], stream: TextIO, width: int | None = None) 
             row += [_fmt(run.get("avg_power_w"), ".0f"), _fmt(run.get("samples_per_joule"), ",.1f")]
         row += [_fmt(run["final_loss"], ".3f"), _fmt(run["test_accuracy"], ".1%")]
         table.add_row(*row)
-    console.print(table)
+    return table
+
+
+def _print_comparisons(console: Any, doc: dict[str, Any]) -> None:
+    """The devices, CUDA against CPU, and the sweep's notes."""
     devices = doc.get("devices", {})
     if devices:
         console.print("devices: " + "; ".join(f"{k} = {v}" for k, v in devices.items()))
@@ -117,6 +131,9 @@ def render_table(doc: dict[str, Any], stream: TextIO, width: int | None = None) 
             console.print(f"  {pair['mode']} batch {pair['batch_size']}{workers}: CUDA {speed_phrase(pair['speedup'])}")
     for note in doc.get("notes", []):
         console.print(f"[dim]note: {note}[/]")
+
+
+def _print_recommendation(console: Any, doc: dict[str, Any]) -> None:
     rec = doc.get("recommendation") or {}
     console.print(f"\n[bold]Recommendation:[/] {rec.get('summary', '-')}")
     for reason in rec.get("reasons", []):
@@ -128,8 +145,6 @@ def render_table(doc: dict[str, Any], stream: TextIO, width: int | None = None) 
             console.print(f"  - {reason}")
     if rec.get("headroom"):
         console.print(f"[bold]Memory headroom:[/] {rec['headroom']['text']}")
-    if doc.get("interrupted"):
-        console.print(f"[yellow]interrupted: {len(doc['runs'])} of {doc.get('planned_runs')} runs finished[/]")
 
 
 def render_plot(doc: dict[str, Any]) -> bytes:
