@@ -22,7 +22,7 @@ import pytest
 
 from gpudoctor.recording import (MAX_DEVICES, MAX_PROCESSES, MAX_SAMPLES, MAX_TEXT, SCHEMA, RecordingError,
                                  load_recording, schema_text, validate)
-from gpudoctor.safejson import JsonFileError, nesting, read_json_file
+from gpudoctor.safejson import JsonFileError, json_safe, nesting, read_json_file
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
@@ -204,6 +204,32 @@ def test_deep_nesting_is_refused_before_decoding(tmp_path):
                  + DEEP + "}}")
     with pytest.raises(RecordingError, match="nested more than"):
         load_recording(path)
+
+
+def test_json_safe_turns_what_json_cannot_carry_into_null_or_values():
+    from dataclasses import dataclass
+
+    from gpudoctor.backends.na import NA
+
+    @dataclass
+    class Row:
+        loss: float
+        tags: tuple
+
+    class Scalar:  # a numpy/torch scalar's shape
+        def item(self):
+            return 3
+
+    value = {1: [float("nan"), float("inf"), 2.5, NA("NotSupported")], "row": Row(float("-inf"), ("a", 1)),
+             "set": {7}, "scalar": Scalar(), "other": ValueError("odd reading")}
+    safe = json_safe(value)
+    assert safe == {"1": [None, None, 2.5, None], "row": {"loss": None, "tags": ["a", 1]}, "set": [7],
+                    "scalar": 3, "other": "odd reading"}
+    json.dumps(safe, allow_nan=False)  # raises if anything slipped through
+    deep: list = []
+    for _ in range(3):
+        deep = [deep]
+    assert json_safe(deep, max_depth=1) == [["[[]]"]]
 
 
 def test_depth_scan_ignores_brackets_inside_strings():
