@@ -14,7 +14,7 @@ A reading is a value (returned), an exception class or instance (raised), or a c
 function with no reading raises ``NVMLError_NotSupported``, as datacenter and consumer GPUs
 do for what they lack. ``mode`` covers the whole library: "ok"; "unloaded" (the driver was
 reloaded: every call raises ``Uninitialized`` until the next ``nvmlInit``); "lost" (every
-device call raises ``GpuIsLost``). Handles carry the NVML session they came from, so a
+device call raises ``GpuIsLost``); ``lost`` names single devices that fell off the bus. Handles carry the NVML session they came from, so a
 handle from before a re-initialisation fails like a real one.
 """
 
@@ -86,9 +86,10 @@ class FakePynvml:
         self.init_error = init_error  # every nvmlInit fails with this (e.g. "LibraryNotFound")
         self.init_failures = init_failures  # this many nvmlInit calls fail with DriverNotLoaded
         self.mode = "ok"
+        self.lost: set[int] = set()  # devices fallen off the bus (GpuIsLost), the others fine
         self.session = 0
         self.init_calls = self.shutdown_calls = self.handle_calls = 0
-        self.calls: Counter[str] = Counter()  # device functions called, by name
+        self.calls: Counter[str] = Counter()  # device functions that reached a live device, by name
 
     # -- the library ----------------------------------------------------------------------
     def nvmlInit(self) -> None:
@@ -128,10 +129,14 @@ class FakePynvml:
         self.handle_calls += 1
         return SimpleNamespace(index=index, session=self.session)
 
+    def nvmlDeviceGetIndex(self, handle: Any) -> int:
+        self._device(handle)
+        return handle.index
+
     # -- the devices ------------------------------------------------------------------------
     def _device(self, handle: Any) -> dict[str, Any]:
         self._live()
-        if self.mode == "lost":
+        if self.mode == "lost" or handle.index in self.lost:
             raise nvml_error("GpuIsLost")()
         if handle.session != self.session:  # a handle from before the re-init
             raise nvml_error("Uninitialized")()
@@ -142,8 +147,8 @@ class FakePynvml:
             raise AttributeError(name)
 
         def call(handle: Any, *args: Any) -> Any:
-            self.calls[name] += 1
             reading = self._device(handle).get(name, nvml_error("NotSupported"))
+            self.calls[name] += 1
             if isinstance(reading, BaseException) or (isinstance(reading, type) and issubclass(reading, BaseException)):
                 raise reading
             return reading(*args) if callable(reading) else reading
