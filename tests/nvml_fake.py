@@ -24,6 +24,8 @@ from collections import Counter
 from types import SimpleNamespace
 from typing import Any
 
+from gpudoctor.backends import NvmlBackend, NvmlGate
+
 
 class NVMLError(Exception):
     """Base of the fake's errors; the gate reads the error's name, as pynvml names them."""
@@ -154,3 +156,8 @@ class FakePynvml:
             return reading(*args) if callable(reading) else reading
 
         return call
+
+
+def no_driver() -> NvmlBackend:
+    """The NVML backend of a machine without a driver (every reading: NA("LibraryNotFound"))."""
+    return NvmlBackend(NvmlGate(FakePynvml(init_error="LibraryNotFound")))

@@ -28,17 +28,7 @@ def validate_sweep(doc: dict) -> None:
 SMALL = ["bench", "mnist", "--device", "cpu", "--train-samples", "1024", "--test-samples", "256"]
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread(monkeypatch):
-    """These tests check behaviour, not speed: one intra-op thread keeps them quick and steady
-    on a busy 2-core machine (two threads spin-wait badly when the cores are shared)."""
-    import torch
-
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # for the child processes the tests start
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _data_helpers():

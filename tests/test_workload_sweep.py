@@ -18,17 +18,7 @@ from gpudoctor.workload.sweep import SweepResult, run_sweep, sorted_runs  # noqa
 from nvml_fake import FakePynvml, nvml_error, util  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread(monkeypatch):
-    """These tests check behaviour, not speed: one intra-op thread keeps them quick and steady
-    on a busy 2-core machine (two threads spin-wait badly when the cores are shared)."""
-    import torch
-
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # for the child processes the tests start
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _validate(doc):
