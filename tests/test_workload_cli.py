@@ -33,13 +33,9 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 def _data_helpers():
     """tests/test_workload_data.py by path (works whether or not tests/ is a package)."""
-    import importlib.util
+    from script_loader import load_script
 
-    spec = importlib.util.spec_from_file_location("_workload_data_helpers",
-                                                  Path(__file__).with_name("test_workload_data.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(Path(__file__).with_name("test_workload_data.py"), "_workload_data_helpers")
 
 
 def _torch_cuda() -> bool:
