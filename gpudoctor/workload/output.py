@@ -177,23 +177,11 @@ def render_plot(doc: dict[str, Any]) -> bytes:
         if points:
             any_util = True
             util.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
-    speed.set_xscale("log")
     speed.set_yscale("log")
-    speed.set_xlabel("batch size")
-    speed.set_ylabel("samples/s (best worker count)")
-    speed.set_title("Throughput")
-    speed.grid(True, which="both", alpha=0.3)
-    if lines:
-        speed.legend(fontsize=8)
-    util.set_xscale("log")
+    _label_axis(speed, "Throughput", "batch size", "samples/s (best worker count)", legend=bool(lines))
     util.set_ylim(0, 105)
-    util.set_xlabel("batch size")
-    util.set_ylabel("GPU utilisation, mean % (NVML)")
-    util.set_title("GPU utilisation")
-    util.grid(True, which="both", alpha=0.3)
-    if any_util:
-        util.legend(fontsize=8)
-    else:
+    _label_axis(util, "GPU utilisation", "batch size", "GPU utilisation, mean % (NVML)", legend=any_util)
+    if not any_util:
         util.text(0.5, 0.5, "no GPU utilisation readings\n(CPU runs only, or NVML unavailable)",
                   ha="center", va="center", transform=util.transAxes)
     _plot_efficiency(efficiency, doc["runs"])
@@ -213,18 +201,27 @@ def _plot_efficiency(axis: Any, runs: list[dict[str, Any]]) -> None:
                 (run["samples_per_joule"], run["samples_per_s"]))
     for label, xy in sorted(points.items()):
         axis.scatter([p[0] for p in xy], [p[1] for p in xy], label=label)
-    axis.set_xlabel("samples per joule")
-    axis.set_ylabel("samples/s")
-    axis.set_title("Throughput against energy efficiency")
-    axis.grid(True, alpha=0.3)
     if points:
-        axis.set_xscale("log")
         axis.set_yscale("log")
-        axis.legend(fontsize=8)
-    else:
+    _label_axis(axis, "Throughput against energy efficiency", "samples per joule", "samples/s",
+                legend=bool(points), log_x=bool(points), grid="major")
+    if not points:
         notes = sorted({run.get("energy_note") for run in runs if run.get("energy_note")})
         axis.text(0.5, 0.5, "no energy readings\n" + ("\n".join(notes[:2]) if notes else ""),
                   ha="center", va="center", transform=axis.transAxes, fontsize=8, wrap=True)
+
+
+def _label_axis(axis: Any, title: str, xlabel: str, ylabel: str, *, legend: bool, log_x: bool = True,
+                grid: str = "both") -> None:
+    """Title, labels and grid of one chart (batch sizes span decades: log x by default)."""
+    if log_x:
+        axis.set_xscale("log")
+    axis.set_xlabel(xlabel)
+    axis.set_ylabel(ylabel)
+    axis.set_title(title)
+    axis.grid(True, which=grid, alpha=0.3)
+    if legend:
+        axis.legend(fontsize=8)
 
 
 def write_plot(path: str, doc: dict[str, Any]) -> None:
