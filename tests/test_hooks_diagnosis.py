@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from types import SimpleNamespace
 
@@ -13,6 +11,7 @@ from gpudoctor.hooks.sampler import GpuSampler, nvml_index_for
 from gpudoctor.hooks.summary import (
     GPU_UNDERUTILISED_PCT, INPUT_BOUND_SHARE, RawTimings, Summary, build_summary, find_stragglers,
 )
+from fresh_interpreter import modules_loaded
 from nvml_fake import FakePynvml, util
 
 GiB = 1 << 30
@@ -249,8 +248,5 @@ def test_sampler_falls_back_to_sample_for_backends_without_fast_sample():
 
 
 def test_importing_gpudoctor_and_hooks_loads_no_torch():
-    code = ("import sys, gpudoctor, gpudoctor.hooks; gpudoctor.TrainingMonitor; gpudoctor.check_devices; "
-            "m = gpudoctor.TrainingMonitor(); print(sorted(k for k in ('torch', 'pynvml', 'textual') if k in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+    assert modules_loaded("import gpudoctor, gpudoctor.hooks; gpudoctor.TrainingMonitor; gpudoctor.check_devices; "
+                          "m = gpudoctor.TrainingMonitor()", ("torch", "pynvml", "textual")) == []

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from fresh_interpreter import modules_loaded
 
 from gpudoctor import exitcodes
 from gpudoctor.cli import main
@@ -209,12 +210,9 @@ def test_probe_compares_when_a_figure_is_known(monkeypatch):
 
 def test_command_line_and_probe_discovery_do_not_import_torch():
     """Parsing `bench mnist` and listing probes stays light: torch loads only when runs start."""
-    code = ("import sys\n"
-            "from gpudoctor.cli import build_parser\n"
-            "build_parser().parse_args(['bench', 'mnist', '--quick'])\n"
-            "from gpudoctor.probes import registry\n"
-            "registry()\n"
-            "import gpudoctor.workload\n"
-            "print(sorted(m for m in ('torch', 'pynvml', 'textual', 'matplotlib') if m in sys.modules))\n")
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    assert modules_loaded("from gpudoctor.cli import build_parser\n"
+                          "build_parser().parse_args(['bench', 'mnist', '--quick'])\n"
+                          "from gpudoctor.probes import registry\n"
+                          "registry()\n"
+                          "import gpudoctor.workload",
+                          ("torch", "pynvml", "textual", "matplotlib")) == []
