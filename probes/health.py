@@ -24,21 +24,13 @@ from gpudoctor.backends.nvml import THROTTLE_REASONS, throttle_reason_names
 from gpudoctor.backends.visibility import visible_nvml_indices
 from gpudoctor.model import ProbeResult, Status
 from gpudoctor.probes import Probe, ProbeContext
+from gpudoctor.probes._clock_events import GPU_IDLE, HW_PROTECTION, SW_POWER_CAP, SW_THERMAL_SLOWDOWN
 
 COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
 # Retired pages at or above this count: NVIDIA's guidance is that the board is due for RMA.
 RETIRED_PAGES_RMA = 60
 # Within this many degrees of the shutdown threshold, a hot GPU is a failure, not a warning.
 SHUTDOWN_MARGIN_C = 3
-
-
-# Clock-event reason bits by name (nvml.py's THROTTLE_REASONS is keyed by bit; its codes are the names).
-_REASON_BIT = {code: bit for bit, (code, _words) in THROTTLE_REASONS.items()}
-GPU_IDLE = _REASON_BIT["gpu_idle"]
-SW_POWER_CAP = _REASON_BIT["sw_power_cap"]
-SW_THERMAL_SLOWDOWN = _REASON_BIT["sw_thermal_slowdown"]
-# The hardware protecting itself: HW slowdown, HW thermal slowdown, HW power brake.
-HW_PROTECTION = _REASON_BIT["hw_slowdown"] | _REASON_BIT["hw_thermal_slowdown"] | _REASON_BIT["hw_power_brake"]
 
 
 def _num(value: Any) -> float | None:

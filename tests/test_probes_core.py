@@ -177,3 +177,12 @@ def test_live_report_on_this_machine_is_complete_and_valid():
         assert report.result("devices").status == Status.FAIL
         assert "no_cuda_device" in codes(report.result("devices"))
     report.to_dict()
+
+
+def test_clock_event_bits_by_name_are_nvml_h_values():
+    from gpudoctor.probes._clock_events import GPU_IDLE, HEAT_OR_HW, HW_PROTECTION, SW_POWER_CAP, SW_THERMAL_SLOWDOWN
+
+    # nvml.h: GpuIdle 0x1, SwPowerCap 0x4, HwSlowdown 0x8, SwThermalSlowdown 0x20,
+    # HwThermalSlowdown 0x40, HwPowerBrakeSlowdown 0x80
+    assert (GPU_IDLE, SW_POWER_CAP, SW_THERMAL_SLOWDOWN) == (0x1, 0x4, 0x20)
+    assert HW_PROTECTION == 0x8 | 0x40 | 0x80 and HEAT_OR_HW == 0x8 | 0x20 | 0x40 | 0x80
