@@ -26,6 +26,8 @@ from pathlib import Path
 
 import psutil
 
+from gpudoctor._proc import stop_popen
+
 ROOT = Path(__file__).resolve().parents[1]
 RECORDING = ROOT / "tests" / "data" / "exporter_gpu_lost_handmade.json"
 
@@ -86,12 +88,7 @@ def run(rate: float = 50.0, seconds: float = 10.0, warmup_s: float = 3.0, live: 
                 "machine": f"{platform.node()} {platform.machine()}, {psutil.cpu_count()} logical CPUs",
                 "python": platform.python_version()}
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop_popen(proc)
 
 
 def main() -> int:

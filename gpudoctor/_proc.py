@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+from typing import Any
 
 
 def describe_exit(code: int | None) -> str:
@@ -19,6 +20,21 @@ def describe_exit(code: int | None) -> str:
         except ValueError:
             return f"killed by signal {-code}"
     return f"exited with code {code}"
+
+
+def stop_popen(proc: Any, grace_s: float = 10.0) -> None:
+    """Stop a ``subprocess.Popen`` child: SIGTERM, then SIGKILL if it has not ended within
+    ``grace_s``. Nothing to do for None or a child that has already ended."""
+    import subprocess
+
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
 
 
 def silence_stdio() -> None:

@@ -70,19 +70,26 @@ def _styled(line: str, spans: list[tuple[int, int, str]]) -> Any:
     return text
 
 
+class _Lines(list):
+    """Report lines being built at one width."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.width = width
+
+    def para(self, text: str, first: str, first_style: str = "", style: str = "", indent: int | None = None) -> None:
+        for k, line in enumerate(wrap_hanging(text, self.width, first, indent)):
+            spans = [(len(first) - len(first.lstrip()), len(first), first_style)] if k == 0 else []
+            if style:
+                spans.insert(0, (0, len(line), style))
+            self.append(_styled(line, spans))
+
+
 def report_lines(data: dict[str, Any], *, width: int, verbose: bool = False,
                  title: str = "gpudoctor report") -> list[Any]:
     """The text report as Rich ``Text`` lines, each already fitted to ``width`` (0: no wrap).
     ``title`` heads it: the command that made the report (``gpudoctor distributed``)."""
-    out: list[Any] = []
-
-    def para(text: str, first: str, first_style: str = "", style: str = "", indent: int | None = None) -> None:
-        for k, line in enumerate(wrap_hanging(text, width, first, indent)):
-            spans = [(len(first) - len(first.lstrip()), len(first), first_style)] if k == 0 else []
-            if style:
-                spans.insert(0, (0, len(line), style))
-            out.append(_styled(line, spans))
-
+    out = _Lines(width)
     host = data.get("host") or {}
     meta = "  ".join(x for x in (plain_text(data.get("created") or "", limit=40),
                                  plain_text(host.get("hostname") or "", limit=80)) if x)
@@ -90,57 +97,76 @@ def report_lines(data: dict[str, Any], *, width: int, verbose: bool = False,
     tail = f"  {meta}" + (f"  ({source})" if source else "")
     out.append(_styled(title + tail, [(0, len(title), "bold"), (len(title), len(title) + len(tail), "dim")]))
     for result in data["results"]:
-        status = result["status"]
-        label, style = status_style(status)
-        name = plain_text(result["probe"], limit=60)
-        summary = _prose(result.get("summary"))
-        duration = f"({result['duration_s']:.1f} s)" if isinstance(result.get("duration_s"), (int, float)) else ""
-        first = f"[{label}] "
-        body = "  ".join(x for x in (summary, duration) if x)
-        lines = wrap_hanging(f"{name}  {body}" if body else name, width, first)
-        for k, line in enumerate(lines):
-            spans = [(0, len(first), style), (len(first), len(first) + len(name), "bold")] if k == 0 else []
-            if duration and k == len(lines) - 1 and line.endswith(duration):
-                spans.append((len(line) - len(duration), len(line), "dim"))
-            out.append(_styled(line, spans))
-        details_shown = verbose or status != "pass"
-        measurements = result.get("measurements") or []
-        if details_shown and measurements:
-            shown = measurements if verbose else [m for m in measurements if not str(m["name"]).startswith("_")][:12]
-            names = [plain_text(m["name"], limit=60) + ("" if m.get("device") is None else f" [gpu {m['device']}]")
-                     for m in shown]
-            col = min(max((len(n) for n in names), default=0), 40)
-            for m, n in zip(shown, names):
-                value = _fmt_value(m["value"], m.get("unit", ""))
-                if m.get("reference") is not None:
-                    value += f"  (of {_fmt_value(m['reference'], m.get('unit', ''))})"
-                if m.get("note"):
-                    value += f"  {_prose(m['note'])}"
-                first = f"  {n.ljust(col)}  "
-                para(value, first, "cyan", indent=len(first) if len(first) < 46 else 6)
-            hidden = len(measurements) - len(shown)
-            if hidden > 0:
-                out.append(_styled(f"    ... {hidden} more (use -v)", [(0, 1000, "dim")]))
-        seen: set[str] = {summary}
-        for f in result.get("findings") or []:
-            fstatus = f["status"]
-            if fstatus == "pass" and not verbose:
-                continue
-            fsummary = _prose(f.get("summary"))
-            if fstatus == "skip" and fsummary.lower().startswith("skipped: "):
-                fsummary = fsummary[len("skipped: "):]
-            why, fix = _prose(f.get("why")), _prose(f.get("fix"))
-            if fsummary in seen or fsummary.lower() in summary.lower() and fstatus == status:
-                fsummary = ""  # the result's own line already says it
-            else:
-                seen.add(fsummary)
-            flabel, fstyle = status_style(fstatus)
-            if fsummary:
-                para(fsummary, f"    {flabel.lower()}: ", fstyle)
-            if why:
-                para(why, "      why: ", style="dim")
-            if fix:
-                para(fix, "      fix: ", "bold")
+        summary = _result_head(out, result)
+        if verbose or result["status"] != "pass":
+            _measurement_lines(out, result.get("measurements") or [], verbose)
+        _finding_lines(out, result, summary, verbose)
+    _verdict_lines(out, data)
+    return list(out)
+
+
+def _result_head(out: _Lines, result: dict[str, Any]) -> str:
+    """A probe's status line; returns its summary (as shown)."""
+    label, style = status_style(result["status"])
+    name = plain_text(result["probe"], limit=60)
+    summary = _prose(result.get("summary"))
+    duration = f"({result['duration_s']:.1f} s)" if isinstance(result.get("duration_s"), (int, float)) else ""
+    first = f"[{label}] "
+    body = "  ".join(x for x in (summary, duration) if x)
+    lines = wrap_hanging(f"{name}  {body}" if body else name, out.width, first)
+    for k, line in enumerate(lines):
+        spans = [(0, len(first), style), (len(first), len(first) + len(name), "bold")] if k == 0 else []
+        if duration and k == len(lines) - 1 and line.endswith(duration):
+            spans.append((len(line) - len(duration), len(line), "dim"))
+        out.append(_styled(line, spans))
+    return summary
+
+
+def _measurement_lines(out: _Lines, measurements: list[dict[str, Any]], verbose: bool) -> None:
+    if not measurements:
+        return
+    shown = measurements if verbose else [m for m in measurements if not str(m["name"]).startswith("_")][:12]
+    names = [plain_text(m["name"], limit=60) + ("" if m.get("device") is None else f" [gpu {m['device']}]")
+             for m in shown]
+    col = min(max((len(n) for n in names), default=0), 40)
+    for m, n in zip(shown, names):
+        value = _fmt_value(m["value"], m.get("unit", ""))
+        if m.get("reference") is not None:
+            value += f"  (of {_fmt_value(m['reference'], m.get('unit', ''))})"
+        if m.get("note"):
+            value += f"  {_prose(m['note'])}"
+        first = f"  {n.ljust(col)}  "
+        out.para(value, first, "cyan", indent=len(first) if len(first) < 46 else 6)
+    hidden = len(measurements) - len(shown)
+    if hidden > 0:
+        out.append(_styled(f"    ... {hidden} more (use -v)", [(0, 1000, "dim")]))
+
+
+def _finding_lines(out: _Lines, result: dict[str, Any], summary: str, verbose: bool) -> None:
+    status = result["status"]
+    seen: set[str] = {summary}
+    for f in result.get("findings") or []:
+        fstatus = f["status"]
+        if fstatus == "pass" and not verbose:
+            continue
+        fsummary = _prose(f.get("summary"))
+        if fstatus == "skip" and fsummary.lower().startswith("skipped: "):
+            fsummary = fsummary[len("skipped: "):]
+        why, fix = _prose(f.get("why")), _prose(f.get("fix"))
+        if fsummary in seen or fsummary.lower() in summary.lower() and fstatus == status:
+            fsummary = ""  # the result's own line already says it
+        else:
+            seen.add(fsummary)
+        flabel, fstyle = status_style(fstatus)
+        if fsummary:
+            out.para(fsummary, f"    {flabel.lower()}: ", fstyle)
+        if why:
+            out.para(why, "      why: ", style="dim")
+        if fix:
+            out.para(fix, "      fix: ", "bold")
+
+
+def _verdict_lines(out: _Lines, data: dict[str, Any]) -> None:
     status = data["status"]
     label, style = status_style(status)
     counts = ", ".join(f"{n} {k}" for k, n in (data.get("counts") or {}).items() if n)
@@ -151,15 +177,14 @@ def report_lines(data: dict[str, Any], *, width: int, verbose: bool = False,
     tails = [f"({counts})"] if counts else []
     if data.get("interrupted") and data["results"]:
         tails.append("[interrupted: partial report]")
-    lines = wrap_hanging(sentence, width, first)
+    lines = wrap_hanging(sentence, out.width, first)
     for tail in tails:  # kept whole: "(1 pass, 2 fail)" is never split over two lines
-        if not width or len(lines[-1]) + 2 + len(tail) <= width:
+        if not out.width or len(lines[-1]) + 2 + len(tail) <= out.width:
             lines[-1] += "  " + tail
         else:
             lines.append(" " * len(first) + tail)
     for k, line in enumerate(lines):
         out.append(_styled(line, [(0, len(first), style)] if k == 0 else []))
-    return out
 
 
 def terminal_width(stream: TextIO | None) -> int:

@@ -20,7 +20,6 @@ check the environment that has torch.
 from __future__ import annotations
 
 import json
-import math
 import os
 import signal
 import threading
@@ -33,6 +32,7 @@ from typing import Any, Callable, Iterable
 from gpudoctor import _version
 from gpudoctor._proc import describe_exit, silence_stdio
 from gpudoctor.model import ProbeResult, Report, Status
+from gpudoctor.safejson import json_safe
 
 # Seconds a child process gets to import torch and start, on top of the probe's own limit.
 CHILD_START_ALLOWANCE_S = 60.0
@@ -143,36 +143,11 @@ def _child_main(conn: Any, spec: RunSpec) -> None:
         # JSON text, not pickled objects: the parent must not import torch to read it
         # (torch.__version__ is a str subclass from torch), and results must be JSON-safe.
         try:
-            text = json.dumps(_finite(result.to_dict()), default=_json_default, allow_nan=False)
+            text = json.dumps(json_safe(result.to_dict()), allow_nan=False)
         except (TypeError, ValueError) as exc:
             text = json.dumps(ProbeResult.error(probe.name, f"probe result is not JSON-safe: {_one_line(exc)}",
                                                 duration_s=result.duration_s).to_dict())
         conn.send(("result", text))
-
-
-def _finite(obj: Any) -> Any:
-    """JSON has no NaN/Infinity: a reading that is not a number becomes null."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
-
-
-def _json_default(obj: Any) -> Any:
-    from gpudoctor.backends.na import NA
-
-    if isinstance(obj, NA):
-        return None
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if hasattr(obj, "item"):  # numpy / torch scalars
-        return obj.item()
-    if isinstance(obj, (set, tuple)):
-        return list(obj)
-    return str(obj)
 
 
 # Run by --python's interpreter: load gpudoctor from this installation's folders (argv 1
@@ -387,7 +362,7 @@ def run_probes(
         report.host = ctx.host_facts()  # cached: the environment probe reads the same facts
     except Exception as exc:
         report.host = {"error": _one_line(exc)}
-    report.host = _jsonable(report.host)
+    report.host = json_safe(report.host)
     no_torch = _torch_absence(probes, spec, ctx)
 
     child: _Child | None = None
@@ -459,18 +434,6 @@ def _torch_absence(probes: list[Any], spec: RunSpec, ctx: Any) -> Callable[[Any]
         return ProbeResult.skip(probe.name, f"torch is not installed in {where}", code="torch_not_installed",
                                 why="This check runs PyTorch on the GPU.", fix=CHECK_ANOTHER_ENV_HINT)
     return answer
-
-
-def _jsonable(obj: Any) -> Any:
-    from gpudoctor.backends.na import NA
-
-    if isinstance(obj, NA):
-        return None
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    return obj
 
 
 def overall(report: Report) -> Status:

@@ -8,12 +8,17 @@ way), then scans the brackets outside strings to bound the nesting depth and the
 of objects and arrays *before* the decoder recurses, and only then decodes.
 
 Every failure is a :class:`JsonFileError` with a one-line message.
+
+The other way, :func:`json_safe` is the one walker that turns what the project holds (NaN,
+``NA`` readings, dataclasses, numpy and torch scalars) into values JSON can carry.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
+import math
 import os
 import re
 from typing import Any
@@ -107,4 +112,37 @@ def read_json_file(path: str | os.PathLike[str], *, max_bytes: int, max_depth: i
                          max_containers=max_containers, allow_nan=allow_nan)
 
 
-__all__ = ["JsonFileError", "read_bounded", "parse_bounded", "read_json_file", "nesting"]
+def json_safe(obj: Any, max_depth: int = 64, _depth: int = 0) -> Any:
+    """A copy of ``obj`` that ``json.dumps(..., allow_nan=False)`` accepts.
+
+    JSON has no NaN or Infinity and no "not available": a float that is not finite and an
+    ``NA`` reading become null. Mappings get text keys; tuples and sets become lists; an
+    object with ``to_dict()``, a dataclass, or a numpy/torch scalar (``.item()``) becomes
+    its value; anything else its text. Deeper than ``max_depth``, an object becomes its repr.
+    """
+    if obj is None or isinstance(obj, (bool, int, str)):
+        return obj
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if _depth > max_depth:
+        return repr(obj)
+    if type(obj).__name__ == "NA" and hasattr(obj, "reason"):  # backends.na.NA (a lower layer cannot be imported here)
+        return None
+    deeper = _depth + 1
+    if isinstance(obj, dict):
+        return {str(k): json_safe(v, max_depth, deeper) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return [json_safe(v, max_depth, deeper) for v in obj]
+    for method in ("to_dict", "item"):  # a result object; a numpy / torch scalar
+        convert = getattr(obj, method, None)
+        if callable(convert):
+            try:
+                return json_safe(convert(), max_depth, deeper)
+            except Exception:
+                pass
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return json_safe(dataclasses.asdict(obj), max_depth, deeper)
+    return str(obj)
+
+
+__all__ = ["JsonFileError", "read_bounded", "parse_bounded", "read_json_file", "nesting", "json_safe"]

@@ -16,11 +16,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from gpudoctor.backends.nvml import HARMFUL_THROTTLE_MASK, throttle_reason_names
+from gpudoctor.backends.nvml import throttle_reason_names
 from gpudoctor.model import ProbeResult, Status
 from gpudoctor.probes import Probe, ProbeContext
 
 from . import _gpu
+from ._clock_events import HEAT_OR_HW
 from ._datasheet import lookup_gpu_spec
 from ._precision import tf32_environment
 from ._timing import CpuClock, Timing, inner_count, matmul_tflops, percent_of, time_op
@@ -28,9 +29,6 @@ from ._timing import CpuClock, Timing, inner_count, matmul_tflops, percent_of, t
 MODES = ("fp32", "tf32", "fp16", "bf16")
 MAX_N = 8192  # 8192^2 outputs: thousands of tiles, every SM of the largest GPUs busy
 SLOW_PCT = 50.0
-# Throttle reasons that mean the matmul ran below its clocks for a hardware reason. A power
-# cap (sw_power_cap) under full matmul load is normal operation and is only noted.
-HEAT_OR_HW_MASK = HARMFUL_THROTTLE_MASK & ~0x4
 
 
 def matmul_timing(torch: Any, device: Any, dtype: Any, n: int, clock: Any, *, budget_s: float,
@@ -231,10 +229,10 @@ def _speed_finding(r: ProbeResult, dev: _gpu.Device, rows: dict[str, Any], spec:
 
 def _throttle_finding(r: ProbeResult, dev: _gpu.Device, reasons: Any, during: bool) -> None:
     d = dev.index
-    if isinstance(reasons, int) and reasons & HEAT_OR_HW_MASK:
+    if isinstance(reasons, int) and reasons & HEAT_OR_HW:
         r.find(Status.WARN, "throttled_under_load",
                f"{dev.label} was throttling {'during' if during else 'right after'} the matmul test: "
-               f"{', '.join(throttle_reason_names(reasons & HEAT_OR_HW_MASK))}.",
+               f"{', '.join(throttle_reason_names(reasons & HEAT_OR_HW))}.",
                why="Thermal or hardware slowdown lowers the clocks under load, so long runs are slower than short ones.",
                fix="Check cooling and airflow (nvidia-smi -q -d PERFORMANCE,TEMPERATURE).", device=d)
 

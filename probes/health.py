@@ -16,6 +16,7 @@ maximum clocks and PCIe link); the interpretation follows NVIDIA's documentation
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from gpudoctor.backends.na import is_na
@@ -23,6 +24,7 @@ from gpudoctor.backends.nvml import THROTTLE_REASONS, throttle_reason_names
 from gpudoctor.backends.visibility import visible_nvml_indices
 from gpudoctor.model import ProbeResult, Status
 from gpudoctor.probes import Probe, ProbeContext
+from gpudoctor.probes._clock_events import GPU_IDLE, HW_PROTECTION, SW_POWER_CAP, SW_THERMAL_SLOWDOWN
 
 COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
 # Retired pages at or above this count: NVIDIA's guidance is that the board is due for RMA.
@@ -40,178 +42,223 @@ def _num(value: Any) -> float | None:
         return None
 
 
+@dataclass
+class _Device:
+    """One device's readings and where its measurements and findings go."""
+
+    r: ProbeResult
+    dev: int
+    s: dict[str, Any]  # static facts
+    x: dict[str, Any]  # a sample
+    label: str = ""
+
+    def m(self, key_name: str, value: Any, unit: str = "", reference: Any = None) -> None:
+        self.r.measure(key_name, None if is_na(value) else value, unit, device=self.dev,
+                       reference=_num(reference), note=value.reason if is_na(value) else "")
+
+    def find(self, status: Status, code: str, summary: str, why: str, fix: str) -> None:
+        self.r.find(status, code, summary, why=why, fix=fix, device=self.dev)
+
+
 def check_device(r: ProbeResult, dev: int, s: dict[str, Any], x: dict[str, Any]) -> None:
     """Add measurements and findings for one device: ``s`` static facts, ``x`` a sample."""
     name = s.get("name")
-    label = f"GPU {dev}" + (f" ({name})" if isinstance(name, str) else "")
+    d = _Device(r, dev, s, x, label=f"GPU {dev}" + (f" ({name})" if isinstance(name, str) else ""))
+    if _check_lost(d):
+        return
+    d.m("gpu_utilization", x.get("gpu_util_pct"), "%")
+    _check_temperature(d)
+    _check_power(d)
+    _check_clocks(d)
+    _check_ecc(d)
+    _check_retired_pages(d)
+    _check_remapped_rows(d)
+    _check_pcie(d)
+    _check_modes(d)
+    d.m("fan_speed", x.get("fan_pct"), "%")
 
-    lost = [k for k, v in list(s.items()) + list(x.items()) if is_na(v) and v.reason == "GpuIsLost"]
+
+def _check_lost(d: _Device) -> bool:
+    lost = [k for k, v in list(d.s.items()) + list(d.x.items()) if is_na(v) and v.reason == "GpuIsLost"]
     if lost:
-        r.find(Status.FAIL, "gpu_lost", f"{label} has fallen off the bus (NVML: GpuIsLost).",
+        d.find(Status.FAIL, "gpu_lost", f"{d.label} has fallen off the bus (NVML: GpuIsLost).",
                why="The driver lost contact with the GPU (Xid 79); every CUDA call on it fails.",
                fix="Check `dmesg` for Xid errors; the node needs a GPU reset or reboot, and a hardware check "
-                   "(power, seating, cooling) if it repeats.", device=dev)
-        return
+                   "(power, seating, cooling) if it repeats.")
+    return bool(lost)
 
-    def m(key_name: str, value: Any, unit: str = "", reference: Any = None) -> None:
-        r.measure(key_name, None if is_na(value) else value, unit, device=dev,
-                  reference=_num(reference), note=value.reason if is_na(value) else "")
 
-    util = x.get("gpu_util_pct")
-    m("gpu_utilization", util, "%")
-
-    # -- temperature ------------------------------------------------------------------
+def _check_temperature(d: _Device) -> None:
+    s, x, label = d.s, d.x, d.label
     temp, slow, shut = _num(x.get("temperature_c")), _num(s.get("temperature_slowdown_c")), _num(s.get("temperature_shutdown_c"))
-    m("temperature", x.get("temperature_c"), "C", reference=s.get("temperature_slowdown_c"))
-    if temp is not None:
-        if shut is not None and temp >= shut - SHUTDOWN_MARGIN_C:
-            r.find(Status.FAIL, "temperature_critical",
-                   f"{label} is at {temp:.0f} C, within {SHUTDOWN_MARGIN_C} C of its shutdown threshold ({shut:.0f} C).",
-                   why="At the shutdown threshold the GPU turns itself off and the job dies.",
-                   fix="Stop the load and check the cooling now (fans, airflow, blocked inlets, datacenter cooling).",
-                   device=dev)
-        elif slow is not None and temp >= slow:
-            r.find(Status.WARN, "temperature_slowdown",
-                   f"{label} is at {temp:.0f} C, at or above its slowdown threshold ({slow:.0f} C).",
-                   why="Above the slowdown threshold the GPU lowers its clocks: training runs slower.",
-                   fix="Improve cooling or airflow; check that fans run and inlets are clear.", device=dev)
+    d.m("temperature", x.get("temperature_c"), "C", reference=s.get("temperature_slowdown_c"))
+    if temp is None:
+        return
+    if shut is not None and temp >= shut - SHUTDOWN_MARGIN_C:
+        d.find(Status.FAIL, "temperature_critical",
+               f"{label} is at {temp:.0f} C, within {SHUTDOWN_MARGIN_C} C of its shutdown threshold ({shut:.0f} C).",
+               why="At the shutdown threshold the GPU turns itself off and the job dies.",
+               fix="Stop the load and check the cooling now (fans, airflow, blocked inlets, datacenter cooling).")
+    elif slow is not None and temp >= slow:
+        d.find(Status.WARN, "temperature_slowdown",
+               f"{label} is at {temp:.0f} C, at or above its slowdown threshold ({slow:.0f} C).",
+               why="Above the slowdown threshold the GPU lowers its clocks: training runs slower.",
+               fix="Improve cooling or airflow; check that fans run and inlets are clear.")
 
-    # -- power ------------------------------------------------------------------------
-    limit = _num(x.get("power_limit_w")) or _num(s.get("power_limit_w"))
-    m("power_draw", x.get("power_w"), "W", reference=limit)
-    default_limit = _num(s.get("power_default_limit_w"))
+
+def _check_power(d: _Device) -> None:
+    limit = _num(d.x.get("power_limit_w")) or _num(d.s.get("power_limit_w"))
+    d.m("power_draw", d.x.get("power_w"), "W", reference=limit)
+    default_limit = _num(d.s.get("power_default_limit_w"))
     if limit is not None and default_limit is not None and limit < 0.9 * default_limit:
-        r.find(Status.WARN, "power_limit_lowered",
-               f"{label} power limit is {limit:.0f} W, below its default {default_limit:.0f} W.",
+        d.find(Status.WARN, "power_limit_lowered",
+               f"{d.label} power limit is {limit:.0f} W, below its default {default_limit:.0f} W.",
                why="A lowered power limit caps clocks under load: less throughput than the GPU can give.",
-               fix="If unintended, an administrator can restore it (`nvidia-smi -pl` with the default value).",
-               device=dev)
+               fix="If unintended, an administrator can restore it (`nvidia-smi -pl` with the default value).")
 
-    # -- clocks and throttle reasons --------------------------------------------------
-    m("sm_clock", x.get("clock_sm_mhz"), "MHz", reference=s.get("clock_sm_max_mhz"))
-    m("memory_clock", x.get("clock_mem_mhz"), "MHz", reference=s.get("clock_mem_max_mhz"))
-    reasons = x.get("throttle_reasons")
-    if isinstance(reasons, int):
-        names = throttle_reason_names(reasons)
-        r.measure("throttle_reasons", ", ".join(names) if names else "none", device=dev)
-        for bit, (code, words) in THROTTLE_REASONS.items():
-            if not reasons & bit:
-                continue
-            if bit in (0x8, 0x40, 0x80):
-                r.find(Status.FAIL, f"throttle_{code}", f"{label}: {words}.",
-                       why="The hardware is protecting itself; clocks drop sharply and stay low while it lasts.",
-                       fix="Check cooling and power delivery (PSU, cables); `nvidia-smi -q -d PERFORMANCE` shows "
-                           "the reason live; repeated HW slowdown warrants a hardware check.", device=dev)
-            elif bit == 0x20:
-                r.find(Status.WARN, f"throttle_{code}", f"{label}: {words}.",
-                       why="The driver lowers clocks to keep the temperature in range: slower training.",
-                       fix="Improve cooling or airflow.", device=dev)
-            elif bit == 0x4:
-                r.find(Status.PASS, f"throttle_{code}", f"{label}: {words}.",
-                       why="Normal for a fully loaded GPU: it runs as fast as its power budget allows.",
-                       fix="Nothing to do unless the power limit was lowered on purpose.", device=dev)
-    else:
-        r.measure("throttle_reasons", None, device=dev, note=getattr(reasons, "reason", ""))
 
-    # -- memory errors ------------------------------------------------------------------
+def _check_clocks(d: _Device) -> None:
+    """Clocks against their maximum, and one finding per clock-event reason that matters."""
+    d.m("sm_clock", d.x.get("clock_sm_mhz"), "MHz", reference=d.s.get("clock_sm_max_mhz"))
+    d.m("memory_clock", d.x.get("clock_mem_mhz"), "MHz", reference=d.s.get("clock_mem_max_mhz"))
+    reasons = d.x.get("throttle_reasons")
+    if not isinstance(reasons, int):
+        d.r.measure("throttle_reasons", None, device=d.dev, note=getattr(reasons, "reason", ""))
+        return
+    names = throttle_reason_names(reasons)
+    d.r.measure("throttle_reasons", ", ".join(names) if names else "none", device=d.dev)
+    for bit, (code, words) in THROTTLE_REASONS.items():
+        if not reasons & bit:
+            continue
+        if bit & HW_PROTECTION:
+            d.find(Status.FAIL, f"throttle_{code}", f"{d.label}: {words}.",
+                   why="The hardware is protecting itself; clocks drop sharply and stay low while it lasts.",
+                   fix="Check cooling and power delivery (PSU, cables); `nvidia-smi -q -d PERFORMANCE` shows "
+                       "the reason live; repeated HW slowdown warrants a hardware check.")
+        elif bit == SW_THERMAL_SLOWDOWN:
+            d.find(Status.WARN, f"throttle_{code}", f"{d.label}: {words}.",
+                   why="The driver lowers clocks to keep the temperature in range: slower training.",
+                   fix="Improve cooling or airflow.")
+        elif bit == SW_POWER_CAP:
+            d.find(Status.PASS, f"throttle_{code}", f"{d.label}: {words}.",
+                   why="Normal for a fully loaded GPU: it runs as fast as its power budget allows.",
+                   fix="Nothing to do unless the power limit was lowered on purpose.")
+
+
+def _check_ecc(d: _Device) -> None:
+    x, label = d.x, d.label
     vol_unc, agg_unc = _num(x.get("ecc_volatile_uncorrected")), _num(x.get("ecc_aggregate_uncorrected"))
     vol_cor = _num(x.get("ecc_volatile_corrected"))
-    ecc_mode = s.get("ecc_mode")
-    m("ecc_mode", ("enabled" if ecc_mode else "disabled") if isinstance(ecc_mode, int) else ecc_mode)
-    for key, unit in (("ecc_volatile_corrected", ""), ("ecc_volatile_uncorrected", ""),
-                      ("ecc_aggregate_corrected", ""), ("ecc_aggregate_uncorrected", "")):
-        m(key, x.get(key), unit)
+    ecc_mode = d.s.get("ecc_mode")
+    d.m("ecc_mode", ("enabled" if ecc_mode else "disabled") if isinstance(ecc_mode, int) else ecc_mode)
+    for key in ("ecc_volatile_corrected", "ecc_volatile_uncorrected", "ecc_aggregate_corrected",
+                "ecc_aggregate_uncorrected"):
+        d.m(key, x.get(key))
     if vol_unc:
-        r.find(Status.FAIL, "ecc_uncorrected_volatile",
+        d.find(Status.FAIL, "ecc_uncorrected_volatile",
                f"{label} had {vol_unc:.0f} uncorrectable ECC error(s) since the driver loaded.",
                why="Uncorrectable errors corrupt data or kill the process that hit them (Xid 48/94/95).",
                fix="Drain the node, reset the GPU (retires/remaps the bad memory), and run a memory test; "
-                   "replace the GPU if errors come back.", device=dev)
+                   "replace the GPU if errors come back.")
     elif agg_unc:
-        r.find(Status.WARN, "ecc_uncorrected_aggregate",
+        d.find(Status.WARN, "ecc_uncorrected_aggregate",
                f"{label} has had {agg_unc:.0f} uncorrectable ECC error(s) over its lifetime (none since driver load).",
                why="Past uncorrectable errors point at weak memory cells; retirement/remapping should have isolated them.",
-               fix="Check retired pages / remapped rows below; watch for new volatile errors.", device=dev)
+               fix="Check retired pages / remapped rows below; watch for new volatile errors.")
     elif vol_cor:
-        r.find(Status.PASS, "ecc_corrected",
+        d.find(Status.PASS, "ecc_corrected",
                f"{label} corrected {vol_cor:.0f} single-bit ECC error(s) since the driver loaded.",
                why="Corrected errors are harmless on their own; a fast-growing count precedes page retirement.",
-               fix="Nothing now; alert if the count keeps rising.", device=dev)
+               fix="Nothing now; alert if the count keeps rising.")
 
-    sbe, dbe, pending = x.get("retired_pages_sbe"), x.get("retired_pages_dbe"), x.get("retired_pages_pending")
-    if not (is_na(sbe) and is_na(dbe)):
-        total = (_num(sbe) or 0) + (_num(dbe) or 0)
-        m("retired_pages", int(total))
-        if pending is True or pending == 1:
-            r.find(Status.WARN, "retired_pages_pending",
-                   f"{label} has memory pages waiting to be retired.",
-                   why="Retirement takes effect only after the GPU is reset; until then the bad page can be used.",
-                   fix="Reset the GPU (`nvidia-smi -r` when idle) or reboot the node.", device=dev)
-        if total >= RETIRED_PAGES_RMA:
-            r.find(Status.FAIL, "retired_pages_limit",
-                   f"{label} has {total:.0f} retired pages (>= {RETIRED_PAGES_RMA}).",
-                   why="NVIDIA's guidance treats this many retirements as a board to return (RMA).",
-                   fix="Replace the GPU.", device=dev)
-    rows_pending, rows_failure = x.get("remapped_rows_pending"), x.get("remapped_rows_failure")
-    if not is_na(x.get("remapped_rows_uncorrectable", None)) and x.get("remapped_rows_uncorrectable") is not None:
-        m("remapped_rows_uncorrectable", x.get("remapped_rows_uncorrectable"))
-        m("remapped_rows_correctable", x.get("remapped_rows_correctable"))
-        if rows_failure is True:
-            r.find(Status.FAIL, "row_remap_failure", f"{label} failed to remap a memory row.",
-                   why="The GPU has no spare rows left for a bad one: memory errors will not be isolated.",
-                   fix="Replace the GPU (RMA).", device=dev)
-        elif rows_pending is True:
-            r.find(Status.WARN, "row_remap_pending", f"{label} has a memory row remap pending.",
-                   why="The remap takes effect only after a GPU reset.",
-                   fix="Reset the GPU (`nvidia-smi -r` when idle) or reboot the node.", device=dev)
 
-    # -- PCIe link ----------------------------------------------------------------------
+def _check_retired_pages(d: _Device) -> None:
+    """Page retirement, the memory-error isolation before Ampere."""
+    sbe, dbe, pending = d.x.get("retired_pages_sbe"), d.x.get("retired_pages_dbe"), d.x.get("retired_pages_pending")
+    if is_na(sbe) and is_na(dbe):
+        return
+    total = (_num(sbe) or 0) + (_num(dbe) or 0)
+    d.m("retired_pages", int(total))
+    if pending is True or pending == 1:
+        d.find(Status.WARN, "retired_pages_pending",
+               f"{d.label} has memory pages waiting to be retired.",
+               why="Retirement takes effect only after the GPU is reset; until then the bad page can be used.",
+               fix="Reset the GPU (`nvidia-smi -r` when idle) or reboot the node.")
+    if total >= RETIRED_PAGES_RMA:
+        d.find(Status.FAIL, "retired_pages_limit",
+               f"{d.label} has {total:.0f} retired pages (>= {RETIRED_PAGES_RMA}).",
+               why="NVIDIA's guidance treats this many retirements as a board to return (RMA).",
+               fix="Replace the GPU.")
+
+
+def _check_remapped_rows(d: _Device) -> None:
+    """Row remapping, the memory-error isolation from Ampere on."""
+    x = d.x
+    uncorrectable = x.get("remapped_rows_uncorrectable", None)
+    if is_na(uncorrectable) or uncorrectable is None:
+        return
+    d.m("remapped_rows_uncorrectable", uncorrectable)
+    d.m("remapped_rows_correctable", x.get("remapped_rows_correctable"))
+    if x.get("remapped_rows_failure") is True:
+        d.find(Status.FAIL, "row_remap_failure", f"{d.label} failed to remap a memory row.",
+               why="The GPU has no spare rows left for a bad one: memory errors will not be isolated.",
+               fix="Replace the GPU (RMA).")
+    elif x.get("remapped_rows_pending") is True:
+        d.find(Status.WARN, "row_remap_pending", f"{d.label} has a memory row remap pending.",
+               why="The remap takes effect only after a GPU reset.",
+               fix="Reset the GPU (`nvidia-smi -r` when idle) or reboot the node.")
+
+
+def _check_pcie(d: _Device) -> None:
+    """The PCIe link's generation and width against the device's maximum (the one place the
+    link's training is judged)."""
+    s, x, label = d.s, d.x, d.label
     gen, gen_max = _num(x.get("pcie_gen_current")), _num(s.get("pcie_gen_max"))
     width, width_max = _num(x.get("pcie_width_current")), _num(s.get("pcie_width_max"))
-    m("pcie_link_gen", x.get("pcie_gen_current"), reference=s.get("pcie_gen_max"))
-    m("pcie_link_width", x.get("pcie_width_current"), "lanes", reference=s.get("pcie_width_max"))
-    idle = (isinstance(reasons, int) and reasons & 0x1) or (_num(util) == 0)
+    d.m("pcie_link_gen", x.get("pcie_gen_current"), reference=s.get("pcie_gen_max"))
+    d.m("pcie_link_width", x.get("pcie_width_current"), "lanes", reference=s.get("pcie_width_max"))
+    reasons = x.get("throttle_reasons")
+    idle = (isinstance(reasons, int) and reasons & GPU_IDLE) or (_num(x.get("gpu_util_pct")) == 0)
     if gen is not None and gen_max is not None and gen < gen_max:
         if idle:
-            r.find(Status.PASS, "pcie_gen_idle_downshift",
+            d.find(Status.PASS, "pcie_gen_idle_downshift",
                    f"{label} PCIe link at gen {gen:.0f} of {gen_max:.0f} while idle.",
                    why="An idle GPU lowers its link speed to save power and raises it under load: not a fault.",
-                   fix="Nothing to do; re-check under load if transfers seem slow.", device=dev)
+                   fix="Nothing to do; re-check under load if transfers seem slow.")
         else:
-            r.find(Status.WARN, "pcie_gen_degraded",
+            d.find(Status.WARN, "pcie_gen_degraded",
                    f"{label} PCIe link at gen {gen:.0f} of {gen_max:.0f} while busy.",
                    why="A busy GPU should run its link at full speed; a lower generation halves host<->device "
                        "bandwidth per step down.",
-                   fix="Check BIOS PCIe settings, risers and slot; reseat the card.", device=dev)
+                   fix="Check BIOS PCIe settings, risers and slot; reseat the card.")
     if width is not None and width_max is not None and width < width_max:
-        r.find(Status.WARN, "pcie_width_degraded",
+        d.find(Status.WARN, "pcie_width_degraded",
                f"{label} PCIe link is x{width:.0f} of x{width_max:.0f}.",
                why="Fewer lanes divide host<->device bandwidth; data loading and .to(device) copies get slower.",
-               fix="Reseat the GPU, check the slot's wiring (some x16 slots are x8 electrically) and risers.",
-               device=dev)
+               fix="Reseat the GPU, check the slot's wiring (some x16 slots are x8 electrically) and risers.")
 
-    # -- modes --------------------------------------------------------------------------
-    persistence = x.get("persistence_mode")
-    m("persistence_mode", ("on" if persistence else "off") if isinstance(persistence, int) else persistence)
+
+def _check_modes(d: _Device) -> None:
+    """Persistence mode and compute mode."""
+    persistence = d.x.get("persistence_mode")
+    d.m("persistence_mode", ("on" if persistence else "off") if isinstance(persistence, int) else persistence)
     if persistence == 0:
-        r.find(Status.PASS, "persistence_off",
-               f"{label} persistence mode is off.",
+        d.find(Status.PASS, "persistence_off",
+               f"{d.label} persistence mode is off.",
                why="Without it the driver may unload between jobs, so each job's first CUDA call pays seconds "
                    "of re-initialisation.",
-               fix="On Linux servers run the nvidia-persistenced daemon (administrator).", device=dev)
-    mode = x.get("compute_mode")
-    m("compute_mode", COMPUTE_MODES.get(mode, mode) if isinstance(mode, int) else mode)
+               fix="On Linux servers run the nvidia-persistenced daemon (administrator).")
+    mode = d.x.get("compute_mode")
+    d.m("compute_mode", COMPUTE_MODES.get(mode, mode) if isinstance(mode, int) else mode)
     if mode == 2:
-        r.find(Status.FAIL, "compute_prohibited", f"{label} is in compute mode Prohibited.",
+        d.find(Status.FAIL, "compute_prohibited", f"{d.label} is in compute mode Prohibited.",
                why="No process can create a CUDA context on it: torch fails on first use.",
-               fix="An administrator sets it back with `nvidia-smi -c DEFAULT`.", device=dev)
+               fix="An administrator sets it back with `nvidia-smi -c DEFAULT`.")
     elif mode == 3:
-        r.find(Status.PASS, "compute_exclusive", f"{label} is in compute mode Exclusive_Process.",
+        d.find(Status.PASS, "compute_exclusive", f"{d.label} is in compute mode Exclusive_Process.",
                why="Only one process at a time may use it: a second job or a DataLoader worker touching CUDA fails "
                    "with 'all CUDA-capable devices are busy or unavailable'.",
-               fix="Expected on shared clusters; otherwise `nvidia-smi -c DEFAULT` (administrator).", device=dev)
-
-    m("fan_speed", x.get("fan_pct"), "%")
+               fix="Expected on shared clusters; otherwise `nvidia-smi -c DEFAULT` (administrator).")
 
 
 def run(ctx: ProbeContext) -> ProbeResult:

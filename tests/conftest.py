@@ -55,6 +55,20 @@ def _validate_every_report():
 
 
 @pytest.fixture
+def one_torch_thread(monkeypatch):
+    """For tests that train: they check behaviour, not speed, and one intra-op thread keeps them
+    quick and steady on a busy 2-core machine (two threads spin-wait badly when the cores are
+    shared). Used with ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``."""
+    import torch
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # for the child processes the tests start
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
 def validate_report():
     return validate_report_dict
 

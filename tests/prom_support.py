@@ -11,6 +11,8 @@ import urllib.request
 
 import pytest
 
+from gpudoctor._proc import stop_popen
+
 PROMETHEUS = shutil.which("prometheus")
 
 needs_prometheus = pytest.mark.skipif(
@@ -35,10 +37,4 @@ def query(port: int, expr: str) -> list[dict]:
 
 def stop(proc: subprocess.Popen | None) -> None:
     """Terminate a child, then kill it if it does not end within 10 s."""
-    if proc is not None and proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+    stop_popen(proc, grace_s=10.0)

@@ -18,12 +18,11 @@ from __future__ import annotations
 import ast
 import fnmatch
 import importlib
-import subprocess
-import sys
 from functools import lru_cache
 from pathlib import Path
 
 import pytest
+from fresh_interpreter import modules_loaded
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -192,12 +191,9 @@ def test_only_the_tui_imports_textual_and_only_backends_import_pynvml():
 def test_the_command_line_imports_no_command_library_until_it_runs():
     """Building the parser registers every command without importing textual, torch, pynvml,
     prometheus_client, the TUI app or the runner."""
-    code = ("import sys, gpudoctor.cli as c; c.build_parser(); "
-            "print(sorted(m for m in ('textual', 'torch', 'pynvml', 'prometheus_client', 'gpudoctor.tui.app', "
-            "'gpudoctor.runner') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+    assert modules_loaded("import gpudoctor.cli as c; c.build_parser()",
+                          ("textual", "torch", "pynvml", "prometheus_client", "gpudoctor.tui.app",
+                           "gpudoctor.runner")) == []
 
 
 # --------------------------------------------------------------------------- public surfaces

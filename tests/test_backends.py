@@ -11,53 +11,16 @@ from gpudoctor.backends import NA, NvmlBackend, NvmlGate, RecordingError, Replay
 from gpudoctor.backends.na import decode, encode
 from gpudoctor.backends.nvml import normalise_bus_id, throttle_reason_names, throttle_reason_words
 from gpudoctor.backends.visibility import parse_visible
-
-
-class NVMLError(Exception):
-    pass
-
-
-def _error(name):
-    return type(f"NVMLError_{name}", (NVMLError,), {})
-
-
-NotSupported, NoPermission, GpuIsLost, LibraryNotFound = (_error(n) for n in
-                                                         ("NotSupported", "NoPermission", "GpuIsLost", "LibraryNotFound"))
+from nvml_fake import FakePynvml, nvml_error
 
 
 def fake_pynvml(*, init_error=None, lost=False):
-    """A stand-in for the pynvml module: the seam the NVML gate is built on."""
-    mod = types.SimpleNamespace()
-    mod.NVML_TEMPERATURE_GPU = 0
-    state = {"shutdown": 0}
-
-    def nvmlInit():
-        if init_error:
-            raise init_error()
-
-    def dev(fn):
-        def wrapper(*a):
-            if lost:
-                raise GpuIsLost()
-            return fn(*a)
-        return wrapper
-
-    mod.nvmlInit = nvmlInit
-    mod.nvmlShutdown = lambda: state.__setitem__("shutdown", state["shutdown"] + 1)
-    mod.nvmlSystemGetDriverVersion = lambda: b"580.95.05"
-    mod.nvmlSystemGetCudaDriverVersion_v2 = lambda: 13000
-    mod.nvmlDeviceGetCount = lambda: 1
-    mod.nvmlDeviceGetHandleByIndex = lambda i: ("handle", i)
-    mod.nvmlDeviceGetName = dev(lambda h: "Fake GPU")
-    mod.nvmlDeviceGetTemperature = dev(lambda h, sensor: 41)
-    mod.nvmlDeviceGetFanSpeed = dev(lambda h: (_ for _ in ()).throw(NotSupported()))
-    mod.nvmlDeviceGetSerial = dev(lambda h: (_ for _ in ()).throw(NoPermission()))
-    mod.nvmlDeviceGetPciInfo = dev(lambda h: types.SimpleNamespace(busId=b"00000000:65:00.0"))
-    mod.nvmlDeviceGetUtilizationRates = dev(lambda h: types.SimpleNamespace(gpu=55, memory=12))
-    mod.nvmlDeviceGetComputeRunningProcesses = dev(lambda h: [types.SimpleNamespace(pid=7, usedGpuMemory=2**20)])
-    mod.nvmlDeviceGetGraphicsRunningProcesses = dev(lambda h: (_ for _ in ()).throw(NotSupported()))
-    mod._state = state
-    return mod
+    """The shared fake with one GPU that has no fan and hides its serial, running one process."""
+    nvml = FakePynvml(init_error=init_error, readings={
+        "nvmlDeviceGetSerial": nvml_error("NoPermission"),
+        "nvmlDeviceGetComputeRunningProcesses": [types.SimpleNamespace(pid=7, usedGpuMemory=2**20)]})
+    nvml.mode = "lost" if lost else "ok"
+    return nvml
 
 
 def test_gate_turns_nvml_errors_into_na_values():
@@ -70,7 +33,7 @@ def test_gate_turns_nvml_errors_into_na_values():
 
 
 def test_missing_library_is_one_na_for_everything():
-    backend = NvmlBackend(NvmlGate(fake_pynvml(init_error=LibraryNotFound)))
+    backend = NvmlBackend(NvmlGate(fake_pynvml(init_error="LibraryNotFound")))
     assert backend.status() == NA("LibraryNotFound")
     assert backend.device_count() == NA("LibraryNotFound")
     assert backend.static(0)["name"] == NA("LibraryNotFound")

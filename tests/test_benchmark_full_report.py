@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
+
+from script_loader import load_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "full_report.py"
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("full_report_bench", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT, "full_report_bench")
 
 
 def _report(measurements):

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from fresh_interpreter import modules_loaded
 
 from conftest import cuda_available
 from gpudoctor import exitcodes
@@ -52,15 +53,11 @@ def test_quick_report_never_imports_torch_or_textual():
 
 
 def test_standard_report_keeps_torch_out_of_the_parent():
-    code = (
-        "import sys, io, contextlib\n"
-        "from gpudoctor.cli import main\n"
-        "with contextlib.redirect_stdout(io.StringIO()):\n"
-        "    main(['report', '--json', '--probe', 'environment'])\n"
-        "assert 'torch' not in sys.modules and 'textual' not in sys.modules\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
+    assert modules_loaded("import io, contextlib\n"
+                          "from gpudoctor.cli import main\n"
+                          "with contextlib.redirect_stdout(io.StringIO()):\n"
+                          "    main(['report', '--json', '--probe', 'environment'])",
+                          ("torch", "textual")) == []
 
 
 @pytest.mark.parametrize("args, message", [

@@ -6,10 +6,13 @@ from __future__ import annotations
 import copy
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
+from fresh_interpreter import modules_loaded
 
 from gpudoctor.backends import NA, NvmlBackend, NvmlGate
+from nvml_fake import FakePynvml, nvml_error
 from gpudoctor.probes.distributed import (assemble, bus_bandwidth, classify_failures, find_stragglers,
                                           parse_size)
 
@@ -137,60 +140,33 @@ def test_assemble_with_no_rank_finished_fails_with_the_culprit():
 
 
 # --------------------------------------------------------------------------- NVLink via NVML
-class _FakeNvml:
-    NVML_NVLINK_MAX_LINKS = 6
-    NVML_NVLINK_DEVICE_TYPE_GPU = 0
-    NVML_NVLINK_DEVICE_TYPE_IBMNPU = 1
-    NVML_NVLINK_DEVICE_TYPE_SWITCH = 2
+def _nvlink_nvml(links_per_device: dict[int, int], version: int = 4) -> FakePynvml:
+    """GPUs with ``links_per_device[i]`` NVLinks each (0: no NVLink); link 2 is down; every link
+    goes to an NVSwitch at bus 0F and reports ``version``."""
+    nvml = FakePynvml(len(links_per_device))
+    nvml.NVML_NVLINK_MAX_LINKS = 6
+    nvml.NVML_NVLINK_DEVICE_TYPE_GPU, nvml.NVML_NVLINK_DEVICE_TYPE_IBMNPU, nvml.NVML_NVLINK_DEVICE_TYPE_SWITCH = 0, 1, 2
 
-    class NVMLError_NotSupported(Exception):
-        pass
+    def on_link(n, answer):
+        def read(link):
+            if n == 0:
+                raise nvml_error("NotSupported")()
+            if link >= n:
+                raise nvml_error("InvalidArgument")()
+            return answer(link)
+        return read
 
-    class NVMLError_InvalidArgument(Exception):
-        pass
-
-    class _Pci:
-        def __init__(self, bus: bytes) -> None:
-            self.busId = bus
-
-    def __init__(self, links_per_device: dict[int, int]) -> None:
-        self.links = links_per_device
-
-    def nvmlInit(self):
-        pass
-
-    def nvmlShutdown(self):
-        pass
-
-    def nvmlDeviceGetHandleByIndex(self, index):
-        return index
-
-    def _check(self, handle, link):
-        n = self.links[handle]
-        if n == 0:
-            raise self.NVMLError_NotSupported()
-        if link >= n:
-            raise self.NVMLError_InvalidArgument()
-
-    def nvmlDeviceGetNvLinkState(self, handle, link):
-        self._check(handle, link)
-        return 0 if link == 2 else 1
-
-    def nvmlDeviceGetNvLinkRemotePciInfo(self, handle, link):
-        self._check(handle, link)
-        return self._Pci(b"00000000:0F:00.0")
-
-    def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle, link):
-        self._check(handle, link)
-        return 2
-
-    def nvmlDeviceGetNvLinkVersion(self, handle, link):
-        self._check(handle, link)
-        return 4
+    for index, n in links_per_device.items():
+        nvml.devices[index].update({
+            "nvmlDeviceGetNvLinkState": on_link(n, lambda link: 0 if link == 2 else 1),
+            "nvmlDeviceGetNvLinkRemotePciInfo": on_link(n, lambda link: SimpleNamespace(busId=b"00000000:0F:00.0")),
+            "nvmlDeviceGetNvLinkRemoteDeviceType": on_link(n, lambda link: 2),
+            "nvmlDeviceGetNvLinkVersion": on_link(n, lambda link: version)})
+    return nvml
 
 
 def test_nvlink_query_through_the_gate():
-    backend = NvmlBackend(NvmlGate(_FakeNvml({0: 4, 1: 0})))
+    backend = NvmlBackend(NvmlGate(_nvlink_nvml({0: 4, 1: 0})))
     links = backend.nvlink(0)
     assert [l["link"] for l in links] == [0, 1, 2, 3]
     assert [l["active"] for l in links] == [True, True, False, True]
@@ -200,23 +176,13 @@ def test_nvlink_query_through_the_gate():
 
 
 def test_nvlink_without_nvml_is_na():
-    class Missing:
-        class NVMLError_LibraryNotFound(Exception):
-            pass
-
-        def nvmlInit(self):
-            raise self.NVMLError_LibraryNotFound()
-
-    assert NvmlBackend(NvmlGate(Missing())).nvlink(0) == NA("LibraryNotFound")
+    assert NvmlBackend(NvmlGate(FakePynvml(init_error="LibraryNotFound"))).nvlink(0) == NA("LibraryNotFound")
 
 
 def test_front_ends_do_not_import_torch():
-    code = ("import sys, gpudoctor.cli as c; c.build_parser(); import gpudoctor.exporter, "
-            "gpudoctor.commands.distributed, gpudoctor.probes.distributed; "
-            "bad = [m for m in ('torch', 'pynvml', 'textual') if m in sys.modules]; print(bad); "
-            "sys.exit(1 if bad else 0)")
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert run.returncode == 0, run.stdout + run.stderr
+    assert modules_loaded("import gpudoctor.cli as c; c.build_parser(); import gpudoctor.exporter, "
+                          "gpudoctor.commands.distributed, gpudoctor.probes.distributed",
+                          ("torch", "pynvml", "textual")) == []
 
 
 def test_quick_level_skips_without_importing_torch():
@@ -291,33 +257,19 @@ def test_nvlink_warns_on_a_link_down_beside_links_up_and_on_fewer_links_than_pee
         assert r.status.value == "pass"
 
 
-class _ComputeModeNvml:
-    class NVMLError_NotSupported(Exception):
-        pass
-
-    def __init__(self, modes: dict[int, object]) -> None:
-        self.modes = modes
-
-    def nvmlInit(self):
-        pass
-
-    def nvmlShutdown(self):
-        pass
-
-    def nvmlDeviceGetHandleByIndex(self, index):
-        return index
-
-    def nvmlDeviceGetComputeMode(self, handle):
-        if self.modes[handle] is None:
-            raise self.NVMLError_NotSupported()
-        return self.modes[handle]
+def _compute_mode_nvml(modes: dict[int, object]) -> FakePynvml:
+    """GPUs in the given compute modes (None: NVML does not say), by NVML index."""
+    nvml = FakePynvml(max(modes) + 1)
+    for index, mode in modes.items():
+        nvml.devices[index]["nvmlDeviceGetComputeMode"] = nvml_error("NotSupported") if mode is None else mode
+    return nvml
 
 
 def test_dataparallel_is_skipped_on_exclusive_gpus_held_by_other_ranks():
     from gpudoctor.probes._distributed_worker import dataparallel_blocker
 
     def blocker(modes, local_ranks, indices=None):
-        gpu = NvmlBackend(NvmlGate(_ComputeModeNvml(modes)))
+        gpu = NvmlBackend(NvmlGate(_compute_mode_nvml(modes)))
         return dataparallel_blocker(gpu, indices if indices is not None else sorted(modes), local_ranks)
 
     why = blocker({0: 0, 1: 3}, 2)
@@ -345,28 +297,21 @@ def test_nvlink_version_enum_is_decoded_with_the_bindings_constants():
 
     assert pynvml.NVML_NVLINK_VERSION_4_0 == 6  # nvidia-ml-py 13.x: the enum, not the number
 
-    class WithEnum(_FakeNvml):
-        NVML_NVLINK_VERSION_INVALID = 0
-        NVML_NVLINK_VERSION_1_0 = 1
-        NVML_NVLINK_VERSION_2_0 = 2
-        NVML_NVLINK_VERSION_2_2 = 3
-        NVML_NVLINK_VERSION_3_0 = 4
-        NVML_NVLINK_VERSION_3_1 = 5
-        NVML_NVLINK_VERSION_4_0 = 6
-        NVML_NVLINK_VERSION_5_0 = 7
-
-        def nvmlDeviceGetNvLinkVersion(self, handle, link):
-            self._check(handle, link)
-            return 6  # an H100 on a newer driver
-
-    links = NvmlBackend(NvmlGate(WithEnum({0: 2}))).nvlink(0)
+    with_enum = _nvlink_nvml({0: 2}, version=6)  # an H100 on a newer driver
+    for name, value in (("INVALID", 0), ("1_0", 1), ("2_0", 2), ("2_2", 3), ("3_0", 4), ("3_1", 5), ("4_0", 6),
+                        ("5_0", 7)):
+        setattr(with_enum, f"NVML_NVLINK_VERSION_{name}", value)
+    links = NvmlBackend(NvmlGate(with_enum)).nvlink(0)
     assert [(l["version"], l["version_name"]) for l in links] == [(6, "4.0"), (6, "4.0")]
     # the real binding's constants decode the same way
-    links = NvmlBackend(NvmlGate(type("Real", (WithEnum,), {
-        k: getattr(pynvml, k) for k in dir(pynvml) if k.startswith("NVML_NVLINK_VERSION_")})({0: 1}))).nvlink(0)
+    real = _nvlink_nvml({0: 1}, version=6)
+    for name in dir(pynvml):
+        if name.startswith("NVML_NVLINK_VERSION_"):
+            setattr(real, name, getattr(pynvml, name))
+    links = NvmlBackend(NvmlGate(real)).nvlink(0)
     assert links[0]["version_name"] == "4.0"
     # an older binding without the constants: the raw value only, no guess
-    links = NvmlBackend(NvmlGate(_FakeNvml({0: 1}))).nvlink(0)
+    links = NvmlBackend(NvmlGate(_nvlink_nvml({0: 1}))).nvlink(0)
     assert links[0]["version"] == 4 and links[0]["version_name"] is None
 
 

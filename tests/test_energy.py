@@ -3,12 +3,14 @@ energy through the backend seam (live gate with a stand-in module, and a replay)
 
 from __future__ import annotations
 
+from itertools import count
 from pathlib import Path
 from types import SimpleNamespace
 
 from gpudoctor.backends import NvmlBackend, NvmlGate
 from gpudoctor.backends.energy import EnergyUse, cpu_meter, gpu_meter, read_rapl_uj, rapl_reason_words
 from gpudoctor.backends.na import NA, is_na
+from nvml_fake import FakePynvml, nvml_error
 
 
 def _zone(root: Path, name: str, energy: int, wrap: int = 262143328850) -> Path:
@@ -48,28 +50,15 @@ def test_no_rapl_is_na_with_the_reason(tmp_path):
     assert "virtual machines" in rapl_reason_words(result.reason)
 
 
-class EnergyNvml:
-    """NVML with a total-energy counter that advances 250 J a read (a stand-in module)."""
-
-    def __init__(self, supported=True):
-        self.mj = 5_000_000
-        self.supported = supported
-
-    def nvmlInit(self):
-        pass
-
-    def nvmlDeviceGetHandleByIndex(self, index):
-        return index
-
-    def nvmlDeviceGetTotalEnergyConsumption(self, handle):
-        if not self.supported:
-            raise type("NVMLError_NotSupported", (Exception,), {})()
-        self.mj += 250_000
-        return self.mj
+def energy_nvml(supported=True) -> FakePynvml:
+    """One GPU whose total-energy counter advances 250 J a read (or that has none)."""
+    reads = count(1)
+    return FakePynvml(readings={"nvmlDeviceGetTotalEnergyConsumption":
+                                (lambda: 5_000_000 + 250_000 * next(reads)) if supported else nvml_error("NotSupported")})
 
 
 def test_gpu_energy_from_nvml_counter():
-    backend = NvmlBackend(NvmlGate(EnergyNvml()))
+    backend = NvmlBackend(NvmlGate(energy_nvml()))
     meter = gpu_meter(backend, 0, clock=_clock(0.0, 5.0))
     meter.start()
     use = meter.stop()
@@ -77,7 +66,7 @@ def test_gpu_energy_from_nvml_counter():
 
 
 def test_gpu_without_the_counter_is_na():
-    backend = NvmlBackend(NvmlGate(EnergyNvml(supported=False)))
+    backend = NvmlBackend(NvmlGate(energy_nvml(supported=False)))
     assert is_na(backend.total_energy_mj(0))
     meter = gpu_meter(backend, 0, clock=_clock(0.0, 5.0))
     meter.start()

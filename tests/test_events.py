@@ -14,69 +14,47 @@ from gpudoctor.backends import NvmlGate
 from gpudoctor.backends.events import (EVENT_CLOCK, EVENT_DOUBLE_BIT_ECC, EVENT_SINGLE_BIT_ECC, EVENT_XID_CRITICAL,
                                        EventWatcher, ReplayEvents)
 from gpudoctor.backends.na import NA
+from nvml_fake import FakePynvml, nvml_error
 
 
-class NVMLError_Timeout(Exception):  # noqa: N801 (named as pynvml names them: the gate reads the name)
-    pass
-
-
-class NVMLError_NotSupported(Exception):  # noqa: N801
-    pass
-
-
-class NVMLError_Uninitialized(Exception):  # noqa: N801
-    pass
-
-
-class EventNvml:
-    """NVML's event functions over ``gpus`` devices; ``supported[i]`` is each one's event mask."""
+class EventNvml(FakePynvml):
+    """NVML's event functions over ``len(supported)`` devices; ``supported[i]`` is each one's
+    event mask (or the error asking for it raises)."""
 
     def __init__(self, supported):
-        self.supported = supported
+        super().__init__(len(supported))
         self.events: queue.Queue = queue.Queue()
         self.registered = {}
         self.freed = False
         self.waits = threading.Event()
-
-    def nvmlInit(self):
-        pass
-
-    def nvmlShutdown(self):
-        pass
+        for index, mask in supported.items():
+            self.devices[index]["nvmlDeviceGetSupportedEventTypes"] = mask
+            self.devices[index]["nvmlDeviceRegisterEvents"] = (
+                lambda mask, event_set, index=index: self.registered.__setitem__(index, mask))
 
     def nvmlEventSetCreate(self):
         return "set"
-
-    def nvmlDeviceGetHandleByIndex(self, index):
-        return ("handle", index)
-
-    def nvmlDeviceGetSupportedEventTypes(self, handle):
-        mask = self.supported[handle[1]]
-        if isinstance(mask, Exception):
-            raise mask
-        return mask
-
-    def nvmlDeviceRegisterEvents(self, handle, mask, event_set):
-        self.registered[handle[1]] = mask
 
     def nvmlEventSetWait_v2(self, event_set, timeout_ms):
         self.waits.set()
         try:
             item = self.events.get(timeout=timeout_ms / 1000.0)
         except queue.Empty:
-            raise NVMLError_Timeout() from None
+            raise nvml_error("Timeout")() from None
         if isinstance(item, Exception):
             raise item
         return item
 
-    def nvmlDeviceGetIndex(self, handle):
-        return handle[1]
-
     def nvmlEventSetFree(self, event_set):
         self.freed = True
 
+    def event(self, index, event_type, data=0):
+        """An event from device ``index``, with a handle of the current NVML session."""
+        return SimpleNamespace(device=SimpleNamespace(index=index, session=self.session), eventType=event_type,
+                               eventData=data)
+
     def send(self, index, event_type, data=0):
-        self.events.put(SimpleNamespace(device=("handle", index), eventType=event_type, eventData=data))
+        self.events.put(self.event(index, event_type, data))
 
 
 def _no_log():
@@ -117,7 +95,7 @@ def test_xid_and_ecc_events_are_counted_per_gpu_with_the_last_kept():
 
 
 def test_unsupported_events_are_na_with_the_reason():
-    nvml = EventNvml({0: NVMLError_NotSupported(), 1: 0})
+    nvml = EventNvml({0: nvml_error("NotSupported")(), 1: 0})
     watcher = EventWatcher(NvmlGate(nvml), 2, wait_ms=50, kernel_log=_no_log)
     watcher.start()
     assert watcher.snapshot(0).supported == NA("NotSupported")
@@ -127,8 +105,7 @@ def test_unsupported_events_are_na_with_the_reason():
 
 
 def test_no_nvml_is_one_reason_for_every_gpu():
-    watcher = EventWatcher(NvmlGate(SimpleNamespace(nvmlInit=lambda: (_ for _ in ()).throw(
-        type("NVMLError_LibraryNotFound", (Exception,), {})()))), 1, kernel_log=_no_log)
+    watcher = EventWatcher(NvmlGate(FakePynvml(init_error="LibraryNotFound")), 1, kernel_log=_no_log)
     watcher.start()
     assert watcher.snapshot(0).supported == NA("LibraryNotFound")
     assert watcher.stop()
@@ -138,7 +115,7 @@ def test_watcher_stops_when_nvml_goes_away_and_says_why():
     nvml = EventNvml({0: 0xFFFF})
     watcher = EventWatcher(NvmlGate(nvml), 1, wait_ms=50, kernel_log=_no_log)
     watcher.start()
-    nvml.events.put(NVMLError_Uninitialized())
+    nvml.events.put(nvml_error("Uninitialized")())
     assert _wait_for(lambda: watcher.status is not None)
     assert watcher.status == NA("Uninitialized")
     assert watcher.stop()
@@ -150,7 +127,7 @@ def test_single_bit_storm_is_derived_once_a_minute():
     watcher = EventWatcher(NvmlGate(nvml), 1, wait_ms=50, clock=lambda: next(times), kernel_log=_no_log)
     watcher.register()
     for _ in range(25):
-        watcher.handle(SimpleNamespace(device=("handle", 0), eventType=EVENT_SINGLE_BIT_ECC, eventData=0))
+        watcher.handle(nvml.event(0, EVENT_SINGLE_BIT_ECC))
     counts = watcher.snapshot(0).counts
     assert counts["ecc_single_bit"] == 25 and counts["ecc_single_bit_storm"] == 1
 

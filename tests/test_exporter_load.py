@@ -6,10 +6,10 @@ The same measurement as a script: ``python benchmarks/exporter_load.py``.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+from script_loader import load_script
 
 pytestmark = pytest.mark.benchmark
 
@@ -17,10 +17,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "exporter_load.py"
 
 
 def _load_script():
-    spec = importlib.util.spec_from_file_location("exporter_load", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT, "exporter_load")
 
 
 def test_fifty_scrapes_per_second_for_ten_seconds():

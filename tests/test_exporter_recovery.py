@@ -8,95 +8,19 @@ from __future__ import annotations
 
 import threading
 import time
-from types import SimpleNamespace
 
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpudoctor.backends import NvmlBackend, NvmlGate
 from gpudoctor.exporter import GpudoctorCollector, GpuSampler, build_registry, stop_sampler_then_close
+from nvml_fake import FakePynvml, util
 
 
-class FakeNvml:
-    """One GPU. Handles carry the NVML session they came from: after a re-init, old ones fail."""
-
-    class NVMLError_DriverNotLoaded(Exception):
-        pass
-
-    class NVMLError_Uninitialized(Exception):
-        pass
-
-    class NVMLError_GpuIsLost(Exception):
-        pass
-
-    class NVMLError_NotSupported(Exception):
-        pass
-
-    def __init__(self, init_failures: int = 0) -> None:
-        self.init_failures = init_failures
-        self.init_calls = 0
-        self.shutdown_calls = 0
-        self.handle_calls = 0
-        self.session = 0
-        self.mode = "ok"  # "ok", "unloaded" (driver reloaded under us), "lost" (GPU fell off the bus)
-
-    def nvmlInit(self):
-        self.init_calls += 1
-        if self.init_failures > 0:
-            self.init_failures -= 1
-            raise self.NVMLError_DriverNotLoaded()
-        self.session += 1
-        if self.mode == "unloaded":
-            self.mode = "ok"  # the driver is back
-
-    def nvmlShutdown(self):
-        self.shutdown_calls += 1
-
-    def _live(self):
-        if self.mode == "unloaded":
-            raise self.NVMLError_Uninitialized()
-
-    def nvmlDeviceGetCount(self):
-        self._live()
-        return 1
-
-    def nvmlSystemGetDriverVersion(self):
-        self._live()
-        return "550.54.15"
-
-    def nvmlDeviceGetHandleByIndex(self, index):
-        self._live()
-        self.handle_calls += 1
-        return SimpleNamespace(index=index, session=self.session)
-
-    def _device(self, handle):
-        self._live()
-        if self.mode == "lost":
-            raise self.NVMLError_GpuIsLost()
-        if handle.session != self.session:  # a handle from before the re-init
-            raise self.NVMLError_Uninitialized()
-
-    def nvmlDeviceGetUtilizationRates(self, handle):
-        self._device(handle)
-        return SimpleNamespace(gpu=42, memory=7)
-
-    def nvmlDeviceGetTemperature(self, handle, sensor):
-        self._device(handle)
-        return 51
-
-    def nvmlDeviceGetName(self, handle):
-        self._device(handle)
-        return "Fake GPU"
-
-    def __getattr__(self, name):
-        if not name.startswith("nvmlDevice"):
-            raise AttributeError(name)
-
-        def unsupported(handle, *args):
-            self._device(handle)
-            raise self.NVMLError_NotSupported()
-
-        return unsupported
+def fake_nvml(init_failures: int = 0) -> FakePynvml:
+    """One GPU at 42 % and 51 C; the first ``init_failures`` nvmlInit calls find no driver."""
+    return FakePynvml(init_failures=init_failures, driver="550.54.15",
+                      readings={"nvmlDeviceGetUtilizationRates": util(42, 7), "nvmlDeviceGetTemperature": lambda sensor: 51})
 
 
 class Clock:
@@ -113,13 +37,13 @@ def scrape(sampler: GpuSampler) -> dict[tuple[str, tuple], float]:
             for family in text_string_to_metric_families(text) for s in family.samples}
 
 
-def make(fake: FakeNvml) -> tuple[GpuSampler, Clock]:
+def make(fake: FakePynvml) -> tuple[GpuSampler, Clock]:
     clock = Clock()
     return GpuSampler(NvmlBackend(NvmlGate(fake)), interval=1.0, clock=clock), clock
 
 
 def test_driver_loaded_after_the_exporter_started():
-    fake = FakeNvml(init_failures=2)
+    fake = fake_nvml(init_failures=2)
     sampler, clock = make(fake)
     snap = sampler.sample_once()
     assert snap["status"].reason == "DriverNotLoaded" and snap["retry_in_s"] == 5.0
@@ -147,7 +71,7 @@ def test_driver_loaded_after_the_exporter_started():
 
 
 def test_backoff_doubles_up_to_60_s():
-    fake = FakeNvml(init_failures=10**6)
+    fake = fake_nvml(init_failures=10**6)
     sampler, clock = make(fake)
     waits = [sampler.sample_once()["retry_in_s"]]
     for _ in range(6):
@@ -158,7 +82,7 @@ def test_backoff_doubles_up_to_60_s():
 
 
 def test_driver_reload_drops_stale_handles_and_reinitialises():
-    fake = FakeNvml()
+    fake = fake_nvml()
     sampler, clock = make(fake)
     assert sampler.sample_once()["status"] is None
     assert fake.handle_calls == 1
@@ -177,7 +101,7 @@ def test_driver_reload_drops_stale_handles_and_reinitialises():
 
 
 def test_every_gpu_lost_then_reset_recovers():
-    fake = FakeNvml()
+    fake = fake_nvml()
     sampler, clock = make(fake)
     sampler.sample_once()
     fake.mode = "lost"

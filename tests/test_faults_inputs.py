@@ -22,7 +22,7 @@ import pytest
 
 from gpudoctor.recording import (MAX_DEVICES, MAX_PROCESSES, MAX_SAMPLES, MAX_TEXT, SCHEMA, RecordingError,
                                  load_recording, schema_text, validate)
-from gpudoctor.safejson import JsonFileError, nesting, read_json_file
+from gpudoctor.safejson import JsonFileError, json_safe, nesting, read_json_file
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
@@ -155,14 +155,14 @@ def test_committed_recordings_and_the_recorders_output_follow_the_published_sche
         assert not errors, (path.name, errors[:3])
         load_recording(path)
 
-    # The recorder, on a fake NVML at the gate: one GPU with processes, one field NotSupported.
+    # The recorder, on the fake NVML at the gate: one GPU, the fields it lacks NotSupported.
     from gpudoctor.backends import NvmlBackend, NvmlGate
     from gpudoctor.recorder import record_to_file
-    from tests.test_backends import fake_pynvml
+    from nvml_fake import FakePynvml
 
     out = tmp_path / "recorded.json"
     record_to_file(out, seconds=0.2, interval=0.1, with_torch=False,
-                   gpu=NvmlBackend(NvmlGate(fake_pynvml())), anonymize=True)
+                   gpu=NvmlBackend(NvmlGate(FakePynvml())), anonymize=True)
     recorded = json.loads(out.read_text(encoding="utf-8"))
     assert recorded["nvml"]["device_count"] == 1 and recorded["nvml"]["samples"]
     assert not [e.message for e in checker.iter_errors(recorded)]
@@ -204,6 +204,32 @@ def test_deep_nesting_is_refused_before_decoding(tmp_path):
                  + DEEP + "}}")
     with pytest.raises(RecordingError, match="nested more than"):
         load_recording(path)
+
+
+def test_json_safe_turns_what_json_cannot_carry_into_null_or_values():
+    from dataclasses import dataclass
+
+    from gpudoctor.backends.na import NA
+
+    @dataclass
+    class Row:
+        loss: float
+        tags: tuple
+
+    class Scalar:  # a numpy/torch scalar's shape
+        def item(self):
+            return 3
+
+    value = {1: [float("nan"), float("inf"), 2.5, NA("NotSupported")], "row": Row(float("-inf"), ("a", 1)),
+             "set": {7}, "scalar": Scalar(), "other": ValueError("odd reading")}
+    safe = json_safe(value)
+    assert safe == {"1": [None, None, 2.5, None], "row": {"loss": None, "tags": ["a", 1]}, "set": [7],
+                    "scalar": 3, "other": "odd reading"}
+    json.dumps(safe, allow_nan=False)  # raises if anything slipped through
+    deep: list = []
+    for _ in range(3):
+        deep = [deep]
+    assert json_safe(deep, max_depth=1) == [["[[]]"]]
 
 
 def test_depth_scan_ignores_brackets_inside_strings():
@@ -581,13 +607,13 @@ def test_anonymize_text_report_too():
 def test_anonymized_recording_drops_a_short_host_name(tmp_path, monkeypatch):
     from gpudoctor.backends import NvmlBackend, NvmlGate, host
     from gpudoctor.recorder import record_to_file
-    from tests.test_backends import fake_pynvml
+    from nvml_fake import FakePynvml
 
     real = host.host_facts
     monkeypatch.setattr(host, "host_facts", lambda: dict(real(), hostname="g7", note="built on g7"))
     out = tmp_path / "rec.json"
     record_to_file(out, seconds=0.1, interval=0.1, with_torch=False,
-                   gpu=NvmlBackend(NvmlGate(fake_pynvml())), anonymize=True)
+                   gpu=NvmlBackend(NvmlGate(FakePynvml())), anonymize=True)
     text = out.read_text()
     assert '"g7"' not in text and "on g7" not in text
     load_recording(out)

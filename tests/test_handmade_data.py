@@ -3,18 +3,16 @@ says in its name and inside that it is hand-made (issue #10 item 6)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
+
+from script_loader import load_script
 
 DATA = Path(__file__).resolve().parent / "data"
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("make_handmade", DATA / "make_handmade.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(DATA / "make_handmade.py", "make_handmade")
 
 
 def test_one_generator_rewrites_every_committed_hand_made_file_byte_for_byte(tmp_path):

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
+from types import SimpleNamespace
 
-
-from gpudoctor.backends import NA
+from gpudoctor.backends import NvmlBackend, NvmlGate
 from gpudoctor.hooks.sampler import GpuSampler, nvml_index_for
 from gpudoctor.hooks.summary import (
     GPU_UNDERUTILISED_PCT, INPUT_BOUND_SHARE, RawTimings, Summary, build_summary, find_stragglers,
 )
+from fresh_interpreter import modules_loaded
+from nvml_fake import FakePynvml, util
 
 GiB = 1 << 30
 
@@ -199,43 +199,31 @@ def test_summary_round_trip_keeps_everything():
     assert again.to_dict() == summary.to_dict()
 
 
-class FakeNvml:
-    """Two GPUs as NvmlBackend describes them; the second is torch's device 0 by bus id."""
-
-    def __init__(self):
-        self.calls = 0
-
-    def status(self):
-        return None
-
-    def device_count(self):
-        return 2
-
-    def static(self, index):
-        return {"pci_bus_id": ["0000:17:00.0", "0000:65:00.0"][index], "uuid": f"GPU-{index}"}
-
-    def sample(self, index):
-        raise AssertionError("the sampler must use fast_sample(): sample() reads 20 ms PCIe counters")
-
-    def fast_sample(self, index):
-        self.calls += 1
-        return {"t": time.time(), "gpu_util_pct": 50 + index, "memory_used_bytes": GiB,
-                "memory_total_bytes": 80 * GiB, "power_w": NA("NotSupported"), "power_limit_w": 700.0,
-                "clock_sm_mhz": 1500, "temperature_c": 50, "throttle_reasons": 0x4 | 0x20,
-                "ecc_volatile_corrected": 0}
+def two_gpus() -> FakePynvml:
+    """Two GPUs at the gate; the second is torch's device 0 by bus id. No power reading."""
+    nvml = FakePynvml(2, readings={
+        "nvmlDeviceGetMemoryInfo": SimpleNamespace(used=GiB, free=79 * GiB, total=80 * GiB),
+        "nvmlDeviceGetEnforcedPowerLimit": 700_000, "nvmlDeviceGetClockInfo": lambda clock: 1500,
+        "nvmlDeviceGetTemperature": lambda sensor: 50, "nvmlDeviceGetCurrentClocksEventReasons": 0x4 | 0x20,
+        "nvmlDeviceGetTotalEccErrors": lambda kind, counter: 0})
+    for index, bus_id in enumerate((b"00000000:17:00.0", b"00000000:65:00.0")):
+        nvml.devices[index].update({"nvmlDeviceGetPciInfo": SimpleNamespace(busId=bus_id),
+                                    "nvmlDeviceGetUUID": f"GPU-{index}",
+                                    "nvmlDeviceGetUtilizationRates": util(50 + index)})
+    return nvml
 
 
 def test_nvml_index_found_by_pci_bus_id():
-    assert nvml_index_for(FakeNvml(), 0, "00000000:65:00.0") == 1
-    assert nvml_index_for(FakeNvml(), 0, None) == 0  # no bus id: CUDA_VISIBLE_DEVICES order
+    assert nvml_index_for(NvmlBackend(NvmlGate(two_gpus())), 0, "00000000:65:00.0") == 1
+    assert nvml_index_for(NvmlBackend(NvmlGate(two_gpus())), 0, None) == 0  # no bus id: CUDA_VISIBLE_DEVICES order
 
 
 def test_sampler_thread_keeps_the_diagnosis_fields():
-    backend = FakeNvml()
-    sampler = GpuSampler(backend, 1, interval_s=0.01)
+    nvml = two_gpus()
+    sampler = GpuSampler(NvmlBackend(NvmlGate(nvml)), 1, interval_s=0.01)
     sampler.start()
     deadline = time.time() + 5
-    while backend.calls < 3 and time.time() < deadline:
+    while nvml.calls["nvmlDeviceGetUtilizationRates"] < 3 and time.time() < deadline:
         time.sleep(0.01)
     sampler.stop()
     samples = sampler.snapshot()
@@ -245,6 +233,7 @@ def test_sampler_thread_keeps_the_diagnosis_fields():
     assert first["throttle_reason_names"] == ["sw_power_cap", "sw_thermal_slowdown"]
     assert "ecc_volatile_corrected" not in first
     assert sampler.error is None and isinstance(first["t_mono"], float)
+    assert nvml.calls["nvmlDeviceGetPcieThroughput"] == 0  # fast_sample(): no 20 ms PCIe counters
     assert samples[0]["t_mono"] <= samples[-1]["t_mono"] <= time.perf_counter()
 
 
@@ -259,8 +248,5 @@ def test_sampler_falls_back_to_sample_for_backends_without_fast_sample():
 
 
 def test_importing_gpudoctor_and_hooks_loads_no_torch():
-    code = ("import sys, gpudoctor, gpudoctor.hooks; gpudoctor.TrainingMonitor; gpudoctor.check_devices; "
-            "m = gpudoctor.TrainingMonitor(); print(sorted(k for k in ('torch', 'pynvml', 'textual') if k in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+    assert modules_loaded("import gpudoctor, gpudoctor.hooks; gpudoctor.TrainingMonitor; gpudoctor.check_devices; "
+                          "m = gpudoctor.TrainingMonitor()", ("torch", "pynvml", "textual")) == []

@@ -135,13 +135,18 @@ def test_a_sync_every_step_is_diagnosed_with_its_line():
 
 # -- on a real GPU ------------------------------------------------------------------------------
 
+def _gpu_epoch_summary(batches: int, sync_every_step: bool):
+    """One epoch of ``batches`` batches of 128 on the GPU under a fresh monitor; its summary."""
+    monitor = TrainingMonitor(device="cuda")
+    train_epoch(monitor, make_loader(fast_collate, n=128 * batches, pin_memory=True), device="cuda",
+                sync_every_step=sync_every_step)
+    return monitor.summary()
+
+
 @pytest.mark.gpu
 @needs_cuda
 def test_item_every_step_is_named_host_sync_bound_on_gpu():
-    monitor = TrainingMonitor(device="cuda")
-    train_epoch(monitor, make_loader(fast_collate, n=128 * 30, pin_memory=True), device="cuda",
-                sync_every_step=True)
-    summary = monitor.summary()
+    summary = _gpu_epoch_summary(30, sync_every_step=True)
     assert summary.timing == "cuda_events" and summary.step_time_p50_s > 0
     assert "host_sync_bound" in summary.codes
     site = summary.host_syncs["sites"][0]
@@ -174,10 +179,7 @@ def test_monitor_adds_no_device_sync():
 @pytest.mark.gpu
 @needs_cuda
 def test_clean_gpu_loop_counts_no_sync_inside_steps():
-    monitor = TrainingMonitor(device="cuda")
-    train_epoch(monitor, make_loader(fast_collate, n=128 * 20, pin_memory=True), device="cuda",
-                sync_every_step=False)
-    summary = monitor.summary()
+    summary = _gpu_epoch_summary(20, sync_every_step=False)
     assert "host_sync_bound" not in summary.codes
     assert summary.host_syncs is not None and summary.host_syncs["status"].startswith("counted")
     nvml_missing = any("NVML unavailable" in note for note in summary.notes)

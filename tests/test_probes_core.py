@@ -60,6 +60,48 @@ def test_gpu_lost_mid_report(data_dir):
     assert health.status == Status.FAIL and codes(health) == {"gpu_lost"}
 
 
+def _devices_with_torch(data_dir, monkeypatch, **facts) -> ProbeResult:
+    """The devices probe on the two-GPU recording, with torch facts as given (torch importable)."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    spec = runner.RunSpec(level="standard", replay=str(data_dir / "handmade_two_gpu_training_standin.json"))
+    ctx = runner.build_context(spec)
+    ctx._torch_facts = {"importable": True, "devices": [], **facts}
+    return runner.call_probe(runner.all_probes()["devices"], ctx)
+
+
+def test_devices_fails_when_torch_sees_no_gpu_because_the_driver_is_too_old(data_dir):
+    result = run_probe("devices", data_dir / "handmade_driver_too_old.json")
+    assert result.status == Status.FAIL and codes(result) == {"torch_sees_no_gpu"}
+    finding = result.findings[0]
+    assert finding.summary.startswith("NVML sees 1 GPU(s) but torch sees none: the driver (550.54.15)")
+    assert "CUDA 13.2" in finding.summary and "580.65.06" in finding.fix
+
+
+def test_devices_fails_when_torch_is_a_cpu_only_build(data_dir, monkeypatch):
+    result = _devices_with_torch(data_dir, monkeypatch, version="2.15.0+cpu", cuda_build=None,
+                                 cuda_available=False, device_count=0)
+    assert result.status == Status.FAIL and codes(result) == {"torch_sees_no_gpu"}
+    finding = result.findings[0]
+    assert "NVML sees 2 GPU(s) but torch sees none: torch 2.15.0+cpu is a CPU-only build" in finding.summary
+    assert "Install a CUDA build" in finding.fix
+
+
+def test_devices_names_torchs_cuda_error_when_torch_sees_no_gpu(data_dir, monkeypatch):
+    error = "RuntimeError: No CUDA GPUs are available"
+    result = _devices_with_torch(data_dir, monkeypatch, version="2.15.0+cu128", cuda_build="12.8",
+                                 cuda_available=False, device_count=0, cuda_init_error=error)
+    finding = next(f for f in result.findings if f.code == "torch_sees_no_gpu")
+    assert finding.status == Status.FAIL and f"torch cannot start CUDA ({error})" in finding.summary
+    assert "CUDA_VISIBLE_DEVICES" in finding.fix
+
+
+def test_devices_passes_when_torch_and_nvml_agree(data_dir, monkeypatch):
+    result = _devices_with_torch(data_dir, monkeypatch, version="2.15.0+cu128", cuda_build="12.8",
+                                 cuda_available=True, device_count=2)
+    assert result.status == Status.PASS and "torch_sees_no_gpu" not in codes(result)
+    assert {m.name: m.value for m in result.measurements}["torch_device_count"] == 2
+
+
 def test_notsupported_fields_are_normal(data_dir):
     health = run_probe("health", data_dir / "handmade_consumer_notsupported.json")
     assert health.status == Status.PASS
@@ -135,3 +177,12 @@ def test_live_report_on_this_machine_is_complete_and_valid():
         assert report.result("devices").status == Status.FAIL
         assert "no_cuda_device" in codes(report.result("devices"))
     report.to_dict()
+
+
+def test_clock_event_bits_by_name_are_nvml_h_values():
+    from gpudoctor.probes._clock_events import GPU_IDLE, HEAT_OR_HW, HW_PROTECTION, SW_POWER_CAP, SW_THERMAL_SLOWDOWN
+
+    # nvml.h: GpuIdle 0x1, SwPowerCap 0x4, HwSlowdown 0x8, SwThermalSlowdown 0x20,
+    # HwThermalSlowdown 0x40, HwPowerBrakeSlowdown 0x80
+    assert (GPU_IDLE, SW_POWER_CAP, SW_THERMAL_SLOWDOWN) == (0x1, 0x4, 0x20)
+    assert HW_PROTECTION == 0x8 | 0x40 | 0x80 and HEAT_OR_HW == 0x8 | 0x20 | 0x40 | 0x80

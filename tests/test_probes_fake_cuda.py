@@ -1,8 +1,8 @@
 """The GPU code paths of the measuring probes, run on CPU tensors.
 
 No GPU is needed: the handful of CUDA-only calls (device, CUDA events, pinned memory,
-the torch.cuda memory counters) are replaced by CPU stand-ins and NVML by a fake with
-the fields the probes read. The figures are the CPU's and mean nothing; what is tested
+the torch.cuda memory counters) are replaced by CPU stand-ins, and NVML by the shared fake
+at the gate (tests/nvml_fake.py) with the fields the probes read. The figures are the CPU's and mean nothing; what is tested
 is that every branch of the device path runs, builds its findings and stays JSON-valid.
 The real thing runs in tests/test_probes_gpu.py on a GPU.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from types import SimpleNamespace
 
 import pytest
 
@@ -21,49 +22,31 @@ from gpudoctor.probes._timing import GiB, MiB  # noqa: E402
 from gpudoctor.model import Status  # noqa: E402
 from gpudoctor.probes import ProbeContext  # noqa: E402
 from gpudoctor.probes import _gpu, compute, correctness, memory, transfer  # noqa: E402
+from gpudoctor.backends import NvmlBackend, NvmlGate  # noqa: E402
+from nvml_fake import FakePynvml  # noqa: E402
 
 
-class FakeNvml:
-    def __init__(self, name, pcie=True, throttle=0, link=(4, 16, 4, 8)):
-        self.name = name
-        self.pcie = pcie
-        self.link = link  # gen max, width max, gen current, width current
-        self.throttle = throttle
-        self.used = 600 * MiB
+def fake_gpu(name, pcie=True, throttle=0, link=(4, 16, 4, 8)):
+    """One GPU through the real NVML backend, on the shared fake at the gate. ``throttle``: the
+    clock-event reasons (or a function giving them at each read). ``link``: PCIe gen
+    max, width max, gen current, width current (``pcie=False``: NVML reports no link). Its used
+    memory grows 2 MiB a read; two processes use it, this one and another."""
+    used = [600 * MiB]
 
-    def status(self):
-        return None
+    def memory_info():
+        used[0] += 2 * MiB
+        return SimpleNamespace(used=used[0], free=80 * GiB - used[0], total=80 * GiB)
 
-    def device_count(self):
-        return 1
-
-    def static(self, index):
-        out = {"index": index, "name": self.name, "pci_bus_id": "0000:65:00.0"}
-        if self.pcie:
-            out.update(pcie_gen_max=self.link[0], pcie_width_max=self.link[1])
-        return out
-
-    def sample(self, index):
-        self.used += 2 * MiB
-        out = {"memory_used_bytes": self.used, "throttle_reasons": self.throttle, "clock_sm_mhz": 1755,
-               "power_w": 300.5}
-        if self.pcie:
-            out.update(pcie_gen_current=self.link[2], pcie_width_current=self.link[3])
-        return out
-
-    def fast_sample(self, index):
-        return self.sample(index)
-
-    def memory(self, index):
-        self.used += 2 * MiB
-        return {"memory_used_bytes": self.used}
-
-    def processes(self, index):
-        return [{"pid": os.getpid(), "gpu_memory_bytes": 700 * MiB},
-                {"pid": 4_000_000, "gpu_memory_bytes": 3 * GiB}]
-
-    def close(self):
-        pass
+    readings = {"nvmlDeviceGetName": name, "nvmlDeviceGetMemoryInfo": memory_info,
+                "nvmlDeviceGetCurrentClocksEventReasons": throttle, "nvmlDeviceGetClockInfo": lambda clock: 1755,
+                "nvmlDeviceGetPowerUsage": 300_500,
+                "nvmlDeviceGetComputeRunningProcesses": lambda: [
+                    SimpleNamespace(pid=os.getpid(), usedGpuMemory=700 * MiB),
+                    SimpleNamespace(pid=4_000_000, usedGpuMemory=3 * GiB)]}
+    if pcie:
+        readings.update(zip(("nvmlDeviceGetMaxPcieLinkGeneration", "nvmlDeviceGetMaxPcieLinkWidth",
+                             "nvmlDeviceGetCurrPcieLinkGeneration", "nvmlDeviceGetCurrPcieLinkWidth"), link))
+    return NvmlBackend(NvmlGate(FakePynvml(readings=readings)))
 
 
 @pytest.fixture
@@ -105,7 +88,7 @@ def _codes(result):
 
 
 def test_memory_device_path(fake_cuda):
-    result = memory.run(ProbeContext(gpu=FakeNvml(fake_cuda["name"]), level="full"))
+    result = memory.run(ProbeContext(gpu=fake_gpu(fake_cuda["name"]), level="full"))
     _valid(result)
     names = {m.name for m in result.measurements}
     assert {"cuda_context", "cached_after_free", "empty_cache_returned", "largest_allocation",
@@ -129,7 +112,7 @@ def test_memory_context_is_asked_before_set_device_creates_it(fake_cuda, monkeyp
     # torch >= 2.8: set_device always calls cudaSetDevice, which creates the primary
     # context (CUDA 12+). Asking has_context after it would always answer yes.
     monkeypatch.setattr(torch.cuda, "set_device", lambda device: fake_cuda.__setitem__("has_context", True))
-    result = memory.run(ProbeContext(gpu=FakeNvml(fake_cuda["name"]), level="full"))
+    result = memory.run(ProbeContext(gpu=fake_gpu(fake_cuda["name"]), level="full"))
     assert result.details["context"]["0"]["measured_in"] == "this probe process"
     assert fake_cuda["has_context"] is True  # set_device still ran, after the measurement
 
@@ -137,7 +120,7 @@ def test_memory_context_is_asked_before_set_device_creates_it(fake_cuda, monkeyp
 def test_memory_context_in_fresh_process_reports_its_failure(fake_cuda):
     fake_cuda["has_context"] = True
     fake_cuda["free"] = 60 * MiB  # under 5 % free, and too little for the walk
-    result = memory.run(ProbeContext(gpu=FakeNvml(fake_cuda["name"]), level="full"))
+    result = memory.run(ProbeContext(gpu=fake_gpu(fake_cuda["name"]), level="full"))
     _valid(result)
     context = result.details["context"]["0"]
     assert context["measured_in"] == "a fresh python process"
@@ -148,7 +131,7 @@ def test_memory_context_in_fresh_process_reports_its_failure(fake_cuda):
 
 
 def test_transfer_device_path_with_ceilings(fake_cuda):
-    result = transfer.run(ProbeContext(gpu=FakeNvml(fake_cuda["name"]), level="full"))
+    result = transfer.run(ProbeContext(gpu=fake_gpu(fake_cuda["name"]), level="full"))
     data = _valid(result)
     rows = result.details["rows"]["0"]
     kinds = {r["kind"] for r in rows}
@@ -167,19 +150,19 @@ def test_transfer_device_path_with_ceilings(fake_cuda):
 
 def test_transfer_above_the_ceiling_is_a_misreported_link_unless_c2c(fake_cuda):
     # gen 1 x1 (0.25 GB/s), as a VM's virtual root port may report: CPU copies beat it by far
-    result = transfer.run(ProbeContext(gpu=FakeNvml(fake_cuda["name"], link=(1, 1, 1, 1)), level="full"))
+    result = transfer.run(ProbeContext(gpu=fake_gpu(fake_cuda["name"], link=(1, 1, 1, 1)), level="full"))
     _valid(result)
     finding = next(f for f in result.findings if f.code == "pcie_link_misreported")
     assert "virtual root port" in finding.why and "host_link_not_pcie" not in _codes(result)
     # the same speed on a Grace superchip is its NVLink-C2C host link
     fake_cuda["name"] = "NVIDIA GH200 480GB"
-    result = transfer.run(ProbeContext(gpu=FakeNvml(fake_cuda["name"], link=(1, 1, 1, 1)), level="full"))
+    result = transfer.run(ProbeContext(gpu=fake_gpu(fake_cuda["name"], link=(1, 1, 1, 1)), level="full"))
     assert "host_link_not_pcie" in _codes(result) and "pcie_link_misreported" not in _codes(result)
     assert result.details["pcie"]["0"]["host_link"] == "nvlink-c2c"
 
 
 def test_transfer_ceiling_uses_the_current_link_when_the_maximum_is_below_it(fake_cuda):
-    result = transfer.run(ProbeContext(gpu=FakeNvml(fake_cuda["name"], link=(3, 8, 4, 16)), level="full"))
+    result = transfer.run(ProbeContext(gpu=fake_gpu(fake_cuda["name"], link=(3, 8, 4, 16)), level="full"))
     pcie = result.details["pcie"]["0"]
     assert pcie["ceiling_gb_per_s"] == pytest.approx(31.5, rel=1e-2)
     assert "misreported" in pcie["ceiling_note"]
@@ -203,14 +186,14 @@ def test_transfer_frees_its_pinned_host_cache():
 
 def test_transfer_device_path_without_pcie_or_datasheet(fake_cuda):
     fake_cuda["name"] = "NVIDIA Imaginary GPU"
-    result = transfer.run(ProbeContext(gpu=FakeNvml(fake_cuda["name"], pcie=False), level="full"))
+    result = transfer.run(ProbeContext(gpu=fake_gpu(fake_cuda["name"], pcie=False), level="full"))
     data = _valid(result)
     assert {"pcie_ceiling_unknown", "no_datasheet"} <= _codes(result)
     assert all(m.get("reference") is None for m in data["measurements"])
 
 
 def test_compute_device_path(fake_cuda):
-    result = compute.run(ProbeContext(gpu=FakeNvml(fake_cuda["name"], throttle=0x20), level="full"))
+    result = compute.run(ProbeContext(gpu=fake_gpu(fake_cuda["name"], throttle=0x20), level="full"))
     data = _valid(result)
     names = [m["name"] for m in data["measurements"]]
     assert names[0] == "cpu_fp32_matmul"
@@ -226,7 +209,7 @@ def test_compute_device_path(fake_cuda):
 def test_compute_without_bf16(fake_cuda, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: False)
     fake_cuda["name"] = "Tesla T4"
-    result = compute.run(ProbeContext(gpu=FakeNvml(fake_cuda["name"]), level="full"))
+    result = compute.run(ProbeContext(gpu=fake_gpu(fake_cuda["name"]), level="full"))
     data = _valid(result)
     bf16 = next(m for m in data["measurements"] if m["name"] == "bf16_matmul")
     assert bf16["value"] is None and "no bf16" in bf16["note"]
@@ -235,7 +218,7 @@ def test_compute_without_bf16(fake_cuda, monkeypatch):
 
 
 def test_correctness_device_path(fake_cuda):
-    result = correctness.run(ProbeContext(gpu=FakeNvml(fake_cuda["name"]), level="full"))
+    result = correctness.run(ProbeContext(gpu=fake_gpu(fake_cuda["name"]), level="full"))
     _valid(result)
     assert result.status is Status.PASS
     assert "results_correct" in _codes(result)
@@ -253,7 +236,7 @@ def test_correctness_mismatch_is_a_fail(fake_cuda, monkeypatch):
         return real(t, mode, k, result, reference, scale, repeat_identical)
 
     monkeypatch.setattr(correctness, "_judge", corrupt)
-    result = correctness.run(ProbeContext(gpu=FakeNvml(fake_cuda["name"]), level="full"))
+    result = correctness.run(ProbeContext(gpu=fake_gpu(fake_cuda["name"]), level="full"))
     _valid(result)
     assert result.status is Status.FAIL
     fails = [f for f in result.findings if f.status is Status.FAIL]
@@ -261,21 +244,9 @@ def test_correctness_mismatch_is_a_fail(fake_cuda, monkeypatch):
     assert "results_correct" not in _codes(result)
 
 
-class LoadOnlyThrottle(FakeNvml):
-    """Throttles (HW thermal slowdown) while busy; reads idle once the load stops."""
-
-    def __init__(self, name):
-        super().__init__(name)
-        self.busy = True
-
-    def sample(self, index):
-        out = super().sample(index)
-        out["throttle_reasons"] = 0x40 if self.busy else 0x1
-        return out
-
-
 def test_compute_reads_throttling_during_the_load(fake_cuda, monkeypatch):
-    gpu = LoadOnlyThrottle(fake_cuda["name"])
+    busy = [True]  # throttles (HW thermal slowdown) while busy; reads idle once the load stops
+    gpu = fake_gpu(fake_cuda["name"], throttle=lambda: 0x40 if busy[0] else 0x1)
     real_spin_up = compute.spin_up
 
     def spin_up_slowly(*args, **kwargs):  # give the sampler thread time to read while "busy"
@@ -288,7 +259,7 @@ def test_compute_reads_throttling_during_the_load(fake_cuda, monkeypatch):
     original_nvml_sample = _gpu.nvml_sample
 
     def after_load(ctx, dev):
-        gpu.busy = False  # the matmuls are over: a reading now sees an idle GPU
+        busy[0] = False  # the matmuls are over: a reading now sees an idle GPU
         return original_nvml_sample(ctx, dev)
 
     monkeypatch.setattr(_gpu, "nvml_sample", after_load)
@@ -301,7 +272,7 @@ def test_compute_reads_throttling_during_the_load(fake_cuda, monkeypatch):
 
 def test_compute_tf32_disabled_row_has_no_datasheet_comparison(fake_cuda, monkeypatch):
     monkeypatch.setenv("NVIDIA_TF32_OVERRIDE", "0")
-    result = compute.run(ProbeContext(gpu=FakeNvml(fake_cuda["name"]), level="full"))
+    result = compute.run(ProbeContext(gpu=fake_gpu(fake_cuda["name"]), level="full"))
     rows = result.details["matmul"]["0"]
     assert rows["tf32"]["peak_tflops"] is None and rows["fp16"]["peak_tflops"] is not None
     assert "tf32_override" in _codes(result)

@@ -20,25 +20,11 @@ from gpudoctor.probes._timing import CpuClock, MiB, bandwidth_gbs  # noqa: E402
 from gpudoctor.model import ProbeResult, Report, Status  # noqa: E402
 from gpudoctor.probes import ProbeContext, registry  # noqa: E402
 from gpudoctor.probes import _gpu, compute, correctness, memory, transfer  # noqa: E402
+from nvml_fake import no_driver  # noqa: E402
 
 MEASURING = ("memory", "transfer", "compute", "correctness")
 SCHEMA = Path(__file__).resolve().parents[1] / "docs" / "report.schema.json"
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU answers")
-
-
-class NoNvml:
-    """The NVML backend of a machine without a driver."""
-
-    def status(self):
-        from gpudoctor.backends.na import NA
-
-        return NA("LibraryNotFound")
-
-    def device_count(self):
-        return self.status()
-
-    def close(self):
-        pass
 
 
 def validate(report_dict):
@@ -156,7 +142,7 @@ def test_tolerances_per_dtype_are_ordered():
 
 # --------------------------------------------------------------------------- no GPU
 def _ctx(**kw):
-    return ProbeContext(gpu=NoNvml(), level="full", **kw)
+    return ProbeContext(gpu=no_driver(), level="full", **kw)
 
 
 @no_cuda
@@ -208,7 +194,7 @@ def test_full_report_through_runner_is_valid():
     from gpudoctor import runner
 
     probes = [p for p in runner.select_probes(list(MEASURING), "full")]
-    report = runner.run_probes(probes, runner.RunSpec(level="full"), gpu=NoNvml())
+    report = runner.run_probes(probes, runner.RunSpec(level="full"), gpu=no_driver())
     assert [r.probe for r in report.results] == ["memory", "correctness", "transfer", "compute"]
     assert {r.status for r in report.results} == {Status.SKIP}
     data = json.loads(json.dumps(report.to_dict(), allow_nan=False))

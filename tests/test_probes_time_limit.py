@@ -20,6 +20,7 @@ pytest.importorskip("torch")
 
 from gpudoctor import runner  # noqa: E402
 from gpudoctor.model import Status  # noqa: E402
+from nvml_fake import no_driver  # noqa: E402
 
 HANG = textwrap.dedent("""
     import dataclasses, time
@@ -35,19 +36,6 @@ HANG = textwrap.dedent("""
 """)
 
 
-class NoNvml:
-    def status(self):
-        from gpudoctor.backends.na import NA
-
-        return NA("LibraryNotFound")
-
-    def device_count(self):
-        return self.status()
-
-    def close(self):
-        pass
-
-
 def test_probe_over_time_limit_is_killed_and_report_stays_valid(tmp_path, monkeypatch):
     psutil = pytest.importorskip("psutil")
     (tmp_path / "sitecustomize.py").write_text(HANG)
@@ -55,7 +43,7 @@ def test_probe_over_time_limit_is_killed_and_report_stays_valid(tmp_path, monkey
     probes = runner.select_probes(["memory", "compute"], "full")
     memory = dataclasses.replace(probes[0], timeout_s=3.0)  # the parent enforces this limit
     started = time.monotonic()
-    report = runner.run_probes([memory, probes[1]], runner.RunSpec(level="full"), gpu=NoNvml())
+    report = runner.run_probes([memory, probes[1]], runner.RunSpec(level="full"), gpu=no_driver())
     elapsed = time.monotonic() - started
 
     assert elapsed < 60

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fresh_interpreter import modules_loaded
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -49,12 +50,9 @@ def test_tui_process_never_imports_torch(tmp_path):
 
 
 def test_cli_parser_and_report_path_do_not_import_textual():
-    code = ("import sys, gpudoctor.cli as c; c.build_parser(); import gpudoctor.commands.watch, gpudoctor.live, "
-            "gpudoctor.tui, gpudoctor.commands.tui, gpudoctor.tui.workload_runner; "
-            "print(sorted(m for m in ('textual', 'torch', 'pynvml') if m in sys.modules))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "[]"
+    assert modules_loaded("import gpudoctor.cli as c; c.build_parser(); import gpudoctor.commands.watch, "
+                          "gpudoctor.live, gpudoctor.tui, gpudoctor.commands.tui, gpudoctor.tui.workload_runner",
+                          ("textual", "torch", "pynvml")) == []
 
 
 def test_public_name_is_lazy():

@@ -4,71 +4,30 @@ second per GPU, fresh cheap readings every interval; PCIe units as NVML means th
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 
 from gpudoctor.backends import NA, NvmlBackend, NvmlGate, ReplayBackend
 from gpudoctor.live import LiveSampler, fmt_rate_kbps, watch_line
+from nvml_fake import FakePynvml, util
 
 STANDIN = Path(__file__).parent / "data" / "handmade_two_gpu_training_standin.json"
 
 
-class CountingNvml:
+class CountingNvml(FakePynvml):
     """``n`` GPUs; counts the calls that cost (PCIe counters) and the cheap ones."""
 
-    NVML_PCIE_UTIL_TX_BYTES = 0
-    NVML_PCIE_UTIL_RX_BYTES = 1
-
-    class NVMLError_NotSupported(Exception):
-        pass
-
-    class NVMLError_GpuIsLost(Exception):
-        pass
-
     def __init__(self, n: int) -> None:
-        self.n = n
-        self.pcie_calls = 0
-        self.util_calls = 0
+        super().__init__(n, driver="550.54.15", readings={
+            "nvmlDeviceGetPcieThroughput": lambda counter: 2048 if counter == self.NVML_PCIE_UTIL_RX_BYTES else 1024,
+            "nvmlDeviceGetUtilizationRates": lambda: util(self.util, 1)})
         self.util = 10
-        self.lost: set[int] = set()
 
-    def nvmlInit(self):
-        pass
+    @property
+    def pcie_calls(self) -> int:
+        return self.calls["nvmlDeviceGetPcieThroughput"]  # NVML sleeps 20 ms in each
 
-    def nvmlShutdown(self):
-        pass
-
-    def nvmlDeviceGetCount(self):
-        return self.n
-
-    def nvmlSystemGetDriverVersion(self):
-        return "550.54.15"
-
-    def nvmlDeviceGetHandleByIndex(self, index):
-        return index
-
-    def _check(self, handle):
-        if handle in self.lost:
-            raise self.NVMLError_GpuIsLost()
-
-    def nvmlDeviceGetPcieThroughput(self, handle, counter):
-        self._check(handle)
-        self.pcie_calls += 1  # NVML sleeps 20 ms in here
-        return 2048 if counter == self.NVML_PCIE_UTIL_RX_BYTES else 1024
-
-    def nvmlDeviceGetUtilizationRates(self, handle):
-        self._check(handle)
-        self.util_calls += 1
-        return SimpleNamespace(gpu=self.util, memory=1)
-
-    def __getattr__(self, name):
-        if not name.startswith("nvmlDevice"):
-            raise AttributeError(name)
-
-        def unsupported(handle, *args):
-            self._check(handle)
-            raise self.NVMLError_NotSupported()
-
-        return unsupported
+    @property
+    def util_calls(self) -> int:
+        return self.calls["nvmlDeviceGetUtilizationRates"]
 
 
 class Clock:

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from fresh_interpreter import modules_loaded
 
 from gpudoctor import exitcodes
 from gpudoctor.cli import main
@@ -28,28 +29,14 @@ def validate_sweep(doc: dict) -> None:
 SMALL = ["bench", "mnist", "--device", "cpu", "--train-samples", "1024", "--test-samples", "256"]
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread(monkeypatch):
-    """These tests check behaviour, not speed: one intra-op thread keeps them quick and steady
-    on a busy 2-core machine (two threads spin-wait badly when the cores are shared)."""
-    import torch
-
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # for the child processes the tests start
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _data_helpers():
     """tests/test_workload_data.py by path (works whether or not tests/ is a package)."""
-    import importlib.util
+    from script_loader import load_script
 
-    spec = importlib.util.spec_from_file_location("_workload_data_helpers",
-                                                  Path(__file__).with_name("test_workload_data.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(Path(__file__).with_name("test_workload_data.py"), "_workload_data_helpers")
 
 
 def _torch_cuda() -> bool:
@@ -223,12 +210,9 @@ def test_probe_compares_when_a_figure_is_known(monkeypatch):
 
 def test_command_line_and_probe_discovery_do_not_import_torch():
     """Parsing `bench mnist` and listing probes stays light: torch loads only when runs start."""
-    code = ("import sys\n"
-            "from gpudoctor.cli import build_parser\n"
-            "build_parser().parse_args(['bench', 'mnist', '--quick'])\n"
-            "from gpudoctor.probes import registry\n"
-            "registry()\n"
-            "import gpudoctor.workload\n"
-            "print(sorted(m for m in ('torch', 'pynvml', 'textual', 'matplotlib') if m in sys.modules))\n")
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    assert modules_loaded("from gpudoctor.cli import build_parser\n"
+                          "build_parser().parse_args(['bench', 'mnist', '--quick'])\n"
+                          "from gpudoctor.probes import registry\n"
+                          "registry()\n"
+                          "import gpudoctor.workload",
+                          ("torch", "pynvml", "textual", "matplotlib")) == []

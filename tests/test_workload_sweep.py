@@ -15,19 +15,10 @@ from gpudoctor.workload.data import synthetic_mnist  # noqa: E402
 from gpudoctor.stats import percentile  # noqa: E402
 from gpudoctor.workload.run import RunResult, run_one  # noqa: E402
 from gpudoctor.workload.sweep import SweepResult, run_sweep, sorted_runs  # noqa: E402
+from nvml_fake import FakePynvml, nvml_error, util  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread(monkeypatch):
-    """These tests check behaviour, not speed: one intra-op thread keeps them quick and steady
-    on a busy 2-core machine (two threads spin-wait badly when the cores are shared)."""
-    import torch
-
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # for the child processes the tests start
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _validate(doc):
@@ -196,33 +187,18 @@ def test_sorting_and_percentile():
     assert percentile(list(map(float, range(101))), 95) == 95.0
 
 
-class _StandInNvml:
-    """Just enough of pynvml's surface for one device, at the NvmlGate seam."""
+def _utilisation_nvml(readings):
+    """One GPU whose utilisation reads ``readings`` in turn, then the last one (None: NotSupported)."""
+    answers = iter(readings)
+    last = [None]
 
-    def __init__(self, readings):
-        self.readings = list(readings)
-        self.calls = 0
+    def read():
+        last[0] = next(answers, last[0])
+        if last[0] is None:
+            raise nvml_error("NotSupported")()
+        return util(last[0])
 
-    def nvmlInit(self):
-        pass
-
-    def nvmlShutdown(self):
-        pass
-
-    def nvmlDeviceGetCount(self):
-        return 1
-
-    def nvmlDeviceGetHandleByIndex(self, index):
-        return ("handle", index)
-
-    def nvmlDeviceGetUtilizationRates(self, handle):
-        from types import SimpleNamespace
-
-        value = self.readings[min(self.calls, len(self.readings) - 1)]
-        self.calls += 1
-        if value is None:
-            raise type("NVMLError_NotSupported", (Exception,), {})()
-        return SimpleNamespace(gpu=value, memory=0)
+    return FakePynvml(readings={"nvmlDeviceGetUtilizationRates": read})
 
 
 def test_util_sampler_polls_at_least_10_hz_in_a_thread():
@@ -231,7 +207,7 @@ def test_util_sampler_polls_at_least_10_hz_in_a_thread():
     from gpudoctor.backends import NvmlBackend, NvmlGate
     from gpudoctor.workload.run import UtilSampler
 
-    nvml = _StandInNvml([10, 90, 50, 50])
+    nvml = _utilisation_nvml([10, 90, 50, 50])
     sampler = UtilSampler(0, 0.05, backend=NvmlBackend(NvmlGate(nvml))).start()
     time.sleep(0.6)
     out = sampler.stop()
@@ -246,19 +222,14 @@ def test_util_sampler_reports_why_there_are_no_readings():
     from gpudoctor.backends import NvmlBackend, NvmlGate
     from gpudoctor.workload.run import UtilSampler
 
-    sampler = UtilSampler(0, 0.05, backend=NvmlBackend(NvmlGate(_StandInNvml([None])))).start()
+    sampler = UtilSampler(0, 0.05, backend=NvmlBackend(NvmlGate(_utilisation_nvml([None])))).start()
     time.sleep(0.2)
     out = sampler.stop()
     assert out["gpu_util_samples"] == 0 and out["gpu_util_mean_pct"] is None
     assert "NotSupported" in out["gpu_util_note"]
     # No NVML library at all (this machine, or a CPU-only container): a note, not an exception.
-    missing = UtilSampler(0, 0.05, backend=NvmlBackend(NvmlGate(_NoNvml()))).start()
+    missing = UtilSampler(0, 0.05, backend=NvmlBackend(NvmlGate(FakePynvml(init_error="LibraryNotFound")))).start()
     assert "NVML not available" in missing.stop()["gpu_util_note"]
-
-
-class _NoNvml:
-    def nvmlInit(self):
-        raise type("NVMLError_LibraryNotFound", (Exception,), {})()
 
 
 def test_allocator_failures_count_as_out_of_memory():

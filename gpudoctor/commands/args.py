@@ -98,4 +98,18 @@ def check_writable(path: str | None, option: str | None = None) -> None:
         raise UsageError(f"{label}: directory {directory} is not writable")
 
 
-__all__ = ["bounded", "seconds", "seconds_or_zero", "MAX_SECONDS", "MIN_INTERVAL_S", "refresh_interval", "output_path", "check_writable"]
+def check_recording(path: str | None) -> None:
+    """Refuse, before a run, a ``--replay FILE`` that is not a readable recording (UsageError,
+    exit 2, the loader's one-line reason)."""
+    if path is None:
+        return
+    from gpudoctor.backends import RecordingError, load_recording
+
+    try:
+        load_recording(path)
+    except RecordingError as exc:
+        raise UsageError(str(exc)) from None
+
+
+__all__ = ["bounded", "seconds", "seconds_or_zero", "MAX_SECONDS", "MIN_INTERVAL_S", "refresh_interval", "output_path",
+           "check_writable", "check_recording"]

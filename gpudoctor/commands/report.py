@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from gpudoctor import exitcodes
-from gpudoctor.commands.args import bounded, check_writable, output_path
+from gpudoctor.commands.args import bounded, check_recording, check_writable, output_path
 from gpudoctor.commands.output import Progress, emit_report
 from gpudoctor.errors import DeviceSelectionError, UsageError
 
@@ -99,13 +99,7 @@ def run(args: argparse.Namespace) -> int:
             inspect_interpreter(args.python)
         except InterpreterError as exc:
             raise UsageError(str(exc)) from None
-    if args.replay:
-        from gpudoctor.backends import RecordingError, load_recording
-
-        try:
-            load_recording(args.replay)
-        except RecordingError as exc:
-            raise UsageError(str(exc)) from None
+    check_recording(args.replay)
     try:
         probes = runner.select_probes(args.probe, args.level)
     except runner.ProbeSelectionError as exc:

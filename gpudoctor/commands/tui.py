@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from gpudoctor import exitcodes
-from gpudoctor.commands.args import refresh_interval
+from gpudoctor.commands.args import check_recording, refresh_interval
 from gpudoctor.commands.output import is_terminal
 from gpudoctor.errors import UsageError
 
@@ -36,13 +36,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.replay:
-        from gpudoctor.backends import RecordingError, load_recording
-
-        try:
-            load_recording(args.replay)
-        except RecordingError as exc:
-            raise UsageError(str(exc)) from None
+    check_recording(args.replay)
     if args.prometheus:
         from gpudoctor.fleet import FleetError, check_url
 

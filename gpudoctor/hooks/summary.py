@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from gpudoctor.fileio import atomic_write_text
+from gpudoctor.safejson import json_safe
 from gpudoctor.stats import percentile
 from .energy import energy_figures
 
@@ -75,7 +77,7 @@ class DiagnosisItem:
 
     def to_dict(self) -> dict[str, Any]:
         return {"code": self.code, "severity": self.severity, "message": self.message,
-                "advice": self.advice, "evidence": _json_safe(self.evidence)}
+                "advice": self.advice, "evidence": json_safe(self.evidence)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "DiagnosisItem":
@@ -129,12 +131,12 @@ class Summary:
                      "step_time_p50_s", "step_time_p90_s", "step_time_mean_s", "host_step_time_p50_s",
                      "device_span_share", "steps_per_s", "samples_per_s", "gpu", "energy", "memory",
                      "host_syncs"):
-            out[name] = _json_safe(getattr(self, name))
+            out[name] = json_safe(getattr(self, name))
         out["device_busy_share"] = out["device_span_share"]  # deprecated copy, for old readers
         out["diagnosis"] = [item.to_dict() for item in self.diagnosis]
         out["notes"] = list(self.notes)
         if self.ranks is not None:
-            out["ranks"] = _json_safe(self.ranks)
+            out["ranks"] = json_safe(self.ranks)
         return out
 
     @classmethod
@@ -155,18 +157,6 @@ class Summary:
 
     def __str__(self) -> str:
         return render_text(self)
-
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    return str(value)  # NA and other odd readings: their words, never a crash
 
 
 # -- figures ------------------------------------------------------------------------------------
@@ -573,6 +563,9 @@ def find_stragglers(ranks: Sequence[dict[str, Any]]) -> list[DiagnosisItem]:
     backward). Hence: a long data wait names the rank; a long step names it only when
     its whole iteration (wait + step) is also longer than the median's, i.e. when the
     ranks are not simply waiting for each other.
+
+    "The median rank" is a real rank's figure (``statistics.median_low``: of an even count the
+    lower middle one), so with two ranks the faster one is the yardstick, not their mean.
     """
     items: list[DiagnosisItem] = []
     if len(ranks) < 2:
@@ -582,10 +575,6 @@ def find_stragglers(ranks: Sequence[dict[str, Any]]) -> list[DiagnosisItem]:
         v = r.get(key)
         return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
-    def median(values: list[float]) -> float:
-        values = sorted(values)
-        return values[(len(values) - 1) // 2]
-
     waits = {r.get("rank", i): num(r, "data_wait_p50_s") for i, r in enumerate(ranks)}
     steps = {r.get("rank", i): num(r, "step_time_p50_s") for i, r in enumerate(ranks)}
     known_waits = [v for v in waits.values() if v is not None]
@@ -593,14 +582,14 @@ def find_stragglers(ranks: Sequence[dict[str, Any]]) -> list[DiagnosisItem]:
     if not known_steps:
         return items
     iterations = {k: (waits[k] or 0.0) + steps[k] for k in steps if steps[k] is not None}
-    median_iteration = median(list(iterations.values()))
+    median_iteration = statistics.median_low(list(iterations.values()))
     min_excess = max(STRAGGLER_MIN_EXCESS_S, STRAGGLER_MIN_EXCESS_SHARE * median_iteration)
 
     def slower(value: float | None, med: float) -> bool:
         return value is not None and value >= STRAGGLER_RATIO * med and value - med >= min_excess
 
     if len(known_waits) >= 2:
-        median_wait = median(known_waits)
+        median_wait = statistics.median_low(known_waits)
         for rank, wait in waits.items():
             if slower(wait, median_wait):
                 items.append(DiagnosisItem(
@@ -611,7 +600,7 @@ def find_stragglers(ranks: Sequence[dict[str, Any]]) -> list[DiagnosisItem]:
                     "Give that rank's DataLoader more workers, check its disk or network path, and make "
                     "sure every rank reads shards of the same size.",
                     evidence={"rank": rank, "data_wait_p50_s": wait, "median_data_wait_p50_s": median_wait}))
-    median_step = median(known_steps)
+    median_step = statistics.median_low(known_steps)
     for rank, step in steps.items():
         if slower(step, median_step) and slower(iterations.get(rank), median_iteration):
             items.append(DiagnosisItem(

@@ -22,17 +22,16 @@ listed in the ``started`` event, so the screen can say what was really run.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import importlib.util
 import inspect
-import math
 import multiprocessing as mp
 import signal
 import traceback
 from typing import Any, Iterator
 
 from gpudoctor._proc import describe_exit, silence_stdio
+from gpudoctor.safejson import json_safe
 
 DEFAULT_TARGET = "gpudoctor.workload:sweep_with_progress"
 PROGRESS_PARAMETERS = ("progress", "on_progress", "callback", "progress_callback")
@@ -54,35 +53,9 @@ def workload_available(target: str = DEFAULT_TARGET) -> str | None:
     return None
 
 
-def plain(obj: Any, depth: int = 0) -> Any:
+def plain(obj: Any) -> Any:
     """A JSON-safe copy of a progress event or result (dataclass, to_dict(), mapping...)."""
-    if depth > 8:
-        return repr(obj)
-    if obj is None or isinstance(obj, (bool, int, str)):
-        return obj
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    to_dict = getattr(obj, "to_dict", None)
-    if callable(to_dict):
-        try:
-            return plain(to_dict(), depth + 1)
-        except Exception:
-            pass
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return plain(dataclasses.asdict(obj), depth + 1)
-    if isinstance(obj, dict):
-        return {str(k): plain(v, depth + 1) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple, set)):
-        return [plain(v, depth + 1) for v in obj]
-    if type(obj).__name__ == "NA":
-        return None
-    item = getattr(obj, "item", None)  # numpy / torch scalars
-    if callable(item):
-        try:
-            return plain(item(), depth + 1)
-        except Exception:
-            pass
-    return str(obj)
+    return json_safe(obj, max_depth=8)
 
 
 def _resolve(target: str) -> Any:

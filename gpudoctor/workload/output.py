@@ -51,12 +51,22 @@ def _fmt(value: Any, spec: str, scale: float = 1.0) -> str:
 
 def render_table(doc: dict[str, Any], stream: TextIO, width: int | None = None) -> None:
     """Runs sorted by epoch duration, then speedups and the recommendation."""
-    from rich import box
     from rich.console import Console
-    from rich.table import Table
 
     console = Console(file=stream, width=width or (None if stream.isatty() else 160),
                       highlight=False, soft_wrap=False)
+    console.print(_runs_table(doc))
+    _print_comparisons(console, doc)
+    _print_recommendation(console, doc)
+    if doc.get("interrupted"):
+        console.print(f"[yellow]interrupted: {len(doc['runs'])} of {doc.get('planned_runs')} runs finished[/]")
+
+
+def _runs_table(doc: dict[str, Any]) -> Any:
+    """The runs, one row each, with the columns the runs measured."""
+    from rich import box
+    from rich.table import Table
+
     dataset = doc.get("dataset", {})
     title = (f"MNIST reference workload: {dataset.get('train_samples', '?')} training samples "
              f"({dataset.get('source', '?')}), {doc['config'].get('epochs', 1)} epoch(s)")
@@ -103,7 +113,11 @@ def render_table(doc: dict[str, Any], stream: TextIO, width: int | None = None) 
             row += [_fmt(run.get("avg_power_w"), ".0f"), _fmt(run.get("samples_per_joule"), ",.1f")]
         row += [_fmt(run["final_loss"], ".3f"), _fmt(run["test_accuracy"], ".1%")]
         table.add_row(*row)
-    console.print(table)
+    return table
+
+
+def _print_comparisons(console: Any, doc: dict[str, Any]) -> None:
+    """The devices, CUDA against CPU, and the sweep's notes."""
     devices = doc.get("devices", {})
     if devices:
         console.print("devices: " + "; ".join(f"{k} = {v}" for k, v in devices.items()))
@@ -117,6 +131,9 @@ def render_table(doc: dict[str, Any], stream: TextIO, width: int | None = None) 
             console.print(f"  {pair['mode']} batch {pair['batch_size']}{workers}: CUDA {speed_phrase(pair['speedup'])}")
     for note in doc.get("notes", []):
         console.print(f"[dim]note: {note}[/]")
+
+
+def _print_recommendation(console: Any, doc: dict[str, Any]) -> None:
     rec = doc.get("recommendation") or {}
     console.print(f"\n[bold]Recommendation:[/] {rec.get('summary', '-')}")
     for reason in rec.get("reasons", []):
@@ -128,8 +145,6 @@ def render_table(doc: dict[str, Any], stream: TextIO, width: int | None = None) 
             console.print(f"  - {reason}")
     if rec.get("headroom"):
         console.print(f"[bold]Memory headroom:[/] {rec['headroom']['text']}")
-    if doc.get("interrupted"):
-        console.print(f"[yellow]interrupted: {len(doc['runs'])} of {doc.get('planned_runs')} runs finished[/]")
 
 
 def render_plot(doc: dict[str, Any]) -> bytes:
@@ -162,23 +177,11 @@ def render_plot(doc: dict[str, Any]) -> bytes:
         if points:
             any_util = True
             util.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
-    speed.set_xscale("log")
     speed.set_yscale("log")
-    speed.set_xlabel("batch size")
-    speed.set_ylabel("samples/s (best worker count)")
-    speed.set_title("Throughput")
-    speed.grid(True, which="both", alpha=0.3)
-    if lines:
-        speed.legend(fontsize=8)
-    util.set_xscale("log")
+    _label_axis(speed, "Throughput", "batch size", "samples/s (best worker count)", legend=bool(lines))
     util.set_ylim(0, 105)
-    util.set_xlabel("batch size")
-    util.set_ylabel("GPU utilisation, mean % (NVML)")
-    util.set_title("GPU utilisation")
-    util.grid(True, which="both", alpha=0.3)
-    if any_util:
-        util.legend(fontsize=8)
-    else:
+    _label_axis(util, "GPU utilisation", "batch size", "GPU utilisation, mean % (NVML)", legend=any_util)
+    if not any_util:
         util.text(0.5, 0.5, "no GPU utilisation readings\n(CPU runs only, or NVML unavailable)",
                   ha="center", va="center", transform=util.transAxes)
     _plot_efficiency(efficiency, doc["runs"])
@@ -198,18 +201,27 @@ def _plot_efficiency(axis: Any, runs: list[dict[str, Any]]) -> None:
                 (run["samples_per_joule"], run["samples_per_s"]))
     for label, xy in sorted(points.items()):
         axis.scatter([p[0] for p in xy], [p[1] for p in xy], label=label)
-    axis.set_xlabel("samples per joule")
-    axis.set_ylabel("samples/s")
-    axis.set_title("Throughput against energy efficiency")
-    axis.grid(True, alpha=0.3)
     if points:
-        axis.set_xscale("log")
         axis.set_yscale("log")
-        axis.legend(fontsize=8)
-    else:
+    _label_axis(axis, "Throughput against energy efficiency", "samples per joule", "samples/s",
+                legend=bool(points), log_x=bool(points), grid="major")
+    if not points:
         notes = sorted({run.get("energy_note") for run in runs if run.get("energy_note")})
         axis.text(0.5, 0.5, "no energy readings\n" + ("\n".join(notes[:2]) if notes else ""),
                   ha="center", va="center", transform=axis.transAxes, fontsize=8, wrap=True)
+
+
+def _label_axis(axis: Any, title: str, xlabel: str, ylabel: str, *, legend: bool, log_x: bool = True,
+                grid: str = "both") -> None:
+    """Title, labels and grid of one chart (batch sizes span decades: log x by default)."""
+    if log_x:
+        axis.set_xscale("log")
+    axis.set_xlabel(xlabel)
+    axis.set_ylabel(ylabel)
+    axis.set_title(title)
+    axis.grid(True, which=grid, alpha=0.3)
+    if legend:
+        axis.legend(fontsize=8)
 
 
 def write_plot(path: str, doc: dict[str, Any]) -> None:

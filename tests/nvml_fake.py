@@ -1,0 +1,163 @@
+"""The one fake NVML for the tests: a stand-in for the ``pynvml`` module, the seam that
+:class:`gpudoctor.backends.NvmlGate` calls, so every test goes through the real gate and
+backend (errors become ``NA``, readings are built as in production).
+
+Configure it per test::
+
+    nvml = FakePynvml(count=2, readings={"nvmlDeviceGetUtilizationRates": util(55)})
+    nvml.devices[1]["nvmlDeviceGetName"] = "Other GPU"       # one device differs
+    nvml.devices[0]["nvmlDeviceGetFanSpeed"] = nvml_error("NotSupported")
+    backend = NvmlBackend(NvmlGate(nvml))
+
+A reading is a value (returned), an exception class or instance (raised), or a callable
+(called with the arguments after the handle: a sensor, a counter...). An ``nvmlDevice*``
+function with no reading raises ``NVMLError_NotSupported``, as datacenter and consumer GPUs
+do for what they lack. ``mode`` covers the whole library: "ok"; "unloaded" (the driver was
+reloaded: every call raises ``Uninitialized`` until the next ``nvmlInit``); "lost" (every
+device call raises ``GpuIsLost``); ``lost`` names single devices that fell off the bus. Handles carry the NVML session they came from, so a
+handle from before a re-initialisation fails like a real one.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from types import SimpleNamespace
+from typing import Any
+
+from gpudoctor.backends import NvmlBackend, NvmlGate
+
+
+class NVMLError(Exception):
+    """Base of the fake's errors; the gate reads the error's name, as pynvml names them."""
+
+
+_ERRORS: dict[str, type] = {}
+
+
+def nvml_error(name: str) -> type:
+    """The exception class ``NVMLError_<name>`` (one class per name)."""
+    if name not in _ERRORS:
+        _ERRORS[name] = type(f"NVMLError_{name}", (NVMLError,), {})
+    return _ERRORS[name]
+
+
+def util(gpu: int, memory: int = 0) -> SimpleNamespace:
+    """An ``nvmlDeviceGetUtilizationRates`` answer."""
+    return SimpleNamespace(gpu=gpu, memory=memory)
+
+
+#: What every fake device answers unless the test says otherwise.
+DEFAULT_READINGS: dict[str, Any] = {
+    "nvmlDeviceGetName": "Fake GPU",
+    "nvmlDeviceGetPciInfo": SimpleNamespace(busId=b"00000000:65:00.0"),
+    "nvmlDeviceGetUtilizationRates": util(55, 12),
+    "nvmlDeviceGetTemperature": lambda sensor: 41,
+}
+
+
+#: The device functions this fake's pynvml has (those gpudoctor calls); any other name is
+#: missing, as in an old nvidia-ml-py, unless a test gives it a reading.
+DEVICE_FUNCTIONS = frozenset("nvmlDevice" + name for name in (
+    "GetArchitecture", "GetClockInfo", "GetComputeMode", "GetComputeRunningProcesses",
+    "GetCudaComputeCapability", "GetCurrPcieLinkGeneration", "GetCurrPcieLinkWidth",
+    "GetCurrentClocksEventReasons", "GetCurrentClocksThrottleReasons", "GetEccMode",
+    "GetEnforcedPowerLimit", "GetFanSpeed", "GetGpuMaxPcieLinkGeneration", "GetGraphicsRunningProcesses",
+    "GetIndex", "GetMaxClockInfo", "GetMaxPcieLinkGeneration", "GetMaxPcieLinkWidth", "GetMemoryBusWidth",
+    "GetMemoryInfo", "GetMigMode", "GetName", "GetNumFans", "GetNvLinkRemoteDeviceType",
+    "GetNvLinkRemotePciInfo", "GetNvLinkState", "GetNvLinkVersion", "GetPciInfo", "GetPcieThroughput",
+    "GetPerformanceState", "GetPersistenceMode", "GetPowerManagementDefaultLimit", "GetPowerUsage",
+    "GetProcessUtilization", "GetRemappedRows", "GetRetiredPages", "GetRetiredPagesPendingStatus",
+    "GetSerial", "GetSupportedEventTypes", "GetTemperature", "GetTemperatureThreshold",
+    "GetTotalEccErrors", "GetTotalEnergyConsumption", "GetUUID", "GetUtilizationRates",
+    "GetVbiosVersion", "RegisterEvents"))
+
+
+class FakePynvml:
+    """A fake ``pynvml`` module with ``count`` devices (see the module's docstring)."""
+
+    NVML_TEMPERATURE_GPU = 0
+    NVML_PCIE_UTIL_TX_BYTES = 0
+    NVML_PCIE_UTIL_RX_BYTES = 1
+
+    def __init__(self, count: int = 1, *, readings: dict[str, Any] | None = None, driver: Any = "580.95.05",
+                 cuda: int = 13000, init_error: str | None = None, init_failures: int = 0) -> None:
+        self.count = count
+        self.devices: list[dict[str, Any]] = [{**DEFAULT_READINGS, **(readings or {})} for _ in range(count)]
+        self.driver = driver
+        self.cuda = cuda
+        self.init_error = init_error  # every nvmlInit fails with this (e.g. "LibraryNotFound")
+        self.init_failures = init_failures  # this many nvmlInit calls fail with DriverNotLoaded
+        self.mode = "ok"
+        self.lost: set[int] = set()  # devices fallen off the bus (GpuIsLost), the others fine
+        self.session = 0
+        self.init_calls = self.shutdown_calls = self.handle_calls = 0
+        self.calls: Counter[str] = Counter()  # device functions that reached a live device, by name
+
+    # -- the library ----------------------------------------------------------------------
+    def nvmlInit(self) -> None:
+        self.init_calls += 1
+        if self.init_error:
+            raise nvml_error(self.init_error)()
+        if self.init_failures > 0:
+            self.init_failures -= 1
+            raise nvml_error("DriverNotLoaded")()
+        self.session += 1
+        if self.mode == "unloaded":
+            self.mode = "ok"  # the driver is back
+
+    def nvmlShutdown(self) -> None:
+        self.shutdown_calls += 1
+
+    def _live(self) -> None:
+        if self.mode == "unloaded":
+            raise nvml_error("Uninitialized")()
+
+    def nvmlSystemGetDriverVersion(self) -> Any:
+        self._live()
+        return self.driver
+
+    def nvmlSystemGetCudaDriverVersion_v2(self) -> int:
+        self._live()
+        return self.cuda
+
+    def nvmlDeviceGetCount(self) -> int:
+        self._live()
+        return self.count
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> SimpleNamespace:
+        self._live()
+        if not 0 <= index < self.count:
+            raise nvml_error("InvalidArgument")()
+        self.handle_calls += 1
+        return SimpleNamespace(index=index, session=self.session)
+
+    def nvmlDeviceGetIndex(self, handle: Any) -> int:
+        self._device(handle)
+        return handle.index
+
+    # -- the devices ------------------------------------------------------------------------
+    def _device(self, handle: Any) -> dict[str, Any]:
+        self._live()
+        if self.mode == "lost" or handle.index in self.lost:
+            raise nvml_error("GpuIsLost")()
+        if handle.session != self.session:  # a handle from before the re-init
+            raise nvml_error("Uninitialized")()
+        return self.devices[handle.index]
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in DEVICE_FUNCTIONS and not any(name in d for d in self.__dict__.get("devices", ())):
+            raise AttributeError(name)
+
+        def call(handle: Any, *args: Any) -> Any:
+            reading = self._device(handle).get(name, nvml_error("NotSupported"))
+            self.calls[name] += 1
+            if isinstance(reading, BaseException) or (isinstance(reading, type) and issubclass(reading, BaseException)):
+                raise reading
+            return reading(*args) if callable(reading) else reading
+
+        return call
+
+
+def no_driver() -> NvmlBackend:
+    """The NVML backend of a machine without a driver (every reading: NA("LibraryNotFound"))."""
+    return NvmlBackend(NvmlGate(FakePynvml(init_error="LibraryNotFound")))
