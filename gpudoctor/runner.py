@@ -132,6 +132,9 @@ def _child_main(conn: Any, spec: RunSpec) -> None:
         _serve(conn, spec)
     except (KeyboardInterrupt, EOFError, OSError):  # stopped, or the parent is gone
         pass
+    finally:
+        # On the way out (multiprocessing's exit functions) a stop just ends the process.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _serve(conn: Any, spec: RunSpec) -> None:

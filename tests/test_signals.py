@@ -86,52 +86,40 @@ def test_the_first_sigterm_raises_terminated_and_a_second_is_ignored():
 
 
 # --------------------------------------------------------------------------- item 3: Ctrl-C during the child's stop
-def _sigint_inside_the_stop(monkeypatch) -> list[int]:
-    """The first wait for the child to end (inside ``_Child.stop``) gets a real SIGINT."""
-    stopped: list[int] = []
-    real_stop = runner._Child.stop
-
-    def stop(self, graceful=True):
-        real_join = self.process.join
-
-        def join(timeout=None):
-            self.process.join = real_join
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(5)  # KeyboardInterrupt is raised here, inside the stop
-            return real_join(timeout)
-
-        if not stopped:
-            self.process.join = join
-        stopped.append(self.process.pid)
-        return real_stop(self, graceful)
-
-    monkeypatch.setattr(runner._Child, "stop", stop)
-    return stopped
-
-
-def test_ctrl_c_while_the_child_is_stopped_keeps_the_results(monkeypatch):
-    stopped = _sigint_inside_the_stop(monkeypatch)
-    report = runner.run_probes([fp.OK, fp.OK_INPROC], runner.RunSpec(level="standard"))
-    assert [r.probe for r in report.results] == ["ok", "ok_inproc"]
-    assert all(r.status == Status.PASS for r in report.results)
-    assert report.interrupted is True  # the exit is 130, with every result written
-    assert len(stopped) == 2  # stopped again, at once (terminate, kill): no child left
-    with pytest.raises(ProcessLookupError):
-        os.kill(stopped[0], 0)
-
-
-CTRL_C_DURING_STOP = """
+# The first wait for the child to end (inside ``_Child.stop``) gets a real SIGINT.
+SIGINT_INSIDE_THE_STOP = """
+stopped = []
 real_stop = runner._Child.stop
 def stop(self, graceful=True):
     real_join = self.process.join
     def join(timeout=None):
         self.process.join = real_join
         os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(5)
+        time.sleep(5)  # KeyboardInterrupt is raised here, inside the stop
         return real_join(timeout)
-    self.process.join = join
+    if not stopped:
+        self.process.join = join
+    stopped.append(self.process.pid)
     return real_stop(self, graceful)
 runner._Child.stop = stop
+"""
+
+
+def test_ctrl_c_while_the_child_is_stopped_keeps_the_results(monkeypatch):
+    monkeypatch.setattr(runner._Child, "stop", runner._Child.stop)  # put back after the test
+    names = {"runner": runner, "os": os, "signal": signal, "time": time}
+    exec(SIGINT_INSIDE_THE_STOP, names)
+    report = runner.run_probes([fp.OK, fp.OK_INPROC], runner.RunSpec(level="standard"))
+    assert [r.probe for r in report.results] == ["ok", "ok_inproc"]
+    assert all(r.status == Status.PASS for r in report.results)
+    assert report.interrupted is True  # the exit is 130, with every result written
+    stopped = names["stopped"]
+    assert len(stopped) == 2  # stopped again, at once (terminate, kill): no child left
+    with pytest.raises(ProcessLookupError):
+        os.kill(stopped[0], 0)
+
+
+CTRL_C_DURING_STOP = SIGINT_INSIDE_THE_STOP + """
 runner.select_probes = lambda names, level: [fp.OK]
 sys.argv = ["gpudoctor", "report", "--json", "-o", sys.argv[1]]
 raise SystemExit(cli.main())
