@@ -168,9 +168,10 @@ def test_sigterm_during_report_full_writes_the_finished_results_and_exits_143(tm
         os.kill(int(started.read_text()), 0)  # the probe's child was stopped
 
 
+# Batch 1000 first (10 steps), then batch 8 (1250 steps): SIGTERM lands in the second run.
 BENCH = """
-sys.argv = ["gpudoctor", "bench", "mnist", "--device", "cpu", "--batch-sizes", "1000,64", "--workers", "0",
-            "--modes", "resident", "--train-samples", "1000", "--test-samples", "100", "--epochs", "60",
+sys.argv = ["gpudoctor", "bench", "mnist", "--device", "cpu", "--batch-sizes", "1000,8", "--workers", "0",
+            "--modes", "resident", "--train-samples", "1000", "--test-samples", "100", "--epochs", "10",
             "--json", "-o", os.environ["OUT_FILE"]]
 raise SystemExit(cli.main())
 """
