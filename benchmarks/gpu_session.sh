@@ -204,8 +204,14 @@ EOF
 
 _bin_folder() {  # one folder holding gpudoctor and the peers (quick_vs_nvitop.py --bin)
   mkdir -p "$BIN"
-  printf '#!/bin/sh\nexec "%s" -m gpudoctor "$@"\n' "$(command -v "$PY" || echo "$PY")" > "$BIN/gpudoctor"
-  chmod +x "$BIN/gpudoctor"
+  local script
+  script=$("$PY" -c 'import os, sys; print(os.path.join(os.path.dirname(sys.executable), "gpudoctor"))')
+  if [ -x "$script" ]; then  # the console script that `pip install -e .` wrote, as a user runs it
+    ln -sf "$script" "$BIN/gpudoctor"
+  else
+    printf '#!/bin/sh\nexec "%s" -m gpudoctor "$@"\n' "$(command -v "$PY" || echo "$PY")" > "$BIN/gpudoctor"
+    chmod +x "$BIN/gpudoctor"
+  fi
   local p
   for p in "$@"; do command -v "$p" > /dev/null && ln -sf "$(command -v "$p")" "$BIN/$p"; done
 }
