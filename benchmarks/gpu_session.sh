@@ -74,8 +74,8 @@ part_workload() {
   setup 30 torch pynvml
   if [ "$MODE" = smoke ]; then
     local sweep=(--device cpu --batch-sizes 100 --workers 0 --modes resident --train-samples 500 --test-samples 100)
-  else  # the GPU's sweep: dataloader (the tutorials' loop), tuned and resident, batch 64 to 20000
-    local sweep=(--device cuda --workers 0,4)
+  else  # dataloader (the tutorials' loop), tuned and resident at batch 64, 1000, 20000: 15 runs
+    local sweep=(--device cuda --batch-sizes 64,1000,20000 --workers 0,4)
   fi
   step bench_mnist 140 "$PY" -m gpudoctor bench mnist "${sweep[@]}" --json -o "$R/bench_mnist.json" \
     --csv "$R/bench_mnist.csv"
