@@ -169,17 +169,18 @@ setup() {  # setup LIMIT_S MODULE... [-- PEER_COMMAND...]: carried wheels, gpudo
 }
 
 _install() {  # the carried wheels into $SITE, then gpudoctor itself (not in smoke: it is there)
-  local limit=$1 wheels=() w
+  local end=$((SECONDS + $1)) wheels=() w
+  left() { local s=$((end - SECONDS)); echo $((s > 1 ? s : 1)); }  # both installs share the limit
   for w in "$WHEELS"/*.whl; do [ -e "$w" ] && wheels+=("$w"); done
   if [ ${#wheels[@]} -gt 0 ]; then
-    timeout "$limit" "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    timeout "$(left)" "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
       --target "$SITE" "${wheels[@]}" \
       || { echo "cannot install the carried wheels in $WHEELS: $(_pip_error)" >&2; return 1; }
   else
     echo "no carried wheels in $WHEELS"
   fi
   if [ "$MODE" != smoke ]; then
-    PIP_BREAK_SYSTEM_PACKAGES=1 timeout "$limit" "$PY" -m pip install -q --no-index --no-deps \
+    PIP_BREAK_SYSTEM_PACKAGES=1 timeout "$(left)" "$PY" -m pip install -q --no-index --no-deps \
       --no-build-isolation -e . \
       || { echo "cannot install gpudoctor from this checkout (pip install -e .): $(_pip_error)" >&2; return 1; }
   fi
