@@ -3,7 +3,8 @@
 This module keeps the parser and :func:`main`; each command lives in its own module under
 :mod:`gpudoctor.commands`. ``main`` maps what escapes a command to the exit codes in
 :mod:`gpudoctor.exitcodes`: a :class:`~gpudoctor.errors.GpudoctorError` is one line on
-stderr, Ctrl-C is 130. It never imports torch or pynvml. JSON goes to stdout,
+stderr, Ctrl-C is 130, SIGTERM is 143 (handled like Ctrl-C: finished results are kept and
+written; :mod:`gpudoctor.signals`). It never imports torch or pynvml. JSON goes to stdout,
 diagnostics to stderr.
 """
 
@@ -15,7 +16,7 @@ import signal
 import sys
 from typing import Any, Callable, Sequence
 
-from gpudoctor import exitcodes
+from gpudoctor import exitcodes, signals
 from gpudoctor._version import __version__
 from gpudoctor.commands import COMMAND_NAMES, register_all
 from gpudoctor.commands.output import ensure_std_streams, say
@@ -77,13 +78,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     ensure_std_streams()
     on_exit = _exit_130_on_another_ctrl_c if argv is None else (lambda: None)
     try:
-        return _main(list(sys.argv[1:] if argv is None else argv), on_exit)
+        return _main(list(sys.argv[1:] if argv is None else argv), on_exit, own_process=argv is None)
     except KeyboardInterrupt:  # a second Ctrl-C while handling the first one
         on_exit()
         return exitcodes.INTERRUPTED
 
 
-def _main(argv: list[str], on_interrupt: Callable[[], None]) -> int:
+# Commands that keep Python's default SIGTERM: the TUI has nothing to keep, and the exporter
+# installs its own handler (SIGTERM is its normal stop, exit 0).
+_OWN_SIGTERM = ("tui", "exporter")
+
+
+def _main(argv: list[str], on_interrupt: Callable[[], None], own_process: bool = False) -> int:
     argv = _with_default_command(argv)
     # A known command registers alone: `gpudoctor report` imports no other command's module.
     parser = build_parser((argv[0],) if argv[0] in COMMAND_NAMES else COMMAND_NAMES)
@@ -92,10 +98,15 @@ def _main(argv: list[str], on_interrupt: Callable[[], None]) -> int:
     if handler is None:
         parser.print_help()
         return exitcodes.USAGE
+    if own_process and args.command not in _OWN_SIGTERM:
+        signals.install()  # SIGTERM raises signals.Terminated, a KeyboardInterrupt
     try:
         code = int(handler(args))
     except KeyboardInterrupt:
         on_interrupt()
+        if signals.terminated():
+            say("gpudoctor: terminated")
+            return exitcodes.TERMINATED
         say("gpudoctor: interrupted")
         return exitcodes.INTERRUPTED
     except GpudoctorError as exc:
@@ -110,6 +121,8 @@ def _main(argv: list[str], on_interrupt: Callable[[], None]) -> int:
         return exitcodes.OK
     if code == exitcodes.INTERRUPTED:
         on_interrupt()
+        if signals.terminated():  # the command kept and wrote what finished, as on Ctrl-C
+            return exitcodes.TERMINATED
     return code
 
 

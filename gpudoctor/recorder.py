@@ -23,9 +23,13 @@ def _torch_facts_child(conn: Any) -> None:
     from gpudoctor.backends.torch_cuda import torch_facts
 
     try:
-        conn.send(encode(torch_facts()))
-    except BaseException as exc:
-        conn.send({"importable": False, "import_error": f"{type(exc).__name__}: {exc}"})
+        try:
+            facts = encode(torch_facts())
+        except BaseException as exc:
+            facts = {"importable": False, "import_error": f"{type(exc).__name__}: {exc}"}
+        conn.send(facts)
+    except OSError:  # the parent stopped waiting (Ctrl-C, SIGTERM): nothing to say, no traceback
+        pass
 
 
 def torch_facts_in_child(timeout: float = 120.0) -> Any:

@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable
 
 # multiprocessing and subprocess are imported where a child starts: `report --quick`
 # starts none, and their imports are a tenth of its run time.
-from gpudoctor import _version
+from gpudoctor import _version, signals
 from gpudoctor._proc import describe_exit, silence_stdio
 from gpudoctor.model import ProbeResult, Report, Status
 from gpudoctor.safejson import json_safe
@@ -118,13 +118,30 @@ def call_probe(probe: Any, ctx: Any) -> ProbeResult:
 
 # --------------------------------------------------------------------------- child side
 def _child_main(conn: Any, spec: RunSpec) -> None:
-    """Child process loop: receive probe names, send back result dicts."""
-    # The parent handles Ctrl-C (keeps finished results, kills us).
+    """Child process: serve probes until told to stop.
+
+    The parent handles Ctrl-C (keeps finished results, stops us). Its stop, SIGTERM, raises
+    :class:`~gpudoctor.signals.Terminated` here, so the running probe's ``finally`` blocks
+    run (the distributed probe's ranks and temporary directory); then the child ends
+    quietly, as it does when the parent is gone (a broken pipe): never a traceback."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signals.install()
     if spec.quiet_child:
         silence_stdio()
     try:
+        _serve(conn, spec)
+    except (KeyboardInterrupt, EOFError, OSError):  # stopped, or the parent is gone
+        pass
+    finally:
+        # On the way out (multiprocessing's exit functions) a stop just ends the process.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _serve(conn: Any, spec: RunSpec) -> None:
+    try:
         ctx = build_context(spec)
+    except KeyboardInterrupt:
+        raise
     except BaseException as exc:
         conn.send(("fatal", _one_line(exc)))
         return
@@ -401,14 +418,32 @@ def run_probes(
     except KeyboardInterrupt:
         report.interrupted = True
     finally:
-        if child is not None:
-            child.stop(graceful=not report.interrupted)
-        if gpu is None:
-            try:
-                ctx.gpu.close()
-            except Exception:
-                pass
+        if _close(child, ctx.gpu if gpu is None else None, graceful=not report.interrupted):
+            report.interrupted = True
     return report
+
+
+def _close(child: _Child | None, gpu: Any, graceful: bool) -> bool:
+    """Stop the child and close ``gpu``, whatever arrives meanwhile.
+
+    The child's stop waits up to 5 s for it to end; a Ctrl-C or SIGTERM then only hurries
+    it (terminate, then kill) and must not escape, or every finished result is lost.
+    Returns whether one arrived."""
+    interrupted = False
+    while True:
+        try:
+            if child is not None:
+                child.stop(graceful=graceful)
+                child = None
+            if gpu is not None:
+                try:
+                    gpu.close()
+                except Exception:
+                    pass
+                gpu = None
+            return interrupted
+        except KeyboardInterrupt:
+            interrupted, graceful = True, False
 
 
 def _torch_absence(probes: list[Any], spec: RunSpec, ctx: Any) -> Callable[[Any], ProbeResult] | None:

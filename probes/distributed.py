@@ -47,6 +47,9 @@ STRAGGLER_RATIO = 1.5
 STRAGGLER_MIN_S = 0.002
 # Seconds the other ranks get to notice a dead rank before the launcher stops them.
 FAILURE_GRACE_S = 5.0
+# The ranks' folder (their results and stderr) under the temporary directory: this prefix,
+# then the launcher's PID, so a folder left by a launcher that was killed can be told apart.
+WORKDIR_PREFIX = "gpudoctor-dist-"
 
 
 def parse_size(text: str) -> int:
@@ -112,7 +115,8 @@ def launch_local(nproc: int, backend: str, sizes: list[int], timeout_s: float, *
     """
     import json
 
-    workdir = Path(tempfile.mkdtemp(prefix="gpudoctor-dist-"))
+    remove_stale_workdirs()
+    workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-"))
     port = _free_port()
     procs: dict[int, subprocess.Popen[bytes]] = {}
     try:
@@ -161,10 +165,58 @@ def launch_local(nproc: int, backend: str, sizes: list[int], timeout_s: float, *
                                 + (f": {tail}" if tail else ""))
         return payloads, classify_failures(errors, exited_at, still_running, phases, timeout_s)
     finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.kill()
+        # Every path, Ctrl-C and SIGTERM included (the runner's child turns its stop into an
+        # exception): no rank left running, no rank JSON (host names, PIDs) left behind.
+        _stop_ranks(procs)
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _stop_ranks(procs: dict[int, "subprocess.Popen[bytes]"]) -> None:
+    for p in procs.values():
+        if p.poll() is None:
+            p.kill()
+    for p in procs.values():
+        try:
+            p.wait(5)  # gone before its folder is removed: a dead rank writes nothing more
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def remove_stale_workdirs(parent: str | None = None) -> list[str]:
+    """Remove the rank folders that a launcher killed outright (SIGKILL, power loss) left.
+
+    Only this user's folders named ``gpudoctor-dist-<pid>-*`` whose launcher ``pid`` no
+    longer runs. Returns the paths removed."""
+    parent = parent or tempfile.gettempdir()
+    removed = []
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return removed
+    for entry in entries:
+        pid_text = entry.name[len(WORKDIR_PREFIX):].partition("-")[0]
+        if not entry.name.startswith(WORKDIR_PREFIX) or not pid_text.isdigit():
+            continue
+        try:
+            if not entry.is_dir(follow_symlinks=False) or entry.stat(follow_symlinks=False).st_uid != os.getuid():
+                continue
+        except OSError:
+            continue
+        if _pid_alive(int(pid_text)):
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed.append(entry.path)
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True  # another user's process, or cannot tell: leave the folder
+    return True
 
 
 def _wait_for_ranks(procs: dict[int, "subprocess.Popen[bytes]"], timeout_s: float) -> tuple[dict[int, float], set[int]]:

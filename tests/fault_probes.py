@@ -57,3 +57,16 @@ def _noisy(ctx):
 
 
 NOISY = Probe("noisy", "prints to stdout and stderr", _noisy, uses_torch=True, timeout_s=30)
+
+
+def _waits(ctx):
+    """Says it started (a file named by GPUDOCTOR_TEST_STARTED), then waits to be stopped."""
+    marker = os.environ.get("GPUDOCTOR_TEST_STARTED")
+    if marker:
+        with open(marker, "w") as f:
+            f.write(str(os.getpid()))
+    time.sleep(3600)
+    return ProbeResult("waits")
+
+
+WAITS = Probe("waits", "waits in the child until stopped", _waits, uses_torch=True, timeout_s=600)

@@ -13,7 +13,7 @@ import argparse
 import sys
 from typing import Any
 
-from gpudoctor import exitcodes
+from gpudoctor import exitcodes, signals
 from gpudoctor.commands.args import check_writable, output_path
 from gpudoctor.commands.output import Progress, deliver, say
 from gpudoctor.errors import UsageError
@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
                       files)
     if result.interrupted:
         kept = [path for path, _ in files] if written else []
-        say(f"gpudoctor: interrupted; {len(result.runs)} of {result.planned} runs finished and were kept"
+        say(f"gpudoctor: {signals.stopped_word()}; {len(result.runs)} of {result.planned} runs finished and were kept"
             + (f" in {', '.join(kept)}" if kept else ""))
     if not written:
         return exitcodes.WRITE_FAILED

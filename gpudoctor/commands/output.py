@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Any, Callable, Iterable, Sequence, TextIO
 
-from gpudoctor import exitcodes, fileio
+from gpudoctor import exitcodes, fileio, signals
 from gpudoctor.errors import WriteFailedError
 
 Writer = Callable[[str], Any]  # writes one output file at the path it is given
@@ -213,7 +213,7 @@ def emit_report(report: Any, args: Any, *, title: str = "gpudoctor report") -> i
     files: Sequence[tuple[str, Writer]] = [(args.output, lambda p: fileio.write_text(p, text))] if args.output else []
     written = deliver(show, files)
     if report.interrupted:
-        say("gpudoctor: interrupted; finished results were kept"
+        say(f"gpudoctor: {signals.stopped_word()}; finished results were kept"
             + (f" in {args.output}" if args.output and written else ""))
     if not written:
         return exitcodes.WRITE_FAILED
