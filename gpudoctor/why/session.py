@@ -1,0 +1,156 @@
+"""Sampling one process tree: py-spy for the stacks, psutil and NVML beside it (the I/O half
+of ``gpudoctor why``; the rules and the verdict are pure, in rules.py and analysis.py)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import psutil
+
+import gpudoctor
+from gpudoctor.why import analysis, pyspy
+from gpudoctor.why.readings import Readings, process_exists
+from gpudoctor.why.stacks import Stack, parse_raw
+
+POLL_S = 0.5
+MAX_SOURCE_BYTES = 4 << 20
+OWN_PREFIXES = (os.path.dirname(os.path.abspath(gpudoctor.__file__)) + os.sep,)
+
+
+@dataclass
+class Sampled:
+    stacks: list[Stack]
+    readings: dict[str, Any]
+    seconds: float
+    rate_hz: int
+    ended: bool = False
+    interrupted: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+def source_reader(pid: int) -> Callable[[str, int], str]:
+    """(file, line) -> that line of the sampled process's source, read through /proc/PID/root
+    (its own view of the files, a container's too) or the path itself; "" when unreadable."""
+    cache: dict[str, list[str] | None] = {}
+    root = f"/proc/{pid}/root"
+
+    def load(path: str) -> list[str] | None:
+        for candidate in (root + path if path.startswith("/") else None, path):
+            if not candidate:
+                continue
+            try:
+                if os.path.getsize(candidate) > MAX_SOURCE_BYTES:
+                    return None
+                with open(candidate, encoding="utf-8", errors="replace") as handle:
+                    return handle.read().splitlines()
+            except OSError:
+                continue
+        return None
+
+    def line(path: str, number: int) -> str:
+        if not path or path.startswith("<") or not number:
+            return ""
+        if path not in cache:
+            cache[path] = load(path)
+        lines = cache[path]
+        return lines[number - 1].strip()[:300] if lines and 0 < number <= len(lines) else ""
+
+    return line
+
+
+def _check_target(pid: int) -> None:
+    if pid <= 0 or not process_exists(pid):
+        raise pyspy.WhyError(pyspy.NO_SUCH_PROCESS, f"no process with PID {pid}")
+    try:
+        if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+            raise pyspy.WhyError(pyspy.NO_SUCH_PROCESS, f"process {pid} has ended (a zombie waiting for its parent)")
+    except psutil.NoSuchProcess:
+        raise pyspy.WhyError(pyspy.NO_SUCH_PROCESS, f"no process with PID {pid}") from None
+    except psutil.AccessDenied:
+        pass
+
+
+def _read_output(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read(pyspy.MAX_OUTPUT_BYTES)
+    except OSError:
+        return ""
+
+
+def _wait(proc: subprocess.Popen, readings: Readings | None, limit_s: float) -> bool:
+    """Poll the readings until py-spy ends; True if interrupted (Ctrl-C or SIGTERM)."""
+    deadline = time.monotonic() + limit_s
+    try:
+        while proc.poll() is None:
+            if time.monotonic() > deadline:
+                proc.kill()
+                break
+            time.sleep(POLL_S)
+            if readings is not None:
+                readings.poll()
+    except KeyboardInterrupt:
+        proc.send_signal(signal.SIGINT)  # py-spy writes what it has on SIGINT
+        return True
+    finally:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return False
+
+
+def sample(pid: int, seconds: float, *, rate: int = pyspy.DEFAULT_RATE_HZ, gpu_backend: Any = None) -> Sampled:
+    """Sample ``pid`` and its subprocesses for ``seconds`` (less if it ends). Raises
+    :class:`~gpudoctor.why.pyspy.WhyError` when it cannot be sampled at all."""
+    _check_target(pid)
+    binary = pyspy.find_py_spy()
+    try:
+        readings: Readings | None = Readings(pid, gpu_backend)
+    except psutil.NoSuchProcess:
+        raise pyspy.WhyError(pyspy.NO_SUCH_PROCESS, f"no process with PID {pid}") from None
+    except psutil.AccessDenied:
+        readings = None
+    folder = tempfile.mkdtemp(prefix="gpudoctor-why-")
+    try:
+        output = os.path.join(folder, "stacks.txt")
+        started = time.monotonic()
+        proc = pyspy.start_record(pyspy.record_command(binary, pid, seconds, rate, output))
+        interrupted = _wait(proc, readings, seconds + 60)
+        elapsed = time.monotonic() - started
+        stderr = proc.stderr.read(pyspy.MAX_STDERR_CHARS) if proc.stderr else ""
+        text = _read_output(output)
+        if proc.returncode != 0 and not text and not interrupted:
+            raise pyspy.error_from_stderr(stderr, pid, alive=process_exists(pid))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    ended = pyspy.stopped_because_exited(stderr) or (elapsed < seconds * 0.9 and not process_exists(pid))
+    if readings is not None:
+        try:
+            readings.poll()
+        except psutil.Error:
+            pass
+    result = readings.result() if readings is not None else {"processes": {}, "host": {}, "gpu": {
+        "available": False, "reason": "no permission to read the process's figures", "devices": []}}
+    return Sampled(list(parse_raw(text)), result, round(min(elapsed, seconds), 2), rate, ended=ended,
+                   interrupted=interrupted)
+
+
+def why(pid: int, seconds: float, *, rate: int = pyspy.DEFAULT_RATE_HZ, gpu_backend: Any = None) -> dict[str, Any]:
+    """Sample ``pid`` and diagnose it: the dict of docs/why.schema.json."""
+    sampled = sample(pid, seconds, rate=rate, gpu_backend=gpu_backend)
+    meta = {"sampled_s": sampled.seconds, "rate_hz": sampled.rate_hz, "ended": sampled.ended,
+            "interrupted": sampled.interrupted}
+    return analysis.diagnose(sampled.stacks, sampled.readings, source_reader(pid), pid=pid,
+                             own=OWN_PREFIXES, meta=meta)
+
+
+__all__ = ["Sampled", "sample", "why", "source_reader", "OWN_PREFIXES"]
