@@ -31,6 +31,7 @@ CODES = (INPUT_BOUND, HOST_SYNC_BOUND, IO_BOUND, CPU_BOUND, GPU_BOUND, IDLE, STR
 MIN_SAMPLES = 10            # fewer main-thread samples than this: no verdict
 IDLE_SHARE = 0.50           # the main thread waits on sleep/locks this much: idle
 PROBLEM_SHARE = 0.20        # data wait, host syncs or I/O this much: that is the verdict
+QUIET_CPU_PCT = 25.0        # a main thread "computing" on less CPU than this is waiting outside Python
 GPU_BUSY_PCT = 85.0         # NVML's busy figure at or above this: the GPU is the bottleneck
 STRAGGLER_GAP = 0.15        # a rank waits this much less than the median rank: it is the straggler
 MAX_LINES = 5               # user lines named per verdict
@@ -150,7 +151,8 @@ def _input_fix(view: ProcessView, workers: list[ProcessView], idle_cpus: float |
 
 
 def decide(view: ProcessView, views: dict[int, ProcessView], source: SourceLine, *,
-           gpu_util: float | None, on_gpu: bool, idle_cpus: float | None) -> Decision:
+           gpu_util: float | None, on_gpu: bool, idle_cpus: float | None,
+           main_cpu_pct: float | None = None) -> Decision:
     """The verdict for one trainer process (the thresholds are this module's constants)."""
     n = view.main_samples
     if n < MIN_SAMPLES:
@@ -160,6 +162,13 @@ def decide(view: ProcessView, views: dict[int, ProcessView], source: SourceLine,
         lines = _line_records(view.lines[rules.IDLE], view.counts[rules.IDLE], source)
         what = view.details[rules.IDLE].most_common(1)[0][0] or "a wait"
         return Decision(IDLE, f"{idle:.0%} of the main thread's time waits ({what}) at {_where(lines)}",
+                        "nothing runs: if it should be training, see what it waits for (a sleep, a lock, "
+                        "another rank at a barrier, a file)", lines)
+    quiet = main_cpu_pct is not None and main_cpu_pct < QUIET_CPU_PCT and not on_gpu
+    if quiet and view.share(rules.OTHER) + idle >= IDLE_SHARE:
+        lines = _line_records(view.lines[rules.OTHER] + view.lines[rules.IDLE], n, source)
+        return Decision(IDLE, f"the main thread used {main_cpu_pct:.0f}% of a CPU: it waits outside Python "
+                        f"(a sleep, a lock, a socket) at {_where(lines)}",
                         "nothing runs: if it should be training, see what it waits for (a sleep, a lock, "
                         "another rank at a barrier, a file)", lines)
     candidates = [(view.share(rules.DATA_WAIT), INPUT_BOUND), (view.share(rules.HOST_SYNC), HOST_SYNC_BOUND),
@@ -265,7 +274,9 @@ def diagnose(stacks: Sequence[Stack], readings: dict[str, Any], source: SourceLi
     decided: list[tuple[ProcessView, Decision]] = []
     for view in trainers:
         util, on_gpu, _ = _gpu_for(_tree(view, views), gpu)
-        decided.append((view, decide(view, views, source, gpu_util=util, on_gpu=on_gpu, idle_cpus=idle_cpus)))
+        threads = (readings.get("processes", {}).get(view.pid) or {}).get("threads_cpu_pct") or {}
+        decided.append((view, decide(view, views, source, gpu_util=util, on_gpu=on_gpu, idle_cpus=idle_cpus,
+                                     main_cpu_pct=threads.get(view.pid))))
     lagging = straggler(decided)
     main = next((d for d in decided if d[0].pid == pid), None) or (max(decided, key=lambda d: d[0].main_samples)
                                                                     if decided else None)

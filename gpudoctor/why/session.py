@@ -153,4 +153,35 @@ def why(pid: int, seconds: float, *, rate: int = pyspy.DEFAULT_RATE_HZ, gpu_back
                              own=OWN_PREFIXES, meta=meta)
 
 
-__all__ = ["Sampled", "sample", "why", "source_reader", "OWN_PREFIXES"]
+
+
+
+def python_target(pid: int, ended: Callable[[], bool], wait_s: float = 10.0) -> int | None:
+    """The process to sample for a command just started as ``pid``: itself once its interpreter
+    is up, or its first Python descendant when it is a shell or a wrapper; None if it ended.
+    After ``wait_s`` with no Python in sight, ``pid`` itself (py-spy then says what it is)."""
+    deadline = time.monotonic() + wait_s
+    while not ended():
+        try:
+            proc = psutil.Process(pid)
+            for candidate in [proc] + proc.children(recursive=True):
+                python = "python" in os.path.basename(candidate.exe() or "") or \
+                    any("libpython" in m for m in _mapped_files(candidate.pid))
+                # py-spy reads the interpreter's state, which exists once start-up is done
+                if python and time.time() - candidate.create_time() >= 0.5:
+                    return candidate.pid
+        except (psutil.Error, OSError):
+            pass
+        if time.monotonic() > deadline:
+            return pid
+        time.sleep(0.1)
+    return None
+
+
+def _mapped_files(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as handle:
+            return [line.rsplit(" ", 1)[-1].strip() for line in handle.read(4 << 20).splitlines()]
+    except OSError:
+        return []
+__all__ = ["Sampled", "sample", "why", "source_reader", "python_target", "OWN_PREFIXES"]
