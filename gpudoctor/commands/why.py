@@ -14,7 +14,7 @@ import json
 import shutil
 import subprocess
 import sys
-import time
+import threading
 from typing import Any, TextIO
 
 from gpudoctor import exitcodes
@@ -117,6 +117,8 @@ def _run_command(command: list[str], args: argparse.Namespace) -> int:
         child = subprocess.Popen(command)
     except OSError as exc:
         raise UsageError(f"why: cannot start {command[0]}: {exc.strerror or exc}") from None
+    # reaped as soon as it ends, so the sampler sees it gone rather than a zombie
+    threading.Thread(target=child.wait, name="gpudoctor-why-child", daemon=True).start()
     try:
         try:
             pid = python_target(child.pid, lambda: child.poll() is not None)

@@ -74,6 +74,11 @@ def record_command(py_spy: str, pid: int, seconds: float, rate: int, output: str
             "--full-filenames", "--nonblocking", "--output", output]
 
 
+def dump_command(py_spy: str, pid: int) -> list[str]:
+    """``py-spy dump`` of the one process: its error says why a recording found no Python."""
+    return [py_spy, "dump", "--pid", str(pid), "--nonblocking"]
+
+
 def _error_lines(stderr: str) -> list[str]:
     lines = [line.strip() for line in stderr[:MAX_STDERR_CHARS].splitlines()]
     return [line for line in lines if line and not line.startswith("py-spy>")
@@ -98,7 +103,7 @@ def error_from_stderr(stderr: str, pid: int, *, alive: bool = True) -> WhyError:
     if not alive or ("no such file or directory" in low and "executable" in low) or "no such process" in low:
         return WhyError(NO_SUCH_PROCESS if not alive else ENDED, f"process {pid} ended before it could be sampled")
     if "failed to find python version" in low or "failed to find a python interpreter" in low \
-            or "doesn't look like a python" in low or "failed to get python version" in low:
+            or "doesn't look like a python" in low or "no python processes found" in low or "failed to get python version" in low:
         return WhyError(NOT_PYTHON, f"process {pid} is not a Python process (py-spy found no Python interpreter in it)")
     lines = _error_lines(text)
     first = lines[0] if lines else "no message"
@@ -111,6 +116,6 @@ def start_record(command: Sequence[str]) -> subprocess.Popen:
                             text=True, errors="replace")
 
 
-__all__ = ["WhyError", "find_py_spy", "record_command", "error_from_stderr", "stopped_because_exited",
+__all__ = ["WhyError", "find_py_spy", "record_command", "dump_command", "error_from_stderr", "stopped_because_exited",
            "start_record", "DEFAULT_RATE_HZ", "PERMISSION_FIX", "NO_SUCH_PROCESS", "NOT_PYTHON",
            "UNSUPPORTED_PYTHON", "NO_PERMISSION", "ENDED", "NO_PY_SPY", "FAILED"]

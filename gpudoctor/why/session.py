@@ -85,7 +85,17 @@ def _read_output(path: str) -> str:
         return ""
 
 
-def _wait(proc: subprocess.Popen, readings: Readings | None, limit_s: float) -> bool:
+def _gone(pid: int) -> bool:
+    """Ended, or a zombie whose parent has not collected it yet (py-spy cannot tell that one)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:
+        return False
+
+
+def _wait(proc: subprocess.Popen, pid: int, readings: Readings | None, limit_s: float) -> bool:
     """Poll the readings until py-spy ends; True if interrupted (Ctrl-C or SIGTERM)."""
     deadline = time.monotonic() + limit_s
     try:
@@ -96,6 +106,8 @@ def _wait(proc: subprocess.Popen, readings: Readings | None, limit_s: float) -> 
             time.sleep(POLL_S)
             if readings is not None:
                 readings.poll()
+            if _gone(pid) and proc.poll() is None:
+                proc.send_signal(signal.SIGINT)  # py-spy writes what it has on SIGINT
     except KeyboardInterrupt:
         proc.send_signal(signal.SIGINT)  # py-spy writes what it has on SIGINT
         return True
@@ -106,6 +118,21 @@ def _wait(proc: subprocess.Popen, readings: Readings | None, limit_s: float) -> 
             proc.kill()
             proc.wait()
     return False
+
+
+def _failure(binary: str, pid: int, stderr: str) -> pyspy.WhyError:
+    """The error behind a failed recording. With --subprocesses py-spy says "no python processes
+    found" for a process it may not read too, so a plain dump of the one process tells which."""
+    error = pyspy.error_from_stderr(stderr, pid, alive=process_exists(pid))
+    if error.kind != pyspy.NOT_PYTHON or not process_exists(pid):
+        return error
+    dump = pyspy.start_record(pyspy.dump_command(binary, pid))
+    try:
+        _, dump_err = dump.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        dump.kill()
+        return error
+    return pyspy.error_from_stderr(dump_err or "", pid, alive=process_exists(pid)) if dump.returncode else error
 
 
 def sample(pid: int, seconds: float, *, rate: int = pyspy.DEFAULT_RATE_HZ, gpu_backend: Any = None) -> Sampled:
@@ -124,15 +151,15 @@ def sample(pid: int, seconds: float, *, rate: int = pyspy.DEFAULT_RATE_HZ, gpu_b
         output = os.path.join(folder, "stacks.txt")
         started = time.monotonic()
         proc = pyspy.start_record(pyspy.record_command(binary, pid, seconds, rate, output))
-        interrupted = _wait(proc, readings, seconds + 60)
+        interrupted = _wait(proc, pid, readings, seconds + 60)
         elapsed = time.monotonic() - started
         stderr = proc.stderr.read(pyspy.MAX_STDERR_CHARS) if proc.stderr else ""
         text = _read_output(output)
         if proc.returncode != 0 and not text and not interrupted:
-            raise pyspy.error_from_stderr(stderr, pid, alive=process_exists(pid))
+            raise _failure(binary, pid, stderr)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    ended = pyspy.stopped_because_exited(stderr) or (elapsed < seconds * 0.9 and not process_exists(pid))
+    ended = pyspy.stopped_because_exited(stderr) or (elapsed < seconds * 0.9 and _gone(pid))
     if readings is not None:
         try:
             readings.poll()

@@ -1,0 +1,158 @@
+"""`gpudoctor why` on real training processes (CPU): the verdict, the lines named, the exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from gpudoctor import exitcodes
+from gpudoctor.cli import main
+
+from _why_targets import ASLEEP, HEAVY_MODEL, SLOW_DATASET, line_of, start, stop
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = json.loads((ROOT / "docs" / "why.schema.json").read_text(encoding="utf-8"))
+SECONDS = "3"
+
+pytest.importorskip("torch")
+
+
+def _why(capsys, *argv: str) -> tuple[int, dict]:
+    code = main(["why", "--json", "--seconds", SECONDS, *argv])
+    out = capsys.readouterr().out
+    data = json.loads(out)
+    jsonschema.validate(data, SCHEMA)
+    return code, data
+
+
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_a_slow_dataset_is_input_bound_and_its_line_is_named(tmp_path, capsys, workers):
+    proc = start(tmp_path, "slow", SLOW_DATASET, workers)
+    try:
+        code, data = _why(capsys, str(proc.pid))
+    finally:
+        stop(proc)
+    assert code == exitcodes.OK
+    verdict = data["verdict"]
+    assert verdict["code"] == "input_bound", verdict
+    assert data["shares"]["data_wait"] >= 0.5
+    top = verdict["lines"][0]
+    assert top["file"] == str(tmp_path / "slow.py") and top["line"] == line_of(SLOW_DATASET, "SLOW LINE")
+    assert "__getitem__" in top["function"] and "time.sleep(0.02)" in top["code"]
+    assert "DataLoader" in verdict["fix"] or "workers" in verdict["fix"]
+    roles = sorted(p["role"] for p in data["processes"])
+    assert roles == (["trainer", "worker", "worker"] if workers == "2" else ["trainer"])
+    assert data["gpu"]["available"] is False and data["gpu"]["reason"]
+
+
+def test_pre_batched_tensors_and_a_heavy_model_are_not_input_bound(tmp_path, capsys):
+    proc = start(tmp_path, "heavy", HEAVY_MODEL)
+    try:
+        code, data = _why(capsys, str(proc.pid))
+    finally:
+        stop(proc)
+    assert code == exitcodes.OK
+    assert data["verdict"]["code"] == "cpu_bound", data["verdict"]
+    assert data["shares"]["data_wait"] == 0
+    assert data["shares"]["forward"] + data["shares"]["backward"] + data["shares"]["optimizer"] >= 0.5
+
+
+def test_a_sleeping_process_is_idle(tmp_path, capsys):
+    proc = start(tmp_path, "asleep", ASLEEP)
+    try:
+        code, data = _why(capsys, str(proc.pid))
+    finally:
+        stop(proc)
+    assert code == exitcodes.OK
+    assert data["verdict"]["code"] == "idle", data["verdict"]
+    assert data["verdict"]["lines"][0]["line"] == line_of(ASLEEP, "ASLEEP LINE")
+
+
+def test_text_output_is_plain_and_names_the_verdict(tmp_path, capsys):
+    proc = start(tmp_path, "asleep", ASLEEP)
+    try:
+        code = main(["why", "--seconds", "2", str(proc.pid), "-o", str(tmp_path / "why.json")])
+    finally:
+        stop(proc)
+    out = capsys.readouterr().out
+    assert code == exitcodes.OK
+    assert out.splitlines()[0] == f"asleep.py (pid {proc.pid}): idle"
+    assert "\x1b" not in out and "fix: " in out
+    jsonschema.validate(json.loads((tmp_path / "why.json").read_text()), SCHEMA)
+
+
+def test_why_dash_dash_command_passes_the_exit_code_on(tmp_path):
+    script = tmp_path / "ends.py"
+    script.write_text("import time\nt = time.time()\nwhile time.time() - t < 1.5:\n    sum(range(1000))\n"
+                      "raise SystemExit(7)\n", encoding="utf-8")
+    out = subprocess.run([sys.executable, "-m", "gpudoctor", "why", "--json", "--seconds", "5", "--",
+                          sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 7, out.stderr
+    data = json.loads(out.stdout)
+    jsonschema.validate(data, SCHEMA)
+    assert data["ended"] is True and data["samples"] > 0
+
+
+def test_no_such_pid_is_a_usage_error(capsys):
+    pid = 2 ** 22 + 12345
+    while os.path.exists(f"/proc/{pid}"):
+        pid += 1
+    assert main(["why", "--seconds", "1", str(pid)]) == exitcodes.USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"gpudoctor: error: no process with PID {pid}"]
+
+
+def test_a_process_that_is_not_python(capsys):
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        code = main(["why", "--seconds", "1", str(proc.pid)])
+    finally:
+        stop(proc)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == exitcodes.USAGE
+    assert err == [f"gpudoctor: error: process {proc.pid} is not a Python process "
+                   "(py-spy found no Python interpreter in it)"]
+
+
+def test_a_process_that_ends_while_sampled_reports_what_was_sampled(tmp_path, capsys):
+    script = tmp_path / "short.py"
+    script.write_text("import time\nprint('ready', flush=True)\nt = time.time()\n"
+                      "while time.time() - t < 2:\n    sum(range(1000))\n", encoding="utf-8")
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        code = main(["why", "--json", "--seconds", "8", str(proc.pid)])
+    finally:
+        stop(proc)
+    captured = capsys.readouterr()
+    assert code == exitcodes.PROCESS_ENDED
+    data = json.loads(captured.out)
+    assert data["ended"] is True and data["samples"] > 0 and data["sampled_s"] < 8
+    assert f"process {proc.pid} ended after" in captured.err
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("runuser") is None, reason="needs root to drop privileges")
+def test_no_permission_to_attach_names_the_fix(tmp_path, capsys, monkeypatch):
+    """py-spy run as `nobody` against a root process: the kernel refuses, and the message says
+    what to do (exit 9)."""
+    from gpudoctor.why import pyspy
+
+    original = pyspy.start_record
+    monkeypatch.setattr(pyspy, "start_record",
+                        lambda command: original(["runuser", "-u", "nobody", "--", *command]))
+    proc = start(tmp_path, "asleep", ASLEEP)
+    try:
+        code = main(["why", "--seconds", "1", str(proc.pid)])
+    finally:
+        stop(proc)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == exitcodes.CANNOT_ATTACH, err
+    assert len(err) == 1 and "no permission" in err[0]
+    assert "SYS_PTRACE" in err[0] and "ptrace_scope" in err[0] and "as root" in err[0]
