@@ -51,7 +51,6 @@ SYNC_PATTERNS = ("item", "tolist", "cpu", "synchronize", "nonzero", "blocking_co
 
 SourceLine = Callable[[str, int], str]  # (file, line) -> the line's text, "" when unknown
 
-_STDLIB_RE = re.compile(r"[/\\]lib[/\\](?:python)?\d?\.?\d*[/\\]|[/\\]lib[/\\]python\d+\.\d+[/\\]")
 _WAIT_LEAVES = {"wait", "wait_for", "_wait_for_tstate_lock", "join", "acquire", "select", "poll", "_poll",
                 "accept", "recv", "recv_into", "_recv", "_recv_bytes", "recv_bytes", "sleep", "barrier",
                 "get", "_wait", "epoll", "readinto", "monitor"}
