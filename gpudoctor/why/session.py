@@ -15,6 +15,7 @@ from typing import Any, Callable
 import psutil
 
 import gpudoctor
+from gpudoctor import _published
 from gpudoctor.why import analysis, pyspy
 from gpudoctor.why.readings import Readings, process_exists
 from gpudoctor.why.stacks import Stack, parse_raw
@@ -176,8 +177,11 @@ def why(pid: int, seconds: float, *, rate: int = pyspy.DEFAULT_RATE_HZ, gpu_back
     sampled = sample(pid, seconds, rate=rate, gpu_backend=gpu_backend)
     meta = {"sampled_s": sampled.seconds, "rate_hz": sampled.rate_hz, "ended": sampled.ended,
             "interrupted": sampled.interrupted}
-    return analysis.diagnose(sampled.stacks, sampled.readings, source_reader(pid), pid=pid,
-                             own=OWN_PREFIXES, meta=meta)
+    diagnosis = analysis.diagnose(sampled.stacks, sampled.readings, source_reader(pid), pid=pid,
+                                  own=OWN_PREFIXES, meta=meta)
+    sampled_pids = {p["pid"] for p in diagnosis["processes"]} | {pid}
+    diagnosis["published"] = {str(p): record for p, record in _published.read_all().items() if p in sampled_pids}
+    return diagnosis
 
 
 

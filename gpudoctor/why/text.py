@@ -35,6 +35,16 @@ def _gpu_words(d: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def _live_words(live: dict[str, Any]) -> str:
+    def num(key: str, scale: float = 1.0, unit: str = "", digits: int = 0) -> str:
+        value = live.get(key)
+        return "?" if not isinstance(value, (int, float)) else f"{value * scale:.{digits}f}{unit}"
+
+    return (f"{live.get('verdict', '?')}; step {num('step_time_p50_s', 1000, ' ms', 1)} (median), data wait "
+            f"{num('data_wait_share', 100, '%')}, {num('samples_per_s', 1, ' samples/s')}, "
+            f"{num('host_syncs_per_step', 1, ' host syncs/step', 1)}")
+
+
 def headline(d: dict[str, Any]) -> str:
     v = d["verdict"]
     target = next((p for p in d.get("processes", []) if p["pid"] == v.get("pid", d["pid"])), None)
@@ -68,6 +78,8 @@ def render_text(d: dict[str, Any], width: int | None = 100) -> str:
     if host.get("idle_cpus") is not None:
         out.append(f"  host: {host['idle_cpus']:.0f} of {host['cpus']} CPUs idle")
     out.append("  " + plain_text(_gpu_words(d), limit=500))
+    for pid, live in sorted((d.get("published") or {}).items()):
+        out += wrap_hanging(plain_text(_live_words(live), limit=500), width or 0, f"  TrainingMonitor (pid {pid}): ")
     if d.get("straggler"):
         out += wrap_hanging(plain_text(d["straggler"]["message"], limit=1000), width or 0, "  straggler: ")
     for p in d.get("processes", [])[:32]:
