@@ -86,3 +86,18 @@ def cuda_available() -> bool:
         return bool(torch.cuda.is_available())
     except Exception:
         return False
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_published_summaries(tmp_path_factory):
+    """TrainingMonitors in tests publish into a directory of the test session's own, and the
+    TUI/exporter read from it: no training process elsewhere on the machine shows up here."""
+    directory = tmp_path_factory.mktemp("published")
+    directory.chmod(0o700)
+    previous = os.environ.get("GPUDOCTOR_RUNTIME_DIR")
+    os.environ["GPUDOCTOR_RUNTIME_DIR"] = str(directory)
+    yield
+    if previous is None:
+        os.environ.pop("GPUDOCTOR_RUNTIME_DIR", None)
+    else:
+        os.environ["GPUDOCTOR_RUNTIME_DIR"] = previous
