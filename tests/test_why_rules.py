@@ -172,3 +172,30 @@ def test_the_py_spy_binary_is_found():
 
     path = pyspy.find_py_spy()
     assert os.access(path, os.X_OK) and os.path.basename(path).startswith("py-spy")
+
+
+def test_the_input_fix_depends_on_what_the_workers_do():
+    worker = [f"_worker_loop ({SITE}/torch/utils/data/_utils/worker.py:308)",
+              f"_MapDatasetFetcher.fetch ({SITE}/torch/utils/data/_utils/fetch.py:52)",
+              "Images.__getitem__ (/w/data.py:41)"]
+    views, _ = _views([stack_line([LOOP, *NEXT, QUEUE_GET], 90, pids=(1,)),
+                       stack_line(worker, 95, pids=(1, 2)), stack_line(worker, 95, pids=(1, 3))])
+    waiting = analysis.decide(views[1], views, src({}), gpu_util=None, on_gpu=False, idle_cpus=0,
+                              cpu_by_pid={2: 3.0, 3: 4.0})
+    assert "use little CPU (4% of a core at most)" in waiting.fix and "overlap the waits" in waiting.fix
+    computing = analysis.decide(views[1], views, src({}), gpu_util=None, on_gpu=False, idle_cpus=0.2,
+                                cpu_by_pid={2: 97.0, 3: 99.0})
+    assert computing.fix.startswith("no CPU is idle for more workers (2 of 2 workers busy loading)")
+    assert "data.py:41" in computing.fix
+
+
+def test_the_why_package_never_imports_torch_or_textual():
+    """It samples other processes: loading it (and the command) loads neither torch nor textual."""
+    import subprocess
+    import sys
+
+    code = ("import sys, gpudoctor.why, gpudoctor.why.session, gpudoctor.why.metrics, gpudoctor.why.text, "
+            "gpudoctor.commands.why; print(sorted(m for m in ('torch', 'textual', 'pynvml') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

@@ -31,6 +31,7 @@ CODES = (INPUT_BOUND, HOST_SYNC_BOUND, IO_BOUND, CPU_BOUND, GPU_BOUND, IDLE, STR
 MIN_SAMPLES = 10            # fewer main-thread samples than this: no verdict
 IDLE_SHARE = 0.50           # the main thread waits on sleep/locks this much: idle
 PROBLEM_SHARE = 0.20        # data wait, host syncs or I/O this much: that is the verdict
+WAITING_WORKER_CPU_PCT = 50.0  # a loading worker on less CPU than this waits for I/O, not computes
 QUIET_CPU_PCT = 25.0        # a main thread "computing" on less CPU than this is waiting outside Python
 GPU_BUSY_PCT = 85.0         # NVML's busy figure at or above this: the GPU is the bottleneck
 STRAGGLER_GAP = 0.15        # a rank waits this much less than the median rank: it is the straggler
@@ -133,26 +134,34 @@ class Decision:
 
 
 def _where(lines: list[dict[str, Any]]) -> str:
-    return ", ".join(f"{r['file'].rsplit('/', 1)[-1]}:{r['line']} {r['function']}" for r in lines[:2]) or "?"
+    """The main line, and a second one when it holds a real part of the time too."""
+    kept = [r for i, r in enumerate(lines[:2]) if i == 0 or (r.get("share") or 0) >= 0.10]
+    return ", ".join(f"{r['file'].rsplit('/', 1)[-1]}:{r['line']} {r['function']}" for r in kept) or "?"
 
 
-def _input_fix(view: ProcessView, workers: list[ProcessView], idle_cpus: float | None,
-               lines: list[dict[str, Any]]) -> str:
+def _input_fix(workers: list[ProcessView], idle_cpus: float | None, lines: list[dict[str, Any]],
+               cpu_by_pid: dict[int, float | None]) -> str:
     idle = f"{idle_cpus:.0f} CPUs idle" if idle_cpus is not None else "idle CPUs unknown"
     busy = [w for w in workers if w.share(rules.DATA_LOADING) >= 0.5]
     cheaper = f"make the per-sample work at {_where(lines)} cheaper (decode once, cache, move augmentation to the GPU)"
     if not workers:
         return (f"load in parallel: DataLoader(num_workers=N, persistent_workers=True, pin_memory=True) ({idle}); "
                 f"or {cheaper}")
-    if idle_cpus is not None and idle_cpus < 1:
-        return f"no CPU is idle for more workers: {cheaper}"
+    cpus = [cpu_by_pid.get(w.pid) for w in busy]
+    waiting = bool(cpus) and all(c is not None and c < WAITING_WORKER_CPU_PCT for c in cpus)
     state = f"{len(busy)} of {len(workers)} workers busy loading"
+    if waiting:  # the workers wait (disk, network, a sleep): more of them overlap the waits
+        return (f"more DataLoader workers: they load but use little CPU ({max(cpus):.0f}% of a core at most), "
+                f"so they wait on disk or network and more of them overlap the waits ({state}; {idle}); "
+                f"or {cheaper}")
+    if idle_cpus is not None and idle_cpus < 1:
+        return f"no CPU is idle for more workers ({state}): {cheaper}"
     return f"more DataLoader workers ({state}; {idle}), prefetch_factor 2-4; or {cheaper}"
 
 
 def decide(view: ProcessView, views: dict[int, ProcessView], source: SourceLine, *,
            gpu_util: float | None, on_gpu: bool, idle_cpus: float | None,
-           main_cpu_pct: float | None = None) -> Decision:
+           main_cpu_pct: float | None = None, cpu_by_pid: dict[int, float | None] | None = None) -> Decision:
     """The verdict for one trainer process (the thresholds are this module's constants)."""
     n = view.main_samples
     if n < MIN_SAMPLES:
@@ -177,7 +186,7 @@ def decide(view: ProcessView, views: dict[int, ProcessView], source: SourceLine,
     gpu_busy = gpu_util is not None and gpu_util >= GPU_BUSY_PCT
     gpu_words = f"; the GPU is busy {gpu_util:.0f}% of the time" if gpu_util is not None else ""
     if share >= PROBLEM_SHARE and not gpu_busy:
-        return _problem(code, share, view, views, source, gpu_words, idle_cpus)
+        return _problem(code, share, view, views, source, gpu_words, idle_cpus, cpu_by_pid or {})
     if gpu_busy:
         return Decision(GPU_BOUND, f"the GPU is busy {gpu_util:.0f}% of the time: it is the bottleneck",
                         "faster GPU work: mixed precision (torch.autocast), channels_last, torch.compile, "
@@ -200,7 +209,7 @@ def decide(view: ProcessView, views: dict[int, ProcessView], source: SourceLine,
 
 
 def _problem(code: str, share: float, view: ProcessView, views: dict[int, ProcessView], source: SourceLine,
-             gpu_words: str, idle_cpus: float | None) -> Decision:
+             gpu_words: str, idle_cpus: float | None, cpu_by_pid: dict[int, float | None]) -> Decision:
     if code == INPUT_BOUND:
         workers = _workers_of(view, views)
         lines = _data_lines(view, workers, source)
@@ -210,7 +219,7 @@ def _problem(code: str, share: float, view: ProcessView, views: dict[int, Proces
             detail.update(w.details[rules.DATA_LOADING])
         doing = f", busy in {_where(lines)}" + (f" -> {detail.most_common(1)[0][0]}" if detail else "")
         return Decision(INPUT_BOUND, f"{share:.0%} of the main thread's time waits for the next batch "
-                        f"(torch DataLoader, {how}{doing}){gpu_words}", _input_fix(view, workers, idle_cpus, lines),
+                        f"(torch DataLoader, {how}{doing}){gpu_words}", _input_fix(workers, idle_cpus, lines, cpu_by_pid),
                         lines)
     if code == HOST_SYNC_BOUND:
         lines = _line_records(view.lines[rules.HOST_SYNC], view.counts[rules.HOST_SYNC], source)
@@ -271,12 +280,13 @@ def diagnose(stacks: Sequence[Stack], readings: dict[str, Any], source: SourceLi
     gpu = readings.get("gpu") or {"available": False, "reason": "not read", "devices": []}
     idle_cpus = (readings.get("host") or {}).get("idle_cpus")
     trainers = [v for v in views.values() if v.role == "trainer"]
+    cpu_by_pid = {pid: info.get("cpu_pct") for pid, info in (readings.get("processes") or {}).items()}
     decided: list[tuple[ProcessView, Decision]] = []
     for view in trainers:
         util, on_gpu, _ = _gpu_for(_tree(view, views), gpu)
         threads = (readings.get("processes", {}).get(view.pid) or {}).get("threads_cpu_pct") or {}
         decided.append((view, decide(view, views, source, gpu_util=util, on_gpu=on_gpu, idle_cpus=idle_cpus,
-                                     main_cpu_pct=threads.get(view.pid))))
+                                     main_cpu_pct=threads.get(view.pid), cpu_by_pid=cpu_by_pid)))
     lagging = straggler(decided)
     main = next((d for d in decided if d[0].pid == pid), None) or (max(decided, key=lambda d: d[0].main_samples)
                                                                     if decided else None)
