@@ -87,3 +87,62 @@ def stop(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         proc.kill()
     proc.wait(timeout=60)
+
+DDP_STRAGGLER = '''
+import os, time
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+torch.set_num_threads(1)
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+model = DistributedDataParallel(torch.nn.Sequential(*[torch.nn.Linear(128, 128) for _ in range(3)]))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x = torch.randn(32, 128)
+extra = torch.randn(256, 256)
+
+
+def slow_rank_work():
+    for _ in range(30):
+        extra @ extra  # STRAGGLER LINE: only rank 1 does this
+
+
+step = 0
+while True:
+    if rank == 1:
+        slow_rank_work()
+    opt.zero_grad()
+    model(x).sum().backward()
+    opt.step()
+    step += 1
+    if step == 3 and rank == 0:
+        print("ready", flush=True)
+'''
+
+
+def start_torchrun(tmp_path: Path, script: str, timeout: float = 240.0) -> subprocess.Popen:
+    """torchrun with 2 gloo ranks on CPU; returns once rank 0 printed ``ready``."""
+    path = tmp_path / "ddp.py"
+    path.write_text(script, encoding="utf-8")
+    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+                             str(path)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            cwd=tmp_path, start_new_session=True,
+                            env=dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1"))
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if "ready" not in line:
+        stop_group(proc)
+        raise AssertionError(f"torchrun did not start: {line!r}")
+    return proc
+
+
+def stop_group(proc: subprocess.Popen) -> None:
+    """Stop torchrun and its ranks (they are in the session it leads)."""
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=60)

@@ -156,3 +156,22 @@ def test_no_permission_to_attach_names_the_fix(tmp_path, capsys, monkeypatch):
     assert code == exitcodes.CANNOT_ATTACH, err
     assert len(err) == 1 and "no permission" in err[0]
     assert "SYS_PTRACE" in err[0] and "ptrace_scope" in err[0] and "as root" in err[0]
+
+
+def test_torchrun_each_rank_is_diagnosed_and_the_straggler_named(tmp_path, capsys):
+    from _why_targets import DDP_STRAGGLER, start_torchrun, stop_group
+
+    proc = start_torchrun(tmp_path, DDP_STRAGGLER)
+    try:
+        code, data = _why(capsys, str(proc.pid))
+    finally:
+        stop_group(proc)
+    assert code == exitcodes.OK
+    ranks = {p["rank"]: p for p in data["processes"] if p["role"] == "trainer"}
+    assert sorted(ranks) == [0, 1] and sorted(data["ranks"]) == sorted(p["pid"] for p in ranks.values())
+    assert all("verdict" in p for p in ranks.values())
+    assert [p["role"] for p in data["processes"]].count("launcher") == 1
+    assert data["straggler"]["pid"] == ranks[1]["pid"], data["straggler"]
+    assert data["verdict"]["code"] == "straggler" and data["verdict"]["pid"] == ranks[1]["pid"]
+    top = data["verdict"]["lines"][0]
+    assert top["file"].endswith("ddp.py") and top["line"] == line_of(DDP_STRAGGLER, "STRAGGLER LINE")

@@ -249,27 +249,42 @@ def _process_record(view: ProcessView, decision: Decision | None, readings: dict
     info = readings.get("processes", {}).get(view.pid, {})
     out = {"pid": view.pid, "role": view.role, "command": view.cmdline or info.get("cmdline", ""),
            "parent_pid": view.parent, "samples": view.samples, "main_thread_samples": view.main_samples,
-           "shares": view.shares(), "cpu_pct": info.get("cpu_pct")}
+           "shares": view.shares(), "cpu_pct": info.get("cpu_pct"), "rank": info.get("rank")}
     if decision is not None:
         out["verdict"] = {"code": decision.code, "words": decision.words, "message": decision.message,
                           "fix": decision.fix, "lines": decision.lines}
     return out
 
 
+# Where a fast rank waits for a slow one: in a collective (idle) or, under DDP, at the end of
+# backward (the reducer waits for the gradients' all-reduce inside autograd).
+WAITING_FOR_RANKS = (rules.IDLE, rules.BACKWARD)
+
+
+def _work_share(view: ProcessView) -> float:
+    return 1.0 - sum(view.share(c) for c in WAITING_FOR_RANKS)
+
+
 def straggler(ranks: list[tuple[ProcessView, Decision]]) -> dict[str, Any] | None:
-    """The rank that waits least for the others while they wait for it (DDP's collectives make
-    fast ranks wait): its waiting share is ``STRAGGLER_GAP`` under the median rank's."""
+    """The rank the others wait for: its share of own work (everything but collectives and
+    backward, where DDP's fast ranks wait) is ``STRAGGLER_GAP`` or more above the median rank's.
+    The category where it spends the most time more than the others is named."""
     if len(ranks) < 2:
         return None
-    waits = sorted(((v.share(rules.IDLE), v, d) for v, d in ranks), key=lambda t: t[0])
-    median = waits[len(waits) // 2][0] if len(waits) % 2 else (waits[len(waits) // 2 - 1][0]
-                                                               + waits[len(waits) // 2][0]) / 2
-    least, view, decision = waits[0]
-    if median - least < STRAGGLER_GAP:
+    shares = sorted(_work_share(v) for v, _ in ranks)
+    mid = len(shares) // 2
+    median = shares[mid] if len(shares) % 2 else (shares[mid - 1] + shares[mid]) / 2
+    view, decision = max(ranks, key=lambda r: _work_share(r[0]))
+    if _work_share(view) - median < STRAGGLER_GAP:
         return None
+    others = [v for v, _ in ranks if v is not view]
+    excess = {c: view.share(c) - sum(o.share(c) for o in others) / len(others)
+              for c in rules.CATEGORIES if c not in WAITING_FOR_RANKS}
+    where = max(excess, key=lambda c: excess[c])
     return {"pid": view.pid, "code": STRAGGLER, "words": WORDS[STRAGGLER],
-            "message": f"pid {view.pid} waits {least:.0%} of its time where the other ranks wait {median:.0%} "
-                       f"(median): the others wait for it; it is {decision.words} ({decision.message})",
+            "message": f"pid {view.pid} works {_work_share(view):.0%} of its time where the median rank works "
+                       f"{median:.0%} and waits for it (in collectives or backward); the extra time is in "
+                       f"{where} (+{excess[where]:.0%}); on its own it is {decision.words}: {decision.message}",
             "fix": decision.fix}
 
 
@@ -290,6 +305,8 @@ def diagnose(stacks: Sequence[Stack], readings: dict[str, Any], source: SourceLi
     lagging = straggler(decided)
     main = next((d for d in decided if d[0].pid == pid), None) or (max(decided, key=lambda d: d[0].main_samples)
                                                                     if decided else None)
+    if lagging is not None and (main is None or main[0].pid != pid):  # the launcher was asked about
+        main = next(d for d in decided if d[0].pid == lagging["pid"])
     if main is None:
         verdict = {"code": UNKNOWN, "words": WORDS[UNKNOWN], "message": "no training process was sampled",
                    "fix": "sample longer, or give the PID of the training process", "lines": []}
@@ -298,6 +315,8 @@ def diagnose(stacks: Sequence[Stack], readings: dict[str, Any], source: SourceLi
         view, decision = main
         verdict = {"code": decision.code, "words": decision.words, "message": decision.message,
                    "fix": decision.fix, "lines": decision.lines, "pid": view.pid}
+        if lagging is not None and lagging["pid"] == view.pid:
+            verdict.update(code=STRAGGLER, words=WORDS[STRAGGLER], message=lagging["message"])
         shares = view.shares()
     util, on_gpu, held = _gpu_for(set(views), gpu)
     return {"format": FORMAT, "format_version": FORMAT_VERSION, "pid": pid, **(meta or {}),

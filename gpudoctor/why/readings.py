@@ -150,7 +150,11 @@ def _describe(proc: psutil.Process) -> dict[str, Any]:
         ppid = proc.ppid()
     except (psutil.Error, OSError):
         cmd, ppid = [], None
-    return {"ppid": ppid, "cmdline": " ".join(cmd)[:500]}
+    try:
+        rank = proc.environ().get("RANK", "")  # set by torchrun for each rank
+    except (psutil.Error, OSError):
+        rank = ""
+    return {"ppid": ppid, "cmdline": " ".join(cmd)[:500], "rank": int(rank) if rank.isdigit() else None}
 
 
 def process_exists(pid: int) -> bool:
