@@ -202,3 +202,65 @@ def test_the_why_package_never_imports_torch_or_textual():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+class StandInNvml:
+    """A boundary stand-in for the NVML backend: GPU 0 held by ``pid`` at a fixed utilisation
+    (the fields and types of NvmlBackend's answers; hand-made, no GPU here)."""
+
+    def __init__(self, pid: int, util: int, missing: str | None = None) -> None:
+        self.pid, self.util, self.missing = pid, util, missing
+
+    def status(self):
+        from gpudoctor.backends.na import NA
+
+        return NA(self.missing) if self.missing else None
+
+    def device_count(self):
+        return 2
+
+    def processes(self, index):
+        if index != 0:
+            return []
+        return [{"pid": self.pid, "type": "compute", "gpu_memory_bytes": 3 << 30, "sm_util_pct": self.util}]
+
+    def utilization(self, index):
+        return {"t": 0.0, "gpu_util_pct": self.util, "mem_util_pct": 10}
+
+    def static(self, index):
+        return {"index": index, "name": "NVIDIA H100 80GB HBM3"}
+
+
+def test_readings_join_nvml_per_process_figures_for_the_sampled_tree():
+    import os
+
+    from gpudoctor.why.readings import Readings
+
+    readings = Readings(os.getpid(), StandInNvml(os.getpid(), 31))
+    readings.poll()
+    gpu = readings.result()["gpu"]
+    assert gpu["available"] is True and gpu["reason"] is None
+    [device] = gpu["devices"]
+    assert device["index"] == 0 and device["name"] == "NVIDIA H100 80GB HBM3"
+    assert device["util_mean_pct"] == 31.0 and device["util_samples"] == 2
+    assert device["processes"] == [{"pid": os.getpid(), "gpu_memory_bytes": 3 << 30, "sm_util_pct": 31}]
+    missing = Readings(os.getpid(), StandInNvml(os.getpid(), 31, missing="LibraryNotFound")).result()["gpu"]
+    assert missing == {"available": False, "reason": "NVML not available (LibraryNotFound)", "devices": []}
+
+
+def _compute_readings(util: float) -> dict:
+    return {"processes": {1: {"cpu_pct": 99.0, "threads_cpu_pct": {1: 99.0}}}, "host": {"cpus": 16, "idle_cpus": 12},
+            "gpu": {"available": True, "reason": None, "devices": [
+                {"index": 0, "name": "H100", "util_mean_pct": util, "util_samples": 20,
+                 "processes": [{"pid": 1, "gpu_memory_bytes": 1 << 30, "sm_util_pct": None}]}]}}
+
+
+def test_on_a_gpu_the_verdict_uses_nvml_busy_share():
+    stacks = list(parse_raw(stack_line([LOOP, f"Linear.forward ({SITE}/torch/nn/modules/linear.py:116)"], 100,
+                                       pids=(1,)) + "\n"))
+    slow = analysis.diagnose(stacks, _compute_readings(30.0), src({}), pid=1)
+    assert slow["verdict"]["code"] == "cpu_bound" and "the GPU is busy 30%" in slow["verdict"]["message"]
+    assert "cannot keep the GPU busy" in slow["verdict"]["message"] and "torch.compile" in slow["verdict"]["fix"]
+    assert slow["gpu"]["util_mean_pct"] == 30.0
+    busy = analysis.diagnose(stacks, _compute_readings(96.0), src({}), pid=1)
+    assert busy["verdict"]["code"] == "gpu_bound"

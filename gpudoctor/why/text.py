@@ -68,7 +68,9 @@ def render_text(d: dict[str, Any], width: int | None = 100) -> str:
     out = [headline(d)]
     out += wrap_hanging(plain_text(v["message"], limit=2000), width or 0, "  ")
     out += wrap_hanging(plain_text(v["fix"], limit=2000), width or 0, "  fix: ")
-    for line in v.get("lines", [])[:3]:
+    for i, line in enumerate(v.get("lines", [])[:3]):
+        if i and (line.get("share") or 0) < 0.05:
+            continue
         code = f"  `{line['code']}`" if line.get("code") else ""
         share = f" ({line['share']:.0%})" if line.get("share") is not None else ""
         out.append(plain_text(f"  at {line['file']}:{line['line']} {line['function']}{code}{share}", limit=300))
