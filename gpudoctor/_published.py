@@ -4,7 +4,7 @@ The directory is per user: ``$XDG_RUNTIME_DIR/gpudoctor`` when that runtime dire
 and is the user's, else ``/tmp/gpudoctor-UID`` created 0700. A directory that is not the
 user's own, not a real directory, or open to others is refused (nothing is published or read
 there), so another user can neither plant nor read summaries. Each file is replaced
-atomically (write to a temporary name, rename) and removed when the process exits; a file
+atomically (gpudoctor.fileio: a temporary name, then a rename) and removed when the process exits; a file
 whose process is gone is stale and skipped (and removed when it is ours).
 
 The reader is here, below every front end, so the TUI, the exporter and ``gpudoctor why``
@@ -19,6 +19,8 @@ import stat
 import tempfile
 import time
 from typing import Any
+
+from gpudoctor import fileio
 
 FORMAT = "gpudoctor-live"
 FORMAT_VERSION = 1
@@ -71,18 +73,7 @@ def path_for(pid: int, directory: str) -> str:
 def write(record: dict[str, Any], directory: str) -> None:
     """Replace this process's file atomically (a reader never sees half a file)."""
     data = json.dumps(record, allow_nan=False, separators=(",", ":")).encode("utf-8")
-    target = path_for(record["pid"], directory)
-    fd, tmp = tempfile.mkstemp(prefix=f".{record['pid']}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    fileio.write_bytes(path_for(record["pid"], directory), data)
 
 
 def remove(pid: int, directory: str | None) -> None:

@@ -64,6 +64,34 @@ while True:
 '''
 
 
+# A loop under TrainingMonitor over a slow dataset; it publishes every 0.5 s and stops when the
+# file named by its first argument exists.
+MONITORED_LOOP = '''
+import os, sys, time, torch
+from torch.utils.data import DataLoader, Dataset
+from gpudoctor.hooks import TrainingMonitor, publish
+publish.INTERVAL_S = 0.5
+
+class Slow(Dataset):
+    def __len__(self):
+        return 1_000_000
+    def __getitem__(self, i):
+        time.sleep(0.004)
+        return torch.zeros(8), 0
+
+mon = TrainingMonitor()
+weight = torch.ones(2, 8)
+for step, (x, y) in enumerate(mon.wrap(DataLoader(Slow(), batch_size=4))):
+    with mon.step():
+        torch.nn.functional.linear(x, weight).sum()
+    if step == 5:
+        print("ready", flush=True)
+    if step > 5 and os.path.exists(sys.argv[1]):
+        break
+mon.close()
+'''
+
+
 def line_of(script: str, mark: str) -> int:
     return next(n for n, text in enumerate(script.splitlines(), 1) if mark in text)
 

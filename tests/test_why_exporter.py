@@ -20,6 +20,8 @@ from gpudoctor.backends import ReplayBackend
 from gpudoctor.exporter import GpudoctorCollector, GpuSampler, build_registry
 from gpudoctor.why.metrics import metric_names
 
+from _why_targets import MONITORED_LOOP
+
 ROOT = Path(__file__).resolve().parents[1]
 GPU_LOST = ROOT / "tests" / "data" / "exporter_gpu_lost_handmade.json"
 
@@ -67,34 +69,12 @@ def test_docs_name_every_training_metric():
         assert f"`{name}`" in doc, name
 
 
-TRAIN = '''
-import os, sys, time, torch
-from torch.utils.data import DataLoader, Dataset
-from gpudoctor.hooks import TrainingMonitor, publish
-publish.INTERVAL_S = 0.5
-
-class Slow(Dataset):
-    def __len__(self):
-        return 1_000_000
-    def __getitem__(self, i):
-        time.sleep(0.004)
-        return torch.zeros(8), 0
-
-mon = TrainingMonitor()
-weight = torch.ones(2, 8)
-for step, (x, y) in enumerate(mon.wrap(DataLoader(Slow(), batch_size=4))):
-    with mon.step():
-        torch.nn.functional.linear(x, weight).sum()
-    if step > 5 and os.path.exists(sys.argv[1]):
-        break
-mon.close()
-'''
 
 
 def test_a_running_exporter_serves_a_monitored_loops_metrics(tmp_path):
     pytest.importorskip("torch")
     script = tmp_path / "train.py"
-    script.write_text(TRAIN, encoding="utf-8")
+    script.write_text(MONITORED_LOOP, encoding="utf-8")
     stop_file = tmp_path / "stop"
     trainer = subprocess.Popen([sys.executable, str(script), str(stop_file)])
     exporter = subprocess.Popen([sys.executable, "-m", "gpudoctor", "exporter", "--port", "0", "--replay",

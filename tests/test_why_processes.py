@@ -32,13 +32,20 @@ def _why(capsys, *argv: str) -> tuple[int, dict]:
     return code, data
 
 
-@pytest.mark.parametrize("workers", ["0", "2"])
-def test_a_slow_dataset_is_input_bound_and_its_line_is_named(tmp_path, capsys, workers):
-    proc = start(tmp_path, "slow", SLOW_DATASET, workers)
+def _why_of(tmp_path, capsys, name: str, script: str, *args: str) -> tuple[int, dict]:
+    """Start a training script, sample it with `gpudoctor why --json`, stop it."""
+    proc = start(tmp_path, name, script, *args)
     try:
         code, data = _why(capsys, str(proc.pid))
     finally:
         stop(proc)
+    assert data["pid"] == proc.pid
+    return code, data
+
+
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_a_slow_dataset_is_input_bound_and_its_line_is_named(tmp_path, capsys, workers):
+    code, data = _why_of(tmp_path, capsys, "slow", SLOW_DATASET, workers)
     assert code == exitcodes.OK
     verdict = data["verdict"]
     assert verdict["code"] == "input_bound", verdict
@@ -53,11 +60,7 @@ def test_a_slow_dataset_is_input_bound_and_its_line_is_named(tmp_path, capsys, w
 
 
 def test_pre_batched_tensors_and_a_heavy_model_are_not_input_bound(tmp_path, capsys):
-    proc = start(tmp_path, "heavy", HEAVY_MODEL)
-    try:
-        code, data = _why(capsys, str(proc.pid))
-    finally:
-        stop(proc)
+    code, data = _why_of(tmp_path, capsys, "heavy", HEAVY_MODEL)
     assert code == exitcodes.OK
     assert data["verdict"]["code"] == "cpu_bound", data["verdict"]
     assert data["shares"]["data_wait"] == 0
@@ -65,11 +68,7 @@ def test_pre_batched_tensors_and_a_heavy_model_are_not_input_bound(tmp_path, cap
 
 
 def test_a_sleeping_process_is_idle(tmp_path, capsys):
-    proc = start(tmp_path, "asleep", ASLEEP)
-    try:
-        code, data = _why(capsys, str(proc.pid))
-    finally:
-        stop(proc)
+    code, data = _why_of(tmp_path, capsys, "asleep", ASLEEP)
     assert code == exitcodes.OK
     assert data["verdict"]["code"] == "idle", data["verdict"]
     assert data["verdict"]["lines"][0]["line"] == line_of(ASLEEP, "ASLEEP LINE")
