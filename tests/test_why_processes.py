@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import jsonschema
@@ -174,3 +176,21 @@ def test_torchrun_each_rank_is_diagnosed_and_the_straggler_named(tmp_path, capsy
     assert data["verdict"]["code"] == "straggler" and data["verdict"]["pid"] == ranks[1]["pid"]
     top = data["verdict"]["lines"][0]
     assert top["file"].endswith("ddp.py") and top["line"] == line_of(DDP_STRAGGLER, "STRAGGLER LINE")
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, exitcodes.INTERRUPTED), (signal.SIGTERM, exitcodes.TERMINATED)])
+def test_ctrl_c_and_sigterm_report_what_was_sampled(tmp_path, sig, code):
+    proc = start(tmp_path, "asleep", ASLEEP)
+    try:
+        why = subprocess.Popen([sys.executable, "-m", "gpudoctor", "why", "--json", "--seconds", "60", str(proc.pid)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(6.0)  # started, attached, sampling
+        why.send_signal(sig)
+        out, err = why.communicate(timeout=120)
+    finally:
+        stop(proc)
+    assert why.returncode == code, err
+    data = json.loads(out)
+    jsonschema.validate(data, SCHEMA)
+    assert data["interrupted"] is True and data["samples"] > 0
+    assert "what was sampled is reported" in err

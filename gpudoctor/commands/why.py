@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -89,18 +90,42 @@ def _diagnose(pid: int, args: argparse.Namespace) -> dict[str, Any]:
         gpu.close()
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C: sampling stops and what was sampled is reported."""
+
+
+_signals = {"terminated": False}
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    _signals["terminated"] = True
+    raise _Terminated()
+
+
 def run(args: argparse.Namespace) -> int:
     pid, command = _target(args)
     check_writable(args.output)
     if command is not None:
         return _run_command(command, args)
     assert pid is not None
-    diag = _diagnose(pid, args)
+    try:
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread (called in-process): no handler to install
+        previous = None
+    _signals["terminated"] = False
+    try:
+        diag = _diagnose(pid, args)
+    except _Terminated:  # before sampling began: nothing to report
+        return exitcodes.TERMINATED
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    terminated = _signals["terminated"]
     if not _deliver(diag, args):
         return exitcodes.WRITE_FAILED
     if diag.get("interrupted"):
-        say("gpudoctor why: interrupted; what was sampled is reported")
-        return exitcodes.INTERRUPTED
+        say("gpudoctor why: " + ("terminated" if terminated else "interrupted") + "; what was sampled is reported")
+        return exitcodes.TERMINATED if terminated else exitcodes.INTERRUPTED
     if diag.get("ended"):
         say(f"gpudoctor why: process {pid} ended after {diag.get('sampled_s', 0):.1f} s; "
             f"the diagnosis is from what was sampled")
