@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import statistics
@@ -128,7 +129,7 @@ def main() -> int:
               "cpus": os.cpu_count(), "machine": platform.processor() or platform.machine(),
               "date": time.strftime("%Y-%m-%d", time.gmtime())}
     for key in ("cpu_slowdown", "wall_slowdown", "py_spy_cpu_pct"):
-        values = [r[key] for r in rows]
+        values = [r[key] for r in rows if math.isfinite(r[key])]  # a window with no progress line: left out
         result[key + "_median"] = statistics.median(values)
         result[key + "_stdev"] = statistics.stdev(values) if len(values) > 1 else None
     if not args.json:

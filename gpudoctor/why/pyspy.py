@@ -95,7 +95,7 @@ def error_from_stderr(stderr: str, pid: int, *, alive: bool = True) -> WhyError:
     low = text.lower()
     if "permission denied" in low or "operation not permitted" in low or "eperm" in low:
         return WhyError(NO_PERMISSION, f"no permission to read process {pid}'s memory: {PERMISSION_FIX}")
-    if "unsupported version of python" in low or "unknown python version" in low:
+    if "unsupported version of python" in low or "for py_debugoffsets" in low:
         version = re.search(r"python[: ]+v?(\d+\.\d+(?:\.\d+)?)", text, re.IGNORECASE)
         seen = f" ({version.group(1)})" if version else ""
         return WhyError(UNSUPPORTED_PYTHON, f"process {pid} runs a Python version{seen} this py-spy cannot read: "
