@@ -194,3 +194,21 @@ def test_ctrl_c_and_sigterm_report_what_was_sampled(tmp_path, sig, code):
     jsonschema.validate(data, SCHEMA)
     assert data["interrupted"] is True and data["samples"] > 0
     assert "what was sampled is reported" in err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["12", "34"], "give one PID, or -- and a command"),
+    (["--", "no-such-command-gpudoctor"], "no command 'no-such-command-gpudoctor' on PATH"),
+    (["0"], "not a process ID: 0"),
+])
+def test_bad_targets_are_one_line_usage_errors(capsys, argv, words):
+    assert main(["why", "--seconds", "1", *argv]) == exitcodes.USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0]
+
+
+@pytest.mark.parametrize("option", [["--seconds", "0"], ["--seconds", "nan"], ["--rate", "0"], ["--rate", "5000"]])
+def test_bad_numbers_are_refused(capsys, option):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["why", *option, "1"])
+    assert exit_info.value.code == exitcodes.USAGE

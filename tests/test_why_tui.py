@@ -4,6 +4,8 @@ the `y` key that runs `gpudoctor why` on the selected process in a worker (Pilot
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -85,8 +87,10 @@ async def test_why_on_a_process_that_is_gone_shows_the_error(tmp_path):
         await take_samples(pilot, app, 1)
         await pilot.press("p")
         await pilot.pause()
-        app.start_why(424242)  # a recorded PID: no such process on this machine
+        gone = subprocess.Popen([sys.executable, "-c", "pass"])
+        gone.wait()  # reaped: its PID names no process now
+        app.start_why(gone.pid)
         await wait_for(pilot, lambda: type(app.screen).__name__ == "WhyScreen", timeout=60)
-        assert "no process with PID 424242" in screen_text(app)
+        assert f"no process with PID {gone.pid}" in screen_text(app)
         await pilot.press("escape")
         await pilot.press("q")
