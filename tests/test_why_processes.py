@@ -212,3 +212,10 @@ def test_bad_numbers_are_refused(capsys, option):
     with pytest.raises(SystemExit) as exit_info:
         main(["why", *option, "1"])
     assert exit_info.value.code == exitcodes.USAGE
+
+
+def test_why_dash_dash_a_command_killed_by_a_signal_exits_128_plus_n():
+    out = subprocess.run([sys.executable, "-m", "gpudoctor", "why", "--seconds", "2", "--", sys.executable, "-c",
+                          "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 128 + signal.SIGKILL, out.stderr

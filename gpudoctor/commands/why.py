@@ -135,32 +135,48 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_command(command: list[str], args: argparse.Namespace) -> int:
     """Start ``command``, diagnose it for --seconds (or until it ends), then pass its exit code on."""
-    from gpudoctor.why import WhyError
-    from gpudoctor.why.session import python_target
-
     try:
         child = subprocess.Popen(command)
     except OSError as exc:
         raise UsageError(f"why: cannot start {command[0]}: {exc.strerror or exc}") from None
     # reaped as soon as it ends, so the sampler sees it gone rather than a zombie
     threading.Thread(target=child.wait, name="gpudoctor-why-child", daemon=True).start()
+    try:  # SIGTERM is passed on: the command decides how to stop, and its code is ours
+        previous = signal.signal(signal.SIGTERM, lambda signum, frame: child.send_signal(signum))
+    except ValueError:
+        previous = None
     try:
-        try:
-            pid = python_target(child.pid, lambda: child.poll() is not None)
-            diag = _diagnose(pid, args) if pid is not None else None
-            if diag is None:
-                say("gpudoctor why: the command ended before it could be sampled")
-            elif not _deliver(diag, args):
-                say("gpudoctor why: the diagnosis could not be written; waiting for the command")
-        except WhyError as exc:
-            say(f"gpudoctor: error: {exc}")
-        return child.wait()
+        return _exit_code(_sample_command(child, args))
     except KeyboardInterrupt:
         try:
-            return child.wait(timeout=30)
+            return _exit_code(child.wait(timeout=30))
         except subprocess.TimeoutExpired:
             child.kill()
             return exitcodes.INTERRUPTED
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _exit_code(returncode: int) -> int:
+    """A command killed by signal N exits 128 + N, as a shell reports it."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _sample_command(child: subprocess.Popen, args: argparse.Namespace) -> int:
+    from gpudoctor.why import WhyError
+    from gpudoctor.why.session import python_target
+
+    try:
+        pid = python_target(child.pid, lambda: child.poll() is not None)
+        diag = _diagnose(pid, args) if pid is not None else None
+        if diag is None:
+            say("gpudoctor why: the command ended before it could be sampled")
+        elif not _deliver(diag, args):
+            say("gpudoctor why: the diagnosis could not be written; waiting for the command")
+    except WhyError as exc:
+        say(f"gpudoctor: error: {exc}")
+    return child.wait()
 
 
 __all__ = ["register", "run"]
