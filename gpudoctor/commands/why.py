@@ -30,13 +30,15 @@ _seconds = bounded(float, minimum=1, maximum=3600, what="a number of seconds", u
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "why", help="why a running training process's GPU is not busy (no code change)",
+        usage="gpudoctor why [-h] [--seconds N] [--rate HZ] [--json] [-o FILE] PID\n"
+              "       gpudoctor why [-h] [--seconds N] [--rate HZ] [--json] [-o FILE] -- CMD [ARG ...]",
         description="Sample a running Python process and its subprocesses (DataLoader workers, torchrun's "
                     "ranks) with py-spy, join NVML and CPU figures, and say what holds it back: input-bound, "
                     "host-sync-bound, CPU-bound, GPU-bound, I/O-bound or idle, with the lines and the fix. "
                     "`gpudoctor why -- CMD ...` starts CMD, samples it and passes its exit code on. "
                     "Exit codes: 0 diagnosed, 2 usage/no such PID/not Python, 9 cannot attach, "
                     "10 the process ended while sampled, 7 write failed.")
-    parser.add_argument("target", nargs="+", metavar="PID | -- CMD",
+    parser.add_argument("target", nargs="+", metavar="PID or -- CMD",
                         help="the PID of a running Python process, or -- and a command to start")
     parser.add_argument("--seconds", type=_seconds, default=10.0, metavar="N",
                         help="how long to sample (default 10; less if the process ends)")
