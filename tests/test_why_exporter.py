@@ -76,7 +76,8 @@ def test_a_running_exporter_serves_a_monitored_loops_metrics(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(MONITORED_LOOP, encoding="utf-8")
     stop_file = tmp_path / "stop"
-    trainer = subprocess.Popen([sys.executable, str(script), str(stop_file)])
+    trainer = subprocess.Popen([sys.executable, str(script), str(stop_file)],
+                               env=dict(os.environ, GPUDOCTOR_PUBLISH="1"))
     exporter = subprocess.Popen([sys.executable, "-m", "gpudoctor", "exporter", "--port", "0", "--replay",
                                  str(GPU_LOST), "--report-interval", "0", "--exit-after", "300"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)

@@ -22,7 +22,7 @@ def _start(tmp_path, env_extra):
     script = tmp_path / "train.py"
     script.write_text(MONITORED_LOOP, encoding="utf-8")
     stop_file = tmp_path / "stop"
-    env = dict(os.environ, **env_extra)
+    env = dict(os.environ, **{_published.ENV_SWITCH: "1", **env_extra})
     proc = subprocess.Popen([sys.executable, str(script), str(stop_file)], stdout=subprocess.PIPE, text=True,
                             env=env)
     assert proc.stdout.readline().strip() == "ready"

@@ -67,8 +67,9 @@ async def test_the_y_key_runs_why_on_the_selected_process_without_blocking(tmp_p
             assert app.state.why_results[proc.pid] == "why: sampling..."  # the UI goes on meanwhile
             await pilot.press("s")  # the screen still answers keys while the worker samples
             await wait_for(pilot, lambda: type(app.screen).__name__ == "WhyScreen", timeout=120)
+            await wait_for(pilot, lambda: f"gpudoctor why {proc.pid}" in screen_text(app))  # drawn
             text = screen_text(app)
-            assert f"gpudoctor why {proc.pid}" in text and "asleep.py" in text and ": idle" in text
+            assert f"gpudoctor why {proc.pid}" in text and "asleep.py" in text and ": idle" in text, text
             await pilot.press("escape")
             await pilot.pause()
             assert app.screen is screen
@@ -91,6 +92,6 @@ async def test_why_on_a_process_that_is_gone_shows_the_error(tmp_path):
         gone.wait()  # reaped: its PID names no process now
         app.start_why(gone.pid)
         await wait_for(pilot, lambda: type(app.screen).__name__ == "WhyScreen", timeout=60)
-        assert f"no process with PID {gone.pid}" in screen_text(app)
+        await wait_for(pilot, lambda: f"no process with PID {gone.pid}" in screen_text(app))
         await pilot.press("escape")
         await pilot.press("q")
