@@ -12,6 +12,8 @@ code   name                meaning
 6      NO_GPU              nothing to watch or record: NVML found no usable NVIDIA GPU (watch, record)
 7      WRITE_FAILED        the run finished but an output file could not be written (stdout kept)
 8      UNREACHABLE         fleet: Prometheus could not be reached or did not answer as Prometheus does
+9      CANNOT_ATTACH       why: the process could not be sampled (no permission, a Python py-spy cannot read)
+10     PROCESS_ENDED       why: the process ended while it was sampled; what was sampled was reported
 130    INTERRUPTED         stopped by Ctrl-C; finished results were kept and written
 143    TERMINATED          stopped by SIGTERM; finished results were kept and written
 =====  ==================  ==========================================================
@@ -26,6 +28,8 @@ PROBE_ERROR = 5
 NO_GPU = 6
 WRITE_FAILED = 7
 UNREACHABLE = 8
+CANNOT_ATTACH = 9
+PROCESS_ENDED = 10
 INTERRUPTED = 130
 TERMINATED = 143
 
@@ -39,6 +43,8 @@ DESCRIPTIONS = {
     NO_GPU: "watch/record: no usable NVIDIA GPU",
     WRITE_FAILED: "finished, but an output file could not be written",
     UNREACHABLE: "fleet: Prometheus could not be reached",
+    CANNOT_ATTACH: "why: the process could not be sampled (permission, Python version)",
+    PROCESS_ENDED: "why: the process ended while sampled; what was sampled was reported",
     INTERRUPTED: "interrupted; finished results were kept",
     TERMINATED: "terminated by SIGTERM; finished results were kept",
 }

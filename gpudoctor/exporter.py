@@ -616,8 +616,11 @@ def build_registry(collector: GpudoctorCollector) -> Any:
     """A registry with our collector and the exporter's own process metrics (RSS, CPU)."""
     from prometheus_client import CollectorRegistry, ProcessCollector
 
+    from gpudoctor.why.metrics import TrainingCollector
+
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
+    registry.register(TrainingCollector())  # per-process training metrics (published summaries)
     ProcessCollector(registry=registry)
     return registry
 

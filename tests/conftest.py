@@ -100,3 +100,22 @@ def cuda_available() -> bool:
         return bool(torch.cuda.is_available())
     except Exception:
         return False
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_published_summaries(tmp_path_factory):
+    """Published training summaries live in a directory of the test session's own, and the
+    TUI/exporter read from it: no training process elsewhere on the machine shows up here.
+    Monitors publish only in the tests that turn it on (GPUDOCTOR_PUBLISH=1 in a child's
+    environment): the monitors the other tests build in this process publish nothing."""
+    directory = tmp_path_factory.mktemp("published")
+    directory.chmod(0o700)
+    saved = {name: os.environ.get(name) for name in ("GPUDOCTOR_RUNTIME_DIR", "GPUDOCTOR_PUBLISH")}
+    os.environ["GPUDOCTOR_RUNTIME_DIR"] = str(directory)
+    os.environ["GPUDOCTOR_PUBLISH"] = "0"
+    yield
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value

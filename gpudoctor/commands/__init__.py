@@ -18,7 +18,7 @@ from typing import Any, Iterable
 
 # Every command, in the order ``gpudoctor --help`` lists them. A command's module is imported
 # only when it is registered: ``gpudoctor report`` loads neither the exporter nor the workload.
-COMMAND_NAMES = ("report", "record", "distributed", "exporter", "compare", "fleet", "tui", "watch", "bench")
+COMMAND_NAMES = ("report", "record", "distributed", "exporter", "compare", "fleet", "why", "tui", "watch", "bench")
 
 # Modules of this package that are shared helpers, not commands.
 SHARED = ("args", "output")

@@ -33,6 +33,7 @@ from .devices import DeviceMismatchError, explain_device_error
 from gpudoctor.stats import percentile
 
 from .summary import RawTimings, Summary, build_summary, find_stragglers, iteration_spans
+from . import publish
 
 log = logging.getLogger("gpudoctor.hooks")
 _clock = time.perf_counter
@@ -133,12 +134,16 @@ class TrainingMonitor:
         about every ``sample_interval_s``: joules per step, samples per joule, average power.
     strict:
         Raise :class:`MonitorUsageError` on misuse instead of warning and carrying on.
+    publish:
+        Publish the live figures every few seconds for ``gpudoctor why``, the TUI and the
+        exporter (:mod:`gpudoctor.hooks.publish`). None: on unless ``GPUDOCTOR_PUBLISH=0``.
     """
 
     def __init__(self, device: Any = None, *, model: Any = None, log_every: int | None = None,
                  warmup_steps: int = 1, sample_gpu: bool = True, sample_interval_s: float = 0.5,
                  count_syncs: bool = True, gpu_backend: Any = None, strict: bool = False,
-                 batch_size: int | None = None, measure_energy: bool = True) -> None:
+                 batch_size: int | None = None, measure_energy: bool = True,
+                 publish: bool | None = None) -> None:
         if log_every is not None and (not isinstance(log_every, int) or log_every < 1):
             raise MonitorUsageError(f"log_every must be a positive whole number of steps, not {log_every!r}")
         if warmup_steps < 0:
@@ -159,6 +164,8 @@ class TrainingMonitor:
         self.measure_energy = measure_energy
         self._energy: Any = None
         self._samples = array("q")  # samples in each step (-1: unknown)
+        self.publish = publish
+        self._publisher: Any = None
 
         self._ctx = _StepContext(self)
         self._waits = array("d")
@@ -248,6 +255,7 @@ class TrainingMonitor:
     def close(self) -> None:
         """Stop background sampling and restore torch's sync debug mode."""
         self._finish_collecting()
+        publish.stop(self._publisher)
 
     def __enter__(self) -> "TrainingMonitor":
         return self
@@ -363,6 +371,7 @@ class TrainingMonitor:
             self._started = True
             self._resolve_device()
         self._collecting = True
+        self._publisher = publish.start(self, self._publisher, self.publish)
         if self._device_kind != "cuda":
             if self.measure_energy and self._energy is None:
                 self._start_energy()

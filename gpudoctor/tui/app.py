@@ -32,7 +32,8 @@ from gpudoctor.live import (
     recorded_process_info,
 )
 from gpudoctor.model import ProbeResult
-from gpudoctor.tui.screens import DoctorScreen, HelpScreen, OverviewScreen, ProcessesScreen, WorkloadScreen
+from gpudoctor import _published
+from gpudoctor.tui.screens import DoctorScreen, HelpScreen, OverviewScreen, ProcessesScreen, WhyScreen, WorkloadScreen
 from gpudoctor.tui.workload_runner import DEFAULT_TARGET, WorkloadProcess, field_of, workload_available
 
 MIN_INTERVAL_S = 0.25
@@ -52,6 +53,10 @@ class AppState:
     samples: int = 0
     #: Critical GPU events (Xid, ECC) per NVML index, from NVML's event set or a replay.
     events: dict[int, Any] = field(default_factory=dict)
+    #: live summaries published by processes that use TrainingMonitor, by PID
+    published: dict[int, dict[str, Any]] = field(default_factory=dict)
+    #: `gpudoctor why` answers by PID: the diagnosis, or the one-line error
+    why_results: dict[int, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -84,10 +89,19 @@ class WorkloadState:
 
 
 # --------------------------------------------------------------------------- messages
+class WhyDone(Message):
+    def __init__(self, pid: int, answer: dict[str, Any] | str) -> None:
+        super().__init__()
+        self.pid = pid
+        self.answer = answer
+
+
 class SampleReady(Message):
-    def __init__(self, snapshot: Snapshot, rows: list[ProcessRow], notes: list[str]) -> None:
+    def __init__(self, snapshot: Snapshot, rows: list[ProcessRow], notes: list[str],
+                 published: dict[int, dict[str, Any]] | None = None) -> None:
         super().__init__()
         self.snapshot, self.rows, self.notes = snapshot, rows, notes
+        self.published = published or {}
 
 
 class SampleFailed(Message):
@@ -225,6 +239,8 @@ class GpudoctorApp(App[int]):
         #: ``gpudoctor --prometheus URL``: the Fleet screen (f) reads every node from Prometheus.
         self.prometheus = prometheus
         self.fleet_interval = fleet_interval
+        #: how long the Processes screen's `y` (why) samples the selected process
+        self.why_seconds = 5.0
         #: The header's doctor verdict: (status, reason, level), empty until a doctor run ends.
         self.headline: tuple[str, str, str] | None = None
         self.state = AppState()
@@ -342,8 +358,12 @@ class GpudoctorApp(App[int]):
             if not worker.is_cancelled:
                 self.post_message(SampleFailed(f"reading failed: {_one_line(exc)}"))
             return
+        try:
+            published = _published.read_all()
+        except Exception:  # a summary file we cannot read costs its column, not the screen
+            published = {}
         if not worker.is_cancelled:
-            self.post_message(SampleReady(snap, rows, notes))
+            self.post_message(SampleReady(snap, rows, notes, published))
 
     def _watch_events(self, gpu: Any) -> None:
         """Watch NVML's event set (Xid, ECC) for the GPU panels; without it the panels go on."""
@@ -366,6 +386,7 @@ class GpudoctorApp(App[int]):
         state.history.add(message.snapshot)
         state.processes = message.rows
         state.process_notes = message.notes
+        state.published = message.published
         state.sample_error = ""
         state.stalled_s = None
         state.samples += 1
@@ -373,6 +394,41 @@ class GpudoctorApp(App[int]):
         if watcher is not None:
             state.events = {d.index: watcher.snapshot(d.index) for d in message.snapshot.devices}
         self._redraw("overview", "processes")
+
+    # -- why ------------------------------------------------------------------------
+    def start_why(self, pid: int) -> None:
+        """Run `gpudoctor why` on ``pid`` in a worker; the answer opens in a :class:`WhyScreen`."""
+        self.state.why_results[pid] = "why: sampling..."
+        self.notify(f"gpudoctor why: sampling pid {pid} for {self.why_seconds:g} s")
+        self._redraw("processes")
+        self._why_worker(pid)
+
+    @work(thread=True, group="why", exit_on_error=False)
+    def _why_worker(self, pid: int) -> None:
+        from gpudoctor.errors import GpudoctorError
+        from gpudoctor.why import why
+
+        gpu = None
+        if not self.replay:
+            from gpudoctor.backends import NvmlBackend
+
+            gpu = NvmlBackend()
+        try:
+            answer: dict[str, Any] | str = why(pid, self.why_seconds, gpu_backend=gpu)
+        except GpudoctorError as exc:
+            answer = str(exc)
+        except Exception as exc:  # never a crash of the screen: the error is the answer
+            answer = _one_line(exc)
+        finally:
+            if gpu is not None:
+                gpu.close()
+        self.post_message(WhyDone(pid, answer))
+
+    def on_why_done(self, message: WhyDone) -> None:
+        self.state.why_results[message.pid] = message.answer
+        self._redraw("processes")
+        if not self._quitting:
+            self.push_screen(WhyScreen(message.pid, message.answer))
 
     def on_sample_failed(self, message: SampleFailed) -> None:
         self._sample_started = None

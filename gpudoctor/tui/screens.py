@@ -19,7 +19,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Input, Static
 
 from gpudoctor.backends.na import NA
-from gpudoctor.live import PROCESS_SORT_KEYS
+from gpudoctor.live import PROCESS_SORT_KEYS, ProcessRow
 from gpudoctor.presentation import fmt_bytes, plain_text, status_style, wrap_hanging
 from gpudoctor.tui.widgets import GpuPanel, HostPanel, NoGpuPanel, bar, doctor_renderable, workload_chart
 from gpudoctor.tui.workload_runner import field_of
@@ -162,8 +162,9 @@ class OverviewScreen(BaseScreen):
 
 # --------------------------------------------------------------------------- processes
 PROCESS_COLUMNS = (("pid", "pid"), ("user", "user"), ("gpu", "GPU"), ("gpu memory", "GPU mem"),
-                   ("sm util", "SM %"), ("cpu", "CPU %"), ("host memory", "host mem"), ("command", "command"))
-SORT_ORDER = [key for key, _ in PROCESS_COLUMNS]
+                   ("sm util", "SM %"), ("cpu", "CPU %"), ("host memory", "host mem"), ("diagnosis", "why"),
+                   ("command", "command"))
+SORT_ORDER = [key for key, _ in PROCESS_COLUMNS if key in PROCESS_SORT_KEYS]  # "why" sorts by a header click
 
 
 class ProcessesScreen(BaseScreen):
@@ -172,6 +173,7 @@ class ProcessesScreen(BaseScreen):
         Binding("s", "cycle_sort", "sort"),
         Binding("slash", "focus_filter", "filter"),
         Binding("escape", "clear_filter", "clear filter", show=False),
+        Binding("y", "why_selected", "why"),
     ]
 
     def __init__(self) -> None:
@@ -217,11 +219,45 @@ class ProcessesScreen(BaseScreen):
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.query_one("#procs", DataTable).focus()
 
+    def action_why_selected(self) -> None:
+        """Sample the selected process with `gpudoctor why` (in a worker) and show the answer."""
+        table = self.query_one("#procs", DataTable)
+        if not table.row_count or table.cursor_row is None:
+            self.app.notify("No process selected.", severity="warning")
+            return
+        key = str(table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value)
+        self.gapp.start_why(int(key.rpartition(":")[2]))
+
+    def _rows(self) -> list[Any]:
+        """GPU processes, and the processes that publish a training summary without holding a GPU."""
+        state = self.gapp.state
+        rows = list(state.processes)
+        shown = {r.pid for r in rows}
+        for pid, record in sorted(state.published.items()):
+            if pid not in shown:
+                rows.append(ProcessRow(pid=pid, gpu=-1, gpu_memory_bytes=None, sm_util_pct=None, kind="training",
+                                       command=str(record.get("command", ""))))
+        return rows
+
+    def _diagnosis(self, pid: int) -> str:
+        state = self.gapp.state
+        answer = state.why_results.get(pid)
+        if isinstance(answer, dict):
+            return f"why: {answer['verdict']['words']}"
+        if isinstance(answer, str):
+            return answer
+        record = state.published.get(pid)
+        if record is None:
+            return ""
+        verdict = str(record.get("verdict", ""))
+        return "ok" if verdict == "ok" else verdict.replace("_", "-")
+
     def refresh_view(self) -> None:
         state = self.gapp.state
-        rows = [r for r in state.processes if r.matches(self.filter_text)]
-        rows.sort(key=PROCESS_SORT_KEYS[self.sort_key])
-        shown = f"· {len(rows)} of {len(state.processes)} · sorted by {self.sort_key} (s) "
+        every = self._rows()
+        rows = [r for r in every if r.matches(self.filter_text)]
+        rows.sort(key=PROCESS_SORT_KEYS.get(self.sort_key, lambda r: self._diagnosis(r.pid) or "~"))
+        shown = f"· {len(rows)} of {len(every)} · sorted by {self.sort_key} (s) "
         if self.filter_text:
             shown += f"· filter {plain_text(self.filter_text, limit=40)!r} "
         self.query_one("#title", TitleBar).show(self.title_text(shown))
@@ -237,11 +273,12 @@ class ProcessesScreen(BaseScreen):
             # Cells are Text, never str: DataTable parses a str as markup, and a command line
             # such as `train.py data=[/data/a,/data/b]` is data, not markup.
             cells = (
-                str(r.pid), plain_text(r.user or "-", limit=32), str(r.gpu),
+                str(r.pid), plain_text(r.user or "-", limit=32), str(r.gpu) if r.gpu >= 0 else "-",
                 fmt_bytes(r.gpu_memory_bytes) if r.gpu_memory_bytes is not None else "n/a",
                 f"{r.sm_util_pct}" if r.sm_util_pct is not None else "n/a",
                 f"{r.cpu_pct:.0f}" if isinstance(r.cpu_pct, (int, float)) else "n/a",
                 fmt_bytes(r.host_memory_bytes) if r.host_memory_bytes is not None else "n/a",
+                plain_text(self._diagnosis(r.pid), limit=40),
                 plain_text(r.command),
             )
             table.add_row(*(Text(c) for c in cells), key=f"{r.gpu}:{r.pid}")
@@ -251,7 +288,7 @@ class ProcessesScreen(BaseScreen):
             except Exception:
                 pass
         notes = list(state.process_notes)
-        if not state.processes and not notes:
+        if not every and not notes:
             snap = state.snapshot
             if snap is not None and not snap.has_gpu:
                 notes.append("No GPU, so no GPU processes.")
@@ -398,13 +435,39 @@ HELP_KEYS = [
     ("", ""),
     ("Processes", ""),
     ("s", "next sort column (or click a column header)"),
-    ("/", "type a filter (pid, user, command); Enter keeps it, Esc clears it"),
+    ("/", "type a filter (pid, user, command); Enter keeps, Esc clears"),
+    ("y", "why: sample the selected process, say what holds it back"),
     ("Doctor", ""),
     ("r", "run the checks again"),
     ("Workload", ""),
     ("s / f", "start the quick / full sweep"),
     ("x", "cancel the running sweep"),
 ]
+
+
+class WhyScreen(ModalScreen[None]):
+    """The answer of `gpudoctor why` for one process (or its one-line error)."""
+
+    BINDINGS = [Binding("escape", "close", "close"), Binding("y", "close", "close", show=False),
+                Binding("q", "close", "close", show=False)]
+
+    def __init__(self, pid: int, answer: dict[str, Any] | str) -> None:
+        super().__init__()
+        self.pid = pid
+        self.answer = answer
+
+    def compose(self) -> ComposeResult:
+        from gpudoctor.why.text import render_text
+
+        if isinstance(self.answer, dict):
+            body = Text(render_text(self.answer, width=74).rstrip())
+        else:
+            body = Text(plain_text(f"pid {self.pid}: {self.answer}", limit=600), style="yellow")
+        yield Static(Group(Text(f"gpudoctor why {self.pid}", style="bold"), Text(""), body, Text(""),
+                           Text("Esc closes this.", style="dim")), id="why-body")
+
+    def action_close(self) -> None:
+        self.dismiss(None)
 
 
 class HelpScreen(ModalScreen[None]):
@@ -436,4 +499,5 @@ class HelpScreen(ModalScreen[None]):
         self.app.action_quit_app()  # type: ignore[attr-defined]
 
 
-__all__ = ["OverviewScreen", "ProcessesScreen", "DoctorScreen", "WorkloadScreen", "HelpScreen", "HELP_KEYS"]
+__all__ = ["OverviewScreen", "ProcessesScreen", "DoctorScreen", "WorkloadScreen", "HelpScreen", "WhyScreen",
+           "HELP_KEYS"]

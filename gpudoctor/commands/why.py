@@ -1,0 +1,184 @@
+"""``gpudoctor why PID`` / ``gpudoctor why -- python train.py ...``: why a running training job's
+GPU is not busy, with no change to its code (py-spy stack samples, psutil, NVML).
+
+Exit codes: 0 diagnosed; 2 bad arguments, no such PID, or not a Python process; 9 the process
+could not be sampled (no permission to attach, a Python version py-spy cannot read);
+10 the process ended while sampled (what was sampled is reported); 7 the -o file could not be
+written; 130 Ctrl-C (what was sampled is reported). With ``-- CMD`` the exit code is CMD's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from typing import Any, TextIO
+
+from gpudoctor import exitcodes
+from gpudoctor.commands.args import bounded, check_writable, output_path, seconds
+from gpudoctor.commands.output import deliver, is_terminal, say
+from gpudoctor.errors import UsageError
+
+_rate = bounded(int, minimum=1, maximum=1000, what="a rate in samples per second")
+_seconds = bounded(float, minimum=1, maximum=3600, what="a number of seconds", unit=" s")
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "why", help="why a running training process's GPU is not busy (no code change)",
+        usage="gpudoctor why [-h] [--seconds N] [--rate HZ] [--json] [-o FILE] PID\n"
+              "       gpudoctor why [-h] [--seconds N] [--rate HZ] [--json] [-o FILE] -- CMD [ARG ...]",
+        description="Sample a running Python process and its subprocesses (DataLoader workers, torchrun's "
+                    "ranks) with py-spy, join NVML and CPU figures, and say what holds it back: input-bound, "
+                    "host-sync-bound, CPU-bound, GPU-bound, I/O-bound or idle, with the lines and the fix. "
+                    "`gpudoctor why -- CMD ...` starts CMD, samples it and passes its exit code on. "
+                    "Exit codes: 0 diagnosed, 2 usage/no such PID/not Python, 9 cannot attach, "
+                    "10 the process ended while sampled, 7 write failed.")
+    parser.add_argument("target", nargs="+", metavar="PID or -- CMD",
+                        help="the PID of a running Python process, or -- and a command to start")
+    parser.add_argument("--seconds", type=_seconds, default=10.0, metavar="N",
+                        help="how long to sample (default 10; less if the process ends)")
+    parser.add_argument("--rate", type=_rate, default=100, metavar="HZ",
+                        help="stack samples per second (default 100)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document (docs/why.schema.json)")
+    parser.add_argument("-o", "--output", type=output_path, metavar="FILE", help="also write the JSON here")
+    parser.set_defaults(handler=run)
+
+
+def _target(args: argparse.Namespace) -> tuple[int | None, list[str] | None]:
+    items = list(args.target)
+    if len(items) == 1 and items[0].strip().isdigit():
+        pid = int(items[0])
+        if pid <= 0 or pid > 2 ** 31:
+            raise UsageError(f"why: not a process ID: {items[0]}")
+        return pid, None
+    if items and items[0].lstrip("-").isdigit():
+        raise UsageError("why: give one PID, or -- and a command (gpudoctor why -- python train.py)")
+    if not items or shutil.which(items[0]) is None:
+        raise UsageError(f"why: not a PID, and no command {items[0]!r} on PATH"
+                         if items else "why: give a PID or -- CMD")
+    return None, items
+
+
+def _deliver(diag: dict[str, Any], args: argparse.Namespace) -> bool:
+    from gpudoctor import fileio
+    from gpudoctor.why.text import render_text
+
+    text = json.dumps(diag, indent=2) + "\n"
+
+    def show(out: TextIO) -> None:
+        if args.json:
+            out.write(text)
+        else:
+            width = shutil.get_terminal_size((100, 24)).columns if is_terminal(out) else 100
+            out.write(render_text(diag, width=max(60, width)))
+
+    files = [(args.output, lambda p: fileio.write_text(p, text))] if args.output else []
+    return deliver(show, files)
+
+
+def _diagnose(pid: int, args: argparse.Namespace) -> dict[str, Any]:
+    from gpudoctor.backends import NvmlBackend
+    from gpudoctor.why import why
+
+    gpu = NvmlBackend()
+    try:
+        return why(pid, args.seconds, rate=args.rate, gpu_backend=gpu)
+    finally:
+        gpu.close()
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C: sampling stops and what was sampled is reported."""
+
+
+_signals = {"terminated": False}
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    _signals["terminated"] = True
+    raise _Terminated()
+
+
+def run(args: argparse.Namespace) -> int:
+    pid, command = _target(args)
+    check_writable(args.output)
+    if command is not None:
+        return _run_command(command, args)
+    assert pid is not None
+    try:
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread (called in-process): no handler to install
+        previous = None
+    _signals["terminated"] = False
+    try:
+        diag = _diagnose(pid, args)
+    except _Terminated:  # before sampling began: nothing to report
+        return exitcodes.TERMINATED
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    terminated = _signals["terminated"]
+    if not _deliver(diag, args):
+        return exitcodes.WRITE_FAILED
+    if diag.get("interrupted"):
+        say("gpudoctor why: " + ("terminated" if terminated else "interrupted") + "; what was sampled is reported")
+        return exitcodes.TERMINATED if terminated else exitcodes.INTERRUPTED
+    if diag.get("ended"):
+        say(f"gpudoctor why: process {pid} ended after {diag.get('sampled_s', 0):.1f} s; "
+            f"the diagnosis is from what was sampled")
+        return exitcodes.PROCESS_ENDED
+    return exitcodes.OK
+
+
+def _run_command(command: list[str], args: argparse.Namespace) -> int:
+    """Start ``command``, diagnose it for --seconds (or until it ends), then pass its exit code on."""
+    try:
+        child = subprocess.Popen(command)
+    except OSError as exc:
+        raise UsageError(f"why: cannot start {command[0]}: {exc.strerror or exc}") from None
+    # reaped as soon as it ends, so the sampler sees it gone rather than a zombie
+    threading.Thread(target=child.wait, name="gpudoctor-why-child", daemon=True).start()
+    try:  # SIGTERM is passed on: the command decides how to stop, and its code is ours
+        previous = signal.signal(signal.SIGTERM, lambda signum, frame: child.send_signal(signum))
+    except ValueError:
+        previous = None
+    try:
+        return _exit_code(_sample_command(child, args))
+    except KeyboardInterrupt:
+        try:
+            return _exit_code(child.wait(timeout=30))
+        except subprocess.TimeoutExpired:
+            child.kill()
+            return exitcodes.INTERRUPTED
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _exit_code(returncode: int) -> int:
+    """A command killed by signal N exits 128 + N, as a shell reports it."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _sample_command(child: subprocess.Popen, args: argparse.Namespace) -> int:
+    from gpudoctor.why import WhyError
+    from gpudoctor.why.session import python_target
+
+    try:
+        pid = python_target(child.pid, lambda: child.poll() is not None)
+        diag = _diagnose(pid, args) if pid is not None else None
+        if diag is None:
+            say("gpudoctor why: the command ended before it could be sampled")
+        elif not _deliver(diag, args):
+            say("gpudoctor why: the diagnosis could not be written; waiting for the command")
+    except WhyError as exc:
+        say(f"gpudoctor: error: {exc}")
+    return child.wait()
+
+
+__all__ = ["register", "run"]

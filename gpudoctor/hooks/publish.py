@@ -1,0 +1,133 @@
+"""TrainingMonitor's live summary, published every few seconds for `gpudoctor why`, the TUI's
+Processes screen and the exporter (the files and the directory: :mod:`gpudoctor._published`).
+
+A daemon thread reads the monitor's recent steps (it never stops the monitor's collection,
+never synchronises the device) and replaces ``<runtime dir>/<pid>.json``; the file is removed
+when the monitor closes or the process exits. Off with ``TrainingMonitor(publish=False)`` or
+``GPUDOCTOR_PUBLISH=0``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import math
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+from gpudoctor import _published
+from gpudoctor.stats import percentile
+
+log = logging.getLogger("gpudoctor.hooks")
+
+INTERVAL_S = 3.0
+WINDOW_STEPS = 500  # the figures describe the most recent steps, not the whole run
+
+
+def _batch_size(batch: Any) -> int | None:
+    """The first dimension of the first tensor-like thing in a batch (no torch import)."""
+    for _ in range(4):
+        if isinstance(batch, (list, tuple)) and batch:
+            batch = batch[0]
+        elif isinstance(batch, dict) and batch:
+            batch = next(iter(batch.values()))
+        else:
+            break
+    shape = getattr(batch, "shape", None)
+    try:
+        return int(shape[0]) if shape is not None and len(shape) else None
+    except (TypeError, ValueError, IndexError):
+        return None
+
+
+def live_record(monitor: Any) -> dict[str, Any]:
+    """The monitor's recent figures and diagnosis codes, as published (JSON-safe)."""
+    from gpudoctor.hooks.summary import Summary, diagnose
+
+    n_all = len(monitor._ends)
+    first = max(min(monitor.warmup_steps, max(n_all - 1, 0)), n_all - WINDOW_STEPS)
+    ends = list(monitor._ends[first:n_all])
+    starts = list(monitor._iter_starts[first:first + len(ends)])
+    waits = [w for w in monitor._waits[first:first + len(ends)] if not math.isnan(w)]
+    steps = [e - s for s, e in zip(starts, ends)]
+    span = (ends[-1] - starts[0]) if ends else 0.0
+    syncs = monitor._syncs.snapshot() if monitor._syncs is not None else None
+    per_step = (syncs["total"] / n_all) if syncs and n_all else None
+    size = _batch_size(monitor._last_batch) if monitor._keep_batch else None
+    steps_per_s = len(ends) / span if span > 0 else None
+    live = Summary(steps=n_all, steps_measured=len(ends), device=monitor._device,
+                   rank=monitor._rank, world_size=monitor._world,
+                   data_wait_share=(sum(waits) / span) if span > 0 and waits else None,
+                   data_wait_p50_s=percentile(waits, 50), step_time_p50_s=percentile(steps, 50),
+                   steps_per_s=steps_per_s,
+                   host_syncs=dict(syncs, per_step=per_step) if syncs else None)
+    items = diagnose(live)
+    return {"format": _published.FORMAT, "format_version": _published.FORMAT_VERSION, "pid": os.getpid(),
+            "command": " ".join(sys.argv)[:500], "t": time.time(), "rank": monitor._rank,
+            "world_size": monitor._world, "device": monitor._device, "steps": n_all,
+            "step_time_p50_s": live.step_time_p50_s, "data_wait_share": live.data_wait_share,
+            "steps_per_s": steps_per_s, "samples_per_s": steps_per_s * size if steps_per_s and size else None,
+            "host_syncs_per_step": per_step,
+            "diagnosis": [{"code": i.code, "message": i.message[:500]} for i in items],
+            "verdict": items[0].code if items else "ok"}
+
+
+class Publisher:
+    """The thread that publishes one monitor's live record until :meth:`stop`."""
+
+    def __init__(self, monitor: Any, directory: str, interval_s: float = INTERVAL_S) -> None:
+        self.monitor = monitor
+        self.directory = directory
+        self.interval_s = interval_s
+        self.pid = os.getpid()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gpudoctor-publish", daemon=True)
+        atexit.register(self.stop)
+
+    def start(self) -> "Publisher":
+        self._thread.start()
+        return self
+
+    def alive(self) -> bool:
+        return self._thread.is_alive() and os.getpid() == self.pid
+
+    def publish_once(self) -> None:
+        _published.write(live_record(self.monitor), self.directory)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            if os.getpid() != self.pid:  # a forked child (a DataLoader worker) publishes nothing
+                return
+            try:
+                if len(self.monitor._ends) > self.monitor.warmup_steps:
+                    self.publish_once()
+            except Exception as exc:  # publishing must never disturb training
+                log.debug("gpudoctor: live summary not published: %s: %s", type(exc).__name__, exc)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if os.getpid() == self.pid:
+            _published.remove(self.pid, self.directory)
+
+
+def start(monitor: Any, current: Publisher | None, enabled: bool | None) -> Publisher | None:
+    """The monitor's publisher, started on its first step (None when off or no safe directory)."""
+    if current is not None and current.alive():
+        return current
+    if not _published.publishing_enabled(enabled):
+        return None
+    directory = _published.runtime_dir(create=True)
+    if directory is None:
+        return None
+    return Publisher(monitor, directory).start()
+
+
+def stop(publisher: Publisher | None) -> None:
+    if publisher is not None:
+        publisher.stop()
+
+
+__all__ = ["Publisher", "live_record", "start", "stop", "INTERVAL_S"]

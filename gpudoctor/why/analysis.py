@@ -1,0 +1,331 @@
+"""From classified samples to one verdict: the shares, the user's lines, the fix. Pure.
+
+Each sampled process gets a role: a DataLoader ``worker`` (its stacks run ``_worker_loop``),
+torchrun's ``launcher`` (torch.distributed.elastic), or a ``trainer`` (any other Python
+process). A trainer's *main thread* is what the verdict is about: the share of its samples
+in each category (rules.py) is the share of its time. Workers' samples say what the data
+pipeline spends its time on.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from gpudoctor.hooks.summary import HOST_SYNC_BOUND, INPUT_BOUND, STRAGGLER, sync_pattern_words
+from gpudoctor.why import rules
+from gpudoctor.why.rules import SourceLine
+from gpudoctor.why.stacks import Frame, Stack
+
+FORMAT = "gpudoctor-why"
+FORMAT_VERSION = 1
+
+CPU_BOUND = "cpu_bound"
+GPU_BOUND = "gpu_bound"
+IO_BOUND = "io_bound"
+IDLE = "idle"
+UNKNOWN = "unknown"
+CODES = (INPUT_BOUND, HOST_SYNC_BOUND, IO_BOUND, CPU_BOUND, GPU_BOUND, IDLE, STRAGGLER, UNKNOWN)
+
+MIN_SAMPLES = 10            # fewer main-thread samples than this: no verdict
+IDLE_SHARE = 0.50           # the main thread waits on sleep/locks this much: idle
+PROBLEM_SHARE = 0.20        # data wait, host syncs or I/O this much: that is the verdict
+WAITING_WORKER_CPU_PCT = 50.0  # a loading worker on less CPU than this waits for I/O, not computes
+QUIET_CPU_PCT = 25.0        # a main thread "computing" on less CPU than this is waiting outside Python
+GPU_BUSY_PCT = 85.0         # NVML's busy figure at or above this: the GPU is the bottleneck
+STRAGGLER_GAP = 0.15        # a rank waits this much less than the median rank: it is the straggler
+MAX_LINES = 5               # user lines named per verdict
+
+WORDS = {INPUT_BOUND: "input-bound", HOST_SYNC_BOUND: "host-sync-bound", IO_BOUND: "I/O-bound",
+         CPU_BOUND: "CPU-bound", GPU_BOUND: "GPU-bound", IDLE: "idle", STRAGGLER: "straggler",
+         UNKNOWN: "not enough samples"}
+
+
+@dataclass
+class ProcessView:
+    pid: int
+    role: str = "trainer"
+    cmdline: str = ""
+    parent: int | None = None
+    main_samples: int = 0
+    samples: int = 0
+    counts: Counter = field(default_factory=Counter)                 # category -> main-thread samples
+    details: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
+    lines: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))  # category -> Frame
+
+    def share(self, category: str) -> float:
+        return self.counts[category] / self.main_samples if self.main_samples else 0.0
+
+    def shares(self) -> dict[str, float]:
+        return {c: round(self.share(c), 4) for c in rules.CATEGORIES}
+
+
+def build_views(stacks: Sequence[Stack], source: SourceLine, own: Sequence[str] = ()) -> dict[int, ProcessView]:
+    """One :class:`ProcessView` per sampled process, its main thread's samples counted by category."""
+    views: dict[int, ProcessView] = {}
+    for stack in stacks:
+        view = views.get(stack.pid)
+        if view is None:
+            view = views[stack.pid] = ProcessView(stack.pid, cmdline=stack.cmdline,
+                                                  parent=stack.pids[-2] if len(stack.pids) > 1 else None)
+        if rules.is_worker(stack):
+            view.role = "worker"
+        elif rules.is_launcher(stack) and view.role == "trainer":
+            view.role = "launcher"
+    for stack in stacks:
+        view = views[stack.pid]
+        view.samples += stack.count
+        if not stack.is_main_thread:
+            continue
+        verdict = rules.classify(stack, source, worker=view.role == "worker", own=own)
+        view.main_samples += stack.count
+        view.counts[verdict.category] += stack.count
+        view.details[verdict.category][verdict.detail] += stack.count
+        if verdict.user is not None:
+            view.lines[verdict.category][verdict.user] += stack.count
+    return views
+
+
+def _line_records(counter: Counter, total: int, source: SourceLine) -> list[dict[str, Any]]:
+    out = []
+    for frame, count in counter.most_common(MAX_LINES):
+        out.append({"file": frame.file, "line": frame.line, "function": frame.function,
+                    "code": source(frame.file, frame.line)[:200] if frame.line else "",
+                    "share": round(count / total, 4) if total else None})
+    return out
+
+
+def _workers_of(view: ProcessView, views: dict[int, ProcessView]) -> list[ProcessView]:
+    found, frontier = [], [view.pid]
+    while frontier:
+        parent = frontier.pop()
+        for other in views.values():
+            if other.parent == parent and other.pid != view.pid:
+                frontier.append(other.pid)
+                if other.role == "worker":
+                    found.append(other)
+    return found
+
+
+def _data_lines(view: ProcessView, workers: list[ProcessView], source: SourceLine) -> list[dict[str, Any]]:
+    """The lines behind the data wait: the dataset's, from the workers or the main process."""
+    merged: Counter = Counter()
+    total = 0
+    for worker in workers:
+        merged.update(worker.lines[rules.DATA_LOADING])
+        total += worker.counts[rules.DATA_LOADING]
+    if not total:
+        merged = view.lines[rules.DATA_WAIT]  # no workers: the dataset's lines in the main process
+        total = view.counts[rules.DATA_WAIT]
+    return _line_records(merged, total, source)
+
+
+@dataclass
+class Decision:
+    code: str
+    message: str
+    fix: str
+    lines: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def words(self) -> str:
+        return WORDS[self.code]
+
+
+def _where(lines: list[dict[str, Any]]) -> str:
+    """The main line, and a second one when it holds a real part of the time too."""
+    kept = [r for i, r in enumerate(lines[:2]) if i == 0 or (r.get("share") or 0) >= 0.10]
+    return ", ".join(f"{r['file'].rsplit('/', 1)[-1]}:{r['line']} {r['function']}" for r in kept) or "?"
+
+
+def _input_fix(workers: list[ProcessView], idle_cpus: float | None, lines: list[dict[str, Any]],
+               cpu_by_pid: dict[int, float | None]) -> str:
+    idle = f"{idle_cpus:.0f} CPUs idle" if idle_cpus is not None else "idle CPUs unknown"
+    busy = [w for w in workers if w.share(rules.DATA_LOADING) >= 0.5]
+    cheaper = f"make the per-sample work at {_where(lines)} cheaper (decode once, cache, move augmentation to the GPU)"
+    if not workers:
+        return (f"load in parallel: DataLoader(num_workers=N, persistent_workers=True, pin_memory=True) ({idle}); "
+                f"or {cheaper}")
+    cpus = [cpu_by_pid.get(w.pid) for w in busy]
+    waiting = bool(cpus) and all(c is not None and c < WAITING_WORKER_CPU_PCT for c in cpus)
+    state = f"{len(busy)} of {len(workers)} workers busy loading"
+    if waiting:  # the workers wait (disk, network, a sleep): more of them overlap the waits
+        return (f"more DataLoader workers: they load but use little CPU ({max(cpus):.0f}% of a core at most), "
+                f"so they wait on disk or network and more of them overlap the waits ({state}; {idle}); "
+                f"or {cheaper}")
+    if idle_cpus is not None and idle_cpus < 1:
+        return f"no CPU is idle for more workers ({state}): {cheaper}"
+    return f"more DataLoader workers ({state}; {idle}), prefetch_factor 2-4; or {cheaper}"
+
+
+def decide(view: ProcessView, views: dict[int, ProcessView], source: SourceLine, *,
+           gpu_util: float | None, on_gpu: bool, idle_cpus: float | None,
+           main_cpu_pct: float | None = None, cpu_by_pid: dict[int, float | None] | None = None) -> Decision:
+    """The verdict for one trainer process (the thresholds are this module's constants)."""
+    n = view.main_samples
+    if n < MIN_SAMPLES:
+        return Decision(UNKNOWN, f"only {n} samples of the main thread: sample longer (--seconds)", "sample longer")
+    idle = view.share(rules.IDLE)
+    if idle >= IDLE_SHARE:
+        lines = _line_records(view.lines[rules.IDLE], view.counts[rules.IDLE], source)
+        what = view.details[rules.IDLE].most_common(1)[0][0] or "a wait"
+        return Decision(IDLE, f"{idle:.0%} of the main thread's time waits ({what}) at {_where(lines)}",
+                        "nothing runs: if it should be training, see what it waits for (a sleep, a lock, "
+                        "another rank at a barrier, a file)", lines)
+    quiet = main_cpu_pct is not None and main_cpu_pct < QUIET_CPU_PCT and not on_gpu
+    if quiet and view.share(rules.OTHER) + idle >= IDLE_SHARE:
+        lines = _line_records(view.lines[rules.OTHER] + view.lines[rules.IDLE], n, source)
+        return Decision(IDLE, f"the main thread used {main_cpu_pct:.0f}% of a CPU: it waits outside Python "
+                        f"(a sleep, a lock, a socket) at {_where(lines)}",
+                        "nothing runs: if it should be training, see what it waits for (a sleep, a lock, "
+                        "another rank at a barrier, a file)", lines)
+    candidates = [(view.share(rules.DATA_WAIT), INPUT_BOUND), (view.share(rules.HOST_SYNC), HOST_SYNC_BOUND),
+                  (view.share(rules.CHECKPOINT_IO), IO_BOUND)]
+    share, code = max(candidates)
+    gpu_busy = gpu_util is not None and gpu_util >= GPU_BUSY_PCT
+    gpu_words = f"; the GPU is busy {gpu_util:.0f}% of the time" if gpu_util is not None else ""
+    if share >= PROBLEM_SHARE and not gpu_busy:
+        return _problem(code, share, view, views, source, gpu_words, idle_cpus, cpu_by_pid or {})
+    if gpu_busy:
+        return Decision(GPU_BOUND, f"the GPU is busy {gpu_util:.0f}% of the time: it is the bottleneck",
+                        "faster GPU work: mixed precision (torch.autocast), channels_last, torch.compile, "
+                        "larger batches if memory allows")
+    compute = sum(view.share(c) for c in (rules.FORWARD, rules.BACKWARD, rules.OPTIMIZER, rules.OTHER,
+                                           rules.EVALUATION))
+    lines = _line_records(sum((view.lines[c] for c in (rules.FORWARD, rules.BACKWARD, rules.OPTIMIZER,
+                                                        rules.OTHER)), Counter()), n, source)
+    split = ", ".join(f"{c} {view.share(c):.0%}" for c in (rules.FORWARD, rules.BACKWARD, rules.OPTIMIZER,
+                                                           rules.OTHER) if view.share(c) >= 0.05)
+    if on_gpu:
+        return Decision(CPU_BOUND, f"{compute:.0%} of the main thread's time is Python and kernel launches "
+                        f"({split}){gpu_words}: the host cannot keep the GPU busy",
+                        "less Python per step: larger batches, torch.compile or CUDA graphs, fused optimizers "
+                        "(foreach/fused=True), fewer small tensor ops", lines)
+    return Decision(CPU_BOUND, f"{compute:.0%} of the main thread's time is computing on the CPU ({split}); "
+                    f"no GPU in use{gpu_words}",
+                    "train on a GPU (model.to('cuda') and each batch .to('cuda')); on the CPU, "
+                    "torch.set_num_threads to the cores left free by the loader", lines)
+
+
+def _problem(code: str, share: float, view: ProcessView, views: dict[int, ProcessView], source: SourceLine,
+             gpu_words: str, idle_cpus: float | None, cpu_by_pid: dict[int, float | None]) -> Decision:
+    if code == INPUT_BOUND:
+        workers = _workers_of(view, views)
+        lines = _data_lines(view, workers, source)
+        how = (f"{len(workers)} workers" if workers else "no workers: loading in the main process")
+        detail = Counter()
+        for w in workers:
+            detail.update(w.details[rules.DATA_LOADING])
+        doing = f", busy in {_where(lines)}" + (f" -> {detail.most_common(1)[0][0]}" if detail else "")
+        return Decision(INPUT_BOUND, f"{share:.0%} of the main thread's time waits for the next batch "
+                        f"(torch DataLoader, {how}{doing}){gpu_words}", _input_fix(workers, idle_cpus, lines, cpu_by_pid),
+                        lines)
+    if code == HOST_SYNC_BOUND:
+        lines = _line_records(view.lines[rules.HOST_SYNC], view.counts[rules.HOST_SYNC], source)
+        pattern = view.details[rules.HOST_SYNC].most_common(1)[0][0]
+        what, advice = sync_pattern_words(pattern)
+        return Decision(HOST_SYNC_BOUND, f"{share:.0%} of the main thread's time waits for the GPU in {what} "
+                        f"at {_where(lines)}{gpu_words}", advice, lines)
+    lines = _line_records(view.lines[rules.CHECKPOINT_IO], view.counts[rules.CHECKPOINT_IO], source)
+    return Decision(IO_BOUND, f"{share:.0%} of the main thread's time saves or loads (torch.save/load, pickle) "
+                    f"at {_where(lines)}{gpu_words}",
+                    "checkpoint less often, or in a background thread/process (torch.distributed.checkpoint "
+                    "async_save); write to local disk, not a network share", lines)
+
+
+def _gpu_for(pids: set[int], gpu: dict[str, Any]) -> tuple[float | None, bool, list[dict[str, Any]]]:
+    """(mean busy % of the GPUs these processes hold, whether they hold one, those devices)."""
+    held = [d for d in gpu.get("devices", []) if any(p["pid"] in pids for p in d.get("processes", []))]
+    utils = [d["util_mean_pct"] for d in held if d.get("util_mean_pct") is not None]
+    return (sum(utils) / len(utils) if utils else None), bool(held), held
+
+
+def _tree(view: ProcessView, views: dict[int, ProcessView]) -> set[int]:
+    return {view.pid} | {w.pid for w in _workers_of(view, views)}
+
+
+def _process_record(view: ProcessView, decision: Decision | None, readings: dict[str, Any]) -> dict[str, Any]:
+    info = readings.get("processes", {}).get(view.pid, {})
+    out = {"pid": view.pid, "role": view.role, "command": view.cmdline or info.get("cmdline", ""),
+           "parent_pid": view.parent, "samples": view.samples, "main_thread_samples": view.main_samples,
+           "shares": view.shares(), "cpu_pct": info.get("cpu_pct"), "rank": info.get("rank")}
+    if decision is not None:
+        out["verdict"] = {"code": decision.code, "words": decision.words, "message": decision.message,
+                          "fix": decision.fix, "lines": decision.lines}
+    return out
+
+
+# Where a fast rank waits for a slow one: in a collective (idle) or, under DDP, at the end of
+# backward (the reducer waits for the gradients' all-reduce inside autograd).
+WAITING_FOR_RANKS = (rules.IDLE, rules.BACKWARD)
+
+
+def _work_share(view: ProcessView) -> float:
+    return 1.0 - sum(view.share(c) for c in WAITING_FOR_RANKS)
+
+
+def straggler(ranks: list[tuple[ProcessView, Decision]]) -> dict[str, Any] | None:
+    """The rank the others wait for: its share of own work (everything but collectives and
+    backward, where DDP's fast ranks wait) is ``STRAGGLER_GAP`` or more above the median rank's.
+    The category where it spends the most time more than the others is named."""
+    if len(ranks) < 2:
+        return None
+    shares = sorted(_work_share(v) for v, _ in ranks)
+    mid = len(shares) // 2
+    median = shares[mid] if len(shares) % 2 else (shares[mid - 1] + shares[mid]) / 2
+    view, decision = max(ranks, key=lambda r: _work_share(r[0]))
+    if _work_share(view) - median < STRAGGLER_GAP:
+        return None
+    others = [v for v, _ in ranks if v is not view]
+    excess = {c: view.share(c) - sum(o.share(c) for o in others) / len(others)
+              for c in rules.CATEGORIES if c not in WAITING_FOR_RANKS}
+    where = max(excess, key=lambda c: excess[c])
+    return {"pid": view.pid, "code": STRAGGLER, "words": WORDS[STRAGGLER],
+            "message": f"pid {view.pid} works {_work_share(view):.0%} of its time where the median rank works "
+                       f"{median:.0%} and waits for it (in collectives or backward); the extra time is in "
+                       f"{where} (+{excess[where]:.0%}); on its own it is {decision.words}: {decision.message}",
+            "fix": decision.fix}
+
+
+def diagnose(stacks: Sequence[Stack], readings: dict[str, Any], source: SourceLine, *, pid: int,
+             own: Sequence[str] = (), meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The whole diagnosis as a JSON-safe dict (docs/why.schema.json)."""
+    views = build_views(stacks, source, own)
+    gpu = readings.get("gpu") or {"available": False, "reason": "not read", "devices": []}
+    idle_cpus = (readings.get("host") or {}).get("idle_cpus")
+    trainers = [v for v in views.values() if v.role == "trainer"]
+    cpu_by_pid = {pid: info.get("cpu_pct") for pid, info in (readings.get("processes") or {}).items()}
+    decided: list[tuple[ProcessView, Decision]] = []
+    for view in trainers:
+        util, on_gpu, _ = _gpu_for(_tree(view, views), gpu)
+        threads = (readings.get("processes", {}).get(view.pid) or {}).get("threads_cpu_pct") or {}
+        decided.append((view, decide(view, views, source, gpu_util=util, on_gpu=on_gpu, idle_cpus=idle_cpus,
+                                     main_cpu_pct=threads.get(view.pid), cpu_by_pid=cpu_by_pid)))
+    lagging = straggler(decided)
+    main = next((d for d in decided if d[0].pid == pid), None) or (max(decided, key=lambda d: d[0].main_samples)
+                                                                    if decided else None)
+    if lagging is not None and (main is None or main[0].pid != pid):  # the launcher was asked about
+        main = next(d for d in decided if d[0].pid == lagging["pid"])
+    if main is None:
+        verdict = {"code": UNKNOWN, "words": WORDS[UNKNOWN], "message": "no training process was sampled",
+                   "fix": "sample longer, or give the PID of the training process", "lines": []}
+        shares: dict[str, float] = {c: 0.0 for c in rules.CATEGORIES}
+    else:
+        view, decision = main
+        verdict = {"code": decision.code, "words": decision.words, "message": decision.message,
+                   "fix": decision.fix, "lines": decision.lines, "pid": view.pid}
+        if lagging is not None and lagging["pid"] == view.pid:
+            verdict.update(code=STRAGGLER, words=WORDS[STRAGGLER], message=lagging["message"])
+        shares = view.shares()
+    util, on_gpu, held = _gpu_for(set(views), gpu)
+    return {"format": FORMAT, "format_version": FORMAT_VERSION, "pid": pid, **(meta or {}),
+            "verdict": verdict, "shares": shares,
+            "samples": sum(v.samples for v in views.values()),
+            "processes": [_process_record(v, next((d for w, d in decided if w is v), None), readings)
+                          for v in sorted(views.values(), key=lambda v: v.pid)],
+            "ranks": [v.pid for v, _ in decided] if len(decided) > 1 else [],
+            "straggler": lagging,
+            "gpu": {"available": bool(gpu.get("available")), "reason": gpu.get("reason"),
+                    "util_mean_pct": util, "devices": held or gpu.get("devices", [])},
+            "host": readings.get("host") or {}}

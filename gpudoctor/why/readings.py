@@ -1,0 +1,164 @@
+"""What the operating system and NVML say about the sampled processes during the window.
+
+:class:`Readings` is polled while py-spy samples: CPU time of every process in the tree (and
+of each of its threads), the host's idle CPUs, and through the NVML backend the GPUs the
+processes hold, their per-process memory and utilisation, and the devices' utilisation. A
+process that ends keeps its last reading. Without NVML every GPU figure is NA with the reason.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import psutil
+
+from gpudoctor.backends.na import NA, is_na
+
+MAX_PROCESSES = 256
+
+
+def _cpu_seconds(proc: psutil.Process) -> float | None:
+    try:
+        t = proc.cpu_times()
+        return float(t.user + t.system)
+    except (psutil.Error, OSError):
+        return None
+
+
+def _threads(proc: psutil.Process) -> dict[int, float]:
+    try:
+        return {int(t.id): float(t.user_time + t.system_time) for t in proc.threads()}
+    except (psutil.Error, OSError):
+        return {}
+
+
+def _host_idle_seconds() -> tuple[float, float]:
+    t = psutil.cpu_times()
+    idle = t.idle + getattr(t, "iowait", 0.0)
+    return idle, sum(t)
+
+
+class Readings:
+    """Polled during sampling; :meth:`result` gives the figures for the window."""
+
+    def __init__(self, pid: int, gpu_backend: Any = None) -> None:
+        self.pid = pid
+        self.root = psutil.Process(pid)
+        self.t0 = time.monotonic()
+        self.t_last = self.t0
+        self.first: dict[int, tuple[float, float | None, dict[int, float]]] = {}
+        self.last: dict[int, tuple[float, float | None, dict[int, float]]] = {}
+        self.names: dict[int, dict[str, Any]] = {}
+        self.host0 = _host_idle_seconds()
+        self.host1 = self.host0
+        self.gpu_backend = gpu_backend
+        self.gpu_reason: str | None = None
+        self.gpu_procs: dict[int, dict[int, dict[str, Any]]] = {}   # device -> pid -> entry
+        self.gpu_util: dict[int, list[float]] = {}
+        self.poll()
+
+    def _tree(self) -> list[psutil.Process]:
+        try:
+            return ([self.root] + self.root.children(recursive=True))[:MAX_PROCESSES]
+        except (psutil.Error, OSError):
+            return [self.root]
+
+    def poll(self) -> None:
+        now = time.monotonic()
+        for proc in self._tree():
+            cpu = _cpu_seconds(proc)
+            if cpu is None:
+                continue
+            reading = (now, cpu, _threads(proc))
+            self.first.setdefault(proc.pid, reading)
+            self.last[proc.pid] = reading
+            if proc.pid not in self.names:
+                self.names[proc.pid] = _describe(proc)
+        self.t_last = now
+        self.host1 = _host_idle_seconds()
+        self._poll_gpu()
+
+    def _poll_gpu(self) -> None:
+        backend = self.gpu_backend
+        if backend is None or self.gpu_reason is not None:
+            return
+        status = backend.status()
+        if is_na(status):
+            self.gpu_reason = f"NVML not available ({status.reason})"
+            return
+        count = backend.device_count()
+        if is_na(count):
+            self.gpu_reason = f"NVML could not count the GPUs ({count.reason})"
+            return
+        ours = set(self.last)
+        for index in range(int(count)):
+            procs = backend.processes(index)
+            if is_na(procs):
+                continue
+            held = {p["pid"]: p for p in procs if p.get("pid") in ours}
+            if not held:
+                continue
+            self.gpu_procs.setdefault(index, {}).update(held)
+            util = backend.utilization(index) if hasattr(backend, "utilization") else backend.sample(index)
+            value = util.get("gpu_util_pct")
+            if value is not None and not is_na(value):
+                self.gpu_util.setdefault(index, []).append(float(value))
+
+    def result(self) -> dict[str, Any]:
+        """Per process: CPU % over the window (100 = one core) and per thread; the host's idle
+        CPUs; the GPUs held (NA with the reason when NVML cannot be read)."""
+        processes = {}
+        for pid, (t1, cpu1, threads1) in self.last.items():
+            t0, cpu0, threads0 = self.first[pid]
+            wall = max(t1 - t0, 1e-6)
+            entry = dict(self.names.get(pid, {}))
+            entry["cpu_pct"] = round(100.0 * ((cpu1 or 0.0) - (cpu0 or 0.0)) / wall, 1) if t1 > t0 else None
+            entry["threads_cpu_pct"] = {tid: round(100.0 * (c - threads0.get(tid, c)) / wall, 1)
+                                        for tid, c in threads1.items()} if t1 > t0 else {}
+            processes[pid] = entry
+        idle0, total0 = self.host0
+        idle1, total1 = self.host1
+        cpus = psutil.cpu_count() or 1
+        idle_share = (idle1 - idle0) / (total1 - total0) if total1 > total0 else None
+        host = {"cpus": cpus, "idle_cpus": round(idle_share * cpus, 1) if idle_share is not None else None,
+                "wall_s": round(self.t_last - self.t0, 2)}
+        return {"processes": processes, "host": host, "gpu": self._gpu_result()}
+
+    def _gpu_result(self) -> dict[str, Any]:
+        if self.gpu_backend is None:
+            return {"available": False, "reason": "no GPU backend was given", "devices": []}
+        if self.gpu_reason is not None:
+            return {"available": False, "reason": self.gpu_reason, "devices": []}
+        devices = []
+        for index, held in sorted(self.gpu_procs.items()):
+            utils = self.gpu_util.get(index, [])
+            static = self.gpu_backend.static(index)
+            name = static.get("name")
+            devices.append({"index": index, "name": None if is_na(name) else str(name)[:100],
+                            "util_mean_pct": round(sum(utils) / len(utils), 1) if utils else None,
+                            "util_samples": len(utils),
+                            "processes": [{"pid": pid, "gpu_memory_bytes": e.get("gpu_memory_bytes"),
+                                           "sm_util_pct": e.get("sm_util_pct")} for pid, e in sorted(held.items())]})
+        reason = None if devices else "NVML lists none of these processes on any GPU (CPU only, or another PID namespace)"
+        return {"available": True, "reason": reason, "devices": devices}
+
+
+def _describe(proc: psutil.Process) -> dict[str, Any]:
+    try:
+        cmd = proc.cmdline()
+        ppid = proc.ppid()
+    except (psutil.Error, OSError):
+        cmd, ppid = [], None
+    try:
+        rank = proc.environ().get("RANK", "")  # set by torchrun for each rank
+    except (psutil.Error, OSError):
+        rank = ""
+    return {"ppid": ppid, "cmdline": " ".join(cmd)[:500], "rank": int(rank) if rank.isdigit() else None}
+
+
+def process_exists(pid: int) -> bool:
+    return psutil.pid_exists(pid) and pid > 0
+
+
+__all__ = ["Readings", "process_exists", "NA"]

@@ -1,0 +1,218 @@
+"""Sampling one process tree: py-spy for the stacks, psutil and NVML beside it (the I/O half
+of ``gpudoctor why``; the rules and the verdict are pure, in rules.py and analysis.py)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import psutil
+
+import gpudoctor
+from gpudoctor import _published
+from gpudoctor.why import analysis, pyspy
+from gpudoctor.why.readings import Readings, process_exists
+from gpudoctor.why.stacks import Stack, parse_raw
+
+POLL_S = 0.5
+MAX_SOURCE_BYTES = 4 << 20
+OWN_PREFIXES = (os.path.dirname(os.path.abspath(gpudoctor.__file__)) + os.sep,)
+
+
+@dataclass
+class Sampled:
+    stacks: list[Stack]
+    readings: dict[str, Any]
+    seconds: float
+    rate_hz: int
+    ended: bool = False
+    interrupted: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+def source_reader(pid: int) -> Callable[[str, int], str]:
+    """(file, line) -> that line of the sampled process's source, read through /proc/PID/root
+    (its own view of the files, a container's too) or the path itself; "" when unreadable."""
+    cache: dict[str, list[str] | None] = {}
+    root = f"/proc/{pid}/root"
+
+    def load(path: str) -> list[str] | None:
+        for candidate in (root + path if path.startswith("/") else None, path):
+            if not candidate:
+                continue
+            try:
+                if os.path.getsize(candidate) > MAX_SOURCE_BYTES:
+                    return None
+                with open(candidate, encoding="utf-8", errors="replace") as handle:
+                    return handle.read().splitlines()
+            except OSError:
+                continue
+        return None
+
+    def line(path: str, number: int) -> str:
+        if not path or path.startswith("<") or not number:
+            return ""
+        if path not in cache:
+            cache[path] = load(path)
+        lines = cache[path]
+        return lines[number - 1].strip()[:300] if lines and 0 < number <= len(lines) else ""
+
+    return line
+
+
+def _check_target(pid: int) -> None:
+    if pid <= 0 or not process_exists(pid):
+        raise pyspy.WhyError(pyspy.NO_SUCH_PROCESS, f"no process with PID {pid}")
+    try:
+        if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+            raise pyspy.WhyError(pyspy.NO_SUCH_PROCESS, f"process {pid} has ended (a zombie waiting for its parent)")
+    except psutil.NoSuchProcess:
+        raise pyspy.WhyError(pyspy.NO_SUCH_PROCESS, f"no process with PID {pid}") from None
+    except psutil.AccessDenied:
+        pass
+
+
+def _read_output(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read(pyspy.MAX_OUTPUT_BYTES)
+    except OSError:
+        return ""
+
+
+def _gone(pid: int) -> bool:
+    """Ended, or a zombie whose parent has not collected it yet (py-spy cannot tell that one)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:
+        return False
+
+
+def _wait(proc: subprocess.Popen, pid: int, readings: Readings | None, limit_s: float) -> bool:
+    """Poll the readings until py-spy ends; True if interrupted (Ctrl-C or SIGTERM)."""
+    deadline = time.monotonic() + limit_s
+    try:
+        while proc.poll() is None:
+            if time.monotonic() > deadline:
+                proc.kill()
+                break
+            time.sleep(POLL_S)
+            if readings is not None:
+                readings.poll()
+            if _gone(pid) and proc.poll() is None:
+                proc.send_signal(signal.SIGINT)  # py-spy writes what it has on SIGINT
+    except KeyboardInterrupt:
+        proc.send_signal(signal.SIGINT)  # py-spy writes what it has on SIGINT
+        return True
+    finally:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return False
+
+
+def _failure(binary: str, pid: int, stderr: str) -> pyspy.WhyError:
+    """The error behind a failed recording. With --subprocesses py-spy says "no python processes
+    found" for a process it may not read too, so a plain dump of the one process tells which."""
+    error = pyspy.error_from_stderr(stderr, pid, alive=process_exists(pid))
+    if error.kind != pyspy.NOT_PYTHON or not process_exists(pid):
+        return error
+    dump = pyspy.start_record(pyspy.dump_command(binary, pid))
+    try:
+        _, dump_err = dump.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        dump.kill()
+        return error
+    return pyspy.error_from_stderr(dump_err or "", pid, alive=process_exists(pid)) if dump.returncode else error
+
+
+def sample(pid: int, seconds: float, *, rate: int = pyspy.DEFAULT_RATE_HZ, gpu_backend: Any = None) -> Sampled:
+    """Sample ``pid`` and its subprocesses for ``seconds`` (less if it ends). Raises
+    :class:`~gpudoctor.why.pyspy.WhyError` when it cannot be sampled at all."""
+    _check_target(pid)
+    binary = pyspy.find_py_spy()
+    try:
+        readings: Readings | None = Readings(pid, gpu_backend)
+    except psutil.NoSuchProcess:
+        raise pyspy.WhyError(pyspy.NO_SUCH_PROCESS, f"no process with PID {pid}") from None
+    except psutil.AccessDenied:
+        readings = None
+    folder = tempfile.mkdtemp(prefix="gpudoctor-why-")
+    try:
+        output = os.path.join(folder, "stacks.txt")
+        started = time.monotonic()
+        proc = pyspy.start_record(pyspy.record_command(binary, pid, seconds, rate, output))
+        interrupted = _wait(proc, pid, readings, seconds + 60)
+        elapsed = time.monotonic() - started
+        stderr = proc.stderr.read(pyspy.MAX_STDERR_CHARS) if proc.stderr else ""
+        text = _read_output(output)
+        if proc.returncode != 0 and not text and not interrupted:
+            raise _failure(binary, pid, stderr)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    ended = pyspy.stopped_because_exited(stderr) or (elapsed < seconds * 0.9 and _gone(pid))
+    if readings is not None:
+        try:
+            readings.poll()
+        except psutil.Error:
+            pass
+    result = readings.result() if readings is not None else {"processes": {}, "host": {}, "gpu": {
+        "available": False, "reason": "no permission to read the process's figures", "devices": []}}
+    return Sampled(list(parse_raw(text)), result, round(min(elapsed, seconds), 2), rate, ended=ended,
+                   interrupted=interrupted)
+
+
+def why(pid: int, seconds: float, *, rate: int = pyspy.DEFAULT_RATE_HZ, gpu_backend: Any = None) -> dict[str, Any]:
+    """Sample ``pid`` and diagnose it: the dict of docs/why.schema.json."""
+    sampled = sample(pid, seconds, rate=rate, gpu_backend=gpu_backend)
+    meta = {"sampled_s": sampled.seconds, "rate_hz": sampled.rate_hz, "ended": sampled.ended,
+            "interrupted": sampled.interrupted}
+    diagnosis = analysis.diagnose(sampled.stacks, sampled.readings, source_reader(pid), pid=pid,
+                                  own=OWN_PREFIXES, meta=meta)
+    sampled_pids = {p["pid"] for p in diagnosis["processes"]} | {pid}
+    diagnosis["published"] = {str(p): record for p, record in _published.read_all().items() if p in sampled_pids}
+    return diagnosis
+
+
+
+
+
+def python_target(pid: int, ended: Callable[[], bool], wait_s: float = 10.0) -> int | None:
+    """The process to sample for a command just started as ``pid``: itself once its interpreter
+    is up, or its first Python descendant when it is a shell or a wrapper; None if it ended.
+    After ``wait_s`` with no Python in sight, ``pid`` itself (py-spy then says what it is)."""
+    deadline = time.monotonic() + wait_s
+    while not ended():
+        try:
+            proc = psutil.Process(pid)
+            for candidate in [proc] + proc.children(recursive=True):
+                python = "python" in os.path.basename(candidate.exe() or "") or \
+                    any("libpython" in m for m in _mapped_files(candidate.pid))
+                # py-spy reads the interpreter's state, which exists once start-up is done
+                if python and time.time() - candidate.create_time() >= 0.5:
+                    return candidate.pid
+        except (psutil.Error, OSError):
+            pass
+        if time.monotonic() > deadline:
+            return pid
+        time.sleep(0.1)
+    return None
+
+
+def _mapped_files(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as handle:
+            return [line.rsplit(" ", 1)[-1].strip() for line in handle.read(4 << 20).splitlines()]
+    except OSError:
+        return []
+__all__ = ["Sampled", "sample", "why", "source_reader", "python_target", "OWN_PREFIXES"]

@@ -1,0 +1,96 @@
+"""The diagnosis in words, for a terminal or a log: plain text, wrapped, foreign text made safe."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from gpudoctor.presentation import fmt_bytes, plain_text, wrap_hanging
+
+_SHOWN = ("data_wait", "data_loading", "host_sync", "forward", "backward", "optimizer", "evaluation",
+          "checkpoint_io", "idle", "other")
+
+
+def _name(command: str) -> str:
+    parts = command.split()
+    if len(parts) > 1 and parts[1] in ("-c", "-m"):
+        return os.path.basename(parts[0]) + (" -c" if parts[1] == "-c" else f" -m {parts[2] if len(parts) > 2 else ''}")
+    for part in parts[1:] if len(parts) > 1 and "python" in os.path.basename(parts[0]) else parts:
+        if not part.startswith("-"):
+            return os.path.basename(part)
+    return os.path.basename(parts[0]) if parts else "?"
+
+
+def _gpu_words(d: dict[str, Any]) -> str:
+    gpu = d.get("gpu") or {}
+    devices = gpu.get("devices") or []
+    if not gpu.get("available") or not devices:
+        return f"GPU: not read ({gpu.get('reason') or 'no GPU'})"
+    parts = []
+    for dev in devices:
+        util = dev.get("util_mean_pct")
+        mem = sum(p.get("gpu_memory_bytes") or 0 for p in dev.get("processes", []))
+        parts.append(f"GPU {dev['index']} {dev.get('name') or ''}: busy "
+                     f"{'?' if util is None else f'{util:.0f}%'}, {fmt_bytes(mem)} held".replace("  ", " "))
+    return "; ".join(parts)
+
+
+def _live_words(live: dict[str, Any]) -> str:
+    def num(key: str, scale: float = 1.0, unit: str = "", digits: int = 0) -> str:
+        value = live.get(key)
+        return "?" if not isinstance(value, (int, float)) else f"{value * scale:.{digits}f}{unit}"
+
+    return (f"{live.get('verdict', '?')}; step {num('step_time_p50_s', 1000, ' ms', 1)} (median), data wait "
+            f"{num('data_wait_share', 100, '%')}, {num('samples_per_s', 1, ' samples/s')}, "
+            f"{num('host_syncs_per_step', 1, ' host syncs/step', 1)}")
+
+
+def headline(d: dict[str, Any]) -> str:
+    v = d["verdict"]
+    target = next((p for p in d.get("processes", []) if p["pid"] == v.get("pid", d["pid"])), None)
+    name = _name(target["command"]) if target and target.get("command") else "process"
+    devices = [f"GPU {dev['index']}" for dev in (d.get("gpu") or {}).get("devices", [])]
+    where = ", ".join([f"pid {v.get('pid', d['pid'])}"] + devices)
+    return plain_text(f"{name} ({where}): {v['words']}")
+
+
+def _process_line(p: dict[str, Any]) -> str:
+    cpu = "?" if p.get("cpu_pct") is None else f"{p['cpu_pct']:.0f}%"
+    top = sorted(((s, c) for c, s in p["shares"].items() if s >= 0.05), reverse=True)[:3]
+    doing = ", ".join(f"{c} {s:.0%}" for s, c in top) or "no main-thread samples"
+    verdict = f" -> {p['verdict']['words']}" if p.get("verdict") else ""
+    return f"pid {p['pid']} {p['role']} (CPU {cpu}): {doing}{verdict}"
+
+
+def render_text(d: dict[str, Any], width: int | None = 100) -> str:
+    """The diagnosis as lines: the verdict, the message, the fix, the lines, the figures."""
+    v = d["verdict"]
+    out = [headline(d)]
+    out += wrap_hanging(plain_text(v["message"], limit=2000), width or 0, "  ")
+    out += wrap_hanging(plain_text(v["fix"], limit=2000), width or 0, "  fix: ")
+    for i, line in enumerate(v.get("lines", [])[:3]):
+        if i and (line.get("share") or 0) < 0.05:
+            continue
+        code = f"  `{line['code']}`" if line.get("code") else ""
+        share = f" ({line['share']:.0%})" if line.get("share") is not None else ""
+        out.append(plain_text(f"  at {line['file']}:{line['line']} {line['function']}{code}{share}", limit=300))
+    shares = ", ".join(f"{c} {d['shares'][c]:.0%}" for c in _SHOWN if d["shares"].get(c, 0) >= 0.01)
+    out += wrap_hanging(f"main thread: {shares or 'no samples'}", width or 0, "  ")
+    host = d.get("host") or {}
+    if host.get("idle_cpus") is not None:
+        out.append(f"  host: {host['idle_cpus']:.0f} of {host['cpus']} CPUs idle")
+    out.append("  " + plain_text(_gpu_words(d), limit=500))
+    for pid, live in sorted((d.get("published") or {}).items()):
+        out += wrap_hanging(plain_text(_live_words(live), limit=500), width or 0, f"  TrainingMonitor (pid {pid}): ")
+    if d.get("straggler"):
+        out += wrap_hanging(plain_text(d["straggler"]["message"], limit=1000), width or 0, "  straggler: ")
+    for p in d.get("processes", [])[:32]:
+        if p["role"] != "launcher":
+            out.append("  " + plain_text(_process_line(p), limit=300))
+    out.append(f"  sampled {d.get('sampled_s', 0):.1f} s at {d.get('rate_hz', 0)} Hz, {d.get('samples', 0)} samples"
+               + ("; the process ended while sampled" if d.get("ended") else "")
+               + ("; interrupted" if d.get("interrupted") else ""))
+    return "\n".join(out) + "\n"
+
+
+__all__ = ["render_text", "headline"]

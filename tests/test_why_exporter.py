@@ -1,0 +1,104 @@
+"""The exporter's per-process training metrics, from the summaries TrainingMonitor publishes:
+scraped in-process and from a running exporter beside a real monitored training loop."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpudoctor import _published
+from gpudoctor.backends import ReplayBackend
+from gpudoctor.exporter import GpudoctorCollector, GpuSampler, build_registry
+from gpudoctor.why.metrics import metric_names
+
+from _why_targets import MONITORED_LOOP
+
+ROOT = Path(__file__).resolve().parents[1]
+GPU_LOST = ROOT / "tests" / "data" / "exporter_gpu_lost_handmade.json"
+
+
+def _samples(text: str) -> dict[tuple[str, tuple], float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def _value(samples, name, **labels):
+    found = [v for (n, ls), v in samples.items() if n == name and all(dict(ls).get(k) == w for k, w in labels.items())]
+    assert len(found) == 1, f"{name} {labels}: {len(found)} series"
+    return found[0]
+
+
+def test_published_summaries_are_scraped_with_pid_and_command_labels():
+    directory = _published.runtime_dir(create=True)
+    pid = os.getpid()
+    _published.write({"format": _published.FORMAT, "format_version": 1, "pid": pid, "t": time.time(),
+                      "command": "python train.py \x1b[31m--lr 0.1", "rank": 0, "verdict": "input_bound",
+                      "step_time_p50_s": 0.125, "data_wait_share": 0.61, "samples_per_s": 512.0,
+                      "host_syncs_per_step": None, "steps": 40}, directory)
+    try:
+        registry = build_registry(GpudoctorCollector(GpuSampler(ReplayBackend.from_file(GPU_LOST), interval=1.0),
+                                                     None, source="replay:test"))
+        samples = _samples(generate_latest(registry).decode())
+    finally:
+        _published.remove(pid, directory)
+    labels = {"pid": str(pid), "command": "python train.py ␛[31m--lr 0.1", "rank": "0"}
+    assert _value(samples, "gpudoctor_training_step_time_p50_seconds", **labels) == 0.125
+    assert _value(samples, "gpudoctor_training_data_wait_share", **labels) == 0.61
+    assert _value(samples, "gpudoctor_training_samples_per_second", **labels) == 512.0
+    assert _value(samples, "gpudoctor_training_diagnosis_info", code="input_bound", **labels) == 1.0
+    assert _value(samples, "gpudoctor_training_processes") == 1.0
+    assert not [k for k in samples if k[0] == "gpudoctor_training_host_syncs_per_step"]  # not measured: absent
+
+
+def test_docs_name_every_training_metric():
+    doc = (ROOT / "docs" / "fleet.md").read_text(encoding="utf-8") + (ROOT / "docs" / "why.md").read_text(
+        encoding="utf-8")
+    for name in metric_names():
+        assert f"`{name}`" in doc, name
+
+
+
+
+def test_a_running_exporter_serves_a_monitored_loops_metrics(tmp_path):
+    pytest.importorskip("torch")
+    script = tmp_path / "train.py"
+    script.write_text(MONITORED_LOOP, encoding="utf-8")
+    stop_file = tmp_path / "stop"
+    trainer = subprocess.Popen([sys.executable, str(script), str(stop_file)],
+                               env=dict(os.environ, GPUDOCTOR_PUBLISH="1"))
+    exporter = subprocess.Popen([sys.executable, "-m", "gpudoctor", "exporter", "--port", "0", "--replay",
+                                 str(GPU_LOST), "--report-interval", "0", "--exit-after", "300"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        match = re.search(r"http://127\.0\.0\.1:(\d+)/metrics", exporter.stderr.readline())
+        assert match
+        deadline = time.monotonic() + 120
+        body = ""
+        while time.monotonic() < deadline:
+            with urllib.request.urlopen(f"http://127.0.0.1:{match.group(1)}/metrics", timeout=10) as response:
+                body = response.read().decode()
+            if f'pid="{trainer.pid}"' in body:
+                break
+            time.sleep(0.5)
+        samples = _samples(body)
+        share = _value(samples, "gpudoctor_training_data_wait_share", pid=str(trainer.pid))
+        assert 0.3 < share <= 1.0
+        assert _value(samples, "gpudoctor_training_samples_per_second", pid=str(trainer.pid)) > 0
+        assert _value(samples, "gpudoctor_training_diagnosis_info", pid=str(trainer.pid), code="input_bound") == 1
+    finally:
+        stop_file.write_text("")
+        trainer.wait(timeout=120)
+        exporter.terminate()
+        exporter.wait(timeout=30)

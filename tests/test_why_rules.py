@@ -1,0 +1,266 @@
+"""The pure half of `gpudoctor why`: parsing py-spy's raw output, the classification rules, the
+verdict's thresholds and the meaning of py-spy's errors (no process is sampled here)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from gpudoctor import exitcodes
+from gpudoctor.why import analysis, pyspy, rules
+from gpudoctor.why.stacks import MAX_FRAMES, Frame, parse_line, parse_raw
+
+SITE = "/venv/lib/python3.11/site-packages"
+STDLIB = "/usr/lib/python3.11"
+DL = f"{SITE}/torch/utils/data/dataloader.py"
+
+
+def stack_line(frames: list[str], count: int = 10, pids: tuple[int, ...] = (100,), tid: int | None = None,
+               thread: str = "MainThread") -> str:
+    procs = ";".join(f'process {p}:"python train.py"' for p in pids)
+    return f"{procs};thread ({tid if tid is not None else pids[-1]}): {thread};" + ";".join(frames) + f" {count}"
+
+
+def src(lines: dict[tuple[str, int], str]):
+    return lambda file, line: lines.get((file, line), "")
+
+
+LOOP = "<module> (/w/train.py:20)"
+NEXT = [f"_BaseDataLoaderIter.__next__ ({DL}:725)", f"_MultiProcessingDataLoaderIter._next_data ({DL}:1507)"]
+QUEUE_GET = f"Queue.get ({STDLIB}/multiprocessing/queues.py:122)"
+
+
+def test_parse_a_raw_line_with_processes_thread_and_frames():
+    s = parse_line(stack_line([LOOP, QUEUE_GET], 93, pids=(41, 57), tid=58, thread="MainThread"))
+    assert s.pids == (41, 57) and s.pid == 57 and s.tid == 58 and s.thread == "MainThread" and s.count == 93
+    assert s.frames[0] == Frame("<module>", "/w/train.py", 20) and s.frames[-1].function == "Queue.get"
+    assert s.is_main_thread
+
+
+def test_parse_keeps_records_whose_command_line_holds_newlines_and_bounds_frames():
+    text = 'process 7:"python -c \nimport x\nx.run()";thread (7): MainThread;<module> (<string>:3) 5\n' \
+           + stack_line(["f (/a.py:1)"] * (MAX_FRAMES + 50), 2, pids=(7,)) + "\n"
+    stacks = list(parse_raw(text))
+    assert [s.count for s in stacks] == [5, 2]
+    assert "\n" not in stacks[0].cmdline and "\u240a" in stacks[0].cmdline
+    assert len(stacks[1].frames) == MAX_FRAMES
+
+
+def test_parse_skips_garbage():
+    assert list(parse_raw("not a stack\n\x1b[2J 12x\n")) == []
+    assert parse_line("process 1:\"x\";thread (1): MainThread;f (/a.py:1) notanumber") is None
+
+
+def test_library_paths():
+    assert rules.is_library(f"{SITE}/torch/nn/modules/module.py")
+    assert rules.is_library(f"{STDLIB}/threading.py") and rules.is_library("<frozen importlib._bootstrap>")
+    assert not rules.is_library("/home/me/project/train.py") and not rules.is_library("<string>")
+    assert rules.is_library("/opt/gpudoctor/hooks/monitor.py", ("/opt/gpudoctor/",))
+
+
+@pytest.mark.parametrize("frames, text, category, detail", [
+    ([LOOP, *NEXT, QUEUE_GET], "", rules.DATA_WAIT, "waiting for workers"),
+    ([LOOP, f"_BaseDataLoaderIter.__next__ ({DL}:725)", f"_SingleProcessDataLoaderIter._next_data ({DL}:1)",
+      f"_MapDatasetFetcher.fetch ({SITE}/torch/utils/data/_utils/fetch.py:52)", "Data.__getitem__ (/w/data.py:9)"],
+     "", rules.DATA_WAIT, "loading in the main process"),
+    ([LOOP, "<module> (/w/train.py:21)"], "loss.item()", rules.HOST_SYNC, "item"),
+    ([LOOP], "total += loss.cpu().numpy()", rules.HOST_SYNC, "cpu"),
+    ([LOOP, f"synchronize ({SITE}/torch/cuda/__init__.py:985)"], "", rules.HOST_SYNC, "synchronize"),
+    ([LOOP, f"Tensor.__repr__ ({SITE}/torch/_tensor.py:431)", f"_str ({SITE}/torch/_tensor_str.py:697)"], "",
+     rules.HOST_SYNC, "print"),
+    ([LOOP], "time.sleep(1)", rules.IDLE, "<module>"),
+    ([LOOP, f"Event.wait ({STDLIB}/threading.py:629)"], "", rules.IDLE, "wait"),
+    ([LOOP, f"save ({SITE}/torch/serialization.py:627)"], "", rules.CHECKPOINT_IO, "torch.save/load"),
+    (["evaluate (/w/train.py:50)", f"Module._call_impl ({SITE}/torch/nn/modules/module.py:1527)"], "",
+     rules.EVALUATION, ""),
+    ([LOOP, f"Tensor.backward ({SITE}/torch/_tensor.py:522)"], "", rules.BACKWARD, ""),
+    ([LOOP, f"SGD.step ({SITE}/torch/optim/sgd.py:80)"], "", rules.OPTIMIZER, ""),
+    ([LOOP, f"Linear.forward ({SITE}/torch/nn/modules/linear.py:116)"], "", rules.FORWARD, ""),
+    ([LOOP, "helper (/w/train.py:5)"], "x = x + 1", rules.OTHER, ""),
+])
+def test_the_rules(frames, text, category, detail):
+    stack = parse_line(stack_line(frames))
+    leaf = [f for f in stack.frames if not rules.is_library(f.file)][-1]
+    verdict = rules.classify(stack, src({(leaf.file, leaf.line): text}))
+    assert (verdict.category, verdict.detail) == (category, detail)
+
+
+def test_worker_stacks_load_data_or_wait_for_work():
+    worker = [f"_worker_loop ({SITE}/torch/utils/data/_utils/worker.py:308)"]
+    fetch = worker + [f"_MapDatasetFetcher.fetch ({SITE}/torch/utils/data/_utils/fetch.py:52)",
+                      "Images.__getitem__ (/w/data.py:41)", f"open ({SITE}/PIL/Image.py:3200)"]
+    loading = rules.classify(parse_line(stack_line(fetch, pids=(1, 2))), src({}))
+    assert loading == rules.Verdict(rules.DATA_LOADING, "decode", Frame("Images.__getitem__", "/w/data.py", 41))
+    waiting = rules.classify(parse_line(stack_line(worker + [QUEUE_GET], pids=(1, 2))), src({}))
+    assert waiting.category == rules.IDLE
+
+
+def _views(lines: list[str]):
+    stacks = list(parse_raw("\n".join(lines) + "\n"))
+    return analysis.build_views(stacks, src({})), stacks
+
+
+def test_input_bound_names_the_workers_dataset_line_and_the_idle_cpus():
+    worker = [f"_worker_loop ({SITE}/torch/utils/data/_utils/worker.py:308)",
+              f"_MapDatasetFetcher.fetch ({SITE}/torch/utils/data/_utils/fetch.py:52)",
+              "Images.__getitem__ (/w/data.py:41)"]
+    views, _ = _views([stack_line([LOOP, *NEXT, QUEUE_GET], 60, pids=(1,)),
+                       stack_line([LOOP, f"Linear.forward ({SITE}/torch/nn/modules/linear.py:116)"], 40, pids=(1,)),
+                       stack_line(worker, 95, pids=(1, 2)), stack_line(worker, 95, pids=(1, 3))])
+    d = analysis.decide(views[1], views, src({}), gpu_util=28.0, on_gpu=True, idle_cpus=16.0)
+    assert d.code == "input_bound" and d.words == "input-bound"
+    assert "60%" in d.message and "2 workers" in d.message and "data.py:41" in d.message and "28%" in d.message
+    assert "more DataLoader workers" in d.fix and "16 CPUs idle" in d.fix and "2 of 2 workers busy" in d.fix
+    assert d.lines[0]["file"] == "/w/data.py" and d.lines[0]["line"] == 41
+
+
+def test_a_busy_gpu_is_gpu_bound_even_with_some_data_wait():
+    views, _ = _views([stack_line([LOOP, *NEXT, QUEUE_GET], 30, pids=(1,)),
+                       stack_line([LOOP, f"Linear.forward ({SITE}/torch/nn/modules/linear.py:116)"], 70, pids=(1,))])
+    assert analysis.decide(views[1], views, src({}), gpu_util=97.0, on_gpu=True, idle_cpus=4).code == "gpu_bound"
+    assert analysis.decide(views[1], views, src({}), gpu_util=None, on_gpu=False, idle_cpus=4).code == "input_bound"
+
+
+def test_host_syncs_and_too_few_samples():
+    source = src({("/w/train.py", 20): "running += loss.item()"})
+    lines = [stack_line([LOOP], 50, pids=(1,)),
+             stack_line(["<module> (/w/train.py:30)", f"Linear.forward ({SITE}/torch/nn/modules/linear.py:1)"], 50,
+                        pids=(1,)),
+             stack_line([LOOP], 3, pids=(2,))]
+    views = analysis.build_views(list(parse_raw("\n".join(lines) + "\n")), source)
+    d = analysis.decide(views[1], views, source, gpu_util=40.0, on_gpu=True, idle_cpus=1)
+    assert d.code == "host_sync_bound" and "`.item()`" in d.message and "train.py:20" in d.message
+    assert analysis.decide(views[2], views, source, gpu_util=None, on_gpu=False, idle_cpus=1).code == "unknown"
+
+
+def test_the_straggler_is_the_rank_the_others_wait_for():
+    ranks = []
+    # DDP: fast ranks wait at the end of backward; rank 13 spends the time in its own Python
+    for pid, waiting, other in ((11, 45, 10), (12, 47, 8), (13, 12, 43)):
+        view = analysis.ProcessView(pid, main_samples=100, counts=Counter(
+            {rules.BACKWARD: waiting, rules.OTHER: other, rules.FORWARD: 100 - waiting - other}))
+        ranks.append((view, analysis.Decision("cpu_bound", "m", "f")))
+    found = analysis.straggler(ranks)
+    assert found["pid"] == 13 and found["code"] == "straggler"
+    assert "works 88%" in found["message"] and "median rank works 55%" in found["message"]
+    assert "in other (+34%)" in found["message"]
+    assert analysis.straggler(ranks[:2]) is None
+
+
+PERMISSION = "Permission Denied: Try running again with elevated permissions by going 'sudo env \"PATH=$PATH\" !!'"
+
+
+@pytest.mark.parametrize("stderr, kind, code", [
+    (PERMISSION, pyspy.NO_PERMISSION, exitcodes.CANNOT_ATTACH),
+    ("Error: Operation not permitted (os error 1)", pyspy.NO_PERMISSION, exitcodes.CANNOT_ATTACH),
+    ("Error: Unsupported version of Python: 3.99.0", pyspy.UNSUPPORTED_PYTHON, exitcodes.CANNOT_ATTACH),
+    ("Error: Failed to find python version from target process", pyspy.NOT_PYTHON, exitcodes.USAGE),
+    ("Error: No python processes found in process 5 or any of its subprocesses", pyspy.NOT_PYTHON, exitcodes.USAGE),
+    ("Error: something new\n\nStack backtrace:\n   0: x", pyspy.FAILED, exitcodes.CANNOT_ATTACH),
+])
+def test_py_spy_errors_mean(stderr, kind, code):
+    error = pyspy.error_from_stderr(stderr, 5)
+    assert error.kind == kind and error.exit_code == code and "\n" not in str(error)
+    if kind == pyspy.NO_PERMISSION:
+        assert "SYS_PTRACE" in str(error) and "ptrace_scope" in str(error) and "process's user" in str(error)
+    if kind == pyspy.UNSUPPORTED_PYTHON:
+        assert "3.99.0" in str(error) and "pip install -U py-spy" in str(error)
+    if kind == pyspy.FAILED:
+        assert str(error).endswith("Error: something new")
+
+
+def test_the_py_spy_binary_is_found():
+    import os
+
+    path = pyspy.find_py_spy()
+    assert os.access(path, os.X_OK) and os.path.basename(path).startswith("py-spy")
+
+
+def test_the_input_fix_depends_on_what_the_workers_do():
+    worker = [f"_worker_loop ({SITE}/torch/utils/data/_utils/worker.py:308)",
+              f"_MapDatasetFetcher.fetch ({SITE}/torch/utils/data/_utils/fetch.py:52)",
+              "Images.__getitem__ (/w/data.py:41)"]
+    views, _ = _views([stack_line([LOOP, *NEXT, QUEUE_GET], 90, pids=(1,)),
+                       stack_line(worker, 95, pids=(1, 2)), stack_line(worker, 95, pids=(1, 3))])
+    waiting = analysis.decide(views[1], views, src({}), gpu_util=None, on_gpu=False, idle_cpus=0,
+                              cpu_by_pid={2: 3.0, 3: 4.0})
+    assert "use little CPU (4% of a core at most)" in waiting.fix and "overlap the waits" in waiting.fix
+    computing = analysis.decide(views[1], views, src({}), gpu_util=None, on_gpu=False, idle_cpus=0.2,
+                                cpu_by_pid={2: 97.0, 3: 99.0})
+    assert computing.fix.startswith("no CPU is idle for more workers (2 of 2 workers busy loading)")
+    assert "data.py:41" in computing.fix
+
+
+def test_the_why_package_never_imports_torch_or_textual():
+    """It samples other processes: loading it (and the command) loads neither torch nor textual."""
+    import subprocess
+    import sys
+
+    code = ("import sys, gpudoctor.why, gpudoctor.why.session, gpudoctor.why.metrics, gpudoctor.why.text, "
+            "gpudoctor.commands.why; print(sorted(m for m in ('torch', 'textual', 'pynvml') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+class StandInNvml:
+    """A boundary stand-in for the NVML backend: GPU 0 held by ``pid`` at a fixed utilisation
+    (the fields and types of NvmlBackend's answers; hand-made, no GPU here)."""
+
+    def __init__(self, pid: int, util: int, missing: str | None = None) -> None:
+        self.pid, self.util, self.missing = pid, util, missing
+
+    def status(self):
+        from gpudoctor.backends.na import NA
+
+        return NA(self.missing) if self.missing else None
+
+    def device_count(self):
+        return 2
+
+    def processes(self, index):
+        if index != 0:
+            return []
+        return [{"pid": self.pid, "type": "compute", "gpu_memory_bytes": 3 << 30, "sm_util_pct": self.util}]
+
+    def utilization(self, index):
+        return {"t": 0.0, "gpu_util_pct": self.util, "mem_util_pct": 10}
+
+    def static(self, index):
+        return {"index": index, "name": "NVIDIA H100 80GB HBM3"}
+
+
+def test_readings_join_nvml_per_process_figures_for_the_sampled_tree():
+    import os
+
+    from gpudoctor.why.readings import Readings
+
+    readings = Readings(os.getpid(), StandInNvml(os.getpid(), 31))
+    readings.poll()
+    gpu = readings.result()["gpu"]
+    assert gpu["available"] is True and gpu["reason"] is None
+    [device] = gpu["devices"]
+    assert device["index"] == 0 and device["name"] == "NVIDIA H100 80GB HBM3"
+    assert device["util_mean_pct"] == 31.0 and device["util_samples"] == 2
+    assert device["processes"] == [{"pid": os.getpid(), "gpu_memory_bytes": 3 << 30, "sm_util_pct": 31}]
+    missing = Readings(os.getpid(), StandInNvml(os.getpid(), 31, missing="LibraryNotFound")).result()["gpu"]
+    assert missing == {"available": False, "reason": "NVML not available (LibraryNotFound)", "devices": []}
+
+
+def _compute_readings(util: float) -> dict:
+    return {"processes": {1: {"cpu_pct": 99.0, "threads_cpu_pct": {1: 99.0}}}, "host": {"cpus": 16, "idle_cpus": 12},
+            "gpu": {"available": True, "reason": None, "devices": [
+                {"index": 0, "name": "H100", "util_mean_pct": util, "util_samples": 20,
+                 "processes": [{"pid": 1, "gpu_memory_bytes": 1 << 30, "sm_util_pct": None}]}]}}
+
+
+def test_on_a_gpu_the_verdict_uses_nvml_busy_share():
+    stacks = list(parse_raw(stack_line([LOOP, f"Linear.forward ({SITE}/torch/nn/modules/linear.py:116)"], 100,
+                                       pids=(1,)) + "\n"))
+    slow = analysis.diagnose(stacks, _compute_readings(30.0), src({}), pid=1)
+    assert slow["verdict"]["code"] == "cpu_bound" and "the GPU is busy 30%" in slow["verdict"]["message"]
+    assert "cannot keep the GPU busy" in slow["verdict"]["message"] and "torch.compile" in slow["verdict"]["fix"]
+    assert slow["gpu"]["util_mean_pct"] == 30.0
+    busy = analysis.diagnose(stacks, _compute_readings(96.0), src({}), pid=1)
+    assert busy["verdict"]["code"] == "gpu_bound"
