@@ -159,7 +159,7 @@ def other_processes(ctx: ProbeContext, device: _gpu.Device) -> tuple[list[dict[s
     if not isinstance(procs, list):
         return None, f"NVML process list unavailable ({getattr(procs, 'reason', procs)})"
     me = {_gpu.own_pid(), os.getppid()}
-    return [p for p in procs if p.get("pid") not in me], ""
+    return [dict(p) for p in procs if p.get("pid") not in me], ""
 
 
 def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Device, budget_s: float) -> None:
