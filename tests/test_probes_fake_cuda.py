@@ -24,6 +24,8 @@ from gpudoctor.probes import _gpu, compute, correctness, memory, transfer  # noq
 
 
 class FakeNvml:
+    kind = "nvml"
+
     def __init__(self, name, pcie=True, throttle=0, link=(4, 16, 4, 8)):
         self.name = name
         self.pcie = pcie

@@ -38,7 +38,8 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from gpudoctor.backends import NvmlBackend, RecordingError, ReplayBackend
-    from gpudoctor.live import LiveSampler, no_gpu_words, watch_line, watch_record
+    from gpudoctor.presentation import no_gpu_words, watch_line, watch_record
+    from gpudoctor.sampling import Sampler
 
     if args.replay:
         try:
@@ -47,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(str(exc)) from None
     else:
         gpu = NvmlBackend()
-    sampler = LiveSampler(gpu, host_sampler=None, with_processes=False)
+    sampler = Sampler(gpu, host_sampler=None, with_processes=False)
     from gpudoctor.backends.events import open_event_watcher
 
     events = open_event_watcher(gpu)

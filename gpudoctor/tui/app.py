@@ -27,10 +27,9 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.worker import get_current_worker
 
-from gpudoctor.live import (
-    History, LiveSampler, ProcessRow, PsutilProcessInfo, Snapshot, default_host_sampler, process_rows,
-    recorded_process_info,
-)
+from gpudoctor.backends.host import PsutilProcessInfo, default_host_sampler
+from gpudoctor.presentation import ProcessRow, process_rows, recorded_process_info
+from gpudoctor.sampling import History, Sampler, Snapshot
 from gpudoctor.model import ProbeResult
 from gpudoctor.tui.screens import DoctorScreen, HelpScreen, OverviewScreen, ProcessesScreen, WorkloadScreen
 from gpudoctor.tui.workload_runner import DEFAULT_TARGET, WorkloadProcess, field_of, workload_available
@@ -228,7 +227,7 @@ class GpudoctorApp(App[int]):
         self.state = AppState()
         self.doctor = DoctorState(level=doctor_level)
         self.workload = WorkloadState()
-        self.sampler: LiveSampler | None = None
+        self.sampler: Sampler | None = None
         self._sample_started: float | None = None
         self._workload_stop = threading.Event()
         self._quitting = False
@@ -316,27 +315,31 @@ class GpudoctorApp(App[int]):
         self._sample_started = time.monotonic()
         self._sample_worker()
 
-    @work(thread=True, exclusive=True, group="sample", exit_on_error=False)
     def _sample_worker(self) -> None:
-        worker = get_current_worker()
+        """Read the GPUs in a daemon thread of our own, not a Textual worker: an NVML call can
+        hang on a failing GPU, and Textual (and the interpreter at exit) wait for their worker
+        threads. Nothing waits for this one, so `q` and Ctrl-C quit at once."""
+        threading.Thread(target=self._read_sample, name="gpudoctor-tui-sample", daemon=True).start()
+
+    def _read_sample(self) -> None:
         try:
             if self.sampler is None:
                 info = self.process_info
                 gpu = self.backend_factory()
                 if info is None:
-                    info = recorded_process_info if getattr(gpu, "kind", "") == "replay" else PsutilProcessInfo()
+                    info = recorded_process_info if gpu.kind == "replay" else PsutilProcessInfo()
                     self.process_info = info
-                self.sampler = LiveSampler(gpu, self.host_sampler or default_host_sampler())
+                self.sampler = Sampler(gpu, self.host_sampler or default_host_sampler())
             snap = self.sampler.read()
             rows, notes = process_rows(snap, self.process_info)  # type: ignore[arg-type]
             forget = getattr(self.process_info, "forget_except", None)
             if forget is not None:
                 forget({r.pid for r in rows})
         except Exception as exc:  # a backend is not supposed to raise; if it does, say so and go on
-            if not worker.is_cancelled:
+            if not self._quitting:
                 self.post_message(SampleFailed(f"reading failed: {_one_line(exc)}"))
             return
-        if not worker.is_cancelled:
+        if not self._quitting:
             self.post_message(SampleReady(snap, rows, notes))
 
     def on_sample_ready(self, message: SampleReady) -> None:

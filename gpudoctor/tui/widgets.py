@@ -15,7 +15,8 @@ from rich.text import Text
 from textual.widget import Widget
 
 from gpudoctor.backends.na import NA, is_na
-from gpudoctor.live import DeviceSnapshot, History, Snapshot, fault_words, no_gpu_words
+from gpudoctor.presentation import fault_words, no_gpu_words
+from gpudoctor.sampling import DeviceSnapshot, History, Snapshot
 from gpudoctor.model import ProbeResult
 from gpudoctor.presentation import (
     fmt_bytes, fmt_memory, fmt_num, fmt_power, fmt_rate_kbps, plain_text, sparkline, status_style,
@@ -314,7 +315,7 @@ def util_graph(values: list[float | None], rows: int, width: int, interval_s: fl
 
 
 #: Samples a History keeps (the graph's time axis stops where the history does).
-from gpudoctor.live import HISTORY_LENGTH as HISTORY_SAMPLES  # noqa: E402
+from gpudoctor.sampling import HISTORY_LENGTH as HISTORY_SAMPLES  # noqa: E402
 
 
 # --------------------------------------------------------------------------- doctor
