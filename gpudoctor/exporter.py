@@ -625,6 +625,102 @@ class _OneLineErrors:
             print(f"gpudoctor exporter: request failed: {lines[-1].strip()[:200]}", file=sys.stderr, flush=True)
 
 
+class _LimitedServer:
+    """A thread per connection, at most ``max_connections`` at once, each for at most
+    ``request_timeout_s``: idle or half-sent requests (slowloris) cannot hold threads and
+    file descriptors until scrapes fail. Connections over the cap are answered 503 and
+    closed at once; running out of file descriptors costs one pause, never a traceback."""
+
+    handler_class: Any = None  # set by _metrics_server_class (wsgiref is imported there)
+
+    def __init__(self, address: tuple[Any, ...], family: int, *, max_connections: int,
+                 request_timeout_s: float) -> None:
+        self.address_family = family
+        self.max_connections = max_connections
+        self.request_timeout_s = request_timeout_s
+        self.refused = 0          # connections closed because the cap was reached
+        self.timed_out = 0        # connections ended by request_timeout_s
+        self.fd_shortages = 0     # accept() failures for want of file descriptors
+        self.peak_connections = 0  # most connections served at once
+        self._active: dict[Any, float] = {}
+        self._lock = threading.Lock()
+        super().__init__(address, self.handler_class)  # type: ignore[call-arg]
+
+    def get_request(self) -> Any:
+        try:
+            return super().get_request()  # type: ignore[misc]
+        except OSError as exc:
+            if exc.errno in _FD_SHORTAGE:
+                # The listening socket stays readable: pause instead of spinning, and let
+                # the connections being served finish and give their descriptors back.
+                self.fd_shortages += 1
+                time.sleep(0.05)
+            raise  # socketserver drops a failed accept() quietly
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._lock:
+            full = len(self._active) >= self.max_connections
+            if not full:
+                self._active[request] = time.monotonic()
+                self.peak_connections = max(self.peak_connections, len(self._active))
+        if full:
+            self.refused += 1
+            self._refuse(request)
+            return
+        try:
+            threading.Thread(target=self._serve, args=(request, client_address),
+                             name="gpudoctor-http", daemon=True).start()
+        except RuntimeError:  # no thread could be started: this connection only
+            self._forget(request)
+            self._refuse(request)
+
+    def _serve(self, request: Any, client_address: Any) -> None:
+        try:
+            self.finish_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
+        finally:
+            self._forget(request)
+            self.shutdown_request(request)
+
+    def _forget(self, request: Any) -> None:
+        with self._lock:
+            self._active.pop(request, None)
+
+    def _refuse(self, request: Any) -> None:
+        try:
+            request.setblocking(False)
+            request.send(_BUSY)
+        except OSError:
+            pass
+        self.shutdown_request(request)
+
+    def service_actions(self) -> None:
+        """Between polls of serve_forever: cut connections older than the timeout. Their
+        threads see end-of-file, finish and close; shutdown() frees no descriptor under them."""
+        limit = time.monotonic() - self.request_timeout_s
+        with self._lock:
+            old = [r for r, started in self._active.items() if started < limit]
+        for request in old:
+            with self._lock:
+                self.timed_out += 1
+            try:
+                request.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, TimeoutError):  # one read or write took the whole timeout
+            with self._lock:
+                self.timed_out += 1
+            return
+        if isinstance(exc, OSError):  # resets, broken pipes: the client's side
+            return
+        print(f"gpudoctor exporter: request failed: {type(exc).__name__}: {str(exc)[:200]}",
+              file=sys.stderr, flush=True)
+
+
 def _metrics_server_class() -> Any:
     """The server class, built on first use (wsgiref is only imported by the exporter command)."""
     from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
@@ -642,100 +738,8 @@ def _metrics_server_class() -> Any:
         def get_stderr(self) -> Any:
             return _OneLineErrors()
 
-    class MetricsServer(WSGIServer):
-        """A thread per connection, at most ``max_connections`` at once, each for at most
-        ``request_timeout_s``: idle or half-sent requests (slowloris) cannot hold threads and
-        file descriptors until scrapes fail. Connections over the cap are answered 503 and
-        closed at once; running out of file descriptors costs one pause, never a traceback."""
-
+    class MetricsServer(_LimitedServer, WSGIServer):
         handler_class = Handler
-
-        def __init__(self, address: tuple[Any, ...], family: int, *, max_connections: int,
-                     request_timeout_s: float) -> None:
-            self.address_family = family
-            self.max_connections = max_connections
-            self.request_timeout_s = request_timeout_s
-            self.refused = 0          # connections closed because the cap was reached
-            self.timed_out = 0        # connections ended by request_timeout_s
-            self.fd_shortages = 0     # accept() failures for want of file descriptors
-            self.peak_connections = 0  # most connections served at once
-            self._active: dict[Any, float] = {}
-            self._lock = threading.Lock()
-            super().__init__(address, Handler)
-
-        def get_request(self) -> Any:
-            try:
-                return super().get_request()
-            except OSError as exc:
-                if exc.errno in _FD_SHORTAGE:
-                    # The listening socket stays readable: pause instead of spinning, and let
-                    # the connections being served finish and give their descriptors back.
-                    self.fd_shortages += 1
-                    time.sleep(0.05)
-                raise  # socketserver drops a failed accept() quietly
-
-        def process_request(self, request: Any, client_address: Any) -> None:
-            with self._lock:
-                full = len(self._active) >= self.max_connections
-                if not full:
-                    self._active[request] = time.monotonic()
-                    self.peak_connections = max(self.peak_connections, len(self._active))
-            if full:
-                self.refused += 1
-                self._refuse(request)
-                return
-            try:
-                threading.Thread(target=self._serve, args=(request, client_address),
-                                 name="gpudoctor-http", daemon=True).start()
-            except RuntimeError:  # no thread could be started: this connection only
-                self._forget(request)
-                self._refuse(request)
-
-        def _serve(self, request: Any, client_address: Any) -> None:
-            try:
-                self.finish_request(request, client_address)
-            except Exception:
-                self.handle_error(request, client_address)
-            finally:
-                self._forget(request)
-                self.shutdown_request(request)
-
-        def _forget(self, request: Any) -> None:
-            with self._lock:
-                self._active.pop(request, None)
-
-        def _refuse(self, request: Any) -> None:
-            try:
-                request.setblocking(False)
-                request.send(_BUSY)
-            except OSError:
-                pass
-            self.shutdown_request(request)
-
-        def service_actions(self) -> None:
-            """Between polls of serve_forever: cut connections older than the timeout. Their
-            threads see end-of-file, finish and close; shutdown() frees no descriptor under them."""
-            limit = time.monotonic() - self.request_timeout_s
-            with self._lock:
-                old = [r for r, started in self._active.items() if started < limit]
-            for request in old:
-                with self._lock:
-                    self.timed_out += 1
-                try:
-                    request.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-        def handle_error(self, request: Any, client_address: Any) -> None:
-            exc = sys.exc_info()[1]
-            if isinstance(exc, TimeoutError):  # one read or write took the whole timeout
-                with self._lock:
-                    self.timed_out += 1
-                return
-            if isinstance(exc, OSError):  # resets, broken pipes: the client's side
-                return
-            print(f"gpudoctor exporter: request failed: {type(exc).__name__}: {str(exc)[:200]}",
-                  file=sys.stderr, flush=True)
 
     return MetricsServer
 

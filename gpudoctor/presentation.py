@@ -200,13 +200,20 @@ def fmt_num(value: Any, unit: str = "", digits: int = 0) -> str:
 
 
 def fmt_memory(dev: Any) -> str:
-    """Used/total memory of a device snapshot: ``31.2/40.0 GiB``."""
+    """Used/total memory of a device snapshot: ``31.2/40.0 GiB``, and the memory the driver
+    reserves for itself when NVML gave it apart (``31.2/80.0 GiB +0.5 reserved``)."""
     used, total = dev.sample.get("memory_used_bytes", NA("NotRecorded")), dev.memory_total
     if is_na(used):
         return short_na(used)
+    reserved = dev.sample.get("memory_reserved_bytes")
+    extra = f" +{reserved / 2**30:.1f} reserved" if _is_number(reserved) and reserved > 0 else ""
     if isinstance(used, (int, float)) and isinstance(total, (int, float)) and total > 0:
-        return f"{used / 2**30:.1f}/{total / 2**30:.1f} GiB"
-    return fmt_bytes(used)
+        return f"{used / 2**30:.1f}/{total / 2**30:.1f} GiB{extra}"
+    return fmt_bytes(used) + extra
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def fmt_power(dev: Any) -> str:
@@ -311,6 +318,11 @@ def watch_record(snap: Any, dev: Any) -> dict[str, Any]:
             record[key] = None
         else:
             record[key] = value
+    if "memory_reserved_bytes" in dev.sample:  # read apart (NVML v2); recordings before it lack it
+        reserved = dev.sample["memory_reserved_bytes"]
+        record["memory_reserved_bytes"] = reserved if _is_number(reserved) else None
+        if is_na(reserved):
+            na["memory_reserved_bytes"] = reserved.reason
     reasons = dev.get("throttle_reasons")
     record["throttle"] = throttle_reason_names(reasons) if isinstance(reasons, int) else None
     record["na"] = na

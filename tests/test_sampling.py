@@ -7,6 +7,7 @@ No timed assertions beyond generous bounds.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -232,3 +233,45 @@ def test_the_exporter_command_serves_at_once_and_stops_while_its_first_sample_ha
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+def _v2_nvml():
+    import types
+
+    mod = fake_pynvml()
+    mod.nvmlMemory_v2 = 0x2000028
+    mod.nvmlDeviceGetMemoryInfo = lambda h, version=None: types.SimpleNamespace(
+        used=3 << 30, free=76 << 30, total=80 << 30, reserved=1 << 29)
+    return NvmlBackend(NvmlGate(mod))
+
+
+def test_reserved_memory_is_shown_apart_in_watch_and_the_tui_text():
+    from gpudoctor.presentation import fmt_memory, watch_line, watch_record
+
+    snap = Sampler(_v2_nvml(), with_processes=False).read()
+    dev = snap.devices[0]
+    assert fmt_memory(dev) == "3.0/80.0 GiB +0.5 reserved"  # the TUI's mem row and watch's line
+    assert "mem 3.0/80.0 GiB +0.5 reserved" in watch_line(snap, dev)
+    record = watch_record(snap, dev)
+    assert record["memory_used_bytes"] == 3 << 30 and record["memory_reserved_bytes"] == 1 << 29
+    old = Sampler(ReplayBackend.from_file(STANDIN), with_processes=False).read()
+    assert "memory_reserved_bytes" not in watch_record(old, old.devices[0])  # recorded before v2: as before
+    assert "reserved" not in fmt_memory(old.devices[0])
+
+
+def test_the_recorder_and_the_exporter_keep_reserved_memory(tmp_path):
+    from prometheus_client import generate_latest
+
+    from gpudoctor.exporter import GpudoctorCollector, GpuSampler, build_registry
+    from gpudoctor.recorder import record
+
+    sampler = GpuSampler(_v2_nvml(), interval=1.0)
+    sampler.sample_once()
+    body = generate_latest(build_registry(GpudoctorCollector(sampler, None, "nvml"))).decode()
+    assert "gpudoctor_gpu_memory_reserved_bytes{" in body and "5.36870912e+08" in body
+    data, interrupted = record(_v2_nvml(), seconds=0.2, interval=0.1, with_torch=False)
+    assert not interrupted and data["nvml"]["samples"][0]["devices"][0]["memory_reserved_bytes"] == 1 << 29
+    path = tmp_path / "v2.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    replay = ReplayBackend.from_file(path)  # the loader checks it against docs/recording.schema.json
+    assert replay.memory(0).memory_reserved_bytes == 1 << 29
