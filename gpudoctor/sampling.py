@@ -31,7 +31,7 @@ import collections
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Deque, Iterable, Mapping
+from typing import Any, Callable, Deque, Iterable, Iterator, Mapping
 
 from gpudoctor.backends.base import GpuBackend
 from gpudoctor.backends.na import NA, is_na
@@ -123,7 +123,7 @@ class Snapshot:
     count: int | None = None          # devices NVML reports (None: NVML could not say)
     reinits: int = 0                  # NVML restarts tried so far
     retry_in_s: float | None = None   # seconds to the next NVML restart, None when none is due
-    t_mono: float = field(default_factory=time.perf_counter)  # time.perf_counter() when read
+    t_mono: float = field(default_factory=time.perf_counter)  # time.perf_counter() when the read began
 
     @property
     def has_gpu(self) -> bool:
@@ -266,7 +266,7 @@ class Sampler:
     # -- one read -------------------------------------------------------------------
     def read(self) -> Snapshot:
         """Read every device now (in the caller's thread) and return the snapshot."""
-        started = time.monotonic()
+        started, t_mono = time.monotonic(), time.perf_counter()
         now = self._clock()
         retried = self._maybe_restart(now)
         if self._static is None or self.recover:
@@ -274,7 +274,7 @@ class Sampler:
         devices = [self._device(i) for i in self._indices()]
         host = self.host_sampler() if self.host_sampler is not None else NA("NotRead")
         snap = Snapshot(time=time.time(), nvml_status=self._status, devices=devices, host=host,
-                        driver_version=self._driver, source=self.source, count=self._count)
+                        driver_version=self._driver, source=self.source, count=self._count, t_mono=t_mono)
         self._plan_restart(snap, now, retried)
         snap.reinits = self.reinits
         snap.retry_in_s = None if self._retry_at is None else max(0.0, self._retry_at - now)
@@ -399,6 +399,24 @@ class Sampler:
                     return
                 self._keep_failure(failed_snapshot(f"SamplerError: {type(exc).__name__}", self.source))
             self._stop.wait(self.interval_s)
+
+    def paced(self, *, count: int | None = None, seconds: float | None = None) -> Iterator[Snapshot]:
+        """Read every ``interval_s`` in the caller's thread, yielding each snapshot: the first
+        at once, then at a steady cadence; at most ``count`` reads, and none begun later than
+        ``seconds`` after the first. For ``watch`` and ``record``, where Ctrl-C
+        (KeyboardInterrupt in the caller) must stop the sampling and keep what was read."""
+        t0 = next_at = time.monotonic()
+        done = 0
+        while True:
+            begun = time.monotonic()
+            yield self.read()
+            done += 1
+            if count is not None and done >= count:
+                return
+            if seconds is not None and begun - t0 + self.interval_s > seconds:
+                return
+            next_at += self.interval_s
+            time.sleep(max(0.0, next_at - time.monotonic()))
 
     def _keep_failure(self, snap: Snapshot) -> None:
         self.latest = snap
