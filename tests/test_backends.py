@@ -263,7 +263,8 @@ def test_both_backends_give_the_same_record_types(data_dir):
     assert replay.processes(0)[0]["pid"] == replay.processes(0)[0].pid
 
 
-def test_memory_used_comes_from_the_v2_structure_with_reserved_apart():
+def v2_memory_nvml(v2_answer, v1_used=(3 << 30) + (1 << 29)):
+    """The stand-in with NVML's v2 memory call answering ``v2_answer()``; returns (module, versions asked)."""
     mod = fake_pynvml()
     mod.nvmlMemory_v2 = 0x2000028
     seen = []
@@ -271,9 +272,18 @@ def test_memory_used_comes_from_the_v2_structure_with_reserved_apart():
     def memory_info(handle, version=None):
         seen.append(version)
         if version:
-            return types.SimpleNamespace(used=3 << 30, free=76 << 30, total=80 << 30, reserved=1 << 29)
-        return types.SimpleNamespace(used=(3 << 30) + (1 << 29), free=76 << 30, total=80 << 30)
+            return v2_answer()
+        return types.SimpleNamespace(used=v1_used, free=76 << 30, total=80 << 30)
     mod.nvmlDeviceGetMemoryInfo = memory_info
+    return mod, seen
+
+
+def v2_answer():
+    return types.SimpleNamespace(used=3 << 30, free=76 << 30, total=80 << 30, reserved=1 << 29)
+
+
+def test_memory_used_comes_from_the_v2_structure_with_reserved_apart():
+    mod, seen = v2_memory_nvml(v2_answer)
     backend = NvmlBackend(NvmlGate(mod))
     reading = backend.memory(0)
     assert reading.memory_used_bytes == 3 << 30 and reading.memory_reserved_bytes == 1 << 29
@@ -282,16 +292,10 @@ def test_memory_used_comes_from_the_v2_structure_with_reserved_apart():
 
 
 def test_memory_falls_back_to_v1_once_when_v2_is_unsupported(caplog):
-    mod = fake_pynvml()
-    mod.nvmlMemory_v2 = 0x2000028
-    seen = []
+    def unsupported():
+        raise _error("NotSupported")()
 
-    def memory_info(handle, version=None):
-        seen.append(version)
-        if version:
-            raise _error("NotSupported")
-        return types.SimpleNamespace(used=7, free=1, total=8)
-    mod.nvmlDeviceGetMemoryInfo = memory_info
+    mod, seen = v2_memory_nvml(unsupported, v1_used=7)
     backend = NvmlBackend(NvmlGate(mod))
     with caplog.at_level("INFO", logger="gpudoctor.backends.nvml"):
         first, second = backend.memory(0), backend.memory(0)

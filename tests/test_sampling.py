@@ -16,7 +16,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from test_backends import fake_pynvml
+from test_backends import fake_pynvml, v2_answer, v2_memory_nvml
 
 from gpudoctor.backends import NA, NvmlBackend, NvmlGate, ReplayBackend
 from gpudoctor.sampling import Sampler
@@ -236,13 +236,7 @@ def test_the_exporter_command_serves_at_once_and_stops_while_its_first_sample_ha
 
 
 def _v2_nvml():
-    import types
-
-    mod = fake_pynvml()
-    mod.nvmlMemory_v2 = 0x2000028
-    mod.nvmlDeviceGetMemoryInfo = lambda h, version=None: types.SimpleNamespace(
-        used=3 << 30, free=76 << 30, total=80 << 30, reserved=1 << 29)
-    return NvmlBackend(NvmlGate(mod))
+    return NvmlBackend(NvmlGate(v2_memory_nvml(v2_answer)[0]))
 
 
 def test_reserved_memory_is_shown_apart_in_watch_and_the_tui_text():
