@@ -127,6 +127,17 @@ def test_memory_device_path(fake_cuda):
     assert result.status is Status.WARN
 
 
+def test_memory_probe_reports_the_drivers_reserved_memory_apart(fake_cuda):
+    class V2Nvml(FakeNvml):
+        def memory(self, index):
+            return {**super().memory(index), "memory_reserved_bytes": 512 * MiB}
+
+    result = memory.run(ProbeContext(gpu=V2Nvml(fake_cuda["name"]), level="full"))
+    _valid(result)
+    (reserved,) = [m for m in result.measurements if m.name == "driver_reserved_memory"]
+    assert reserved.value == 512 * MiB and reserved.unit == "B"
+
+
 def test_memory_context_is_asked_before_set_device_creates_it(fake_cuda, monkeypatch):
     # torch >= 2.8: set_device always calls cudaSetDevice, which creates the primary
     # context (CUDA 12+). Asking has_context after it would always answer yes.
