@@ -316,3 +316,16 @@ def test_replay_of_a_recording_without_reserved_memory(data_dir):
     replay = ReplayBackend.from_file(data_dir / "handmade_hardware_faults.json")
     assert replay.memory(0).memory_reserved_bytes == NA("NotRecorded")
     assert replay.fast_sample(0)["memory_reserved_bytes"] == NA("NotRecorded")
+
+
+def test_sample_fields_are_one_list_for_nvml_replay_and_the_recording_schema():
+    from typing import get_type_hints
+
+    from gpudoctor.backends.base import GpuSample
+    from gpudoctor.recording import _SAMPLE_FIELDS
+
+    fields = set(get_type_hints(GpuSample))
+    assert fields == set(_SAMPLE_FIELDS)  # what a recording may hold is what a backend gives
+    mod = fake_pynvml()
+    assert set(NvmlBackend(NvmlGate(mod)).sample(0)) == fields
+    assert set(ReplayBackend._FAST_KEYS) == set(NvmlBackend(NvmlGate(fake_pynvml())).fast_sample(0)) < fields

@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, Union, runtime_checkable
+from typing import Any, ClassVar, Protocol, TypedDict, Union, runtime_checkable
 
 from .na import NA
 
@@ -123,6 +123,50 @@ class ProcessReading(Reading):
                    recorded={k: v for k, v in data.items() if k not in cls._names()})
 
 
+class GpuSample(TypedDict, total=False):
+    """One device's readings (``sample``; ``fast_sample`` gives the first group only).
+
+    Keyed by the names docs/recording.schema.json gives a recorded sample (a test keeps the
+    two the same); a recording may hold any subset, and an absent key reads as NA.
+    """
+
+    t: float
+    gpu_util_pct: IntOrNA
+    mem_util_pct: IntOrNA
+    memory_used_bytes: IntOrNA
+    memory_free_bytes: IntOrNA
+    memory_total_bytes: IntOrNA
+    memory_reserved_bytes: IntOrNA
+    temperature_c: IntOrNA
+    power_w: FloatOrNA
+    power_limit_w: FloatOrNA
+    clock_sm_mhz: IntOrNA
+    clock_mem_mhz: IntOrNA
+    clock_graphics_mhz: IntOrNA
+    throttle_reasons: IntOrNA
+    performance_state: IntOrNA
+    # full reads only
+    pcie_gen_current: IntOrNA
+    pcie_width_current: IntOrNA
+    pcie_tx_kbps: IntOrNA
+    pcie_rx_kbps: IntOrNA
+    fan_pct: IntOrNA
+    ecc_volatile_corrected: IntOrNA
+    ecc_volatile_uncorrected: IntOrNA
+    ecc_aggregate_corrected: IntOrNA
+    ecc_aggregate_uncorrected: IntOrNA
+    retired_pages_sbe: IntOrNA
+    retired_pages_dbe: IntOrNA
+    retired_pages_pending: Union[int, bool, NA]
+    remapped_rows_correctable: IntOrNA
+    remapped_rows_uncorrectable: IntOrNA
+    remapped_rows_pending: Union[bool, NA]
+    remapped_rows_failure: Union[bool, NA]
+    persistence_mode: IntOrNA
+    compute_mode: IntOrNA
+    energy_mj: IntOrNA
+
+
 @runtime_checkable
 class GpuBackend(Protocol):
     """What the probes, the sampling core and the recorder may ask of a GPU backend.
@@ -147,10 +191,10 @@ class GpuBackend(Protocol):
     def static(self, index: int) -> dict[str, Any]:
         """Facts read once per device (name, uuid, bus id, limits)."""
 
-    def sample(self, index: int) -> dict[str, Any]:
+    def sample(self, index: int) -> GpuSample:
         """Every reading gpudoctor shows (PCIe counters, ECC and modes included)."""
 
-    def fast_sample(self, index: int) -> dict[str, Any]:
+    def fast_sample(self, index: int) -> GpuSample:
         """The readings cheap enough to take beside a training loop."""
 
     def memory(self, index: int) -> MemoryReading: ...
@@ -171,5 +215,5 @@ class GpuBackend(Protocol):
     def close(self) -> None: ...
 
 
-__all__ = ["GpuBackend", "MemoryReading", "UtilizationReading", "ProcessReading", "Reading", "IntOrNA",
+__all__ = ["GpuBackend", "GpuSample", "MemoryReading", "UtilizationReading", "ProcessReading", "Reading", "IntOrNA",
            "FloatOrNA"]

@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from .base import MemoryReading, ProcessReading, UtilizationReading
+from .base import GpuSample, MemoryReading, ProcessReading, UtilizationReading
 from .na import NA, is_na
 
 log = logging.getLogger(__name__)
@@ -276,7 +276,7 @@ class NvmlBackend:
             return MemoryReading(memory, memory, memory, memory)
         return MemoryReading(int(memory.used), int(memory.free), int(memory.total), NA("MemoryV2NotSupported"))
 
-    def fast_sample(self, index: int) -> dict[str, Any]:
+    def fast_sample(self, index: int) -> GpuSample:
         """The readings that cost one quick NVML call each: utilisation, memory, temperature,
         power, clocks, throttle reasons, performance state.
 
@@ -302,7 +302,7 @@ class NvmlBackend:
             "performance_state": q("nvmlDeviceGetPerformanceState", index),
         }
 
-    def sample(self, index: int) -> dict[str, Any]:
+    def sample(self, index: int) -> GpuSample:
         """Every reading gpudoctor shows: :meth:`fast_sample` plus PCIe link and throughput,
         fan, ECC, page retirement, row remapping, persistence and compute mode."""
         c = self.gate.constant

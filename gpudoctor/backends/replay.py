@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 # The loader lives in gpudoctor.recording (bounded reading, the schema); re-exported here.
 from gpudoctor.recording import RECORDING_FORMAT, RECORDING_FORMAT_VERSION, RecordingError, load_recording
 
-from .base import MemoryReading, ProcessReading, UtilizationReading
+from .base import GpuSample, MemoryReading, ProcessReading, UtilizationReading
 from .na import NA, is_na
 
 if TYPE_CHECKING:  # pathlib costs `report --quick` ~5 ms of imports; only replays need it
@@ -104,7 +104,7 @@ class ReplayBackend:
             self._cursor[index] = pos + 1
         return samples[pos]
 
-    def sample(self, index: int) -> dict[str, Any]:
+    def sample(self, index: int) -> GpuSample:
         na = self._check(index)
         if na is not None:
             return {"gpu_util_pct": na}
@@ -127,7 +127,7 @@ class ReplayBackend:
         """What a field absent from a sample reads as: the device's fault if it has one."""
         return next((v for v in full.values() if is_na(v)), NA("NotRecorded"))
 
-    def fast_sample(self, index: int) -> dict[str, Any]:
+    def fast_sample(self, index: int) -> GpuSample:
         full = self.sample(index)
         missing = self._missing(full)
         fast = {k: full.get(k, missing) for k in self._FAST_KEYS}
