@@ -259,7 +259,7 @@ class Sampler:
     @property
     def source(self) -> str:
         if self.gpu.kind == "replay":
-            src = getattr(self.gpu, "source", "") or "recording"
+            src = self.gpu.source or "recording"
             return f"replay: {src.rsplit('/', 1)[-1]}"
         return "live"
 

@@ -195,6 +195,7 @@ def test_every_gpu_lost_then_reset_recovers():
 def test_no_retry_for_a_missing_python_binding_or_a_replay():
     class NoReset:
         kind = "replay"  # a recording: its reset() has nothing to start again
+        source = "nvml-missing.json"
 
         def status(self):
             from gpudoctor.backends import NA

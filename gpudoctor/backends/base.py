@@ -176,6 +176,7 @@ class GpuBackend(Protocol):
     """
 
     kind: ClassVar[str]
+    source: str  # the recording's file for a replay; empty for live NVML
 
     def status(self) -> NA | None:
         """None when the backend can answer; else NA with the reason (NVML missing...)."""

@@ -169,6 +169,7 @@ class NvmlBackend:
     """Live readings through NVML. The methods are :class:`~gpudoctor.backends.base.GpuBackend`."""
 
     kind = "nvml"
+    source = ""  # a replay names its file here
 
     def __init__(self, gate: NvmlGate | None = None) -> None:
         self.gate = gate or NvmlGate()
