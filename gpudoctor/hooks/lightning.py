@@ -88,6 +88,7 @@ class GpudoctorCallback(_pl.Callback):
             return
         if self._last_end is not None:
             self.monitor.batch_ready(_clock() - self._last_end)
+        self.monitor._last_batch = batch  # samples per step, for samples per second and per joule
         self._step = self.monitor.step()
         self._step.__enter__()
 

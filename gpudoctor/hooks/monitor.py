@@ -124,17 +124,28 @@ class TrainingMonitor:
         the lines that make them.
     gpu_backend:
         An NVML backend to sample (default: a new :class:`gpudoctor.backends.NvmlBackend`).
+    batch_size:
+        Samples per step, for samples per second and per joule. ``None``: the length of the
+        first dimension of each batch from ``wrap(loader)`` (the first tensor of a tuple,
+        list or dict batch).
+    measure_energy:
+        Read the GPU's NVML total-energy counter (RAPL for a CPU loop) at step boundaries,
+        about every ``sample_interval_s``: joules per step, samples per joule, average power.
     strict:
         Raise :class:`MonitorUsageError` on misuse instead of warning and carrying on.
     """
 
     def __init__(self, device: Any = None, *, model: Any = None, log_every: int | None = None,
                  warmup_steps: int = 1, sample_gpu: bool = True, sample_interval_s: float = 0.5,
-                 count_syncs: bool = True, gpu_backend: Any = None, strict: bool = False) -> None:
+                 count_syncs: bool = True, gpu_backend: Any = None, strict: bool = False,
+                 batch_size: int | None = None, measure_energy: bool = True) -> None:
         if log_every is not None and (not isinstance(log_every, int) or log_every < 1):
             raise MonitorUsageError(f"log_every must be a positive whole number of steps, not {log_every!r}")
         if warmup_steps < 0:
             raise MonitorUsageError(f"warmup_steps must be 0 or more, not {warmup_steps!r}")
+        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
+                                       or batch_size < 1):
+            raise MonitorUsageError(f"batch_size must be a positive whole number of samples, not {batch_size!r}")
         self._device_arg = device
         self._model = model
         self.log_every = log_every
@@ -144,6 +155,10 @@ class TrainingMonitor:
         self.count_syncs = count_syncs
         self.strict = strict
         self._gpu_backend = gpu_backend
+        self.batch_size = batch_size
+        self.measure_energy = measure_energy
+        self._energy: Any = None
+        self._samples = array("q")  # samples in each step (-1: unknown)
 
         self._ctx = _StepContext(self)
         self._waits = array("d")
@@ -265,6 +280,9 @@ class TrainingMonitor:
                 self._t_start_iter = now - wait
                 self._step_pass = self._pending_pass
             self._wait = wait
+            energy = self._energy
+            if energy is not None and (not self._passes or self._passes[-1] != self._step_pass):
+                energy.maybe_read(now, force=True)  # the first step, or the first after a gap
             timer = self._timer
             if timer is not None:
                 timer.begin()
@@ -295,6 +313,10 @@ class TrainingMonitor:
             self._iter_starts.append(self._t_start_iter)
             self._ends.append(end)
             self._passes.append(self._step_pass)
+            self._samples.append(self.batch_size or _batch_samples(self._last_batch))
+            energy = self._energy
+            if energy is not None:
+                energy.maybe_read(end, force=len(self._host_steps) == self.warmup_steps)
             every = self.log_every
             if every is not None and len(self._host_steps) % every == 0:
                 self._log_window()
@@ -342,6 +364,8 @@ class TrainingMonitor:
             self._resolve_device()
         self._collecting = True
         if self._device_kind != "cuda":
+            if self.measure_energy and self._energy is None:
+                self._start_energy()
             return
         if self._timer is None:
             try:
@@ -360,6 +384,8 @@ class TrainingMonitor:
                 self._notes.append(f"host syncs {self._syncs.status}")
         if self.sample_gpu:
             self._start_sampler()
+        if self.measure_energy and self._energy is None:
+            self._start_energy()
 
     def _in_training_loop(self) -> bool:
         return self._in_step or self._wrap_depth > 0
@@ -392,6 +418,32 @@ class TrainingMonitor:
             return
         self._sampler = GpuSampler(backend, index, self.sample_interval_s)
         self._sampler.start()
+
+    def _start_energy(self) -> None:
+        from .energy import nvml_step_energy, rapl_step_energy
+
+        if self._device_kind in ("cpu", "cpu-fallback"):
+            self._energy = rapl_step_energy(self.sample_interval_s)
+            return
+        if self._device_kind != "cuda":
+            return
+        if self._sampler is not None:
+            self._energy = nvml_step_energy(self._sampler.backend, self._sampler.index, self.sample_interval_s)
+            return
+        from gpudoctor.backends import NvmlBackend
+        from .sampler import nvml_index_for
+        from .torch_support import cuda_pci_bus_id
+
+        backend = self._gpu_backend if self._gpu_backend is not None else NvmlBackend()
+        status = backend.status() if hasattr(backend, "status") else None
+        index = None if status is not None else nvml_index_for(
+            backend, self._device_index or 0, cuda_pci_bus_id(self._device_index or 0))
+        if index is None:
+            self._notes.append("energy not measured: " + (f"NVML unavailable ({status.reason})" if status is not None
+                                                          else f"{self._device} not found among NVML's devices"))
+            self.measure_energy = False
+            return
+        self._energy = nvml_step_energy(backend, index, self.sample_interval_s)
 
     def _finish_collecting(self) -> None:
         self._collecting = False
@@ -464,6 +516,7 @@ class TrainingMonitor:
             ends=self._ends, passes=self._passes, device_steps=device_steps, device=self._device,
             rank=self._rank, world_size=self._world, warmup_steps=self.warmup_steps,
             gpu_samples=self._sampler.snapshot() if self._sampler is not None else (),
+            samples=self._samples, energy=self._energy,
             memory=memory, host_syncs=self._syncs.snapshot() if self._syncs is not None else None,
             notes=notes))
 
@@ -519,3 +572,21 @@ class TrainingMonitor:
             parts.append(f"host syncs {(total - self._last_log_syncs) / (n - first):.1f}/step")
             self._last_log_syncs = total
         log.info("gpudoctor: %s", ", ".join(parts))
+
+
+def _batch_samples(batch: Any) -> int:
+    """Samples in a batch: the first dimension of its first tensor (-1: unknown)."""
+    for _ in range(4):  # a tensor, or a tuple / list / dict whose first item leads to one
+        shape = getattr(batch, "shape", None)
+        if shape is not None:
+            try:
+                return int(shape[0]) if len(shape) else -1
+            except (TypeError, ValueError, IndexError):
+                return -1
+        if isinstance(batch, dict):
+            batch = next(iter(batch.values()), None)
+        elif isinstance(batch, (list, tuple)) and batch:
+            batch = batch[0]
+        else:
+            return -1
+    return -1

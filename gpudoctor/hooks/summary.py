@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 from gpudoctor.fileio import atomic_write_text
 from gpudoctor.stats import percentile
+from .energy import energy_figures
 
 SUMMARY_FORMAT = "gpudoctor-training-summary"
 SUMMARY_FORMAT_VERSION = 1
@@ -103,7 +104,9 @@ class Summary:
     host_step_time_p50_s: float | None = None
     device_span_share: float | None = None
     steps_per_s: float | None = None
+    samples_per_s: float | None = None
     gpu: dict[str, Any] | None = None
+    energy: dict[str, Any] | None = None
     memory: dict[str, Any] | None = None
     host_syncs: dict[str, Any] | None = None
     diagnosis: list[DiagnosisItem] = field(default_factory=list)
@@ -124,7 +127,8 @@ class Summary:
         for name in ("steps", "steps_measured", "warmup_steps", "device", "timing", "rank", "world_size",
                      "wall_time_s", "data_wait_share", "data_wait_p50_s", "data_wait_total_s",
                      "step_time_p50_s", "step_time_p90_s", "step_time_mean_s", "host_step_time_p50_s",
-                     "device_span_share", "steps_per_s", "gpu", "memory", "host_syncs"):
+                     "device_span_share", "steps_per_s", "samples_per_s", "gpu", "energy", "memory",
+                     "host_syncs"):
             out[name] = _json_safe(getattr(self, name))
         out["device_busy_share"] = out["device_span_share"]  # deprecated copy, for old readers
         out["diagnosis"] = [item.to_dict() for item in self.diagnosis]
@@ -266,6 +270,8 @@ class RawTimings:
     memory: dict[str, Any] | None = None
     host_syncs: dict[str, Any] | None = None
     notes: Sequence[str] = ()
+    samples: Sequence[int] = ()  # samples in each step (-1: unknown)
+    energy: Any = None  # a gpudoctor.hooks.energy.StepEnergy, or None
 
 
 def build_summary(raw: RawTimings) -> Summary:
@@ -326,6 +332,12 @@ def build_summary(raw: RawTimings) -> Summary:
         summary.step_time_mean_s = _mean(times)
 
     spans = [(raw.iter_starts[i], raw.iter_starts[i] + length) for i, length in enumerate(lengths, start=skip)]
+    measured_samples = list(raw.samples[skip:])
+    if measured_samples and min(measured_samples) >= 0 and wall:
+        summary.samples_per_s = sum(measured_samples) / wall
+    summary.energy, energy_note = energy_figures(raw.energy, spans, measured_samples)
+    if energy_note:
+        summary.notes.append(energy_note)
     summary.gpu = gpu_stats(raw.gpu_samples, spans=spans)
     if summary.gpu is not None and summary.gpu["samples"] > summary.gpu["samples_in_steps"]:
         summary.notes.append(f"{summary.gpu['samples'] - summary.gpu['samples_in_steps']} of {summary.gpu['samples']} "
@@ -633,6 +645,13 @@ def render_text(s: Summary) -> str:
         facts.append(f"steps' device span {_pct(s.device_span_share)} of the wall time (not GPU busy time)")
     if s.gpu and s.gpu.get("util_mean_pct") is not None:
         facts.append(f"NVML utilisation {s.gpu['util_mean_pct']:.0f}%")
+    energy = s.energy or {}
+    if energy.get("joules_per_step") is not None:
+        per_joule = energy.get("samples_per_joule")
+        facts.append(f"{energy['joules_per_step']:.3g} J per step"
+                     + (f", {per_joule:.3g} samples per joule" if per_joule is not None else "")
+                     + (f" at {energy['avg_power_w']:.0f} W" if energy.get("avg_power_w") is not None else "")
+                     + f" ({'GPU' if energy.get('source') == 'nvml' else 'CPU'} energy counter)")
     if s.host_syncs and "per_step" in s.host_syncs:
         facts.append(f"{s.host_syncs['per_step']:.1f} host syncs per step")
     if facts:

@@ -49,6 +49,8 @@ class AppState:
     sample_error: str = ""
     stalled_s: float | None = None
     samples: int = 0
+    #: Critical GPU events (Xid, ECC) per NVML index, from NVML's event set or a replay.
+    events: dict[int, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -228,6 +230,7 @@ class GpudoctorApp(App[int]):
         self.doctor = DoctorState(level=doctor_level)
         self.workload = WorkloadState()
         self.sampler: Sampler | None = None
+        self.event_watcher: Any = None
         self._sample_started: float | None = None
         self._workload_stop = threading.Event()
         self._quitting = False
@@ -297,6 +300,8 @@ class GpudoctorApp(App[int]):
     def action_quit_app(self) -> None:
         self._quitting = True
         self._workload_stop.set()
+        if self.event_watcher is not None:
+            self.event_watcher.stop(join_s=0)  # never waits for the driver
         self.exit(0)
 
     # -- sampling -------------------------------------------------------------------
@@ -330,6 +335,7 @@ class GpudoctorApp(App[int]):
                     info = recorded_process_info if gpu.kind == "replay" else PsutilProcessInfo()
                     self.process_info = info
                 self.sampler = Sampler(gpu, self.host_sampler or default_host_sampler())
+                self._watch_events(gpu)
             snap = self.sampler.read()
             rows, notes = process_rows(snap, self.process_info)  # type: ignore[arg-type]
             forget = getattr(self.process_info, "forget_except", None)
@@ -342,6 +348,20 @@ class GpudoctorApp(App[int]):
         if not self._quitting:
             self.post_message(SampleReady(snap, rows, notes))
 
+    def _watch_events(self, gpu: Any) -> None:
+        """Watch NVML's event set (Xid, ECC) for the GPU panels; without it the panels go on."""
+        from gpudoctor.backends.events import open_event_watcher
+
+        try:
+            watcher = open_event_watcher(gpu)
+            watcher.start()
+        except Exception:  # a backend without events (a test stand-in): no event line
+            return
+        if self._quitting:
+            watcher.stop(join_s=0)
+            return
+        self.event_watcher = watcher
+
     def on_sample_ready(self, message: SampleReady) -> None:
         self._sample_started = None
         state = self.state
@@ -352,6 +372,9 @@ class GpudoctorApp(App[int]):
         state.sample_error = ""
         state.stalled_s = None
         state.samples += 1
+        watcher = self.event_watcher
+        if watcher is not None:
+            state.events = {d.index: watcher.snapshot(d.index) for d in message.snapshot.devices}
         self._redraw("overview", "processes")
 
     def on_sample_failed(self, message: SampleFailed) -> None:

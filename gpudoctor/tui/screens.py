@@ -31,6 +31,17 @@ if TYPE_CHECKING:
 class TitleBar(Static):
     """One line: screen name, data source, and anything wrong with the sampling."""
 
+    _shown: Text | None = None
+
+    def show(self, text: Text) -> None:
+        """Update only when the line changed: ``Static.update`` re-lays out the screen, and a
+        re-layout repaints the whole terminal."""
+        old = self._shown
+        if old is not None and old.plain == text.plain and old.spans == text.spans and old.style == text.style:
+            return
+        self._shown = text
+        self.update(text)
+
 
 class BaseScreen(Screen):
     TITLE = ""
@@ -85,7 +96,7 @@ class OverviewScreen(BaseScreen):
 
     def refresh_view(self) -> None:
         state = self.gapp.state
-        self.query_one("#title", TitleBar).update(self.title_text())
+        self.query_one("#title", TitleBar).show(self.title_text())
         snap = state.snapshot
         if snap is None:
             return
@@ -113,7 +124,7 @@ class OverviewScreen(BaseScreen):
         for dev in snap.devices:
             for panel in panels.query(f"#gpu-{dev.index}").results(GpuPanel):
                 panel.interval_s = self.gapp.interval
-                panel.show(dev, state.history)
+                panel.show(dev, state.history, state.events.get(dev.index))
                 gpu_panels.append(panel)
         for panel in panels.query("#no-gpu").results(NoGpuPanel):
             panel.show(snap.nvml_status if snap.nvml_status is not None else NA("NoDevices"))
@@ -213,7 +224,7 @@ class ProcessesScreen(BaseScreen):
         shown = f"· {len(rows)} of {len(state.processes)} · sorted by {self.sort_key} (s) "
         if self.filter_text:
             shown += f"· filter {plain_text(self.filter_text, limit=40)!r} "
-        self.query_one("#title", TitleBar).update(self.title_text(shown))
+        self.query_one("#title", TitleBar).show(self.title_text(shown))
         table = self.query_one("#procs", DataTable)
         selected = None
         if table.row_count and table.cursor_row is not None and 0 <= table.cursor_row < table.row_count:
@@ -280,7 +291,7 @@ class DoctorScreen(BaseScreen):
             extra = f"· level {doc.level} · done: " + ", ".join(f"{n} {k}" for k, n in counts.items()) + " · r re-run "
         else:
             extra = f"· level {doc.level} "
-        self.query_one("#title", TitleBar).update(self.title_text(extra))
+        self.query_one("#title", TitleBar).show(self.title_text(extra))
         width = max(30, self.size.width - 4)
         parts: list[Any] = []
         if doc.error:
@@ -324,7 +335,7 @@ class WorkloadScreen(BaseScreen):
     def refresh_view(self) -> None:
         wl = self.gapp.workload
         extra = f"· {wl.phase} "
-        self.query_one("#title", TitleBar).update(self.title_text(extra))
+        self.query_one("#title", TitleBar).show(self.title_text(extra))
         width = max(30, self.size.width - 4)
         parts: list[Any] = []
         if wl.unavailable:

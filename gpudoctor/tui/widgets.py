@@ -8,6 +8,7 @@ the widget's current width, so a terminal resize re-flows without new readings.
 from __future__ import annotations
 
 import textwrap
+import time
 from typing import Any
 
 from rich.console import Group
@@ -57,18 +58,45 @@ class _LinesPanel(Widget):
     height is the number of those lines."""
 
     _line_count: int | None = None
+    #: The lines last painted and their width: a new reading that draws the same lines (an
+    #: idle GPU, a steady host) repaints nothing, as a curses monitor writes only what changed.
+    _shown: list[Text] | None = None
+    _shown_width = -1
 
     def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
         return len(self.lines(width))  # type: ignore[attr-defined]
 
     def render(self) -> Any:
-        return Group(*self.lines(self.content_size.width))  # type: ignore[attr-defined]
+        width = self.content_size.width
+        if self._shown is None or width != self._shown_width:
+            self._shown, self._shown_width = self.lines(width), width  # type: ignore[attr-defined]
+        return Group(*self._shown)
 
     def refresh_sized(self) -> None:
-        """Repaint; re-layout too when the number of lines changed (a GPU lost, a resize)."""
-        count = len(self.lines(self.content_size.width))  # type: ignore[attr-defined]
-        self.refresh(layout=count != self._line_count)
-        self._line_count = count
+        """Repaint what changed; re-layout too when the number of lines changed (a GPU lost, a
+        resize)."""
+        width = self.content_size.width
+        lines = self.lines(width)  # type: ignore[attr-defined]
+        if width == self._shown_width and _same_lines(lines, self._shown):
+            return
+        self._shown, self._shown_width = lines, width
+        self.refresh(layout=len(lines) != self._line_count)
+        self._line_count = len(lines)
+
+    def set_borders(self, title: str, subtitle: str = "") -> None:
+        """Border texts, as plain text (never markup); set only when they change, since setting
+        one repaints the whole panel."""
+        if (title, subtitle) == getattr(self, "_borders", None):
+            return
+        self._borders = (title, subtitle)
+        self.border_title = Text(title)
+        self.border_subtitle = Text(subtitle) if subtitle else None
+
+
+def _same_lines(new: list[Text], old: list[Text] | None) -> bool:
+    """The same text with the same styles (rich's Text equality leaves the base style out)."""
+    return old is not None and len(new) == len(old) and all(
+        a.plain == b.plain and a.style == b.style and a.spans == b.spans for a, b in zip(new, old))
 
 
 class GpuPanel(_LinesPanel):
@@ -79,17 +107,20 @@ class GpuPanel(_LinesPanel):
         self.index = index
         self.device: DeviceSnapshot | None = None
         self.history: History | None = None
+        self.events: Any = None  # gpudoctor.backends.events.DeviceEvents, or None
+        self._built: dict[tuple[int, int], list[Text]] = {}
         #: Rows of the tall utilisation graph (0: none); the Overview gives free rows here.
         self.graph_rows = 0
         #: Seconds between samples, for the graph's time axis.
         self.interval_s = 1.0
 
-    def show(self, device: DeviceSnapshot, history: History) -> None:
+    def show(self, device: DeviceSnapshot, history: History, events: Any = None) -> None:
         static = device.static
         # The name comes from the driver (or a replayed file): literal text, never markup.
-        self.border_title = Text(f"GPU {device.index}: {plain_text(device.name, limit=80)}")
+        title = f"GPU {device.index}: {plain_text(device.name, limit=80)}"
         fault = device.fault
-        self.device, self.history = device, history
+        self.device, self.history, self.events = device, history, events
+        self._built.clear()
         self.set_class(fault is not None, "fault")
         if fault is None:
             bits = []
@@ -102,20 +133,30 @@ class GpuPanel(_LinesPanel):
             procs = device.processes
             if isinstance(procs, list):
                 bits.append(f"{len(procs)} proc{'s' if len(procs) != 1 else ''}")
-            self.border_subtitle = Text(" · ".join(bits))
+            self.set_borders(title, " · ".join(bits))
         else:
-            self.border_subtitle = Text(plain_text(fault.reason, limit=60))
+            self.set_borders(title, plain_text(fault.reason, limit=60))
         self.refresh_sized()
 
     def lines(self, width: int) -> list[Text]:
-        """The panel's lines for a content ``width`` (Textual asks for the height of any width)."""
+        """The panel's lines for a content ``width`` (Textual asks for the height of any width),
+        built once per reading, width and graph height."""
+        key = (width, self.graph_rows)
+        cached = self._built.get(key)
+        if cached is None:
+            if len(self._built) > 8:
+                self._built.clear()
+            cached = self._built[key] = self._build_lines(width)
+        return cached
+
+    def _build_lines(self, width: int) -> list[Text]:
         dev, hist = self.device, self.history
         if dev is None or hist is None:
             return [Text("waiting for the first reading ...", style="dim")]
         width = max(20, width)
         fault = dev.fault
         if fault is not None:
-            return self._render_fault(dev, hist, fault, width)
+            return self._render_fault(dev, hist, fault, width) + event_lines(self.events, width)
         return self._render_readings(dev, hist, width)
 
     def _render_fault(self, dev: DeviceSnapshot, hist: History, fault: NA, width: int) -> list[Text]:
@@ -183,6 +224,7 @@ class GpuPanel(_LinesPanel):
         throttle = Text("clocks".ljust(LABEL_W), style="cyan") + Text(text, style=style)
         throttle.truncate(width, overflow="ellipsis")
         lines.append(throttle)
+        lines += event_lines(self.events, width)
         if self.graph_rows >= 2:
             lines += util_graph(series("util"), self.graph_rows, width, self.interval_s)
         return lines
@@ -196,6 +238,56 @@ class GpuPanel(_LinesPanel):
         if isinstance(value, int):
             return out + Text(f"{value} uncorrected", style="bold red" if value else "")
         return out + Text("n/a", style="dim")
+
+
+def event_lines(events: Any, width: int, now: float | None = None) -> list[Text]:
+    """The GPU's critical events (Xid, ECC) in words: nothing when there are none.
+
+    Xids from the kernel log (before gpudoctor started) count too, marked "logged"."""
+    if events is None:
+        return []
+    from gpudoctor import xid
+    from gpudoctor.presentation import EVENT_WORDS
+
+    now = time.time() if now is None else now
+    counts = {k: v for k, v in events.counts.items() if v and k != "clock_change"}
+    last = events.last_xid()
+    serious = [e for e in events.recent if e.kind not in ("xid", "clock_change")]
+    if not counts and last is None:
+        return []
+    lines: list[Text] = []
+    if last is not None:
+        info = xid.explain(int(last.code or 0))
+        total = events.xid_count
+        when = "logged before start" if last.source == "kernel_log" else _ago(now - last.time)
+        head = Text("Xid".ljust(LABEL_W), style="cyan")
+        head.append(f"{last.code} ({info.severity}), {when}", style="bold red" if info.severity == "critical" else "yellow")
+        if total > 1:
+            head.append(f"; {total} since start", style="dim")
+        head.truncate(width, overflow="ellipsis")
+        lines.append(head)
+        for line in textwrap.wrap(plain_text(f"{info.words}; {info.action}"), max(10, width - LABEL_W))[:2]:
+            lines.append(Text(" " * LABEL_W + line))
+    if serious:
+        event = serious[-1]
+        line = Text("events".ljust(LABEL_W), style="cyan")
+        line.append(f"{plain_text(EVENT_WORDS.get(event.kind, event.kind))}, {_ago(now - event.time)}",
+                    style="bold red")
+        others = sum(v for k, v in counts.items() if k != "xid") - 1
+        if others > 0:
+            line.append(f" (+{others} more)", style="dim")
+        line.truncate(width, overflow="ellipsis")
+        lines.append(line)
+    return lines
+
+
+def _ago(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 90:
+        return f"{seconds:.0f} s ago"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min ago"
+    return f"{seconds / 3600:.1f} h ago"
 
 
 class NoGpuPanel(Widget):
@@ -229,7 +321,7 @@ class HostPanel(_LinesPanel):
 
     def show(self, snapshot: Snapshot, history: History) -> None:
         self.snapshot, self.history = snapshot, history
-        self.border_title = "Host"
+        self.set_borders("Host")
         self.refresh_sized()
 
     def lines(self, width: int) -> list[Text]:
@@ -285,19 +377,14 @@ def util_graph(values: list[float | None], rows: int, width: int, interval_s: fl
     plot_w = max(1, width - label_w)
     data = list(values)[-plot_w:]
     data = [None] * (plot_w - len(data)) + data
+    columns: dict[Any, str] = {}  # one column (top to bottom) per distinct reading
+    for v in data:
+        if v not in columns:
+            columns[v] = _graph_column(v, rows)
     out: list[Text] = []
-    for r in range(rows):
-        level = rows - 1 - r  # rows below this one
-        cells = []
-        for v in data:
-            if v is None:
-                cells.append(" ")
-                continue
-            eighths = max(0.0, min(100.0, float(v))) / 100.0 * rows * 8
-            fill = int(max(0, min(8, round(eighths - level * 8))))
-            cells.append(GRAPH_FILL[max(fill, 1) if level == 0 else fill])  # a reading, even 0 %, shows
+    for r, row in enumerate(zip(*(columns[v] for v in data))):
         label = "100%" if r == 0 else ("0%" if r == rows - 1 else "")
-        out.append(Text(label.rjust(label_w - 1) + " ", style="dim") + Text("".join(cells), style="green"))
+        out.append(Text(label.rjust(label_w - 1) + " ", style="dim") + Text("".join(row), style="green"))
     axis = ["─"] * plot_w
     known = sum(1 for v in data if v is not None)
     free_from = plot_w  # marks are placed right to left without overlapping
@@ -312,6 +399,18 @@ def util_graph(values: list[float | None], rows: int, width: int, interval_s: fl
         free_from = start - 1
     out.append(Text("util".ljust(label_w), style="cyan") + Text("".join(axis), style="dim"))
     return out
+
+
+def _graph_column(value: float | None, rows: int) -> str:
+    """One column of the utilisation graph, top row first: eighths of a cell per row."""
+    if value is None:
+        return " " * rows
+    eighths = max(0.0, min(100.0, float(value))) / 100.0 * rows * 8
+    cells = []
+    for level in range(rows - 1, -1, -1):  # rows below the one drawn
+        fill = int(max(0, min(8, round(eighths - level * 8))))
+        cells.append(GRAPH_FILL[max(fill, 1) if level == 0 else fill])  # a reading, even 0 %, shows
+    return "".join(cells)
 
 
 #: Samples a History keeps (the graph's time axis stops where the history does).
