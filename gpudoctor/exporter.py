@@ -40,6 +40,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+from gpudoctor.backends.na import is_na
+
 
 DEFAULT_PORT = 9402
 DEFAULT_INTERVAL_S = 5.0
@@ -73,6 +75,9 @@ GPU_METRICS: tuple[GpuMetric, ...] = (
               "DCGM_FI_DEV_FB_FREE"),
     GpuMetric("gpudoctor_gpu_memory_total_bytes", "memory_total_bytes", 1.0, "Device memory in total",
               "DCGM_FI_DEV_FB_TOTAL"),
+    GpuMetric("gpudoctor_gpu_memory_reserved_bytes", "memory_reserved_bytes", 1.0,
+              "Device memory the driver reserves for itself, in neither used nor free (NVML v2 memory info)",
+              "DCGM_FI_DEV_FB_RESERVED"),
     GpuMetric("gpudoctor_gpu_temperature_celsius", "temperature_c", 1.0, "GPU core temperature",
               "DCGM_FI_DEV_GPU_TEMP"),
     GpuMetric("gpudoctor_gpu_power_watts", "power_w", 1.0, "Power draw", "DCGM_FI_DEV_POWER_USAGE"),
@@ -167,123 +172,74 @@ def all_metric_names() -> list[str]:
 
 
 # --------------------------------------------------------------------------- sampling
-# NVML states that a later nvmlInit can cure: the driver was not loaded yet, or was reloaded
-# under us (Uninitialized). Every GPU answering GpuIsLost (a GPU reset) is cured the same way.
-RECOVERABLE_NVML_REASONS = frozenset({"LibraryNotFound", "DriverNotLoaded", "Uninitialized"})
+# The sampling (and NVML's restart after a driver reload) is gpudoctor.sampling.Sampler's.
 RETRY_FIRST_S = 5.0
 RETRY_MAX_S = 60.0
 
 
 def recoverable_trouble(snap: dict[str, Any]) -> str | None:
-    """The reason a fresh NVML start-up may help with this sample, or None."""
-    from gpudoctor.backends import is_na
+    """The reason a fresh NVML start-up may help with this exporter sample, or None."""
+    from gpudoctor.sampling import RECOVERABLE_NVML_REASONS, all_lost
 
     status = snap.get("status")
     if is_na(status) and status.reason in RECOVERABLE_NVML_REASONS:
         return status.reason
     devices = snap.get("devices") or []
-    if devices and all(_all_lost(dev["sample"]) for dev in devices):
+    if devices and all(all_lost(dev["sample"]) for dev in devices):
         return "GpuIsLost"
     return None
 
 
-def _all_lost(sample: dict[str, Any]) -> bool:
-    from gpudoctor.backends import is_na
-
-    readings = [v for k, v in sample.items() if k != "t"]
-    return bool(readings) and all(is_na(v) and v.reason == "GpuIsLost" for v in readings)
-
-
 class GpuSampler:
-    """Reads every GPU every ``interval`` seconds in a daemon thread; keeps the latest.
-
-    When NVML is down in a way a new start-up can cure (see :func:`recoverable_trouble`),
-    the backend is reset (NVML shut down, device handles dropped) and started again, first
-    after ``retry_first_s`` and then at doubling intervals up to ``retry_max_s``; between
-    tries the sampler serves the failure (``gpudoctor_nvml_up 0``) without touching NVML's
-    start-up.
+    """The exporter's view of the one sampler (:class:`gpudoctor.sampling.Sampler`): every GPU
+    read in full every ``interval`` seconds in its daemon thread, NVML restarted with
+    back-off when a new start-up can cure it (first after ``retry_first_s``, then at doubling
+    intervals up to ``retry_max_s``). :attr:`snapshot` is the latest sample as the collector
+    reads it (None until the first read comes back: scrapes are served before that, the
+    sample counted stale).
     """
 
     def __init__(self, gpu: Any, interval: float = DEFAULT_INTERVAL_S, *, retry_first_s: float = RETRY_FIRST_S,
                  retry_max_s: float = RETRY_MAX_S, clock: Callable[[], float] = time.monotonic) -> None:
+        from gpudoctor.sampling import Sampler
+
         self.gpu = gpu
         self.interval = interval
         self.snapshot: dict[str, Any] | None = None
-        self.retry_first_s = retry_first_s
-        self.retry_max_s = retry_max_s
-        self.reinits = 0  # NVML restarts tried
-        self._clock = clock
-        self._retry_delay = retry_first_s
-        self._retry_at: float | None = None
-        self._static: dict[int, dict[str, Any]] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self.core = Sampler(gpu, None, with_processes=False, reads="full", interval_s=interval, history_length=1,
+                            recover=True, retry_first_s=retry_first_s, retry_max_s=retry_max_s,
+                            on_sample=self._publish, clock=clock)
+
+    @property
+    def reinits(self) -> int:
+        return self.core.reinits
+
+    @property
+    def started_at(self) -> float | None:
+        return self.core.started_at
+
+    def _publish(self, snap: Any) -> None:
+        driver = snap.driver_version
+        self.snapshot = {  # one reference swap: scrapes see a whole sample or the previous one
+            "t": snap.time, "status": snap.nvml_status, "count": snap.count,
+            "driver_version": None if is_na(driver) else driver,
+            "devices": [{"index": d.index, "static": d.static, "sample": d.sample} for d in snap.devices],
+            "reinits": snap.reinits, "retry_in_s": snap.retry_in_s, "duration_s": snap.read_s}
 
     def sample_once(self) -> dict[str, Any]:
-        from gpudoctor.backends import is_na
-
-        start = time.monotonic()
-        now = self._clock()
-        retried = False
-        can_reset = callable(getattr(self.gpu, "reset", None))
-        if can_reset and self._retry_at is not None and now >= self._retry_at:
-            self.gpu.reset()  # shutdown + drop handles: the next call runs nvmlInit again
-            self._static.clear()
-            self.reinits += 1
-            retried = True
-        status = self.gpu.status()
-        snap: dict[str, Any] = {"t": time.time(), "status": status, "devices": [],
-                                "driver_version": None, "count": None}
-        if status is None:
-            count = self.gpu.device_count()
-            driver = self.gpu.driver_version()
-            snap["driver_version"] = None if is_na(driver) else driver
-            if is_na(count):
-                snap["status"] = count
-            else:
-                snap["count"] = count
-                for index in range(count):
-                    static = self._static.get(index)
-                    if static is None or is_na(static.get("name")):
-                        static = self.gpu.static(index)
-                        self._static[index] = static
-                    snap["devices"].append({"index": index, "static": static,
-                                            "sample": self.gpu.sample(index)})
-        trouble = recoverable_trouble(snap) if can_reset else None
-        if trouble is None:
-            self._retry_at, self._retry_delay = None, self.retry_first_s
-        elif self._retry_at is None or retried:
-            if retried:  # the new start-up did not cure it: wait longer next time
-                self._retry_delay = min(self.retry_max_s, self._retry_delay * 2)
-            self._retry_at = now + self._retry_delay
-        snap["reinits"] = self.reinits
-        snap["retry_in_s"] = None if self._retry_at is None else max(0.0, self._retry_at - now)
-        snap["duration_s"] = time.monotonic() - start
-        self.snapshot = snap  # one reference swap: scrapes see a whole sample or the previous one
-        return snap
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.sample_once()
-            except Exception as exc:  # a backend bug must not end the sampling
-                from gpudoctor.backends import NA
-
-                self.snapshot = {"t": time.time(), "status": NA(f"SamplerError: {type(exc).__name__}"),
-                                 "devices": [], "driver_version": None, "count": None, "duration_s": 0.0}
-            self._stop.wait(self.interval)
+        self.core.read()
+        assert self.snapshot is not None
+        return self.snapshot
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="gpudoctor-sampler", daemon=True)
-        self._thread.start()
+        self.core.start()
+
+    def wait_first(self, timeout: float) -> bool:
+        return self.core.wait_first(timeout)
 
     def stop(self, join_s: float | None = None) -> bool:
         """Stop sampling; True once the thread has ended (False: still inside a backend call)."""
-        self._stop.set()
-        if self._thread is None:
-            return True
-        self._thread.join(self.interval + 2 if join_s is None else join_s)
-        return not self._thread.is_alive()
+        return self.core.stop(join_s)
 
 
 def stop_sampler_then_close(sampler: GpuSampler, gpu: Any, join_s: float | None = None) -> bool:
@@ -434,30 +390,46 @@ class GpudoctorCollector:
         return []  # collected on demand; no fixed description
 
     def collect(self) -> Iterable[Any]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+        from prometheus_client.core import InfoMetricFamily
 
         from gpudoctor import _version
-        from gpudoctor.backends import is_na
-        from gpudoctor.backends.nvml import HARMFUL_THROTTLE_MASK, THROTTLE_REASONS
 
         info = InfoMetricFamily("gpudoctor_exporter", OTHER_METRICS["gpudoctor_exporter_info"])
         info.add_metric([], {"version": _version.__version__, "source": self.source})
         yield info
+        snap = self.sampler.snapshot  # one read: the sampler thread swaps in whole samples
+        yield from self._nvml_metrics(snap)
+        if snap is not None:
+            yield from self._sample_metrics(snap)
+            yield from self._gpu_metrics(snap)
+            if self.events is not None:
+                yield from self._event_metrics(snap["devices"])
+        yield from self._report_metrics()
 
-        snap = self.sampler.snapshot
-        now = time.time()
+    def _stale_after_s(self) -> float:
+        return STALE_AFTER_INTERVALS * self.sampler.interval + 1.0
+
+    def _nvml_metrics(self, snap: dict[str, Any] | None) -> Iterable[Any]:
+        """gpudoctor_nvml_up and why it is 0: NVML down, or the sample stale (the sampler is
+        inside a driver call that has not come back, the first one included)."""
+        from prometheus_client.core import GaugeMetricFamily
+
         nvml_up = GaugeMetricFamily("gpudoctor_nvml_up", OTHER_METRICS["gpudoctor_nvml_up"])
         nvml_err = GaugeMetricFamily("gpudoctor_nvml_error_info", OTHER_METRICS["gpudoctor_nvml_error_info"],
                                      labels=["reason"])
         if snap is None:
+            started = self.sampler.started_at
+            waited = None if started is None else time.monotonic() - started
             nvml_up.add_metric([], 0.0)
-            nvml_err.add_metric(["NotSampledYet"], 1.0)
+            stale = waited is not None and waited > self._stale_after_s()
+            nvml_err.add_metric(["SampleStale" if stale else "NotSampledYet"], 1.0)
             yield nvml_up
             yield nvml_err
-            yield from self._report_metrics()
+            if waited is not None:
+                yield GaugeMetricFamily("gpudoctor_sample_age_seconds", OTHER_METRICS["gpudoctor_sample_age_seconds"],
+                                        value=max(0.0, waited))
             return
-        age = now - snap["t"]
-        stale = age > STALE_AFTER_INTERVALS * self.sampler.interval + 1.0
+        stale = time.time() - snap["t"] > self._stale_after_s()
         status = snap["status"]
         nvml_up.add_metric([], 0.0 if (status is not None or stale) else 1.0)
         if status is not None:
@@ -466,6 +438,10 @@ class GpudoctorCollector:
             nvml_err.add_metric(["SampleStale"], 1.0)
         yield nvml_up
         yield nvml_err
+
+    def _sample_metrics(self, snap: dict[str, Any]) -> Iterable[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
         yield CounterMetricFamily("gpudoctor_nvml_reinit", OTHER_METRICS["gpudoctor_nvml_reinit_total"],
                                   value=float(snap.get("reinits") or 0))
         yield GaugeMetricFamily("gpudoctor_sample_timestamp_seconds",
@@ -473,60 +449,33 @@ class GpudoctorCollector:
         yield GaugeMetricFamily("gpudoctor_sample_duration_seconds",
                                 OTHER_METRICS["gpudoctor_sample_duration_seconds"], value=snap["duration_s"])
         yield GaugeMetricFamily("gpudoctor_sample_age_seconds", OTHER_METRICS["gpudoctor_sample_age_seconds"],
-                                value=max(0.0, age))
+                                value=max(0.0, time.time() - snap["t"]))
         if snap.get("count") is not None:
             yield GaugeMetricFamily("gpudoctor_gpu_count", OTHER_METRICS["gpudoctor_gpu_count"],
                                     value=snap["count"])
 
-        gpu_info = GaugeMetricFamily("gpudoctor_gpu_info", OTHER_METRICS["gpudoctor_gpu_info"],
-                                     labels=list(GPU_LABELS) + ["driver_version"])
-        gpu_up = GaugeMetricFamily("gpudoctor_gpu_up", OTHER_METRICS["gpudoctor_gpu_up"], labels=["gpu"])
-        gpu_err = GaugeMetricFamily("gpudoctor_gpu_error_info", OTHER_METRICS["gpudoctor_gpu_error_info"],
-                                    labels=["gpu", "reason"])
-        families = {m.name: GaugeMetricFamily(m.name, m.help + (f" (DCGM: {m.dcgm})" if m.dcgm else ""),
-                                              labels=list(GPU_LABELS)) for m in GPU_METRICS}
-        throttled = GaugeMetricFamily("gpudoctor_gpu_throttled", OTHER_METRICS["gpudoctor_gpu_throttled"],
-                                      labels=list(GPU_LABELS) + ["reason"])
-        ecc = CounterMetricFamily("gpudoctor_gpu_ecc_errors", OTHER_METRICS["gpudoctor_gpu_ecc_errors_total"],
-                                  labels=list(GPU_LABELS) + ["error_type", "counter"])
-        energy = CounterMetricFamily("gpudoctor_gpu_energy_joules", OTHER_METRICS["gpudoctor_gpu_energy_joules_total"],
-                                     labels=list(GPU_LABELS))
+    def _gpu_metrics(self, snap: dict[str, Any]) -> Iterable[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        labels = list(GPU_LABELS)
+        fam = {
+            "info": GaugeMetricFamily("gpudoctor_gpu_info", OTHER_METRICS["gpudoctor_gpu_info"],
+                                      labels=labels + ["driver_version"]),
+            "up": GaugeMetricFamily("gpudoctor_gpu_up", OTHER_METRICS["gpudoctor_gpu_up"], labels=["gpu"]),
+            "err": GaugeMetricFamily("gpudoctor_gpu_error_info", OTHER_METRICS["gpudoctor_gpu_error_info"],
+                                     labels=["gpu", "reason"]),
+            **{m.name: GaugeMetricFamily(m.name, m.help + (f" (DCGM: {m.dcgm})" if m.dcgm else ""), labels=labels)
+               for m in GPU_METRICS},
+            "throttled": GaugeMetricFamily("gpudoctor_gpu_throttled", OTHER_METRICS["gpudoctor_gpu_throttled"],
+                                           labels=labels + ["reason"]),
+            "ecc": CounterMetricFamily("gpudoctor_gpu_ecc_errors", OTHER_METRICS["gpudoctor_gpu_ecc_errors_total"],
+                                       labels=labels + ["error_type", "counter"]),
+            "energy": CounterMetricFamily("gpudoctor_gpu_energy_joules",
+                                          OTHER_METRICS["gpudoctor_gpu_energy_joules_total"], labels=labels),
+        }
         for dev in snap["devices"]:
-            static, sample = dev["static"], dev["sample"]
-            labels = [str(dev["index"])] + [_label(static.get(k)) for k in ("uuid", "name", "pci_bus_id")]
-            gpu_info.add_metric(labels + [_label(snap.get("driver_version"))], 1.0)
-            if any(k != "t" for k, v in sample.items() if not is_na(v)):
-                gpu_up.add_metric([labels[0]], 1.0)
-            else:
-                gpu_up.add_metric([labels[0]], 0.0)
-                reasons = [v.reason for v in sample.values() if is_na(v)]
-                gpu_err.add_metric([labels[0], reasons[0] if reasons else "NoReading"], 1.0)
-            for metric in GPU_METRICS:
-                value = _number(sample.get(metric.key))
-                if value is not None:
-                    families[metric.name].add_metric(labels, value * metric.scale)
-            mask = sample.get("throttle_reasons")
-            if isinstance(mask, int) and not isinstance(mask, bool):
-                for bit, (name, _words) in sorted(THROTTLE_REASONS.items()):
-                    throttled.add_metric(labels + [name], 1.0 if mask & bit else 0.0)
-                throttled.add_metric(labels + ["any_harmful"], 1.0 if mask & HARMFUL_THROTTLE_MASK else 0.0)
-            for (kind, counter), (key, _dcgm) in ECC_COUNTERS.items():
-                value = _number(sample.get(key))
-                if value is not None:
-                    ecc.add_metric(labels + [kind, counter], value)
-            millijoules = _number(sample.get("energy_mj"))
-            if millijoules is not None:
-                energy.add_metric(labels, millijoules / 1000.0)
-        yield gpu_info
-        yield gpu_up
-        yield gpu_err
-        yield from families.values()
-        yield throttled
-        yield ecc
-        yield energy
-        if self.events is not None:
-            yield from self._event_metrics(snap["devices"])
-        yield from self._report_metrics()
+            _add_device(fam, dev, snap.get("driver_version"))
+        yield from fam.values()
 
     def _event_metrics(self, devices: list[dict[str, Any]]) -> Iterable[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -604,9 +553,38 @@ class GpudoctorCollector:
                                     value=self.reports.duration_s)
 
 
-def _label(value: Any) -> str:
-    from gpudoctor.backends import is_na
+def _add_device(fam: dict[str, Any], dev: dict[str, Any], driver_version: Any) -> None:
+    """One GPU's series into the families of :meth:`GpudoctorCollector._gpu_metrics`."""
+    from gpudoctor.backends.nvml import HARMFUL_THROTTLE_MASK, THROTTLE_REASONS
 
+    static, sample = dev["static"], dev["sample"]
+    labels = [str(dev["index"])] + [_label(static.get(k)) for k in ("uuid", "name", "pci_bus_id")]
+    fam["info"].add_metric(labels + [_label(driver_version)], 1.0)
+    if any(k != "t" for k, v in sample.items() if not is_na(v)):
+        fam["up"].add_metric([labels[0]], 1.0)
+    else:
+        fam["up"].add_metric([labels[0]], 0.0)
+        reasons = [v.reason for v in sample.values() if is_na(v)]
+        fam["err"].add_metric([labels[0], reasons[0] if reasons else "NoReading"], 1.0)
+    for metric in GPU_METRICS:
+        value = _number(sample.get(metric.key))
+        if value is not None:
+            fam[metric.name].add_metric(labels, value * metric.scale)
+    mask = sample.get("throttle_reasons")
+    if isinstance(mask, int) and not isinstance(mask, bool):
+        for bit, (name, _words) in sorted(THROTTLE_REASONS.items()):
+            fam["throttled"].add_metric(labels + [name], 1.0 if mask & bit else 0.0)
+        fam["throttled"].add_metric(labels + ["any_harmful"], 1.0 if mask & HARMFUL_THROTTLE_MASK else 0.0)
+    for (kind, counter), (key, _dcgm) in ECC_COUNTERS.items():
+        value = _number(sample.get(key))
+        if value is not None:
+            fam["ecc"].add_metric(labels + [kind, counter], value)
+    millijoules = _number(sample.get("energy_mj"))
+    if millijoules is not None:
+        fam["energy"].add_metric(labels, millijoules / 1000.0)
+
+
+def _label(value: Any) -> str:
     if value is None or is_na(value):
         return ""
     return str(value)
@@ -650,6 +628,102 @@ class _OneLineErrors:
             print(f"gpudoctor exporter: request failed: {lines[-1].strip()[:200]}", file=sys.stderr, flush=True)
 
 
+class _LimitedServer:
+    """A thread per connection, at most ``max_connections`` at once, each for at most
+    ``request_timeout_s``: idle or half-sent requests (slowloris) cannot hold threads and
+    file descriptors until scrapes fail. Connections over the cap are answered 503 and
+    closed at once; running out of file descriptors costs one pause, never a traceback."""
+
+    handler_class: Any = None  # set by _metrics_server_class (wsgiref is imported there)
+
+    def __init__(self, address: tuple[Any, ...], family: int, *, max_connections: int,
+                 request_timeout_s: float) -> None:
+        self.address_family = family
+        self.max_connections = max_connections
+        self.request_timeout_s = request_timeout_s
+        self.refused = 0          # connections closed because the cap was reached
+        self.timed_out = 0        # connections ended by request_timeout_s
+        self.fd_shortages = 0     # accept() failures for want of file descriptors
+        self.peak_connections = 0  # most connections served at once
+        self._active: dict[Any, float] = {}
+        self._lock = threading.Lock()
+        super().__init__(address, self.handler_class)  # type: ignore[call-arg]
+
+    def get_request(self) -> Any:
+        try:
+            return super().get_request()  # type: ignore[misc]
+        except OSError as exc:
+            if exc.errno in _FD_SHORTAGE:
+                # The listening socket stays readable: pause instead of spinning, and let
+                # the connections being served finish and give their descriptors back.
+                self.fd_shortages += 1
+                time.sleep(0.05)
+            raise  # socketserver drops a failed accept() quietly
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._lock:
+            full = len(self._active) >= self.max_connections
+            if not full:
+                self._active[request] = time.monotonic()
+                self.peak_connections = max(self.peak_connections, len(self._active))
+        if full:
+            self.refused += 1
+            self._refuse(request)
+            return
+        try:
+            threading.Thread(target=self._serve, args=(request, client_address),
+                             name="gpudoctor-http", daemon=True).start()
+        except RuntimeError:  # no thread could be started: this connection only
+            self._forget(request)
+            self._refuse(request)
+
+    def _serve(self, request: Any, client_address: Any) -> None:
+        try:
+            self.finish_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
+        finally:
+            self._forget(request)
+            self.shutdown_request(request)
+
+    def _forget(self, request: Any) -> None:
+        with self._lock:
+            self._active.pop(request, None)
+
+    def _refuse(self, request: Any) -> None:
+        try:
+            request.setblocking(False)
+            request.send(_BUSY)
+        except OSError:
+            pass
+        self.shutdown_request(request)
+
+    def service_actions(self) -> None:
+        """Between polls of serve_forever: cut connections older than the timeout. Their
+        threads see end-of-file, finish and close; shutdown() frees no descriptor under them."""
+        limit = time.monotonic() - self.request_timeout_s
+        with self._lock:
+            old = [r for r, started in self._active.items() if started < limit]
+        for request in old:
+            with self._lock:
+                self.timed_out += 1
+            try:
+                request.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, TimeoutError):  # one read or write took the whole timeout
+            with self._lock:
+                self.timed_out += 1
+            return
+        if isinstance(exc, OSError):  # resets, broken pipes: the client's side
+            return
+        print(f"gpudoctor exporter: request failed: {type(exc).__name__}: {str(exc)[:200]}",
+              file=sys.stderr, flush=True)
+
+
 def _metrics_server_class() -> Any:
     """The server class, built on first use (wsgiref is only imported by the exporter command)."""
     from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
@@ -667,100 +741,8 @@ def _metrics_server_class() -> Any:
         def get_stderr(self) -> Any:
             return _OneLineErrors()
 
-    class MetricsServer(WSGIServer):
-        """A thread per connection, at most ``max_connections`` at once, each for at most
-        ``request_timeout_s``: idle or half-sent requests (slowloris) cannot hold threads and
-        file descriptors until scrapes fail. Connections over the cap are answered 503 and
-        closed at once; running out of file descriptors costs one pause, never a traceback."""
-
+    class MetricsServer(_LimitedServer, WSGIServer):
         handler_class = Handler
-
-        def __init__(self, address: tuple[Any, ...], family: int, *, max_connections: int,
-                     request_timeout_s: float) -> None:
-            self.address_family = family
-            self.max_connections = max_connections
-            self.request_timeout_s = request_timeout_s
-            self.refused = 0          # connections closed because the cap was reached
-            self.timed_out = 0        # connections ended by request_timeout_s
-            self.fd_shortages = 0     # accept() failures for want of file descriptors
-            self.peak_connections = 0  # most connections served at once
-            self._active: dict[Any, float] = {}
-            self._lock = threading.Lock()
-            super().__init__(address, Handler)
-
-        def get_request(self) -> Any:
-            try:
-                return super().get_request()
-            except OSError as exc:
-                if exc.errno in _FD_SHORTAGE:
-                    # The listening socket stays readable: pause instead of spinning, and let
-                    # the connections being served finish and give their descriptors back.
-                    self.fd_shortages += 1
-                    time.sleep(0.05)
-                raise  # socketserver drops a failed accept() quietly
-
-        def process_request(self, request: Any, client_address: Any) -> None:
-            with self._lock:
-                full = len(self._active) >= self.max_connections
-                if not full:
-                    self._active[request] = time.monotonic()
-                    self.peak_connections = max(self.peak_connections, len(self._active))
-            if full:
-                self.refused += 1
-                self._refuse(request)
-                return
-            try:
-                threading.Thread(target=self._serve, args=(request, client_address),
-                                 name="gpudoctor-http", daemon=True).start()
-            except RuntimeError:  # no thread could be started: this connection only
-                self._forget(request)
-                self._refuse(request)
-
-        def _serve(self, request: Any, client_address: Any) -> None:
-            try:
-                self.finish_request(request, client_address)
-            except Exception:
-                self.handle_error(request, client_address)
-            finally:
-                self._forget(request)
-                self.shutdown_request(request)
-
-        def _forget(self, request: Any) -> None:
-            with self._lock:
-                self._active.pop(request, None)
-
-        def _refuse(self, request: Any) -> None:
-            try:
-                request.setblocking(False)
-                request.send(_BUSY)
-            except OSError:
-                pass
-            self.shutdown_request(request)
-
-        def service_actions(self) -> None:
-            """Between polls of serve_forever: cut connections older than the timeout. Their
-            threads see end-of-file, finish and close; shutdown() frees no descriptor under them."""
-            limit = time.monotonic() - self.request_timeout_s
-            with self._lock:
-                old = [r for r, started in self._active.items() if started < limit]
-            for request in old:
-                with self._lock:
-                    self.timed_out += 1
-                try:
-                    request.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-        def handle_error(self, request: Any, client_address: Any) -> None:
-            exc = sys.exc_info()[1]
-            if isinstance(exc, TimeoutError):  # one read or write took the whole timeout
-                with self._lock:
-                    self.timed_out += 1
-                return
-            if isinstance(exc, OSError):  # resets, broken pipes: the client's side
-                return
-            print(f"gpudoctor exporter: request failed: {type(exc).__name__}: {str(exc)[:200]}",
-                  file=sys.stderr, flush=True)
 
     return MetricsServer
 

@@ -17,10 +17,14 @@ import datetime as _dt
 import math
 import re
 import textwrap
-from typing import Any, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.backends.nvml import throttle_reason_names, throttle_reason_words
+
+if TYPE_CHECKING:
+    from gpudoctor.sampling import Snapshot
 
 # --------------------------------------------------------------------------- status words
 #: Word and Rich style of each status, for the report, the TUI and the markdown summary.
@@ -196,13 +200,20 @@ def fmt_num(value: Any, unit: str = "", digits: int = 0) -> str:
 
 
 def fmt_memory(dev: Any) -> str:
-    """Used/total memory of a device snapshot: ``31.2/40.0 GiB``."""
+    """Used/total memory of a device snapshot: ``31.2/40.0 GiB``, and the memory the driver
+    reserves for itself when NVML gave it apart (``31.2/80.0 GiB +0.5 reserved``)."""
     used, total = dev.sample.get("memory_used_bytes", NA("NotRecorded")), dev.memory_total
     if is_na(used):
         return short_na(used)
+    reserved = dev.sample.get("memory_reserved_bytes")
+    extra = f" +{reserved / 2**30:.1f} reserved" if _is_number(reserved) and reserved > 0 else ""
     if isinstance(used, (int, float)) and isinstance(total, (int, float)) and total > 0:
-        return f"{used / 2**30:.1f}/{total / 2**30:.1f} GiB"
-    return fmt_bytes(used)
+        return f"{used / 2**30:.1f}/{total / 2**30:.1f} GiB{extra}"
+    return fmt_bytes(used) + extra
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def fmt_power(dev: Any) -> str:
@@ -239,7 +250,6 @@ def _iso(ts: float) -> str:
 
 def watch_line(snap: Any, dev: Any) -> str:
     """One log line for one device, e.g. ``2026-...Z gpu0 util 87% mem 31.2/40.0 GiB ...``."""
-    from gpudoctor.live import fault_words
 
     head = f"{_iso(snap.time)} gpu{dev.index}"
     fault = dev.fault
@@ -308,14 +318,132 @@ def watch_record(snap: Any, dev: Any) -> dict[str, Any]:
             record[key] = None
         else:
             record[key] = value
+    if "memory_reserved_bytes" in dev.sample:  # read apart (NVML v2); recordings before it lack it
+        reserved = dev.sample["memory_reserved_bytes"]
+        record["memory_reserved_bytes"] = reserved if _is_number(reserved) else None
+        if is_na(reserved):
+            na["memory_reserved_bytes"] = reserved.reason
     reasons = dev.get("throttle_reasons")
     record["throttle"] = throttle_reason_names(reasons) if isinstance(reasons, int) else None
     record["na"] = na
     return record
 
 
+
+
+# --------------------------------------------------------------------------- device faults
+# What a device-wide NA reason means, in words, and what to do about it.
+FAULT_WORDS: dict[str, str] = {
+    "GpuIsLost": "GPU lost: it fell off the bus. Check `dmesg` for Xid 79, then reset the GPU "
+                 "(nvidia-smi -r) or reboot.",
+    "Uninitialized": "NVML is gone: the driver was unloaded or restarted under this session. "
+                     "Restart gpudoctor once the driver is back.",
+    "DriverNotLoaded": "NVML is gone: the NVIDIA kernel driver is not loaded. "
+                       "Load it (modprobe nvidia) or reboot.",
+    "LibraryNotFound": "NVML library not found (libnvidia-ml.so): no NVIDIA driver on this machine, "
+                       "or it is not visible in this container.",
+    "ResetRequired": "The GPU needs a reset (nvidia-smi -r) or a reboot.",
+    "Timeout": "The driver did not answer in time.",
+}
+
+# NVML gate reasons that mean "there is no NVML at all" (as opposed to one device failing).
+NO_NVML_REASONS = {"LibraryNotFound", "DriverNotLoaded", "PythonBindingMissing", "NoPermission",
+                   "Uninitialized", "Unknown"}
+
+
+def fault_words(reason: str) -> str:
+    return FAULT_WORDS.get(reason, f"The driver answers {reason} for every reading of this GPU.")
+
+
+def no_gpu_words(reason: str) -> str:
+    """One sentence for a machine where NVML is unusable."""
+    base = {
+        "LibraryNotFound": "No NVIDIA driver found (libnvidia-ml.so is missing)",
+        "DriverNotLoaded": "The NVIDIA kernel driver is not loaded",
+        "PythonBindingMissing": "The NVML Python binding (nvidia-ml-py) is not installed",
+        "NoPermission": "No permission to talk to the NVIDIA driver",
+        "NoDevices": "NVML works but reports no NVIDIA GPU",
+    }.get(reason, f"NVML is not usable ({reason})")
+    return base
+
+
+# --------------------------------------------------------------------------- process rows
+@dataclass
+class ProcessRow:
+    pid: int
+    gpu: int
+    gpu_memory_bytes: int | None
+    sm_util_pct: int | None
+    kind: str
+    user: str = ""
+    cpu_pct: float | None = None
+    host_memory_bytes: int | None = None
+    command: str = ""
+
+    def matches(self, text: str) -> bool:
+        if not text:
+            return True
+        needle = text.lower()
+        return any(needle in str(v).lower() for v in (self.pid, self.user, self.command, self.kind,
+                                                       f"gpu{self.gpu}"))
+
+
+PROCESS_SORT_KEYS: dict[str, Callable[[ProcessRow], Any]] = {
+    "gpu memory": lambda r: -(r.gpu_memory_bytes or 0),
+    "sm util": lambda r: -(r.sm_util_pct or 0),
+    "cpu": lambda r: -(r.cpu_pct or 0.0),
+    "host memory": lambda r: -(r.host_memory_bytes or 0),
+    "pid": lambda r: r.pid,
+    "gpu": lambda r: (r.gpu, r.pid),
+    "user": lambda r: (r.user, r.pid),
+    "command": lambda r: (r.command, r.pid),
+}
+
+
+def recorded_process_info(pid: int, recorded: Mapping[str, Any]) -> dict[str, Any]:
+    """For replays: the recorded pids are not this machine's; use only what was recorded."""
+    return {
+        "user": recorded.get("user") or "",
+        "cpu_pct": recorded.get("cpu_pct"),
+        "host_memory_bytes": recorded.get("host_memory_bytes"),
+        "command": recorded.get("command") or "(not recorded)",
+    }
+
+
+def process_rows(snap: "Snapshot", info: Callable[[int, Mapping[str, Any]], dict[str, Any]]) -> tuple[list[ProcessRow], list[str]]:
+    """All GPU processes of a snapshot, and a note per device whose list could not be read."""
+    rows: list[ProcessRow] = []
+    notes: list[str] = []
+    for dev in snap.devices:
+        procs = dev.processes
+        if is_na(procs):
+            notes.append(f"GPU {dev.index}: process list {short_na(procs)}")
+            continue
+        for p in procs or []:
+            try:
+                pid = int(p["pid"])
+            except (KeyError, TypeError, ValueError):
+                continue
+            extra = info(pid, p)
+            mem = p.get("gpu_memory_bytes")
+            sm = p.get("sm_util_pct")
+            rows.append(ProcessRow(
+                pid=pid, gpu=dev.index,
+                gpu_memory_bytes=mem if isinstance(mem, int) else None,
+                sm_util_pct=sm if isinstance(sm, int) else None,
+                kind=str(p.get("type", "")),
+                user=str(extra.get("user") or ""),
+                cpu_pct=extra.get("cpu_pct"),
+                host_memory_bytes=extra.get("host_memory_bytes"),
+                command=str(extra.get("command") or ""),
+            ))
+    return rows, notes
+
+
 __all__ = [
     "EVENT_WORDS", "event_line", "event_record", "MAX_TEXT", "SPARK_CHARS", "STATUS_STYLE", "VERDICT", "WATCH_FIELDS", "fmt_bytes", "fmt_memory",
     "fmt_num", "fmt_power", "fmt_rate_kbps", "plain_text", "short_na", "sparkline", "status_style",
     "status_word", "throttle_text", "tiny_na", "watch_line", "watch_record", "wrap_hanging",
+    "FAULT_WORDS", "NO_NVML_REASONS", "fault_words", "no_gpu_words", "ProcessRow", "PROCESS_SORT_KEYS",
+    "process_rows", "recorded_process_info",
 ]

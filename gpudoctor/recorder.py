@@ -17,6 +17,7 @@ from gpudoctor import _version
 from gpudoctor.backends.na import NA, encode, is_na
 from gpudoctor.backends.replay import RECORDING_FORMAT, RECORDING_FORMAT_VERSION
 from gpudoctor.model import utc_now_iso
+from gpudoctor.sampling import Sampler
 
 
 def _torch_facts_child(conn: Any) -> None:
@@ -99,17 +100,16 @@ def capture(gpu: Any, *, seconds: float, interval: float, with_torch: bool = Tru
             recording["torch"] = torch_facts_in_child()
         if log:
             log(f"gpudoctor: sampling {n} device(s) every {interval:g} s for {seconds:g} s ...")
-        t0 = time.monotonic()
-        while True:
-            now = time.monotonic()
-            recording["nvml"]["samples"].append({
-                "t": round(now - t0, 3),
-                "devices": [gpu.sample(i) for i in range(n)],
-                "processes": [gpu.processes(i) for i in range(n)],
-            })
-            if now - t0 + interval > seconds:
-                break
-            time.sleep(max(0.0, interval - (time.monotonic() - now)))
+        samples = recording["nvml"]["samples"]
+        t0 = time.perf_counter()
+
+        def keep(snap: Any) -> None:
+            samples.append({"t": round(snap.t_mono - t0, 3), "devices": [d.sample for d in snap.devices[:n]],
+                            "processes": [d.processes for d in snap.devices[:n]]})
+
+        for _snap in Sampler(gpu, None, with_processes=True, reads="full", interval_s=interval, history_length=1,
+                             on_sample=keep).paced(seconds=seconds):
+            pass
     except KeyboardInterrupt:
         interrupted = True
     finally:

@@ -83,6 +83,7 @@ _STATIC_FIELDS = {
 _SAMPLE_FIELDS = {
     "t": _NUM_NA, "gpu_util_pct": _NUM_NA, "mem_util_pct": _NUM_NA,
     "memory_used_bytes": _INT_NA, "memory_free_bytes": _INT_NA, "memory_total_bytes": _INT_NA,
+    "memory_reserved_bytes": _INT_NA,
     "temperature_c": _NUM_NA, "power_w": _NUM_NA, "power_limit_w": _NUM_NA,
     "clock_sm_mhz": _INT_NA, "clock_mem_mhz": _INT_NA, "clock_graphics_mhz": _INT_NA,
     "throttle_reasons": _INT_NA, "performance_state": _INT_NA,

@@ -11,8 +11,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpudoctor.backends.na import is_na
+from gpudoctor.backends.nvml import THROTTLE_REASONS
 from gpudoctor.errors import first_sentence as _first_line
 from gpudoctor.model import ProbeResult
+
+
+GPU_IDLE = next(bit for bit, (name, _words) in THROTTLE_REASONS.items() if name == "gpu_idle")
 
 
 @dataclass
@@ -108,23 +112,12 @@ def cuda_devices(ctx: Any, torch: Any) -> list[Device] | NoDevice:
 
 
 def _nvml_indices(gpu: Any, torch: Any, indices: list[int]) -> dict[int, int | None]:
-    """torch index -> NVML index, by PCI bus id (CUDA and NVML number devices differently)."""
-    from gpudoctor.backends.torch_cuda import device_properties
-    from gpudoctor.backends.visibility import match_torch_to_nvml, visible_nvml_indices
+    """torch index -> NVML index (CUDA and NVML number devices differently): the one resolver,
+    :func:`gpudoctor.backends.visibility.nvml_index_for`."""
+    from gpudoctor.backends.visibility import nvml_index_for, torch_device_ids
 
     try:
-        if gpu.status() is not None:
-            return {}
-        count = gpu.device_count()
-        if not isinstance(count, int):
-            return {}
-        out = match_torch_to_nvml([device_properties(torch, index) for index in indices],
-                                  [gpu.static(n) for n in range(count)])
-        if all(v is None for v in out.values()):
-            visible = visible_nvml_indices(gpu)
-            if isinstance(visible, list):
-                out = {i: (visible[i] if i < len(visible) else None) for i in indices}
-        return out
+        return {index: nvml_index_for(gpu, index, *torch_device_ids(index, torch)) for index in indices}
     except Exception:
         return {}
 
@@ -197,7 +190,8 @@ def has_context(torch: Any, index: int) -> bool:
 
 
 class LoadSampler:
-    """Reads NVML (``fast_sample``) in a thread while a load runs on ``device``.
+    """What NVML says while a load runs on ``device``: the one sampler
+    (:class:`gpudoctor.sampling.Sampler`) reading ``fast_sample`` every ``interval_s``.
 
     Throttle reasons read after a benchmark finds an idle GPU; reading during it finds
     the thermal or power limits the load actually ran into. Collects the union of
@@ -205,38 +199,34 @@ class LoadSampler:
     """
 
     def __init__(self, ctx: Any, device: Device, interval_s: float = 0.1) -> None:
-        import threading
+        from gpudoctor.sampling import Sampler
 
         self.ctx, self.device, self.interval_s = ctx, device, interval_s
         self.reasons = 0
         self.samples = 0
         self.min_sm_clock: int | None = None
         self.max_power_w: float | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="gpudoctor-load-sampler", daemon=True)
+        self.core = Sampler(ctx.gpu, None, with_processes=False, reads="fast",
+                            devices=[] if device.nvml_index is None else [device.nvml_index],
+                            interval_s=interval_s, history_length=1, on_sample=self._keep, stop_on_error=True)
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                x = self.ctx.gpu.fast_sample(self.device.nvml_index)
-            except Exception:
-                return
-            reasons, clock, power = x.get("throttle_reasons"), x.get("clock_sm_mhz"), x.get("power_w")
-            if isinstance(reasons, int) and not reasons & 0x1:  # skip samples where the GPU sat idle
-                self.samples += 1
-                self.reasons |= reasons
-                if isinstance(clock, int):
-                    self.min_sm_clock = clock if self.min_sm_clock is None else min(self.min_sm_clock, clock)
-                if isinstance(power, (int, float)):
-                    self.max_power_w = power if self.max_power_w is None else max(self.max_power_w, power)
-            self._stop.wait(self.interval_s)
+    def _keep(self, snap: Any) -> None:
+        if not snap.devices:
+            return
+        x = snap.devices[0].sample
+        reasons, clock, power = x.get("throttle_reasons"), x.get("clock_sm_mhz"), x.get("power_w")
+        if isinstance(reasons, int) and not reasons & GPU_IDLE:  # skip samples where the GPU sat idle
+            self.samples += 1
+            self.reasons |= reasons
+            if isinstance(clock, int):
+                self.min_sm_clock = clock if self.min_sm_clock is None else min(self.min_sm_clock, clock)
+            if isinstance(power, (int, float)):
+                self.max_power_w = power if self.max_power_w is None else max(self.max_power_w, power)
 
     def start(self) -> "LoadSampler":
         if self.device.nvml_index is not None:
-            self._thread.start()
+            self.core.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(2)
+        self.core.stop(2)

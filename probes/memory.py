@@ -27,6 +27,7 @@ import time
 from functools import partial
 from typing import Any
 
+from gpudoctor.backends.na import is_na
 from gpudoctor.model import ProbeResult, Status
 from gpudoctor.probes import Probe, ProbeContext
 
@@ -159,7 +160,7 @@ def other_processes(ctx: ProbeContext, device: _gpu.Device) -> tuple[list[dict[s
     if not isinstance(procs, list):
         return None, f"NVML process list unavailable ({getattr(procs, 'reason', procs)})"
     me = {_gpu.own_pid(), os.getppid()}
-    return [p for p in procs if p.get("pid") not in me], ""
+    return [dict(p) for p in procs if p.get("pid") not in me], ""
 
 
 def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Device, budget_s: float) -> None:
@@ -168,6 +169,7 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
     total = _allocator_walk(ctx, r, torch, dev, device)
     _largest_allocation(r, torch, dev, device, budget_s, total)
     _held_by_others(ctx, r, dev, total)
+    _driver_reserved(ctx, r, dev, total)
 
 
 def _context_size(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Device, device: Any) -> None:
@@ -297,6 +299,22 @@ def _held_by_others(ctx: ProbeContext, r: ProbeResult, dev: _gpu.Device, total: 
                    why="Your training gets only what they leave; their kernels also share the GPU's time.",
                    fix="Stop idle notebooks or old runs (nvidia-smi shows them); in a container the pids are "
                        "the host's.", device=d)
+
+
+def _driver_reserved(ctx: ProbeContext, r: ProbeResult, dev: _gpu.Device, total: int) -> None:
+    """5. Memory the driver keeps for itself: in neither NVML's used nor its free (v2 memory
+    info, as nvidia-smi shows it). Where the driver cannot give it apart, used includes it."""
+    if dev.nvml_index is None:
+        return
+    try:
+        reserved = ctx.gpu.memory(dev.nvml_index).get("memory_reserved_bytes")
+    except Exception:
+        return
+    if isinstance(reserved, int):
+        r.measure("driver_reserved_memory", reserved, "B", device=dev.index, reference=float(total))
+    elif is_na(reserved):
+        r.measure("driver_reserved_memory", None, "B", device=dev.index,
+                  note=f"not given apart ({reserved.reason}): the driver's used memory includes it")
 
 
 def _summary(r: ProbeResult) -> str:

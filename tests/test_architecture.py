@@ -204,7 +204,8 @@ PUBLIC = {
                   "DeviceMismatchError"],
     "gpudoctor.backends": ["NA", "is_na", "value_or", "NvmlBackend", "NvmlGate", "ReplayBackend", "RecordingError",
                            "load_recording", "open_gpu_backend", "normalise_bus_id", "throttle_reason_names",
-                           "throttle_reason_words", "GpuBackend"],
+                           "throttle_reason_words", "GpuBackend", "MemoryReading", "UtilizationReading",
+                           "ProcessReading"],
     "gpudoctor.hooks": ["TrainingMonitor", "Summary", "DiagnosisItem", "CODES", "check_devices",
                         "explain_device_error", "DeviceMismatchError", "MonitorUsageError", "MonitorUsageWarning"],
     "gpudoctor.workload": ["MODES", "RunConfig", "SweepConfig", "SweepResult", "run_sweep",
@@ -220,3 +221,33 @@ def test_public_surface_is_pinned_exactly(package):
     module = importlib.import_module(package)
     assert sorted(module.__all__) == sorted(PUBLIC[package])
     assert len(module.__all__) == len(set(module.__all__)), "a name listed twice"
+
+
+READINGS = {"sample", "fast_sample", "utilization", "memory", "processes", "read", "sample_once"}
+PACING = {"sleep", "wait"}
+
+
+def _sampling_loops(tree: ast.AST) -> list[int]:
+    """Lines of loops that read a GPU backend and pace themselves (sleep / Event.wait)."""
+    found = []
+    for loop in (n for n in ast.walk(tree) if isinstance(n, (ast.While, ast.For))):
+        calls = {c.func.attr for c in ast.walk(loop) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)}
+        if calls & READINGS and calls & PACING:
+            found.append(loop.lineno)
+    return found
+
+
+def test_exactly_one_class_samples_gpus_over_time():
+    """gpudoctor.sampling.Sampler is the only loop that reads GPUs over time; the TUI, watch,
+    the exporter, the recorder, the hooks, the workload runs and the probes use it."""
+    loops = {}
+    for module, path in _modules().items():
+        lines = _sampling_loops(ast.parse(path.read_text(encoding="utf-8")))
+        if lines:
+            loops[module] = lines
+    assert set(loops) == {"gpudoctor.sampling"}, loops
+    tree = ast.parse(_modules()["gpudoctor.sampling"].read_text(encoding="utf-8"))
+    owners = {cls.name for cls in ast.walk(tree) if isinstance(cls, ast.ClassDef)
+              if _sampling_loops(cls) or any(isinstance(c, ast.Call) and getattr(c.func, "attr", "") == "Thread"
+                                             for c in ast.walk(cls))}
+    assert owners == {"Sampler"}

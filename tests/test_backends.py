@@ -171,7 +171,9 @@ def test_cheap_reads_skip_the_slow_counters():
         return 5
     mod.nvmlDeviceGetPcieThroughput = pcie
     backend = NvmlBackend(NvmlGate(mod))
-    assert backend.memory(0) == {"memory_used_bytes": 1, "memory_free_bytes": 2, "memory_total_bytes": 3}
+    # This stand-in has no v2 memory call: used comes from v1, reserved is NA with the reason.
+    assert backend.memory(0) == {"memory_used_bytes": 1, "memory_free_bytes": 2, "memory_total_bytes": 3,
+                                 "memory_reserved_bytes": NA("MemoryV2NotSupported")}
     fast = backend.fast_sample(0)
     assert fast["gpu_util_pct"] == 55 and fast["memory_used_bytes"] == 1 and "pcie_tx_kbps" not in fast
     assert calls == []
@@ -185,3 +187,108 @@ def test_replay_cheap_reads_are_cuts_of_samples(data_dir):
     assert backend.memory(0)["memory_total_bytes"] == 85520809984
     lost = ReplayBackend.from_file(data_dir / "handmade_gpu_lost.json")
     assert lost.memory(0)["memory_used_bytes"] == NA("GpuIsLost")
+
+
+# --------------------------------------------------------------------------- the seam
+def _backend_pair(data_dir):
+    return NvmlBackend(NvmlGate(fake_pynvml())), ReplayBackend.from_file(data_dir / "handmade_hardware_faults.json")
+
+
+def test_both_backends_satisfy_the_one_protocol(data_dir):
+    import inspect
+
+    from gpudoctor.backends.base import GpuBackend
+
+    live, replay = _backend_pair(data_dir)
+    assert isinstance(live, GpuBackend) and isinstance(replay, GpuBackend)
+    for name in (n for n in dir(GpuBackend) if not n.startswith("_") and callable(getattr(GpuBackend, n))):
+        wanted = list(inspect.signature(getattr(GpuBackend, name)).parameters)
+        for backend in (live, replay):
+            method = getattr(type(backend), name)  # a method on the class, not found by getattr probing
+            assert list(inspect.signature(method).parameters) == wanted, (type(backend).__name__, name)
+
+
+def test_both_backends_give_the_same_record_types(data_dir):
+    from gpudoctor.backends.base import MemoryReading, ProcessReading, UtilizationReading
+
+    live, replay = _backend_pair(data_dir)
+    for backend in (live, replay):
+        assert isinstance(backend.memory(0), MemoryReading)
+        assert isinstance(backend.utilization(0), UtilizationReading)
+        assert isinstance(backend.sample(0), dict) and isinstance(backend.fast_sample(0), dict)
+        assert isinstance(backend.static(0), dict)
+        procs = backend.processes(0)
+        assert isinstance(procs, list) and all(isinstance(p, ProcessReading) for p in procs)
+        assert set(backend.fast_sample(0)) == set(type(replay)._FAST_KEYS)
+        assert backend.compute_mode(0) is not None
+        backend.reset()  # both can start again; the replay has nothing to redo
+    assert live.utilization(0).gpu_util_pct == 55
+    assert replay.processes(0)[0]["pid"] == replay.processes(0)[0].pid
+
+
+def v2_memory_nvml(v2_answer, v1_used=(3 << 30) + (1 << 29)):
+    """The stand-in with NVML's v2 memory call answering ``v2_answer()``; returns (module, versions asked)."""
+    mod = fake_pynvml()
+    mod.nvmlMemory_v2 = 0x2000028
+    seen = []
+
+    def memory_info(handle, version=None):
+        seen.append(version)
+        if version:
+            return v2_answer()
+        return types.SimpleNamespace(used=v1_used, free=76 << 30, total=80 << 30)
+    mod.nvmlDeviceGetMemoryInfo = memory_info
+    return mod, seen
+
+
+def v2_answer():
+    return types.SimpleNamespace(used=3 << 30, free=76 << 30, total=80 << 30, reserved=1 << 29)
+
+
+def test_memory_used_comes_from_the_v2_structure_with_reserved_apart():
+    mod, seen = v2_memory_nvml(v2_answer)
+    backend = NvmlBackend(NvmlGate(mod))
+    reading = backend.memory(0)
+    assert reading.memory_used_bytes == 3 << 30 and reading.memory_reserved_bytes == 1 << 29
+    assert seen == [0x2000028]
+    assert backend.fast_sample(0)["memory_reserved_bytes"] == 1 << 29
+
+
+def test_memory_falls_back_to_v1_once_when_v2_is_unsupported(caplog):
+    def unsupported():
+        raise _error("NotSupported")()
+
+    mod, seen = v2_memory_nvml(unsupported, v1_used=7)
+    backend = NvmlBackend(NvmlGate(mod))
+    with caplog.at_level("INFO", logger="gpudoctor.backends.nvml"):
+        first, second = backend.memory(0), backend.memory(0)
+    assert first.memory_used_bytes == 7 and first.memory_reserved_bytes == NA("MemoryV2NotSupported")
+    assert second == first and seen == [0x2000028, None, None]  # v2 is tried once, not every read
+    assert "reserved" in caplog.text
+
+
+def test_a_lost_gpu_is_lost_in_every_memory_field():
+    mod = fake_pynvml(lost=True)
+    mod.nvmlMemory_v2 = 0x2000028
+    mod.nvmlDeviceGetMemoryInfo = lambda h, version=None: (_ for _ in ()).throw(GpuIsLost())
+    reading = NvmlBackend(NvmlGate(mod)).memory(0)
+    assert set(reading.values()) == {NA("GpuIsLost")}
+
+
+def test_replay_of_a_recording_without_reserved_memory(data_dir):
+    replay = ReplayBackend.from_file(data_dir / "handmade_hardware_faults.json")
+    assert replay.memory(0).memory_reserved_bytes == NA("NotRecorded")
+    assert replay.fast_sample(0)["memory_reserved_bytes"] == NA("NotRecorded")
+
+
+def test_sample_fields_are_one_list_for_nvml_replay_and_the_recording_schema():
+    from typing import get_type_hints
+
+    from gpudoctor.backends.base import GpuSample
+    from gpudoctor.recording import _SAMPLE_FIELDS
+
+    fields = set(get_type_hints(GpuSample))
+    assert fields == set(_SAMPLE_FIELDS)  # what a recording may hold is what a backend gives
+    mod = fake_pynvml()
+    assert set(NvmlBackend(NvmlGate(mod)).sample(0)) == fields
+    assert set(ReplayBackend._FAST_KEYS) == set(NvmlBackend(NvmlGate(fake_pynvml())).fast_sample(0)) < fields

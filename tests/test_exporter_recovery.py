@@ -118,6 +118,9 @@ def test_every_gpu_lost_then_reset_recovers():
 
 def test_no_retry_for_a_missing_python_binding_or_a_replay():
     class NoReset:
+        kind = "replay"  # a recording: its reset() has nothing to start again
+        source = "nvml-missing.json"
+
         def status(self):
             from gpudoctor.backends import NA
 
@@ -129,6 +132,8 @@ def test_no_retry_for_a_missing_python_binding_or_a_replay():
 
 class BlockingBackend:
     """A backend whose sample() is stuck in the driver until released."""
+
+    kind = "nvml"
 
     def __init__(self) -> None:
         self.inside = threading.Event()
@@ -166,6 +171,6 @@ def test_close_is_skipped_while_the_sampler_is_still_inside_nvml():
     assert time.monotonic() - t0 < 5
     assert gpu.closed is False  # nvmlShutdown under a running NVML call is what we avoid
     gpu.release.set()
-    sampler._thread.join(10)
+    sampler.core._thread.join(10)
     assert stop_sampler_then_close(sampler, gpu, join_s=5) is True
     assert gpu.closed is True

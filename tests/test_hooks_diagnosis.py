@@ -237,14 +237,16 @@ def test_sampler_thread_keeps_the_diagnosis_fields():
     assert samples[0]["t_mono"] <= samples[-1]["t_mono"] <= time.perf_counter()
 
 
-def test_sampler_falls_back_to_sample_for_backends_without_fast_sample():
-    class OldBackend:
-        def sample(self, index):
-            return {"gpu_util_pct": 77}
+def test_sampler_is_the_one_sampling_core_reading_one_device():
+    from gpudoctor.sampling import Sampler
 
-    sampler = GpuSampler(OldBackend(), 0)
+    nvml = two_gpus()
+    sampler = GpuSampler(NvmlBackend(NvmlGate(nvml)), 1)
+    assert isinstance(sampler.core, Sampler)
     sampler.sample_once()
-    assert sampler.snapshot()[0]["gpu_util_pct"] == 77
+    (kept,) = sampler.snapshot()
+    assert kept["gpu_util_pct"] == 51  # device 1 only
+    assert nvml.calls["nvmlDeviceGetUtilizationRates"] == 1 and nvml.calls["nvmlDeviceGetPcieThroughput"] == 0
 
 
 def test_importing_gpudoctor_and_hooks_loads_no_torch():

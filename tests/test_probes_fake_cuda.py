@@ -26,16 +26,18 @@ from gpudoctor.backends import NvmlBackend, NvmlGate  # noqa: E402
 from nvml_fake import FakePynvml  # noqa: E402
 
 
-def fake_gpu(name, pcie=True, throttle=0, link=(4, 16, 4, 8)):
+def fake_gpu(name, pcie=True, throttle=0, link=(4, 16, 4, 8), reserved=None):
     """One GPU through the real NVML backend, on the shared fake at the gate. ``throttle``: the
     clock-event reasons (or a function giving them at each read). ``link``: PCIe gen
     max, width max, gen current, width current (``pcie=False``: NVML reports no link). Its used
-    memory grows 2 MiB a read; two processes use it, this one and another."""
+    memory grows 2 MiB a read; two processes use it, this one and another. ``reserved``: the
+    driver has the v2 memory call and reserves this much."""
     used = [600 * MiB]
 
-    def memory_info():
+    def memory_info(*version):
         used[0] += 2 * MiB
-        return SimpleNamespace(used=used[0], free=80 * GiB - used[0], total=80 * GiB)
+        extra = {"reserved": reserved} if version and reserved is not None else {}
+        return SimpleNamespace(used=used[0], free=80 * GiB - used[0], total=80 * GiB, **extra)
 
     readings = {"nvmlDeviceGetName": name, "nvmlDeviceGetMemoryInfo": memory_info,
                 "nvmlDeviceGetCurrentClocksEventReasons": throttle, "nvmlDeviceGetClockInfo": lambda clock: 1755,
@@ -46,7 +48,10 @@ def fake_gpu(name, pcie=True, throttle=0, link=(4, 16, 4, 8)):
     if pcie:
         readings.update(zip(("nvmlDeviceGetMaxPcieLinkGeneration", "nvmlDeviceGetMaxPcieLinkWidth",
                              "nvmlDeviceGetCurrPcieLinkGeneration", "nvmlDeviceGetCurrPcieLinkWidth"), link))
-    return NvmlBackend(NvmlGate(FakePynvml(readings=readings)))
+    nvml = FakePynvml(readings=readings)
+    if reserved is not None:
+        nvml.nvmlMemory_v2 = 0x02000028  # nvml.h: sizeof(nvmlMemory_v2_t) | 2 << 24
+    return NvmlBackend(NvmlGate(nvml))
 
 
 @pytest.fixture
@@ -106,6 +111,13 @@ def test_memory_device_path(fake_cuda):
     assert {"memory_held_by_others", "largest_allocation_small", "cuda_context_size",
             "allocator_explained"} <= _codes(result)
     assert result.status is Status.WARN
+
+
+def test_memory_probe_reports_the_drivers_reserved_memory_apart(fake_cuda):
+    result = memory.run(ProbeContext(gpu=fake_gpu(fake_cuda["name"], reserved=512 * MiB), level="full"))
+    _valid(result)
+    (reserved,) = [m for m in result.measurements if m.name == "driver_reserved_memory"]
+    assert reserved.value == 512 * MiB and reserved.unit == "B"
 
 
 def test_memory_context_is_asked_before_set_device_creates_it(fake_cuda, monkeypatch):

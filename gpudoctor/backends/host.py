@@ -6,7 +6,7 @@ import os
 import platform
 import socket
 import sys
-from typing import Any
+from typing import Any, Callable, Mapping
 
 from .na import NA
 
@@ -122,3 +122,68 @@ def environment_variables() -> dict[str, str | None]:
     names = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "PYTORCH_CUDA_ALLOC_CONF",
              "PYTORCH_ALLOC_CONF", "CUDA_LAUNCH_BLOCKING", "NCCL_DEBUG", "LD_LIBRARY_PATH")
     return {name: os.environ.get(name) for name in names}
+
+
+# --------------------------------------------------------------------------- over time
+def default_host_sampler() -> Callable[[], Any]:
+    """psutil host readings; the first cpu_percent() call only primes the counter."""
+    try:
+        import psutil  # noqa: F401
+    except Exception as exc:  # psutil missing: host panels say so
+        reason = NA(type(exc).__name__)
+        return lambda: reason
+    try:
+        host_sample()
+    except Exception:
+        pass
+
+    def sample() -> Any:
+        try:
+            return host_sample()
+        except Exception as exc:
+            return NA(type(exc).__name__)
+
+    return sample
+
+
+class PsutilProcessInfo:
+    """user, CPU %, resident memory and command line of live pids (psutil).
+
+    psutil.Process objects are kept between calls: CPU % is the use since the previous
+    call for that pid, so the first reading of a new pid is 0.
+    """
+
+    def __init__(self) -> None:
+        self._procs: dict[int, Any] = {}
+
+    def __call__(self, pid: int, recorded: Mapping[str, Any]) -> dict[str, Any]:
+        try:
+            import psutil
+        except ImportError:
+            return {"user": "?", "command": "(psutil missing)"}
+        proc = self._procs.get(pid)
+        try:
+            if proc is None:
+                proc = psutil.Process(pid)
+                self._procs[pid] = proc
+            with proc.oneshot():
+                cmd = proc.cmdline()
+                return {
+                    "user": proc.username(),
+                    "cpu_pct": proc.cpu_percent(interval=None),
+                    "host_memory_bytes": int(proc.memory_info().rss),
+                    "command": " ".join(cmd) if cmd else proc.name(),
+                }
+        except psutil.NoSuchProcess:
+            self._procs.pop(pid, None)
+            # A pid NVML lists but this process cannot see: another container or PID namespace.
+            return {"user": "?", "command": "(not visible from here: other container?)"}
+        except psutil.AccessDenied:
+            return {"user": "?", "command": "(access denied)"}
+        except Exception as exc:
+            return {"user": "?", "command": f"({type(exc).__name__})"}
+
+    def forget_except(self, pids: set[int]) -> None:
+        for pid in list(self._procs):
+            if pid not in pids:
+                del self._procs[pid]

@@ -8,6 +8,7 @@ falsy, compares equal to other NA values with the same reason, and serialises as
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -48,7 +49,7 @@ def encode(obj: Any) -> Any:
     """Recursively turn NA values into their JSON form."""
     if isinstance(obj, NA):
         return obj.to_json()
-    if isinstance(obj, dict):
+    if isinstance(obj, Mapping):  # dicts and the typed readings (gpudoctor.backends.base)
         return {k: encode(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [encode(v) for v in obj]

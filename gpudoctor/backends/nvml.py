@@ -20,6 +20,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from .base import GpuSample, MemoryReading, ProcessReading, UtilizationReading
 from .na import NA, is_na
 
 log = logging.getLogger(__name__)
@@ -155,19 +156,26 @@ class NvmlGate:
         self.shutdown()
 
 
+# Answers that mean "this driver or binding has no v2 memory call", not "the GPU failed".
+_NO_V2_REASONS = frozenset({"FunctionNotFound", "NotSupported", "ArgumentVersionMismatch", "TypeError",
+                            "AttributeError"})
+
+
 def _mw_to_w(value: Any) -> Any:
     return value if is_na(value) else value / 1000.0
 
 
 class NvmlBackend:
-    """Live readings through NVML. See :mod:`gpudoctor.backends.base` for the fields."""
+    """Live readings through NVML. The methods are :class:`~gpudoctor.backends.base.GpuBackend`."""
 
     kind = "nvml"
+    source = ""  # a replay names its file here
 
     def __init__(self, gate: NvmlGate | None = None) -> None:
         self.gate = gate or NvmlGate()
         self._handles: dict[int, Any] = {}
         self._process_util_seen: dict[int, int] = {}
+        self._memory_v2 = True  # until the driver or the binding says it has no v2 memory call
 
     # -- system ---------------------------------------------------------------------
     def status(self) -> NA | None:
@@ -245,19 +253,31 @@ class NvmlBackend:
         }
 
     # -- per device, every interval -------------------------------------------------
-    def memory(self, index: int) -> dict[str, Any]:
-        """Framebuffer memory only (nvidia-smi --query-gpu=memory.used,memory.free,memory.total).
+    def memory(self, index: int) -> MemoryReading:
+        """Framebuffer memory only (nvidia-smi --query-gpu=memory.used,memory.reserved,memory.free,memory.total).
 
-        One NVML call: for code that reads memory often (the allocator walk, samplers).
+        One NVML call: for code that reads memory often (the allocator walk, samplers). The
+        v2 structure (``nvmlDeviceGetMemoryInfo_v2``) gives "used" as nvidia-smi shows it and
+        the driver's reserved memory apart; where the driver or the binding has no v2 call,
+        the v1 call is used (its "used" includes the reserved memory) and reserved is
+        ``NA("MemoryV2NotSupported")``, with one log line saying so.
         """
+        version = self.gate.constant("nvmlMemory_v2", 0)
+        if version and self._memory_v2:
+            memory = self._q("nvmlDeviceGetMemoryInfo", index, version)
+            if not is_na(memory):
+                return MemoryReading(int(memory.used), int(memory.free), int(memory.total), int(memory.reserved))
+            if memory.reason not in _NO_V2_REASONS:
+                return MemoryReading(memory, memory, memory, memory)
+            self._memory_v2 = False
+            log.info("NVML has no v2 memory call (%s): memory used includes the driver's reserved memory",
+                     memory.reason)
         memory = self._q("nvmlDeviceGetMemoryInfo", index)
-        return {
-            "memory_used_bytes": memory if is_na(memory) else int(memory.used),
-            "memory_free_bytes": memory if is_na(memory) else int(memory.free),
-            "memory_total_bytes": memory if is_na(memory) else int(memory.total),
-        }
+        if is_na(memory):
+            return MemoryReading(memory, memory, memory, memory)
+        return MemoryReading(int(memory.used), int(memory.free), int(memory.total), NA("MemoryV2NotSupported"))
 
-    def fast_sample(self, index: int) -> dict[str, Any]:
+    def fast_sample(self, index: int) -> GpuSample:
         """The readings that cost one quick NVML call each: utilisation, memory, temperature,
         power, clocks, throttle reasons, performance state.
 
@@ -267,14 +287,11 @@ class NvmlBackend:
         """
         c = self.gate.constant
         q = self._q
-        util = q("nvmlDeviceGetUtilizationRates", index)
         reasons = q("nvmlDeviceGetCurrentClocksEventReasons", index)
         if is_na(reasons):
             reasons = q("nvmlDeviceGetCurrentClocksThrottleReasons", index)
         return {
-            "t": time.time(),
-            "gpu_util_pct": util if is_na(util) else int(util.gpu),
-            "mem_util_pct": util if is_na(util) else int(util.memory),
+            **self.utilization(index),
             **self.memory(index),
             "temperature_c": q("nvmlDeviceGetTemperature", index, c("NVML_TEMPERATURE_GPU", 0)),
             "power_w": _mw_to_w(q("nvmlDeviceGetPowerUsage", index)),
@@ -286,7 +303,7 @@ class NvmlBackend:
             "performance_state": q("nvmlDeviceGetPerformanceState", index),
         }
 
-    def sample(self, index: int) -> dict[str, Any]:
+    def sample(self, index: int) -> GpuSample:
         """Every reading gpudoctor shows: :meth:`fast_sample` plus PCIe link and throughput,
         fan, ECC, page retirement, row remapping, persistence and compute mode."""
         c = self.gate.constant
@@ -392,17 +409,16 @@ class NvmlBackend:
         3 exclusive process (one context on the device at a time). One NVML call."""
         return self._q("nvmlDeviceGetComputeMode", index)
 
-    def utilization(self, index: int) -> dict[str, Any]:
+    def utilization(self, index: int) -> UtilizationReading:
         """Only the busy percentages (nvidia-smi --query-gpu=utilization.gpu,utilization.memory).
 
         One NVML call, cheap enough to poll at 10-20 Hz beside a running benchmark.
         """
         util = self._q("nvmlDeviceGetUtilizationRates", index)
-        return {"t": time.time(),
-                "gpu_util_pct": util if is_na(util) else int(util.gpu),
-                "mem_util_pct": util if is_na(util) else int(util.memory)}
+        return UtilizationReading(time.time(), util if is_na(util) else int(util.gpu),
+                                  util if is_na(util) else int(util.memory))
 
-    def processes(self, index: int) -> Any:
+    def processes(self, index: int) -> list[ProcessReading] | NA:
         """Processes holding a context on the device: pid, type, GPU memory, SM util."""
         found: dict[int, dict[str, Any]] = {}
         any_ok = False
@@ -434,7 +450,8 @@ class NvmlBackend:
                     found[int(u.pid)]["sm_util_pct"] = int(u.smUtil)
                 newest = max(newest, int(getattr(u, "timeStamp", 0)))
             self._process_util_seen[index] = newest
-        return sorted(found.values(), key=lambda e: e["pid"])
+        return [ProcessReading(e["pid"], e["type"], e["gpu_memory_bytes"], e["sm_util_pct"])
+                for e in sorted(found.values(), key=lambda e: e["pid"])]
 
     def reset(self) -> None:
         """Start again from nothing: device handles from before a driver reload or a GPU reset

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 # The loader lives in gpudoctor.recording (bounded reading, the schema); re-exported here.
 from gpudoctor.recording import RECORDING_FORMAT, RECORDING_FORMAT_VERSION, RecordingError, load_recording
 
+from .base import GpuSample, MemoryReading, ProcessReading, UtilizationReading
 from .na import NA, is_na
 
 if TYPE_CHECKING:  # pathlib costs `report --quick` ~5 ms of imports; only replays need it
@@ -103,7 +104,7 @@ class ReplayBackend:
             self._cursor[index] = pos + 1
         return samples[pos]
 
-    def sample(self, index: int) -> dict[str, Any]:
+    def sample(self, index: int) -> GpuSample:
         na = self._check(index)
         if na is not None:
             return {"gpu_util_pct": na}
@@ -116,27 +117,49 @@ class ReplayBackend:
         return dict(devices[index])
 
     # Recordings hold whole samples; the cheaper views are cuts of the next one.
-    _MEMORY_KEYS = ("memory_used_bytes", "memory_free_bytes", "memory_total_bytes")
-    _FAST_KEYS = ("t", "gpu_util_pct", "mem_util_pct", *_MEMORY_KEYS, "temperature_c", "power_w",
+    _FAST_KEYS = ("t", "gpu_util_pct", "mem_util_pct", "memory_used_bytes", "memory_free_bytes",
+                  "memory_total_bytes", "memory_reserved_bytes", "temperature_c", "power_w",
                   "power_limit_w", "clock_sm_mhz", "clock_mem_mhz", "clock_graphics_mhz",
                   "throttle_reasons", "performance_state")
 
-    def fast_sample(self, index: int) -> dict[str, Any]:
+    @staticmethod
+    def _missing(full: dict[str, Any]) -> NA:
+        """What a field absent from a sample reads as: the device's fault if it has one."""
+        return next((v for v in full.values() if is_na(v)), NA("NotRecorded"))
+
+    def fast_sample(self, index: int) -> GpuSample:
         full = self.sample(index)
-        missing = next((v for v in full.values() if is_na(v)), NA("NotRecorded"))
-        return {k: full.get(k, missing) for k in self._FAST_KEYS}
+        missing = self._missing(full)
+        fast = {k: full.get(k, missing) for k in self._FAST_KEYS}
+        if "memory_reserved_bytes" not in full and "memory_used_bytes" in full:
+            fast["memory_reserved_bytes"] = NA("NotRecorded")  # recorded before reserved was read
+        return fast
 
     def total_energy_mj(self, index: int) -> Any:
         """The energy counter of the device's next recorded sample (``energy_mj``), or NA."""
         sample = self.sample(index)
         return sample.get("energy_mj", NA("NotRecorded"))
 
-    def memory(self, index: int) -> dict[str, Any]:
+    def memory(self, index: int) -> MemoryReading:
         full = self.sample(index)
-        missing = next((v for v in full.values() if is_na(v)), NA("NotRecorded"))
-        return {k: full.get(k, missing) for k in self._MEMORY_KEYS}
+        missing = self._missing(full)
+        reserved = full.get("memory_reserved_bytes",
+                            NA("NotRecorded") if "memory_used_bytes" in full else missing)
+        return MemoryReading(full.get("memory_used_bytes", missing), full.get("memory_free_bytes", missing),
+                             full.get("memory_total_bytes", missing), reserved)
 
-    def processes(self, index: int) -> Any:
+    def utilization(self, index: int) -> UtilizationReading:
+        full = self.sample(index)
+        missing = self._missing(full)
+        t = full.get("t")
+        return UtilizationReading(float(t) if isinstance(t, (int, float)) else 0.0,
+                                  full.get("gpu_util_pct", missing), full.get("mem_util_pct", missing))
+
+    def compute_mode(self, index: int) -> Any:
+        """The compute mode of the device's next recorded sample, or NA."""
+        return self.sample(index).get("compute_mode", NA("NotRecorded"))
+
+    def processes(self, index: int) -> list[ProcessReading] | NA:
         na = self._check(index)
         if na is not None:
             return na
@@ -148,7 +171,10 @@ class ReplayBackend:
         procs = samples[pos].get("processes") or []
         if index >= len(procs):
             return NA("NotRecorded")
-        return procs[index]
+        entry = procs[index]
+        if is_na(entry) or not isinstance(entry, list):
+            return entry if is_na(entry) else NA("NotRecorded")
+        return [ProcessReading.from_mapping(p) for p in entry if isinstance(p, dict)]
 
     def nvlink(self, index: int) -> Any:
         """Recorded NVLink links of a device (``nvml.nvlink[index]``), else NA."""
@@ -166,6 +192,9 @@ class ReplayBackend:
 
     def host_facts(self) -> dict[str, Any]:
         return dict(self.recording.get("host") or {})
+
+    def reset(self) -> None:
+        """A recording has no driver to start again: nothing to do."""
 
     def close(self) -> None:
         pass

@@ -74,3 +74,43 @@ def match_torch_to_nvml(torch_devices: list[dict[str, Any]], nvml_static: list[d
             nvml_index = by_uuid.get(dev["uuid"])
         mapping[dev["index"]] = nvml_index
     return mapping
+
+
+def nvml_index_for(backend: Any, cuda_index: int, pci_bus_id: str | None = None,
+                   uuid: str | None = None) -> int | None:
+    """The one torch-to-NVML resolver: the NVML index of torch's CUDA device ``cuda_index``.
+
+    Matched by PCI bus id, else by UUID (:func:`match_torch_to_nvml`), else by the order
+    CUDA_VISIBLE_DEVICES gives (:func:`visible_nvml_indices`); None when NVML cannot say.
+    """
+    if backend.status() is not None:
+        return None
+    count = backend.device_count()
+    if is_na(count) or not isinstance(count, int):
+        return None
+    if pci_bus_id or uuid:
+        static = [dict(backend.static(i), index=i) for i in range(count)]
+        found = match_torch_to_nvml([{"index": cuda_index, "pci_bus_id": pci_bus_id, "uuid": uuid}],
+                                    static).get(cuda_index)
+        if found is not None:
+            return found
+    visible = visible_nvml_indices(backend)
+    if is_na(visible) or cuda_index >= len(visible):
+        return None
+    return visible[cuda_index]
+
+
+def torch_device_ids(cuda_index: int, torch: Any = None) -> tuple[str | None, str | None]:
+    """(PCI bus id, UUID) of torch's CUDA device, or (None, None) when torch cannot say.
+
+    Imports torch only when ``torch`` is not given (callers in a training process have it).
+    """
+    from .torch_cuda import device_properties
+
+    try:
+        if torch is None:
+            import torch
+        props = device_properties(torch, cuda_index)
+    except Exception:  # noqa: BLE001 - no ids: the resolver falls back to CUDA_VISIBLE_DEVICES order
+        return None, None
+    return props.get("pci_bus_id"), props.get("uuid")

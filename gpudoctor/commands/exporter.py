@@ -10,7 +10,7 @@ import argparse
 import os
 import signal
 import sys
-import threading
+import time
 from typing import Any
 
 from gpudoctor import exitcodes
@@ -55,7 +55,9 @@ def run(args: argparse.Namespace) -> int:
     except RecordingError as exc:
         raise UsageError(str(exc)) from None
     sampler = GpuSampler(gpu, args.interval)
-    sampler.sample_once()  # the first scrape already has data
+    # Sampling starts in its own thread and the endpoint is served at once: a first NVML call
+    # that hangs leaves the sample stale (gpudoctor_nvml_up 0), never the endpoint down.
+    sampler.start()
     reports: ReportStatus | None = None
     if not args.no_report:
         if args.report_file:
@@ -79,21 +81,15 @@ def run(args: argparse.Namespace) -> int:
     if args.host not in LOOPBACK:
         print(f"gpudoctor exporter: warning: listening on {args.host}, reachable from other machines",
               file=sys.stderr, flush=True)
-    first = sampler.snapshot or {}
-    if first.get("status") is not None:
-        retry = first.get("retry_in_s")
-        print(f"gpudoctor exporter: NVML unavailable ({first['status'].reason}); serving gpudoctor_nvml_up 0"
-              + (f", trying again in {retry:.0f} s (then after 10, 20, 40 s, then every 60 s)" if retry is not None else ""),
-              file=sys.stderr, flush=True)
+    _say_first_sample(sampler)
 
-    stop = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    sampler.start()
+    terminated: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, _frame: terminated.append(signum))
     if reports is not None:
         reports.start()
     interrupted = False
     try:
-        stop.wait(args.exit_after)  # None: until SIGTERM (or Ctrl-C)
+        _wait_for_stop(terminated, args.exit_after)  # None: until SIGTERM (or Ctrl-C)
     except KeyboardInterrupt:
         interrupted = True
     finally:
@@ -106,6 +102,34 @@ def run(args: argparse.Namespace) -> int:
         stop_sampler_then_close(sampler, gpu)
     print("gpudoctor exporter: stopped", file=sys.stderr, flush=True)
     return exitcodes.INTERRUPTED if interrupted else exitcodes.OK
+
+
+def _wait_for_stop(terminated: list[int], exit_after: float | None) -> None:
+    """Sleep until SIGTERM (the handler appends to ``terminated``) or ``exit_after`` seconds.
+
+    Polls a list instead of waiting on a threading.Event: an Event set from a signal handler
+    deadlocks when the signal lands while the main thread holds the Event's lock inside
+    wait() (the exporter then never stopped on SIGTERM, now and then, under load)."""
+    deadline = None if exit_after is None else time.monotonic() + exit_after
+    while not terminated:
+        left = 0.2 if deadline is None else min(0.2, deadline - time.monotonic())
+        if left <= 0:
+            return
+        time.sleep(left)
+
+
+def _say_first_sample(sampler: GpuSampler, wait_s: float = 5.0) -> None:
+    """One line on stderr when NVML is unusable, or when the first sample has not come back."""
+    if not sampler.wait_first(wait_s):
+        print(f"gpudoctor exporter: the first NVML sample has not come back in {wait_s:g} s; serving it as "
+              "stale (gpudoctor_nvml_up 0) until it does", file=sys.stderr, flush=True)
+        return
+    first = sampler.snapshot or {}
+    if first.get("status") is not None:
+        retry = first.get("retry_in_s")
+        print(f"gpudoctor exporter: NVML unavailable ({first['status'].reason}); serving gpudoctor_nvml_up 0"
+              + (f", trying again in {retry:.0f} s (then after 10, 20, 40 s, then every 60 s)" if retry is not None else ""),
+              file=sys.stderr, flush=True)
 
 
 __all__ = ["register", "run", "port"]

@@ -28,7 +28,7 @@ def register(subparsers: Any) -> None:
 
 def no_gpu_reason(gpu: Any) -> str | None:
     """Why there is nothing to record (one sentence), or None when NVML sees a GPU."""
-    from gpudoctor.live import no_gpu_words
+    from gpudoctor.presentation import no_gpu_words
 
     status = gpu.status()
     if status is not None:

@@ -10,8 +10,8 @@ mid-watch (GPU lost, driver gone) prints a FAULT line for that GPU and the watch
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
-import time
 from typing import Any
 
 from gpudoctor import exitcodes
@@ -38,7 +38,8 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from gpudoctor.backends import NvmlBackend, RecordingError, ReplayBackend
-    from gpudoctor.live import LiveSampler, no_gpu_words, watch_line, watch_record
+    from gpudoctor.presentation import no_gpu_words, watch_line, watch_record
+    from gpudoctor.sampling import Sampler
 
     if args.replay:
         try:
@@ -47,12 +48,13 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(str(exc)) from None
     else:
         gpu = NvmlBackend()
-    sampler = LiveSampler(gpu, host_sampler=None, with_processes=False)
+    sampler = Sampler(gpu, host_sampler=None, with_processes=False, interval_s=args.interval)
     from gpudoctor.backends.events import open_event_watcher
 
     events = open_event_watcher(gpu)
     try:
-        snap = sampler.read()
+        reads = sampler.paced(count=args.count)
+        snap = next(reads)
         if not snap.has_gpu:
             reason = snap.nvml_status.reason if snap.nvml_status is not None else "NoDevices"
             words = no_gpu_words(reason) if snap.nvml_status is not None else "NVML reports no NVIDIA GPU"
@@ -62,20 +64,13 @@ def run(args: argparse.Namespace) -> int:
             return exitcodes.NO_GPU
         events.start()
         seen: dict[int, int] = {}
-        done = 0
-        next_at = time.monotonic()
-        while True:
+        for snap in itertools.chain([snap], reads):
             for dev in snap.devices:
                 # flushed per line: a log reader sees each interval as it happens
                 write_stdout_line(json.dumps(watch_record(snap, dev), allow_nan=False) if args.json
                                   else watch_line(snap, dev))
                 _new_events(events, dev.index, seen, args.json)
-            done += 1
-            if args.count is not None and done >= args.count:
-                return exitcodes.OK
-            next_at += args.interval
-            time.sleep(max(0.0, next_at - time.monotonic()))
-            snap = sampler.read()
+        return exitcodes.OK
     except KeyboardInterrupt:
         return exitcodes.INTERRUPTED
     finally:

@@ -1,51 +1,35 @@
-"""GPU readings during training, from NVML in a background thread.
+"""GPU readings during training: the one sampler (:class:`gpudoctor.sampling.Sampler`) on
+one device, keeping the few fields the diagnosis uses.
 
-The thread asks the backend (:class:`gpudoctor.backends.NvmlBackend`, or anything with
-the same ``fast_sample(index)``, else ``sample(index)``) for one device's readings every
-``interval_s`` and keeps the few fields the diagnosis uses, with ``t_mono``: the time of
-the reading on the monitor's clock (``time.perf_counter``), so the summary can keep only
-the readings taken during the measured steps. ``fast_sample`` leaves out the PCIe
-throughput counters (20 ms each) and the slow, rarely changing readings. NVML calls do
-not touch the CUDA context, so sampling adds no work to the training stream.
+The sampler's daemon thread reads the device's cheap readings (``fast_sample``: no PCIe
+throughput counters, which cost 20 ms each, nor the slow, rarely changing readings) every
+``interval_s``. Each reading is kept with ``t_mono``: the time of the reading on the
+monitor's clock (``time.perf_counter``), so the summary can keep only the readings taken
+during the measured steps. NVML calls do not touch the CUDA context, so sampling adds no
+work to the training stream.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from typing import Any
 
 from gpudoctor.backends import is_na, throttle_reason_names
+from gpudoctor.backends.visibility import nvml_index_for
+from gpudoctor.sampling import Sampler, Snapshot
 
 log = logging.getLogger("gpudoctor.hooks")
 
 KEPT_FIELDS = ("t", "gpu_util_pct", "memory_used_bytes", "memory_total_bytes", "power_w",
                "power_limit_w", "clock_sm_mhz", "temperature_c")
 
-
-def nvml_index_for(backend: Any, cuda_index: int, pci_bus_id: str | None) -> int | None:
-    """The NVML index of torch's CUDA device: matched by PCI bus id (the one torch->NVML
-    matcher, :func:`gpudoctor.backends.visibility.match_torch_to_nvml`), else by the order
-    CUDA_VISIBLE_DEVICES gives."""
-    from gpudoctor.backends.visibility import match_torch_to_nvml, visible_nvml_indices
-
-    count = backend.device_count()
-    if is_na(count):
-        return None
-    if pci_bus_id:
-        static = [dict(backend.static(i), index=i) for i in range(count)]
-        found = match_torch_to_nvml([{"index": cuda_index, "pci_bus_id": pci_bus_id}], static).get(cuda_index)
-        if found is not None:
-            return found
-    visible = visible_nvml_indices(backend)
-    if is_na(visible) or cuda_index >= len(visible):
-        return None
-    return visible[cuda_index]
+__all__ = ["GpuSampler", "nvml_index_for", "KEPT_FIELDS"]
 
 
 class GpuSampler:
-    """Samples one GPU every ``interval_s`` seconds until :meth:`stop`."""
+    """The diagnosis fields of one GPU every ``interval_s`` seconds until :meth:`stop`
+    (bounded: past ``max_samples`` the kept readings are thinned to every other one)."""
 
     def __init__(self, backend: Any, index: int, interval_s: float = 0.5, max_samples: int = 100_000) -> None:
         self.backend = backend
@@ -53,23 +37,30 @@ class GpuSampler:
         self.interval_s = interval_s
         self.max_samples = max_samples
         self.samples: list[dict[str, Any]] = []
-        self.error: str | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        fast = getattr(backend, "fast_sample", None)
-        self._read = fast if callable(fast) else backend.sample
+        self.core = Sampler(backend, None, with_processes=False, reads="fast", devices=[index],
+                            interval_s=interval_s, history_length=1, on_sample=self._keep, stop_on_error=True)
+
+    @property
+    def error(self) -> str | None:
+        return self.core.error
+
+    @property
+    def _thread(self) -> threading.Thread | None:  # the monitor restarts a sampler that ended
+        return self.core._thread
 
     def start(self) -> None:
-        if self._thread is not None:
-            return
-        self._thread = threading.Thread(target=self._run, name="gpudoctor-nvml-sampler", daemon=True)
-        self._thread.start()
+        self.core.start()
 
     def sample_once(self) -> None:
-        reading = self._read(self.index)
+        self.core.read()
+
+    def _keep(self, snap: Snapshot) -> None:
+        if not snap.devices:  # NVML down: nothing to keep for the diagnosis
+            return
+        reading = snap.devices[0].sample
         kept = {k: (None if is_na(reading.get(k)) else reading.get(k)) for k in KEPT_FIELDS}
-        kept["t_mono"] = time.perf_counter()  # the monitor's clock: placed against the step spans
+        kept["t_mono"] = snap.t_mono  # the monitor's clock: placed against the step spans
         reasons = reading.get("throttle_reasons")
         kept["throttle_reason_names"] = [] if is_na(reasons) or reasons is None else throttle_reason_names(int(reasons))
         with self._lock:
@@ -78,22 +69,14 @@ class GpuSampler:
                 self.samples = self.samples[::2]
             self.samples.append(kept)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.sample_once()
-            except Exception as exc:  # a sampler fault costs the GPU figures, never the training
-                self.error = f"{type(exc).__name__}: {exc}"
-                log.warning("gpudoctor: GPU sampling stopped: %s", self.error)
-                return
-            self._stop.wait(self.interval_s)
-
     def snapshot(self) -> list[dict[str, Any]]:
         with self._lock:
             return list(self.samples)
 
     def stop(self) -> None:
-        self._stop.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=5.0)
+        if not self.core.stop(5.0) and self.core.error is None:
+            log.debug("gpudoctor: the GPU sampler is still inside an NVML call; left to finish")
+        if self.core.error is not None:
+            log.warning("gpudoctor: GPU sampling stopped: %s", self.core.error)
+
+

@@ -27,10 +27,9 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.worker import get_current_worker
 
-from gpudoctor.live import (
-    History, LiveSampler, ProcessRow, PsutilProcessInfo, Snapshot, default_host_sampler, process_rows,
-    recorded_process_info,
-)
+from gpudoctor.backends.host import PsutilProcessInfo, default_host_sampler
+from gpudoctor.presentation import ProcessRow, process_rows, recorded_process_info
+from gpudoctor.sampling import History, Sampler, Snapshot
 from gpudoctor.model import ProbeResult
 from gpudoctor import _published
 from gpudoctor.tui.screens import DoctorScreen, HelpScreen, OverviewScreen, ProcessesScreen, WhyScreen, WorkloadScreen
@@ -246,7 +245,7 @@ class GpudoctorApp(App[int]):
         self.state = AppState()
         self.doctor = DoctorState(level=doctor_level)
         self.workload = WorkloadState()
-        self.sampler: LiveSampler | None = None
+        self.sampler: Sampler | None = None
         self.event_watcher: Any = None
         self._sample_started: float | None = None
         self._workload_stop = threading.Event()
@@ -337,17 +336,21 @@ class GpudoctorApp(App[int]):
         self._sample_started = time.monotonic()
         self._sample_worker()
 
-    @work(thread=True, exclusive=True, group="sample", exit_on_error=False)
     def _sample_worker(self) -> None:
-        worker = get_current_worker()
+        """Read the GPUs in a daemon thread of our own, not a Textual worker: an NVML call can
+        hang on a failing GPU, and Textual (and the interpreter at exit) wait for their worker
+        threads. Nothing waits for this one, so `q` and Ctrl-C quit at once."""
+        threading.Thread(target=self._read_sample, name="gpudoctor-tui-sample", daemon=True).start()
+
+    def _read_sample(self) -> None:
         try:
             if self.sampler is None:
                 info = self.process_info
                 gpu = self.backend_factory()
                 if info is None:
-                    info = recorded_process_info if getattr(gpu, "kind", "") == "replay" else PsutilProcessInfo()
+                    info = recorded_process_info if gpu.kind == "replay" else PsutilProcessInfo()
                     self.process_info = info
-                self.sampler = LiveSampler(gpu, self.host_sampler or default_host_sampler())
+                self.sampler = Sampler(gpu, self.host_sampler or default_host_sampler())
                 self._watch_events(gpu)
             snap = self.sampler.read()
             rows, notes = process_rows(snap, self.process_info)  # type: ignore[arg-type]
@@ -355,14 +358,14 @@ class GpudoctorApp(App[int]):
             if forget is not None:
                 forget({r.pid for r in rows})
         except Exception as exc:  # a backend is not supposed to raise; if it does, say so and go on
-            if not worker.is_cancelled:
+            if not self._quitting:
                 self.post_message(SampleFailed(f"reading failed: {_one_line(exc)}"))
             return
         try:
             published = _published.read_all()
         except Exception:  # a summary file we cannot read costs its column, not the screen
             published = {}
-        if not worker.is_cancelled:
+        if not self._quitting:
             self.post_message(SampleReady(snap, rows, notes, published))
 
     def _watch_events(self, gpu: Any) -> None:

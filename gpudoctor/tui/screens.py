@@ -19,7 +19,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Input, Static
 
 from gpudoctor.backends.na import NA
-from gpudoctor.live import PROCESS_SORT_KEYS, ProcessRow
+from gpudoctor.presentation import PROCESS_SORT_KEYS, ProcessRow
 from gpudoctor.presentation import fmt_bytes, plain_text, status_style, wrap_hanging
 from gpudoctor.tui.widgets import GpuPanel, HostPanel, NoGpuPanel, bar, doctor_renderable, workload_chart
 from gpudoctor.tui.workload_runner import field_of

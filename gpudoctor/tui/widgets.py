@@ -17,7 +17,8 @@ from textual.geometry import Region
 from textual.widget import Widget
 
 from gpudoctor.backends.na import NA, is_na
-from gpudoctor.live import DeviceSnapshot, History, Snapshot, fault_words, no_gpu_words
+from gpudoctor.presentation import fault_words, no_gpu_words
+from gpudoctor.sampling import DeviceSnapshot, History, Snapshot
 from gpudoctor.model import ProbeResult
 from gpudoctor.presentation import (
     fmt_bytes, fmt_memory, fmt_num, fmt_power, fmt_rate_kbps, plain_text, sparkline, status_style,
@@ -419,7 +420,7 @@ def _graph_column(value: float | None, rows: int) -> str:
 
 
 #: Samples a History keeps (the graph's time axis stops where the history does).
-from gpudoctor.live import HISTORY_LENGTH as HISTORY_SAMPLES  # noqa: E402
+from gpudoctor.sampling import HISTORY_LENGTH as HISTORY_SAMPLES  # noqa: E402
 
 
 # --------------------------------------------------------------------------- doctor

@@ -28,23 +28,15 @@ class RunEnergy:
             self._why_not = f"no energy counter is read for {device.type} devices"
 
     def _gpu_meter(self, cuda_index: int) -> EnergyMeter | None:
-        from gpudoctor.backends import NvmlBackend, normalise_bus_id
-        from gpudoctor.hooks.sampler import nvml_index_for
+        from gpudoctor.backends import NvmlBackend
+        from gpudoctor.backends.visibility import nvml_index_for, torch_device_ids
 
         backend = NvmlBackend()
         status = backend.status()
         if status is not None:
             self._why_not = f"NVML not available ({status.reason})"
             return None
-        try:
-            import torch
-
-            from gpudoctor.backends.torch_cuda import device_properties
-
-            bus_id = normalise_bus_id(device_properties(torch, cuda_index).get("pci_bus_id"))
-        except Exception:  # noqa: BLE001 (no bus id: fall back to CUDA_VISIBLE_DEVICES order)
-            bus_id = None
-        index = nvml_index_for(backend, cuda_index, bus_id)
+        index = nvml_index_for(backend, cuda_index, *torch_device_ids(cuda_index))
         if index is None:
             self._why_not = f"no NVML device matches torch device cuda:{cuda_index}"
             return None

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import gc
 import math
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
@@ -106,7 +105,9 @@ class RunResult:
 
 # --------------------------------------------------------------------------- NVML sampling
 class UtilSampler:
-    """Polls NVML ``utilization.gpu`` for one torch CUDA device in a background thread."""
+    """NVML ``utilization.gpu`` of one torch CUDA device while a run trains: the one sampler
+    (:class:`gpudoctor.sampling.Sampler`) reading only utilisation (one NVML call) every
+    ``interval_s``."""
 
     def __init__(self, torch_index: int, interval_s: float, backend: Any = None) -> None:
         """``backend``: an NvmlBackend (default: a new one; tests pass one over a stand-in
@@ -116,74 +117,55 @@ class UtilSampler:
         self.interval_s = interval_s
         self.samples: list[float] = []
         self.note: str | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._backend: Any = None
-        self._nvml_index: int | None = None
+        self._core: Any = None
         self._started = 0.0
         self._stopped = 0.0
 
-    def _resolve(self) -> None:
-        from gpudoctor.backends import NvmlBackend, is_na, normalise_bus_id
-        from gpudoctor.backends.visibility import visible_nvml_indices
+    def _resolve(self) -> Any:
+        """The NVML backend and index of the device (the one resolver), or None with a note."""
+        from gpudoctor.backends import NvmlBackend
+        from gpudoctor.backends.visibility import nvml_index_for, torch_device_ids
 
         backend = self._given_backend if self._given_backend is not None else NvmlBackend()
         status = backend.status()
         if status is not None:
             self.note = f"NVML not available ({status.reason})"
-            return
-        bus_id = None
-        try:
-            import torch
-
-            from gpudoctor.backends.torch_cuda import device_properties
-
-            bus_id = normalise_bus_id(device_properties(torch, self.torch_index).get("pci_bus_id"))
-        except Exception:
-            bus_id = None
-        count = backend.device_count()
-        if bus_id and not is_na(count):
-            for index in range(count):
-                if backend.static(index).get("pci_bus_id") == bus_id:
-                    self._nvml_index = index
-                    break
-        if self._nvml_index is None:
-            visible = visible_nvml_indices(backend)
-            if not is_na(visible) and self.torch_index < len(visible):
-                self._nvml_index = visible[self.torch_index]
-        if self._nvml_index is None:
+            return None
+        index = nvml_index_for(backend, self.torch_index, *torch_device_ids(self.torch_index))
+        if index is None:
             self.note = f"no NVML device matches torch device cuda:{self.torch_index}"
             backend.close()
-            return
-        self._backend = backend
+            return None
+        return backend, index
 
-    def _loop(self) -> None:
+    def _keep(self, snap: Any) -> None:
         from gpudoctor.backends import is_na
 
-        while not self._stop.is_set():
-            value = self._backend.utilization(self._nvml_index)["gpu_util_pct"]
-            if is_na(value):
-                self.note = f"NVML utilisation not available ({value.reason})"
-            else:
-                self.samples.append(float(value))
-            self._stop.wait(self.interval_s)
+        if not snap.devices:
+            return
+        value = snap.devices[0].sample.get("gpu_util_pct")
+        if is_na(value):
+            self.note = f"NVML utilisation not available ({value.reason})"
+        elif isinstance(value, (int, float)):
+            self.samples.append(float(value))
 
     def start(self) -> "UtilSampler":
-        self._resolve()
-        if self._backend is not None:
+        from gpudoctor.sampling import Sampler
+
+        found = self._resolve()
+        if found is not None:
+            backend, index = found
+            self._core = Sampler(backend, None, with_processes=False, reads="utilization", devices=[index],
+                                 interval_s=self.interval_s, history_length=1, on_sample=self._keep)
             self._started = time.monotonic()
-            self._thread = threading.Thread(target=self._loop, name="gpudoctor-util", daemon=True)
-            self._thread.start()
+            self._core.start()
         return self
 
     def stop(self) -> dict[str, Any]:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(2)
+        if self._core is not None:
+            self._core.close(2)  # closes NVML only once the thread has left it
             self._stopped = time.monotonic()
-        if self._backend is not None:
-            self._backend.close()
-            self._backend = None
+            self._core = None
         out: dict[str, Any] = {"gpu_util_samples": len(self.samples), "gpu_util_note": self.note,
                                "gpu_util_mean_pct": None, "gpu_util_max_pct": None,
                                "gpu_util_hz": None}

@@ -1,0 +1,220 @@
+"""The GPU backend seam: what every GPU backend offers, and the typed readings it returns.
+
+Two backends satisfy :class:`GpuBackend`: :class:`~gpudoctor.backends.nvml.NvmlBackend`
+(live NVML through the gate) and :class:`~gpudoctor.backends.replay.ReplayBackend` (a
+recording made by ``gpudoctor record``). ``tests/test_backends.py`` checks that both have
+every method with the same parameters and give the same record types for the same calls,
+so callers never probe a backend with ``getattr``.
+
+A reading the driver cannot give is :class:`~gpudoctor.backends.na.NA` (with the reason)
+in place of the number: NA is part of every record's field types.
+
+The small readings are records (:class:`MemoryReading`, :class:`UtilizationReading`,
+:class:`ProcessReading`): frozen dataclasses with typed attributes. They are also
+read-only mappings of their field names (``reading["memory_used_bytes"]``), so the JSON
+writers and the recorder store them as they stored the dictionaries before. The whole
+samples (``sample``/``fast_sample``) and the static facts stay dictionaries keyed by the
+names in docs/recording.schema.json: a recording may hold any subset of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol, TypedDict, Union, runtime_checkable
+
+from .na import NA
+
+#: A number the driver gave, or why it gave none.
+IntOrNA = Union[int, NA]
+FloatOrNA = Union[float, NA]
+
+
+class Reading(Mapping[str, Any]):
+    """A record that is also a read-only mapping of its fields (for JSON and recordings)."""
+
+    __slots__ = ()
+
+    def __getitem__(self, key: str) -> Any:
+        if key in self._names():
+            return getattr(self, key)
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    @classmethod
+    def _names(cls) -> tuple[str, ...]:
+        names = cls.__dict__.get("_field_names")
+        if names is None:
+            names = tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
+            cls._field_names = names  # type: ignore[attr-defined]
+        return names
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self._names()}
+
+
+@dataclass(frozen=True, eq=False)
+class MemoryReading(Reading):
+    """Device (framebuffer) memory, as nvidia-smi shows it.
+
+    ``memory_used_bytes`` is what processes hold (NVML's v2 structure, like nvidia-smi);
+    ``memory_reserved_bytes`` is what the driver keeps for itself (about 0.5 GiB on an
+    H100). With a driver or binding that has no v2 call, used comes from the v1 call and
+    includes the reserved memory; reserved is then ``NA("MemoryV2NotSupported")``.
+    """
+
+    memory_used_bytes: IntOrNA
+    memory_free_bytes: IntOrNA
+    memory_total_bytes: IntOrNA
+    memory_reserved_bytes: IntOrNA
+
+
+@dataclass(frozen=True, eq=False)
+class UtilizationReading(Reading):
+    """NVML utilization rates: the share of the last sample period a kernel ran / memory was used."""
+
+    t: float
+    gpu_util_pct: IntOrNA
+    mem_util_pct: IntOrNA
+
+
+@dataclass(frozen=True, eq=False)
+class ProcessReading(Reading):
+    """One process holding a context on a device (NVML running processes)."""
+
+    pid: int
+    type: str                     # compute, graphics or compute+graphics
+    gpu_memory_bytes: int | None  # None: the driver does not say (NVML_VALUE_NOT_AVAILABLE)
+    sm_util_pct: int | None       # None: no utilisation sample for the pid
+    #: Further fields a recording holds for the pid (user, command... of hand-made files),
+    #: served as mapping keys after the four above.
+    recorded: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def _names(cls) -> tuple[str, ...]:
+        return ("pid", "type", "gpu_memory_bytes", "sm_util_pct")
+
+    def __getitem__(self, key: str) -> Any:
+        if key in self._names():
+            return getattr(self, key)
+        return self.recorded[key]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._names()
+        yield from (k for k in self.recorded if k not in self._names())
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.items())
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> "ProcessReading":
+        """A recorded process entry (whatever a recording holds) as a reading."""
+        return cls(pid=data.get("pid"), type=str(data.get("type", "")),  # type: ignore[arg-type]
+                   gpu_memory_bytes=data.get("gpu_memory_bytes"), sm_util_pct=data.get("sm_util_pct"),
+                   recorded={k: v for k, v in data.items() if k not in cls._names()})
+
+
+class GpuSample(TypedDict, total=False):
+    """One device's readings (``sample``; ``fast_sample`` gives the first group only).
+
+    Keyed by the names docs/recording.schema.json gives a recorded sample (a test keeps the
+    two the same); a recording may hold any subset, and an absent key reads as NA.
+    """
+
+    t: float
+    gpu_util_pct: IntOrNA
+    mem_util_pct: IntOrNA
+    memory_used_bytes: IntOrNA
+    memory_free_bytes: IntOrNA
+    memory_total_bytes: IntOrNA
+    memory_reserved_bytes: IntOrNA
+    temperature_c: IntOrNA
+    power_w: FloatOrNA
+    power_limit_w: FloatOrNA
+    clock_sm_mhz: IntOrNA
+    clock_mem_mhz: IntOrNA
+    clock_graphics_mhz: IntOrNA
+    throttle_reasons: IntOrNA
+    performance_state: IntOrNA
+    # full reads only
+    pcie_gen_current: IntOrNA
+    pcie_width_current: IntOrNA
+    pcie_tx_kbps: IntOrNA
+    pcie_rx_kbps: IntOrNA
+    fan_pct: IntOrNA
+    ecc_volatile_corrected: IntOrNA
+    ecc_volatile_uncorrected: IntOrNA
+    ecc_aggregate_corrected: IntOrNA
+    ecc_aggregate_uncorrected: IntOrNA
+    retired_pages_sbe: IntOrNA
+    retired_pages_dbe: IntOrNA
+    retired_pages_pending: Union[int, bool, NA]
+    remapped_rows_correctable: IntOrNA
+    remapped_rows_uncorrectable: IntOrNA
+    remapped_rows_pending: Union[bool, NA]
+    remapped_rows_failure: Union[bool, NA]
+    persistence_mode: IntOrNA
+    compute_mode: IntOrNA
+    energy_mj: IntOrNA
+
+
+@runtime_checkable
+class GpuBackend(Protocol):
+    """What the probes, the sampling core and the recorder may ask of a GPU backend.
+
+    No method raises for a driver failure: a failing call is NA with the reason.
+    ``kind`` is "nvml" or "replay".
+    """
+
+    kind: ClassVar[str]
+    source: str  # the recording's file for a replay; empty for live NVML
+
+    def status(self) -> NA | None:
+        """None when the backend can answer; else NA with the reason (NVML missing...)."""
+
+    def driver_version(self) -> Any: ...
+
+    def cuda_driver_version(self) -> Any: ...
+
+    def nvml_version(self) -> Any: ...
+
+    def device_count(self) -> Any: ...
+
+    def static(self, index: int) -> dict[str, Any]:
+        """Facts read once per device (name, uuid, bus id, limits)."""
+
+    def sample(self, index: int) -> GpuSample:
+        """Every reading gpudoctor shows (PCIe counters, ECC and modes included)."""
+
+    def fast_sample(self, index: int) -> GpuSample:
+        """The readings cheap enough to take beside a training loop."""
+
+    def memory(self, index: int) -> MemoryReading: ...
+
+    def utilization(self, index: int) -> UtilizationReading: ...
+
+    def processes(self, index: int) -> list[ProcessReading] | NA: ...
+
+    def nvlink(self, index: int) -> Any: ...
+
+    def total_energy_mj(self, index: int) -> Any: ...
+
+    def compute_mode(self, index: int) -> Any: ...
+
+    def reset(self) -> None:
+        """Start again from nothing (after a driver reload); a recording has nothing to redo."""
+
+    def close(self) -> None: ...
+
+
+__all__ = ["GpuBackend", "GpuSample", "MemoryReading", "UtilizationReading", "ProcessReading", "Reading", "IntOrNA",
+           "FloatOrNA"]
