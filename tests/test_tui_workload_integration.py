@@ -29,6 +29,7 @@ def test_real_sweep_streams_runs_and_finishes():
     assert starts and starts[0]["message"].startswith("run 1/3: cpu")
     done = events[-1][1]
     assert len(done["runs"]) == 3 and done["interrupted"] is False
+    proc.process.join(60)  # "done" is sent before the child's interpreter has finished exiting
     assert proc.process.exitcode == 0
 
 
