@@ -27,22 +27,6 @@ INTERVAL_S = 3.0
 WINDOW_STEPS = 500  # the figures describe the most recent steps, not the whole run
 
 
-def _batch_size(batch: Any) -> int | None:
-    """The first dimension of the first tensor-like thing in a batch (no torch import)."""
-    for _ in range(4):
-        if isinstance(batch, (list, tuple)) and batch:
-            batch = batch[0]
-        elif isinstance(batch, dict) and batch:
-            batch = next(iter(batch.values()))
-        else:
-            break
-    shape = getattr(batch, "shape", None)
-    try:
-        return int(shape[0]) if shape is not None and len(shape) else None
-    except (TypeError, ValueError, IndexError):
-        return None
-
-
 def live_record(monitor: Any) -> dict[str, Any]:
     """The monitor's recent figures and diagnosis codes, as published (JSON-safe)."""
     from gpudoctor.hooks.summary import Summary, diagnose
@@ -56,7 +40,8 @@ def live_record(monitor: Any) -> dict[str, Any]:
     span = (ends[-1] - starts[0]) if ends else 0.0
     syncs = monitor._syncs.snapshot() if monitor._syncs is not None else None
     per_step = (syncs["total"] / n_all) if syncs and n_all else None
-    size = _batch_size(monitor._last_batch) if monitor._keep_batch else None
+    counts = list(monitor._samples[first:first + len(ends)])  # samples in each step, -1 unknown
+    known = bool(counts) and min(counts) >= 0 and len(counts) == len(ends)
     steps_per_s = len(ends) / span if span > 0 else None
     live = Summary(steps=n_all, steps_measured=len(ends), device=monitor._device,
                    rank=monitor._rank, world_size=monitor._world,
@@ -69,7 +54,7 @@ def live_record(monitor: Any) -> dict[str, Any]:
             "command": " ".join(sys.argv)[:500], "t": time.time(), "rank": monitor._rank,
             "world_size": monitor._world, "device": monitor._device, "steps": n_all,
             "step_time_p50_s": live.step_time_p50_s, "data_wait_share": live.data_wait_share,
-            "steps_per_s": steps_per_s, "samples_per_s": steps_per_s * size if steps_per_s and size else None,
+            "steps_per_s": steps_per_s, "samples_per_s": sum(counts) / span if known and span > 0 else None,
             "host_syncs_per_step": per_step,
             "diagnosis": [{"code": i.code, "message": i.message[:500]} for i in items],
             "verdict": items[0].code if items else "ok"}

@@ -21,8 +21,8 @@ TRAINING_METRICS: dict[str, tuple[str, str]] = {
                                                  "recent steps", "step_time_p50_s"),
     "gpudoctor_training_data_wait_share": ("share of the training time spent waiting for the next batch (0-1)",
                                            "data_wait_share"),
-    "gpudoctor_training_samples_per_second": ("training samples per second (steps/s times the batch's first "
-                                              "dimension)", "samples_per_s"),
+    "gpudoctor_training_samples_per_second": ("training samples per second over the recent steps",
+                                              "samples_per_s"),
     "gpudoctor_training_host_syncs_per_step": ("host<->GPU synchronisations per step (CUDA only)",
                                                "host_syncs_per_step"),
     "gpudoctor_training_steps": ("steps the TrainingMonitor has seen", "steps"),
