@@ -256,7 +256,7 @@ def test_memory_used_comes_from_the_v2_structure_with_reserved_apart():
 
 def test_memory_falls_back_to_v1_once_when_v2_is_unsupported(caplog):
     def unsupported():
-        raise _error("NotSupported")()
+        raise nvml_error("NotSupported")()
 
     mod, seen = v2_memory_nvml(unsupported, v1_used=7)
     backend = NvmlBackend(NvmlGate(mod))
@@ -270,7 +270,7 @@ def test_memory_falls_back_to_v1_once_when_v2_is_unsupported(caplog):
 def test_a_lost_gpu_is_lost_in_every_memory_field():
     mod = fake_pynvml(lost=True)
     mod.nvmlMemory_v2 = 0x2000028
-    mod.nvmlDeviceGetMemoryInfo = lambda h, version=None: (_ for _ in ()).throw(GpuIsLost())
+    mod.nvmlDeviceGetMemoryInfo = lambda h, version=None: (_ for _ in ()).throw(nvml_error("GpuIsLost")())
     reading = NvmlBackend(NvmlGate(mod)).memory(0)
     assert set(reading.values()) == {NA("GpuIsLost")}
 
