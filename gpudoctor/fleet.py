@@ -33,6 +33,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 from gpudoctor import xid
+from gpudoctor.backends.nvml import THROTTLE_REASONS
+from gpudoctor.presentation import fmt_age
 
 SCHEMA_VERSION = 1
 STATUS_ORDER = {"fail": 0, "stale": 1, "warn": 2, "pass": 3}
@@ -44,13 +46,14 @@ MAX_SERIES = 200_000  # an answer larger than this is refused rather than held i
 MAX_ANSWER_BYTES = 256 * 1024 * 1024
 LABEL_MAX = 128
 
-# Clock event reasons that cost speed for a reason worth a look (nvmlClocksEventReason*):
-# software power cap, hardware slowdown, software/hardware thermal slowdown, power brake.
-HARMFUL_CLOCK_BITS = {0x4: "power cap", 0x8: "hardware slowdown", 0x20: "thermal slowdown (software)",
-                      0x40: "thermal slowdown (hardware)", 0x80: "power brake"}
+# Clock event reasons that cost speed for a reason worth a look: software power cap, hardware
+# slowdown, software/hardware thermal slowdown, power brake. gpudoctor's exporter labels them by
+# name; dcgm-exporter's DCGM_FI_DEV_CLOCK_THROTTLE_REASONS is NVML's bit mask (nvmlClocksEventReason*).
 GPUDOCTOR_THROTTLE_WORDS = {"sw_power_cap": "power cap", "hw_slowdown": "hardware slowdown",
                             "sw_thermal_slowdown": "thermal slowdown (software)",
                             "hw_thermal_slowdown": "thermal slowdown (hardware)", "hw_power_brake": "power brake"}
+HARMFUL_CLOCK_BITS = {bit: GPUDOCTOR_THROTTLE_WORDS[code] for bit, (code, _words) in sorted(THROTTLE_REASONS.items())
+                      if code in GPUDOCTOR_THROTTLE_WORDS}
 
 # The series read, by source. Each query is one HTTP request; the selector is the user's --match.
 GPUDOCTOR_METRICS = (
@@ -362,15 +365,6 @@ def _per_instance(by_metric: dict[str, list[Series]], name: str) -> dict[str, li
     return out
 
 
-def _age_words(seconds: float) -> str:
-    seconds = max(0.0, seconds)
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 2 * 86400:
-        return f"{seconds / 3600:.0f} h"
-    return f"{seconds / 86400:.0f} d"
 
 
 def _judge_gpudoctor(rows: dict[tuple[str, str], FleetRow], m: dict[str, list[Series]], now: float,
@@ -455,7 +449,7 @@ def _judge_instances(rows: dict[tuple[str, str], FleetRow], m: dict[str, list[Se
     for instance, series in _per_instance(m, "gpudoctor_sample_age_seconds").items():
         if series[0].value > stale_after_s:
             for row in by_instance.get(instance, []):
-                row.add("stale", f"readings {_age_words(series[0].value)} old")
+                row.add("stale", f"readings {fmt_age(series[0].value)} old")
     stamps = {i: ss[0].value for i, ss in _per_instance(m, "gpudoctor_report_timestamp_seconds").items()}
     for instance, series in _per_instance(m, "gpudoctor_report_status").items():
         current = next((s.labels.get("status") for s in series if s.value >= 1), None)
@@ -467,7 +461,7 @@ def _judge_instances(rows: dict[tuple[str, str], FleetRow], m: dict[str, list[Se
             elif current in ("warn", "error"):
                 row.add("warn", f"the node's last report: {current}")
             if age is not None and age > report_max_age_s:
-                row.add("warn", f"the node's last report is {_age_words(age)} old")
+                row.add("warn", f"the node's last report is {fmt_age(age)} old")
 
 
 def _add_xid(row: FleetRow, code: int, count: float | None, when: float | None, now: float) -> None:
@@ -477,7 +471,7 @@ def _add_xid(row: FleetRow, code: int, count: float | None, when: float | None, 
     row.xid_last_time = when
     entry = xid.explain(code)
     row.xid_last_words = entry.words
-    ago = f", {_age_words(now - when)} ago" if when else ""
+    ago = f", {fmt_age(now - when)} ago" if when else ""
     severity = "fail" if entry.severity == "critical" else "warn"
     row.add(severity, f"Xid {code}{ago}: {entry.words}; {entry.action}")
     if count is not None:
@@ -515,7 +509,7 @@ def _judge_targets(rows: dict[tuple[str, str], FleetRow], targets: dict[str, int
     for row in rows.values():
         if targets.get(row.instance, 1) == 0:
             since = sampled_at.get(row.instance)
-            when = f" (last reading {_age_words(now - since)} ago)" if since else ""
+            when = f" (last reading {fmt_age(now - since)} ago)" if since else ""
             row.add("stale", f"target not answering Prometheus{when}: is the exporter running on the node?")
     covered = {row.instance for row in rows.values()}
     for instance, value in targets.items():
@@ -573,7 +567,7 @@ def render_text(view: FleetView, width: int = 120) -> str:
     for row in view.rows:
         report = "-" if row.report_status is None else row.report_status
         if row.report_age_s is not None and row.report_status is not None:
-            report += f" {_age_words(row.report_age_s).replace(' ', '')}"
+            report += f" {fmt_age(row.report_age_s).replace(' ', '')}"
         instance = row.instance if len(row.instance) <= 24 else row.instance[:23] + "…"
         xid_text = "-" if row.xid_last is None else str(row.xid_last)
         line = (f"{row.status.upper():<6} {instance:<24} {row.gpu or '-':>3} {fmt_number(row.utilization, 100, '%'):>5} "

@@ -123,6 +123,18 @@ def wrap_hanging(text: str, width: int, first: str = "", indent: int | None = No
 SPARK_CHARS = "▁▂▃▄▅▆▇█"
 
 
+def fmt_age(seconds: float) -> str:
+    """How long ago, in the largest whole unit: "45 s", "12 min", "5 h", "3 d"."""
+    seconds = max(0.0, seconds)
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.0f} h"
+    return f"{seconds / 86400:.0f} d"
+
+
 def sparkline(values: Iterable[float | None], width: int, lo: float = 0.0, hi: float | None = None) -> str:
     """The last ``width`` values as block characters on a fixed scale [lo, hi].
 
@@ -441,7 +453,7 @@ def process_rows(snap: "Snapshot", info: Callable[[int, Mapping[str, Any]], dict
 
 
 __all__ = [
-    "EVENT_WORDS", "event_line", "event_record", "MAX_TEXT", "SPARK_CHARS", "STATUS_STYLE", "VERDICT", "WATCH_FIELDS", "fmt_bytes", "fmt_memory",
+    "EVENT_WORDS", "event_line", "event_record", "fmt_age", "MAX_TEXT", "SPARK_CHARS", "STATUS_STYLE", "VERDICT", "WATCH_FIELDS", "fmt_bytes", "fmt_memory",
     "fmt_num", "fmt_power", "fmt_rate_kbps", "plain_text", "short_na", "sparkline", "status_style",
     "status_word", "throttle_text", "tiny_na", "watch_line", "watch_record", "wrap_hanging",
     "FAULT_WORDS", "NO_NVML_REASONS", "fault_words", "no_gpu_words", "ProcessRow", "PROCESS_SORT_KEYS",

@@ -9,7 +9,7 @@ import pytest
 from gpudoctor.model import ProbeResult, Status
 from gpudoctor.probes import Probe
 from tui_support import (
-    GPU_LOST, NO_NVML, NOT_SUPPORTED, NVML_GONE, STANDIN, make_test_app, run_async, screen_text, take_samples,
+    GPU_LOST, NO_NVML, NOT_SUPPORTED, NVML_GONE, STANDIN, make_test_app, open_processes, run_async, screen_text, take_samples,
     wait_for,
 )
 
@@ -145,11 +145,7 @@ async def test_live_nvml_without_driver_is_useful_too():
 async def test_processes_sort_and_filter():
     app = make_test_app(STANDIN)
     async with app.run_test(size=(100, 24)) as pilot:
-        await take_samples(pilot, app, 1)
-        await pilot.press("p")
-        await pilot.pause()
-        screen = app.screen
-        table = screen.query_one("#procs")
+        screen, table = await open_processes(pilot, app)
 
         def pids() -> list[str]:
             return [str(table.get_row_at(i)[0]) for i in range(table.row_count)]

@@ -42,7 +42,7 @@ def test_ecc_event_and_width_bound():
     events = DeviceEvents(counts={"ecc_double_bit": 2}, recent=[GpuEvent(0.0, "ecc_double_bit"),
                                                                 GpuEvent(10.0, "ecc_double_bit")])
     lines = event_lines(events, 40, now=7210.0)
-    assert "double-bit (uncorrectable) ECC error, 2.0 h ago" in _text(event_lines(events, 200, now=7210.0))
+    assert "double-bit (uncorrectable) ECC error, 2 h ago" in _text(event_lines(events, 200, now=7210.0))
     assert "(+1 more)" in _text(event_lines(events, 200, now=7210.0))
     assert all(len(line.plain) <= 40 for line in lines)
 

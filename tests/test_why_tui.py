@@ -11,7 +11,7 @@ import time
 import pytest
 
 from gpudoctor import _published
-from tui_support import STANDIN, make_test_app, run_async, screen_text, take_samples, wait_for
+from tui_support import STANDIN, make_test_app, open_processes, run_async, screen_text, wait_for
 
 from _why_targets import ASLEEP, start, stop
 
@@ -33,10 +33,8 @@ async def test_a_publishing_process_shows_its_diagnosis():
     try:
         app = make_test_app(STANDIN)
         async with app.run_test(size=(140, 24)) as pilot:
-            await take_samples(pilot, app, 1)
-            await pilot.press("p")
-            await pilot.pause()
-            rows = _rows(app.screen.query_one("#procs"))
+            _screen, table = await open_processes(pilot, app)
+            rows = _rows(table)
             mine = rows[str(os.getpid())]
             assert mine[2] == "-" and mine[-2] == "input-bound" and mine[-1] == "python train.py --epochs 3"
             assert rows["424242"][-2] == ""  # a GPU process that publishes nothing
@@ -55,11 +53,7 @@ async def test_the_y_key_runs_why_on_the_selected_process_without_blocking(tmp_p
         app = make_test_app(STANDIN)
         app.why_seconds = 2.0
         async with app.run_test(size=(140, 30)) as pilot:
-            await take_samples(pilot, app, 1)
-            await pilot.press("p")
-            await pilot.pause()
-            screen = app.screen
-            table = screen.query_one("#procs")
+            screen, table = await open_processes(pilot, app)
             row = list(_rows(table)).index(str(proc.pid))
             table.move_cursor(row=row, animate=False)
             await pilot.press("y")
@@ -85,9 +79,7 @@ async def test_why_on_a_process_that_is_gone_shows_the_error(tmp_path):
     app = make_test_app(STANDIN)
     app.why_seconds = 1.0
     async with app.run_test(size=(120, 30)) as pilot:
-        await take_samples(pilot, app, 1)
-        await pilot.press("p")
-        await pilot.pause()
+        await open_processes(pilot, app)
         gone = subprocess.Popen([sys.executable, "-c", "pass"])
         gone.wait()  # reaped: its PID names no process now
         app.start_why(gone.pid)

@@ -71,6 +71,14 @@ async def take_samples(pilot: Any, app: Any, n: int) -> None:
     await pilot.pause()
 
 
+async def open_processes(pilot: Any, app: Any, samples: int = 1) -> tuple[Any, Any]:
+    """Take ``samples`` readings and switch to the Processes screen: (the screen, its table)."""
+    await take_samples(pilot, app, samples)
+    await pilot.press("p")
+    await pilot.pause()
+    return app.screen, app.screen.query_one("#procs")
+
+
 def run_async(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Run an ``async def`` test with asyncio.run (no pytest-asyncio dependency)."""
     import asyncio

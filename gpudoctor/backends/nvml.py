@@ -15,7 +15,6 @@ recording, so probes and front ends cannot tell the two apart.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from typing import Any, Callable
@@ -463,7 +462,3 @@ class NvmlBackend:
     def close(self) -> None:
         self._handles.clear()
         self.gate.shutdown()
-
-
-def environment_cuda_visible_devices() -> str | None:
-    return os.environ.get("CUDA_VISIBLE_DEVICES")

@@ -16,6 +16,7 @@ from rich.text import Text
 from textual.geometry import Region
 from textual.widget import Widget
 
+from gpudoctor.backends import throttle_reason_names
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.presentation import fault_words, no_gpu_words
 from gpudoctor.sampling import DeviceSnapshot, History, Snapshot
@@ -219,7 +220,7 @@ class GpuPanel(_LinesPanel):
         if text == "none":
             text = "no throttling: clocks are not held back"
         util = _num(g("gpu_util_pct"))
-        if isinstance(reasons, int) and reasons & 0x1 and util:
+        if isinstance(reasons, int) and "gpu_idle" in throttle_reason_names(reasons) and util:
             # NVML's idle reason is the state at the instant of reading; utilisation covers the
             # last sample period. Never say "nothing is running" beside a busy reading.
             words = [w for w in text.split("; ") if not w.startswith("GPU idle")]
@@ -288,12 +289,9 @@ def event_lines(events: Any, width: int, now: float | None = None) -> list[Text]
 
 
 def _ago(seconds: float) -> str:
-    seconds = max(0.0, seconds)
-    if seconds < 90:
-        return f"{seconds:.0f} s ago"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min ago"
-    return f"{seconds / 3600:.1f} h ago"
+    from gpudoctor.presentation import fmt_age
+
+    return f"{fmt_age(seconds)} ago"
 
 
 class NoGpuPanel(Widget):
