@@ -90,10 +90,19 @@ def test_fleet_lists_three_exporters_worst_first_then_sees_onestop(tmp_path):
               and len(query(prom_port, "gpudoctor_gpu_info")) >= 5
               and query(prom_port, "gpudoctor_gpu_last_xid"), 60, "three exporters scraped")
 
-        proc = _fleet(prom_port, "--json")
+        # Prometheus holds every series once each exporter was scraped twice (rates need two
+        # points); on a loaded machine that can lag the first scrape: ask until all six GPUs are in.
+        deadline = time.monotonic() + 60
+        while True:
+            proc = _fleet(prom_port, "--json")
+            rows = json.loads(proc.stdout)["rows"] if proc.stdout.strip() else []
+            if len(rows) >= 6 or time.monotonic() > deadline:
+                break
+            time.sleep(2)
         assert proc.returncode == exitcodes.FAIL, proc.stderr
         data = json.loads(proc.stdout)
         rows = data["rows"]
+        assert len(rows) == 6, rows
         inst = {v: f"127.0.0.1:{p}" for v, p in ports.items()}
         assert [(r["status"], r["instance"], r["gpu"]) for r in rows[:2]] == sorted(
             [("fail", inst["lost"], "1"), ("fail", inst["xid79"], "1")], key=lambda t: t[1])
