@@ -264,3 +264,18 @@ def test_on_a_gpu_the_verdict_uses_nvml_busy_share():
     assert slow["gpu"]["util_mean_pct"] == 30.0
     busy = analysis.diagnose(stacks, _compute_readings(96.0), src({}), pid=1)
     assert busy["verdict"]["code"] == "gpu_bound"
+
+
+def test_a_program_still_importing_is_starting_up_not_idle():
+    """`why -- python train.py` that samples while torch is imported: no idle verdict."""
+    importing = ["<module> (/w/train.py:1)", "_find_and_load (<frozen importlib._bootstrap>:1176)",
+                 f"<module> ({SITE}/torch/__init__.py:405)"]
+    views, _ = _views([stack_line(importing, 80, pids=(1,)), stack_line([LOOP, *NEXT, QUEUE_GET], 20, pids=(1,))])
+    source = src({("/w/train.py", 1): "import time, torch"})
+    d = analysis.decide(views[1], views, source, gpu_util=None, on_gpu=False, idle_cpus=1, main_cpu_pct=11.0)
+    assert d.code == "unknown" and "still importing modules at train.py:1 <module>" in d.message
+    assert "80%" in d.message and "--seconds" in d.fix
+    # the same stacks once past the import line: not start-up
+    training = analysis.decide(views[1], views, src({}), gpu_util=None, on_gpu=False, idle_cpus=1,
+                               main_cpu_pct=11.0)
+    assert training.code != "unknown"

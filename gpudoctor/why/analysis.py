@@ -166,6 +166,12 @@ def decide(view: ProcessView, views: dict[int, ProcessView], source: SourceLine,
     n = view.main_samples
     if n < MIN_SAMPLES:
         return Decision(UNKNOWN, f"only {n} samples of the main thread: sample longer (--seconds)", "sample longer")
+    starting = _starting(view, source)
+    if sum(starting.values()) / n >= IDLE_SHARE:
+        lines = _line_records(starting, n, source)
+        return Decision(UNKNOWN, f"{sum(starting.values()) / n:.0%} of the main thread's time is still importing "
+                        f"modules at {_where(lines)}: the program was starting up, not training",
+                        "sample again once it trains, or sample longer (--seconds)", lines)
     idle = view.share(rules.IDLE)
     if idle >= IDLE_SHARE:
         lines = _line_records(view.lines[rules.IDLE], view.counts[rules.IDLE], source)
@@ -206,6 +212,18 @@ def decide(view: ProcessView, views: dict[int, ProcessView], source: SourceLine,
                     f"no GPU in use{gpu_words}",
                     "train on a GPU (model.to('cuda') and each batch .to('cuda')); on the CPU, "
                     "torch.set_num_threads to the cores left free by the loader", lines)
+
+
+def _starting(view: ProcessView, source: SourceLine) -> Counter:
+    """Main-thread samples whose own innermost line is a module-level import (start-up: importing
+    torch alone takes seconds), by line."""
+    out: Counter = Counter()
+    for category in (rules.OTHER, rules.IDLE):
+        for frame, count in view.lines[category].items():
+            if frame.function == "<module>" and frame.line is not None \
+                    and source(frame.file, frame.line).lstrip().startswith(("import ", "from ")):
+                out[frame] += count
+    return out
 
 
 def _problem(code: str, share: float, view: ProcessView, views: dict[int, ProcessView], source: SourceLine,
