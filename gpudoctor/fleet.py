@@ -13,7 +13,7 @@ One row per (instance, GPU). A row's status is the worst of its findings:
 * ``stale``: the target stopped answering Prometheus (``up == 0``), or its readings are older
   than ``stale_after_s`` (a sampler stuck in the driver);
 * ``warn``: a reset is pending to activate a row remap or page retirement, clocks held down by
-  power, heat or a hardware slowdown, a non-critical Xid, the last report warned or is old;
+  heat or a hardware slowdown (the power cap alone is a loaded board's normal state), a non-critical Xid, the last report warned or is old;
 * ``pass``: none of these.
 
 Front end: no torch, no pynvml; only the standard library's HTTP client.
@@ -52,8 +52,6 @@ LABEL_MAX = 128
 GPUDOCTOR_THROTTLE_WORDS = {"sw_power_cap": "power cap", "hw_slowdown": "hardware slowdown",
                             "sw_thermal_slowdown": "thermal slowdown (software)",
                             "hw_thermal_slowdown": "thermal slowdown (hardware)", "hw_power_brake": "power brake"}
-HARMFUL_CLOCK_BITS = {bit: GPUDOCTOR_THROTTLE_WORDS[code] for bit, (code, _words) in sorted(THROTTLE_REASONS.items())
-                      if code in GPUDOCTOR_THROTTLE_WORDS}
 
 # The series read, by source. Each query is one HTTP request; the selector is the user's --match.
 GPUDOCTOR_METRICS = (
@@ -398,10 +396,7 @@ def _judge_gpudoctor(rows: dict[tuple[str, str], FleetRow], m: dict[str, list[Se
     for key, series in _values(m, "gpudoctor_gpu_throttled").items():
         if key not in rows:
             continue
-        active = [GPUDOCTOR_THROTTLE_WORDS[s.labels["reason"]] for s in series
-                  if s.value >= 1 and s.labels.get("reason") in GPUDOCTOR_THROTTLE_WORDS]
-        if active:
-            rows[key].add("warn", "clocks held down: " + ", ".join(sorted(active)))
+        _judge_clocks(rows[key], [s.labels["reason"] for s in series if s.value >= 1])
     counts = _one(m, "gpudoctor_gpu_xid_errors_total")
     for key, logged in _one(m, "gpudoctor_gpu_kernel_log_xids").items():
         counts[key] = counts.get(key, 0.0) + logged  # seen while watching + logged before it began
@@ -499,9 +494,16 @@ def _judge_dcgm(rows: dict[tuple[str, str], FleetRow], m: dict[str, list[Series]
     masks.update(_one(m, "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"))
     for key, value in masks.items():
         if key in rows and rows[key].source == "dcgm-exporter":
-            active = [words for bit, words in HARMFUL_CLOCK_BITS.items() if int(value) & bit]
-            if active:
-                rows[key].add("warn", "clocks held down: " + ", ".join(sorted(active)))
+            _judge_clocks(rows[key], [code for bit, (code, _words) in THROTTLE_REASONS.items() if int(value) & bit])
+
+
+def _judge_clocks(row: "FleetRow", reasons: Iterable[str]) -> None:
+    """Clocks held down by heat or by the hardware: a warning, naming the power cap too when it is
+    also active. The power cap alone is the normal state of a fully loaded board (as the health
+    probe judges it), so it is no warning by itself."""
+    active = {code for code in reasons if code in GPUDOCTOR_THROTTLE_WORDS}
+    if active - {"sw_power_cap"}:
+        row.add("warn", "clocks held down: " + ", ".join(sorted(GPUDOCTOR_THROTTLE_WORDS[c] for c in active)))
 
 
 def _judge_targets(rows: dict[tuple[str, str], FleetRow], targets: dict[str, int],

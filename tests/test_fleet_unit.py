@@ -242,3 +242,15 @@ def test_json_matches_the_published_schema(capsys, monkeypatch):
     jsonschema.validate(data, schema)
     assert data["rows"][0]["instance"] == "c:9402" and data["rows"][0]["status"] == "stale"
     assert data["rows"][1]["xid_last"] == 13 and data["rows"][1]["status"] == "warn"
+
+
+def test_the_power_cap_alone_is_no_warning_heat_or_hardware_is():
+    """A loaded board sits at its power cap (the health probe does not warn on it either)."""
+    from gpudoctor.fleet import FleetRow, _judge_clocks
+
+    capped = FleetRow("node:9400", "0")
+    _judge_clocks(capped, ["sw_power_cap", "gpu_idle"])
+    assert capped.status == "pass" and capped.reason == ""
+    hot = FleetRow("node:9400", "1")
+    _judge_clocks(hot, ["sw_power_cap", "sw_thermal_slowdown"])
+    assert hot.status == "warn" and hot.reason == "clocks held down: power cap, thermal slowdown (software)"
