@@ -16,6 +16,11 @@ path and nvitop do their own full work at the same refresh:
 
     python benchmarks/tui_cpu.py --fake-nvml --other ".venv/bin/nvitop --interval 1"
 
+``--busy`` makes the fake GPU a training one (readings that change every second), and
+``--rounds N`` measures both programs N times, alternating which goes first, and compares
+the medians: one 30 s window holds only about 30 ticks of CPU time, so a single pair of
+runs is within noise of a 20 % difference.
+
 Prints a table, or JSON with --json. Not part of the test run.
 """
 
@@ -29,6 +34,7 @@ import platform
 import pty
 import shlex
 import signal
+import statistics
 import struct
 import subprocess
 import sys
@@ -44,7 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def measure(argv: list[str], *, seconds: float, warmup: float, cols: int, rows: int,
-            quit_keys: str = "q", fake_nvml: bool = False) -> dict[str, Any]:
+            quit_keys: str = "q", fake_nvml: bool = False, busy: bool = False) -> dict[str, Any]:
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
     env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": str(cols), "LINES": str(rows)}
@@ -52,6 +58,7 @@ def measure(argv: list[str], *, seconds: float, warmup: float, cols: int, rows: 
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "benchmarks" / "fake_nvml")]
                                             + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         env.pop("PYTHONDONTWRITEBYTECODE", None)  # as an installed package runs
+        env["FAKE_NVML_BUSY"] = "1" if busy else "0"
     started = time.monotonic()
     proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, cwd=ROOT, env=env,
                             start_new_session=True)
@@ -124,30 +131,46 @@ def main() -> int:
     parser.add_argument("--other", help="another monitor's command line to measure the same way")
     parser.add_argument("--fake-nvml", action="store_true",
                         help="give both programs benchmarks/fake_nvml's one-GPU NVML (no driver here)")
+    parser.add_argument("--busy", action="store_true",
+                        help="with --fake-nvml: a training GPU whose readings change every second")
+    parser.add_argument("--rounds", type=int, default=1, help="measure each program this many times (default 1)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
     ours = [sys.executable, "-m", "gpudoctor", "tui", "--interval", str(args.interval)]
     if args.replay:
         ours += ["--replay", args.replay]
-    results = [measure(ours, seconds=args.seconds, warmup=args.warmup, cols=args.cols, rows=args.rows,
-                       fake_nvml=args.fake_nvml)]
-    if args.other:
-        results.append(measure(shlex.split(args.other), seconds=args.seconds, warmup=args.warmup,
-                               cols=args.cols, rows=args.rows, fake_nvml=args.fake_nvml))
+    programs = [ours] + ([shlex.split(args.other)] if args.other else [])
+    runs: list[list[dict[str, Any]]] = [[] for _ in programs]
+    for r in range(args.rounds):
+        order = range(len(programs)) if r % 2 == 0 else reversed(range(len(programs)))
+        for i in order:
+            runs[i].append(measure(programs[i], seconds=args.seconds, warmup=args.warmup, cols=args.cols,
+                                   rows=args.rows, fake_nvml=args.fake_nvml, busy=args.busy))
     machine = {"host_cpu": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
                "python": platform.python_version(), "date": time.strftime("%Y-%m-%d", time.gmtime()),
-               "nvml": "fake one-GPU H100 PCIe (benchmarks/fake_nvml)" if args.fake_nvml
-               else ("replay" if args.replay else "live")}
+               "load_average": [round(x, 2) for x in os.getloadavg()],
+               "nvml": ("fake one-GPU H100 PCIe (benchmarks/fake_nvml), "
+                        + ("training: readings change every second" if args.busy else "idle: constant readings"))
+               if args.fake_nvml else ("replay" if args.replay else "live")}
+    medians = [statistics.median(x["window_cpu_s"] for x in program_runs) for program_runs in runs]
     if args.json:
-        print(json.dumps({"machine": machine, "interval_s": args.interval, "results": results}, indent=2))
+        print(json.dumps({"machine": machine, "interval_s": args.interval, "runs": runs,
+                          "median_window_cpu_s": medians,
+                          "ratio_of_medians": medians[0] / medians[1] if len(medians) > 1 and medians[1] else None},
+                         indent=2))
     else:
         print(f"machine: {machine}  refresh: {args.interval:g} s")
-        for r in results:
-            print(f"{r['command']}\n  {r['terminal']}: {r['window_cpu_s']:.2f} CPU s over {r['window_wall_s']:.1f} s "
-                  f"= {r['cpu_pct_of_one_core']:.1f} % of one core; start-up {r['startup_cpu_s']:.2f} CPU s; "
-                  f"{r['terminal_output_bytes_per_s']} B/s to the terminal; RSS {r['rss_mib']} MiB; "
-                  f"exit {r['exit_code']}")
+        for program_runs, median in zip(runs, medians):
+            r = program_runs[0]
+            print(f"{r['command']}\n  {r['terminal']}, window {args.warmup:g}-{args.warmup + args.seconds:g} s "
+                  f"after start, {len(program_runs)} run(s): CPU s " + ", ".join(
+                      f"{x['window_cpu_s']:.2f}" for x in program_runs)
+                  + f"; median {median:.2f} ({100 * median / args.seconds:.2f} % of one core); B/s to the terminal "
+                  + ", ".join(str(x["terminal_output_bytes_per_s"]) for x in program_runs)
+                  + f"; RSS {r['rss_mib']} MiB; exit codes {sorted({x['exit_code'] for x in program_runs})}")
+        if len(medians) > 1 and medians[1]:
+            print(f"ratio of medians (gpudoctor / other): {medians[0] / medians[1]:.2f}")
     return 0
 
 

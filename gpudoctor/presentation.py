@@ -145,17 +145,37 @@ def sparkline(values: Iterable[float | None], width: int, lo: float = 0.0, hi: f
     if width <= 0:
         return ""
     data = list(values)[-width:]
-    known = [v for v in data if v is not None]
-    top = hi if hi is not None else (max(known) if known else 1.0)
-    span = (top - lo) or 1.0
-    out = []
-    for v in data:
-        if v is None or (isinstance(v, float) and math.isnan(v)):
-            out.append(" ")
-            continue
-        frac = min(1.0, max(0.0, (v - lo) / span))
-        out.append(SPARK_CHARS[min(len(SPARK_CHARS) - 1, int(frac * (len(SPARK_CHARS) - 1) + 0.5))])
-    return "".join(out).rjust(width)
+    if hi is None:
+        hi = max((v for v in data if v is not None and v == v), default=1.0)  # v == v: not NaN
+    # Drawn for every panel cell on every reading: characters come from a table per scale,
+    # one C-level lookup per value once a value has been seen.
+    table = _SPARK_TABLES.get((lo, hi))
+    if table is None:
+        if len(_SPARK_TABLES) > 64:  # auto-scaled series make a new scale now and then
+            _SPARK_TABLES.clear()
+        table = _SPARK_TABLES[(lo, hi)] = _SparkTable(lo, hi)
+    return "".join(map(table.__getitem__, data)).rjust(width)
+
+
+class _SparkTable(dict):
+    """The block character of each value seen, on the fixed scale [lo, hi]."""
+
+    def __init__(self, lo: float, hi: float) -> None:
+        super().__init__()
+        self.lo, self.span = lo, (hi - lo) or 1.0
+
+    def __missing__(self, value: Any) -> str:
+        if value is None or value != value:  # a gap, or NaN
+            return " "
+        steps = len(SPARK_CHARS) - 1
+        frac = min(1.0, max(0.0, (value - self.lo) / self.span))
+        char = SPARK_CHARS[min(steps, int(frac * steps + 0.5))]
+        if len(self) < 4096:
+            self[value] = char
+        return char
+
+
+_SPARK_TABLES: dict[tuple[float, float], _SparkTable] = {}
 
 
 _NA_WORDS = {"NotSupported": "not supported", "NoPermission": "no permission", "GpuIsLost": "GPU lost",

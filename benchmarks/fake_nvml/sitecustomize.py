@@ -14,6 +14,10 @@ Environment:
   version it supports, as NVML encodes it (default 13000, i.e. 13.0). A 470 driver
   (``470.57.02``, ``11040``) makes the "driver too old for torch's CUDA build" case.
 - ``FAKE_NVML_LOG``: a file to which each missing symbol's name is appended (coverage).
+- ``FAKE_NVML_BUSY=1``: a training board instead of an idle one: utilisation, memory, power,
+  temperature, SM clock and PCIe traffic change every second (the same values for every
+  program that reads them in the same second), so a monitor redraws what a busy GPU makes
+  it redraw.
 
 Not a reading of real hardware: timings taken with it measure the tools' own Python
 work, not the cost of a real driver call.
@@ -24,6 +28,7 @@ from __future__ import annotations
 import importlib.machinery
 import os
 import sys
+import time
 
 SUCCESS = 0
 NOT_SUPPORTED = 3
@@ -32,6 +37,13 @@ NOT_FOUND = 6
 DRIVER = os.environ.get("FAKE_NVML_DRIVER", "580.95.05")
 CUDA = int(os.environ.get("FAKE_NVML_CUDA", "13000"))
 GIB = 1024 ** 3
+BUSY = os.environ.get("FAKE_NVML_BUSY") == "1"
+
+
+def _busy(low: float, high: float, salt: int) -> int:
+    """A reading of a training board: between ``low`` and ``high``, new every second."""
+    x = (int(time.time()) * 2654435761 + salt * 40503) % 2**32
+    return int(low + (high - low) * x / 2**32)
 
 
 def _out(arg):
@@ -169,12 +181,16 @@ class FakeNvmlLibrary:
         return _set(out, 0)
 
     # -- readings (an idle board)
+    @staticmethod
+    def _used():
+        return _busy(30, 31, 1) * GIB + _busy(0, 1024, 2) * 1024 ** 2 if BUSY else 529 * 1024 ** 2
+
     def nvmlDeviceGetMemoryInfo(self, handle, out):
-        used = 529 * 1024 ** 2
+        used = self._used()
         return _fill(out, total=80 * GIB, free=80 * GIB - used, used=used)
 
     def nvmlDeviceGetMemoryInfo_v2(self, handle, out):
-        used = 529 * 1024 ** 2
+        used = self._used()
         reserved = 512 * 1024 ** 2
         return _fill(out, total=80 * GIB, reserved=reserved, free=80 * GIB - used - reserved, used=used)
 
@@ -182,6 +198,8 @@ class FakeNvmlLibrary:
         return _fill(out, bar1Total=128 * GIB, bar1Free=128 * GIB - 2 * 1024 ** 2, bar1Used=2 * 1024 ** 2)
 
     def nvmlDeviceGetUtilizationRates(self, handle, out):
+        if BUSY:
+            return _fill(out, gpu=_busy(35, 100, 3), memory=_busy(10, 60, 4))
         return _fill(out, gpu=0, memory=0)
 
     def nvmlDeviceGetEncoderUtilization(self, handle, util, period):
@@ -191,10 +209,10 @@ class FakeNvmlLibrary:
     nvmlDeviceGetDecoderUtilization = nvmlDeviceGetEncoderUtilization
 
     def nvmlDeviceGetTemperature(self, handle, sensor, out):
-        return _set(out, 31)
+        return _set(out, _busy(58, 66, 5) if BUSY else 31)
 
     def nvmlDeviceGetTemperatureV(self, handle, out):
-        return _fill(out, temperature=31)
+        return _fill(out, temperature=_busy(58, 66, 5) if BUSY else 31)
 
     def nvmlDeviceGetTemperatureThreshold(self, handle, kind, out):
         value = {0: 92, 1: 89, 2: 87, 3: 85}.get(_out(kind).value if hasattr(kind, "value") else kind, 87)
@@ -207,7 +225,7 @@ class FakeNvmlLibrary:
     nvmlDeviceGetNumFans = nvmlDeviceGetFanSpeed
 
     def nvmlDeviceGetPowerUsage(self, handle, out):
-        return _set(out, 48_512)  # mW
+        return _set(out, _busy(180_000, 340_000, 6) if BUSY else 48_512)  # mW
 
     def nvmlDeviceGetEnforcedPowerLimit(self, handle, out):
         return _set(out, 350_000)
@@ -216,15 +234,16 @@ class FakeNvmlLibrary:
     nvmlDeviceGetPowerManagementDefaultLimit = nvmlDeviceGetEnforcedPowerLimit
 
     def nvmlDeviceGetClockInfo(self, handle, kind, out):
-        value = {0: 345, 1: 345, 2: 1593, 3: 765}.get(_out(kind).value if hasattr(kind, "value") else kind, 345)
-        return _set(out, value)
+        kind = _out(kind).value if hasattr(kind, "value") else kind
+        sm = _busy(1650, 1756, 7) if BUSY else 345
+        return _set(out, {0: sm, 1: sm, 2: 1593, 3: 765}.get(kind, sm))
 
     def nvmlDeviceGetMaxClockInfo(self, handle, kind, out):
         value = {0: 1755, 1: 1755, 2: 1593, 3: 1620}.get(_out(kind).value if hasattr(kind, "value") else kind, 1755)
         return _set(out, value)
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle, out):
-        return _set(out, 0x1)  # GPU idle
+        return _set(out, 0x0 if BUSY else 0x1)  # running, or GPU idle
 
     nvmlDeviceGetCurrentClocksThrottleReasons = nvmlDeviceGetCurrentClocksEventReasons
 
@@ -256,7 +275,7 @@ class FakeNvmlLibrary:
     nvmlDeviceGetMaxPcieLinkWidth = nvmlDeviceGetCurrPcieLinkWidth
 
     def nvmlDeviceGetPcieThroughput(self, handle, counter, out):
-        return _set(out, 1200)  # KB/s
+        return _set(out, _busy(2_000_000, 9_000_000, 8) if BUSY else 1200)  # KB/s
 
     def nvmlDeviceGetNvLinkState(self, handle, link, out):
         return NOT_SUPPORTED  # the PCIe board has no NVLink bridge fitted

@@ -145,9 +145,7 @@ class OverviewScreen(BaseScreen):
             lines = getattr(child, "lines", None)
             width = child.content_size.width or max(20, panels.size.width - 2)
             if isinstance(child, GpuPanel):
-                rows, child.graph_rows = child.graph_rows, 0
-                used += len(child.lines(width)) + 2
-                child.graph_rows = rows
+                used += child.height_without_graph(width) + 2
             elif lines is not None:
                 used += len(lines(width)) + 2
             else:

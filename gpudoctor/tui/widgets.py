@@ -7,13 +7,18 @@ the widget's current width, so a terminal resize re-flows without new readings.
 
 from __future__ import annotations
 
+import functools
 import textwrap
 import time
 from typing import Any
 
+from rich.cells import cell_len
 from rich.console import Group
-from rich.text import Text
+from rich.segment import Segment
+from rich.style import Style
+from rich.text import Span, Text
 from textual.geometry import Region
+from textual.strip import Strip
 from textual.widget import Widget
 
 from gpudoctor.backends import throttle_reason_names
@@ -36,19 +41,44 @@ def _na_text(value: NA) -> str:
     return tiny_na(value)
 
 
-def _value(text: str, raw: Any = None) -> Text:
+#: A run of text and its style: a panel line is built from runs in one go, not appended piece by
+#: piece (a panel rebuilds every line on every reading).
+Run = tuple[str, str]
+
+
+def _value(text: str, raw: Any = None) -> Run:
     if is_na(raw):
-        return Text(_na_text(raw)[:VALUE_W].ljust(VALUE_W), style="dim")
-    return Text(text[:VALUE_W].ljust(VALUE_W), style="bold")
+        return _na_text(raw)[:VALUE_W].ljust(VALUE_W), "dim"
+    return text[:VALUE_W].ljust(VALUE_W), "bold"
 
 
-def _cell(label: str, value: Text, spark: str, width: int) -> Text:
-    out = Text(label[:LABEL_W].ljust(LABEL_W), style="cyan")
-    out.append_text(value)
+def _cell(label: str, value: Run, spark: str, width: int) -> list[Run]:
+    runs = [(label[:LABEL_W].ljust(LABEL_W), "cyan"), value]
     spark_w = max(0, width - LABEL_W - VALUE_W - 1)
     if spark_w:
-        out.append(" " + spark[-spark_w:].rjust(spark_w), style="green")
-    return out
+        runs.append((" " + spark[-spark_w:].rjust(spark_w), "green"))
+    return runs
+
+
+def _cells_line(*cells: list[Run]) -> Text:
+    """Cells side by side, one space apart. The first cell's first run is the line's base style
+    and every later cell's first run styles that whole cell, as appending each cell's Text to the
+    first would."""
+    plain: list[str] = []
+    spans: list[Span] = []
+    pos = 0
+    for k, runs in enumerate(cells):
+        if k:
+            plain.append(" ")
+            pos += 1
+            if runs[0][1]:
+                spans.append(Span(pos, pos + sum(len(text) for text, _ in runs), runs[0][1]))
+        for j, (text, style) in enumerate(runs):
+            if j and style and text:
+                spans.append(Span(pos, pos + len(text), style))
+            plain.append(text)
+            pos += len(text)
+    return Text("".join(plain), style=cells[0][0][1], spans=spans)
 
 
 def _num(value: Any) -> float | None:
@@ -57,37 +87,73 @@ def _num(value: Any) -> float | None:
 
 class _LinesPanel(Widget):
     """A panel whose content is ``self.lines(width)`` (each subclass defines it) and whose
-    height is the number of those lines."""
+    height is the number of those lines.
+
+    It draws line by line (Textual's line API): a new reading re-renders only the lines whose
+    text changed, and each of those is sent to the terminal only up to its last changed cell;
+    an idle GPU's panel sends nothing.
+    """
 
     _line_count: int | None = None
-    #: The lines last painted and their width: a new reading that draws the same lines (an
-    #: idle GPU, a steady host) repaints nothing, as a curses monitor writes only what changed.
+    #: The lines on screen, and the width they were built for.
     _shown: list[Text] | None = None
     _shown_width = -1
+    #: Rendered lines by row, and the base style they were rendered with.
+    _strips: dict[int, Strip] | None = None
+    _strips_style: Style | None = None
 
     def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
         return len(self.lines(width))  # type: ignore[attr-defined]
 
-    def render(self) -> Any:
+    def render_line(self, y: int) -> Strip:
         width = self.content_size.width
         if self._shown is None or width != self._shown_width:
             self._shown, self._shown_width = self.lines(width), width  # type: ignore[attr-defined]
-        return Group(*self._shown)
+            self._strips = None
+        base = self.visual_style.rich_style
+        if self._strips is None or base != self._strips_style:  # a new width, a class or theme change
+            self._strips, self._strips_style = {}, base
+        strip = self._strips.get(y)
+        if strip is None:
+            if y >= len(self._shown):
+                return Strip.blank(width, base)
+            strip = self._strips[y] = self._strip(self._shown[y], width, base)
+        return strip
+
+    def _strip(self, line: Text, width: int, base: Style) -> Strip:
+        """One line rendered as Textual renders a Rich text: the widget's style beneath the
+        line's own, cropped to the width."""
+        console = self.app.console
+        if line.spans:
+            rendered: Any = line.render(console)
+        else:  # rich's Text.render leaves the base style out of a text without spans
+            rendered = [Segment(line.plain, console.get_style(line.style) if line.style else None)]
+        segments = [Segment(text, base + style if style is not None else base, None)
+                    for text, style, _ in rendered if text]
+        strip = Strip(segments)
+        return strip.crop(0, width) if strip.cell_length > width else strip
 
     def refresh_sized(self) -> None:
         """Repaint what changed; re-layout too when the number of lines changed (a GPU lost, a
         resize)."""
         width = self.content_size.width
         lines = self.lines(width)  # type: ignore[attr-defined]
-        old = self._shown
+        old, strips = self._shown, self._strips
         if width == self._shown_width and old is not None and len(old) == len(lines) == self._line_count:
-            # Same size: repaint only the lines that changed (the terminal gets those alone).
-            changed = [Region(0, y, width, 1) for y, (a, b) in enumerate(zip(lines, old)) if not _same_line(a, b)]
+            # Same size: re-render only the lines that changed, and repaint each up to its last
+            # changed cell (Textual sends a changed line from the panel's edge to there).
+            dirty: list[Region] = []
+            for y, (new, before) in enumerate(zip(lines, old)):
+                if _same_line(new, before):
+                    continue
+                if strips is not None:
+                    strips.pop(y, None)
+                dirty.append(Region(0, y, changed_end(before, new, width), 1))
             self._shown = lines
-            if changed:
-                self.refresh(*changed)
+            if dirty:
+                self.refresh(*dirty)
             return
-        self._shown, self._shown_width = lines, width
+        self._shown, self._shown_width, self._strips = lines, width, None
         self.refresh(layout=len(lines) != self._line_count)
         self._line_count = len(lines)
 
@@ -106,6 +172,19 @@ def _same_line(a: Text, b: Text) -> bool:
     return a.plain == b.plain and a.style == b.style and a.spans == b.spans
 
 
+def changed_end(old: Text, new: Text, width: int) -> int:
+    """The cell after the last one in which two lines differ (``width`` where that cannot be
+    told from the text alone: other styles, or characters wider than one cell)."""
+    a, b = old.plain, new.plain
+    if old.spans != new.spans or old.style != new.style or len(a) != len(b) or cell_len(a) != len(a) \
+            or cell_len(b) != len(b):
+        return width
+    end = len(a)
+    while end and a[end - 1] == b[end - 1]:
+        end -= 1
+    return min(width, end)
+
+
 class GpuPanel(_LinesPanel):
     """One GPU: readings with their history, or what went wrong with it."""
 
@@ -116,6 +195,9 @@ class GpuPanel(_LinesPanel):
         self.history: History | None = None
         self.events: Any = None  # gpudoctor.backends.events.DeviceEvents, or None
         self._built: dict[tuple[int, int], list[Text]] = {}
+        #: How many of those lines are the tall graph (with its axis), by the same key.
+        self._graph_lines: dict[tuple[int, int], int] = {}
+        self._graph_len = 0
         #: Rows of the tall utilisation graph (0: none); the Overview gives free rows here.
         self.graph_rows = 0
         #: Seconds between samples, for the graph's time axis.
@@ -128,6 +210,7 @@ class GpuPanel(_LinesPanel):
         fault = device.fault
         self.device, self.history, self.events = device, history, events
         self._built.clear()
+        self._graph_lines.clear()
         self.set_class(fault is not None, "fault")
         if fault is None:
             bits = []
@@ -145,6 +228,11 @@ class GpuPanel(_LinesPanel):
             self.set_borders(title, plain_text(fault.reason, limit=60))
         self.refresh_sized()
 
+    def height_without_graph(self, width: int) -> int:
+        """Lines the panel needs at ``width`` without its tall utilisation graph."""
+        lines = self.lines(width)
+        return len(lines) - self._graph_lines.get((width, self.graph_rows), 0)
+
     def lines(self, width: int) -> list[Text]:
         """The panel's lines for a content ``width`` (Textual asks for the height of any width),
         built once per reading, width and graph height."""
@@ -153,7 +241,10 @@ class GpuPanel(_LinesPanel):
         if cached is None:
             if len(self._built) > 8:
                 self._built.clear()
+                self._graph_lines.clear()
+            self._graph_len = 0
             cached = self._built[key] = self._build_lines(width)
+            self._graph_lines[key] = self._graph_len
         return cached
 
     def _build_lines(self, width: int) -> list[Text]:
@@ -206,15 +297,13 @@ class GpuPanel(_LinesPanel):
         if width >= TWO_COLUMNS_MIN:
             col = (width - 1) // 2
             for left, right in zip(cells[0::2], cells[1::2]):
-                line = _cell(left[0], left[1], spark(left[2], left[3], col), col)
-                line.append(" ")
-                line.append_text(_cell(right[0], right[1], spark(right[2], right[3], col), col))
-                lines.append(line)
+                lines.append(_cells_line(_cell(left[0], left[1], spark(left[2], left[3], col), col),
+                                         _cell(right[0], right[1], spark(right[2], right[3], col), col)))
             fan = cells[-1]
-            lines.append(_cell(fan[0], fan[1], spark(fan[2], fan[3], col), col) + Text(" ") + self._ecc_text(dev))
+            lines.append(_cells_line(_cell(fan[0], fan[1], spark(fan[2], fan[3], col), col), self._ecc_runs(dev)))
         else:
             for label, value, metric, hi in cells:
-                lines.append(_cell(label, value, spark(metric, hi, width), width))
+                lines.append(_cells_line(_cell(label, value, spark(metric, hi, width), width)))
         reasons = g("throttle_reasons")
         text = throttle_text(reasons)
         if text == "none":
@@ -233,18 +322,20 @@ class GpuPanel(_LinesPanel):
         lines.append(throttle)
         lines += event_lines(self.events, width)
         if self.graph_rows >= 2:
-            lines += util_graph(series("util"), self.graph_rows, width, self.interval_s)
+            graph = util_graph(series("util"), self.graph_rows, width, self.interval_s)
+            self._graph_len = len(graph)
+            lines += graph
         return lines
 
     @staticmethod
-    def _ecc_text(dev: DeviceSnapshot) -> Text:
+    def _ecc_runs(dev: DeviceSnapshot) -> list[Run]:
         value = dev.get("ecc_volatile_uncorrected")
-        out = Text("ECC".ljust(LABEL_W), style="cyan")
+        label = ("ECC".ljust(LABEL_W), "cyan")
         if is_na(value):
-            return out + Text(_na_text(value), style="dim")
+            return [label, (_na_text(value), "dim")]
         if isinstance(value, int):
-            return out + Text(f"{value} uncorrected", style="bold red" if value else "")
-        return out + Text("n/a", style="dim")
+            return [label, (f"{value} uncorrected", "bold red" if value else "")]
+        return [label, ("n/a", "dim")]
 
 
 def event_lines(events: Any, width: int, now: float | None = None) -> list[Text]:
@@ -388,7 +479,8 @@ def util_graph(values: list[float | None], rows: int, width: int, interval_s: fl
     out: list[Text] = []
     for r, row in enumerate(zip(*(columns[v] for v in data))):
         label = "100%" if r == 0 else ("0%" if r == rows - 1 else "")
-        out.append(Text(label.rjust(label_w - 1) + " ", style="dim") + Text("".join(row), style="green"))
+        out.append(Text(label.rjust(label_w - 1) + " " + "".join(row), style="dim",
+                        spans=[Span(label_w, label_w + plot_w, "green")]))
     axis = ["─"] * plot_w
     known = sum(1 for v in data if v is not None)
     free_from = plot_w  # marks are placed right to left without overlapping
@@ -405,6 +497,7 @@ def util_graph(values: list[float | None], rows: int, width: int, interval_s: fl
     return out
 
 
+@functools.lru_cache(maxsize=4096)
 def _graph_column(value: float | None, rows: int) -> str:
     """One column of the utilisation graph, top row first: eighths of a cell per row."""
     if value is None:
