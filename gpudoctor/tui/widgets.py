@@ -195,9 +195,6 @@ class GpuPanel(_LinesPanel):
         self.history: History | None = None
         self.events: Any = None  # gpudoctor.backends.events.DeviceEvents, or None
         self._built: dict[tuple[int, int], list[Text]] = {}
-        #: How many of those lines are the tall graph (with its axis), by the same key.
-        self._graph_lines: dict[tuple[int, int], int] = {}
-        self._graph_len = 0
         #: Rows of the tall utilisation graph (0: none); the Overview gives free rows here.
         self.graph_rows = 0
         #: Seconds between samples, for the graph's time axis.
@@ -210,7 +207,6 @@ class GpuPanel(_LinesPanel):
         fault = device.fault
         self.device, self.history, self.events = device, history, events
         self._built.clear()
-        self._graph_lines.clear()
         self.set_class(fault is not None, "fault")
         if fault is None:
             bits = []
@@ -229,9 +225,11 @@ class GpuPanel(_LinesPanel):
         self.refresh_sized()
 
     def height_without_graph(self, width: int) -> int:
-        """Lines the panel needs at ``width`` without its tall utilisation graph."""
-        lines = self.lines(width)
-        return len(lines) - self._graph_lines.get((width, self.graph_rows), 0)
+        """Lines the panel needs at ``width`` without its tall utilisation graph (drawn, with its
+        axis, under readings only: ``graph_rows + 1`` lines)."""
+        dev = self.device
+        graphed = self.graph_rows >= 2 and dev is not None and self.history is not None and dev.fault is None
+        return len(self.lines(width)) - (self.graph_rows + 1 if graphed else 0)
 
     def lines(self, width: int) -> list[Text]:
         """The panel's lines for a content ``width`` (Textual asks for the height of any width),
@@ -241,10 +239,7 @@ class GpuPanel(_LinesPanel):
         if cached is None:
             if len(self._built) > 8:
                 self._built.clear()
-                self._graph_lines.clear()
-            self._graph_len = 0
             cached = self._built[key] = self._build_lines(width)
-            self._graph_lines[key] = self._graph_len
         return cached
 
     def _build_lines(self, width: int) -> list[Text]:
@@ -322,9 +317,7 @@ class GpuPanel(_LinesPanel):
         lines.append(throttle)
         lines += event_lines(self.events, width)
         if self.graph_rows >= 2:
-            graph = util_graph(series("util"), self.graph_rows, width, self.interval_s)
-            self._graph_len = len(graph)
-            lines += graph
+            lines += util_graph(series("util"), self.graph_rows, width, self.interval_s)
         return lines
 
     @staticmethod
