@@ -16,6 +16,14 @@ The wall-clock slowdown is printed too. Each figure comes with the mean over the
 95% confidence interval (t distribution), so a run says whether the target is met, missed, or
 not told apart from it. Target: under 2% at the default rate.
 
+``--control PCT`` runs, in py-spy's place, a process that spins PCT% of one CPU and reads
+nothing of the loop: on a virtual machine whose CPUs share physical cores, any neighbour slows
+the loop, and the control tells that apart from what reading the loop's memory costs.
+
+``--toggle`` keeps one py-spy attached for the whole run and pauses it (SIGSTOP) outside the
+sampled windows, so windows can be short and pairs many (each "on" window starts ``--settle``
+seconds after py-spy is continued, once it has caught up on the samples it missed).
+
 ``--pin LOOP,SPY`` pins the loop and py-spy to CPUs: ``0,1`` is a job with a core free for
 py-spy (the common case: a training node has cores to spare), ``0,0`` the worst case, py-spy
 taking its share of the very core the job runs on.
@@ -56,6 +64,19 @@ while True:
     step += 1
     if step % 10 == 0:
         print(time.monotonic(), step, time.process_time(), flush=True)
+'''
+
+
+#: The control: a process that spins for a share of every 10 ms and reads nothing of the loop.
+BURNER = r'''
+import sys, time
+share, seconds = float(sys.argv[1]), float(sys.argv[2])
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    t = time.perf_counter()
+    while time.perf_counter() - t < share * 0.01:
+        pass
+    time.sleep(max(0.0, 0.01 - (time.perf_counter() - t)))
 '''
 
 
@@ -115,6 +136,8 @@ def _pair(i: int, args: argparse.Namespace, binary: str, pid: int, progress: Pro
         spy = None
         if mode == "on":
             cmd = pyspy.record_command(binary, pid, args.window + 3, args.rate, os.path.join(folder, f"{i}.txt"))
+            if args.control is not None:  # the same share of a CPU, spent without reading the loop
+                cmd = [sys.executable, "-c", BURNER, str(args.control / 100.0), str(args.window + 3)]
             spy = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                    preexec_fn=_pinned(args.spy_cpu))
             time.sleep(1.0)  # attached and sampling
@@ -132,11 +155,64 @@ def _pair(i: int, args: argparse.Namespace, binary: str, pid: int, progress: Pro
             "cpu_slowdown": 1.0 - rates["on"][1] / rates["off"][1], "py_spy_cpu_pct": spy_cpu}
 
 
+def _toggled_pairs(args: argparse.Namespace, binary: str, pid: int, progress: Progress, folder: str):
+    """Pairs from one py-spy (or control) process, paused between "on" windows with SIGSTOP.
+
+    Without a new attach per window, windows can be short and pairs many, so drift in the
+    machine's load is shared within a pair and averaged over hundreds of them. py-spy catches
+    up on the samples it missed when continued (it takes them back to back), so each "on" window
+    starts after a settle time."""
+    import signal
+
+    import psutil
+
+    cycle = 2 * args.window + args.settle + 0.2
+    seconds = 5 + args.pairs * cycle
+    cmd = pyspy.record_command(binary, pid, seconds, args.rate, os.path.join(folder, "toggled.txt"))
+    if args.control is not None:
+        cmd = [sys.executable, "-c", BURNER, str(args.control / 100.0), str(seconds)]
+    spy = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_pinned(args.spy_cpu))
+    ps = psutil.Process(spy.pid)
+    try:
+        time.sleep(2.0)  # attached and sampling
+        spy.send_signal(signal.SIGSTOP)
+        for i in range(args.pairs):
+            rates: dict[str, tuple[float, float]] = {}
+            spy_cpu = 0.0
+            for mode in (("off", "on") if i % 2 == 0 else ("on", "off")):
+                spy.send_signal(signal.SIGCONT if mode == "on" else signal.SIGSTOP)
+                time.sleep(args.settle if mode == "on" else 0.2)
+                before = sum(ps.cpu_times()[:2])
+                t0 = time.monotonic()
+                time.sleep(args.window)
+                t1 = time.monotonic()
+                rates[mode] = progress.rates(t0, t1)
+                if mode == "on":
+                    spy_cpu = 100.0 * (sum(ps.cpu_times()[:2]) - before) / (t1 - t0)
+            if spy.poll() is not None:
+                raise RuntimeError("the sampler ended before the pairs did")
+            yield {"pair": i, "off_steps_per_s": rates["off"][0], "on_steps_per_s": rates["on"][0],
+                   "off_steps_per_cpu_s": rates["off"][1], "on_steps_per_cpu_s": rates["on"][1],
+                   "wall_slowdown": 1.0 - rates["on"][0] / rates["off"][0],
+                   "cpu_slowdown": 1.0 - rates["on"][1] / rates["off"][1], "py_spy_cpu_pct": spy_cpu}
+    finally:
+        spy.send_signal(signal.SIGCONT)
+        spy.kill()
+        spy.wait()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=20)
     parser.add_argument("--window", type=float, default=2.0)
     parser.add_argument("--rate", type=int, default=pyspy.DEFAULT_RATE_HZ)
+    parser.add_argument("--control", type=float, metavar="PCT",
+                        help="instead of py-spy, run a process that spins PCT%% of one CPU and reads nothing of "
+                             "the loop: what any neighbour of that size costs the loop on this machine")
+    parser.add_argument("--toggle", action="store_true",
+                        help="one py-spy for the whole run, paused (SIGSTOP) outside the sampled windows")
+    parser.add_argument("--settle", type=float, default=0.5,
+                        help="with --toggle: seconds after py-spy is continued before a window (default 0.5)")
     parser.add_argument("--pin", metavar="LOOP,SPY", help="CPUs for the loop and for py-spy, e.g. 0,1 or 0,0")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -154,16 +230,20 @@ def main() -> int:
     try:
         time.sleep(8.0)  # start-up and warm-up
         with tempfile.TemporaryDirectory() as folder:
-            for i in range(args.pairs):
-                rows.append(_pair(i, args, binary, loop.pid, progress, folder))
+            pairs = (_toggled_pairs(args, binary, loop.pid, progress, folder) if args.toggle
+                     else (_pair(i, args, binary, loop.pid, progress, folder) for i in range(args.pairs)))
+            for row in pairs:
+                rows.append(row)
                 if not args.json:
-                    r = rows[-1]
-                    print(f"pair {i}: per CPU-second {r['cpu_slowdown'] * 100:+.2f}%, wall "
-                          f"{r['wall_slowdown'] * 100:+.2f}%, py-spy {r['py_spy_cpu_pct']:.1f}% of a core", flush=True)
+                    print(f"pair {row['pair']}: per CPU-second {row['cpu_slowdown'] * 100:+.2f}%, wall "
+                          f"{row['wall_slowdown'] * 100:+.2f}%, py-spy {row['py_spy_cpu_pct']:.1f}% of a core",
+                          flush=True)
     finally:
         loop.kill()
         loop.wait()
-    result = {"rate_hz": args.rate, "window_s": args.window, "pin": args.pin, "pairs": rows,
+    result = {"rate_hz": args.rate, "window_s": args.window, "pin": args.pin, "control_pct": args.control,
+              "toggle": args.toggle, "settle_s": args.settle if args.toggle else None,
+              "pairs": rows,
               "cpus": os.cpu_count(), "machine": platform.processor() or platform.machine(),
               "load_average": [round(x, 2) for x in os.getloadavg()],
               "date": time.strftime("%Y-%m-%d", time.gmtime())}
