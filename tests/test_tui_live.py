@@ -38,6 +38,17 @@ def test_sparkline_uses_a_fixed_scale():
     assert sparkline([], 0) == ""
 
 
+def test_sparkline_blanks_nan_clamps_and_scales_to_the_largest_reading_without_a_limit():
+    nan = float("nan")
+    assert sparkline([nan, 50.0, nan], 3, 0, 100) == " ▅ "
+    assert sparkline([-5.0, 250.0], 2, 0, 100) == "▁█"  # outside the scale: its ends
+    # no limit (watts, MHz): the largest reading seen is the top; NaN does not become the top
+    assert sparkline([100.0, 200.0, nan], 3) == "▅█ "
+    # the same values on another scale draw other characters (each scale has its own table)
+    assert sparkline([50.0], 1, 0, 100) == "▅" and sparkline([50.0], 1, 0, 400) == "▂"
+    assert sparkline([50.0], 1, 0, 100) == "▅"
+
+
 def test_device_fault_needs_every_reading_to_fail_alike():
     assert device_fault({"t": 1.0, "a": NA("GpuIsLost"), "b": NA("GpuIsLost")}) == NA("GpuIsLost")
     assert device_fault({"a": NA("NotSupported"), "b": 3}) is None
