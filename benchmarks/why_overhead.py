@@ -259,6 +259,8 @@ def main() -> int:
                                    else "missed" if interval[1] > TARGET else "not told apart")
     if not args.json:
         def pct(key: str) -> str:
+            if result[key + "_mean_ci95"] is None:
+                return f"median {result[key + '_median'] * 100:+.2f}% (one pair: no interval)"
             mean, low, high = result[key + "_mean_ci95"]
             return (f"mean {mean * 100:+.2f}% (95% CI {low * 100:+.2f}% to {high * 100:+.2f}%; "
                     f"median {result[key + '_median'] * 100:+.2f}%, sd {result[key + '_stdev'] * 100:.2f}%): "
