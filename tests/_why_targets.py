@@ -166,11 +166,25 @@ def start_torchrun(tmp_path: Path, script: str, timeout: float = 240.0) -> subpr
 
 
 def stop_group(proc: subprocess.Popen) -> None:
-    """Stop torchrun and its ranks (they are in the session it leads)."""
+    """Stop torchrun and its ranks. torchrun starts each rank in a session of its own, so
+    killing the launcher's group leaves them running (a straggler rank spun on for good after
+    the test): the ranks are found as the launcher's descendants first and killed too."""
     import signal
 
+    import psutil
+
+    try:
+        ranks = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        ranks = []
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+    for rank in ranks:
+        try:
+            rank.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(ranks, timeout=30)
     proc.wait(timeout=60)
