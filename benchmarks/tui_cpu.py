@@ -136,6 +136,10 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=1, help="measure each program this many times (default 1)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.rounds < 1 or args.seconds <= 0 or args.warmup < 0 or args.interval <= 0:
+        parser.error("--rounds takes a whole number of at least 1; --seconds and --interval positive seconds")
+    if args.busy and not args.fake_nvml:
+        parser.error("--busy makes the fake NVML a training board: give --fake-nvml too")
 
     ours = [sys.executable, "-m", "gpudoctor", "tui", "--interval", str(args.interval)]
     if args.replay:
@@ -154,10 +158,11 @@ def main() -> int:
                         + ("training: readings change every second" if args.busy else "idle: constant readings"))
                if args.fake_nvml else ("replay" if args.replay else "live")}
     medians = [statistics.median(x["window_cpu_s"] for x in program_runs) for program_runs in runs]
+    ratio = medians[0] / medians[1] if len(medians) > 1 and medians[1] else None
     if args.json:
         print(json.dumps({"machine": machine, "interval_s": args.interval, "runs": runs,
                           "median_window_cpu_s": medians,
-                          "ratio_of_medians": medians[0] / medians[1] if len(medians) > 1 and medians[1] else None},
+                          "ratio_of_medians": ratio},
                          indent=2))
     else:
         print(f"machine: {machine}  refresh: {args.interval:g} s")
@@ -169,8 +174,8 @@ def main() -> int:
                   + f"; median {median:.2f} ({100 * median / args.seconds:.2f} % of one core); B/s to the terminal "
                   + ", ".join(str(x["terminal_output_bytes_per_s"]) for x in program_runs)
                   + f"; RSS {r['rss_mib']} MiB; exit codes {sorted({x['exit_code'] for x in program_runs})}")
-        if len(medians) > 1 and medians[1]:
-            print(f"ratio of medians (gpudoctor / other): {medians[0] / medians[1]:.2f}")
+        if ratio is not None:
+            print(f"ratio of medians (gpudoctor / other): {ratio:.2f}")
     return 0
 
 

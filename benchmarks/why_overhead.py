@@ -126,6 +126,21 @@ def _interval95(values: list[float]) -> tuple[float, float, float] | None:
     return mean, mean - half, mean + half
 
 
+def _sampler(args: argparse.Namespace, binary: str, pid: int, seconds: float, output: str) -> subprocess.Popen:
+    """py-spy recording ``pid`` as `gpudoctor why` does, or with --control the spinner in its place."""
+    cmd = pyspy.record_command(binary, pid, seconds, args.rate, output)
+    if args.control is not None:  # the same share of a CPU, spent without reading the loop
+        cmd = [sys.executable, "-c", BURNER, str(args.control / 100.0), str(seconds)]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_pinned(args.spy_cpu))
+
+
+def _row(i: int, rates: dict[str, tuple[float, float]], spy_cpu: float) -> dict:
+    return {"pair": i, "off_steps_per_s": rates["off"][0], "on_steps_per_s": rates["on"][0],
+            "off_steps_per_cpu_s": rates["off"][1], "on_steps_per_cpu_s": rates["on"][1],
+            "wall_slowdown": 1.0 - rates["on"][0] / rates["off"][0],
+            "cpu_slowdown": 1.0 - rates["on"][1] / rates["off"][1], "py_spy_cpu_pct": spy_cpu}
+
+
 def _pair(i: int, args: argparse.Namespace, binary: str, pid: int, progress: Progress, folder: str) -> dict:
     """One window unsampled and one sampled, in alternating order."""
     import psutil
@@ -135,11 +150,7 @@ def _pair(i: int, args: argparse.Namespace, binary: str, pid: int, progress: Pro
     for mode in (("off", "on") if i % 2 == 0 else ("on", "off")):
         spy = None
         if mode == "on":
-            cmd = pyspy.record_command(binary, pid, args.window + 3, args.rate, os.path.join(folder, f"{i}.txt"))
-            if args.control is not None:  # the same share of a CPU, spent without reading the loop
-                cmd = [sys.executable, "-c", BURNER, str(args.control / 100.0), str(args.window + 3)]
-            spy = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                   preexec_fn=_pinned(args.spy_cpu))
+            spy = _sampler(args, binary, pid, args.window + 3, os.path.join(folder, f"{i}.txt"))
             time.sleep(1.0)  # attached and sampling
             before = sum(psutil.Process(spy.pid).cpu_times()[:2])
         t0 = time.monotonic()
@@ -149,10 +160,7 @@ def _pair(i: int, args: argparse.Namespace, binary: str, pid: int, progress: Pro
         if spy is not None:
             spy_cpu = 100.0 * (sum(psutil.Process(spy.pid).cpu_times()[:2]) - before) / (t1 - t0)
             spy.wait()
-    return {"pair": i, "off_steps_per_s": rates["off"][0], "on_steps_per_s": rates["on"][0],
-            "off_steps_per_cpu_s": rates["off"][1], "on_steps_per_cpu_s": rates["on"][1],
-            "wall_slowdown": 1.0 - rates["on"][0] / rates["off"][0],
-            "cpu_slowdown": 1.0 - rates["on"][1] / rates["off"][1], "py_spy_cpu_pct": spy_cpu}
+    return _row(i, rates, spy_cpu)
 
 
 def _toggled_pairs(args: argparse.Namespace, binary: str, pid: int, progress: Progress, folder: str):
@@ -168,10 +176,7 @@ def _toggled_pairs(args: argparse.Namespace, binary: str, pid: int, progress: Pr
 
     cycle = 2 * args.window + args.settle + 0.2
     seconds = 5 + args.pairs * cycle
-    cmd = pyspy.record_command(binary, pid, seconds, args.rate, os.path.join(folder, "toggled.txt"))
-    if args.control is not None:
-        cmd = [sys.executable, "-c", BURNER, str(args.control / 100.0), str(seconds)]
-    spy = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_pinned(args.spy_cpu))
+    spy = _sampler(args, binary, pid, seconds, os.path.join(folder, "toggled.txt"))
     ps = psutil.Process(spy.pid)
     try:
         time.sleep(2.0)  # attached and sampling
@@ -191,10 +196,7 @@ def _toggled_pairs(args: argparse.Namespace, binary: str, pid: int, progress: Pr
                     spy_cpu = 100.0 * (sum(ps.cpu_times()[:2]) - before) / (t1 - t0)
             if spy.poll() is not None:
                 raise RuntimeError("the sampler ended before the pairs did")
-            yield {"pair": i, "off_steps_per_s": rates["off"][0], "on_steps_per_s": rates["on"][0],
-                   "off_steps_per_cpu_s": rates["off"][1], "on_steps_per_cpu_s": rates["on"][1],
-                   "wall_slowdown": 1.0 - rates["on"][0] / rates["off"][0],
-                   "cpu_slowdown": 1.0 - rates["on"][1] / rates["off"][1], "py_spy_cpu_pct": spy_cpu}
+            yield _row(i, rates, spy_cpu)
     finally:
         spy.send_signal(signal.SIGCONT)
         spy.kill()
@@ -217,11 +219,18 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     args.loop_cpu = args.spy_cpu = None
+    if args.pairs < 1 or args.window <= 0 or args.settle < 0 or args.rate < 1:
+        parser.error("--pairs and --rate take a whole number of at least 1, --window a positive number of seconds")
+    if args.control is not None and not 0 < args.control <= 100:
+        parser.error("--control takes a share of one CPU in percent, above 0 and at most 100")
     if args.pin:
         try:
             args.loop_cpu, args.spy_cpu = (int(x) for x in args.pin.split(","))
         except ValueError:
             parser.error("--pin takes two CPU numbers: LOOP,SPY")
+        usable = os.sched_getaffinity(0)
+        if not {args.loop_cpu, args.spy_cpu} <= usable:
+            parser.error(f"--pin: this process may use CPUs {sorted(usable)} only")
     binary = pyspy.find_py_spy()
     loop = subprocess.Popen([sys.executable, "-c", LOOP], stdout=subprocess.PIPE, text=True,
                             preexec_fn=_pinned(args.loop_cpu))
