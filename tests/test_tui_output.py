@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from rich.style import Style
 
 from gpudoctor.presentation import MAX_TEXT, plain_text
 from tui_support import NO_NVML, STANDIN, make_test_app, run_async, screen_text, take_samples, wait_for
@@ -127,6 +128,66 @@ def test_tall_util_graph_has_a_time_axis_like_nvitop():
     assert lines[0].strip() == "100%" and set(lines[3][-120:]) == {"█"}  # half of 4 rows filled
 
 
+
+def test_util_graph_columns_in_eighths_of_a_row():
+    """A column per reading, newest on the right: rows fill in eighths from the bottom, a 0 %
+    reading still shows a sliver, readings beyond 0-100 % are clamped, and a missing one is blank."""
+    from gpudoctor.tui.widgets import LABEL_W, util_graph
+
+    values = [None, 0.0, 100.0, 50.0, 12.5, 6.25, 3.0, 250.0, -5.0, 62.5]
+    rows = [line.plain[LABEL_W:] for line in util_graph(values, rows=4, width=LABEL_W + 10, interval_s=1.0)[:-1]]
+    columns = ["".join(row[k] for row in rows) for k in range(10)]  # top to bottom
+    assert columns == ["    ", "   ▁", "████", "  ██", "   ▄", "   ▂", "   ▁", "████", "   ▁", " ▄██"]
+
+
+def test_panel_characters_said_to_take_one_cell_do():
+    from rich.cells import cell_len
+
+    from gpudoctor.tui.widgets import NARROW_CHARS, changed_end, Runs
+
+    assert [c for c in NARROW_CHARS if cell_len(c) != 1] == []
+    wide = Runs((("GPU 名前", "bold"),))  # wider than one cell a character: repaint to the edge
+    assert changed_end(wide, Runs((("GPU 名後", "bold"),)), 80) == 80
+    assert changed_end(Runs((("util 37%", "bold"),)), Runs((("util 38%", "bold"),)), 80) == 7
+    assert changed_end(Runs((("util 37%", "bold"),)), Runs((("util 37%", "dim"),)), 80) == 80
+
+
+def test_runs_lines_style_as_the_rich_text_they_replace():
+    """A line of cells written as runs draws what appending the cells' Rich texts would."""
+    from rich.console import Console
+    from rich.text import Text
+
+    from gpudoctor.tui.widgets import _cells_line
+
+    cells = ([("util   ", "cyan"), ("37%", "bold"), (" ▁▂", "green")],
+             [("ECC    ", "cyan"), ("2 uncorrected", "bold red")], [("fan", ""), ("n/a", "dim")])
+    expected = Text(cells[0][0][0], style=cells[0][0][1])
+    for text, style in cells[0][1:]:
+        expected.append(text, style=style)
+    for cell in cells[1:]:
+        part = Text(cell[0][0], style=cell[0][1])
+        for text, style in cell[1:]:
+            part.append(text, style=style)
+        expected.append(" ")
+        expected.append_text(part)
+    console = Console(width=200)
+
+    def merged(pairs: list) -> list:
+        """Neighbours of one style joined: where each splits its text does not matter."""
+        out: list = []
+        for text, style in pairs:
+            style = style or Style()
+            if out and out[-1][1] == style:
+                out[-1] = (out[-1][0] + text, style)
+            else:
+                out.append((text, style))
+        return out
+
+    want = [(seg.text, seg.style) for seg in expected.render(console) if seg.text and seg.text != "\n"]
+    got = [(text, console.get_style(style) if style else None) for text, style in _cells_line(*cells)]
+    assert merged(got) == merged(want)
+    assert merged(got)[-1] == ("n/a", Style.parse("cyan dim"))  # the line's style beneath the cell's
+
 @run_async
 async def test_idle_clock_reason_is_not_called_nothing_running_beside_busy_util(tmp_path):
     data = json.loads(STANDIN.read_text(encoding="utf-8"))
@@ -143,3 +204,17 @@ async def test_idle_clock_reason_is_not_called_nothing_running_beside_busy_util(
         assert "37%" in gpu0 and "nothing is running" not in gpu0
         assert "idle between kernels" in gpu0
         await pilot.press("q")
+
+
+@run_async
+async def test_one_sampling_thread_reads_every_sample_and_ends_with_the_app():
+    app = make_test_app(STANDIN, loop=True)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await take_samples(pilot, app, 3)
+        thread = app._sample_thread
+        assert thread is not None and thread.is_alive()
+        await take_samples(pilot, app, 3)
+        assert app._sample_thread is thread  # the same thread, woken for each reading
+        await pilot.press("q")
+    thread.join(10)
+    assert not thread.is_alive()

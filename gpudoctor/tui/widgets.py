@@ -46,6 +46,30 @@ def _na_text(value: NA) -> str:
 Run = tuple[str, str]
 
 
+class Runs(tuple):  # type: ignore[type-arg]
+    """A panel line as runs of ``(text, style)`` side by side, each style complete (what a
+    Rich text's overlapping spans add up to, written out: ``"cyan bold"``).
+
+    The lines that change on every reading (readings with their sparklines, the utilisation
+    graph, the host) are built this way: comparing two is comparing tuples, and drawing one
+    looks each style up once per panel instead of rendering a Rich text."""
+
+    __slots__ = ()
+
+    @property
+    def plain(self) -> str:
+        return "".join(text for text, _ in self)
+
+
+#: A panel line: runs, or a Rich text for the lines that seldom change (clock reasons, events).
+Line = Text | Runs
+
+
+def _layered(under: str, over: str) -> str:
+    """The style of ``over`` laid on ``under``, as one style string."""
+    return f"{under} {over}" if under and over else under or over
+
+
 def _value(text: str, raw: Any = None) -> Run:
     if is_na(raw):
         return _na_text(raw)[:VALUE_W].ljust(VALUE_W), "dim"
@@ -60,25 +84,20 @@ def _cell(label: str, value: Run, spark: str, width: int) -> list[Run]:
     return runs
 
 
-def _cells_line(*cells: list[Run]) -> Text:
+def _cells_line(*cells: list[Run]) -> Runs:
     """Cells side by side, one space apart. The first cell's first run is the line's base style
     and every later cell's first run styles that whole cell, as appending each cell's Text to the
     first would."""
-    plain: list[str] = []
-    spans: list[Span] = []
-    pos = 0
+    base = cells[0][0][1]
+    out: list[Run] = []
     for k, runs in enumerate(cells):
+        cell_style = _layered(base, runs[0][1]) if k else base
         if k:
-            plain.append(" ")
-            pos += 1
-            if runs[0][1]:
-                spans.append(Span(pos, pos + sum(len(text) for text, _ in runs), runs[0][1]))
+            out.append((" ", base))
         for j, (text, style) in enumerate(runs):
-            if j and style and text:
-                spans.append(Span(pos, pos + len(text), style))
-            plain.append(text)
-            pos += len(text)
-    return Text("".join(plain), style=cells[0][0][1], spans=spans)
+            if text:
+                out.append((text, _layered(cell_style, style) if j else cell_style))
+    return Runs(out)
 
 
 def _num(value: Any) -> float | None:
@@ -96,11 +115,13 @@ class _LinesPanel(Widget):
 
     _line_count: int | None = None
     #: The lines on screen, and the width they were built for.
-    _shown: list[Text] | None = None
+    _shown: list[Line] | None = None
     _shown_width = -1
     #: Rendered lines by row, and the base style they were rendered with.
     _strips: dict[int, Strip] | None = None
     _strips_style: Style | None = None
+    #: Style strings of runs, as styles on top of that base style.
+    _run_styles: dict[str, Style]
 
     def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
         return len(self.lines(width))  # type: ignore[attr-defined]
@@ -112,7 +133,7 @@ class _LinesPanel(Widget):
             self._strips = None
         base = self.visual_style.rich_style
         if self._strips is None or base != self._strips_style:  # a new width, a class or theme change
-            self._strips, self._strips_style = {}, base
+            self._strips, self._strips_style, self._run_styles = {}, base, {}
         strip = self._strips.get(y)
         if strip is None:
             if y >= len(self._shown):
@@ -120,10 +141,20 @@ class _LinesPanel(Widget):
             strip = self._strips[y] = self._strip(self._shown[y], width, base)
         return strip
 
-    def _strip(self, line: Text, width: int, base: Style) -> Strip:
+    def _strip(self, line: Line, width: int, base: Style) -> Strip:
         """One line rendered as Textual renders a Rich text: the widget's style beneath the
         line's own, cropped to the width."""
         console = self.app.console
+        if isinstance(line, Runs):
+            styles = self._run_styles  # each style string looked up once for this base style
+            segments = []
+            for text, name in line:
+                style = styles.get(name)
+                if style is None:
+                    style = styles[name] = base + console.get_style(name) if name else base
+                segments.append(Segment(text, style))
+            strip = Strip(segments)
+            return strip.crop(0, width) if strip.cell_length > width else strip
         if line.spans:
             rendered: Any = line.render(console)
         else:  # rich's Text.render leaves the base style out of a text without spans
@@ -167,17 +198,38 @@ class _LinesPanel(Widget):
         self.border_subtitle = Text(subtitle) if subtitle else None
 
 
-def _same_line(a: Text, b: Text) -> bool:
+def _same_line(a: Line, b: Line) -> bool:
     """The same text with the same styles (rich's Text equality leaves the base style out)."""
+    if isinstance(a, Runs) or isinstance(b, Runs):
+        return a == b
     return a.plain == b.plain and a.style == b.style and a.spans == b.spans
 
 
-def changed_end(old: Text, new: Text, width: int) -> int:
+def _same_styles(old: Line, new: Line) -> bool:
+    """Whether two lines differ in their characters alone (the same styles over the same cells)."""
+    if isinstance(old, Runs) and isinstance(new, Runs):
+        return len(old) == len(new) and all(
+            s == t and len(x) == len(y) for (x, s), (y, t) in zip(old, new))
+    if isinstance(old, Runs) or isinstance(new, Runs):
+        return False
+    return old.spans == new.spans and old.style == new.style
+
+
+#: Characters the panels draw that take one cell each: printable ASCII, graph and sparkline
+#: blocks, units and rules (a test checks them against Rich).
+NARROW_CHARS = frozenset(map(chr, range(32, 127))) | frozenset("▁▂▃▄▅▆▇█─·°↓↑…")
+
+
+def _one_cell_each(text: str) -> bool:
+    """Whether every character of ``text`` takes one cell (the common ones without a lookup)."""
+    return NARROW_CHARS.issuperset(text) or cell_len(text) == len(text)
+
+
+def changed_end(old: Line, new: Line, width: int) -> int:
     """The cell after the last one in which two lines differ (``width`` where that cannot be
     told from the text alone: other styles, or characters wider than one cell)."""
     a, b = old.plain, new.plain
-    if old.spans != new.spans or old.style != new.style or len(a) != len(b) or cell_len(a) != len(a) \
-            or cell_len(b) != len(b):
+    if not _same_styles(old, new) or len(a) != len(b) or not _one_cell_each(a) or not _one_cell_each(b):
         return width
     end = len(a)
     while end and a[end - 1] == b[end - 1]:
@@ -194,7 +246,7 @@ class GpuPanel(_LinesPanel):
         self.device: DeviceSnapshot | None = None
         self.history: History | None = None
         self.events: Any = None  # gpudoctor.backends.events.DeviceEvents, or None
-        self._built: dict[tuple[int, int], list[Text]] = {}
+        self._built: dict[tuple[int, int], list[Line]] = {}
         #: Rows of the tall utilisation graph (0: none); the Overview gives free rows here.
         self.graph_rows = 0
         #: Seconds between samples, for the graph's time axis.
@@ -231,7 +283,7 @@ class GpuPanel(_LinesPanel):
         graphed = self.graph_rows >= 2 and dev is not None and self.history is not None and dev.fault is None
         return len(self.lines(width)) - (self.graph_rows + 1 if graphed else 0)
 
-    def lines(self, width: int) -> list[Text]:
+    def lines(self, width: int) -> list[Line]:
         """The panel's lines for a content ``width`` (Textual asks for the height of any width),
         built once per reading, width and graph height."""
         key = (width, self.graph_rows)
@@ -242,7 +294,7 @@ class GpuPanel(_LinesPanel):
             cached = self._built[key] = self._build_lines(width)
         return cached
 
-    def _build_lines(self, width: int) -> list[Text]:
+    def _build_lines(self, width: int) -> list[Line]:
         dev, hist = self.device, self.history
         if dev is None or hist is None:
             return [Text("waiting for the first reading ...", style="dim")]
@@ -252,7 +304,7 @@ class GpuPanel(_LinesPanel):
             return self._render_fault(dev, hist, fault, width) + event_lines(self.events, width)
         return self._render_readings(dev, hist, width)
 
-    def _render_fault(self, dev: DeviceSnapshot, hist: History, fault: NA, width: int) -> list[Text]:
+    def _render_fault(self, dev: DeviceSnapshot, hist: History, fault: NA, width: int) -> list[Line]:
         lines = [Text(f"No readings: {plain_text(fault.reason, limit=60)}", style="bold red")]
         for line in textwrap.wrap(plain_text(fault_words(fault.reason)), width)[:3]:
             lines.append(Text(line))
@@ -262,7 +314,7 @@ class GpuPanel(_LinesPanel):
             " " + sparkline(hist.series(dev.index, "util"), spark_w, 0, 100), style="dim"))
         return lines
 
-    def _render_readings(self, dev: DeviceSnapshot, hist: History, width: int) -> list[Text]:
+    def _render_readings(self, dev: DeviceSnapshot, hist: History, width: int) -> list[Line]:
         s = dev.static
         i = dev.index
         temp_hi = _num(s.get("temperature_slowdown_c")) or 100.0
@@ -288,7 +340,7 @@ class GpuPanel(_LinesPanel):
             ("PCIe↑", _value(fmt_rate_kbps(g("pcie_tx_kbps")), g("pcie_tx_kbps")), "pcie_tx", None),
             ("fan", _value(fmt_num(g("fan_pct"), "%"), g("fan_pct")), "fan", 100.0),
         ]
-        lines: list[Text] = []
+        lines: list[Line] = []
         if width >= TWO_COLUMNS_MIN:
             col = (width - 1) // 2
             for left, right in zip(cells[0::2], cells[1::2]):
@@ -412,7 +464,7 @@ class HostPanel(_LinesPanel):
         self.set_borders("Host")
         self.refresh_sized()
 
-    def lines(self, width: int) -> list[Text]:
+    def lines(self, width: int) -> list[Line]:
         snap, hist = self.snapshot, self.history
         if snap is None or hist is None:
             return [Text("waiting for the first reading ...", style="dim")]
@@ -424,24 +476,21 @@ class HostPanel(_LinesPanel):
             text.truncate(width, overflow="ellipsis")
             return [text]
         cores = host.get("cpu_per_core_pct") or []
-        cpu = Text(f"CPU {fmt_num(host.get('cpu_pct'), '%', 0):>4} of {len(cores) or '?'} cores", style="bold")
+        cpu = f"CPU {fmt_num(host.get('cpu_pct'), '%', 0):>4} of {len(cores) or '?'} cores"
         used, total = host.get("ram_used_bytes"), host.get("ram_total_bytes")
-        ram = Text(f"RAM {fmt_bytes(used)}/{fmt_bytes(total)}", style="bold")
+        ram = f"RAM {fmt_bytes(used)}/{fmt_bytes(total)}"
+
+        def spark(label: str, series: list[float | None], w: int) -> list[Run]:
+            return [(label, "bold"), (" " + sparkline(series, max(0, w - len(label) - 1), 0, 100), "bold green")]
+
+        lines: list[Line]
         if width >= TWO_COLUMNS_MIN:
             col = (width - 1) // 2
-            line = cpu + Text(" " + sparkline(hist.host["cpu"], max(0, col - len(cpu) - 1), 0, 100), style="green")
-            line.append(" ")
-            line.append_text(ram + Text(" " + sparkline(hist.host["ram"], max(0, col - len(ram) - 1), 0, 100),
-                                        style="green"))
-            lines = [line]
+            lines = [Runs(spark(cpu, hist.host["cpu"], col) + [(" ", "bold")] + spark(ram, hist.host["ram"], col))]
         else:
-            lines = [cpu + Text(" " + sparkline(hist.host["cpu"], max(0, width - len(cpu) - 1), 0, 100), style="green"),
-                     ram + Text(" " + sparkline(hist.host["ram"], max(0, width - len(ram) - 1), 0, 100), style="green")]
+            lines = [Runs(spark(cpu, hist.host["cpu"], width)), Runs(spark(ram, hist.host["ram"], width))]
         if cores:
-            per_core = Text("cores ", style="cyan") + Text(sparkline(cores, min(len(cores), width - 6), 0, 100),
-                                                           style="green")
-            per_core.truncate(width)
-            lines.append(per_core)
+            lines.append(Runs((("cores ", "cyan"), (sparkline(cores, min(len(cores), width - 6), 0, 100), "cyan green"))))
         return lines
 
 
@@ -458,22 +507,21 @@ def _mark(seconds: int) -> str:
     return f"{seconds // 60}m" if seconds < 3600 else f"{seconds // 3600}h"
 
 
-def util_graph(values: list[float | None], rows: int, width: int, interval_s: float) -> list[Text]:
+def util_graph(values: list[float | None], rows: int, width: int, interval_s: float) -> list[Runs]:
     """Utilisation history ``rows`` tall on a fixed 0-100 % scale, newest on the right, and a
     time axis under it with marks at 30/60/120 s ago where the history reaches."""
     label_w = LABEL_W
     plot_w = max(1, width - label_w)
     data = list(values)[-plot_w:]
     data = [None] * (plot_w - len(data)) + data
-    columns: dict[Any, str] = {}  # one column (top to bottom) per distinct reading
-    for v in data:
-        if v not in columns:
-            columns[v] = _graph_column(v, rows)
-    out: list[Text] = []
-    for r, row in enumerate(zip(*(columns[v] for v in data))):
+    # Each reading as one character that stands for its height in eighths of a row; each row
+    # of the graph is then that string translated by the row's table (a column per reading).
+    levels = _GraphLevels.of(rows)
+    heights = "".join(map(levels.__getitem__, data))
+    out: list[Runs] = []
+    for r, table in enumerate(_graph_rows(rows)):
         label = "100%" if r == 0 else ("0%" if r == rows - 1 else "")
-        out.append(Text(label.rjust(label_w - 1) + " " + "".join(row), style="dim",
-                        spans=[Span(label_w, label_w + plot_w, "green")]))
+        out.append(Runs(((label.rjust(label_w - 1) + " ", "dim"), (heights.translate(table), "dim green"))))
     axis = ["─"] * plot_w
     known = sum(1 for v in data if v is not None)
     free_from = plot_w  # marks are placed right to left without overlapping
@@ -486,21 +534,50 @@ def util_graph(values: list[float | None], rows: int, width: int, interval_s: fl
             continue
         axis[start:end] = list(mark)
         free_from = start - 1
-    out.append(Text("util".ljust(label_w), style="cyan") + Text("".join(axis), style="dim"))
+    out.append(Runs((("util".ljust(label_w), "cyan"), ("".join(axis), "cyan dim"))))
     return out
 
 
-@functools.lru_cache(maxsize=4096)
-def _graph_column(value: float | None, rows: int) -> str:
-    """One column of the utilisation graph, top row first: eighths of a cell per row."""
-    if value is None:
-        return " " * rows
-    eighths = max(0.0, min(100.0, float(value))) / 100.0 * rows * 8
-    cells = []
-    for level in range(rows - 1, -1, -1):  # rows below the one drawn
-        fill = int(max(0, min(8, round(eighths - level * 8))))
-        cells.append(GRAPH_FILL[max(fill, 1) if level == 0 else fill])  # a reading, even 0 %, shows
-    return "".join(cells)
+class _GraphLevels(dict):  # type: ignore[type-arg]
+    """Reading (0-100 %, or None) -> the character standing for its height in a graph ``rows``
+    tall: chr(1 + eighths of a row, rounded), or chr(0) for no reading. Filled in as readings
+    come (they repeat: integer percentages)."""
+
+    _by_rows: dict[int, "_GraphLevels"] = {}
+
+    def __init__(self, rows: int) -> None:
+        super().__init__()
+        self.rows = rows
+
+    @classmethod
+    def of(cls, rows: int) -> "_GraphLevels":
+        levels = cls._by_rows.get(rows)
+        if levels is None:
+            levels = cls._by_rows[rows] = cls(rows)
+        return levels
+
+    def __missing__(self, value: float | None) -> str:
+        if value is None:
+            return "\0"
+        char = chr(1 + round(max(0.0, min(100.0, float(value))) / 100.0 * self.rows * 8))
+        if len(self) < 4096:
+            self[value] = char
+        return char
+
+
+@functools.lru_cache(maxsize=16)
+def _graph_rows(rows: int) -> tuple[dict[int, str], ...]:
+    """For each row of a graph ``rows`` tall, top first, the table that turns a height character
+    (see ``_GraphLevels``) into that row's cell: eighths of a cell filled, a reading (even 0 %)
+    showing at least a sliver in the bottom row, and blank where there is no reading."""
+    tables = []
+    for level in range(rows - 1, -1, -1):  # rows below this one
+        table = {0: " "}
+        for eighths in range(rows * 8 + 1):
+            fill = max(0, min(8, eighths - level * 8))
+            table[1 + eighths] = GRAPH_FILL[max(fill, 1) if level == 0 else fill]
+        tables.append(table)
+    return tuple(tables)
 
 
 #: Samples a History keeps (the graph's time axis stops where the history does).
