@@ -207,3 +207,58 @@ def test_tui_on_a_pseudo_terminal():
         assert app.proc.wait(30) == 0
     finally:
         app.close()
+
+
+def _voluntary_switches(pid: int) -> int:
+    """Times the process's threads went to sleep, all of them together (Linux /proc)."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/status") as status:
+                total += sum(int(line.split()[1]) for line in status if line.startswith("voluntary_ctxt_switches"))
+        except OSError:  # a thread that ended in between
+            pass
+    return total
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_tui_sleeps_while_nothing_happens():
+    """Between readings and keys no thread of the TUI wakes: the input thread waits for input
+    (Textual's own wakes ten times a second to look for a stop request), and nothing else polls."""
+    from gpudoctor.tui.driver import TICK_FOR_S
+
+    app = PtyApp([sys.executable, "-m", "gpudoctor", "tui", "--replay", str(STANDIN), "--interval", "60",
+                  "--doctor-level", "quick"])
+    try:
+        app.wait_for("Doctor: ")  # the start-up doctor's verdict in the header: start-up is over
+        time.sleep(TICK_FOR_S + 1.0)
+        before = _voluntary_switches(app.proc.pid)
+        time.sleep(3.0)
+        woke = _voluntary_switches(app.proc.pid) - before
+        assert woke <= 3, f"the TUI's threads woke {woke} times in 3 s with nothing to do"
+        app.keys("q")
+        assert app.proc.wait(30) == 0
+    finally:
+        app.close()
+
+
+def test_a_lone_escape_arrives_after_a_quiet_spell():
+    """Escape alone is told from an escape sequence by a timeout; the input thread, asleep
+    since the last key, still wakes to deliver it."""
+    from gpudoctor.tui.driver import TICK_FOR_S
+
+    app = PtyApp([sys.executable, "-m", "gpudoctor", "tui", "--replay", str(STANDIN), "--interval", "60",
+                  "--doctor-level", "quick"])
+    try:
+        app.wait_for("GPU 1: NVIDIA A100-SXM4-40GB")
+        since = app.mark()
+        app.keys("?")
+        app.wait_for("gpudoctor keys", since)
+        time.sleep(TICK_FOR_S + 1.0)  # the input thread waits without a timeout now
+        since = app.mark()
+        app.keys("\x1b")
+        app.wait_for("GPU 0: NVIDIA", since, timeout=10)  # the help closed: the Overview again
+        app.keys("q")
+        assert app.proc.wait(30) == 0
+    finally:
+        app.close()

@@ -16,6 +16,7 @@ never imports torch and never creates a CUDA context.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -203,6 +204,19 @@ class GpudoctorApp(App[int]):
         Binding("q", "quit_app", "quit"),
     ]
 
+    def get_driver_class(self) -> Any:
+        """Textual's driver, or on Linux and macOS the one whose input thread sleeps until a key
+        comes (gpudoctor.tui.driver); ``TEXTUAL_DRIVER`` in the environment still chooses."""
+        from textual import constants
+
+        if constants.DRIVER is None and sys.platform != "win32":
+            from gpudoctor.tui.driver import driver_class
+
+            quiet = driver_class()
+            if quiet is not None:
+                return quiet
+        return super().get_driver_class()
+
     def __init__(
         self,
         backend_factory: Callable[[], Any],
@@ -248,6 +262,8 @@ class GpudoctorApp(App[int]):
         self.sampler: Sampler | None = None
         self.event_watcher: Any = None
         self._sample_started: float | None = None
+        self._sample_thread: threading.Thread | None = None
+        self._sample_wanted = threading.Event()
         self._workload_stop = threading.Event()
         self._quitting = False
         start_resource_tracker()
@@ -337,10 +353,33 @@ class GpudoctorApp(App[int]):
         self._sample_worker()
 
     def _sample_worker(self) -> None:
-        """Read the GPUs in a daemon thread of our own, not a Textual worker: an NVML call can
+        """Ask the sampling thread for a reading.
+
+        The GPUs are read in a daemon thread of our own, not a Textual worker: an NVML call can
         hang on a failing GPU, and Textual (and the interpreter at exit) wait for their worker
-        threads. Nothing waits for this one, so `q` and Ctrl-C quit at once."""
-        threading.Thread(target=self._read_sample, name="gpudoctor-tui-sample", daemon=True).start()
+        threads. Nothing waits for this one, so `q` and Ctrl-C quit at once. It lives as long as
+        the app and sleeps between readings (a new thread for each reading cost about as much
+        CPU as the reading itself)."""
+        if self._sample_thread is None:
+            self._sample_thread = threading.Thread(target=self._sample_loop, name="gpudoctor-tui-sample",
+                                                   daemon=True)
+            self._sample_thread.start()
+        self._sample_wanted.set()
+
+    def _sample_loop(self) -> None:
+        wanted = self._sample_wanted
+        while True:
+            wanted.wait()
+            wanted.clear()
+            if self._quitting:
+                return
+            self._read_sample()
+
+    def on_unmount(self) -> None:
+        """The app is closing, however it was asked to (q, Ctrl-C, the end of a test): the
+        sampling thread ends instead of waiting for a request that will not come."""
+        self._quitting = True
+        self._sample_wanted.set()
 
     def _read_sample(self) -> None:
         try:
