@@ -122,11 +122,26 @@ def test_tall_util_graph_has_a_time_axis_like_nvitop():
     lines = [line.plain for line in util_graph([50.0] * 120, rows=4, width=140, interval_s=1.0)]
     assert len(lines) == 5 and all(len(line) == 140 for line in lines)
     axis = lines[-1]
-    assert axis.startswith("util") and "30s" in axis and "60s" in axis and "120s" in axis
+    assert "30s" in axis and "60s" in axis and "120s" in axis and "util" in lines[2]
     assert axis.index("120s") < axis.index("60s") < axis.index("30s")
     assert axis.index("30s") + len("30s") == 140 - 30  # the mark ends at the sample taken 30 s ago
     assert lines[0].strip() == "100%" and set(lines[3][-120:]) == {"█"}  # half of 4 rows filled
 
+
+
+def test_free_rows_split_between_utilisation_and_memory_graphs():
+    from gpudoctor.tui.widgets import LABEL_W, history_graph
+
+    lines = [line.plain for line in history_graph(
+        [("util", [100.0] * 50, "dim green"), ("mem", [25.0] * 50, "dim cyan")], rows=9, width=LABEL_W + 40,
+        interval_s=1.0)]
+    assert len(lines) == 10  # 5 rows of utilisation (the odd row), 4 of memory, one time axis
+    labels = [line[:LABEL_W].strip() for line in lines]
+    assert labels == ["100%", "", "util", "", "0%", "100%", "", "mem", "0%", ""]
+    plots = [set(line[LABEL_W:]) for line in lines[:-1]]  # 50 readings fill the 40 columns
+    assert plots[:5] == [{"█"}] * 5  # 100 %: all five rows
+    assert plots[5:] == [{" "}, {" "}, {" "}, {"█"}]  # 25 % of four rows: the bottom one
+    assert "30s" in lines[-1]
 
 
 def test_util_graph_columns_in_eighths_of_a_row():

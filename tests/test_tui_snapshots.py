@@ -75,9 +75,10 @@ async def test_resize_reflows_the_panels():
     async with app.run_test(size=(120, 40)) as pilot:
         await take_samples(pilot, app, 2)
         wide = "\n".join(screen_lines(app))
-        # two columns: util|mem on a line; free rows hold a tall util graph whose axis line says "util" too
+        # two columns: util|mem on a line; free rows hold tall graphs, utilisation above memory,
+        # each named on its middle row
         assert any(line.count("util") == 1 and "mem " in line for line in wide.splitlines())
-        assert wide.count("100%") == 2 and wide.count("util") == 4
+        assert wide.count("100%") == 4 and wide.count("util") == 4 and wide.count("   mem ") == 2
         await pilot.resize_terminal(60, 40)
         await pilot.pause()
         narrow = screen_lines(app)

@@ -120,16 +120,20 @@ class OverviewScreen(BaseScreen):
                 else:
                     new.append(GpuPanel(int(ident.split("-")[1])))
             panels.mount_all(new)
+        by_id = {child.id: child for child in panels.children}  # mounted above, or earlier
         gpu_panels = []
         for dev in snap.devices:
-            for panel in panels.query(f"#gpu-{dev.index}").results(GpuPanel):
+            panel = by_id.get(f"gpu-{dev.index}")
+            if isinstance(panel, GpuPanel):
                 panel.interval_s = self.gapp.interval
                 panel.show(dev, state.history, state.events.get(dev.index))
                 gpu_panels.append(panel)
-        for panel in panels.query("#no-gpu").results(NoGpuPanel):
-            panel.show(snap.nvml_status if snap.nvml_status is not None else NA("NoDevices"))
-        for panel in panels.query("#host").results(HostPanel):
-            panel.show(snap, state.history)
+        no_gpu = by_id.get("no-gpu")
+        if isinstance(no_gpu, NoGpuPanel):
+            no_gpu.show(snap.nvml_status if snap.nvml_status is not None else NA("NoDevices"))
+        host = by_id.get("host")
+        if isinstance(host, HostPanel):
+            host.show(snap, state.history)
         self._share_free_rows(panels, gpu_panels)
 
     def on_resize(self) -> None:

@@ -369,7 +369,10 @@ class GpuPanel(_LinesPanel):
         lines.append(throttle)
         lines += event_lines(self.events, width)
         if self.graph_rows >= 2:
-            lines += util_graph(series("util"), self.graph_rows, width, self.interval_s)
+            graphs = [("util", series("util"), "dim green")]
+            if self.graph_rows >= SPLIT_GRAPH_ROWS:
+                graphs.append(("mem", series("mem"), "dim cyan"))
+            lines += history_graph(graphs, self.graph_rows, width, self.interval_s)
         return lines
 
     @staticmethod
@@ -507,34 +510,52 @@ def _mark(seconds: int) -> str:
     return f"{seconds // 60}m" if seconds < 3600 else f"{seconds // 3600}h"
 
 
+#: Graph rows from which the tall graph is two: utilisation above, memory used below (nvitop
+#: shows both); with fewer, utilisation alone.
+SPLIT_GRAPH_ROWS = 8
+
+
 def util_graph(values: list[float | None], rows: int, width: int, interval_s: float) -> list[Runs]:
     """Utilisation history ``rows`` tall on a fixed 0-100 % scale, newest on the right, and a
     time axis under it with marks at 30/60/120 s ago where the history reaches."""
+    return history_graph([("util", values, "dim green")], rows, width, interval_s)
+
+
+def history_graph(series: list[tuple[str, list[float | None], str]], rows: int, width: int,
+                  interval_s: float) -> list[Runs]:
+    """Histories of percentages (name, values, style), stacked in ``rows`` rows shared out
+    from the top (the first takes the odd row), each on a fixed 0-100 % scale with its name
+    on its middle row, and one time axis under them all."""
     label_w = LABEL_W
     plot_w = max(1, width - label_w)
-    data = list(values)[-plot_w:]
-    data = [None] * (plot_w - len(data)) + data
-    # Each reading as one character that stands for its height in eighths of a row; each row
-    # of the graph is then that string translated by the row's table (a column per reading).
-    levels = _GraphLevels.of(rows)
-    heights = "".join(map(levels.__getitem__, data))
     out: list[Runs] = []
-    for r, table in enumerate(_graph_rows(rows)):
-        label = "100%" if r == 0 else ("0%" if r == rows - 1 else "")
-        out.append(Runs(((label.rjust(label_w - 1) + " ", "dim"), (heights.translate(table), "dim green"))))
+    known = 1
+    left = rows
+    for k, (name, values, style) in enumerate(series):
+        height = -(-left // (len(series) - k))  # the rows left, shared out (rounded up)
+        left -= height
+        data = list(values)[-plot_w:]
+        data = [None] * (plot_w - len(data)) + data
+        known = max(known, sum(1 for v in data if v is not None))
+        # Each reading as one character that stands for its height in eighths of a row; each
+        # row of the graph is then that string translated by the row's table.
+        levels = _GraphLevels.of(height)
+        heights = "".join(map(levels.__getitem__, data))
+        for r, table in enumerate(_graph_rows(height)):
+            label = "100%" if r == 0 else "0%" if r == height - 1 else name if r == height // 2 else ""
+            out.append(Runs(((label.rjust(label_w - 1) + " ", "dim"), (heights.translate(table), style))))
     axis = ["─"] * plot_w
-    known = sum(1 for v in data if v is not None)
     free_from = plot_w  # marks are placed right to left without overlapping
     for seconds in AXIS_MARKS_S:
         k = int(round(seconds / interval_s)) if interval_s > 0 else 0
         mark = _mark(seconds)
         end = plot_w - k  # the column of the sample taken `seconds` ago: the mark ends there
         start = end - len(mark)
-        if k < 1 or start < 0 or k > min(HISTORY_SAMPLES, max(known, 1)) or end >= free_from:
+        if k < 1 or start < 0 or k > min(HISTORY_SAMPLES, known) or end >= free_from:
             continue
         axis[start:end] = list(mark)
         free_from = start - 1
-    out.append(Runs((("util".ljust(label_w), "cyan"), ("".join(axis), "cyan dim"))))
+    out.append(Runs(((" " * label_w, "dim"), ("".join(axis), "dim"))))
     return out
 
 
