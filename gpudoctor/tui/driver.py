@@ -8,12 +8,14 @@ for a key, a mouse event or that request. For a second after any input it also w
 0.1 s, as Textual's does, so that a lone Escape (told apart from the start of an escape
 sequence by a timeout) still arrives.
 
-Where this Textual's driver is not the one this was written for (its input thread's stop event
-or parser missing), the TUI uses Textual's driver unchanged.
+Where this Textual's driver is not the one this was written for (its input thread's stop
+event, its parser or their methods differ), the TUI uses Textual's input thread unchanged.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import selectors
 import threading
@@ -36,12 +38,19 @@ class _WakingEvent(threading.Event):
 
     def set(self) -> None:
         super().set()
+        if self._wake_fd < 0:  # the driver is closed: nothing waits any more
+            return
         try:
             os.write(self._wake_fd, b"\0")
-        except OSError:  # closed already: nothing waits on it any more
+        except OSError:  # full (the thread is about to drain it) or gone
             pass
 
+    def detach(self) -> None:
+        """Stop writing to the pipe (before it is closed and its number reused)."""
+        self._wake_fd = -1
 
+
+@functools.lru_cache(maxsize=1)
 def driver_class() -> Any:
     """The driver class for this platform and Textual, or None to leave Textual's choice."""
     try:
@@ -49,7 +58,14 @@ def driver_class() -> Any:
         from textual.drivers.linux_driver import LinuxDriver
     except ImportError:
         return None
-    if not hasattr(LinuxDriver, "run_input_thread") or not hasattr(LinuxDriver, "process_message"):
+    if not all(hasattr(LinuxDriver, name) for name in ("run_input_thread", "process_message", "close")) \
+            or not all(hasattr(XTermParser, name) for name in ("feed", "tick")):
+        return None
+    try:
+        parameters = list(inspect.signature(XTermParser).parameters)
+    except (TypeError, ValueError):
+        return None
+    if parameters != ["debug"]:  # the parser this was written for takes only `debug`
         return None
 
     class QuietLinuxDriver(LinuxDriver):  # type: ignore[misc, valid-type]
@@ -60,9 +76,14 @@ def driver_class() -> Any:
             self._wake_r, self._wake_w = os.pipe()
             os.set_blocking(self._wake_r, False)
             os.set_blocking(self._wake_w, False)
-            self.exit_event = _WakingEvent(self._wake_w)
+            # Textual's thread stops when its `exit_event` is set; without one, keep Textual's thread.
+            self._quiet = isinstance(getattr(self, "exit_event", None), threading.Event)
+            if self._quiet:
+                self.exit_event = _WakingEvent(self._wake_w)
 
         def run_input_thread(self) -> None:
+            if not self._quiet:
+                return super().run_input_thread()
             fileno, wake = self.fileno, self._wake_r
             parser = XTermParser(self._debug)
             decode = getincrementaldecoder("utf-8")().decode
@@ -115,6 +136,8 @@ def driver_class() -> Any:
 
         def close(self) -> None:
             super().close()
+            if self._quiet:
+                self.exit_event.detach()
             for fd in (self._wake_r, self._wake_w):
                 try:
                     os.close(fd)
