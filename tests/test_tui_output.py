@@ -36,6 +36,7 @@ def hostile_recording(tmp_path: Path) -> Path:
     data["nvml"]["static"][0]["name"] = HOSTILE_NAME
     for sample in data["nvml"]["samples"]:
         sample["processes"][0][0]["command"] = HOSTILE_COMMAND
+        sample["devices"][0]["temperature_c"] = {"__na__": "\x1b[2Jt"}  # a reading's reason, in a value cell
     path = tmp_path / "handmade_hostile_text.json"
     path.write_text(json.dumps(data), encoding="utf-8")
     return path
@@ -61,6 +62,7 @@ async def test_tui_shows_hostile_gpu_name_and_command_line_literally(tmp_path):
         await pilot.pause()
         overview = screen_text(app)
         assert "GPU 0: A100 [/] [bold]x[@click=app.quit] [a-z]␛]0;pwned␇␛[2J" in overview
+        assert "temp   n/a (␛[2Jt)" in overview
         await pilot.press("p")
         await pilot.pause()
         processes = screen_text(app)
@@ -146,13 +148,14 @@ def test_free_rows_split_between_utilisation_and_memory_graphs():
 
 def test_util_graph_columns_in_eighths_of_a_row():
     """A column per reading, newest on the right: rows fill in eighths from the bottom, a 0 %
-    reading still shows a sliver, readings beyond 0-100 % are clamped, and a missing one is blank."""
+    reading still shows a sliver, readings beyond 0-100 % are clamped, and a missing one (or
+    NaN) is blank."""
     from gpudoctor.tui.widgets import LABEL_W, util_graph
 
-    values = [None, 0.0, 100.0, 50.0, 12.5, 6.25, 3.0, 250.0, -5.0, 62.5]
-    rows = [line.plain[LABEL_W:] for line in util_graph(values, rows=4, width=LABEL_W + 10, interval_s=1.0)[:-1]]
-    columns = ["".join(row[k] for row in rows) for k in range(10)]  # top to bottom
-    assert columns == ["    ", "   ▁", "████", "  ██", "   ▄", "   ▂", "   ▁", "████", "   ▁", " ▄██"]
+    values = [None, 0.0, 100.0, 50.0, 12.5, 6.25, 3.0, 250.0, -5.0, 62.5, float("nan")]
+    rows = [line.plain[LABEL_W:] for line in util_graph(values, rows=4, width=LABEL_W + 11, interval_s=1.0)[:-1]]
+    columns = ["".join(row[k] for row in rows) for k in range(11)]  # top to bottom
+    assert columns == ["    ", "   ▁", "████", "  ██", "   ▄", "   ▂", "   ▁", "████", "   ▁", " ▄██", "    "]
 
 
 def test_panel_characters_said_to_take_one_cell_do():

@@ -16,7 +16,7 @@ from rich.cells import cell_len
 from rich.console import Group
 from rich.segment import Segment
 from rich.style import Style
-from rich.text import Span, Text
+from rich.text import Text
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
@@ -50,8 +50,8 @@ class Runs(tuple):  # type: ignore[type-arg]
     """A panel line as runs of ``(text, style)`` side by side, each style complete (what a
     Rich text's overlapping spans add up to, written out: ``"cyan bold"``).
 
-    The lines that change on every reading (readings with their sparklines, the utilisation
-    graph, the host) are built this way: comparing two is comparing tuples, and drawing one
+    The lines that change on every reading (readings with their sparklines, the history
+    graphs, the host) are built this way: comparing two is comparing tuples, and drawing one
     looks each style up once per panel instead of rendering a Rich text."""
 
     __slots__ = ()
@@ -561,7 +561,7 @@ def history_graph(series: list[tuple[str, list[float | None], str]], rows: int, 
 
 class _GraphLevels(dict):  # type: ignore[type-arg]
     """Reading (0-100 %, or None) -> the character standing for its height in a graph ``rows``
-    tall: chr(1 + eighths of a row, rounded), or chr(0) for no reading. Filled in as readings
+    tall: chr(1 + eighths of a row, rounded), or chr(0) for no reading (or NaN). Filled in as readings
     come (they repeat: integer percentages)."""
 
     _by_rows: dict[int, "_GraphLevels"] = {}
@@ -578,7 +578,7 @@ class _GraphLevels(dict):  # type: ignore[type-arg]
         return levels
 
     def __missing__(self, value: float | None) -> str:
-        if value is None:
+        if value is None or value != value:  # no reading, or NaN
             return "\0"
         char = chr(1 + round(max(0.0, min(100.0, float(value))) / 100.0 * self.rows * 8))
         if len(self) < 4096:
