@@ -279,9 +279,12 @@ class GpuPanel(_LinesPanel):
     def height_without_graph(self, width: int) -> int:
         """Lines the panel needs at ``width`` without its tall utilisation graph (drawn, with its
         axis, under readings only: ``graph_rows + 1`` lines)."""
+        return len(self.lines(width)) - (self.graph_rows + 1 if self._draws_graph() else 0)
+
+    def _draws_graph(self) -> bool:
+        """Whether the panel ends in the tall graph: readings (no fault) and room for it."""
         dev = self.device
-        graphed = self.graph_rows >= 2 and dev is not None and self.history is not None and dev.fault is None
-        return len(self.lines(width)) - (self.graph_rows + 1 if graphed else 0)
+        return self.graph_rows >= 2 and dev is not None and self.history is not None and dev.fault is None
 
     def lines(self, width: int) -> list[Line]:
         """The panel's lines for a content ``width`` (Textual asks for the height of any width),
@@ -368,7 +371,7 @@ class GpuPanel(_LinesPanel):
         throttle.truncate(width, overflow="ellipsis")
         lines.append(throttle)
         lines += event_lines(self.events, width)
-        if self.graph_rows >= 2:
+        if self._draws_graph():
             graphs = [("util", series("util"), "dim green")]
             if self.graph_rows >= SPLIT_GRAPH_ROWS:
                 graphs.append(("mem", series("mem"), "dim cyan"))
