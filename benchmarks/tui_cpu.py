@@ -21,6 +21,18 @@ path and nvitop do their own full work at the same refresh:
 the medians: one 30 s window holds only about 30 ticks of CPU time, so a single pair of
 runs is within noise of a 20 % difference.
 
+``--side-by-side K`` runs both programs at once, each on its own terminal, and measures K
+consecutive windows of ``--seconds`` for both: whatever else the machine does in a window it
+does to both, so the per-window ratio is far steadier than two runs one after the other. It
+reports the ratio of total CPU with a 95 % bootstrap interval over the windows. ``--other``
+can also be another gpudoctor tree (``python -m`` imports the package from the directory it
+starts in), to compare two versions of the TUI the same way:
+
+    python benchmarks/tui_cpu.py --fake-nvml --busy --side-by-side 8 --seconds 60 \
+        --other ".venv/bin/nvitop --interval 1"
+    python benchmarks/tui_cpu.py --fake-nvml --busy --side-by-side 6 --seconds 40 \
+        --other "sh -c 'cd /tmp/old-tree && exec $PWD/.venv/bin/python -m gpudoctor tui --interval 1'"
+
 Prints a table, or JSON with --json. Not part of the test run.
 """
 
@@ -49,75 +61,159 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def measure(argv: list[str], *, seconds: float, warmup: float, cols: int, rows: int,
-            quit_keys: str = "q", fake_nvml: bool = False, busy: bool = False) -> dict[str, Any]:
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": str(cols), "LINES": str(rows)}
-    if fake_nvml:
-        env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "benchmarks" / "fake_nvml")]
-                                            + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-        env.pop("PYTHONDONTWRITEBYTECODE", None)  # as an installed package runs
-        env["FAKE_NVML_BUSY"] = "1" if busy else "0"
-    started = time.monotonic()
-    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, cwd=ROOT, env=env,
-                            start_new_session=True)
-    os.close(slave)
-    received = [0]
+class Monitor:
+    """One monitor running on its own pseudo-terminal of a fixed size, whose output is read
+    (and counted) as fast as it comes, as a terminal would."""
 
-    def drain() -> None:  # a terminal that reads everything, as fast as it comes
+    def __init__(self, argv: list[str], *, cols: int, rows: int, fake_nvml: bool = False,
+                 busy: bool = False) -> None:
+        self.argv = argv
+        self.terminal = f"{cols}x{rows}"
+        master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+        env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": str(cols), "LINES": str(rows)}
+        if fake_nvml:
+            env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "benchmarks" / "fake_nvml")]
+                                                + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+            env.pop("PYTHONDONTWRITEBYTECODE", None)  # as an installed package runs
+            env["FAKE_NVML_BUSY"] = "1" if busy else "0"
+        self.started = time.monotonic()
+        self.master = master
+        self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, cwd=ROOT, env=env,
+                                     start_new_session=True)
+        os.close(slave)
+        self.received = 0
+        threading.Thread(target=self._drain, daemon=True).start()
+        self.ps = psutil.Process(self.proc.pid)
+
+    def _drain(self) -> None:
         while True:
             try:
-                data = os.read(master, 65536)
+                data = os.read(self.master, 65536)
             except OSError:
                 return
             if not data:
                 return
-            received[0] += len(data)
+            self.received += len(data)
 
-    threading.Thread(target=drain, daemon=True).start()
-    ps = psutil.Process(proc.pid)
+    def check_running(self) -> None:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"{self.argv[0]} exited early with code {self.proc.returncode}")
+
+    def cpu_s(self) -> float:
+        """User+system CPU seconds of the process so far (all its threads, ended ones too)."""
+        t = self.ps.cpu_times()
+        return t.user + t.system
+
+    def stop(self, quit_keys: str = "q") -> int:
+        """Quits with ``quit_keys`` (SIGTERM, then SIGKILL, if that does not end it); the exit code."""
+        try:
+            if self.proc.poll() is None:
+                os.write(self.master, quit_keys.encode())
+                try:
+                    return self.proc.wait(15)
+                except subprocess.TimeoutExpired:
+                    self.proc.send_signal(signal.SIGTERM)
+                    return self.proc.wait(10)
+            return self.proc.returncode
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait(10)
+            try:
+                os.close(self.master)
+            except OSError:
+                pass
+
+
+def measure(argv: list[str], *, seconds: float, warmup: float, cols: int, rows: int,
+            quit_keys: str = "q", fake_nvml: bool = False, busy: bool = False) -> dict[str, Any]:
+    mon = Monitor(argv, cols=cols, rows=rows, fake_nvml=fake_nvml, busy=busy)
     try:
         time.sleep(warmup)
-        if proc.poll() is not None:
-            raise RuntimeError(f"{argv[0]} exited during start-up with code {proc.returncode}")
-        t0 = ps.cpu_times()
-        bytes0 = received[0]
+        mon.check_running()
+        cpu0 = mon.cpu_s()
+        bytes0 = mon.received
         w0 = time.monotonic()
         time.sleep(seconds)
-        t1 = ps.cpu_times()
+        cpu1 = mon.cpu_s()
         wall = time.monotonic() - w0
-        bytes1 = received[0]
-        rss = ps.memory_info().rss
-        startup_cpu = t0.user + t0.system
-        window_cpu = (t1.user - t0.user) + (t1.system - t0.system)
-        os.write(master, quit_keys.encode())
-        try:
-            code = proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGTERM)
-            code = proc.wait(10)
+        bytes1 = mon.received
+        rss = mon.ps.memory_info().rss
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-        try:
-            os.close(master)
-        except OSError:
-            pass
+        code = mon.stop(quit_keys)
     return {
         "command": " ".join(shlex.quote(a) for a in argv),
-        "terminal": f"{cols}x{rows}",
+        "terminal": mon.terminal,
         "startup_wall_s": round(warmup, 1),
-        "startup_cpu_s": round(startup_cpu, 3),
+        "startup_cpu_s": round(cpu0, 3),
         "window_wall_s": round(wall, 2),
-        "window_cpu_s": round(window_cpu, 3),
-        "cpu_pct_of_one_core": round(100.0 * window_cpu / wall, 2),
+        "window_cpu_s": round(cpu1 - cpu0, 3),
+        "cpu_pct_of_one_core": round(100.0 * (cpu1 - cpu0) / wall, 2),
         "terminal_output_bytes_per_s": round((bytes1 - bytes0) / wall),
         "rss_mib": round(rss / 2**20, 1),
         "exit_code": code,
-        "total_wall_s": round(time.monotonic() - started, 1),
+        "total_wall_s": round(time.monotonic() - mon.started, 1),
     }
+
+
+def measure_side_by_side(programs: list[list[str]], *, windows: int, seconds: float, warmup: float,
+                         cols: int, rows: int, fake_nvml: bool = False,
+                         busy: bool = False) -> dict[str, Any]:
+    """Both monitors at once, each on its own terminal, over the same consecutive windows of
+    wall time: whatever else the machine does in a window, it does to both, so the per-window
+    ratio is much steadier than the ratio of two programs measured one after the other."""
+    mons: list[Monitor] = []
+    try:
+        for argv in programs:
+            mons.append(Monitor(argv, cols=cols, rows=rows, fake_nvml=fake_nvml, busy=busy))
+        time.sleep(warmup)
+        for mon in mons:
+            mon.check_running()
+        cpu = [[mon.cpu_s() for mon in mons]]
+        received = [[mon.received for mon in mons]]
+        marks = [time.monotonic()]
+        for _ in range(windows):
+            time.sleep(max(0.0, marks[0] + seconds * len(marks) - time.monotonic()))
+            cpu.append([mon.cpu_s() for mon in mons])
+            received.append([mon.received for mon in mons])
+            marks.append(time.monotonic())
+            for mon in mons:
+                mon.check_running()
+        rss = [round(mon.ps.memory_info().rss / 2**20, 1) for mon in mons]
+    finally:
+        codes = [mon.stop() for mon in mons]
+    rows_out = []
+    for k in range(windows):
+        wall = marks[k + 1] - marks[0 + k]
+        rows_out.append({
+            "window_s": [round(warmup + marks[k] - marks[0], 1), round(warmup + marks[k + 1] - marks[0], 1)],
+            "cpu_s": [round(b - a, 3) for a, b in zip(cpu[k], cpu[k + 1])],
+            "bytes_per_s": [round((b - a) / wall) for a, b in zip(received[k], received[k + 1])],
+        })
+    return {"commands": [" ".join(shlex.quote(a) for a in argv) for argv in programs],
+            "terminal": f"{cols}x{rows}", "windows": rows_out, "rss_mib": rss, "exit_codes": codes}
+
+
+def ratio_interval(pairs: list[tuple[float, float]], *, draws: int = 10000,
+                   seed: int = 1) -> tuple[float, float, float]:
+    """The ratio of total CPU (first over second) across paired windows and a 95 % bootstrap
+    interval for it, resampling whole windows (each keeps both programs' readings)."""
+    import random
+
+    rng = random.Random(seed)
+    ours = sum(a for a, _ in pairs)
+    theirs = sum(b for _, b in pairs)
+    ratios = []
+    for _ in range(draws):
+        pick = [pairs[rng.randrange(len(pairs))] for _ in pairs]
+        den = sum(b for _, b in pick)
+        if den > 0:
+            ratios.append(sum(a for a, _ in pick) / den)
+    ratios.sort()
+    lo = ratios[int(0.025 * (len(ratios) - 1))]
+    hi = ratios[int(0.975 * (len(ratios) - 1))]
+    return ours / theirs if theirs else float("nan"), lo, hi
 
 
 def main() -> int:
@@ -134,29 +230,36 @@ def main() -> int:
     parser.add_argument("--busy", action="store_true",
                         help="with --fake-nvml: a training GPU whose readings change every second")
     parser.add_argument("--rounds", type=int, default=1, help="measure each program this many times (default 1)")
+    parser.add_argument("--side-by-side", type=int, metavar="K", default=0,
+                        help="with --other: run both at once and measure K consecutive windows of "
+                             "--seconds each (per round), paired by window")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.rounds < 1 or args.seconds <= 0 or args.warmup < 0 or args.interval <= 0:
         parser.error("--rounds takes a whole number of at least 1; --seconds and --interval positive seconds")
     if args.busy and not args.fake_nvml:
         parser.error("--busy makes the fake NVML a training board: give --fake-nvml too")
+    if args.side_by_side < 0 or (args.side_by_side and not args.other):
+        parser.error("--side-by-side takes a number of windows and a peer to pair with (--other)")
 
     ours = [sys.executable, "-m", "gpudoctor", "tui", "--interval", str(args.interval)]
     if args.replay:
         ours += ["--replay", args.replay]
     programs = [ours] + ([shlex.split(args.other)] if args.other else [])
+    machine = {"host_cpu": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+               "python": platform.python_version(), "date": time.strftime("%Y-%m-%d", time.gmtime()),
+               "nvml": ("fake one-GPU H100 PCIe (benchmarks/fake_nvml), "
+                        + ("training: readings change every second" if args.busy else "idle: constant readings"))
+               if args.fake_nvml else ("replay" if args.replay else "live")}
+    if args.side_by_side:
+        return side_by_side(args, programs, machine)
     runs: list[list[dict[str, Any]]] = [[] for _ in programs]
     for r in range(args.rounds):
         order = range(len(programs)) if r % 2 == 0 else reversed(range(len(programs)))
         for i in order:
             runs[i].append(measure(programs[i], seconds=args.seconds, warmup=args.warmup, cols=args.cols,
                                    rows=args.rows, fake_nvml=args.fake_nvml, busy=args.busy))
-    machine = {"host_cpu": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-               "python": platform.python_version(), "date": time.strftime("%Y-%m-%d", time.gmtime()),
-               "load_average": [round(x, 2) for x in os.getloadavg()],
-               "nvml": ("fake one-GPU H100 PCIe (benchmarks/fake_nvml), "
-                        + ("training: readings change every second" if args.busy else "idle: constant readings"))
-               if args.fake_nvml else ("replay" if args.replay else "live")}
+    machine["load_average"] = [round(x, 2) for x in os.getloadavg()]
     medians = [statistics.median(x["window_cpu_s"] for x in program_runs) for program_runs in runs]
     ratio = medians[0] / medians[1] if len(medians) > 1 and medians[1] else None
     if args.json:
@@ -176,6 +279,47 @@ def main() -> int:
                   + f"; RSS {r['rss_mib']} MiB; exit codes {sorted({x['exit_code'] for x in program_runs})}")
         if ratio is not None:
             print(f"ratio of medians (gpudoctor / other): {ratio:.2f}")
+    return 0
+
+
+def side_by_side(args: argparse.Namespace, programs: list[list[str]], machine: dict[str, Any]) -> int:
+    rounds = []
+    for r in range(args.rounds):  # which one starts first alternates between rounds
+        order = programs if r % 2 == 0 else programs[::-1]
+        got = measure_side_by_side(order, windows=args.side_by_side, seconds=args.seconds,
+                                   warmup=args.warmup, cols=args.cols, rows=args.rows,
+                                   fake_nvml=args.fake_nvml, busy=args.busy)
+        if r % 2:  # back to (ours, theirs)
+            got["commands"].reverse()
+            got["rss_mib"].reverse()
+            got["exit_codes"].reverse()
+            for w in got["windows"]:
+                w["cpu_s"].reverse()
+                w["bytes_per_s"].reverse()
+        rounds.append(got)
+    machine["load_average"] = [round(x, 2) for x in os.getloadavg()]
+    pairs = [tuple(w["cpu_s"]) for got in rounds for w in got["windows"]]
+    ratio, lo, hi = ratio_interval(pairs)  # type: ignore[arg-type]
+    per_window = [a / b for a, b in pairs if b > 0]
+    summary = {"windows": len(pairs), "cpu_s_total": [round(sum(p[0] for p in pairs), 3),
+                                                      round(sum(p[1] for p in pairs), 3)],
+               "ratio_of_totals": round(ratio, 3), "ratio_95ci": [round(lo, 3), round(hi, 3)],
+               "median_window_ratio": round(statistics.median(per_window), 3) if per_window else None,
+               "windows_at_most_peer": sum(1 for a, b in pairs if a <= b)}
+    if args.json:
+        print(json.dumps({"machine": machine, "interval_s": args.interval, "seconds": args.seconds,
+                          "warmup_s": args.warmup, "rounds": rounds, "summary": summary}, indent=2))
+        return 0
+    print(f"machine: {machine}  refresh: {args.interval:g} s, both at once on {args.cols}x{args.rows} terminals")
+    for r, got in enumerate(rounds, 1):
+        print(f"round {r}: " + "  vs  ".join(got["commands"]) + f"; RSS MiB {got['rss_mib']}; exit codes {got['exit_codes']}")
+        for w in got["windows"]:
+            a, b = w["cpu_s"]
+            print(f"  {w['window_s'][0]:6.1f}-{w['window_s'][1]:6.1f} s  CPU s {a:.3f} vs {b:.3f}"
+                  + (f"  ratio {a / b:.2f}" if b else "") + f"  B/s {w['bytes_per_s'][0]} vs {w['bytes_per_s'][1]}")
+    print(f"{summary['windows']} paired windows: CPU s {summary['cpu_s_total'][0]:.2f} vs {summary['cpu_s_total'][1]:.2f}; "
+          f"ratio of totals {ratio:.3f} (95 % bootstrap interval {lo:.3f}-{hi:.3f}); median window ratio "
+          f"{summary['median_window_ratio']}; windows at most the peer's: {summary['windows_at_most_peer']}")
     return 0
 
 
