@@ -158,16 +158,33 @@ def test_util_graph_columns_in_eighths_of_a_row():
     assert columns == ["    ", "   ▁", "████", "  ██", "   ▄", "   ▂", "   ▁", "████", "   ▁", " ▄██", "    "]
 
 
-def test_panel_characters_said_to_take_one_cell_do():
-    from rich.cells import cell_len
+@run_async
+async def test_a_reading_repaints_only_the_changed_lines_each_across_the_panel():
+    """A new reading marks dirty just the lines whose text or style changed, each as one whole
+    row of the panel, border cells included (so Textual neither crops nor splits them)."""
+    from gpudoctor.tui.widgets import _same_line
 
-    from gpudoctor.tui.widgets import NARROW_CHARS, changed_end, Runs
+    app = make_test_app(STANDIN, loop=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await take_samples(pilot, app, 3)
+        panel = app.screen.query_one("#gpu-0")
+        before = list(panel._shown)
+        regions = []
+        original = panel.refresh
 
-    assert [c for c in NARROW_CHARS if cell_len(c) != 1] == []
-    wide = Runs((("GPU 名前", "bold"),))  # wider than one cell a character: repaint to the edge
-    assert changed_end(wide, Runs((("GPU 名後", "bold"),)), 80) == 80
-    assert changed_end(Runs((("util 37%", "bold"),)), Runs((("util 38%", "bold"),)), 80) == 7
-    assert changed_end(Runs((("util 37%", "bold"),)), Runs((("util 37%", "dim"),)), 80) == 80
+        def refresh(*args, **kw):
+            regions.extend(args)
+            return original(*args, **kw)
+
+        panel.refresh = refresh
+        await take_samples(pilot, app, 1)
+        after = list(panel._shown)
+        assert len(after) == len(before)
+        changed = {y for y, (a, b) in enumerate(zip(after, before)) if not _same_line(a, b)}
+        assert changed, "the stand-in's readings change from one sample to the next"
+        assert {r.y for r in regions} == changed and all(r.height == 1 for r in regions)
+        assert {(r.x, r.width) for r in regions} == {(-1, panel.outer_size.width)}  # a round border: 1 cell
+        await pilot.press("q")
 
 
 def test_runs_lines_style_as_the_rich_text_they_replace():

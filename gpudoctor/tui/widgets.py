@@ -12,7 +12,6 @@ import textwrap
 import time
 from typing import Any
 
-from rich.cells import cell_len
 from rich.console import Group
 from rich.segment import Segment
 from rich.style import Style
@@ -108,9 +107,8 @@ class _LinesPanel(Widget):
     """A panel whose content is ``self.lines(width)`` (each subclass defines it) and whose
     height is the number of those lines.
 
-    It draws line by line (Textual's line API): a new reading re-renders only the lines whose
-    text changed, and each of those is sent to the terminal only up to its last changed cell;
-    an idle GPU's panel sends nothing.
+    It draws line by line (Textual's line API): a new reading re-renders and repaints only the
+    lines whose text changed; an idle GPU's panel sends nothing.
     """
 
     _line_count: int | None = None
@@ -171,15 +169,18 @@ class _LinesPanel(Widget):
         lines = self.lines(width)  # type: ignore[attr-defined]
         old, strips = self._shown, self._strips
         if width == self._shown_width and old is not None and len(old) == len(lines) == self._line_count:
-            # Same size: re-render only the lines that changed, and repaint each up to its last
-            # changed cell (Textual sends a changed line from the panel's edge to there).
+            # Same size: re-render only the lines that changed, each across the whole panel, border
+            # included. (Repainting a line only up to its last changed cell sent a third fewer
+            # bytes but cost 10 % more CPU: Textual then crops every line of the panel on each
+            # update, and writes the changed lines in pieces.)
+            gutter = self.gutter
             dirty: list[Region] = []
             for y, (new, before) in enumerate(zip(lines, old)):
                 if _same_line(new, before):
                     continue
                 if strips is not None:
                     strips.pop(y, None)
-                dirty.append(Region(0, y, changed_end(before, new, width), 1))
+                dirty.append(Region(-gutter.left, y, width + gutter.width, 1))
             self._shown = lines
             if dirty:
                 self.refresh(*dirty)
@@ -203,38 +204,6 @@ def _same_line(a: Line, b: Line) -> bool:
     if isinstance(a, Runs) or isinstance(b, Runs):
         return a == b
     return a.plain == b.plain and a.style == b.style and a.spans == b.spans
-
-
-def _same_styles(old: Line, new: Line) -> bool:
-    """Whether two lines differ in their characters alone (the same styles over the same cells)."""
-    if isinstance(old, Runs) and isinstance(new, Runs):
-        return len(old) == len(new) and all(
-            s == t and len(x) == len(y) for (x, s), (y, t) in zip(old, new))
-    if isinstance(old, Runs) or isinstance(new, Runs):
-        return False
-    return old.spans == new.spans and old.style == new.style
-
-
-#: Characters the panels draw that take one cell each: printable ASCII, graph and sparkline
-#: blocks, units and rules (a test checks them against Rich).
-NARROW_CHARS = frozenset(map(chr, range(32, 127))) | frozenset("▁▂▃▄▅▆▇█─·°↓↑…")
-
-
-def _one_cell_each(text: str) -> bool:
-    """Whether every character of ``text`` takes one cell (the common ones without a lookup)."""
-    return NARROW_CHARS.issuperset(text) or cell_len(text) == len(text)
-
-
-def changed_end(old: Line, new: Line, width: int) -> int:
-    """The cell after the last one in which two lines differ (``width`` where that cannot be
-    told from the text alone: other styles, or characters wider than one cell)."""
-    a, b = old.plain, new.plain
-    if not _same_styles(old, new) or len(a) != len(b) or not _one_cell_each(a) or not _one_cell_each(b):
-        return width
-    end = len(a)
-    while end and a[end - 1] == b[end - 1]:
-        end -= 1
-    return min(width, end)
 
 
 class GpuPanel(_LinesPanel):
