@@ -292,3 +292,43 @@ def test_sample_fields_are_one_list_for_nvml_replay_and_the_recording_schema():
     mod = fake_pynvml()
     assert set(NvmlBackend(NvmlGate(mod)).sample(0)) == fields
     assert set(ReplayBackend._FAST_KEYS) == set(NvmlBackend(NvmlGate(fake_pynvml())).fast_sample(0)) < fields
+
+
+def test_host_sample_reads_ram_from_meminfo_and_cpu_as_the_mean_of_cores(tmp_path, monkeypatch):
+    """RAM used is MemTotal - MemAvailable (psutil's total and available on Linux); a kernel
+    without MemAvailable, or no /proc, falls back to psutil; the CPU total is the cores' mean."""
+    import psutil
+
+    from gpudoctor.backends import host
+
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       16384 kB\nMemFree:        1024 kB\nMemAvailable:   4096 kB\n"
+                       "Buffers:          12 kB\n")
+    assert host._meminfo_total_available(str(meminfo)) == (16384 * 1024, 4096 * 1024)
+    meminfo.write_text("MemTotal:       16384 kB\nMemFree:        1024 kB\n")
+    assert host._meminfo_total_available(str(meminfo)) is None
+    assert host._meminfo_total_available(str(tmp_path / "absent")) is None
+
+    monkeypatch.setattr(psutil, "cpu_percent", lambda interval=None, percpu=False: [10.0, 30.0, 50.0, 20.0]
+                        if percpu else 99.0)
+    monkeypatch.setattr(host, "_meminfo_total_available", lambda: (8 << 30, 6 << 30))
+    sample = host.host_sample()
+    assert sample["cpu_pct"] == 27.5 and sample["cpu_per_core_pct"] == [10.0, 30.0, 50.0, 20.0]
+    assert (sample["ram_used_bytes"], sample["ram_total_bytes"]) == (2 << 30, 8 << 30)
+
+    monkeypatch.setattr(host, "_meminfo_total_available", lambda: None)
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: types.SimpleNamespace(total=100, available=40))
+    assert (host.host_sample()["ram_used_bytes"], host.host_sample()["ram_total_bytes"]) == (60, 100)
+
+
+def test_host_ram_agrees_with_psutil_on_this_machine():
+    import psutil
+
+    from gpudoctor.backends import host
+
+    read = host._meminfo_total_available()
+    if read is None:
+        pytest.skip("no /proc/meminfo with MemAvailable here")
+    vm = psutil.virtual_memory()
+    assert read[0] == vm.total
+    assert abs(read[1] - vm.available) < 64 << 20  # read a moment apart

@@ -105,16 +105,44 @@ def host_facts() -> dict[str, Any]:
 
 
 def host_sample() -> dict[str, Any]:
-    """Readings that change: CPU and RAM use."""
+    """Readings that change: CPU and RAM use.
+
+    Taken once a second by the monitors, so each counter file is read once: the CPU total is
+    the mean of the cores (each core counts the same elapsed time, so this is what the
+    all-CPU line gives), and on Linux RAM comes from the two lines of /proc/meminfo it needs
+    (what psutil reports as total and available there)."""
     import psutil
 
-    vm = psutil.virtual_memory()
+    per_core = psutil.cpu_percent(interval=None, percpu=True)
+    memory = _meminfo_total_available()
+    if memory is None:
+        vm = psutil.virtual_memory()
+        memory = int(vm.total), int(vm.available)
+    total, available = memory
     return {
-        "cpu_pct": psutil.cpu_percent(interval=None),
-        "cpu_per_core_pct": psutil.cpu_percent(interval=None, percpu=True),
-        "ram_used_bytes": int(vm.total - vm.available),
-        "ram_total_bytes": int(vm.total),
+        "cpu_pct": round(sum(per_core) / len(per_core), 1) if per_core else psutil.cpu_percent(interval=None),
+        "cpu_per_core_pct": per_core,
+        "ram_used_bytes": total - available,
+        "ram_total_bytes": total,
     }
+
+
+def _meminfo_total_available(path: str = "/proc/meminfo") -> tuple[int, int] | None:
+    """MemTotal and MemAvailable in bytes from /proc/meminfo, or None (another system, or a
+    kernel before 3.14 without MemAvailable: psutil estimates it then)."""
+    total = available = None
+    try:
+        with open(path, "rb") as f:
+            for line in f:
+                if line.startswith(b"MemTotal:"):
+                    total = int(line.split()[1]) * 1024
+                elif line.startswith(b"MemAvailable:"):
+                    available = int(line.split()[1]) * 1024
+                if total is not None and available is not None:
+                    return total, available
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def environment_variables() -> dict[str, str | None]:
