@@ -181,6 +181,17 @@ def _one_line(exc: BaseException) -> str:
 
 
 # --------------------------------------------------------------------------- app
+def _freeze_startup_objects() -> None:
+    """What was built to start the app (modules, styles, screens, the first panels) lives as
+    long as the app: moved out of the cyclic collector's reach once the first reading is on
+    screen, so the full collections that come every minute or two no longer walk it. Not in
+    tests (a headless app), where the test runner's own objects would be frozen too."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 class GpudoctorApp(App[int]):
     """``gpudoctor``: Overview, Processes, Doctor, Workload and Help screens."""
 
@@ -436,6 +447,8 @@ class GpudoctorApp(App[int]):
         if watcher is not None:
             state.events = {d.index: watcher.snapshot(d.index) for d in message.snapshot.devices}
         self._redraw("overview", "processes")
+        if state.samples == 1 and not self.is_headless:
+            self.call_after_refresh(_freeze_startup_objects)
 
     # -- why ------------------------------------------------------------------------
     def start_why(self, pid: int) -> None:

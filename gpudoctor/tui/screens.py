@@ -50,7 +50,22 @@ class BaseScreen(Screen):
     def gapp(self) -> "GpudoctorApp":
         return self.app  # type: ignore[return-value]
 
+    _title: tuple[tuple[Any, ...], Text] | None = None
+
     def title_text(self, extra: str = "") -> Text:
+        """The title line; built again only when what it shows changed (it is asked for on every
+        reading)."""
+        state = self.gapp.state
+        snap = state.snapshot
+        key = (state.stalled_s, state.sample_error, getattr(self.gapp, "headline", None), extra,
+               None if snap is None else (snap.source, snap.driver_version), self.gapp.interval)
+        if self._title is not None and self._title[0] == key:
+            return self._title[1]
+        text = self._title_text(extra)
+        self._title = (key, text)
+        return text
+
+    def _title_text(self, extra: str) -> Text:
         state = self.gapp.state
         text = Text(" gpudoctor ", style="bold reverse")
         text.append(f" {self.TITLE} ", style="bold")
