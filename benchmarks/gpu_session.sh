@@ -89,9 +89,9 @@ part_compare() {
   setup 30 torch pynvml textual psutil -- gpustat nvitop
   step quick_vs_gpustat 35 "$PY" benchmarks/quick_vs_gpustat.py -n "$(big 20 2)" --json
   step quick_vs_nvitop 45 "$PY" benchmarks/quick_vs_nvitop.py -n "$(big 20 2)" --warmup "$(big 2 0)" --bin "$BIN" --json
-  step tui_cpu 40 "$PY" benchmarks/tui_cpu.py --seconds "$(big 20 2)" --warmup "$(big 6 3)" --json
-  step tui_cpu_nvitop 40 "$PY" benchmarks/tui_cpu.py --seconds "$(big 20 2)" --warmup "$(big 6 3)" --json \
-    --other "nvitop --interval 1"
+  # Both monitors at once, three 20 s windows paired by wall time (gpudoctor's own CPU is in it too).
+  step tui_cpu_nvitop 80 "$PY" benchmarks/tui_cpu.py --side-by-side "$(big 3 1)" --seconds "$(big 20 2)" \
+    --warmup "$(big 6 3)" --json --other "nvitop --interval 1"
   step watch 15 "$PY" -m gpudoctor watch -n 3 -i 1 --json
 }
 

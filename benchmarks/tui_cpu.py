@@ -324,4 +324,8 @@ def side_by_side(args: argparse.Namespace, programs: list[list[str]], machine: d
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except (OSError, RuntimeError) as exc:  # a monitor not installed, or one that exited early
+        print(f"tui_cpu.py: {exc}", file=sys.stderr)
+        raise SystemExit(1)
