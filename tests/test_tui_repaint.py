@@ -1,9 +1,10 @@
 """What a terminal shows after many partial repaints equals a full repaint of the same frame.
 
-The GPU and host panels repaint only the lines whose text changed (tui/widgets.py). A mistake there leaves stale cells on a real terminal while
-every in-process screen capture still looks right, so this test feeds the exact bytes Textual
-would send to the terminal (each update's ``render_segments``) into pyte, a terminal emulator,
-and compares that screen, cell by cell with colours and bold, with a full repaint.
+The GPU and host panels repaint only the lines whose text changed (tui/widgets.py). A mistake
+there leaves stale cells on a real terminal while every in-process screen capture still looks
+right, so this test feeds the exact bytes Textual would send to the terminal (each update's
+``render_segments``) into pyte, a terminal emulator, and compares that screen, cell by cell
+with colours and bold, with a full repaint.
 """
 
 from __future__ import annotations
