@@ -158,15 +158,17 @@ def measure(argv: list[str], *, seconds: float, warmup: float, cols: int, rows: 
 
 
 def measure_side_by_side(programs: list[list[str]], *, windows: int, seconds: float, warmup: float,
-                         cols: int, rows: int, fake_nvml: bool = False,
-                         busy: bool = False) -> dict[str, Any]:
+                         cols: int, rows: int, fake_nvml: bool = False, busy: bool = False,
+                         last_first: bool = False) -> dict[str, Any]:
     """Both monitors at once, each on its own terminal, over the same consecutive windows of
     wall time: whatever else the machine does in a window, it does to both, so the per-window
-    ratio is much steadier than the ratio of two programs measured one after the other."""
-    mons: list[Monitor] = []
+    ratio is much steadier than the ratio of two programs measured one after the other.
+    ``last_first`` starts them in the other order; the results stay in the order given."""
+    started: list[Monitor | None] = [None] * len(programs)
     try:
-        for argv in programs:
-            mons.append(Monitor(argv, cols=cols, rows=rows, fake_nvml=fake_nvml, busy=busy))
+        for i in (reversed(range(len(programs))) if last_first else range(len(programs))):
+            started[i] = Monitor(programs[i], cols=cols, rows=rows, fake_nvml=fake_nvml, busy=busy)
+        mons = [mon for mon in started if mon is not None]
         time.sleep(warmup)
         for mon in mons:
             mon.check_running()
@@ -182,10 +184,10 @@ def measure_side_by_side(programs: list[list[str]], *, windows: int, seconds: fl
                 mon.check_running()
         rss = [round(mon.ps.memory_info().rss / 2**20, 1) for mon in mons]
     finally:
-        codes = [mon.stop() for mon in mons]
+        codes = [mon.stop() if mon is not None else None for mon in started]
     rows_out = []
     for k in range(windows):
-        wall = marks[k + 1] - marks[0 + k]
+        wall = marks[k + 1] - marks[k]
         rows_out.append({
             "window_s": [round(warmup + marks[k] - marks[0], 1), round(warmup + marks[k + 1] - marks[0], 1)],
             "cpu_s": [round(b - a, 3) for a, b in zip(cpu[k], cpu[k + 1])],
@@ -210,10 +212,12 @@ def ratio_interval(pairs: list[tuple[float, float]], *, draws: int = 10000,
         den = sum(b for _, b in pick)
         if den > 0:
             ratios.append(sum(a for a, _ in pick) / den)
+    if not ratios:  # the peer used no measurable CPU in any window
+        return float("nan"), float("nan"), float("nan")
     ratios.sort()
     lo = ratios[int(0.025 * (len(ratios) - 1))]
     hi = ratios[int(0.975 * (len(ratios) - 1))]
-    return ours / theirs if theirs else float("nan"), lo, hi
+    return ours / theirs, lo, hi
 
 
 def main() -> int:
@@ -285,25 +289,17 @@ def main() -> int:
 def side_by_side(args: argparse.Namespace, programs: list[list[str]], machine: dict[str, Any]) -> int:
     rounds = []
     for r in range(args.rounds):  # which one starts first alternates between rounds
-        order = programs if r % 2 == 0 else programs[::-1]
-        got = measure_side_by_side(order, windows=args.side_by_side, seconds=args.seconds,
-                                   warmup=args.warmup, cols=args.cols, rows=args.rows,
-                                   fake_nvml=args.fake_nvml, busy=args.busy)
-        if r % 2:  # back to (ours, theirs)
-            got["commands"].reverse()
-            got["rss_mib"].reverse()
-            got["exit_codes"].reverse()
-            for w in got["windows"]:
-                w["cpu_s"].reverse()
-                w["bytes_per_s"].reverse()
-        rounds.append(got)
+        rounds.append(measure_side_by_side(programs, windows=args.side_by_side, seconds=args.seconds,
+                                           warmup=args.warmup, cols=args.cols, rows=args.rows,
+                                           fake_nvml=args.fake_nvml, busy=args.busy, last_first=r % 2 == 1))
     machine["load_average"] = [round(x, 2) for x in os.getloadavg()]
     pairs = [tuple(w["cpu_s"]) for got in rounds for w in got["windows"]]
     ratio, lo, hi = ratio_interval(pairs)  # type: ignore[arg-type]
     per_window = [a / b for a, b in pairs if b > 0]
     summary = {"windows": len(pairs), "cpu_s_total": [round(sum(p[0] for p in pairs), 3),
                                                       round(sum(p[1] for p in pairs), 3)],
-               "ratio_of_totals": round(ratio, 3), "ratio_95ci": [round(lo, 3), round(hi, 3)],
+               "ratio_of_totals": round(ratio, 3) if ratio == ratio else None,  # None: the peer used no CPU
+               "ratio_95ci": [round(lo, 3), round(hi, 3)] if lo == lo else None,
                "median_window_ratio": round(statistics.median(per_window), 3) if per_window else None,
                "windows_at_most_peer": sum(1 for a, b in pairs if a <= b)}
     if args.json:

@@ -533,8 +533,8 @@ def history_graph(series: list[tuple[str, list[float | None], str]], rows: int, 
 
 class _GraphLevels(dict):  # type: ignore[type-arg]
     """Reading (0-100 %, or None) -> the character standing for its height in a graph ``rows``
-    tall: chr(1 + eighths of a row, rounded), or chr(0) for no reading (or NaN). Filled in as readings
-    come (they repeat: integer percentages)."""
+    tall: chr(1 + eighths of a row, rounded), or chr(0) for no reading (or NaN). Filled in as
+    readings come (they repeat: integer percentages)."""
 
     _by_rows: dict[int, "_GraphLevels"] = {}
 
