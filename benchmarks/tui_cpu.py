@@ -33,7 +33,8 @@ starts in), to compare two versions of the TUI the same way:
     python benchmarks/tui_cpu.py --fake-nvml --busy --side-by-side 6 --seconds 40 \
         --other "sh -c 'cd /tmp/old-tree && exec $PWD/.venv/bin/python -m gpudoctor tui --interval 1'"
 
-Prints a table, or JSON with --json. Not part of the test run.
+Prints a table, or JSON with --json. Exit 0; 1 when a monitor is not installed or exits
+early (one line on stderr); 2 on bad arguments. Not part of the test run.
 """
 
 from __future__ import annotations
