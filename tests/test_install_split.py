@@ -253,7 +253,7 @@ def test_torch_probes_skip_in_an_environment_without_torch(torchless_python):
     results = {r["probe"]: r for r in json.loads(proc.stdout)["results"]}
     env_skip = next(f for f in results["environment"]["findings"] if f["code"] == "torch_not_installed")
     assert torchless_python in env_skip["summary"]
-    assert "--python" in env_skip["fix"] and 'gpudoctor[torch]' in env_skip["fix"]
+    assert "--python" in env_skip["fix"] and "pip install torch torchvision" in env_skip["fix"]
     assert results["memory"]["status"] == "skip"
     assert _codes(results["memory"]) == {"torch_not_installed"}
 
@@ -274,7 +274,7 @@ def test_bench_and_hooks_without_torch_name_the_extra():
     assert proc.returncode == exitcodes.USAGE
     assert proc.stderr.strip().splitlines() == [
         'gpudoctor: error: bench mnist needs torch, which is not installed in this environment: '
-        'pip install "gpudoctor[torch]"']
+        'pip install torch torchvision']
     code = BLOCK_TORCH + textwrap.dedent("""
         from gpudoctor.hooks.torch_support import require_torch
         try:
@@ -283,7 +283,7 @@ def test_bench_and_hooks_without_torch_name_the_extra():
             print(exc)
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
-    assert 'pip install "gpudoctor[torch]"' in out.stdout
+    assert "gpudoctor's training hooks need torch: pip install torch torchvision" in out.stdout
 
 
 def test_python_runs_the_torch_probes_in_that_interpreter_from_a_torchless_process():

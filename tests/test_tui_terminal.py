@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tui_support import STANDIN
+from tui_support import STANDIN, PtyApp
 
 TMUX = shutil.which("tmux")
 ROOT = Path(__file__).resolve().parent.parent
@@ -118,74 +118,6 @@ def test_tui_under_tmux(tmp_path):
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait(10)
-
-
-# --------------------------------------------------------------------------- bare pty
-class PtyApp:
-    """The TUI as a child process on a pseudo-terminal of a fixed size."""
-
-    def __init__(self, argv: list[str], cols: int = 100, rows: int = 30) -> None:
-        import fcntl
-        import pty
-        import struct
-        import termios
-        import threading
-
-        self.master, slave = pty.openpty()
-        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-        env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": str(cols), "LINES": str(rows)}
-        self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, cwd=ROOT, env=env,
-                                     start_new_session=True)
-        os.close(slave)
-        self.chunks: list[bytes] = []
-        self.lock = threading.Lock()
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        while True:
-            try:
-                data = os.read(self.master, 65536)
-            except OSError:
-                return
-            if not data:
-                return
-            with self.lock:
-                self.chunks.append(data)
-
-    def text(self) -> str:
-        """Everything the app wrote, escape sequences removed."""
-        with self.lock:
-            raw = b"".join(self.chunks).decode("utf-8", "replace")
-        return ANSI.sub("", raw)
-
-    def mark(self) -> int:
-        return len(self.text())
-
-    def wait_for(self, needle: str, since: int = 0, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if needle in self.text()[since:]:
-                return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.1)
-        raise AssertionError(f"{needle!r} not shown within {timeout} s; output tail:\n{self.text()[-2000:]}")
-
-    def keys(self, data: str) -> None:
-        os.write(self.master, data.encode())
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-        try:
-            os.close(self.master)
-        except OSError:
-            pass
-
-
-ANSI = __import__("re").compile(r"\x1b(\[[0-9;?<>=]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[PX^_][^\x1b]*\x1b\\|.)")
 
 
 def test_tui_on_a_pseudo_terminal():
