@@ -26,9 +26,11 @@ INSPECT_TIMEOUT_S = 30.0
 # version.py is a few hundred bytes; anything far larger is not torch's.
 MAX_VERSION_FILE_BYTES = 64 * 1024
 
-TORCH_EXTRA_HINT = 'pip install "gpudoctor[torch]"'
+# What a user can run today to get torch where gpudoctor runs (gpudoctor's own `[torch]` extra
+# installs the same two packages, from a checkout or wheel: `pip install "./gpudoctor[torch]"`).
+TORCH_EXTRA_HINT = "pip install torch torchvision"
 CHECK_ANOTHER_ENV_HINT = ("Check the environment you train with: `gpudoctor report --python "
-                          "/path/to/train-env/bin/python`, or install gpudoctor there with "
+                          "/path/to/train-env/bin/python`, or install torch where gpudoctor runs: "
                           f"`{TORCH_EXTRA_HINT}`.")
 
 

@@ -20,6 +20,7 @@ from collections import deque
 from typing import Any, Callable
 
 from gpudoctor.backends.na import NA
+from gpudoctor.torch_build import TORCH_EXTRA_HINT
 
 log = logging.getLogger("gpudoctor.hooks")
 
@@ -35,7 +36,7 @@ def require_torch() -> Any:
     except ModuleNotFoundError as exc:
         if exc.name != "torch":
             raise
-        raise ModuleNotFoundError('gpudoctor\'s training hooks need torch: pip install "gpudoctor[torch]"',
+        raise ModuleNotFoundError(f"gpudoctor's training hooks need torch: {TORCH_EXTRA_HINT}",
                                   name="torch") from None
     return torch
 
