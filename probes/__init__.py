@@ -104,6 +104,7 @@ class ProbeContext:
         self._torch_facts = _torch_facts
         self._host_facts = _host_facts
         self._torch_build = _torch_build
+        self._cuda_start: Any = None
 
     def __repr__(self) -> str:
         return (f"ProbeContext(gpu={self.gpu!r}, device={self.device!r}, level={self.level!r}, "
@@ -145,6 +146,17 @@ class ProbeContext:
             else:
                 self._torch_build = torch_build.local_build()
         return self._torch_build
+
+    def cuda_start(self) -> Any:
+        """Whether the CUDA driver starts (cuInit in a child: no torch, no context; cached):
+        a :class:`~gpudoctor.backends.cuda_driver.CudaStart`, or NA (not Linux, a replay, which
+        does not record it)."""
+        if self._cuda_start is None:
+            from gpudoctor.backends import cuda_driver
+            from gpudoctor.backends.na import NA
+
+            self._cuda_start = NA("NotRecorded") if self.replay else cuda_driver.cuda_start()
+        return self._cuda_start
 
     def host_facts(self) -> dict[str, Any]:
         if self._host_facts is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from gpudoctor.backends.cuda_driver import cuda_start_findings
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.backends.visibility import match_torch_to_nvml, visible_nvml_indices
 from gpudoctor.cuda_compat import driver_build_findings
@@ -61,7 +62,11 @@ def run(ctx: ProbeContext) -> ProbeResult:
         return r.settle("no GPU visible")
     if isinstance(visible, list):
         _visibility(r, cvd, visible, count)
-        if torch_checked and isinstance(torch_count, int):
+        # The CUDA driver's own start, asked at every level (no torch), so --quick, the exporter,
+        # the TUI header and the full report judge the same fact the same way.
+        driver_failed = cuda_start_findings(ctx.cuda_start(), len(visible)) if visible else []
+        r.findings.extend(driver_failed)
+        if torch_checked and isinstance(torch_count, int) and not any(f.status == Status.FAIL for f in driver_failed):
             _torch_agreement(r, gpu, facts, torch_count, len(visible))
     _index_order(r, torch_devices, mapping)
 

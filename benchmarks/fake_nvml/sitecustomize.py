@@ -14,6 +14,9 @@ Environment:
   version it supports, as NVML encodes it (default 13000, i.e. 13.0). A 470 driver
   (``470.57.02``, ``11040``) makes the "driver too old for torch's CUDA build" case.
 - ``FAKE_NVML_LOG``: a file to which each missing symbol's name is appended (coverage).
+- ``FAKE_CUDA_INIT``: the CUresult the fake CUDA driver's cuInit answers (default 0: it starts and
+  counts one device; e.g. 802 for a fabric manager that is not running); ``FAKE_CUDA=missing``: no
+  libcuda at all, as in a container given only the driver's utility capability.
 - ``FAKE_NVML_BUSY=1``: a training board instead of an idle one: utilisation, memory, power,
   temperature, SM clock and PCIe traffic change every second (the same values for every
   program that reads them in the same second), so a monitor redraws what a busy GPU makes
@@ -301,15 +304,62 @@ class FakeNvmlLibrary:
         return NOT_FOUND  # no samples: nothing ran
 
 
+_CUDA_ERROR_NAMES = {0: "CUDA_SUCCESS", 100: "CUDA_ERROR_NO_DEVICE", 802: "CUDA_ERROR_SYSTEM_NOT_READY",
+                     803: "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH", 999: "CUDA_ERROR_UNKNOWN"}
+
+
+class FakeCudaLibrary:
+    """Stands in for ctypes.CDLL('libcuda.so.1'), the CUDA driver: cuInit answers
+    ``FAKE_CUDA_INIT`` (default 0: started) and one device is counted."""
+
+    def __init__(self) -> None:
+        self._init = int(os.environ.get("FAKE_CUDA_INIT", "0"))
+
+    def cuInit(self, flags):
+        return self._init
+
+    def cuGetErrorName(self, code, out):
+        _out(out).value = _CUDA_ERROR_NAMES.get(code, "CUDA_ERROR_UNKNOWN").encode()
+        return SUCCESS
+
+    def cuDriverGetVersion(self, out):
+        return _set(out, CUDA)
+
+    def cuDeviceGetCount(self, out):
+        return _set(out, 0 if self._init else 1)
+
+
+def _fake_cdll(ctypes_module) -> None:
+    """ctypes.CDLL('libcuda.so.1') gives FakeCudaLibrary, or fails as on a machine whose driver
+    has no CUDA library when ``FAKE_CUDA=missing``; every other library loads as usual."""
+    real = ctypes_module.CDLL
+
+    class CDLL(real):
+        def __new__(cls, name, *args, **kwargs):
+            if isinstance(name, str) and name.startswith("libcuda.so"):
+                if os.environ.get("FAKE_CUDA") == "missing":
+                    raise OSError(f"{name}: cannot open shared object file: No such file or directory")
+                return FakeCudaLibrary()
+            return super().__new__(cls)
+
+    ctypes_module.CDLL = CDLL
+
+
 class _FakeOnImport:
-    """Gives pynvml the fake library when (and only if) a program imports pynvml. A plain
-    meta-path finder (importlib.abc and importlib.util would add ~10 ms of imports to every
-    program timed with this harness)."""
+    """Gives pynvml the fake NVML library and ctypes the fake CUDA driver when (and only if) a
+    program imports them. A plain meta-path finder (importlib.abc and importlib.util would add
+    ~10 ms of imports to every program timed with this harness)."""
+
+    def __init__(self) -> None:
+        self.pending = {"pynvml": lambda module: setattr(module, "nvmlLib", FakeNvmlLibrary(module)),
+                        "ctypes": _fake_cdll}
 
     def find_spec(self, name, path=None, target=None):
-        if name != "pynvml":
+        if name not in self.pending:
             return None
-        sys.meta_path.remove(self)
+        patch = self.pending.pop(name)
+        if not self.pending:
+            sys.meta_path.remove(self)
         spec = importlib.machinery.PathFinder.find_spec(name, path)
         if spec is None or spec.loader is None:
             return spec
@@ -317,7 +367,7 @@ class _FakeOnImport:
 
         def exec_module(module):
             run_module(module)
-            module.nvmlLib = FakeNvmlLibrary(module)
+            patch(module)
 
         spec.loader.exec_module = exec_module
         return spec

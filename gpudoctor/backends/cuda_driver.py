@@ -1,0 +1,206 @@
+"""Whether the CUDA driver itself starts: ``cuInit`` and ``cuDeviceGetCount`` from libcuda, asked in a
+child process, with no torch and no CUDA context.
+
+NVML (libnvidia-ml) can answer while CUDA (libcuda) cannot start: a container given the driver's
+``utility`` capability but not ``compute``, the fabric manager not running on an NVSwitch board
+(CUDA_ERROR_SYSTEM_NOT_READY), a kernel module and user-space driver of different versions after
+an upgrade without a reboot, the toolkit's stub libcuda on LD_LIBRARY_PATH, a driver fault that
+leaves cuInit answering CUDA_ERROR_UNKNOWN. Then nvidia-smi looks healthy and every CUDA program
+fails. The quick report (which never imports torch), the full report, the exporter and the TUI all
+judge this one fact with :func:`gpudoctor.cuda_compat.cuda_start_findings`, so they agree.
+
+The call runs in a child (``sys.executable``) with a time limit: cuInit loads the driver into the
+calling process and can take seconds on a node without persistence mode, or hang on a faulty GPU;
+the monitor's own process stays free of it. Linux only (libcuda.so.1).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+
+from gpudoctor.backends.na import NA, is_na
+from gpudoctor.model import Finding, Status
+
+#: Seconds the child gets: cuInit on 8 GPUs without persistence mode takes a few seconds.
+TIMEOUT_S = 20.0
+#: The child prints one short JSON line; anything longer is not its answer.
+MAX_OUTPUT_BYTES = 4096
+LIBRARY = "libcuda.so.1"
+
+_CHILD = r"""
+import ctypes, json
+def ask():
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError as exc:
+        return {"loaded": False, "error": str(exc)[:300]}
+    def name_of(code):
+        text = ctypes.c_char_p()
+        try:
+            if lib.cuGetErrorName(code, ctypes.byref(text)) == 0 and text.value:
+                return text.value.decode("ascii", "replace")[:80]
+        except AttributeError:
+            pass
+        return ""
+    out = {"loaded": True}
+    code = lib.cuInit(0)
+    out["init_code"], out["init_name"] = code, name_of(code) if code else ""
+    version = ctypes.c_int(0)
+    if lib.cuDriverGetVersion(ctypes.byref(version)) == 0:
+        out["driver_cuda"] = version.value
+    if code == 0:
+        count = ctypes.c_int(-1)
+        got = lib.cuDeviceGetCount(ctypes.byref(count))
+        out["count_code"], out["device_count"] = got, count.value if got == 0 else None
+    return out
+print(json.dumps(ask()))
+"""
+
+
+@dataclass(frozen=True)
+class CudaStart:
+    """The CUDA driver's answer. ``loaded``: libcuda could be loaded; ``code``/``name``: cuInit's
+    CUresult (0: started); ``device_count``: what cuDeviceGetCount saw (after CUDA_VISIBLE_DEVICES);
+    ``driver_cuda``: cuDriverGetVersion (e.g. 13000); ``error``: the loader's message."""
+
+    loaded: bool
+    code: int | None = None
+    name: str = ""
+    device_count: int | None = None
+    driver_cuda: int | None = None
+    error: str = ""
+
+    @property
+    def started(self) -> bool:
+        return self.loaded and self.code == 0 and (self.device_count or 0) > 0
+
+    def to_dict(self) -> dict[str, object]:
+        return {"loaded": self.loaded, "code": self.code, "name": self.name, "device_count": self.device_count,
+                "driver_cuda": self.driver_cuda, "error": self.error}
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and -2**31 <= value < 2**31 else None
+
+
+def _text(value: object, limit: int) -> str:
+    text = value if isinstance(value, str) else ""
+    return "".join(ch for ch in text if ch.isprintable())[:limit]
+
+
+def parse_answer(raw: str) -> CudaStart | NA:
+    """The child's JSON line, checked field by field (it is data from another process)."""
+    try:
+        data = json.loads(raw.strip().splitlines()[-1]) if raw.strip() else None
+    except (ValueError, IndexError):
+        data = None
+    if not isinstance(data, dict) or not isinstance(data.get("loaded"), bool):
+        return NA("BadAnswer")
+    if not data["loaded"]:
+        return CudaStart(loaded=False, error=_text(data.get("error"), 300))
+    code = _int_or_none(data.get("init_code"))
+    if code is None:
+        return NA("BadAnswer")
+    count = _int_or_none(data.get("device_count"))
+    return CudaStart(loaded=True, code=code, name=_text(data.get("init_name"), 80),
+                     device_count=count if count is None or count >= 0 else None,
+                     driver_cuda=_int_or_none(data.get("driver_cuda")))
+
+
+def cuda_start(timeout_s: float = TIMEOUT_S) -> CudaStart | NA:
+    """Ask the CUDA driver to start, in a child process. NA: not Linux, the child did not answer
+    in time ("Timeout", itself a finding), or its answer was unreadable."""
+    if not sys.platform.startswith("linux"):
+        return NA("NotLinux")
+    try:
+        proc = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, timeout=timeout_s,
+                              env=dict(os.environ), stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return NA("Timeout")
+    except OSError:
+        return NA("ChildFailed")
+    if proc.returncode != 0:
+        return NA("ChildFailed")
+    return parse_answer(proc.stdout[:MAX_OUTPUT_BYTES].decode("utf-8", "replace"))
+
+
+# CUresult codes cuInit answers with on real machines (CUDA Driver API, "Error Handling": the CUresult
+# enum), each with its usual cause and fix. Any other code gets the generic fix below.
+_CAUSES: dict[int, tuple[str, str]] = {
+    34: ("a stub libcuda (the CUDA toolkit's lib64/stubs, for linking only) was loaded instead of the driver's",
+         "Remove the CUDA toolkit's `stubs` directory from LD_LIBRARY_PATH (and from /etc/ld.so.conf.d), "
+         "then check with `ldconfig -p | grep libcuda`."),
+    46: ("every GPU is busy or unavailable to new processes (compute mode Exclusive_Process held by another "
+         "process, or Prohibited)",
+         "Check `nvidia-smi -q -d COMPUTE` and the processes on the GPUs; an administrator can set "
+         "`nvidia-smi -c DEFAULT`."),
+    100: ("CUDA finds no usable device although NVML lists GPUs: the device files (/dev/nvidia*) are missing or "
+          "not allowed for this process, as in a container started without its GPUs",
+          "Start the container with the GPUs (`docker run --gpus all`, or the Kubernetes GPU resource) and check "
+          "that /dev/nvidia0 and /dev/nvidiactl exist and are readable here."),
+    802: ("the system is not yet initialized: on an NVSwitch board (HGX/DGX) the NVIDIA fabric manager is not "
+          "running, or has not finished setting up the fabric",
+          "Start the fabric manager (`sudo systemctl enable --now nvidia-fabricmanager`; its version must match "
+          "the driver's) and check `nvidia-smi -q | grep -A2 Fabric`."),
+    803: ("the user-space CUDA driver (libcuda) and the loaded kernel module are different versions, as after "
+          "a driver upgrade without a reboot, or a CUDA forward-compatibility package that does not fit this "
+          "driver",
+          "Reboot (or reload the nvidia kernel modules) after a driver upgrade; check that `cat "
+          "/proc/driver/nvidia/version` and `nvidia-smi` report the same version."),
+    804: ("CUDA forward compatibility (the cuda-compat package) is not supported on this GPU (it needs a "
+          "data-centre GPU)",
+          "Remove the forward-compatibility libraries from the library path, or upgrade the driver itself."),
+    999: ("cuInit answered CUDA_ERROR_UNKNOWN: often the nvidia-uvm kernel module is not loaded, or the GPU "
+          "was left in a bad state (after a suspend/resume or a driver fault)",
+          "Load the module (`sudo modprobe nvidia-uvm`; `nvidia-smi` alone does not load it), check `dmesg` "
+          "for Xid errors, and reboot the node if it persists."),
+}
+_GENERIC_FIX = ("Check `dmesg` for NVIDIA errors, reboot after a driver upgrade, and in a container start it "
+                "with the GPUs (`docker run --gpus all`).")
+
+
+def cuda_start_findings(start: CudaStart | NA | None, visible: int) -> list[Finding]:
+    """The verdict on the CUDA driver's start where NVML shows ``visible`` GPUs (after
+    CUDA_VISIBLE_DEVICES). Shared by the quick and the full report; nothing when there is no
+    GPU to start or the fact is unknown (not Linux, a recording without it)."""
+    if start is None or visible <= 0:
+        return []
+    why = ("NVML (nvidia-smi) answers, but every CUDA program, torch included, fails to start: "
+           "torch.cuda.is_available() is False and code that asks for 'cuda' raises.")
+    if is_na(start):
+        if start.reason == "Timeout":
+            return [Finding(Status.WARN, "cuda_start_hung",
+                            f"The CUDA driver did not finish starting within {TIMEOUT_S:g} s (cuInit).",
+                            why="A CUDA program here may hang at its first CUDA call.",
+                            fix="Enable persistence mode (`nvidia-smi -pm 1`) if start-up is only slow; "
+                                "check `dmesg` for Xid errors if it hangs.")]
+        if start.reason == "ChildFailed":
+            return [Finding(Status.WARN, "cuda_start_crashed",
+                            "The CUDA driver's start-up (cuInit, in a child process) crashed.",
+                            why="A CUDA program here may crash at its first CUDA call.", fix=_GENERIC_FIX)]
+        return []
+    if not start.loaded:
+        return [Finding(Status.FAIL, "cuda_cannot_start",
+                        f"NVML sees {visible} GPU(s) but the CUDA driver library ({LIBRARY}) cannot be loaded: "
+                        f"{start.error or 'not found'}.", why=why,
+                        fix="In a container, give it the driver's compute capability (NVIDIA_DRIVER_CAPABILITIES="
+                            "compute,utility, or `docker run --gpus all`); on a host, reinstall the driver's "
+                            "user-space libraries (libcuda.so.1 comes with the driver, not with the toolkit).")]
+    if start.code != 0:
+        cause, fix = _CAUSES.get(start.code or 0, ("", _GENERIC_FIX))
+        name = start.name or "CUDA error"
+        return [Finding(Status.FAIL, "cuda_cannot_start",
+                        f"NVML sees {visible} GPU(s) but the CUDA driver cannot start: cuInit failed with "
+                        f"{name} ({start.code})" + (f": {cause}." if cause else "."), why=why, fix=fix)]
+    if start.device_count == 0:
+        cause, fix = _CAUSES[100]
+        return [Finding(Status.FAIL, "cuda_cannot_start",
+                        f"NVML sees {visible} GPU(s) but the CUDA driver counts none: {cause}.", why=why, fix=fix)]
+    return []
+
+
+__all__ = ["CudaStart", "LIBRARY", "TIMEOUT_S", "cuda_start", "cuda_start_findings", "parse_answer"]
