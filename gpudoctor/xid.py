@@ -85,6 +85,16 @@ def explain(code: int) -> XidInfo:
 # --------------------------------------------------------------------------- kernel log
 # NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.
 _XID_LINE = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.\d)?\): (\d+)")
+# Newer drivers (570 and later) also report a GPU lost from PCIe without an Xid prefix, over three
+# lines (one kmsg record with escaped newlines, or three dmesg lines):
+#   NVRM: The NVIDIA GPU 0000:b3:00.0
+#   NVRM: (PCI ID: 10de:26b5) installed in this system has
+#   NVRM: fallen off the bus and is not responding to commands.
+# It means what Xid 79 means, so it is read as one (NVIDIA/NVSentinel#155).
+_GPU_NAMED = re.compile(r"NVRM: The NVIDIA GPU ([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.\d)?")
+_FALLEN_OFF = "fallen off the bus"
+FALLEN_OFF_BUS_XID = 79
+_FALLEN_OFF_WITHIN_LINES = 3  # the "fallen off" line follows the GPU's line within this many lines
 KMSG_READ_LIMIT = 4 * 1024 * 1024  # never read more than this much of the log
 
 
@@ -105,9 +115,12 @@ class KernelLog:
 
 
 def parse_kmsg(lines: Iterable[str], boot_time: float | None = None) -> list[LoggedXid]:
-    """Xid records from ``/dev/kmsg``-style lines (``prio,seq,usec,flags;message``) or plain dmesg."""
+    """Xid records from ``/dev/kmsg``-style lines (``prio,seq,usec,flags;message``) or plain dmesg.
+
+    The driver's Xid-less "fallen off the bus" message counts as Xid 79 on the GPU it names."""
     found = []
-    for raw in lines:
+    named: tuple[str, float | None, int] | None = None  # (bus id, uptime, line number) of "The NVIDIA GPU ..."
+    for number, raw in enumerate(lines):
         line = raw.rstrip("\n")
         usec = None
         head, sep, message = line.partition(";")
@@ -118,13 +131,23 @@ def parse_kmsg(lines: Iterable[str], boot_time: float | None = None) -> list[Log
                 usec = None
         else:
             message = line
-        m = _XID_LINE.search(message)
-        if not m:
-            continue
         uptime = usec / 1e6 if usec is not None else None
+        m = _XID_LINE.search(message)
+        if m:
+            code, bus = int(m.group(2)), m.group(1)
+        else:
+            g = _GPU_NAMED.search(message)
+            if g:
+                named = (g.group(1), uptime, number)
+            if (_FALLEN_OFF not in message or named is None
+                    or number - named[2] >= _FALLEN_OFF_WITHIN_LINES):
+                continue
+            code, bus = FALLEN_OFF_BUS_XID, named[0]
+            uptime = named[1] if uptime is None else uptime
+            named = None
         when = boot_time + uptime if (boot_time is not None and uptime is not None) else None
         text = re.sub(r"[\x00-\x1f\x7f-\x9f]", "?", message.strip())[:300]
-        found.append(LoggedXid(f"{m.group(1).lower()}.0", int(m.group(2)), uptime, when, text))
+        found.append(LoggedXid(f"{bus.lower()}.0", code, uptime, when, text))
     return found
 
 
