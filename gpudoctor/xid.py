@@ -4,7 +4,9 @@ An Xid is an error report the NVIDIA driver writes to the kernel log (``NVRM: Xi
 ...``) and, for the critical ones, sends to NVML event sets (``nvmlEventTypeXidCriticalError``).
 
 Source of the table: NVIDIA's "Xid Errors" documentation and its Xid catalog for Ampere and
-newer GPUs (docs.nvidia.com/deploy/xid-errors/, the catalog's "Resolution Bucket" columns), and
+newer GPUs (docs.nvidia.com/deploy/xid-errors/, the catalog's "Resolution Bucket" columns; Xid 8:
+"GPU stopped processing", RESTART_APP; the "Xid 154 linkage" column ties an Xid to the recovery
+action that Xid 154 then reports, e.g. "Node Reboot Required"), and
 NVIDIA's dynamic page retirement and row remapping documentation for 48, 63, 64, 92, 94, 95.
 The words and the advice below are ours, written for people who run training jobs: the action
 says what to do on the node, in the order a cluster operator would try it.
@@ -34,6 +36,8 @@ _RESTART_APP = "restart the job; if it repeats with other programs, run `gpudoct
 _RESET = "drain the node, reset the GPU (nvidia-smi -r) or reboot, then run `gpudoctor report --full`"
 
 XID_TABLE: dict[int, XidInfo] = {info.code: info for info in (
+    XidInfo(8, "GPU stopped processing: a channel timed out while idle-waiting (the catalogue's first action is "
+               "restarting the application)", "warn", _RESTART_APP),
     XidInfo(13, "graphics engine exception: a kernel faulted (often an out-of-range index or illegal "
                 "memory access in the application)", "warn",
             "rerun the job with CUDA_LAUNCH_BLOCKING=1 or compute-sanitizer to find the kernel; " + _RESTART_APP),
@@ -67,9 +71,17 @@ XID_TABLE: dict[int, XidInfo] = {info.code: info for info in (
             "warn", "restart the stopped job; reset the GPU when the running jobs end to remap the row"),
     XidInfo(95, "uncontained ECC error: every process on the GPU is affected", "critical",
             "drain the node and reset the GPU now; if it repeats, the GPU needs replacing"),
+    XidInfo(109, "context switch timeout: the GPU could not switch away from a channel in time (often a "
+                 "kernel that runs or hangs too long, after an application fault)", "warn",
+            "look for an Xid 13/31/43 from the same process just before it; " + _RESTART_APP),
     XidInfo(119, "GSP firmware did not answer in time (GSP RPC timeout)", "critical",
             _RESET + "; update the driver if it repeats"),
     XidInfo(120, "GSP firmware error", "critical", _RESET + "; update the driver if it repeats"),
+    XidInfo(149, "NVLink network (NETIR) error on the GPU's links; the message says Fatal or Nonfatal", "critical",
+            "drain the node and reboot it; if it repeats, have the NVLink fabric (switch trays, cables) checked"),
+    XidInfo(154, "the driver changed the GPU's recovery action: the message names what is needed now "
+                 "(GPU reset, node reboot, or drain)", "critical",
+            "do what the message names: drain the node, then reset the GPU or reboot; run `gpudoctor report --full`"),
 )}
 
 
