@@ -11,6 +11,10 @@ Sources:
   13.x >= 580.65.06). Within one major version, CUDA's minor-version compatibility lets a
   newer toolkit build run on an older driver of the same major, except for features that
   need the newer driver (PTX JIT of newer PTX among them): a warning, not a failure.
+- Minor-version compatibility exists from CUDA 11 on. Before it each minor release had its own
+  minimum driver (same table: 9.0 >= 384.81, 9.1 >= 390.46, 9.2 >= 396.26, 10.0 >= 410.48,
+  10.1 >= 418.39, 10.2 >= 440.33), so a 10.1 build on a 10.0 driver does not start: a failure
+  (pytorch/pytorch#31243: torch 1.3.0 for CUDA 10.1 on driver 410.48).
 """
 
 from __future__ import annotations
@@ -23,6 +27,10 @@ from gpudoctor.model import Finding, Status
 MIN_DRIVER_FOR_CUDA_MAJOR = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
 # A PyTorch wheel index per CUDA major version (download.pytorch.org/whl/<tag>).
 WHEEL_INDEX_FOR_CUDA_MAJOR = {11: "cu118", 12: "cu126", 13: "cu130"}
+# Before CUDA 11 there is no minor-version compatibility: each minor release has its own minimum.
+MIN_DRIVER_FOR_CUDA_BEFORE_11 = {(9, 0): "384.81", (9, 1): "390.46", (9, 2): "396.26",
+                                 (10, 0): "410.48", (10, 1): "418.39", (10, 2): "440.33"}
+FIRST_MINOR_COMPATIBLE_CUDA = 11
 
 
 def version_tuple(text: Any) -> tuple[int, ...]:
@@ -35,8 +43,9 @@ def version_tuple(text: Any) -> tuple[int, ...]:
 def driver_build_findings(driver: Any, driver_cuda: Any, torch_version: str,
                           cuda_build: Any) -> list[Finding]:
     """Findings for a driver that supports CUDA up to ``driver_cuda`` against a torch built for
-    ``cuda_build``: FAIL when the major version is too new for the driver, WARN for a newer
-    minor of the same major. Nothing when either side is unknown."""
+    ``cuda_build``: FAIL when the major version is too new for the driver, or a newer minor of
+    a CUDA before 11 (no minor-version compatibility there); WARN for a newer minor of the same
+    major from CUDA 11 on. Nothing when either side is unknown."""
     build = version_tuple(cuda_build)
     supported = version_tuple(driver_cuda)
     if not build or not supported:
@@ -52,6 +61,15 @@ def driver_build_findings(driver: Any, driver_cuda: Any, torch_version: str,
                 "'The NVIDIA driver on your system is too old'.",
             fix=f"Upgrade the NVIDIA driver to >= {need}, or install a torch built for CUDA {supported[0]}.x "
                 f"(e.g. `pip install torch --index-url https://download.pytorch.org/whl/{index}`).")]
+    if supported[:2] < build[:2] and build[0] < FIRST_MINOR_COMPATIBLE_CUDA:
+        need = MIN_DRIVER_FOR_CUDA_BEFORE_11.get(build[:2], "a newer driver")
+        return [Finding(
+            Status.FAIL, "driver_too_old",
+            f"The driver ({driver}) supports CUDA up to {driver_cuda}, but torch {torch_version} is built "
+            f"for CUDA {cuda_build}.",
+            why="Before CUDA 11 a build needs a driver of its own minor release (there is no minor-version "
+                "compatibility): torch.cuda.is_available() returns False.",
+            fix=f"Upgrade the NVIDIA driver to >= {need}, or install a torch built for CUDA {driver_cuda}.")]
     if supported[:2] < build[:2]:
         return [Finding(
             Status.WARN, "driver_older_than_build",
@@ -63,4 +81,4 @@ def driver_build_findings(driver: Any, driver_cuda: Any, torch_version: str,
     return []
 
 
-__all__ = ["MIN_DRIVER_FOR_CUDA_MAJOR", "WHEEL_INDEX_FOR_CUDA_MAJOR", "version_tuple", "driver_build_findings"]
+__all__ = ["MIN_DRIVER_FOR_CUDA_MAJOR", "WHEEL_INDEX_FOR_CUDA_MAJOR", "MIN_DRIVER_FOR_CUDA_BEFORE_11", "version_tuple", "driver_build_findings"]

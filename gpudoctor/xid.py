@@ -4,7 +4,9 @@ An Xid is an error report the NVIDIA driver writes to the kernel log (``NVRM: Xi
 ...``) and, for the critical ones, sends to NVML event sets (``nvmlEventTypeXidCriticalError``).
 
 Source of the table: NVIDIA's "Xid Errors" documentation and its Xid catalog for Ampere and
-newer GPUs (docs.nvidia.com/deploy/xid-errors/, the catalog's "Resolution Bucket" columns), and
+newer GPUs (docs.nvidia.com/deploy/xid-errors/, the catalog's "Resolution Bucket" columns; Xid 8:
+"GPU stopped processing", RESTART_APP; the "Xid 154 linkage" column ties an Xid to the recovery
+action that Xid 154 then reports, e.g. "Node Reboot Required"), and
 NVIDIA's dynamic page retirement and row remapping documentation for 48, 63, 64, 92, 94, 95.
 The words and the advice below are ours, written for people who run training jobs: the action
 says what to do on the node, in the order a cluster operator would try it.
@@ -34,6 +36,8 @@ _RESTART_APP = "restart the job; if it repeats with other programs, run `gpudoct
 _RESET = "drain the node, reset the GPU (nvidia-smi -r) or reboot, then run `gpudoctor report --full`"
 
 XID_TABLE: dict[int, XidInfo] = {info.code: info for info in (
+    XidInfo(8, "GPU stopped processing: a channel timed out while idle-waiting (the catalogue's first action is "
+               "restarting the application)", "warn", _RESTART_APP),
     XidInfo(13, "graphics engine exception: a kernel faulted (often an out-of-range index or illegal "
                 "memory access in the application)", "warn",
             "rerun the job with CUDA_LAUNCH_BLOCKING=1 or compute-sanitizer to find the kernel; " + _RESTART_APP),
@@ -67,9 +71,17 @@ XID_TABLE: dict[int, XidInfo] = {info.code: info for info in (
             "warn", "restart the stopped job; reset the GPU when the running jobs end to remap the row"),
     XidInfo(95, "uncontained ECC error: every process on the GPU is affected", "critical",
             "drain the node and reset the GPU now; if it repeats, the GPU needs replacing"),
+    XidInfo(109, "context switch timeout: the GPU could not switch away from a channel in time (often a "
+                 "kernel that runs or hangs too long, after an application fault)", "warn",
+            "look for an Xid 13/31/43 from the same process just before it; " + _RESTART_APP),
     XidInfo(119, "GSP firmware did not answer in time (GSP RPC timeout)", "critical",
             _RESET + "; update the driver if it repeats"),
     XidInfo(120, "GSP firmware error", "critical", _RESET + "; update the driver if it repeats"),
+    XidInfo(149, "NVLink network (NETIR) error on the GPU's links; the message says Fatal or Nonfatal", "critical",
+            "drain the node and reboot it; if it repeats, have the NVLink fabric (switch trays, cables) checked"),
+    XidInfo(154, "the driver changed the GPU's recovery action: the message names what is needed now "
+                 "(GPU reset, node reboot, or drain)", "critical",
+            "do what the message names: drain the node, then reset the GPU or reboot; run `gpudoctor report --full`"),
 )}
 
 
@@ -85,6 +97,16 @@ def explain(code: int) -> XidInfo:
 # --------------------------------------------------------------------------- kernel log
 # NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.
 _XID_LINE = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.\d)?\): (\d+)")
+# Newer drivers (570 and later) also report a GPU lost from PCIe without an Xid prefix, over three
+# lines (one kmsg record with escaped newlines, or three dmesg lines):
+#   NVRM: The NVIDIA GPU 0000:b3:00.0
+#   NVRM: (PCI ID: 10de:26b5) installed in this system has
+#   NVRM: fallen off the bus and is not responding to commands.
+# It means what Xid 79 means, so it is read as one (NVIDIA/NVSentinel#155).
+_GPU_NAMED = re.compile(r"NVRM: The NVIDIA GPU ([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.\d)?")
+_FALLEN_OFF = "fallen off the bus"
+FALLEN_OFF_BUS_XID = 79
+_FALLEN_OFF_WITHIN_LINES = 3  # the "fallen off" line follows the GPU's line within this many lines
 KMSG_READ_LIMIT = 4 * 1024 * 1024  # never read more than this much of the log
 
 
@@ -105,9 +127,12 @@ class KernelLog:
 
 
 def parse_kmsg(lines: Iterable[str], boot_time: float | None = None) -> list[LoggedXid]:
-    """Xid records from ``/dev/kmsg``-style lines (``prio,seq,usec,flags;message``) or plain dmesg."""
+    """Xid records from ``/dev/kmsg``-style lines (``prio,seq,usec,flags;message``) or plain dmesg.
+
+    The driver's Xid-less "fallen off the bus" message counts as Xid 79 on the GPU it names."""
     found = []
-    for raw in lines:
+    named: tuple[str, float | None, int] | None = None  # (bus id, uptime, line number) of "The NVIDIA GPU ..."
+    for number, raw in enumerate(lines):
         line = raw.rstrip("\n")
         usec = None
         head, sep, message = line.partition(";")
@@ -118,13 +143,23 @@ def parse_kmsg(lines: Iterable[str], boot_time: float | None = None) -> list[Log
                 usec = None
         else:
             message = line
-        m = _XID_LINE.search(message)
-        if not m:
-            continue
         uptime = usec / 1e6 if usec is not None else None
+        m = _XID_LINE.search(message)
+        if m:
+            code, bus = int(m.group(2)), m.group(1)
+        else:
+            g = _GPU_NAMED.search(message)
+            if g:
+                named = (g.group(1), uptime, number)
+            if (_FALLEN_OFF not in message or named is None
+                    or number - named[2] >= _FALLEN_OFF_WITHIN_LINES):
+                continue
+            code, bus = FALLEN_OFF_BUS_XID, named[0]
+            uptime = named[1] if uptime is None else uptime
+            named = None
         when = boot_time + uptime if (boot_time is not None and uptime is not None) else None
         text = re.sub(r"[\x00-\x1f\x7f-\x9f]", "?", message.strip())[:300]
-        found.append(LoggedXid(f"{m.group(1).lower()}.0", int(m.group(2)), uptime, when, text))
+        found.append(LoggedXid(f"{bus.lower()}.0", code, uptime, when, text))
     return found
 
 

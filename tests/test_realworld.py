@@ -1,0 +1,275 @@
+"""Real-world cases: public bug threads whose cause was settled there, run through gpudoctor's own checks.
+
+Each case is one JSON file under tests/data/realworld/ (see its README): the thread's address, the
+facts as posted (versions, arch lists, error text, kernel-log and metric lines), the cause in our
+words, the ``inputs`` handed to gpudoctor (the posted facts in the shape its checks take), and the
+verdict gpudoctor should give. A case gpudoctor judges wrong today carries ``gpudoctor_today``
+(what it says, and what it should say): the test is then a strict xfail, so the fix that makes it
+right has to remove that line.
+
+The checks used are gpudoctor's own pure judgements:
+* ``environment``: probes/environment.py's run() over the driver (NVML) and torch's facts;
+* ``devices``: probes/devices.py's run() over NVML's GPUs, CUDA_VISIBLE_DEVICES and torch's count;
+* ``health``: probes/health.py's check_device() over one GPU's NVML readings;
+* ``kernel_log``: gpudoctor/xid.py's parse_kmsg() over the posted lines, then the events probe's
+  judgement of the Xids found (probes/events.py);
+* ``fleet``: gpudoctor/fleet.py's collect() over the posted dcgm-exporter series, served by a
+  stand-in Prometheus.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpudoctor import fleet, xid
+from gpudoctor.backends.na import NA
+from gpudoctor.model import ProbeResult, Status
+from gpudoctor.probes import ProbeContext
+
+DATA = Path(__file__).parent / "data" / "realworld"
+CASE_FILES = sorted(DATA.glob("*.json"))
+CHECKS = ("environment", "devices", "health", "kernel_log", "fleet")
+
+
+def _load(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _na(value: Any) -> Any:
+    """``{"NA": reason}`` in a case file stands for gpudoctor's not-available value."""
+    if isinstance(value, dict):
+        if set(value) == {"NA"}:
+            return NA(value["NA"])
+        return {k: _na(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_na(v) for v in value]
+    return value
+
+
+# --------------------------------------------------------------------------- stand-ins for the backends
+class FakeGpu:
+    """The NVML backend's answers for the posted machine (only what the probes ask)."""
+
+    def __init__(self, inputs: dict[str, Any]) -> None:
+        self._driver = inputs.get("driver")
+        self._driver_cuda = inputs.get("driver_cuda")
+        self._gpus = inputs.get("gpus") or []
+
+    def status(self) -> Any:
+        return None
+
+    def driver_version(self) -> Any:
+        return self._driver if self._driver else NA("NotPosted")
+
+    def cuda_driver_version(self) -> Any:
+        return self._driver_cuda if self._driver_cuda else NA("NotPosted")
+
+    def device_count(self) -> int:
+        return len(self._gpus)
+
+    def static(self, index: int) -> dict[str, Any]:
+        g = self._gpus[index]
+        out = {"index": index, "name": g.get("name", "(not posted)"),
+               "uuid": g.get("uuid", f"GPU-{index:08d}-not-posted"),
+               "pci_bus_id": g.get("pci_bus_id", f"00000000:{index + 1:02x}:00.0"),
+               "mig_mode": g.get("mig_mode", 0)}
+        if g.get("compute_capability"):
+            out["compute_capability"] = g["compute_capability"]
+        return out
+
+
+HOST = {"python": "3.12", "os": "Linux", "cpu_model": "(not posted)", "cpu_logical": 8,
+        "ram_total_bytes": 64 * 2 ** 30}
+
+
+def _torch_facts(torch: dict[str, Any]) -> dict[str, Any]:
+    """The posted torch facts, with torch_facts()'s other keys at neutral values."""
+    facts: dict[str, Any] = {
+        "importable": True, "hip_build": None, "git_version": None, "debug_build": False, "python": "3.12",
+        "arch_list": [], "cudnn_available": True, "cudnn_version": "9.1.0", "nccl_version": None,
+        "distributed_available": True, "mps_available": False, "xpu_available": False,
+        "cuda_warnings": [], "cuda_init_error": None, "devices": [],
+        "torchvision": {"installed": False, "version": None, "ops_ok": False, "error": "torchvision is not installed"},
+    }
+    facts.update(_na(torch))
+    if facts.get("device_count") and not facts["devices"] and facts.get("cuda_available") is True:
+        facts["devices"] = []  # devices stay unposted: the probes then use NVML's list
+    return facts
+
+
+def _context(inputs: dict[str, Any]) -> ProbeContext:
+    return ProbeContext(FakeGpu(inputs), _torch_facts=_torch_facts(inputs.get("torch") or {}),
+                        _host_facts=dict(HOST))
+
+
+# --------------------------------------------------------------------------- the checks
+def run_environment(inputs: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> ProbeResult:
+    from gpudoctor.probes import environment
+
+    for name, value in (inputs.get("env") or {}).items():
+        monkeypatch.setenv(name, value)
+    return environment.run(_context(inputs))
+
+
+def run_devices(inputs: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> ProbeResult:
+    from gpudoctor.probes import devices
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    for name, value in (inputs.get("env") or {}).items():
+        monkeypatch.setenv(name, value)
+    return devices.run(_context(inputs))
+
+
+def run_health(inputs: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> ProbeResult:
+    from gpudoctor.probes import health
+
+    r = ProbeResult("health")
+    health.check_device(r, 0, _na(inputs["nvml_static"]), _na(inputs["nvml_sample"]))
+    return r.settle()
+
+
+@dataclasses.dataclass
+class _GpuEvents:
+    """What the events probe reads per GPU from the event watcher."""
+
+    logged_xids: list[Any]
+    recent: list[Any] = dataclasses.field(default_factory=list)
+    supported: Any = None
+
+
+def run_kernel_log(inputs: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> tuple[ProbeResult, list]:
+    from gpudoctor.probes import events
+
+    found = xid.parse_kmsg(inputs["kernel_log"])
+    # plain dmesg lines carry no boot-relative time: order them as posted
+    timed = [dataclasses.replace(x, time=float(i)) for i, x in enumerate(found)]
+    r = ProbeResult("events")
+    by_bus: dict[str, list[Any]] = {}
+    for x in timed:
+        by_bus.setdefault(x.pci_bus_id, []).append(x)
+    for index, (_bus, xids) in enumerate(sorted(by_bus.items())):
+        events._judge_gpu(r, index, _GpuEvents(xids))
+    return r.settle(), found
+
+
+class FakePrometheus:
+    """Answers fleet.collect()'s instant queries from the posted series of one dcgm-exporter node."""
+
+    url = "http://prometheus.invalid:9090"
+
+    def __init__(self, series: list[dict[str, Any]]) -> None:
+        self.queries = 0
+        base = {"instance": "node-1:9400", "job": "dcgm-exporter"}
+        self._series = [fleet.Series(dict(base, __name__=s["name"], **s["labels"]), float(s["value"]))
+                        for s in series]
+        gpus = sorted({s.labels.get("gpu", "0") for s in self._series})
+        # dcgm-exporter's default set always carries the temperature gauge: that is how fleet finds its GPUs
+        # (the reading itself is not a posted fact and plays no part in the verdict)
+        self._known = [fleet.Series(dict(base, __name__="DCGM_FI_DEV_GPU_TEMP", gpu=g), 40.0) for g in gpus]
+
+    def query(self, expr: str, at: float | None = None) -> list[fleet.Series]:
+        self.queries += 1
+        if expr.startswith("up"):
+            return [fleet.Series({"__name__": "up", "instance": "node-1:9400", "job": "dcgm-exporter"}, 1.0)]
+        if expr.startswith("last_over_time(DCGM_FI_DEV_GPU_TEMP"):
+            return list(self._known)
+        if expr.startswith("last_over_time("):
+            return []
+        names = re.search(r'__name__=~"([^"]*)"', expr)
+        wanted = set(names.group(1).split("|")) if names else set()
+        return [s for s in self._series + self._known if s.labels["__name__"] in wanted]
+
+
+def run_fleet(inputs: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> fleet.FleetView:
+    return fleet.collect(FakePrometheus(inputs["series"]), now=1_800_000_000.0)
+
+
+# --------------------------------------------------------------------------- verdicts
+def _finding_text(f: Any) -> str:
+    return " ".join(str(getattr(f, k, "") or "") for k in ("summary", "why", "fix"))
+
+
+def assert_probe_verdict(result: ProbeResult, expected: dict[str, Any]) -> None:
+    codes = {f.code: f for f in result.findings}
+    shown = [(Status(f.status).value, f.code) for f in result.findings]
+    if expected.get("status"):
+        assert Status(result.status).value == expected["status"], f"status {Status(result.status).value}: {shown}"
+    if expected.get("code"):
+        assert expected["code"] in codes, f"no {expected['code']} finding: {shown}"
+        if expected.get("status") in ("fail", "warn"):
+            assert Status(codes[expected["code"]].status).value == expected["status"], shown
+    if expected.get("code_any"):
+        assert set(expected["code_any"]) & set(codes), f"none of {expected['code_any']}: {shown}"
+    for code in expected.get("absent", []):
+        assert code not in codes, f"{code} should not be found: {shown}"
+    if expected.get("words"):
+        relevant = [codes[expected["code"]]] if expected.get("code") in codes else result.findings
+        text = " ".join(_finding_text(f) for f in relevant).lower()
+        for word in expected["words"]:
+            assert word.lower() in text, f"{word!r} not in: {text[:400]}"
+
+
+def _params() -> list[Any]:
+    params = []
+    for path in CASE_FILES:
+        case = _load(path)
+        marks = []
+        if case.get("gpudoctor_today"):
+            marks.append(pytest.mark.xfail(strict=True, reason=case["gpudoctor_today"]))
+        params.append(pytest.param(case, id=case["id"], marks=marks))
+    return params
+
+
+@pytest.mark.parametrize("case", _params())
+def test_realworld_case(case: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    inputs, expected = case["inputs"], case["expected"]
+    check = case["check"]
+    if check == "environment":
+        assert_probe_verdict(run_environment(inputs, monkeypatch), expected)
+    elif check == "devices":
+        assert_probe_verdict(run_devices(inputs, monkeypatch), expected)
+    elif check == "health":
+        assert_probe_verdict(run_health(inputs, monkeypatch), expected)
+    elif check == "kernel_log":
+        result, found = run_kernel_log(inputs, monkeypatch)
+        assert [[x.pci_bus_id, x.code] for x in found] == expected["xids"]
+        assert_probe_verdict(result, expected)
+    elif check == "fleet":
+        view = run_fleet(inputs, monkeypatch)
+        assert len(view.rows) == 1
+        row = view.rows[0]
+        assert row.status == expected["status"], f"{row.status}: {row.reason}"
+        for word in expected.get("words", []):
+            assert word.lower() in row.reason.lower(), row.reason
+    else:  # pragma: no cover - guarded by test_case_files_are_complete
+        pytest.fail(f"unknown check {check!r}")
+
+
+# --------------------------------------------------------------------------- the corpus itself
+REQUIRED = ("id", "url", "class", "facts", "cause", "check", "inputs", "expected")
+
+
+def test_case_files_are_complete() -> None:
+    assert len(CASE_FILES) >= 40
+    ids = set()
+    for path in CASE_FILES:
+        case = _load(path)
+        for key in REQUIRED:
+            assert case.get(key), f"{path.name}: {key} missing"
+        assert case["id"] == path.stem
+        assert case["id"] not in ids
+        ids.add(case["id"])
+        assert re.match(r"^https://github\.com/[\w.-]+/[\w.-]+/(issues|pull)/\d+$", case["url"]), case["url"]
+        assert case["check"] in CHECKS, case["check"]
+        exp = case["expected"]
+        assert set(exp) <= {"status", "code", "code_any", "absent", "words", "xids"}, path.name
+        assert exp.get("status") or exp.get("code") or exp.get("words"), f"{path.name}: asserts nothing"
+        if case.get("gpudoctor_today"):
+            assert case["gpudoctor_today"].startswith(case["class"] + ":"), path.name
