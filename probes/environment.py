@@ -16,6 +16,7 @@ import re
 from typing import Any
 
 from gpudoctor.backends.host import environment_variables
+from gpudoctor.backends.cuda_driver import cause_of_error_text
 from gpudoctor.backends.na import is_na
 from gpudoctor.cuda_compat import driver_build_findings
 from gpudoctor.model import ProbeResult, Status
@@ -176,11 +177,14 @@ def _cuda_start(r: ProbeResult, facts: dict[str, Any], cuda_build: Any, count: A
     if (cuda_build and facts.get("cuda_available") is not True and isinstance(count, int) and count > 0
             and not any(f.code == "driver_too_old" for f in r.findings)):
         reason = facts.get("cuda_init_error") or "; ".join(facts.get("cuda_warnings") or []) or "unknown reason"
+        known = cause_of_error_text(reason)
         r.find(Status.FAIL, "cuda_init_failed",
-               f"NVML sees {count} GPU(s) but torch cannot start CUDA: {reason}",
+               f"NVML sees {count} GPU(s) but torch cannot start CUDA: {reason}"
+               + (f" ({known[0]})" if known else ""),
                why="torch.cuda.is_available() is False, so training silently runs on the CPU.",
-               fix="Read the error above; common causes are CUDA_VISIBLE_DEVICES hiding every GPU, a driver/"
-                   "library mismatch after an upgrade without reboot, or a container started without GPUs.")
+               fix=known[1] if known else
+               "Read the error above; common causes are CUDA_VISIBLE_DEVICES hiding every GPU, a driver/"
+               "library mismatch after an upgrade without reboot, or a container started without GPUs.")
 
 
 def _kernel_images(r: ProbeResult, gpu: Any, facts: dict[str, Any], version: str, count: Any) -> None:

@@ -104,8 +104,9 @@ def _torch_facts(torch: dict[str, Any]) -> dict[str, Any]:
 
 
 def _context(inputs: dict[str, Any]) -> ProbeContext:
+    # The CUDA driver's own start (cuInit) was not posted in these threads: unknown, not a pass.
     return ProbeContext(FakeGpu(inputs), _torch_facts=_torch_facts(inputs.get("torch") or {}),
-                        _host_facts=dict(HOST))
+                        _host_facts=dict(HOST), _cuda_start=NA("NotRecorded"))
 
 
 # --------------------------------------------------------------------------- the checks

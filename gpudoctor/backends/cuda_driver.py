@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -163,6 +164,30 @@ _GENERIC_FIX = ("Check `dmesg` for NVIDIA errors, reboot after a driver upgrade,
                 "with the GPUs (`docker run --gpus all`).")
 
 
+# The same errors as the CUDA runtime and torch print them (the runtime's cudaError codes for these
+# equal the driver's CUresult codes): phrases first, then a number after "error" or "code".
+_PHRASES = (("system not yet initialized", 802), ("systemnotready", 802), ("system_not_ready", 802),
+            ("unsupported display driver / cuda driver combination", 803), ("drivermismatch", 803),
+            ("stub library", 34), ("busy or unavailable", 46), ("no cuda-capable device", 100),
+            ("cuda unknown error", 999))
+_CODE_RE = re.compile(r"(?:error|code)\D{0,4}(\d{2,3})\b", re.IGNORECASE)
+
+
+def cause_of_error_text(text: object) -> tuple[str, str] | None:
+    """(cause, fix) for a CUDA start-up error as torch or the runtime printed it, when it is one of
+    the known causes; None otherwise."""
+    if not isinstance(text, str) or not text:
+        return None
+    lowered = text[:2000].lower()
+    for phrase, code in _PHRASES:
+        if phrase in lowered:
+            return _CAUSES[code]
+    for found in _CODE_RE.finditer(lowered):
+        if int(found.group(1)) in _CAUSES:
+            return _CAUSES[int(found.group(1))]
+    return None
+
+
 def cuda_start_findings(start: CudaStart | NA | None, visible: int) -> list[Finding]:
     """The verdict on the CUDA driver's start where NVML shows ``visible`` GPUs (after
     CUDA_VISIBLE_DEVICES). Shared by the quick and the full report; nothing when there is no
@@ -203,4 +228,5 @@ def cuda_start_findings(start: CudaStart | NA | None, visible: int) -> list[Find
     return []
 
 
-__all__ = ["CudaStart", "LIBRARY", "TIMEOUT_S", "cuda_start", "cuda_start_findings", "parse_answer"]
+__all__ = ["CudaStart", "LIBRARY", "TIMEOUT_S", "cause_of_error_text", "cuda_start", "cuda_start_findings",
+           "parse_answer"]
