@@ -358,11 +358,13 @@ class ReportStatus:
         self._stop.set()
 
 
-def quick_report_producer(replay: str | None) -> Callable[[], Any]:
+def quick_report_producer(replay: str | None, events: Any = None) -> Callable[[], Any]:
+    """The quick report, run on demand; ``events``: the exporter's running event watcher, whose
+    NVML stream the report's events probe reads."""
     def produce() -> Any:
         from gpudoctor.quick import quick_report  # the verdict report --quick and the TUI give
 
-        return quick_report(replay=replay)
+        return quick_report(replay=replay, events=events)
 
     return produce
 
@@ -521,6 +523,18 @@ class GpudoctorCollector:
                 reason.add_metric([_label(self.events.kernel_log_reason)[:200]], 1.0)
                 yield reason
 
+    def _critical_event_seen(self) -> bool:
+        if self.events is None:
+            return False
+        from gpudoctor.backends.events import critical_events
+
+        count = getattr(self.events, "count", None)
+        indices = range(count) if isinstance(count, int) else ()
+        try:
+            return any(critical_events(self.events.snapshot(index)) for index in indices)
+        except Exception:  # a watcher that cannot answer costs this fold, not the scrape
+            return False
+
     def _report_metrics(self) -> Iterable[Any]:
         from prometheus_client.core import GaugeMetricFamily
 
@@ -531,17 +545,21 @@ class GpudoctorCollector:
         report = self.reports.report
         if report is None:
             return
+        # A critical event seen since the last report (Xid 79 mid-job) fails the status now, not at
+        # the next report: the same judgement as the report's events probe.
+        critical = self._critical_event_seen()
         overall = GaugeMetricFamily("gpudoctor_report_status", OTHER_METRICS["gpudoctor_report_status"],
                                     labels=["status"])
+        status_now = "fail" if critical else report.get("status")
         for status in STATUSES:
-            overall.add_metric([status], 1.0 if report.get("status") == status else 0.0)
+            overall.add_metric([status], 1.0 if status_now == status else 0.0)
         yield overall
         probes = GaugeMetricFamily("gpudoctor_probe_status", OTHER_METRICS["gpudoctor_probe_status"],
                                    labels=["probe", "status"])
         for result in report.get("results", []):
+            probe_now = "fail" if critical and result.get("probe") == "events" else result.get("status")
             for status in STATUSES:
-                probes.add_metric([str(result.get("probe")), status],
-                                  1.0 if result.get("status") == status else 0.0)
+                probes.add_metric([str(result.get("probe")), status], 1.0 if probe_now == status else 0.0)
         yield probes
         if self.reports.finished_at is not None:
             yield GaugeMetricFamily("gpudoctor_report_timestamp_seconds",

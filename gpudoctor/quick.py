@@ -41,18 +41,20 @@ class QuickVerdict:
         return text
 
 
-def quick_report(replay: str | None = None, python: str | None = None, gpu: Any = None) -> Report:
+def quick_report(replay: str | None = None, python: str | None = None, gpu: Any = None,
+                 events: Any = None) -> Report:
     """Run the quick-level probes in this process (no torch import) and return the report.
 
     ``replay``: a recording instead of live NVML. ``python``: read the torch build of that
     interpreter (``report --python``). ``gpu``: an open GPU backend to use (the caller
-    keeps it open), e.g. the TUI's.
+    keeps it open), e.g. the TUI's. ``events``: the caller's running event watcher, whose NVML
+    stream the events probe reads (a critical event seen there fails the verdict).
     """
     from gpudoctor import runner
 
     probes = runner.select_probes(None, "quick")
     spec = runner.RunSpec(level="quick", replay=replay, python=python)
-    return runner.run_probes(probes, spec, gpu=gpu, isolate=False)
+    return runner.run_probes(probes, spec, gpu=gpu, isolate=False, events=events)
 
 
 def verdict_of(report: Report) -> QuickVerdict:

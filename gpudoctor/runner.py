@@ -81,14 +81,14 @@ def select_probes(names: Iterable[str] | None = None, level: str = "standard") -
     return list(registry(level=level).values())
 
 
-def build_context(spec: RunSpec, gpu: Any = None) -> Any:
+def build_context(spec: RunSpec, gpu: Any = None, events: Any = None) -> Any:
     from gpudoctor.backends import open_gpu_backend
     from gpudoctor.probes import ProbeContext
 
     if gpu is None:
         gpu = open_gpu_backend(spec.replay)
     return ProbeContext(gpu=gpu, device=spec.device, level=spec.level, options=dict(spec.options),
-                        replay=bool(spec.replay), python=spec.python)
+                        replay=bool(spec.replay), python=spec.python, events=events)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -358,13 +358,15 @@ def run_probes(
     on_start: Callable[[Any], None] | None = None,
     on_result: Callable[[ProbeResult], None] | None = None,
     isolate: bool | None = None,
+    events: Any = None,
 ) -> Report:
     """Run ``probes`` and return a complete report.
 
     ``isolate``: run torch probes in a child process (default: yes, unless the level is
     quick, where torch probes answer from NVML in-process). On Ctrl-C the report is
     returned with the finished results and ``interrupted=True``; the caller decides the
-    exit code.
+    exit code. ``events``: a running event watcher whose NVML stream the events probe reads
+    (the TUI's, the exporter's).
     """
     from gpudoctor.backends.host import host_facts
 
@@ -374,7 +376,7 @@ def run_probes(
         isolate = True  # the other interpreter's torch can only be used in its own process
     report = Report(tool_version=_version.__version__,
                     source=f"replay:{os.path.basename(spec.replay)}" if spec.replay else "live")
-    ctx = build_context(spec, gpu)
+    ctx = build_context(spec, gpu, events)
     try:
         report.host = ctx.host_facts()  # cached: the environment probe reads the same facts
     except Exception as exc:

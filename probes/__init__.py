@@ -91,7 +91,8 @@ class ProbeContext:
     def __init__(self, gpu: Any, device: int | None = None, level: str = "standard",
                  options: dict[str, Any] | None = None, deadline: float | None = None, replay: bool = False,
                  python: str | None = None, torch_missing: bool = False, _torch_facts: Any = None,
-                 _host_facts: Any = None, _torch_build: Any = None, _cuda_start: Any = None) -> None:
+                 _host_facts: Any = None, _torch_build: Any = None, _cuda_start: Any = None,
+                 events: Any = None) -> None:
         self.gpu = gpu
         self.device = device
         self.level = level
@@ -105,6 +106,8 @@ class ProbeContext:
         self._host_facts = _host_facts
         self._torch_build = _torch_build
         self._cuda_start = _cuda_start
+        #: a running event watcher (the TUI's, the exporter's) whose NVML stream the events probe reads
+        self.events = events
 
     def __repr__(self) -> str:
         return (f"ProbeContext(gpu={self.gpu!r}, device={self.device!r}, level={self.level!r}, "

@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 
 from gpudoctor import fleet, xid
+from gpudoctor.backends.events import DeviceEvents, GpuEvent
 from gpudoctor.backends.na import NA
 from gpudoctor.model import ProbeResult, Status
 from gpudoctor.probes import ProbeContext
@@ -136,13 +137,6 @@ def run_health(inputs: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Probe
     return r.settle()
 
 
-@dataclasses.dataclass
-class _GpuEvents:
-    """What the events probe reads per GPU from the event watcher."""
-
-    logged_xids: list[Any]
-    recent: list[Any] = dataclasses.field(default_factory=list)
-    supported: Any = None
 
 
 def run_kernel_log(inputs: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> tuple[ProbeResult, list]:
@@ -156,7 +150,9 @@ def run_kernel_log(inputs: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> t
     for x in timed:
         by_bus.setdefault(x.pci_bus_id, []).append(x)
     for index, (_bus, xids) in enumerate(sorted(by_bus.items())):
-        events._judge_gpu(r, index, _GpuEvents(xids))
+        # as the event watcher files kernel-log Xids for the events probe
+        logged = [GpuEvent(x.time, "xid", x.code, "kernel_log") for x in xids]
+        events._judge_gpu(r, index, DeviceEvents(logged_xids=logged))
     return r.settle(), found
 
 

@@ -259,6 +259,7 @@ class ReplayEvents:
                     tracker.state.logged_xids.append(GpuEvent(event.time, event.kind, event.code, "kernel_log"))
                 else:
                     tracker.add(event)
+        self.count = len(self._trackers)
 
     def start(self) -> None:
         return None
@@ -269,6 +270,32 @@ class ReplayEvents:
 
     def stop(self, join_s: float | None = None) -> bool:
         return True
+
+
+# Events that are critical whatever their code: an uncorrectable ECC error, and a page retirement
+# (or row remap) the GPU could not record. A critical Xid is one gpudoctor.xid marks critical.
+CRITICAL_KINDS = ("ecc_double_bit", "memory_retirement_failure")
+
+
+def critical_events(state: DeviceEvents) -> list[GpuEvent]:
+    """The critical events among what one GPU reported (kernel log and NVML's stream), oldest
+    first: the one judgement the events probe, the TUI header, watch and the exporter share."""
+    from gpudoctor import xid
+
+    found = [e for e in state.logged_xids + state.recent
+             if e.kind in CRITICAL_KINDS or (e.kind == "xid" and xid.explain(int(e.code or 0)).severity == "critical")]
+    return sorted(found, key=lambda e: e.time)
+
+
+def describe_event(index: int, event: GpuEvent) -> str:
+    """'GPU 0: Xid 79 (GPU has fallen off the bus: ...)', one line of our own words."""
+    from gpudoctor import xid
+
+    if event.kind == "xid":
+        return f"GPU {index}: Xid {event.code} ({xid.explain(int(event.code or 0)).words})"
+    words = {"ecc_double_bit": "uncorrectable (double-bit) ECC error",
+             "memory_retirement_failure": "a memory page retirement or row remap failed"}
+    return f"GPU {index}: {words.get(event.kind, event.kind)}"
 
 
 def open_event_watcher(gpu: Any, keep: int = 8) -> Any:

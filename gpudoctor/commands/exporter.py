@@ -58,17 +58,18 @@ def run(args: argparse.Namespace) -> int:
     # Sampling starts in its own thread and the endpoint is served at once: a first NVML call
     # that hangs leaves the sample stale (gpudoctor_nvml_up 0), never the endpoint down.
     sampler.start()
+    from gpudoctor.backends.events import open_event_watcher
+
+    events = open_event_watcher(gpu)
+    events.start()
     reports: ReportStatus | None = None
     if not args.no_report:
         if args.report_file:
             reports = ReportStatus(path=args.report_file)
         else:
-            reports = ReportStatus(produce=quick_report_producer(args.replay), interval=args.report_interval)
+            # The quick report's events probe reads this watcher's NVML stream.
+            reports = ReportStatus(produce=quick_report_producer(args.replay, events), interval=args.report_interval)
     source = f"replay:{os.path.basename(args.replay)}" if args.replay else "nvml"
-    from gpudoctor.backends.events import open_event_watcher
-
-    events = open_event_watcher(gpu)
-    events.start()
     registry = build_registry(GpudoctorCollector(sampler, reports, source, events))
     try:
         server, _thread = serve_metrics(registry, args.host, args.port)

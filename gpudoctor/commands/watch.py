@@ -26,7 +26,8 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "watch", help="one line per GPU per interval, for logs (--json: JSON lines)",
         description="Print one line per GPU every interval: utilisation, memory, temperature, power, clocks, "
-                    "PCIe, fan and throttle reasons. Exit codes: 0 done, 2 usage, 6 no GPU, 130 Ctrl-C.")
+                    "PCIe, fan and throttle reasons. Exit codes: 0 done, 2 usage, 4 a critical GPU event (a critical "
+                    "Xid, an uncorrectable ECC error) was reported, 6 no GPU, 130 Ctrl-C.")
     parser.add_argument("-i", "--interval", type=refresh_interval, default=1.0, metavar="SECONDS",
                         help="seconds between readings (default 1, minimum 0.25)")
     parser.add_argument("-n", "--count", type=count, metavar="COUNT",
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         gpu = NvmlBackend()
     sampler = Sampler(gpu, host_sampler=None, with_processes=False, interval_s=args.interval)
-    from gpudoctor.backends.events import open_event_watcher
+    from gpudoctor.backends.events import critical_events, open_event_watcher
 
     events = open_event_watcher(gpu)
     try:
@@ -64,13 +65,18 @@ def run(args: argparse.Namespace) -> int:
             return exitcodes.NO_GPU
         events.start()
         seen: dict[int, int] = {}
+        critical: set[int] = set()
         for snap in itertools.chain([snap], reads):
             for dev in snap.devices:
                 # flushed per line: a log reader sees each interval as it happens
                 write_stdout_line(json.dumps(watch_record(snap, dev), allow_nan=False) if args.json
                                   else watch_line(snap, dev))
                 _new_events(events, dev.index, seen, args.json)
-        return exitcodes.OK
+                if critical_events(events.snapshot(dev.index)):
+                    critical.add(dev.index)
+        # A critical event (a critical Xid, an uncorrectable ECC error) fails the watch as it fails
+        # the report, the TUI header and the exporter's status: a script sees it in the exit code.
+        return exitcodes.FAIL if critical else exitcodes.OK
     except KeyboardInterrupt:
         return exitcodes.INTERRUPTED
     finally:

@@ -307,7 +307,7 @@ class GpudoctorApp(App[int]):
 
         worker = get_current_worker()
         try:
-            report = quick_report(replay=self.replay)
+            report = quick_report(replay=self.replay, events=self.event_watcher)
         except Exception as exc:  # the header says the doctor could not run; the app goes on
             headline = ("error", f"the quick doctor could not run: {_one_line(exc)}")
         else:
@@ -320,6 +320,20 @@ class GpudoctorApp(App[int]):
         if self.headline is None or self.headline[2] == "quick":
             self.headline = (*message.headline, "quick")
             self._redraw(*SCREEN_NAMES)
+
+    def _fail_header_on_critical_events(self) -> None:
+        """A critical event seen on a GPU panel (a critical Xid, an uncorrectable ECC error) fails the
+        header's verdict too, whatever the last doctor run said: the same judgement as the events
+        probe's, which the next doctor run then repeats from this app's watcher."""
+        from gpudoctor.backends.events import critical_events, describe_event
+
+        worst = [(event.time, index, event) for index, state in sorted(self.state.events.items())
+                 for event in critical_events(state)]
+        if not worst or (self.headline is not None and self.headline[0] == "fail"):
+            return
+        _, index, event = max(worst, key=lambda item: item[0])
+        self.headline = ("fail", describe_event(index, event), "events")
+        self._redraw(*SCREEN_NAMES)
 
     def _redraw(self, *names: str) -> None:
         screen = self.screen
@@ -446,6 +460,7 @@ class GpudoctorApp(App[int]):
         watcher = self.event_watcher
         if watcher is not None:
             state.events = {d.index: watcher.snapshot(d.index) for d in message.snapshot.devices}
+            self._fail_header_on_critical_events()
         self._redraw("overview", "processes")
         if state.samples == 1 and not self.is_headless:
             self.call_after_refresh(_freeze_startup_objects)
@@ -519,6 +534,8 @@ class GpudoctorApp(App[int]):
             return
         spec = runner.RunSpec(level=level, replay=self.replay, quiet_child=True)
         run = self.doctor_runner or runner.run_probes
+        # The events probe reads what this app's watcher saw on NVML's stream (runner.run_probes).
+        extra = {"events": self.event_watcher} if self.doctor_runner is None else {}
         done = threading.Event()
         box: dict[str, Any] = {}
 
@@ -527,7 +544,7 @@ class GpudoctorApp(App[int]):
                 box["report"] = run(
                     probes, spec,
                     on_start=lambda p: self.post_message(DoctorProbeStarted(run_id, p.name)),
-                    on_result=lambda r: self.post_message(DoctorResult(run_id, r)))
+                    on_result=lambda r: self.post_message(DoctorResult(run_id, r)), **extra)
             except BaseException as exc:  # the runner is not supposed to raise; if it does, show it
                 box["error"] = _one_line(exc)
             finally:
