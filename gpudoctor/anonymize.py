@@ -6,6 +6,7 @@ Standard library only: the report renderers and the recorder both use it.
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 from typing import Any
@@ -25,17 +26,26 @@ def anonymize_report_dict(data: dict[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- anonymize
 # A GPU or MIG UUID, whole or any prefix of it: CUDA_VISIBLE_DEVICES accepts a unique prefix
 # ("GPU-0f0e0d0c-0b0a"), and a prefix identifies the board as well as the whole UUID does.
-_UUID_RE = re.compile(r"\b(GPU|MIG)-[0-9a-fA-F]+(-[0-9a-fA-F]+)*\b")
+# Any case: the text came from a user's environment as often as from NVML.
+_UUID_RE = re.compile(r"\b(GPU|MIG)-[0-9a-f]+(-[0-9a-f]+)*\b", re.IGNORECASE)
+# The same UUID without its prefix (nvidia-container-toolkit and some schedulers write it so).
+_BARE_UUID_RE = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.IGNORECASE)
 _SECRET_KEYS = {"uuid", "serial", "hostname", "host_name", "board_serial"}
+# Variables whose entries name devices: every entry that is not a plain index is an identifier,
+# whatever its spelling, and is struck out wherever it appears.
+_DEVICE_LIST_VARS = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
+                     "HIP_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
 REDACTED = "<redacted>"
 
 
 def anonymize_dict(data: Any, hostname: str | None = None) -> Any:
-    """Strip GPU UUIDs, serial numbers and the host name, wherever they appear."""
+    """Strip GPU UUIDs, serial numbers and the host name, wherever they appear: values, keys,
+    lists and free text (findings, notes), and every device named in a *_VISIBLE_DEVICES
+    variable (of this process or recorded in ``data``)."""
     if hostname is None:
         found = _find_key(data, "hostname")
         hostname = found if isinstance(found, str) and found else socket.gethostname()
-    return _anonymize(data, hostname)
+    return _Anonymizer(hostname, _device_names(data))(data)
 
 
 def _find_key(data: Any, key: str) -> Any:
@@ -54,21 +64,66 @@ def _find_key(data: Any, key: str) -> Any:
     return None
 
 
-def _anonymize(data: Any, hostname: str) -> Any:
-    if isinstance(data, dict):
-        return {k: (REDACTED if k in _SECRET_KEYS and data[k] not in (None, "") else _anonymize(v, hostname))
-                for k, v in data.items()}
-    if isinstance(data, list):
-        return [_anonymize(v, hostname) for v in data]
-    if isinstance(data, str):
-        text = _UUID_RE.sub(REDACTED, data)
+def _device_names(data: Any) -> list[str]:
+    """The non-index entries of every device-list variable: this process's environment and
+    each place ``data`` records one (``{"VAR": value}``, ``{"name": "VAR", "value": value}``)."""
+    values = [os.environ.get(name) for name in _DEVICE_LIST_VARS]
+    wanted = {name.lower() for name in _DEVICE_LIST_VARS}
+    stack = [data]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key, value in item.items():
+                if isinstance(key, str) and key.lower() in wanted:
+                    values.append(value)
+                stack.append(value)
+            name = item.get("name")
+            if isinstance(name, str) and name.lower() in wanted:
+                values.append(item.get("value"))
+        elif isinstance(item, list):
+            stack.extend(item)
+    names = set()
+    for value in values:
+        if isinstance(value, str):
+            for entry in value.split(","):
+                entry = entry.strip().strip("'\"")
+                if len(entry) >= 3 and not entry.isdigit() and entry.lower() not in ("all", "none", "void"):
+                    names.add(entry)
+    return sorted(names, key=len, reverse=True)  # longest first: a prefix never splits a whole name
+
+
+class _Anonymizer:
+    def __init__(self, hostname: str, device_names: list[str]) -> None:
+        self.hostname = hostname
+        self.devices = re.compile("|".join(re.escape(n) for n in device_names), re.IGNORECASE) \
+            if device_names else None
+
+    def __call__(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            out: dict[Any, Any] = {}
+            for key, value in data.items():
+                clean = self.text(key) if isinstance(key, str) else key
+                while clean in out:  # two keys that differed only in an identifier
+                    clean = f"{clean}'"
+                out[clean] = REDACTED if key in _SECRET_KEYS and value not in (None, "") else self(value)
+            return out
+        if isinstance(data, (list, tuple)):
+            return [self(v) for v in data]
+        if isinstance(data, str):
+            return self.text(data)
+        return data
+
+    def text(self, text: str) -> str:
+        if self.devices is not None:
+            text = self.devices.sub(REDACTED, text)
+        text = _BARE_UUID_RE.sub(REDACTED, _UUID_RE.sub(REDACTED, text))
+        hostname = self.hostname
         if hostname and len(hostname) >= 3:
             text = text.replace(hostname, REDACTED)
         elif hostname:
             # A short name ("n1", "g7") is replaced only as a whole token, not inside words.
             text = re.sub(rf"(?<![\w.-]){re.escape(hostname)}(?![\w-])", REDACTED, text)
         return text
-    return data
 
 
 __all__ = ["REDACTED", "anonymize_dict", "anonymize_report_dict"]

@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from gpudoctor import xid
 from gpudoctor.backends.nvml import THROTTLE_REASONS
-from gpudoctor.presentation import fmt_age
+from gpudoctor.presentation import fmt_age, plain_text
 
 SCHEMA_VERSION = 1
 STATUS_ORDER = {"fail": 0, "stale": 1, "warn": 2, "pass": 3}
@@ -73,7 +73,6 @@ DCGM_METRICS = (
 
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _MATCH = re.compile(r"^\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*(.*?)\s*$", re.S)
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 class FleetError(Exception):
@@ -82,12 +81,6 @@ class FleetError(Exception):
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind  # "usage", "unreachable", "query", "empty"
-
-
-def plain(value: Any, limit: int = LABEL_MAX) -> str:
-    """A label value from Prometheus as bounded plain text (no control or escape characters)."""
-    text = _CONTROL.sub("?", "" if value is None else str(value))
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 # --------------------------------------------------------------------------- input
@@ -166,7 +159,7 @@ class Prometheus:
         except (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise FleetError("unreachable", f"Prometheus at {self.url} cannot be reached: "
-                                            f"{plain(reason, 200)}") from None
+                                            f"{plain_text(reason, limit=200)}") from None
         if len(body) > MAX_ANSWER_BYTES:
             raise FleetError("query", f"Prometheus answered more than {MAX_ANSWER_BYTES >> 20} MiB; "
                                       "narrow the selection with --match")
@@ -175,7 +168,7 @@ class Prometheus:
     def _http_error(self, code: int, body: bytes) -> tuple[str, str]:
         try:
             data = json.loads(body)
-            error = plain(data.get("error"), 300)
+            error = plain_text(data.get("error") or "", limit=300)
             kind = "query" if data.get("errorType") in ("bad_data", "execution", "timeout") else "unreachable"
             return kind, f"Prometheus at {self.url} refused the query (HTTP {code}): {error}"
         except (ValueError, AttributeError):
@@ -189,7 +182,7 @@ class Prometheus:
             raise FleetError("unreachable", f"{self.url} answered something that is not JSON: "
                                             "is this the Prometheus server's address?") from None
         if not isinstance(data, dict) or data.get("status") != "success":
-            error = plain(data.get("error") if isinstance(data, dict) else data, 300)
+            error = plain_text((data.get("error") if isinstance(data, dict) else data) or "", limit=300)
             raise FleetError("query", f"Prometheus at {self.url} could not answer: {error}")
         result = (data.get("data") or {}).get("result")
         if not isinstance(result, list):
@@ -200,7 +193,8 @@ class Prometheus:
         series = []
         for item in result:
             try:
-                labels = {str(k): plain(v) for k, v in item["metric"].items()}
+                labels = {plain_text(k, limit=LABEL_MAX): plain_text("" if v is None else v, limit=LABEL_MAX)
+                          for k, v in item["metric"].items()}
                 value = float(item["value"][1])
             except (KeyError, TypeError, ValueError, IndexError):
                 continue

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
-import re
 import textwrap
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
+from gpudoctor._text import MAX_TEXT, plain_text
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.backends.nvml import throttle_reason_names, throttle_reason_words
 
@@ -58,50 +58,8 @@ def status_style(status: Any) -> tuple[str, str]:
 
 
 # --------------------------------------------------------------------------- foreign text
-#: Longest foreign string shown on one line (a GPU name is < 100, a command line can be huge).
-MAX_TEXT = 300
-
-# Terminal escape sequences: CSI (ESC [ ... final), OSC (ESC ] ... BEL or ST), DCS/SOS/PM/APC
-# strings (ESC P/X/^/_ ... ST), and any other ESC + one character. Each becomes one visible mark.
-_ESCAPE_RE = re.compile(
-    r"\x1b\[[0-?]*[ -/]*[@-~]?"
-    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"
-    r"|\x1b[PX^_][^\x1b]*(?:\x1b\\)?"
-    r"|\x1b.?"
-    r"|\x9b[0-?]*[ -/]*[@-~]?",
-    re.DOTALL,
-)
-# Characters that move the cursor, ring, erase or reorder text; C1 controls; bidi overrides.
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-
-
-def _control_mark(ch: str) -> str:
-    code = ord(ch)
-    if code < 0x20:
-        return chr(0x2400 + code)  # the Unicode control pictures: ␀ ... ␟ (␊ for a newline)
-    if code == 0x7F:
-        return "\u2421"  # ␡
-    return "\ufffd"
-
-
-def plain_text(value: Any, *, limit: int = MAX_TEXT) -> str:
-    """Foreign text made safe to print: one line, no control characters, at most ``limit``.
-
-    Escape sequences become ``␛`` followed by their visible parameters (``␛[2J``), other
-    control characters their Unicode control pictures (a newline ``␤``-style ``␊``, a tab a
-    space). Markup stays literal text: callers print the result as ``rich.text.Text`` (or
-    escape it for markdown), so ``[/]`` or ``[@click=app.quit]`` is shown, never parsed.
-    """
-    text = value if isinstance(value, str) else str(value)
-    if len(text) > limit * 4:  # bound the work on absurd input before any regex runs
-        text = text[: limit * 4]
-    text = text.replace("\t", " ")
-    text = _ESCAPE_RE.sub(lambda m: "\u241b" + _CONTROL_RE.sub(lambda c: _control_mark(c.group()), m.group()[1:]),
-                          text)
-    text = _CONTROL_RE.sub(lambda m: _control_mark(m.group()), text)
-    if len(text) > limit:
-        text = text[: max(0, limit - 1)] + "…"
-    return text
+# plain_text and its bound live in the foundation (gpudoctor._text) so that the backends can
+# make a recording's strings plain where they are read; re-exported here for the front ends.
 
 
 # --------------------------------------------------------------------------- wrapping

@@ -12,7 +12,10 @@ input. :func:`load_recording`
    processes, string lengths). The check is done by the small validator below, which
    knows the few keywords the schema uses; ``jsonschema`` (a development dependency) is
    not needed at run time, and a test proves the two agree;
-3. decodes ``{"__na__": reason}`` into :class:`~gpudoctor.backends.na.NA` values.
+3. makes every string plain (:func:`gpudoctor._text.plain_text`: escape sequences, control
+   and bidi characters become visible marks), so no front end can be handed a string from
+   a recording that retitles the terminal or moves its cursor;
+4. decodes ``{"__na__": reason}`` into :class:`~gpudoctor.backends.na.NA` values.
 
 Every failure is a :class:`RecordingError` with one line that names the file and, for a
 document of the wrong shape, the place inside it
@@ -28,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pathlib import Path
 
+from gpudoctor._text import plain_text
 from gpudoctor.safejson import MiB, JsonFileError, read_json_file
 
 RECORDING_FORMAT = "gpudoctor-recording"
@@ -380,9 +384,21 @@ def load_recording(path: str | Path) -> dict[str, Any]:
         checked = validate(raw)
     except SchemaError as exc:
         raise RecordingError(f"{p}: not a valid recording: {exc}") from None
-    return decode(checked)
+    return decode(plain_strings(checked))
+
+
+def plain_strings(value: Any) -> Any:
+    """``value`` with every string in it (keys too) made plain, within the schema's bound."""
+    if isinstance(value, str):
+        return plain_text(value, limit=MAX_TEXT)
+    if isinstance(value, dict):
+        return {(plain_text(k, limit=MAX_TEXT) if isinstance(k, str) else k): plain_strings(v)
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain_strings(v) for v in value]
+    return value
 
 
 __all__ = ["RECORDING_FORMAT", "RECORDING_FORMAT_VERSION", "RecordingError", "SCHEMA", "SchemaError",
-           "load_recording", "schema_text", "validate", "MAX_RECORDING_BYTES", "MAX_DEVICES", "MAX_SAMPLES",
+           "load_recording", "plain_strings", "schema_text", "validate", "MAX_RECORDING_BYTES", "MAX_DEVICES", "MAX_SAMPLES",
            "MAX_PROCESSES", "MAX_TEXT"]

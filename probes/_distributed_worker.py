@@ -320,10 +320,74 @@ def dataparallel_smoke(torch: Any, count: int) -> dict[str, Any]:
         return {"devices": count, "ok": False, "error": _first_line(exc)}
 
 
+# torch's TCPStore server listens on every interface whatever host name it is given; handed a
+# socket that is already bound and listening (master_listen_fd) it serves on that one instead.
+# The legacy server takes such a socket in every torch gpudoctor supports (>= 2.2); the libuv
+# server, the default from torch 2.4, serves one only from torch 2.8 (before, it never listened).
+_LIBUV_TAKES_LISTEN_FD = (2, 8)
+
+
+def _torch_version(torch: Any) -> tuple[int, int]:
+    try:
+        major, minor = str(torch.__version__).split(".")[:2]
+        return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
+    except ValueError:
+        return (0, 0)
+
+
+def bound_listener(host: str, port: int, backlog: int = 128) -> socket.socket:
+    """A TCP socket bound to ``host``:``port`` (an IPv4 or IPv6 address or a name) and listening."""
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    listener = socket.socket(family, kind, proto)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(address)
+        listener.listen(backlog)
+    except OSError:
+        listener.close()
+        raise
+    return listener
+
+
+def make_store(torch: Any, rank: int, world: int, timeout_s: float) -> tuple[Any, str]:
+    """The rendezvous store at MASTER_ADDR:MASTER_PORT, and where its server listens.
+
+    Rank 0 serves it from a socket bound to MASTER_ADDR (127.0.0.1 from the launcher), so the
+    store is reachable only where the ranks were told to meet, not on every interface. A torch
+    whose TCPStore takes no listening socket falls back to its own (all interfaces), and says so.
+    """
+    import datetime
+
+    from torch.distributed import TCPStore
+
+    host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    timeout = datetime.timedelta(seconds=timeout_s)
+    if rank != 0:
+        return TCPStore(host, port, world, False, timeout), ""
+    listener = bound_listener(host, port)
+    address = listener.getsockname()
+    where = f"[{address[0]}]:{address[1]}" if listener.family == socket.AF_INET6 else f"{address[0]}:{address[1]}"
+    options: dict[str, Any] = {"master_listen_fd": listener.fileno()}
+    if _torch_version(torch) < _LIBUV_TAKES_LISTEN_FD:
+        options["use_libuv"] = False
+    try:
+        store = TCPStore(host, port, world, True, timeout, **options)
+    except TypeError:  # no master_listen_fd / use_libuv in this torch
+        listener.close()
+        return TCPStore(host, port, world, True, timeout), f"all interfaces, port {port} " \
+            f"(torch {torch.__version__} cannot serve the store from a socket bound to {host})"
+    listener.detach()  # the store owns the descriptor now
+    return store, where
+
+
 def run_rank(*, rank: int, world: int, local_rank: int, backend: str, sizes: list[int],
              init_method: str, timeout_s: float, target_s: float = 0.2,
-             phases: _Phases | None = None, fault: str = "", gather: bool = False) -> Any:
-    """One rank's whole check. Returns its payload, or every rank's when ``gather``."""
+             phases: _Phases | None = None, fault: str = "", gather: bool = False,
+             own_store: bool = False) -> Any:
+    """One rank's whole check. Returns its payload, or every rank's when ``gather``.
+
+    ``own_store``: meet through a store whose server rank 0 binds to MASTER_ADDR (the
+    self-launched check) instead of ``init_method``."""
     import torch
     import torch.distributed as dist
 
@@ -358,8 +422,15 @@ def run_rank(*, rank: int, world: int, local_rank: int, backend: str, sizes: lis
     inject("init")
     phases.enter("init_process_group")
     t0 = time.perf_counter()
-    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=timeout_s))
+    if own_store:
+        store, listen = make_store(torch, rank, world, timeout_s)
+        if listen:
+            payload["store_listen"] = listen
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=timeout_s))
+    else:
+        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=timeout_s))
     try:
         dist.barrier()
         payload["init_s"] = time.perf_counter() - t0
@@ -422,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
                            local_rank=int(os.environ.get("LOCAL_RANK", rank)), backend=args.backend,
                            sizes=[int(s) for s in args.sizes.split(",")], init_method="env://",
                            timeout_s=args.timeout, target_s=args.target, phases=phases,
-                           fault=args.fault)
+                           fault=args.fault, own_store=True)
         code = 0
     except Exception as exc:
         payload = {"rank": rank, "error": f"{_first_line(exc)} (in {phases.current})",

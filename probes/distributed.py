@@ -125,7 +125,9 @@ def launch_local(nproc: int, backend: str, sizes: list[int], timeout_s: float, *
             env.update(RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_RANK=str(rank),
                        LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
             if sys.platform.startswith("linux") and os.path.exists("/sys/class/net/lo"):
-                env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # stay on loopback
+                # stay on loopback: gloo's and NCCL's own listeners bind to the interface named
+                env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+                env.setdefault("NCCL_SOCKET_IFNAME", "lo")
             # The ranks' own collective timeout is longer than ours, so that the rank that is
             # stuck, not the one waiting for it, is what we find when our limit comes.
             cmd = [sys.executable, "-m", "gpudoctor.probes._distributed_worker", "--out", str(workdir),
@@ -290,6 +292,11 @@ def assemble(payloads: dict[int, Any], failures: dict[int, dict[str, str]], worl
     result = ProbeResult(probe="distributed")
     hosts = sorted({p.get("hostname", "?") for p in payloads.values()})
     result.details.update(mode=mode, backend=backend, world_size=world, hosts=hosts)
+    store_listen = (payloads.get(0) or {}).get("store_listen")
+    if store_listen:
+        result.details["store_listen"] = store_listen
+        if store_listen.startswith("all interfaces"):
+            result.find(Status.SKIP, "store_not_bound", f"the rendezvous store listened on {store_listen}")
     result.measure("world_size", world, "ranks")
     for code, why in skipped or []:
         result.find(Status.SKIP, code, why)

@@ -16,6 +16,7 @@ from typing import Any
 from gpudoctor import exitcodes
 from gpudoctor.commands.args import bounded, seconds, seconds_or_zero
 from gpudoctor.errors import UsageError
+from gpudoctor.presentation import plain_text
 from gpudoctor.exporter import (DEFAULT_INTERVAL_S, DEFAULT_PORT, DEFAULT_REPORT_INTERVAL_S, LOOPBACK,
                                 GpudoctorCollector, GpuSampler, ReportStatus, build_registry, quick_report_producer,
                                 serve_metrics, stop_sampler_then_close)
@@ -128,7 +129,9 @@ def _say_first_sample(sampler: GpuSampler, wait_s: float = 5.0) -> None:
     first = sampler.snapshot or {}
     if first.get("status") is not None:
         retry = first.get("retry_in_s")
-        print(f"gpudoctor exporter: NVML unavailable ({first['status'].reason}); serving gpudoctor_nvml_up 0"
+        # the reason may come from a recording (--replay) or a driver: shown as plain text
+        print(f"gpudoctor exporter: NVML unavailable ({plain_text(first['status'].reason, limit=80)}); "
+              "serving gpudoctor_nvml_up 0"
               + (f", trying again in {retry:.0f} s (then after 10, 20, 40 s, then every 60 s)" if retry is not None else ""),
               file=sys.stderr, flush=True)
 

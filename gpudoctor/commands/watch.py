@@ -39,7 +39,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from gpudoctor.backends import NvmlBackend, RecordingError, ReplayBackend
-    from gpudoctor.presentation import no_gpu_words, watch_line, watch_record
+    from gpudoctor.presentation import no_gpu_words, plain_text, watch_line, watch_record
     from gpudoctor.sampling import Sampler
 
     if args.replay:
@@ -59,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
         if not snap.has_gpu:
             reason = snap.nvml_status.reason if snap.nvml_status is not None else "NoDevices"
             words = no_gpu_words(reason) if snap.nvml_status is not None else "NVML reports no NVIDIA GPU"
-            say(f"gpudoctor watch: nothing to watch: {words} (NVML: {reason}). `gpudoctor report` says why.")
+            say(f"gpudoctor watch: nothing to watch: {plain_text(words)} (NVML: {plain_text(reason, limit=80)}). "
+                "`gpudoctor report` says why.")
             if args.json:
                 write_stdout_line(json.dumps({"error": "no_gpu", "reason": reason, "message": words}))
             return exitcodes.NO_GPU

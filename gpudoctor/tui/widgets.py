@@ -420,7 +420,7 @@ class NoGpuPanel(Widget):
     def render(self) -> Any:
         reason = self.reason.reason if self.reason is not None else "Unknown"
         return Group(
-            Text(f"{no_gpu_words(reason)}.", style="bold yellow"),
+            Text(f"{plain_text(no_gpu_words(reason), limit=2000)}.", style="bold yellow"),
             Text("Host readings below still work. Press d for the doctor's findings on why there is no GPU.",
                  style=""),
         )
@@ -447,7 +447,8 @@ class HostPanel(_LinesPanel):
         host = snap.host
         if not isinstance(host, dict):
             reason = host.reason if is_na(host) else "Unknown"
-            text = Text(f"host readings not available ({reason}; is psutil installed?)", style="dim")
+            text = Text(f"host readings not available ({plain_text(reason, limit=60)}; is psutil installed?)",
+                        style="dim")
             text.truncate(width, overflow="ellipsis")
             return [text]
         cores = host.get("cpu_per_core_pct") or []

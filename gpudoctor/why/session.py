@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import time
@@ -36,24 +37,116 @@ class Sampled:
     notes: list[str] = field(default_factory=list)
 
 
-def source_reader(pid: int) -> Callable[[str, int], str]:
+@dataclass(frozen=True)
+class Credentials:
+    """Who a process is, as /proc/PID/status tells it: its real and effective user ids, and its
+    real and effective group ids with its supplementary groups."""
+    uids: frozenset[int]
+    gids: frozenset[int]
+
+
+def process_credentials(pid: int) -> Credentials | None:
+    """The sampled process's ids (Uid/Gid/Groups of /proc/PID/status); None when unreadable."""
+    fields: dict[str, list[int]] = {}
+    try:
+        with open(f"/proc/{int(pid)}/status", encoding="ascii", errors="replace") as handle:
+            for row in handle.read(64 << 10).splitlines():
+                key, _, value = row.partition(":")
+                if key in ("Uid", "Gid", "Groups"):
+                    fields[key] = [int(word) for word in value.split()]
+    except (OSError, ValueError):
+        return None
+    if len(fields.get("Uid", ())) < 2 or len(fields.get("Gid", ())) < 2:
+        return None
+    return Credentials(frozenset(fields["Uid"][:2]), frozenset(fields["Gid"][:2] + fields.get("Groups", [])))
+
+
+def _permits(info: os.stat_result, who: Credentials, bits: tuple[int, int, int]) -> bool:
+    """Whether one of ``who``'s user ids passes the owner/group/other ``bits`` of ``info``
+    (the kernel's order: the owner's bits for the owner, else the group's, else the others')."""
+    if 0 in who.uids:
+        return True
+    owner, group, other = bits
+    for uid in who.uids:
+        if uid == info.st_uid:
+            allowed = bool(info.st_mode & owner)
+        elif info.st_gid in who.gids:
+            allowed = bool(info.st_mode & group)
+        else:
+            allowed = bool(info.st_mode & other)
+        if allowed:
+            return True
+    return False
+
+
+_READ = (stat.S_IRUSR, stat.S_IRGRP, stat.S_IROTH)
+_SEARCH = (stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH)
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
+
+
+def _folders_searchable(candidate: str, top: str, who: Credentials) -> bool:
+    """Every folder from ``top`` down to ``candidate``'s own may be entered by ``who``."""
+    folder = os.path.dirname(candidate)
+    while True:
+        try:
+            if not _permits(os.stat(folder), who, _SEARCH):
+                return False
+        except OSError:
+            return False
+        if len(folder) <= len(top) or folder == os.path.dirname(folder):
+            return True
+        folder = os.path.dirname(folder)
+
+
+def _read_source(candidate: str, top: str, who: Credentials) -> list[str] | None:
+    """The lines of ``candidate`` when it is a regular file of bounded size that ``who`` may
+    read; None otherwise. Opened without blocking (a FIFO) and checked on the descriptor, so the
+    file read is the file checked (no device, no FIFO, no swap between check and read)."""
+    fd = os.open(candidate, _OPEN_FLAGS)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_SOURCE_BYTES:
+            return None
+        if not _permits(info, who, _READ) or not _folders_searchable(candidate, top, who):
+            return None
+        data = os.read(fd, MAX_SOURCE_BYTES + 1)
+    finally:
+        os.close(fd)
+    return data[:MAX_SOURCE_BYTES].decode("utf-8", errors="replace").splitlines()
+
+
+def source_reader(pid: int, credentials: Credentials | None = None) -> Callable[[str, int], str]:
     """(file, line) -> that line of the sampled process's source, read through /proc/PID/root
-    (its own view of the files, a container's too) or the path itself; "" when unreadable."""
+    (its own view of the files, a container's too), or the path itself when that view cannot
+    be entered; "" when unreadable.
+
+    A frame's file name is whatever the sampled process says it is, and gpudoctor may run with
+    more rights than that process (root sampling a user's job). So a line is read only from a
+    regular file of bounded size that the process's own user could read: its uids and gids
+    (``credentials``, else read from /proc/PID/status now) against the file's owner, group and
+    mode bits and the search bits of its folders. Unknown credentials read nothing. ACLs are not
+    consulted: a file readable only through an ACL shows no line."""
     cache: dict[str, list[str] | None] = {}
     root = f"/proc/{pid}/root"
+    who = credentials if credentials is not None else process_credentials(pid)
 
     def load(path: str) -> list[str] | None:
-        for candidate in (root + path if path.startswith("/") else None, path):
-            if not candidate:
-                continue
-            try:
-                if os.path.getsize(candidate) > MAX_SOURCE_BYTES:
-                    return None
-                with open(candidate, encoding="utf-8", errors="replace") as handle:
-                    return handle.read().splitlines()
-            except OSError:
-                continue
-        return None
+        if who is None or "\0" in path:
+            return None
+        # the process's own view when it can be entered; the path as gpudoctor sees it only
+        # when it cannot (an ended process, or a /proc/PID/root this user may not enter)
+        # (a relative name is relative to the process's working folder)
+        if not path.startswith("/"):
+            candidate, top = os.path.join(f"/proc/{pid}/cwd", path), f"/proc/{pid}/cwd"
+        elif os.path.isdir(root):
+            # ".." at /proc/PID/root would climb out of a container's root: fold it lexically
+            candidate, top = root + os.path.normpath(path), root
+        else:
+            candidate, top = path, "/"
+        try:
+            return _read_source(candidate, top, who)
+        except OSError:
+            return None
 
     def line(path: str, number: int) -> str:
         if not path or path.startswith("<") or not number:
@@ -174,10 +267,11 @@ def sample(pid: int, seconds: float, *, rate: int = pyspy.DEFAULT_RATE_HZ, gpu_b
 
 def why(pid: int, seconds: float, *, rate: int = pyspy.DEFAULT_RATE_HZ, gpu_backend: Any = None) -> dict[str, Any]:
     """Sample ``pid`` and diagnose it: the dict of docs/why.schema.json."""
+    credentials = process_credentials(pid)  # before sampling: the process may end meanwhile
     sampled = sample(pid, seconds, rate=rate, gpu_backend=gpu_backend)
     meta = {"sampled_s": sampled.seconds, "rate_hz": sampled.rate_hz, "ended": sampled.ended,
             "interrupted": sampled.interrupted}
-    diagnosis = analysis.diagnose(sampled.stacks, sampled.readings, source_reader(pid), pid=pid,
+    diagnosis = analysis.diagnose(sampled.stacks, sampled.readings, source_reader(pid, credentials), pid=pid,
                                   own=OWN_PREFIXES, meta=meta)
     sampled_pids = {p["pid"] for p in diagnosis["processes"]} | {pid}
     diagnosis["published"] = {str(p): record for p, record in _published.read_all().items() if p in sampled_pids}
@@ -215,4 +309,4 @@ def _mapped_files(pid: int) -> list[str]:
             return [line.rsplit(" ", 1)[-1].strip() for line in handle.read(4 << 20).splitlines()]
     except OSError:
         return []
-__all__ = ["Sampled", "sample", "why", "source_reader", "python_target", "OWN_PREFIXES"]
+__all__ = ["Sampled", "Credentials", "process_credentials", "sample", "why", "source_reader", "python_target", "OWN_PREFIXES"]

@@ -1,0 +1,62 @@
+"""--anonymize (and the markdown report, anonymised by default) strikes out every device
+identifier a user gave in CUDA_VISIBLE_DEVICES, in whatever spelling, and every GPU UUID
+wherever it appears: values, dict keys, lists and free text."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpudoctor.anonymize import REDACTED, anonymize_dict, anonymize_report_dict
+
+RECORDING = "handmade_nvml_gone_midsession.json"  # two GPUs: the devices probe runs on replay
+FULL = "GPU-7a6b5c4d-3e2f-1a0b-9c8d-7e6f5a4b3c2d"
+FORMS = {
+    "full": FULL,
+    "full-lowercase": FULL.lower(),
+    "prefix": "GPU-7a6b5c4d-3e2f",
+    "mig": "MIG-9f8e7d6c-5b4a-3f2e-1d0c-bA9876543210",
+    "mig-lowercase": "mig-9f8e7d6c-5b4a-3f2e-1d0c-ba9876543210",
+    "bare": "7a6b5c4d-3e2f-1a0b-9c8d-7e6f5a4b3c2d",
+}
+FORMATS = {"json": ["--json", "--anonymize"], "markdown": ["--format", "markdown"]}
+
+
+@pytest.mark.parametrize("output", sorted(FORMATS))
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_a_device_named_in_cuda_visible_devices_leaves_no_trace(cli, data_dir, form, output):
+    given = FORMS[form]
+    run = cli("report", "--replay", str(data_dir / RECORDING), *FORMATS[output],
+              env={"CUDA_VISIBLE_DEVICES": given})
+    assert run.returncode in (0, 1, 4), run.stderr[-2000:]
+    if output == "json":
+        json.loads(run.stdout)
+    assert REDACTED in run.stdout or "&lt;redacted&gt;" in run.stdout
+    distinctive = given.split("-")[1].lower()  # the first group of hex digits
+    assert distinctive not in run.stdout.lower(), [ln for ln in run.stdout.splitlines()
+                                                    if distinctive in ln.lower()]
+
+
+def test_uuids_in_keys_lists_and_text_are_struck_out():
+    data = {
+        "per_gpu": {FULL: {"util": 5}, FULL.lower(): {"util": 6}},
+        "order": [FULL.lower(), "0"],
+        "note": f"slice {FORMS['mig-lowercase']} (from {FORMS['bare']})",
+    }
+    text = json.dumps(anonymize_dict(data, hostname="builder-host"))
+    assert "7a6b5c4d" not in text.lower() and "9f8e7d6c" not in text.lower(), text
+    out = anonymize_dict(data, hostname="builder-host")
+    assert [v["util"] for v in out["per_gpu"].values()] == [5, 6]  # both kept, under distinct keys
+    assert out["order"][1] == "0"  # an index is not an identifier
+
+
+def test_a_device_name_recorded_in_the_data_is_struck_everywhere(monkeypatch):
+    """A report read from elsewhere (replayed, compared) names a device in its own environment
+    list in a spelling no pattern knows; that entry is struck out wherever it appears."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    data = {"host": {"env": [{"name": "CUDA_VISIBLE_DEVICES", "value": "0,slot-alpha-7"}]},
+            "results": [{"probe": "devices", "findings": [{"summary": "slot-alpha-7 is busy"}],
+                         "details": {"hosts": ["n1"]}}]}
+    text = json.dumps(anonymize_report_dict(data))
+    assert "slot-alpha-7" not in text and '"0,' + REDACTED in text, text
