@@ -28,6 +28,7 @@ from gpudoctor.recording import RECORDING_FORMAT, RECORDING_FORMAT_VERSION, Reco
 
 from .base import GpuSample, MemoryReading, ProcessReading, UtilizationReading
 from .na import NA, is_na
+from .plausible import screen
 
 if TYPE_CHECKING:  # pathlib costs `report --quick` ~5 ms of imports; only replays need it
     from pathlib import Path
@@ -91,7 +92,7 @@ class ReplayBackend:
         static = self._nvml.get("static") or []
         if na is not None or index >= len(static):
             return {"index": index, "name": na if na is not None else NA("NotRecorded")}
-        return dict(static[index])
+        return screen(dict(static[index]))
 
     def _next_sample(self, index: int) -> dict[str, Any] | None:
         samples = self._nvml.get("samples") or []
@@ -114,7 +115,7 @@ class ReplayBackend:
         devices = entry.get("devices") or []
         if index >= len(devices):
             return {"gpu_util_pct": NA("NotRecorded")}
-        return dict(devices[index])
+        return screen(dict(devices[index]))
 
     # Recordings hold whole samples; the cheaper views are cuts of the next one.
     _FAST_KEYS = ("t", "gpu_util_pct", "mem_util_pct", "memory_used_bytes", "memory_free_bytes",
