@@ -39,7 +39,7 @@ def run(ctx: ProbeContext) -> ProbeResult:
     facts = ctx.torch_facts()
     torch_checked = not is_na(facts) and facts.get("importable")
     torch_devices: list[dict[str, Any]] = list(facts.get("devices") or []) if torch_checked else []
-    torch_count = facts.get("device_count") if torch_checked else NA("QuickMode" if is_na(facts) else "TorchImportFailed")
+    torch_count = facts.get("device_count") if torch_checked else (facts if is_na(facts) else NA("TorchImportFailed"))
     if torch_checked and facts.get("cuda_available") is not True:
         torch_count = 0
     r.measure("torch_device_count", torch_count if isinstance(torch_count, int) else None,

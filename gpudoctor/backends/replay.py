@@ -34,6 +34,15 @@ if TYPE_CHECKING:  # pathlib costs `report --quick` ~5 ms of imports; only repla
     from pathlib import Path
 
 
+def torch_not_installed(facts: Any) -> bool:
+    """Whether torch facts only say that torch is absent from the environment that read them
+    (``No module named 'torch'``): not a broken torch, just none there to record."""
+    if not isinstance(facts, dict) or facts.get("importable") is not False:
+        return False
+    error = str(facts.get("import_error") or "")
+    return error.startswith("ModuleNotFoundError") and "'torch'" in error
+
+
 class ReplayBackend:
     """Serves a recording through the same methods as :class:`NvmlBackend`.
 
@@ -188,8 +197,12 @@ class ReplayBackend:
         return links[index]
 
     def torch_facts(self) -> Any:
+        """The recorded torch facts, or NA("NotRecorded"): none recorded (``record --no-torch``), or
+        the recording's environment had no torch (the light install), which says nothing about torch."""
         facts = self.recording.get("torch")
-        return facts if facts is not None else NA("NotRecorded")
+        if facts is None or torch_not_installed(facts):
+            return NA("NotRecorded")
+        return facts
 
     def host_facts(self) -> dict[str, Any]:
         return dict(self.recording.get("host") or {})
