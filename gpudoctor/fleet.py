@@ -321,12 +321,6 @@ def collect(client: Prometheus, matchers: Sequence[Matcher] = (), *, stale_after
     known = client.query(f"last_over_time(gpudoctor_gpu_info{selector}[{lookback}])", at=now)
     known_dcgm = client.query(f"last_over_time(DCGM_FI_DEV_GPU_TEMP{selector}[{lookback}])", at=now)
     last_sample = client.query(f"last_over_time(gpudoctor_sample_timestamp_seconds{selector}[{lookback}])", at=now)
-    # The last value of every kept series, for GPUs and nodes no longer exported (last_over_time keeps
-    # the metric name), and when each GPU was last exported (the scrape time of its info series).
-    last_known = client.query(f"last_over_time({_selector(matchers, _names_regex(LAST_KNOWN_METRICS))}[{lookback}])",
-                              at=now)
-    last_seen = client.query(f"last_over_time(timestamp(gpudoctor_gpu_info{selector})[{lookback}:])", at=now)
-
     targets = {s.labels.get("instance", ""): int(s.value) for s in up}
     by_metric: dict[str, list[Series]] = {}
     for s in current:
@@ -349,8 +343,17 @@ def collect(client: Prometheus, matchers: Sequence[Matcher] = (), *, stale_after
         row.name = row.name or s.labels.get("modelName", "")
         row.uuid = row.uuid or s.labels.get("UUID", "")
     sampled_at = {s.labels.get("instance", ""): s.value for s in last_sample}
-    gone = _not_exported(rows, by_metric, targets, sampled_at, {_key(s.labels): s.value for s in last_seen}, now)
-    _keep_last_known(by_metric, last_known, gone, targets)
+    gone = _not_exported(rows, by_metric, targets)
+    if gone:  # two more queries, only for the nodes concerned (a healthy fleet costs none)
+        nodes = Matcher("instance", "=~", "|".join(sorted({re.escape(key[0]) for key in gone})))
+        # The last value of every kept series (last_over_time keeps the metric name), and when each
+        # GPU was last exported (the scrape time of its info series).
+        last_known = client.query(f"last_over_time({_selector([*matchers, nodes], _names_regex(LAST_KNOWN_METRICS))}"
+                                  f"[{lookback}])", at=now)
+        last_seen = client.query(f"last_over_time(timestamp(gpudoctor_gpu_info{_selector([*matchers, nodes])})"
+                                 f"[{lookback}:])", at=now)
+        _ages(rows, gone, targets, sampled_at, {_key(s.labels): s.value for s in last_seen}, now)
+        _keep_last_known(by_metric, last_known, gone, targets)
     _judge_gpudoctor(rows, by_metric, now, stale_after_s, report_max_age_s)
     _judge_dcgm(rows, by_metric)
     _mark_last_known(rows, gone)
@@ -365,29 +368,28 @@ def collect(client: Prometheus, matchers: Sequence[Matcher] = (), *, stale_after
     return FleetView(client.url, selector, now, ordered, targets, client.queries)
 
 
-def _not_exported(rows: dict[tuple[str, str], FleetRow], by_metric: dict[str, list[Series]], targets: dict[str, int],
-                  sampled_at: dict[str, float], seen_at: dict[tuple[str, str], float],
-                  now: float) -> dict[tuple[str, str], float | None]:
-    """The GPUs Prometheus no longer gets, with how old their last readings are (None: unknown).
-
-    A GPU of a target that stopped answering (``up == 0``): as old as the target's last sample. A
-    GPU of a live gpudoctor exporter that is missing from its latest scrape (seen in the look-back
-    window, no series of it now): it vanished; as old as its last scrape.
-    """
+def _not_exported(rows: dict[tuple[str, str], FleetRow], by_metric: dict[str, list[Series]],
+                  targets: dict[str, int]) -> dict[tuple[str, str], float | None]:
+    """The GPUs Prometheus no longer gets: those of a target that stopped answering (``up == 0``),
+    and those of a live gpudoctor exporter missing from its latest scrape (seen in the look-back
+    window, no series of them now: they vanished). Their ages are filled in by :func:`_ages`."""
     exported = {_key(s.labels) for series in by_metric.values() for s in series}
-    gone: dict[tuple[str, str], float | None] = {}
-    for key, row in rows.items():
-        if targets.get(row.instance, 1) == 0:
-            since = sampled_at.get(row.instance)
-            gone[key] = now - since if since else None
-        elif row.source == "gpudoctor" and key not in exported:
-            since = seen_at.get(key)
-            age = now - since if since else None
-            gone[key] = age
+    return {key: None for key, row in rows.items()
+            if targets.get(row.instance, 1) == 0 or (row.source == "gpudoctor" and key not in exported)}
+
+
+def _ages(rows: dict[tuple[str, str], FleetRow], gone: dict[tuple[str, str], float | None], targets: dict[str, int],
+          sampled_at: dict[str, float], seen_at: dict[tuple[str, str], float], now: float) -> None:
+    """How old the last readings of each GPU no longer exported are: a silent target's last sample,
+    a vanished GPU's last scrape; a vanished GPU is a warning, with that age."""
+    for key in gone:
+        row = rows[key]
+        since = sampled_at.get(row.instance) if targets.get(row.instance, 1) == 0 else seen_at.get(key)
+        age = gone[key] = now - since if since else None
+        if targets.get(row.instance, 1) != 0:
             row.add("warn", "GPU no longer exported" + (f" (last seen {fmt_age(age)} ago)" if age is not None else "")
                     + ": it fell off the bus, was reset or removed, or the exporter lost it; check `nvidia-smi` "
                       "and the kernel log on the node")
-    return gone
 
 
 def _keep_last_known(by_metric: dict[str, list[Series]], last_known: list[Series],
