@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -149,6 +149,16 @@ class Baseline:
     identity: dict[str, Any]
     sources: list[str]
     outliers: list[str]  # "file: metric x% off the median" for directory baselines
+    failed: list[str] = field(default_factory=list)  # baseline reports whose own status is fail
+
+
+def failed(report: dict[str, Any]) -> bool:
+    """Whether a report's own verdict was fail: its node was not usable, so its figures prove nothing."""
+    status = report.get("status")
+    if status is None:  # written without a status: the worst of its results
+        statuses = {r.get("status") for r in report.get("results", []) if isinstance(r, dict)}
+        return "fail" in statuses
+    return status == "fail"
 
 
 def load_baseline(path: str | Path) -> Baseline:
@@ -156,7 +166,7 @@ def load_baseline(path: str | Path) -> Baseline:
     path = Path(path)
     if not path.is_dir():
         report = read_report(path)
-        return Baseline(figures(report), identity(report), [str(path)], [])
+        return Baseline(figures(report), identity(report), [str(path)], [], [str(path)] if failed(report) else [])
     files = sorted(p for p in path.glob("*.json") if p.is_file())[:MAX_BASELINE_FILES + 1]
     if not files:
         raise BaselineError(f"{path}: no *.json reports in this directory")
@@ -187,7 +197,8 @@ def load_baseline(path: str | Path) -> Baseline:
     for key in ("driver", "torch", "torch_cuda"):
         seen = sorted({str(i[key]) for i in ids if i[key] is not None})
         merged[key] = seen[0] if len(seen) == 1 else (" / ".join(seen) if seen else None)
-    return Baseline(medians, merged, [str(f) for f in files], sorted(outliers))
+    return Baseline(medians, merged, [str(f) for f in files], sorted(outliers),
+                    [str(f) for f, report in reports if failed(report)])
 
 
 # --------------------------------------------------------------------------- comparing
@@ -220,6 +231,7 @@ def compare(baseline: Baseline, candidate: dict[str, Any], *, force: bool = Fals
     GPU models differ and ``force`` is false, or when nothing can be compared."""
     result = ProbeResult(probe="baseline")
     result.details["baseline_files"] = baseline.sources
+    failures = _failed_reports(result, baseline, candidate, candidate_name)
     mine, theirs = identity(candidate), baseline.identity
     if mine["models"] and theirs["models"] and mine["models"] != theirs["models"]:
         words = f"{', '.join(mine['models'])} here, {', '.join(theirs['models'])} in the baseline"
@@ -239,13 +251,35 @@ def compare(baseline: Baseline, candidate: dict[str, Any], *, force: bool = Fals
                     + (" ..." if len(baseline.outliers) > 3 else ""),
                     why="One slow node in the baseline set must not lower the bar for the others.",
                     fix="Check or remove those reports from the baseline directory.")
-    if judged == 0:
+    if judged == 0 and not failures:
         raise BaselineError(f"nothing to compare: {candidate_name} and the baseline share no measured figure "
                             "(run both with `gpudoctor report --full`)")
     regressions = [f for f in result.findings if f.code == "baseline_regression"]
-    result.settle(f"{judged} figure(s) compared with {len(baseline.sources)} baseline report(s): "
-                  + (f"{len(regressions)} worse than tolerated" if regressions else "none worse than tolerated"))
+    result.settle("; ".join(failures + [
+        f"{judged} figure(s) compared with {len(baseline.sources)} baseline report(s): "
+        + (f"{len(regressions)} worse than tolerated" if regressions else "none worse than tolerated")]))
     return result
+
+
+def _failed_reports(result: ProbeResult, baseline: Baseline, candidate: dict[str, Any], candidate_name: str) -> list[str]:
+    """A failing report on either side fails the comparison, first: figures as good as the baseline's
+    say nothing about a node whose report failed, and a failing baseline is no known-good node."""
+    said = []
+    if failed(candidate):
+        said.append(f"{candidate_name} failed (status fail)")
+        result.find(Status.FAIL, "report_failed", f"{candidate_name} is a failing report: its node is not usable as is, "
+                                                   "whatever its figures.",
+                    why="A comparison judges figures; the report's own failures (a lost GPU, a driver too old...) "
+                        "are not figures and would pass unseen.",
+                    fix=f"Fix the failures that {candidate_name} names first, then compare again.")
+    if baseline.failed:
+        names = ", ".join(baseline.failed)
+        said.append(f"the baseline {names} failed (status fail)")
+        result.find(Status.FAIL, "baseline_report_failed",
+                    f"The baseline is not known-good: {names} has status fail.",
+                    why="A baseline is the bar a node must meet; one from a failing node lowers or bends it.",
+                    fix="Use reports of nodes whose own `gpudoctor report --full` passed as the baseline.")
+    return said
 
 
 def _stack_drift(result: ProbeResult, mine: dict[str, Any], theirs: dict[str, Any]) -> None:

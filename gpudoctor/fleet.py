@@ -16,6 +16,11 @@ One row per (instance, GPU). A row's status is the worst of its findings:
   heat or a hardware slowdown (the power cap alone is a loaded board's normal state), a non-critical Xid, the last report warned or is old;
 * ``pass``: none of these.
 
+A GPU Prometheus no longer gets (a target that stopped answering, or a GPU gone from a live
+exporter's scrape: a warning with its age) keeps its last known readings, Xid and report verdict
+from the look-back window, judged as before and said to be last known: a critical last-known Xid
+keeps the row failing.
+
 Front end: no torch, no pynvml; only the standard library's HTTP client.
 """
 
@@ -70,6 +75,13 @@ DCGM_METRICS = (
     "DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DEV_ROW_REMAP_PENDING", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
     "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
 )
+
+# What is kept of a GPU or node that Prometheus no longer gets (a stopped target, a GPU gone from a
+# live exporter): the last value of each of these in the look-back window. Not the moment's state
+# (throttling, NVML up, sample age), which says nothing once the node is silent.
+LAST_KNOWN_METRICS = tuple(name for name in GPUDOCTOR_METRICS + DCGM_METRICS if name not in (
+    "gpudoctor_gpu_info", "gpudoctor_gpu_throttled", "gpudoctor_nvml_up", "gpudoctor_nvml_error_info",
+    "gpudoctor_sample_age_seconds", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"))
 
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _MATCH = re.compile(r"^\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*(.*?)\s*$", re.S)
@@ -225,6 +237,10 @@ class FleetRow:
     xid_last_time: float | None = None
     report_status: str | None = None
     report_age_s: float | None = None
+    # True for a GPU Prometheus no longer gets (its target stopped answering, or it vanished from a
+    # live exporter): its readings and findings are the last known, last_known_age_s old (None: unknown).
+    last_known: bool = False
+    last_known_age_s: float | None = None
     findings: list[tuple[str, str]] = field(default_factory=list)  # (status, words)
 
     def add(self, status: str, words: str) -> None:
@@ -299,7 +315,6 @@ def collect(client: Prometheus, matchers: Sequence[Matcher] = (), *, stale_after
     known = client.query(f"last_over_time(gpudoctor_gpu_info{selector}[{lookback}])", at=now)
     known_dcgm = client.query(f"last_over_time(DCGM_FI_DEV_GPU_TEMP{selector}[{lookback}])", at=now)
     last_sample = client.query(f"last_over_time(gpudoctor_sample_timestamp_seconds{selector}[{lookback}])", at=now)
-
     targets = {s.labels.get("instance", ""): int(s.value) for s in up}
     by_metric: dict[str, list[Series]] = {}
     for s in current:
@@ -321,9 +336,21 @@ def collect(client: Prometheus, matchers: Sequence[Matcher] = (), *, stale_after
         row = row_for(s.labels, "dcgm-exporter")
         row.name = row.name or s.labels.get("modelName", "")
         row.uuid = row.uuid or s.labels.get("UUID", "")
+    sampled_at = {s.labels.get("instance", ""): s.value for s in last_sample}
+    gone = _not_exported(rows, by_metric, targets)
+    if gone:  # two more queries, only for the nodes concerned (a healthy fleet costs none)
+        nodes = Matcher("instance", "=~", "|".join(sorted({re.escape(key[0]) for key in gone})))
+        # The last value of every kept series (last_over_time keeps the metric name), and when each
+        # GPU was last exported (the scrape time of its info series).
+        last_known = client.query(f"last_over_time({_selector([*matchers, nodes], _names_regex(LAST_KNOWN_METRICS))}"
+                                  f"[{lookback}])", at=now)
+        last_seen = client.query(f"last_over_time(timestamp(gpudoctor_gpu_info{_selector([*matchers, nodes])})"
+                                 f"[{lookback}:])", at=now)
+        _ages(rows, gone, targets, sampled_at, {_key(s.labels): s.value for s in last_seen}, now)
+        _keep_last_known(by_metric, last_known, gone, targets)
     _judge_gpudoctor(rows, by_metric, now, stale_after_s, report_max_age_s)
     _judge_dcgm(rows, by_metric)
-    sampled_at = {s.labels.get("instance", ""): s.value for s in last_sample}
+    _mark_last_known(rows, gone)
     _judge_targets(rows, targets, sampled_at, now)
     if not rows:
         raise FleetError("empty", f"Prometheus at {client.url} holds no GPU series"
@@ -333,6 +360,54 @@ def collect(client: Prometheus, matchers: Sequence[Matcher] = (), *, stale_after
         row.settle()
     ordered = sorted(rows.values(), key=lambda r: (STATUS_ORDER[r.status], r.instance, _gpu_sort(r.gpu)))
     return FleetView(client.url, selector, now, ordered, targets, client.queries)
+
+
+def _not_exported(rows: dict[tuple[str, str], FleetRow], by_metric: dict[str, list[Series]],
+                  targets: dict[str, int]) -> dict[tuple[str, str], float | None]:
+    """The GPUs Prometheus no longer gets: those of a target that stopped answering (``up == 0``),
+    and those of a live gpudoctor exporter missing from its latest scrape (seen in the look-back
+    window, no series of them now: they vanished). Their ages are filled in by :func:`_ages`."""
+    exported = {_key(s.labels) for series in by_metric.values() for s in series}
+    return {key: None for key, row in rows.items()
+            if targets.get(row.instance, 1) == 0 or (row.source == "gpudoctor" and key not in exported)}
+
+
+def _ages(rows: dict[tuple[str, str], FleetRow], gone: dict[tuple[str, str], float | None], targets: dict[str, int],
+          sampled_at: dict[str, float], seen_at: dict[tuple[str, str], float], now: float) -> None:
+    """How old the last readings of each GPU no longer exported are: a silent target's last sample,
+    a vanished GPU's last scrape; a vanished GPU is a warning, with that age."""
+    for key in gone:
+        row = rows[key]
+        since = sampled_at.get(row.instance) if targets.get(row.instance, 1) == 0 else seen_at.get(key)
+        age = gone[key] = now - since if since else None
+        if targets.get(row.instance, 1) != 0:
+            row.add("warn", "GPU no longer exported" + (f" (last seen {fmt_age(age)} ago)" if age is not None else "")
+                    + ": it fell off the bus, was reset or removed, or the exporter lost it; check `nvidia-smi` "
+                      "and the kernel log on the node")
+
+
+def _keep_last_known(by_metric: dict[str, list[Series]], last_known: list[Series],
+                     gone: dict[tuple[str, str], float | None], targets: dict[str, int]) -> None:
+    """Add the last known series of GPUs no longer exported (and the node-wide ones of silent
+    targets: the report verdict) where the latest scrape has none, so they are judged as before."""
+    present = {(name, _key(s.labels)) for name, series in by_metric.items() for s in series}
+    for s in last_known:
+        name, key = s.labels.get("__name__", ""), _key(s.labels)
+        if not name or (name, key) in present:
+            continue  # a Prometheus that dropped the name: nothing to file it under
+        if key in gone or (key[1] == "" and targets.get(key[0], 1) == 0):
+            by_metric.setdefault(name, []).append(s)
+
+
+def _mark_last_known(rows: dict[tuple[str, str], FleetRow], gone: dict[tuple[str, str], float | None]) -> None:
+    """Say of each finding of a GPU no longer exported that it is the last known state, with its age.
+    A critical last-known Xid keeps the row failing: the node has probably died of it."""
+    for key, age in gone.items():
+        row = rows[key]
+        row.last_known, row.last_known_age_s = True, age
+        words = "last known" + (f" ({fmt_age(age)} ago)" if age is not None else "")
+        row.findings = [(status, text if text.startswith("GPU no longer exported") else f"{words}: {text}")
+                        for status, text in row.findings]
 
 
 def _gpu_sort(gpu: str) -> tuple[int, str]:

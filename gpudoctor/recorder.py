@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from gpudoctor import _version
 from gpudoctor.backends.na import NA, encode, is_na
-from gpudoctor.backends.replay import RECORDING_FORMAT, RECORDING_FORMAT_VERSION
+from gpudoctor.backends.replay import RECORDING_FORMAT, RECORDING_FORMAT_VERSION, torch_not_installed
 from gpudoctor.model import utc_now_iso
 from gpudoctor.sampling import Sampler
 
@@ -97,7 +97,10 @@ def capture(gpu: Any, *, seconds: float, interval: float, with_torch: bool = Tru
         if with_torch:
             if log:
                 log("gpudoctor: reading torch facts in a child process ...")
-            recording["torch"] = torch_facts_in_child()
+            facts = torch_facts_in_child()
+            # No torch in this environment (the light install): nothing about torch to record, and a
+            # replay must not read the absence as a broken torch.
+            recording["torch"] = None if torch_not_installed(facts) else facts
         if log:
             log(f"gpudoctor: sampling {n} device(s) every {interval:g} s for {seconds:g} s ...")
         samples = recording["nvml"]["samples"]

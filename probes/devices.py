@@ -40,7 +40,7 @@ def run(ctx: ProbeContext) -> ProbeResult:
     facts = ctx.torch_facts()
     torch_checked = not is_na(facts) and facts.get("importable")
     torch_devices: list[dict[str, Any]] = list(facts.get("devices") or []) if torch_checked else []
-    torch_count = facts.get("device_count") if torch_checked else NA("QuickMode" if is_na(facts) else "TorchImportFailed")
+    torch_count = facts.get("device_count") if torch_checked else (facts if is_na(facts) else NA("TorchImportFailed"))
     if torch_checked and facts.get("cuda_available") is not True:
         torch_count = 0
     r.measure("torch_device_count", torch_count if isinstance(torch_count, int) else None,
@@ -189,6 +189,17 @@ def _describe_device(r: ProbeResult, dev: int, n_index: int | None, t: dict[str,
                    "the slice's, and NVML utilisation is not reported per instance.",
                fix="Select a slice with CUDA_VISIBLE_DEVICES=MIG-<uuid> (nvidia-smi -L), or ask the "
                    "administrator to disable MIG for whole-GPU training.", device=dev)
+    identity = [s.get(k) for k in ("name", "uuid", "pci_bus_id", "compute_capability", "memory_total_bytes")]
+    if not t and s and all(is_na(v) for v in identity) and not (is_na(name) and name.reason == "GpuIsLost"):
+        reasons = sorted({v.reason for v in identity})
+        r.find(Status.WARN, "device_unreadable",
+               f"GPU {dev}: nothing could be read about it: {', '.join(reasons)}.",
+               why="NVML counts the device but answers nothing about it (name, UUID, PCI bus, memory), so "
+                   "it cannot be identified or matched to torch's devices; every NVIDIA GPU reports these.",
+               fix="Compare with `nvidia-smi -q`; check the driver (`dmesg`), and in a VM or container that the "
+                   "GPU is passed through whole" + (", and run as root" if "NoPermission" in reasons else "") + ".",
+               device=dev)
+        return f"unreadable ({', '.join(reasons)})"
     if is_na(name) and name.reason == "GpuIsLost":
         r.find(Status.FAIL, "gpu_lost", f"GPU {dev} has fallen off the bus (NVML: GpuIsLost).",
                why="The driver lost contact with the GPU (Xid 79): every CUDA call on it fails.",

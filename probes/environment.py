@@ -256,7 +256,13 @@ def _without_torch(r: ProbeResult, ctx: ProbeContext, reason: str, driver: Any, 
         r.find(Status.ERROR, "python_unusable", str(exc))
         return r.settle(f"{driver_text}; torch not checked")
     if ctx.replay and not build.installed:
-        return r.settle(f"{driver_text}; torch not checked (not in the recording)")
+        r.measure("torch", None, note="not recorded")
+        r.find(Status.SKIP, "torch_not_recorded",
+               "torch facts were not recorded: the torch checks did not run.",
+               why="The recording holds none (made with `record --no-torch`, or where torch is not installed); "
+                   "what was not recorded is unknown, not a failure.",
+               fix="Record on the training environment, with its torch: `gpudoctor record -o FILE` there.")
+        return r.settle(f"{driver_text}; torch not recorded")
     if not ctx.replay:
         r.measure("interpreter", build.python)
     if not build.installed:

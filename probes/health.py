@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpudoctor.backends.na import is_na
+from gpudoctor.backends.plausible import IMPLAUSIBLE, is_implausible
 from gpudoctor.backends.nvml import THROTTLE_REASONS, throttle_reason_names
 from gpudoctor.backends.visibility import visible_nvml_indices
 from gpudoctor.model import ProbeResult, Status
@@ -33,13 +34,21 @@ RETIRED_PAGES_RMA = 60
 SHUTDOWN_MARGIN_C = 3
 
 
-def _num(value: Any) -> float | None:
+def _num(value: Any) -> int | float | None:
+    """A reading as a number, or None. Integers stay ints: a counter is never rounded through a float."""
     if is_na(value) or value is None or isinstance(value, bool):
         return None
+    if isinstance(value, (int, float)):
+        return value
     try:
         return float(value)
     except (TypeError, ValueError):
         return None
+
+
+def _whole(value: int | float) -> str:
+    """A count as written: an int whole (``:.0f`` would round it through a float past 2**53)."""
+    return str(value) if isinstance(value, int) else f"{value:.0f}"
 
 
 @dataclass
@@ -66,6 +75,7 @@ def check_device(r: ProbeResult, dev: int, s: dict[str, Any], x: dict[str, Any])
     d = _Device(r, dev, s, x, label=f"GPU {dev}" + (f" ({name})" if isinstance(name, str) else ""))
     if _check_lost(d):
         return
+    first = len(r.measurements)
     d.m("gpu_utilization", x.get("gpu_util_pct"), "%")
     _check_temperature(d)
     _check_power(d)
@@ -76,6 +86,39 @@ def check_device(r: ProbeResult, dev: int, s: dict[str, Any], x: dict[str, Any])
     _check_pcie(d)
     _check_modes(d)
     d.m("fan_speed", x.get("fan_pct"), "%")
+    _check_unread(d, r.measurements[first:])
+
+
+def _check_unread(d: _Device, measured: list[Any]) -> None:
+    """Say what could not be read: nothing at all (never a pass), impossible values, and readings
+    denied for lack of permission (shown without -v, with how to get them)."""
+    unread = [m for m in measured if m.value is None and m.note]
+    if measured and len(unread) == len(measured):
+        reasons = sorted({m.note for m in unread})
+        d.find(Status.WARN, "nothing_read", f"{d.label}: nothing could be read: {', '.join(reasons)}.",
+               why="Every health reading (temperature, power, clocks, ECC, PCIe) came back unavailable, so none "
+                   "of them was checked; every NVIDIA GPU reports at least its temperature and utilisation.",
+               fix="Compare with `nvidia-smi -q`; check the driver (`dmesg`), and in a VM or container that the "
+                   "GPU is passed through whole" + (", and run as root (`sudo gpudoctor report`)"
+                                                    if "NoPermission" in reasons else "") + ".")
+        return
+    implausible = [(m.name, m.note) for m in unread if m.note.startswith(IMPLAUSIBLE)]
+    implausible += [(k, v.reason) for k, v in d.s.items() if is_implausible(v)]  # thresholds, limits
+    if implausible:
+        shown = "; ".join(f"{name} {note[len(IMPLAUSIBLE):].strip()}" for name, note in implausible)
+        d.find(Status.WARN, "implausible_reading",
+               f"{d.label}: the driver returned an impossible value ({shown}); shown as n/a.",
+               why="No GPU can have such a reading: it is a driver or sensor fault, so what it should tell "
+                   "(temperature, errors, clocks) is unknown.",
+               fix="Compare with `nvidia-smi -q`; if it shows the same, update or reinstall the driver, and "
+                   "report the board if it persists.")
+    denied = [m.name for m in unread if m.note == "NoPermission"]
+    if denied:
+        d.find(Status.SKIP, "readings_need_permission",
+               f"{d.label}: not readable without permission (NVML: NoPermission): {', '.join(denied)}.",
+               why="The driver lets only privileged users read these, so they were not checked.",
+               fix="Run as root (`sudo gpudoctor report`), or read them with `sudo nvidia-smi -q`; in a "
+                   "container, they need a privileged container or an administrator.")
 
 
 def _check_lost(d: _Device) -> bool:
@@ -156,18 +199,18 @@ def _check_ecc(d: _Device) -> None:
         d.m(key, x.get(key))
     if vol_unc:
         d.find(Status.FAIL, "ecc_uncorrected_volatile",
-               f"{label} had {vol_unc:.0f} uncorrectable ECC error(s) since the driver loaded.",
+               f"{label} had {_whole(vol_unc)} uncorrectable ECC error(s) since the driver loaded.",
                why="Uncorrectable errors corrupt data or kill the process that hit them (Xid 48/94/95).",
                fix="Drain the node, reset the GPU (retires/remaps the bad memory), and run a memory test; "
                    "replace the GPU if errors come back.")
     elif agg_unc:
         d.find(Status.WARN, "ecc_uncorrected_aggregate",
-               f"{label} has had {agg_unc:.0f} uncorrectable ECC error(s) over its lifetime (none since driver load).",
+               f"{label} has had {_whole(agg_unc)} uncorrectable ECC error(s) over its lifetime (none since driver load).",
                why="Past uncorrectable errors point at weak memory cells; retirement/remapping should have isolated them.",
                fix="Check retired pages / remapped rows below; watch for new volatile errors.")
     elif vol_cor:
         d.find(Status.PASS, "ecc_corrected",
-               f"{label} corrected {vol_cor:.0f} single-bit ECC error(s) since the driver loaded.",
+               f"{label} corrected {_whole(vol_cor)} single-bit ECC error(s) since the driver loaded.",
                why="Corrected errors are harmless on their own; a fast-growing count precedes page retirement.",
                fix="Nothing now; alert if the count keeps rising.")
 
@@ -186,7 +229,7 @@ def _check_retired_pages(d: _Device) -> None:
                fix="Reset the GPU (`nvidia-smi -r` when idle) or reboot the node.")
     if total >= RETIRED_PAGES_RMA:
         d.find(Status.FAIL, "retired_pages_limit",
-               f"{d.label} has {total:.0f} retired pages (>= {RETIRED_PAGES_RMA}).",
+               f"{d.label} has {_whole(total)} retired pages (>= {RETIRED_PAGES_RMA}).",
                why="NVIDIA's guidance treats this many retirements as a board to return (RMA).",
                fix="Replace the GPU.")
 
@@ -287,10 +330,17 @@ def run(ctx: ProbeContext) -> ProbeResult:
         check_device(r, n, static, sample)
     r.details["device_numbering"] = "nvml"
     r.details["nvml_to_torch"] = {str(k): v for k, v in torch_of.items()}
-    worst = Status.worst((f.status for f in r.findings), default=Status.PASS)
+    # A skipped part (readings denied) is shown, but does not make the checks that ran a skip.
+    worst = Status.worst((f.status for f in r.findings if f.status != Status.SKIP), default=Status.PASS)
     problems = [f for f in r.findings if f.status in (Status.WARN, Status.FAIL)]
-    summary = (f"{len(nvml_indices)} GPU(s) healthy" if not problems
-               else f"{len(problems)} problem(s) on {len({f.device for f in problems})} GPU(s)")
+    unread = [f for f in r.findings if f.code == "nothing_read"]
+    if len(unread) == len(nvml_indices):
+        reasons = sorted({m.note for m in r.measurements if m.value is None and m.note})
+        summary = f"nothing could be read: {', '.join(reasons)}"
+    elif not problems:
+        summary = f"{len(nvml_indices)} GPU(s) healthy"
+    else:
+        summary = f"{len(problems)} problem(s) on {len({f.device for f in problems})} GPU(s)"
     r.settle(summary)
     r.status = worst
     return r

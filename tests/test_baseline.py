@@ -28,7 +28,27 @@ def real_report(tmp_path_factory) -> dict:
     assert out.exists(), proc.stderr
     report = json.loads(out.read_text())
     assert baseline.figures(report), "the compute probe measured no CPU figure"
+    # On a machine without a GPU the environment and devices results fail (no driver, no device),
+    # and a failing report is no baseline (compare fails it: tests below). These tests need a
+    # known-good report: its real figures and versions, with the no-GPU failures taken out.
+    for result in report["results"]:
+        if result["status"] == "fail":
+            result["findings"] = [f for f in result["findings"] if f["status"] != "fail"]
+            result["status"] = "pass"
+    report["status"] = "pass"
     return report
+
+
+def _failing(report: dict) -> dict:
+    """``report`` with a failed probe, as a report of a node with a lost GPU has."""
+    data = copy.deepcopy(report)
+    data["results"].append({"probe": "health", "status": "fail", "summary": "1 problem(s) on 1 GPU(s)",
+                            "duration_s": 0.0, "measurements": [], "details": {},
+                            "findings": [{"status": "fail", "code": "gpu_lost", "device": 0,
+                                          "summary": "GPU 0 has fallen off the bus (NVML: GpuIsLost).",
+                                          "why": "", "fix": ""}]})
+    data["status"] = "fail"
+    return data
 
 
 def _edited(report: dict, factor: float = 1.0, *, name: str | None = None, torch: str | None = None) -> dict:
@@ -174,3 +194,42 @@ def test_report_baseline_unreadable_is_refused_before_running(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert code == exitcodes.USAGE and out == ""
     assert "--baseline" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_failing_report_fails_the_comparison_and_says_so_first(real_report, tmp_path, capsys):
+    """Before: `PASS: 4 figure(s) compared ... none worse than tolerated`, exit 0, for a report whose
+    own status was fail."""
+    good = _write(tmp_path, "good.json", real_report)
+    bad = _write(tmp_path, "bad.json", _failing(real_report))
+    code, out, err = _compare(capsys, good, bad)
+    assert code == exitcodes.FAIL, (out, err)
+    first = out.splitlines()[0]
+    assert ": FAIL: " in first and "bad.json failed (status fail)" in first
+    code, out, err = _compare(capsys, good, bad, "--json")
+    (result,) = json.loads(out)["results"]
+    assert code == exitcodes.FAIL and result["status"] == "fail"
+    assert result["findings"][0]["code"] == "report_failed"
+
+
+def test_a_failing_baseline_fails_the_comparison(real_report, tmp_path, capsys):
+    bad = _write(tmp_path, "bad.json", _failing(real_report))
+    good = _write(tmp_path, "good.json", real_report)
+    code, out, err = _compare(capsys, bad, good, "--json")
+    (result,) = json.loads(out)["results"]
+    assert code == exitcodes.FAIL and result["findings"][0]["code"] == "baseline_report_failed"
+    folder = tmp_path / "nodes"
+    folder.mkdir()
+    _write(folder, "node0.json", real_report)
+    _write(folder, "node1.json", _failing(real_report))
+    code, out, err = _compare(capsys, folder, good)
+    assert code == exitcodes.FAIL and "node1.json" in out.splitlines()[0]
+
+
+def test_report_baseline_fails_with_a_failing_baseline(real_report, tmp_path, capsys):
+    bad = _write(tmp_path, "bad.json", _failing(real_report))
+    code = main(["report", "--probe", "compute", "--baseline", str(bad), "--json"])
+    out, err = capsys.readouterr()
+    result = json.loads(out)["results"][-1]
+    assert result["probe"] == "baseline" and result["status"] == "fail"
+    assert "baseline_report_failed" in {f["code"] for f in result["findings"]}
+    assert code == exitcodes.FAIL

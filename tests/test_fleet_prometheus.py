@@ -131,9 +131,12 @@ def test_fleet_lists_three_exporters_worst_first_then_sees_onestop(tmp_path):
         after = _fleet(prom_port, "--json")
         down = json.loads(after.stdout)
         assert inst["xid79"] in down["targets_down"]
-        stale = [r for r in down["rows"] if r["instance"] == inst["xid79"]]
-        assert stale and all(r["status"] == "stale" for r in stale)
-        assert "not answering Prometheus" in stale[0]["reason"]
+        stale = {r["gpu"]: r for r in down["rows"] if r["instance"] == inst["xid79"]}
+        assert stale["0"]["status"] == "stale" and "not answering Prometheus" in stale["0"]["reason"]
+        # the last known Xid 79 is kept and keeps its GPU failing (it was dropped: `-`, stale)
+        dead = stale["1"]
+        assert dead["status"] == "fail" and dead["xid_last"] == 79 and dead["last_known"]
+        assert "last known" in dead["reason"] and "not answering Prometheus" in dead["reason"]
         assert after.returncode == exitcodes.FAIL  # the lost GPU still fails
 
         stop(prometheus)

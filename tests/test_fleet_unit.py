@@ -256,3 +256,58 @@ def test_the_power_cap_alone_is_no_warning_heat_or_hardware_is():
     _judge_clocks(hot, ["sw_power_cap", "sw_thermal_slowdown"])
     hot.settle()
     assert hot.status == "warn" and hot.reason == "clocks held down: power cap, thermal slowdown (software)"
+
+
+# ---------------------------------------------------------------- GPUs Prometheus no longer gets
+def _with(fake, *rules):
+    """``fake`` answering ``rules`` (prefix, answer) before its own."""
+    fake.rules[:0] = list(rules)
+    return fake
+
+
+def test_a_gpu_that_vanished_from_a_live_exporter_is_a_warning_with_its_age():
+    """Before: the GPU seen in the look-back window but gone from the latest scrape stayed
+    `PASS ... no problem seen` with `-` for every reading."""
+    fake = make([("a:9402", 1)])
+    info = dict(fake.rules)["last_over_time(gpudoctor_gpu_info"]["data"]["result"]
+    info.append({"metric": gpu("a:9402", 1, name="NVIDIA H100 80GB HBM3"), "value": [NOW, "1"]})
+    _with(fake,
+          ("last_over_time(timestamp(gpudoctor_gpu_info", vec((gpu("a:9402", 0), NOW - 5), (gpu("a:9402", 1), NOW - 420))),
+          ("last_over_time({__name__=~", vec((dict(gpu("a:9402", 1), __name__="gpudoctor_gpu_temperature_celsius"), 58))))
+    view = view_of(fake)
+    gone = next(r for r in view.rows if r.gpu == "1")
+    assert gone.status == "warn" and "GPU no longer exported (last seen 7 min ago)" in gone.reason
+    assert gone.last_known and gone.last_known_age_s == pytest.approx(420)
+    assert gone.temperature_c == 58  # its last known reading, not `-`
+    still = next(r for r in view.rows if r.gpu == "0")
+    assert still.status == "pass" and not still.last_known
+    assert fleet.exit_code(view) == exitcodes.WARN
+
+
+def test_a_stale_node_keeps_its_last_known_xid_and_keeps_failing():
+    """Before: when the exporter of an Xid 79 node stopped answering, the row turned STALE and its Xid
+    column went to `-`: the last known Xid was dropped just when the node had probably died."""
+    fake = make([("a:9402", 1), ("d:9402", 1)], up={"a:9402": 1, "d:9402": 0})
+    # Prometheus gets nothing of d now (the target is down); the look-back window still has its series.
+    current = dict(fake.rules)["{__name__=~"]["data"]["result"]
+    current[:] = [s for s in current if s["metric"].get("instance") != "d:9402"]
+    _with(fake, ("last_over_time({__name__=~", vec(
+        (dict(gpu("d:9402", 0), __name__="gpudoctor_gpu_last_xid"), 79),
+        (dict(gpu("d:9402", 0), __name__="gpudoctor_gpu_xid_errors_total"), 1),
+        (dict(gpu("d:9402", 0), __name__="gpudoctor_gpu_last_xid_timestamp_seconds"), NOW - 900),
+        (dict(gpu("d:9402", 0), __name__="gpudoctor_gpu_temperature_celsius"), 70),
+        ({"__name__": "gpudoctor_report_status", "instance": "d:9402", "job": "gpudoctor", "status": "pass"}, 1),
+        (dict(gpu("a:9402", 0), __name__="gpudoctor_gpu_last_xid"), 13),  # a's current answer wins
+    )))
+    view = view_of(fake)
+    dead = next(r for r in view.rows if r.instance == "d:9402")
+    assert dead.status == "fail" and dead.xid_last == 79 and dead.xid_count == 1
+    assert dead.last_known and dead.last_known_age_s == pytest.approx(600)  # the target's last sample
+    assert "last known (10 min ago): Xid 79, 15 min ago" in dead.reason
+    assert "not answering Prometheus" in dead.reason
+    assert dead.temperature_c == 70 and dead.report_status == "pass"
+    alive = next(r for r in view.rows if r.instance == "a:9402")
+    assert alive.status == "pass" and alive.xid_last is None and not alive.last_known
+    assert fleet.exit_code(view) == exitcodes.FAIL
+    text = fleet.render_text(view)
+    assert " 79 " in next(line for line in text.splitlines() if "d:9402" in line)

@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from .base import GpuSample, MemoryReading, ProcessReading, UtilizationReading
 from .na import NA, is_na
+from .plausible import check, screen
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +165,12 @@ def _mw_to_w(value: Any) -> Any:
     return value if is_na(value) else value / 1000.0
 
 
+def _memory_reading(used: Any, free: Any, total: Any, reserved: Any) -> MemoryReading:
+    """A memory reading with impossible byte counts as NA (gpudoctor.backends.plausible)."""
+    return MemoryReading(check("memory_used_bytes", used), check("memory_free_bytes", free),
+                         check("memory_total_bytes", total), check("memory_reserved_bytes", reserved))
+
+
 class NvmlBackend:
     """Live readings through NVML. The methods are :class:`~gpudoctor.backends.base.GpuBackend`."""
 
@@ -222,7 +229,7 @@ class NvmlBackend:
         cc = q("nvmlDeviceGetCudaComputeCapability", index)
         mig = q("nvmlDeviceGetMigMode", index)
         ecc_mode = q("nvmlDeviceGetEccMode", index)
-        return {
+        return screen({
             "index": index,
             "name": q("nvmlDeviceGetName", index),
             "uuid": q("nvmlDeviceGetUUID", index),
@@ -249,7 +256,7 @@ class NvmlBackend:
             "mig_mode": mig if is_na(mig) else int(mig[0]),
             "ecc_mode": ecc_mode if is_na(ecc_mode) else int(ecc_mode[0]),
             "num_fans": q("nvmlDeviceGetNumFans", index),
-        }
+        })
 
     # -- per device, every interval -------------------------------------------------
     def memory(self, index: int) -> MemoryReading:
@@ -265,7 +272,7 @@ class NvmlBackend:
         if version and self._memory_v2:
             memory = self._q("nvmlDeviceGetMemoryInfo", index, version)
             if not is_na(memory):
-                return MemoryReading(int(memory.used), int(memory.free), int(memory.total), int(memory.reserved))
+                return _memory_reading(int(memory.used), int(memory.free), int(memory.total), int(memory.reserved))
             if memory.reason not in _NO_V2_REASONS:
                 return MemoryReading(memory, memory, memory, memory)
             self._memory_v2 = False
@@ -274,7 +281,7 @@ class NvmlBackend:
         memory = self._q("nvmlDeviceGetMemoryInfo", index)
         if is_na(memory):
             return MemoryReading(memory, memory, memory, memory)
-        return MemoryReading(int(memory.used), int(memory.free), int(memory.total), NA("MemoryV2NotSupported"))
+        return _memory_reading(int(memory.used), int(memory.free), int(memory.total), NA("MemoryV2NotSupported"))
 
     def fast_sample(self, index: int) -> GpuSample:
         """The readings that cost one quick NVML call each: utilisation, memory, temperature,
@@ -289,7 +296,7 @@ class NvmlBackend:
         reasons = q("nvmlDeviceGetCurrentClocksEventReasons", index)
         if is_na(reasons):
             reasons = q("nvmlDeviceGetCurrentClocksThrottleReasons", index)
-        return {
+        return screen({
             **self.utilization(index),
             **self.memory(index),
             "temperature_c": q("nvmlDeviceGetTemperature", index, c("NVML_TEMPERATURE_GPU", 0)),
@@ -300,7 +307,7 @@ class NvmlBackend:
             "clock_graphics_mhz": q("nvmlDeviceGetClockInfo", index, c("NVML_CLOCK_GRAPHICS", 0)),
             "throttle_reasons": reasons,
             "performance_state": q("nvmlDeviceGetPerformanceState", index),
-        }
+        })
 
     def sample(self, index: int) -> GpuSample:
         """Every reading gpudoctor shows: :meth:`fast_sample` plus PCIe link and throughput,
@@ -314,7 +321,7 @@ class NvmlBackend:
         rx = q("nvmlDeviceGetPcieThroughput", index, c("NVML_PCIE_UTIL_RX_BYTES", 1))
         sbe = q("nvmlDeviceGetRetiredPages", index, c("NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS", 0))
         dbe = q("nvmlDeviceGetRetiredPages", index, c("NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR", 1))
-        return {
+        return screen({
             **self.fast_sample(index),
             "pcie_gen_current": q("nvmlDeviceGetCurrPcieLinkGeneration", index),
             "pcie_width_current": q("nvmlDeviceGetCurrPcieLinkWidth", index),
@@ -335,7 +342,7 @@ class NvmlBackend:
             "persistence_mode": q("nvmlDeviceGetPersistenceMode", index),
             "compute_mode": q("nvmlDeviceGetComputeMode", index),
             "energy_mj": self.total_energy_mj(index),
-        }
+        })
 
     def nvlink(self, index: int) -> Any:
         """NVLink links of a device: one dict per link that answered, or NA.
@@ -401,7 +408,7 @@ class NvmlBackend:
 
     def total_energy_mj(self, index: int) -> Any:
         """Energy used since the driver loaded, in mJ (nvidia-smi --query-gpu=total_energy_consumption)."""
-        return self._q("nvmlDeviceGetTotalEnergyConsumption", index)
+        return check("energy_mj", self._q("nvmlDeviceGetTotalEnergyConsumption", index))
 
     def compute_mode(self, index: int) -> Any:
         """nvmlDeviceGetComputeMode: 0 default, 1 exclusive thread (deprecated), 2 prohibited,
@@ -414,8 +421,8 @@ class NvmlBackend:
         One NVML call, cheap enough to poll at 10-20 Hz beside a running benchmark.
         """
         util = self._q("nvmlDeviceGetUtilizationRates", index)
-        return UtilizationReading(time.time(), util if is_na(util) else int(util.gpu),
-                                  util if is_na(util) else int(util.memory))
+        return UtilizationReading(time.time(), util if is_na(util) else check("gpu_util_pct", int(util.gpu)),
+                                  util if is_na(util) else check("mem_util_pct", int(util.memory)))
 
     def processes(self, index: int) -> list[ProcessReading] | NA:
         """Processes holding a context on the device: pid, type, GPU memory, SM util."""

@@ -28,9 +28,19 @@ from gpudoctor.recording import RECORDING_FORMAT, RECORDING_FORMAT_VERSION, Reco
 
 from .base import GpuSample, MemoryReading, ProcessReading, UtilizationReading
 from .na import NA, is_na
+from .plausible import screen
 
 if TYPE_CHECKING:  # pathlib costs `report --quick` ~5 ms of imports; only replays need it
     from pathlib import Path
+
+
+def torch_not_installed(facts: Any) -> bool:
+    """Whether torch facts only say that torch is absent from the environment that read them
+    (``No module named 'torch'``): not a broken torch, just none there to record."""
+    if not isinstance(facts, dict) or facts.get("importable") is not False:
+        return False
+    error = str(facts.get("import_error") or "")
+    return error.startswith("ModuleNotFoundError") and "'torch'" in error
 
 
 class ReplayBackend:
@@ -91,7 +101,7 @@ class ReplayBackend:
         static = self._nvml.get("static") or []
         if na is not None or index >= len(static):
             return {"index": index, "name": na if na is not None else NA("NotRecorded")}
-        return dict(static[index])
+        return screen(dict(static[index]))
 
     def _next_sample(self, index: int) -> dict[str, Any] | None:
         samples = self._nvml.get("samples") or []
@@ -114,7 +124,7 @@ class ReplayBackend:
         devices = entry.get("devices") or []
         if index >= len(devices):
             return {"gpu_util_pct": NA("NotRecorded")}
-        return dict(devices[index])
+        return screen(dict(devices[index]))
 
     # Recordings hold whole samples; the cheaper views are cuts of the next one.
     _FAST_KEYS = ("t", "gpu_util_pct", "mem_util_pct", "memory_used_bytes", "memory_free_bytes",
@@ -187,8 +197,12 @@ class ReplayBackend:
         return links[index]
 
     def torch_facts(self) -> Any:
+        """The recorded torch facts, or NA("NotRecorded"): none recorded (``record --no-torch``), or
+        the recording's environment had no torch (the light install), which says nothing about torch."""
         facts = self.recording.get("torch")
-        return facts if facts is not None else NA("NotRecorded")
+        if facts is None or torch_not_installed(facts):
+            return NA("NotRecorded")
+        return facts
 
     def host_facts(self) -> dict[str, Any]:
         return dict(self.recording.get("host") or {})

@@ -3,7 +3,7 @@
 BASELINE is a report from a known-good node (``gpudoctor report --full -o good.json``) or a
 directory of them (their median per figure); REPORT is the report to judge. Exit codes: 0 every
 figure within tolerance; 3 a figure worse than its warn tolerance (or a changed driver/torch);
-4 a figure worse than its fail tolerance; 2 unreadable files, different GPU models (without
+4 a figure worse than its fail tolerance, or either report's own status is fail; 2 unreadable files, different GPU models (without
 --force) or nothing to compare.
 """
 
