@@ -231,14 +231,15 @@ def fmt_num(value: Any, unit: str = "", digits: int = 0) -> str:
     return f"{text}{unit}" if unit in ("%", "°C") else f"{text} {unit}".rstrip()
 
 
-def fmt_memory(dev: Any) -> str:
+def fmt_memory(dev: Any, *, reserved: bool = True) -> str:
     """Used/total memory of a device snapshot: ``31.2/40.0 GiB``, and the memory the driver
-    reserves for itself when NVML gave it apart (``31.2/80.0 GiB +0.5 reserved``)."""
+    reserves for itself when NVML gave it apart (``31.2/80.0 GiB +0.5 reserved``; left out with
+    ``reserved=False``, for a cell too narrow to hold it whole)."""
     used, total = dev.sample.get("memory_used_bytes", NA("NotRecorded")), dev.memory_total
     if is_na(used):
         return short_na(used)
-    reserved = dev.sample.get("memory_reserved_bytes")
-    extra = f" +{reserved / 2**30:.1f} reserved" if _is_number(reserved) and reserved > 0 else ""
+    held = dev.sample.get("memory_reserved_bytes") if reserved else None
+    extra = f" +{held / 2**30:.1f} reserved" if _is_number(held) and held > 0 else ""
     if isinstance(used, (int, float)) and isinstance(total, (int, float)) and total > 0:
         return f"{used / 2**30:.1f}/{total / 2**30:.1f} GiB{extra}"
     return fmt_bytes(used) + extra
