@@ -90,3 +90,57 @@ def test_cli_format_markdown_and_json_alias():
     clash = run("--json", "--format", "markdown")
     assert clash.returncode == 2 and clash.stderr.count("\n") == 1 and "--json is --format json" in clash.stderr
     assert run("--json").stdout.lstrip().startswith("{")
+
+
+# --------------------------------------------------------------------------- no torch: skips said once
+def no_torch_report() -> Report:
+    """A GPU machine whose gpudoctor has no torch: the NVML checks pass, the torch checks skip."""
+    results = [ProbeResult("environment", status=Status.PASS, summary="driver 570.86.15, no torch", duration_s=0.1),
+               ProbeResult("health", status=Status.PASS, summary="1 GPU(s) healthy", duration_s=0.1)]
+    for name in ("memory", "transfer", "compute", "correctness", "workload", "distributed"):
+        skipped = ProbeResult.skip(name, "torch is not installed in this environment (/opt/venv/bin/python)")
+        skipped.findings[0].why = "This check runs PyTorch on the GPU."
+        skipped.findings[0].fix = "Install gpudoctor where you train: pip install 'gpudoctor[torch]'."
+        results.append(skipped)
+    results.append(ProbeResult.skip("events", "no GPU events on this driver"))
+    return Report(results=results, source="live")
+
+
+def test_a_skip_reason_shared_by_several_checks_is_said_once():
+    lines = text_of(no_torch_report(), 0)
+    text = "\n".join(lines)
+    assert text.count("This check runs PyTorch on the GPU.") == 1
+    assert text.count("pip install 'gpudoctor[torch]'") == 1
+    assert ("[SKIP] memory, transfer, compute, correctness, workload, distributed: torch is not installed in this "
+            "environment (/opt/venv/bin/python)") in lines
+    assert "[SKIP] events  no GPU events on this driver  (0.0 s)" in lines  # its own reason: its own line
+    assert all(80 >= len(line) for line in text_of(no_torch_report(), 80))
+    md = report_to_markdown(no_torch_report())
+    assert md.count("pip install") == 1 and "| SKIP | memory, transfer, compute, correctness, workload, distributed |" in md
+
+
+def test_a_pass_with_skipped_checks_says_what_was_not_checked():
+    lines = text_of(no_torch_report(), 0)
+    assert lines[-1] == ("Verdict: PASS  Healthy in what was checked; 7 checks skipped: memory, transfer, compute, "
+                         "correctness, workload, distributed, events.  (2 pass, 7 skip)")
+    assert "no problem found" not in lines[-1]
+    assert "Healthy in what was checked; 7 checks skipped" in report_to_markdown(no_torch_report())
+
+
+def test_report_full_without_torch_says_the_torch_skip_once():
+    """The installed base package (no torch), as tests/test_install_split.py runs it; JSON keeps
+    every skipped check apart with its own why and fix."""
+    import json
+
+    from test_install_split import BLOCK_TORCH, _gpudoctor
+
+    text = _gpudoctor(["report", "--full"], prelude=BLOCK_TORCH)
+    assert "Traceback" not in text.stderr
+    torch_skips = [line for line in text.stdout.splitlines() if "torch is not installed in this environment" in line]
+    assert len(torch_skips) == 1 and torch_skips[0].startswith("[SKIP] ")
+    names = torch_skips[0][len("[SKIP] "):].split(":")[0].split(", ")
+    assert {"memory", "transfer", "compute", "correctness"} <= set(names)
+    assert text.stdout.count("This check runs PyTorch on the GPU.") == 1
+    data = json.loads(_gpudoctor(["report", "--full", "--json"], prelude=BLOCK_TORCH).stdout)
+    apart = [r for r in data["results"] if r["probe"] in names]
+    assert len(apart) == len(names) and all(r["status"] == "skip" and r["findings"][0]["why"] for r in apart)
