@@ -171,7 +171,19 @@ def _result_head(out: _Lines, result: dict[str, Any]) -> str:
     return summary
 
 
+#: Notes of a measurement with no value because this run did not measure it (a quick report
+#: starts no torch; no torch to start): not a reading, so the default text leaves it out
+#: (``-v`` and JSON keep it), where ``n/a  QuickMode`` would read as a failed reading.
+NOT_MEASURED_NOTES = frozenset({"QuickMode", "TorchNotInstalled"})
+
+
+def _not_measured(m: dict[str, Any]) -> bool:
+    return m.get("value") is None and m.get("note") in NOT_MEASURED_NOTES
+
+
 def _measurement_lines(out: _Lines, measurements: list[dict[str, Any]], verbose: bool) -> None:
+    if not verbose:
+        measurements = [m for m in measurements if not _not_measured(m)]
     if not measurements:
         return
     shown = measurements if verbose else [m for m in measurements if not str(m["name"]).startswith("_")][:12]

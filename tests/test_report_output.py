@@ -144,3 +144,23 @@ def test_report_full_without_torch_says_the_torch_skip_once():
     data = json.loads(_gpudoctor(["report", "--full", "--json"], prelude=BLOCK_TORCH).stdout)
     apart = [r for r in data["results"] if r["probe"] in names]
     assert len(apart) == len(names) and all(r["status"] == "skip" and r["findings"][0]["why"] for r in apart)
+
+
+def test_a_detail_not_measured_in_this_mode_is_not_shown_as_a_reading():
+    import json
+
+    from gpudoctor.render import report_to_json
+
+    devices = ProbeResult("devices", summary="no GPU visible", duration_s=0.0)
+    devices.measure("nvml_device_count", None, note="LibraryNotFound")  # a reading that failed: shown
+    devices.measure("torch_device_count", None, note="QuickMode")  # not measured by a quick report
+    devices.find(Status.FAIL, "no_gpu", "No NVIDIA GPU is visible.")
+    devices.settle()
+    report = Report(results=[devices])
+    lines = text_of(report, 0)
+    assert any(line.split() == ["nvml_device_count", "n/a", "LibraryNotFound"] for line in lines)
+    assert not any("torch_device_count" in line or "QuickMode" in line for line in lines), lines
+    assert not any("more (use -v)" in line for line in lines)
+    assert any(line.split() == ["torch_device_count", "n/a", "QuickMode"] for line in text_of(report, 0, verbose=True))
+    names = [m["name"] for m in json.loads(report_to_json(report))["results"][0]["measurements"]]
+    assert names == ["nvml_device_count", "torch_device_count"]  # JSON keeps it
