@@ -6,6 +6,7 @@ Standard library only: the report renderers and the recorder both use it.
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 from typing import Any
@@ -35,7 +36,7 @@ def anonymize_dict(data: Any, hostname: str | None = None) -> Any:
     if hostname is None:
         found = _find_key(data, "hostname")
         hostname = found if isinstance(found, str) and found else socket.gethostname()
-    return _anonymize(data, hostname)
+    return strip_home_paths(_anonymize(data, hostname))
 
 
 def _find_key(data: Any, key: str) -> Any:
@@ -71,4 +72,37 @@ def _anonymize(data: Any, hostname: str) -> Any:
     return data
 
 
-__all__ = ["REDACTED", "anonymize_dict", "anonymize_report_dict"]
+# --------------------------------------------------------------------------- home directories
+#: What a home directory becomes: a path such as /home/alice/.venv/bin/python names the user.
+HOME = "<home>"
+# Where a path component ends, and what may not come just before a path's start (a home path
+# inside a longer path, /data/home/x, is not a home directory).
+_PATH_END = r"(?=[/\\\s\"'`:;,()<>|=]|$)"
+_PATH_START = r"(?<![\w.~/\\-])"
+_NAME = r"[^/\\\s\"'`:;,()<>|=]+"
+_HOME_RE = re.compile(_PATH_START + rf"(?:/home/{_NAME}|/Users/{_NAME}|/root|[A-Za-z]:\\Users\\{_NAME})" + _PATH_END)
+
+
+def strip_home_paths(data: Any, home: str | None = None) -> Any:
+    """Every home directory at the start of a path (``/home/NAME``, ``/Users/NAME``, ``/root``,
+    ``C:\\Users\\NAME``, and this user's ``$HOME`` wherever it is) replaced by :data:`HOME`, in
+    every string of plain JSON data."""
+    home = os.path.expanduser("~") if home is None else home
+    patterns = [_HOME_RE]
+    if home and home.rstrip("/\\") and not _HOME_RE.fullmatch(home.rstrip("/\\")):
+        patterns.append(re.compile(_PATH_START + re.escape(home.rstrip("/\\")) + _PATH_END))
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        if isinstance(value, str):
+            for pattern in patterns:
+                value = pattern.sub(HOME, value)
+        return value
+
+    return strip(data)
+
+
+__all__ = ["HOME", "REDACTED", "anonymize_dict", "anonymize_report_dict", "strip_home_paths"]

@@ -164,3 +164,30 @@ def test_a_detail_not_measured_in_this_mode_is_not_shown_as_a_reading():
     assert any(line.split() == ["torch_device_count", "n/a", "QuickMode"] for line in text_of(report, 0, verbose=True))
     names = [m["name"] for m in json.loads(report_to_json(report))["results"][0]["measurements"]]
     assert names == ["nvml_device_count", "torch_device_count"]  # JSON keeps it
+
+
+def test_anonymized_markdown_has_no_home_directory(monkeypatch):
+    monkeypatch.setenv("HOME", "/scratch/alice")  # this user's home, wherever it is
+    env = ProbeResult("environment", summary="torch missing in /home/alice/.venv/bin/python", duration_s=0.1)
+    env.measure("interpreter", "/home/alice/.venv/bin/python")
+    env.find(Status.SKIP, "torch_not_installed", "torch is not installed in /home/alice/.venv/bin/python",
+             fix="Run `gpudoctor report --python /Users/alice/miniconda3/bin/python` or /root/venv/bin/python; "
+                 "data in /scratch/alice/mnist")
+    env.settle()
+    report = Report(results=[env])
+    md = report_to_markdown(report)
+    assert "alice" not in md, md
+    assert "&lt;home&gt;/.venv/bin/python" in md and "&lt;home&gt;/miniconda3/bin/python" in md
+    assert "&lt;home&gt;/venv/bin/python" in md and "&lt;home&gt;/mnist" in md  # /root, and $HOME
+    assert "/home/alice/.venv" in report_to_markdown(report, anonymize=False)  # --no-anonymize keeps them
+    out = io.StringIO()
+    render_text(report, out, color=False, width=0, verbose=True, anonymize=True)
+    assert "alice" not in out.getvalue() and "<home>/.venv/bin/python" in out.getvalue()
+
+
+def test_home_paths_inside_longer_paths_and_words_stay():
+    from gpudoctor.anonymize import strip_home_paths
+
+    kept = ["/data/home/alice/x", "/rootfs/etc", "/srv/Users/x", "homework"]
+    assert strip_home_paths(kept, home="/nonexistent-home") == kept
+    assert strip_home_paths({"p": "PATH=/home/bob/bin:/usr/bin"}, home="/x") == {"p": "PATH=<home>/bin:/usr/bin"}
