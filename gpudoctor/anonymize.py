@@ -45,7 +45,7 @@ def anonymize_dict(data: Any, hostname: str | None = None) -> Any:
     if hostname is None:
         found = _find_key(data, "hostname")
         hostname = found if isinstance(found, str) and found else socket.gethostname()
-    return _Anonymizer(hostname, _device_names(data))(data)
+    return _Anonymizer(hostname, _device_names(data), _home_patterns())(data)
 
 
 def _find_key(data: Any, key: str) -> Any:
@@ -93,8 +93,9 @@ def _device_names(data: Any) -> list[str]:
 
 
 class _Anonymizer:
-    def __init__(self, hostname: str, device_names: list[str]) -> None:
+    def __init__(self, hostname: str, device_names: list[str], homes: list[re.Pattern[str]] | None = None) -> None:
         self.hostname = hostname
+        self.homes = homes or []
         self.devices = re.compile("|".join(re.escape(n) for n in device_names), re.IGNORECASE) \
             if device_names else None
 
@@ -123,7 +124,36 @@ class _Anonymizer:
         elif hostname:
             # A short name ("n1", "g7") is replaced only as a whole token, not inside words.
             text = re.sub(rf"(?<![\w.-]){re.escape(hostname)}(?![\w-])", REDACTED, text)
+        for pattern in self.homes:
+            text = pattern.sub(HOME, text)
         return text
 
 
-__all__ = ["REDACTED", "anonymize_dict", "anonymize_report_dict"]
+# --------------------------------------------------------------------------- home directories
+#: What a home directory becomes: a path such as /home/alice/.venv/bin/python names the user.
+HOME = "<home>"
+# Where a path component ends, and what may not come just before a path's start (a home path
+# inside a longer path, /data/home/x, is not a home directory).
+_PATH_END = r"(?=[/\\\s\"'`:;,()<>|=]|$)"
+_PATH_START = r"(?<![\w.~/\\-])"
+_NAME = r"[^/\\\s\"'`:;,()<>|=]+"
+_HOME_RE = re.compile(_PATH_START + rf"(?:/home/{_NAME}|/Users/{_NAME}|/root|[A-Za-z]:\\Users\\{_NAME})" + _PATH_END)
+
+
+def _home_patterns(home: str | None = None) -> list[re.Pattern[str]]:
+    """The home-directory patterns: the usual places, and this user's ``$HOME`` wherever it is."""
+    home = os.path.expanduser("~") if home is None else home
+    patterns = [_HOME_RE]
+    if home and home.rstrip("/\\") and not _HOME_RE.fullmatch(home.rstrip("/\\")):
+        patterns.append(re.compile(_PATH_START + re.escape(home.rstrip("/\\")) + _PATH_END))
+    return patterns
+
+
+def strip_home_paths(data: Any, home: str | None = None) -> Any:
+    """Every home directory at the start of a path (``/home/NAME``, ``/Users/NAME``, ``/root``,
+    ``C:\\Users\\NAME``, and this user's ``$HOME`` wherever it is) replaced by :data:`HOME`, in
+    every string of plain JSON data (keys too); :func:`anonymize_dict` does this as it goes."""
+    return _Anonymizer("", [], _home_patterns(home))(data)
+
+
+__all__ = ["HOME", "REDACTED", "anonymize_dict", "anonymize_report_dict", "strip_home_paths"]

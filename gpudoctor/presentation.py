@@ -189,14 +189,15 @@ def fmt_num(value: Any, unit: str = "", digits: int = 0) -> str:
     return f"{text}{unit}" if unit in ("%", "°C") else f"{text} {unit}".rstrip()
 
 
-def fmt_memory(dev: Any) -> str:
+def fmt_memory(dev: Any, *, reserved: bool = True) -> str:
     """Used/total memory of a device snapshot: ``31.2/40.0 GiB``, and the memory the driver
-    reserves for itself when NVML gave it apart (``31.2/80.0 GiB +0.5 reserved``)."""
+    reserves for itself when NVML gave it apart (``31.2/80.0 GiB +0.5 reserved``; left out with
+    ``reserved=False``, for a cell too narrow to hold it whole)."""
     used, total = dev.sample.get("memory_used_bytes", NA("NotRecorded")), dev.memory_total
     if is_na(used):
         return short_na(used)
-    reserved = dev.sample.get("memory_reserved_bytes")
-    extra = f" +{reserved / 2**30:.1f} reserved" if _is_number(reserved) and reserved > 0 else ""
+    held = dev.sample.get("memory_reserved_bytes") if reserved else None
+    extra = f" +{held / 2**30:.1f} reserved" if _is_number(held) and held > 0 else ""
     if isinstance(used, (int, float)) and isinstance(total, (int, float)) and total > 0:
         return f"{used / 2**30:.1f}/{total / 2**30:.1f} GiB{extra}"
     return fmt_bytes(used) + extra
@@ -238,14 +239,24 @@ def _iso(ts: float) -> str:
     return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def watch_line(snap: Any, dev: Any) -> str:
-    """One log line for one device, e.g. ``2026-...Z gpu0 util 87% mem 31.2/40.0 GiB ...``."""
+#: The width a default (short) ``watch`` line keeps to.
+WATCH_WIDTH = 100
+
+
+def watch_line(snap: Any, dev: Any, *, verbose: bool = True) -> str:
+    """One log line for one device, e.g. ``2026-...Z gpu0 util 87% | mem 31.2/40.0 GiB | ...``.
+
+    ``verbose=False`` (``gpudoctor watch`` without ``-v``): the readings nvidia-smi and nvitop
+    users look at first, within :data:`WATCH_WIDTH` columns (:func:`watch_line_short`). A FAULT
+    line is the same in both: its advice is never cut."""
 
     head = f"{_iso(snap.time)} gpu{dev.index}"
     fault = dev.fault
     if fault is not None:
         reason = plain_text(fault.reason, limit=60)
         return f"{head} FAULT {reason}: {plain_text(fault_words(fault.reason))}"
+    if not verbose:
+        return watch_line_short(head, dev)
     parts = [
         f"util {fmt_num(dev.get('gpu_util_pct'), '%')}",
         f"mem {fmt_memory(dev)}",
@@ -258,6 +269,43 @@ def watch_line(snap: Any, dev: Any) -> str:
         f"throttle {throttle_text(dev.get('throttle_reasons'), words=False).replace('; ', ',')}",
     ]
     return head + " " + " | ".join(parts)
+
+
+def watch_line_short(head: str, dev: Any) -> str:
+    """``HEAD util 95% mem 20.5/24.0 GiB 74°C 338/350W sm 1860MHz throttle sw_power_cap``.
+
+    GPU utilisation, memory used/total (whole GiB on boards of 64 GiB or more, where a tenth
+    is below a glance; ``-v`` keeps it), temperature,
+    power/limit, SM clock and the throttle reasons' short names; a reading not available is
+    ``n/a`` (``-v`` and ``--json`` say why). Throttle reasons that would pass the width become the
+    first and a count (``sw_power_cap+3``), or only the count (``+4``) on the widest lines.
+    """
+    def num(key: str, unit: str) -> str:
+        value = dev.get(key)
+        return f"{value:.0f}{unit}" if _is_number(value) and math.isfinite(value) else "n/a"
+
+    used, total = dev.sample.get("memory_used_bytes"), dev.memory_total
+    if _is_number(used) and _is_number(total) and total >= 64 * 2**30:
+        memory = f"{used / 2**30:.0f}/{total / 2**30:.0f} GiB"
+    else:
+        memory = fmt_memory(dev, reserved=False)
+        if memory.startswith("n/a"):
+            memory = "n/a"
+    power, limit = dev.get("power_w"), dev.sample.get("power_limit_w", dev.static.get("power_limit_w"))
+    if _is_number(power) and _is_number(limit) and math.isfinite(power) and math.isfinite(limit):
+        power_text = f"{power:.0f}/{limit:.0f}W"
+    else:
+        power_text = num("power_w", "W")
+    reasons = dev.get("throttle_reasons")
+    names = (throttle_reason_names(reasons) or [f"0x{reasons:x}"]) if isinstance(reasons, int) and reasons else []
+    throttle = ",".join(names) if names else ("none" if isinstance(reasons, int) else "n/a")
+    line = (f"{head} util {num('gpu_util_pct', '%')} mem {memory} {num('temperature_c', '°C')} {power_text} "
+            f"sm {num('clock_sm_mhz', 'MHz')} throttle ")
+    for shorter in ((f"{names[0]}+{len(names) - 1}",) if len(names) > 1 else ()) + (f"+{len(names)}",):
+        if len(line) + len(throttle) <= WATCH_WIDTH:
+            break
+        throttle = shorter
+    return line + throttle
 
 
 EVENT_WORDS = {
@@ -433,7 +481,7 @@ def process_rows(snap: "Snapshot", info: Callable[[int, Mapping[str, Any]], dict
 __all__ = [
     "EVENT_WORDS", "event_line", "event_record", "fmt_age", "MAX_TEXT", "SPARK_CHARS", "STATUS_STYLE", "VERDICT", "WATCH_FIELDS", "fmt_bytes", "fmt_memory",
     "fmt_num", "fmt_power", "fmt_rate_kbps", "plain_text", "short_na", "sparkline", "status_style",
-    "status_word", "throttle_text", "tiny_na", "watch_line", "watch_record", "wrap_hanging",
+    "status_word", "throttle_text", "tiny_na", "WATCH_WIDTH", "watch_line", "watch_line_short", "watch_record", "wrap_hanging",
     "FAULT_WORDS", "NO_NVML_REASONS", "fault_words", "no_gpu_words", "ProcessRow", "PROCESS_SORT_KEYS",
     "process_rows", "recorded_process_info",
 ]

@@ -96,13 +96,62 @@ def report_lines(data: dict[str, Any], *, width: int, verbose: bool = False,
     source = plain_text(data.get("source") or "", limit=80)
     tail = f"  {meta}" + (f"  ({source})" if source else "")
     out.append(_styled(title + tail, [(0, len(title), "bold"), (len(title), len(title) + len(tail), "dim")]))
-    for result in data["results"]:
-        summary = _result_head(out, result)
-        if verbose or result["status"] != "pass":
-            _measurement_lines(out, result.get("measurements") or [], verbose)
+    groups = _skip_groups(data["results"])
+    for k, result in enumerate(data["results"]):
+        group = groups.get(k)
+        if group == []:
+            continue  # said with the first check of its group
+        if group:
+            summary = _group_head(out, [data["results"][j] for j in group])
+        else:
+            summary = _result_head(out, result)
+            if verbose or result["status"] != "pass":
+                _measurement_lines(out, result.get("measurements") or [], verbose)
         _finding_lines(out, result, summary, verbose)
     _verdict_lines(out, data)
     return list(out)
+
+
+def _skip_key(result: dict[str, Any]) -> tuple[Any, ...] | None:
+    """What a skipped check says (its summary, and each finding's status, summary, why and fix),
+    or None for a check that is not a plain skip (it ran, or it has readings to show)."""
+    if result["status"] != "skip" or result.get("measurements"):
+        return None
+    findings = tuple((f["status"], _prose(f.get("summary")), _prose(f.get("why")), _prose(f.get("fix")))
+                     for f in result.get("findings") or [])
+    if any(status != "skip" for status, *_ in findings):
+        return None
+    return _prose(result.get("summary")), findings
+
+
+def _skip_groups(results: list[dict[str, Any]]) -> dict[int, list[int]]:
+    """Skipped checks that say the same thing (six torch checks without torch), said once.
+
+    For the first check of each group of two or more: the indexes of the group; for the others:
+    an empty list (nothing to print there)."""
+    by_key: dict[tuple[Any, ...], list[int]] = {}
+    for k, result in enumerate(results):
+        key = _skip_key(result)
+        if key is not None:
+            by_key.setdefault(key, []).append(k)
+    groups: dict[int, list[int]] = {}
+    for members in by_key.values():
+        if len(members) > 1:
+            groups[members[0]] = members
+            groups.update({k: [] for k in members[1:]})
+    return groups
+
+
+def _group_head(out: _Lines, results: list[dict[str, Any]]) -> str:
+    """``[SKIP] memory, transfer, compute: torch is not installed ...``; returns the summary."""
+    label, style = status_style("skip")
+    names = ", ".join(plain_text(r["probe"], limit=60) for r in results)
+    summary = _prose(results[0].get("summary"))
+    first = f"[{label}] "
+    for k, line in enumerate(wrap_hanging(f"{names}: {summary}" if summary else names, out.width, first)):
+        spans = [(0, len(first), style), (len(first), min(len(line), len(first) + len(names)), "bold")] if k == 0 else []
+        out.append(_styled(line, spans))
+    return summary
 
 
 def _result_head(out: _Lines, result: dict[str, Any]) -> str:
@@ -122,7 +171,19 @@ def _result_head(out: _Lines, result: dict[str, Any]) -> str:
     return summary
 
 
+#: Notes of a measurement with no value because this run did not measure it (a quick report
+#: starts no torch; no torch to start): not a reading, so the default text leaves it out
+#: (``-v`` and JSON keep it), where ``n/a  QuickMode`` would read as a failed reading.
+NOT_MEASURED_NOTES = frozenset({"QuickMode", "TorchNotInstalled"})
+
+
+def _not_measured(m: dict[str, Any]) -> bool:
+    return m.get("value") is None and m.get("note") in NOT_MEASURED_NOTES
+
+
 def _measurement_lines(out: _Lines, measurements: list[dict[str, Any]], verbose: bool) -> None:
+    if not verbose:
+        measurements = [m for m in measurements if not _not_measured(m)]
     if not measurements:
         return
     shown = measurements if verbose else [m for m in measurements if not str(m["name"]).startswith("_")][:12]
@@ -166,11 +227,25 @@ def _finding_lines(out: _Lines, result: dict[str, Any], summary: str, verbose: b
             out.para(fix, "      fix: ", "bold")
 
 
+def verdict_sentence(data: dict[str, Any]) -> str:
+    """The verdict in words. A verdict that calls the GPU stack usable (pass, warn) while checks
+    were skipped says which: it holds for what was checked (``Healthy in what was checked; 7
+    checks skipped: memory, ...``), never a bare "Healthy". A failure needs no such list: it is
+    not usable whatever the skipped checks would say."""
+    status = data["status"]
+    sentence = VERDICT.get(status, "")
+    skipped = [plain_text(r["probe"], limit=60) for r in data.get("results") or [] if r.get("status") == "skip"]
+    if skipped and status in ("pass", "warn"):
+        told = f"{len(skipped)} check{'s' if len(skipped) != 1 else ''} skipped: {', '.join(skipped)}."
+        sentence = f"Healthy in what was checked; {told}" if status == "pass" else f"{sentence} {told}"
+    return sentence
+
+
 def _verdict_lines(out: _Lines, data: dict[str, Any]) -> None:
     status = data["status"]
     label, style = status_style(status)
     counts = ", ".join(f"{n} {k}" for k, n in (data.get("counts") or {}).items() if n)
-    sentence = VERDICT.get(status, "")
+    sentence = verdict_sentence(data)
     if data.get("interrupted") and not data["results"]:
         sentence = "Interrupted before any check finished."
     first = f"Verdict: {label}  "
@@ -258,7 +333,7 @@ def report_to_markdown(report: Report, anonymize: bool = True) -> str:
         data = anonymize_report_dict(data)
     status = data["status"]
     counts = ", ".join(f"{n} {k}" for k, n in (data.get("counts") or {}).items() if n)
-    verdict = f"{status_word(status)}: {VERDICT.get(status, '')}" + (f" ({counts})" if counts else "")
+    verdict = f"{status_word(status)}: {verdict_sentence(data)}" + (f" ({counts})" if counts else "")
     if data.get("interrupted"):
         verdict += " (interrupted: partial report)"
     lines = ["<details>", f"<summary>gpudoctor report: {md_text(verdict)}</summary>", ""]
@@ -282,9 +357,12 @@ def report_to_markdown(report: Report, anonymize: bool = True) -> str:
     if findings:
         lines.append("| status | check | finding | fix |")
         lines.append("|---|---|---|---|")
+        rows: dict[tuple[str, str, str], list[str]] = {}  # the same finding of several checks: one row
         for result, f in findings:
-            lines.append(f"| {status_word(f['status'])} | {md_text(result['probe'], 60)} | "
-                         f"{md_text(f.get('summary'))} | {md_text(f.get('fix'))} |")
+            key = (status_word(f["status"]), md_text(f.get("summary")), md_text(f.get("fix")))
+            rows.setdefault(key, []).append(md_text(result["probe"], 60))
+        for (word, summary, fix), checks in rows.items():
+            lines.append(f"| {word} | {', '.join(checks)} | {summary} | {fix} |")
     else:
         lines.append("Every finding passed.")
     lines += ["", "</details>", ""]

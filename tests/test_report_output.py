@@ -90,3 +90,104 @@ def test_cli_format_markdown_and_json_alias():
     clash = run("--json", "--format", "markdown")
     assert clash.returncode == 2 and clash.stderr.count("\n") == 1 and "--json is --format json" in clash.stderr
     assert run("--json").stdout.lstrip().startswith("{")
+
+
+# --------------------------------------------------------------------------- no torch: skips said once
+def no_torch_report() -> Report:
+    """A GPU machine whose gpudoctor has no torch: the NVML checks pass, the torch checks skip."""
+    results = [ProbeResult("environment", status=Status.PASS, summary="driver 570.86.15, no torch", duration_s=0.1),
+               ProbeResult("health", status=Status.PASS, summary="1 GPU(s) healthy", duration_s=0.1)]
+    for name in ("memory", "transfer", "compute", "correctness", "workload", "distributed"):
+        skipped = ProbeResult.skip(name, "torch is not installed in this environment (/opt/venv/bin/python)")
+        skipped.findings[0].why = "This check runs PyTorch on the GPU."
+        skipped.findings[0].fix = "Install gpudoctor where you train: pip install 'gpudoctor[torch]'."
+        results.append(skipped)
+    results.append(ProbeResult.skip("events", "no GPU events on this driver"))
+    return Report(results=results, source="live")
+
+
+def test_a_skip_reason_shared_by_several_checks_is_said_once():
+    lines = text_of(no_torch_report(), 0)
+    text = "\n".join(lines)
+    assert text.count("This check runs PyTorch on the GPU.") == 1
+    assert text.count("pip install 'gpudoctor[torch]'") == 1
+    assert ("[SKIP] memory, transfer, compute, correctness, workload, distributed: torch is not installed in this "
+            "environment (/opt/venv/bin/python)") in lines
+    assert "[SKIP] events  no GPU events on this driver  (0.0 s)" in lines  # its own reason: its own line
+    assert all(80 >= len(line) for line in text_of(no_torch_report(), 80))
+    md = report_to_markdown(no_torch_report())
+    assert md.count("pip install") == 1 and "| SKIP | memory, transfer, compute, correctness, workload, distributed |" in md
+
+
+def test_a_pass_with_skipped_checks_says_what_was_not_checked():
+    lines = text_of(no_torch_report(), 0)
+    assert lines[-1] == ("Verdict: PASS  Healthy in what was checked; 7 checks skipped: memory, transfer, compute, "
+                         "correctness, workload, distributed, events.  (2 pass, 7 skip)")
+    assert "no problem found" not in lines[-1]
+    assert "Healthy in what was checked; 7 checks skipped" in report_to_markdown(no_torch_report())
+
+
+def test_report_full_without_torch_says_the_torch_skip_once():
+    """The installed base package (no torch), as tests/test_install_split.py runs it; JSON keeps
+    every skipped check apart with its own why and fix."""
+    import json
+
+    from test_install_split import BLOCK_TORCH, _gpudoctor
+
+    text = _gpudoctor(["report", "--full"], prelude=BLOCK_TORCH)
+    assert "Traceback" not in text.stderr
+    torch_skips = [line for line in text.stdout.splitlines() if "torch is not installed in this environment" in line]
+    assert len(torch_skips) == 1 and torch_skips[0].startswith("[SKIP] ")
+    names = torch_skips[0][len("[SKIP] "):].split(":")[0].split(", ")
+    assert {"memory", "transfer", "compute", "correctness"} <= set(names)
+    assert text.stdout.count("This check runs PyTorch on the GPU.") == 1
+    data = json.loads(_gpudoctor(["report", "--full", "--json"], prelude=BLOCK_TORCH).stdout)
+    apart = [r for r in data["results"] if r["probe"] in names]
+    assert len(apart) == len(names) and all(r["status"] == "skip" and r["findings"][0]["why"] for r in apart)
+
+
+def test_a_detail_not_measured_in_this_mode_is_not_shown_as_a_reading():
+    import json
+
+    from gpudoctor.render import report_to_json
+
+    devices = ProbeResult("devices", summary="no GPU visible", duration_s=0.0)
+    devices.measure("nvml_device_count", None, note="LibraryNotFound")  # a reading that failed: shown
+    devices.measure("torch_device_count", None, note="QuickMode")  # not measured by a quick report
+    devices.find(Status.FAIL, "no_gpu", "No NVIDIA GPU is visible.")
+    devices.settle()
+    report = Report(results=[devices])
+    lines = text_of(report, 0)
+    assert any(line.split() == ["nvml_device_count", "n/a", "LibraryNotFound"] for line in lines)
+    assert not any("torch_device_count" in line or "QuickMode" in line for line in lines), lines
+    assert not any("more (use -v)" in line for line in lines)
+    assert any(line.split() == ["torch_device_count", "n/a", "QuickMode"] for line in text_of(report, 0, verbose=True))
+    names = [m["name"] for m in json.loads(report_to_json(report))["results"][0]["measurements"]]
+    assert names == ["nvml_device_count", "torch_device_count"]  # JSON keeps it
+
+
+def test_anonymized_markdown_has_no_home_directory(monkeypatch):
+    monkeypatch.setenv("HOME", "/scratch/alice")  # this user's home, wherever it is
+    env = ProbeResult("environment", summary="torch missing in /home/alice/.venv/bin/python", duration_s=0.1)
+    env.measure("interpreter", "/home/alice/.venv/bin/python")
+    env.find(Status.SKIP, "torch_not_installed", "torch is not installed in /home/alice/.venv/bin/python",
+             fix="Run `gpudoctor report --python /Users/alice/miniconda3/bin/python` or /root/venv/bin/python; "
+                 "data in /scratch/alice/mnist")
+    env.settle()
+    report = Report(results=[env])
+    md = report_to_markdown(report)
+    assert "alice" not in md, md
+    assert "&lt;home&gt;/.venv/bin/python" in md and "&lt;home&gt;/miniconda3/bin/python" in md
+    assert "&lt;home&gt;/venv/bin/python" in md and "&lt;home&gt;/mnist" in md  # /root, and $HOME
+    assert "/home/alice/.venv" in report_to_markdown(report, anonymize=False)  # --no-anonymize keeps them
+    out = io.StringIO()
+    render_text(report, out, color=False, width=0, verbose=True, anonymize=True)
+    assert "alice" not in out.getvalue() and "<home>/.venv/bin/python" in out.getvalue()
+
+
+def test_home_paths_inside_longer_paths_and_words_stay():
+    from gpudoctor.anonymize import strip_home_paths
+
+    kept = ["/data/home/alice/x", "/rootfs/etc", "/srv/Users/x", "homework"]
+    assert strip_home_paths(kept, home="/nonexistent-home") == kept
+    assert strip_home_paths({"p": "PATH=/home/bob/bin:/usr/bin"}, home="/x") == {"p": "PATH=<home>/bin:/usr/bin"}

@@ -25,6 +25,53 @@ def test_lines_per_gpu_per_interval(capsys):
     assert "throttle gpu_idle" in lines[1]
 
 
+def test_default_lines_fit_100_columns_with_the_essential_readings(capsys):
+    assert main(["watch", "-n", "2", "-i", "0.25", "--replay", str(STANDIN)]) == exitcodes.OK
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 4 and all(len(line) <= 100 for line in lines), [len(line) for line in lines]
+    busy = lines[0].split()
+    assert busy[1] == "gpu0" and busy[2:4] == ["util", "88%"]
+    assert "mem 31.2/40.0 GiB" in lines[0] and "58°C" in busy and "330/400W" in busy and "1410MHz" in busy
+    assert busy[-2:] == ["throttle", "none"] and lines[1].endswith("throttle gpu_idle")
+    assert "pcie" not in lines[0] and "memclk" not in lines[0]  # -v has them
+
+
+def test_verbose_lines_have_every_reading(capsys):
+    assert main(["watch", "-n", "1", "-v", "--replay", str(STANDIN)]) == exitcodes.OK
+    line = capsys.readouterr().out.splitlines()[0]
+    for part in ("util 88%", "mem 31.2/40.0 GiB", "temp 58°C", "power 330/400 W", "sm 1410 MHz", "memclk 1215 MHz",
+                 "pcie rx 878.9 MiB/s tx 58.6 MiB/s", "fan n/a (not supported)", "throttle none"):
+        assert part in line
+
+
+def test_a_short_line_keeps_to_100_columns_at_its_widest():
+    from gpudoctor.presentation import WATCH_WIDTH, watch_line_short
+
+    class Dev:  # the largest readings a line can hold: 141 GiB, 1000 W, four throttle reasons
+        static = {"power_limit_w": 1000.0}
+        memory_total = 141 * 2**30
+        sample = {"memory_used_bytes": 140 * 2**30, "power_limit_w": 1000.0, "gpu_util_pct": 100,
+                  "temperature_c": 100, "power_w": 1000.0, "clock_sm_mhz": 1980, "throttle_reasons": 0x4 | 0x8 | 0x20 | 0x40}
+
+        def get(self, key):
+            return self.sample.get(key)
+
+    line = watch_line_short("2026-11-21T05:21:07Z gpu15", Dev())
+    assert len(line) <= WATCH_WIDTH == 100, line
+    assert "mem 140/141 GiB" in line and line.endswith(" throttle +4")  # the widest: a count alone
+    # an H200 (141 GiB, 700 W) at its power cap: the name fits; with a second reason, the first and a count
+    Dev.sample.update(throttle_reasons=0x4, temperature_c=85, power_w=700.0, power_limit_w=700.0)
+    line = watch_line_short("2026-11-21T05:21:07Z gpu7", Dev())
+    assert len(line) <= 100 and line.endswith(" throttle sw_power_cap"), line
+    Dev.sample.update(throttle_reasons=0x4 | 0x20)
+    line = watch_line_short("2026-11-21T05:21:07Z gpu7", Dev())
+    assert len(line) <= 100 and line.endswith(" throttle sw_power_cap+1"), line
+    Dev.memory_total = 80 * 2**30  # an H100 at 700 W, power cap and thermal slowdown
+    Dev.sample.update(memory_used_bytes=int(79.1 * 2**30))
+    line = watch_line_short("2026-11-21T05:21:07Z gpu7", Dev())
+    assert len(line) <= 100 and "mem 79/80 GiB" in line and line.endswith(" throttle sw_power_cap+1"), line
+
+
 def test_json_lines(capsys):
     assert main(["watch", "-n", "2", "-i", "0.25", "--json", "--replay", str(NOT_SUPPORTED)]) == exitcodes.OK
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]

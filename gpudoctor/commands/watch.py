@@ -25,14 +25,20 @@ count = bounded(int, minimum=1, what="a whole number")
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "watch", help="one line per GPU per interval, for logs (--json: JSON lines)",
-        description="Print one line per GPU every interval: utilisation, memory, temperature, power, clocks, "
-                    "PCIe, fan and throttle reasons. Exit codes: 0 done, 2 usage, 4 a critical GPU event (a critical "
-                    "Xid, an uncorrectable ECC error) was reported, 6 no GPU, 130 Ctrl-C.")
+        description="Print one line per GPU every interval, within 100 columns: utilisation, memory used/total, "
+                    "temperature, power/limit, SM clock and throttle reasons "
+                    "(2026-11-21T05:21:07Z gpu0 util 95% mem 20.5/24.0 GiB 74°C 338/350W sm 1860MHz throttle "
+                    "sw_power_cap). -v adds the memory clock, PCIe, fan, the driver's reserved memory and why a "
+                    "reading is n/a. Exit codes: 0 done, 2 usage, 4 a critical GPU event (a critical Xid, an "
+                    "uncorrectable ECC error) was reported, 6 no GPU, 130 Ctrl-C.")
     parser.add_argument("-i", "--interval", type=refresh_interval, default=1.0, metavar="SECONDS",
                         help="seconds between readings (default 1, minimum 0.25)")
     parser.add_argument("-n", "--count", type=count, metavar="COUNT",
                         help="stop after COUNT intervals (default: until Ctrl-C)")
-    parser.add_argument("--json", action="store_true", help="one JSON object per GPU per interval")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="every reading on the line (about 200 columns): memory clock, PCIe rx/tx, fan, "
+                             "reserved memory, n/a reasons, throttle reasons in full")
+    parser.add_argument("--json", action="store_true", help="one JSON object per GPU per interval (every reading)")
     parser.add_argument("--replay", metavar="FILE", help="read a recording made with `gpudoctor record`")
     parser.set_defaults(handler=run)
 
@@ -71,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
             for dev in snap.devices:
                 # flushed per line: a log reader sees each interval as it happens
                 write_stdout_line(json.dumps(watch_record(snap, dev), allow_nan=False) if args.json
-                                  else watch_line(snap, dev))
+                                  else watch_line(snap, dev, verbose=args.verbose))
                 _new_events(events, dev.index, seen, args.json)
                 if critical_events(events.snapshot(dev.index)):
                     critical.add(dev.index)

@@ -19,9 +19,14 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 STATUS_STYLES = {"fail": "bold red", "stale": "bold magenta", "warn": "yellow", "pass": "green"}
-REASON_WIDTH = 90
+#: The columns and the most each may take (the instance is cut with "…" beyond it); each is as
+#: wide as its header or its widest value, and REASON takes the rest of the screen, wrapped.
 COLUMNS = (("STATUS", 6), ("INSTANCE", 24), ("GPU", 3), ("UTIL", 5), ("MEM", 9), ("TEMP", 5), ("POWER", 6),
-           ("XID", 4), ("REPORT", 11), ("REASON", REASON_WIDTH))
+           ("XID", 4), ("REPORT", 11), ("REASON", 0))
+#: REASON is never narrower than this: below it the table scrolls sideways instead.
+REASON_MIN = 20
+#: Columns are one space apart (the table's own padding is two, one each side).
+GAP = 1
 
 
 class FleetReady(Message):
@@ -62,16 +67,17 @@ class FleetScreen(Screen):
     def compose(self) -> ComposeResult:
         yield Static(id="fleet-title")
         yield Static(id="fleet-status")
-        yield DataTable(id="fleet-table", zebra_stripes=True, cursor_type="row")
+        yield DataTable(id="fleet-table", zebra_stripes=True, cursor_type="row", cell_padding=0)
         yield Footer()
 
     def on_mount(self) -> None:
-        table = self.query_one(DataTable)
-        for label, width in COLUMNS:
-            table.add_column(label, width=width)
+        self._fill(None)
         self._show_title()
         self.action_refresh_now()
         self.set_interval(self.interval, self.action_refresh_now)
+
+    def on_resize(self) -> None:
+        self._fill(self.view)
 
     def _query(self) -> Any:
         from gpudoctor import fleet
@@ -132,18 +138,32 @@ class FleetScreen(Screen):
         self.query_one("#fleet-status", Static).update(status)
 
     def _fill(self, view: Any) -> None:
+        """The rows, in columns as wide as their header or widest value, and REASON in the rest
+        of the width, wrapped over as many lines as the row needs: every header and value whole
+        at 80 columns as at 200."""
+        import textwrap
+
         from gpudoctor.fleet import fmt_mem, fmt_number
 
+        rows = []
+        for row in (view.rows if view is not None else []):
+            instance = row.instance if len(row.instance) <= 24 else row.instance[:23] + "…"
+            rows.append((row, [
+                row.status.upper(), instance, row.gpu or "-", fmt_number(row.utilization, 100, "%"), fmt_mem(row),
+                fmt_number(row.temperature_c, 1, "C"), fmt_number(row.power_w, 1, "W"),
+                "-" if row.xid_last is None else str(row.xid_last),
+                "-" if row.report_status is None else row.report_status,
+            ]))
+        widths = [max([len(label)] + [len(cells[k]) for _, cells in rows]) + GAP
+                  for k, (label, _) in enumerate(COLUMNS[:-1])]
         table = self.query_one(DataTable)
-        table.clear()
-        for row in view.rows:
-            report = "-" if row.report_status is None else row.report_status
-            cells = [
-                Text(row.status.upper(), style=STATUS_STYLES[row.status]),
-                Text(row.instance if len(row.instance) <= 24 else row.instance[:23] + "…"), Text(row.gpu or "-"),
-                Text(fmt_number(row.utilization, 100, "%")), Text(fmt_mem(row)), Text(fmt_number(row.temperature_c, 1, "C")),
-                Text(fmt_number(row.power_w, 1, "W")), Text("-" if row.xid_last is None else str(row.xid_last)),
-                Text(report),
-                Text(row.reason if len(row.reason) <= REASON_WIDTH else row.reason[:REASON_WIDTH - 1] + "…"),
-            ]
-            table.add_row(*cells)
+        # the vertical scrollbar's two columns, and the row cursor's own
+        room = (table.size.width or self.size.width) - sum(widths) - 2
+        reason_w = max(REASON_MIN, room)
+        table.clear(columns=True)
+        for (label, _), width in zip(COLUMNS, widths + [reason_w]):
+            table.add_column(label, width=width)
+        for row, cells in rows:
+            reason = textwrap.wrap(row.reason, reason_w) or [""]
+            texts = [Text(cells[0], style=STATUS_STYLES[row.status])] + [Text(c) for c in cells[1:]]
+            table.add_row(*texts, Text("\n".join(reason)), height=len(reason))

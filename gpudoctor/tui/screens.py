@@ -42,6 +42,24 @@ class TitleBar(Static):
         self._shown = text
         self.update(text)
 
+    def render(self) -> Any:
+        """The line as wide as the terminal allows, cut between its `·` parts: a narrow terminal
+        loses the last parts whole (`· every 1 s`), never half of one (`· every`)."""
+        text, width = self._shown, self.size.width
+        if text is None or width <= 0 or text.cell_len <= width:
+            return super().render()
+        return fit_parts(text, width)
+
+
+def fit_parts(text: Text, width: int) -> Text:
+    """``text`` cut to ``width`` at the start of a ` · ` part; with no such place, cut with "…"."""
+    cut = text.plain.rfind("·", 0, width + 1)
+    if cut > 0:
+        return text[:cut]
+    fitted = text.copy()
+    fitted.truncate(width, overflow="ellipsis")
+    return fitted
+
 
 class BaseScreen(Screen):
     TITLE = ""

@@ -70,14 +70,23 @@ def _layered(under: str, over: str) -> str:
 
 
 def _value(text: str, raw: Any = None) -> Run:
+    """A cell's value, whole: the cell pads it (:func:`_cell`), never cuts it."""
     if is_na(raw):
-        return _na_text(raw)[:VALUE_W].ljust(VALUE_W), "dim"
-    return text[:VALUE_W].ljust(VALUE_W), "bold"
+        return _na_text(raw), "dim"
+    return text, "bold"
 
 
-def _cell(label: str, value: Run, spark: str, width: int) -> list[Run]:
-    runs = [(label[:LABEL_W].ljust(LABEL_W), "cyan"), value]
-    spark_w = max(0, width - LABEL_W - VALUE_W - 1)
+def _value_width(values: list[Run], width: int) -> int:
+    """The width of the values of one column of cells ``width`` wide: the longest value (at least
+    VALUE_W, so short values keep their sparklines aligned), as far as the cell has room. The
+    sparklines beside them get what is left."""
+    return max(1, min(max([VALUE_W] + [len(text) for text, _ in values]), width - LABEL_W))
+
+
+def _cell(label: str, value: Run, spark: str, width: int, value_w: int = VALUE_W) -> list[Run]:
+    text, style = value
+    runs = [(label[:LABEL_W].ljust(LABEL_W), "cyan"), (text[:value_w].ljust(value_w), style)]
+    spark_w = max(0, width - LABEL_W - value_w - 1)
     if spark_w:
         runs.append((" " + spark[-spark_w:].rjust(spark_w), "green"))
     return runs
@@ -301,9 +310,16 @@ class GpuPanel(_LinesPanel):
             return sparkline(series(metric), w, 0.0, hi)
 
         g = dev.get
+        # The driver's reserved memory makes the longest value (`31.4/40.0 GiB +0.5 reserved`): the
+        # value keeps it whole and its sparkline gets shorter; only a cell too narrow for it
+        # shows used/total alone.
+        col = (width - 1) // 2 if width >= TWO_COLUMNS_MIN else width
+        memory = fmt_memory(dev)
+        if LABEL_W + len(memory) > col:
+            memory = fmt_memory(dev, reserved=False)
         cells = [
             ("util", _value(fmt_num(g("gpu_util_pct"), "%"), g("gpu_util_pct")), "util", 100.0),
-            ("mem", _value(fmt_memory(dev), g("memory_used_bytes")), "mem", 100.0),
+            ("mem", _value(memory, g("memory_used_bytes")), "mem", 100.0),
             ("temp", _value(fmt_num(g("temperature_c"), "°C"), g("temperature_c")), "temp", temp_hi),
             ("power", _value(fmt_power(dev), g("power_w")), "power", power_limit),
             ("SM", _value(fmt_num(g("clock_sm_mhz"), "MHz"), g("clock_sm_mhz")), "sm_clock", sm_max),
@@ -314,15 +330,18 @@ class GpuPanel(_LinesPanel):
         ]
         lines: list[Line] = []
         if width >= TWO_COLUMNS_MIN:
-            col = (width - 1) // 2
+            left_w = _value_width([c[1] for c in cells[0::2]], col)
+            right_w = _value_width([c[1] for c in cells[1::2]], col)
             for left, right in zip(cells[0::2], cells[1::2]):
-                lines.append(_cells_line(_cell(left[0], left[1], spark(left[2], left[3], col), col),
-                                         _cell(right[0], right[1], spark(right[2], right[3], col), col)))
+                lines.append(_cells_line(_cell(left[0], left[1], spark(left[2], left[3], col), col, left_w),
+                                         _cell(right[0], right[1], spark(right[2], right[3], col), col, right_w)))
             fan = cells[-1]
-            lines.append(_cells_line(_cell(fan[0], fan[1], spark(fan[2], fan[3], col), col), self._ecc_runs(dev)))
+            lines.append(_cells_line(_cell(fan[0], fan[1], spark(fan[2], fan[3], col), col, left_w),
+                                     self._ecc_runs(dev)))
         else:
+            value_w = _value_width([c[1] for c in cells], width)
             for label, value, metric, hi in cells:
-                lines.append(_cells_line(_cell(label, value, spark(metric, hi, width), width)))
+                lines.append(_cells_line(_cell(label, value, spark(metric, hi, width), width, value_w)))
         reasons = g("throttle_reasons")
         text = throttle_text(reasons)
         if text == "none":
@@ -384,7 +403,9 @@ def event_lines(events: Any, width: int, now: float | None = None) -> list[Text]
             head.append(f"; {total} since start", style="dim")
         head.truncate(width, overflow="ellipsis")
         lines.append(head)
-        for line in textwrap.wrap(plain_text(f"{info.words}; {info.action}"), max(10, width - LABEL_W))[:2]:
+        # All of it: the advice ends with what to check (slot, riser, power, cooling), the part
+        # a user most needs; the Overview scrolls when the panels outgrow the screen.
+        for line in textwrap.wrap(plain_text(f"{info.words}; {info.action}"), max(10, width - LABEL_W)):
             lines.append(Text(" " * LABEL_W + line))
     if serious:
         event = serious[-1]
