@@ -570,7 +570,7 @@ def run(ctx: ProbeContext) -> ProbeResult:
                             backend=backend, sizes=sizes, init_method="env://", timeout_s=timeout_s,
                             target_s=target_s, gather=True)
         payloads = {p["rank"]: p for p in everyone}
-        return assemble(payloads, {}, world, backend, "torchrun", skipped)
+        return _unseen_gpus(assemble(payloads, {}, world, backend, "torchrun", skipped), ctx, gpus, backend)
 
     nproc = int(opts.get("nproc") or (gpus if backend == "nccl" else 2))
     if backend == "nccl" and nproc > gpus:
@@ -581,7 +581,34 @@ def run(ctx: ProbeContext) -> ProbeResult:
                                 code="one_rank")
     payloads, failures = launch_local(nproc, backend, sizes, timeout_s, target_s=target_s,
                                       fault=str(opts.get("fault") or ""))
-    return assemble(payloads, failures, nproc, backend, "local", skipped)
+    return _unseen_gpus(assemble(payloads, failures, nproc, backend, "local", skipped), ctx, gpus, backend)
+
+
+def _unseen_gpus(result: ProbeResult, ctx: ProbeContext, gpus: int, backend: str) -> ProbeResult:
+    """A check that ran with gloo on the CPU while NVML sees GPUs torch cannot use says nothing
+    about those GPUs: it fails, with why CUDA cannot start where the driver says, instead of
+    passing as "healthy" (the same fact the devices probe fails on)."""
+    from gpudoctor.backends.cuda_driver import cuda_start_findings
+    from gpudoctor.backends.visibility import visible_nvml_indices
+
+    if backend != "gloo" or gpus > 0:
+        return result
+    try:
+        visible = visible_nvml_indices(ctx.gpu) if ctx.gpu.status() is None else []
+    except Exception:  # NVML trouble is the health probe's to report; here it only means "unknown"
+        visible = []
+    if not isinstance(visible, list) or not visible:
+        return result
+    result.findings.extend(cuda_start_findings(ctx.cuda_start(), len(visible)))
+    result.find(Status.FAIL, "gpus_not_checked",
+                f"NVML sees {len(visible)} GPU(s) but torch sees none: this check ran with gloo on the CPU "
+                "and says nothing about the GPUs or NCCL.",
+                why="Training on this node would not use its GPUs: torch.cuda.is_available() is False.",
+                fix="Run `gpudoctor report` for why torch cannot use the GPUs, fix that, then run "
+                    "`gpudoctor distributed` again to check NCCL on them.")
+    result.status = Status.worst((f.status for f in result.findings), default=Status.PASS)
+    result.summary = f"the {len(visible)} GPU(s) NVML sees were not checked (gloo on the CPU); " + result.summary
+    return result
 
 
 PROBE = Probe.define(__name__, run, "Distributed: all-reduce bandwidth, DDP agreement, stragglers, peers",

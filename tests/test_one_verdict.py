@@ -158,3 +158,16 @@ def test_the_tui_header_fails_from_the_start():
         assert app.proc.wait(30) == 0
     finally:
         app.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_distributed_on_the_cpu_while_nvml_sees_gpus_is_no_pass():
+    """`gpudoctor distributed` falls back to gloo on the CPU when torch sees no GPU: with NVML seeing
+    one, that says nothing about the node's GPUs, and it fails with the devices probe's reason."""
+    proc = _gpudoctor(["distributed", "--json", "--timeout", "120"], _env(FAKE_CUDA="missing"))
+    assert proc.returncode == exitcodes.FAIL, proc.stderr[-2000:]
+    [result] = json.loads(proc.stdout)["results"]
+    codes = {f["code"]: f["status"] for f in result["findings"]}
+    assert codes.get("gpus_not_checked") == "fail" and codes.get("cuda_cannot_start") == "fail", codes
+    assert result["summary"].startswith("the 1 GPU(s) NVML sees were not checked"), result["summary"]
