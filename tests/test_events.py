@@ -9,10 +9,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpudoctor import xid
+from gpudoctor import exitcodes, xid
 from gpudoctor.backends import NvmlGate
 from gpudoctor.backends.events import (EVENT_CLOCK, EVENT_DOUBLE_BIT_ECC, EVENT_SINGLE_BIT_ECC, EVENT_XID_CRITICAL,
-                                       EventWatcher, ReplayEvents)
+                                       DeviceEvents, EventWatcher, GpuEvent, ReplayEvents)
 from gpudoctor.backends.na import NA
 from nvml_fake import FakePynvml, nvml_error
 
@@ -211,7 +211,8 @@ def test_watch_prints_each_event_once_with_its_meaning(tmp_path):
     path.write_text(json.dumps(rec))
     text = subprocess.run([sys.executable, "-m", "gpudoctor", "watch", "--replay", str(path), "-n", "3", "-i", "0.25"],
                           capture_output=True, text=True, timeout=60, cwd=root)
-    assert text.returncode == 0, text.stderr
+    # a critical event fails the watch, as it fails the report (it exited 0 before)
+    assert text.returncode == exitcodes.FAIL, text.stderr
     events = [line for line in text.stdout.splitlines() if " EVENT " in line]
     assert len(events) == 2  # once each, not every interval
     assert "gpu0 EVENT Xid 79 (critical): GPU has fallen off the bus" in events[0]
@@ -239,3 +240,34 @@ def test_a_recording_keeps_the_events_and_replays_them():
     assert out["nvml"]["events"][1][0]["code"] == 48 and out["nvml"]["events"][0] == []
     document = validate(json.loads(json.dumps(encode(out))))
     assert ReplayEvents(document).snapshot(1).last_xid().code == 48
+
+
+def test_watch_without_a_critical_event_exits_0_and_with_an_application_xid_too(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    rec = json.loads((root / "tests" / "data" / "handmade_two_gpu_training_standin.json").read_text())
+    rec["nvml"]["events"] = [[{"time": 1_800_000_000.0, "kind": "xid", "code": 13}], []]
+    path = tmp_path / "events.json"
+    path.write_text(json.dumps(rec))
+    proc = subprocess.run([sys.executable, "-m", "gpudoctor", "watch", "--replay", str(path), "-n", "2", "-i", "0.25"],
+                          capture_output=True, text=True, timeout=60, cwd=root)
+    assert proc.returncode == exitcodes.OK, proc.stderr
+    assert "gpu0 EVENT Xid 13" in proc.stdout
+
+
+def test_critical_events_is_the_one_judgement():
+    from gpudoctor.backends.events import critical_events, describe_event
+
+    state = DeviceEvents(recent=[GpuEvent(3.0, "xid", 13), GpuEvent(4.0, "ecc_single_bit"),
+                                 GpuEvent(5.0, "ecc_double_bit"), GpuEvent(6.0, "memory_retirement_failure")],
+                         logged_xids=[GpuEvent(1.0, "xid", 79, "kernel_log"), GpuEvent(2.0, "xid", 31, "kernel_log")])
+    found = critical_events(state)
+    assert [(e.kind, e.code) for e in found] == [("xid", 79), ("ecc_double_bit", None),
+                                                 ("memory_retirement_failure", None)]
+    assert describe_event(1, found[0]).startswith("GPU 1: Xid 79 (GPU has fallen off the bus")
+    assert critical_events(DeviceEvents()) == []
+

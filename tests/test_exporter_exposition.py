@@ -200,3 +200,42 @@ def test_exporter_bad_replay_file_is_a_usage_error(tmp_path):
                          capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert run.returncode == 2
     assert "not a gpudoctor recording" in run.stderr
+
+
+def test_a_critical_event_fails_the_report_status_before_the_next_report():
+    """The last report passed; then the watcher sees an Xid 79: gpudoctor_report_status and the
+    events probe's status fail at once (fleet reads them), not at the next report."""
+    from gpudoctor.backends.events import DeviceEvents, GpuEvent
+
+    class Watcher:
+        count = 2
+        kernel_log_readable = None
+        kernel_log_reason = ""
+        status = None
+
+        def __init__(self) -> None:
+            self.states = {0: DeviceEvents(), 1: DeviceEvents()}
+
+        def snapshot(self, index):
+            return self.states[index]
+
+    def passing() -> Report:
+        return Report(results=[ProbeResult("environment", Status.PASS), ProbeResult("events", Status.PASS)])
+
+    watcher = Watcher()
+    sampler = GpuSampler(ReplayBackend.from_file(GPU_LOST), interval=1.0)
+    reports = ReportStatus(produce=passing)
+    reports.refresh()
+    registry = build_registry(GpudoctorCollector(sampler, reports, source="replay:test", events=watcher))
+    sampler.sample_once()
+    before = scrape(registry)
+    assert value(before, "gpudoctor_report_status", status="pass") == 1.0
+    watcher.states[1] = DeviceEvents(counts={"xid": 1}, recent=[GpuEvent(time.time(), "xid", 79)])
+    after = scrape(registry)
+    assert value(after, "gpudoctor_report_status", status="fail") == 1.0
+    assert value(after, "gpudoctor_report_status", status="pass") == 0.0
+    assert value(after, "gpudoctor_probe_status", probe="events", status="fail") == 1.0
+    assert value(after, "gpudoctor_probe_status", probe="environment", status="pass") == 1.0
+    # an application Xid is not critical: the status stays as the report said
+    watcher.states[1] = DeviceEvents(counts={"xid": 1}, recent=[GpuEvent(time.time(), "xid", 13)])
+    assert value(scrape(registry), "gpudoctor_report_status", status="pass") == 1.0
