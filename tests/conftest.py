@@ -119,3 +119,21 @@ def _private_published_summaries(tmp_path_factory):
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
+
+
+@pytest.fixture(autouse=True)
+def _cuda_driver_beside_the_fake_nvml(request, monkeypatch):
+    """In-process tests fake NVML (tests/nvml_fake.py, recordings); the CUDA driver's start
+    (gpudoctor.backends.cuda_driver.cuda_start) is asked in a child process that cannot see that
+    fake, and this machine has no libcuda. So in-process it answers as a driver that started with
+    one device, beside the fake GPU. The real function is exercised by the subprocess tests
+    (tests/test_one_verdict.py, with benchmarks/fake_nvml's fake libcuda) and by its unit tests;
+    a test that needs another answer sets ProbeContext(_cuda_start=...) or monkeypatches it, or
+    asks for the real one with @pytest.mark.real_cuda_driver."""
+    if request.node.get_closest_marker("real_cuda_driver"):
+        return
+    from gpudoctor.backends import cuda_driver
+
+    monkeypatch.setattr(cuda_driver, "cuda_start",
+                        lambda timeout_s=cuda_driver.TIMEOUT_S: cuda_driver.CudaStart(loaded=True, code=0,
+                                                                                     device_count=1))

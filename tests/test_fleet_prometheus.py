@@ -104,22 +104,24 @@ def test_fleet_lists_three_exporters_worst_first_then_sees_onestop(tmp_path):
         rows = data["rows"]
         assert len(rows) == 6, rows
         inst = {v: f"127.0.0.1:{p}" for v, p in ports.items()}
-        assert [(r["status"], r["instance"], r["gpu"]) for r in rows[:2]] == sorted(
-            [("fail", inst["lost"], "1"), ("fail", inst["xid79"], "1")], key=lambda t: t[1])
+        # The Xid node's quick report fails (its events probe fails on a critical Xid, as the TUI,
+        # watch and the exporter do): both its GPUs fail, GPU 1 for the Xid itself, GPU 0 for the
+        # node's report (an Xid 79 means draining the node). It warned before that fix.
+        failed = {(r["instance"], r["gpu"]) for r in rows[:3]}
+        assert [r["status"] for r in rows[:3]] == ["fail"] * 3, rows
+        assert failed == {(inst["lost"], "1"), (inst["xid79"], "1"), (inst["xid79"], "0")}
         by_key = {(r["instance"], r["gpu"]): r for r in rows}
         assert "GpuIsLost" in by_key[(inst["lost"], "1")]["reason"]
         xid_row = by_key[(inst["xid79"], "1")]
         assert xid_row["xid_last"] == 79 and xid_row["xid_count"] == 1
         assert "fallen off the bus" in xid_row["reason"]
-        # the lost node's other GPU is throttled in that recording (power cap, thermal): a warning;
-        # the Xid node's quick report (its events probe) warns about the Xid: a warning for the node
-        warned = {(r["instance"], r["gpu"]): r["reason"] for r in rows[2:4]}
-        assert [r["status"] for r in rows[2:4]] == ["warn", "warn"]
-        assert "clocks held down" in warned[(inst["lost"], "0")] and "thermal" in warned[(inst["lost"], "0")]
-        assert "last report: warn" in warned[(inst["xid79"], "0")]
+        assert "the node's last report failed" in by_key[(inst["xid79"], "0")]["reason"]
+        # the lost node's other GPU is throttled in that recording (power cap, thermal): a warning
+        assert rows[3]["status"] == "warn" and (rows[3]["instance"], rows[3]["gpu"]) == (inst["lost"], "0")
+        assert "clocks held down" in rows[3]["reason"] and "thermal" in rows[3]["reason"]
         assert [(r["status"], r["instance"]) for r in rows[4:]] == [("pass", inst["healthy"])] * 2, rows
         assert by_key[(inst["healthy"], "0")]["temperature_c"] is not None
-        assert data["counts"]["fail"] == 2 and not data["targets_down"]
+        assert data["counts"]["fail"] == 3 and not data["targets_down"]
 
         text = _fleet(prom_port, "--match", f"instance={inst['healthy']}")
         assert text.returncode == exitcodes.OK, text.stderr
@@ -132,7 +134,9 @@ def test_fleet_lists_three_exporters_worst_first_then_sees_onestop(tmp_path):
         down = json.loads(after.stdout)
         assert inst["xid79"] in down["targets_down"]
         stale = {r["gpu"]: r for r in down["rows"] if r["instance"] == inst["xid79"]}
-        assert stale["0"]["status"] == "stale" and "not answering Prometheus" in stale["0"]["reason"]
+        # its last known report failed (the Xid 79): kept with its age, so GPU 0 stays failing too
+        assert stale["0"]["status"] == "fail" and "not answering Prometheus" in stale["0"]["reason"], stale["0"]
+        assert "last known" in stale["0"]["reason"] and stale["0"]["last_known"]
         # the last known Xid 79 is kept and keeps its GPU failing (it was dropped: `-`, stale)
         dead = stale["1"]
         assert dead["status"] == "fail" and dead["xid_last"] == 79 and dead["last_known"]

@@ -171,3 +171,17 @@ def test_distributed_on_the_cpu_while_nvml_sees_gpus_is_no_pass():
     codes = {f["code"]: f["status"] for f in result["findings"]}
     assert codes.get("gpus_not_checked") == "fail" and codes.get("cuda_cannot_start") == "fail", codes
     assert result["summary"].startswith("the 1 GPU(s) NVML sees were not checked"), result["summary"]
+
+
+@pytest.mark.real_cuda_driver
+def test_the_real_cuinit_child_answers_here():
+    """The child runs on this machine's Python: without a driver it says libcuda cannot be loaded
+    (a machine with one answers with cuInit's code); never a traceback or a hang."""
+    from gpudoctor.backends.cuda_driver import cuda_start
+
+    answer = cuda_start(timeout_s=60)
+    assert not is_na(answer), answer
+    if not answer.loaded:
+        assert "libcuda" in answer.error
+    else:
+        assert isinstance(answer.code, int)
