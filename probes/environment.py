@@ -57,6 +57,46 @@ def torch_for_torchvision(torchvision_version: str) -> str | None:
     return f"2.{int(m.group(1)) - 15}"
 
 
+# torch's words when it refuses the cuDNN it loaded (torch.backends.cudnn.version() raises them):
+# 1.x/2.x "compiled  against (8, 7, 0) but found runtime version (8, 2, 4)", 1.12 "compiled against
+# (8, 3, 2) but linked against (8, 0, 3)", 0.4/1.0 "compiled against 7102 but linked against 7600".
+_CUDNN_REFUSED = re.compile(r"compiled\s+against\s+(\([\d,\s]+\)|\d+)\s+but\s+"
+                            r"(?:found\s+runtime\s+version|linked\s+against)\s+(\([\d,\s]+\)|\d+)")
+
+
+def _cudnn_text(raw: str) -> str:
+    """'(8, 7, 0)' -> '8.7.0'; '7102' (cuDNN < 9's encoding) -> '7.1.2'."""
+    if raw.startswith("("):
+        return ".".join(re.findall(r"\d+", raw))
+    n = int(raw)
+    return f"{n // 1000}.{(n % 1000) // 100}.{n % 100}" if n < 10000 else f"{n // 10000}.{(n % 10000) // 100}.{n % 100}"
+
+
+def cudnn_versions(facts: dict[str, Any]) -> tuple[str | None, str | None, bool]:
+    """(the cuDNN torch was compiled against, the one it loaded, whether torch refused it), from
+    torch's facts: the two versions asked from torch._C._cudnn, else read from the error that
+    ``torch.backends.cudnn.version()`` raised."""
+    compiled, loaded = facts.get("cudnn_compiled_version"), facts.get("cudnn_runtime_version")
+    version = facts.get("cudnn_version")
+    refused = _CUDNN_REFUSED.search(version.reason) if is_na(version) else None
+    if refused:
+        compiled = compiled if isinstance(compiled, str) else _cudnn_text(refused.group(1))
+        loaded = loaded if isinstance(loaded, str) else _cudnn_text(refused.group(2))
+    return (compiled if isinstance(compiled, str) else None, loaded if isinstance(loaded, str) else None,
+            refused is not None)
+
+
+def cudnn_compatible(compiled: str, loaded: str) -> bool | None:
+    """torch's own rule: the same major version, and from cuDNN 7 on a loaded minor at or above the
+    compiled one (before 7, the same minor). None when either version is unreadable."""
+    c, l = [tuple(int(x) for x in re.findall(r"\d+", v)[:2]) for v in (compiled, loaded)]
+    if len(c) < 2 or len(l) < 2:
+        return None
+    if c[0] != l[0]:
+        return False
+    return l[1] >= c[1] if l[0] >= 7 else l[1] == c[1]
+
+
 def kernel_image_available(arch_list: list[str], capability: str) -> bool | None:
     """Can a torch built for ``arch_list`` run kernels on a device of ``capability`` ('8.6')?
 
@@ -104,12 +144,13 @@ def run(ctx: ProbeContext) -> ProbeResult:
     r.findings.extend(driver_build_findings(driver, driver_cuda, version, cuda_build))
     count = gpu.device_count() if nvml_na is None else nvml_na
     _cuda_start(r, facts, cuda_build, count)
+    _cudnn(r, facts, version)
     _kernel_images(r, gpu, facts, version, count)
     _torchvision(r, facts, version)
     summary = f"torch {version}"
     if cuda_build:
         summary += f" (CUDA {cuda_build})"
-    if facts.get("cudnn_version"):
+    if isinstance(facts.get("cudnn_version"), str):
         summary += f", cuDNN {facts['cudnn_version']}"
     summary += ", driver " + (driver if isinstance(driver, str) else "unavailable")
     if ctx.python:  # report --python: name the environment that was checked
@@ -156,8 +197,10 @@ def _torch_build(r: ProbeResult, facts: dict[str, Any], nvml_na: Any) -> tuple[s
     r.measure("torch_cuda_build", cuda_build or "none (CPU-only build)")
     if facts.get("hip_build"):
         r.measure("torch_hip_build", facts["hip_build"])
-    r.measure("cudnn", facts.get("cudnn_version") if facts.get("cudnn_available") is True else None,
-              note="" if facts.get("cudnn_available") is True else "not available")
+    cudnn = facts.get("cudnn_version")
+    r.measure("cudnn", cudnn if facts.get("cudnn_available") is True and isinstance(cudnn, str) else None,
+              note="not available" if facts.get("cudnn_available") is not True
+              else (cudnn.reason if is_na(cudnn) else ""))
     r.measure("nccl", facts.get("nccl_version"), note="" if facts.get("nccl_version") else "not built in")
     r.measure("mps_available", facts.get("mps_available") is True)
     r.measure("xpu_available", facts.get("xpu_available") is True)
@@ -185,6 +228,49 @@ def _cuda_start(r: ProbeResult, facts: dict[str, Any], cuda_build: Any, count: A
                fix=known[1] if known else
                "Read the error above; common causes are CUDA_VISIBLE_DEVICES hiding every GPU, a driver/"
                "library mismatch after an upgrade without reboot, or a container started without GPUs.")
+
+
+def _cudnn(r: ProbeResult, facts: dict[str, Any], version: str) -> None:
+    """The cuDNN torch was compiled against vs the one it loaded (torch refuses an incompatible one)."""
+    if facts.get("cudnn_available") is not True:
+        return
+    compiled, loaded, refused = cudnn_versions(facts)
+    if compiled:
+        r.measure("cudnn_compiled", compiled, note="the cuDNN torch was built against")
+    library = facts.get("cudnn_library") if isinstance(facts.get("cudnn_library"), str) else None
+    if library:
+        r.measure("cudnn_library", library)
+    if not (compiled and loaded) or not (refused or cudnn_compatible(compiled, loaded) is False):
+        return
+    ld_path = environment_variables().get("LD_LIBRARY_PATH") or ""
+    entries = [e for e in ld_path.split(":") if e]
+    lib_dir = library.rsplit("/", 1)[0] if library else None
+    named = [e for e in entries if lib_dir and e.rstrip("/") == lib_dir.rstrip("/")] or \
+            [e for e in entries if "cudnn" in e.lower()]
+    where = f" from {library}" if library else ""
+    other = f"; or put cuDNN {compiled} or a newer {compiled.split('.')[0]}.x there"
+    if named:
+        kept = ":".join(e for e in entries if e not in named)
+        fix = (f"Remove {', '.join(named)} from LD_LIBRARY_PATH so torch loads the cuDNN {compiled} it ships "
+               "with (" + (f"`export LD_LIBRARY_PATH={kept}`" if kept else "`unset LD_LIBRARY_PATH`")
+               + "; look in the shell profile and module files, and note that sudo can keep the variable)"
+               + other + ".")
+    elif entries:
+        fix = (f"Find the directory on LD_LIBRARY_PATH that holds the foreign libcudnn (`ls <dir>/libcudnn*` "
+               f"for each of {', '.join(entries[:6])}) and remove it from the variable so torch loads the cuDNN "
+               f"{compiled} it ships with" + other + ".")
+    else:
+        fix = (f"Find where the foreign libcudnn comes from (/etc/ld.so.conf.d, a CUDA toolkit's lib64, another "
+               f"job's install) and take it off the library search path so torch loads the cuDNN {compiled} it "
+               "ships with" + other + ".")
+    r.find(Status.FAIL, "cudnn_mismatch",
+           f"torch {version} was built against cuDNN {compiled} but loaded cuDNN {loaded}{where}"
+           + (f"; LD_LIBRARY_PATH={ld_path}" if ld_path else "") + ".",
+           why="torch refuses a cuDNN of another major version or an older minor than it was built with: "
+               "torch.backends.cudnn.version() and the first convolution or RNN raise 'cuDNN version "
+               "incompatibility'. The usual cause is a system or toolkit libcudnn on LD_LIBRARY_PATH found "
+               "before the copy torch ships with.",
+           fix=fix)
 
 
 def _kernel_images(r: ProbeResult, gpu: Any, facts: dict[str, Any], version: str, count: Any) -> None:

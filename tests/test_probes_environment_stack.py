@@ -1,0 +1,136 @@
+"""The environment probe's stack judgements over torch's facts as torch reports them (no GPU needed):
+cuDNN compiled vs loaded, PTX-only coverage, a driver check against a CUDA that started anyway,
+and the fix texts (the build a new GPU needs, the index a torchvision fix keeps)."""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import pytest
+
+from gpudoctor.backends.na import NA
+from gpudoctor.model import Status
+from gpudoctor.probes import ProbeContext
+
+HOST = {"python": "3.12", "os": "Linux", "cpu_model": "x", "cpu_logical": 8, "ram_total_bytes": 2 ** 30}
+
+
+class _Gpu:
+    def __init__(self, driver: str = "580.65.06", driver_cuda: str = "13.0", capability: str = "8.6") -> None:
+        self._driver, self._cuda, self._cc = driver, driver_cuda, capability
+
+    def status(self) -> Any:
+        return None
+
+    def driver_version(self) -> str:
+        return self._driver
+
+    def cuda_driver_version(self) -> str:
+        return self._cuda
+
+    def device_count(self) -> int:
+        return 1
+
+    def static(self, index: int) -> dict[str, Any]:
+        return {"index": 0, "name": "GPU", "compute_capability": self._cc, "uuid": "GPU-1",
+                "pci_bus_id": "00000000:01:00.0", "mig_mode": 0}
+
+
+def _facts(**over: Any) -> dict[str, Any]:
+    facts: dict[str, Any] = {
+        "importable": True, "version": "2.14.1+cu130", "cuda_build": "13.0", "hip_build": None,
+        "arch_list": ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"], "cudnn_available": True,
+        "cudnn_version": "9.24.0", "cudnn_compiled_version": "9.24.0", "cudnn_runtime_version": "9.24.0",
+        "cudnn_library": None, "nccl_version": None, "cuda_available": True, "device_count": 1,
+        "cuda_warnings": [], "cuda_init_error": None, "devices": [],
+        "torchvision": {"installed": False, "version": None, "ops_ok": False, "error": None},
+    }
+    facts.update(over)
+    return facts
+
+
+def _run(monkeypatch: pytest.MonkeyPatch, gpu: Any = None, env: dict[str, str] | None = None, **facts: Any):
+    from gpudoctor.probes import environment
+
+    monkeypatch.delenv("LD_LIBRARY_PATH", raising=False)
+    for k, v in (env or {}).items():
+        monkeypatch.setenv(k, v)
+    ctx = ProbeContext(gpu or _Gpu(), _torch_facts=_facts(**facts), _host_facts=dict(HOST),
+                       _cuda_start=NA("NotRecorded"))
+    return environment.run(ctx)
+
+
+def _finding(result: Any, code: str) -> Any:
+    found = [f for f in result.findings if f.code == code]
+    assert found, [(f.status, f.code) for f in result.findings]
+    return found[0]
+
+
+# ---------------------------------------------------------------- cuDNN compiled vs loaded
+def _fake_torch(binding: Any, version: Any, compiled_int: Any = None) -> Any:
+    def version_fn() -> Any:
+        if isinstance(version, Exception):
+            raise version
+        return version
+
+    c = types.SimpleNamespace(_cudnn=binding)
+    if compiled_int is not None:
+        c._cudnn_version = lambda: compiled_int
+    return types.SimpleNamespace(_C=c, backends=types.SimpleNamespace(
+        cudnn=types.SimpleNamespace(is_available=lambda: True, version=version_fn)))
+
+
+def test_cudnn_facts_ask_both_versions_even_when_torch_refuses_the_loaded_one(tmp_path):
+    from gpudoctor.backends import torch_cuda
+
+    maps = tmp_path / "maps"
+    maps.write_text("7f00-7f01 r-xp 0 08:01 1 /opt/cudnn/lib/libcudnn_ops.so.8\n"
+                    "7f02-7f03 r-xp 0 08:01 2 /opt/cudnn/lib/libcudnn.so.8.2.4\n"
+                    "7f04-7f05 r-xp 0 08:01 3 /usr/lib/libc.so.6\n")
+    binding = types.SimpleNamespace(getCompileVersion=lambda: (8, 7, 0), getRuntimeVersion=lambda: (8, 2, 4))
+    error = RuntimeError("cuDNN version incompatibility: PyTorch was compiled  against (8, 7, 0) but found "
+                         "runtime version (8, 2, 4).")
+    facts = torch_cuda.cudnn_facts(_fake_torch(binding, error), maps_file=str(maps))
+    assert facts["cudnn_compiled_version"] == "8.7.0" and facts["cudnn_runtime_version"] == "8.2.4"
+    assert facts["cudnn_library"] == "/opt/cudnn/lib/libcudnn.so.8.2.4"
+    assert "incompatibility" in facts["cudnn_version"].reason
+
+
+def test_cudnn_facts_on_an_old_torch_and_on_a_torch_without_the_binding():
+    from gpudoctor.backends import torch_cuda
+
+    old = torch_cuda.cudnn_facts(_fake_torch(types.SimpleNamespace(), 7600, compiled_int=7102))
+    assert old["cudnn_compiled_version"] == "7.1.2" and old["cudnn_version"] == "7.6.0"
+    assert old["cudnn_runtime_version"] is None
+    bare = torch_cuda.cudnn_facts(_fake_torch(None, 90100))
+    assert bare["cudnn_compiled_version"] is None and bare["cudnn_version"] == "9.1.0"
+
+
+def test_cudnn_rules_are_torchs():
+    from gpudoctor.probes.environment import cudnn_compatible, cudnn_versions
+
+    assert cudnn_compatible("8.7.0", "8.9.2") is True       # a newer minor is accepted
+    assert cudnn_compatible("8.7.0", "8.2.4") is False      # an older minor is refused
+    assert cudnn_compatible("9.1.0", "8.9.7") is False      # another major always
+    assert cudnn_compatible("6.0.21", "6.1.0") is False     # before 7 the minor must match
+    old_words = NA("RuntimeError: cuDNN version mismatch: PyTorch was compiled against 7102 but linked against 7600")
+    assert cudnn_versions({"cudnn_version": old_words}) == ("7.1.2", "7.6.0", True)
+
+
+def test_cudnn_mismatch_names_both_versions_the_library_and_the_directory_to_remove(monkeypatch):
+    result = _run(monkeypatch, env={"LD_LIBRARY_PATH": "/opt/cudnn/lib:/usr/local/nccl/lib"},
+                  version="2.0.1+cu118", cuda_build="11.8", arch_list=["sm_86"],
+                  cudnn_version=NA("RuntimeError: cuDNN version incompatibility: PyTorch was compiled  against "
+                                   "(8, 7, 0) but found runtime version (8, 2, 4)."),
+                  cudnn_compiled_version="8.7.0", cudnn_runtime_version="8.2.4",
+                  cudnn_library="/opt/cudnn/lib/libcudnn.so.8.2.4")
+    f = _finding(result, "cudnn_mismatch")
+    assert f.status == Status.FAIL and result.status == Status.FAIL
+    assert "8.7.0" in f.summary and "8.2.4" in f.summary and "/opt/cudnn/lib/libcudnn.so.8.2.4" in f.summary
+    assert "Remove /opt/cudnn/lib from LD_LIBRARY_PATH" in f.fix
+    assert "export LD_LIBRARY_PATH=/usr/local/nccl/lib" in f.fix
+    # a newer minor of the same major is what torch accepts: no finding
+    newer = _run(monkeypatch, cudnn_version="9.26.0", cudnn_compiled_version="9.24.0",
+                 cudnn_runtime_version="9.26.0")
+    assert "cudnn_mismatch" not in {f.code for f in newer.findings} and newer.status == Status.PASS
