@@ -134,3 +134,37 @@ def test_cudnn_mismatch_names_both_versions_the_library_and_the_directory_to_rem
     newer = _run(monkeypatch, cudnn_version="9.26.0", cudnn_compiled_version="9.24.0",
                  cudnn_runtime_version="9.26.0")
     assert "cudnn_mismatch" not in {f.code for f in newer.findings} and newer.status == Status.PASS
+
+
+# ---------------------------------------------------------------- CUDA_VISIBLE_DEVICES changed after CUDA read it
+def _devices(monkeypatch: pytest.MonkeyPatch, cvd: str | None, **facts: Any):
+    from gpudoctor.probes import devices
+
+    class FourGpus(_Gpu):
+        def device_count(self) -> int:
+            return 4
+
+        def static(self, index: int) -> dict[str, Any]:
+            return {"index": index, "name": "GPU", "uuid": f"GPU-{index}", "pci_bus_id": f"00000000:0{index + 1}:00.0",
+                    "mig_mode": 0}
+
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    if cvd is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", cvd)
+    ctx = ProbeContext(FourGpus(), _torch_facts=_facts(**facts), _host_facts=dict(HOST),
+                       _cuda_start=NA("NotRecorded"))
+    return devices.run(ctx)
+
+
+def test_cuda_visible_devices_changed_after_torch_started_cuda_is_a_warning(monkeypatch):
+    # torch's process started CUDA with CUDA_VISIBLE_DEVICES=1; the variable now says ''
+    result = _devices(monkeypatch, "", device_count=1, cuda_visible_devices="1")
+    codes = {f.code: f for f in result.findings}
+    assert "cuda_visible_devices_hides_all" not in codes and result.status == Status.WARN
+    f = codes["device_count_mismatch"]
+    assert "changed after CUDA read it" in f.summary and "before" in f.fix
+    # the same value torch started with: the variable is judged as it stands
+    same = _devices(monkeypatch, "", device_count=0, cuda_available=False, cuda_visible_devices="")
+    assert "cuda_visible_devices_hides_all" in {f.code for f in same.findings}

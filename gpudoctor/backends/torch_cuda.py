@@ -8,6 +8,7 @@ import it when called; they run in the runner's child process.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import warnings
 from typing import Any
@@ -197,6 +198,8 @@ def torch_facts(with_devices: bool = True) -> dict[str, Any]:
     xpu = getattr(torch, "xpu", None)
     facts["xpu_available"] = _safe(xpu.is_available) if xpu is not None else False
 
+    # what CUDA reads once, when it starts (here, on the first torch.cuda call below)
+    facts["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         facts["cuda_available"] = _safe(torch.cuda.is_available)
