@@ -18,7 +18,7 @@ from typing import Any
 from gpudoctor.backends.host import environment_variables
 from gpudoctor.backends.cuda_driver import cause_of_error_text
 from gpudoctor.backends.na import is_na
-from gpudoctor.cuda_compat import driver_build_findings
+from gpudoctor.cuda_compat import cuda_started, driver_build_findings, started_anyway
 from gpudoctor.model import ProbeResult, Status
 from gpudoctor.probes import Probe, ProbeContext
 
@@ -141,7 +141,8 @@ def run(ctx: ProbeContext) -> ProbeResult:
         return r.settle("torch does not import")
     version, cuda_build = _torch_build(r, facts, nvml_na)
     # driver vs torch's CUDA build (the same check as --quick's)
-    r.findings.extend(driver_build_findings(driver, driver_cuda, version, cuda_build))
+    driver_findings = driver_build_findings(driver, driver_cuda, version, cuda_build)
+    r.findings.extend(started_anyway(driver_findings) if cuda_started(facts) else driver_findings)
     count = gpu.device_count() if nvml_na is None else nvml_na
     _cuda_start(r, facts, cuda_build, count)
     _cudnn(r, facts, version)

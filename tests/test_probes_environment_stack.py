@@ -168,3 +168,21 @@ def test_cuda_visible_devices_changed_after_torch_started_cuda_is_a_warning(monk
     # the same value torch started with: the variable is judged as it stands
     same = _devices(monkeypatch, "", device_count=0, cuda_available=False, cuda_visible_devices="")
     assert "cuda_visible_devices_hides_all" in {f.code for f in same.findings}
+
+
+# ---------------------------------------------------------------- the driver check when CUDA started anyway
+def test_a_driver_too_old_by_nvml_is_a_warning_when_cuda_started(monkeypatch):
+    # a cu130 torch in a forward-compatibility container on a 550 host driver (NVML says CUDA 12.4)
+    result = _run(monkeypatch, gpu=_Gpu(driver="550.54.15", driver_cuda="12.4"), device_count=1,
+                  devices=[{"index": 0, "name": "H100", "compute_capability": "9.0"}])
+    f = _finding(result, "driver_too_old")
+    assert f.status == Status.WARN and result.status == Status.WARN
+    assert "CUDA started anyway: forward compatibility or a newer driver than NVML reports" in f.summary
+    # an older minor of the same major: a pass saying so
+    older = _run(monkeypatch, gpu=_Gpu(driver="560.35.03", driver_cuda="12.6"), version="2.9.0+cu128",
+                 cuda_build="12.8")
+    g = _finding(older, "driver_older_than_build")
+    assert g.status == Status.PASS and "CUDA started anyway" in g.summary and older.status == Status.PASS
+    # CUDA did not start: still a failure
+    down = _run(monkeypatch, gpu=_Gpu(driver="550.54.15", driver_cuda="12.4"), cuda_available=False, device_count=0)
+    assert _finding(down, "driver_too_old").status == Status.FAIL
