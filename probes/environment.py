@@ -43,18 +43,76 @@ def _torch_minor(version: str) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
+# torch 1.0-1.3's torchvision (pytorch/vision's compatibility table); from 1.4 on 1.N <-> 0.(N+1).
+_TORCHVISION_FOR_TORCH_1 = {0: "0.2", 1: "0.3", 2: "0.4", 3: "0.4"}
+TORCHVISION_TABLE_URL = "https://github.com/pytorch/vision#installation"
+
+
 def expected_torchvision(torch_version: str) -> str | None:
+    """The torchvision minor series built for a torch release: 2.N <-> 0.(N+15), 1.N <-> 0.(N+1)
+    from 1.4 (1.0-1.3 from the table); None when unknown."""
     tv = _torch_minor(torch_version)
-    if tv is None or tv[0] != 2:
+    if tv is None:
         return None
-    return f"0.{tv[1] + 15}"
+    if tv[0] == 2:
+        return f"0.{tv[1] + 15}"
+    if tv[0] == 1:
+        return f"0.{tv[1] + 1}" if tv[1] >= 4 else _TORCHVISION_FOR_TORCH_1.get(tv[1])
+    return None
 
 
 def torch_for_torchvision(torchvision_version: str) -> str | None:
     m = re.match(r"0\.(\d+)", torchvision_version or "")
-    if not m or int(m.group(1)) < 15:
+    if not m or int(m.group(1)) < 5:
         return None
-    return f"2.{int(m.group(1)) - 15}"
+    minor = int(m.group(1))
+    return f"2.{minor - 15}" if minor >= 15 else f"1.{minor - 1}"
+
+
+def wheel_index(torch_version: str) -> str | None:
+    """The download.pytorch.org index a torch with this local version came from ('2.2.1+cpu' ->
+    .../whl/cpu, '+cu126' -> .../whl/cu126, '+rocm6.2' -> .../whl/rocm6.2); None for a plain
+    (PyPI) version."""
+    m = re.search(r"\+((?:cpu|cu\d+|rocm[\d.]+|xpu))(?:[.-]|$)", torch_version or "")
+    return f"https://download.pytorch.org/whl/{m.group(1)}" if m else None
+
+
+# The first CUDA release whose compiler targets each GPU generation (by compute capability major),
+# and the PyTorch wheel index and release that first carried it: CUDA 12.8 / cu128 / torch 2.7 for
+# Blackwell (sm_100, sm_120), CUDA 11.8 / cu118 / torch 2.0 for Hopper (sm_90), CUDA 11.0 for Ampere
+# (sm_80 binaries also run on 8.6 and 8.9).
+BUILD_FOR_NEW_GPU = {12: ("12.8", "cu128", "2.7"), 10: ("12.8", "cu128", "2.7"),
+                     9: ("11.8", "cu118", "2.0"), 8: ("11.0", "cu126", None)}
+
+
+def _arch_tuples(arch_list: list[str]) -> list[tuple[int, int]]:
+    out = []
+    for arch in arch_list or []:
+        am = re.match(r"(?:sm|compute)_(\d+?)(\d)[af]?$", arch)
+        if am:
+            out.append((int(am.group(1)), int(am.group(2))))
+    return out
+
+
+def kernel_image_fix(arch_list: list[str], capability: str) -> str:
+    """What to install when torch has no kernel for ``capability``: a newer build for a GPU newer than
+    every target in the list (naming the CUDA release and wheel index it needs), an older build for
+    a GPU the build dropped."""
+    sm = "sm_" + capability.replace(".", "")
+    m = re.match(r"(\d+)\.(\d+)", capability or "")
+    targets = _arch_tuples(arch_list)
+    if m and targets and (int(m.group(1)), int(m.group(2))) > max(targets):
+        need = BUILD_FOR_NEW_GPU.get(int(m.group(1)))
+        if need:
+            cuda, index, first = need
+            since = f", torch {first} or later" if first else ""
+            return (f"This GPU is newer than the build: install a torch built with CUDA {cuda} or newer, whose "
+                    f"arch list includes {sm} ({index}{since}): `pip install --force-reinstall torch torchvision "
+                    f"--index-url https://download.pytorch.org/whl/{index}`.")
+        return (f"This GPU is newer than the build: install the newest torch built with the newest CUDA "
+                f"(https://pytorch.org/get-started/locally/) and check that torch.cuda.get_arch_list() has {sm}.")
+    return (f"Install a torch build whose arch list includes {sm} (older GPUs need an older CUDA build, e.g. "
+            "cu126 wheels for sm_50..sm_70).")
 
 
 # torch's words when it refuses the cuDNN it loaded (torch.backends.cudnn.version() raises them):
@@ -295,8 +353,7 @@ def _kernel_images(r: ProbeResult, gpu: Any, facts: dict[str, Any], version: str
                    f"GPU {index} ({name}) has compute capability {cc}, which torch {version} was not compiled "
                    f"for ({' '.join(arch_list)}).",
                    why="Every CUDA kernel fails with 'no kernel image is available for execution on the device'.",
-                   fix="Install a torch build whose arch list includes sm_" + cc.replace(".", "") +
-                       " (older GPUs need an older CUDA build, e.g. cu126 wheels for sm_50..sm_70).",
+                   fix=kernel_image_fix(arch_list, cc),
                    device=index)
 
 
@@ -310,7 +367,10 @@ def _torchvision(r: ProbeResult, facts: dict[str, Any], version: str) -> None:
             error = tv.get("error") or "unknown error"
             mismatch = "does not exist" in error or "undefined symbol" in error or (
                 expected is not None and not tv_version.startswith(expected + "."))
-            pair = f"torchvision=={expected}.*" if expected else "the matching torchvision"
+            pair = f"torchvision=={expected}.*" if expected else "torchvision"
+            index = wheel_index(version)
+            from_index = f" --index-url {index}" if index else ""
+            table = "" if expected else f" (pick the torchvision version for torch {version} from {TORCHVISION_TABLE_URL})"
             r.find(Status.FAIL, "torchvision_mismatch" if mismatch else "torchvision_ops_broken",
                    f"torchvision {tv_version or '?'} does not work with torch {version}: {error}",
                    why="torchvision's compiled operators (nms, roi_align, the image decoders) are built against "
@@ -318,15 +378,19 @@ def _torchvision(r: ProbeResult, facts: dict[str, Any], version: str) -> None:
                        "or its first op raises. The local torch 2.13.0+cpu wheel with torchvision 0.28.0 from "
                        "PyPI fails this way ('operator torchvision::nms does not exist').",
                    fix=f"Install the pair from the same index: `pip install --force-reinstall torch=={version.split('+')[0]} "
-                       f"\"{pair}\"` (or let pip choose both: `pip install -U torch torchvision`).")
+                       f"\"{pair}\"{from_index}`{table} (or let pip choose both: `pip install -U torch torchvision"
+                       f"{from_index}`).")
         elif expected is not None and tv_version and not tv_version.startswith(expected + "."):
+            index = wheel_index(version)
+            from_index = f" --index-url {index}" if index else ""
             tv_torch = torch_for_torchvision(tv_version)
             r.find(Status.WARN, "torchvision_version_pair",
                    f"torchvision {tv_version} is not the release built for torch {version} (expected {expected}.x).",
                    why="Its compiled operators load and ran a test op now, but a mismatched pair can break on the "
                        "first operator whose signature changed between the two torch releases.",
-                   fix=f"Install a matched pair: `pip install \"torchvision=={expected}.*\"` once it is released"
-                       + (f", or `pip install \"torch=={tv_torch}.*\"` to match torchvision {tv_version}." if tv_torch else "."))
+                   fix=f"Install a matched pair: `pip install \"torchvision=={expected}.*\"{from_index}` once it is "
+                       "released" + (f", or `pip install \"torch=={tv_torch}.*\"{from_index}` to match torchvision "
+                                     f"{tv_version}." if tv_torch else "."))
     else:
         r.measure("torchvision", None, note="not installed")
 

@@ -27,7 +27,7 @@ def test_torchvision_pairs():
     assert expected_torchvision("2.13.0+cpu") == "0.28"
     assert expected_torchvision("2.14.1") == "0.29"
     assert torch_for_torchvision("0.29.2+cu132") == "2.14"
-    assert expected_torchvision("1.13.1") is None
+    assert expected_torchvision("1.13.1") == "0.14"  # torch 1.x pairs are known (pytorch/vision table)
 
 
 # ---------------------------------------------------------------- replayed scenarios

@@ -186,3 +186,53 @@ def test_a_driver_too_old_by_nvml_is_a_warning_when_cuda_started(monkeypatch):
     # CUDA did not start: still a failure
     down = _run(monkeypatch, gpu=_Gpu(driver="550.54.15", driver_cuda="12.4"), cuda_available=False, device_count=0)
     assert _finding(down, "driver_too_old").status == Status.FAIL
+
+
+# ---------------------------------------------------------------- fix texts
+BUILD_BEFORE_BLACKWELL = ["sm_50", "sm_60", "sm_61", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
+
+
+def test_a_blackwell_gpu_on_an_old_build_is_told_the_cu128_build_it_needs(monkeypatch):
+    result = _run(monkeypatch, version="2.5.1+cu124", cuda_build="12.4", arch_list=BUILD_BEFORE_BLACKWELL,
+                  devices=[{"index": 0, "name": "NVIDIA GeForce RTX 5090", "compute_capability": "12.0"}])
+    f = _finding(result, "no_kernel_image")
+    assert "cu128" in f.fix and "12.8" in f.fix and "sm_120" in f.fix
+    assert "older GPUs" not in f.fix and "cu126" not in f.fix
+    # a GPU the build dropped still gets the older-build advice
+    old = _run(monkeypatch, arch_list=["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"],
+               devices=[{"index": 0, "name": "Tesla V100", "compute_capability": "7.0"}])
+    assert "older CUDA build" in _finding(old, "no_kernel_image").fix
+
+
+def _tv(version: str, torchvision: str, error: str | None = "RuntimeError: operator torchvision::nms does not exist"):
+    return {"installed": True, "version": torchvision, "ops_ok": error is None, "error": error}
+
+
+@pytest.mark.parametrize("torch_version, index", [
+    ("2.2.1+cpu", "--index-url https://download.pytorch.org/whl/cpu"),
+    ("2.6.0+cu126", "--index-url https://download.pytorch.org/whl/cu126"),
+    ("2.6.0", None),
+])
+def test_the_torchvision_fix_keeps_the_index_torch_came_from(monkeypatch, torch_version, index):
+    result = _run(monkeypatch, version=torch_version, torchvision=_tv(torch_version, "0.23.0"))
+    fix = _finding(result, "torchvision_mismatch").fix
+    if index:
+        assert fix.count(index) == 2, fix  # the pinned pair and the let-pip-choose command
+    else:
+        assert "--index-url" not in fix and "torchvision==0.21.*" in fix
+    pair = _run(monkeypatch, version=torch_version, torchvision=_tv(torch_version, "0.22.0", error=None))
+    pair_fix = _finding(pair, "torchvision_version_pair").fix
+    assert (index in pair_fix) if index else ("--index-url" not in pair_fix)
+
+
+def test_a_torch_1_torchvision_fix_names_the_version(monkeypatch):
+    result = _run(monkeypatch, version="1.12.0+cu113", cuda_build="11.3",
+                  torchvision=_tv("1.12.0+cu113", "0.15.2", "RuntimeError: operator torchvision::nms does not exist"))
+    fix = _finding(result, "torchvision_mismatch").fix
+    assert "the matching torchvision" not in fix
+    assert "torchvision==0.13.*" in fix and "--index-url https://download.pytorch.org/whl/cu113" in fix
+    # before 1.4 the table says which
+    from gpudoctor.probes.environment import expected_torchvision, torch_for_torchvision
+
+    assert expected_torchvision("1.2.0") == "0.4" and expected_torchvision("1.7.1") == "0.8"
+    assert torch_for_torchvision("0.8.2") == "1.7" and torch_for_torchvision("0.4.2") is None
