@@ -94,6 +94,24 @@ def _arch_tuples(arch_list: list[str]) -> list[tuple[int, int]]:
     return out
 
 
+def ptx_only(arch_list: list[str], capability: str) -> bool:
+    """True when a GPU of ``capability`` runs torch only through PTX: a ``compute_XY`` at or below it
+    is in the list, but no ``sm_XY`` binary that runs on it (same major, equal or lower minor; an
+    arch-specific sm_XYa only on its own capability)."""
+    m = re.match(r"(\d+)\.(\d+)", capability or "")
+    if not m or not kernel_image_available(arch_list, capability):
+        return False
+    major, minor = int(m.group(1)), int(m.group(2))
+    for arch in arch_list:
+        am = re.match(r"sm_(\d+?)(\d)([af]?)$", arch)
+        if not am:
+            continue
+        amaj, amin = int(am.group(1)), int(am.group(2))
+        if (am.group(3) and (amaj, amin) == (major, minor)) or (not am.group(3) and amaj == major and amin <= minor):
+            return False
+    return True
+
+
 def kernel_image_fix(arch_list: list[str], capability: str) -> str:
     """What to install when torch has no kernel for ``capability``: a newer build for a GPU newer than
     every target in the list (naming the CUDA release and wheel index it needs), an older build for
@@ -354,6 +372,18 @@ def _kernel_images(r: ProbeResult, gpu: Any, facts: dict[str, Any], version: str
                    f"for ({' '.join(arch_list)}).",
                    why="Every CUDA kernel fails with 'no kernel image is available for execution on the device'.",
                    fix=kernel_image_fix(arch_list, cc),
+                   device=index)
+        elif ok and ptx_only(arch_list, cc):
+            sm = "sm_" + cc.replace(".", "")
+            r.find(Status.WARN, "ptx_jit_only",
+                   f"GPU {index} ({name}) has compute capability {cc}; torch {version} has no {sm} binary for it, "
+                   f"only PTX ({' '.join(a for a in arch_list if a.startswith('compute_'))}).",
+                   why="The driver JIT-compiles every PTX kernel for this GPU when it is first used: start-up "
+                       "takes minutes, and again whenever the JIT cache (CUDA_CACHE_MAXSIZE, ~/.nv/ComputeCache) "
+                       "is too small or not kept (containers, CI); the JIT-compiled code may also run slower.",
+                   fix=kernel_image_fix(arch_list, cc).replace("This GPU is newer than the build: ", "")
+                       + " Meanwhile, `export CUDA_CACHE_MAXSIZE=4294967296` (and keep ~/.nv/ComputeCache between "
+                         "runs) so the JIT runs once.",
                    device=index)
 
 

@@ -236,3 +236,20 @@ def test_a_torch_1_torchvision_fix_names_the_version(monkeypatch):
 
     assert expected_torchvision("1.2.0") == "0.4" and expected_torchvision("1.7.1") == "0.8"
     assert torch_for_torchvision("0.8.2") == "1.7" and torch_for_torchvision("0.4.2") is None
+
+
+# ---------------------------------------------------------------- a GPU covered only by PTX
+def test_a_gpu_covered_only_by_ptx_is_a_warning_naming_the_sm_build(monkeypatch):
+    from gpudoctor.probes.environment import ptx_only
+
+    assert ptx_only(["sm_80", "sm_90", "compute_90"], "12.0") is True
+    assert ptx_only(["sm_80", "sm_86", "compute_86"], "8.9") is False   # sm_86 binary runs on 8.9
+    assert ptx_only(["sm_90a", "compute_80"], "9.0") is False           # arch-specific binary on its own GPU
+    assert ptx_only(["sm_80", "compute_80"], "9.0") is True
+    result = _run(monkeypatch, version="2.6.0+cu126", cuda_build="12.6",
+                  arch_list=["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90", "compute_90"],
+                  devices=[{"index": 0, "name": "NVIDIA GeForce RTX 5090", "compute_capability": "12.0"}])
+    f = _finding(result, "ptx_jit_only")
+    assert f.status == Status.WARN and result.status == Status.WARN
+    assert "compute_90" in f.summary and "sm_120" in f.fix and "cu128" in f.fix
+    assert "no_kernel_image" not in {g.code for g in result.findings}
