@@ -81,4 +81,44 @@ def driver_build_findings(driver: Any, driver_cuda: Any, torch_version: str,
     return []
 
 
-__all__ = ["MIN_DRIVER_FOR_CUDA_MAJOR", "WHEEL_INDEX_FOR_CUDA_MAJOR", "MIN_DRIVER_FOR_CUDA_BEFORE_11", "version_tuple", "driver_build_findings"]
+STARTED_ANYWAY = "CUDA started anyway: forward compatibility or a newer driver than NVML reports."
+
+
+def cuda_started(facts: Any) -> bool:
+    """torch's facts show CUDA running: is_available() True, at least one device, and not every
+    device's properties failed."""
+    if not isinstance(facts, dict) or facts.get("cuda_available") is not True:
+        return False
+    count = facts.get("device_count")
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        return False
+    devices = [d for d in facts.get("devices") or [] if isinstance(d, dict)]
+    return not devices or not all(d.get("error") for d in devices)
+
+
+def started_anyway(findings: list[Finding]) -> list[Finding]:
+    """The driver-vs-build findings for a torch whose CUDA did start: the NVML-reported driver is not
+    what CUDA ran on (a forward-compatibility libcuda in a container, or NVML from another driver
+    install), so a driver too old becomes a warning and an older minor a pass, each saying so."""
+    out = []
+    for f in findings:
+        if f.code == "driver_too_old":
+            out.append(Finding(
+                Status.WARN, f.code, f"{f.summary} {STARTED_ANYWAY}",
+                why="The driver NVML reports cannot run this build, yet torch started CUDA: the CUDA library in "
+                    "use is newer than that driver (a cuda-compat forward-compatibility package, which NVIDIA "
+                    "supports on data-center GPUs), or NVML belongs to another driver install than the one CUDA "
+                    "loaded.",
+                fix="Nothing blocks training now. Keep the forward-compatibility package with the image (without "
+                    "it this build fails with 'driver too old'); if there is none, compare `nvidia-smi` with "
+                    "`cat /proc/driver/nvidia/version` and remove the stale driver install. " + f.fix,
+                device=f.device))
+        elif f.code == "driver_older_than_build":
+            out.append(Finding(Status.PASS, f.code, f"{f.summary} {STARTED_ANYWAY}", why=f.why, fix=f.fix,
+                               device=f.device))
+        else:
+            out.append(f)
+    return out
+
+
+__all__ = ["STARTED_ANYWAY", "cuda_started", "started_anyway", "MIN_DRIVER_FOR_CUDA_MAJOR", "WHEEL_INDEX_FOR_CUDA_MAJOR", "MIN_DRIVER_FOR_CUDA_BEFORE_11", "version_tuple", "driver_build_findings"]

@@ -139,6 +139,8 @@ _TORCH_FIELDS = {
     "python": _OPT_TEXT,
     "arch_list": {"anyOf": [_array(_text(64), 256), {"$ref": "#/$defs/na"}]},
     "cudnn_available": _OPT_BOOL, "cudnn_version": _OPT_TEXT, "nccl_version": _OPT_TEXT,
+    "cudnn_compiled_version": _OPT_TEXT, "cudnn_runtime_version": _OPT_TEXT, "cudnn_library": _OPT_TEXT,
+    "cuda_visible_devices": _OPT_TEXT,
     "distributed_available": _OPT_BOOL, "mps_available": _OPT_BOOL, "xpu_available": _OPT_BOOL,
     "cuda_available": _OPT_BOOL, "device_count": _OPT_INT,
     "cuda_warnings": _array(_text(), 64), "cuda_init_error": _OPT_TEXT,

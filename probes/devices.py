@@ -60,14 +60,20 @@ def run(ctx: ProbeContext) -> ProbeResult:
     if not isinstance(count, int) or count == 0:
         _no_device(r, nvml_na, facts if torch_checked else {})
         return r.settle("no GPU visible")
+    # CUDA reads CUDA_VISIBLE_DEVICES once, when it starts: torch using more devices than the variable
+    # now allows (or the value torch's process started CUDA with differing) means it was changed after.
+    # (a replay's facts were read under the recording machine's variable, not this shell's)
+    started_with = facts.get("cuda_visible_devices", cvd) if torch_checked and not ctx.replay else cvd
+    changed = bool(torch_checked and isinstance(torch_count, int) and torch_count > 0 and (
+        started_with != cvd or (cvd is not None and isinstance(visible, list) and torch_count > len(visible))))
     if isinstance(visible, list):
-        _visibility(r, cvd, visible, count)
+        _visibility(r, cvd, visible, count, changed)
         # The CUDA driver's own start, asked at every level (no torch), so --quick, the exporter,
         # the TUI header and the full report judge the same fact the same way.
         driver_failed = cuda_start_findings(ctx.cuda_start(), len(visible)) if visible else []
         r.findings.extend(driver_failed)
         if torch_checked and isinstance(torch_count, int) and not any(f.status == Status.FAIL for f in driver_failed):
-            _torch_agreement(r, gpu, facts, torch_count, len(visible))
+            _torch_agreement(r, gpu, facts, torch_count, len(visible), cvd if changed else None)
     _index_order(r, torch_devices, mapping)
 
     wanted = [ctx.device] if ctx.device is not None else sorted(mapping) if mapping else list(range(count))
@@ -99,10 +105,11 @@ def _no_device(r: ProbeResult, nvml_na: Any, facts: dict[str, Any]) -> None:
                "the GPU; on a laptop make sure the NVIDIA GPU is not disabled.")
 
 
-def _visibility(r: ProbeResult, cvd: str | None, visible: list[int], count: int) -> None:
-    """What CUDA_VISIBLE_DEVICES leaves of the GPUs NVML sees."""
+def _visibility(r: ProbeResult, cvd: str | None, visible: list[int], count: int, changed: bool = False) -> None:
+    """What CUDA_VISIBLE_DEVICES leaves of the GPUs NVML sees (not judged when torch started CUDA
+    under another value: ``changed``)."""
     r.measure("visible_to_cuda", len(visible), note=f"CUDA_VISIBLE_DEVICES={cvd!r}" if cvd is not None else "")
-    if cvd is None:
+    if cvd is None or changed:
         return
     named = len([t for t in cvd.split(",") if t.strip()])
     if len(visible) == 0:
@@ -117,8 +124,10 @@ def _visibility(r: ProbeResult, cvd: str | None, visible: list[int], count: int)
                fix=f"Fix the list: valid indices are 0..{count - 1}.")
 
 
-def _torch_agreement(r: ProbeResult, gpu: Any, facts: dict[str, Any], torch_count: int, visible: int) -> None:
-    """torch's device count against NVML's (after CUDA_VISIBLE_DEVICES)."""
+def _torch_agreement(r: ProbeResult, gpu: Any, facts: dict[str, Any], torch_count: int, visible: int,
+                     changed_to: str | None = None) -> None:
+    """torch's device count against NVML's (after CUDA_VISIBLE_DEVICES); ``changed_to``: the variable's
+    value now, when it was changed after torch's CUDA read it."""
     if torch_count == 0 and visible > 0:
         reason, fix = _why_torch_sees_none(gpu, facts)
         r.find(Status.FAIL, "torch_sees_no_gpu",
@@ -126,6 +135,16 @@ def _torch_agreement(r: ProbeResult, gpu: Any, facts: dict[str, Any], torch_coun
                why="torch.cuda.is_available() is False, so code that falls back to the CPU trains there "
                    "silently and code that asks for 'cuda' fails.",
                fix=fix)
+    elif torch_count != visible and torch_count > 0 and changed_to is not None:
+        r.find(Status.WARN, "device_count_mismatch",
+               f"torch uses {torch_count} device(s) but CUDA_VISIBLE_DEVICES={changed_to!r} now allows {visible}: "
+               "the variable was changed after CUDA read it.",
+               why="CUDA reads CUDA_VISIBLE_DEVICES once, when it initialises (the first torch.cuda call); "
+                   "setting os.environ afterwards changes nothing for this process, so it keeps the GPUs it "
+                   "started with.",
+               fix="Set CUDA_VISIBLE_DEVICES before the process starts (`CUDA_VISIBLE_DEVICES=1 python train.py`) "
+                   "or at the top of the script before any torch.cuda call; to pick a device later use "
+                   "torch.cuda.set_device(N) or torch.device('cuda:N').")
     elif torch_count != visible and torch_count > 0:
         r.find(Status.WARN, "device_count_mismatch",
                f"torch sees {torch_count} device(s); NVML with CUDA_VISIBLE_DEVICES says {visible}.",

@@ -18,7 +18,7 @@ from typing import Any
 from gpudoctor.backends.host import environment_variables
 from gpudoctor.backends.cuda_driver import cause_of_error_text
 from gpudoctor.backends.na import is_na
-from gpudoctor.cuda_compat import driver_build_findings
+from gpudoctor.cuda_compat import cuda_started, driver_build_findings, started_anyway
 from gpudoctor.model import ProbeResult, Status
 from gpudoctor.probes import Probe, ProbeContext
 
@@ -43,18 +43,134 @@ def _torch_minor(version: str) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
+# torch 1.0-1.3's torchvision (pytorch/vision's compatibility table); from 1.4 on 1.N <-> 0.(N+1).
+_TORCHVISION_FOR_TORCH_1 = {0: "0.2", 1: "0.3", 2: "0.4", 3: "0.4"}
+TORCHVISION_TABLE_URL = "https://github.com/pytorch/vision#installation"
+
+
 def expected_torchvision(torch_version: str) -> str | None:
+    """The torchvision minor series built for a torch release: 2.N <-> 0.(N+15), 1.N <-> 0.(N+1)
+    from 1.4 (1.0-1.3 from the table); None when unknown."""
     tv = _torch_minor(torch_version)
-    if tv is None or tv[0] != 2:
+    if tv is None:
         return None
-    return f"0.{tv[1] + 15}"
+    if tv[0] == 2:
+        return f"0.{tv[1] + 15}"
+    if tv[0] == 1:
+        return f"0.{tv[1] + 1}" if tv[1] >= 4 else _TORCHVISION_FOR_TORCH_1.get(tv[1])
+    return None
 
 
 def torch_for_torchvision(torchvision_version: str) -> str | None:
     m = re.match(r"0\.(\d+)", torchvision_version or "")
-    if not m or int(m.group(1)) < 15:
+    if not m or int(m.group(1)) < 5:
         return None
-    return f"2.{int(m.group(1)) - 15}"
+    minor = int(m.group(1))
+    return f"2.{minor - 15}" if minor >= 15 else f"1.{minor - 1}"
+
+
+def wheel_index(torch_version: str) -> str | None:
+    """The download.pytorch.org index a torch with this local version came from ('2.2.1+cpu' ->
+    .../whl/cpu, '+cu126' -> .../whl/cu126, '+rocm6.2' -> .../whl/rocm6.2); None for a plain
+    (PyPI) version."""
+    m = re.search(r"\+((?:cpu|cu\d+|rocm[\d.]+|xpu))(?:[.-]|$)", torch_version or "")
+    return f"https://download.pytorch.org/whl/{m.group(1)}" if m else None
+
+
+# The first CUDA release whose compiler targets each GPU generation (by compute capability major),
+# and the PyTorch wheel index and release that first carried it: CUDA 12.8 / cu128 / torch 2.7 for
+# Blackwell (sm_100, sm_120), CUDA 11.8 / cu118 / torch 2.0 for Hopper (sm_90), CUDA 11.0 for Ampere
+# (sm_80 binaries also run on 8.6 and 8.9).
+BUILD_FOR_NEW_GPU = {12: ("12.8", "cu128", "2.7"), 10: ("12.8", "cu128", "2.7"),
+                     9: ("11.8", "cu118", "2.0"), 8: ("11.0", "cu126", None)}
+
+
+def _arch_tuples(arch_list: list[str]) -> list[tuple[int, int]]:
+    out = []
+    for arch in arch_list or []:
+        am = re.match(r"(?:sm|compute)_(\d+?)(\d)[af]?$", arch)
+        if am:
+            out.append((int(am.group(1)), int(am.group(2))))
+    return out
+
+
+def ptx_only(arch_list: list[str], capability: str) -> bool:
+    """True when a GPU of ``capability`` runs torch only through PTX: a ``compute_XY`` at or below it
+    is in the list, but no ``sm_XY`` binary that runs on it (same major, equal or lower minor; an
+    arch-specific sm_XYa only on its own capability)."""
+    m = re.match(r"(\d+)\.(\d+)", capability or "")
+    if not m or not kernel_image_available(arch_list, capability):
+        return False
+    major, minor = int(m.group(1)), int(m.group(2))
+    for arch in arch_list:
+        am = re.match(r"sm_(\d+?)(\d)([af]?)$", arch)
+        if not am:
+            continue
+        amaj, amin = int(am.group(1)), int(am.group(2))
+        if (am.group(3) and (amaj, amin) == (major, minor)) or (not am.group(3) and amaj == major and amin <= minor):
+            return False
+    return True
+
+
+def kernel_image_fix(arch_list: list[str], capability: str) -> str:
+    """What to install when torch has no kernel for ``capability``: a newer build for a GPU newer than
+    every target in the list (naming the CUDA release and wheel index it needs), an older build for
+    a GPU the build dropped."""
+    sm = "sm_" + capability.replace(".", "")
+    m = re.match(r"(\d+)\.(\d+)", capability or "")
+    targets = _arch_tuples(arch_list)
+    if m and targets and (int(m.group(1)), int(m.group(2))) > max(targets):
+        need = BUILD_FOR_NEW_GPU.get(int(m.group(1)))
+        if need:
+            cuda, index, first = need
+            since = f", torch {first} or later" if first else ""
+            return (f"This GPU is newer than the build: install a torch built with CUDA {cuda} or newer, whose "
+                    f"arch list includes {sm} ({index}{since}): `pip install --force-reinstall torch torchvision "
+                    f"--index-url https://download.pytorch.org/whl/{index}`.")
+        return (f"This GPU is newer than the build: install the newest torch built with the newest CUDA "
+                f"(https://pytorch.org/get-started/locally/) and check that torch.cuda.get_arch_list() has {sm}.")
+    return (f"Install a torch build whose arch list includes {sm} (older GPUs need an older CUDA build, e.g. "
+            "cu126 wheels for sm_50..sm_70).")
+
+
+# torch's words when it refuses the cuDNN it loaded (torch.backends.cudnn.version() raises them):
+# 1.x/2.x "compiled  against (8, 7, 0) but found runtime version (8, 2, 4)", 1.12 "compiled against
+# (8, 3, 2) but linked against (8, 0, 3)", 0.4/1.0 "compiled against 7102 but linked against 7600".
+_CUDNN_REFUSED = re.compile(r"compiled\s+against\s+(\([\d,\s]+\)|\d+)\s+but\s+"
+                            r"(?:found\s+runtime\s+version|linked\s+against)\s+(\([\d,\s]+\)|\d+)")
+
+
+def _cudnn_text(raw: str) -> str:
+    """'(8, 7, 0)' -> '8.7.0'; '7102' (cuDNN < 9's encoding) -> '7.1.2'."""
+    if raw.startswith("("):
+        return ".".join(re.findall(r"\d+", raw))
+    n = int(raw)
+    return f"{n // 1000}.{(n % 1000) // 100}.{n % 100}" if n < 10000 else f"{n // 10000}.{(n % 10000) // 100}.{n % 100}"
+
+
+def cudnn_versions(facts: dict[str, Any]) -> tuple[str | None, str | None, bool]:
+    """(the cuDNN torch was compiled against, the one it loaded, whether torch refused it), from
+    torch's facts: the two versions asked from torch._C._cudnn, else read from the error that
+    ``torch.backends.cudnn.version()`` raised."""
+    compiled, loaded = facts.get("cudnn_compiled_version"), facts.get("cudnn_runtime_version")
+    version = facts.get("cudnn_version")
+    refused = _CUDNN_REFUSED.search(version.reason) if is_na(version) else None
+    if refused:
+        compiled = compiled if isinstance(compiled, str) else _cudnn_text(refused.group(1))
+        loaded = loaded if isinstance(loaded, str) else _cudnn_text(refused.group(2))
+    return (compiled if isinstance(compiled, str) else None, loaded if isinstance(loaded, str) else None,
+            refused is not None)
+
+
+def cudnn_compatible(compiled: str, loaded: str) -> bool | None:
+    """torch's own rule: the same major version, and from cuDNN 7 on a loaded minor at or above the
+    compiled one (before 7, the same minor). None when either version is unreadable."""
+    c, l = [tuple(int(x) for x in re.findall(r"\d+", v)[:2]) for v in (compiled, loaded)]
+    if len(c) < 2 or len(l) < 2:
+        return None
+    if c[0] != l[0]:
+        return False
+    return l[1] >= c[1] if l[0] >= 7 else l[1] == c[1]
 
 
 def kernel_image_available(arch_list: list[str], capability: str) -> bool | None:
@@ -101,15 +217,17 @@ def run(ctx: ProbeContext) -> ProbeResult:
         return r.settle("torch does not import")
     version, cuda_build = _torch_build(r, facts, nvml_na)
     # driver vs torch's CUDA build (the same check as --quick's)
-    r.findings.extend(driver_build_findings(driver, driver_cuda, version, cuda_build))
+    driver_findings = driver_build_findings(driver, driver_cuda, version, cuda_build)
+    r.findings.extend(started_anyway(driver_findings) if cuda_started(facts) else driver_findings)
     count = gpu.device_count() if nvml_na is None else nvml_na
     _cuda_start(r, facts, cuda_build, count)
+    _cudnn(r, facts, version)
     _kernel_images(r, gpu, facts, version, count)
     _torchvision(r, facts, version)
     summary = f"torch {version}"
     if cuda_build:
         summary += f" (CUDA {cuda_build})"
-    if facts.get("cudnn_version"):
+    if isinstance(facts.get("cudnn_version"), str):
         summary += f", cuDNN {facts['cudnn_version']}"
     summary += ", driver " + (driver if isinstance(driver, str) else "unavailable")
     if ctx.python:  # report --python: name the environment that was checked
@@ -156,8 +274,10 @@ def _torch_build(r: ProbeResult, facts: dict[str, Any], nvml_na: Any) -> tuple[s
     r.measure("torch_cuda_build", cuda_build or "none (CPU-only build)")
     if facts.get("hip_build"):
         r.measure("torch_hip_build", facts["hip_build"])
-    r.measure("cudnn", facts.get("cudnn_version") if facts.get("cudnn_available") is True else None,
-              note="" if facts.get("cudnn_available") is True else "not available")
+    cudnn = facts.get("cudnn_version")
+    r.measure("cudnn", cudnn if facts.get("cudnn_available") is True and isinstance(cudnn, str) else None,
+              note="not available" if facts.get("cudnn_available") is not True
+              else (cudnn.reason if is_na(cudnn) else ""))
     r.measure("nccl", facts.get("nccl_version"), note="" if facts.get("nccl_version") else "not built in")
     r.measure("mps_available", facts.get("mps_available") is True)
     r.measure("xpu_available", facts.get("xpu_available") is True)
@@ -187,6 +307,49 @@ def _cuda_start(r: ProbeResult, facts: dict[str, Any], cuda_build: Any, count: A
                "library mismatch after an upgrade without reboot, or a container started without GPUs.")
 
 
+def _cudnn(r: ProbeResult, facts: dict[str, Any], version: str) -> None:
+    """The cuDNN torch was compiled against vs the one it loaded (torch refuses an incompatible one)."""
+    if facts.get("cudnn_available") is not True:
+        return
+    compiled, loaded, refused = cudnn_versions(facts)
+    if compiled:
+        r.measure("cudnn_compiled", compiled, note="the cuDNN torch was built against")
+    library = facts.get("cudnn_library") if isinstance(facts.get("cudnn_library"), str) else None
+    if library:
+        r.measure("cudnn_library", library)
+    if not (compiled and loaded) or not (refused or cudnn_compatible(compiled, loaded) is False):
+        return
+    ld_path = environment_variables().get("LD_LIBRARY_PATH") or ""
+    entries = [e for e in ld_path.split(":") if e]
+    lib_dir = library.rsplit("/", 1)[0] if library else None
+    named = [e for e in entries if lib_dir and e.rstrip("/") == lib_dir.rstrip("/")] or \
+            [e for e in entries if "cudnn" in e.lower()]
+    where = f" from {library}" if library else ""
+    other = f"; or put cuDNN {compiled} or a newer {compiled.split('.')[0]}.x there"
+    if named:
+        kept = ":".join(e for e in entries if e not in named)
+        fix = (f"Remove {', '.join(named)} from LD_LIBRARY_PATH so torch loads the cuDNN {compiled} it ships "
+               "with (" + (f"`export LD_LIBRARY_PATH={kept}`" if kept else "`unset LD_LIBRARY_PATH`")
+               + "; look in the shell profile and module files, and note that sudo can keep the variable)"
+               + other + ".")
+    elif entries:
+        fix = (f"Find the directory on LD_LIBRARY_PATH that holds the foreign libcudnn (`ls <dir>/libcudnn*` "
+               f"for each of {', '.join(entries[:6])}) and remove it from the variable so torch loads the cuDNN "
+               f"{compiled} it ships with" + other + ".")
+    else:
+        fix = (f"Find where the foreign libcudnn comes from (/etc/ld.so.conf.d, a CUDA toolkit's lib64, another "
+               f"job's install) and take it off the library search path so torch loads the cuDNN {compiled} it "
+               "ships with" + other + ".")
+    r.find(Status.FAIL, "cudnn_mismatch",
+           f"torch {version} was built against cuDNN {compiled} but loaded cuDNN {loaded}{where}"
+           + (f"; LD_LIBRARY_PATH={ld_path}" if ld_path else "") + ".",
+           why="torch refuses a cuDNN of another major version or an older minor than it was built with: "
+               "torch.backends.cudnn.version() and the first convolution or RNN raise 'cuDNN version "
+               "incompatibility'. The usual cause is a system or toolkit libcudnn on LD_LIBRARY_PATH found "
+               "before the copy torch ships with.",
+           fix=fix)
+
+
 def _kernel_images(r: ProbeResult, gpu: Any, facts: dict[str, Any], version: str, count: Any) -> None:
     """torch's compiled architectures against each device's compute capability."""
     arch_list = facts.get("arch_list") if isinstance(facts.get("arch_list"), list) else []
@@ -208,8 +371,19 @@ def _kernel_images(r: ProbeResult, gpu: Any, facts: dict[str, Any], version: str
                    f"GPU {index} ({name}) has compute capability {cc}, which torch {version} was not compiled "
                    f"for ({' '.join(arch_list)}).",
                    why="Every CUDA kernel fails with 'no kernel image is available for execution on the device'.",
-                   fix="Install a torch build whose arch list includes sm_" + cc.replace(".", "") +
-                       " (older GPUs need an older CUDA build, e.g. cu126 wheels for sm_50..sm_70).",
+                   fix=kernel_image_fix(arch_list, cc),
+                   device=index)
+        elif ok and ptx_only(arch_list, cc):
+            sm = "sm_" + cc.replace(".", "")
+            r.find(Status.WARN, "ptx_jit_only",
+                   f"GPU {index} ({name}) has compute capability {cc}; torch {version} has no {sm} binary for it, "
+                   f"only PTX ({' '.join(a for a in arch_list if a.startswith('compute_'))}).",
+                   why="The driver JIT-compiles every PTX kernel for this GPU when it is first used: start-up "
+                       "takes minutes, and again whenever the JIT cache (CUDA_CACHE_MAXSIZE, ~/.nv/ComputeCache) "
+                       "is too small or not kept (containers, CI); the JIT-compiled code may also run slower.",
+                   fix=kernel_image_fix(arch_list, cc).replace("This GPU is newer than the build: ", "")
+                       + " Meanwhile, `export CUDA_CACHE_MAXSIZE=4294967296` (and keep ~/.nv/ComputeCache between "
+                         "runs) so the JIT runs once.",
                    device=index)
 
 
@@ -223,7 +397,10 @@ def _torchvision(r: ProbeResult, facts: dict[str, Any], version: str) -> None:
             error = tv.get("error") or "unknown error"
             mismatch = "does not exist" in error or "undefined symbol" in error or (
                 expected is not None and not tv_version.startswith(expected + "."))
-            pair = f"torchvision=={expected}.*" if expected else "the matching torchvision"
+            pair = f"torchvision=={expected}.*" if expected else "torchvision"
+            index = wheel_index(version)
+            from_index = f" --index-url {index}" if index else ""
+            table = "" if expected else f" (pick the torchvision version for torch {version} from {TORCHVISION_TABLE_URL})"
             r.find(Status.FAIL, "torchvision_mismatch" if mismatch else "torchvision_ops_broken",
                    f"torchvision {tv_version or '?'} does not work with torch {version}: {error}",
                    why="torchvision's compiled operators (nms, roi_align, the image decoders) are built against "
@@ -231,15 +408,19 @@ def _torchvision(r: ProbeResult, facts: dict[str, Any], version: str) -> None:
                        "or its first op raises. The local torch 2.13.0+cpu wheel with torchvision 0.28.0 from "
                        "PyPI fails this way ('operator torchvision::nms does not exist').",
                    fix=f"Install the pair from the same index: `pip install --force-reinstall torch=={version.split('+')[0]} "
-                       f"\"{pair}\"` (or let pip choose both: `pip install -U torch torchvision`).")
+                       f"\"{pair}\"{from_index}`{table} (or let pip choose both: `pip install -U torch torchvision"
+                       f"{from_index}`).")
         elif expected is not None and tv_version and not tv_version.startswith(expected + "."):
+            index = wheel_index(version)
+            from_index = f" --index-url {index}" if index else ""
             tv_torch = torch_for_torchvision(tv_version)
             r.find(Status.WARN, "torchvision_version_pair",
                    f"torchvision {tv_version} is not the release built for torch {version} (expected {expected}.x).",
                    why="Its compiled operators load and ran a test op now, but a mismatched pair can break on the "
                        "first operator whose signature changed between the two torch releases.",
-                   fix=f"Install a matched pair: `pip install \"torchvision=={expected}.*\"` once it is released"
-                       + (f", or `pip install \"torch=={tv_torch}.*\"` to match torchvision {tv_version}." if tv_torch else "."))
+                   fix=f"Install a matched pair: `pip install \"torchvision=={expected}.*\"{from_index}` once it is "
+                       "released" + (f", or `pip install \"torch=={tv_torch}.*\"{from_index}` to match torchvision "
+                                     f"{tv_version}." if tv_torch else "."))
     else:
         r.measure("torchvision", None, note="not installed")
 

@@ -8,6 +8,7 @@ import it when called; they run in the runner's child process.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import warnings
 from typing import Any
@@ -41,6 +42,70 @@ def _cudnn_version_text(version: int | None) -> str | None:
     if version >= 10000:
         return f"{version // 10000}.{(version % 10000) // 100}.{version % 100}"
     return f"{version // 1000}.{(version % 1000) // 100}.{version % 100}"
+
+
+def _version_tuple_text(value: Any) -> str | None:
+    """(8, 7, 0) -> '8.7.0'; an int in cuDNN's own encoding -> its text; anything else -> None."""
+    if isinstance(value, (tuple, list)) and value and all(isinstance(x, int) for x in value):
+        return ".".join(str(x) for x in value[:3])
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _cudnn_version_text(value)
+    return None
+
+
+# /proc/self/maps is a few hundred KiB in a torch process; read no more than this.
+MAX_MAPS_BYTES = 4 * 1024 * 1024
+
+
+def loaded_library_path(prefix: str, maps_file: str = "/proc/self/maps") -> str | None:
+    """The path of a shared library named ``prefix``* that this process has mapped, ``prefix.so``*
+    first (Linux; None elsewhere or when none is loaded)."""
+    try:
+        with open(maps_file, "rb") as fh:
+            raw = fh.read(MAX_MAPS_BYTES)
+    except OSError:
+        return None
+    found: list[str] = []
+    for line in raw.decode("utf-8", "replace").splitlines():
+        parts = line.split(None, 5)
+        if len(parts) == 6:
+            path = parts[5].strip()
+            if path.startswith("/") and path.rsplit("/", 1)[-1].startswith(prefix) and path not in found:
+                found.append(path[:512])
+    # the main library (libcudnn.so.9) before its parts (libcudnn_graph.so.9, ...)
+    main = [p for p in found if p.rsplit("/", 1)[-1].startswith(prefix + ".so")]
+    return (main or found or [None])[0]
+
+
+def cudnn_facts(torch: Any, maps_file: str = "/proc/self/maps") -> dict[str, Any]:
+    """cuDNN as the loaded torch sees it: whether it is built in, the version torch was compiled
+    against, the version of the library actually loaded, and that library's path.
+
+    ``torch.backends.cudnn.version()`` raises when the two are incompatible (a foreign libcudnn found
+    first on LD_LIBRARY_PATH), so both are also asked from ``torch._C._cudnn`` directly
+    (``getCompileVersion``/``getRuntimeVersion``, tuples; older torch: ``torch._C._cudnn_version()``
+    for the compiled one). Never raises: a missing function leaves its fact None.
+    """
+    out: dict[str, Any] = {"cudnn_available": _safe(torch.backends.cudnn.is_available),
+                           "cudnn_version": None, "cudnn_compiled_version": None,
+                           "cudnn_runtime_version": None, "cudnn_library": None}
+    if out["cudnn_available"] is not True:
+        return out
+    version = _safe(torch.backends.cudnn.version)
+    out["cudnn_version"] = _cudnn_version_text(version) if isinstance(version, int) else version
+    binding = getattr(getattr(torch, "_C", None), "_cudnn", None)
+    compiled = None
+    if binding is not None and hasattr(binding, "getCompileVersion"):
+        compiled = _safe(binding.getCompileVersion)
+    elif hasattr(getattr(torch, "_C", None), "_cudnn_version"):
+        compiled = _safe(torch._C._cudnn_version)
+    runtime = _safe(binding.getRuntimeVersion) if binding is not None and hasattr(binding, "getRuntimeVersion") else None
+    out["cudnn_compiled_version"] = _version_tuple_text(compiled)
+    out["cudnn_runtime_version"] = _version_tuple_text(runtime)
+    out["cudnn_library"] = _safe(loaded_library_path, "libcudnn", maps_file)
+    if not isinstance(out["cudnn_library"], str):
+        out["cudnn_library"] = None
+    return out
 
 
 def torchvision_facts() -> dict[str, Any]:
@@ -118,10 +183,7 @@ def torch_facts(with_devices: bool = True) -> dict[str, Any]:
         "python": sys.version.split()[0],
     }
     facts["arch_list"] = _safe(torch.cuda.get_arch_list)
-    cudnn_available = _safe(torch.backends.cudnn.is_available)
-    facts["cudnn_available"] = cudnn_available
-    version = _safe(torch.backends.cudnn.version) if cudnn_available is True else None
-    facts["cudnn_version"] = _cudnn_version_text(version) if isinstance(version, int) else version
+    facts.update(cudnn_facts(torch))
     nccl = None
     if getattr(torch.cuda, "nccl", None) is not None and facts["cuda_build"]:
         nccl = _safe(torch.cuda.nccl.version)
@@ -136,6 +198,8 @@ def torch_facts(with_devices: bool = True) -> dict[str, Any]:
     xpu = getattr(torch, "xpu", None)
     facts["xpu_available"] = _safe(xpu.is_available) if xpu is not None else False
 
+    # what CUDA reads once, when it starts (here, on the first torch.cuda call below)
+    facts["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         facts["cuda_available"] = _safe(torch.cuda.is_available)
