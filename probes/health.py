@@ -128,7 +128,20 @@ def _check_lost(d: _Device) -> bool:
                why="The driver lost contact with the GPU (Xid 79); every CUDA call on it fails.",
                fix="Check `dmesg` for Xid errors; the node needs a GPU reset or reboot, and a hardware check "
                    "(power, seating, cooling) if it repeats.")
-    return bool(lost)
+        return True
+    # NVML's "Unknown Error" for the device's very identity (name, UUID, PCI bus id) is a GPU the
+    # driver enumerates but cannot talk to (NVIDIA/open-gpu-kernel-modules#387: fixed by reseating
+    # the card); a single reading answering Unknown is not enough to say so.
+    identity = [d.s.get(k) for k in ("name", "uuid", "pci_bus_id")]
+    if all(is_na(v) and v.reason == "Unknown" for v in identity):
+        d.find(Status.FAIL, "gpu_unreachable",
+               f"GPU {d.dev} does not answer: NVML returns Unknown Error for its name, UUID and PCI bus id.",
+               why="The driver lists the GPU but cannot read even its identity: CUDA programs on it fail or "
+                   "hang, as with a GPU that has fallen off the bus.",
+               fix="Check `nvidia-smi` and `dmesg` for Xid 79 or PCIe errors; reset the GPU or reboot, and if "
+                   "it repeats reseat the card and check its power cables and slot.")
+        return True
+    return False
 
 
 def _check_temperature(d: _Device) -> None:

@@ -18,7 +18,7 @@ from nvml_fake import FakePynvml, nvml_error
 from gpudoctor import runner
 from gpudoctor.backends import NvmlBackend, NvmlGate, ReplayBackend
 from gpudoctor.backends.na import NA, is_na
-from gpudoctor.model import Report, Status
+from gpudoctor.model import ProbeResult, Report, Status
 from gpudoctor.probes import ProbeContext
 from gpudoctor.render import render_text
 
@@ -132,3 +132,17 @@ def test_integer_counters_stay_ints_in_the_health_findings():
     assert f"had {big} uncorrectable" in finding.summary
     value = next(m.value for m in r.measurements if m.name == "ecc_volatile_uncorrected")
     assert value == big and isinstance(value, int)
+
+
+def test_unknown_error_for_the_identity_is_a_gpu_that_does_not_answer():
+    from gpudoctor.probes.health import check_device
+
+    unknown = NA("Unknown")
+    r = ProbeResult("health")
+    check_device(r, 0, {"name": unknown, "uuid": unknown, "pci_bus_id": unknown}, {"temperature_c": unknown})
+    assert [(f.status, f.code) for f in r.findings] == [(Status.FAIL, "gpu_unreachable")]
+    # one reading answering Unknown (the name still reads) is not a GPU that is gone
+    r = ProbeResult("health")
+    check_device(r, 0, {"name": "NVIDIA H100", "uuid": unknown, "pci_bus_id": "0000:65:00.0"},
+                 {"temperature_c": 40})
+    assert "gpu_unreachable" not in {f.code for f in r.findings}
