@@ -414,6 +414,8 @@ def run_probes(
                     result = ProbeResult.from_dict(json.loads(payload))
             else:
                 result = _run_in_thread(probe, ctx)
+            if result.probe == "devices":
+                ctx.torch_to_nvml = _torch_to_nvml(result)
             report.results.append(result)
             if on_result is not None:
                 on_result(result)
@@ -423,6 +425,19 @@ def run_probes(
         if _close(child, ctx.gpu if gpu is None else None, graceful=not report.interrupted):
             report.interrupted = True
     return report
+
+
+def _torch_to_nvml(devices: ProbeResult) -> dict[int, int | None]:
+    """The devices probe's torch -> NVML map (its details; keys are JSON strings)."""
+    found = devices.details.get("torch_to_nvml") if isinstance(devices.details, dict) else None
+    if not isinstance(found, dict):
+        return {}
+    out: dict[int, int | None] = {}
+    for key, value in found.items():
+        if isinstance(key, str) and key.isdigit() and (value is None or (isinstance(value, int)
+                                                                          and not isinstance(value, bool))):
+            out[int(key)] = value
+    return out
 
 
 def _close(child: _Child | None, gpu: Any, graceful: bool) -> bool:

@@ -108,6 +108,9 @@ class ProbeContext:
         self._cuda_start = _cuda_start
         #: a running event watcher (the TUI's, the exporter's) whose NVML stream the events probe reads
         self.events = events
+        #: torch index -> NVML index as the devices probe matched them (by PCI bus id where torch
+        #: ran); set by the runner once that probe has answered, for the probes after it
+        self.torch_to_nvml: dict[int, int | None] = {}
 
     def __repr__(self) -> str:
         return (f"ProbeContext(gpu={self.gpu!r}, device={self.device!r}, level={self.level!r}, "
@@ -160,6 +163,16 @@ class ProbeContext:
 
             self._cuda_start = NA("NotRecorded") if self.replay else cuda_driver.cuda_start()
         return self._cuda_start
+
+    def nvml_index(self, torch_index: int) -> int | None:
+        """The NVML index of torch's device ``torch_index``: the devices probe's match (PCI bus id
+        where torch ran), else CUDA_VISIBLE_DEVICES' order; None when neither can say."""
+        if torch_index in self.torch_to_nvml:
+            return self.torch_to_nvml[torch_index]
+        from gpudoctor.backends.visibility import visible_nvml_indices
+
+        visible = visible_nvml_indices(self.gpu)
+        return visible[torch_index] if isinstance(visible, list) and 0 <= torch_index < len(visible) else None
 
     def host_facts(self) -> dict[str, Any]:
         if self._host_facts is None:

@@ -264,7 +264,7 @@ def node_checks(torch: Any, local_ranks: int = 1) -> dict[str, Any]:
     ``local_ranks``: ranks on this node that hold a GPU context of their own (NCCL).
     """
     from gpudoctor.backends import NvmlBackend, is_na
-    from gpudoctor.backends.visibility import visible_nvml_indices
+    from gpudoctor.backends.visibility import nvml_index_for, torch_device_ids
 
     info: dict[str, Any] = {"hostname": socket.gethostname()}
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -279,17 +279,20 @@ def node_checks(torch: Any, local_ranks: int = 1) -> dict[str, Any]:
     gpu = NvmlBackend()
     blocker = None
     try:
-        visible = visible_nvml_indices(gpu)
-        if is_na(visible):
-            info["nvlink_error"] = visible.reason
+        # torch is here: each device is matched to NVML by its PCI bus id (CUDA_VISIBLE_DEVICES'
+        # order is wrong on mixed GPUs without CUDA_DEVICE_ORDER=PCI_BUS_ID)
+        matched = [nvml_index_for(gpu, i, *torch_device_ids(i, torch)) for i in range(count)]
+        if gpu.status() is not None or None in matched:
+            info["nvlink_error"] = gpu.status().reason if gpu.status() is not None else "DeviceNotMatched"
         else:
-            blocker = dataparallel_blocker(gpu, list(visible[:count]), local_ranks)
+            visible = [int(i) for i in matched if i is not None]
+            blocker = dataparallel_blocker(gpu, visible, local_ranks)
             links: list[Any] = []
-            for torch_index, nvml_index in enumerate(visible[:count]):
+            for nvml_index in visible:
                 state = gpu.nvlink(nvml_index)
                 links.append(state.reason if is_na(state) else state)
             info["nvlink"] = links
-            info["nvml_bus_ids"] = [gpu.static(i).get("pci_bus_id") for i in visible[:count]]
+            info["nvml_bus_ids"] = [gpu.static(i).get("pci_bus_id") for i in visible]
             info["nvml_bus_ids"] = [None if is_na(b) else b for b in info["nvml_bus_ids"]]
     finally:
         gpu.close()

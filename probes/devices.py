@@ -13,7 +13,7 @@ from typing import Any
 
 from gpudoctor.backends.cuda_driver import cuda_start_findings
 from gpudoctor.backends.na import NA, is_na
-from gpudoctor.backends.visibility import match_torch_to_nvml, visible_nvml_indices
+from gpudoctor.backends.visibility import match_torch_to_nvml, order_caveat, visible_nvml_indices
 from gpudoctor.cuda_compat import driver_build_findings
 from gpudoctor.model import ProbeResult, Status
 from gpudoctor.probes import Probe, ProbeContext
@@ -47,13 +47,24 @@ def run(ctx: ProbeContext) -> ProbeResult:
               note=_na_note(torch_count))
 
     # torch index -> NVML index
+    caveat = ""
     if torch_devices:
         mapping = match_torch_to_nvml(torch_devices, nvml_static)
+        r.details["torch_to_nvml_by"] = "pci_bus_id"
     elif isinstance(visible, list):
         mapping = {t: n for t, n in enumerate(visible)}
+        r.details["torch_to_nvml_by"] = "cuda_visible_devices_order"
+        caveat = order_caveat(gpu, visible)
     else:
         mapping = {}
     r.details["torch_to_nvml"] = {str(k): v for k, v in mapping.items()}
+    if caveat:
+        r.find(Status.PASS, "index_order_uncertain",
+               f"torch's device numbers are not certain without torch: {caveat}.",
+               why="The torch -> nvidia-smi map here follows CUDA_VISIBLE_DEVICES' order; with mixed GPUs CUDA "
+                   "may number them otherwise, so a finding about 'device 0' may name another card.",
+               fix="export CUDA_DEVICE_ORDER=PCI_BUS_ID (then cuda:N is nvidia-smi's GPU N), or run the full "
+                   "report, which matches devices by PCI bus id.")
     r.details["cuda_visible_devices"] = cvd
     r.details["cuda_device_order"] = os.environ.get("CUDA_DEVICE_ORDER")
 

@@ -81,7 +81,12 @@ def run(ctx: ProbeContext) -> ProbeResult:
         if start is not None:
             start()  # registers NVML events (to learn what each GPU supports) and reads the kernel log
     try:
-        indices = range(count) if ctx.device is None else [ctx.device]
+        # --device is torch's index; the events are NVML's (CUDA_VISIBLE_DEVICES=3 --device 0 is GPU 3)
+        matched = ctx.nvml_index(ctx.device) if ctx.device is not None else None
+        if ctx.device is not None and (matched is None or matched >= count):
+            return ProbeResult.skip("events", f"torch device {ctx.device} has no NVML device to match",
+                                    code="device_not_matched")
+        indices = range(count) if ctx.device is None else [matched]
         r = ProbeResult("events")
         for index in indices:
             _judge_gpu(r, index, watcher.snapshot(index))

@@ -330,9 +330,12 @@ def run(ctx: ProbeContext) -> ProbeResult:
     if not isinstance(count, int) or count == 0:
         return ProbeResult.skip("health", "no GPU to check", code="no_gpu")
     if ctx.device is not None:
-        visible = visible_nvml_indices(gpu)
-        nvml_indices = [visible[ctx.device]] if isinstance(visible, list) and ctx.device < len(visible) else [ctx.device]
-        torch_of = {nvml_indices[0]: ctx.device}
+        n_index = ctx.nvml_index(ctx.device)
+        if n_index is None or n_index >= count:
+            return ProbeResult.skip("health", f"torch device {ctx.device} has no NVML device to match",
+                                    code="device_not_matched")
+        nvml_indices = [n_index]
+        torch_of = {n_index: ctx.device}
     else:
         nvml_indices = list(range(count))
         visible = visible_nvml_indices(gpu)

@@ -56,6 +56,21 @@ def visible_nvml_indices(gpu: Any, env: dict[str, str] | None = None) -> list[in
     return parse_visible(env.get("CUDA_VISIBLE_DEVICES"), uuids)
 
 
+def order_caveat(gpu: Any, visible: list[int], env: dict[str, str] | None = None) -> str:
+    """Why CUDA's numbering may not follow CUDA_VISIBLE_DEVICES' order of NVML devices: CUDA numbers
+    the fastest device first unless CUDA_DEVICE_ORDER=PCI_BUS_ID, so on a node with different GPU
+    models torch's index cannot be told from NVML alone. "" when the order is certain (the PCI bus
+    order asked for, or one GPU model)."""
+    env = os.environ if env is None else env
+    if env.get("CUDA_DEVICE_ORDER", "FASTEST_FIRST") == "PCI_BUS_ID" or len(visible) < 2:
+        return ""
+    models = {(gpu.static(i).get("name"), gpu.static(i).get("compute_capability")) for i in visible}
+    if len(models) < 2:
+        return ""
+    return ("different GPU models and CUDA_DEVICE_ORDER is not PCI_BUS_ID: CUDA numbers the fastest GPU "
+            "first, so torch's index may not be nvidia-smi's")
+
+
 def match_torch_to_nvml(torch_devices: list[dict[str, Any]], nvml_static: list[dict[str, Any]]) -> dict[int, int | None]:
     """torch index -> NVML index, by PCI bus id, else by UUID (None where nothing matches).
 
