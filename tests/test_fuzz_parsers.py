@@ -71,7 +71,7 @@ raw_bytes = st.one_of(st.binary(max_size=200), json_tokens)
 
 
 # --------------------------------------------------------------------------- safejson
-@budget(150)
+@budget(500)
 @given(data=st.one_of(raw_bytes, json_values.map(dumps)), allow_nan=st.booleans())
 def test_safejson_parses_or_says_why_in_one_line(data, allow_nan):
     try:
@@ -135,13 +135,13 @@ def check_report(data: bytes) -> None:
     assert control_free(render_comparison(result, base, "r.json").replace("\n", ""))
 
 
-@budget(150)
+@budget(400)
 @given(report=reports)
 def test_report_loading_parses_or_says_why(report):
     check_report(dumps(report))
 
 
-@budget(60)
+@budget(200)
 @given(data=raw_bytes)
 def test_report_loading_of_raw_bytes(data):
     check_report(data)
@@ -175,7 +175,7 @@ def mutated_recordings(draw):
     return data
 
 
-@budget(60)
+@budget(150)
 @given(data=st.one_of(mutated_recordings().map(dumps), raw_bytes))
 def test_recording_loading_parses_or_says_why(tmp_path_factory, data):
     path = tmp_path_factory.mktemp("rec") / "r.json"
@@ -224,7 +224,7 @@ answers = st.one_of(
     json_values)
 
 
-@budget(200)
+@budget(500)
 @given(body=st.one_of(answers.map(dumps), raw_bytes))
 def test_prometheus_answer_parses_or_says_why(body):
     try:
@@ -256,7 +256,7 @@ class AnswerEach:
         return io.BytesIO(body)
 
 
-@budget(100)
+@budget(200)
 @given(bodies=st.lists(answers.map(dumps), min_size=1, max_size=7))
 def test_fleet_judges_any_answers_or_says_why(bodies):
     client = fleet.Prometheus("http://prom.example:9090", opener=AnswerEach(bodies))
@@ -280,7 +280,7 @@ kmsg_lines = st.one_of(
                      "6,7,8;NVRM: The NVIDIA GPU 0000:b3:00.0\\x0a fallen off the bus"]))
 
 
-@budget(200)
+@budget(500)
 @given(lines=st.lists(kmsg_lines, max_size=8), boot=st.one_of(st.none(), st.floats(0, 2e9)))
 def test_kernel_log_xids_parse_to_typed_records(lines, boot):
     for logged in xid.parse_kmsg(lines, boot):  # documented: never raises; lines that are no Xid are skipped
@@ -297,7 +297,7 @@ visible_tokens = st.one_of(st.integers(-3, 10).map(str), st.sampled_from(["²", 
                                                                           "MIG-1", "a", " 1 ", "", "-", "--1"]), text)
 
 
-@budget(200)
+@budget(500)
 @given(tokens=st.lists(visible_tokens, max_size=6), uuids=st.lists(st.one_of(st.none(), st.sampled_from(
     ["GPU-a", "GPU-ab", "GPU-b"]), text), max_size=4))
 def test_cuda_visible_devices_parses_to_indices_or_na(tokens, uuids):
@@ -322,7 +322,7 @@ stack_lines = st.one_of(
     text)
 
 
-@budget(200)
+@budget(500)
 @given(lines=st.lists(stack_lines, max_size=6), joiner=st.sampled_from(["\n", "\r\n", ""]))
 def test_py_spy_raw_output_parses_to_bounded_stacks(lines, joiner):
     for stack in stacks.parse_raw(joiner.join(lines)):  # documented: never raises; non-stacks are skipped
