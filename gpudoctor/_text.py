@@ -29,6 +29,7 @@ _ESCAPE_RE = re.compile(
     re.DOTALL,
 )
 # Characters that move the cursor, ring, erase or reorder text; C1 controls; bidi overrides.
+_SURROGATE_RE = re.compile(r"[\ud800-\udfff]")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
@@ -52,7 +53,7 @@ def plain_text(value: Any, *, limit: int = MAX_TEXT) -> str:
     text = value if isinstance(value, str) else str(value)
     if len(text) > limit * 4:  # bound the work on absurd input before any regex runs
         text = text[: limit * 4]
-    text = text.replace("\t", " ")
+    text = _SURROGATE_RE.sub("\ufffd", text.replace("\t", " "))  # a lone surrogate cannot be printed
     text = _ESCAPE_RE.sub(lambda m: "\u241b" + _CONTROL_RE.sub(lambda c: _control_mark(c.group()), m.group()[1:]),
                           text)
     text = _CONTROL_RE.sub(lambda m: _control_mark(m.group()), text)

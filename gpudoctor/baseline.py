@@ -17,7 +17,6 @@ holding only it.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -25,6 +24,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from gpudoctor.model import ProbeResult, Status
+from gpudoctor._text import plain_text
+from gpudoctor.safejson import JsonFileError, non_finite, parse_bounded, read_bounded
 
 MAX_REPORT_BYTES = 64 * 1024 * 1024
 MAX_BASELINE_FILES = 1000
@@ -88,19 +89,89 @@ def read_report(path: str | Path) -> dict[str, Any]:
     """A gpudoctor JSON report, bounded in size, with a one-line error for anything else."""
     path = Path(path)
     try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_REPORT_BYTES + 1)
-    except OSError as exc:
-        raise BaselineError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if len(data) > MAX_REPORT_BYTES:
-        raise BaselineError(f"{path}: larger than {MAX_REPORT_BYTES >> 20} MiB; not a gpudoctor report")
+        data = read_bounded(path, MAX_REPORT_BYTES)
+    except JsonFileError as exc:
+        raise BaselineError(f"{path}: {exc}") from None
+    return parse_report(data, str(path))
+
+
+def parse_report(data: bytes | str, name: str = "report") -> dict[str, Any]:
+    """The report in ``data``, checked where compare reads it; :class:`BaselineError` otherwise.
+
+    Bounded like every JSON input (:mod:`gpudoctor.safejson`); every string is made plain
+    text; ``host`` must be an object, a result an object with a text ``probe``, a measurement
+    an object with a text ``name`` and a ``device`` that is a GPU index or null. A figure
+    that is not a finite number (NaN, Infinity, ``1e400``, an integer of 400 digits) becomes
+    NA: its value null, with the reason in its ``note``.
+    """
     try:
-        report = json.loads(data)
-    except (ValueError, RecursionError):
-        raise BaselineError(f"{path}: not JSON (expected `gpudoctor report --json` output)") from None
+        report = parse_bounded(data, max_depth=MAX_REPORT_DEPTH, max_containers=MAX_REPORT_CONTAINERS)
+    except JsonFileError as exc:
+        raise BaselineError(f"{name}: {exc} (expected `gpudoctor report --json` output)") from None
     if (not isinstance(report, dict) or not isinstance(report.get("results"), list)
-            or not str(report.get("schema_version", "")).startswith("1.")):
-        raise BaselineError(f"{path}: not a gpudoctor report (no schema_version 1.x with results)")
+            or not isinstance(report.get("schema_version"), str) or not report["schema_version"].startswith("1.")):
+        raise BaselineError(f"{name}: not a gpudoctor report (no schema_version 1.x with results)")
+    try:
+        return _checked(plain_strings(report))
+    except _Wrong as exc:
+        raise BaselineError(f"{name}: not a gpudoctor report: {exc}") from None
+
+
+MAX_REPORT_DEPTH = 64
+MAX_REPORT_CONTAINERS = 2_000_000
+_NUMBER_FIELDS = ("value", "reference")
+
+
+def plain_strings(value: Any) -> Any:
+    """``value`` with every string in it (keys too) made plain text, bounded."""
+    if isinstance(value, str):
+        return plain_text(value, limit=MAX_REPORT_TEXT)
+    if isinstance(value, dict):
+        return {plain_strings(k): plain_strings(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain_strings(v) for v in value]
+    return value
+
+
+MAX_REPORT_TEXT = 4096
+
+
+class _Wrong(ValueError):
+    """Where in a report, and what was expected there."""
+
+
+def _checked(report: dict[str, Any]) -> dict[str, Any]:
+    if report.get("host") is not None and not isinstance(report["host"], dict):
+        raise _Wrong("host: expected an object")
+    if report.get("status") is not None and not isinstance(report["status"], str):
+        raise _Wrong("status: expected a string")
+    for i, result in enumerate(report["results"]):
+        where = f"results[{i}]"
+        if not isinstance(result, dict):
+            raise _Wrong(f"{where}: expected an object")
+        if not isinstance(result.get("probe", ""), str):
+            raise _Wrong(f"{where}.probe: expected a string")
+        if result.get("status") is not None and not isinstance(result["status"], str):
+            raise _Wrong(f"{where}.status: expected a string or null")
+        measurements = result.get("measurements")
+        if measurements is None:
+            continue
+        if not isinstance(measurements, list):
+            raise _Wrong(f"{where}.measurements: expected an array")
+        for j, m in enumerate(measurements):
+            at = f"{where}.measurements[{j}]"
+            if not isinstance(m, dict):
+                raise _Wrong(f"{at}: expected an object")
+            if not isinstance(m.get("name", ""), str):
+                raise _Wrong(f"{at}.name: expected a string")
+            device = m.get("device")
+            if device is not None and (isinstance(device, bool) or not isinstance(device, int)
+                                       or not 0 <= device < 1 << 16):
+                raise _Wrong(f"{at}.device: expected a GPU index (an integer from 0) or null")
+            for key in _NUMBER_FIELDS:
+                if non_finite(m.get(key)):
+                    m[key] = None
+                    m["note"] = f"{key}: not a finite number; read as NA"
     return report
 
 

@@ -26,7 +26,6 @@ Front end: no torch, no pynvml; only the standard library's HTTP client.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import socket
@@ -127,7 +126,10 @@ def parse_match(text: str) -> Matcher:
 
 def check_url(url: str) -> str:
     """The Prometheus base URL, without a trailing slash; one-line error when it is not one."""
-    parts = urllib.parse.urlsplit(url or "")
+    try:
+        parts = urllib.parse.urlsplit(url or "")
+    except ValueError as exc:  # "http://[::1": Invalid IPv6 URL
+        raise FleetError("usage", f"--prometheus {plain_text(url, limit=200)!r}: not a URL ({exc})") from None
     if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
         raise FleetError("usage", f"--prometheus {url!r}: expected http(s)://HOST[:PORT][/PATH], "
                                   "e.g. http://prometheus:9090")
@@ -147,6 +149,8 @@ class Series:
 
 class Prometheus:
     """A minimal client for ``/api/v1/query`` with bounded answers and one-line errors."""
+
+    unreadable: Sequence[str] = ()  # the last answer's samples left out (NA), and why
 
     def __init__(self, url: str, timeout_s: float = DEFAULT_TIMEOUT_S,
                  opener: Callable[..., Any] | None = None) -> None:
@@ -179,7 +183,7 @@ class Prometheus:
 
     def _http_error(self, code: int, body: bytes) -> tuple[str, str]:
         try:
-            data = json.loads(body)
+            data = _decode(body)
             error = plain_text(data.get("error") or "", limit=300)
             kind = "query" if data.get("errorType") in ("bad_data", "execution", "timeout") else "unreachable"
             return kind, f"Prometheus at {self.url} refused the query (HTTP {code}): {error}"
@@ -188,30 +192,86 @@ class Prometheus:
                                    "is this the Prometheus server's address?")
 
     def _parse(self, body: bytes) -> list[Series]:
-        try:
-            data = json.loads(body)
-        except ValueError:
-            raise FleetError("unreachable", f"{self.url} answered something that is not JSON: "
-                                            "is this the Prometheus server's address?") from None
-        if not isinstance(data, dict) or data.get("status") != "success":
-            error = plain_text((data.get("error") if isinstance(data, dict) else data) or "", limit=300)
-            raise FleetError("query", f"Prometheus at {self.url} could not answer: {error}")
-        result = (data.get("data") or {}).get("result")
-        if not isinstance(result, list):
-            raise FleetError("query", f"Prometheus at {self.url} answered an unexpected shape (no result list)")
-        if len(result) > MAX_SERIES:
-            raise FleetError("query", f"Prometheus answered {len(result)} series (limit {MAX_SERIES}); "
-                                      "narrow the selection with --match")
-        series = []
-        for item in result:
-            try:
-                labels = {plain_text(k, limit=LABEL_MAX): plain_text("" if v is None else v, limit=LABEL_MAX)
-                          for k, v in item["metric"].items()}
-                value = float(item["value"][1])
-            except (KeyError, TypeError, ValueError, IndexError):
-                continue
-            series.append(Series(labels, value))
+        series, self.unreadable = parse_answer(body, self.url)
         return series
+
+
+# --------------------------------------------------------------------------- answers
+# The one reader of Prometheus's answers: whatever the server (or whatever answers at its
+# address) sends, the rest of fleet sees only Series with text labels and a finite value, or
+# a FleetError. A sample that is not a finite number (NaN, +Inf: Prometheus's answer to 0/0 or
+# an overflow) is NA: left out, its reason kept in Prometheus.unreadable. A series that lacks a
+# label its metric is judged by is left out the same way.
+ANSWER_MAX_DEPTH = 16  # an instant vector nests 5 levels deep
+REQUIRED_LABELS = {"gpudoctor_gpu_throttled": ("reason",)}
+MAX_UNREADABLE = 20  # reasons kept per answer
+
+
+def _decode(body: bytes) -> Any:
+    from gpudoctor.safejson import JsonFileError, parse_bounded
+
+    try:
+        return parse_bounded(body, max_depth=ANSWER_MAX_DEPTH, max_containers=4 * MAX_SERIES + 16)
+    except JsonFileError:
+        raise ValueError("not Prometheus's JSON") from None
+
+
+def _label_text(key: str, value: str) -> str:
+    text = plain_text(value, limit=LABEL_MAX)
+    if key == "gpu" and not text.isascii():  # "²" is a digit to str.isdigit, not to int(): keep it as text
+        text = text.encode("ascii", "backslashreplace").decode("ascii")[:LABEL_MAX]
+    return text
+
+
+def parse_answer(body: bytes, url: str = "Prometheus") -> tuple[list[Series], list[str]]:
+    """(series, reasons for the samples left out) of one /api/v1/query answer; else FleetError."""
+    try:
+        data = _decode(body)
+    except ValueError:
+        raise FleetError("unreachable", f"{url} answered something that is not JSON: "
+                                        "is this the Prometheus server's address?") from None
+    if not isinstance(data, dict) or data.get("status") != "success":
+        error = data.get("error") if isinstance(data, dict) else None
+        shown = plain_text(error if isinstance(error, str) else "no error message", limit=300)
+        raise FleetError("query", f"Prometheus at {url} could not answer: {shown}")
+    inner = data.get("data")
+    result = inner.get("result") if isinstance(inner, dict) else None
+    if not isinstance(result, list):
+        raise FleetError("query", f"Prometheus at {url} answered an unexpected shape (no result list)")
+    if len(result) > MAX_SERIES:
+        raise FleetError("query", f"Prometheus answered {len(result)} series (limit {MAX_SERIES}); "
+                                  "narrow the selection with --match")
+    series: list[Series] = []
+    unreadable: list[str] = []
+
+    def skip(labels: dict[str, str], why: str) -> None:
+        if len(unreadable) < MAX_UNREADABLE:
+            name = labels.get("__name__") or "a series"
+            where = ", ".join(f"{k}={labels[k]}" for k in ("instance", "gpu") if labels.get(k))
+            unreadable.append(f"{name}{f' ({where})' if where else ''}: {why}")
+
+    for item in result:
+        metric = item.get("metric") if isinstance(item, dict) else None
+        sample = item.get("value") if isinstance(item, dict) else None
+        if (not isinstance(metric, dict) or not isinstance(sample, list) or len(sample) != 2
+                or not all(isinstance(v, str) for v in metric.values())):
+            skip({}, "not a series of Prometheus's instant vector")
+            continue
+        labels = {plain_text(k, limit=LABEL_MAX): _label_text(k, v) for k, v in metric.items()}
+        missing = [label for label in REQUIRED_LABELS.get(labels.get("__name__", ""), ()) if label not in labels]
+        if missing:
+            skip(labels, f"no {missing[0]!r} label")
+            continue
+        raw = sample[1]
+        try:
+            value = float(raw) if isinstance(raw, str) and len(raw) <= 64 else math.nan
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value):
+            skip(labels, f"not a finite number ({plain_text(raw, limit=24)}); NA")
+            continue
+        series.append(Series(labels, value))
+    return series, unreadable
 
 
 # --------------------------------------------------------------------------- rows

@@ -136,7 +136,9 @@ def record(gpu: Any, *, seconds: float = 5.0, interval: float = 0.5, with_torch:
     ``anonymize`` strips GPU UUIDs, serial numbers and host names (``record --anonymize``).
     """
     recording, interrupted = capture(gpu, seconds=seconds, interval=interval, with_torch=with_torch, log=log)
-    data = encode(recording)
+    from gpudoctor.recording import finite_for_file
+
+    data = finite_for_file(encode(recording))  # an impossible reading (NaN) is NA, not a lost recording
     if anonymize:
         from gpudoctor.anonymize import REDACTED, anonymize_dict
 

@@ -103,8 +103,9 @@ _SAMPLE_FIELDS = {
 }
 
 MAX_EVENTS = 10_000  # per device
+MAX_EVENT_TIME = 253_402_300_799  # Unix time of 9999-12-31T23:59:59Z, the last second a date can show
 _EVENT_FIELDS = {
-    "time": {"type": "number"},
+    "time": {"type": "number", "minimum": 0, "maximum": MAX_EVENT_TIME},
     "kind": {"enum": ["xid", "ecc_double_bit", "ecc_single_bit", "ecc_single_bit_storm", "clock_change",
                       "memory_retirement", "memory_retirement_failure"]},
     "code": {"type": ["integer", "null"]},
@@ -389,6 +390,22 @@ def load_recording(path: str | Path) -> dict[str, Any]:
     return decode(plain_strings(checked))
 
 
+NOT_FINITE = "NotFinite"
+
+
+def finite_for_file(value: Any) -> Any:
+    """``value`` (a recording already in its JSON form) with every number JSON cannot carry
+    (NaN, an infinity: a reading NVML could not have given) replaced by NA with the reason
+    ``NotFinite``, so that writing with ``allow_nan=False`` never loses the recording."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return {"__na__": NOT_FINITE}
+    if isinstance(value, dict):
+        return {k: finite_for_file(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_for_file(v) for v in value]
+    return value
+
+
 def plain_strings(value: Any) -> Any:
     """``value`` with every string in it (keys too) made plain, within the schema's bound."""
     if isinstance(value, str):
@@ -402,5 +419,5 @@ def plain_strings(value: Any) -> Any:
 
 
 __all__ = ["RECORDING_FORMAT", "RECORDING_FORMAT_VERSION", "RecordingError", "SCHEMA", "SchemaError",
-           "load_recording", "plain_strings", "schema_text", "validate", "MAX_RECORDING_BYTES", "MAX_DEVICES", "MAX_SAMPLES",
+           "load_recording", "plain_strings", "finite_for_file", "NOT_FINITE", "schema_text", "validate", "MAX_RECORDING_BYTES", "MAX_DEVICES", "MAX_SAMPLES",
            "MAX_PROCESSES", "MAX_TEXT"]

@@ -9,6 +9,12 @@ of objects and arrays *before* the decoder recurses, and only then decodes.
 
 Every failure is a :class:`JsonFileError` with a one-line message.
 
+Numbers are read so that nothing downstream can overflow: an integer of up to
+:data:`MAX_INT_DIGITS` digits stays an integer; a longer one (``int()`` of 5,000 digits raises,
+and 400 digits overflow ``float()``) and a float literal beyond the float range (``1e400``) are
+read as infinity, which is not a finite number: with ``allow_nan=False`` the document is refused
+("a number out of range"), otherwise the caller turns it into NA with a reason, as it does NaN.
+
 The other way, :func:`json_safe` is the one walker that turns what the project holds (NaN,
 ``NA`` readings, dataclasses, numpy and torch scalars) into values JSON can carry.
 """
@@ -23,6 +29,8 @@ import os
 import re
 from typing import Any
 
+from gpudoctor.errors import first_line
+
 MiB = 1 << 20
 
 # Escapes are removed first, so that a string is then simply a quote, no quote, a quote:
@@ -31,6 +39,9 @@ _ESCAPE = re.compile(r"\\.", re.DOTALL)
 _STRING = re.compile(r'"[^"]*"')
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 _STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+#: Integers with more digits than this are read as infinity (uint64's maximum has 20).
+MAX_INT_DIGITS = 20
 
 
 class JsonFileError(ValueError):
@@ -82,8 +93,35 @@ def _no_constant(name: str) -> Any:
     raise JsonFileError(f"not JSON ({name} is not a JSON number)")
 
 
-def parse_bounded(data: bytes, *, max_depth: int, max_containers: int, allow_nan: bool = True) -> Any:
-    """Decode ``data`` (UTF-8 JSON) within the depth and container bounds."""
+def _int_or_inf(text: str) -> int | float:
+    digits = len(text) - (text[0] == "-")
+    if digits <= MAX_INT_DIGITS:
+        return int(text)
+    return -math.inf if text[0] == "-" else math.inf
+
+
+def _finite_only(name: str) -> float:
+    raise JsonFileError(f"a number out of range ({name[:24]}{'...' if len(name) > 24 else ''})")
+
+
+def _float_finite(text: str) -> float:
+    value = float(text)
+    return value if math.isfinite(value) else _finite_only(text)
+
+
+def _int_finite(text: str) -> int | float:
+    value = _int_or_inf(text)
+    return value if isinstance(value, int) else _finite_only(text)
+
+
+def parse_bounded(data: bytes | str, *, max_depth: int, max_containers: int, allow_nan: bool = True) -> Any:
+    """Decode ``data`` (UTF-8 JSON) within the depth and container bounds.
+
+    ``allow_nan``: NaN, Infinity and numbers beyond the float range are read as non-finite
+    floats (for the caller to turn into NA); without it they are refused.
+    """
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogatepass")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -97,10 +135,14 @@ def parse_bounded(data: bytes, *, max_depth: int, max_containers: int, allow_nan
         raise JsonFileError(f"more than {max_containers:,} objects and arrays")
     try:
         if allow_nan:
-            return json.loads(text)
-        return json.loads(text, parse_constant=_no_constant)
+            return json.loads(text, parse_int=_int_or_inf)
+        return json.loads(text, parse_constant=_no_constant, parse_int=_int_finite, parse_float=_float_finite)
     except json.JSONDecodeError as exc:
         raise JsonFileError(f"not JSON ({exc.msg} at line {exc.lineno})") from None
+    except ValueError as exc:  # a hook's refusal, or anything else the decoder raises on bad input
+        if isinstance(exc, JsonFileError):
+            raise
+        raise JsonFileError(f"not JSON ({first_line(exc)})") from None
     except RecursionError:  # cannot happen within max_depth; kept so nothing escapes as a traceback
         raise JsonFileError("nested too deeply") from None
 
@@ -145,4 +187,14 @@ def json_safe(obj: Any, max_depth: int = 64, _depth: int = 0) -> Any:
     return str(obj)
 
 
-__all__ = ["JsonFileError", "read_bounded", "parse_bounded", "read_json_file", "nesting", "json_safe"]
+def non_finite(value: Any) -> bool:
+    """Whether ``value`` is a number JSON cannot carry: NaN, an infinity (or an integer too
+    large for a float, which :func:`parse_bounded` reads as one)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    if isinstance(value, int):
+        return value.bit_length() > 1023
+    return not math.isfinite(value)
+
+
+__all__ = ["JsonFileError", "read_bounded", "parse_bounded", "non_finite", "MAX_INT_DIGITS", "read_json_file", "nesting", "json_safe"]

@@ -96,14 +96,14 @@ def explain(code: int) -> XidInfo:
 
 # --------------------------------------------------------------------------- kernel log
 # NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.
-_XID_LINE = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.\d)?\): (\d+)")
+_XID_LINE = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.[0-9])?\): ([0-9]{1,9})(?![0-9])")
 # Newer drivers (570 and later) also report a GPU lost from PCIe without an Xid prefix, over three
 # lines (one kmsg record with escaped newlines, or three dmesg lines):
 #   NVRM: The NVIDIA GPU 0000:b3:00.0
 #   NVRM: (PCI ID: 10de:26b5) installed in this system has
 #   NVRM: fallen off the bus and is not responding to commands.
 # It means what Xid 79 means, so it is read as one (NVIDIA/NVSentinel#155).
-_GPU_NAMED = re.compile(r"NVRM: The NVIDIA GPU ([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.\d)?")
+_GPU_NAMED = re.compile(r"NVRM: The NVIDIA GPU ([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.[0-9])?")
 _FALLEN_OFF = "fallen off the bus"
 FALLEN_OFF_BUS_XID = 79
 _FALLEN_OFF_WITHIN_LINES = 3  # the "fallen off" line follows the GPU's line within this many lines

@@ -15,6 +15,15 @@ from pathlib import Path
 
 import pytest
 
+try:  # property-based fuzzing (tests/test_fuzz_parsers.py): HYPOTHESIS_PROFILE=long for the long run
+    from hypothesis import settings as _hypothesis_settings
+
+    _hypothesis_settings.register_profile("default-run", deadline=None)
+    _hypothesis_settings.register_profile("long", max_examples=5000, deadline=None)
+    _hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default-run"))
+except ImportError:  # hypothesis is a dev dependency; only the fuzz tests need it
+    pass
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
 SCHEMA_PATH = ROOT / "docs" / "report.schema.json"

@@ -9,10 +9,15 @@ valid, unused device; an empty value hides every device.
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 from .na import NA, is_na
 from .nvml import normalise_bus_id
+
+
+# An index as CUDA reads one: ASCII digits ("²" and "٣" are digits to str.isdigit, not indices).
+_INDEX = re.compile(r"-?[0-9]+", re.ASCII)
 
 
 def parse_visible(value: str | None, nvml_uuids: list[Any]) -> list[int] | NA:
@@ -28,7 +33,8 @@ def parse_visible(value: str | None, nvml_uuids: list[Any]) -> list[int] | NA:
         if token.startswith("MIG-"):
             return NA("MigInstancesSelected")
         index: int | None = None
-        if token.startswith("GPU-") or not token.lstrip("-").isdigit():
+        number_like = _INDEX.fullmatch(token)
+        if token.startswith("GPU-") or not number_like:
             prefix = token if token.startswith("GPU-") else "GPU-" + token
             matches = [i for i, u in enumerate(nvml_uuids)
                        if isinstance(u, str) and u.lower().startswith(prefix.lower())]
@@ -36,6 +42,8 @@ def parse_visible(value: str | None, nvml_uuids: list[Any]) -> list[int] | NA:
                 break
             index = matches[0]
         else:
+            if len(token) > 12:  # 5,000 digits name no device (and int() refuses them)
+                break
             number = int(token)
             if number < 0 or number >= count:
                 break

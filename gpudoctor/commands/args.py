@@ -11,6 +11,7 @@ import math
 import os
 from typing import Callable, Union
 
+from gpudoctor._text import plain_text
 from gpudoctor.errors import UsageError
 
 Number = Union[int, float]
@@ -76,6 +77,35 @@ def output_path(text: str) -> str:
     return text
 
 
+#: The largest process ID Linux can give (pid_max is at most 2**22; a pid_t holds 2**31 - 1).
+MAX_PID = 2 ** 31 - 1
+
+
+def process_id(text: str) -> int:
+    """A process ID as typed: ASCII digits, 1..MAX_PID (``²`` is a digit to ``str.isdigit``, not
+    to ``int``; ``2147483648`` does not fit a pid_t); else :class:`UsageError`."""
+    raw = text.strip()
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 10 or not 0 < int(raw) <= MAX_PID:
+        raise UsageError(f"not a process ID: {plain_text(raw, limit=40)} (expected 1 to {MAX_PID})")
+    return int(raw)
+
+
+def listen_host(text: str) -> str:
+    """An argparse type for ``--host``: an address or a host name that can be looked up
+    (labels of 1 to 63 characters, 253 in all, as IDNA allows), not a resolver's traceback."""
+    raw = text.strip()
+    if not raw or len(raw) > 253:
+        raise argparse.ArgumentTypeError(f"not a host name or address: {plain_text(raw, limit=40)!r}")
+    try:
+        raw.encode("idna")
+    except UnicodeError:
+        if ":" not in raw:  # IPv6 addresses are not IDNA names
+            raise argparse.ArgumentTypeError(
+                f"not a host name or address: {plain_text(raw, limit=40)!r} (each dot-separated part "
+                "must be 1 to 63 characters)") from None
+    return raw
+
+
 def check_writable(path: str | None, option: str | None = None) -> None:
     """Refuse, before a run, an output path that can never be written (UsageError, exit 2).
 
@@ -87,7 +117,10 @@ def check_writable(path: str | None, option: str | None = None) -> None:
     label = f"{option} {path}" if option else f"cannot write {path}"
     if not path.strip():
         raise UsageError(f"{option or 'output'}: give a file name (got an empty one)")
-    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        directory = os.path.dirname(os.path.abspath(path))
+    except OSError:  # a relative path in a working directory that was removed
+        raise UsageError(f"{label}: the working directory no longer exists; give an absolute path") from None
     if not os.path.isdir(directory):
         raise UsageError(f"{label}: directory {directory} does not exist")
     if os.path.isdir(path):
@@ -112,4 +145,4 @@ def check_recording(path: str | None) -> None:
 
 
 __all__ = ["bounded", "seconds", "seconds_or_zero", "MAX_SECONDS", "MIN_INTERVAL_S", "refresh_interval", "output_path",
-           "check_writable", "check_recording"]
+           "check_writable", "check_recording", "process_id", "listen_host", "MAX_PID"]

@@ -45,10 +45,12 @@ def run(args: argparse.Namespace) -> int:
         return exitcodes.USAGE
     report = Report(results=[result], tool_version=_version.__version__, source=f"compare:{args.report}",
                     host=dict(candidate.get("host") or {}))
-    if args.json:
-        sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
-    else:
-        sys.stdout.write(render_comparison(result, base, args.report))
+    from gpudoctor.commands.output import deliver
+
+    text = (json.dumps(report.to_dict(), indent=2) + "\n" if args.json
+            else render_comparison(result, base, args.report))
+    if not deliver(lambda out: out.write(text), ()):  # /dev/full, a closed stdout: one line, exit 7
+        return exitcodes.WRITE_FAILED
     return exitcodes.for_status(report.status.value, args.fail_on)
 
 

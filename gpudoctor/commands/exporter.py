@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from gpudoctor import exitcodes
-from gpudoctor.commands.args import bounded, seconds, seconds_or_zero
+from gpudoctor.commands.args import bounded, listen_host, seconds, seconds_or_zero
 from gpudoctor.errors import UsageError
 from gpudoctor.presentation import plain_text
 from gpudoctor.exporter import (DEFAULT_INTERVAL_S, DEFAULT_PORT, DEFAULT_REPORT_INTERVAL_S, LOOPBACK,
@@ -30,7 +30,7 @@ def register(subparsers: Any) -> None:
         description="Prometheus exporter: per-GPU utilisation, memory, temperature, power, clocks, PCIe, "
                     "ECC, throttle reasons, and each probe's status in the last quick report. Metric names "
                     "and their dcgm-exporter counterparts: docs/fleet.md.")
-    p.add_argument("--host", default="127.0.0.1",
+    p.add_argument("--host", default="127.0.0.1", type=listen_host,
                    help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 opens it to the network)")
     p.add_argument("--port", type=port, default=DEFAULT_PORT,
                    help=f"TCP port (default {DEFAULT_PORT}; 0 picks a free one and prints it)")

@@ -19,7 +19,7 @@ import threading
 from typing import Any, TextIO
 
 from gpudoctor import exitcodes
-from gpudoctor.commands.args import bounded, check_writable, output_path, seconds
+from gpudoctor.commands.args import bounded, check_writable, output_path, process_id, seconds
 from gpudoctor.commands.output import deliver, is_terminal, say
 from gpudoctor.errors import UsageError
 
@@ -52,10 +52,10 @@ def register(subparsers: Any) -> None:
 def _target(args: argparse.Namespace) -> tuple[int | None, list[str] | None]:
     items = list(args.target)
     if len(items) == 1 and items[0].strip().isdigit():
-        pid = int(items[0])
-        if pid <= 0 or pid > 2 ** 31:
-            raise UsageError(f"why: not a process ID: {items[0]}")
-        return pid, None
+        try:
+            return process_id(items[0]), None
+        except UsageError as exc:
+            raise UsageError(f"why: {exc}") from None
     if items and items[0].lstrip("-").isdigit():
         raise UsageError("why: give one PID, or -- and a command (gpudoctor why -- python train.py)")
     if not items or shutil.which(items[0]) is None:

@@ -22,9 +22,9 @@ MAX_FRAMES = 400            # frames kept per stack (the innermost ones)
 MAX_NAME_CHARS = 300        # a function, file or thread name
 MAX_CMDLINE_CHARS = 500
 
-_PROCESS_RE = re.compile(r'process (\d+):"((?:[^"\\]|\\.)*)"(?:;|$)')
-_THREAD_RE = re.compile(r"thread \((0x[0-9a-fA-F]+|\d+)\)(?::\s?([^;]*))?(?:;|$)")
-_FRAME_RE = re.compile(r"^(.*) \((.*?)(?::(\d+))?\)$")
+_PROCESS_RE = re.compile(r'process ([0-9]{1,10}):"((?:[^"\\]|\\.)*)"(?:;|$)')
+_THREAD_RE = re.compile(r"thread \((0x[0-9a-fA-F]{1,16}|[0-9]{1,20})\)(?::\s?([^;]*))?(?:;|$)")
+_FRAME_RE = re.compile(r"^(.*) \((.*?)(?::([0-9]+))?\)$")
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ def parse_line(line: str) -> Stack | None:
     if len(line) > MAX_LINE_CHARS:
         return None
     body, _, count_text = line.rpartition(" ")
-    if not body or not count_text.isdigit() or len(count_text) > 12:
+    if not body or not (count_text.isascii() and count_text.isdigit()) or len(count_text) > 12:
         return None
     pids: list[int] = []
     cmdline = ""
