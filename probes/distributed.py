@@ -535,6 +535,10 @@ def run(ctx: ProbeContext) -> ProbeResult:
         return ProbeResult.skip("distributed", "no CUDA device visible: the CPU-only (gloo) check was not run",
                                 code="no_cuda_device",
                                 fix="To check gloo on CPU anyway: gpudoctor distributed --backend gloo")
+    if not opts.get("backend") and gpus == 1 and not torchrun:
+        # From `report --full` on a one-GPU machine: two CPU gloo ranks cost 15-25 s and say nothing
+        # about the GPU; NCCL on that GPU, initialised and all-reducing as a world of one, does.
+        return _nccl_on_one_gpu(torch, dist)
     # NCCL wants one GPU per rank on this node: under torchrun that is LOCAL_WORLD_SIZE
     # ranks (one per node is fine), otherwise the ranks we start here (at least 2).
     local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1) if torchrun else 2
@@ -582,6 +586,53 @@ def run(ctx: ProbeContext) -> ProbeResult:
     payloads, failures = launch_local(nproc, backend, sizes, timeout_s, target_s=target_s,
                                       fault=str(opts.get("fault") or ""))
     return _unseen_gpus(assemble(payloads, failures, nproc, backend, "local", skipped), ctx, gpus, backend)
+
+
+NCCL_ONE_GPU_TIMEOUT_S = 60.0
+
+
+def _nccl_on_one_gpu(torch: Any, dist: Any) -> ProbeResult:
+    """NCCL loaded, initialised and all-reducing on the only GPU (a world of one, an in-process
+    store: nothing listens). Bandwidth between GPUs needs two of them; that is said, not faked."""
+    import datetime
+
+    result = ProbeResult(probe="distributed")
+    result.details.update(mode="single_gpu", backend="nccl", world_size=1)
+    if not dist.is_nccl_available():
+        return ProbeResult.skip("distributed", "one GPU and this torch build has no NCCL: nothing to check",
+                                code="nccl_unavailable")
+    version = getattr(torch.cuda.nccl, "version", lambda: None)()
+    shown = ".".join(str(v) for v in version) if isinstance(version, tuple) else str(version or "?")
+    result.measure("nccl_version", shown)
+    start = time.monotonic()
+    try:
+        dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1,
+                                timeout=datetime.timedelta(seconds=NCCL_ONE_GPU_TIMEOUT_S))
+        try:
+            tensor = torch.ones(1 << 20, device="cuda:0")
+            dist.all_reduce(tensor)
+            torch.cuda.synchronize(0)
+            correct = bool(torch.all(tensor == 1).item())
+        finally:
+            dist.destroy_process_group()
+    except Exception as exc:  # noqa: BLE001 - NCCL's own error is the finding
+        text = " ".join(str(exc).split())[:300] or type(exc).__name__
+        result.find(Status.FAIL, "nccl_init_failed", f"NCCL could not start on the GPU: {text}",
+                    why="Distributed training with NCCL (DDP, FSDP) fails on this node at init_process_group.",
+                    fix="Run with NCCL_DEBUG=INFO to see which step fails; check that the torch build's NCCL "
+                        "matches the driver (`python -c 'import torch; print(torch.cuda.nccl.version())'`).")
+        return _finish(result, None)
+    result.measure("nccl_init_and_all_reduce", round(time.monotonic() - start, 3), "s")
+    if not correct:
+        result.find(Status.FAIL, "nccl_wrong_result", "NCCL's all-reduce on one GPU returned a wrong result.",
+                    why="A collective that computes wrong values corrupts gradients silently.",
+                    fix="Update the driver and torch; report it with `gpudoctor report --full --json`.")
+        return _finish(result, None)
+    result.find(Status.PASS, "one_gpu", "One GPU: NCCL initialised and all-reduced as a world of one; bandwidth "
+                "between GPUs needs two or more.",
+                why="NCCL loading and starting is what fails first on a broken node; bus bandwidth needs peers.",
+                fix="On a multi-GPU node `gpudoctor distributed` measures all-reduce bandwidth and DDP.")
+    return _finish(result, f"NCCL {shown} starts and all-reduces on the GPU (world of one)")
 
 
 def _unseen_gpus(result: ProbeResult, ctx: ProbeContext, gpus: int, backend: str) -> ProbeResult:

@@ -331,3 +331,60 @@ def test_nccl_asked_for_without_a_gpu_names_the_missing_gpu_not_nccl(monkeypatch
     monkeypatch.setattr(dist, "is_nccl_available", lambda: False)
     result = run(ProbeContext(gpu=None, level="full", options={"backend": "nccl"}))
     assert result.summary == "NCCL asked for, but this torch build has no NCCL"
+
+
+class _OneGpuTorch:
+    """What `report --full`'s distributed probe sees on a one-GPU node: torch.cuda and
+    torch.distributed answered by stand-ins (this machine has no GPU and no NCCL)."""
+
+    def __init__(self, monkeypatch, *, init_error: Exception | None = None) -> None:
+        import torch
+        import torch.distributed as dist
+
+        self.calls: list[tuple] = []
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+        monkeypatch.setattr(torch.cuda.nccl, "version", lambda: (2, 27, 5))
+        real_ones = torch.ones
+        monkeypatch.setattr(torch, "ones", lambda n, device=None: self.calls.append(("ones", device)) or real_ones(n))
+        monkeypatch.setattr(dist, "is_nccl_available", lambda: True)
+
+        def init(backend, **kw):
+            self.calls.append(("init", backend, kw.get("world_size"), type(kw.get("store")).__name__))
+            if init_error is not None:
+                raise init_error
+
+        monkeypatch.setattr(dist, "init_process_group", init)
+        monkeypatch.setattr(dist, "all_reduce", lambda t: self.calls.append(("all_reduce", t.numel())))
+        monkeypatch.setattr(dist, "destroy_process_group", lambda: self.calls.append(("destroy",)))
+
+
+def _no_cpu_ranks(*args, **kwargs):
+    raise AssertionError("report --full on one GPU must not start CPU gloo ranks")
+
+
+def test_full_report_on_one_gpu_checks_nccl_as_a_world_of_one(monkeypatch):
+    from gpudoctor.probes import ProbeContext, distributed
+
+    fakes = _OneGpuTorch(monkeypatch)
+    monkeypatch.setattr(distributed, "launch_local", _no_cpu_ranks)
+    for name in ("RANK", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    result = distributed.run(ProbeContext(gpu=None, level="full"))
+    assert result.status.value == "pass", result.findings
+    assert [c[0] for c in fakes.calls] == ["init", "ones", "all_reduce", "destroy"]
+    assert fakes.calls[0] == ("init", "nccl", 1, "HashStore") and fakes.calls[1] == ("ones", "cuda:0")
+    assert {m.name: m.value for m in result.measurements}["nccl_version"] == "2.27.5"
+    assert result.summary.startswith("NCCL 2.27.5 starts and all-reduces on the GPU")
+
+
+def test_full_report_on_one_gpu_fails_when_nccl_cannot_start(monkeypatch):
+    from gpudoctor.probes import ProbeContext, distributed
+
+    _OneGpuTorch(monkeypatch, init_error=RuntimeError("NCCL error in: ... unhandled system error (run with NCCL_DEBUG=INFO)"))
+    monkeypatch.setattr(distributed, "launch_local", _no_cpu_ranks)
+    result = distributed.run(ProbeContext(gpu=None, level="full"))
+    assert result.status.value == "fail"
+    [finding] = result.findings
+    assert finding.code == "nccl_init_failed" and "unhandled system error" in finding.summary
