@@ -7,12 +7,14 @@
 #             (quick, standard, full) and the GPU test files of the core and the probes
 #   measure   benchmarks/full_report.py (report --full wall time and the measured ceilings:
 #             device-to-device copy, pinned host-to-device, bf16 matmul) and the other GPU tests
-#   workload  bench mnist sweep on the GPU, benchmarks/hooks_overhead.py, distributed
+#   workload  bench mnist sweep on the GPU, benchmarks/hooks_overhead.py, distributed, why on a GPU job
 #   compare   against the peers: quick_vs_gpustat, quick_vs_nvitop, TUI CPU against nvitop, watch
 #
 # Prepare once, here, in the repo root (fills the ignored folder .whl/ with the wheels the GPU
-# machine lacks: textual, jsonschema, gpustat, nvitop, ...):
-#   ../shared/tools/gpu-wheelhouse.sh
+# machine lacks: textual, jsonschema, gpustat, nvitop, ..., and py-spy for `why`), and before each
+# call write the commit there (the machine's copy of the tree has no .git):
+#   ../shared/tools/gpu-wheelhouse.sh py-spy
+#   git rev-parse HEAD > .whl/COMMIT
 # Run each part with the device tool, one call per part, in this order:
 #   run(command="bash benchmarks/gpu_session.sh core",     carry=[".whl"], timeout_s=600)
 #   run(command="bash benchmarks/gpu_session.sh measure",  carry=[".whl"], timeout_s=600)
@@ -42,6 +44,11 @@ PART_LIMIT_S=480   # the step limits of one part add up to at most this
 TOTAL_LIMIT_S=1500 # all parts, each start included
 
 MODE=gpu           # gpu | smoke | steps
+# pytest steps load only the plugins named here: the machine's own and the carried wheels' plugins
+# (pytest-asyncio, syrupy, ...) would otherwise all auto-load, and one version clash would fail every
+# pytest step. The GPU test files need only pytest-timeout (their `timeout` marks and setting).
+export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
+PYTEST_PLUGINS="-p pytest_timeout"
 R="" WORK="" SITE="" BIN="" WHEELS="" PART=""
 PY=${PYTHON:-python3}
 
@@ -58,14 +65,14 @@ part_core() {
   step report_standard 70 "$PY" -m gpudoctor report --json --anonymize -o "$R/report_standard.json"
   step report_full 100 "$PY" -m gpudoctor report --full --json --anonymize -o "$R/report_full.json"
   # Named files, not `-m gpu` over the tree: a collection error elsewhere cannot cancel them.
-  step pytest_core 170 "$PY" -m pytest -v -rs -p no:cacheprovider -p no:randomly --continue-on-collection-errors \
+  step pytest_core 170 "$PY" -m pytest $PYTEST_PLUGINS -v -rs -p no:cacheprovider --continue-on-collection-errors \
     -m gpu --junitxml "$R/pytest_core.xml" tests/test_gpu_core.py tests/test_probes_gpu.py
 }
 
 part_measure() {
   setup 30 torch pynvml pytest jsonschema
   step full_report 120 "$PY" benchmarks/full_report.py --out "$R/full"
-  step pytest_gpu 130 "$PY" -m pytest -v -rs -p no:cacheprovider -p no:randomly --continue-on-collection-errors \
+  step pytest_gpu 130 "$PY" -m pytest $PYTEST_PLUGINS -v -rs -p no:cacheprovider --continue-on-collection-errors \
     -m gpu --junitxml "$R/pytest_gpu.xml" tests/test_workload_gpu.py tests/test_distributed_gpu.py \
     tests/test_hooks_syncs.py tests/test_cli.py
 }
@@ -81,9 +88,25 @@ part_workload() {
     --csv "$R/bench_mnist.csv"
   step hooks_overhead 60 "$PY" benchmarks/hooks_overhead.py --steps "$(big 50000 200)" --repeats "$(big 5 1)" \
     --json "$R/hooks_overhead.json"
-  step distributed 60 "$PY" -m gpudoctor distributed --json -o "$R/distributed.json" --timeout 45 \
+  step distributed 30 "$PY" -m gpudoctor distributed --json -o "$R/distributed.json" --timeout 45 \
     $(big "" "--backend gloo --nproc 2 --sizes 4K")
+  # `why PID` on the tutorials' loop training on the GPU (py-spy comes in the wheelhouse): the job
+  # starts, runs 8 s into its loop, is sampled for 10 s, then stopped.
+  step why_gpu 40 bash -c "$WHY_ON_A_TRAINING_JOB" why_gpu "$PY" "$R" "$(big cuda cpu)" "$(big 10 2)"
 }
+
+# $1 python, $2 results folder, $3 device, $4 seconds sampled
+WHY_ON_A_TRAINING_JOB='
+"$1" -m gpudoctor bench mnist --device "$3" --batch-sizes 64 --workers 0 --modes dataloader --epochs 50 \
+  > "$2/why_target.out" 2>&1 &
+job=$!
+sleep $(( $4 < 8 ? 2 : 8 ))
+"$1" -m gpudoctor why --seconds "$4" --json -o "$2/why_gpu.json" "$job"
+rc=$?
+kill "$job" 2>/dev/null
+wait "$job" 2>/dev/null
+exit $rc'
+
 
 part_compare() {
   setup 30 torch pynvml textual psutil -- gpustat nvitop
@@ -250,10 +273,14 @@ run_part() {
   rm -rf "$R" && mkdir -p "$R" "$SITE" || exit 3
   export PYTHONUNBUFFERED=1
   exec > >(tee -a "$R/console.log") 2>&1
-  echo "gpu-session: part $PART ($MODE) on $(hostname) at $(date -u +%Y-%m-%dT%H:%M:%SZ)," \
-       "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  # The device machine's copy of the tree has no .git: the commit comes from $WHEELS/COMMIT,
+  # written here before each call (git rev-parse HEAD > .whl/COMMIT; .whl is carried).
+  local commit
+  commit=$(git rev-parse HEAD 2>/dev/null || head -c 40 "$WHEELS/COMMIT" 2>/dev/null || true)
+  commit=${commit:-unknown}
+  echo "gpu-session: part $PART ($MODE) on $(hostname) at $(date -u +%Y-%m-%dT%H:%M:%SZ), commit ${commit:0:12}"
   printf 'part\t%s\nmode\t%s\nstarted\t%s\ncommit\t%s\n' "$PART" "$MODE" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
-    "$(git rev-parse HEAD 2>/dev/null || echo unknown)" > "$R/session.tsv"
+    "$commit" > "$R/session.tsv"
   printf 'step\tlimit_s\texit\tseconds\n' > "$R/steps.tsv"
   pack
   "part_$PART"

@@ -18,8 +18,9 @@ class GpuSpec:
     """Datasheet figures of one GPU model: dense (non-sparse) peaks at boost clock.
 
     ``fp16``/``bf16`` are tensor-core rates with FP32 accumulation (what torch uses);
-    ``tf32`` is the TF32 tensor-core rate; ``fp32`` is the plain CUDA-core rate.
-    None: the model has no such unit or the datasheet gives no figure.
+    ``tf32`` is the TF32 tensor-core rate; ``fp32`` is the plain CUDA-core rate; ``fp8`` the
+    dense FP8 tensor-core rate (Hopper and Ada data-centre parts: the datasheets give it with
+    sparsity, halved here). None: the model has no such unit or the datasheet gives no figure.
     """
 
     model: str
@@ -29,6 +30,7 @@ class GpuSpec:
     fp16: float | None
     bf16: float | None
     source: str
+    fp8: float | None = None
 
     def peak_tflops(self, dtype: str) -> float | None:
         return getattr(self, dtype, None)
@@ -59,16 +61,16 @@ def _geforce(model: str, fp32: float, bandwidth: float, source: str) -> GpuSpec:
 DATASHEET: list[tuple[str, GpuSpec]] = [
     # Grace Hopper superchips: "NVIDIA GH200 480GB" and "NVIDIA GH200 120GB" (device 2342, 96 GB HBM3),
     # "NVIDIA GH200 144G HBM3e" (device 2348)
-    (r"\bgh200\b.*\b(144gb?|hbm3e)\b", GpuSpec("GH200 144GB HBM3e", 4900, 67, 494.5, 989.5, 989.5, _GH200_DS)),
-    (r"\bgh200\b", GpuSpec("GH200 96GB HBM3", 4000, 67, 494.5, 989.5, 989.5, _GH200_DS)),
-    (r"\bh200 nvl\b", GpuSpec("H200 NVL", 4800, 60, 417.5, 835.5, 835.5, _H200_DS)),
-    (r"\bh200\b", GpuSpec("H200 SXM", 4800, 67, 494.5, 989.5, 989.5, _H200_DS)),
-    (r"\bh100 nvl\b", GpuSpec("H100 NVL", 3900, 60, 417.5, 835.5, 835.5, _H100_DS)),
-    (r"\bh100\b.*\bpcie\b", GpuSpec("H100 PCIe", 2000, 51, 378, 756.5, 756.5, _H100_DS)),
+    (r"\bgh200\b.*\b(144gb?|hbm3e)\b", GpuSpec("GH200 144GB HBM3e", 4900, 67, 494.5, 989.5, 989.5, _GH200_DS, fp8=1979)),
+    (r"\bgh200\b", GpuSpec("GH200 96GB HBM3", 4000, 67, 494.5, 989.5, 989.5, _GH200_DS, fp8=1979)),
+    (r"\bh200 nvl\b", GpuSpec("H200 NVL", 4800, 60, 417.5, 835.5, 835.5, _H200_DS, fp8=1670.5)),
+    (r"\bh200\b", GpuSpec("H200 SXM", 4800, 67, 494.5, 989.5, 989.5, _H200_DS, fp8=1979)),
+    (r"\bh100 nvl\b", GpuSpec("H100 NVL", 3900, 60, 417.5, 835.5, 835.5, _H100_DS, fp8=1670.5)),
+    (r"\bh100\b.*\bpcie\b", GpuSpec("H100 PCIe", 2000, 51, 378, 756.5, 756.5, _H100_DS, fp8=1513)),
     # SXM5 boards: "NVIDIA H100 80GB HBM3" (device 2330), "... SXM5 ...", "... HBM3e", and the bare
     # "NVIDIA H100" (device 2339, an SXM5 board: the PCIe and NVL boards name their form factor),
     # held to the 80 GB SXM5 figures.
-    (r"\bh100\b.*\b(sxm\d*|hbm3e?)\b|^h100$", GpuSpec("H100 SXM", 3350, 67, 494.5, 989.5, 989.5, _H100_DS)),
+    (r"\bh100\b.*\b(sxm\d*|hbm3e?)\b|^h100$", GpuSpec("H100 SXM", 3350, 67, 494.5, 989.5, 989.5, _H100_DS, fp8=1979)),
     (r"\ba100\b.*\bsxm4?\b.*\b80gb\b", GpuSpec("A100 SXM4 80GB", 2039, 19.5, 156, 312, 312, _A100_DS)),
     (r"\ba100\b.*\b80gb\b.*\bpcie\b", GpuSpec("A100 PCIe 80GB", 1935, 19.5, 156, 312, 312, _A100_DS)),
     (r"\ba100\b.*\b40gb\b", GpuSpec("A100 40GB", 1555, 19.5, 156, 312, 312, _A100_DS)),

@@ -127,6 +127,7 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
     r.details.setdefault("matmul", {})[str(d)] = rows
     r.details.setdefault("datasheet", {})[str(d)] = (
         {"model": spec.model, "fp32": spec.fp32, "tf32": spec.tf32, "fp16": spec.fp16, "bf16": spec.bf16,
+         "fp8": spec.fp8,
          "source": spec.source} if spec else None)
     r.details.setdefault("after_load", {})[str(d)] = {
         "throttle_reasons": throttle_reason_names(reasons) if isinstance(reasons, int) else None,

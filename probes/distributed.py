@@ -535,9 +535,9 @@ def run(ctx: ProbeContext) -> ProbeResult:
         return ProbeResult.skip("distributed", "no CUDA device visible: the CPU-only (gloo) check was not run",
                                 code="no_cuda_device",
                                 fix="To check gloo on CPU anyway: gpudoctor distributed --backend gloo")
-    if not opts.get("backend") and gpus == 1 and not torchrun:
-        # From `report --full` on a one-GPU machine: two CPU gloo ranks cost 15-25 s and say nothing
-        # about the GPU; NCCL on that GPU, initialised and all-reducing as a world of one, does.
+    if backend == "auto" and gpus == 1 and not torchrun and not opts.get("nproc"):
+        # One GPU (report --full, or `gpudoctor distributed` without --backend/--nproc): two CPU gloo
+        # ranks cost 15-25 s and say nothing about the GPU; NCCL on it, as a world of one, does.
         return _nccl_on_one_gpu(torch, dist)
     # NCCL wants one GPU per rank on this node: under torchrun that is LOCAL_WORLD_SIZE
     # ranks (one per node is fine), otherwise the ranks we start here (at least 2).

@@ -199,8 +199,13 @@ def test_datasheet_entries_are_consistent():
             assert spec.bf16 == spec.fp16
         if spec.tf32 is not None:
             assert spec.fp16 >= spec.tf32
+        if spec.fp8 is not None:  # dense FP8 is twice dense BF16 (datasheets round each figure: 1 TFLOP/s)
+            assert abs(spec.fp8 - 2 * spec.bf16) <= 1
     h100 = lookup_gpu_spec("NVIDIA H100 80GB HBM3")
     assert (h100.memory_bandwidth_gbs, h100.bf16) == (3350, 989.5)
+    # the reviewer's figure: H100 SXM and H200 dense FP8, 1979 TFLOP/s (3958 with sparsity)
+    assert h100.fp8 == lookup_gpu_spec("NVIDIA H200").fp8 == 1979
+    assert lookup_gpu_spec("NVIDIA A100-SXM4-80GB").fp8 is None  # Ampere has no FP8 tensor cores
 
 
 

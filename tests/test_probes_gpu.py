@@ -72,8 +72,9 @@ def test_transfer_probe_on_gpu():
     for name in ("pinned_h2d_bandwidth", "pinned_d2h_bandwidth", "pageable_h2d_bandwidth", "d2d_bandwidth"):
         assert m[name]["value"] > 0.1
         if m[name].get("reference"):
-            # no copy beats its ceiling by more than measurement noise (C2C links are reported apart)
-            assert m[name]["value"] < 1.1 * m[name]["reference"] or "host_link_not_pcie" in {
+            # no copy beats its ceiling by more than measurement noise, unless the probe said why: a
+            # C2C host link, or a link NVML misreports (a VM's virtual root port), both legitimate
+            assert m[name]["value"] < 1.1 * m[name]["reference"] or {"host_link_not_pcie", "pcie_link_misreported"} & {
                 f.code for f in result.findings}
     sizes = {r["bytes"] for r in result.details["rows"]["0"] if r["kind"] == "pinned_h2d"}
     assert min(sizes) == 1 << 20 and max(sizes) >= 256 << 20
