@@ -125,6 +125,9 @@ class Reading:
     # -- for people ---------------------------------------------------------------------------
     #: Kept in the sampler's history (the TUI's sparklines), under ``key``.
     history: bool = False
+    #: The history series the TUI cell draws, when not the reading's own: "memory_used_pct" is
+    #: the share of memory in use, a series the sampler derives (gpudoctor.sampling).
+    spark: str = ""
     #: The TUI cell's label (at most six characters) and its place among the panel's cells
     #: (0: no cell).
     label: str = ""
@@ -138,10 +141,11 @@ class Reading:
     #: Its label and place in the short ``watch`` line (0: not there; label "" shows the value alone).
     short_word: str = ""
     short: int = 0
-    #: In ``watch --json`` records.
-    watch: bool = False
-    #: Shown as a share of this other reading ("31.2/40.0 GiB", "338/350 W").
-    of: str = ""
+    #: Its place in ``watch --json`` records (0: not there).
+    watch: int = 0
+    #: How people see it (gpudoctor.presentation): "" a number and its unit; "memory" used/total;
+    #: "power" draw/limit; "rate" a throughput in binary units; "throttle" the reasons' names.
+    fmt: str = ""
     #: Kept by the training hooks' sampler for their diagnosis.
     hooks: bool = False
     # -- for machines -------------------------------------------------------------------------
@@ -174,21 +178,21 @@ READINGS: tuple[Reading, ...] = (
     Reading("t", "s", "number", "fast"),
     Reading("gpu_util_pct", "%", "number", "fast", plausible=PCT, smi="utilization.gpu",
             history=True, label="util", panel=1, spark_top=100.0, word="util", line=1, short_word="util", short=1,
-            watch=True, hooks=True,
+            watch=1, hooks=True,
             prometheus="gpudoctor_gpu_utilization_ratio", scale=0.01,
             help="Share of the last sample period in which a kernel ran (NVML utilization.gpu)",
             dcgm="DCGM_FI_DEV_GPU_UTIL", fleet="utilization", dcgm_scale=0.01),
-    Reading("mem_util_pct", "%", "number", "fast", plausible=PCT, smi="utilization.memory", watch=True,
+    Reading("mem_util_pct", "%", "number", "fast", plausible=PCT, smi="utilization.memory", watch=2,
             prometheus="gpudoctor_gpu_memory_utilization_ratio", scale=0.01,
             help="Share of the last sample period in which device memory was read or written",
             dcgm="DCGM_FI_DEV_MEM_COPY_UTIL"),
     Reading("memory_used_bytes", "B", "integer", "fast", plausible=BYTES, smi="memory.used",
-            label="mem", panel=2, word="mem", line=2, short_word="mem", short=2, watch=True, of="memory_total_bytes",
+            label="mem", panel=2, spark="memory_used_pct", spark_top=100.0, word="mem", line=2, short_word="mem", short=2, watch=3, fmt="memory",
             hooks=True, prometheus="gpudoctor_gpu_memory_used_bytes", help="Device memory in use",
             dcgm="DCGM_FI_DEV_FB_USED", fleet="memory_used_bytes", dcgm_scale=2 ** 20),
     Reading("memory_free_bytes", "B", "integer", "fast", plausible=BYTES, smi="memory.free",
             prometheus="gpudoctor_gpu_memory_free_bytes", help="Device memory free", dcgm="DCGM_FI_DEV_FB_FREE"),
-    Reading("memory_total_bytes", "B", "integer", "fast", plausible=BYTES, smi="memory.total", watch=True,
+    Reading("memory_total_bytes", "B", "integer", "fast", plausible=BYTES, smi="memory.total", watch=4,
             hooks=True, prometheus="gpudoctor_gpu_memory_total_bytes", help="Device memory in total",
             dcgm="DCGM_FI_DEV_FB_TOTAL", fleet="memory_total_bytes"),
     Reading("memory_reserved_bytes", "B", "integer", "fast", plausible=BYTES, smi="memory.reserved",
@@ -198,25 +202,25 @@ READINGS: tuple[Reading, ...] = (
     Reading("temperature_c", "°C", "number", "fast", plausible=C_SENSOR, smi="temperature.gpu",
             nvml=_q("nvmlDeviceGetTemperature", args=(_c("NVML_TEMPERATURE_GPU", 0),)),
             history=True, label="temp", panel=3, spark_top="temperature_slowdown_c", word="temp", line=3, short=3,
-            watch=True, hooks=True, prometheus="gpudoctor_gpu_temperature_celsius", help="GPU core temperature",
+            watch=5, hooks=True, prometheus="gpudoctor_gpu_temperature_celsius", help="GPU core temperature",
             dcgm="DCGM_FI_DEV_GPU_TEMP", fleet="temperature_c"),
     Reading("power_w", "W", "number", "fast", plausible=WATTS, smi="power.draw",
             nvml=_q("nvmlDeviceGetPowerUsage", divide=1000),
             history=True, label="power", panel=4, spark_top="power_limit_w", word="power", line=4, short=4,
-            watch=True, of="power_limit_w", hooks=True, prometheus="gpudoctor_gpu_power_watts", help="Power draw",
+            watch=6, fmt="power", hooks=True, prometheus="gpudoctor_gpu_power_watts", help="Power draw",
             dcgm="DCGM_FI_DEV_POWER_USAGE", fleet="power_w"),
     Reading("power_limit_w", "W", "number", "fast", plausible=WATTS, smi="enforced.power.limit",
-            nvml=_q("nvmlDeviceGetEnforcedPowerLimit", divide=1000), watch=True, hooks=True,
+            nvml=_q("nvmlDeviceGetEnforcedPowerLimit", divide=1000), watch=7, hooks=True,
             prometheus="gpudoctor_gpu_power_limit_watts", help="Enforced power limit",
             dcgm="DCGM_FI_DEV_POWER_MGMT_LIMIT", fleet="power_limit_w"),
     Reading("clock_sm_mhz", "MHz", "integer", "fast", plausible=SM_MHZ, smi="clocks.sm",
             nvml=_q("nvmlDeviceGetClockInfo", args=(_c("NVML_CLOCK_SM", 1),)),
             history=True, label="SM", panel=5, spark_top="clock_sm_max_mhz", word="sm", line=5, short_word="sm",
-            short=5, watch=True, hooks=True, prometheus="gpudoctor_gpu_sm_clock_hertz", scale=1e6, help="SM clock",
+            short=5, watch=8, hooks=True, prometheus="gpudoctor_gpu_sm_clock_hertz", scale=1e6, help="SM clock",
             dcgm="DCGM_FI_DEV_SM_CLOCK"),
     Reading("clock_mem_mhz", "MHz", "integer", "fast", plausible=MEM_MHZ, smi="clocks.mem",
             nvml=_q("nvmlDeviceGetClockInfo", args=(_c("NVML_CLOCK_MEM", 2),)),
-            history=True, label="memclk", panel=6, spark_top="clock_mem_max_mhz", word="memclk", line=6, watch=True,
+            history=True, label="memclk", panel=6, spark_top="clock_mem_max_mhz", word="memclk", line=6, watch=9,
             prometheus="gpudoctor_gpu_memory_clock_hertz", scale=1e6, help="Memory clock",
             dcgm="DCGM_FI_DEV_MEM_CLOCK"),
     Reading("clock_graphics_mhz", "MHz", "integer", "fast", plausible=SM_MHZ, smi="clocks.gr",
@@ -224,12 +228,12 @@ READINGS: tuple[Reading, ...] = (
             prometheus="gpudoctor_gpu_graphics_clock_hertz", scale=1e6, help="Graphics clock"),
     Reading("throttle_reasons", "", "integer", "fast", smi="clocks_event_reasons.active",
             nvml=_q("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"),
-            word="throttle", line=10, short_word="throttle", short=6, watch=True,
+            word="throttle", line=10, fmt="throttle", short_word="throttle", short=6, watch=13,
             prometheus="gpudoctor_gpu_clock_event_reasons",
             help="Clock event (throttle) reason bit mask, nvmlClocksEventReason*",
             dcgm="DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"),
     Reading("performance_state", "", "integer", "fast", plausible=PSTATE, smi="pstate",
-            nvml=_q("nvmlDeviceGetPerformanceState"), watch=True, prometheus="gpudoctor_gpu_performance_state",
+            nvml=_q("nvmlDeviceGetPerformanceState"), watch=14, prometheus="gpudoctor_gpu_performance_state",
             help="Performance state (0 = P0, fastest; 15 = slowest)", dcgm="DCGM_FI_DEV_PSTATE"),
     # full reads only
     Reading("pcie_gen_current", "", "integer", "full", plausible=PCIE_GEN, smi="pcie.link.gen.current",
@@ -240,16 +244,16 @@ READINGS: tuple[Reading, ...] = (
             help="Current PCIe link width (lanes)", dcgm="DCGM_FI_DEV_PCIE_LINK_WIDTH"),
     Reading("pcie_tx_kbps", "KiB/s", "number", "full", plausible=PCIE_KBPS,
             nvml=_q("nvmlDeviceGetPcieThroughput", args=(_c("NVML_PCIE_UTIL_TX_BYTES", 0),)),
-            history=True, label="PCIe↑", panel=8, word="+tx", line=8, watch=True,
+            history=True, label="PCIe↑", panel=8, fmt="rate", word="+tx", line=8, watch=11,
             prometheus="gpudoctor_gpu_pcie_tx_bytes_per_second", scale=1024.0, help="PCIe transmit " + _PCIE_HELP,
             dcgm="DCGM_FI_DEV_PCIE_TX_THROUGHPUT"),
     Reading("pcie_rx_kbps", "KiB/s", "number", "full", plausible=PCIE_KBPS,
             nvml=_q("nvmlDeviceGetPcieThroughput", args=(_c("NVML_PCIE_UTIL_RX_BYTES", 1),)),
-            history=True, label="PCIe↓", panel=7, word="pcie rx", line=7, watch=True,
+            history=True, label="PCIe↓", panel=7, fmt="rate", word="pcie rx", line=7, watch=10,
             prometheus="gpudoctor_gpu_pcie_rx_bytes_per_second", scale=1024.0, help="PCIe receive " + _PCIE_HELP,
             dcgm="DCGM_FI_DEV_PCIE_RX_THROUGHPUT"),
     Reading("fan_pct", "%", "number", "full", plausible=FAN_PCT, smi="fan.speed", nvml=_q("nvmlDeviceGetFanSpeed"),
-            history=True, label="fan", panel=9, spark_top=100.0, word="fan", line=9, watch=True,
+            history=True, label="fan", panel=9, spark_top=100.0, word="fan", line=9, watch=12,
             prometheus="gpudoctor_gpu_fan_speed_ratio", scale=0.01, help="Fan speed as a share of its maximum",
             dcgm="DCGM_FI_DEV_FAN_SPEED"),
     Reading("ecc_volatile_corrected", "", "integer", "full", "counter", ERROR_COUNT,
@@ -304,7 +308,7 @@ READINGS: tuple[Reading, ...] = (
 _F = TypeVar("_F", bound=Callable[[], Any])
 
 
-def _per_catalogue(derive: _F) -> _F:
+def per_catalogue(derive: _F) -> _F:
     """``derive`` computed once per :data:`READINGS` (again when READINGS is replaced): the
     samplers ask for these views many times a second. What it gives is shared: read, never change."""
     cache: list[Any] = [None, None]
@@ -323,36 +327,36 @@ def readings() -> tuple[Reading, ...]:
     return READINGS
 
 
-@_per_catalogue
+@per_catalogue
 def by_key() -> dict[str, Reading]:
     return {r.key: r for r in READINGS}
 
 
-@_per_catalogue
+@per_catalogue
 def keys() -> tuple[str, ...]:
     """The keys a sample may hold: ``GpuSample``'s fields and the recording schema's properties."""
     return tuple(r.key for r in READINGS)
 
 
-@_per_catalogue
+@per_catalogue
 def fast_keys() -> tuple[str, ...]:
     """What ``fast_sample`` gives."""
     return tuple(r.key for r in READINGS if r.read == "fast")
 
 
-@_per_catalogue
+@per_catalogue
 def history_keys() -> tuple[str, ...]:
     """The readings the sampler keeps a history of (the TUI's sparklines)."""
     return tuple(r.key for r in READINGS if r.history)
 
 
-@_per_catalogue
+@per_catalogue
 def watch_keys() -> tuple[str, ...]:
     """The readings of a ``watch --json`` record."""
-    return tuple(r.key for r in READINGS if r.watch)
+    return tuple(r.key for r in sorted((r for r in READINGS if r.watch), key=lambda r: r.watch))
 
 
-@_per_catalogue
+@per_catalogue
 def hooks_keys() -> tuple[str, ...]:
     """The readings the training hooks keep per sample (``t`` first: the time of each)."""
     return ("t",) + tuple(r.key for r in READINGS if r.hooks)
@@ -364,19 +368,19 @@ def placed(place: str) -> list[Reading]:
     return sorted((r for r in READINGS if getattr(r, place)), key=lambda r: getattr(r, place))
 
 
-@_per_catalogue
+@per_catalogue
 def exported() -> tuple[Reading, ...]:
     """The readings the exporter writes as per-GPU gauges of their own."""
     return tuple(r for r in READINGS if r.prometheus)
 
 
-@_per_catalogue
+@per_catalogue
 def fleet_readings() -> tuple[Reading, ...]:
     """The readings ``gpudoctor fleet`` reads back from Prometheus into its rows."""
     return tuple(r for r in READINGS if r.fleet)
 
 
-@_per_catalogue
+@per_catalogue
 def plausible_ranges() -> dict[str, tuple[int, int]]:
     """Reading or static fact -> its (lowest, highest) possible value: the one table of ranges."""
     ranges = {r.key: r.plausible for r in READINGS if r.plausible is not None}
@@ -386,4 +390,4 @@ def plausible_ranges() -> dict[str, tuple[int, int]]:
 
 
 __all__ = ["Reading", "NvmlRead", "READINGS", "STATIC_RANGES", "readings", "by_key", "keys", "fast_keys",
-           "history_keys", "watch_keys", "hooks_keys", "placed", "exported", "fleet_readings", "plausible_ranges"]
+           "history_keys", "per_catalogue", "watch_keys", "hooks_keys", "placed", "exported", "fleet_readings", "plausible_ranges"]
