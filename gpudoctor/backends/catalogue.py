@@ -114,7 +114,8 @@ class Reading:
     value: str
     #: "fast" (read by ``fast_sample``, cheap beside a training loop) or "full" (``sample`` only).
     read: str
-    #: "gauge" (a level) or "counter" (only grows while the driver is loaded).
+    #: "gauge" (a level, or a count kept across reboots: retired pages, remapped rows) or "counter"
+    #: (only grows while the driver is loaded, restarts with it: ECC volatile counts, energy).
     kind: str = "gauge"
     #: The lowest and highest possible values, both included (None: no bound; flags, masks).
     plausible: tuple[int, int] | None = None
@@ -149,10 +150,13 @@ class Reading:
     #: Kept by the training hooks' sampler for their diagnosis.
     hooks: bool = False
     # -- for machines -------------------------------------------------------------------------
-    #: The exporter's per-GPU gauge ("": not exported as one) and the factor to its base unit.
+    #: The exporter's per-GPU metric ("": not exported), a gauge or a counter as ``kind`` says; the
+    #: factor to its base unit; its help; and for readings that share one metric (ECC counts),
+    #: the labels that tell them apart.
     prometheus: str = ""
     scale: float = 1.0
     help: str = ""
+    labels: tuple[tuple[str, str], ...] = ()
     #: The DCGM field (dcgm-exporter's metric name) that carries the same reading.
     dcgm: str = ""
     #: ``gpudoctor fleet``: the row field that holds it (a name in fleet's JSON output) and the
@@ -171,6 +175,7 @@ def _q(*functions: str, args: tuple[tuple[str, int], ...] = (), **how: object) -
 
 _ECC_CORRECTED, _ECC_UNCORRECTED = _c("NVML_MEMORY_ERROR_TYPE_CORRECTED", 0), _c("NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1)
 _ECC_VOLATILE, _ECC_AGGREGATE = _c("NVML_VOLATILE_ECC", 0), _c("NVML_AGGREGATE_ECC", 1)
+_ECC, _ECC_HELP = "gpudoctor_gpu_ecc_errors_total", "ECC error counts (labels error_type, counter)"
 _PCIE_HELP = "throughput over NVML's 20 ms window (NVML reports KiB/s)"
 
 #: Every per-GPU reading, in the order of a sample (and of the recording schema).
@@ -258,22 +263,26 @@ READINGS: tuple[Reading, ...] = (
             dcgm="DCGM_FI_DEV_FAN_SPEED"),
     Reading("ecc_volatile_corrected", "", "integer", "full", "counter", ERROR_COUNT,
             _q("nvmlDeviceGetTotalEccErrors", args=(_ECC_CORRECTED, _ECC_VOLATILE)),
-            smi="ecc.errors.corrected.volatile.total", dcgm="DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"),
+            smi="ecc.errors.corrected.volatile.total",
+            prometheus=_ECC, help=_ECC_HELP, labels=(("error_type", "corrected"), ("counter", "volatile")), dcgm="DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"),
     Reading("ecc_volatile_uncorrected", "", "integer", "full", "counter", ERROR_COUNT,
             _q("nvmlDeviceGetTotalEccErrors", args=(_ECC_UNCORRECTED, _ECC_VOLATILE)),
-            smi="ecc.errors.uncorrected.volatile.total", dcgm="DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"),
+            smi="ecc.errors.uncorrected.volatile.total",
+            prometheus=_ECC, help=_ECC_HELP, labels=(("error_type", "uncorrected"), ("counter", "volatile")), dcgm="DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"),
     Reading("ecc_aggregate_corrected", "", "integer", "full", "counter", ERROR_COUNT,
             _q("nvmlDeviceGetTotalEccErrors", args=(_ECC_CORRECTED, _ECC_AGGREGATE)),
-            smi="ecc.errors.corrected.aggregate.total", dcgm="DCGM_FI_DEV_ECC_SBE_AGG_TOTAL"),
+            smi="ecc.errors.corrected.aggregate.total",
+            prometheus=_ECC, help=_ECC_HELP, labels=(("error_type", "corrected"), ("counter", "aggregate")), dcgm="DCGM_FI_DEV_ECC_SBE_AGG_TOTAL"),
     Reading("ecc_aggregate_uncorrected", "", "integer", "full", "counter", ERROR_COUNT,
             _q("nvmlDeviceGetTotalEccErrors", args=(_ECC_UNCORRECTED, _ECC_AGGREGATE)),
-            smi="ecc.errors.uncorrected.aggregate.total", dcgm="DCGM_FI_DEV_ECC_DBE_AGG_TOTAL"),
-    Reading("retired_pages_sbe", "", "integer", "full", "counter",
+            smi="ecc.errors.uncorrected.aggregate.total",
+            prometheus=_ECC, help=_ECC_HELP, labels=(("error_type", "uncorrected"), ("counter", "aggregate")), dcgm="DCGM_FI_DEV_ECC_DBE_AGG_TOTAL"),
+    Reading("retired_pages_sbe", "", "integer", "full",
             nvml=_q("nvmlDeviceGetRetiredPages",
                     args=(_c("NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS", 0),), convert="len"),
             smi="retired_pages.sbe", prometheus="gpudoctor_gpu_retired_pages_single_bit",
             help="Pages retired for repeated single-bit ECC errors", dcgm="DCGM_FI_DEV_RETIRED_SBE"),
-    Reading("retired_pages_dbe", "", "integer", "full", "counter",
+    Reading("retired_pages_dbe", "", "integer", "full",
             nvml=_q("nvmlDeviceGetRetiredPages", args=(_c("NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR", 1),),
                     convert="len"),
             smi="retired_pages.dbe", prometheus="gpudoctor_gpu_retired_pages_double_bit",
@@ -281,11 +290,11 @@ READINGS: tuple[Reading, ...] = (
     Reading("retired_pages_pending", "", "flag", "full", nvml=_q("nvmlDeviceGetRetiredPagesPendingStatus"),
             smi="retired_pages.pending", prometheus="gpudoctor_gpu_retired_pages_pending",
             help="1 when a page retirement waits for a GPU reset", dcgm="DCGM_FI_DEV_RETIRED_PENDING"),
-    Reading("remapped_rows_correctable", "", "integer", "full", "counter", ROWS,
+    Reading("remapped_rows_correctable", "", "integer", "full", "gauge", ROWS,
             _q("nvmlDeviceGetRemappedRows", item=0, convert="int"), smi="remapped_rows.correctable",
             prometheus="gpudoctor_gpu_remapped_rows_correctable", help="Rows remapped for correctable errors",
             dcgm="DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS"),
-    Reading("remapped_rows_uncorrectable", "", "integer", "full", "counter", ROWS,
+    Reading("remapped_rows_uncorrectable", "", "integer", "full", "gauge", ROWS,
             _q("nvmlDeviceGetRemappedRows", item=1, convert="int"), smi="remapped_rows.uncorrectable",
             prometheus="gpudoctor_gpu_remapped_rows_uncorrectable", help="Rows remapped for uncorrectable errors",
             dcgm="DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"),
@@ -300,6 +309,8 @@ READINGS: tuple[Reading, ...] = (
     Reading("compute_mode", "", "integer", "full", nvml=_q("nvmlDeviceGetComputeMode"), smi="compute_mode"),
     Reading("energy_mj", "mJ", "integer", "full", "counter", ENERGY_MJ,
             _q("nvmlDeviceGetTotalEnergyConsumption"), smi="total_energy_consumption",
+            prometheus="gpudoctor_gpu_energy_joules_total", scale=1e-3,
+            help="Energy the GPU used since the driver loaded (NVML total energy consumption; Volta and newer)",
             dcgm="DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"),
 )
 
@@ -370,7 +381,7 @@ def placed(place: str) -> list[Reading]:
 
 @per_catalogue
 def exported() -> tuple[Reading, ...]:
-    """The readings the exporter writes as per-GPU gauges of their own."""
+    """The readings the exporter writes (gauges and counters)."""
     return tuple(r for r in READINGS if r.prometheus)
 
 
