@@ -133,8 +133,9 @@ class Reading:
     #: (0: no cell).
     label: str = ""
     panel: int = 0
-    #: The sparkline's top: a number, or the static fact that gives it ("": the series' own top).
-    spark_top: Union[float, str] = ""
+    #: The sparkline's top: the reading or static fact that gives it (the sample's value first,
+    #: then the static one), else the number given (None: the series' own top).
+    spark_top: tuple[str, float | None] = ("", None)
     #: Its label and place in the verbose ``watch`` line (0: not there). A reading whose label
     #: starts with "+" joins the part before it ("pcie rx 1 MiB/s tx 2 MiB/s").
     word: str = ""
@@ -182,7 +183,7 @@ _PCIE_HELP = "throughput over NVML's 20 ms window (NVML reports KiB/s)"
 READINGS: tuple[Reading, ...] = (
     Reading("t", "s", "number", "fast"),
     Reading("gpu_util_pct", "%", "number", "fast", plausible=PCT, smi="utilization.gpu",
-            history=True, label="util", panel=1, spark_top=100.0, word="util", line=1, short_word="util", short=1,
+            history=True, label="util", panel=1, spark_top=("", 100.0), word="util", line=1, short_word="util", short=1,
             watch=1, hooks=True,
             prometheus="gpudoctor_gpu_utilization_ratio", scale=0.01,
             help="Share of the last sample period in which a kernel ran (NVML utilization.gpu)",
@@ -192,7 +193,7 @@ READINGS: tuple[Reading, ...] = (
             help="Share of the last sample period in which device memory was read or written",
             dcgm="DCGM_FI_DEV_MEM_COPY_UTIL"),
     Reading("memory_used_bytes", "B", "integer", "fast", plausible=BYTES, smi="memory.used",
-            label="mem", panel=2, spark="memory_used_pct", spark_top=100.0, word="mem", line=2, short_word="mem", short=2, watch=3, fmt="memory",
+            label="mem", panel=2, spark="memory_used_pct", spark_top=("", 100.0), word="mem", line=2, short_word="mem", short=2, watch=3, fmt="memory",
             hooks=True, prometheus="gpudoctor_gpu_memory_used_bytes", help="Device memory in use",
             dcgm="DCGM_FI_DEV_FB_USED", fleet="memory_used_bytes", dcgm_scale=2 ** 20),
     Reading("memory_free_bytes", "B", "integer", "fast", plausible=BYTES, smi="memory.free",
@@ -206,12 +207,12 @@ READINGS: tuple[Reading, ...] = (
             dcgm="DCGM_FI_DEV_FB_RESERVED"),
     Reading("temperature_c", "°C", "number", "fast", plausible=C_SENSOR, smi="temperature.gpu",
             nvml=_q("nvmlDeviceGetTemperature", args=(_c("NVML_TEMPERATURE_GPU", 0),)),
-            history=True, label="temp", panel=3, spark_top="temperature_slowdown_c", word="temp", line=3, short=3,
+            history=True, label="temp", panel=3, spark_top=("temperature_slowdown_c", 100.0), word="temp", line=3, short=3,
             watch=5, hooks=True, prometheus="gpudoctor_gpu_temperature_celsius", help="GPU core temperature",
             dcgm="DCGM_FI_DEV_GPU_TEMP", fleet="temperature_c"),
     Reading("power_w", "W", "number", "fast", plausible=WATTS, smi="power.draw",
             nvml=_q("nvmlDeviceGetPowerUsage", divide=1000),
-            history=True, label="power", panel=4, spark_top="power_limit_w", word="power", line=4, short=4,
+            history=True, label="power", panel=4, spark_top=("power_limit_w", None), word="power", line=4, short=4,
             watch=6, fmt="power", hooks=True, prometheus="gpudoctor_gpu_power_watts", help="Power draw",
             dcgm="DCGM_FI_DEV_POWER_USAGE", fleet="power_w"),
     Reading("power_limit_w", "W", "number", "fast", plausible=WATTS, smi="enforced.power.limit",
@@ -220,12 +221,12 @@ READINGS: tuple[Reading, ...] = (
             dcgm="DCGM_FI_DEV_POWER_MGMT_LIMIT", fleet="power_limit_w"),
     Reading("clock_sm_mhz", "MHz", "integer", "fast", plausible=SM_MHZ, smi="clocks.sm",
             nvml=_q("nvmlDeviceGetClockInfo", args=(_c("NVML_CLOCK_SM", 1),)),
-            history=True, label="SM", panel=5, spark_top="clock_sm_max_mhz", word="sm", line=5, short_word="sm",
+            history=True, label="SM", panel=5, spark_top=("clock_sm_max_mhz", None), word="sm", line=5, short_word="sm",
             short=5, watch=8, hooks=True, prometheus="gpudoctor_gpu_sm_clock_hertz", scale=1e6, help="SM clock",
             dcgm="DCGM_FI_DEV_SM_CLOCK"),
     Reading("clock_mem_mhz", "MHz", "integer", "fast", plausible=MEM_MHZ, smi="clocks.mem",
             nvml=_q("nvmlDeviceGetClockInfo", args=(_c("NVML_CLOCK_MEM", 2),)),
-            history=True, label="memclk", panel=6, spark_top="clock_mem_max_mhz", word="memclk", line=6, watch=9,
+            history=True, label="memclk", panel=6, spark_top=("clock_mem_max_mhz", None), word="memclk", line=6, watch=9,
             prometheus="gpudoctor_gpu_memory_clock_hertz", scale=1e6, help="Memory clock",
             dcgm="DCGM_FI_DEV_MEM_CLOCK"),
     Reading("clock_graphics_mhz", "MHz", "integer", "fast", plausible=SM_MHZ, smi="clocks.gr",
@@ -258,7 +259,7 @@ READINGS: tuple[Reading, ...] = (
             prometheus="gpudoctor_gpu_pcie_rx_bytes_per_second", scale=1024.0, help="PCIe receive " + _PCIE_HELP,
             dcgm="DCGM_FI_DEV_PCIE_RX_THROUGHPUT"),
     Reading("fan_pct", "%", "number", "full", plausible=FAN_PCT, smi="fan.speed", nvml=_q("nvmlDeviceGetFanSpeed"),
-            history=True, label="fan", panel=9, spark_top=100.0, word="fan", line=9, watch=12,
+            history=True, label="fan", panel=9, spark_top=("", 100.0), word="fan", line=9, watch=12,
             prometheus="gpudoctor_gpu_fan_speed_ratio", scale=0.01, help="Fan speed as a share of its maximum",
             dcgm="DCGM_FI_DEV_FAN_SPEED"),
     Reading("ecc_volatile_corrected", "", "integer", "full", "counter", ERROR_COUNT,
