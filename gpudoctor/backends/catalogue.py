@@ -160,10 +160,11 @@ class Reading:
     labels: tuple[tuple[str, str], ...] = ()
     #: The DCGM field (dcgm-exporter's metric name) that carries the same reading.
     dcgm: str = ""
-    #: ``gpudoctor fleet``: the row field that holds it (a name in fleet's JSON output) and the
-    #: factor from the DCGM field's unit to the gpudoctor gauge's (dcgm-exporter: MiB, percent).
+    #: ``gpudoctor fleet``: the row field that holds it (a name in fleet's JSON output), and the
+    #: factor from the DCGM field's unit to the gpudoctor gauge's (dcgm-exporter: MiB, percent)
+    #: where fleet reads the DCGM field too (None: it does not; dcgm-exporter's default set lacks it).
     fleet: str = ""
-    dcgm_scale: float = 1.0
+    dcgm_scale: float | None = None
 
 
 def _c(name: str, value: int) -> tuple[str, int]:
@@ -209,12 +210,12 @@ READINGS: tuple[Reading, ...] = (
             nvml=_q("nvmlDeviceGetTemperature", args=(_c("NVML_TEMPERATURE_GPU", 0),)),
             history=True, label="temp", panel=3, spark_top=("temperature_slowdown_c", 100.0), word="temp", line=3, short=3,
             watch=5, hooks=True, prometheus="gpudoctor_gpu_temperature_celsius", help="GPU core temperature",
-            dcgm="DCGM_FI_DEV_GPU_TEMP", fleet="temperature_c"),
+            dcgm="DCGM_FI_DEV_GPU_TEMP", fleet="temperature_c", dcgm_scale=1.0),
     Reading("power_w", "W", "number", "fast", plausible=WATTS, smi="power.draw",
             nvml=_q("nvmlDeviceGetPowerUsage", divide=1000),
             history=True, label="power", panel=4, spark_top=("power_limit_w", None), word="power", line=4, short=4,
             watch=6, fmt="power", hooks=True, prometheus="gpudoctor_gpu_power_watts", help="Power draw",
-            dcgm="DCGM_FI_DEV_POWER_USAGE", fleet="power_w"),
+            dcgm="DCGM_FI_DEV_POWER_USAGE", fleet="power_w", dcgm_scale=1.0),
     Reading("power_limit_w", "W", "number", "fast", plausible=WATTS, smi="enforced.power.limit",
             nvml=_q("nvmlDeviceGetEnforcedPowerLimit", divide=1000), watch=7, hooks=True,
             prometheus="gpudoctor_gpu_power_limit_watts", help="Enforced power limit",
