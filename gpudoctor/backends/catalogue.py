@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar, Union
+from typing import Any, Callable, TypeVar
 
 # --------------------------------------------------------------------------- plausible ranges
 # The wide bounds of what a reading can possibly be (gpudoctor.backends.plausible applies them):
@@ -96,8 +96,6 @@ class NvmlRead:
     convert: str = ""
     divide: int = 1
 
-
-Number = Union[int, float]
 
 
 @dataclass(frozen=True)
@@ -175,7 +173,8 @@ def _q(*functions: str, args: tuple[tuple[str, int], ...] = (), **how: object) -
     return NvmlRead(tuple(functions), args, **how)  # type: ignore[arg-type]
 
 
-_ECC_CORRECTED, _ECC_UNCORRECTED = _c("NVML_MEMORY_ERROR_TYPE_CORRECTED", 0), _c("NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1)
+_ECC_CORRECTED = _c("NVML_MEMORY_ERROR_TYPE_CORRECTED", 0)
+_ECC_UNCORRECTED = _c("NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1)
 _ECC_VOLATILE, _ECC_AGGREGATE = _c("NVML_VOLATILE_ECC", 0), _c("NVML_AGGREGATE_ECC", 1)
 _ECC, _ECC_HELP = "gpudoctor_gpu_ecc_errors_total", "ECC error counts (labels error_type, counter)"
 _PCIE_HELP = "throughput over NVML's 20 ms window (NVML reports KiB/s)"
@@ -184,7 +183,8 @@ _PCIE_HELP = "throughput over NVML's 20 ms window (NVML reports KiB/s)"
 READINGS: tuple[Reading, ...] = (
     Reading("t", "s", "number", "fast"),
     Reading("gpu_util_pct", "%", "number", "fast", plausible=PCT, smi="utilization.gpu",
-            history=True, label="util", panel=1, spark_top=("", 100.0), word="util", line=1, short_word="util", short=1,
+            history=True, label="util", panel=1, spark_top=("", 100.0), word="util", line=1,
+            short_word="util", short=1,
             watch=1, hooks=True,
             prometheus="gpudoctor_gpu_utilization_ratio", scale=0.01,
             help="Share of the last sample period in which a kernel ran (NVML utilization.gpu)",
@@ -194,7 +194,8 @@ READINGS: tuple[Reading, ...] = (
             help="Share of the last sample period in which device memory was read or written",
             dcgm="DCGM_FI_DEV_MEM_COPY_UTIL"),
     Reading("memory_used_bytes", "B", "integer", "fast", plausible=BYTES, smi="memory.used",
-            label="mem", panel=2, spark="memory_used_pct", spark_top=("", 100.0), word="mem", line=2, short_word="mem", short=2, watch=3, fmt="memory",
+            label="mem", panel=2, spark="memory_used_pct", spark_top=("", 100.0), word="mem", line=2,
+            short_word="mem", short=2, watch=3, fmt="memory",
             hooks=True, prometheus="gpudoctor_gpu_memory_used_bytes", help="Device memory in use",
             dcgm="DCGM_FI_DEV_FB_USED", fleet="memory_used_bytes", dcgm_scale=2 ** 20),
     Reading("memory_free_bytes", "B", "integer", "fast", plausible=BYTES, smi="memory.free",
@@ -208,7 +209,8 @@ READINGS: tuple[Reading, ...] = (
             dcgm="DCGM_FI_DEV_FB_RESERVED"),
     Reading("temperature_c", "°C", "number", "fast", plausible=C_SENSOR, smi="temperature.gpu",
             nvml=_q("nvmlDeviceGetTemperature", args=(_c("NVML_TEMPERATURE_GPU", 0),)),
-            history=True, label="temp", panel=3, spark_top=("temperature_slowdown_c", 100.0), word="temp", line=3, short=3,
+            history=True, label="temp", panel=3, spark_top=("temperature_slowdown_c", 100.0), word="temp",
+            line=3, short=3,
             watch=5, hooks=True, prometheus="gpudoctor_gpu_temperature_celsius", help="GPU core temperature",
             dcgm="DCGM_FI_DEV_GPU_TEMP", fleet="temperature_c", dcgm_scale=1.0),
     Reading("power_w", "W", "number", "fast", plausible=WATTS, smi="power.draw",
@@ -222,12 +224,14 @@ READINGS: tuple[Reading, ...] = (
             dcgm="DCGM_FI_DEV_POWER_MGMT_LIMIT", fleet="power_limit_w"),
     Reading("clock_sm_mhz", "MHz", "integer", "fast", plausible=SM_MHZ, smi="clocks.sm",
             nvml=_q("nvmlDeviceGetClockInfo", args=(_c("NVML_CLOCK_SM", 1),)),
-            history=True, label="SM", panel=5, spark_top=("clock_sm_max_mhz", None), word="sm", line=5, short_word="sm",
+            history=True, label="SM", panel=5, spark_top=("clock_sm_max_mhz", None), word="sm", line=5,
+            short_word="sm",
             short=5, watch=8, hooks=True, prometheus="gpudoctor_gpu_sm_clock_hertz", scale=1e6, help="SM clock",
             dcgm="DCGM_FI_DEV_SM_CLOCK"),
     Reading("clock_mem_mhz", "MHz", "integer", "fast", plausible=MEM_MHZ, smi="clocks.mem",
             nvml=_q("nvmlDeviceGetClockInfo", args=(_c("NVML_CLOCK_MEM", 2),)),
-            history=True, label="memclk", panel=6, spark_top=("clock_mem_max_mhz", None), word="memclk", line=6, watch=9,
+            history=True, label="memclk", panel=6, spark_top=("clock_mem_max_mhz", None), word="memclk",
+            line=6, watch=9,
             prometheus="gpudoctor_gpu_memory_clock_hertz", scale=1e6, help="Memory clock",
             dcgm="DCGM_FI_DEV_MEM_CLOCK"),
     Reading("clock_graphics_mhz", "MHz", "integer", "fast", plausible=SM_MHZ, smi="clocks.gr",
@@ -263,22 +267,17 @@ READINGS: tuple[Reading, ...] = (
             history=True, label="fan", panel=9, spark_top=("", 100.0), word="fan", line=9, watch=12,
             prometheus="gpudoctor_gpu_fan_speed_ratio", scale=0.01, help="Fan speed as a share of its maximum",
             dcgm="DCGM_FI_DEV_FAN_SPEED"),
-    Reading("ecc_volatile_corrected", "", "integer", "full", "counter", ERROR_COUNT,
-            _q("nvmlDeviceGetTotalEccErrors", args=(_ECC_CORRECTED, _ECC_VOLATILE)),
-            smi="ecc.errors.corrected.volatile.total",
-            prometheus=_ECC, help=_ECC_HELP, labels=(("error_type", "corrected"), ("counter", "volatile")), dcgm="DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"),
-    Reading("ecc_volatile_uncorrected", "", "integer", "full", "counter", ERROR_COUNT,
-            _q("nvmlDeviceGetTotalEccErrors", args=(_ECC_UNCORRECTED, _ECC_VOLATILE)),
-            smi="ecc.errors.uncorrected.volatile.total",
-            prometheus=_ECC, help=_ECC_HELP, labels=(("error_type", "uncorrected"), ("counter", "volatile")), dcgm="DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"),
-    Reading("ecc_aggregate_corrected", "", "integer", "full", "counter", ERROR_COUNT,
-            _q("nvmlDeviceGetTotalEccErrors", args=(_ECC_CORRECTED, _ECC_AGGREGATE)),
-            smi="ecc.errors.corrected.aggregate.total",
-            prometheus=_ECC, help=_ECC_HELP, labels=(("error_type", "corrected"), ("counter", "aggregate")), dcgm="DCGM_FI_DEV_ECC_SBE_AGG_TOTAL"),
-    Reading("ecc_aggregate_uncorrected", "", "integer", "full", "counter", ERROR_COUNT,
-            _q("nvmlDeviceGetTotalEccErrors", args=(_ECC_UNCORRECTED, _ECC_AGGREGATE)),
-            smi="ecc.errors.uncorrected.aggregate.total",
-            prometheus=_ECC, help=_ECC_HELP, labels=(("error_type", "uncorrected"), ("counter", "aggregate")), dcgm="DCGM_FI_DEV_ECC_DBE_AGG_TOTAL"),
+    # ECC error counts since the driver loaded (volatile) and over the board's life (aggregate):
+    # one exporter counter, told apart by its labels.
+    *(Reading(f"ecc_{counter}_{kind}", "", "integer", "full", "counter", ERROR_COUNT,
+              _q("nvmlDeviceGetTotalEccErrors", args=(error_type, counter_type)),
+              smi=f"ecc.errors.{kind}.{counter}.total", prometheus=_ECC, help=_ECC_HELP,
+              labels=(("error_type", kind), ("counter", counter)), dcgm=dcgm)
+      for counter, counter_type, kind, error_type, dcgm in (
+          ("volatile", _ECC_VOLATILE, "corrected", _ECC_CORRECTED, "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"),
+          ("volatile", _ECC_VOLATILE, "uncorrected", _ECC_UNCORRECTED, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"),
+          ("aggregate", _ECC_AGGREGATE, "corrected", _ECC_CORRECTED, "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL"),
+          ("aggregate", _ECC_AGGREGATE, "uncorrected", _ECC_UNCORRECTED, "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL"))),
     Reading("retired_pages_sbe", "", "integer", "full",
             nvml=_q("nvmlDeviceGetRetiredPages",
                     args=(_c("NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS", 0),), convert="len"),
@@ -403,4 +402,5 @@ def plausible_ranges() -> dict[str, tuple[int, int]]:
 
 
 __all__ = ["Reading", "NvmlRead", "READINGS", "STATIC_RANGES", "readings", "by_key", "keys", "fast_keys",
-           "history_keys", "per_catalogue", "watch_keys", "hooks_keys", "placed", "exported", "fleet_readings", "plausible_ranges"]
+           "history_keys", "per_catalogue", "watch_keys", "hooks_keys", "placed", "exported", "fleet_readings",
+           "plausible_ranges"]
