@@ -40,6 +40,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+from gpudoctor.backends import catalogue
 from gpudoctor.backends.na import is_na
 
 
@@ -62,73 +63,38 @@ class GpuMetric:
     dcgm: str = ""
 
 
-GPU_METRICS: tuple[GpuMetric, ...] = (
-    GpuMetric("gpudoctor_gpu_utilization_ratio", "gpu_util_pct", 0.01,
-              "Share of the last sample period in which a kernel ran (NVML utilization.gpu)",
-              "DCGM_FI_DEV_GPU_UTIL"),
-    GpuMetric("gpudoctor_gpu_memory_utilization_ratio", "mem_util_pct", 0.01,
-              "Share of the last sample period in which device memory was read or written",
-              "DCGM_FI_DEV_MEM_COPY_UTIL"),
-    GpuMetric("gpudoctor_gpu_memory_used_bytes", "memory_used_bytes", 1.0, "Device memory in use",
-              "DCGM_FI_DEV_FB_USED"),
-    GpuMetric("gpudoctor_gpu_memory_free_bytes", "memory_free_bytes", 1.0, "Device memory free",
-              "DCGM_FI_DEV_FB_FREE"),
-    GpuMetric("gpudoctor_gpu_memory_total_bytes", "memory_total_bytes", 1.0, "Device memory in total",
-              "DCGM_FI_DEV_FB_TOTAL"),
-    GpuMetric("gpudoctor_gpu_memory_reserved_bytes", "memory_reserved_bytes", 1.0,
-              "Device memory the driver reserves for itself, in neither used nor free (NVML v2 memory info)",
-              "DCGM_FI_DEV_FB_RESERVED"),
-    GpuMetric("gpudoctor_gpu_temperature_celsius", "temperature_c", 1.0, "GPU core temperature",
-              "DCGM_FI_DEV_GPU_TEMP"),
-    GpuMetric("gpudoctor_gpu_power_watts", "power_w", 1.0, "Power draw", "DCGM_FI_DEV_POWER_USAGE"),
-    GpuMetric("gpudoctor_gpu_power_limit_watts", "power_limit_w", 1.0, "Enforced power limit",
-              "DCGM_FI_DEV_POWER_MGMT_LIMIT"),
-    GpuMetric("gpudoctor_gpu_sm_clock_hertz", "clock_sm_mhz", 1e6, "SM clock", "DCGM_FI_DEV_SM_CLOCK"),
-    GpuMetric("gpudoctor_gpu_memory_clock_hertz", "clock_mem_mhz", 1e6, "Memory clock",
-              "DCGM_FI_DEV_MEM_CLOCK"),
-    GpuMetric("gpudoctor_gpu_graphics_clock_hertz", "clock_graphics_mhz", 1e6, "Graphics clock"),
-    GpuMetric("gpudoctor_gpu_pcie_tx_bytes_per_second", "pcie_tx_kbps", 1024.0,
-              "PCIe transmit throughput over NVML's 20 ms window (NVML reports KiB/s)",
-              "DCGM_FI_DEV_PCIE_TX_THROUGHPUT"),
-    GpuMetric("gpudoctor_gpu_pcie_rx_bytes_per_second", "pcie_rx_kbps", 1024.0,
-              "PCIe receive throughput over NVML's 20 ms window (NVML reports KiB/s)",
-              "DCGM_FI_DEV_PCIE_RX_THROUGHPUT"),
-    GpuMetric("gpudoctor_gpu_pcie_link_generation", "pcie_gen_current", 1.0,
-              "Current PCIe link generation (idle GPUs lower it)", "DCGM_FI_DEV_PCIE_LINK_GEN"),
-    GpuMetric("gpudoctor_gpu_pcie_link_width", "pcie_width_current", 1.0, "Current PCIe link width (lanes)",
-              "DCGM_FI_DEV_PCIE_LINK_WIDTH"),
-    GpuMetric("gpudoctor_gpu_fan_speed_ratio", "fan_pct", 0.01, "Fan speed as a share of its maximum",
-              "DCGM_FI_DEV_FAN_SPEED"),
-    GpuMetric("gpudoctor_gpu_performance_state", "performance_state", 1.0,
-              "Performance state (0 = P0, fastest; 15 = slowest)", "DCGM_FI_DEV_PSTATE"),
-    GpuMetric("gpudoctor_gpu_clock_event_reasons", "throttle_reasons", 1.0,
-              "Clock event (throttle) reason bit mask, nvmlClocksEventReason*",
-              "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"),
-    GpuMetric("gpudoctor_gpu_retired_pages_single_bit", "retired_pages_sbe", 1.0,
-              "Pages retired for repeated single-bit ECC errors", "DCGM_FI_DEV_RETIRED_SBE"),
-    GpuMetric("gpudoctor_gpu_retired_pages_double_bit", "retired_pages_dbe", 1.0,
-              "Pages retired for double-bit ECC errors", "DCGM_FI_DEV_RETIRED_DBE"),
-    GpuMetric("gpudoctor_gpu_retired_pages_pending", "retired_pages_pending", 1.0,
-              "1 when a page retirement waits for a GPU reset", "DCGM_FI_DEV_RETIRED_PENDING"),
-    GpuMetric("gpudoctor_gpu_remapped_rows_correctable", "remapped_rows_correctable", 1.0,
-              "Rows remapped for correctable errors", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS"),
-    GpuMetric("gpudoctor_gpu_remapped_rows_uncorrectable", "remapped_rows_uncorrectable", 1.0,
-              "Rows remapped for uncorrectable errors", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"),
-    GpuMetric("gpudoctor_gpu_remapped_rows_pending", "remapped_rows_pending", 1.0,
-              "1 when a row remap waits for a GPU reset", "DCGM_FI_DEV_ROW_REMAP_PENDING"),
-    GpuMetric("gpudoctor_gpu_remapped_rows_failure", "remapped_rows_failure", 1.0,
-              "1 when row remapping failed (replace the GPU)", "DCGM_FI_DEV_ROW_REMAP_FAILURE"),
-)
+def gpu_metrics() -> tuple[GpuMetric, ...]:
+    """The per-GPU gauges: every gauge reading of gpudoctor.backends.catalogue with a Prometheus name."""
+    return _gauges()
 
-# ECC counters: (error type, counter kind) -> sample key, DCGM field.
+
+@catalogue.per_catalogue
+def _gauges() -> tuple[GpuMetric, ...]:
+    return tuple(GpuMetric(r.prometheus, r.key, r.scale, r.help, r.dcgm) for r in catalogue.exported()
+                 if r.kind == "gauge")
+
+
+@catalogue.per_catalogue
+def counter_metrics() -> dict[str, tuple[catalogue.Reading, ...]]:
+    """The per-GPU counters: metric name (with ``_total``) -> the readings it holds, told apart
+    by their labels (the four ECC counts share one)."""
+    names: dict[str, tuple[catalogue.Reading, ...]] = {}
+    for r in catalogue.exported():
+        if r.kind == "counter":
+            names[r.prometheus] = names.get(r.prometheus, ()) + (r,)
+    return names
+
+
+#: The per-GPU gauges as the catalogue stood at import (the collector reads gpu_metrics()).
+GPU_METRICS: tuple[GpuMetric, ...] = gpu_metrics()
+
+# ECC counters: (error type, counter kind) -> sample key, DCGM field (from the catalogue).
 ECC_COUNTERS: dict[tuple[str, str], tuple[str, str]] = {
-    ("corrected", "volatile"): ("ecc_volatile_corrected", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"),
-    ("uncorrected", "volatile"): ("ecc_volatile_uncorrected", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"),
-    ("corrected", "aggregate"): ("ecc_aggregate_corrected", "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL"),
-    ("uncorrected", "aggregate"): ("ecc_aggregate_uncorrected", "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL"),
-}
+    (dict(r.labels)["error_type"], dict(r.labels)["counter"]): (r.key, r.dcgm)
+    for r in counter_metrics().get("gpudoctor_gpu_ecc_errors_total", ())}
 
-# Every other metric this exporter writes (name -> help), for the docs check.
+# Every other metric this exporter writes (name -> help), for the docs check: the readings' own
+# metrics are in the catalogue.
 OTHER_METRICS: dict[str, str] = {
     "gpudoctor_exporter_info": "Exporter version and data source (label source: nvml or replay:FILE)",
     "gpudoctor_nvml_up": "1 when NVML answers and the last sample is fresh, else 0",
@@ -142,14 +108,11 @@ OTHER_METRICS: dict[str, str] = {
     "gpudoctor_gpu_up": "1 when the GPU answered the last sample, 0 when it did not (e.g. GpuIsLost)",
     "gpudoctor_gpu_error_info": "Why a GPU is down (label reason), 1 while it is",
     "gpudoctor_gpu_throttled": "1 per clock event reason that is active (label reason)",
-    "gpudoctor_gpu_ecc_errors_total": "ECC error counts (labels error_type, counter)",
     "gpudoctor_report_up": "1 when the last report ran (or the report file was read), else 0",
     "gpudoctor_report_status": "Overall status of the last report, as a state set (label status)",
     "gpudoctor_probe_status": "Each probe's status in the last report, as a state set (labels probe, status)",
     "gpudoctor_report_timestamp_seconds": "Unix time the last report finished (or the file was written)",
     "gpudoctor_report_duration_seconds": "How long the last report took",
-    "gpudoctor_gpu_energy_joules_total": "Energy the GPU used since the driver loaded (NVML total energy "
-                                         "consumption; Volta and newer)",
     "gpudoctor_gpu_xid_errors_total": "Xid errors NVML reported for the GPU since the exporter started watching",
     "gpudoctor_gpu_kernel_log_xids": "Xid errors for the GPU found in the kernel log when the exporter started",
     "gpudoctor_gpu_last_xid": "The most recent Xid of the GPU (NVML event or kernel log); see docs/fleet.md",
@@ -168,7 +131,7 @@ GPU_LABELS = ("gpu", "uuid", "name", "pci_bus_id")
 
 
 def all_metric_names() -> list[str]:
-    return [m.name for m in GPU_METRICS] + list(OTHER_METRICS)
+    return [m.name for m in gpu_metrics()] + list(counter_metrics()) + list(OTHER_METRICS)
 
 
 # --------------------------------------------------------------------------- sampling
@@ -467,13 +430,12 @@ class GpudoctorCollector:
             "err": GaugeMetricFamily("gpudoctor_gpu_error_info", OTHER_METRICS["gpudoctor_gpu_error_info"],
                                      labels=["gpu", "reason"]),
             **{m.name: GaugeMetricFamily(m.name, m.help + (f" (DCGM: {m.dcgm})" if m.dcgm else ""), labels=labels)
-               for m in GPU_METRICS},
+               for m in gpu_metrics()},
             "throttled": GaugeMetricFamily("gpudoctor_gpu_throttled", OTHER_METRICS["gpudoctor_gpu_throttled"],
                                            labels=labels + ["reason"]),
-            "ecc": CounterMetricFamily("gpudoctor_gpu_ecc_errors", OTHER_METRICS["gpudoctor_gpu_ecc_errors_total"],
-                                       labels=labels + ["error_type", "counter"]),
-            "energy": CounterMetricFamily("gpudoctor_gpu_energy_joules",
-                                          OTHER_METRICS["gpudoctor_gpu_energy_joules_total"], labels=labels),
+            **{name: CounterMetricFamily(name[:-len("_total")], readings[0].help,
+                                         labels=labels + [label for label, _ in readings[0].labels])
+               for name, readings in counter_metrics().items()},
         }
         for dev in snap["devices"]:
             _add_device(fam, dev, snap.get("driver_version"))
@@ -584,7 +546,7 @@ def _add_device(fam: dict[str, Any], dev: dict[str, Any], driver_version: Any) -
         fam["up"].add_metric([labels[0]], 0.0)
         reasons = [v.reason for v in sample.values() if is_na(v)]
         fam["err"].add_metric([labels[0], reasons[0] if reasons else "NoReading"], 1.0)
-    for metric in GPU_METRICS:
+    for metric in gpu_metrics():
         value = _number(sample.get(metric.key))
         if value is not None:
             fam[metric.name].add_metric(labels, value * metric.scale)
@@ -593,13 +555,11 @@ def _add_device(fam: dict[str, Any], dev: dict[str, Any], driver_version: Any) -
         for bit, (name, _words) in sorted(THROTTLE_REASONS.items()):
             fam["throttled"].add_metric(labels + [name], 1.0 if mask & bit else 0.0)
         fam["throttled"].add_metric(labels + ["any_harmful"], 1.0 if mask & HARMFUL_THROTTLE_MASK else 0.0)
-    for (kind, counter), (key, _dcgm) in ECC_COUNTERS.items():
-        value = _number(sample.get(key))
-        if value is not None:
-            fam["ecc"].add_metric(labels + [kind, counter], value)
-    millijoules = _number(sample.get("energy_mj"))
-    if millijoules is not None:
-        fam["energy"].add_metric(labels, millijoules / 1000.0)
+    for name, readings in counter_metrics().items():
+        for reading in readings:
+            value = _number(sample.get(reading.key))
+            if value is not None:  # divided by the reciprocal: mJ -> J is the exact / 1000
+                fam[name].add_metric(labels + [v for _, v in reading.labels], value / (1.0 / reading.scale))
 
 
 def _label(value: Any) -> str:
@@ -791,4 +751,4 @@ def serve_metrics(registry: Any, host: str, port: int, *, max_connections: int =
 
 
 __all__ = ["GpuSampler", "ReportStatus", "serve_metrics", "stop_sampler_then_close", "recoverable_trouble", "GpudoctorCollector", "build_registry", "GPU_METRICS",
-           "ECC_COUNTERS", "OTHER_METRICS", "all_metric_names"]
+           "ECC_COUNTERS", "OTHER_METRICS", "all_metric_names", "gpu_metrics", "counter_metrics"]

@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 from gpudoctor import xid
+from gpudoctor.backends import catalogue
 from gpudoctor.backends.nvml import THROTTLE_REASONS
 from gpudoctor.presentation import fmt_age, plain_text
 
@@ -58,10 +59,11 @@ GPUDOCTOR_THROTTLE_WORDS = {"sw_power_cap": "power cap", "hw_slowdown": "hardwar
                             "hw_thermal_slowdown": "thermal slowdown (hardware)", "hw_power_brake": "power brake"}
 
 # The series read, by source. Each query is one HTTP request; the selector is the user's --match.
+# The readings a row shows are the catalogue's fleet readings (gpudoctor.backends.catalogue): their
+# gauges, and the DCGM fields of those fleet reads from dcgm-exporter too.
 GPUDOCTOR_METRICS = (
-    "gpudoctor_gpu_info", "gpudoctor_gpu_up", "gpudoctor_gpu_error_info", "gpudoctor_gpu_utilization_ratio",
-    "gpudoctor_gpu_memory_used_bytes", "gpudoctor_gpu_memory_total_bytes", "gpudoctor_gpu_temperature_celsius",
-    "gpudoctor_gpu_power_watts", "gpudoctor_gpu_power_limit_watts", "gpudoctor_gpu_throttled",
+    "gpudoctor_gpu_info", "gpudoctor_gpu_up", "gpudoctor_gpu_error_info",
+    *(r.prometheus for r in catalogue.fleet_readings()), "gpudoctor_gpu_throttled",
     "gpudoctor_gpu_ecc_errors_total", "gpudoctor_gpu_remapped_rows_failure", "gpudoctor_gpu_remapped_rows_pending",
     "gpudoctor_gpu_retired_pages_pending", "gpudoctor_gpu_xid_errors_total", "gpudoctor_gpu_kernel_log_xids",
     "gpudoctor_gpu_last_xid",
@@ -69,8 +71,8 @@ GPUDOCTOR_METRICS = (
     "gpudoctor_sample_age_seconds", "gpudoctor_report_status", "gpudoctor_report_timestamp_seconds",
 )
 DCGM_METRICS = (
-    "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_GPU_TEMP",
-    "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+    *(r.dcgm for r in catalogue.fleet_readings() if r.dcgm_scale is not None), "DCGM_FI_DEV_FB_FREE",
+    "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
     "DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DEV_ROW_REMAP_PENDING", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
     "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
 )
@@ -285,6 +287,8 @@ class FleetRow:
     name: str = ""
     uuid: str = ""
     job: str = ""
+    # The readings (gpudoctor.backends.catalogue's fleet readings: a test keeps the two the same),
+    # in the exporter's units.
     utilization: float | None = None  # ratio 0-1
     memory_used_bytes: float | None = None
     memory_total_bytes: float | None = None
@@ -496,14 +500,7 @@ def _per_instance(by_metric: dict[str, list[Series]], name: str) -> dict[str, li
 
 def _judge_gpudoctor(rows: dict[tuple[str, str], FleetRow], m: dict[str, list[Series]], now: float,
                      stale_after_s: float, report_max_age_s: float) -> None:
-    simple = {
-        "utilization": _one(m, "gpudoctor_gpu_utilization_ratio"),
-        "memory_used_bytes": _one(m, "gpudoctor_gpu_memory_used_bytes"),
-        "memory_total_bytes": _one(m, "gpudoctor_gpu_memory_total_bytes"),
-        "temperature_c": _one(m, "gpudoctor_gpu_temperature_celsius"),
-        "power_w": _one(m, "gpudoctor_gpu_power_watts"),
-        "power_limit_w": _one(m, "gpudoctor_gpu_power_limit_watts"),
-    }
+    simple = {r.fleet: _one(m, r.prometheus) for r in catalogue.fleet_readings()}
     for attr, values in simple.items():
         for key, value in values.items():
             if key in rows:
@@ -603,10 +600,8 @@ def _add_xid(row: FleetRow, code: int, count: float | None, when: float | None, 
 
 
 def _judge_dcgm(rows: dict[tuple[str, str], FleetRow], m: dict[str, list[Series]]) -> None:
-    for attr, name, scale in (("utilization", "DCGM_FI_DEV_GPU_UTIL", 0.01),
-                              ("memory_used_bytes", "DCGM_FI_DEV_FB_USED", 2 ** 20),
-                              ("temperature_c", "DCGM_FI_DEV_GPU_TEMP", 1.0),
-                              ("power_w", "DCGM_FI_DEV_POWER_USAGE", 1.0)):
+    for attr, name, scale in ((r.fleet, r.dcgm, r.dcgm_scale) for r in catalogue.fleet_readings()
+                              if r.dcgm_scale is not None):
         for key, value in _one(m, name).items():
             if key in rows and getattr(rows[key], attr) is None:
                 setattr(rows[key], attr, value * scale)

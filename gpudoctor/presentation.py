@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from gpudoctor._text import MAX_TEXT, plain_text
+from gpudoctor.backends import catalogue
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.backends.nvml import throttle_reason_names, throttle_reason_words
 
@@ -230,9 +231,24 @@ def throttle_text(value: Any, *, words: bool = True) -> str:
 
 
 # --------------------------------------------------------------------------- watch lines
-WATCH_FIELDS = ("gpu_util_pct", "mem_util_pct", "memory_used_bytes", "memory_total_bytes", "temperature_c",
-                "power_w", "power_limit_w", "clock_sm_mhz", "clock_mem_mhz", "pcie_rx_kbps",
-                "pcie_tx_kbps", "fan_pct", "throttle_reasons", "performance_state")
+#: The readings of a ``watch --json`` record, as the catalogue stood at import (watch_record reads
+#: gpudoctor.backends.catalogue.watch_keys()).
+WATCH_FIELDS = catalogue.watch_keys()
+
+
+def reading_text(dev: Any, reading: catalogue.Reading) -> str:
+    """One reading of a device snapshot for people, by its catalogue ``fmt``: ``87%``,
+    ``31.2/40.0 GiB +0.5 reserved``, ``338/350 W``, ``1.2 GiB/s``, ``1860 MHz``; NA in words."""
+    value = dev.get(reading.key)
+    if reading.fmt == "memory":
+        return fmt_memory(dev)
+    if reading.fmt == "power":
+        return fmt_power(dev)
+    if reading.fmt == "rate":
+        return fmt_rate_kbps(value)
+    if reading.fmt == "throttle":
+        return throttle_text(value)
+    return fmt_num(value, reading.unit)
 
 
 def _iso(ts: float) -> str:
@@ -257,17 +273,16 @@ def watch_line(snap: Any, dev: Any, *, verbose: bool = True) -> str:
         return f"{head} FAULT {reason}: {plain_text(fault_words(fault.reason))}"
     if not verbose:
         return watch_line_short(head, dev)
-    parts = [
-        f"util {fmt_num(dev.get('gpu_util_pct'), '%')}",
-        f"mem {fmt_memory(dev)}",
-        f"temp {fmt_num(dev.get('temperature_c'), '°C')}",
-        f"power {fmt_power(dev)}",
-        f"sm {fmt_num(dev.get('clock_sm_mhz'), 'MHz')}",
-        f"memclk {fmt_num(dev.get('clock_mem_mhz'), 'MHz')}",
-        f"pcie rx {fmt_rate_kbps(dev.get('pcie_rx_kbps'))} tx {fmt_rate_kbps(dev.get('pcie_tx_kbps'))}",
-        f"fan {fmt_num(dev.get('fan_pct'), '%')}",
-        f"throttle {throttle_text(dev.get('throttle_reasons'), words=False).replace('; ', ',')}",
-    ]
+    parts: list[str] = []
+    for reading in catalogue.placed("line"):
+        if reading.fmt == "throttle":
+            text = throttle_text(dev.get(reading.key), words=False).replace("; ", ",")
+        else:
+            text = reading_text(dev, reading)
+        if reading.word.startswith("+") and parts:  # joins the part before it: "pcie rx .. tx .."
+            parts[-1] += f" {reading.word[1:]} {text}"
+        else:
+            parts.append(f"{reading.word} {text}")
     return head + " " + " | ".join(parts)
 
 
@@ -280,32 +295,48 @@ def watch_line_short(head: str, dev: Any) -> str:
     ``n/a`` (``-v`` and ``--json`` say why). Throttle reasons that would pass the width become the
     first and a count (``sw_power_cap+3``), or only the count (``+4``) on the widest lines.
     """
-    def num(key: str, unit: str) -> str:
-        value = dev.get(key)
-        return f"{value:.0f}{unit}" if _is_number(value) and math.isfinite(value) else "n/a"
-
-    used, total = dev.sample.get("memory_used_bytes"), dev.memory_total
-    if _is_number(used) and _is_number(total) and total >= 64 * 2**30:
-        memory = f"{used / 2**30:.0f}/{total / 2**30:.0f} GiB"
-    else:
-        memory = fmt_memory(dev, reserved=False)
-        if memory.startswith("n/a"):
-            memory = "n/a"
-    power, limit = dev.get("power_w"), dev.sample.get("power_limit_w", dev.static.get("power_limit_w"))
-    if _is_number(power) and _is_number(limit) and math.isfinite(power) and math.isfinite(limit):
-        power_text = f"{power:.0f}/{limit:.0f}W"
-    else:
-        power_text = num("power_w", "W")
-    reasons = dev.get("throttle_reasons")
-    names = (throttle_reason_names(reasons) or [f"0x{reasons:x}"]) if isinstance(reasons, int) and reasons else []
-    throttle = ",".join(names) if names else ("none" if isinstance(reasons, int) else "n/a")
-    line = (f"{head} util {num('gpu_util_pct', '%')} mem {memory} {num('temperature_c', '°C')} {power_text} "
-            f"sm {num('clock_sm_mhz', 'MHz')} throttle ")
+    texts: list[str] = []
+    throttle_word, names, throttle = "", [], ""
+    for reading in catalogue.placed("short"):
+        if reading.fmt == "throttle":  # last: its names are cut to keep the line's width
+            reasons = dev.get(reading.key)
+            names = (throttle_reason_names(reasons) or [f"0x{reasons:x}"]) if isinstance(reasons, int) and reasons else []
+            throttle = ",".join(names) if names else ("none" if isinstance(reasons, int) else "n/a")
+            throttle_word = reading.short_word
+            continue
+        text = _short_text(dev, reading)
+        texts.append(f"{reading.short_word} {text}" if reading.short_word else text)
+    line = " ".join([head, *texts])
+    if not throttle_word:
+        return line
+    line += f" {throttle_word} "
     for shorter in ((f"{names[0]}+{len(names) - 1}",) if len(names) > 1 else ()) + (f"+{len(names)}",):
         if len(line) + len(throttle) <= WATCH_WIDTH:
             break
         throttle = shorter
     return line + throttle
+
+
+def _short_text(dev: Any, reading: catalogue.Reading) -> str:
+    """A reading in the short watch line: whole numbers, the unit joined, ``n/a`` without its reason."""
+    def num(key: str, unit: str) -> str:
+        value = dev.get(key)
+        return f"{value:.0f}{unit}" if _is_number(value) and math.isfinite(value) else "n/a"
+
+    if reading.fmt == "memory":
+        used, total = dev.sample.get("memory_used_bytes"), dev.memory_total
+        if _is_number(used) and _is_number(total) and total >= 64 * 2**30:
+            return f"{used / 2**30:.0f}/{total / 2**30:.0f} GiB"
+        memory = fmt_memory(dev, reserved=False)
+        return "n/a" if memory.startswith("n/a") else memory
+    if reading.fmt == "power":
+        power, limit = dev.get("power_w"), dev.sample.get("power_limit_w", dev.static.get("power_limit_w"))
+        if _is_number(power) and _is_number(limit) and math.isfinite(power) and math.isfinite(limit):
+            return f"{power:.0f}/{limit:.0f}W"
+    if reading.fmt == "rate":
+        text = fmt_rate_kbps(dev.get(reading.key))
+        return "n/a" if text.startswith("n/a") else text.replace(" ", "")
+    return num(reading.key, reading.unit)
 
 
 EVENT_WORDS = {
@@ -347,7 +378,7 @@ def watch_record(snap: Any, dev: Any) -> dict[str, Any]:
     na: dict[str, str] = {}
     fault = dev.fault
     record["fault"] = fault.reason if fault is not None else None
-    for key in WATCH_FIELDS:
+    for key in catalogue.watch_keys():
         value = dev.get(key)
         if is_na(value):
             record[key] = None
@@ -481,7 +512,7 @@ def process_rows(snap: "Snapshot", info: Callable[[int, Mapping[str, Any]], dict
 __all__ = [
     "EVENT_WORDS", "event_line", "event_record", "fmt_age", "MAX_TEXT", "SPARK_CHARS", "STATUS_STYLE", "VERDICT", "WATCH_FIELDS", "fmt_bytes", "fmt_memory",
     "fmt_num", "fmt_power", "fmt_rate_kbps", "plain_text", "short_na", "sparkline", "status_style",
-    "status_word", "throttle_text", "tiny_na", "WATCH_WIDTH", "watch_line", "watch_line_short", "watch_record", "wrap_hanging",
+    "status_word", "throttle_text", "tiny_na", "WATCH_WIDTH", "watch_line", "watch_line_short", "watch_record", "reading_text", "wrap_hanging",
     "FAULT_WORDS", "NO_NVML_REASONS", "fault_words", "no_gpu_words", "ProcessRow", "PROCESS_SORT_KEYS",
     "process_rows", "recorded_process_info",
 ]

@@ -84,23 +84,11 @@ _STATIC_FIELDS = {
     "mig_mode": _INT_NA, "ecc_mode": _INT_NA, "num_fans": _INT_NA,
 }
 
-_SAMPLE_FIELDS = {
-    "t": _NUM_NA, "gpu_util_pct": _NUM_NA, "mem_util_pct": _NUM_NA,
-    "memory_used_bytes": _INT_NA, "memory_free_bytes": _INT_NA, "memory_total_bytes": _INT_NA,
-    "memory_reserved_bytes": _INT_NA,
-    "temperature_c": _NUM_NA, "power_w": _NUM_NA, "power_limit_w": _NUM_NA,
-    "clock_sm_mhz": _INT_NA, "clock_mem_mhz": _INT_NA, "clock_graphics_mhz": _INT_NA,
-    "throttle_reasons": _INT_NA, "performance_state": _INT_NA,
-    "pcie_gen_current": _INT_NA, "pcie_width_current": _INT_NA, "pcie_tx_kbps": _NUM_NA,
-    "pcie_rx_kbps": _NUM_NA, "fan_pct": _NUM_NA,
-    "ecc_volatile_corrected": _INT_NA, "ecc_volatile_uncorrected": _INT_NA,
-    "ecc_aggregate_corrected": _INT_NA, "ecc_aggregate_uncorrected": _INT_NA,
-    "retired_pages_sbe": _INT_NA, "retired_pages_dbe": _INT_NA, "retired_pages_pending": _FLAG,
-    "remapped_rows_correctable": _INT_NA, "remapped_rows_uncorrectable": _INT_NA,
-    "remapped_rows_pending": _FLAG, "remapped_rows_failure": _FLAG,
-    "persistence_mode": _INT_NA, "compute_mode": _INT_NA,
-    "energy_mj": _INT_NA,
-}
+# A sample's per-device properties: one per reading of gpudoctor.backends.catalogue, by its
+# recorded type. Filled by :func:`schema` (the catalogue is imported there, not here: the
+# backends package imports this module).
+_SAMPLE_PROPERTIES: dict[str, Any] = {}
+_RECORDED_TYPES = {"number": _NUM_NA, "integer": _INT_NA, "flag": _FLAG}
 
 MAX_EVENTS = 10_000  # per device
 MAX_EVENT_TIME = 253_402_300_799  # Unix time of 9999-12-31T23:59:59Z, the last second a date can show
@@ -157,7 +145,7 @@ _HOST_FIELDS = {
     "load_avg_1m": {"$ref": "#/$defs/optional_number"},
 }
 
-SCHEMA: dict[str, Any] = {
+_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "$id": "https://gpudoctor.invalid/schema/recording.schema.json",
     "title": "gpudoctor recording",
@@ -185,7 +173,7 @@ SCHEMA: dict[str, Any] = {
                              MAX_DEVICES),
             "samples": _array({"type": "object", "properties": {
                 "t": {"type": "number"},
-                "devices": _array({"type": "object", "properties": _SAMPLE_FIELDS}, MAX_DEVICES),
+                "devices": _array({"type": "object", "properties": _SAMPLE_PROPERTIES}, MAX_DEVICES),
                 "processes": _array(_or_na(_array({"type": "object", "required": ["pid"],
                                                    "properties": _PROCESS_FIELDS}, MAX_PROCESSES),
                                            "a list of processes or NA"), MAX_DEVICES),
@@ -217,9 +205,34 @@ SCHEMA: dict[str, Any] = {
 }
 
 
+def sample_fields() -> dict[str, Any]:
+    """The schema of one device's recorded sample: a property per reading of the catalogue."""
+    from gpudoctor.backends.catalogue import readings
+
+    return {r.key: _RECORDED_TYPES[r.value] for r in readings()}
+
+
+def current_schema() -> dict[str, Any]:
+    """The recording schema (:data:`SCHEMA`), its samples' properties as the catalogue has them now."""
+    fields = sample_fields()
+    if fields != _SAMPLE_PROPERTIES:
+        _SAMPLE_PROPERTIES.clear()
+        _SAMPLE_PROPERTIES.update(fields)
+    return _SCHEMA
+
+
+def __getattr__(name: str) -> Any:
+    # SCHEMA and _SAMPLE_FIELDS are read through the catalogue when asked for (PEP 562).
+    if name == "SCHEMA":
+        return current_schema()
+    if name == "_SAMPLE_FIELDS":
+        return sample_fields()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def schema_text() -> str:
     """The schema as published in docs/recording.schema.json."""
-    return json.dumps(SCHEMA, indent=2) + "\n"
+    return json.dumps(current_schema(), indent=2) + "\n"
 
 
 # --------------------------------------------------------------------------- the validator
@@ -296,8 +309,8 @@ def validate(value: Any, schema: dict[str, Any] | None = None, *, path: str = ""
     (JSON Schema accepts ``2.0`` as an integer; ``range(2.0)`` would not). Recurses only
     as deep as the schema describes the document.
     """
-    root = SCHEMA if root is None else root
-    schema = _resolve(SCHEMA if schema is None else schema, root)
+    root = current_schema() if root is None else root
+    schema = _resolve(current_schema() if schema is None else schema, root)
     if "anyOf" in schema:
         for option in schema["anyOf"]:
             try:
@@ -418,6 +431,7 @@ def plain_strings(value: Any) -> Any:
     return value
 
 
-__all__ = ["RECORDING_FORMAT", "RECORDING_FORMAT_VERSION", "RecordingError", "SCHEMA", "SchemaError",
-           "load_recording", "plain_strings", "finite_for_file", "NOT_FINITE", "schema_text", "validate", "MAX_RECORDING_BYTES", "MAX_DEVICES", "MAX_SAMPLES",
+__all__ = ["RECORDING_FORMAT", "RECORDING_FORMAT_VERSION", "RecordingError", "SCHEMA", "SchemaError", "current_schema",
+           "sample_fields", "load_recording", "plain_strings", "finite_for_file", "NOT_FINITE", "schema_text",
+           "validate", "MAX_RECORDING_BYTES", "MAX_DEVICES", "MAX_SAMPLES",
            "MAX_PROCESSES", "MAX_TEXT"]

@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, Iterable, Iterator, Mapping
 
+from gpudoctor.backends import catalogue
 from gpudoctor.backends.base import GpuBackend
 from gpudoctor.backends.na import NA, is_na
 
@@ -163,18 +164,29 @@ def _mem_pct(dev: DeviceSnapshot) -> float | None:
     return None
 
 
-#: Metrics kept per device: name -> function(DeviceSnapshot) -> float | None.
-DEVICE_METRICS: dict[str, Callable[[DeviceSnapshot], float | None]] = {
-    "util": lambda d: _number(d, "gpu_util_pct"),
-    "mem": _mem_pct,
-    "temp": lambda d: _number(d, "temperature_c"),
-    "power": lambda d: _number(d, "power_w"),
-    "sm_clock": lambda d: _number(d, "clock_sm_mhz"),
-    "mem_clock": lambda d: _number(d, "clock_mem_mhz"),
-    "pcie_rx": lambda d: _number(d, "pcie_rx_kbps"),
-    "pcie_tx": lambda d: _number(d, "pcie_tx_kbps"),
-    "fan": lambda d: _number(d, "fan_pct"),
-}
+#: Series kept besides the catalogue's history readings: the share of memory in use, in %.
+DERIVED_HISTORY: dict[str, Callable[[DeviceSnapshot], float | None]] = {"memory_used_pct": _mem_pct}
+
+#: The short names the TUI and its tests used for the series before the catalogue; a series is
+#: kept under its reading's key (gpudoctor.backends.catalogue) and found by either.
+OLD_SERIES_NAMES = {"util": "gpu_util_pct", "mem": "memory_used_pct", "temp": "temperature_c", "power": "power_w",
+                    "sm_clock": "clock_sm_mhz", "mem_clock": "clock_mem_mhz", "pcie_rx": "pcie_rx_kbps",
+                    "pcie_tx": "pcie_tx_kbps", "fan": "fan_pct"}
+
+
+def _reading(key: str) -> Callable[[DeviceSnapshot], float | None]:
+    return lambda dev: _number(dev, key)
+
+
+@catalogue.per_catalogue
+def device_metrics() -> dict[str, Callable[[DeviceSnapshot], float | None]]:
+    """The series kept per device: name -> function(DeviceSnapshot) -> float | None: every
+    reading the catalogue keeps a history of, under its key, and :data:`DERIVED_HISTORY`."""
+    return {**{key: _reading(key) for key in catalogue.history_keys()}, **DERIVED_HISTORY}
+
+
+#: The series kept per device, as the catalogue stood at import (History reads device_metrics()).
+DEVICE_METRICS = device_metrics()
 
 
 class History:
@@ -188,9 +200,10 @@ class History:
 
     def add(self, snap: Snapshot) -> None:
         for dev in snap.devices:
-            series = self.devices.setdefault(
-                dev.index, {k: collections.deque(maxlen=self.length) for k in DEVICE_METRICS})
-            for key, fn in DEVICE_METRICS.items():
+            series = self.devices.setdefault(dev.index, {})
+            for key, fn in device_metrics().items():
+                if key not in series:
+                    series[key] = collections.deque(maxlen=self.length)
                 series[key].append(fn(dev))
         host = snap.host
         if isinstance(host, dict):
@@ -202,7 +215,8 @@ class History:
             self.host["ram"].append(None)
 
     def series(self, index: int, metric: str) -> list[float | None]:
-        return list(self.devices.get(index, {}).get(metric, ()))
+        """The series ``metric`` (a reading's key, or its old short name) of device ``index``."""
+        return list(self.devices.get(index, {}).get(OLD_SERIES_NAMES.get(metric, metric), ()))
 
 
 # --------------------------------------------------------------------------- the sampler
@@ -457,5 +471,5 @@ class Sampler:
 
 
 __all__ = ["Sampler", "Snapshot", "DeviceSnapshot", "History", "device_fault", "recoverable_trouble",
-           "failed_snapshot", "all_lost", "DEVICE_METRICS", "HISTORY_LENGTH", "SLOW_READ_INTERVAL_S", "READS",
+           "failed_snapshot", "all_lost", "DEVICE_METRICS", "DERIVED_HISTORY", "OLD_SERIES_NAMES", "device_metrics", "HISTORY_LENGTH", "SLOW_READ_INTERVAL_S", "READS",
            "RECOVERABLE_NVML_REASONS"]

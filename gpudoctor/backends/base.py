@@ -126,8 +126,9 @@ class ProcessReading(Reading):
 class GpuSample(TypedDict, total=False):
     """One device's readings (``sample``; ``fast_sample`` gives the first group only).
 
-    Keyed by the names docs/recording.schema.json gives a recorded sample (a test keeps the
-    two the same); a recording may hold any subset, and an absent key reads as NA.
+    Keyed by the readings of gpudoctor.backends.catalogue, where each is defined (and from which
+    the recording schema is made); written out here for type checkers, and kept the same as the
+    catalogue by tests/test_catalogue.py. A recording may hold any subset; an absent key reads as NA.
     """
 
     t: float

@@ -19,6 +19,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from . import catalogue
 from .base import GpuSample, MemoryReading, ProcessReading, UtilizationReading
 from .na import NA, is_na
 from .plausible import check, screen
@@ -165,6 +166,20 @@ def _mw_to_w(value: Any) -> Any:
     return value if is_na(value) else value / 1000.0
 
 
+def _convert(answer: Any, how: catalogue.NvmlRead) -> Any:
+    """An NVML answer as the catalogue's reading: its ``item``, converted, divided (NA stays NA)."""
+    if is_na(answer):
+        return answer
+    value = answer[how.item] if how.item is not None else answer
+    if how.convert == "len":
+        value = len(value)
+    elif how.convert == "int":
+        value = int(value)
+    elif how.convert == "bool":
+        value = bool(value)
+    return value / float(how.divide) if how.divide != 1 else value
+
+
 def _memory_reading(used: Any, free: Any, total: Any, reserved: Any) -> MemoryReading:
     """A memory reading with impossible byte counts as NA (gpudoctor.backends.plausible)."""
     return MemoryReading(check("memory_used_bytes", used), check("memory_free_bytes", free),
@@ -285,64 +300,39 @@ class NvmlBackend:
 
     def fast_sample(self, index: int) -> GpuSample:
         """The readings that cost one quick NVML call each: utilisation, memory, temperature,
-        power, clocks, throttle reasons, performance state.
+        power, clocks, throttle reasons, performance state (the catalogue's "fast" readings).
 
         Leaves out the PCIe throughput counters (NVML measures each over a 20 ms window, so
         two of them cost >= 40 ms per GPU), ECC and retirement counts and the modes: cheap
         enough for samplers beside a training loop.
         """
-        c = self.gate.constant
-        q = self._q
-        reasons = q("nvmlDeviceGetCurrentClocksEventReasons", index)
-        if is_na(reasons):
-            reasons = q("nvmlDeviceGetCurrentClocksThrottleReasons", index)
-        return screen({
-            **self.utilization(index),
-            **self.memory(index),
-            "temperature_c": q("nvmlDeviceGetTemperature", index, c("NVML_TEMPERATURE_GPU", 0)),
-            "power_w": _mw_to_w(q("nvmlDeviceGetPowerUsage", index)),
-            "power_limit_w": _mw_to_w(q("nvmlDeviceGetEnforcedPowerLimit", index)),
-            "clock_sm_mhz": q("nvmlDeviceGetClockInfo", index, c("NVML_CLOCK_SM", 1)),
-            "clock_mem_mhz": q("nvmlDeviceGetClockInfo", index, c("NVML_CLOCK_MEM", 2)),
-            "clock_graphics_mhz": q("nvmlDeviceGetClockInfo", index, c("NVML_CLOCK_GRAPHICS", 0)),
-            "throttle_reasons": reasons,
-            "performance_state": q("nvmlDeviceGetPerformanceState", index),
-        })
+        return screen({**self.utilization(index), **self.memory(index), **self._read_catalogue(index, "fast")})
 
     def sample(self, index: int) -> GpuSample:
         """Every reading gpudoctor shows: :meth:`fast_sample` plus PCIe link and throughput,
-        fan, ECC, page retirement, row remapping, persistence and compute mode."""
-        c = self.gate.constant
-        q = self._q
-        remapped = q("nvmlDeviceGetRemappedRows", index)
-        corrected, uncorrected = c("NVML_MEMORY_ERROR_TYPE_CORRECTED", 0), c("NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1)
-        volatile, aggregate = c("NVML_VOLATILE_ECC", 0), c("NVML_AGGREGATE_ECC", 1)
-        tx = q("nvmlDeviceGetPcieThroughput", index, c("NVML_PCIE_UTIL_TX_BYTES", 0))
-        rx = q("nvmlDeviceGetPcieThroughput", index, c("NVML_PCIE_UTIL_RX_BYTES", 1))
-        sbe = q("nvmlDeviceGetRetiredPages", index, c("NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS", 0))
-        dbe = q("nvmlDeviceGetRetiredPages", index, c("NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR", 1))
-        return screen({
-            **self.fast_sample(index),
-            "pcie_gen_current": q("nvmlDeviceGetCurrPcieLinkGeneration", index),
-            "pcie_width_current": q("nvmlDeviceGetCurrPcieLinkWidth", index),
-            "pcie_tx_kbps": tx,
-            "pcie_rx_kbps": rx,
-            "fan_pct": q("nvmlDeviceGetFanSpeed", index),
-            "ecc_volatile_corrected": q("nvmlDeviceGetTotalEccErrors", index, corrected, volatile),
-            "ecc_volatile_uncorrected": q("nvmlDeviceGetTotalEccErrors", index, uncorrected, volatile),
-            "ecc_aggregate_corrected": q("nvmlDeviceGetTotalEccErrors", index, corrected, aggregate),
-            "ecc_aggregate_uncorrected": q("nvmlDeviceGetTotalEccErrors", index, uncorrected, aggregate),
-            "retired_pages_sbe": sbe if is_na(sbe) else len(sbe),
-            "retired_pages_dbe": dbe if is_na(dbe) else len(dbe),
-            "retired_pages_pending": q("nvmlDeviceGetRetiredPagesPendingStatus", index),
-            "remapped_rows_correctable": remapped if is_na(remapped) else int(remapped[0]),
-            "remapped_rows_uncorrectable": remapped if is_na(remapped) else int(remapped[1]),
-            "remapped_rows_pending": remapped if is_na(remapped) else bool(remapped[2]),
-            "remapped_rows_failure": remapped if is_na(remapped) else bool(remapped[3]),
-            "persistence_mode": q("nvmlDeviceGetPersistenceMode", index),
-            "compute_mode": q("nvmlDeviceGetComputeMode", index),
-            "energy_mj": self.total_energy_mj(index),
-        })
+        fan, ECC, page retirement, row remapping, persistence and compute mode, energy."""
+        return screen({**self.fast_sample(index), **self._read_catalogue(index, "full")})
+
+    def _read_catalogue(self, index: int, read: str) -> dict[str, Any]:
+        """The catalogue's readings of one kind of read ("fast", "full") that have NVML calls of
+        their own, in catalogue order. A call that gives several readings (remapped rows) is made once."""
+        answers: dict[tuple[Any, ...], Any] = {}
+        out: dict[str, Any] = {}
+        for reading in catalogue.readings():
+            how = reading.nvml
+            if how is None or reading.read != read:
+                continue
+            args = tuple(self.gate.constant(name, default) for name, default in how.args)
+            call = (how.functions, args)
+            if call not in answers:
+                answer: Any = NA("FunctionNotFound")
+                for function in how.functions:
+                    answer = self._q(function, index, *args)
+                    if not is_na(answer):
+                        break
+                answers[call] = answer
+            out[reading.key] = _convert(answers[call], how)
+        return out
 
     def nvlink(self, index: int) -> Any:
         """NVLink links of a device: one dict per link that answered, or NA.

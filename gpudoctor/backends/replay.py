@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 # The loader lives in gpudoctor.recording (bounded reading, the schema); re-exported here.
 from gpudoctor.recording import RECORDING_FORMAT, RECORDING_FORMAT_VERSION, RecordingError, load_recording
 
+from . import catalogue
 from .base import GpuSample, MemoryReading, ProcessReading, UtilizationReading
 from .na import NA, is_na
 from .plausible import screen
@@ -126,11 +127,9 @@ class ReplayBackend:
             return {"gpu_util_pct": NA("NotRecorded")}
         return screen(dict(devices[index]))
 
-    # Recordings hold whole samples; the cheaper views are cuts of the next one.
-    _FAST_KEYS = ("t", "gpu_util_pct", "mem_util_pct", "memory_used_bytes", "memory_free_bytes",
-                  "memory_total_bytes", "memory_reserved_bytes", "temperature_c", "power_w",
-                  "power_limit_w", "clock_sm_mhz", "clock_mem_mhz", "clock_graphics_mhz",
-                  "throttle_reasons", "performance_state")
+    # Recordings hold whole samples; the cheaper views are cuts of the next one: the catalogue's
+    # "fast" readings (read from it at each call; this is the list as it stood at import).
+    _FAST_KEYS = catalogue.fast_keys()
 
     @staticmethod
     def _missing(full: dict[str, Any]) -> NA:
@@ -140,7 +139,7 @@ class ReplayBackend:
     def fast_sample(self, index: int) -> GpuSample:
         full = self.sample(index)
         missing = self._missing(full)
-        fast = {k: full.get(k, missing) for k in self._FAST_KEYS}
+        fast = {k: full.get(k, missing) for k in catalogue.fast_keys()}
         if "memory_reserved_bytes" not in full and "memory_used_bytes" in full:
             fast["memory_reserved_bytes"] = NA("NotRecorded")  # recorded before reserved was read
         return fast

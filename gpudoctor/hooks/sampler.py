@@ -15,14 +15,15 @@ import logging
 import threading
 from typing import Any
 
-from gpudoctor.backends import is_na, throttle_reason_names
+from gpudoctor.backends import catalogue, is_na, throttle_reason_names
 from gpudoctor.backends.visibility import nvml_index_for
 from gpudoctor.sampling import Sampler, Snapshot
 
 log = logging.getLogger("gpudoctor.hooks")
 
-KEPT_FIELDS = ("t", "gpu_util_pct", "memory_used_bytes", "memory_total_bytes", "power_w",
-               "power_limit_w", "clock_sm_mhz", "temperature_c")
+#: The readings kept per sample for the diagnosis: the catalogue's ``hooks`` readings, as it
+#: stood at import (each sample reads gpudoctor.backends.catalogue.hooks_keys()).
+KEPT_FIELDS = catalogue.hooks_keys()
 
 __all__ = ["GpuSampler", "nvml_index_for", "KEPT_FIELDS"]
 
@@ -59,7 +60,7 @@ class GpuSampler:
         if not snap.devices:  # NVML down: nothing to keep for the diagnosis
             return
         reading = snap.devices[0].sample
-        kept = {k: (None if is_na(reading.get(k)) else reading.get(k)) for k in KEPT_FIELDS}
+        kept = {k: (None if is_na(reading.get(k)) else reading.get(k)) for k in catalogue.hooks_keys()}
         kept["t_mono"] = snap.t_mono  # the monitor's clock: placed against the step spans
         reasons = reading.get("throttle_reasons")
         kept["throttle_reason_names"] = [] if is_na(reasons) or reasons is None else throttle_reason_names(int(reasons))

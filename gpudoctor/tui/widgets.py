@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import textwrap
 import time
-from typing import Any
+from typing import Any, Callable
 
 from rich.console import Group
 from rich.segment import Segment
@@ -20,13 +20,13 @@ from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
-from gpudoctor.backends import throttle_reason_names
+from gpudoctor.backends import catalogue, throttle_reason_names
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.presentation import fault_words, no_gpu_words
 from gpudoctor.sampling import DeviceSnapshot, History, Snapshot
 from gpudoctor.model import ProbeResult
 from gpudoctor.presentation import (
-    fmt_bytes, fmt_memory, fmt_num, fmt_power, fmt_rate_kbps, plain_text, sparkline, status_style,
+    fmt_bytes, fmt_memory, fmt_num, plain_text, reading_text, sparkline, status_style,
     throttle_text, tiny_na, wrap_hanging,
 )
 from gpudoctor.tui.workload_runner import field_of
@@ -292,56 +292,35 @@ class GpuPanel(_LinesPanel):
         label = "util"
         spark_w = max(0, width - LABEL_W - 1)
         lines.append(Text(label.ljust(LABEL_W), style="cyan") + Text(
-            " " + sparkline(hist.series(dev.index, "util"), spark_w, 0, 100), style="dim"))
+            " " + sparkline(hist.series(dev.index, "gpu_util_pct"), spark_w, 0, 100), style="dim"))
         return lines
 
     def _render_readings(self, dev: DeviceSnapshot, hist: History, width: int) -> list[Line]:
-        s = dev.static
-        i = dev.index
-        temp_hi = _num(s.get("temperature_slowdown_c")) or 100.0
-        power_limit = _num(dev.sample.get("power_limit_w")) or _num(s.get("power_limit_w"))
-        sm_max = _num(s.get("clock_sm_max_mhz"))
-        mem_max = _num(s.get("clock_mem_max_mhz"))
-
-        def series(metric: str) -> list[float | None]:
-            return hist.series(i, metric)
-
-        def spark(metric: str, hi: float | None, w: int) -> str:
-            return sparkline(series(metric), w, 0.0, hi)
-
         g = dev.get
         # The driver's reserved memory makes the longest value (`31.4/40.0 GiB +0.5 reserved`): the
         # value keeps it whole and its sparkline gets shorter; only a cell too narrow for it
         # shows used/total alone.
         col = (width - 1) // 2 if width >= TWO_COLUMNS_MIN else width
-        memory = fmt_memory(dev)
-        if LABEL_W + len(memory) > col:
-            memory = fmt_memory(dev, reserved=False)
-        cells = [
-            ("util", _value(fmt_num(g("gpu_util_pct"), "%"), g("gpu_util_pct")), "util", 100.0),
-            ("mem", _value(memory, g("memory_used_bytes")), "mem", 100.0),
-            ("temp", _value(fmt_num(g("temperature_c"), "°C"), g("temperature_c")), "temp", temp_hi),
-            ("power", _value(fmt_power(dev), g("power_w")), "power", power_limit),
-            ("SM", _value(fmt_num(g("clock_sm_mhz"), "MHz"), g("clock_sm_mhz")), "sm_clock", sm_max),
-            ("memclk", _value(fmt_num(g("clock_mem_mhz"), "MHz"), g("clock_mem_mhz")), "mem_clock", mem_max),
-            ("PCIe↓", _value(fmt_rate_kbps(g("pcie_rx_kbps")), g("pcie_rx_kbps")), "pcie_rx", None),
-            ("PCIe↑", _value(fmt_rate_kbps(g("pcie_tx_kbps")), g("pcie_tx_kbps")), "pcie_tx", None),
-            ("fan", _value(fmt_num(g("fan_pct"), "%"), g("fan_pct")), "fan", 100.0),
-        ]
+        cells = [self._cell_of(dev, hist, reading, col) for reading in catalogue.placed("panel")]
         lines: list[Line] = []
         if width >= TWO_COLUMNS_MIN:
+            # Cells in two columns, row by row; the ECC count takes the place beside the last cell
+            # (or a row of its own when the cells fill their rows).
             left_w = _value_width([c[1] for c in cells[0::2]], col)
             right_w = _value_width([c[1] for c in cells[1::2]], col)
-            for left, right in zip(cells[0::2], cells[1::2]):
-                lines.append(_cells_line(_cell(left[0], left[1], spark(left[2], left[3], col), col, left_w),
-                                         _cell(right[0], right[1], spark(right[2], right[3], col), col, right_w)))
-            fan = cells[-1]
-            lines.append(_cells_line(_cell(fan[0], fan[1], spark(fan[2], fan[3], col), col, left_w),
-                                     self._ecc_runs(dev)))
+            for k in range(0, len(cells), 2):
+                left = _cell(cells[k][0], cells[k][1], cells[k][2](col), col, left_w)
+                if k + 1 < len(cells):
+                    right = cells[k + 1]
+                    lines.append(_cells_line(left, _cell(right[0], right[1], right[2](col), col, right_w)))
+                else:
+                    lines.append(_cells_line(left, self._ecc_runs(dev)))
+            if len(cells) % 2 == 0:
+                lines.append(_cells_line(self._ecc_runs(dev)))
         else:
             value_w = _value_width([c[1] for c in cells], width)
-            for label, value, metric, hi in cells:
-                lines.append(_cells_line(_cell(label, value, spark(metric, hi, width), width, value_w)))
+            for label, value, spark in cells:
+                lines.append(_cells_line(_cell(label, value, spark(width), width, value_w)))
         reasons = g("throttle_reasons")
         text = throttle_text(reasons)
         if text == "none":
@@ -360,11 +339,28 @@ class GpuPanel(_LinesPanel):
         lines.append(throttle)
         lines += event_lines(self.events, width)
         if self._draws_graph():
-            graphs = [("util", series("util"), "dim green")]
+            graphs = [("util", hist.series(dev.index, "gpu_util_pct"), "dim green")]
             if self.graph_rows >= SPLIT_GRAPH_ROWS:
-                graphs.append(("mem", series("mem"), "dim cyan"))
+                graphs.append(("mem", hist.series(dev.index, "memory_used_pct"), "dim cyan"))
             lines += history_graph(graphs, self.graph_rows, width, self.interval_s)
         return lines
+
+    @staticmethod
+    def _cell_of(dev: DeviceSnapshot, hist: History, reading: catalogue.Reading,
+                 col: int) -> tuple[str, Run, Callable[[int], str]]:
+        """One reading's cell: its label, its value, and its sparkline for a width."""
+        if reading.fmt == "memory":
+            text = fmt_memory(dev)
+            if LABEL_W + len(text) > col:
+                text = fmt_memory(dev, reserved=False)
+        else:
+            text = reading_text(dev, reading)
+        top_key, top = reading.spark_top
+        if top_key:
+            top = _num(dev.sample.get(top_key)) or _num(dev.static.get(top_key)) or top
+        metric = reading.spark or (reading.key if reading.history else "")
+        series = hist.series(dev.index, metric) if metric else []
+        return reading.label, _value(text, dev.get(reading.key)), lambda w: sparkline(series, w, 0.0, top)
 
     @staticmethod
     def _ecc_runs(dev: DeviceSnapshot) -> list[Run]:

@@ -1,0 +1,406 @@
+"""The one catalogue of per-GPU readings: each reading defined once, every consumer derived from it.
+
+A reading (``gpu_util_pct``, ``temperature_c``...) has one name, its :attr:`Reading.key`, from the
+NVML backend to the TUI: the sample dictionaries (:class:`~gpudoctor.backends.base.GpuSample`), the
+recording schema (docs/recording.schema.json), the replay backend's cheap reads, the sampler's
+history, ``gpudoctor watch`` (its lines and ``--json`` records), the Prometheus exporter's per-GPU
+gauges, ``gpudoctor fleet``'s queries and the TUI panel's cells are all read from :data:`READINGS`.
+Names outside gpudoctor (the Prometheus name, the DCGM field, fleet's JSON field) are attributes of
+the reading, never keys of their own.
+
+A new NVML reading is one :class:`Reading` here: with an :class:`NvmlRead` the live backend reads it
+(through the gate, an error becomes NA), recordings store and replay it, and the front ends whose
+attributes it sets show it. Readings that take more than one call's answer (utilisation, memory)
+are read by their own backend methods and carry ``nvml=None``.
+
+Consumers call the functions below (:func:`readings`, :func:`fast_keys`...) when they need the list,
+rather than copying it at import, so a reading added to :data:`READINGS` (a test may monkeypatch it)
+reaches every one of them.
+
+This module sits in the backends layer and imports nothing of gpudoctor's.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable, TypeVar
+
+# --------------------------------------------------------------------------- plausible ranges
+# The wide bounds of what a reading can possibly be (gpudoctor.backends.plausible applies them):
+# they catch values no present or near-future GPU can have, never a reading that is merely unusual.
+C_SENSOR = (-40, 150)
+# A GPU die is read from -40 C (a board in cold storage, the lowest rating of the sensors)
+# up to 150 C: silicon shuts the board down near 90-110 C, so a hotter reading is a broken
+# sensor or a garbage answer, not a temperature.
+C_THRESHOLD = (30, 150)
+# The driver's slowdown/shutdown thresholds are 80-110 C on every board; one at or below 30 C
+# (an idle GPU's temperature) would throttle or power off every GPU at rest: a garbage answer.
+PCT = (0, 100)
+# NVML's utilisation rates are shares of a sample period.
+FAN_PCT = (0, 200)
+# Fan speed is a share of the "maximum noise tolerance" speed and NVML documents that it may
+# exceed 100 %; twice that is beyond any fan.
+WATTS = (0, 5000)
+# The largest single GPUs draw about 1-1.4 kW (B200, GB200's per-GPU share); 5 kW leaves room.
+SM_MHZ = (0, 10_000)
+# GPU core clocks top out near 3 GHz; 10 GHz is beyond any silicon in sight.
+MEM_MHZ = (0, 100_000)
+# NVML reports GDDR data rates as clocks (an RTX 4090: 10501 MHz; GDDR7 near 15000 MHz).
+BYTES = (0, 1 << 44)
+# The largest GPU memories are under 300 GB; 16 TiB is beyond any board in sight.
+PCIE_GEN = (1, 7)
+# PCIe generations 1 to 6 exist and 7 is specified; a link has no generation 0.
+PCIE_WIDTH = (1, 32)
+# x32 is the widest link the PCIe specification defines.
+PCIE_KBPS = (0, 1 << 30)
+# NVML gives KB/s; a gen 6 x16 link moves about 1.3e8 KB/s per direction, 2**30 is 8x that.
+ERROR_COUNT = (0, 1 << 48)
+# Failing boards log millions of ECC errors, never 2**48; 2**64 - 1 is NVML's "not available"
+# sentinel (or a counter read as -1), not a count.
+ROWS = (0, 1 << 20)
+# Spare rows are a few per memory bank: a board has thousands, never a million.
+ENERGY_MJ = (0, 1 << 53)
+# 2**53 mJ is 285 years at 1 kW: no counter since the driver loaded holds that much.
+PSTATE = (0, 32)
+# P0..P15, and 32 for NVML_PSTATE_UNKNOWN.
+
+#: Facts read once per device (``static``), not per sample: their ranges, by fact name.
+STATIC_RANGES: dict[str, tuple[int, int]] = {
+    "temperature_slowdown_c": C_THRESHOLD,
+    "temperature_shutdown_c": C_THRESHOLD,
+    "temperature_gpu_max_c": C_THRESHOLD,
+    "power_limit_w": WATTS,
+    "power_default_limit_w": WATTS,
+    "clock_sm_max_mhz": SM_MHZ,
+    "clock_mem_max_mhz": MEM_MHZ,
+    "memory_total_bytes": BYTES,
+    "pcie_gen_max": PCIE_GEN,
+    "pcie_gen_gpu_max": PCIE_GEN,
+    "pcie_width_max": PCIE_WIDTH,
+}
+
+
+# --------------------------------------------------------------------------- the records
+@dataclass(frozen=True)
+class NvmlRead:
+    """How the live backend reads a reading with NVML calls of its own: the first of
+    ``functions`` that answers (an older driver names it differently), called with the device
+    handle and ``args`` (NVML constants by name, with nvml.h's value for a binding that lacks
+    them); then ``item`` of a tuple answer, ``convert`` ("int", "bool", "len": how many in a
+    list) and ``divide`` (mW -> W: 1000)."""
+
+    functions: tuple[str, ...]
+    args: tuple[tuple[str, int], ...] = ()
+    item: int | None = None
+    convert: str = ""
+    divide: int = 1
+
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One per-GPU reading. Only ``key``, ``unit``, ``value`` and ``read`` are required; every
+    other attribute says where the reading appears (left at its default: not there)."""
+
+    #: The one name inside gpudoctor: sample, recording, history, ``watch --json``.
+    key: str
+    #: The unit of the stored value: "%", "B", "°C", "W", "MHz", "KiB/s", "mJ", "s", "" (a count,
+    #: a state or a mask).
+    unit: str
+    #: Its JSON type in recordings: "number", "integer" or "flag" (true/false or an integer).
+    value: str
+    #: "fast" (read by ``fast_sample``, cheap beside a training loop) or "full" (``sample`` only).
+    read: str
+    #: "gauge" (a level, or a count kept across reboots: retired pages, remapped rows) or "counter"
+    #: (only grows while the driver is loaded, restarts with it: ECC volatile counts, energy).
+    kind: str = "gauge"
+    #: The lowest and highest possible values, both included (None: no bound; flags, masks).
+    plausible: tuple[int, int] | None = None
+    #: How live NVML reads it; None when a backend method reads it with others (utilisation, memory).
+    nvml: NvmlRead | None = None
+    #: The nvidia-smi --query-gpu field it corresponds to.
+    smi: str = ""
+    # -- for people ---------------------------------------------------------------------------
+    #: Kept in the sampler's history (the TUI's sparklines), under ``key``.
+    history: bool = False
+    #: The history series the TUI cell draws, when not the reading's own: "memory_used_pct" is
+    #: the share of memory in use, a series the sampler derives (gpudoctor.sampling).
+    spark: str = ""
+    #: The TUI cell's label (at most six characters) and its place among the panel's cells
+    #: (0: no cell).
+    label: str = ""
+    panel: int = 0
+    #: The sparkline's top: the reading or static fact that gives it (the sample's value first,
+    #: then the static one), else the number given (None: the series' own top).
+    spark_top: tuple[str, float | None] = ("", None)
+    #: Its label and place in the verbose ``watch`` line (0: not there). A reading whose label
+    #: starts with "+" joins the part before it ("pcie rx 1 MiB/s tx 2 MiB/s").
+    word: str = ""
+    line: int = 0
+    #: Its label and place in the short ``watch`` line (0: not there; label "" shows the value alone).
+    short_word: str = ""
+    short: int = 0
+    #: Its place in ``watch --json`` records (0: not there).
+    watch: int = 0
+    #: How people see it (gpudoctor.presentation): "" a number and its unit; "memory" used/total;
+    #: "power" draw/limit; "rate" a throughput in binary units; "throttle" the reasons' names.
+    fmt: str = ""
+    #: Kept by the training hooks' sampler for their diagnosis.
+    hooks: bool = False
+    # -- for machines -------------------------------------------------------------------------
+    #: The exporter's per-GPU metric ("": not exported), a gauge or a counter as ``kind`` says; the
+    #: factor to its base unit; its help; and for readings that share one metric (ECC counts),
+    #: the labels that tell them apart.
+    prometheus: str = ""
+    scale: float = 1.0
+    help: str = ""
+    labels: tuple[tuple[str, str], ...] = ()
+    #: The DCGM field (dcgm-exporter's metric name) that carries the same reading.
+    dcgm: str = ""
+    #: ``gpudoctor fleet``: the row field that holds it (a name in fleet's JSON output), and the
+    #: factor from the DCGM field's unit to the gpudoctor gauge's (dcgm-exporter: MiB, percent)
+    #: where fleet reads the DCGM field too (None: it does not; dcgm-exporter's default set lacks it).
+    fleet: str = ""
+    dcgm_scale: float | None = None
+
+
+def _c(name: str, value: int) -> tuple[str, int]:
+    return (name, value)
+
+
+def _q(*functions: str, args: tuple[tuple[str, int], ...] = (), **how: object) -> NvmlRead:
+    return NvmlRead(tuple(functions), args, **how)  # type: ignore[arg-type]
+
+
+_ECC_CORRECTED = _c("NVML_MEMORY_ERROR_TYPE_CORRECTED", 0)
+_ECC_UNCORRECTED = _c("NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1)
+_ECC_VOLATILE, _ECC_AGGREGATE = _c("NVML_VOLATILE_ECC", 0), _c("NVML_AGGREGATE_ECC", 1)
+_ECC, _ECC_HELP = "gpudoctor_gpu_ecc_errors_total", "ECC error counts (labels error_type, counter)"
+_PCIE_HELP = "throughput over NVML's 20 ms window (NVML reports KiB/s)"
+
+#: Every per-GPU reading, in the order of a sample (and of the recording schema).
+READINGS: tuple[Reading, ...] = (
+    Reading("t", "s", "number", "fast"),
+    Reading("gpu_util_pct", "%", "number", "fast", plausible=PCT, smi="utilization.gpu",
+            history=True, label="util", panel=1, spark_top=("", 100.0), word="util", line=1,
+            short_word="util", short=1,
+            watch=1, hooks=True,
+            prometheus="gpudoctor_gpu_utilization_ratio", scale=0.01,
+            help="Share of the last sample period in which a kernel ran (NVML utilization.gpu)",
+            dcgm="DCGM_FI_DEV_GPU_UTIL", fleet="utilization", dcgm_scale=0.01),
+    Reading("mem_util_pct", "%", "number", "fast", plausible=PCT, smi="utilization.memory", watch=2,
+            prometheus="gpudoctor_gpu_memory_utilization_ratio", scale=0.01,
+            help="Share of the last sample period in which device memory was read or written",
+            dcgm="DCGM_FI_DEV_MEM_COPY_UTIL"),
+    Reading("memory_used_bytes", "B", "integer", "fast", plausible=BYTES, smi="memory.used",
+            label="mem", panel=2, spark="memory_used_pct", spark_top=("", 100.0), word="mem", line=2,
+            short_word="mem", short=2, watch=3, fmt="memory",
+            hooks=True, prometheus="gpudoctor_gpu_memory_used_bytes", help="Device memory in use",
+            dcgm="DCGM_FI_DEV_FB_USED", fleet="memory_used_bytes", dcgm_scale=2 ** 20),
+    Reading("memory_free_bytes", "B", "integer", "fast", plausible=BYTES, smi="memory.free",
+            prometheus="gpudoctor_gpu_memory_free_bytes", help="Device memory free", dcgm="DCGM_FI_DEV_FB_FREE"),
+    Reading("memory_total_bytes", "B", "integer", "fast", plausible=BYTES, smi="memory.total", watch=4,
+            hooks=True, prometheus="gpudoctor_gpu_memory_total_bytes", help="Device memory in total",
+            dcgm="DCGM_FI_DEV_FB_TOTAL", fleet="memory_total_bytes"),
+    Reading("memory_reserved_bytes", "B", "integer", "fast", plausible=BYTES, smi="memory.reserved",
+            prometheus="gpudoctor_gpu_memory_reserved_bytes",
+            help="Device memory the driver reserves for itself, in neither used nor free (NVML v2 memory info)",
+            dcgm="DCGM_FI_DEV_FB_RESERVED"),
+    Reading("temperature_c", "°C", "number", "fast", plausible=C_SENSOR, smi="temperature.gpu",
+            nvml=_q("nvmlDeviceGetTemperature", args=(_c("NVML_TEMPERATURE_GPU", 0),)),
+            history=True, label="temp", panel=3, spark_top=("temperature_slowdown_c", 100.0), word="temp",
+            line=3, short=3,
+            watch=5, hooks=True, prometheus="gpudoctor_gpu_temperature_celsius", help="GPU core temperature",
+            dcgm="DCGM_FI_DEV_GPU_TEMP", fleet="temperature_c", dcgm_scale=1.0),
+    Reading("power_w", "W", "number", "fast", plausible=WATTS, smi="power.draw",
+            nvml=_q("nvmlDeviceGetPowerUsage", divide=1000),
+            history=True, label="power", panel=4, spark_top=("power_limit_w", None), word="power", line=4, short=4,
+            watch=6, fmt="power", hooks=True, prometheus="gpudoctor_gpu_power_watts", help="Power draw",
+            dcgm="DCGM_FI_DEV_POWER_USAGE", fleet="power_w", dcgm_scale=1.0),
+    Reading("power_limit_w", "W", "number", "fast", plausible=WATTS, smi="enforced.power.limit",
+            nvml=_q("nvmlDeviceGetEnforcedPowerLimit", divide=1000), watch=7, hooks=True,
+            prometheus="gpudoctor_gpu_power_limit_watts", help="Enforced power limit",
+            dcgm="DCGM_FI_DEV_POWER_MGMT_LIMIT", fleet="power_limit_w"),
+    Reading("clock_sm_mhz", "MHz", "integer", "fast", plausible=SM_MHZ, smi="clocks.sm",
+            nvml=_q("nvmlDeviceGetClockInfo", args=(_c("NVML_CLOCK_SM", 1),)),
+            history=True, label="SM", panel=5, spark_top=("clock_sm_max_mhz", None), word="sm", line=5,
+            short_word="sm",
+            short=5, watch=8, hooks=True, prometheus="gpudoctor_gpu_sm_clock_hertz", scale=1e6, help="SM clock",
+            dcgm="DCGM_FI_DEV_SM_CLOCK"),
+    Reading("clock_mem_mhz", "MHz", "integer", "fast", plausible=MEM_MHZ, smi="clocks.mem",
+            nvml=_q("nvmlDeviceGetClockInfo", args=(_c("NVML_CLOCK_MEM", 2),)),
+            history=True, label="memclk", panel=6, spark_top=("clock_mem_max_mhz", None), word="memclk",
+            line=6, watch=9,
+            prometheus="gpudoctor_gpu_memory_clock_hertz", scale=1e6, help="Memory clock",
+            dcgm="DCGM_FI_DEV_MEM_CLOCK"),
+    Reading("clock_graphics_mhz", "MHz", "integer", "fast", plausible=SM_MHZ, smi="clocks.gr",
+            nvml=_q("nvmlDeviceGetClockInfo", args=(_c("NVML_CLOCK_GRAPHICS", 0),)),
+            prometheus="gpudoctor_gpu_graphics_clock_hertz", scale=1e6, help="Graphics clock"),
+    Reading("throttle_reasons", "", "integer", "fast", smi="clocks_event_reasons.active",
+            nvml=_q("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"),
+            word="throttle", line=10, fmt="throttle", short_word="throttle", short=6, watch=13,
+            prometheus="gpudoctor_gpu_clock_event_reasons",
+            help="Clock event (throttle) reason bit mask, nvmlClocksEventReason*",
+            dcgm="DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"),
+    Reading("performance_state", "", "integer", "fast", plausible=PSTATE, smi="pstate",
+            nvml=_q("nvmlDeviceGetPerformanceState"), watch=14, prometheus="gpudoctor_gpu_performance_state",
+            help="Performance state (0 = P0, fastest; 15 = slowest)", dcgm="DCGM_FI_DEV_PSTATE"),
+    # full reads only
+    Reading("pcie_gen_current", "", "integer", "full", plausible=PCIE_GEN, smi="pcie.link.gen.current",
+            nvml=_q("nvmlDeviceGetCurrPcieLinkGeneration"), prometheus="gpudoctor_gpu_pcie_link_generation",
+            help="Current PCIe link generation (idle GPUs lower it)", dcgm="DCGM_FI_DEV_PCIE_LINK_GEN"),
+    Reading("pcie_width_current", "", "integer", "full", plausible=PCIE_WIDTH, smi="pcie.link.width.current",
+            nvml=_q("nvmlDeviceGetCurrPcieLinkWidth"), prometheus="gpudoctor_gpu_pcie_link_width",
+            help="Current PCIe link width (lanes)", dcgm="DCGM_FI_DEV_PCIE_LINK_WIDTH"),
+    Reading("pcie_tx_kbps", "KiB/s", "number", "full", plausible=PCIE_KBPS,
+            nvml=_q("nvmlDeviceGetPcieThroughput", args=(_c("NVML_PCIE_UTIL_TX_BYTES", 0),)),
+            history=True, label="PCIe↑", panel=8, fmt="rate", word="+tx", line=8, watch=11,
+            prometheus="gpudoctor_gpu_pcie_tx_bytes_per_second", scale=1024.0, help="PCIe transmit " + _PCIE_HELP,
+            dcgm="DCGM_FI_DEV_PCIE_TX_THROUGHPUT"),
+    Reading("pcie_rx_kbps", "KiB/s", "number", "full", plausible=PCIE_KBPS,
+            nvml=_q("nvmlDeviceGetPcieThroughput", args=(_c("NVML_PCIE_UTIL_RX_BYTES", 1),)),
+            history=True, label="PCIe↓", panel=7, fmt="rate", word="pcie rx", line=7, watch=10,
+            prometheus="gpudoctor_gpu_pcie_rx_bytes_per_second", scale=1024.0, help="PCIe receive " + _PCIE_HELP,
+            dcgm="DCGM_FI_DEV_PCIE_RX_THROUGHPUT"),
+    Reading("fan_pct", "%", "number", "full", plausible=FAN_PCT, smi="fan.speed", nvml=_q("nvmlDeviceGetFanSpeed"),
+            history=True, label="fan", panel=9, spark_top=("", 100.0), word="fan", line=9, watch=12,
+            prometheus="gpudoctor_gpu_fan_speed_ratio", scale=0.01, help="Fan speed as a share of its maximum",
+            dcgm="DCGM_FI_DEV_FAN_SPEED"),
+    # ECC error counts since the driver loaded (volatile) and over the board's life (aggregate):
+    # one exporter counter, told apart by its labels.
+    *(Reading(f"ecc_{counter}_{kind}", "", "integer", "full", "counter", ERROR_COUNT,
+              _q("nvmlDeviceGetTotalEccErrors", args=(error_type, counter_type)),
+              smi=f"ecc.errors.{kind}.{counter}.total", prometheus=_ECC, help=_ECC_HELP,
+              labels=(("error_type", kind), ("counter", counter)), dcgm=dcgm)
+      for counter, counter_type, kind, error_type, dcgm in (
+          ("volatile", _ECC_VOLATILE, "corrected", _ECC_CORRECTED, "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"),
+          ("volatile", _ECC_VOLATILE, "uncorrected", _ECC_UNCORRECTED, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"),
+          ("aggregate", _ECC_AGGREGATE, "corrected", _ECC_CORRECTED, "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL"),
+          ("aggregate", _ECC_AGGREGATE, "uncorrected", _ECC_UNCORRECTED, "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL"))),
+    Reading("retired_pages_sbe", "", "integer", "full",
+            nvml=_q("nvmlDeviceGetRetiredPages",
+                    args=(_c("NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS", 0),), convert="len"),
+            smi="retired_pages.sbe", prometheus="gpudoctor_gpu_retired_pages_single_bit",
+            help="Pages retired for repeated single-bit ECC errors", dcgm="DCGM_FI_DEV_RETIRED_SBE"),
+    Reading("retired_pages_dbe", "", "integer", "full",
+            nvml=_q("nvmlDeviceGetRetiredPages", args=(_c("NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR", 1),),
+                    convert="len"),
+            smi="retired_pages.dbe", prometheus="gpudoctor_gpu_retired_pages_double_bit",
+            help="Pages retired for double-bit ECC errors", dcgm="DCGM_FI_DEV_RETIRED_DBE"),
+    Reading("retired_pages_pending", "", "flag", "full", nvml=_q("nvmlDeviceGetRetiredPagesPendingStatus"),
+            smi="retired_pages.pending", prometheus="gpudoctor_gpu_retired_pages_pending",
+            help="1 when a page retirement waits for a GPU reset", dcgm="DCGM_FI_DEV_RETIRED_PENDING"),
+    Reading("remapped_rows_correctable", "", "integer", "full", "gauge", ROWS,
+            _q("nvmlDeviceGetRemappedRows", item=0, convert="int"), smi="remapped_rows.correctable",
+            prometheus="gpudoctor_gpu_remapped_rows_correctable", help="Rows remapped for correctable errors",
+            dcgm="DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS"),
+    Reading("remapped_rows_uncorrectable", "", "integer", "full", "gauge", ROWS,
+            _q("nvmlDeviceGetRemappedRows", item=1, convert="int"), smi="remapped_rows.uncorrectable",
+            prometheus="gpudoctor_gpu_remapped_rows_uncorrectable", help="Rows remapped for uncorrectable errors",
+            dcgm="DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"),
+    Reading("remapped_rows_pending", "", "flag", "full", nvml=_q("nvmlDeviceGetRemappedRows", item=2, convert="bool"),
+            smi="remapped_rows.pending", prometheus="gpudoctor_gpu_remapped_rows_pending",
+            help="1 when a row remap waits for a GPU reset", dcgm="DCGM_FI_DEV_ROW_REMAP_PENDING"),
+    Reading("remapped_rows_failure", "", "flag", "full", nvml=_q("nvmlDeviceGetRemappedRows", item=3, convert="bool"),
+            smi="remapped_rows.failure", prometheus="gpudoctor_gpu_remapped_rows_failure",
+            help="1 when row remapping failed (replace the GPU)", dcgm="DCGM_FI_DEV_ROW_REMAP_FAILURE"),
+    Reading("persistence_mode", "", "integer", "full", nvml=_q("nvmlDeviceGetPersistenceMode"),
+            smi="persistence_mode"),
+    Reading("compute_mode", "", "integer", "full", nvml=_q("nvmlDeviceGetComputeMode"), smi="compute_mode"),
+    Reading("energy_mj", "mJ", "integer", "full", "counter", ENERGY_MJ,
+            _q("nvmlDeviceGetTotalEnergyConsumption"), smi="total_energy_consumption",
+            prometheus="gpudoctor_gpu_energy_joules_total", scale=1e-3,
+            help="Energy the GPU used since the driver loaded (NVML total energy consumption; Volta and newer)",
+            dcgm="DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"),
+)
+
+
+# --------------------------------------------------------------------------- derived views
+_F = TypeVar("_F", bound=Callable[[], Any])
+
+
+def per_catalogue(derive: _F) -> _F:
+    """``derive`` computed once per :data:`READINGS` (again when READINGS is replaced): the
+    samplers ask for these views many times a second. What it gives is shared: read, never change."""
+    cache: list[Any] = [None, None]
+
+    @functools.wraps(derive)
+    def view() -> Any:
+        if cache[0] is not READINGS:
+            cache[1] = derive()
+            cache[0] = READINGS
+        return cache[1]
+    return view  # type: ignore[return-value]
+
+
+def readings() -> tuple[Reading, ...]:
+    """Every reading, in sample order (read at call time: see the module's docstring)."""
+    return READINGS
+
+
+@per_catalogue
+def by_key() -> dict[str, Reading]:
+    return {r.key: r for r in READINGS}
+
+
+@per_catalogue
+def keys() -> tuple[str, ...]:
+    """The keys a sample may hold: ``GpuSample``'s fields and the recording schema's properties."""
+    return tuple(r.key for r in READINGS)
+
+
+@per_catalogue
+def fast_keys() -> tuple[str, ...]:
+    """What ``fast_sample`` gives."""
+    return tuple(r.key for r in READINGS if r.read == "fast")
+
+
+@per_catalogue
+def history_keys() -> tuple[str, ...]:
+    """The readings the sampler keeps a history of (the TUI's sparklines)."""
+    return tuple(r.key for r in READINGS if r.history)
+
+
+@per_catalogue
+def watch_keys() -> tuple[str, ...]:
+    """The readings of a ``watch --json`` record."""
+    return tuple(r.key for r in sorted((r for r in READINGS if r.watch), key=lambda r: r.watch))
+
+
+@per_catalogue
+def hooks_keys() -> tuple[str, ...]:
+    """The readings the training hooks keep per sample (``t`` first: the time of each)."""
+    return ("t",) + tuple(r.key for r in READINGS if r.hooks)
+
+
+def placed(place: str) -> list[Reading]:
+    """The readings a front end shows, in its order: ``place`` is "panel" (the TUI's cells),
+    "line" (the verbose watch line) or "short" (the short watch line)."""
+    return sorted((r for r in READINGS if getattr(r, place)), key=lambda r: getattr(r, place))
+
+
+@per_catalogue
+def exported() -> tuple[Reading, ...]:
+    """The readings the exporter writes (gauges and counters)."""
+    return tuple(r for r in READINGS if r.prometheus)
+
+
+@per_catalogue
+def fleet_readings() -> tuple[Reading, ...]:
+    """The readings ``gpudoctor fleet`` reads back from Prometheus into its rows."""
+    return tuple(r for r in READINGS if r.fleet)
+
+
+@per_catalogue
+def plausible_ranges() -> dict[str, tuple[int, int]]:
+    """Reading or static fact -> its (lowest, highest) possible value: the one table of ranges."""
+    ranges = {r.key: r.plausible for r in READINGS if r.plausible is not None}
+    for key, bounds in STATIC_RANGES.items():
+        ranges.setdefault(key, bounds)
+    return ranges
+
+
+__all__ = ["Reading", "NvmlRead", "READINGS", "STATIC_RANGES", "readings", "by_key", "keys", "fast_keys",
+           "history_keys", "per_catalogue", "watch_keys", "hooks_keys", "placed", "exported", "fleet_readings",
+           "plausible_ranges"]
