@@ -72,7 +72,7 @@ GPUDOCTOR_METRICS = (
 )
 DCGM_METRICS = (
     *(r.dcgm for r in catalogue.fleet_readings() if r.dcgm_scale is not None), "DCGM_FI_DEV_FB_FREE",
-    "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+    "DCGM_FI_DEV_XID_ERRORS", "DCGM_EXP_XID_ERRORS_COUNT", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
     "DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DEV_ROW_REMAP_PENDING", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
     "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
 )
@@ -599,6 +599,29 @@ def _add_xid(row: FleetRow, code: int, count: float | None, when: float | None, 
         row.xid_count = int(count)
 
 
+def _judge_xid_window(row: FleetRow, series: list[Series]) -> None:
+    """Every Xid code counted in dcgm-exporter's window, each judged; the worst is the row's last Xid."""
+    counts: dict[int, int] = {}
+    window = ""
+    for s in series:
+        code = s.labels.get("xid", "")
+        if not (code.isascii() and code.isdigit() and 0 < len(code) <= 4) or not s.value > 0:
+            continue
+        counts[int(code)] = counts.get(int(code), 0) + int(min(s.value, 1e9))
+        ms = s.labels.get("window_size_in_ms", "")
+        if ms.isascii() and ms.isdigit() and 0 < len(ms) <= 10:
+            window = f" in the last {fmt_age(int(ms) / 1000)}"
+    if not counts:
+        return
+    ranked = sorted(counts, key=lambda c: (xid.explain(c).severity == "critical", c))
+    for code in ranked:
+        entry = xid.explain(code)
+        row.add("fail" if entry.severity == "critical" else "warn",
+                f"Xid {code} ({counts[code]} time(s){window}): {entry.words}; {entry.action}")
+    row.xid_last, row.xid_last_words = ranked[-1], xid.explain(ranked[-1]).words
+    row.xid_count = sum(counts.values())
+
+
 def _judge_dcgm(rows: dict[tuple[str, str], FleetRow], m: dict[str, list[Series]]) -> None:
     for attr, name, scale in ((r.fleet, r.dcgm, r.dcgm_scale) for r in catalogue.fleet_readings()
                               if r.dcgm_scale is not None):
@@ -609,8 +632,17 @@ def _judge_dcgm(rows: dict[tuple[str, str], FleetRow], m: dict[str, list[Series]
     for key, used in _one(m, "DCGM_FI_DEV_FB_USED").items():
         if key in rows and key in free and rows[key].memory_total_bytes is None:
             rows[key].memory_total_bytes = (used + free[key]) * 2 ** 20
+    # dcgm-exporter's windowed count (--xid-count-window-size): one series per GPU and Xid code seen
+    # in the window. Where a node exports it, it is judged instead of the last-Xid gauge, which
+    # keeps its last value for ever and shows only the newest code (a critical Xid followed by a
+    # harmless one disappeared behind it).
+    windowed = _values(m, "DCGM_EXP_XID_ERRORS_COUNT")
+    for key, series in windowed.items():
+        if key in rows:
+            _judge_xid_window(rows[key], series)
+    counted = {instance for instance, _gpu in windowed}
     for key, value in _one(m, "DCGM_FI_DEV_XID_ERRORS").items():
-        if key in rows and rows[key].xid_last is None:
+        if key in rows and rows[key].xid_last is None and key[0] not in counted:
             _add_xid(rows[key], int(value), None, None, 0.0)
     _judge_memory(rows, _one(m, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"), _one(m, "DCGM_FI_DEV_ROW_REMAP_FAILURE"),
                   _one(m, "DCGM_FI_DEV_ROW_REMAP_PENDING"))

@@ -311,3 +311,40 @@ def test_a_stale_node_keeps_its_last_known_xid_and_keeps_failing():
     assert fleet.exit_code(view) == exitcodes.FAIL
     text = fleet.render_text(view)
     assert " 79 " in next(line for line in text.splitlines() if "d:9402" in line)
+
+
+def test_dcgm_windowed_xid_counts_keep_a_critical_xid_behind_a_harmless_one():
+    """dcgm-exporter's last-Xid gauge shows only the newest code (31, harmless) and keeps it for ever;
+    its windowed count (DCGM_EXP_XID_ERRORS_COUNT, one series per code) still holds the Xid 79."""
+    labels = {"instance": "n1:9400", "job": "dcgm", "gpu": "0", "UUID": "GPU-x", "modelName": "NVIDIA H100 80GB HBM3"}
+    window = dict(labels, __name__="DCGM_EXP_XID_ERRORS_COUNT", window_size_in_ms="300000")
+    fake = FakeProm([
+        ("up", vec(({"instance": "n1:9400", "job": "dcgm"}, 1))),
+        ("{__name__=~", vec((dict(labels, __name__="DCGM_FI_DEV_GPU_UTIL"), 55),
+                            (dict(labels, __name__="DCGM_FI_DEV_XID_ERRORS"), 31),
+                            (dict(window, xid="79"), 1), (dict(window, xid="31"), 2),
+                            (dict(window, xid="13"), 0))),
+        ("last_over_time(DCGM_FI_DEV_GPU_TEMP", vec((labels, 50))),
+    ])
+    row = view_of(fake).rows[0]
+    assert row.status == "fail" and row.xid_last == 79 and row.xid_count == 3
+    assert "Xid 79 (1 time(s) in the last 5 min)" in row.reason and "Xid 31 (2 time(s)" in row.reason
+    assert "Xid 13" not in row.reason  # counted 0 in the window
+
+
+def test_a_stale_dcgm_last_xid_gauge_is_not_judged_where_the_window_is_exported():
+    """The gauge still says 48 from last week; the window (exported, with other GPUs' codes) has
+    nothing for this GPU: no Xid finding for it."""
+    labels = {"instance": "n1:9400", "job": "dcgm", "UUID": "GPU-x", "modelName": "NVIDIA H100 80GB HBM3"}
+    fake = FakeProm([
+        ("up", vec(({"instance": "n1:9400", "job": "dcgm"}, 1))),
+        ("{__name__=~", vec((dict(labels, gpu="0", __name__="DCGM_FI_DEV_GPU_UTIL"), 55),
+                            (dict(labels, gpu="1", __name__="DCGM_FI_DEV_GPU_UTIL"), 55),
+                            (dict(labels, gpu="0", __name__="DCGM_FI_DEV_XID_ERRORS"), 48),
+                            (dict(labels, gpu="1", __name__="DCGM_EXP_XID_ERRORS_COUNT", xid="13",
+                                  window_size_in_ms="300000"), 1))),
+        ("last_over_time(DCGM_FI_DEV_GPU_TEMP", vec((dict(labels, gpu="0"), 50), (dict(labels, gpu="1"), 50))),
+    ])
+    rows = {r.gpu: r for r in view_of(fake).rows}
+    assert rows["0"].status == "pass" and rows["0"].xid_last is None, rows["0"].reason
+    assert rows["1"].status == "warn" and rows["1"].xid_last == 13
