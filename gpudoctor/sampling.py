@@ -252,6 +252,9 @@ class Sampler:
         self.retry_first_s, self.retry_max_s = retry_first_s, retry_max_s
         self.on_sample = on_sample
         self.stop_on_error = stop_on_error
+        #: Called before each NVML restart shuts NVML down: whatever else holds NVML state (the
+        #: event watcher blocked in nvmlEventSetWait_v2) lets go of it first.
+        self.before_restart: list[Callable[[], Any]] = []
         self.latest: Snapshot | None = None
         self.faults: dict[int, NA] = {}  # per GPU: the fault of its last reading, while it lasts
         self.reinits = 0
@@ -379,6 +382,11 @@ class Sampler:
     def _maybe_restart(self, now: float) -> bool:
         if not self.recover or self._retry_at is None or now < self._retry_at:
             return False
+        for hook in list(self.before_restart):
+            try:
+                hook()
+            except Exception:  # a hook that fails costs its own state, not the restart
+                pass
         self.gpu.reset()  # shutdown + drop handles: the next call runs nvmlInit again
         self._static = None
         self._full.clear()

@@ -127,3 +127,52 @@ def judge_errors(mode: str, k: int, *, normwise: float, componentwise: float, no
     return ErrorCheck(mode, float(normwise), float(componentwise), NORMWISE_LIMIT[mode],
                       componentwise_tolerance(mode, k), int(nonfinite))
 
+
+
+# --------------------------------------------------------------------------- TF32 switches
+def uses_fp32_precision_api(torch: Any) -> bool:
+    """torch 2.9+ has ``fp32_precision`` ("tf32"/"ieee"/"none") per backend; there the legacy
+    ``allow_tf32`` and ``set_float32_matmul_precision`` print a deprecation warning, and once a
+    process mixed the two APIs, reading the legacy ones raises."""
+    try:
+        getattr(torch.backends.cuda.matmul, "fp32_precision")
+        return True
+    except (AttributeError, RuntimeError):
+        return False
+
+
+class Fp32Precision:
+    """Run fp32 matmuls (and, with ``conv=True``, cuDNN convolutions) in TF32 or in IEEE fp32,
+    and put the switch back as found: ``fp32_precision`` where torch has it, the legacy
+    ``allow_tf32`` only on older torch."""
+
+    def __init__(self, torch: Any, tf32: bool, *, conv: bool = False) -> None:
+        self.torch = torch
+        self.tf32 = tf32
+        self.new_api = uses_fp32_precision_api(torch)
+        self.owners = [torch.backends.cuda.matmul] + ([torch.backends.cudnn.conv if self.new_api
+                                                      else torch.backends.cudnn] if conv else [])
+        self.saved: list[tuple[Any, str, Any]] = []
+
+    def __enter__(self) -> "Fp32Precision":
+        name = "fp32_precision" if self.new_api else "allow_tf32"
+        value: Any = ("tf32" if self.tf32 else "ieee") if self.new_api else self.tf32
+        for owner in self.owners:
+            self.saved.append((owner, name, getattr(owner, name)))
+            setattr(owner, name, value)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        while self.saved:
+            owner, name, value = self.saved.pop()
+            setattr(owner, name, value)
+
+
+def matmul_tf32_on(torch: Any) -> bool:
+    """Whether fp32 matmuls run in TF32 as the program set torch (nothing set: no)."""
+    if uses_fp32_precision_api(torch):
+        value = torch.backends.cuda.matmul.fp32_precision
+        if value == "none":  # the backend follows the generic setting
+            value = getattr(torch.backends, "fp32_precision", "none")
+        return value == "tf32"
+    return bool(torch.backends.cuda.matmul.allow_tf32) or torch.get_float32_matmul_precision() != "highest"

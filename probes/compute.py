@@ -23,7 +23,7 @@ from gpudoctor.probes import Probe, ProbeContext
 from . import _gpu
 from ._clock_events import HEAT_OR_HW
 from ._datasheet import lookup_gpu_spec
-from ._precision import tf32_environment
+from ._precision import Fp32Precision, matmul_tf32_on, tf32_environment, uses_fp32_precision_api
 from ._timing import CpuClock, Timing, inner_count, matmul_tflops, percent_of, time_op
 
 MODES = ("fp32", "tf32", "fp16", "bf16")
@@ -163,14 +163,12 @@ def _time_modes(torch: Any, dev: _gpu.Device, device: Any, spec: Any, tf32_env: 
     clock = _gpu.event_clock(torch, device)
     gen = torch.Generator(device=device).manual_seed(0xC0DE + dev.index)
     rows: dict[str, Any] = {}
-    previous_tf32 = torch.backends.cuda.matmul.allow_tf32
-    try:
-        for mode in MODES:
-            if mode == "bf16" and not bf16_supported(torch, dev):
-                rows[mode] = {"skipped": f"no bf16 tensor cores on sm_{dev.compute_capability[0]}{dev.compute_capability[1]}"}
-                continue
-            dtype, tf32 = _mode_setup(torch, mode)
-            torch.backends.cuda.matmul.allow_tf32 = tf32
+    for mode in MODES:
+        if mode == "bf16" and not bf16_supported(torch, dev):
+            rows[mode] = {"skipped": f"no bf16 tensor cores on sm_{dev.compute_capability[0]}{dev.compute_capability[1]}"}
+            continue
+        dtype, tf32 = _mode_setup(torch, mode)
+        with Fp32Precision(torch, tf32):
             free, _ = torch.cuda.mem_get_info(device)
             size = torch.tensor([], dtype=dtype).element_size()
             n = MAX_N
@@ -184,9 +182,7 @@ def _time_modes(torch: Any, dev: _gpu.Device, device: Any, spec: Any, tf32_env: 
             rows[mode] = {"n": n, "tflops": round(tflops, 3), "peak_tflops": peak,
                           "pct_of_peak": None if peak is None else round(percent_of(tflops, peak) or 0, 1),
                           **timing.to_dict()}
-            torch.cuda.empty_cache()
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = previous_tf32
+        torch.cuda.empty_cache()
     return rows
 
 
@@ -241,11 +237,13 @@ def _throttle_finding(r: ProbeResult, dev: _gpu.Device, reasons: Any, during: bo
 def _tf32_available_finding(r: ProbeResult, torch: Any, dev: _gpu.Device, rows: dict[str, Any]) -> None:
     d = dev.index
     fp32, tf32 = rows["fp32"].get("tflops"), rows["tf32"].get("tflops")
-    if fp32 and tf32 and tf32 >= 1.5 * fp32 and torch.get_float32_matmul_precision() == "highest":
+    if fp32 and tf32 and tf32 >= 1.5 * fp32 and not matmul_tf32_on(torch):
+        how = ('torch.backends.cuda.matmul.fp32_precision = "tf32"' if uses_fp32_precision_api(torch)
+               else 'torch.set_float32_matmul_precision("high")')
         r.find(Status.PASS, "tf32_available",
                f"TF32 runs fp32 matmuls {tf32 / fp32:.1f}x faster on {dev.label}, and torch uses it only when asked.",
                why="torch keeps full fp32 precision for matmuls by default.",
-               fix='torch.set_float32_matmul_precision("high") at the start of training (or use bf16 autocast).',
+               fix=f"{how} at the start of training (or use bf16 autocast).",
                device=d)
 
 

@@ -25,7 +25,7 @@ from gpudoctor.probes import Probe, ProbeContext
 
 from . import _gpu
 from ._measuring import measure_each_device
-from ._precision import Tf32Environment, judge_elementwise, judge_errors, tf32_environment
+from ._precision import Fp32Precision, Tf32Environment, judge_elementwise, judge_errors, tf32_environment
 
 MODES = ("fp32", "tf32", "fp16", "bf16")
 MATMUL_SHAPE = (2048, 2048, 512)  # m, n, k
@@ -42,9 +42,9 @@ class _MatmulPrecision:
 
     Each reduced-precision-reduction setting is two flags (reduced precision, split-K);
     reading the attribute gives only the first, and writing a bool resets the second to
-    True, so both are saved and written back as a pair. TF32 is three views of one
-    setting (``allow_tf32``, ``fp32_precision`` where torch has it, and
-    ``torch.get_float32_matmul_precision()``); all three are put back.
+    True, so both are saved and written back as a pair. TF32 goes through
+    :class:`Fp32Precision` (``fp32_precision`` where torch has it, else ``allow_tf32``), so
+    the legacy and new APIs are never mixed.
     """
 
     _REDUCTIONS = ("allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction")
@@ -65,26 +65,22 @@ class _MatmulPrecision:
         return value
 
     def __enter__(self) -> None:
-        try:
-            self.saved["float32_matmul_precision"] = self.torch.get_float32_matmul_precision()
-        except AttributeError:
-            pass
-        for name in ("fp32_precision", "allow_tf32") + self._REDUCTIONS:
+        self.tf32 = Fp32Precision(self.torch, self.mode == "tf32")
+        self.tf32.__enter__()
+        for name in self._REDUCTIONS:
             try:
                 self.saved[name] = self._read(name)
             except (AttributeError, RuntimeError):
                 continue
-        self.m.allow_tf32 = self.mode == "tf32"
         for name in self._REDUCTIONS:  # split-K partial sums in fp16/bf16 would void the fp32-accumulation bound
             if name in self.saved:
                 setattr(self.m, name, False)
 
     def __exit__(self, *exc: Any) -> None:
-        if "float32_matmul_precision" in self.saved:
-            self.torch.set_float32_matmul_precision(self.saved["float32_matmul_precision"])
-        for name in ("allow_tf32", "fp32_precision") + self._REDUCTIONS:
+        for name in self._REDUCTIONS:
             if name in self.saved and self._read(name) != self.saved[name]:
                 setattr(self.m, name, self.saved[name])
+        self.tf32.__exit__(*exc)
 
 
 def check_matmul(torch: Any, device: Any, mode: str, m: int, n: int, k: int, generator: Any,

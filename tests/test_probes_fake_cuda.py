@@ -288,3 +288,23 @@ def test_compute_tf32_disabled_row_has_no_datasheet_comparison(fake_cuda, monkey
     rows = result.details["matmul"]["0"]
     assert rows["tf32"]["peak_tflops"] is None and rows["fp16"]["peak_tflops"] is not None
     assert "tf32_override" in _codes(result)
+
+
+def test_compute_after_the_program_chose_tf32_the_new_way(fake_cuda):
+    """torch 2.9+: a program that set matmul.fp32_precision ("tf32") must not meet the legacy
+    allow_tf32 (reading it then raises "mix of the legacy and new APIs"), nor its warning."""
+    import warnings
+
+    m = torch.backends.cuda.matmul
+    if not hasattr(m, "fp32_precision"):
+        pytest.skip("torch before 2.9")
+    m.fp32_precision = "tf32"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            result = compute.run(ProbeContext(gpu=fake_gpu(fake_cuda["name"]), level="full"))
+        names = {x["name"] for x in _valid(result)["measurements"]}
+        assert {"fp32_matmul", "tf32_matmul"} <= names
+        assert m.fp32_precision == "tf32"
+    finally:
+        m.fp32_precision = "none"

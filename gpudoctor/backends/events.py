@@ -117,7 +117,8 @@ class EventWatcher:
 
     def __init__(self, gate: Any, count: int, *, bus_ids: dict[int, str] | None = None, keep: int = 8,
                  wait_ms: int = 500, clock: Callable[[], float] = time.time,
-                 kernel_log: Callable[[], Any] | None = None) -> None:
+                 kernel_log: Callable[[], Any] | None = None, retry_first_s: float = 1.0,
+                 retry_max_s: float = 60.0) -> None:
         self.gate = gate
         self.count = count
         self.bus_ids = bus_ids or {}
@@ -132,10 +133,19 @@ class EventWatcher:
         self.status: NA | None = None  # NA(reason) when no GPU could be watched
         self.kernel_log_readable: bool | None = None
         self.kernel_log_reason = ""
+        self.retry_first_s, self.retry_max_s = retry_first_s, retry_max_s
+        self.reregistrations = 0  # event sets registered again after NVML went away
+        self._suspend = threading.Event()   # asked: free the set before NVML is shut down
+        self._suspended = threading.Event()  # done: the thread holds no set and is not waiting
 
     # ------------------------------------------------------------------ set-up
     def register(self) -> None:
         """Create the event set and register each GPU's supported critical events."""
+        self._register_set()
+        self._read_kernel_log()
+
+    def _register_set(self) -> None:
+        self.status = None
         event_set = self.gate.query("nvmlEventSetCreate")
         if is_na(event_set):
             self.status = event_set
@@ -158,10 +168,10 @@ class EventWatcher:
             if is_na(done):
                 tracker.state.supported = done
             else:
+                tracker.state.supported = None
                 watched += 1
         if not watched:
             self.status = NA("NotSupported")
-        self._read_kernel_log()
 
     def _read_kernel_log(self) -> None:
         if self._kernel_log is None:
@@ -189,15 +199,49 @@ class EventWatcher:
         self._thread.start()
 
     def _loop(self) -> None:
+        delay = self.retry_first_s
         while not self._stop.is_set():
+            if self._suspend.is_set():
+                self._free_set()
+                self._suspend.clear()
+                self._suspended.set()
+                self._stop.wait(delay)  # the owner re-initialises NVML meanwhile
+                continue
+            if self._set is None:
+                # NVML went away (driver reloaded, the sampler's restart): register again, backing
+                # off while it is still gone, so that events after the restart are counted.
+                self._register_set()
+                if self._set is None or self.status is not None:
+                    self._free_set()
+                    self._stop.wait(delay)
+                    delay = min(self.retry_max_s, delay * 2)
+                    continue
+                self.reregistrations += 1
+                delay = self.retry_first_s
             data = self.gate.query("nvmlEventSetWait_v2", self._set, self.wait_ms)
             if is_na(data):
                 if data.reason == "Timeout":
                     continue
-                # NVML went away (driver unloaded, shut down for a re-init): stop watching and say why.
+                # NVML went away under the wait: say why, drop the dead set, register again later.
                 self.status = data
-                return
+                self._free_set()
+                self._stop.wait(delay)
+                continue
             self.handle(data)
+
+    def _free_set(self) -> None:
+        if self._set is not None:
+            self.gate.query("nvmlEventSetFree", self._set)  # after a shutdown this is NA: nothing to free
+            self._set = None
+
+    def suspend(self, timeout_s: float | None = None) -> bool:
+        """Free the event set before NVML is shut down (the sampler's restart): the thread leaves
+        its wait within ``wait_ms`` and registers again once NVML answers. True when it did."""
+        if self._thread is None or not self._thread.is_alive():
+            return True
+        self._suspended.clear()
+        self._suspend.set()
+        return self._suspended.wait(self.wait_ms / 1000.0 + 1.0 if timeout_s is None else timeout_s)
 
     def handle(self, data: Any) -> None:
         """One ``nvmlEventData_t``: find its GPU and count it."""
@@ -223,9 +267,8 @@ class EventWatcher:
         if self._thread is not None:
             self._thread.join(self.wait_ms / 1000.0 + 1.0 if join_s is None else join_s)
             ended = not self._thread.is_alive()
-        if ended and self._set is not None:
-            self.gate.query("nvmlEventSetFree", self._set)
-            self._set = None
+        if ended:
+            self._free_set()
         return ended
 
 
@@ -263,6 +306,9 @@ class ReplayEvents:
 
     def start(self) -> None:
         return None
+
+    def suspend(self, timeout_s: float | None = None) -> bool:
+        return True  # a recording holds no NVML state
 
     def snapshot(self, index: int) -> DeviceEvents:
         tracker = self._trackers.get(index)

@@ -196,6 +196,7 @@ class NvmlBackend:
         self.gate = gate or NvmlGate()
         self._handles: dict[int, Any] = {}
         self._process_util_seen: dict[int, int] = {}
+        self._processes_util_info = True  # until the driver says it has no nvmlDeviceGetProcessesUtilizationInfo
         self._memory_v2 = True  # until the driver or the binding says it has no v2 memory call
 
     # -- system ---------------------------------------------------------------------
@@ -415,7 +416,8 @@ class NvmlBackend:
                                   util if is_na(util) else check("mem_util_pct", int(util.memory)))
 
     def processes(self, index: int) -> list[ProcessReading] | NA:
-        """Processes holding a context on the device: pid, type, GPU memory, SM util."""
+        """Processes holding a context on the device: pid, type, GPU memory, SM util (the newest
+        sample per PID; NA("PidNamespaceMismatch") when the samples carry other PIDs than the list)."""
         found: dict[int, dict[str, Any]] = {}
         any_ok = False
         first_na: NA | None = None
@@ -438,22 +440,44 @@ class NvmlBackend:
         if not any_ok:
             return first_na if first_na is not None else NA("Unknown")
         last_seen = self._process_util_seen.get(index, 0)
-        utils = self._q("nvmlDeviceGetProcessUtilization", index, last_seen)
-        if not is_na(utils):
+        samples = self._process_util_samples(index, last_seen)
+        if not is_na(samples):
+            newest_by_pid: dict[int, tuple[int, int]] = {}  # pid -> (timeStamp, smUtil) of its newest sample
             newest = last_seen
-            for u in utils:
-                if int(u.pid) in found:
-                    found[int(u.pid)]["sm_util_pct"] = int(u.smUtil)
-                newest = max(newest, int(getattr(u, "timeStamp", 0)))
+            for u in samples:
+                pid, stamp = int(u.pid), int(getattr(u, "timeStamp", 0))
+                if pid not in newest_by_pid or stamp >= newest_by_pid[pid][0]:
+                    newest_by_pid[pid] = (stamp, int(u.smUtil))
+                newest = max(newest, stamp)
             self._process_util_seen[index] = newest
+            if found and newest_by_pid and not found.keys() & newest_by_pid.keys():
+                # R535+ drivers give the running processes in the caller's PID namespace but
+                # the utilisation samples in the host's: in a container the two never meet.
+                for entry in found.values():
+                    entry["sm_util_pct"] = NA("PidNamespaceMismatch")
+            else:
+                for pid, (_, sm) in newest_by_pid.items():
+                    if pid in found:
+                        found[pid]["sm_util_pct"] = sm
         return [ProcessReading(e["pid"], e["type"], e["gpu_memory_bytes"], e["sm_util_pct"])
                 for e in sorted(found.values(), key=lambda e: e["pid"])]
+
+    def _process_util_samples(self, index: int, last_seen: int) -> Any:
+        """Per-process utilisation samples newer than ``last_seen``: the v1 info call where the
+        driver has it (R550+), else the older ``nvmlDeviceGetProcessUtilization``."""
+        if self._processes_util_info:
+            samples = self._q("nvmlDeviceGetProcessesUtilizationInfo", index, last_seen)
+            if not is_na(samples) or samples.reason not in ("FunctionNotFound", "NotSupported"):
+                return samples
+            self._processes_util_info = False  # this driver or binding has only the old call
+        return self._q("nvmlDeviceGetProcessUtilization", index, last_seen)
 
     def reset(self) -> None:
         """Start again from nothing: device handles from before a driver reload or a GPU reset
         are stale, so they are dropped with NVML itself; the next reading re-initialises."""
         self._handles.clear()
         self._process_util_seen.clear()
+        self._processes_util_info = True
         self.gate.reset()
 
     def close(self) -> None:

@@ -63,6 +63,9 @@ def run(args: argparse.Namespace) -> int:
 
     events = open_event_watcher(gpu)
     events.start()
+    # The sampler's NVML restart shuts NVML down: the watcher frees its event set first and
+    # registers again afterwards, so Xids after a driver reload are still counted.
+    sampler.core.before_restart.append(events.suspend)
     reports: ReportStatus | None = None
     if not args.no_report:
         if args.report_file:

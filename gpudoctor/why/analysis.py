@@ -160,9 +160,14 @@ def _input_fix(workers: list[ProcessView], idle_cpus: float | None, lines: list[
 
 
 def decide(view: ProcessView, views: dict[int, ProcessView], source: SourceLine, *,
-           gpu_util: float | None, on_gpu: bool, idle_cpus: float | None,
-           main_cpu_pct: float | None = None, cpu_by_pid: dict[int, float | None] | None = None) -> Decision:
-    """The verdict for one trainer process (the thresholds are this module's constants)."""
+           gpu_util: float | None, on_gpu: bool | None, idle_cpus: float | None,
+           main_cpu_pct: float | None = None, cpu_by_pid: dict[int, float | None] | None = None,
+           gpu_unknown: str = "") -> Decision:
+    """The verdict for one trainer process (the thresholds are this module's constants).
+
+    ``on_gpu``: True (NVML lists it, or it holds a GPU's device file or maps libcuda), False
+    (its /proc shows neither), None (unknown: ``gpu_unknown`` says why); "no GPU" is said only
+    for False."""
     n = view.main_samples
     if n < MIN_SAMPLES:
         return Decision(UNKNOWN, f"only {n} samples of the main thread: sample longer (--seconds)", "sample longer")
@@ -179,7 +184,7 @@ def decide(view: ProcessView, views: dict[int, ProcessView], source: SourceLine,
         return Decision(IDLE, f"{idle:.0%} of the main thread's time waits ({what}) at {_where(lines)}",
                         "nothing runs: if it should be training, see what it waits for (a sleep, a lock, "
                         "another rank at a barrier, a file)", lines)
-    quiet = main_cpu_pct is not None and main_cpu_pct < QUIET_CPU_PCT and not on_gpu
+    quiet = main_cpu_pct is not None and main_cpu_pct < QUIET_CPU_PCT and on_gpu is False
     if quiet and view.share(rules.OTHER) + idle >= IDLE_SHARE:
         lines = _line_records(view.lines[rules.OTHER] + view.lines[rules.IDLE], n, source)
         return Decision(IDLE, f"the main thread used {main_cpu_pct:.0f}% of a CPU: it waits outside Python "
@@ -208,6 +213,12 @@ def decide(view: ProcessView, views: dict[int, ProcessView], source: SourceLine,
                         f"({split}){gpu_words}: the host cannot keep the GPU busy",
                         "less Python per step: larger batches, torch.compile or CUDA graphs, fused optimizers "
                         "(foreach/fused=True), fewer small tensor ops", lines)
+    if on_gpu is None:
+        return Decision(CPU_BOUND, f"{compute:.0%} of the main thread's time is Python, CPU work and kernel launches "
+                        f"({split}){gpu_words}; whether it uses a GPU is unknown ({gpu_unknown or 'not read'})",
+                        "on a GPU: less Python per step (larger batches, torch.compile or CUDA graphs, fused "
+                        "optimizers); on the CPU: train on a GPU, or torch.set_num_threads to the cores left free "
+                        "by the loader", lines)
     return Decision(CPU_BOUND, f"{compute:.0%} of the main thread's time is computing on the CPU ({split}); "
                     f"no GPU in use{gpu_words}",
                     "train on a GPU (model.to('cuda') and each batch .to('cuda')); on the CPU, "
@@ -252,11 +263,37 @@ def _problem(code: str, share: float, view: ProcessView, views: dict[int, Proces
                     "async_save); write to local disk, not a network share", lines)
 
 
-def _gpu_for(pids: set[int], gpu: dict[str, Any]) -> tuple[float | None, bool, list[dict[str, Any]]]:
-    """(mean busy % of the GPUs these processes hold, whether they hold one, those devices)."""
+YES, NO, UNKNOWN_STATE = "yes", "no", "unknown"
+
+
+def _gpu_for(pids: set[int], gpu: dict[str, Any], processes: dict[int, dict[str, Any]] | None = None
+             ) -> tuple[float | None, bool | None, list[dict[str, Any]], str]:
+    """(mean busy % of the GPUs these processes hold, whether they use a GPU: True, False or None
+    for unknown, those devices, the evidence or why it is unknown).
+
+    NVML's process list is one witness, but it is empty in another PID namespace, refused in MIG
+    mode without root, blank on old drivers in containers; /proc is the other: a GPU's device file
+    open (/dev/nvidiaN, /dev/nvidia-caps/...) or libcuda.so mapped. No is said only when /proc of
+    every process could be read and shows neither."""
     held = [d for d in gpu.get("devices", []) if any(p["pid"] in pids for p in d.get("processes", []))]
     utils = [d["util_mean_pct"] for d in held if d.get("util_mean_pct") is not None]
-    return (sum(utils) / len(utils) if utils else None), bool(held), held
+    util = (sum(utils) / len(utils)) if utils else None
+    if held:
+        return util, True, held, "NVML lists it on " + ", ".join(f"GPU {d['index']}" for d in held)
+    evidence = [(processes or {}).get(pid, {}).get("gpu_evidence") for pid in sorted(pids)]
+    files = sorted({f for e in evidence if e for f in e.get("device_files", [])})
+    if files:
+        return util, True, held, "holds " + ", ".join(files[:4]) + " open"
+    if any(e and e.get("libcuda") for e in evidence):
+        return util, True, held, "libcuda.so is loaded"
+    if evidence and all(e and e.get("readable") for e in evidence):
+        return util, False, held, "no GPU device file open, libcuda.so not loaded"
+    nvml = gpu.get("process_list_reason") or gpu.get("reason") or "NVML not read"
+    return util, None, held, f"/proc of the process could not be read, and {nvml}"
+
+
+def _state(on_gpu: bool | None) -> str:
+    return UNKNOWN_STATE if on_gpu is None else (YES if on_gpu else NO)
 
 
 def _tree(view: ProcessView, views: dict[int, ProcessView]) -> set[int]:
@@ -268,6 +305,9 @@ def _process_record(view: ProcessView, decision: Decision | None, readings: dict
     out = {"pid": view.pid, "role": view.role, "command": view.cmdline or info.get("cmdline", ""),
            "parent_pid": view.parent, "samples": view.samples, "main_thread_samples": view.main_samples,
            "shares": view.shares(), "cpu_pct": info.get("cpu_pct"), "rank": info.get("rank")}
+    evidence = info.get("gpu_evidence")
+    if evidence is not None:
+        out["gpu_evidence"] = evidence
     if decision is not None:
         out["verdict"] = {"code": decision.code, "words": decision.words, "message": decision.message,
                           "fix": decision.fix, "lines": decision.lines}
@@ -315,11 +355,13 @@ def diagnose(stacks: Sequence[Stack], readings: dict[str, Any], source: SourceLi
     trainers = [v for v in views.values() if v.role == "trainer"]
     cpu_by_pid = {pid: info.get("cpu_pct") for pid, info in (readings.get("processes") or {}).items()}
     decided: list[tuple[ProcessView, Decision]] = []
+    processes = readings.get("processes") or {}
     for view in trainers:
-        util, on_gpu, _ = _gpu_for(_tree(view, views), gpu)
-        threads = (readings.get("processes", {}).get(view.pid) or {}).get("threads_cpu_pct") or {}
+        util, on_gpu, _, why_so = _gpu_for(_tree(view, views), gpu, processes)
+        threads = (processes.get(view.pid) or {}).get("threads_cpu_pct") or {}
         decided.append((view, decide(view, views, source, gpu_util=util, on_gpu=on_gpu, idle_cpus=idle_cpus,
-                                     main_cpu_pct=threads.get(view.pid), cpu_by_pid=cpu_by_pid)))
+                                     main_cpu_pct=threads.get(view.pid), cpu_by_pid=cpu_by_pid,
+                                     gpu_unknown=why_so)))
     lagging = straggler(decided)
     main = next((d for d in decided if d[0].pid == pid), None) or (max(decided, key=lambda d: d[0].main_samples)
                                                                     if decided else None)
@@ -336,7 +378,7 @@ def diagnose(stacks: Sequence[Stack], readings: dict[str, Any], source: SourceLi
         if lagging is not None and lagging["pid"] == view.pid:
             verdict.update(code=STRAGGLER, words=WORDS[STRAGGLER], message=lagging["message"])
         shares = view.shares()
-    util, on_gpu, held = _gpu_for(set(views), gpu)
+    util, on_gpu, held, why_so = _gpu_for(set(views), gpu, processes)
     return {"format": FORMAT, "format_version": FORMAT_VERSION, "pid": pid, **(meta or {}),
             "verdict": verdict, "shares": shares,
             "samples": sum(v.samples for v in views.values()),
@@ -345,5 +387,6 @@ def diagnose(stacks: Sequence[Stack], readings: dict[str, Any], source: SourceLi
             "ranks": [v.pid for v, _ in decided] if len(decided) > 1 else [],
             "straggler": lagging,
             "gpu": {"available": bool(gpu.get("available")), "reason": gpu.get("reason"),
+                    "in_use": _state(on_gpu), "evidence": why_so,
                     "util_mean_pct": util, "devices": held or gpu.get("devices", [])},
             "host": readings.get("host") or {}}

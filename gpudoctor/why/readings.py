@@ -8,6 +8,8 @@ process that ends keeps its last reading. Without NVML every GPU figure is NA wi
 
 from __future__ import annotations
 
+import os
+import re
 import time
 from typing import Any
 
@@ -16,6 +18,32 @@ import psutil
 from gpudoctor.backends.na import NA, is_na
 
 MAX_PROCESSES = 256
+MAX_MAPS_BYTES = 8 << 20  # /proc/PID/maps read per poll at most (a torch process maps ~1,000 files)
+
+# A GPU's own device file (/dev/nvidia0, ...) or a MIG instance's capability (/dev/nvidia-caps/...);
+# /dev/nvidiactl and /dev/nvidia-uvm are opened by any process that loads the driver's library.
+_GPU_DEVICE_FILE = re.compile(r"^/dev/nvidia(?:[0-9]+|-caps(?:/.*)?)$")
+
+
+def gpu_evidence(pid: int, proc_root: str = "/proc") -> dict[str, Any]:
+    """What the operating system says about ``pid``'s GPU use, in any PID namespace that can see
+    it: the GPU device files it holds open and whether libcuda.so is mapped. ``readable`` is False
+    when /proc would not tell (another user's process without ptrace rights)."""
+    found: dict[str, Any] = {"readable": True, "device_files": [], "libcuda": False}
+    try:
+        for fd in os.listdir(f"{proc_root}/{pid}/fd"):
+            try:
+                target = os.readlink(f"{proc_root}/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if _GPU_DEVICE_FILE.match(target) and target not in found["device_files"]:
+                found["device_files"].append(target)
+        with open(f"{proc_root}/{pid}/maps", "rb") as maps:
+            found["libcuda"] = b"/libcuda.so" in maps.read(MAX_MAPS_BYTES)
+    except OSError:
+        found["readable"] = False
+    found["device_files"].sort()
+    return found
 
 
 def _cpu_seconds(proc: psutil.Process) -> float | None:
@@ -56,6 +84,8 @@ class Readings:
         self.gpu_reason: str | None = None
         self.gpu_procs: dict[int, dict[int, dict[str, Any]]] = {}   # device -> pid -> entry
         self.gpu_util: dict[int, list[float]] = {}
+        self.gpu_evidence: dict[int, dict[str, Any]] = {}   # pid -> /proc's evidence over the window
+        self.process_list_reason: str | None = None
         self.poll()
 
     def _tree(self) -> list[psutil.Process]:
@@ -75,9 +105,20 @@ class Readings:
             self.last[proc.pid] = reading
             if proc.pid not in self.names:
                 self.names[proc.pid] = _describe(proc)
+            self._note_evidence(proc.pid)
         self.t_last = now
         self.host1 = _host_idle_seconds()
         self._poll_gpu()
+
+    def _note_evidence(self, pid: int) -> None:
+        seen = gpu_evidence(pid)
+        kept = self.gpu_evidence.get(pid)
+        if kept is None:
+            self.gpu_evidence[pid] = seen
+            return
+        kept["readable"] = kept["readable"] and seen["readable"]
+        kept["device_files"] = sorted(set(kept["device_files"]) | set(seen["device_files"]))
+        kept["libcuda"] = kept["libcuda"] or seen["libcuda"]
 
     def _poll_gpu(self) -> None:
         backend = self.gpu_backend
@@ -94,7 +135,8 @@ class Readings:
         ours = set(self.last)
         for index in range(int(count)):
             procs = backend.processes(index)
-            if is_na(procs):
+            if is_na(procs):  # NoPermission in MIG mode without root, an old driver in a container
+                self.process_list_reason = f"NVML's process list of GPU {index}: {procs.reason}"
                 continue
             held = {p["pid"]: p for p in procs if p.get("pid") in ours}
             if not held:
@@ -116,6 +158,8 @@ class Readings:
             entry["cpu_pct"] = round(100.0 * ((cpu1 or 0.0) - (cpu0 or 0.0)) / wall, 1) if t1 > t0 else None
             entry["threads_cpu_pct"] = {tid: round(100.0 * (c - threads0.get(tid, c)) / wall, 1)
                                         for tid, c in threads1.items()} if t1 > t0 else {}
+            if pid in self.gpu_evidence:
+                entry["gpu_evidence"] = self.gpu_evidence[pid]
             processes[pid] = entry
         idle0, total0 = self.host0
         idle1, total1 = self.host1
@@ -139,9 +183,18 @@ class Readings:
                             "util_mean_pct": round(sum(utils) / len(utils), 1) if utils else None,
                             "util_samples": len(utils),
                             "processes": [{"pid": pid, "gpu_memory_bytes": e.get("gpu_memory_bytes"),
-                                           "sm_util_pct": e.get("sm_util_pct")} for pid, e in sorted(held.items())]})
-        reason = None if devices else "NVML lists none of these processes on any GPU (CPU only, or another PID namespace)"
-        return {"available": True, "reason": reason, "devices": devices}
+                                           "sm_util_pct": _plain(e.get("sm_util_pct"))}
+                                          for pid, e in sorted(held.items())]})
+        reason = None if devices else ("NVML lists none of these processes on any GPU (CPU only, another PID "
+                                       "namespace, or a list NVML would not give)")
+        out: dict[str, Any] = {"available": True, "reason": reason, "devices": devices}
+        if self.process_list_reason is not None:
+            out["process_list_reason"] = self.process_list_reason
+        return out
+
+
+def _plain(value: Any) -> Any:
+    return None if is_na(value) else value
 
 
 def _describe(proc: psutil.Process) -> dict[str, Any]:

@@ -25,7 +25,11 @@ def _gpu_words(d: dict[str, Any]) -> str:
     gpu = d.get("gpu") or {}
     devices = gpu.get("devices") or []
     if not gpu.get("available") or not devices:
-        return f"GPU: not read ({gpu.get('reason') or 'no GPU'})"
+        use = {"yes": "in use", "no": "not in use", "unknown": "use unknown"}.get(gpu.get("in_use") or "")
+        read = f"not read ({gpu.get('reason')})" if not gpu.get("available") else (gpu.get("reason") or "")
+        if use is None:
+            return f"GPU: not read ({gpu.get('reason') or 'no GPU'})"
+        return f"GPU: {use} ({gpu.get('evidence') or '?'}); NVML: {read or 'no figures'}"
     parts = []
     for dev in devices:
         util = dev.get("util_mean_pct")
