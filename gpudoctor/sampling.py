@@ -331,7 +331,9 @@ class Sampler:
                 continue
             known = previous.get(i)
             if known is None or is_na(known.get("name")):
-                known = self._call(lambda: dict(self.gpu.static(i)), lambda na: {"index": i, "name": na})
+                # both lambdas run inside _call, before the loop moves on
+                known = self._call(lambda: dict(self.gpu.static(i)),  # noqa: B023
+                                   lambda na: {"index": i, "name": na})  # noqa: B023
             static[i] = known
         self._static = static
 

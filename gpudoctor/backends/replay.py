@@ -24,7 +24,9 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 # The loader lives in gpudoctor.recording (bounded reading, the schema); re-exported here.
-from gpudoctor.recording import RECORDING_FORMAT, RECORDING_FORMAT_VERSION, RecordingError, load_recording
+from gpudoctor.recording import (
+    RECORDING_FORMAT, RECORDING_FORMAT_VERSION, RecordingError, load_recording,  # noqa: F401
+)
 
 from . import catalogue
 from .base import GpuSample, MemoryReading, ProcessReading, UtilizationReading
