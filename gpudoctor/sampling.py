@@ -30,6 +30,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
+from time import perf_counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, Iterable, Iterator, Mapping
 
@@ -124,7 +125,7 @@ class Snapshot:
     count: int | None = None          # devices NVML reports (None: NVML could not say)
     reinits: int = 0                  # NVML restarts tried so far
     retry_in_s: float | None = None   # seconds to the next NVML restart, None when none is due
-    t_mono: float = field(default_factory=time.perf_counter)  # time.perf_counter() when the read began
+    t_mono: float = field(default_factory=perf_counter)  # time.perf_counter() when the read began
 
     @property
     def has_gpu(self) -> bool:
