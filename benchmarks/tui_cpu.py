@@ -325,4 +325,4 @@ if __name__ == "__main__":
         raise SystemExit(main())
     except (OSError, RuntimeError) as exc:  # a monitor not installed, or one that exited early
         print(f"tui_cpu.py: {exc}", file=sys.stderr)
-        raise SystemExit(1)
+        raise SystemExit(1) from None

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import math
 import re
-import socket
 import time
 import urllib.error
 import urllib.parse
@@ -174,7 +173,7 @@ class Prometheus:
         except urllib.error.HTTPError as exc:
             body = exc.read(64 * 1024)
             raise FleetError(*self._http_error(exc.code, body)) from None
-        except (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError, OSError) as exc:
+        except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise FleetError("unreachable", f"Prometheus at {self.url} cannot be reached: "
                                             f"{plain_text(reason, limit=200)}") from None

@@ -246,7 +246,7 @@ class Report:
 
     @property
     def status(self) -> Status:
-        return Status.worst((r.status for r in self.results), default=Status.SKIP)
+        return Status.worst((Status(r.status) for r in self.results), default=Status.SKIP)
 
     def result(self, probe: str) -> ProbeResult | None:
         for r in self.results:

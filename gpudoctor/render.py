@@ -13,7 +13,7 @@ from typing import Any, TextIO
 from gpudoctor.anonymize import REDACTED, anonymize_dict, anonymize_report_dict  # noqa: F401  (re-exported)
 from gpudoctor.model import Report, Status
 from gpudoctor.presentation import (
-    STATUS_STYLE, VERDICT, fmt_bytes, plain_text, status_style, wrap_hanging,
+    VERDICT, fmt_bytes, plain_text, status_style, wrap_hanging,
 )
 from gpudoctor.presentation import status_word as _status_word
 

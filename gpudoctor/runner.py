@@ -368,7 +368,6 @@ def run_probes(
     exit code. ``events``: a running event watcher whose NVML stream the events probe reads
     (the TUI's, the exporter's).
     """
-    from gpudoctor.backends.host import host_facts
 
     if isolate is None:
         isolate = spec.level != "quick"

@@ -30,6 +30,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
+from time import perf_counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, Iterable, Iterator, Mapping
 
@@ -124,7 +125,7 @@ class Snapshot:
     count: int | None = None          # devices NVML reports (None: NVML could not say)
     reinits: int = 0                  # NVML restarts tried so far
     retry_in_s: float | None = None   # seconds to the next NVML restart, None when none is due
-    t_mono: float = field(default_factory=time.perf_counter)  # time.perf_counter() when the read began
+    t_mono: float = field(default_factory=perf_counter)  # time.perf_counter() when the read began
 
     @property
     def has_gpu(self) -> bool:
@@ -334,7 +335,9 @@ class Sampler:
                 continue
             known = previous.get(i)
             if known is None or is_na(known.get("name")):
-                known = self._call(lambda: dict(self.gpu.static(i)), lambda na: {"index": i, "name": na})
+                # both lambdas run inside _call, before the loop moves on
+                known = self._call(lambda: dict(self.gpu.static(i)),  # noqa: B023
+                                   lambda na: {"index": i, "name": na})  # noqa: B023
             static[i] = known
         self._static = static
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import ast
 import fnmatch
 import importlib
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -59,7 +59,7 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _modules() -> dict[str, Path]:
     files = list((ROOT / "gpudoctor").rglob("*.py")) + list((ROOT / "probes").rglob("*.py"))
     return {_module_name(p): p for p in sorted(files)}
@@ -72,7 +72,7 @@ def _layer(module: str) -> str | None:
     return None
 
 
-@lru_cache(maxsize=None)
+@cache
 def _imports(module: str) -> tuple[frozenset[str], frozenset[str]]:
     """(gpudoctor modules, other top-level packages) imported anywhere in ``module``."""
     path = _modules()[module]

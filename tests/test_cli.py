@@ -179,7 +179,6 @@ def test_record_without_a_gpu_exits_6_at_once(cli, tmp_path):
 def test_text_report_shows_brackets_literally(data_dir):
     import io
 
-    from gpudoctor import runner
     from gpudoctor.model import ProbeResult, Report
     from gpudoctor.render import render_text
 

@@ -15,7 +15,6 @@ import stat
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
 import pytest
 

@@ -43,7 +43,7 @@ def test_error_inside_step_is_rephrased_with_the_placement():
     model = mnist_mlp().to("meta")
     monitor = TrainingMonitor(device="cpu", model=model)
     with pytest.raises(DeviceMismatchError) as info:
-        for inputs, targets in monitor.wrap(make_loader(fast_collate, n=128 * 2)):
+        for inputs, _targets in monitor.wrap(make_loader(fast_collate, n=128 * 2)):
             with monitor.step():
                 model(inputs)  # torch: "Tensor on device cpu is not on the expected device meta!"
     text = str(info.value)

@@ -86,10 +86,10 @@ def test_exception_in_step_passes_through_and_is_not_counted():
     monitor = TrainingMonitor(device="cpu")
     loader = make_loader(fast_collate, n=128 * 4)
     with pytest.raises(ZeroDivisionError):
-        for i, batch in enumerate(monitor.wrap(loader)):
+        for i, _batch in enumerate(monitor.wrap(loader)):
             with monitor.step():
                 if i == 2:
-                    1 / 0
+                    1 / 0  # noqa: B018 (raises on purpose)
     summary = monitor.summary()
     assert summary.steps == 2
     assert any("ended with an exception" in note for note in summary.notes)

@@ -105,7 +105,7 @@ def test_other_warnings_still_reach_the_user():
     counter.install()
     try:
         with pytest.warns(DeprecationWarning, match="something else"):
-            warnings.warn("something else", DeprecationWarning)
+            warnings.warn("something else", DeprecationWarning, stacklevel=1)
     finally:
         counter.uninstall()
     assert counter.total == 0
@@ -267,7 +267,7 @@ def test_cuda_asked_for_without_a_gpu_falls_back_to_the_host_clock():
 
     monitor = TrainingMonitor(device="cuda")
     model = mnist_mlp()
-    for inputs, targets in monitor.wrap(make_loader(fast_collate, n=128 * 3)):
+    for inputs, _targets in monitor.wrap(make_loader(fast_collate, n=128 * 3)):
         with monitor.step():
             model(inputs).sum().backward()
     summary = monitor.summary()
@@ -373,9 +373,9 @@ def test_a_warning_raised_inside_an_explicit_wait_counts_once():
 def test_explicit_synchronize_every_step_is_host_sync_bound_on_gpu():
     monitor = TrainingMonitor(device="cuda")
     x = torch.randn(256, 256, device="cuda")
-    for batch in monitor.wrap(range(20)):
+    for _batch in monitor.wrap(range(20)):
         with monitor.step():
-            y = x @ x
+            _ = x @ x
             torch.cuda.synchronize()
     summary = monitor.summary()
     assert "host_sync_bound" in summary.codes, summary.to_dict()

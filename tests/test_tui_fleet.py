@@ -7,7 +7,7 @@ import pytest
 from textual.app import App
 
 from gpudoctor import fleet
-from test_fleet_unit import NOW, FakeProm, gpu, make
+from test_fleet_unit import NOW, gpu, make
 from tui_support import run_async, screen_text, wait_for
 
 pytestmark = pytest.mark.timeout(120)

@@ -163,7 +163,6 @@ def assert_headers_whole(lines: list[str], labels: list[str], where: str) -> Non
 
 
 async def _processes(size: tuple[int, int]) -> tuple[list[str], list[list[str]]]:
-    from gpudoctor.tui.screens import PROCESS_COLUMNS
 
     app = make_test_app(STANDIN)
     async with app.run_test(size=size) as pilot:
@@ -350,5 +349,5 @@ def test_help_screen_is_whole(size):
     lines = run_async(_help)(size)
     _show("help", size, lines)
     text = _joined(lines)
-    for key, what in HELP_KEYS:
+    for _key, what in HELP_KEYS:
         assert re.sub(r"\s+", " ", what) in text, f"help: cut: {what!r}"

@@ -74,7 +74,7 @@ def test_cancel_terminates_the_child():
     proc.start()
     seen = []
     deadline = time.monotonic() + 60
-    for kind, payload in proc.events(stop=lambda: len(seen) >= 3 or time.monotonic() > deadline):
+    for kind, _payload in proc.events(stop=lambda: len(seen) >= 3 or time.monotonic() > deadline):
         seen.append(kind)
     assert seen[-1] == "cancelled" and seen.count("progress") >= 2
     assert not proc.process.is_alive()

@@ -199,7 +199,6 @@ def test_probe_measurement_without_a_reference_figure():
 
 
 def test_probe_compares_when_a_figure_is_known(monkeypatch):
-    from gpudoctor.model import ProbeResult
     from gpudoctor.probes import workload
 
     assert workload.expected_for("NVIDIA H100 80GB HBM3") is None or workload.EXPECTED_SAMPLES_PER_S

@@ -91,7 +91,7 @@ def test_torchvision_layout_mnist_raw_is_found(tmp_path):
 
 
 def _corrupt(tmp_path: Path, name: str, how) -> tuple[Path, Path]:
-    written = write_mnist(tmp_path / "d", compress=name.endswith(".gz"))
+    write_mnist(tmp_path / "d", compress=name.endswith(".gz"))
     path = tmp_path / "d" / name
     path.write_bytes(how(path.read_bytes()))
     return tmp_path / "d", path

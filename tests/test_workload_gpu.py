@@ -37,7 +37,7 @@ def test_cuda_run_measures_memory_and_utilisation(data, mode, workers):
 
 def test_cuda_out_of_memory_is_released(data):
     """A real allocation far beyond the device: recorded as oom, memory back, next run fine."""
-    from gpudoctor.workload.config import RunConfig, SweepConfig
+    from gpudoctor.workload.config import SweepConfig
     from gpudoctor.workload.sweep import run_sweep
 
     total = torch.cuda.get_device_properties(0).total_memory

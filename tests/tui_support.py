@@ -72,7 +72,7 @@ async def take_samples(pilot: Any, app: Any, n: int) -> None:
         target = app.state.samples + 1
         await wait_for(pilot, lambda: app._sample_started is None)
         app.request_sample()
-        await wait_for(pilot, lambda: app.state.samples >= target)
+        await wait_for(pilot, lambda: app.state.samples >= target)  # noqa: B023 (awaited at once)
     await pilot.pause()
 
 

@@ -9,7 +9,10 @@ falsy, compares equal to other NA values with the same reason, and serialises as
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # typing.TypeIs is 3.13; the annotation is never evaluated at run time
+    from typing_extensions import TypeIs
 
 
 class NA:
@@ -37,7 +40,8 @@ class NA:
         return {"__na__": self.reason}
 
 
-def is_na(value: Any) -> bool:
+def is_na(value: Any) -> TypeIs[NA]:
+    # TypeIs: after `if is_na(x): return`, a checker knows x is the reading, not NA
     return isinstance(value, NA)
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar, cast
 
 from . import catalogue
 from .base import GpuSample, MemoryReading, ProcessReading, UtilizationReading
@@ -189,7 +189,7 @@ def _memory_reading(used: Any, free: Any, total: Any, reserved: Any) -> MemoryRe
 class NvmlBackend:
     """Live readings through NVML. The methods are :class:`~gpudoctor.backends.base.GpuBackend`."""
 
-    kind = "nvml"
+    kind: ClassVar[str] = "nvml"
     source = ""  # a replay names its file here
 
     def __init__(self, gate: NvmlGate | None = None) -> None:
@@ -307,12 +307,13 @@ class NvmlBackend:
         two of them cost >= 40 ms per GPU), ECC and retirement counts and the modes: cheap
         enough for samplers beside a training loop.
         """
-        return screen({**self.utilization(index), **self.memory(index), **self._read_catalogue(index, "fast")})
+        return cast(GpuSample, screen({**self.utilization(index), **self.memory(index),
+                                       **self._read_catalogue(index, "fast")}))
 
     def sample(self, index: int) -> GpuSample:
         """Every reading gpudoctor shows: :meth:`fast_sample` plus PCIe link and throughput,
         fan, ECC, page retirement, row remapping, persistence and compute mode, energy."""
-        return screen({**self.fast_sample(index), **self._read_catalogue(index, "full")})
+        return cast(GpuSample, screen({**self.fast_sample(index), **self._read_catalogue(index, "full")}))
 
     def _read_catalogue(self, index: int, read: str) -> dict[str, Any]:
         """The catalogue's readings of one kind of read ("fast", "full") that have NVML calls of

@@ -21,10 +21,12 @@ The full format, with its bounds, is docs/recording.schema.json (gpudoctor.recor
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping, cast
 
 # The loader lives in gpudoctor.recording (bounded reading, the schema); re-exported here.
-from gpudoctor.recording import RECORDING_FORMAT, RECORDING_FORMAT_VERSION, RecordingError, load_recording
+from gpudoctor.recording import (
+    RECORDING_FORMAT, RECORDING_FORMAT_VERSION, RecordingError, load_recording,  # noqa: F401
+)
 
 from . import catalogue
 from .base import GpuSample, MemoryReading, ProcessReading, UtilizationReading
@@ -52,7 +54,7 @@ class ReplayBackend:
     recording stays lost) or starts again (``loop=True``, for the TUI).
     """
 
-    kind = "replay"
+    kind: ClassVar[str] = "replay"
 
     def __init__(self, recording: dict[str, Any], *, loop: bool = False, source: str = "") -> None:
         self.recording = recording
@@ -125,14 +127,14 @@ class ReplayBackend:
         devices = entry.get("devices") or []
         if index >= len(devices):
             return {"gpu_util_pct": NA("NotRecorded")}
-        return screen(dict(devices[index]))
+        return cast(GpuSample, screen(dict(devices[index])))
 
     # Recordings hold whole samples; the cheaper views are cuts of the next one: the catalogue's
     # "fast" readings (read from it at each call; this is the list as it stood at import).
     _FAST_KEYS = catalogue.fast_keys()
 
     @staticmethod
-    def _missing(full: dict[str, Any]) -> NA:
+    def _missing(full: Mapping[str, Any]) -> NA:
         """What a field absent from a sample reads as: the device's fault if it has one."""
         return next((v for v in full.values() if is_na(v)), NA("NotRecorded"))
 
@@ -142,7 +144,7 @@ class ReplayBackend:
         fast = {k: full.get(k, missing) for k in catalogue.fast_keys()}
         if "memory_reserved_bytes" not in full and "memory_used_bytes" in full:
             fast["memory_reserved_bytes"] = NA("NotRecorded")  # recorded before reserved was read
-        return fast
+        return cast(GpuSample, fast)
 
     def total_energy_mj(self, index: int) -> Any:
         """The energy counter of the device's next recorded sample (``energy_mj``), or NA."""

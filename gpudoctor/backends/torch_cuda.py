@@ -11,7 +11,7 @@ import importlib
 import os
 import sys
 import warnings
-from typing import Any
+from typing import Any, Callable
 
 from gpudoctor.errors import message_line as _first_line
 
@@ -28,7 +28,7 @@ def import_torch() -> Any:
 
 
 
-def _safe(fn, *args, **kwargs) -> Any:
+def _safe(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     try:
         return fn(*args, **kwargs)
     except Exception as exc:
@@ -74,7 +74,7 @@ def loaded_library_path(prefix: str, maps_file: str = "/proc/self/maps") -> str 
                 found.append(path[:512])
     # the main library (libcudnn.so.9) before its parts (libcudnn_graph.so.9, ...)
     main = [p for p in found if p.rsplit("/", 1)[-1].startswith(prefix + ".so")]
-    return (main or found or [None])[0]
+    return next(iter(main or found), None)
 
 
 def cudnn_facts(torch: Any, maps_file: str = "/proc/self/maps") -> dict[str, Any]:
@@ -204,7 +204,9 @@ def torch_facts(with_devices: bool = True) -> dict[str, Any]:
         warnings.simplefilter("always")
         facts["cuda_available"] = _safe(torch.cuda.is_available)
         facts["device_count"] = _safe(torch.cuda.device_count)
-    facts["cuda_warnings"] = [_first_line(w.message) for w in caught if "cuda" in str(w.message).lower()]
+    # record=True keeps Warning instances (warn() wraps a str), typeshed also allows a str
+    facts["cuda_warnings"] = [_first_line(w.message) for w in caught  # type: ignore[arg-type]
+                               if "cuda" in str(w.message).lower()]
     facts["cuda_init_error"] = None
     if facts["cuda_available"] is not True and facts["cuda_build"]:
         # is_available() hides the reason; init() raises it ("driver too old", "no device"...).

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
+from typing import Any, Mapping
 
 from .na import NA, is_na
 from .nvml import normalise_bus_id
@@ -54,7 +54,7 @@ def parse_visible(value: str | None, nvml_uuids: list[Any]) -> list[int] | NA:
     return chosen
 
 
-def visible_nvml_indices(gpu: Any, env: dict[str, str] | None = None) -> list[int] | NA:
+def visible_nvml_indices(gpu: Any, env: Mapping[str, str] | None = None) -> list[int] | NA:
     """NVML indices torch will see, or NA when NVML cannot say."""
     env = os.environ if env is None else env
     count = gpu.device_count()
@@ -64,7 +64,7 @@ def visible_nvml_indices(gpu: Any, env: dict[str, str] | None = None) -> list[in
     return parse_visible(env.get("CUDA_VISIBLE_DEVICES"), uuids)
 
 
-def order_caveat(gpu: Any, visible: list[int], env: dict[str, str] | None = None) -> str:
+def order_caveat(gpu: Any, visible: list[int], env: Mapping[str, str] | None = None) -> str:
     """Why CUDA's numbering may not follow CUDA_VISIBLE_DEVICES' order of NVML devices: CUDA numbers
     the fastest device first unless CUDA_DEVICE_ORDER=PCI_BUS_ID, so on a node with different GPU
     models torch's index cannot be told from NVML alone. "" when the order is certain (the PCI bus
@@ -132,7 +132,7 @@ def torch_device_ids(cuda_index: int, torch: Any = None) -> tuple[str | None, st
 
     try:
         if torch is None:
-            import torch
+            import torch  # type: ignore[no-redef]  # the parameter, imported when not given
         props = device_properties(torch, cuda_index)
     except Exception:  # noqa: BLE001 - no ids: the resolver falls back to CUDA_VISIBLE_DEVICES order
         return None, None

@@ -14,7 +14,6 @@ import shutil
 import sys
 from typing import Any
 
-from gpudoctor import exitcodes
 from gpudoctor.commands.args import bounded
 from gpudoctor.commands.output import is_terminal
 

@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         events.start()
         seen: dict[int, int] = {}
         critical: set[int] = set()
-        for snap in itertools.chain([snap], reads):
+        for snap in itertools.chain([snap], reads):  # noqa: B020 (chain() holds the first snapshot already)
             for dev in snap.devices:
                 # flushed per line: a log reader sees each interval as it happens
                 write_stdout_line(json.dumps(watch_record(snap, dev), allow_nan=False) if args.json

@@ -14,12 +14,11 @@ import json
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 from typing import Any, TextIO
 
 from gpudoctor import exitcodes
-from gpudoctor.commands.args import bounded, check_writable, output_path, process_id, seconds
+from gpudoctor.commands.args import bounded, check_writable, output_path, process_id
 from gpudoctor.commands.output import deliver, is_terminal, say
 from gpudoctor.errors import UsageError
 

@@ -365,7 +365,7 @@ class SyncCounter:
             if original is None:
                 continue
             owned = not isinstance(owner, type) or "synchronize" in vars(owner)
-            setattr(owner, "synchronize", self._counting_wrapper(original))
+            owner.synchronize = self._counting_wrapper(original)
             self._wrapped.append((owner, "synchronize", original, owned))
 
     def _counting_wrapper(self, original: Any) -> Any:

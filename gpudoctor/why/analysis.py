@@ -16,7 +16,7 @@ from typing import Any, Sequence
 from gpudoctor.hooks.summary import HOST_SYNC_BOUND, INPUT_BOUND, STRAGGLER, sync_pattern_words
 from gpudoctor.why import rules
 from gpudoctor.why.rules import SourceLine
-from gpudoctor.why.stacks import Frame, Stack
+from gpudoctor.why.stacks import Stack
 
 FORMAT = "gpudoctor-why"
 FORMAT_VERSION = 1

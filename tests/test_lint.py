@@ -1,0 +1,44 @@
+"""The lint gate: ruff and mypy with the project's configuration (pyproject.toml).
+
+CI runs only pytest, so the linters run here, as subprocesses from the repository root: ruff over
+gpudoctor/ probes/ tests/ benchmarks/ with [tool.ruff], mypy over the modules [tool.mypy] names
+(the result model, the backends with the catalogue, the sampler). A finding fails the test with
+the tool's own output; a tool that is not installed (it comes with the `dev` extra) skips it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+RUFF_PATHS = ["gpudoctor", "probes", "tests", "benchmarks"]
+
+
+def _run_tool(module: str, args: list[str]) -> subprocess.CompletedProcess[str]:
+    if importlib.util.find_spec(module) is None:
+        pytest.skip(f"{module} is not installed (pip install -e '.[dev]' brings it)")
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=240, check=False)
+
+
+def _fail_on_findings(tool: str, done: subprocess.CompletedProcess[str]) -> None:
+    if done.returncode != 0:
+        pytest.fail(f"{tool} exited {done.returncode}:\n{done.stdout}{done.stderr}", pytrace=False)
+
+
+def test_ruff_finds_nothing():
+    # --no-cache: no .ruff_cache in the tree; the check of the whole tree takes well under a second
+    done = _run_tool("ruff", ["check", "--no-cache", "--output-format", "concise", *RUFF_PATHS])
+    _fail_on_findings("ruff check", done)
+
+
+def test_mypy_finds_nothing():
+    # the files and the per-module strictness come from [tool.mypy]; no incremental cache is
+    # written, so the run never depends on (or leaves behind) an earlier one
+    done = _run_tool("mypy", ["--config-file", "pyproject.toml", "--no-incremental", "--cache-dir", "/dev/null"])
+    _fail_on_findings("mypy", done)
