@@ -135,7 +135,7 @@ def uses_fp32_precision_api(torch: Any) -> bool:
     ``allow_tf32`` and ``set_float32_matmul_precision`` print a deprecation warning, and once a
     process mixed the two APIs, reading the legacy ones raises."""
     try:
-        getattr(torch.backends.cuda.matmul, "fp32_precision")
+        torch.backends.cuda.matmul.fp32_precision  # noqa: B018 - reading it is the test (it may raise)
         return True
     except (AttributeError, RuntimeError):
         return False
