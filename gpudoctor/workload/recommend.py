@@ -213,6 +213,8 @@ def recommend(runs: Iterable[Any]) -> dict[str, Any]:
     util = _get(best, "gpu_util_mean_pct")
     if util is not None:
         reasons.append(f"GPU busy {util:.0f}% on average (max {_get(best, 'gpu_util_max_pct'):.0f}%) during that run")
+    elif device == "cuda" and _get(best, "gpu_util_note"):
+        reasons.append(f"GPU utilisation not measured: {_get(best, 'gpu_util_note')}")
     best_acc = _get(best, "test_accuracy")
     learners = [r for r in on_device if learned(r)]
     accurate = max(learners, key=lambda r: _get(r, "test_accuracy")) if learners else None
