@@ -90,6 +90,8 @@ class RunResult:
     samples_per_joule: float | None = None
     energy_source: str | None = None       # "nvml" (the GPU) or "rapl" (the CPU packages)
     energy_note: str | None = None         # why there is no energy figure
+    energy_window_s: float | None = None   # seconds the energy counter was read over
+    energy_epochs: int | None = None       # epochs inside that window (the run's, plus top-up ones)
 
     @property
     def run(self) -> RunConfig:
@@ -359,7 +361,7 @@ def _clear_measurements(result: RunResult) -> None:
     for name in ("epoch_s", "samples_per_s", "data_wait_share", "step_p50_ms", "step_p95_ms",
                  "gpu_util_mean_pct", "gpu_util_max_pct", "gpu_util_hz", "gpu_util_period_ms", "peak_allocated_bytes",
                  "peak_reserved_bytes", "first_loss", "final_loss", "test_accuracy", "energy_j",
-                 "energy_per_epoch_j", "avg_power_w", "samples_per_joule"):
+                 "energy_per_epoch_j", "avg_power_w", "samples_per_joule", "energy_window_s", "energy_epochs"):
         setattr(result, name, None)
     result.epoch_times_s = []
     result.gpu_util_samples = 0
@@ -425,10 +427,11 @@ def _train_and_measure(run: RunConfig, data: MnistData, device: Any, epochs: int
 
     meter = state["energy"] = energy.RunEnergy(device).start()
     trained = _train_epochs(run, model, optimizer, batches, device, epochs, hook, should_stop, result)
-    energy.fill(result, meter.stop(), n_train * epochs, epochs)
-    state.pop("energy").close()
     if sampler is not None:
         result.__dict__.update(state.pop("sampler").stop())
+    extra = _energy_top_up(meter, run, model, batches, device, hook, should_stop)
+    energy.fill(result, meter.stop(), n_train * (epochs + extra), epochs + extra)
+    state.pop("energy").close()
     if cuda:
         result.peak_allocated_bytes = int(torch.cuda.max_memory_allocated(device))
         result.peak_reserved_bytes = int(torch.cuda.max_memory_reserved(device))
@@ -438,6 +441,28 @@ def _train_and_measure(run: RunConfig, data: MnistData, device: Any, epochs: int
         # Throughput is still a measurement; the numbers the network produced are not.
         result.status = "error"
         result.error = f"training diverged: mean loss of the last epoch is {trained.last_epoch_loss}"
+
+
+def _energy_top_up(meter: Any, run: RunConfig, model: Any, batches: Callable[[], Any], device: Any,
+                   hook: FaultHook, should_stop: Callable[[], bool] | None) -> int:
+    """More epochs of the same configuration until the energy window is long enough for the
+    counter (:data:`gpudoctor.workload.energy.MIN_ENERGY_WINDOW_S`), on a throw-away copy of
+    the network so the run's own accuracy is unchanged. Returns the number of extra epochs."""
+    import copy
+
+    from gpudoctor.workload.model import build_optimizer
+
+    if not meter.needs_more():
+        return 0
+    spare = copy.deepcopy(model)
+    optimizer = build_optimizer(spare)
+    scratch = RunResult(run.device, run.mode, run.batch_size, run.workers)
+    extra = 0
+    while meter.needs_more():
+        _train_epochs(run, spare, optimizer, batches, device, 1, hook, should_stop, scratch)
+        extra += 1
+    del spare, optimizer
+    return extra
 
 
 def _warm_up(run: RunConfig, device: Any, seed: int, n_train: int) -> None:
