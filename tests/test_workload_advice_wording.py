@@ -119,3 +119,16 @@ def test_the_epochs_of_one_run_count_as_variation_when_nothing_was_repeated():
     advice = rec.recommend(runs)
     assert "not told apart" in advice["summary"] and "the epochs of one run differed by up to 3.00x" in " ".join(
         advice["reasons"])
+
+
+def test_a_repeated_configuration_gets_one_starvation_verdict():
+    """With --repeat, one repeat of tuned batch 64 waited 12 % and the other 3 %: it was listed
+    as starved and as keeping up in the same advice. Its median (7.5 %) decides, once."""
+    runs = [run("cpu", "tuned", 64, 0, 3000, wait=0.12), run("cpu", "tuned", 64, 0, 700, wait=0.03),
+            run("cpu", "tuned", 1000, 0, 10000, wait=0.34), run("cpu", "tuned", 1000, 0, 8000, wait=0.20),
+            run("cpu", "resident", 1000, None, 11000, wait=0.04)]
+    advice = rec.recommend(runs)
+    assert advice["starved_runs"] == ["tuned batch 1000"]
+    text = " ".join(advice["starved_reasons"])
+    assert "tuned at batch 64 with 0 workers keeps up (waits 8% of the time" in text
+    assert "27% of the loop's time" in text  # tuned batch 1000: the median of 34 % and 20 %

@@ -178,7 +178,7 @@ class ReplayBackend:
             if index >= len(devices) or not isinstance(t, (int, float)):
                 continue
             value = screen(dict(devices[index])).get("gpu_util_pct")
-            stamp = int(round(t * 1_000_000))
+            stamp = round(t * 1_000_000)
             if isinstance(value, (int, float)) and not is_na(value) and stamp > since_us:
                 out.append((stamp, float(value)))
         return sorted(out)

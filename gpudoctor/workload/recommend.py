@@ -142,13 +142,22 @@ def _starvation(ok: list[Any], device: str) -> dict[str, Any]:
     resident = {_get(r, "batch_size"): r for r in ok if _get(r, "mode") == "resident"}
     if not pipeline:
         return {"starved": None, "reasons": ["no DataLoader run finished, so the input pipeline was not measured"]}
-    evidence = []
+    # One verdict per configuration: with --repeat, the median of its runs (a configuration is
+    # never called starved by one repeat and keeping up by another).
+    resident_sps = {batch: _median([_get(r, "samples_per_s") for r in ok
+                                    if _get(r, "mode") == "resident" and _get(r, "batch_size") == batch])
+                    for batch in resident}
+    groups: dict[tuple[Any, ...], list[Any]] = {}
     for run in pipeline:
+        groups.setdefault(_key(run), []).append(run)
+    evidence = []
+    for group in groups.values():
+        run = group[0]
         ratio = None
         ref = resident.get(_get(run, "batch_size"))
         if ref is not None:
-            ratio = _get(run, "samples_per_s") / _get(ref, "samples_per_s")
-        wait = _get(run, "data_wait_share") or 0.0
+            ratio = _median([_get(r, "samples_per_s") for r in group]) / resident_sps[_get(run, "batch_size")]
+        wait = _median([_get(r, "data_wait_share") or 0.0 for r in group])
         evidence.append((starved_by_wait(wait), ratio, wait, run, ref))
     hits = [e for e in evidence if e[0]]
     where = "the GPU" if device == "cuda" else "the training loop (on the CPU both share the cores)"

@@ -27,6 +27,7 @@ the run's tensors are dropped and the allocator's cache emptied, so the sweep go
 from __future__ import annotations
 
 import gc
+import itertools
 import math
 import threading
 import time
@@ -225,7 +226,7 @@ class UtilSampler:
     def period_us(self) -> float:
         """NVML's sample period: the median gap between consecutive samples, else the longest."""
         stamps = sorted(self.seen)
-        gaps = sorted(b - a for a, b in zip(stamps, stamps[1:]) if b > a)
+        gaps = sorted(b - a for a, b in itertools.pairwise(stamps) if b > a)
         if not gaps:
             return NVML_MAX_UTIL_PERIOD_S * 1e6
         return float(gaps[len(gaps) // 2])
