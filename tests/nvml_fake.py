@@ -67,7 +67,7 @@ DEVICE_FUNCTIONS = frozenset("nvmlDevice" + name for name in (
     "GetNvLinkRemotePciInfo", "GetNvLinkState", "GetNvLinkVersion", "GetPciInfo", "GetPcieThroughput",
     "GetPerformanceState", "GetPersistenceMode", "GetPowerManagementDefaultLimit", "GetPowerUsage",
     "GetProcessUtilization", "GetRemappedRows", "GetRetiredPages", "GetRetiredPagesPendingStatus",
-    "GetSerial", "GetSupportedEventTypes", "GetTemperature", "GetTemperatureThreshold",
+    "GetSamples", "GetSerial", "GetSupportedEventTypes", "GetTemperature", "GetTemperatureThreshold",
     "GetTotalEccErrors", "GetTotalEnergyConsumption", "GetUUID", "GetUtilizationRates",
     "GetVbiosVersion", "RegisterEvents"))
 

@@ -178,3 +178,64 @@ def test_sweep_outputs_carry_the_energy_columns():
                       "energy_note": None}])
     header, row = text.splitlines()
     assert row.split(",")[header.split(",").index("samples_per_joule")] == "12.5"
+
+
+# --------------------------------------------------------------------------- windows and limits
+def _run_energy(counter_mj, clock, limit_mw=300_000):
+    """A CUDA run's energy over a stand-in NVML whose counter reads ``counter_mj()``."""
+    from gpudoctor.workload.energy import RunEnergy
+
+    nvml = FakePynvml(readings={"nvmlDeviceGetTotalEnergyConsumption": counter_mj,
+                                "nvmlDeviceGetEnforcedPowerLimit": limit_mw})
+    return RunEnergy(SimpleNamespace(type="cuda", index=0), backend=NvmlBackend(NvmlGate(nvml)), clock=clock).start()
+
+
+def test_a_millisecond_gpu_window_is_too_short_to_measure_not_absurd_watts():
+    """The counter advances at the driver's power-sampling cadence: over 4 ms it reads 0 J or
+    one whole step (here 250 J, 62,500 W)."""
+    reads = count(0)
+    use = _run_energy(lambda: 5_000_000 + 250_000 * next(reads), _clock(0.0, 0.004)).stop()
+    assert use.joules is None and use.watts is None
+    assert use.reason.startswith("too short to measure") and "4 ms" in use.reason and "5 s" in use.reason
+
+
+def test_average_power_above_the_power_limit_is_a_measurement_error():
+    reads = count(0)
+    over = _run_energy(lambda: 2_000_000 * next(reads), _clock(0.0, 5.0)).stop()  # 2000 J in 5 s: 400 W
+    assert over.joules is None and "measurement error" in over.reason and "300 W power limit" in over.reason
+    reads = count(0)
+    fine = _run_energy(lambda: 1_000_000 * next(reads), _clock(0.0, 5.0)).stop()  # 200 W
+    assert fine.joules == 1000.0 and fine.watts == 200.0 and fine.reason == ""
+
+
+def test_a_counter_that_did_not_advance_is_no_figure():
+    use = _run_energy(lambda: 7_000_000, _clock(0.0, 6.0)).stop()
+    assert use.joules is None and "did not advance" in use.reason
+
+
+def test_a_short_cpu_run_is_topped_up_on_a_spare_network_until_the_window_is_long_enough(monkeypatch, tmp_path):
+    """The timed epochs end before the RAPL window's minimum: more epochs of the same
+    configuration run on a copy of the network inside the window; the run's accuracy is that
+    of the real network (the same as a run without energy counters)."""
+    from gpudoctor.backends import energy as backend_energy
+    from gpudoctor.workload import energy
+
+    baseline = _cpu_run()  # no counters on this machine: no top-up
+    zone = _zone(tmp_path, "intel-rapl:0", 0)
+    reads = []
+    real_read = backend_energy.read_rapl_uj
+
+    def advancing(root):
+        reads.append(root)
+        (zone / "energy_uj").write_text(f"{len(reads) * 1_000_000}\n")
+        return real_read(root)
+
+    ticks = count(0)
+    monkeypatch.setattr(backend_energy, "read_rapl_uj", advancing)
+    monkeypatch.setattr(energy, "cpu_meter", lambda: cpu_meter(str(tmp_path), clock=lambda: next(ticks) * 0.001))
+    result = _cpu_run()
+    assert result.status == "ok" and len(reads) == 2
+    assert result.energy_epochs > 1 and result.energy_window_s >= energy.MIN_ENERGY_WINDOW_S["rapl"]
+    assert result.energy_j == 1.0 and result.energy_per_epoch_j == round(1.0 / result.energy_epochs, 3)
+    assert result.samples_per_joule == 4096.0 * result.energy_epochs
+    assert result.epochs == 1 and result.test_accuracy == baseline.test_accuracy

@@ -55,6 +55,7 @@ def _torch_cuda() -> bool:
     (["--modes", "dataloader,turbo"], "--modes: unknown value 'turbo'"),
     (["--device", "tpu"], "--device: unknown value 'tpu'"),
     (["--epochs", "0"], "--epochs: 0 must be >= 1"),
+    (["--repeat", "0"], "--repeat: 0 must be >= 1"),
     (["--train-samples", "x"], "--train-samples: 'x' is not an integer"),
     (["--csv", "/nonexistent-dir/out.csv"], "directory /nonexistent-dir does not exist"),
 ])
@@ -65,6 +66,17 @@ def test_bad_input_is_one_line_and_exit_2(capsys, argv, fragment):
     assert captured.out == ""
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("gpudoctor: error: ") and fragment in lines[0]
+
+
+def test_repeat_runs_the_grid_again_and_the_advice_weighs_the_repeats(capsys):
+    code = main([*SMALL, "--batch-sizes", "512", "--workers", "0", "--modes", "resident,tuned", "--repeat", "2",
+                 "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == exitcodes.OK and doc["config"]["repeat"] == 2
+    validate_sweep(doc)
+    assert sorted((r["mode"], r["batch_size"]) for r in doc["runs"]) == [("resident", 512)] * 2 + [("tuned", 512)] * 2
+    assert doc["recommendation"]["variation"]["source"] == "repeated runs of one configuration"
+    assert doc["recommendation"]["variation"]["ratio"] >= 1.0
 
 
 def test_cuda_on_a_machine_without_it_is_exit_2(capsys):

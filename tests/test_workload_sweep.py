@@ -200,19 +200,86 @@ def _utilisation_nvml(readings):
     return FakePynvml(readings={"nvmlDeviceGetUtilizationRates": read})
 
 
-def test_util_sampler_polls_at_least_10_hz_in_a_thread():
-    import time
+def _nvml_with_samples(stamps_and_values):
+    """One GPU whose driver buffer holds these (timestamp_us, percent) utilisation samples;
+    ``nvmlDeviceGetSamples`` answers those newer than the timestamp asked for, as NVML does
+    (NotFound when there are none)."""
+    from types import SimpleNamespace
 
+    def get_samples(kind, since):
+        assert kind == 1  # NVML_GPU_UTILIZATION_SAMPLES
+        newer = [SimpleNamespace(timeStamp=t, sampleValue=SimpleNamespace(uiVal=v))
+                 for t, v in stamps_and_values if t > since]
+        if not newer:
+            raise nvml_error("NotFound")()
+        return (1, newer)  # NVML_VALUE_TYPE_UNSIGNED_INT
+
+    return FakePynvml(readings={"nvmlDeviceGetSamples": get_samples,
+                                "nvmlDeviceGetUtilizationRates": util(97)})
+
+
+def _sampled_run(buffer, start_us, stop_us):
     from gpudoctor.backends import NvmlBackend, NvmlGate
     from gpudoctor.workload.run import UtilSampler
 
-    nvml = _utilisation_nvml([10, 90, 50, 50])
-    sampler = UtilSampler(0, 0.05, backend=NvmlBackend(NvmlGate(nvml))).start()
-    time.sleep(0.6)
-    out = sampler.stop()
-    assert out["gpu_util_samples"] >= 6 and out["gpu_util_hz"] >= 10
-    assert out["gpu_util_max_pct"] == 90 and 10 <= out["gpu_util_mean_pct"] <= 90
-    assert out["gpu_util_note"] is None
+    clock = iter([start_us, stop_us])
+    sampler = UtilSampler(0, 30.0, backend=NvmlBackend(NvmlGate(_nvml_with_samples(buffer))),
+                          clock_us=lambda: next(clock)).start()
+    return sampler.stop()
+
+
+PERIOD_US = 166_667  # NVML's shortest utilisation sample period, 1/6 s
+
+
+def test_util_keeps_only_nvml_samples_whose_period_lies_inside_the_run():
+    """Samples before the run (idle, 0 %) and the first one in it, which still averages time
+    before the start, are left out; the utilisation polled at 20 Hz (97 %) is not used."""
+    t0 = 50_000_000
+    buffer = [(t0 + k * PERIOD_US, 0 if k <= 0 else 80 if k % 2 else 60) for k in range(-6, 13)]
+    out = _sampled_run(buffer, t0 + 1000, t0 + 12 * PERIOD_US + 500)
+    assert out["gpu_util_reason"] is None and out["gpu_util_note"] is None
+    assert out["gpu_util_samples"] == 11  # k = 2..12: k = 1 ends 166 ms after a start 1 ms in
+    assert out["gpu_util_mean_pct"] == pytest.approx(round((6 * 60 + 5 * 80) / 11, 1))
+    assert out["gpu_util_max_pct"] == 80
+    assert out["gpu_util_period_ms"] == pytest.approx(166.7) and out["gpu_util_hz"] == pytest.approx(6.0)
+
+
+def test_a_run_shorter_than_nvmls_period_gets_a_reason_not_a_number():
+    """A GPU-resident run of a few milliseconds: NVML's samples around it average mostly other
+    time, so no "GPU busy X %" is quoted."""
+    t0 = 50_000_000
+    buffer = [(t0 + k * PERIOD_US, 100 if k == 1 else 3) for k in range(-6, 2)]
+    out = _sampled_run(buffer, t0 + 20_000, t0 + 24_000)  # a 4 ms run
+    assert out["gpu_util_mean_pct"] is None and out["gpu_util_samples"] == 0
+    assert out["gpu_util_reason"] == "RunShorterThanNvmlPeriod"
+    assert "4 ms" in out["gpu_util_note"] and "167 ms" in out["gpu_util_note"]
+
+
+def test_a_long_run_that_no_sample_covers_says_so():
+    t0 = 50_000_000
+    buffer = [(t0 - k * PERIOD_US, 5) for k in range(1, 7)]  # the driver's buffer ends before the run
+    out = _sampled_run(buffer, t0, t0 + 3_000_000)
+    assert out["gpu_util_mean_pct"] is None and out["gpu_util_reason"] == "NoSampleInsideRun"
+
+
+def test_replay_serves_recorded_utilisation_as_timestamped_samples():
+    from gpudoctor.backends.replay import ReplayBackend
+
+    recording = {"nvml": {"status": None, "device_count": 1, "static": [{"name": "GPU"}],
+                          "samples": [{"t": 0.5, "devices": [{"gpu_util_pct": 10}]},
+                                      {"t": 1.0, "devices": [{"gpu_util_pct": 90}]}]}}
+    replay = ReplayBackend(recording)
+    assert replay.utilization_samples(0, 0) == [(500_000, 10.0), (1_000_000, 90.0)]
+    assert replay.utilization_samples(0, 500_000) == [(1_000_000, 90.0)]
+    assert replay.utilization_samples(3, 0).reason == "InvalidArgument"
+
+
+def test_recommendation_does_not_quote_utilisation_a_run_could_not_have():
+    note = "the run lasted 4 ms, shorter than NVML's utilisation sample period (167 ms)"
+    runs = [_run("cuda", "resident", 1000, None, 2_000_000, util=None, gpu_util_reason="RunShorterThanNvmlPeriod",
+                 gpu_util_note=note)]
+    text = " ".join(rec.recommend(runs)["reasons"])
+    assert "GPU busy" not in text and "not measured: the run lasted 4 ms" in text
 
 
 def test_util_sampler_reports_why_there_are_no_readings():

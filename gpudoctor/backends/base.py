@@ -211,6 +211,9 @@ class GpuBackend(Protocol):
 
     def compute_mode(self, index: int) -> Any: ...
 
+    def utilization_samples(self, index: int, since_us: int) -> Any:
+        """NVML's own utilisation samples newer than ``since_us``: [(timestamp_us, percent)] or NA."""
+
     def reset(self) -> None:
         """Start again from nothing (after a driver reload); a recording has nothing to redo."""
 

@@ -107,6 +107,15 @@ class EnergyMeter:
         self._start = self._read()
         self._t0 = self._clock()
 
+    @property
+    def counting(self) -> bool:
+        """Started, and the counter answered (so :meth:`stop` can give joules)."""
+        return self._start is not None and not is_na(self._start)
+
+    def elapsed_s(self) -> float:
+        """Seconds since :meth:`start`, on the meter's clock, without reading the counter."""
+        return max(0.0, self._clock() - self._t0)
+
     def stop(self) -> EnergyUse:
         end = self._read()
         seconds = max(0.0, self._clock() - self._t0)

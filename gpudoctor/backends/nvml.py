@@ -162,6 +162,10 @@ _NO_V2_REASONS = frozenset({"FunctionNotFound", "NotSupported", "ArgumentVersion
                             "AttributeError"})
 
 
+#: nvmlValueType_t -> the member of nvmlValue_t that holds a sample (NVML_VALUE_TYPE_*).
+_SAMPLE_VALUE_FIELDS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+
+
 def _mw_to_w(value: Any) -> Any:
     return value if is_na(value) else value / 1000.0
 
@@ -401,6 +405,28 @@ class NvmlBackend:
     def total_energy_mj(self, index: int) -> Any:
         """Energy used since the driver loaded, in mJ (nvidia-smi --query-gpu=total_energy_consumption)."""
         return check("energy_mj", self._q("nvmlDeviceGetTotalEnergyConsumption", index))
+
+    def utilization_samples(self, index: int, since_us: int) -> Any:
+        """NVML's own ``utilization.gpu`` samples newer than ``since_us``, oldest first, as
+        ``[(timestamp_us, percent)]`` (``nvmlDeviceGetSamples`` with
+        ``NVML_GPU_UTILIZATION_SAMPLES``; ``since_us`` 0 gives the driver's whole buffer).
+
+        Each sample is the share of NVML's sample period (1/6 s to 1 s, by product) ending at
+        its timestamp, a CPU time in microseconds, in which a kernel ran. No new sample is an
+        empty list; anything else NVML refuses is NA with the reason.
+        """
+        kind = self.gate.constant("NVML_GPU_UTILIZATION_SAMPLES", 1)
+        answer = self._q("nvmlDeviceGetSamples", index, kind, int(since_us))
+        if is_na(answer):
+            return [] if answer.reason == "NotFound" else answer  # NotFound: none since since_us
+        value_type, samples = answer
+        field = _SAMPLE_VALUE_FIELDS.get(int(value_type), "uiVal")
+        out = []
+        for entry in samples:
+            value = check("gpu_util_pct", getattr(entry.sampleValue, field))
+            if not is_na(value):
+                out.append((int(entry.timeStamp), float(value)))
+        return sorted(out)
 
     def compute_mode(self, index: int) -> Any:
         """nvmlDeviceGetComputeMode: 0 default, 1 exclusive thread (deprecated), 2 prohibited,

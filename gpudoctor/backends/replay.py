@@ -166,6 +166,25 @@ class ReplayBackend:
         return UtilizationReading(float(t) if isinstance(t, (int, float)) else 0.0,
                                   full.get("gpu_util_pct", missing), full.get("mem_util_pct", missing))
 
+    def utilization_samples(self, index: int, since_us: int) -> Any:
+        """The recorded ``gpu_util_pct`` readings newer than ``since_us`` as
+        ``[(timestamp_us, percent)]``, timed by the recording's own clock (its ``t``, seconds
+        from the recording's start), which is not the host's. Does not move the replay on."""
+        na = self._check(index)
+        if na is not None:
+            return na
+        out = []
+        for entry in self._nvml.get("samples") or []:
+            devices = entry.get("devices") or []
+            t = entry.get("t")
+            if index >= len(devices) or not isinstance(t, (int, float)):
+                continue
+            value = screen(dict(devices[index])).get("gpu_util_pct")
+            stamp = round(t * 1_000_000)
+            if isinstance(value, (int, float)) and not is_na(value) and stamp > since_us:
+                out.append((stamp, float(value)))
+        return sorted(out)
+
     def compute_mode(self, index: int) -> Any:
         """The compute mode of the device's next recorded sample, or NA."""
         return self.sample(index).get("compute_mode", NA("NotRecorded"))

@@ -43,6 +43,9 @@ def register(subparsers: Any) -> None:
     mnist.add_argument("--device", metavar="DEV,...",
                        help="devices: cpu, cuda (default: cpu, plus cuda when torch sees a GPU)")
     mnist.add_argument("--epochs", metavar="N", default="1", help="epochs per run (default 1)")
+    mnist.add_argument("--repeat", metavar="N", default="1",
+                       help="run every configuration N times; the advice says when repeats disagree "
+                            "more than the configurations differ (default 1)")
     mnist.add_argument("--quick", action="store_true",
                        help="a small look: 5000 training samples, batch sizes 64,1000, workers 0,2")
     mnist.add_argument("--train-samples", metavar="N",
@@ -80,6 +83,10 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
     if len(epochs) != 1:
         raise UsageError("--epochs: give one number")
     config.epochs = epochs[0]
+    repeat = parse_int_list(args.repeat, "--repeat", 1)
+    if len(repeat) != 1:
+        raise UsageError("--repeat: give one number")
+    config.repeat = repeat[0]
     for option, name in (("--train-samples", "train_samples"), ("--test-samples", "test_samples")):
         text = getattr(args, name)
         if text is not None:

@@ -116,6 +116,7 @@ class SweepConfig:
     test_samples: int | None = None
     seed: int = 0
     util_interval_s: float = UTIL_INTERVAL_S
+    repeat: int = 1  # run the whole grid this many times (run-to-run variation, for the advice)
 
     @classmethod
     def quick_defaults(cls, **overrides: Any) -> "SweepConfig":
@@ -159,6 +160,8 @@ class SweepConfig:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise UsageError(f"{name}: {value!r} must be an integer >= 1")
+        if not isinstance(self.repeat, int) or isinstance(self.repeat, bool) or self.repeat < 1:
+            raise UsageError(f"--repeat: {self.repeat!r} must be an integer >= 1")
         self._check_samples_fit()
         if not self.util_interval_s > 0 or self.util_interval_s > 0.1:
             raise UsageError(f"util_interval_s must be in (0, 0.1] (>= 10 Hz), got {self.util_interval_s}")
@@ -204,10 +207,11 @@ class SweepConfig:
         return train, test
 
     def expand(self, devices: list[str]) -> list[RunConfig]:
-        """Every run, in the order they execute: device, mode, batch size, workers."""
+        """Every run, in the order they execute: device, mode, batch size, workers; the whole
+        grid ``repeat`` times (so slow drift on the machine reaches every configuration)."""
         workers, _ = self.effective_workers()
         runs: list[RunConfig] = []
-        for device in devices:
+        for device in [d for _ in range(self.repeat) for d in devices]:
             for mode in self.modes:
                 for batch_size in self.batch_sizes:
                     if mode == "resident":

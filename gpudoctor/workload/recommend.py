@@ -3,21 +3,27 @@ pipeline starves the GPU, memory headroom, and the CPU vs GPU speedup.
 
 Plain data in, plain data out (no torch): the TUI and a saved JSON use it as they are.
 
-Thresholds, and why:
-- ``STARVED_THROUGHPUT_RATIO`` 0.5: if a DataLoader pipeline reaches less than half the
-  samples/s that the same network reaches with the data already on the device, at the
-  same batch size, more than half of the device's time goes to waiting for input.
-- ``STARVED_WAIT_SHARE`` 0.3: a loop that spends 30 % or more of its wall time waiting
-  for the next batch is input-bound whatever the device reports.
-- ``MIN_STARVED_WAIT_SHARE`` 0.1: "starved" is said only of a loop that waits for data at
-  least 10 % of its time. A DataLoader run that is slower than data-on-device while it
-  hardly waits (copies, per-step syncs) is slower, not starved, and is said so.
-- ``LEARNED_ACCURACY`` 0.5: a run "learned" when its held-out accuracy is at least 50 %
-  on the 10 MNIST classes (chance is 10 %). Accuracies are compared only between runs
-  that learned; a quick sweep (one epoch on 5,000 samples) usually ends near chance and
-  measures throughput only.
+Thresholds, and why (each defined once here and used everywhere the advice speaks):
+- ``STARVED_WAIT_SHARE`` 0.10: the one starvation threshold. A DataLoader run is "starved"
+  when it waits for its next batch (``next()`` plus the copy to the device) 10 % of its time
+  or more, and "keeps up" below that. The wait share bounds what a perfect input pipeline
+  could buy (1 / (1 - share): 1.11x at 10 %); below 10 % a faster pipeline cannot pay for
+  the work of building it, at or above it the pipeline is the first thing to fix. How much
+  slower a run is than data-on-device (``resident``) is reported beside it, never as a
+  second test: a slow run that hardly waits is slower (copies, per-step syncs), not starved.
+- ``LEARNED_ACCURACY`` 0.5: the accuracy floor. A run "learned" when its held-out accuracy
+  is at least 50 % on the 10 MNIST classes (chance is 10 %). Only runs that learned are
+  recommended, and accuracies are compared only between them; when no run learned (a
+  ``--quick`` sweep, one epoch on 5,000 samples, usually ends near chance) the fastest run
+  is reported as throughput only and nothing is recommended.
 - ``ACCURACY_GAP`` 0.05: a faster configuration that ends five points or more below the
   best held-out accuracy is not a free win; the advice says so.
+- Told apart: the fastest configuration is recommended only when its lead over the next one
+  (the ratio of their samples/s) is larger than the run-to-run variation the sweep saw:
+  the largest ratio between repeated runs of one configuration (``--repeat``), else between
+  a run's own epochs after the first. Otherwise the two are "not told apart" and nothing is
+  recommended. With one run per configuration and one epoch the variation is unknown, and
+  the advice says so.
 - ``LOW_HEADROOM`` 0.10: less than 10 % of device memory left at the peak is close to an
   out-of-memory on a slightly larger batch or another process.
 """
@@ -26,9 +32,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-STARVED_THROUGHPUT_RATIO = 0.5
-STARVED_WAIT_SHARE = 0.3
-MIN_STARVED_WAIT_SHARE = 0.1
+STARVED_WAIT_SHARE = 0.10
 LEARNED_ACCURACY = 0.5
 ACCURACY_GAP = 0.05
 LOW_HEADROOM = 0.10
@@ -56,6 +60,38 @@ def learned(run: Any) -> bool:
     """Held-out accuracy at least :data:`LEARNED_ACCURACY` (chance on MNIST is 10 %)."""
     acc = _get(run, "test_accuracy")
     return isinstance(acc, (int, float)) and acc >= LEARNED_ACCURACY
+
+
+def starved_by_wait(wait_share: float | None) -> bool:
+    """The one starvation test: waits for data :data:`STARVED_WAIT_SHARE` of its time or more."""
+    return wait_share is not None and wait_share >= STARVED_WAIT_SHARE
+
+
+def _spread(values: list[float]) -> float | None:
+    """max / min of positive figures (1.0 = identical), or None with fewer than two."""
+    values = [v for v in values if v and v > 0]
+    return max(values) / min(values) if len(values) >= 2 else None
+
+
+def variation(runs: list[Any]) -> tuple[float | None, str]:
+    """The run-to-run variation the sweep saw, as a ratio (>= 1), and where it comes from:
+    repeated runs of one configuration, else a run's own epochs after the first."""
+    groups: dict[tuple[Any, ...], list[float]] = {}
+    for run in runs:
+        groups.setdefault((_get(run, "device"),) + _key(run), []).append(_get(run, "samples_per_s"))
+    repeats = [s for s in (_spread(v) for v in groups.values()) if s is not None]
+    if repeats:
+        return max(repeats), "repeated runs of one configuration"
+    epochs = [s for s in (_spread(list(_get(r, "epoch_times_s") or [])[1:]) for r in runs) if s is not None]
+    if epochs:
+        return max(epochs), "the epochs of one run"
+    return None, ""
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def describe(run: Any) -> str:
@@ -106,37 +142,43 @@ def _starvation(ok: list[Any], device: str) -> dict[str, Any]:
     resident = {_get(r, "batch_size"): r for r in ok if _get(r, "mode") == "resident"}
     if not pipeline:
         return {"starved": None, "reasons": ["no DataLoader run finished, so the input pipeline was not measured"]}
-    evidence = []
+    # One verdict per configuration: with --repeat, the median of its runs (a configuration is
+    # never called starved by one repeat and keeping up by another).
+    resident_sps = {batch: _median([_get(r, "samples_per_s") for r in ok
+                                    if _get(r, "mode") == "resident" and _get(r, "batch_size") == batch])
+                    for batch in resident}
+    groups: dict[tuple[Any, ...], list[Any]] = {}
     for run in pipeline:
+        groups.setdefault(_key(run), []).append(run)
+    evidence = []
+    for group in groups.values():
+        run = group[0]
         ratio = None
         ref = resident.get(_get(run, "batch_size"))
         if ref is not None:
-            ratio = _get(run, "samples_per_s") / _get(ref, "samples_per_s")
-        wait = _get(run, "data_wait_share") or 0.0
-        starved = wait >= STARVED_WAIT_SHARE or (
-            ratio is not None and ratio < STARVED_THROUGHPUT_RATIO and wait >= MIN_STARVED_WAIT_SHARE)
-        evidence.append((starved, ratio, wait, run, ref))
+            ratio = _median([_get(r, "samples_per_s") for r in group]) / resident_sps[_get(run, "batch_size")]
+        wait = _median([_get(r, "data_wait_share") or 0.0 for r in group])
+        evidence.append((starved_by_wait(wait), ratio, wait, run, ref))
     hits = [e for e in evidence if e[0]]
     where = "the GPU" if device == "cuda" else "the training loop (on the CPU both share the cores)"
     if not hits:
         worst = min(evidence, key=lambda e: e[1] if e[1] is not None else 1.0)
         most_wait = max(e[2] for e in evidence)
-        text = (f"the input pipeline keeps up: no DataLoader run waits for data {MIN_STARVED_WAIT_SHARE:.0%} "
-                f"of the time or more with a slow pipeline, nor {STARVED_WAIT_SHARE:.0%} in any case "
-                f"(most: {most_wait:.0%})")
-        reasons = [text]
-        if worst[1] is not None and worst[1] < STARVED_THROUGHPUT_RATIO:
+        reasons = [f"the input pipeline keeps up: no DataLoader run waits for data {STARVED_WAIT_SHARE:.0%} "
+                   f"of the time or more (most: {most_wait:.0%})"]
+        if worst[1] is not None and worst[1] < 1.0:
             reasons.append(f"{describe(worst[3])} is {speed_phrase(worst[1])} than with the data already "
                            f"on the device while waiting {worst[2]:.0%} of the time: the cost is in the "
                            f"copies or per-step syncs, not in waiting for input")
         return {"starved": False, "reasons": reasons}
-    # Show the clearest case: the lowest throughput ratio, else the largest wait share.
-    _, ratio, wait, run, ref = min(hits, key=lambda e: (e[1] if e[1] is not None else 1.0, -e[2]))
-    text = f"{describe(run)}: {wait:.0%} of the loop's time is spent waiting for the next batch"
+    # Show the clearest case: the largest wait share.
+    _, ratio, wait, run, ref = max(hits, key=lambda e: e[2])
+    text = (f"{describe(run)}: {wait:.0%} of the loop's time is spent waiting for the next batch "
+            f"(starved: {STARVED_WAIT_SHARE:.0%} or more)")
     util = _get(run, "gpu_util_mean_pct")
     if util is not None:
         text += f", GPU busy {util:.0f}% on average"
-    if ratio is not None:
+    if ratio is not None and ratio < 1.0:
         text += f"; with the data already on the device the same batch runs {speed_phrase(1 / ratio)}"
     text += f": {where} waits for the input pipeline"
     reasons = [text]
@@ -144,7 +186,8 @@ def _starvation(ok: list[Any], device: str) -> dict[str, Any]:
     fed = [e for e in evidence if not e[0]]
     if fed:
         best_fed = max(fed, key=lambda e: _get(e[3], "samples_per_s"))
-        reasons.append(f"{describe(best_fed[3])} keeps up (waits {best_fed[2]:.0%} of the time)")
+        reasons.append(f"{describe(best_fed[3])} keeps up (waits {best_fed[2]:.0%} of the time, "
+                       f"below {STARVED_WAIT_SHARE:.0%})")
     reasons.append("fix: keep the data on the device (resident) when it fits, or larger batches, "
                    "DataLoader workers, pin_memory=True with non_blocking copies; avoid loss.item() every step")
     return {"starved": True, "reasons": reasons,
@@ -189,8 +232,24 @@ def _most_efficient(on_device: list[Any], fastest: Any) -> dict[str, Any] | None
     return entry
 
 
-def recommend(runs: Iterable[Any]) -> dict[str, Any]:
-    """The best configuration, with reasons; plus starvation and headroom verdicts."""
+def _ranked(pool: list[Any]) -> list[tuple[float, Any]]:
+    """Configurations fastest first: (median samples/s of its runs, its median run)."""
+    by_config: dict[tuple[Any, ...], list[Any]] = {}
+    for run in pool:
+        by_config.setdefault(_key(run), []).append(run)
+    ranked = []
+    for group in by_config.values():
+        group = sorted(group, key=lambda r: _get(r, "samples_per_s"))
+        ranked.append((_median([_get(r, "samples_per_s") for r in group]), group[(len(group) - 1) // 2]))
+    return sorted(ranked, key=lambda entry: -entry[0])
+
+
+def recommend(runs: Iterable[Any], quick: bool | None = None) -> dict[str, Any]:
+    """The best configuration, with reasons; plus starvation and headroom verdicts.
+
+    ``quick``: whether the runs come from a ``--quick`` sweep (the advice for runs that did
+    not learn differs); None when not known (a saved document without its config).
+    """
     runs = list(runs)
     oom = sorted({_get(r, "batch_size") for r in runs if _get(r, "status") == "oom"})
     errors = [f"{describe(r)} on {_get(r, 'device')}: {_get(r, 'error')}"
@@ -199,29 +258,55 @@ def recommend(runs: Iterable[Any]) -> dict[str, Any]:
     if not ok:
         return {"best": None, "summary": "no run finished; nothing to recommend",
                 "reasons": errors, "starved": None, "starved_reasons": [], "headroom": None,
-                "oom_batch_sizes": oom}
+                "oom_batch_sizes": oom, "variation": None}
     device = "cuda" if _ok(runs, "cuda") else "cpu"
     on_device = _ok(runs, device)
-    best = max(on_device, key=lambda r: _get(r, "samples_per_s"))
-    reasons = [f"{describe(best)} on {device} is the fastest: {_get(best, 'samples_per_s'):,.0f} samples/s, "
-               f"{_get(best, 'epoch_s'):.2f} s per epoch"]
+    learners = [r for r in on_device if learned(r)]
+    ranked = _ranked(learners or on_device)
+    figure, best = ranked[0]
+    reasons = [f"{describe(best)} on {device} is the fastest"
+               + (f" of the runs that learned (held-out accuracy {LEARNED_ACCURACY:.0%} or more)"
+                  if learners and len(learners) < len(on_device) else "")
+               + f": {figure:,.0f} samples/s, {_get(best, 'epoch_s'):.2f} s per epoch"]
+    unlearned_faster = [r for r in on_device if not learned(r) and _get(r, "samples_per_s") > figure]
+    if learners and unlearned_faster:
+        named = ", ".join(f"{describe(r)} ({_get(r, 'test_accuracy'):.1%})" if _get(r, "test_accuracy") is not None
+                          else describe(r) for r in sorted(unlearned_faster, key=lambda r: -_get(r, "samples_per_s")))
+        reasons.append(f"faster runs that did not learn (below the {LEARNED_ACCURACY:.0%} accuracy floor) are not "
+                       f"recommended: {named}")
+    spread, spread_source = variation(on_device)
+    told_apart = True
+    if len(ranked) >= 2:
+        lead = figure / ranked[1][0]
+        if spread is not None and spread >= lead:
+            told_apart = False
+            reasons.append(
+                f"not told apart: {describe(best)} leads {describe(ranked[1][1])} by {lead:.2f}x in samples/s, but "
+                f"{spread_source} differed by up to {spread:.2f}x; run again on a quiet machine, or with "
+                f"--repeat 3, before choosing between them")
+        elif spread is None:
+            reasons.append(f"each configuration ran once for one epoch, so run-to-run variation is unknown: its "
+                           f"{lead:.2f}x lead over {describe(ranked[1][1])} may not repeat (--repeat 3 measures it)")
     baseline = _tutorial_baseline(on_device)
     if baseline is not None and baseline is not best:
-        ratio = _get(best, "samples_per_s") / _get(baseline, "samples_per_s")
+        ratio = figure / _get(baseline, "samples_per_s")
         reasons.append(f"{ratio:.1f}x the tutorials' loop ({describe(baseline)}: "
                        f"{_get(baseline, 'samples_per_s'):,.0f} samples/s)")
     util = _get(best, "gpu_util_mean_pct")
     if util is not None:
         reasons.append(f"GPU busy {util:.0f}% on average (max {_get(best, 'gpu_util_max_pct'):.0f}%) during that run")
+    elif device == "cuda" and _get(best, "gpu_util_note"):
+        reasons.append(f"GPU utilisation not measured: {_get(best, 'gpu_util_note')}")
     best_acc = _get(best, "test_accuracy")
-    learners = [r for r in on_device if learned(r)]
     accurate = max(learners, key=lambda r: _get(r, "test_accuracy")) if learners else None
     top_acc = _get(accurate, "test_accuracy") if accurate is not None else None
-    if not learned(best) and best_acc is not None:
+    if not learners and best_acc is not None:
         # At chance a gap between two accuracies is noise: compare only runs that learned.
+        advice = ("a quick sweep trains too little; run without --quick" if quick
+                  else "train longer (--epochs N, more training samples) before choosing")
         reasons.append(
-            f"throughput only: its held-out accuracy ({best_acc:.1%}) is below {LEARNED_ACCURACY:.0%}, so it did "
-            f"not learn enough to compare accuracies (a quick sweep trains too little; run without --quick)")
+            f"throughput only: its held-out accuracy ({best_acc:.1%}) is below the {LEARNED_ACCURACY:.0%} accuracy "
+            f"floor, as is every run's, so none is recommended ({advice})")
     elif top_acc is not None and best_acc < top_acc - ACCURACY_GAP:
         reasons.append(
             f"but it ends at {best_acc:.1%} held-out accuracy against {top_acc:.1%} for "
@@ -235,19 +320,29 @@ def recommend(runs: Iterable[Any]) -> dict[str, Any]:
     if oom:
         reasons.append(f"out of memory at batch size {', '.join(map(str, oom))}")
     reasons.extend(errors)
-    summary = f"use {describe(best)} on {device}"
+    recommended = bool(learners) and told_apart
+    if not learners:
+        summary = (f"nothing to recommend: no run reached the {LEARNED_ACCURACY:.0%} accuracy floor; "
+                   f"fastest (throughput only): {describe(best)} on {device}")
+    elif not told_apart:
+        summary = (f"nothing to recommend: {describe(best)} and {describe(ranked[1][1])} on {device} are not "
+                   f"told apart")
+    else:
+        summary = f"use {describe(best)} on {device}"
     if starvation["starved"]:
         summary += ("; the DataLoader pipeline starves the GPU" if device == "cuda"
                     else "; the DataLoader pipeline is the bottleneck")
     return {
         "best": {"device": device, "mode": _get(best, "mode"), "batch_size": _get(best, "batch_size"),
-                 "workers": _get(best, "workers"), "samples_per_s": _get(best, "samples_per_s"),
-                 "epoch_s": _get(best, "epoch_s"), "test_accuracy": best_acc},
+                 "workers": _get(best, "workers"), "samples_per_s": figure,
+                 "epoch_s": _get(best, "epoch_s"), "test_accuracy": best_acc, "recommended": recommended},
         "summary": summary,
         "reasons": reasons,
         "starved": starvation["starved"],
         "starved_reasons": starvation["reasons"],
+        "starved_runs": starvation.get("starved_runs", []),
         "headroom": headroom,
         "oom_batch_sizes": oom,
         "most_efficient": efficient,
+        "variation": {"ratio": round(spread, 3), "source": spread_source} if spread is not None else None,
     }

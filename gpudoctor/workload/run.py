@@ -11,8 +11,9 @@ What is measured, and how:
   next. The ``dataloader`` mode reads ``loss.item()`` every step, as the tutorials do, so
   it synchronises every step; ``tuned`` and ``resident`` do not, so their step time is
   the loop's pace, which equals the device's once CUDA's launch queue is full.
-- GPU utilisation: NVML's ``utilization.gpu`` polled by a background thread every
-  ``util_interval_s`` (20 Hz by default) while the run trains.
+- GPU utilisation: NVML's own timestamped ``utilization.gpu`` samples
+  (``nvmlDeviceGetSamples``) whose whole sample period lies inside the run; a run shorter
+  than NVML's period gets a reason instead of a figure (:class:`UtilSampler`).
 - Peak allocated/reserved memory: torch's caching allocator statistics for the run.
 - Loss: mean training loss of the last epoch (and the first step's, to show it fell);
   accuracy on the held-out split after training.
@@ -26,7 +27,9 @@ the run's tensors are dropped and the allocator's cache emptied, so the sweep go
 from __future__ import annotations
 
 import gc
+import itertools
 import math
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
@@ -73,6 +76,8 @@ class RunResult:
     gpu_util_samples: int = 0
     gpu_util_hz: float | None = None
     gpu_util_note: str | None = None
+    gpu_util_reason: str | None = None     # why there is no utilisation figure (UTIL_REASON_WORDS)
+    gpu_util_period_ms: float | None = None  # NVML's utilisation sample period, as measured
     peak_allocated_bytes: int | None = None
     peak_reserved_bytes: int | None = None
     device_memory_total_bytes: int | None = None
@@ -86,6 +91,8 @@ class RunResult:
     samples_per_joule: float | None = None
     energy_source: str | None = None       # "nvml" (the GPU) or "rapl" (the CPU packages)
     energy_note: str | None = None         # why there is no energy figure
+    energy_window_s: float | None = None   # seconds the energy counter was read over
+    energy_epochs: int | None = None       # epochs inside that window (the run's, plus top-up ones)
 
     @property
     def run(self) -> RunConfig:
@@ -104,22 +111,59 @@ class RunResult:
 
 
 # --------------------------------------------------------------------------- NVML sampling
-class UtilSampler:
-    """NVML ``utilization.gpu`` of one torch CUDA device while a run trains: the one sampler
-    (:class:`gpudoctor.sampling.Sampler`) reading only utilisation (one NVML call) every
-    ``interval_s``."""
+#: NVML's utilisation sample period is between 1/6 s and 1 s depending on the product
+#: (nvmlUtilization_t). When too few samples are seen to measure it, the longest is assumed.
+NVML_MAX_UTIL_PERIOD_S = 1.0
 
-    def __init__(self, torch_index: int, interval_s: float, backend: Any = None) -> None:
+#: NA reasons of a run's utilisation (``gpu_util_reason``) and what they say.
+UTIL_REASON_WORDS = {
+    "RunShorterThanNvmlPeriod": ("the run lasted {run_ms:.0f} ms, shorter than NVML's utilisation sample period "
+                                 "({period_ms:.0f} ms): every sample NVML has also averages time before or after "
+                                 "the run, so no utilisation figure is given"),
+    "NoSampleInsideRun": ("no NVML utilisation sample covers only the run ({run_ms:.0f} ms; NVML's sample period "
+                          "{period_ms:.0f} ms), so no utilisation figure is given"),
+    "NvmlClockMismatch": ("NVML's sample timestamps do not match this host's clock, so samples cannot be placed "
+                          "inside the run"),
+}
+
+#: How far (s) NVML's newest sample may lie ahead of the host clock before the two clocks are
+#: taken to differ (NVML stamps samples with the CPU's time in microseconds).
+CLOCK_SLACK_S = 60.0
+
+
+class UtilSampler:
+    """NVML's ``utilization.gpu`` of one torch CUDA device over a run, from NVML's own samples.
+
+    NVML averages utilisation over its own sample period (1/6 s to 1 s, by product), so polling
+    ``nvmlDeviceGetUtilizationRates`` faster than that repeats values, and its first answer
+    describes the time before the run. Instead the driver's buffer of timestamped samples
+    (``nvmlDeviceGetSamples``) is read at the start, drained every ``interval_s`` by a thread
+    (so a long run does not outlast the buffer), and read once more at the end; only samples
+    whose whole period lies inside the run are kept. A run shorter than NVML's period, or one
+    that no sample covers, gets no figure and a reason (:data:`UTIL_REASON_WORDS`).
+    """
+
+    def __init__(self, torch_index: int, interval_s: float, backend: Any = None,
+                 clock_us: Callable[[], int] | None = None) -> None:
         """``backend``: an NvmlBackend (default: a new one; tests pass one over a stand-in
-        NVML module through :class:`~gpudoctor.backends.NvmlGate`)."""
+        NVML module through :class:`~gpudoctor.backends.NvmlGate`). ``clock_us``: the host's
+        time in microseconds, the clock NVML stamps its samples with (tests pass their own)."""
         self.torch_index = torch_index
         self._given_backend = backend
         self.interval_s = interval_s
-        self.samples: list[float] = []
+        self._clock_us = clock_us or (lambda: time.time_ns() // 1000)
+        self.seen: dict[int, float] = {}  # timestamp_us -> percent, every sample read
+        self.samples: list[float] = []  # the kept ones (inside the run)
         self.note: str | None = None
-        self._core: Any = None
-        self._started = 0.0
-        self._stopped = 0.0
+        self.reason: str | None = None
+        self._backend: Any = None
+        self._index = 0
+        self._last_seen = 0
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._started_us = 0
+        self._stopped_us = 0
 
     def _resolve(self) -> Any:
         """The NVML backend and index of the device (the one resolver), or None with a note."""
@@ -138,43 +182,96 @@ class UtilSampler:
             return None
         return backend, index
 
-    def _keep(self, snap: Any) -> None:
+    def _drain(self) -> bool:
+        """Read the samples NVML took since the last read; False (with a note) when it cannot."""
         from gpudoctor.backends import is_na
 
-        if not snap.devices:
-            return
-        value = snap.devices[0].sample.get("gpu_util_pct")
-        if is_na(value):
-            self.note = f"NVML utilisation not available ({value.reason})"
-        elif isinstance(value, (int, float)):
-            self.samples.append(float(value))
+        with self._lock:
+            if self._backend is None:
+                return False
+            got = self._backend.utilization_samples(self._index, self._last_seen)
+            if is_na(got):
+                self.note = f"NVML utilisation samples not available ({got.reason})"
+                self.reason = got.reason
+                return False
+            for stamp, value in got:
+                self.seen[int(stamp)] = float(value)
+                self._last_seen = max(self._last_seen, int(stamp))
+        return True
+
+    def _loop(self) -> None:
+        while not self._done.wait(self.interval_s):
+            if not self._drain():
+                return
 
     def start(self) -> "UtilSampler":
-        from gpudoctor.sampling import Sampler
-
         found = self._resolve()
-        if found is not None:
-            backend, index = found
-            self._core = Sampler(backend, None, with_processes=False, reads="utilization", devices=[index],
-                                 interval_s=self.interval_s, history_length=1, on_sample=self._keep)
-            self._started = time.monotonic()
-            self._core.start()
+        if found is None:
+            return self
+        self._backend, self._index = found
+        if not self._drain():  # the buffer before the run: NVML's period, and where the run starts
+            self._close()
+            return self
+        self._started_us = self._clock_us()
+        self._thread = threading.Thread(target=self._loop, name="gpudoctor-util", daemon=True)
+        self._thread.start()
         return self
 
+    def _close(self) -> None:
+        with self._lock:
+            if self._backend is not None:
+                self._backend.close()
+                self._backend = None
+
+    def period_us(self) -> float:
+        """NVML's sample period: the median gap between consecutive samples, else the longest."""
+        stamps = sorted(self.seen)
+        gaps = sorted(b - a for a, b in itertools.pairwise(stamps) if b > a)
+        if not gaps:
+            return NVML_MAX_UTIL_PERIOD_S * 1e6
+        return float(gaps[len(gaps) // 2])
+
     def stop(self) -> dict[str, Any]:
-        if self._core is not None:
-            self._core.close(2)  # closes NVML only once the thread has left it
-            self._stopped = time.monotonic()
-            self._core = None
-        out: dict[str, Any] = {"gpu_util_samples": len(self.samples), "gpu_util_note": self.note,
-                               "gpu_util_mean_pct": None, "gpu_util_max_pct": None,
-                               "gpu_util_hz": None}
-        if self.samples:
-            out["gpu_util_mean_pct"] = round(sum(self.samples) / len(self.samples), 1)
-            out["gpu_util_max_pct"] = max(self.samples)
-            span = self._stopped - self._started
-            if span > 0:
-                out["gpu_util_hz"] = round(len(self.samples) / span, 1)
+        out: dict[str, Any] = {"gpu_util_samples": 0, "gpu_util_note": self.note, "gpu_util_reason": self.reason,
+                               "gpu_util_mean_pct": None, "gpu_util_max_pct": None, "gpu_util_hz": None,
+                               "gpu_util_period_ms": None}
+        if self._backend is None:
+            return out
+        self._stopped_us = self._clock_us()
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
+        drained = self._drain()
+        self._close()
+        if not drained:
+            out.update(gpu_util_note=self.note, gpu_util_reason=self.reason)
+            return out
+        out.update(self.judge(self._started_us, self._stopped_us))
+        return out
+
+    def judge(self, started_us: int, stopped_us: int) -> dict[str, Any]:
+        """The samples whose whole period lies in [started_us, stopped_us], or the reason none do."""
+        period = self.period_us()
+        run_us = stopped_us - started_us
+        out: dict[str, Any] = {"gpu_util_period_ms": round(period / 1000, 1)}
+        inside = [value for stamp, value in sorted(self.seen.items())
+                  if started_us + period <= stamp <= stopped_us]
+        words = {"run_ms": run_us / 1000, "period_ms": period / 1000}
+        if inside:
+            self.samples = inside
+            out.update(gpu_util_samples=len(inside), gpu_util_mean_pct=round(sum(inside) / len(inside), 1),
+                       gpu_util_max_pct=max(inside), gpu_util_hz=round(1e6 / period, 1),
+                       gpu_util_note=None, gpu_util_reason=None)
+            return out
+        if self.seen and max(self.seen) > stopped_us + CLOCK_SLACK_S * 1e6:
+            reason = "NvmlClockMismatch"
+        elif run_us < period:
+            reason = "RunShorterThanNvmlPeriod"
+        else:
+            reason = "NoSampleInsideRun"
+        self.reason, self.note = reason, UTIL_REASON_WORDS[reason].format(**words)
+        out.update(gpu_util_samples=0, gpu_util_note=self.note, gpu_util_reason=reason)
         return out
 
 
@@ -263,9 +360,9 @@ def run_one(run: RunConfig, data: MnistData, *, epochs: int = 1, seed: int = 0,
 
 def _clear_measurements(result: RunResult) -> None:
     for name in ("epoch_s", "samples_per_s", "data_wait_share", "step_p50_ms", "step_p95_ms",
-                 "gpu_util_mean_pct", "gpu_util_max_pct", "gpu_util_hz", "peak_allocated_bytes",
+                 "gpu_util_mean_pct", "gpu_util_max_pct", "gpu_util_hz", "gpu_util_period_ms", "peak_allocated_bytes",
                  "peak_reserved_bytes", "first_loss", "final_loss", "test_accuracy", "energy_j",
-                 "energy_per_epoch_j", "avg_power_w", "samples_per_joule"):
+                 "energy_per_epoch_j", "avg_power_w", "samples_per_joule", "energy_window_s", "energy_epochs"):
         setattr(result, name, None)
     result.epoch_times_s = []
     result.gpu_util_samples = 0
@@ -331,10 +428,11 @@ def _train_and_measure(run: RunConfig, data: MnistData, device: Any, epochs: int
 
     meter = state["energy"] = energy.RunEnergy(device).start()
     trained = _train_epochs(run, model, optimizer, batches, device, epochs, hook, should_stop, result)
-    energy.fill(result, meter.stop(), n_train * epochs, epochs)
-    state.pop("energy").close()
     if sampler is not None:
         result.__dict__.update(state.pop("sampler").stop())
+    extra = _energy_top_up(meter, run, model, batches, device, hook, should_stop)
+    energy.fill(result, meter.stop(), n_train * (epochs + extra), epochs + extra)
+    state.pop("energy").close()
     if cuda:
         result.peak_allocated_bytes = int(torch.cuda.max_memory_allocated(device))
         result.peak_reserved_bytes = int(torch.cuda.max_memory_reserved(device))
@@ -344,6 +442,28 @@ def _train_and_measure(run: RunConfig, data: MnistData, device: Any, epochs: int
         # Throughput is still a measurement; the numbers the network produced are not.
         result.status = "error"
         result.error = f"training diverged: mean loss of the last epoch is {trained.last_epoch_loss}"
+
+
+def _energy_top_up(meter: Any, run: RunConfig, model: Any, batches: Callable[[], Any], device: Any,
+                   hook: FaultHook, should_stop: Callable[[], bool] | None) -> int:
+    """More epochs of the same configuration until the energy window is long enough for the
+    counter (:data:`gpudoctor.workload.energy.MIN_ENERGY_WINDOW_S`), on a throw-away copy of
+    the network so the run's own accuracy is unchanged. Returns the number of extra epochs."""
+    import copy
+
+    from gpudoctor.workload.model import build_optimizer
+
+    if not meter.needs_more():
+        return 0
+    spare = copy.deepcopy(model)
+    optimizer = build_optimizer(spare)
+    scratch = RunResult(run.device, run.mode, run.batch_size, run.workers)
+    extra = 0
+    while meter.needs_more():
+        _train_epochs(run, spare, optimizer, batches, device, 1, hook, should_stop, scratch)
+        extra += 1
+    del spare, optimizer
+    return extra
 
 
 def _warm_up(run: RunConfig, device: Any, seed: int, n_train: int) -> None:

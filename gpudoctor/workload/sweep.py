@@ -66,7 +66,7 @@ class SweepResult:
             "notes": self.notes,
             "runs": [r.to_dict() for r in sorted_runs(self.runs)],
             "speedups": speedups(self.runs),
-            "recommendation": recommend(self.runs),
+            "recommendation": recommend(self.runs, quick=self.config.quick),
         }
 
     @classmethod
