@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from itertools import count
 from pathlib import Path
+from types import SimpleNamespace
 
 from gpudoctor.backends import NvmlBackend, NvmlGate
 from gpudoctor.backends.energy import EnergyUse, cpu_meter, gpu_meter, read_rapl_uj, rapl_reason_words
