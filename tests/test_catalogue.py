@@ -30,7 +30,7 @@ WIDGET = catalogue.Reading(
 # Modules that keep a copy of a list as the catalogue stood at import (for callers that read the
 # old names): imported before the catalogue is patched, so that no copy holds the test's reading.
 CONSUMERS = ("gpudoctor.backends.plausible", "gpudoctor.backends.replay", "gpudoctor.recording", "gpudoctor.sampling",
-             "gpudoctor.presentation", "gpudoctor.live", "gpudoctor.exporter", "gpudoctor.fleet",
+             "gpudoctor.presentation", "gpudoctor.exporter", "gpudoctor.fleet",
              "gpudoctor.hooks.sampler", "gpudoctor.tui.widgets", "gpudoctor.commands.watch", "gpudoctor.cli")
 
 

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Front ends: they render results or stream samples, never touch hardware libraries.
 FRONT_END_GLOBS = ["gpudoctor/cli.py", "gpudoctor/render.py", "gpudoctor/tui/**/*.py",
                    "gpudoctor/exporter*.py", "gpudoctor/exporter/**/*.py",
-                   "gpudoctor/commands/**/*.py", "gpudoctor/*_cmd.py", "gpudoctor/watch.py", "gpudoctor/live.py"]
+                   "gpudoctor/commands/**/*.py"]
 HARDWARE_MODULES = {"torch", "pynvml"}
 
 

@@ -1,4 +1,5 @@
-"""gpudoctor.live: snapshots, faults, history, formatting and process rows (no textual)."""
+"""The sampler's snapshots, faults and history, and the presentation of readings and process rows
+(no textual)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import json
 import pytest
 
 from gpudoctor.backends import NA, ReplayBackend
-from gpudoctor.live import (
-    History, LiveSampler, PROCESS_SORT_KEYS, device_fault, fmt_rate_kbps, process_rows, recorded_process_info,
-    sparkline, throttle_text, watch_line, watch_record,
+from gpudoctor.presentation import (
+    PROCESS_SORT_KEYS, fmt_rate_kbps, process_rows, recorded_process_info, sparkline, throttle_text, watch_line,
+    watch_record,
 )
+from gpudoctor.sampling import History, device_fault
+from gpudoctor.sampling import Sampler as LiveSampler
 from tui_support import GPU_LOST, NO_NVML, NOT_SUPPORTED, NVML_GONE, STANDIN, fixed_host
 
 
@@ -144,7 +147,7 @@ def test_recorded_processes_without_host_fields_say_not_recorded():
 def test_live_psutil_process_info_reads_this_process():
     import os
 
-    from gpudoctor.live import PsutilProcessInfo
+    from gpudoctor.backends.host import PsutilProcessInfo
 
     info = PsutilProcessInfo()
     me = info(os.getpid(), {})
