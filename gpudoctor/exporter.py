@@ -613,6 +613,10 @@ class _LimitedServer:
     closed at once; running out of file descriptors costs one pause, never a traceback."""
 
     handler_class: Any = None  # set by _metrics_server_class (wsgiref is imported there)
+    # The kernel's queue of connections not yet accepted (socketserver's default is 5): with a short
+    # one, a burst of scrapes (many Prometheus replicas, a dashboard reload) lost its SYNs and timed
+    # out instead of being served or answered 503. Linux caps it at net.core.somaxconn.
+    request_queue_size = 1024
 
     def __init__(self, address: tuple[Any, ...], family: int, *, max_connections: int,
                  request_timeout_s: float) -> None:

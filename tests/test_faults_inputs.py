@@ -617,3 +617,42 @@ def test_anonymized_recording_drops_a_short_host_name(tmp_path, monkeypatch):
     text = out.read_text()
     assert '"g7"' not in text and "on g7" not in text
     load_recording(out)
+
+
+def test_two_hundred_simultaneous_scrapes_are_served_or_refused_at_once():
+    """A burst of 200 connections at once: each gets its metrics or the documented 503, none waits
+    for a timeout (the listen queue held 5: 53 of 128 timed out at 20 s)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gpudoctor.exporter import serve_metrics
+
+    server, thread = serve_metrics(_registry(), "127.0.0.1", 0, max_connections=128, request_timeout_s=10.0)
+    port = server.server_address[1]
+    start = threading.Barrier(200, timeout=30)
+
+    def one(_index: int) -> str:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.settimeout(15)
+        try:
+            start.wait()
+            sock.connect(("127.0.0.1", port))
+            sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            head = sock.recv(64)
+            return head.split(b"\r\n")[0].decode("latin-1") if head else "closed"
+        except OSError as exc:
+            return type(exc).__name__
+        finally:
+            sock.close()
+
+    try:
+        with ThreadPoolExecutor(max_workers=200) as pool:
+            answers = list(pool.map(one, range(200)))
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+    assert server.request_queue_size >= 200
+    statuses = {a for a in answers}
+    assert statuses <= {"HTTP/1.0 200 OK", "HTTP/1.1 200 OK", "HTTP/1.1 503 Service Unavailable"}, \
+        [a for a in answers if "200" not in a and "503" not in a][:5]
+    assert sum("200" in a for a in answers) >= 1
