@@ -20,7 +20,7 @@ import tempfile
 import time
 from typing import Any
 
-from gpudoctor import fileio
+from gpudoctor import fileio, safejson
 
 FORMAT = "gpudoctor-live"
 FORMAT_VERSION = 1
@@ -28,6 +28,8 @@ ENV_SWITCH = "GPUDOCTOR_PUBLISH"      # "0" turns publishing off for every monit
 ENV_DIR = "GPUDOCTOR_RUNTIME_DIR"     # another directory (tests, a shared scratch space)
 MAX_FILE_BYTES = 256 << 10
 MAX_FILES = 4096
+MAX_DEPTH = 16          # a summary is a few levels deep
+MAX_CONTAINERS = 20_000
 
 
 def publishing_enabled(argument: bool | None = None) -> bool:
@@ -97,13 +99,13 @@ def _alive(pid: int) -> bool:
 
 
 def read_one(path: str) -> dict[str, Any] | None:
-    """One published record, or None when it is missing, too large or not ours to trust."""
+    """One published record, or None when it is missing, too large, not a regular file, nested
+    deeper than a summary ever is, or not ours to trust. Never raises: one bad file in the folder
+    must not cost every scrape of the exporter (it made each one an HTTP 500)."""
     try:
-        if os.path.getsize(path) > MAX_FILE_BYTES:
-            return None
-        with open(path, encoding="utf-8") as handle:
-            record = json.load(handle)
-    except (OSError, ValueError):
+        record = safejson.read_json_file(path, max_bytes=MAX_FILE_BYTES, max_depth=MAX_DEPTH,
+                                         max_containers=MAX_CONTAINERS, allow_nan=False)
+    except ValueError:  # JsonFileError: missing, too large, not regular, not bounded JSON
         return None
     if not isinstance(record, dict) or record.get("format") != FORMAT or not isinstance(record.get("pid"), int):
         return None
@@ -124,7 +126,7 @@ def read_all(directory: str | None = None, *, max_age_s: float = 120.0) -> dict[
     found: dict[int, dict[str, Any]] = {}
     for name in names:
         stem = name[:-5] if name.endswith(".json") else ""
-        if not stem.isdigit():
+        if not (stem.isascii() and stem.isdigit() and len(stem) <= 10):  # "².json" is no PID
             continue
         pid = int(stem)
         if not _alive(pid):

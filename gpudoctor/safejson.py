@@ -26,6 +26,7 @@ import itertools
 import json
 import math
 import os
+import stat
 import re
 from typing import Any
 
@@ -49,11 +50,35 @@ class JsonFileError(ValueError):
 
 
 def read_bounded(path: str | os.PathLike[str], max_bytes: int) -> bytes:
-    """At most ``max_bytes`` bytes of ``path``; :class:`JsonFileError` if there are more."""
+    """At most ``max_bytes`` bytes of ``path``; :class:`JsonFileError` if there are more, or if it
+    is not a regular file. It is opened without blocking and checked by descriptor before a byte is
+    read: a FIFO with no writer, a terminal or /dev/zero named as a report, recording or summary
+    would otherwise hang the reader or feed it for ever."""
     chunks: list[bytes] = []
     total = 0
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        with open(path, "rb") as fh:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise JsonFileError("no such file") from None
+    except IsADirectoryError:
+        raise JsonFileError("is a directory, not a file") from None
+    except OSError as exc:
+        raise JsonFileError(f"cannot read: {exc.strerror or exc}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise JsonFileError("is a directory, not a file")
+        if not stat.S_ISREG(mode):
+            raise JsonFileError("not a regular file (a FIFO, a device or a socket)")
+    except OSError as exc:
+        os.close(fd)
+        raise JsonFileError(f"cannot read: {exc.strerror or exc}") from None
+    except JsonFileError:
+        os.close(fd)
+        raise
+    try:
+        with os.fdopen(fd, "rb") as fh:
             while total <= max_bytes:
                 chunk = fh.read(min(1 * MiB, max_bytes + 1 - total))
                 if not chunk:

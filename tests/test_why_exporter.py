@@ -102,3 +102,30 @@ def test_a_running_exporter_serves_a_monitored_loops_metrics(tmp_path):
         trainer.wait(timeout=120)
         exporter.terminate()
         exporter.wait(timeout=30)
+
+
+def test_hostile_files_among_the_summaries_cost_only_themselves(tmp_path, monkeypatch):
+    """'².json' (a digit, but no PID), JSON nested 100,000 deep and a FIFO named as a PID's summary
+    made every scrape an HTTP 500 (or would hang it); now they are skipped and the good one is served."""
+    import threading
+
+    directory = tmp_path / "published"
+    directory.mkdir(mode=0o700)
+    monkeypatch.setenv(_published.ENV_DIR, str(directory))
+    pid = os.getpid()
+    (directory / "².json").write_text("{}")
+    (directory / "1.json").write_text("[" * 100_000 + "]" * 100_000)  # PID 1 is alive
+    os.mkfifo(directory / f"{os.getppid()}.json")  # alive too; a FIFO with no writer
+    _published.write({"format": _published.FORMAT, "format_version": 1, "pid": pid, "t": time.time(),
+                      "command": "python train.py", "rank": 0, "verdict": "input_bound", "steps": 3}, str(directory))
+    box: list[str] = []
+    registry = build_registry(GpudoctorCollector(GpuSampler(ReplayBackend.from_file(GPU_LOST), interval=1.0),
+                                                 None, source="replay:test"))
+    scrape = threading.Thread(target=lambda: box.append(generate_latest(registry).decode()), daemon=True)
+    scrape.start()
+    scrape.join(20)
+    assert box, "the scrape did not finish (a FIFO among the summaries blocked it)"
+    samples = _samples(box[0])
+    assert _value(samples, "gpudoctor_training_processes") == 1.0
+    assert _value(samples, "gpudoctor_training_diagnosis_info", code="input_bound", pid=str(pid),
+                  command="python train.py", rank="0") == 1.0
