@@ -295,6 +295,8 @@ class FleetRow:
     temperature_c: float | None = None
     power_w: float | None = None
     power_limit_w: float | None = None
+    sm_active: float | None = None  # ratio 0-1 (NVML GPM / DCGM_FI_PROF_SM_ACTIVE)
+    tensor_active: float | None = None  # ratio 0-1 (NVML GPM / DCGM_FI_PROF_PIPE_TENSOR_ACTIVE)
     xid_count: int | None = None
     xid_last: int | None = None
     xid_last_words: str | None = None
