@@ -137,6 +137,9 @@ class Reading:
     #: (0: no cell).
     label: str = ""
     panel: int = 0
+    #: The panel cell (a reading's key) whose value it joins, as ``label`` and its value, when it is
+    #: a number ("util 80% · SM 9%"); where it is not, the cell stays as it was.
+    beside: str = ""
     #: The sparkline's top: the reading or static fact that gives it (the sample's value first,
     #: then the static one), else the number given (None: the series' own top).
     spark_top: tuple[str, float | None] = ("", None)
@@ -204,7 +207,7 @@ READINGS: tuple[Reading, ...] = (
             help="Share of the last sample period in which device memory was read or written",
             dcgm="DCGM_FI_DEV_MEM_COPY_UTIL"),
     Reading("memory_used_bytes", "B", "integer", "fast", plausible=BYTES, smi="memory.used",
-            label="mem", panel=3, spark="memory_used_pct", spark_top=("", 100.0), word="mem", line=2,
+            label="mem", panel=2, spark="memory_used_pct", spark_top=("", 100.0), word="mem", line=2,
             short_word="mem", short=3, watch=3, fmt="memory",
             hooks=True, prometheus="gpudoctor_gpu_memory_used_bytes", help="Device memory in use",
             dcgm="DCGM_FI_DEV_FB_USED", fleet="memory_used_bytes", dcgm_scale=2 ** 20),
@@ -219,13 +222,13 @@ READINGS: tuple[Reading, ...] = (
             dcgm="DCGM_FI_DEV_FB_RESERVED"),
     Reading("temperature_c", "°C", "number", "fast", plausible=C_SENSOR, smi="temperature.gpu",
             nvml=_q("nvmlDeviceGetTemperature", args=(_c("NVML_TEMPERATURE_GPU", 0),)),
-            history=True, label="temp", panel=4, spark_top=("temperature_slowdown_c", 100.0), word="temp",
+            history=True, label="temp", panel=3, spark_top=("temperature_slowdown_c", 100.0), word="temp",
             line=3, short=4,
             watch=5, hooks=True, prometheus="gpudoctor_gpu_temperature_celsius", help="GPU core temperature",
             dcgm="DCGM_FI_DEV_GPU_TEMP", fleet="temperature_c", dcgm_scale=1.0),
     Reading("power_w", "W", "number", "fast", plausible=WATTS, smi="power.draw",
             nvml=_q("nvmlDeviceGetPowerUsage", divide=1000),
-            history=True, label="power", panel=5, spark_top=("power_limit_w", None), word="power", line=4, short=5,
+            history=True, label="power", panel=4, spark_top=("power_limit_w", None), word="power", line=4, short=5,
             watch=6, fmt="power", hooks=True, prometheus="gpudoctor_gpu_power_watts", help="Power draw",
             dcgm="DCGM_FI_DEV_POWER_USAGE", fleet="power_w", dcgm_scale=1.0),
     Reading("power_limit_w", "W", "number", "fast", plausible=WATTS, smi="enforced.power.limit",
@@ -234,13 +237,13 @@ READINGS: tuple[Reading, ...] = (
             dcgm="DCGM_FI_DEV_POWER_MGMT_LIMIT", fleet="power_limit_w"),
     Reading("clock_sm_mhz", "MHz", "integer", "fast", plausible=SM_MHZ, smi="clocks.sm",
             nvml=_q("nvmlDeviceGetClockInfo", args=(_c("NVML_CLOCK_SM", 1),)),
-            history=True, label="SM", panel=6, spark_top=("clock_sm_max_mhz", None), word="sm", line=5,
+            history=True, label="SM", panel=5, spark_top=("clock_sm_max_mhz", None), word="sm", line=5,
             short_word="sm",
             short=6, watch=8, hooks=True, prometheus="gpudoctor_gpu_sm_clock_hertz", scale=1e6, help="SM clock",
             dcgm="DCGM_FI_DEV_SM_CLOCK"),
     Reading("clock_mem_mhz", "MHz", "integer", "fast", plausible=MEM_MHZ, smi="clocks.mem",
             nvml=_q("nvmlDeviceGetClockInfo", args=(_c("NVML_CLOCK_MEM", 2),)),
-            history=True, label="memclk", panel=7, spark_top=("clock_mem_max_mhz", None), word="memclk",
+            history=True, label="memclk", panel=6, spark_top=("clock_mem_max_mhz", None), word="memclk",
             line=6, watch=9,
             prometheus="gpudoctor_gpu_memory_clock_hertz", scale=1e6, help="Memory clock",
             dcgm="DCGM_FI_DEV_MEM_CLOCK"),
@@ -265,16 +268,16 @@ READINGS: tuple[Reading, ...] = (
             help="Current PCIe link width (lanes)", dcgm="DCGM_FI_DEV_PCIE_LINK_WIDTH"),
     Reading("pcie_tx_kbps", "KiB/s", "number", "full", plausible=PCIE_KBPS,
             nvml=_q("nvmlDeviceGetPcieThroughput", args=(_c("NVML_PCIE_UTIL_TX_BYTES", 0),)),
-            history=True, label="PCIe↑", panel=9, fmt="rate", word="+tx", line=8, watch=11,
+            history=True, label="PCIe↑", panel=8, fmt="rate", word="+tx", line=8, watch=11,
             prometheus="gpudoctor_gpu_pcie_tx_bytes_per_second", scale=1024.0, help="PCIe transmit " + _PCIE_HELP,
             dcgm="DCGM_FI_DEV_PCIE_TX_THROUGHPUT"),
     Reading("pcie_rx_kbps", "KiB/s", "number", "full", plausible=PCIE_KBPS,
             nvml=_q("nvmlDeviceGetPcieThroughput", args=(_c("NVML_PCIE_UTIL_RX_BYTES", 1),)),
-            history=True, label="PCIe↓", panel=8, fmt="rate", word="pcie rx", line=7, watch=10,
+            history=True, label="PCIe↓", panel=7, fmt="rate", word="pcie rx", line=7, watch=10,
             prometheus="gpudoctor_gpu_pcie_rx_bytes_per_second", scale=1024.0, help="PCIe receive " + _PCIE_HELP,
             dcgm="DCGM_FI_DEV_PCIE_RX_THROUGHPUT"),
     Reading("fan_pct", "%", "number", "full", plausible=FAN_PCT, smi="fan.speed", nvml=_q("nvmlDeviceGetFanSpeed"),
-            history=True, label="fan", panel=10, spark_top=("", 100.0), word="fan", line=9, watch=12,
+            history=True, label="fan", panel=9, spark_top=("", 100.0), word="fan", line=9, watch=12,
             prometheus="gpudoctor_gpu_fan_speed_ratio", scale=0.01, help="Fan speed as a share of its maximum",
             dcgm="DCGM_FI_DEV_FAN_SPEED"),
     # ECC error counts since the driver loaded (volatile) and over the board's life (aggregate):
@@ -322,7 +325,7 @@ READINGS: tuple[Reading, ...] = (
     # (at least 100 ms apart), read in full reads only, each reading the DCGM profiling field's
     # counterpart (gpudoctor.backends.nvml reads them; docs/utilisation.md says what they mean).
     Reading("sm_active_pct", "%", "number", "full", plausible=PCT, gpm=_g("NVML_GPM_METRIC_SM_UTIL", 2),
-            history=True, label="SM act", panel=2, spark_top=("", 100.0), word="sm act", line=12,
+            history=True, label="SM", beside="gpu_util_pct", word="sm act", line=12,
             short_word="smact", short=2, watch=20,
             prometheus="gpudoctor_gpu_sm_active_ratio", scale=0.01,
             help="Share of SM cycles with at least one warp resident, averaged over all SMs (NVML GPM SM "

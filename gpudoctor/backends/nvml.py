@@ -178,6 +178,10 @@ GPM_WARMING = "Warming"
 GPM_MIG = "MIG mode: GPM is read per GPU instance"
 
 
+# Answers to the MIG mode query that mean "no MIG here", not "the device failed".
+_NO_MIG_REASONS = frozenset({"NotSupported", "FunctionNotFound", "InvalidArgument"})
+
+
 class _GpmState:
     """One device's (or one MIG GPU instance's) GPM samples: two buffers allocated once and used
     in turn, the time the newer was taken, and the last metrics computed from them."""
@@ -502,6 +506,8 @@ class NvmlBackend:
         if is_na(handle):
             return self._gpm_na(handle)
         mig = self.gate.query("nvmlDeviceGetMigMode", handle)
+        if is_na(mig) and mig.reason not in _NO_MIG_REASONS:
+            return self._gpm_na(mig)  # the device failed (GpuIsLost...): say so, not "needs Hopper"
         if not is_na(mig) and int(mig[0]) == 1:
             return self._gpm_na(NA(GPM_MIG))
         return self._gpm_read(index, handle, None)
