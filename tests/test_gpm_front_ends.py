@@ -136,3 +136,33 @@ def test_fleet_ranks_busy_but_not_working_gpus_with_the_verdict_words():
     row = view_of(dcgm).rows[0]
     assert row.source == "dcgm-exporter" and row.sm_active == pytest.approx(0.05) and row.status == "warn"
     assert "busy 100% of the time, but only 5% of SM cycles active" in row.reason
+
+
+def _watch_json_on_the_ctypes_fake(extra_env: dict[str, str], count: int = 3) -> list[dict]:
+    """``gpudoctor watch --json`` in a child whose pynvml runs unchanged against
+    benchmarks/fake_nvml's ctypes library (an H100 PCIe): the real binding's GPM structs and calls."""
+    import os
+    import subprocess
+    import sys
+
+    from tui_support import ROOT
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "benchmarks" / "fake_nvml"), **extra_env}
+    out = subprocess.run([sys.executable, "-m", "gpudoctor", "watch", "--json", "-n", str(count), "-i", "0.6"],
+                         env=env, capture_output=True, text=True, timeout=60, check=True).stdout
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def test_the_ctypes_fake_nvml_answers_gpm_through_the_real_binding():
+    busy = _watch_json_on_the_ctypes_fake({"FAKE_NVML_BUSY": "1"})
+    assert busy[0]["na"]["sm_active_pct"] == "Warming" and busy[0]["verdict"]["code"] == "warming"
+    last = busy[-1]
+    assert isinstance(last["sm_active_pct"], float) and 0 <= last["sm_active_pct"] <= 100
+    assert last["na"]["nvlink_rx_mibps"] == "NotSupported"  # per metric: no NVLink bridge on the board
+    assert last["verdict"]["evidence"] == "gpm"
+    idle = _watch_json_on_the_ctypes_fake({}, count=3)[-1]
+    assert idle["sm_active_pct"] == 0.0 and idle["verdict"]["code"] == "idle"
+    old = _watch_json_on_the_ctypes_fake({"FAKE_NVML_GPM": "0"}, count=1)[0]
+    assert old["na"]["sm_active_pct"] == "needs Hopper or later" and old["verdict"]["code"] == "idle"
+    mig = _watch_json_on_the_ctypes_fake({"FAKE_NVML_MIG": "1"}, count=1)[0]
+    assert mig["na"]["tensor_active_pct"] == "MIG mode: GPM is read per GPU instance"
