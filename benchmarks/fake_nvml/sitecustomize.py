@@ -34,7 +34,6 @@ work, not the cost of a real driver call.
 
 from __future__ import annotations
 
-import ctypes
 import importlib.machinery
 import os
 import sys
@@ -314,21 +313,28 @@ class FakeNvmlLibrary:
     def nvmlDeviceGetFieldValues(self, handle, count, values):
         return NOT_SUPPORTED
 
-    # -- GPM (Hopper and later)
+    # -- GPM (Hopper and later); ctypes is imported here, never at start-up, where importing it
+    # would bypass the fake CUDA driver's import hook (_FakeOnImport)
     def nvmlGpmQueryDeviceSupport(self, handle, support):
         return _fill(support, isSupportedDevice=int(GPM))
 
     def nvmlGpmSampleAlloc(self, out):
+        import ctypes
+
         buffer = self._pynvml.struct_c_nvmlGpmSample_t()
         self._gpm_buffers[ctypes.addressof(buffer)] = buffer  # kept alive until freed
         _out(out).contents = buffer
         return SUCCESS
 
     def nvmlGpmSampleFree(self, sample):
+        import ctypes
+
         self._gpm_buffers.pop(ctypes.addressof(sample.contents), None)
         return SUCCESS
 
     def nvmlGpmSampleGet(self, handle, sample):
+        import ctypes
+
         if not GPM:
             return NOT_SUPPORTED
         return SUCCESS if ctypes.addressof(sample.contents) in self._gpm_buffers else INVALID_ARGUMENT
