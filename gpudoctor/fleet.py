@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 from gpudoctor import xid
-from gpudoctor.backends import catalogue
+from gpudoctor.backends import busy, catalogue
 from gpudoctor.backends.nvml import THROTTLE_REASONS
 from gpudoctor.presentation import fmt_age, plain_text
 
@@ -294,6 +294,8 @@ class FleetRow:
     temperature_c: float | None = None
     power_w: float | None = None
     power_limit_w: float | None = None
+    sm_active: float | None = None  # ratio 0-1 (NVML GPM / DCGM_FI_PROF_SM_ACTIVE)
+    tensor_active: float | None = None  # ratio 0-1 (NVML GPM / DCGM_FI_PROF_PIPE_TENSOR_ACTIVE)
     xid_count: int | None = None
     xid_last: int | None = None
     xid_last_words: str | None = None
@@ -413,6 +415,7 @@ def collect(client: Prometheus, matchers: Sequence[Matcher] = (), *, stale_after
         _keep_last_known(by_metric, last_known, gone, targets)
     _judge_gpudoctor(rows, by_metric, now, stale_after_s, report_max_age_s)
     _judge_dcgm(rows, by_metric)
+    _judge_busy(rows)
     _mark_last_known(rows, gone)
     _judge_targets(rows, targets, sampled_at, now)
     if not rows:
@@ -421,7 +424,8 @@ def collect(client: Prometheus, matchers: Sequence[Matcher] = (), *, stale_after
                                   "nor dcgm-exporter in the last " + lookback + ")")
     for row in rows.values():
         row.settle()
-    ordered = sorted(rows.values(), key=lambda r: (STATUS_ORDER[r.status], r.instance, _gpu_sort(r.gpu)))
+    ordered = sorted(rows.values(), key=lambda r: (STATUS_ORDER[r.status], *_not_working_first(r), r.instance,
+                                                   _gpu_sort(r.gpu)))
     return FleetView(client.url, selector, now, ordered, targets, client.queries)
 
 
@@ -533,6 +537,33 @@ def _judge_gpudoctor(rows: dict[tuple[str, str], FleetRow], m: dict[str, list[Se
         if key in rows:
             rows[key].xid_count = int(value)
     _judge_instances(rows, m, now, stale_after_s, report_max_age_s)
+
+
+def _busy_verdict(row: FleetRow) -> busy.Verdict | None:
+    """The verdict of gpudoctor.backends.busy over a row's ratios (None without SM activity:
+    fleet does not repeat "cannot tell" on every pre-Hopper row)."""
+    if row.sm_active is None or row.utilization is None:
+        return None
+    pct = {"gpu_util_pct": row.utilization * 100, "sm_active_pct": row.sm_active * 100}
+    if row.tensor_active is not None:
+        pct["tensor_active_pct"] = row.tensor_active * 100
+    return busy.verdict(pct)
+
+
+def _judge_busy(rows: dict[tuple[str, str], FleetRow]) -> None:
+    """Busy but not working (utilisation high, SM activity low): a warning, in the verdict's words."""
+    for row in rows.values():
+        verdict = _busy_verdict(row)
+        if verdict is not None and verdict.code == "busy_small_kernels":
+            row.add("warn", verdict.text())
+
+
+def _not_working_first(row: FleetRow) -> tuple[int, float]:
+    """Within a status, "busy but not working" GPUs first, the least SM activity first."""
+    verdict = _busy_verdict(row)
+    if verdict is not None and verdict.code == "busy_small_kernels" and row.sm_active is not None:
+        return (0, row.sm_active)
+    return (1, 0.0)
 
 
 def _judge_memory(rows: dict[tuple[str, str], FleetRow], uncorrected: dict[tuple[str, str], float],

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from gpudoctor._text import MAX_TEXT, plain_text
-from gpudoctor.backends import catalogue
+from gpudoctor.backends import busy, catalogue
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.backends.nvml import throttle_reason_names, throttle_reason_words
 
@@ -251,6 +251,11 @@ def reading_text(dev: Any, reading: catalogue.Reading) -> str:
     return fmt_num(value, reading.unit)
 
 
+def busy_verdict(dev: Any) -> busy.Verdict:
+    """Is this device snapshot's GPU really busy (gpudoctor.backends.busy), from its readings."""
+    return busy.verdict({key: dev.get(key) for key in busy.READS})
+
+
 def _iso(ts: float) -> str:
     return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
@@ -274,7 +279,13 @@ def watch_line(snap: Any, dev: Any, *, verbose: bool = True) -> str:
     if not verbose:
         return watch_line_short(head, dev)
     parts: list[str] = []
+    gpm_na: set[str] = set()  # GPM readings NA for one reason (no GPM on this GPU): said once
     for reading in catalogue.placed("line"):
+        value = dev.get(reading.key)
+        if reading.gpm is not None and is_na(value):
+            if value.reason in gpm_na:
+                continue
+            gpm_na.add(value.reason)
         if reading.fmt == "throttle":
             text = throttle_text(dev.get(reading.key), words=False).replace("; ", ",")
         else:
@@ -283,6 +294,7 @@ def watch_line(snap: Any, dev: Any, *, verbose: bool = True) -> str:
             parts[-1] += f" {reading.word[1:]} {text}"
         else:
             parts.append(f"{reading.word} {text}")
+    parts.append(f"verdict {busy_verdict(dev).headline}")
     return head + " " + " | ".join(parts)
 
 
@@ -296,6 +308,7 @@ def watch_line_short(head: str, dev: Any) -> str:
     first and a count (``sw_power_cap+3``), or only the count (``+4``) on the widest lines.
     """
     texts: list[str] = []
+    optional: list[tuple[int, str]] = []
     throttle_word, names, throttle = "", [], ""
     for reading in catalogue.placed("short"):
         if reading.fmt == "throttle":  # last: its names are cut to keep the line's width
@@ -305,7 +318,16 @@ def watch_line_short(head: str, dev: Any) -> str:
             throttle_word = reading.short_word
             continue
         text = _short_text(dev, reading)
+        if reading.gpm is not None:  # GPM (SM activity): only a number, and only where it fits
+            if text != "n/a":
+                optional.append((len(texts), f"{reading.short_word} {text}"))
+            continue
         texts.append(f"{reading.short_word} {text}" if reading.short_word else text)
+    widest = len(" ".join([head, *texts])) + (len(f" {throttle_word} ") + len(throttle) if throttle_word else 0)
+    for place, text in reversed(optional):
+        if widest + 1 + len(text) <= WATCH_WIDTH:
+            texts.insert(place, text)
+            widest += 1 + len(text)
     line = " ".join([head, *texts])
     if not throttle_word:
         return line
@@ -394,6 +416,7 @@ def watch_record(snap: Any, dev: Any) -> dict[str, Any]:
             na["memory_reserved_bytes"] = reserved.reason
     reasons = dev.get("throttle_reasons")
     record["throttle"] = throttle_reason_names(reasons) if isinstance(reasons, int) else None
+    record["verdict"] = busy_verdict(dev).to_dict() if fault is None else None
     record["na"] = na
     return record
 
@@ -509,7 +532,7 @@ def process_rows(snap: "Snapshot", info: Callable[[int, Mapping[str, Any]], dict
     return rows, notes
 
 
-__all__ = [
+__all__ = ["busy_verdict", 
     "EVENT_WORDS", "event_line", "event_record", "fmt_age", "MAX_TEXT", "SPARK_CHARS", "STATUS_STYLE", "VERDICT", "WATCH_FIELDS", "fmt_bytes", "fmt_memory",
     "fmt_num", "fmt_power", "fmt_rate_kbps", "plain_text", "short_na", "sparkline", "status_style",
     "status_word", "throttle_text", "tiny_na", "WATCH_WIDTH", "watch_line", "watch_line_short", "watch_record", "reading_text", "wrap_hanging",

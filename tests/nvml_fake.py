@@ -41,6 +41,41 @@ def nvml_error(name: str) -> type:
     return _ERRORS[name]
 
 
+#: NVML return codes the fake names (nvml.h), for GPM's per-metric answers.
+RETURN_CODES = {1: "Uninitialized", 2: "InvalidArgument", 3: "NotSupported", 4: "NoPermission",
+                13: "FunctionNotFound", 15: "GpuIsLost", 999: "Unknown"}
+_CODE_OF = {name: code for code, name in RETURN_CODES.items()}
+
+#: GPM metric ids (NVML_GPM_METRIC_*): SM activity, occupancy, any tensor, HMMA tensor, DRAM, fp64,
+#: fp32, fp16, PCIe tx/rx, NVLink rx/tx.
+GPM_SM, GPM_OCC, GPM_TENSOR, GPM_HMMA, GPM_DRAM, GPM_FP64, GPM_FP32, GPM_FP16 = 2, 3, 5, 7, 10, 11, 12, 13
+GPM_PCIE_TX, GPM_PCIE_RX, GPM_NVLINK_RX, GPM_NVLINK_TX = 20, 21, 60, 61
+
+
+def gpm_table(sm: float = 9.0, occupancy: float = 6.0, tensor: float = 0.0, hmma: float = 0.0, dram: float = 4.0,
+              fp64: float = 0.0, fp32: float = 3.0, fp16: float = 0.0, nvlink: Any = None) -> dict[int, Any]:
+    """A GPM metric table (default: small fp32 kernels: SMs mostly idle, no tensor work); NVLink
+    answers NotSupported unless given (a PCIe board)."""
+    link = nvml_error("NotSupported") if nvlink is None else nvlink
+    return {GPM_SM: sm, GPM_OCC: occupancy, GPM_TENSOR: tensor, GPM_HMMA: hmma, GPM_DRAM: dram, GPM_FP64: fp64,
+            GPM_FP32: fp32, GPM_FP16: fp16, GPM_PCIE_TX: 120.5, GPM_PCIE_RX: 830.0, GPM_NVLINK_RX: link,
+            GPM_NVLINK_TX: link}
+
+
+def hopper(**gpm: Any) -> dict[str, Any]:
+    """Readings of an H100 with GPM (``gpm`` as :func:`gpm_table` takes it)."""
+    return {"nvmlDeviceGetName": "NVIDIA H100 80GB HBM3", "gpm": gpm_table(**gpm)}
+
+
+class GpmMetricsGet:
+    """Stands in for pynvml's c_nvmlGpmMetricsGet_t."""
+
+    def __init__(self) -> None:
+        self.version = self.numMetrics = 0
+        self.sample1 = self.sample2 = None
+        self.metrics = [SimpleNamespace(metricId=0, nvmlReturn=0, value=0.0) for _ in range(64)]
+
+
 def util(gpu: int, memory: int = 0) -> SimpleNamespace:
     """An ``nvmlDeviceGetUtilizationRates`` answer."""
     return SimpleNamespace(gpu=gpu, memory=memory)
@@ -76,6 +111,8 @@ class FakePynvml:
     """A fake ``pynvml`` module with ``count`` devices (see the module's docstring)."""
 
     NVML_TEMPERATURE_GPU = 0
+    NVML_GPM_METRICS_GET_VERSION = 1
+    c_nvmlGpmMetricsGet_t = GpmMetricsGet
     NVML_PCIE_UTIL_TX_BYTES = 0
     NVML_PCIE_UTIL_RX_BYTES = 1
 
@@ -92,6 +129,8 @@ class FakePynvml:
         self.session = 0
         self.init_calls = self.shutdown_calls = self.handle_calls = 0
         self.calls: Counter[str] = Counter()  # device functions that reached a live device, by name
+        self.gpm_buffers: set[int] = set()  # GPM sample buffers allocated and not freed
+        self._gpm_next = 0
 
     # -- the library ----------------------------------------------------------------------
     def nvmlInit(self) -> None:
@@ -134,6 +173,50 @@ class FakePynvml:
     def nvmlDeviceGetIndex(self, handle: Any) -> int:
         self._device(handle)
         return handle.index
+
+    # -- GPM ------------------------------------------------------------------------------
+    @staticmethod
+    def NVMLError(code: int) -> BaseException:  # noqa: N802 (pynvml's name)
+        return nvml_error(RETURN_CODES.get(code, "Unknown"))()
+
+    def nvmlGpmQueryDeviceSupport(self, handle: Any) -> Any:
+        device = self._device(handle)
+        if "nvmlGpmQueryDeviceSupport" in device:
+            return self.__getattr__("nvmlGpmQueryDeviceSupport")(handle)
+        return SimpleNamespace(version=1, isSupportedDevice=int("gpm" in device))
+
+    def nvmlGpmSampleAlloc(self) -> SimpleNamespace:
+        self._live()
+        self._gpm_next += 1
+        self.gpm_buffers.add(self._gpm_next)
+        return SimpleNamespace(id=self._gpm_next, table=None)
+
+    def nvmlGpmSampleFree(self, sample: Any) -> None:
+        self.gpm_buffers.discard(sample.id)
+
+    def nvmlGpmSampleGet(self, handle: Any, sample: Any) -> Any:
+        sample.table = self._device(handle).get("gpm")
+        if sample.table is None:
+            raise nvml_error("NotSupported")()
+        return sample
+
+    def nvmlGpmMigSampleGet(self, handle: Any, gpu_instance: int, sample: Any) -> Any:
+        sample.table = self._device(handle).get("gpm_mig", {}).get(gpu_instance)
+        if sample.table is None:
+            raise nvml_error("InvalidArgument")()
+        return sample
+
+    def nvmlGpmMetricsGet(self, request: Any) -> Any:
+        self._live()
+        table = request.sample2.table
+        for metric in request.metrics[:request.numMetrics]:
+            answer = table.get(metric.metricId, nvml_error("InvalidArgument"))
+            if isinstance(answer, type) and issubclass(answer, BaseException):
+                name = answer.__name__.removeprefix("NVMLError_")
+                metric.nvmlReturn, metric.value = _CODE_OF.get(name, 999), 0.0
+            else:
+                metric.nvmlReturn, metric.value = 0, float(answer() if callable(answer) else answer)
+        return request
 
     # -- the devices ------------------------------------------------------------------------
     def _device(self, handle: Any) -> dict[str, Any]:

@@ -190,7 +190,8 @@ def test_every_reading_is_well_formed():
                 assert r.prometheus not in names, f"{r.prometheus} names two readings"
             names.add(r.prometheus)
         if r.dcgm:
-            assert r.dcgm.startswith("DCGM_FI_DEV_"), r.key
+            assert r.dcgm.startswith(("DCGM_FI_DEV_", "DCGM_FI_PROF_")), r.key
+            assert r.dcgm.startswith("DCGM_FI_PROF_") == (r.gpm is not None), r.key  # GPM is DCGM's profiling
         if r.fleet:
             assert r.prometheus, r.key
         if r.dcgm_scale is not None:

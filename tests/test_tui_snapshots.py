@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tui_support import GPU_LOST, NO_NVML, STANDIN, make_test_app, run_async, screen_lines, take_samples
+from tui_support import DATA, GPU_LOST, NO_NVML, STANDIN, make_test_app, run_async, screen_lines, take_samples
+
+GPM_SMALL_KERNELS = DATA / "handmade_h100_gpm_small_kernels.json"  # H100s with GPM: SM activity, the verdict
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -49,6 +51,7 @@ async def _frame(path: Path, size: tuple[int, int], samples: int, keys: tuple[st
     ("overview_two_gpus_80x24", STANDIN, (80, 24), 12, ()),
     ("overview_two_gpus_120x40", STANDIN, (120, 40), 12, ()),
     ("overview_two_gpus_60x40", STANDIN, (60, 40), 12, ()),
+    ("overview_h100_gpm_120x40", GPM_SMALL_KERNELS, (120, 40), 6, ()),
     ("overview_gpu_lost_80x24", GPU_LOST, (80, 24), 9, ()),
     ("overview_no_gpu_80x24", NO_NVML, (80, 24), 2, ()),
     ("processes_80x24", STANDIN, (80, 24), 2, ("p",)),

@@ -20,7 +20,13 @@ Environment:
 - ``FAKE_NVML_BUSY=1``: a training board instead of an idle one: utilisation, memory, power,
   temperature, SM clock and PCIe traffic change every second (the same values for every
   program that reads them in the same second), so a monitor redraws what a busy GPU makes
-  it redraw.
+  it redraw. Its GPM readings (SM activity, tensor activity...) show two patterns, changing every
+  second: more often a "busy but small kernels" board (SMs about 10 % active, no tensor work),
+  otherwise one whose tensor cores do the work; an idle board's GPM reads idle.
+- ``FAKE_NVML_GPM=0``: the board answers that it has no GPM (``isSupportedDevice`` 0, as a GPU
+  before Hopper does); GPM is otherwise supported. NVLink GPM metrics answer NOT_SUPPORTED each
+  (the PCIe board has no NVLink bridge), the others succeed.
+- ``FAKE_NVML_MIG=1``: MIG mode is on, with GPU instances 1 and 2 for nvmlGpmMigSampleGet.
 
 Not a reading of real hardware: timings taken with it measure the tools' own Python
 work, not the cost of a real driver call.
@@ -41,6 +47,25 @@ DRIVER = os.environ.get("FAKE_NVML_DRIVER", "580.95.05")
 CUDA = int(os.environ.get("FAKE_NVML_CUDA", "13000"))
 GIB = 1024 ** 3
 BUSY = os.environ.get("FAKE_NVML_BUSY") == "1"
+GPM = os.environ.get("FAKE_NVML_GPM", "1") != "0"
+MIG = os.environ.get("FAKE_NVML_MIG") == "1"
+INVALID_ARGUMENT = 2
+
+
+def _gpm_values() -> dict[int, float]:
+    """GPM metric id -> value for this second: NVML_GPM_METRIC_* SM util (2), occupancy (3), any
+    tensor (5), HMMA (7), DRAM (10), fp64/fp32/fp16 (11-13), PCIe tx/rx MiB/s (20, 21)."""
+    if not BUSY:
+        values = {2: 0.0, 3: 0.0, 5: 0.0, 7: 0.0, 10: 0.0, 11: 0.0, 12: 0.0, 13: 0.0}
+    elif _busy(0, 3, 9) < 2:  # busy but small kernels: few SMs, fp32, no tensor work
+        values = {2: _busy(6, 13, 10), 3: _busy(3, 8, 11), 5: 0.0, 7: 0.0, 10: _busy(2, 8, 12), 11: 0.0,
+                  12: _busy(2, 6, 13), 13: 0.0}
+    else:  # bf16 matrix math on the tensor cores
+        tensor = float(_busy(55, 76, 14))
+        values = {2: _busy(82, 96, 15), 3: _busy(25, 40, 16), 5: tensor, 7: tensor, 10: _busy(30, 50, 17),
+                  11: 0.0, 12: _busy(5, 15, 18), 13: _busy(1, 4, 19)}
+    values.update({20: _busy(1, 9000, 20) if BUSY else 1.2, 21: _busy(1, 9000, 21) if BUSY else 1.2})
+    return {k: float(v) for k, v in values.items()}
 
 
 def _busy(low: float, high: float, salt: int) -> int:
@@ -78,6 +103,8 @@ class FakeNvmlLibrary:
 
     def __init__(self, pynvml) -> None:
         self._device = pynvml.struct_c_nvmlDevice_t()
+        self._pynvml = pynvml
+        self._gpm_buffers: dict[int, object] = {}
         self._log = os.environ.get("FAKE_NVML_LOG")
 
     def __getattr__(self, name):
@@ -173,8 +200,8 @@ class FakeNvmlLibrary:
         return _set(out, 0)
 
     def nvmlDeviceGetMigMode(self, handle, current, pending):
-        _set(current, 0)
-        return _set(pending, 0)
+        _set(current, int(MIG))
+        return _set(pending, int(MIG))
 
     def nvmlDeviceGetEccMode(self, handle, current, pending):
         _set(current, 1)
@@ -285,6 +312,49 @@ class FakeNvmlLibrary:
 
     def nvmlDeviceGetFieldValues(self, handle, count, values):
         return NOT_SUPPORTED
+
+    # -- GPM (Hopper and later); ctypes is imported here, never at start-up, where importing it
+    # would bypass the fake CUDA driver's import hook (_FakeOnImport)
+    def nvmlGpmQueryDeviceSupport(self, handle, support):
+        return _fill(support, isSupportedDevice=int(GPM))
+
+    def nvmlGpmSampleAlloc(self, out):
+        import ctypes
+
+        buffer = self._pynvml.struct_c_nvmlGpmSample_t()
+        self._gpm_buffers[ctypes.addressof(buffer)] = buffer  # kept alive until freed
+        _out(out).contents = buffer
+        return SUCCESS
+
+    def nvmlGpmSampleFree(self, sample):
+        import ctypes
+
+        self._gpm_buffers.pop(ctypes.addressof(sample.contents), None)
+        return SUCCESS
+
+    def nvmlGpmSampleGet(self, handle, sample):
+        import ctypes
+
+        if not GPM:
+            return NOT_SUPPORTED
+        return SUCCESS if ctypes.addressof(sample.contents) in self._gpm_buffers else INVALID_ARGUMENT
+
+    def nvmlGpmMigSampleGet(self, handle, gpu_instance, sample):
+        if not MIG or getattr(gpu_instance, "value", gpu_instance) not in (1, 2):
+            return INVALID_ARGUMENT
+        return self.nvmlGpmSampleGet(handle, sample)
+
+    def nvmlGpmMetricsGet(self, request):
+        request = _out(request)
+        values = _gpm_values()
+        for i in range(request.numMetrics):
+            metric = request.metrics[i]
+            value = values.get(metric.metricId)
+            if value is None:  # NVLink (no bridge fitted) and metrics this fake does not model
+                metric.nvmlReturn, metric.value = NOT_SUPPORTED, 0.0
+            else:
+                metric.nvmlReturn, metric.value = SUCCESS, value
+        return SUCCESS
 
     # -- processes: none running
     def _no_processes(self, handle, count, infos):

@@ -165,6 +165,19 @@ class GpuSample(TypedDict, total=False):
     remapped_rows_failure: Union[bool, NA]
     persistence_mode: IntOrNA
     compute_mode: IntOrNA
+    # NVML GPM (Hopper and later), see gpudoctor.backends.catalogue
+    sm_active_pct: FloatOrNA
+    sm_occupancy_pct: FloatOrNA
+    tensor_active_pct: FloatOrNA
+    tensor_hmma_active_pct: FloatOrNA
+    dram_active_pct: FloatOrNA
+    fp64_active_pct: FloatOrNA
+    fp32_active_pct: FloatOrNA
+    fp16_active_pct: FloatOrNA
+    gpm_pcie_tx_mibps: FloatOrNA
+    gpm_pcie_rx_mibps: FloatOrNA
+    nvlink_rx_mibps: FloatOrNA
+    nvlink_tx_mibps: FloatOrNA
     energy_mj: IntOrNA
 
 

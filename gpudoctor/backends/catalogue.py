@@ -64,6 +64,9 @@ ENERGY_MJ = (0, 1 << 53)
 # 2**53 mJ is 285 years at 1 kW: no counter since the driver loaded holds that much.
 PSTATE = (0, 32)
 # P0..P15, and 32 for NVML_PSTATE_UNKNOWN.
+GPM_MIBPS = (0, 1 << 24)
+# GPM's PCIe and NVLink rates are MiB/s; NVLink 5 moves about 1.8e6 MiB/s per GPU in both
+# directions together, so 2**24 MiB/s (16 TiB/s) is beyond any link in sight.
 
 #: Facts read once per device (``static``), not per sample: their ranges, by fact name.
 STATIC_RANGES: dict[str, tuple[int, int]] = {
@@ -121,6 +124,9 @@ class Reading:
     nvml: NvmlRead | None = None
     #: The nvidia-smi --query-gpu field it corresponds to.
     smi: str = ""
+    #: The NVML GPM metric that gives it (NVML_GPM_METRIC_* by name, with nvml.h's value): read by
+    #: the backend's GPM reader from two GPM samples (Hopper and later), never by an NvmlRead.
+    gpm: tuple[str, int] | None = None
     # -- for people ---------------------------------------------------------------------------
     #: Kept in the sampler's history (the TUI's sparklines), under ``key``.
     history: bool = False
@@ -131,6 +137,9 @@ class Reading:
     #: (0: no cell).
     label: str = ""
     panel: int = 0
+    #: The panel cell (a reading's key) whose value it joins, as ``label`` and its value, when it is
+    #: a number ("util 80% · SM 9%"); where it is not, the cell stays as it was.
+    beside: str = ""
     #: The sparkline's top: the reading or static fact that gives it (the sample's value first,
     #: then the static one), else the number given (None: the series' own top).
     spark_top: tuple[str, float | None] = ("", None)
@@ -169,6 +178,10 @@ def _c(name: str, value: int) -> tuple[str, int]:
     return (name, value)
 
 
+def _g(name: str, value: int) -> tuple[str, int]:
+    return (name, value)
+
+
 def _q(*functions: str, args: tuple[tuple[str, int], ...] = (), **how: object) -> NvmlRead:
     return NvmlRead(tuple(functions), args, **how)  # type: ignore[arg-type]
 
@@ -195,7 +208,7 @@ READINGS: tuple[Reading, ...] = (
             dcgm="DCGM_FI_DEV_MEM_COPY_UTIL"),
     Reading("memory_used_bytes", "B", "integer", "fast", plausible=BYTES, smi="memory.used",
             label="mem", panel=2, spark="memory_used_pct", spark_top=("", 100.0), word="mem", line=2,
-            short_word="mem", short=2, watch=3, fmt="memory",
+            short_word="mem", short=3, watch=3, fmt="memory",
             hooks=True, prometheus="gpudoctor_gpu_memory_used_bytes", help="Device memory in use",
             dcgm="DCGM_FI_DEV_FB_USED", fleet="memory_used_bytes", dcgm_scale=2 ** 20),
     Reading("memory_free_bytes", "B", "integer", "fast", plausible=BYTES, smi="memory.free",
@@ -210,12 +223,12 @@ READINGS: tuple[Reading, ...] = (
     Reading("temperature_c", "°C", "number", "fast", plausible=C_SENSOR, smi="temperature.gpu",
             nvml=_q("nvmlDeviceGetTemperature", args=(_c("NVML_TEMPERATURE_GPU", 0),)),
             history=True, label="temp", panel=3, spark_top=("temperature_slowdown_c", 100.0), word="temp",
-            line=3, short=3,
+            line=3, short=4,
             watch=5, hooks=True, prometheus="gpudoctor_gpu_temperature_celsius", help="GPU core temperature",
             dcgm="DCGM_FI_DEV_GPU_TEMP", fleet="temperature_c", dcgm_scale=1.0),
     Reading("power_w", "W", "number", "fast", plausible=WATTS, smi="power.draw",
             nvml=_q("nvmlDeviceGetPowerUsage", divide=1000),
-            history=True, label="power", panel=4, spark_top=("power_limit_w", None), word="power", line=4, short=4,
+            history=True, label="power", panel=4, spark_top=("power_limit_w", None), word="power", line=4, short=5,
             watch=6, fmt="power", hooks=True, prometheus="gpudoctor_gpu_power_watts", help="Power draw",
             dcgm="DCGM_FI_DEV_POWER_USAGE", fleet="power_w", dcgm_scale=1.0),
     Reading("power_limit_w", "W", "number", "fast", plausible=WATTS, smi="enforced.power.limit",
@@ -226,7 +239,7 @@ READINGS: tuple[Reading, ...] = (
             nvml=_q("nvmlDeviceGetClockInfo", args=(_c("NVML_CLOCK_SM", 1),)),
             history=True, label="SM", panel=5, spark_top=("clock_sm_max_mhz", None), word="sm", line=5,
             short_word="sm",
-            short=5, watch=8, hooks=True, prometheus="gpudoctor_gpu_sm_clock_hertz", scale=1e6, help="SM clock",
+            short=6, watch=8, hooks=True, prometheus="gpudoctor_gpu_sm_clock_hertz", scale=1e6, help="SM clock",
             dcgm="DCGM_FI_DEV_SM_CLOCK"),
     Reading("clock_mem_mhz", "MHz", "integer", "fast", plausible=MEM_MHZ, smi="clocks.mem",
             nvml=_q("nvmlDeviceGetClockInfo", args=(_c("NVML_CLOCK_MEM", 2),)),
@@ -239,7 +252,7 @@ READINGS: tuple[Reading, ...] = (
             prometheus="gpudoctor_gpu_graphics_clock_hertz", scale=1e6, help="Graphics clock"),
     Reading("throttle_reasons", "", "integer", "fast", smi="clocks_event_reasons.active",
             nvml=_q("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"),
-            word="throttle", line=10, fmt="throttle", short_word="throttle", short=6, watch=13,
+            word="throttle", line=10, fmt="throttle", short_word="throttle", short=7, watch=13,
             prometheus="gpudoctor_gpu_clock_event_reasons",
             help="Clock event (throttle) reason bit mask, nvmlClocksEventReason*",
             dcgm="DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"),
@@ -308,6 +321,50 @@ READINGS: tuple[Reading, ...] = (
     Reading("persistence_mode", "", "integer", "full", nvml=_q("nvmlDeviceGetPersistenceMode"),
             smi="persistence_mode"),
     Reading("compute_mode", "", "integer", "full", nvml=_q("nvmlDeviceGetComputeMode"), smi="compute_mode"),
+    # GPM (GPU performance monitoring, Hopper and later): shares of the time between two GPM samples
+    # (at least 100 ms apart), read in full reads only, each reading the DCGM profiling field's
+    # counterpart (gpudoctor.backends.nvml reads them; docs/utilisation.md says what they mean).
+    Reading("sm_active_pct", "%", "number", "full", plausible=PCT, gpm=_g("NVML_GPM_METRIC_SM_UTIL", 2),
+            history=True, label="SM", beside="gpu_util_pct", word="sm act", line=12,
+            short_word="smact", short=2, watch=20,
+            prometheus="gpudoctor_gpu_sm_active_ratio", scale=0.01,
+            help="Share of SM cycles with at least one warp resident, averaged over all SMs (NVML GPM SM "
+                 "utilisation; Hopper and later): low beside a high utilization_ratio means small kernels",
+            dcgm="DCGM_FI_PROF_SM_ACTIVE", fleet="sm_active", dcgm_scale=1.0),
+    Reading("sm_occupancy_pct", "%", "number", "full", plausible=PCT, gpm=_g("NVML_GPM_METRIC_SM_OCCUPANCY", 3),
+            word="+occ", line=13, watch=21, prometheus="gpudoctor_gpu_sm_occupancy_ratio", scale=0.01,
+            help="Resident warps as a share of the SMs' maximum (NVML GPM SM occupancy; Hopper and later)",
+            dcgm="DCGM_FI_PROF_SM_OCCUPANCY"),
+    Reading("tensor_active_pct", "%", "number", "full", plausible=PCT,
+            gpm=_g("NVML_GPM_METRIC_ANY_TENSOR_UTIL", 5), word="tensor", line=14, watch=22,
+            prometheus="gpudoctor_gpu_tensor_active_ratio", scale=0.01,
+            help="Share of cycles the tensor cores were busy, any precision (NVML GPM; Hopper and later)",
+            dcgm="DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", fleet="tensor_active", dcgm_scale=1.0),
+    Reading("tensor_hmma_active_pct", "%", "number", "full", plausible=PCT,
+            gpm=_g("NVML_GPM_METRIC_HMMA_TENSOR_UTIL", 7), watch=23,
+            prometheus="gpudoctor_gpu_tensor_hmma_active_ratio", scale=0.01,
+            help="Share of cycles the tensor cores ran fp16/bf16 (HMMA) math (NVML GPM; Hopper and later)",
+            dcgm="DCGM_FI_PROF_PIPE_TENSOR_HMMA_ACTIVE"),
+    Reading("dram_active_pct", "%", "number", "full", plausible=PCT, gpm=_g("NVML_GPM_METRIC_DRAM_BW_UTIL", 10),
+            word="dram", line=15, watch=24, prometheus="gpudoctor_gpu_dram_active_ratio", scale=0.01,
+            help="Device memory bandwidth used as a share of its peak (NVML GPM; Hopper and later)",
+            dcgm="DCGM_FI_PROF_DRAM_ACTIVE"),
+    *(Reading(f"{pipe}_active_pct", "%", "number", "full", plausible=PCT, gpm=_g(f"NVML_GPM_METRIC_{pipe.upper()}_UTIL", gid),
+              watch=watch, prometheus=f"gpudoctor_gpu_{pipe}_pipe_active_ratio", scale=0.01,
+              help=f"Share of cycles the SMs ran non-tensor {pipe} math (NVML GPM; Hopper and later)",
+              dcgm=f"DCGM_FI_PROF_PIPE_{pipe.upper()}_ACTIVE")
+      for pipe, gid, watch in (("fp64", 11, 25), ("fp32", 12, 26), ("fp16", 13, 27))),
+    *(Reading(f"{link}_{way}_mibps", "MiB/s", "number", "full", plausible=GPM_MIBPS, gpm=_g(constant, gid),
+              watch=watch, prometheus=f"gpudoctor_gpu_{metric}_{way}_bytes_per_second", scale=float(2 ** 20),
+              help=f"{words} {'received' if way == 'rx' else 'sent'} per second between two GPM samples "
+                   "(NVML GPM; Hopper and later)", dcgm=f"DCGM_FI_PROF_{dcgm}_{way.upper()}_BYTES")
+      for link, metric, dcgm, words, way, constant, gid, watch in (
+          ("gpm_pcie", "prof_pcie", "PCIE", "PCIe bytes", "tx", "NVML_GPM_METRIC_PCIE_TX_PER_SEC", 20, 28),
+          ("gpm_pcie", "prof_pcie", "PCIE", "PCIe bytes", "rx", "NVML_GPM_METRIC_PCIE_RX_PER_SEC", 21, 29),
+          ("nvlink", "nvlink", "NVLINK", "NVLink bytes (all links)", "rx", "NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC",
+           60, 30),
+          ("nvlink", "nvlink", "NVLINK", "NVLink bytes (all links)", "tx", "NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC",
+           61, 31))),
     Reading("energy_mj", "mJ", "integer", "full", "counter", ENERGY_MJ,
             _q("nvmlDeviceGetTotalEnergyConsumption"), smi="total_energy_consumption",
             prometheus="gpudoctor_gpu_energy_joules_total", scale=1e-3,
@@ -381,6 +438,12 @@ def placed(place: str) -> list[Reading]:
 
 
 @per_catalogue
+def gpm_readings() -> tuple[Reading, ...]:
+    """The readings of NVML GPM (Hopper and later), read together from two GPM samples."""
+    return tuple(r for r in READINGS if r.gpm is not None)
+
+
+@per_catalogue
 def exported() -> tuple[Reading, ...]:
     """The readings the exporter writes (gauges and counters)."""
     return tuple(r for r in READINGS if r.prometheus)
@@ -402,5 +465,5 @@ def plausible_ranges() -> dict[str, tuple[int, int]]:
 
 
 __all__ = ["Reading", "NvmlRead", "READINGS", "STATIC_RANGES", "readings", "by_key", "keys", "fast_keys",
-           "history_keys", "per_catalogue", "watch_keys", "hooks_keys", "placed", "exported", "fleet_readings",
+           "history_keys", "per_catalogue", "gpm_readings", "watch_keys", "hooks_keys", "placed", "exported", "fleet_readings",
            "plausible_ranges"]

@@ -133,6 +133,15 @@ class NvmlGate:
         except Exception as exc:
             return NA(_error_name(exc))
 
+    def error_name(self, code: int) -> str:
+        """The name of an NVML return code (``3`` -> "NotSupported"), as :meth:`query` names errors:
+        for answers that carry codes of their own (GPM's per-metric returns)."""
+        try:
+            exc = self._module.NVMLError(code)
+        except Exception:
+            return f"NVML error {code}"
+        return _error_name(exc)
+
     def constant(self, name: str, default: int) -> int:
         na = self.start()
         if na is not None or self._module is None:
@@ -155,6 +164,35 @@ class NvmlGate:
         are otherwise kept, so that one missing driver costs one ``nvmlInit``, not one per call.
         """
         self.shutdown()
+
+
+#: The shortest time between the two GPM samples of one reading: NVML computes GPM metrics from
+#: counter differences and documents that the samples be at least 100 ms apart. A full read sooner
+#: after the last one gives the last reading again (or "Warming" when there is none yet).
+GPM_MIN_INTERVAL_S = 0.1
+
+# What a failed GPM start-up means, in words (the NA's reason, read by gpudoctor.backends.busy).
+GPM_NEEDS_HOPPER = "needs Hopper or later"
+GPM_OLD_DRIVER = "needs a driver with GPM (R520 or later)"
+GPM_WARMING = "Warming"
+GPM_MIG = "MIG mode: GPM is read per GPU instance"
+
+
+# Answers to the MIG mode query that mean "no MIG here", not "the device failed".
+_NO_MIG_REASONS = frozenset({"NotSupported", "FunctionNotFound", "InvalidArgument"})
+
+
+class _GpmState:
+    """One device's (or one MIG GPU instance's) GPM samples: two buffers allocated once and used
+    in turn, the time the newer was taken, and the last metrics computed from them."""
+
+    __slots__ = ("samples", "newer", "taken", "last")
+
+    def __init__(self, samples: tuple[Any, Any]) -> None:
+        self.samples = samples
+        self.newer = -1            # which buffer holds the newest sample (-1: none taken yet)
+        self.taken = 0.0           # monotonic time of the newest sample
+        self.last: dict[str, Any] | None = None
 
 
 # Answers that mean "this driver or binding has no v2 memory call", not "the GPU failed".
@@ -202,6 +240,10 @@ class NvmlBackend:
         self._process_util_seen: dict[int, int] = {}
         self._processes_util_info = True  # until the driver says it has no nvmlDeviceGetProcessesUtilizationInfo
         self._memory_v2 = True  # until the driver or the binding says it has no v2 memory call
+        # GPM per device (index) or MIG GPU instance ((index, gpu instance id)): its samples, or
+        # the NA that says why it cannot be read; freed before NVML shuts down or restarts.
+        self._gpm: dict[Any, _GpmState | NA] = {}
+        self._clock: Callable[[], float] = time.monotonic
 
     # -- system ---------------------------------------------------------------------
     def status(self) -> NA | None:
@@ -317,7 +359,8 @@ class NvmlBackend:
     def sample(self, index: int) -> GpuSample:
         """Every reading gpudoctor shows: :meth:`fast_sample` plus PCIe link and throughput,
         fan, ECC, page retirement, row remapping, persistence and compute mode, energy."""
-        return cast(GpuSample, screen({**self.fast_sample(index), **self._read_catalogue(index, "full")}))
+        return cast(GpuSample, screen({**self.fast_sample(index), **self._read_catalogue(index, "full"),
+                                       **self.gpm(index)}))
 
     def _read_catalogue(self, index: int, read: str) -> dict[str, Any]:
         """The catalogue's readings of one kind of read ("fast", "full") that have NVML calls of
@@ -499,14 +542,124 @@ class NvmlBackend:
             self._processes_util_info = False  # this driver or binding has only the old call
         return self._q("nvmlDeviceGetProcessUtilization", index, last_seen)
 
+    # -- GPM (Hopper and later) ------------------------------------------------------
+    def gpm(self, index: int) -> dict[str, Any]:
+        """The catalogue's GPM readings of a whole GPU (SM activity, occupancy, tensor, DRAM...),
+        computed by NVML from this call's GPM sample and the previous one.
+
+        The first call has no previous sample: every reading is ``NA("Warming")``, never 0. A
+        device without GPM answers NA with the reason in words (``needs Hopper or later``: an older
+        GPU or a vGPU without it; ``needs a driver with GPM``: the driver or binding lacks the
+        calls); a metric the device lacks (NVLink on a PCIe board) is NA with NVML's own error for
+        it. A GPU in MIG mode is read per GPU instance (:meth:`gpm_mig`).
+        """
+        handle = self._handle(index)
+        if is_na(handle):
+            return self._gpm_na(handle)
+        mig = self.gate.query("nvmlDeviceGetMigMode", handle)
+        if is_na(mig) and mig.reason not in _NO_MIG_REASONS:
+            return self._gpm_na(mig)  # the device failed (GpuIsLost...): say so, not "needs Hopper"
+        if not is_na(mig) and int(mig[0]) == 1:
+            return self._gpm_na(NA(GPM_MIG))
+        return self._gpm_read(index, handle, None)
+
+    def gpm_mig(self, index: int, gpu_instance_id: int) -> dict[str, Any]:
+        """The GPM readings of one MIG GPU instance of GPU ``index`` (nvmlGpmMigSampleGet), as
+        :meth:`gpm` gives them for a whole GPU."""
+        handle = self._handle(index)
+        if is_na(handle):
+            return self._gpm_na(handle)
+        return self._gpm_read((index, int(gpu_instance_id)), handle, int(gpu_instance_id))
+
+    @staticmethod
+    def _gpm_na(na: NA) -> dict[str, Any]:
+        return {r.key: na for r in catalogue.gpm_readings()}
+
+    def _gpm_state(self, key: Any, handle: Any) -> "_GpmState | NA":
+        state = self._gpm.get(key)
+        if state is not None:
+            return state
+        support = self.gate.query("nvmlGpmQueryDeviceSupport", handle)
+        found: _GpmState | NA
+        if is_na(support):
+            found = NA(GPM_OLD_DRIVER if support.reason == "FunctionNotFound"
+                       else GPM_NEEDS_HOPPER if support.reason == "NotSupported" else support.reason)
+        elif not int(getattr(support, "isSupportedDevice", 0)):
+            found = NA(GPM_NEEDS_HOPPER)
+        else:
+            first = self.gate.query("nvmlGpmSampleAlloc")
+            second = self.gate.query("nvmlGpmSampleAlloc") if not is_na(first) else first
+            if is_na(second):
+                if not is_na(first):
+                    self.gate.query("nvmlGpmSampleFree", first)
+                return second  # kept out of the cache: an allocation may succeed next time
+            found = _GpmState((first, second))
+        self._gpm[key] = found
+        return found
+
+    def _gpm_read(self, key: Any, handle: Any, gpu_instance: int | None) -> dict[str, Any]:
+        state = self._gpm_state(key, handle)
+        if is_na(state):
+            return self._gpm_na(state)
+        assert isinstance(state, _GpmState)
+        now = self._clock()
+        if state.newer >= 0 and now - state.taken < GPM_MIN_INTERVAL_S:
+            return dict(state.last) if state.last is not None else self._gpm_na(NA(GPM_WARMING))
+        slot = 0 if state.newer != 0 else 1
+        buffer = state.samples[slot]
+        taken = (self.gate.query("nvmlGpmMigSampleGet", handle, gpu_instance, buffer) if gpu_instance is not None
+                 else self.gate.query("nvmlGpmSampleGet", handle, buffer))
+        if is_na(taken):
+            return self._gpm_na(taken)
+        previous, state.newer, state.taken = state.newer, slot, now
+        if previous < 0:
+            return self._gpm_na(NA(GPM_WARMING))
+        state.last = self._gpm_metrics(state.samples[previous], buffer)
+        return dict(state.last)
+
+    def _gpm_metrics(self, older: Any, newer: Any) -> dict[str, Any]:
+        """nvmlGpmMetricsGet over two samples: each catalogue GPM reading, or NA with its metric's
+        own return code."""
+        wanted = catalogue.gpm_readings()
+        make = getattr(self.gate.lib, "c_nvmlGpmMetricsGet_t", None)
+        if make is None:
+            return self._gpm_na(NA(GPM_OLD_DRIVER))
+        request = make()
+        request.version = self.gate.constant("NVML_GPM_METRICS_GET_VERSION", 1)
+        request.numMetrics = len(wanted)
+        request.sample1, request.sample2 = older, newer
+        for i, reading in enumerate(wanted):
+            assert reading.gpm is not None
+            request.metrics[i].metricId = self.gate.constant(*reading.gpm)
+        answer = self.gate.query("nvmlGpmMetricsGet", request)
+        if is_na(answer):
+            return self._gpm_na(answer)
+        out: dict[str, Any] = {}
+        for i, reading in enumerate(wanted):
+            metric = answer.metrics[i]
+            code = int(metric.nvmlReturn)
+            out[reading.key] = (check(reading.key, round(float(metric.value), 1)) if code == 0
+                                else NA(self.gate.error_name(code)))
+        return out
+
+    def _gpm_free(self) -> None:
+        """Free every GPM sample buffer (before NVML shuts down or restarts)."""
+        states, self._gpm = self._gpm, {}
+        for state in states.values():
+            if isinstance(state, _GpmState):
+                for buffer in state.samples:
+                    self.gate.query("nvmlGpmSampleFree", buffer)
+
     def reset(self) -> None:
         """Start again from nothing: device handles from before a driver reload or a GPU reset
         are stale, so they are dropped with NVML itself; the next reading re-initialises."""
+        self._gpm_free()
         self._handles.clear()
         self._process_util_seen.clear()
         self._processes_util_info = True
         self.gate.reset()
 
     def close(self) -> None:
+        self._gpm_free()
         self._handles.clear()
         self.gate.shutdown()

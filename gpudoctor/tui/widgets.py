@@ -22,7 +22,7 @@ from textual.widget import Widget
 
 from gpudoctor.backends import catalogue, throttle_reason_names
 from gpudoctor.backends.na import NA, is_na
-from gpudoctor.presentation import fault_words, no_gpu_words
+from gpudoctor.presentation import busy_verdict, fault_words, no_gpu_words
 from gpudoctor.sampling import DeviceSnapshot, History, Snapshot
 from gpudoctor.model import ProbeResult
 from gpudoctor.presentation import (
@@ -337,13 +337,34 @@ class GpuPanel(_LinesPanel):
         throttle = Text("clocks".ljust(LABEL_W), style="cyan") + Text(text, style=style)
         throttle.truncate(width, overflow="ellipsis")
         lines.append(throttle)
+        lines += self._verdict_lines(dev, width)
         lines += event_lines(self.events, width)
         if self._draws_graph():
             graphs = [("util", hist.series(dev.index, "gpu_util_pct"), "dim green")]
             if self.graph_rows >= SPLIT_GRAPH_ROWS:
+                sm = hist.series(dev.index, "sm_active_pct")
+                # GPM (Hopper and later): SM activity under utilisation, where each of three
+                # graphs keeps three rows (its 100%, name and 0% marks)
+                if self.graph_rows >= 3 * 3 and any(v is not None for v in sm):
+                    graphs.append(("SM act", sm, "dim magenta"))
                 graphs.append(("mem", hist.series(dev.index, "memory_used_pct"), "dim cyan"))
             lines += history_graph(graphs, self.graph_rows, width, self.interval_s)
         return lines
+
+    @staticmethod
+    def _verdict_lines(dev: DeviceSnapshot, width: int) -> list[Line]:
+        """Is the GPU really working (gpudoctor.backends.busy), in words, on one line: the verdict and
+        its fix where they fit, else the verdict, else its headline."""
+        verdict = busy_verdict(dev)
+        style = VERDICT_STYLES.get(verdict.code, "")
+        if verdict.evidence in ("none", "power"):
+            style = "dim"
+        room = max(10, width - LABEL_W)
+        text = next((t for t in (verdict.text(), verdict.words, verdict.headline) if len(t) <= room),
+                    verdict.headline)
+        line = Text("work".ljust(LABEL_W), style="cyan") + Text(plain_text(text), style=style)
+        line.truncate(width, overflow="ellipsis")
+        return [line]
 
     @staticmethod
     def _cell_of(dev: DeviceSnapshot, hist: History, reading: catalogue.Reading,
@@ -355,6 +376,9 @@ class GpuPanel(_LinesPanel):
                 text = fmt_memory(dev, reserved=False)
         else:
             text = reading_text(dev, reading)
+            for joined in catalogue.readings():
+                if joined.beside == reading.key and _num(dev.get(joined.key)) is not None:
+                    text += f" · {joined.label} {reading_text(dev, joined)}"
         top_key, top = reading.spark_top
         if top_key:
             top = _num(dev.sample.get(top_key)) or _num(dev.static.get(top_key)) or top
@@ -500,9 +524,16 @@ def _mark(seconds: int) -> str:
     return f"{seconds // 60}m" if seconds < 3600 else f"{seconds // 3600}h"
 
 
-#: Graph rows from which the tall graph is two: utilisation above, memory used below (nvitop
+#: How each verdict of gpudoctor.backends.busy is drawn: a warning colour where the GPU is busy
+#: without working, green where it does the right work.
+VERDICT_STYLES = {"busy_small_kernels": "yellow", "memory_bound": "yellow", "waiting": "yellow",
+                  "tensor_bound": "green", "sm_bound": "", "partly_busy": "", "idle": "dim", "warming": "dim",
+                  "no_gpm": "dim", "no_reading": "dim"}
+
+#: Graph rows (7: four and three, each with its 100%, name and 0% marks; the verdict line took the
+#: eighth) from which the tall graph is two: utilisation above, memory used below (nvitop
 #: shows both); with fewer, utilisation alone.
-SPLIT_GRAPH_ROWS = 8
+SPLIT_GRAPH_ROWS = 7
 
 
 def util_graph(values: list[float | None], rows: int, width: int, interval_s: float) -> list[Runs]:

@@ -283,6 +283,50 @@ def two_gpu_training() -> dict:
         [name, name], "570.86.15"), statics, samples)
 
 
+def _gpm(*, sm, occupancy, tensor, dram, fp32, pcie_tx, pcie_rx) -> dict:
+    """The GPM readings of one sample (percent, MiB/s; NVLink NotSupported: PCIe boards)."""
+    return {"sm_active_pct": sm, "sm_occupancy_pct": occupancy, "tensor_active_pct": tensor,
+            "tensor_hmma_active_pct": tensor, "dram_active_pct": dram, "fp64_active_pct": 0.0,
+            "fp32_active_pct": fp32, "fp16_active_pct": 0.0, "gpm_pcie_tx_mibps": pcie_tx,
+            "gpm_pcie_rx_mibps": pcie_rx, "nvlink_rx_mibps": _na("NotSupported"),
+            "nvlink_tx_mibps": _na("NotSupported")}
+
+
+def h100_gpm_small_kernels() -> dict:
+    """Two H100 PCIe boards with GPM: GPU 0 busy 100 % of the time but with small fp32 kernels (SMs about
+    10 % active, no tensor work) for 10 samples, then bf16 matrix math on the tensor cores; GPU 1 idle.
+    The first sample has no previous GPM sample: its GPM readings are Warming."""
+    name = "NVIDIA H100 PCIe"
+    statics = [_session_static(i, name, memory_gib=80, power_limit=350.0, sm_max=1755, mem_max=1593, fans=0, ecc=1,
+                               cc="9.0", arch=9) for i in range(2)]
+    warming = {key: _na("Warming") for key in _gpm(sm=0, occupancy=0, tensor=0, dram=0, fp32=0, pcie_tx=0,
+                                                   pcie_rx=0)}
+    samples = []
+    for k in range(20):
+        small = k < 10
+        busy = _session_sample(util=100 if small else 97, mem_util=6 if small else 38, used_gib=12.5, total_gib=80,
+                               temp=45 + k * 0.5, power=120.0 if small else 310.0, limit=350.0,
+                               sm=1755, mem=1593, reasons=0, pstate=0, rx_kbps=850_000, tx_kbps=120_000,
+                               fan=_na("NotSupported"), ecc=0)
+        busy.update(_gpm(sm=9.0 + (k % 3), occupancy=5.0, tensor=0.0, dram=4.0, fp32=3.0, pcie_tx=117.2,
+                         pcie_rx=830.1) if small else
+                    _gpm(sm=86.0, occupancy=31.0, tensor=68.0, dram=41.0, fp32=9.0, pcie_tx=60.0, pcie_rx=410.0))
+        idle = _session_sample(util=0, mem_util=0, used_gib=0.5, total_gib=80, temp=31, power=48.5, limit=350.0,
+                               sm=345, mem=1593, reasons=0x1, pstate=0, rx_kbps=0, tx_kbps=0,
+                               fan=_na("NotSupported"), ecc=0)
+        idle.update(_gpm(sm=0.0, occupancy=0.0, tensor=0.0, dram=0.0, fp32=0.0, pcie_tx=0.0, pcie_rx=0.0))
+        if k == 0:
+            busy.update(warming)
+            idle.update(warming)
+        busy["t"] = idle["t"] = float(k)
+        samples.append({"t": float(k), "devices": [busy, idle], "processes": [[], []]})
+    return _session_recording(_session_meta(
+        "HAND-MADE GPM scenario, not a reading of real hardware: two H100 PCIe boards; GPU 0 busy 100 % with "
+        "small fp32 kernels (SM activity 9-11 %, no tensor work) for 10 samples, then tensor-bound (SM 86 %, "
+        "tensor 68 %); GPU 1 idle; the first sample's GPM readings are Warming; NVLink NotSupported.",
+        [name, name], "580.95.05"), statics, samples)
+
+
 def gpu_lost_midsession() -> dict:
     """One GPU works for 6 samples, then falls off the bus: every reading is GpuIsLost."""
     name = "NVIDIA GeForce RTX 3090"
@@ -463,6 +507,7 @@ def builders() -> dict[str, Callable[[], Any]]:
     files.update({
         "handmade_two_gpu_training_standin.json": two_gpu_training,
         "handmade_gpu_lost_midsession.json": gpu_lost_midsession,
+        "handmade_h100_gpm_small_kernels.json": h100_gpm_small_kernels,
         "handmade_notsupported_fields.json": notsupported_fields,
         "handmade_nvml_gone_midsession.json": nvml_gone_midsession,
         "handmade_no_nvml.json": no_nvml,
