@@ -532,8 +532,8 @@ def process_rows(snap: "Snapshot", info: Callable[[int, Mapping[str, Any]], dict
     return rows, notes
 
 
-__all__ = ["busy_verdict", 
-    "EVENT_WORDS", "event_line", "event_record", "fmt_age", "MAX_TEXT", "SPARK_CHARS", "STATUS_STYLE", "VERDICT", "WATCH_FIELDS", "fmt_bytes", "fmt_memory",
+__all__ = [
+    "busy_verdict", "EVENT_WORDS", "event_line", "event_record", "fmt_age", "MAX_TEXT", "SPARK_CHARS", "STATUS_STYLE", "VERDICT", "WATCH_FIELDS", "fmt_bytes", "fmt_memory",
     "fmt_num", "fmt_power", "fmt_rate_kbps", "plain_text", "short_na", "sparkline", "status_style",
     "status_word", "throttle_text", "tiny_na", "WATCH_WIDTH", "watch_line", "watch_line_short", "watch_record", "reading_text", "wrap_hanging",
     "FAULT_WORDS", "NO_NVML_REASONS", "fault_words", "no_gpu_words", "ProcessRow", "PROCESS_SORT_KEYS",

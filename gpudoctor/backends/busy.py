@@ -124,7 +124,7 @@ def verdict(readings: Mapping[str, Any]) -> Verdict:
                        "fuse elementwise work (torch.compile), use bf16 to halve the bytes moved, "
                        "or larger batches for more math per byte")
     no_tensor = tensor is None or tensor < TENSOR_NONE_PCT
-    tensor_text = "no tensor work" if no_tensor else f"tensor cores {_pct(tensor)} active"
+    tensor_text = "no tensor work" if no_tensor or tensor is None else f"tensor cores {_pct(tensor)} active"
     if util is not None and util >= BUSY_UTIL_PCT and sm < SM_LOW_PCT:
         return Verdict("busy_small_kernels", f"busy {_pct(util)} but SM only {_pct(sm)}: small kernels",
                        f"{util_text}, but only {_pct(sm)} of SM cycles active and {tensor_text}: "
