@@ -6,7 +6,8 @@
 #   core      nvidia-smi -q, versions, a real `gpudoctor record` recording, anonymized reports
 #             (quick, standard, full) and the GPU test files of the core and the probes
 #   measure   benchmarks/full_report.py (report --full wall time and the measured ceilings:
-#             device-to-device copy, pinned host-to-device, bf16 matmul) and the other GPU tests
+#             device-to-device copy, pinned host-to-device, bf16 matmul), benchmarks/gpm_truth.py
+#             (GPM SM/tensor/DRAM activity on kernels whose answer is known) and the other GPU tests
 #   workload  bench mnist sweep on the GPU, benchmarks/hooks_overhead.py, distributed, why on a GPU job
 #   compare   against the peers: quick_vs_gpustat, quick_vs_nvitop, TUI CPU against nvitop, watch
 #
@@ -65,14 +66,16 @@ part_core() {
   step report_standard 70 "$PY" -m gpudoctor report --json --anonymize -o "$R/report_standard.json"
   step report_full 100 "$PY" -m gpudoctor report --full --json --anonymize -o "$R/report_full.json"
   # Named files, not `-m gpu` over the tree: a collection error elsewhere cannot cancel them.
-  step pytest_core 170 "$PY" -m pytest $PYTEST_PLUGINS -v -rs -p no:cacheprovider --continue-on-collection-errors \
+  step pytest_core 150 "$PY" -m pytest $PYTEST_PLUGINS -v -rs -p no:cacheprovider --continue-on-collection-errors \
     -m gpu --junitxml "$R/pytest_core.xml" tests/test_gpu_core.py tests/test_probes_gpu.py
 }
 
 part_measure() {
   setup 30 torch pynvml pytest jsonschema
-  step full_report 120 "$PY" benchmarks/full_report.py --out "$R/full"
-  step pytest_gpu 130 "$PY" -m pytest $PYTEST_PLUGINS -v -rs -p no:cacheprovider --continue-on-collection-errors \
+  step full_report 100 "$PY" benchmarks/full_report.py --out "$R/full"
+  # GPM against known answers: idle, a bf16 GEMM, a loop of tiny kernels, a memory-bound copy
+  step gpm_truth 60 "$PY" benchmarks/gpm_truth.py --json "$R/gpm_truth.json" $(big "" "--smoke")
+  step pytest_gpu 115 "$PY" -m pytest $PYTEST_PLUGINS -v -rs -p no:cacheprovider --continue-on-collection-errors \
     -m gpu --junitxml "$R/pytest_gpu.xml" tests/test_workload_gpu.py tests/test_distributed_gpu.py \
     tests/test_hooks_syncs.py tests/test_cli.py
 }
@@ -92,7 +95,7 @@ part_workload() {
     $(big "" "--backend gloo --nproc 2 --sizes 4K")
   # `why PID` on the tutorials' loop training on the GPU (py-spy comes in the wheelhouse): the job
   # starts, runs 8 s into its loop, is sampled for 10 s, then stopped.
-  step why_gpu 40 bash -c "$WHY_ON_A_TRAINING_JOB" why_gpu "$PY" "$R" "$(big cuda cpu)" "$(big 10 2)"
+  step why_gpu 35 bash -c "$WHY_ON_A_TRAINING_JOB" why_gpu "$PY" "$R" "$(big cuda cpu)" "$(big 10 2)"
 }
 
 # $1 python, $2 results folder, $3 device, $4 seconds sampled

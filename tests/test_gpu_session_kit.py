@@ -168,3 +168,41 @@ def test_a_part_cut_off_still_returns_the_steps_before(tmp_path):
     assert list(rows)[:2] == ["setup", "bench_mnist"]
     assert len(_files(tmp_path / "out")) == 1
     assert _members(tarball)["workload/bench_mnist.out"]
+
+
+def test_gpm_truth_knows_each_phases_answer_and_reads_through_the_backend():
+    """benchmarks/gpm_truth.py on stand-ins (no GPU here): each phase's medians get gpudoctor's
+    verdict, and the expected verdicts are ones the verdict function gives for such readings."""
+    from types import SimpleNamespace
+
+    from gpudoctor.backends import NA
+    from script_loader import load_script
+
+    truth = load_script(ROOT / "benchmarks" / "gpm_truth.py", "gpm_truth")
+    typical = {"idle": {"gpu_util_pct": 0, "sm_active_pct": 0.2},
+               "bf16_gemm": {"gpu_util_pct": 100, "sm_active_pct": 92, "tensor_active_pct": 71},
+               "tiny_kernels": {"gpu_util_pct": 100, "sm_active_pct": 4, "tensor_active_pct": 0},
+               "copy": {"gpu_util_pct": 100, "sm_active_pct": 45, "dram_active_pct": 88}}
+    for phase in truth.PHASES:
+        judged = truth._judge({"phase": phase, "median": typical[phase]})
+        assert judged["met"], (phase, judged["verdict"])
+
+    class Gpu:
+        reads = 0
+
+        def gpm(self, index):
+            self.reads += 1
+            return {"sm_active_pct": NA("Warming")} if self.reads == 1 else {"sm_active_pct": 5.0,
+                                                                             "tensor_active_pct": 0.0}
+
+        def fast_sample(self, index):
+            return {"gpu_util_pct": 100, "power_w": 80.0}
+
+        def static(self, index):
+            return {"power_limit_w": 350.0}
+
+    fake_torch = SimpleNamespace(cuda=SimpleNamespace(synchronize=lambda: None))
+    result = truth._judge(truth._run_phase(fake_torch, Gpu(), 0, "idle", 1.2, "small"))
+    assert result["readings"] and result["median"]["sm_active_pct"] == 5.0
+    assert result["gpm_read_cpu_ms"] is not None and result["verdict"]["code"] == "busy_small_kernels"
+    assert not result["met"]  # an "idle" phase whose GPU is busy does not meet its answer
