@@ -118,7 +118,7 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
     r.details.setdefault("spin_up_matmuls", {})[str(d)] = spin_up(torch, device, min(0.3, budget_s / 20))
     load = _gpu.LoadSampler(ctx, dev).start()
     try:
-        rows = _time_modes(torch, dev, device, spec, tf32_env, budget_s)
+        rows = _time_modes(torch, dev, device, spec, tf32_env, budget_s, gpm=_gpm_reader(ctx, dev))
     finally:
         load.stop()
     after = _gpu.nvml_sample(ctx, dev)
@@ -146,6 +146,7 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
         if row["pct_of_peak"] is not None:
             note += f"; {row['pct_of_peak']:.0f} % of {spec.model} datasheet"
         r.measure(f"{mode}_matmul", row["tflops"], "TFLOP/s", device=d, reference=row["peak_tflops"], note=note)
+    _tensor_activity(r, dev, rows.get("bf16") or {})
     _cpu_ratio_finding(r, dev, rows, cpu_tflops)
     _speed_finding(r, dev, rows, spec)
     if tf32_env.note:
@@ -157,9 +158,43 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
     _tf32_available_finding(r, torch, dev, rows)
 
 
+GPM_KEYS = ("sm_active_pct", "tensor_active_pct", "tensor_hmma_active_pct")
+
+
+def _gpm_reader(ctx: ProbeContext, dev: _gpu.Device) -> Any:
+    """GPM readings of the device (SM and tensor activity since the previous read), or None where
+    NVML cannot match the device; each value a number or NA with its reason."""
+    if dev.nvml_index is None or not hasattr(ctx.gpu, "gpm"):
+        return None
+
+    def read() -> dict[str, Any]:
+        try:
+            found = ctx.gpu.gpm(dev.nvml_index)
+        except Exception:  # a backend that cannot read GPM costs this figure, not the probe
+            return {}
+        return {k: found.get(k) for k in GPM_KEYS}
+    return read
+
+
+def _gpm_row(readings: dict[str, Any]) -> dict[str, Any]:
+    """GPM over one timed matmul for its row: numbers, or the reason they are missing."""
+    from gpudoctor.backends.na import is_na
+
+    out: dict[str, Any] = {}
+    for key in GPM_KEYS:
+        value = readings.get(key)
+        if is_na(value):
+            out.setdefault("gpm_note", value.reason)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[key] = round(float(value), 1)
+    return out
+
+
 def _time_modes(torch: Any, dev: _gpu.Device, device: Any, spec: Any, tf32_env: Any,
-                budget_s: float) -> dict[str, Any]:
-    """One timed matmul per mode, as large as half the free memory allows (n <= MAX_N)."""
+                budget_s: float, gpm: Any = None) -> dict[str, Any]:
+    """One timed matmul per mode, as large as half the free memory allows (n <= MAX_N). With
+    ``gpm`` (a reader of the device's GPM readings), the bf16 row also carries the SM and tensor
+    activity NVML measured while it ran: proof that the tensor cores did the work."""
     clock = _gpu.event_clock(torch, device)
     gen = torch.Generator(device=device).manual_seed(0xC0DE + dev.index)
     rows: dict[str, Any] = {}
@@ -174,16 +209,49 @@ def _time_modes(torch: Any, dev: _gpu.Device, device: Any, spec: Any, tf32_env: 
             n = MAX_N
             while n > 1024 and 7 * n * n * size > free // 2:  # 3 input pairs + output, half the free memory
                 n //= 2
+            if gpm is not None and mode == "bf16":
+                gpm()  # GPM measures between two reads: this one opens the bf16 window
             timing = matmul_timing(torch, device, dtype, n, clock, budget_s=budget_s / len(MODES), generator=gen)
+            activity = _gpm_row(gpm()) if gpm is not None and mode == "bf16" else {}
             tflops = matmul_tflops(n, n, n, timing.seconds)
             peak = spec.peak_tflops(mode) if spec else None
             if (mode == "tf32" and tf32_env.tf32_disabled) or (mode == "fp32" and tf32_env.fp32_runs_as_tf32):
                 peak = None  # cuBLAS ran another format than the row's name: no fair datasheet figure
             rows[mode] = {"n": n, "tflops": round(tflops, 3), "peak_tflops": peak,
                           "pct_of_peak": None if peak is None else round(percent_of(tflops, peak) or 0, 1),
-                          **timing.to_dict()}
+                          **timing.to_dict(), **activity}
         torch.cuda.empty_cache()
     return rows
+
+
+# A bf16 GEMM that keeps the tensor cores busy reads well above this; one that ran on the plain
+# CUDA cores (no tensor-core kernel chosen) reads near 0 (docs/utilisation.md).
+TENSOR_PROOF_PCT = 20.0
+
+
+def _tensor_activity(r: ProbeResult, dev: _gpu.Device, bf16: dict[str, Any]) -> None:
+    """The tensor-core activity NVML measured while the bf16 matmul ran, and what it proves."""
+    d = dev.index
+    if "skipped" in bf16 or "tflops" not in bf16:
+        return
+    active = bf16.get("tensor_active_pct")
+    r.measure("bf16_tensor_active", active, "%", device=d, note="" if active is not None else
+              f"GPM: {bf16.get('gpm_note') or 'not read'}")
+    if active is None:
+        return
+    if active >= TENSOR_PROOF_PCT:
+        r.find(Status.PASS, "tensor_cores_used",
+               f"The tensor cores of {dev.label} were {active:.0f} % active during the bf16 matmul "
+               f"(SM activity {bf16.get('sm_active_pct', 0):.0f} %): bf16 math runs on them.",
+               why="NVML's GPM counters measured it; utilisation alone cannot tell tensor work from any other.",
+               fix="Nothing to do.", device=d)
+    else:
+        r.find(Status.WARN, "tensor_cores_idle",
+               f"The tensor cores of {dev.label} were only {active:.0f} % active during the bf16 matmul.",
+               why="A bf16 matrix product should run on the tensor cores; if it did not, bf16 training is "
+                   "several times slower than it could be.",
+               fix="Check the torch build's cuBLAS (`torch.backends.cuda.preferred_blas_library()`), the "
+                   "CUBLAS_WORKSPACE_CONFIG and NVIDIA_TF32_OVERRIDE variables, and the clocks.", device=d)
 
 
 def _cpu_ratio_finding(r: ProbeResult, dev: _gpu.Device, rows: dict[str, Any], cpu_tflops: float | None) -> None:

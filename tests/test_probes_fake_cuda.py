@@ -26,7 +26,7 @@ from gpudoctor.backends import NvmlBackend, NvmlGate  # noqa: E402
 from nvml_fake import FakePynvml  # noqa: E402
 
 
-def fake_gpu(name, pcie=True, throttle=0, link=(4, 16, 4, 8), reserved=None):
+def fake_gpu(name, pcie=True, throttle=0, link=(4, 16, 4, 8), reserved=None, gpm=None):
     """One GPU through the real NVML backend, on the shared fake at the gate. ``throttle``: the
     clock-event reasons (or a function giving them at each read). ``link``: PCIe gen
     max, width max, gen current, width current (``pcie=False``: NVML reports no link). Its used
@@ -48,6 +48,8 @@ def fake_gpu(name, pcie=True, throttle=0, link=(4, 16, 4, 8), reserved=None):
     if pcie:
         readings.update(zip(("nvmlDeviceGetMaxPcieLinkGeneration", "nvmlDeviceGetMaxPcieLinkWidth",
                              "nvmlDeviceGetCurrPcieLinkGeneration", "nvmlDeviceGetCurrPcieLinkWidth"), link))
+    if gpm is not None:  # a Hopper's GPM table (nvml_fake.gpm_table)
+        readings["gpm"] = gpm
     nvml = FakePynvml(readings=readings)
     if reserved is not None:
         nvml.nvmlMemory_v2 = 0x02000028  # nvml.h: sizeof(nvmlMemory_v2_t) | 2 << 24
@@ -308,3 +310,23 @@ def test_compute_after_the_program_chose_tf32_the_new_way(fake_cuda):
         assert m.fp32_precision == "tf32"
     finally:
         m.fp32_precision = "none"
+
+
+def test_compute_measures_tensor_activity_during_the_bf16_matmul(fake_cuda):
+    """GPM read around the bf16 matmul: the tensor activity is its row's and a measurement, with
+    what it proves; without GPM the measurement says why it is missing."""
+    from nvml_fake import gpm_table
+
+    busy = compute.run(ProbeContext(gpu=fake_gpu(fake_cuda["name"], gpm=gpm_table(sm=88.0, tensor=64.0, hmma=64.0)),
+                                    level="full"))
+    data = _valid(busy)
+    active = next(m for m in data["measurements"] if m["name"] == "bf16_tensor_active")
+    assert active["value"] == 64.0 and active["unit"] == "%"
+    assert busy.details["matmul"]["0"]["bf16"]["sm_active_pct"] == 88.0
+    assert "tensor_cores_used" in _codes(busy)
+    idle = compute.run(ProbeContext(gpu=fake_gpu(fake_cuda["name"], gpm=gpm_table(sm=40.0, tensor=0.0)), level="full"))
+    assert "tensor_cores_idle" in _codes(idle)
+    without = compute.run(ProbeContext(gpu=fake_gpu(fake_cuda["name"]), level="full"))
+    missing = next(m for m in _valid(without)["measurements"] if m["name"] == "bf16_tensor_active")
+    assert missing["value"] is None and "needs Hopper or later" in missing["note"]
+
