@@ -252,3 +252,38 @@ def test_sampler_is_the_one_sampling_core_reading_one_device():
 def test_importing_gpudoctor_and_hooks_loads_no_torch():
     assert modules_loaded("import gpudoctor, gpudoctor.hooks; gpudoctor.TrainingMonitor; gpudoctor.check_devices; "
                           "m = gpudoctor.TrainingMonitor()", ("torch", "pynvml", "textual")) == []
+
+
+def test_busy_by_utilisation_idle_by_sm_activity_is_launch_bound():
+    """GPM (Hopper and later) during the steps: NVML utilisation 98% but SM activity 7% and no tensor
+    work is a launch-bound loop (it passed as a busy GPU), judged by the one busy verdict."""
+    gpm = [dict(_sample(98), sm_active_pct=7.0, tensor_active_pct=0.0) for _ in range(5)]
+    summary = build_summary(_raw(gpu_samples=gpm))
+    assert summary.codes == ["launch_bound"]
+    item = summary.diagnosis[0]
+    assert "only 7% of SM cycles active" in item.message and "CUDA graphs" in item.advice
+    assert summary.gpu["sm_active_p50_pct"] == 7.0 and summary.gpu["gpm_samples"] == 5
+    saturated = [dict(_sample(98), sm_active_pct=85.0, tensor_active_pct=60.0) for _ in range(5)]
+    assert build_summary(_raw(gpu_samples=saturated)).codes == []  # the GPU is the bottleneck: fine
+    assert build_summary(_raw(gpu_samples=[_sample(98)] * 5)).codes == []  # no GPM: nothing claimed
+
+
+def test_sampler_reads_gpm_once_a_second_beside_the_fast_readings(monkeypatch):
+    from gpudoctor.backends import nvml as nvml_backend
+    from nvml_fake import hopper
+
+    monkeypatch.setattr(nvml_backend, "GPM_MIN_INTERVAL_S", 0.0)  # NVML's 100 ms between GPM samples
+
+    nvml = FakePynvml(readings=hopper(sm=12.0, tensor=0.0))
+    sampler = GpuSampler(NvmlBackend(NvmlGate(nvml)), 0)
+    sampler.sample_once()   # arms GPM (Warming): nothing kept
+    sampler._gpm_at -= 2.0  # as if a second and more had passed
+    sampler.sample_once()
+    sampler.sample_once()   # within the second: no GPM read
+    first, second, third = sampler.snapshot()
+    assert "sm_active_pct" not in first and second["sm_active_pct"] == 12.0 and "sm_active_pct" not in third
+    plain = GpuSampler(NvmlBackend(NvmlGate(FakePynvml())), 0)  # no GPM: asked once, then never
+    plain.sample_once()
+    plain._gpm_at = None
+    plain.sample_once()
+    assert plain._gpm_ok is False and all("sm_active_pct" not in s for s in plain.snapshot())

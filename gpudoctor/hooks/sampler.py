@@ -21,6 +21,11 @@ from gpudoctor.sampling import Sampler, Snapshot
 
 log = logging.getLogger("gpudoctor.hooks")
 
+#: GPM readings kept per sample beside the fast ones (Hopper and later; NA elsewhere), read at most
+#: this often: one read costs the sampler thread well under a millisecond and touches no CUDA work.
+GPM_FIELDS = ("sm_active_pct", "tensor_active_pct")
+GPM_EVERY_S = 1.0
+
 #: The readings kept per sample for the diagnosis: the catalogue's ``hooks`` readings, as it
 #: stood at import (each sample reads gpudoctor.backends.catalogue.hooks_keys()).
 KEPT_FIELDS = catalogue.hooks_keys()
@@ -39,6 +44,8 @@ class GpuSampler:
         self.max_samples = max_samples
         self.samples: list[dict[str, Any]] = []
         self._lock = threading.Lock()
+        self._gpm_at: float | None = None  # the monitor's clock at the last GPM read
+        self._gpm_ok = hasattr(backend, "gpm")
         self.core = Sampler(backend, None, with_processes=False, reads="fast", devices=[index],
                             interval_s=interval_s, history_length=1, on_sample=self._keep, stop_on_error=True)
 
@@ -62,6 +69,7 @@ class GpuSampler:
         reading = snap.devices[0].sample
         kept = {k: (None if is_na(reading.get(k)) else reading.get(k)) for k in catalogue.hooks_keys()}
         kept["t_mono"] = snap.t_mono  # the monitor's clock: placed against the step spans
+        kept.update(self._gpm(snap.t_mono))
         reasons = reading.get("throttle_reasons")
         kept["throttle_reason_names"] = [] if is_na(reasons) or reasons is None else throttle_reason_names(int(reasons))
         with self._lock:
@@ -69,6 +77,21 @@ class GpuSampler:
                 # Keep memory bounded on very long runs: thin out to every other sample.
                 self.samples = self.samples[::2]
             self.samples.append(kept)
+
+    def _gpm(self, now: float) -> dict[str, Any]:
+        """SM and tensor activity since the last GPM read (the first read only arms the pair), at
+        most every GPM_EVERY_S; {} between reads or where the device has no GPM."""
+        if not self._gpm_ok or (self._gpm_at is not None and now - self._gpm_at < GPM_EVERY_S):
+            return {}
+        self._gpm_at = now
+        try:
+            found = self.backend.gpm(self.index)
+        except Exception:  # a backend without GPM answers: stop asking
+            self._gpm_ok = False
+            return {}
+        if all(is_na(found.get(k)) and found.get(k).reason != "Warming" for k in GPM_FIELDS):
+            self._gpm_ok = False  # no GPM on this device: no further reads
+        return {k: found.get(k) for k in GPM_FIELDS if not is_na(found.get(k))}
 
     def snapshot(self) -> list[dict[str, Any]]:
         with self._lock:

@@ -26,6 +26,7 @@ SUMMARY_FORMAT_VERSION = 1
 INPUT_BOUND = "input_bound"
 HOST_SYNC_BOUND = "host_sync_bound"
 GPU_UNDERUTILISED = "gpu_underutilised"
+LAUNCH_BOUND = "launch_bound"
 MEMORY_NEAR_LIMIT = "memory_near_limit"
 FRAGMENTATION = "fragmentation"
 STRAGGLER = "straggler"
@@ -204,6 +205,8 @@ def gpu_stats(samples: Sequence[dict[str, Any]],
     used = nums("memory_used_bytes")
     total = nums("memory_total_bytes")
     power = nums("power_w", inside)
+    sm_active = sorted(nums("sm_active_pct", inside))
+    tensor_active = sorted(nums("tensor_active_pct", inside))
     limit = nums("power_limit_w")
     sm = nums("clock_sm_mhz", inside)
     reasons: set[str] = set()
@@ -222,6 +225,9 @@ def gpu_stats(samples: Sequence[dict[str, Any]],
         "power_limit_w": limit[-1] if limit else None,
         "clock_sm_mean_mhz": _mean(sm),
         "clock_sm_max_seen_mhz": max(sm) if sm else None,
+        "gpm_samples": len(sm_active),
+        "sm_active_p50_pct": percentile(sm_active, 50),
+        "tensor_active_p50_pct": percentile(tensor_active, 50),
         "throttle_reasons_seen": sorted(reasons),
     }
 
@@ -421,7 +427,8 @@ def diagnose(s: Summary) -> list[DiagnosisItem]:
     # the watched GPU held no tensor: the loop trained elsewhere, so its utilisation says nothing
     trained_here = on_cuda and (s.memory or {}).get("peak_allocated_bytes") != 0
     found = [_input_bound(s, on_cuda, util), _host_sync_bound(s, on_cuda, util),
-             _gpu_underused(s, gpu, util) if trained_here else None, _memory_near_limit(s, gpu),
+             _gpu_underused(s, gpu, util) if trained_here else None,
+             _launch_bound(gpu, util) if trained_here else None, _memory_near_limit(s, gpu),
              _fragmentation(s)]
     return [item for item in found if item is not None]
 
@@ -489,6 +496,26 @@ def _gpu_underused(s: Summary, gpu: dict[str, Any], util: float | None) -> Diagn
                                        f"{counted} samples taken during the steps)", {"util_mean_pct": util})
 
     return None
+
+
+def _launch_bound(gpu: dict[str, Any], util: float | None) -> DiagnosisItem | None:
+    """Busy by utilisation, idle by SM activity (GPM, Hopper and later): the loop is launch-bound,
+    its kernels too small to fill the GPU. The judgement is gpudoctor's one verdict on "is the GPU
+    really busy" (gpudoctor.backends.busy), here on the medians of the samples taken in the steps."""
+    from gpudoctor.backends.busy import verdict
+
+    if util is None or not gpu.get("gpm_samples"):
+        return None
+    found = verdict({"gpu_util_pct": util, "sm_active_pct": gpu.get("sm_active_p50_pct"),
+                     "tensor_active_pct": gpu.get("tensor_active_p50_pct")})
+    if found.code != "busy_small_kernels":
+        return None
+    return DiagnosisItem(
+        LAUNCH_BOUND,
+        f"Launch-bound: {found.words} (median of {gpu['gpm_samples']} GPM readings during the steps).",
+        f"{found.fix[:1].upper()}{found.fix[1:]}; fuse small operations with torch.compile.",
+        evidence={"util_mean_pct": util, "sm_active_p50_pct": gpu.get("sm_active_p50_pct"),
+                  "tensor_active_p50_pct": gpu.get("tensor_active_p50_pct")})
 
 
 def _memory_near_limit(s: Summary, gpu: dict[str, Any]) -> DiagnosisItem | None:
