@@ -306,3 +306,37 @@ def test_allocator_failures_count_as_out_of_memory():
     assert _is_oom(RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"))
     assert not _is_oom(RuntimeError("mat1 and mat2 shapes cannot be multiplied (64x100 and 784x512)"))
     assert not _is_oom(ValueError("out of memory"))  # only the library's own error types
+
+
+def test_each_run_gets_sm_and_tensor_activity_from_gpm_over_its_window(monkeypatch):
+    """GPM's two samples open and close at the run's start and end: SM and tensor activity over
+    exactly the run beside its utilisation; without GPM, the reason instead of a number."""
+    from gpudoctor.backends import NvmlBackend, NvmlGate
+    from gpudoctor.backends import nvml as nvml_backend
+    from gpudoctor.workload.run import UtilSampler
+    from nvml_fake import gpm_table
+
+    monkeypatch.setattr(nvml_backend, "GPM_MIN_INTERVAL_S", 0.0)  # NVML's 100 ms between the two samples
+    t0 = 50_000_000
+    buffer = [(t0 + k * PERIOD_US, 90) for k in range(-6, 13)]
+    fake = _nvml_with_samples(buffer)
+    fake.devices[0]["gpm"] = gpm_table(sm=11.0, tensor=0.0)
+    clock = iter([t0 + 1000, t0 + 12 * PERIOD_US])
+    out = UtilSampler(0, 30.0, backend=NvmlBackend(NvmlGate(fake)), clock_us=lambda: next(clock)).start().stop()
+    assert (out["gpu_sm_active_pct"], out["gpu_tensor_active_pct"], out["gpu_gpm_note"]) == (11.0, 0.0, None)
+    assert out["gpu_util_mean_pct"] == 90
+    clock = iter([t0 + 1000, t0 + 12 * PERIOD_US])
+    older = UtilSampler(0, 30.0, backend=NvmlBackend(NvmlGate(_nvml_with_samples(buffer))),
+                        clock_us=lambda: next(clock)).start().stop()
+    assert older["gpu_sm_active_pct"] is None and older["gpu_gpm_note"] == "needs Hopper or later"
+
+
+def test_recommendation_says_when_a_busy_gpu_is_not_really_working():
+    """The recommended run read busy 98%, but GPM saw 8% of SM cycles active: the reasons say so
+    in the busy verdict's words, with its fix; without GPM nothing is added."""
+    runs = [_run("cuda", "resident", 64, None, 60000, wait=0.0, util=98,
+                 gpu_sm_active_pct=8.0, gpu_tensor_active_pct=0.0)]
+    text = " ".join(rec.recommend(runs)["reasons"])
+    assert "GPM: busy 98% of the time, but only 8% of SM cycles active" in text and "CUDA graphs" in text
+    plain = " ".join(rec.recommend([_run("cuda", "resident", 64, None, 60000, wait=0.0, util=98)])["reasons"])
+    assert "GPM" not in plain

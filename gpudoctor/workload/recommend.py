@@ -128,6 +128,18 @@ def speedups(runs: Iterable[Any]) -> dict[str, Any]:
     return {"same_config": pairs, "best_vs_best": best}
 
 
+def _really_busy(run: Any, util: float) -> list[str]:
+    """What SM activity (GPM, Hopper and later) says of a run's utilisation, in the words of the one
+    busy verdict (gpudoctor.backends.busy): "busy 100% of the time, but only 9% of SM cycles active..."."""
+    from gpudoctor.backends.busy import verdict
+
+    sm = _get(run, "gpu_sm_active_pct")
+    if sm is None:
+        return []
+    found = verdict({"gpu_util_pct": util, "sm_active_pct": sm, "tensor_active_pct": _get(run, "gpu_tensor_active_pct")})
+    return [f"GPM: {found.words}" + (f" ({found.fix})" if found.fix else "")]
+
+
 def _tutorial_baseline(ok: list[Any]) -> Any:
     """The tutorials' loop: dataloader mode, smallest batch, fewest workers."""
     plain = [r for r in ok if _get(r, "mode") == "dataloader"]
@@ -295,6 +307,7 @@ def recommend(runs: Iterable[Any], quick: bool | None = None) -> dict[str, Any]:
     util = _get(best, "gpu_util_mean_pct")
     if util is not None:
         reasons.append(f"GPU busy {util:.0f}% on average (max {_get(best, 'gpu_util_max_pct'):.0f}%) during that run")
+        reasons.extend(_really_busy(best, util))
     elif device == "cuda" and _get(best, "gpu_util_note"):
         reasons.append(f"GPU utilisation not measured: {_get(best, 'gpu_util_note')}")
     best_acc = _get(best, "test_accuracy")

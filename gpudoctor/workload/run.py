@@ -78,6 +78,9 @@ class RunResult:
     gpu_util_note: str | None = None
     gpu_util_reason: str | None = None     # why there is no utilisation figure (UTIL_REASON_WORDS)
     gpu_util_period_ms: float | None = None  # NVML's utilisation sample period, as measured
+    gpu_sm_active_pct: float | None = None      # GPM over the run (Hopper and later): SM activity
+    gpu_tensor_active_pct: float | None = None  # and tensor-core activity
+    gpu_gpm_note: str | None = None             # why there are none (NA reason: needs Hopper or later, ...)
     peak_allocated_bytes: int | None = None
     peak_reserved_bytes: int | None = None
     device_memory_total_bytes: int | None = None
@@ -212,6 +215,7 @@ class UtilSampler:
         if not self._drain():  # the buffer before the run: NVML's period, and where the run starts
             self._close()
             return self
+        self._gpm_read()  # opens the run's GPM window (Hopper and later): the read at stop closes it
         self._started_us = self._clock_us()
         self._thread = threading.Thread(target=self._loop, name="gpudoctor-util", daemon=True)
         self._thread.start()
@@ -222,6 +226,33 @@ class UtilSampler:
             if self._backend is not None:
                 self._backend.close()
                 self._backend = None
+
+    def _gpm_read(self) -> dict[str, Any]:
+        gpm = getattr(self._backend, "gpm", None)
+        if gpm is None:
+            return {}
+        try:
+            return dict(gpm(self._index))
+        except Exception:  # a backend that cannot read GPM costs these figures, not the run
+            return {}
+
+    def _gpm_activity(self) -> dict[str, Any]:
+        """SM and tensor activity over the run, from GPM's two samples at its start and end (the
+        same window as the utilisation), or the reason they are missing (no GPM before Hopper, a
+        run shorter than GPM's 100 ms, ...)."""
+        from gpudoctor.backends import is_na
+
+        found = self._gpm_read()
+        out: dict[str, Any] = {"gpu_sm_active_pct": None, "gpu_tensor_active_pct": None, "gpu_gpm_note": None}
+        for key, name in (("sm_active_pct", "gpu_sm_active_pct"), ("tensor_active_pct", "gpu_tensor_active_pct")):
+            value = found.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                out[name] = round(float(value), 1)
+            elif is_na(value) and out["gpu_gpm_note"] is None:
+                out["gpu_gpm_note"] = value.reason
+        if not found:
+            out["gpu_gpm_note"] = "NotRead"
+        return out
 
     def period_us(self) -> float:
         """NVML's sample period: the median gap between consecutive samples, else the longest."""
@@ -243,6 +274,7 @@ class UtilSampler:
             self._thread.join(5)
             self._thread = None
         drained = self._drain()
+        out.update(self._gpm_activity())
         self._close()
         if not drained:
             out.update(gpu_util_note=self.note, gpu_util_reason=self.reason)
