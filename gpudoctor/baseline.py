@@ -27,7 +27,9 @@ from gpudoctor.model import ProbeResult, Status
 from gpudoctor._text import plain_text
 from gpudoctor.safejson import JsonFileError, non_finite, parse_bounded, read_bounded
 
-MAX_REPORT_BYTES = 64 * 1024 * 1024
+# A --full report is well under 1 MiB; parsed JSON takes about 25 times its size in memory, so
+# this bound keeps one report under half a GiB (it was 64 MiB: 1.6 GiB for one file).
+MAX_REPORT_BYTES = 16 * 1024 * 1024
 MAX_BASELINE_FILES = 1000
 
 
@@ -243,16 +245,35 @@ def load_baseline(path: str | Path) -> Baseline:
         raise BaselineError(f"{path}: no *.json reports in this directory")
     if len(files) > MAX_BASELINE_FILES:
         raise BaselineError(f"{path}: more than {MAX_BASELINE_FILES} reports; pick a smaller set")
-    reports = [(f, read_report(f)) for f in files]
-    ids = [identity(r) for _, r in reports]
-    models = {tuple(i["models"]) for i in ids if i["models"]}
-    if len(models) > 1:
-        listing = "; ".join(f"{f.name}: {', '.join(i['models']) or 'no GPU'}" for (f, _), i in zip(reports, ids))
-        raise BaselineError(f"{path}: reports of different GPU models ({listing}); keep one model per directory")
+    # One report in memory at a time: each is reduced to its identity, figures and verdict before
+    # the next is read (a directory of large reports, or many links to one, held them all).
+    # A file that is another name of one already read (a hard link) is read once.
+    seen_files: set[tuple[int, int]] = set()
+    kept: list[Path] = []
+    ids: list[dict[str, Any]] = []
+    failing: list[str] = []
     per_metric: dict[tuple[str, str, int | None], list[tuple[str, float]]] = {}
-    for f, report in reports:
+    for f in files:
+        try:
+            info = f.stat()
+        except OSError as exc:
+            raise BaselineError(f"{f}: cannot read: {exc.strerror or exc}") from None
+        if (info.st_dev, info.st_ino) in seen_files:
+            continue
+        seen_files.add((info.st_dev, info.st_ino))
+        report = read_report(f)
+        kept.append(f)
+        ids.append(identity(report))
+        if failed(report):
+            failing.append(str(f))
         for key, value in figures(report).items():
             per_metric.setdefault(key, []).append((f.name, value))
+        del report
+    files = kept
+    models = {tuple(i["models"]) for i in ids if i["models"]}
+    if len(models) > 1:
+        listing = "; ".join(f"{f.name}: {', '.join(i['models']) or 'no GPU'}" for f, i in zip(files, ids))
+        raise BaselineError(f"{path}: reports of different GPU models ({listing}); keep one model per directory")
     medians = {key: statistics.median(v for _, v in values) for key, values in per_metric.items()}
     tolerances = {(t.probe, t.name): t for t in TOLERANCES}
     outliers = []
@@ -268,8 +289,7 @@ def load_baseline(path: str | Path) -> Baseline:
     for key in ("driver", "torch", "torch_cuda"):
         seen = sorted({str(i[key]) for i in ids if i[key] is not None})
         merged[key] = seen[0] if len(seen) == 1 else (" / ".join(seen) if seen else None)
-    return Baseline(medians, merged, [str(f) for f in files], sorted(outliers),
-                    [str(f) for f, report in reports if failed(report)])
+    return Baseline(medians, merged, [str(f) for f in files], sorted(outliers), failing)
 
 
 # --------------------------------------------------------------------------- comparing

@@ -233,3 +233,53 @@ def test_report_baseline_fails_with_a_failing_baseline(real_report, tmp_path, ca
     assert result["probe"] == "baseline" and result["status"] == "fail"
     assert "baseline_report_failed" in {f["code"] for f in result["findings"]}
     assert code == exitcodes.FAIL
+
+
+def test_a_baseline_directory_reads_one_report_at_a_time_and_links_once(tmp_path, monkeypatch):
+    """Five hard links to one report are one baseline report, and no two reports are held in
+    memory at once (a directory of large reports, or of links to one, was held whole: 2.6 GB)."""
+    import os
+
+    from gpudoctor import baseline
+
+    report = {"schema_version": "1.0", "status": "pass", "host": {},
+              "results": [{"probe": "compute", "status": "pass", "summary": "",
+                           "measurements": [{"name": "bf16_matmul", "value": 700.0, "unit": "TFLOP/s",
+                                             "device": 0}], "findings": []}]}
+    folder = tmp_path / "baseline"
+    folder.mkdir()
+    (folder / "a.json").write_text(json.dumps(report))
+    for k in range(4):
+        os.link(folder / "a.json", folder / f"link{k}.json")
+    other = dict(report, results=[dict(report["results"][0], measurements=[
+        {"name": "bf16_matmul", "value": 720.0, "unit": "TFLOP/s", "device": 0}])])
+    (folder / "b.json").write_text(json.dumps(other))
+    alive: list[int] = []
+    real_read = baseline.read_report
+
+    def counting_read(path):
+        alive.append(1)
+        data = real_read(path)
+        return _Tracked(data, alive)
+
+    class _Tracked(dict):
+        def __init__(self, data, counter):
+            super().__init__(data)
+            self._counter = counter
+
+        def __del__(self):
+            self._counter.pop()
+
+    held: list[int] = []
+    real_figures = baseline.figures
+
+    def watching_figures(rep):
+        held.append(len(alive))
+        return real_figures(rep)
+
+    monkeypatch.setattr(baseline, "read_report", counting_read)
+    monkeypatch.setattr(baseline, "figures", watching_figures)
+    loaded = baseline.load_baseline(folder)
+    assert sorted(Path(p).name for p in loaded.sources) == ["a.json", "b.json"]  # the links: read once
+    assert max(held) == 1  # never two reports alive at once
+    assert loaded.figures[("compute", "bf16_matmul", 0)] == 710.0
