@@ -47,7 +47,10 @@ DEFAULT_STALE_AFTER_S = 120.0
 DEFAULT_LOOKBACK = "1h"
 DEFAULT_REPORT_MAX_AGE_S = 24 * 3600.0
 MAX_SERIES = 200_000  # an answer larger than this is refused rather than held in memory
-MAX_ANSWER_BYTES = 256 * 1024 * 1024
+# One answer's bytes: a series is about 200 bytes of JSON, so 32 MiB holds some 160,000 series
+# (thousands of GPUs; fleets beyond that are read in parts with --match). Parsed JSON takes about
+# 25 times its size: this keeps one answer under 1 GiB (256 MiB allowed answers of 6 GiB).
+MAX_ANSWER_BYTES = 32 * 1024 * 1024
 LABEL_MAX = 128
 
 # Clock event reasons that cost speed for a reason worth a look: software power cap, hardware

@@ -348,3 +348,11 @@ def test_a_stale_dcgm_last_xid_gauge_is_not_judged_where_the_window_is_exported(
     rows = {r.gpu: r for r in view_of(fake).rows}
     assert rows["0"].status == "pass" and rows["0"].xid_last is None, rows["0"].reason
     assert rows["1"].status == "warn" and rows["1"].xid_last == 13
+
+
+def test_an_answer_over_the_size_bound_is_refused_in_one_line(capsys, monkeypatch):
+    """A 33 MiB answer is refused before it is parsed (up to 256 MiB was parsed: 40 MB took 1.1 GB)."""
+    huge = vec(({"instance": "n1", "job": "gpudoctor", "pad": "x" * (33 << 20)}, 1))
+    fake = FakeProm([("up", huge)])
+    with pytest.raises(fleet.FleetError, match="more than 32 MiB; narrow the selection with --match"):
+        view_of(fake)
