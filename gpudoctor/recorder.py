@@ -125,6 +125,58 @@ def capture(gpu: Any, *, seconds: float, interval: float, with_torch: bool = Tru
     return recording, interrupted
 
 
+def _valid_processes(data: dict[str, Any]) -> dict[str, Any]:
+    """Process entries whose PID no process can have (negative, not an integer, past 2^31) removed."""
+    for sample in data.get("nvml", {}).get("samples", []):
+        per_device = sample.get("processes")
+        if not isinstance(per_device, list):
+            continue
+        sample["processes"] = [
+            [p for p in procs if isinstance(p, dict) and isinstance(p.get("pid"), int)
+             and not isinstance(p.get("pid"), bool) and 0 <= p["pid"] < 2**31] if isinstance(procs, list) else procs
+            for procs in per_device]
+    return data
+
+
+# A part of a recording stays below what --replay reads (64 MiB, 100,000 samples), with room for
+# the part's header (static facts, torch facts, events).
+PART_BYTES = 48 * 1024 * 1024
+PART_SAMPLES = 90_000
+
+
+def split_recording(data: dict[str, Any], *, max_bytes: int = PART_BYTES,
+                    max_samples: int = PART_SAMPLES) -> list[dict[str, Any]]:
+    """``data`` as one or more recordings that each replay: the samples cut where a part would pass
+    ``max_bytes`` of JSON or ``max_samples`` samples; every part keeps the header (devices, torch,
+    host, events) and says which part of how many it is (``meta.part``, ``meta.parts``)."""
+    import json
+
+    samples = data["nvml"]["samples"]
+    parts: list[list[Any]] = [[]]
+    size = 0
+    for sample in samples:
+        length = len(json.dumps(sample, separators=(",", ":"))) + 1
+        if parts[-1] and (size + length > max_bytes or len(parts[-1]) >= max_samples):
+            parts.append([])
+            size = 0
+        parts[-1].append(sample)
+        size += length
+    if len(parts) == 1:
+        return [data]
+    out = []
+    for k, chunk in enumerate(parts, start=1):
+        part = {**data, "meta": {**data["meta"], "part": k, "parts": len(parts)},
+                "nvml": {**data["nvml"], "samples": chunk}}
+        out.append(part)
+    return out
+
+
+def part_paths(path: str | Path, parts: int) -> list[Path]:
+    """Where a recording of ``parts`` parts is written: FILE, then FILE's stem -2, -3, ..."""
+    path = Path(path)
+    return [path] + [path.with_name(f"{path.stem}-{k}{path.suffix or '.json'}") for k in range(2, parts + 1)]
+
+
 def _events_of(state: Any) -> list[Any]:
     return sorted(state.logged_xids + state.recent, key=lambda e: e.time)
 
@@ -136,9 +188,12 @@ def record(gpu: Any, *, seconds: float = 5.0, interval: float = 0.5, with_torch:
     ``anonymize`` strips GPU UUIDs, serial numbers and host names (``record --anonymize``).
     """
     recording, interrupted = capture(gpu, seconds=seconds, interval=interval, with_torch=with_torch, log=log)
-    from gpudoctor.recording import finite_for_file
+    from gpudoctor.recording import finite_for_file, plain_strings
 
     data = finite_for_file(encode(recording))  # an impossible reading (NaN) is NA, not a lost recording
+    # What the driver says is data: strings bounded as replay bounds them (a 5,000-character name),
+    # and process entries replay would refuse (a PID of -1) left out, so the file always replays.
+    data = plain_strings(_valid_processes(data))
     if anonymize:
         from gpudoctor.anonymize import REDACTED, anonymize_dict
 
@@ -150,7 +205,8 @@ def record(gpu: Any, *, seconds: float = 5.0, interval: float = 0.5, with_torch:
 def record_to_file(path: str | Path, *, seconds: float = 5.0, interval: float = 0.5,
                    with_torch: bool = True, anonymize: bool = False, gpu: Any = None,
                    log: Callable[[str], None] | None = None) -> tuple[Path, bool]:
-    """:func:`record`, then write the recording to ``path``; returns (path, interrupted).
+    """:func:`record`, then write the recording to ``path`` (a long one in parts: :func:`part_paths`);
+    returns (path, interrupted).
 
     A write that fails raises ``OSError``.
     """
@@ -165,7 +221,10 @@ def record_to_file(path: str | Path, *, seconds: float = 5.0, interval: float = 
     finally:
         if own:
             gpu.close()
-    return write_json(path, data), interrupted
+    parts = split_recording(data)
+    for part, where in zip(parts, part_paths(path, len(parts))):
+        write_json(where, part)
+    return Path(path), interrupted
 
 
 __all__ = ["capture", "record", "record_to_file", "torch_facts_in_child", "is_na"]

@@ -163,6 +163,7 @@ _SCHEMA: dict[str, Any] = {
             "driver_version": _OPT_TEXT, "cuda_driver_version": _OPT_TEXT, "host": _text(),
             "hand_made": {"type": "boolean"}, "scenario": _text(), "note": _text(),
             "interval_s": {"type": "number", "minimum": 0}, "duration_s": {"type": "number", "minimum": 0},
+            "part": {"type": "integer", "minimum": 1}, "parts": {"type": "integer", "minimum": 1},
         }},
         "nvml": {"type": "object", "properties": {
             "status": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/na"}]},

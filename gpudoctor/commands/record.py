@@ -42,7 +42,7 @@ def no_gpu_reason(gpu: Any) -> str | None:
 def run(args: argparse.Namespace) -> int:
     from gpudoctor import fileio
     from gpudoctor.backends import NvmlBackend
-    from gpudoctor.recorder import record
+    from gpudoctor.recorder import part_paths, record, split_recording
 
     check_writable(args.output)
     gpu = NvmlBackend()
@@ -55,9 +55,16 @@ def run(args: argparse.Namespace) -> int:
                                    anonymize=args.anonymize, log=say)
     finally:
         gpu.close()
-    if not deliver(None, [(args.output, lambda path: fileio.write_json(path, data))]):
+    parts = split_recording(data)  # a long recording in parts, each of which --replay reads
+    paths = part_paths(args.output, len(parts))
+    if not deliver(None, [(str(where), lambda path, part=part: fileio.write_json(path, part))
+                          for part, where in zip(parts, paths)]):
         return exitcodes.WRITE_FAILED
-    say(f"gpudoctor: recording written to {args.output}")
+    if len(parts) == 1:
+        say(f"gpudoctor: recording written to {args.output}")
+    else:
+        say(f"gpudoctor: recording written in {len(parts)} parts (each replays on its own): "
+            + ", ".join(str(p) for p in paths))
     return exitcodes.INTERRUPTED if interrupted else exitcodes.OK
 
 
