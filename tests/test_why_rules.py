@@ -403,6 +403,9 @@ def test_an_overloaded_host_qualifies_the_verdict():
     quiet = dict(host, others_cpu_pct=20.0, others=host["others"][2:], others_count=1, idle_cpus=0.0)
     d = analysis.diagnose(stacks, {"host": quiet, "processes": {1: {"cpu_pct": 60.0}}}, src({}), pid=1)
     assert d["verdict"]["words"] == "CPU-bound" and "host_overloaded" not in d["verdict"]
+    stolen = dict(quiet, steal_cpus=1.0)  # a KVM guest whose neighbours take a core
+    d = analysis.diagnose(stacks, {"host": stolen, "processes": {1: {"cpu_pct": 60.0}}}, src({}), pid=1)
+    assert "but the host is overloaded" in d["verdict"]["words"] and "100% of a core" in d["verdict"]["message"]
 
 
 def test_a_quiet_main_thread_is_idle_and_its_breakdown_says_so():

@@ -498,23 +498,29 @@ def overloaded(decision: Decision, host: dict[str, Any]) -> Decision:
     """Qualify a CPU-bound (or borderline, or input-bound) verdict when the machine, not the job,
     is the cause: other processes take ``OVERLOADED_SHARE`` or more of the CPUs the job may use,
     and no CPU is idle."""
-    others = host.get("others_cpu_pct")
+    others = host.get("others_cpu_pct") or 0.0
+    steal = 100.0 * (host.get("steal_cpus") or 0.0)
     cpus = host.get("usable_cpus") or host.get("cpus")
     idle = host.get("idle_cpus")
-    if decision.code not in (CPU_BOUND, INPUT_BOUND, BORDERLINE) or not others or not cpus or idle is None:
+    if decision.code not in (CPU_BOUND, INPUT_BOUND, BORDERLINE) or not cpus or idle is None:
         return decision
-    if others < 100.0 * OVERLOADED_SHARE * cpus or idle >= 0.5:
+    if others + steal < 100.0 * OVERLOADED_SHARE * cpus or idle >= 0.5:
         return decision
     count = host.get("others_count") or len(host.get("others") or [])
     top = ", ".join(f"{e['name']} (pid {e['pid']}) {e['cpu_pct']:.0f}%" for e in (host.get("others") or [])[:3])
     load = f", load {host['load_1m']:.1f}" if host.get("load_1m") is not None else ""
     words = (f"{count} other process{'es' if count != 1 else ''} use {others:.0f}% of {cpus:g} "
              f"core{'s' if cpus != 1 else ''}{load}")
+    if steal >= 10.0:
+        words += f", and the hypervisor gives {steal:.0f}% of a core to other machines (steal)"
     decision.words_text = f"{decision.words}, but the host is overloaded"
     decision.message = f"{decision.message}; but the host is overloaded: {words} ({top})"
-    decision.fix = (f"free the CPUs first (stop or move {top.split(' (')[0] if top else 'the other processes'}, "
+    first = (host.get("others") or [None])[0]
+    busiest = f"{first['name']} (pid {first['pid']})" if first else "the other processes"
+    decision.fix = (f"free the CPUs first (stop or move {busiest}, "
                     f"or run on a quieter node), then judge again; {decision.fix}")
-    decision.extra["host_overloaded"] = {"others_cpu_pct": others, "cpus": cpus, "others": host.get("others") or []}
+    decision.extra["host_overloaded"] = {"others_cpu_pct": others, "cpus": cpus, "others": host.get("others") or [],
+                                         "steal_cpus": host.get("steal_cpus")}
     return decision
 
 

@@ -135,10 +135,11 @@ def _own_tree() -> set[int]:
         return {os.getpid()}
 
 
-def _host_idle_seconds() -> tuple[float, float]:
+def _host_idle_seconds() -> tuple[float, float, float]:
+    """(idle, total, steal) CPU seconds of the host so far; steal: time a hypervisor gave to others."""
     t = psutil.cpu_times()
     idle = t.idle + getattr(t, "iowait", 0.0)
-    return idle, sum(t)
+    return idle, sum(t), getattr(t, "steal", 0.0)
 
 
 class Readings:
@@ -241,13 +242,15 @@ class Readings:
             if pid in self.gpu_evidence:
                 entry["gpu_evidence"] = self.gpu_evidence[pid]
             processes[pid] = entry
-        idle0, total0 = self.host0
-        idle1, total1 = self.host1
+        idle0, total0, steal0 = self.host0
+        idle1, total1, steal1 = self.host1
         cpus = psutil.cpu_count() or 1
         idle_share = (idle1 - idle0) / (total1 - total0) if total1 > total0 else None
         host: dict[str, Any] = {"cpus": cpus,
                                 "idle_cpus": round(idle_share * cpus, 1) if idle_share is not None else None,
                                 "wall_s": round(self.t_last - self.t0, 2), "usable_cpus": self.usable_cpus}
+        if total1 > total0:
+            host["steal_cpus"] = round((steal1 - steal0) / (total1 - total0) * cpus, 2)
         try:
             host["load_1m"] = round(os.getloadavg()[0], 2)
         except OSError:
