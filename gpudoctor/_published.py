@@ -75,7 +75,7 @@ def path_for(pid: int, directory: str) -> str:
 def write(record: dict[str, Any], directory: str) -> None:
     """Replace this process's file atomically (a reader never sees half a file)."""
     data = json.dumps(record, allow_nan=False, separators=(",", ":")).encode("utf-8")
-    fileio.write_bytes(path_for(record["pid"], directory), data)
+    fileio.write_bytes(path_for(record["pid"], directory), data, mode=0o600)  # private, whatever the umask
 
 
 def remove(pid: int, directory: str | None) -> None:

@@ -88,8 +88,9 @@ def _write_atomically(target: str, data: bytes, mode: int) -> None:
         raise
 
 
-def write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
-    """Write ``data`` to ``path``: atomically for a regular file or a new path, directly otherwise."""
+def write_bytes(path: str | os.PathLike[str], data: bytes, mode: int | None = None) -> Path:
+    """Write ``data`` to ``path``: atomically for a regular file or a new path, directly otherwise.
+    ``mode``: the file's mode bits (default: a replaced file keeps its mode, a new one follows the umask)."""
     text_path = os.fspath(path)
     if not text_path:
         raise FileNotFoundError(2, "empty file name", text_path)
@@ -102,7 +103,8 @@ def write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
         return Path(text_path)
     # A symlink (even a dangling one) stays a link: write the file it points at.
     target = os.path.realpath(text_path) if os.path.islink(text_path) else text_path
-    mode = stat.S_IMODE(info.st_mode) if info is not None else 0o666 & ~_umask()
+    if mode is None:
+        mode = stat.S_IMODE(info.st_mode) if info is not None else 0o666 & ~_umask()
     _write_atomically(target, data, mode)
     return Path(text_path)
 

@@ -188,3 +188,32 @@ def stop_group(proc: subprocess.Popen) -> None:
             pass
     psutil.wait_procs(ranks, timeout=30)
     proc.wait(timeout=60)
+
+
+# A job with a long start-up (building its dataset takes 4 s) before a loop that prints each
+# step on stdout: `why -- CMD` must wait for the loop and keep its verdict apart from that output.
+SLOW_START = '''
+import time
+import torch
+
+
+class Prepared(torch.utils.data.Dataset):
+    def __init__(self):
+        t = time.time()
+        while time.time() - t < 4:  # START LINE: indexing the files
+            sum(range(1000))
+
+    def __len__(self):
+        return 10_000_000
+
+    def __getitem__(self, index):
+        time.sleep(0.02)  # SLOW LINE
+        return torch.zeros(8), 0
+
+
+loader = torch.utils.data.DataLoader(Prepared(), batch_size=4)
+model = torch.nn.Linear(8, 2)
+for step, (x, y) in enumerate(loader):
+    model(x).sum().backward()
+    print("step", step, flush=True)
+'''

@@ -219,3 +219,20 @@ def test_why_dash_dash_a_command_killed_by_a_signal_exits_128_plus_n():
                           "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 128 + signal.SIGKILL, out.stderr
+
+
+def test_why_dash_dash_waits_for_the_loop_prints_a_block_on_stderr_and_can_stop_the_job(tmp_path):
+    """The issue's `why -- python slow_loader.py`: start-up is waited out (a progress line), the
+    verdict judges the loop, comes as one block on stderr apart from the job's stdout, and
+    `--then stop` ends the job after it."""
+    from _why_targets import SLOW_START
+
+    script = tmp_path / "slow_loader.py"
+    script.write_text(SLOW_START, encoding="utf-8")
+    out = subprocess.run([sys.executable, "-m", "gpudoctor", "why", "--seconds", "2", "--then", "stop", "--",
+                          sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 128 + signal.SIGTERM, out.stderr
+    assert "is starting up" in out.stderr and "waiting for the loop" in out.stderr
+    assert "gpudoctor why: verdict" in out.stderr and "input-bound" in out.stderr, out.stderr
+    assert "slow_loader.py" in out.stderr and "stopping the command (--then stop)" in out.stderr
+    assert "input-bound" not in out.stdout and out.stdout.startswith("step 0")

@@ -99,3 +99,14 @@ def test_the_default_directory_is_private(tmp_path, monkeypatch):
     tmp_path.chmod(0o700)
     path = _published.runtime_dir(create=True)
     assert path == str(tmp_path / "gpudoctor") and oct(os.stat(path).st_mode & 0o777) == "0o700"
+
+
+def test_the_published_file_is_private_whatever_the_umask(tmp_path):
+    directory = tmp_path / "rt"
+    directory.mkdir(mode=0o700)
+    old = os.umask(0o022)
+    try:
+        _published.write({"pid": os.getpid(), "format": "gpudoctor-live"}, str(directory))
+    finally:
+        os.umask(old)
+    assert (directory / f"{os.getpid()}.json").stat().st_mode & 0o777 == 0o600

@@ -14,6 +14,7 @@ import json
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 from typing import Any, TextIO
 
@@ -24,13 +25,16 @@ from gpudoctor.errors import UsageError
 
 _rate = bounded(int, minimum=1, maximum=1000, what="a rate in samples per second")
 _seconds = bounded(float, minimum=1, maximum=3600, what="a number of seconds", unit=" s")
+_wait = bounded(float, minimum=0, maximum=3600, what="a number of seconds", unit=" s")
+STOP_GRACE_S = 10.0
 
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "why", help="why a running training process's GPU is not busy (no code change)",
         usage="gpudoctor why [-h] [--seconds N] [--rate HZ] [--json] [-o FILE] PID\n"
-              "       gpudoctor why [-h] [--seconds N] [--rate HZ] [--json] [-o FILE] -- CMD [ARG ...]",
+              "       gpudoctor why [-h] [--seconds N] [--rate HZ] [--json] [-o FILE] [--wait-start N]\n"
+              "                     [--then continue|stop] -- CMD [ARG ...]",
         description="Sample a running Python process and its subprocesses (DataLoader workers, torchrun's "
                     "ranks) with py-spy, join NVML and CPU figures, and say what holds it back: input-bound, "
                     "host-sync-bound, CPU-bound, GPU-bound, I/O-bound or idle, with the lines and the fix. "
@@ -43,6 +47,13 @@ def register(subparsers: Any) -> None:
                         help="how long to sample (default 10; less if the process ends)")
     parser.add_argument("--rate", type=_rate, default=100, metavar="HZ",
                         help="stack samples per second (default 100)")
+    parser.add_argument("--then", choices=("continue", "stop"), default="continue",
+                        help="with -- CMD: after the verdict, let the command run on (continue, the default: "
+                             "a diagnosis never ends a job by itself) or stop it (SIGTERM, then SIGKILL after "
+                             "10 s); the exit code is the command's either way")
+    parser.add_argument("--wait-start", type=_wait, default=60.0, metavar="N",
+                        help="with -- CMD: wait at most N seconds (default 60, 0 = not at all) for start-up "
+                             "(imports, building the model) to end before the sampled window")
     parser.add_argument("--json", action="store_true", help="print one JSON document (docs/why.schema.json)")
     parser.add_argument("-o", "--output", type=output_path, metavar="FILE", help="also write the JSON here")
     parser.set_defaults(handler=run)
@@ -63,7 +74,9 @@ def _target(args: argparse.Namespace) -> tuple[int | None, list[str] | None]:
     return None, items
 
 
-def _deliver(diag: dict[str, Any], args: argparse.Namespace) -> bool:
+def _deliver(diag: dict[str, Any], args: argparse.Namespace, block: bool = False) -> bool:
+    """Print the diagnosis. ``block`` (why -- CMD): the text goes to stderr as one framed block,
+    apart from the command's own stdout; --json stays on stdout."""
     from gpudoctor import fileio
     from gpudoctor.why.text import render_text
 
@@ -72,21 +85,27 @@ def _deliver(diag: dict[str, Any], args: argparse.Namespace) -> bool:
     def show(out: TextIO) -> None:
         if args.json:
             out.write(text)
-        else:
-            width = shutil.get_terminal_size((100, 24)).columns if is_terminal(out) else 100
-            out.write(render_text(diag, width=max(60, width)))
+            return
+        target = sys.stderr if block else out
+        width = shutil.get_terminal_size((100, 24)).columns if is_terminal(target) else 100
+        body = render_text(diag, width=max(60, width))
+        if block:
+            rule = "-" * min(max(60, width), 100)
+            body = f"{rule}\ngpudoctor why: verdict\n{body}{rule}\n"
+        target.write(body)
+        target.flush()
 
     files = [(args.output, lambda p: fileio.write_text(p, text))] if args.output else []
     return deliver(show, files)
 
 
-def _diagnose(pid: int, args: argparse.Namespace) -> dict[str, Any]:
+def _diagnose(pid: int, args: argparse.Namespace, wait_start_s: float = 0.0) -> dict[str, Any]:
     from gpudoctor.backends import NvmlBackend
     from gpudoctor.why import why
 
     gpu = NvmlBackend()
     try:
-        return why(pid, args.seconds, rate=args.rate, gpu_backend=gpu)
+        return why(pid, args.seconds, rate=args.rate, gpu_backend=gpu, wait_start_s=wait_start_s, progress=say)
     finally:
         gpu.close()
 
@@ -170,13 +189,20 @@ def _sample_command(child: subprocess.Popen, args: argparse.Namespace) -> int:
 
     try:
         pid = python_target(child.pid, lambda: child.poll() is not None)
-        diag = _diagnose(pid, args) if pid is not None else None
+        diag = _diagnose(pid, args, args.wait_start) if pid is not None else None
         if diag is None:
             say("gpudoctor why: the command ended before it could be sampled")
-        elif not _deliver(diag, args):
+        elif not _deliver(diag, args, block=True):
             say("gpudoctor why: the diagnosis could not be written; waiting for the command")
     except WhyError as exc:
         say(f"gpudoctor: error: {exc}")
+    if args.then == "stop" and child.poll() is None:
+        say(f"gpudoctor why: stopping the command (--then stop): SIGTERM to pid {child.pid}")
+        child.terminate()
+        try:
+            return child.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            child.kill()
     return child.wait()
 
 

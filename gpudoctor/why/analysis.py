@@ -9,6 +9,7 @@ pipeline spends its time on.
 
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -26,11 +27,16 @@ GPU_BOUND = "gpu_bound"
 IO_BOUND = "io_bound"
 IDLE = "idle"
 UNKNOWN = "unknown"
-CODES = (INPUT_BOUND, HOST_SYNC_BOUND, IO_BOUND, CPU_BOUND, GPU_BOUND, IDLE, STRAGGLER, UNKNOWN)
+BORDERLINE = "borderline"
+WORKER = "dataloader_worker"
+CODES = (INPUT_BOUND, HOST_SYNC_BOUND, IO_BOUND, CPU_BOUND, GPU_BOUND, IDLE, STRAGGLER, BORDERLINE, WORKER, UNKNOWN)
 
 MIN_SAMPLES = 10            # fewer main-thread samples than this: no verdict
 IDLE_SHARE = 0.50           # the main thread waits on sleep/locks this much: idle
 PROBLEM_SHARE = 0.20        # data wait, host syncs or I/O this much: that is the verdict
+BORDERLINE_MARGIN = 0.05    # within this of PROBLEM_SHARE: "borderline", naming both causes (no flip-flop)
+STARTUP_SHARE = 0.50        # start-up this much of the main thread's window: no steady-state verdict
+OVERLOADED_SHARE = 0.50     # other processes use this share of the job's usable CPUs: the host is overloaded
 WAITING_WORKER_CPU_PCT = 50.0  # a loading worker on less CPU than this waits for I/O, not computes
 QUIET_CPU_PCT = 25.0        # a main thread "computing" on less CPU than this is waiting outside Python
 GPU_BUSY_PCT = 85.0         # NVML's busy figure at or above this: the GPU is the bottleneck
@@ -39,7 +45,8 @@ MAX_LINES = 5               # user lines named per verdict
 
 WORDS = {INPUT_BOUND: "input-bound", HOST_SYNC_BOUND: "host-sync-bound", IO_BOUND: "I/O-bound",
          CPU_BOUND: "CPU-bound", GPU_BOUND: "GPU-bound", IDLE: "idle", STRAGGLER: "straggler",
-         UNKNOWN: "not enough samples"}
+         BORDERLINE: "borderline", WORKER: "a DataLoader worker", UNKNOWN: "not enough samples"}
+STARTING_WORDS = "starting up"
 
 
 @dataclass
@@ -115,9 +122,12 @@ def _data_lines(view: ProcessView, workers: list[ProcessView], source: SourceLin
     for worker in workers:
         merged.update(worker.lines[rules.DATA_LOADING])
         total += worker.counts[rules.DATA_LOADING]
-    if not total:
-        merged = view.lines[rules.DATA_WAIT]  # no workers: the dataset's lines in the main process
-        total = view.counts[rules.DATA_WAIT]
+    if not total and not workers:
+        # no workers: the dataset's lines in the main process, never the loop's own `for` line
+        inside = view.details[rules.DATA_WAIT]["loading in the main process"]
+        merged = Counter({f: c for f, c in view.lines[rules.DATA_WAIT].items() if f.function != "<module>"
+                          and not (f.line and source(f.file, f.line).startswith("for "))})
+        total = inside or view.counts[rules.DATA_WAIT]
     return _line_records(merged, total, source)
 
 
@@ -127,23 +137,33 @@ class Decision:
     message: str
     fix: str
     lines: list[dict[str, Any]] = field(default_factory=list)
+    words_text: str = ""                     # words other than the code's own ("starting up", "borderline: ...")
+    extra: dict[str, Any] = field(default_factory=dict)  # causes, startup, host_overloaded
 
     @property
     def words(self) -> str:
-        return WORDS[self.code]
+        return self.words_text or WORDS[self.code]
 
 
 def _where(lines: list[dict[str, Any]]) -> str:
     """The main line, and a second one when it holds a real part of the time too."""
     kept = [r for i, r in enumerate(lines[:2]) if i == 0 or (r.get("share") or 0) >= 0.10]
-    return ", ".join(f"{r['file'].rsplit('/', 1)[-1]}:{r['line']} {r['function']}" for r in kept) or "?"
+    return ", ".join(f"{r['file'].rsplit('/', 1)[-1]}:{r['line']} {r['function']}" for r in kept) or "no line seen"
 
 
 def _input_fix(workers: list[ProcessView], idle_cpus: float | None, lines: list[dict[str, Any]],
-               cpu_by_pid: dict[int, float | None]) -> str:
-    idle = f"{idle_cpus:.0f} CPUs idle" if idle_cpus is not None else "idle CPUs unknown"
+               cpu_by_pid: dict[int, float | None], view_pid: int | None = None) -> str:
+    idle = (f"{idle_cpus:.0f} CPUs idle" if idle_cpus is None or idle_cpus >= 1 or idle_cpus == 0
+            else f"{idle_cpus:.1f} CPUs idle") if idle_cpus is not None else "idle CPUs unknown"
     busy = [w for w in workers if w.share(rules.DATA_LOADING) >= 0.5]
-    cheaper = f"make the per-sample work at {_where(lines)} cheaper (decode once, cache, move augmentation to the GPU)"
+    cheaper = f"make the per-sample work at {_where(lines) if lines else 'the dataset'} cheaper (decode once, cache, move augmentation to the GPU)"
+    main_cpu = cpu_by_pid.get(view_pid) if view_pid is not None else None
+    if not workers and main_cpu is not None and main_cpu < WAITING_WORKER_CPU_PCT:
+        return (f"load in parallel: DataLoader(num_workers=N, persistent_workers=True, pin_memory=True): the "
+                f"loading waits (the process used {main_cpu:.0f}% of a CPU), so workers overlap the waits even "
+                f"with no CPU free ({idle}); or {cheaper}")
+    if not workers and idle_cpus is not None and idle_cpus < 1:
+        return f"no CPU is free for DataLoader workers ({idle}): {cheaper}"
     if not workers:
         return (f"load in parallel: DataLoader(num_workers=N, persistent_workers=True, pin_memory=True) ({idle}); "
                 f"or {cheaper}")
@@ -159,36 +179,87 @@ def _input_fix(workers: list[ProcessView], idle_cpus: float | None, lines: list[
     return f"more DataLoader workers ({state}; {idle}), prefetch_factor 2-4; or {cheaper}"
 
 
+def _without_startup(view: ProcessView) -> ProcessView:
+    """The same process with its start-up samples left out: the steady state the verdict judges."""
+    steady = ProcessView(view.pid, view.role, view.cmdline, view.parent, view.main_samples - view.counts[rules.STARTUP],
+                         view.samples, Counter(view.counts), view.details, view.lines)
+    steady.counts[rules.STARTUP] = 0
+    return steady
+
+
+def startup_words(view: ProcessView) -> str:
+    """"imports and building the model/optimizer" from the start-up details seen."""
+    found = [d for d, _ in view.details[rules.STARTUP].most_common()]
+    kinds = ["imports" if d == "import" else d for d in found if not d.startswith("building ")]
+    built = [d.removeprefix("building ") for d in found if d.startswith("building ")]
+    if built:
+        the = all(b.startswith("the ") for b in built)
+        kinds.append("building " + ("the " if the else "") + "/".join(b.removeprefix("the ") for b in built))
+    return " and ".join(kinds) or "start-up"
+
+
 def decide(view: ProcessView, views: dict[int, ProcessView], source: SourceLine, *,
            gpu_util: float | None, on_gpu: bool | None, idle_cpus: float | None,
            main_cpu_pct: float | None = None, cpu_by_pid: dict[int, float | None] | None = None,
-           gpu_unknown: str = "") -> Decision:
+           gpu_unknown: str = "", window_s: float | None = None) -> Decision:
     """The verdict for one trainer process (the thresholds are this module's constants).
 
-    ``on_gpu``: True (NVML lists it, or it holds a GPU's device file or maps libcuda), False
-    (its /proc shows neither), None (unknown: ``gpu_unknown`` says why); "no GPU" is said only
-    for False."""
+    Start-up samples (imports, building the model, optimizer and dataset, torch.compile,
+    torch.load) are left out: the verdict judges the steady state; a window mostly of start-up
+    gives none. ``on_gpu``: True (NVML lists it, or it holds a GPU's device file or maps
+    libcuda), False (its /proc shows neither), None (unknown: ``gpu_unknown`` says why); "no GPU"
+    is said only for False. ``idle_cpus``: the CPUs free to the job (its affinity and cgroup,
+    less what runs there)."""
     n = view.main_samples
     if n < MIN_SAMPLES:
         return Decision(UNKNOWN, f"only {n} samples of the main thread: sample longer (--seconds)", "sample longer")
-    starting = _starting(view, source)
-    if sum(starting.values()) / n >= IDLE_SHARE:
-        lines = _line_records(starting, n, source)
-        return Decision(UNKNOWN, f"{sum(starting.values()) / n:.0%} of the main thread's time is still importing "
-                        f"modules at {_where(lines)}: the program was starting up, not training",
-                        "sample again once it trains, or sample longer (--seconds)", lines)
-    idle = view.share(rules.IDLE)
-    if idle >= IDLE_SHARE:
+    starting = view.counts[rules.STARTUP]
+    if starting:
+        share = starting / n
+        seconds = share * window_s if window_s else None
+        what = startup_words(view)
+        lines = _line_records(view.lines[rules.STARTUP], n, source)
+        startup = {"share": round(share, 4), "seconds": round(seconds, 2) if seconds is not None else None,
+                   "what": what, "lines": lines}
+        if share >= STARTUP_SHARE or n - starting < MIN_SAMPLES:
+            again = max(5, math.ceil(seconds)) if seconds is not None else 10
+            return Decision(UNKNOWN, f"starting up: {share:.0%} of the window was {what} (at {_where(lines)}); "
+                            f"sample again in {again} s", f"sample again in {again} s, once the loop runs "
+                            "(gpudoctor why -- CMD waits for it)", lines, words_text=STARTING_WORDS,
+                            extra={"startup": startup})
+        decision = decide(_without_startup(view), views, source, gpu_util=gpu_util, on_gpu=on_gpu,
+                          idle_cpus=idle_cpus, main_cpu_pct=main_cpu_pct, cpu_by_pid=cpu_by_pid,
+                          gpu_unknown=gpu_unknown)
+        took = f" ({seconds:.1f} s)" if seconds is not None else ""
+        decision.message += f"; start-up left out: {share:.0%} of the window{took} was {what}"
+        decision.extra["startup"] = startup
+        return decision
+    waiting = view.share(rules.IDLE) + view.share(rules.COLLECTIVE)
+    if waiting >= IDLE_SHARE:
+        if view.share(rules.COLLECTIVE) >= view.share(rules.IDLE):
+            lines = _line_records(view.lines[rules.COLLECTIVE], view.counts[rules.COLLECTIVE], source)
+            what = view.details[rules.COLLECTIVE].most_common(1)[0][0]
+            return Decision(IDLE, f"waiting in a collective: {view.share(rules.COLLECTIVE):.0%} of the main thread's "
+                            f"time is in torch.distributed {what} at {_where(lines)}, waiting for the other ranks",
+                            "a slower rank holds the others: run gpudoctor why on the torchrun launcher's PID to "
+                            "sample every rank and name the straggler (or a rank that hangs)", lines,
+                            words_text="waiting in a collective")
         lines = _line_records(view.lines[rules.IDLE], view.counts[rules.IDLE], source)
         what = view.details[rules.IDLE].most_common(1)[0][0] or "a wait"
-        return Decision(IDLE, f"{idle:.0%} of the main thread's time waits ({what}) at {_where(lines)}",
+        return Decision(IDLE, f"{view.share(rules.IDLE):.0%} of the main thread's time waits ({what}) at {_where(lines)}",
                         "nothing runs: if it should be training, see what it waits for (a sleep, a lock, "
                         "another rank at a barrier, a file)", lines)
     quiet = main_cpu_pct is not None and main_cpu_pct < QUIET_CPU_PCT and on_gpu is False
-    if quiet and view.share(rules.OTHER) + idle >= IDLE_SHARE:
+    if quiet and view.share(rules.OTHER) + view.share(rules.IDLE) >= IDLE_SHARE:
         lines = _line_records(view.lines[rules.OTHER] + view.lines[rules.IDLE], n, source)
-        return Decision(IDLE, f"the main thread used {main_cpu_pct:.0f}% of a CPU: it waits outside Python "
-                        f"(a sleep, a lock, a socket) at {_where(lines)}",
+        # the breakdown says what the verdict says: Python lines on a thread that uses no CPU wait
+        moved = view.counts[rules.OTHER]
+        view.counts[rules.IDLE] += moved
+        view.counts[rules.OTHER] = 0
+        view.details[rules.IDLE]["waiting outside Python"] += moved
+        view.lines[rules.IDLE].update(view.lines.pop(rules.OTHER, Counter()))
+        return Decision(IDLE, f"the main thread used {main_cpu_pct:.0f}% of a CPU: it sleeps or waits outside "
+                        f"Python (a sleep, a lock, a socket) at {_where(lines)}",
                         "nothing runs: if it should be training, see what it waits for (a sleep, a lock, "
                         "another rank at a barrier, a file)", lines)
     candidates = [(view.share(rules.DATA_WAIT), INPUT_BOUND), (view.share(rules.HOST_SYNC), HOST_SYNC_BOUND),
@@ -196,18 +267,39 @@ def decide(view: ProcessView, views: dict[int, ProcessView], source: SourceLine,
     share, code = max(candidates)
     gpu_busy = gpu_util is not None and gpu_util >= GPU_BUSY_PCT
     gpu_words = f"; the GPU is busy {gpu_util:.0f}% of the time" if gpu_util is not None else ""
-    if share >= PROBLEM_SHARE and not gpu_busy:
+    if share >= PROBLEM_SHARE + BORDERLINE_MARGIN and not gpu_busy:
         return _problem(code, share, view, views, source, gpu_words, idle_cpus, cpu_by_pid or {})
     if gpu_busy:
         return Decision(GPU_BOUND, f"the GPU is busy {gpu_util:.0f}% of the time: it is the bottleneck",
                         "faster GPU work: mixed precision (torch.autocast), channels_last, torch.compile, "
                         "larger batches if memory allows")
-    compute = sum(view.share(c) for c in (rules.FORWARD, rules.BACKWARD, rules.OPTIMIZER, rules.OTHER,
-                                           rules.EVALUATION))
-    lines = _line_records(sum((view.lines[c] for c in (rules.FORWARD, rules.BACKWARD, rules.OPTIMIZER,
-                                                        rules.OTHER)), Counter()), n, source)
-    split = ", ".join(f"{c} {view.share(c):.0%}" for c in (rules.FORWARD, rules.BACKWARD, rules.OPTIMIZER,
-                                                           rules.OTHER) if view.share(c) >= 0.05)
+    base = _compute(view, source, on_gpu, gpu_words, gpu_unknown)
+    if share >= PROBLEM_SHARE - BORDERLINE_MARGIN:  # near the threshold: name both, so windows do not flip
+        problem = _problem(code, share, view, views, source, gpu_words, idle_cpus, cpu_by_pid or {})
+        return Decision(BORDERLINE, f"on the line between {problem.words} and {base.words} "
+                        f"({PROBLEM_SHARE - BORDERLINE_MARGIN:.0%}-{PROBLEM_SHARE + BORDERLINE_MARGIN:.0%} "
+                        f"is the margin): {problem.message}; and {base.message}",
+                        f"{problem.fix}; and {base.fix}", problem.lines + base.lines[:2],
+                        words_text=f"borderline: {problem.words} / {base.words}",
+                        extra={"causes": [problem.code, base.code]})
+    return base
+
+
+_COMPUTING = (rules.FORWARD, rules.BACKWARD, rules.OPTIMIZER, rules.EVALUATION, rules.OTHER)
+
+
+def _compute(view: ProcessView, source: SourceLine, on_gpu: bool | None, gpu_words: str,
+             gpu_unknown: str) -> Decision:
+    """CPU-bound: the main thread computes (forward, backward, optimizer, evaluation, Python)."""
+    n = view.main_samples
+    compute = sum(view.share(c) for c in _COMPUTING)
+    lines = _line_records(sum((view.lines[c] for c in _COMPUTING), Counter()), n, source)
+    split = ", ".join(f"{c} {view.share(c):.0%}" for c in _COMPUTING if view.share(c) >= 0.05) or "no one part"
+    if view.share(rules.COLLECTIVE) >= 0.05:
+        split += f"; {view.share(rules.COLLECTIVE):.0%} waits in collectives"
+    if view.share(rules.EVALUATION) >= max(view.share(c) for c in _COMPUTING):
+        split += "; most of it evaluation (no_grad/inference_mode or an eval function): sample during training " \
+                 "for the training verdict"
     if on_gpu:
         return Decision(CPU_BOUND, f"{compute:.0%} of the main thread's time is Python and kernel launches "
                         f"({split}){gpu_words}: the host cannot keep the GPU busy",
@@ -225,18 +317,6 @@ def decide(view: ProcessView, views: dict[int, ProcessView], source: SourceLine,
                     "torch.set_num_threads to the cores left free by the loader", lines)
 
 
-def _starting(view: ProcessView, source: SourceLine) -> Counter:
-    """Main-thread samples whose own innermost line is a module-level import (start-up: importing
-    torch alone takes seconds), by line."""
-    out: Counter = Counter()
-    for category in (rules.OTHER, rules.IDLE):
-        for frame, count in view.lines[category].items():
-            if frame.function == "<module>" and frame.line is not None \
-                    and source(frame.file, frame.line).lstrip().startswith(("import ", "from ")):
-                out[frame] += count
-    return out
-
-
 def _problem(code: str, share: float, view: ProcessView, views: dict[int, ProcessView], source: SourceLine,
              gpu_words: str, idle_cpus: float | None, cpu_by_pid: dict[int, float | None]) -> Decision:
     if code == INPUT_BOUND:
@@ -246,9 +326,10 @@ def _problem(code: str, share: float, view: ProcessView, views: dict[int, Proces
         detail = Counter()
         for w in workers:
             detail.update(w.details[rules.DATA_LOADING])
-        doing = f", busy in {_where(lines)}" + (f" -> {detail.most_common(1)[0][0]}" if detail else "")
+        doing = (f", busy in {_where(lines)}" if lines else ", the dataset's line was not seen") + \
+            (f" -> {detail.most_common(1)[0][0]}" if detail else "")
         return Decision(INPUT_BOUND, f"{share:.0%} of the main thread's time waits for the next batch "
-                        f"(torch DataLoader, {how}{doing}){gpu_words}", _input_fix(workers, idle_cpus, lines, cpu_by_pid),
+                        f"(torch DataLoader, {how}{doing}){gpu_words}", _input_fix(workers, idle_cpus, lines, cpu_by_pid, view.pid),
                         lines)
     if code == HOST_SYNC_BOUND:
         lines = _line_records(view.lines[rules.HOST_SYNC], view.counts[rules.HOST_SYNC], source)
@@ -316,7 +397,7 @@ def _process_record(view: ProcessView, decision: Decision | None, readings: dict
 
 # Where a fast rank waits for a slow one: in a collective (idle) or, under DDP, at the end of
 # backward (the reducer waits for the gradients' all-reduce inside autograd).
-WAITING_FOR_RANKS = (rules.IDLE, rules.BACKWARD)
+WAITING_FOR_RANKS = (rules.IDLE, rules.COLLECTIVE, rules.BACKWARD)
 
 
 def _work_share(view: ProcessView) -> float:
@@ -351,7 +432,8 @@ def diagnose(stacks: Sequence[Stack], readings: dict[str, Any], source: SourceLi
     """The whole diagnosis as a JSON-safe dict (docs/why.schema.json)."""
     views = build_views(stacks, source, own)
     gpu = readings.get("gpu") or {"available": False, "reason": "not read", "devices": []}
-    idle_cpus = (readings.get("host") or {}).get("idle_cpus")
+    host = readings.get("host") or {}
+    window_s = (meta or {}).get("sampled_s")
     trainers = [v for v in views.values() if v.role == "trainer"]
     cpu_by_pid = {pid: info.get("cpu_pct") for pid, info in (readings.get("processes") or {}).items()}
     decided: list[tuple[ProcessView, Decision]] = []
@@ -359,28 +441,36 @@ def diagnose(stacks: Sequence[Stack], readings: dict[str, Any], source: SourceLi
     for view in trainers:
         util, on_gpu, _, why_so = _gpu_for(_tree(view, views), gpu, processes)
         threads = (processes.get(view.pid) or {}).get("threads_cpu_pct") or {}
-        decided.append((view, decide(view, views, source, gpu_util=util, on_gpu=on_gpu, idle_cpus=idle_cpus,
-                                     main_cpu_pct=threads.get(view.pid), cpu_by_pid=cpu_by_pid,
-                                     gpu_unknown=why_so)))
+        job_cpu = sum(cpu_by_pid.get(p) or 0.0 for p in _tree(view, views))
+        decision = decide(view, views, source, gpu_util=util, on_gpu=on_gpu,
+                          idle_cpus=free_cpus(host, job_cpu), main_cpu_pct=threads.get(view.pid),
+                          cpu_by_pid=cpu_by_pid, gpu_unknown=why_so, window_s=window_s)
+        decided.append((view, overloaded(decision, host)))
     lagging = straggler(decided)
     main = next((d for d in decided if d[0].pid == pid), None) or (max(decided, key=lambda d: d[0].main_samples)
                                                                     if decided else None)
     if lagging is not None and (main is None or main[0].pid != pid):  # the launcher was asked about
         main = next(d for d in decided if d[0].pid == lagging["pid"])
-    if main is None:
+    asked = views.get(pid)
+    details: dict[str, str] = {}
+    if main is None and asked is not None and asked.role == "worker":
+        verdict = _worker_verdict(asked, readings, source)
+        shares: dict[str, float] = asked.shares()
+    elif main is None:
         verdict = {"code": UNKNOWN, "words": WORDS[UNKNOWN], "message": "no training process was sampled",
                    "fix": "sample longer, or give the PID of the training process", "lines": []}
-        shares: dict[str, float] = {c: 0.0 for c in rules.CATEGORIES}
+        shares = {c: 0.0 for c in rules.CATEGORIES}
     else:
         view, decision = main
         verdict = {"code": decision.code, "words": decision.words, "message": decision.message,
-                   "fix": decision.fix, "lines": decision.lines, "pid": view.pid}
+                   "fix": decision.fix, "lines": decision.lines, "pid": view.pid, **decision.extra}
+        details = {c: d.most_common(1)[0][0] for c, d in view.details.items() if d and d.most_common(1)[0][0]}
         if lagging is not None and lagging["pid"] == view.pid:
             verdict.update(code=STRAGGLER, words=WORDS[STRAGGLER], message=lagging["message"])
         shares = view.shares()
     util, on_gpu, held, why_so = _gpu_for(set(views), gpu, processes)
     return {"format": FORMAT, "format_version": FORMAT_VERSION, "pid": pid, **(meta or {}),
-            "verdict": verdict, "shares": shares,
+            "verdict": verdict, "shares": shares, "details": details,
             "samples": sum(v.samples for v in views.values()),
             "processes": [_process_record(v, next((d for w, d in decided if w is v), None), readings)
                           for v in sorted(views.values(), key=lambda v: v.pid)],
@@ -389,4 +479,58 @@ def diagnose(stacks: Sequence[Stack], readings: dict[str, Any], source: SourceLi
             "gpu": {"available": bool(gpu.get("available")), "reason": gpu.get("reason"),
                     "in_use": _state(on_gpu), "evidence": why_so,
                     "util_mean_pct": util, "devices": held or gpu.get("devices", [])},
-            "host": readings.get("host") or {}}
+            "host": host}
+
+
+def free_cpus(host: dict[str, Any], job_cpu_pct: float) -> float | None:
+    """CPUs free to the job for more work (more DataLoader workers): the host's idle CPUs, capped
+    by what its own affinity and cgroup allow beyond what its tree uses now."""
+    idle = host.get("idle_cpus")
+    usable = host.get("usable_cpus")
+    if idle is None:
+        return None
+    if usable is None:
+        return idle
+    return round(max(0.0, min(idle, usable - job_cpu_pct / 100.0)), 1)
+
+
+def overloaded(decision: Decision, host: dict[str, Any]) -> Decision:
+    """Qualify a CPU-bound (or borderline, or input-bound) verdict when the machine, not the job,
+    is the cause: other processes take ``OVERLOADED_SHARE`` or more of the CPUs the job may use,
+    and no CPU is idle."""
+    others = host.get("others_cpu_pct") or 0.0
+    steal = 100.0 * (host.get("steal_cpus") or 0.0)
+    cpus = host.get("usable_cpus") or host.get("cpus")
+    idle = host.get("idle_cpus")
+    if decision.code not in (CPU_BOUND, INPUT_BOUND, BORDERLINE) or not cpus or idle is None:
+        return decision
+    if others + steal < 100.0 * OVERLOADED_SHARE * cpus or idle >= 0.5:
+        return decision
+    count = host.get("others_count") or len(host.get("others") or [])
+    top = ", ".join(f"{e['name']} (pid {e['pid']}) {e['cpu_pct']:.0f}%" for e in (host.get("others") or [])[:3])
+    load = f", load {host['load_1m']:.1f}" if host.get("load_1m") is not None else ""
+    words = (f"{count} other process{'es' if count != 1 else ''} use {others:.0f}% of {cpus:g} "
+             f"core{'s' if cpus != 1 else ''}{load}")
+    if steal >= 10.0:
+        words += f", and the hypervisor gives {steal:.0f}% of a core to other machines (steal)"
+    decision.words_text = f"{decision.words}, but the host is overloaded"
+    decision.message = f"{decision.message}; but the host is overloaded: {words} ({top})"
+    first = (host.get("others") or [None])[0]
+    busiest = f"{first['name']} (pid {first['pid']})" if first else "the other processes"
+    decision.fix = (f"free the CPUs first (stop or move {busiest}, "
+                    f"or run on a quieter node), then judge again; {decision.fix}")
+    decision.extra["host_overloaded"] = {"others_cpu_pct": others, "cpus": cpus, "others": host.get("others") or [],
+                                         "steal_cpus": host.get("steal_cpus")}
+    return decision
+
+
+def _worker_verdict(view: ProcessView, readings: dict[str, Any], source: SourceLine) -> dict[str, Any]:
+    """`why` was asked about a DataLoader worker: what it loads, and the parent to ask about."""
+    parent = view.parent or ((readings.get("processes") or {}).get(view.pid) or {}).get("ppid")
+    lines = _line_records(view.lines[rules.DATA_LOADING], view.counts[rules.DATA_LOADING], source)
+    ask = f"gpudoctor why {parent}" if parent else "gpudoctor why <the training process's PID>"
+    doing = f"{view.share(rules.DATA_LOADING):.0%} of its time loads samples" + (f" at {_where(lines)}" if lines else "")
+    return {"code": WORKER, "words": WORDS[WORKER], "pid": view.pid,
+            "message": f"pid {view.pid} is a DataLoader worker of pid {parent or 'unknown'}: {doing}; whether the "
+                       f"training is input-bound is told by the training process, pid {parent or 'unknown'}",
+            "fix": f"ask about the training process: {ask}", "lines": lines, "parent_pid": parent}

@@ -61,10 +61,85 @@ def _threads(proc: psutil.Process) -> dict[int, float]:
         return {}
 
 
-def _host_idle_seconds() -> tuple[float, float]:
+OTHERS_SHOWN = 5           # the other processes named, busiest first
+MAX_OTHER_PROCESSES = 4096  # processes read for the busy-host figure
+
+
+def usable_cpus(pid: int, proc_root: str = "/proc", cgroup_root: str = "/sys/fs/cgroup") -> float | None:
+    """The CPUs ``pid`` may run on: its affinity, capped by its cgroup's CPU quota (cgroup v2
+    ``cpu.max``, or v1 ``cpu.cfs_quota_us``/``cpu.cfs_period_us``) along its cgroup path."""
+    try:
+        cpus: float = float(len(os.sched_getaffinity(pid)))
+    except (OSError, AttributeError):
+        cpus = float(psutil.cpu_count() or 1)
+    try:
+        with open(f"{proc_root}/{pid}/cgroup", encoding="ascii", errors="replace") as handle:
+            rows = handle.read(64 << 10).splitlines()
+    except OSError:
+        return cpus
+    for row in rows:
+        _, controllers, path = (row.split(":", 2) + ["", ""])[:3]
+        if controllers == "":  # v2
+            folders = [os.path.join(cgroup_root, path.lstrip("/"))]
+            name = "cpu.max"
+        elif "cpu" in controllers.split(","):
+            folders = [os.path.join(cgroup_root, "cpu,cpuacct", path.lstrip("/")),
+                       os.path.join(cgroup_root, "cpu", path.lstrip("/"))]
+            name = ""
+        else:
+            continue
+        for folder in folders:
+            while folder.startswith(cgroup_root) and len(folder) > len(cgroup_root):
+                quota = _quota(folder, name)
+                if quota is not None:
+                    cpus = min(cpus, quota)
+                folder = os.path.dirname(folder)
+    return round(cpus, 2)
+
+
+def _quota(folder: str, name: str) -> float | None:
+    try:
+        if name:
+            with open(os.path.join(folder, name), encoding="ascii") as handle:
+                limit, _, period = handle.read(100).strip().partition(" ")
+            return None if limit == "max" else int(limit) / int(period or 100000)
+        with open(os.path.join(folder, "cpu.cfs_quota_us"), encoding="ascii") as handle:
+            limit_us = int(handle.read(100).strip())
+        with open(os.path.join(folder, "cpu.cfs_period_us"), encoding="ascii") as handle:
+            period_us = int(handle.read(100).strip())
+        return None if limit_us <= 0 or period_us <= 0 else limit_us / period_us
+    except (OSError, ValueError, ZeroDivisionError):
+        return None
+
+
+def _others_cpu(skip: set[int]) -> dict[int, tuple[str, float]]:
+    """CPU seconds so far of every process not in ``skip``: pid -> (name, seconds)."""
+    out: dict[int, tuple[str, float]] = {}
+    for count, proc in enumerate(psutil.process_iter(["name", "cpu_times"])):
+        if count >= MAX_OTHER_PROCESSES:
+            break
+        if proc.pid in skip:
+            continue
+        times = proc.info.get("cpu_times")
+        if times is not None:
+            out[proc.pid] = (str(proc.info.get("name") or "?")[:60], float(times.user + times.system))
+    return out
+
+
+def _own_tree() -> set[int]:
+    """gpudoctor itself and its children (py-spy): not 'other processes' taking the job's CPU."""
+    try:
+        me = psutil.Process()
+        return {me.pid} | {c.pid for c in me.children(recursive=True)}
+    except psutil.Error:
+        return {os.getpid()}
+
+
+def _host_idle_seconds() -> tuple[float, float, float]:
+    """(idle, total, steal) CPU seconds of the host so far; steal: time a hypervisor gave to others."""
     t = psutil.cpu_times()
     idle = t.idle + getattr(t, "iowait", 0.0)
-    return idle, sum(t)
+    return idle, sum(t), getattr(t, "steal", 0.0)
 
 
 class Readings:
@@ -86,7 +161,13 @@ class Readings:
         self.gpu_util: dict[int, list[float]] = {}
         self.gpu_evidence: dict[int, dict[str, Any]] = {}   # pid -> /proc's evidence over the window
         self.process_list_reason: str | None = None
+        self.usable_cpus = usable_cpus(pid)
+        self.others0 = _others_cpu(self._skip())
+        self.t_others0 = time.monotonic()
         self.poll()
+
+    def _skip(self) -> set[int]:
+        return {p.pid for p in self._tree()} | set(self.last) | _own_tree()
 
     def _tree(self) -> list[psutil.Process]:
         try:
@@ -161,13 +242,41 @@ class Readings:
             if pid in self.gpu_evidence:
                 entry["gpu_evidence"] = self.gpu_evidence[pid]
             processes[pid] = entry
-        idle0, total0 = self.host0
-        idle1, total1 = self.host1
+        idle0, total0, steal0 = self.host0
+        idle1, total1, steal1 = self.host1
         cpus = psutil.cpu_count() or 1
         idle_share = (idle1 - idle0) / (total1 - total0) if total1 > total0 else None
-        host = {"cpus": cpus, "idle_cpus": round(idle_share * cpus, 1) if idle_share is not None else None,
-                "wall_s": round(self.t_last - self.t0, 2)}
+        host: dict[str, Any] = {"cpus": cpus,
+                                "idle_cpus": round(idle_share * cpus, 1) if idle_share is not None else None,
+                                "wall_s": round(self.t_last - self.t0, 2), "usable_cpus": self.usable_cpus}
+        if total1 > total0:
+            host["steal_cpus"] = round((steal1 - steal0) / (total1 - total0) * cpus, 2)
+        try:
+            host["load_1m"] = round(os.getloadavg()[0], 2)
+        except OSError:
+            pass
+        host.update(self._others())
         return {"processes": processes, "host": host, "gpu": self._gpu_result()}
+
+    def _others(self) -> dict[str, Any]:
+        """The other processes taking CPU over the window (not the job's tree, not gpudoctor and its
+        py-spy), busiest first, and their total."""
+        wall = time.monotonic() - self.t_others0
+        if wall <= 0.2:
+            return {}
+        skip = self._skip()
+        now = _others_cpu(skip)
+        used = []
+        for pid, (name, seconds) in now.items():
+            before = self.others0.get(pid)
+            if before is None or pid in skip:
+                continue
+            pct = 100.0 * (seconds - before[1]) / wall
+            if pct >= 1.0:
+                used.append({"pid": pid, "name": name, "cpu_pct": round(pct, 1)})
+        used.sort(key=lambda e: -e["cpu_pct"])
+        return {"others_cpu_pct": round(sum(e["cpu_pct"] for e in used), 1), "others": used[:OTHERS_SHOWN],
+                "others_count": len(used)}
 
     def _gpu_result(self) -> dict[str, Any]:
         if self.gpu_backend is None:
@@ -214,4 +323,4 @@ def process_exists(pid: int) -> bool:
     return psutil.pid_exists(pid) and pid > 0
 
 
-__all__ = ["Readings", "process_exists", "NA"]
+__all__ = ["Readings", "process_exists", "usable_cpus", "NA"]

@@ -9,6 +9,12 @@ data_wait     a training process inside ``DataLoader.__next__`` (torch/utils/dat
               waiting for workers (a queue get) or, with no workers, loading in the main process
 data_loading  a DataLoader worker (``_worker_loop``) fetching a batch: the dataset's
               ``__getitem__``, decode (PIL, cv2, image libraries), transforms, disk reads
+startup       start-up, not the loop: an import (importlib's frames, or the user's own module-level
+              ``import`` line), torch.compile compiling (torch/_dynamo/convert_frame.py,
+              torch/_inductor/compile_fx.py), building a model, optimizer or dataset (an ``__init__``
+              in torch/nn, torch/optim or torch/utils/data), loading a checkpoint (``torch.load``)
+collective    a torch.distributed collective (torch/distributed/distributed_c10d.py, c10d): waiting
+              for the other ranks, not computing
 host_sync     the innermost user line calls ``.item()``, ``.tolist()``, ``.cpu()``/``.numpy()``,
               ``synchronize()``, ``nonzero``-like ops or a blocking ``.to(device)`` (the line's text,
               named by the hooks' ``classify_sync_line``), or the stack is in ``torch.cuda``'s
@@ -16,10 +22,12 @@ host_sync     the innermost user line calls ``.item()``, ``.tolist()``, ``.cpu()
 idle          the innermost frame waits: ``sleep``, a lock, a condition, a barrier, a join,
               ``select``/``poll``/``accept``/``recv``, a queue get; or a worker waiting for work
 checkpoint_io torch/serialization.py (``torch.save``/``torch.load``), pickle, or file writes
-evaluation    a user function whose name says evaluation (eval, valid, test_)
-backward      torch/autograd or ``Tensor.backward``
-optimizer     torch/optim
-forward       torch/nn/modules (a module's ``forward``)
+evaluation    a user function whose name says evaluation (eval, valid, test_), or a module's forward
+              run under ``torch.no_grad()``/``torch.inference_mode()`` (a ``with`` block or decorator
+              around the user's line, read from its source)
+backward      torch/autograd or ``Tensor.backward``      } the innermost of these three wins: the
+optimizer     torch/optim                                } forward inside ``optimizer.step(closure)``
+forward       torch/nn/modules (a module's ``forward``)  } (LBFGS, Lightning) is forward
 other         anything else (the user's Python, the framework's)
 ============  ==============================================================================
 """
@@ -35,6 +43,8 @@ from gpudoctor.why.stacks import Frame, Stack
 
 DATA_WAIT = "data_wait"
 DATA_LOADING = "data_loading"
+STARTUP = "startup"
+COLLECTIVE = "collective"
 HOST_SYNC = "host_sync"
 IDLE = "idle"
 CHECKPOINT_IO = "checkpoint_io"
@@ -43,8 +53,8 @@ BACKWARD = "backward"
 OPTIMIZER = "optimizer"
 FORWARD = "forward"
 OTHER = "other"
-CATEGORIES = (DATA_WAIT, DATA_LOADING, HOST_SYNC, IDLE, CHECKPOINT_IO, EVALUATION, BACKWARD, OPTIMIZER,
-              FORWARD, OTHER)
+CATEGORIES = (DATA_WAIT, DATA_LOADING, STARTUP, COLLECTIVE, HOST_SYNC, IDLE, CHECKPOINT_IO, EVALUATION, BACKWARD,
+              OPTIMIZER, FORWARD, OTHER)
 
 # Patterns of classify_sync_line that make the host wait for the GPU (the others name any line).
 SYNC_PATTERNS = ("item", "tolist", "cpu", "synchronize", "nonzero", "blocking_copy")
@@ -58,6 +68,10 @@ _WAIT_TEXT = ("sleep(", ".wait(", "barrier(", ".join(", ".acquire(", "input(")
 _DECODE_MARKS = ("PIL/", "cv2", "imageio", "decode", "torchvision/io", "simplejpeg", "turbojpeg", "av/")
 _TRANSFORM_MARKS = ("torchvision/transforms", "albumentations", "transforms")
 _READ_MARKS = ("read", "open", "load", "np.load", "numpy/lib/npyio", "h5py", "zipfile", "tarfile")
+_COMPILING = ("torch/_dynamo/convert_frame.py", "torch/_inductor/compile_fx.py")
+_BUILDING = (("torch/nn/", "the model"), ("torch/optim/", "the optimizer"), ("torch/utils/data/", "the dataset"))
+_NO_GRAD_MARKS = ("no_grad(", "inference_mode(")
+NO_GRAD_LOOKBACK = 120      # source lines read upward from a frame's line for an enclosing no_grad block
 _EVAL_RE = re.compile(r"(^|[._])(eval\w*|valid\w*|test_\w*|evaluate\w*)$", re.IGNORECASE)
 
 
@@ -156,16 +170,26 @@ def classify(stack: Stack, source: SourceLine, *, worker: bool | None = None,
     if worker:
         if any(f.function.endswith("__getitem__") or f.function.endswith("__getitems__")
                or _in(f, "torch/utils/data/_utils/fetch.py") for f in stack.frames):
-            return Verdict(DATA_LOADING, _loading_detail(stack), user)
+            fetcher = next((i for i, f in enumerate(stack.frames) if _in(f, "torch/utils/data/")), 0)
+            inner = [f for f in stack.frames[fetcher:] if f in users]
+            return Verdict(DATA_LOADING, _loading_detail(stack), inner[-1] if inner else _getitem(stack))
         return Verdict(IDLE, "worker waiting for work", user)
     if _in_dataloader_next(stack):
         loading = any(_in(f, "torch/utils/data/_utils/fetch.py") for f in stack.frames)
         if loading:  # no workers: the dataset's line (inside the loader), not the loop's `for` line
             first = next(i for i, f in enumerate(stack.frames) if _in(f, "torch/utils/data/dataloader.py"))
             inner = [f for f in stack.frames[first:] if f in users]
-            return Verdict(DATA_WAIT, "loading in the main process", inner[-1] if inner else user)
+            return Verdict(DATA_WAIT, "loading in the main process", inner[-1] if inner else _getitem(stack) or user)
         return Verdict(DATA_WAIT, "waiting for workers", user)
     leaf_text = source(user.file, user.line) if user is not None and user.line is not None else ""
+    starting = startup_detail(stack, source, own)
+    if starting:
+        return Verdict(STARTUP, starting, user)
+    if any(_in(f, "torch/distributed/distributed_c10d.py") or _in(f, "torch/distributed/c10d")
+           for f in stack.frames):
+        name = next((_leaf_name(f) for f in reversed(stack.frames)
+                     if _in(f, "torch/distributed/distributed_c10d.py")), "collective")
+        return Verdict(COLLECTIVE, name, user)
     sync = _sync(stack, users, source, own)
     if sync is not None:
         return sync
@@ -175,16 +199,92 @@ def classify(stack: Stack, source: SourceLine, *, worker: bool | None = None,
         return Verdict(CHECKPOINT_IO, "torch.save/load", user)
     if any(_EVAL_RE.search(f.function) for f in users):
         return Verdict(EVALUATION, "", user)
-    if any(_in(f, "torch/autograd/") or (_in(f, "torch/_tensor.py") and _leaf_name(f) == "backward")
-           for f in stack.frames):
-        return Verdict(BACKWARD, "", user)
-    if any(_in(f, "torch/optim/") for f in stack.frames):
-        return Verdict(OPTIMIZER, "", user)
-    if any(_in(f, "torch/nn/modules/") for f in stack.frames):
-        return Verdict(FORWARD, "", user)
+    torch_part = _innermost_torch_part(stack)
+    if torch_part == FORWARD and any(_under_no_grad(f, source) for f in users):
+        return Verdict(EVALUATION, "no_grad", user)
+    if torch_part is not None:
+        return Verdict(torch_part, "", user)
     return Verdict(OTHER, "", user)
 
 
-__all__ = ["CATEGORIES", "DATA_WAIT", "DATA_LOADING", "HOST_SYNC", "IDLE", "CHECKPOINT_IO", "EVALUATION",
+def _getitem(stack: Stack) -> Frame | None:
+    """The dataset's ``__getitem__`` frame (a library's dataset, e.g. torchvision's, has no user
+    line inside the loader): where the per-sample work is."""
+    return next((f for f in reversed(stack.frames) if f.function.endswith(("__getitem__", "__getitems__"))
+                 and not _in(f, "torch/utils/data/")), None)
+
+
+def _innermost_torch_part(stack: Stack) -> str | None:
+    """backward, optimizer or forward: whichever torch frame is innermost (the forward pass inside
+    ``optimizer.step(closure)`` is forward; the optimizer's own update is optimizer)."""
+    for f in reversed(stack.frames):
+        if _in(f, "torch/autograd/grad_mode.py") or _in(f, "torch/utils/_contextlib.py"):
+            continue  # a no_grad/enable_grad decorator's wrapper, not autograd's work
+        if _in(f, "torch/autograd/") or (_in(f, "torch/_tensor.py") and _leaf_name(f) == "backward"):
+            return BACKWARD
+        if _in(f, "torch/optim/"):
+            return OPTIMIZER
+        if _in(f, "torch/nn/modules/"):
+            return FORWARD
+    return None
+
+
+def _indent(text: str) -> int:
+    return len(text) - len(text.lstrip())
+
+
+def _under_no_grad(frame: Frame, source: SourceLine) -> bool:
+    """Whether the user's line runs inside ``with torch.no_grad():``/``inference_mode()`` or in a
+    function decorated with one: read upward from the line in its source, block by block."""
+    if frame.line is None or frame.line <= 1:
+        return False
+    raw = source(frame.file, frame.line)
+    if not raw:
+        return False
+    # the source reader strips indentation, so the enclosing block is the nearest `with` above the
+    # line within the same function (read up to its `def`)
+    for number in range(frame.line - 1, max(0, frame.line - NO_GRAD_LOOKBACK), -1):
+        text = source(frame.file, number)
+        if not text:
+            continue
+        if text.startswith("with ") and any(mark in text.replace(" ", "") for mark in _NO_GRAD_MARKS):
+            return True
+        if text.startswith(("def ", "async def ")):
+            above = source(frame.file, number - 1) if number > 1 else ""
+            return above.startswith("@") and any(mark in above.replace(" ", "") for mark in _NO_GRAD_MARKS)
+        if text.startswith("class "):
+            return False
+    return False
+
+
+def startup_detail(stack: Stack, source: SourceLine, own: Sequence[str] = ()) -> str:
+    """What start-up work the stack does ("import", "torch.compile", "building the model", ...),
+    or "" when it is not start-up."""
+    for f in stack.frames:
+        if f.file.startswith("<frozen importlib._bootstrap") or _in(f, "importlib/__init__.py"):
+            return "import"
+        if any(_in(f, part) for part in _COMPILING):
+            return "torch.compile"
+        if _in(f, "torch/serialization.py") and _leaf_name(f) == "load":
+            return "loading a checkpoint"
+    users = user_frames(stack, own)
+    for f in reversed(stack.frames):
+        if _leaf_name(f) != "__init__" or "LoaderIter." in f.function:
+            continue  # a DataLoader iterator's __init__ starts the workers each epoch: the loop's cost
+        for part, what in _BUILDING:
+            if _in(f, part):
+                return f"building {what}"
+        if f in users and re.search(r"(Dataset|Data|Set)\.__init__$", f.function):
+            return "building the dataset"
+    for outer, f in zip(stack.frames, stack.frames[1:]):  # an object built at the top of the script
+        if f in users and _leaf_name(f) == "__init__" and outer.function in ("<module>", "main"):
+            return f"building {f.function.rpartition('.')[0] or 'an object'}"
+    if users and stack.frames[-1] == users[-1] and users[-1].function == "<module>" and users[-1].line:
+        if source(users[-1].file, users[-1].line).startswith(("import ", "from ")):
+            return "import"
+    return ""
+
+
+__all__ = ["CATEGORIES", "DATA_WAIT", "DATA_LOADING", "STARTUP", "COLLECTIVE", "startup_detail", "HOST_SYNC", "IDLE", "CHECKPOINT_IO", "EVALUATION",
            "BACKWARD", "OPTIMIZER", "FORWARD", "OTHER", "SYNC_PATTERNS", "Verdict", "classify", "is_library",
            "is_worker", "is_launcher", "user_frames"]

@@ -17,7 +17,7 @@ import psutil
 
 import gpudoctor
 from gpudoctor import _published
-from gpudoctor.why import analysis, pyspy
+from gpudoctor.why import analysis, pyspy, rules
 from gpudoctor.why.readings import Readings, process_exists
 from gpudoctor.why.stacks import Stack, parse_raw
 
@@ -265,10 +265,17 @@ def sample(pid: int, seconds: float, *, rate: int = pyspy.DEFAULT_RATE_HZ, gpu_b
                    interrupted=interrupted)
 
 
-def why(pid: int, seconds: float, *, rate: int = pyspy.DEFAULT_RATE_HZ, gpu_backend: Any = None) -> dict[str, Any]:
-    """Sample ``pid`` and diagnose it: the dict of docs/why.schema.json."""
+def why(pid: int, seconds: float, *, rate: int = pyspy.DEFAULT_RATE_HZ, gpu_backend: Any = None,
+        wait_start_s: float = 0.0, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Sample ``pid`` and diagnose it: the dict of docs/why.schema.json. ``wait_start_s``: first
+    wait up to that long for start-up to end (:func:`wait_for_loop`); a process that ends
+    meanwhile is diagnosed from what the waiting sampled."""
     credentials = process_credentials(pid)  # before sampling: the process may end meanwhile
-    sampled = sample(pid, seconds, rate=rate, gpu_backend=gpu_backend)
+    last = wait_for_loop(pid, wait_start_s, progress or (lambda line: None)) if wait_start_s > 0 else None
+    if last is not None and last.ended:
+        sampled = last
+    else:
+        sampled = sample(pid, seconds, rate=rate, gpu_backend=gpu_backend)
     meta = {"sampled_s": sampled.seconds, "rate_hz": sampled.rate_hz, "ended": sampled.ended,
             "interrupted": sampled.interrupted}
     diagnosis = analysis.diagnose(sampled.stacks, sampled.readings, source_reader(pid, credentials), pid=pid,
@@ -279,6 +286,44 @@ def why(pid: int, seconds: float, *, rate: int = pyspy.DEFAULT_RATE_HZ, gpu_back
 
 
 
+
+
+STARTUP_PROBE_S = 2.0       # each look at a starting command's stacks
+STARTUP_PROBE_HZ = 50
+LOOP_STARTUP_SHARE = 0.25   # the loop runs once start-up is under this share of a probe's samples
+
+
+def startup_share(stacks: list[Stack], source: Callable[[str, int], str]) -> tuple[float | None, str]:
+    """The share of start-up in the busiest trainer's main-thread samples (None: too few), and what."""
+    views = [v for v in analysis.build_views(stacks, source, OWN_PREFIXES).values() if v.role == "trainer"]
+    if not views:
+        return None, ""
+    view = max(views, key=lambda v: v.main_samples)
+    if view.main_samples < analysis.MIN_SAMPLES:
+        return None, ""
+    return view.share(rules.STARTUP), analysis.startup_words(view)
+
+
+def wait_for_loop(pid: int, limit_s: float, progress: Callable[[str], None]) -> Sampled | None:
+    """Sample ``pid`` in short probes until start-up is a small share of one (the loop runs), at
+    most ``limit_s``, with a progress line after each probe still in start-up. Returns the last
+    probe (``ended`` when the process ended meanwhile), None when none could be taken."""
+    started = time.monotonic()
+    source = source_reader(pid)
+    probe = None
+    while time.monotonic() - started < limit_s:
+        try:
+            probe = sample(pid, min(STARTUP_PROBE_S, max(1.0, limit_s - (time.monotonic() - started))),
+                           rate=STARTUP_PROBE_HZ)
+        except pyspy.WhyError:
+            break
+        share, what = startup_share(probe.stacks, source)
+        if probe.ended or probe.interrupted or (share is not None and share < LOOP_STARTUP_SHARE):
+            break
+        waited = time.monotonic() - started
+        progress(f"gpudoctor why: pid {pid} is starting up ({f'{share:.0%} ' if share is not None else ''}"
+                 f"{what or 'not yet sampled'}); waiting for the loop, {waited:.0f} of at most {limit_s:.0f} s")
+    return probe
 
 
 def python_target(pid: int, ended: Callable[[], bool], wait_s: float = 10.0) -> int | None:
@@ -309,4 +354,4 @@ def _mapped_files(pid: int) -> list[str]:
             return [line.rsplit(" ", 1)[-1].strip() for line in handle.read(4 << 20).splitlines()]
     except OSError:
         return []
-__all__ = ["Sampled", "Credentials", "process_credentials", "sample", "why", "source_reader", "python_target", "OWN_PREFIXES"]
+__all__ = ["wait_for_loop", "startup_share", "Sampled", "Credentials", "process_credentials", "sample", "why", "source_reader", "python_target", "OWN_PREFIXES"]

@@ -7,7 +7,7 @@ from typing import Any
 
 from gpudoctor.presentation import fmt_bytes, plain_text, wrap_hanging
 
-_SHOWN = ("data_wait", "data_loading", "host_sync", "forward", "backward", "optimizer", "evaluation",
+_SHOWN = ("startup", "data_wait", "data_loading", "collective", "host_sync", "forward", "backward", "optimizer", "evaluation",
           "checkpoint_io", "idle", "other")
 
 
@@ -40,13 +40,23 @@ def _gpu_words(d: dict[str, Any]) -> str:
 
 
 def _live_words(live: dict[str, Any]) -> str:
-    def num(key: str, scale: float = 1.0, unit: str = "", digits: int = 0) -> str:
-        value = live.get(key)
-        return "?" if not isinstance(value, (int, float)) else f"{value * scale:.{digits}f}{unit}"
-
-    return (f"{live.get('verdict', '?')}; step {num('step_time_p50_s', 1000, ' ms', 1)} (median), data wait "
-            f"{num('data_wait_share', 100, '%')}, {num('samples_per_s', 1, ' samples/s')}, "
-            f"{num('host_syncs_per_step', 1, ' host syncs/step', 1)}")
+    """The published figures that are there; a missing one is left out or says why, never "?"."""
+    parts = [str(live.get("verdict") or "no verdict yet")]
+    step = live.get("step_time_p50_s")
+    if isinstance(step, (int, float)):
+        parts.append(f"step {step * 1000:.1f} ms (median)")
+    else:
+        parts.append("no step timed yet (warming up)")
+    wait = live.get("data_wait_share")
+    if isinstance(wait, (int, float)):
+        parts.append(f"data wait {wait * 100:.0f}%")
+    rate = live.get("samples_per_s")
+    if isinstance(rate, (int, float)):
+        parts.append(f"{rate:.0f} samples/s")
+    syncs = live.get("host_syncs_per_step")
+    parts.append(f"{syncs:.1f} host syncs/step" if isinstance(syncs, (int, float))
+                 else "host syncs not counted (no CUDA device)")
+    return "; ".join(parts[:2]) + (", " + ", ".join(parts[2:]) if parts[2:] else "")
 
 
 def headline(d: dict[str, Any]) -> str:
@@ -78,11 +88,29 @@ def render_text(d: dict[str, Any], width: int | None = 100) -> str:
         code = f"  `{line['code']}`" if line.get("code") else ""
         share = f" ({line['share']:.0%})" if line.get("share") is not None else ""
         out.append(plain_text(f"  at {line['file']}:{line['line']} {line['function']}{code}{share}", limit=300))
-    shares = ", ".join(f"{c} {d['shares'][c]:.0%}" for c in _SHOWN if d["shares"].get(c, 0) >= 0.01)
+    details = d.get("details") or {}
+
+    def share(c: str) -> str:
+        detail = details.get(c) if c in ("idle", "startup", "collective") else None
+        return f"{c} {d['shares'][c]:.0%}" + (f" ({detail})" if detail else "")
+
+    shares = ", ".join(share(c) for c in _SHOWN if d["shares"].get(c, 0) >= 0.01)
     out += wrap_hanging(f"main thread: {shares or 'no samples'}", width or 0, "  ")
+    startup = v.get("startup")
+    if startup and v.get("words") != "starting up":
+        took = f" ({startup['seconds']:.1f} s)" if startup.get("seconds") is not None else ""
+        out += wrap_hanging(plain_text(f"start-up: {startup['share']:.0%} of the window{took}, {startup['what']}; "
+                                       "left out of the verdict", limit=500), width or 0, "  ")
     host = d.get("host") or {}
     if host.get("idle_cpus") is not None:
-        out.append(f"  host: {host['idle_cpus']:.0f} of {host['cpus']} CPUs idle")
+        usable = host.get("usable_cpus")
+        mine = f", {usable:g} usable by the job" if usable is not None and usable != host["cpus"] else ""
+        load = f", load {host['load_1m']:.1f}" if host.get("load_1m") is not None else ""
+        others = host.get("others") or []
+        busy = ("; others: " + ", ".join(f"{e['name']} (pid {e['pid']}) {e['cpu_pct']:.0f}%" for e in others[:3])
+                if others else "")
+        out += wrap_hanging(plain_text(f"host: {host['idle_cpus']:g} of {host['cpus']} CPUs idle{mine}{load}{busy}",
+                                       limit=500), width or 0, "  ")
     out.append("  " + plain_text(_gpu_words(d), limit=500))
     for pid, live in sorted((d.get("published") or {}).items()):
         out += wrap_hanging(plain_text(_live_words(live), limit=500), width or 0, f"  TrainingMonitor (pid {pid}): ")
