@@ -456,10 +456,12 @@ class TrainingMonitor:
 
     def _finish_collecting(self) -> None:
         self._collecting = False
-        if self._sampler is not None:
-            self._sampler.stop()
-        if self._syncs is not None:
-            self._syncs.uninstall()
+        try:
+            if self._sampler is not None:
+                self._sampler.stop()
+        finally:  # torch's patched wait entry points are put back even if the sampler failed to stop
+            if self._syncs is not None:
+                self._syncs.uninstall()
 
     def _resolve_device(self) -> None:
         from .torch_support import distributed_rank, resolve_device

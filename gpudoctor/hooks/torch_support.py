@@ -285,10 +285,10 @@ class SyncCounter:
     With ``torch.cuda.set_sync_debug_mode("warn")`` torch warns (``UserWarning: called a
     synchronizing CUDA operation``) from the Python line that made the sync: ``.item()``,
     ``.cpu()``, ``.tolist()``, a blocking ``.to(device)``... Device-wide and event waits
-    (``torch.cuda.synchronize()``, ``Stream.synchronize()``, ``Event.synchronize()``) raise
-    no such warning, so while the counter is active those three are wrapped to count
-    themselves, and restored after. The counter catches the warnings (they are not shown), groups them by the first
-    frame outside torch, Lightning, gpudoctor and the standard library, and keeps the
+    (``torch.cuda.synchronize()``, ``torch.accelerator.synchronize()``, ``Event.synchronize()``)
+    raise no such warning, so while the counter is active their entry points are wrapped to
+    count themselves (see :class:`_SyncEntryPoints`), and restored after. The counter catches
+    the warnings (they are not shown), groups them by the first frame outside torch, Lightning, gpudoctor and the standard library, and keeps the
     line's text to name the pattern. A sync made by framework code (Lightning, DDP) is
     charged to the innermost framework line instead, with ``origin`` "framework": the
     user's ``trainer.fit(...)`` line is not where it can be fixed.
@@ -321,10 +321,10 @@ class SyncCounter:
         self._show_warnings = False
         self._prefixes: tuple[str, ...] = ()
         self._framework: tuple[str, ...] = ()
-        self._wrapped: list[tuple[Any, str, Any, bool]] = []  # (owner, name, original, owned by it)
-        self._inside_explicit = threading.local()
 
     def install(self) -> bool:
+        if self.active:  # already counting: never install twice
+            return True
         self._prefixes = _library_prefixes()
         self._framework = _framework_prefixes()
         self._thread_id = threading.get_ident()
@@ -347,52 +347,16 @@ class SyncCounter:
                 self._remove_warning_hook()
                 self.status = f"sync debug mode unavailable ({type(exc).__name__})"
                 return False
-        if torch is not None:
-            self._wrap_explicit_syncs(torch)
-        self.active = True
         self.status = "counted with torch.cuda sync debug mode"
-        return True
-
-    # Device-wide and event waits do not go through sync debug mode's warning, so an explicit
-    # torch.cuda.synchronize() every step would go uncounted: while the counter is active,
-    # these three calls are wrapped (the warnings raised inside them are not counted again).
-    def _wrap_explicit_syncs(self, torch: Any) -> None:
-        cuda = torch.cuda
-        targets: list[Any] = [cuda] + [c for c in (getattr(cuda, "Stream", None), getattr(cuda, "Event", None))
-                                       if isinstance(c, type)]
-        for owner in targets:
-            original = getattr(owner, "synchronize", None)
-            if original is None:
-                continue
-            owned = not isinstance(owner, type) or "synchronize" in vars(owner)
-            owner.synchronize = self._counting_wrapper(original)
-            self._wrapped.append((owner, "synchronize", original, owned))
-
-    def _counting_wrapper(self, original: Any) -> Any:
-        counter = self
-
-        def synchronize(*args: Any, **kwargs: Any) -> Any:
-            caller = sys._getframe(1)
-            counter._count(caller.f_code.co_filename, caller.f_lineno)
-            inside = counter._inside_explicit
-            inside.depth = getattr(inside, "depth", 0) + 1
+        if torch is not None:
             try:
-                return original(*args, **kwargs)
-            finally:
-                inside.depth -= 1
-
-        synchronize.__wrapped__ = original  # type: ignore[attr-defined]
-        return synchronize
-
-    def _unwrap_explicit_syncs(self) -> None:
-        for owner, name, original, owned in reversed(self._wrapped):
-            if getattr(getattr(owner, name, None), "__wrapped__", None) is not original:
-                continue  # someone wrapped it again after us: leave theirs in place
-            if owned:
-                setattr(owner, name, original)
-            else:
-                delattr(owner, name)  # it was inherited: uncover the base class's method
-        self._wrapped = []
+                _entry_points(torch).attach(self)
+            except Exception as exc:  # every patched attribute is already restored
+                log.warning("gpudoctor: explicit waits (synchronize()) will not be counted: %s: %s",
+                            type(exc).__name__, exc)
+                self.status += f" (explicit synchronize() calls not counted: {type(exc).__name__})"
+        self.active = True
+        return True
 
     def _count(self, filename: str, lineno: int) -> None:
         """One sync made at ``filename:lineno``: counted, or set aside (other thread, outside the loop)."""
@@ -427,19 +391,23 @@ class SyncCounter:
         if not self.active:
             return
         self.active = False
-        self._unwrap_explicit_syncs()
         torch = self._torch
-        if torch is not None and self._saved_mode == 0:
+        try:
+            if torch is not None:
+                _entry_points(torch).detach(self)
+        finally:
             try:
-                torch.cuda.set_sync_debug_mode(0)
+                if torch is not None and self._saved_mode == 0:
+                    torch.cuda.set_sync_debug_mode(0)
             except Exception:
                 pass
-        self._remove_warning_hook()
+            finally:
+                self._remove_warning_hook()
 
     def _showwarning(self, message: Any, category: Any, filename: str, lineno: int,
                      file: Any = None, line: str | None = None) -> None:
         if str(message).startswith(SYNC_WARNING_TEXT):
-            if not getattr(self._inside_explicit, "depth", 0):  # an explicit wait counts once
+            if not _in_explicit_wait():  # an explicit wait counts once
                 self._count(filename, lineno)
             if not self._show_warnings:
                 return
@@ -484,6 +452,189 @@ class SyncCounter:
             sites = sorted((dict(s) for s in self.sites.values()), key=lambda s: -s["count"])
             return {"total": self.total, "sites": sites, "status": self.status, "outside_loop": self.outside,
                     "other_threads": self.other_threads}
+
+
+# -- explicit waits: the entry points that sync debug mode does not report ----------------------
+#
+# Sync debug mode warns from the C++ paths that copy to the host or synchronise a stream, but not
+# from device-wide waits (torch.cuda.synchronize(), torch.accelerator.synchronize()) nor from event
+# waits, so these are wrapped while a counter is active. Only what blocks the calling host thread
+# is counted: ``Event.wait()`` / ``Stream.wait_event()`` / ``wait_stream()`` only order work on the
+# device (the host goes on), and ``query()`` never waits, so neither is a host sync.
+#
+# Where the wrapping happens:
+# - the device-wide waits are wrapped at torch's C entry points (``torch._C._cuda_synchronize``,
+#   ``torch._C._accelerator_synchronizeDevice``), which torch's Python functions look up at each
+#   call: so ``from torch.cuda import synchronize`` done before the counter started is counted too.
+# - ``torch.cuda.Event``/``torch.cuda.Stream`` are Python classes: their ``synchronize`` is wrapped.
+# - the device-generic ``torch.Event``/``torch.Stream`` are immutable C types (their methods cannot
+#   be replaced), so ``torch.Event``/``torch.Stream`` are swapped for counting subclasses whose
+#   metaclass answers ``isinstance``/``issubclass`` for the original type. Only objects made through
+#   those names while (or since) a counter was active count; one made earlier, or handed out by
+#   torch itself (``torch.accelerator.current_stream()``, ``Stream.record_event()``), is of the C type.
+# Rejected: torch's gpu-trace callbacks (``torch._C._activate_gpu_trace``) would see every wait, but
+# once switched on they cannot be switched off for the rest of the process, and they call into
+# Python (taking the GIL) on every allocation, free, event record and stream creation: a per-step
+# cost proportional to the number of tensors, which this design avoids.
+
+# torch._C names of the device-wide waits, as of torch 2.6+ (the accelerator one is new in 2.6)
+DEVICE_WAIT_ENTRY_POINTS = ("_cuda_synchronize", "_accelerator_synchronizeDevice")
+
+_explicit = threading.local()  # .depth > 0 while this thread is inside a wrapped wait
+_ENTRY_LOCK = threading.Lock()
+_ENTRY_POINTS: dict[int, "_SyncEntryPoints"] = {}
+
+
+def _in_explicit_wait() -> bool:
+    return bool(getattr(_explicit, "depth", 0))
+
+
+class _CountedType(type):
+    """Metaclass of the counting stand-ins for ``torch.Event``/``torch.Stream``: ``isinstance`` and
+    ``issubclass`` answer for the original C type, so objects made before the swap (and
+    ``torch.cuda.Event``, a subclass of the original) still pass torch's and the user's checks."""
+
+    _original: type
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return isinstance(obj, cls._original)
+
+    def __subclasscheck__(cls, sub: type) -> bool:
+        return issubclass(sub, cls._original)
+
+
+class _SyncEntryPoints:
+    """The wrapped wait entry points of one torch module, shared by every counter active on it.
+
+    Patched when the first counter attaches and restored when the last one detaches, so two
+    monitors (or a counter installed twice) never wrap a wrapper. Kept for the life of the process
+    (one per torch module): the counting ``torch.Event``/``torch.Stream`` subclasses are made once,
+    so an event made during one counting period counts again in the next one.
+    """
+
+    def __init__(self, torch: Any) -> None:
+        self.torch = torch
+        self.counters: tuple[SyncCounter, ...] = ()  # replaced whole: the wrappers read it without a lock
+        self.patched: list[tuple[Any, str, Any, Any, bool]] = []  # owner, name, original, ours, owned
+        self.standins: dict[str, type] = {}
+
+    # the wrappers ------------------------------------------------------------------------------
+    def _counted_call(self, frame: Any, original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        depth = getattr(_explicit, "depth", 0)
+        if not depth:  # a wait inside a wait (cuda.Event.synchronize -> C base) counts once
+            for counter in self.counters:
+                counter._count(frame.f_code.co_filename, frame.f_lineno)
+        _explicit.depth = depth + 1
+        try:
+            return original(*args, **kwargs)
+        finally:
+            _explicit.depth = depth
+
+    def wrapper(self, original: Any) -> Any:
+        entry = self
+
+        def synchronize(*args: Any, **kwargs: Any) -> Any:
+            return entry._counted_call(sys._getframe(1), original, args, kwargs)
+
+        synchronize.__wrapped__ = original  # type: ignore[attr-defined]
+        synchronize.__name__ = getattr(original, "__name__", "synchronize")
+        synchronize.__doc__ = getattr(original, "__doc__", None)
+        return synchronize
+
+    def standin(self, original: type) -> type:
+        name = original.__qualname__
+        made = self.standins.get(name)
+        if made is None:
+            entry = self
+            base_wait = original.synchronize  # type: ignore[attr-defined]
+
+            def synchronize(obj: Any) -> Any:
+                return entry._counted_call(sys._getframe(1), base_wait, (obj,), {})
+
+            made = _CountedType(original.__name__, (original,), {
+                "__module__": original.__module__, "__qualname__": name, "__doc__": original.__doc__,
+                "__slots__": (), "_original": original, "synchronize": synchronize})
+            self.standins[name] = made
+        return made
+
+    # patching ----------------------------------------------------------------------------------
+    def _targets(self) -> list[tuple[Any, str, Any]]:
+        """(owner, name, replacement) for every wait entry point this torch has."""
+        torch = self.torch
+        found: list[tuple[Any, str, Any]] = []
+        c_module = getattr(torch, "_C", None)
+        for name in DEVICE_WAIT_ENTRY_POINTS:
+            original = getattr(c_module, name, None) if c_module is not None else None
+            if callable(original):
+                found.append((c_module, name, self.wrapper(original)))
+        cuda = torch.cuda
+        if not any(name == "_cuda_synchronize" for _, name, _ in found):
+            # no C entry point to wrap (a stand-in torch): wrap the Python function itself
+            original = getattr(cuda, "synchronize", None)
+            if callable(original):
+                found.append((cuda, "synchronize", self.wrapper(original)))
+        for cls in (getattr(cuda, "Stream", None), getattr(cuda, "Event", None)):
+            wait = getattr(cls, "synchronize", None) if isinstance(cls, type) else None
+            if callable(wait):
+                found.append((cls, "synchronize", self.wrapper(wait)))
+        for name in ("Event", "Stream"):
+            cls = getattr(torch, name, None)
+            if isinstance(cls, type) and not isinstance(cls, _CountedType) \
+                    and callable(getattr(cls, "synchronize", None)):
+                found.append((torch, name, self.standin(cls)))
+        return found
+
+    def patch(self) -> None:
+        try:
+            for owner, name, replacement in self._targets():
+                original = getattr(owner, name)
+                owned = not isinstance(owner, type) or name in vars(owner)
+                setattr(owner, name, replacement)
+                self.patched.append((owner, name, original, replacement, owned))
+        except BaseException:
+            self.restore()
+            raise
+
+    def restore(self) -> None:
+        """Put every patched attribute back; one that fails does not stop the others."""
+        failed: list[str] = []
+        for owner, name, original, ours, owned in reversed(self.patched):
+            try:
+                if getattr(owner, name, None) is not ours:
+                    continue  # replaced again by someone else after us: leave theirs in place
+                if owned:
+                    setattr(owner, name, original)
+                else:
+                    delattr(owner, name)  # it was inherited: uncover the base class's method
+            except Exception as exc:
+                failed.append(f"{getattr(owner, '__name__', owner)}.{name} ({type(exc).__name__})")
+        self.patched = []
+        if failed:
+            log.warning("gpudoctor: could not restore %s after counting host syncs", ", ".join(failed))
+
+    def attach(self, counter: "SyncCounter") -> None:
+        with _ENTRY_LOCK:
+            if counter in self.counters:
+                return
+            if not self.counters:
+                self.patch()
+            self.counters = self.counters + (counter,)
+
+    def detach(self, counter: "SyncCounter") -> None:
+        with _ENTRY_LOCK:
+            if counter not in self.counters:
+                return
+            self.counters = tuple(c for c in self.counters if c is not counter)
+            if not self.counters:
+                self.restore()
+
+
+def _entry_points(torch: Any) -> _SyncEntryPoints:
+    with _ENTRY_LOCK:
+        entry = _ENTRY_POINTS.get(id(torch))
+        if entry is None or entry.torch is not torch:
+            entry = _ENTRY_POINTS[id(torch)] = _SyncEntryPoints(torch)
+        return entry
 
 
 # Patterns, from the line's text. Order matters: the first match names the line.
