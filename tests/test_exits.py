@@ -1,0 +1,117 @@
+"""Ways out that must not wait for a hung driver, and Ctrl-C in the TUI (issue: hangs on quit).
+
+The TUI runs on a pseudo-terminal over the fake NVML of benchmarks/fake_nvml, with one symbol
+made to hang (``FAKE_NVML_HANG``); the gate's own rule is tested on the in-process fake.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from nvml_fake import FakePynvml
+from tui_support import PtyApp
+
+ROOT = Path(__file__).resolve().parent.parent
+FAKE_NVML = ROOT / "benchmarks" / "fake_nvml"
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def fake_nvml_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAKE_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(FAKE_NVML), str(ROOT)])
+    env.update(extra)
+    return env
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pseudo-terminal and fake libnvidia-ml")
+def test_tui_quits_on_q_while_an_nvml_call_hangs():
+    """The start-up quick doctor waits on the hung call too; quitting must not wait for it."""
+    app = PtyApp([sys.executable, "-m", "gpudoctor", "tui", "-i", "0.5"],
+                 env=fake_nvml_env(FAKE_NVML_HANG="nvmlDeviceGetTemperature"))
+    try:
+        app.wait_for("driver not answering", timeout=60)
+        app.keys("q")
+        assert app.proc.wait(8) == 0
+    finally:
+        app.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pseudo-terminal and fake libnvidia-ml")
+def test_ctrl_c_quits_the_tui_with_130():
+    app = PtyApp([sys.executable, "-m", "gpudoctor", "tui", "-i", "0.5"], env=fake_nvml_env())
+    try:
+        app.wait_for("GPU 0: NVIDIA H100", timeout=60)
+        app.keys("\x03")  # what the terminal sends for Ctrl-C in raw mode
+        assert app.proc.wait(8) == 130
+    finally:
+        app.close()
+
+
+def _hanging_gate(monkeypatch: pytest.MonkeyPatch):
+    from gpudoctor.backends import nvml as nvml_module
+    from gpudoctor.backends import NvmlBackend, NvmlGate
+
+    monkeypatch.setattr(nvml_module, "STUCK_S", 0.2)
+    release = threading.Event()
+    entered = threading.Event()
+
+    def hang(*args):
+        entered.set()
+        release.wait(30)
+        return 41
+
+    fake = FakePynvml(readings={"nvmlDeviceGetTemperature": hang})
+    gate = NvmlGate(fake)
+    return NvmlBackend(gate), gate, fake, entered, release
+
+
+def test_a_call_stuck_in_the_driver_makes_the_others_answer_at_once(monkeypatch):
+    backend, gate, fake, entered, release = _hanging_gate(monkeypatch)
+    assert gate.start() is None
+    handle = fake.nvmlDeviceGetHandleByIndex(0)
+    try:
+        threading.Thread(target=gate.query, args=("nvmlDeviceGetTemperature", handle, 0), daemon=True).start()
+        assert entered.wait(10)
+        time.sleep(0.3)  # past STUCK_S: being stuck is a matter of time, there is no event for it
+        started = time.monotonic()
+        answer = gate.query("nvmlDeviceGetName", handle)
+        assert time.monotonic() - started < 1.0
+        assert getattr(answer, "reason", None) == "DriverNotAnswering"
+        started = time.monotonic()
+        gate.shutdown()  # closing never waits behind the hung call
+        assert time.monotonic() - started < 1.0
+    finally:
+        release.set()
+
+
+def test_a_hung_nvml_init_does_not_hold_the_other_callers(monkeypatch):
+    from gpudoctor.backends import nvml as nvml_module
+    from gpudoctor.backends import NvmlGate
+
+    monkeypatch.setattr(nvml_module, "STUCK_S", 0.2)
+    release = threading.Event()
+    entered = threading.Event()
+
+    class SlowInit(FakePynvml):
+        def nvmlInit(self) -> None:
+            entered.set()
+            release.wait(30)
+            super().nvmlInit()
+
+    gate = NvmlGate(SlowInit())
+    try:
+        threading.Thread(target=gate.start, daemon=True).start()
+        assert entered.wait(10)
+        started = time.monotonic()
+        assert getattr(gate.query("nvmlDeviceGetCount"), "reason", None) == "DriverNotAnswering"
+        gate.shutdown()
+        assert time.monotonic() - started < 2.0
+    finally:
+        release.set()
