@@ -115,3 +115,39 @@ def test_a_hung_nvml_init_does_not_hold_the_other_callers(monkeypatch):
         assert time.monotonic() - started < 2.0
     finally:
         release.set()
+
+
+def _exporter(env: dict[str, str]):
+    import re
+    import subprocess
+
+    proc = subprocess.Popen([sys.executable, "-m", "gpudoctor", "exporter", "--port", "0", "--no-report"],
+                            env=env, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    url = None
+    for _ in range(5):
+        line = proc.stderr.readline()
+        found = re.search(r"http://\S+/metrics", line)
+        if found:
+            url = found.group(0)
+            break
+    return proc, url
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fake libnvidia-ml")
+def test_the_exporter_serves_while_the_device_count_hangs():
+    import signal
+    import subprocess
+    import urllib.request
+
+    proc, url = _exporter(fake_nvml_env(FAKE_NVML_HANG="nvmlDeviceGetCount_v2"))
+    try:
+        assert url is not None, "the exporter never said where it serves"
+        body = urllib.request.urlopen(url, timeout=10).read().decode()
+        assert "gpudoctor_nvml_up 0" in body
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(8) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        proc.stderr.close()
