@@ -6,6 +6,7 @@ made to hang (``FAKE_NVML_HANG``); the gate's own rule is tested on the in-proce
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
@@ -151,3 +152,50 @@ def test_the_exporter_serves_while_the_device_count_hangs():
             proc.kill()
             proc.wait(10)
         proc.stderr.close()
+
+
+# --------------------------------------------------------------------------- outputs
+REPLAY = ROOT / "tests" / "data" / "handmade_consumer_notsupported.json"
+
+
+def test_o_file_is_written_when_the_reader_of_stdout_has_gone(tmp_path):
+    """`report -o FILE | head -1`: Rich's own broken-pipe handling raised SystemExit(1) inside
+    the rendering, before the file was written."""
+    import subprocess
+
+    out = tmp_path / "r.json"
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader has gone before the first line
+    try:
+        proc = subprocess.run([sys.executable, "-m", "gpudoctor", "report", "-o", str(out), "--replay", str(REPLAY)],
+                              stdout=write_end, stderr=subprocess.PIPE, text=True, cwd=ROOT, timeout=120)
+    finally:
+        os.close(write_end)
+    assert "Traceback" not in proc.stderr
+    assert json.loads(out.read_text())["results"]
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "fchmod"), reason="POSIX modes")
+def test_an_output_over_a_setuid_file_drops_the_setuid_and_setgid_bits(tmp_path):
+    from gpudoctor import fileio
+
+    target = tmp_path / "report.json"
+    target.write_text("old")
+    os.chmod(target, 0o6755)
+    fileio.write_text(target, "{}\n")
+    assert target.read_text() == "{}\n"
+    assert os.stat(target).st_mode & 0o7777 == 0o755
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to own files of another user")
+def test_an_output_over_another_users_file_keeps_its_owner(tmp_path):
+    from gpudoctor import fileio
+
+    target = tmp_path / "report.json"
+    target.write_text("old")
+    os.chown(target, 65534, 65534)
+    os.chmod(target, 0o644)
+    fileio.write_text(target, "{}\n")
+    info = os.stat(target)
+    assert (info.st_uid, info.st_gid) == (65534, 65534) and target.read_text() == "{}\n"
