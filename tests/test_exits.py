@@ -199,3 +199,61 @@ def test_an_output_over_another_users_file_keeps_its_owner(tmp_path):
     fileio.write_text(target, "{}\n")
     info = os.stat(target)
     assert (info.st_uid, info.st_gid) == (65534, 65534) and target.read_text() == "{}\n"
+
+
+# --------------------------------------------------------------------------- fleet: one deadline
+class _Trickle:
+    """A 'Prometheus' that answers one byte every 0.2 s, forever: each read gets data in time."""
+
+    def __init__(self) -> None:
+        import socket
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.done = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while not self.done.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._trickle, args=(conn,), daemon=True).start()
+
+    def _trickle(self, conn) -> None:
+        answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n" + b" " * 100000
+        try:
+            conn.recv(65536)
+            for byte in answer:
+                if self.done.wait(0.2):
+                    break
+                conn.sendall(bytes([byte]))
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        self.done.set()
+        self.sock.close()
+
+
+def test_fleet_timeout_is_one_deadline_for_the_whole_run():
+    import subprocess
+
+    from gpudoctor import exitcodes
+
+    server = _Trickle()
+    try:
+        started = time.monotonic()
+        proc = subprocess.run([sys.executable, "-m", "gpudoctor", "fleet", "--prometheus", server.url, "--timeout", "3"],
+                              capture_output=True, text=True, cwd=ROOT, timeout=60)
+        took = time.monotonic() - started
+    finally:
+        server.close()
+    assert proc.returncode == exitcodes.UNREACHABLE, proc.stderr
+    assert took < 10, f"fleet --timeout 3 took {took:.0f} s"
+    assert "within the 3 s allowed" in proc.stderr
