@@ -101,6 +101,25 @@ class _Held:
         self.lock.release()
 
 
+#: How long closing waits for nvmlShutdown itself, which can hang like any call.
+SHUTDOWN_WAIT_S = 2.0
+
+
+def _shut_down(module: Any) -> None:
+    """``nvmlShutdown()`` in a daemon thread, waited for SHUTDOWN_WAIT_S at most: a command on
+    its way out (watch -n, record, the exporter's SIGTERM) must not hang in it; the driver cleans
+    up after a process that exits without it."""
+    def call() -> None:
+        try:
+            module.nvmlShutdown()
+        except Exception:
+            pass
+
+    thread = threading.Thread(target=call, name="gpudoctor-nvml-shutdown", daemon=True)
+    thread.start()
+    thread.join(SHUTDOWN_WAIT_S)
+
+
 class NvmlGate:
     """Lazy NVML start-up and the one place NVML exceptions are caught."""
 
@@ -198,10 +217,7 @@ class NvmlGate:
             return
         with _Held(self._lock):
             if self._started and self._init_na is None and self._module is not None:
-                try:
-                    self._module.nvmlShutdown()
-                except Exception:
-                    pass
+                _shut_down(self._module)
             self._started = False
             self._init_na = None
 
