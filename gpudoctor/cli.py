@@ -3,7 +3,7 @@
 This module keeps the parser and :func:`main`; each command lives in its own module under
 :mod:`gpudoctor.commands`. ``main`` maps what escapes a command to the exit codes in
 :mod:`gpudoctor.exitcodes`: a :class:`~gpudoctor.errors.GpudoctorError` is one line on
-stderr, Ctrl-C is 130, SIGTERM is 143 (handled like Ctrl-C: finished results are kept and
+stderr, Ctrl-C is 130, SIGTERM is 143, SIGHUP 129 (handled like Ctrl-C: finished results are kept and
 written; :mod:`gpudoctor.signals`). It never imports torch or pynvml. JSON goes to stdout,
 diagnostics to stderr.
 """
@@ -99,14 +99,14 @@ def _main(argv: list[str], on_interrupt: Callable[[], None], own_process: bool =
         parser.print_help()
         return exitcodes.USAGE
     if own_process and args.command not in _OWN_SIGTERM:
-        signals.install()  # SIGTERM raises signals.Terminated, a KeyboardInterrupt
+        signals.install()  # SIGTERM and SIGHUP raise signals.Terminated, a KeyboardInterrupt
     try:
         code = int(handler(args))
     except KeyboardInterrupt:
         on_interrupt()
         if signals.terminated():
-            say("gpudoctor: terminated")
-            return exitcodes.TERMINATED
+            say(f"gpudoctor: {signals.stopped_word()}")
+            return signals.exit_code()
         say("gpudoctor: interrupted")
         return exitcodes.INTERRUPTED
     except GpudoctorError as exc:
@@ -122,7 +122,7 @@ def _main(argv: list[str], on_interrupt: Callable[[], None], own_process: bool =
     if code == exitcodes.INTERRUPTED:
         on_interrupt()
         if signals.terminated():  # the command kept and wrote what finished, as on Ctrl-C
-            return exitcodes.TERMINATED
+            return signals.exit_code()
     return code
 
 

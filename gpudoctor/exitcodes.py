@@ -14,6 +14,7 @@ code   name                meaning
 8      UNREACHABLE         fleet: Prometheus could not be reached or did not answer as Prometheus does
 9      CANNOT_ATTACH       why: the process could not be sampled (no permission, a Python py-spy cannot read)
 10     PROCESS_ENDED       why: the process ended while it was sampled; what was sampled was reported
+129    HANGUP              stopped by SIGHUP (terminal closed); finished results were kept and written
 130    INTERRUPTED         stopped by Ctrl-C; finished results were kept and written
 143    TERMINATED          stopped by SIGTERM; finished results were kept and written
 =====  ==================  ==========================================================
@@ -30,6 +31,7 @@ WRITE_FAILED = 7
 UNREACHABLE = 8
 CANNOT_ATTACH = 9
 PROCESS_ENDED = 10
+HANGUP = 129
 INTERRUPTED = 130
 TERMINATED = 143
 
@@ -45,6 +47,7 @@ DESCRIPTIONS = {
     UNREACHABLE: "fleet: Prometheus could not be reached",
     CANNOT_ATTACH: "why: the process could not be sampled (permission, Python version)",
     PROCESS_ENDED: "why: the process ended while sampled; what was sampled was reported",
+    HANGUP: "hung up (SIGHUP: the terminal closed); finished results were kept",
     INTERRUPTED: "interrupted; finished results were kept",
     TERMINATED: "terminated by SIGTERM; finished results were kept",
 }

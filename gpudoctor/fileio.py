@@ -9,7 +9,9 @@
 * A symlink is followed: the file it points at is written (replaced atomically if it is a
   regular file); the link itself stays.
 * New files get the mode ``open()`` would give them (0666 less the umask); a regular file
-  that is replaced keeps its permission bits.
+  that is replaced keeps its permission bits (rwx) but never a setuid, setgid or sticky bit,
+  and keeps its owner: root gives the new file the old owner, and another user's file that we
+  may write is written in place (truncated), since a rename would make it ours.
 
 Errors are ``OSError`` (disk full, directory gone, permission): callers report them in one
 line (``gpudoctor.commands.output``), never as a traceback.
@@ -61,7 +63,19 @@ def _write_directly(path: str, data: bytes) -> None:
         fh.flush()
 
 
-def _write_atomically(target: str, data: bytes, mode: int) -> None:
+def _write_in_place(path: str, data: bytes) -> None:
+    """Truncate and write an existing regular file, dropping setuid and setgid."""
+    with open(path, "r+b") as fh:
+        if hasattr(os, "fchmod"):
+            mode = stat.S_IMODE(os.fstat(fh.fileno()).st_mode)
+            if mode & 0o7000:
+                os.fchmod(fh.fileno(), mode & 0o777)
+        fh.truncate(0)
+        fh.write(data)
+        fh.flush()
+
+
+def _write_atomically(target: str, data: bytes, mode: int, owner: tuple[int, int] | None = None) -> None:
     directory, name = os.path.split(target)
     for _ in range(100):
         tmp = os.path.join(directory or ".", _temporary_name(name))
@@ -76,8 +90,13 @@ def _write_atomically(target: str, data: bytes, mode: int) -> None:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
+            if owner is not None and hasattr(os, "fchown") and owner != (os.geteuid(), os.getegid()):
+                try:  # root writing over another user's file: it stays theirs
+                    os.fchown(fh.fileno(), *owner)
+                except OSError:
+                    pass
             if hasattr(os, "fchmod"):  # not on Windows before Python 3.13 (files there have no mode bits)
-                os.fchmod(fh.fileno(), mode)
+                os.fchmod(fh.fileno(), mode)  # after fchown, which clears setuid/setgid bits
             os.fsync(fh.fileno())
         os.replace(tmp, target)
     except BaseException:
@@ -103,9 +122,17 @@ def write_bytes(path: str | os.PathLike[str], data: bytes, mode: int | None = No
         return Path(text_path)
     # A symlink (even a dangling one) stays a link: write the file it points at.
     target = os.path.realpath(text_path) if os.path.islink(text_path) else text_path
+    if info is not None and hasattr(os, "geteuid") and info.st_uid != os.geteuid() and os.geteuid() != 0:
+        # Someone else's file: a rename would make it ours (the owner changes), and we cannot
+        # give it back. Written in place instead (not atomic), so its owner stays.
+        _write_in_place(target, data)
+        return Path(text_path)
+    # A replaced file keeps its permission bits (unless the caller asks for others) but never
+    # setuid, setgid or sticky: a report written over an executable must not become a setuid program.
     if mode is None:
-        mode = stat.S_IMODE(info.st_mode) if info is not None else 0o666 & ~_umask()
-    _write_atomically(target, data, mode)
+        mode = (stat.S_IMODE(info.st_mode) & 0o777) if info is not None else 0o666 & ~_umask()
+    owner = (info.st_uid, info.st_gid) if info is not None else None
+    _write_atomically(target, data, mode & 0o777, owner)
     return Path(text_path)
 
 

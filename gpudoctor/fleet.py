@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -162,6 +163,9 @@ class Prometheus:
         self.timeout_s = timeout_s
         self._open = opener or urllib.request.urlopen
         self.queries = 0
+        # ``timeout_s`` bounds every query of this client together, not each socket read: a
+        # server that trickles a byte at a time held `fleet --timeout 3` for minutes.
+        self.deadline = time.monotonic() + timeout_s
 
     def query(self, expr: str, at: float | None = None) -> list[Series]:
         params = {"query": expr}
@@ -171,8 +175,7 @@ class Prometheus:
                                          headers={"Accept": "application/json"})
         self.queries += 1
         try:
-            with self._open(request, timeout=self.timeout_s) as response:
-                body = response.read(MAX_ANSWER_BYTES + 1)
+            body = self._fetch_by_deadline(request)
         except urllib.error.HTTPError as exc:
             body = exc.read(64 * 1024)
             raise FleetError(*self._http_error(exc.code, body)) from None
@@ -184,6 +187,43 @@ class Prometheus:
             raise FleetError("query", f"Prometheus answered more than {MAX_ANSWER_BYTES >> 20} MiB; "
                                       "narrow the selection with --match")
         return self._parse(body)
+
+    def _fetch_by_deadline(self, request: Any) -> bytes:
+        """The answer's body (at most MAX_ANSWER_BYTES + 1), or TimeoutError at the deadline.
+
+        The request runs in a daemon thread and this one waits for it until the deadline only:
+        connecting, the headers and the body together, however slowly each byte comes."""
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"no answer within the {self.timeout_s:g} s allowed")
+        box: dict[str, Any] = {}
+        given_up = threading.Event()
+
+        def fetch() -> None:
+            try:
+                with self._open(request, timeout=left) as response:
+                    chunks: list[bytes] = []
+                    size = 0
+                    read = getattr(response, "read1", None) or response.read
+                    while size <= MAX_ANSWER_BYTES and not given_up.is_set():
+                        chunk = read(min(1 << 16, MAX_ANSWER_BYTES + 1 - size))
+                        if not chunk:
+                            break
+                        chunks.append(chunk)
+                        size += len(chunk)
+                    box["body"] = b"".join(chunks)
+            except BaseException as exc:  # handed to the waiting thread
+                box["error"] = exc
+
+        thread = threading.Thread(target=fetch, name="gpudoctor-fleet-query", daemon=True)
+        thread.start()
+        thread.join(left)
+        if thread.is_alive():
+            given_up.set()  # it stops at its next chunk; a daemon, it never holds the exit
+            raise TimeoutError(f"no complete answer within the {self.timeout_s:g} s allowed")
+        if "error" in box:
+            raise box["error"]
+        return box["body"]
 
     def _http_error(self, code: int, body: bytes) -> tuple[str, str]:
         try:

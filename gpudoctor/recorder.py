@@ -56,11 +56,15 @@ def capture(gpu: Any, *, seconds: float, interval: float, with_torch: bool = Tru
             log: Callable[[str], None] | None = None) -> tuple[dict[str, Any], bool]:
     """Sample ``gpu`` for ``seconds``; returns (recording, interrupted)."""
     from gpudoctor.backends.host import host_facts
+    from gpudoctor.sampling import bounded_call
 
-    status = gpu.status()
-    count = gpu.device_count()
+    # Every NVML call below may hang on a failing GPU: each group is bounded (sampling.bounded_call),
+    # and a blocked driver is recorded as what it answers then, DriverNotAnswering.
+    status = bounded_call(gpu.status)
+    count = bounded_call(gpu.device_count)
     n = count if isinstance(count, int) else 0
-    static = [gpu.static(i) for i in range(n)]
+    static = bounded_call(lambda: [gpu.static(i) for i in range(n)])
+    versions = bounded_call(lambda: (gpu.driver_version(), gpu.cuda_driver_version(), gpu.nvml_version()))
     recording: dict[str, Any] = {
         "format": RECORDING_FORMAT,
         "format_version": RECORDING_FORMAT_VERSION,
@@ -68,8 +72,8 @@ def capture(gpu: Any, *, seconds: float, interval: float, with_torch: bool = Tru
             "created": utc_now_iso(),
             "gpudoctor_version": _version.__version__,
             "device_names": [s.get("name") for s in static],
-            "driver_version": gpu.driver_version(),
-            "cuda_driver_version": gpu.cuda_driver_version(),
+            "driver_version": versions[0],
+            "cuda_driver_version": versions[1],
             "host": platform.node(),
             "hand_made": False,
             "scenario": "",
@@ -77,9 +81,9 @@ def capture(gpu: Any, *, seconds: float, interval: float, with_torch: bool = Tru
         },
         "nvml": {
             "status": status,
-            "driver_version": gpu.driver_version(),
-            "cuda_driver_version": gpu.cuda_driver_version(),
-            "nvml_version": gpu.nvml_version(),
+            "driver_version": versions[0],
+            "cuda_driver_version": versions[1],
+            "nvml_version": versions[2],
             "device_count": count,
             "static": static,
             "samples": [],
@@ -91,9 +95,9 @@ def capture(gpu: Any, *, seconds: float, interval: float, with_torch: bool = Tru
     start = time.monotonic()
     from gpudoctor.backends.events import open_event_watcher
 
-    events = open_event_watcher(gpu)
+    events = bounded_call(lambda: open_event_watcher(gpu))
     try:
-        events.start()  # Xids and ECC events during the recording, and those in the kernel log before it
+        bounded_call(events.start)  # Xids and ECC events during the recording, and those in the kernel log before it
         if with_torch:
             if log:
                 log("gpudoctor: reading torch facts in a child process ...")

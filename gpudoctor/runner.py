@@ -134,7 +134,8 @@ def _child_main(conn: Any, spec: RunSpec) -> None:
         pass
     finally:
         # On the way out (multiprocessing's exit functions) a stop just ends the process.
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        for signum in signals.STOP_SIGNALS:
+            signal.signal(signum, signal.SIG_DFL)
 
 
 def _serve(conn: Any, spec: RunSpec) -> None:

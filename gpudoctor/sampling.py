@@ -37,9 +37,13 @@ from typing import Any, Callable, Deque, Iterable, Iterator, Mapping
 from gpudoctor.backends import catalogue
 from gpudoctor.backends.base import GpuBackend
 from gpudoctor.backends.na import NA, is_na
+from gpudoctor.backends.nvml import STUCK_S
 
 #: History kept per metric for sparklines (samples; at 1 s that is two minutes).
 HISTORY_LENGTH = 120
+# How long watch and record wait for one read before taking the driver as blocked: past the NVML
+# gate's STUCK_S, when every other call answers DriverNotAnswering at once.
+DRIVER_WAIT_S = STUCK_S + 1.0
 
 #: Seconds between full reads of one GPU (reads="auto") on live NVML. A full ``sample()``
 #: includes the two PCIe throughput counters, which NVML measures over a 20 ms window each
@@ -130,6 +134,34 @@ class Snapshot:
     @property
     def has_gpu(self) -> bool:
         return self.nvml_status is None and bool(self.devices)
+
+
+def bounded_call(fn: Callable[[], Any], wait_s: float | None = None) -> Any:
+    """``fn()``, never blocked for good by an NVML call that hangs.
+
+    ``fn`` runs in a daemon thread; if it has not come back within ``wait_s`` (default
+    :data:`DRIVER_WAIT_S`), the call stuck inside it has made the NVML gate answer every other
+    call with ``DriverNotAnswering`` at once (:meth:`NvmlGate.stuck`), so ``fn`` runs again in
+    the caller's thread and returns what a blocked driver gives. The stuck thread is left
+    behind: a daemon, it never holds the way out. Ctrl-C and SIGTERM still reach the caller
+    while it waits. For the front ends that read in their own main thread (watch, record)."""
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # handed to the caller
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="gpudoctor-bounded-read", daemon=True).start()
+    if not done.wait(DRIVER_WAIT_S if wait_s is None else wait_s):
+        return fn()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def failed_snapshot(reason: str, source: str = "live") -> Snapshot:
@@ -434,7 +466,7 @@ class Sampler:
         done = 0
         while True:
             begun = time.monotonic()
-            yield self.read()
+            yield bounded_call(self.read, max(3 * self.interval_s, DRIVER_WAIT_S))
             done += 1
             if count is not None and done >= count:
                 return

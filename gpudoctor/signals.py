@@ -1,12 +1,14 @@
-"""SIGTERM handled like Ctrl-C, and quiet child processes.
+"""SIGTERM and SIGHUP handled like Ctrl-C, and quiet child processes.
 
-A timeout, systemd, Kubernetes or Slurm ends a program with SIGTERM. Python's default is to
-die at once, so a ``report --full`` or a ``bench mnist`` that had finished half its work
-wrote nothing. :func:`install` turns the first SIGTERM into :class:`Terminated`, a
+A timeout, systemd, Kubernetes or Slurm ends a program with SIGTERM; a closed terminal or a
+dropped ssh session sends SIGHUP. Python's default for both is to die at once, so a
+``report --full`` or a ``bench mnist`` that had finished half its work wrote nothing, a
+``record`` lost its recording and ``report --full`` left its probe child behind.
+:func:`install` turns the first of them into :class:`Terminated`, a
 :class:`KeyboardInterrupt`, so every path that keeps finished results on Ctrl-C (the runner,
-the sweep, the recorder, the output) keeps them on SIGTERM too; :func:`terminated` then tells
-the CLI to exit with 143 rather than 130. Only the first SIGTERM raises: a second one, sent
-while the finished results are being written, is ignored.
+the sweep, the recorder, the output) keeps them on SIGTERM and SIGHUP too; :func:`exit_code`
+then tells the CLI to exit with 143 (SIGTERM) or 129 (SIGHUP) rather than 130. Only the first
+one raises: another, sent while the finished results are being written, is ignored.
 
 The probe runner's child installs it too, so that the parent's stop (SIGTERM) runs the
 probe's ``finally`` blocks (temporary directories, child ranks) before the child ends; it
@@ -20,46 +22,65 @@ from __future__ import annotations
 import signal
 from typing import Any
 
-_received = False
+#: The signals that stop a run as Ctrl-C does (SIGHUP does not exist on Windows).
+STOP_SIGNALS: tuple[int, ...] = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP")
+                                      if hasattr(signal, name))
+_EXIT_CODES = {signal.SIGTERM: 143, getattr(signal, "SIGHUP", -1): 129}
+_WORDS = {signal.SIGTERM: "terminated (SIGTERM)", getattr(signal, "SIGHUP", -1): "hung up (SIGHUP)"}
+
+_received = 0  # the signal number of the first stop signal, 0 for none
 
 
 class Terminated(KeyboardInterrupt):
-    """Raised in the main thread by the first SIGTERM once :func:`install` ran."""
+    """Raised in the main thread by the first SIGTERM or SIGHUP once :func:`install` ran."""
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
     global _received
     if _received:
         return  # the first one is being handled: finish writing what was kept
-    _received = True
+    _received = signum
     raise Terminated()
 
 
 def install() -> bool:
-    """Turn SIGTERM into :class:`Terminated` in this process (main thread only).
+    """Turn SIGTERM and SIGHUP into :class:`Terminated` in this process (main thread only).
 
     Returns False where no handler can be installed (not the main thread)."""
     try:
-        signal.signal(signal.SIGTERM, _on_sigterm)
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, _on_sigterm)
     except (ValueError, OSError):
         return False
     return True
 
 
 def terminated() -> bool:
-    """Whether a SIGTERM arrived since :func:`install` (or :func:`reset`)."""
+    """Whether a SIGTERM or SIGHUP arrived since :func:`install` (or :func:`reset`)."""
+    return bool(_received)
+
+
+def received() -> int:
+    """The number of the stop signal that arrived (0: none)."""
     return _received
+
+
+def exit_code() -> int:
+    """The exit code for the stop signal that arrived: 143 for SIGTERM, 129 for SIGHUP
+    (128 + the signal's number, as a shell reports a death by it); 130 when none did."""
+    return _EXIT_CODES.get(_received, 130)
 
 
 def stopped_word() -> str:
     """How the run was stopped, for the one line that says what was kept."""
-    return "terminated (SIGTERM)" if _received else "interrupted"
+    return _WORDS.get(_received, "interrupted")
 
 
 def reset() -> None:
-    """Forget an earlier SIGTERM (tests, and a child that inherited the flag)."""
+    """Forget an earlier stop signal (tests, and a child that inherited the flag)."""
     global _received
-    _received = False
+    _received = 0
 
 
-__all__ = ["Terminated", "install", "terminated", "stopped_word", "reset"]
+__all__ = ["Terminated", "STOP_SIGNALS", "install", "terminated", "received", "exit_code", "stopped_word",
+           "reset"]

@@ -276,3 +276,55 @@ def test_the_launcher_names_its_folder_after_itself(tmp_path, monkeypatch):
     assert payloads == {} and set(failures) == {0, 1}
     assert [p.name.startswith(f"gpudoctor-dist-{os.getpid()}-") for p in seen] == [True]
     assert list(tmp_path.iterdir()) == []
+
+
+# --------------------------------------------------------------------------- SIGHUP: as SIGTERM, exit 129
+# A closed terminal or a dropped ssh session sends SIGHUP to the foreground process group.
+def test_sighup_during_report_full_writes_the_results_stops_the_child_and_exits_129(tmp_path):
+    out_file, started = tmp_path / "full.json", tmp_path / "started"
+    proc = _start(REPORT_FULL_THEN_WAIT, tmp_path, OUT_FILE=str(out_file), GPUDOCTOR_TEST_STARTED=str(started))
+    _wait_for(started.exists, proc, "start of the last probe")
+    os.killpg(proc.pid, signal.SIGHUP)
+    code, out, err = _finish(proc)
+    assert code == exitcodes.HANGUP == 129, err
+    assert "Traceback" not in err
+    assert "hung up (SIGHUP); finished results were kept in" in err
+    written = json.loads(out_file.read_text())
+    assert written["interrupted"] is True and written["results"][0]["probe"] == "environment"
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(started.read_text()), 0)  # the probe's child was stopped, not left behind
+
+
+def test_sighup_during_record_keeps_the_recording_and_exits_129(tmp_path):
+    out_file = tmp_path / "rec.json"
+    proc = _start(RECORD_ON_REPLAY, tmp_path, OUT_FILE=str(out_file))
+    _wait_for(lambda: "sampling" in proc.stderr.readline(), proc, "start of the sampling")
+    os.kill(proc.pid, signal.SIGHUP)
+    code, out, err = _finish(proc)
+    assert code == exitcodes.HANGUP, err
+    assert "Traceback" not in err and "recording written to" in err
+    assert json.loads(out_file.read_text())["format"] == "gpudoctor-recording"
+
+
+def test_sighup_during_bench_mnist_keeps_the_finished_runs_and_exits_129(tmp_path):
+    out_file = tmp_path / "bench.json"
+    proc = _start(BENCH, tmp_path, OUT_FILE=str(out_file))
+    _wait_for(lambda: "samples/s" in proc.stderr.readline(), proc, "first finished run")
+    os.kill(proc.pid, signal.SIGHUP)
+    code, out, err = _finish(proc)
+    assert code == exitcodes.HANGUP, err
+    assert "hung up (SIGHUP); 1 of 2 runs finished and were kept" in err
+    assert json.loads(out_file.read_text())["interrupted"] is True
+
+
+def test_sighup_during_the_distributed_probe_leaves_no_rank_folder(tmp_path):
+    out_file = tmp_path / "dist.json"
+    proc = _start(DISTRIBUTED, tmp_path, OUT_FILE=str(out_file))
+    folders = lambda: [p for p in tmp_path.iterdir() if p.name.startswith("gpudoctor-dist-")]  # noqa: E731
+    _wait_for(lambda: any((f / "rank1.stderr").exists() for f in folders()), proc, "rank folder")
+    os.killpg(proc.pid, signal.SIGHUP)
+    code, out, err = _finish(proc)
+    assert code == exitcodes.HANGUP, err
+    assert "Traceback" not in err
+    assert folders() == []
+    assert json.loads(out_file.read_text())["interrupted"] is True

@@ -236,3 +236,42 @@ def test_why_dash_dash_waits_for_the_loop_prints_a_block_on_stderr_and_can_stop_
     assert "gpudoctor why: verdict" in out.stderr and "input-bound" in out.stderr, out.stderr
     assert "slow_loader.py" in out.stderr and "stopping the command (--then stop)" in out.stderr
     assert "input-bound" not in out.stdout and out.stdout.startswith("step 0")
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as fh:
+                found += [int(p) for p in fh.read().split()]
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_sighup_reports_what_was_sampled_stops_py_spy_and_exits_129(tmp_path):
+    """A closed terminal (SIGHUP) is handled as SIGTERM is; py-spy is not left running."""
+    proc = start(tmp_path, "asleep", ASLEEP)
+    try:
+        why = subprocess.Popen([sys.executable, "-m", "gpudoctor", "why", "--json", "--seconds", "60", str(proc.pid)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while not _children(why.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)  # py-spy started: there is no event to wait on in another process
+        spies = _children(why.pid)
+        assert spies, "py-spy never started"
+        time.sleep(3.0)  # some samples taken
+        why.send_signal(signal.SIGHUP)
+        out, err = why.communicate(timeout=120)
+    finally:
+        stop(proc)
+    assert why.returncode == exitcodes.HANGUP == 129, err
+    assert json.loads(out)["interrupted"] is True
+    for spy in spies:
+        try:
+            os.kill(spy, 0)
+        except ProcessLookupError:
+            continue
+        with open(f"/proc/{spy}/stat") as fh:
+            assert fh.read().split()[2] == "Z", f"py-spy {spy} is still running"

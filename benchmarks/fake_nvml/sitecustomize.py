@@ -14,6 +14,10 @@ Environment:
   version it supports, as NVML encodes it (default 13000, i.e. 13.0). A 470 driver
   (``470.57.02``, ``11040``) makes the "driver too old for torch's CUDA build" case.
 - ``FAKE_NVML_LOG``: a file to which each missing symbol's name is appended (coverage).
+- ``FAKE_NVML_HANG``: the name of one NVML symbol (``nvmlDeviceGetTemperature``) that never
+  returns, as a call into a failing driver can block for minutes; every other symbol answers.
+  ``FAKE_NVML_CALLS``: a file to which the name of every symbol called is appended, once per
+  name and process (which symbols a program calls: the hang guard test's list).
 - ``FAKE_CUDA_INIT``: the CUresult the fake CUDA driver's cuInit answers (default 0: it starts and
   counts one device; e.g. 802 for a fabric manager that is not running); ``FAKE_CUDA=missing``: no
   libcuda at all, as in a container given only the driver's utility capability.
@@ -106,10 +110,16 @@ class FakeNvmlLibrary:
         self._pynvml = pynvml
         self._gpm_buffers: dict[int, object] = {}
         self._log = os.environ.get("FAKE_NVML_LOG")
+        calls = os.environ.get("FAKE_NVML_CALLS")
+        if calls:
+            _trace_calls(self, calls)
+        hang = os.environ.get("FAKE_NVML_HANG")
+        if hang:
+            setattr(self, hang, _hang)  # an instance attribute: found before the class's method
 
     def __getattr__(self, name):
-        if self._log:
-            with open(self._log, "a") as fh:
+        if self._log or os.environ.get("FAKE_NVML_CALLS"):
+            with open(self._log or os.environ["FAKE_NVML_CALLS"], "a") as fh:
                 fh.write(name + "\n")
         if name.startswith("_"):
             raise AttributeError(name)
@@ -372,6 +382,30 @@ class FakeNvmlLibrary:
 
     def nvmlDeviceGetProcessUtilization(self, handle, samples, count, since):
         return NOT_FOUND  # no samples: nothing ran
+
+
+def _hang(*args):
+    """A driver call that never returns (it sleeps, so the GIL is free, as in a real blocked ioctl)."""
+    while True:
+        time.sleep(3600)
+
+
+def _trace_calls(library, path: str) -> None:
+    """Append each NVML symbol's name to ``path`` the first time this process calls it."""
+    seen: set[str] = set()
+    cls = type(library)
+    names = [n for n in dir(cls) if n.startswith("nvml")]
+    for name in names:
+        method = getattr(library, name)
+
+        def traced(*args, _name=name, _method=method):
+            if _name not in seen:
+                seen.add(_name)
+                with open(path, "a") as fh:
+                    fh.write(_name + "\n")
+            return _method(*args)
+
+        setattr(library, name, traced)
 
 
 _CUDA_ERROR_NAMES = {0: "CUDA_SUCCESS", 100: "CUDA_ERROR_NO_DEVICE", 802: "CUDA_ERROR_SYSTEM_NOT_READY",

@@ -83,6 +83,44 @@ def normalise_bus_id(bus_id: str | None) -> str | None:
         return text
 
 
+#: A call into NVML that has not come back after this many seconds is taken as a blocked driver
+#: (healthy calls take micro- to milliseconds; a failing GPU can block one for minutes).
+STUCK_S = 5.0
+DRIVER_NOT_ANSWERING = "DriverNotAnswering"
+
+
+class _Held:
+    """Releases an already acquired lock on leaving the block."""
+
+    def __init__(self, lock: Any) -> None:
+        self.lock = lock
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        self.lock.release()
+
+
+#: How long closing waits for nvmlShutdown itself, which can hang like any call.
+SHUTDOWN_WAIT_S = 2.0
+
+
+def _shut_down(module: Any) -> None:
+    """``nvmlShutdown()`` in a daemon thread, waited for SHUTDOWN_WAIT_S at most: a command on
+    its way out (watch -n, record, the exporter's SIGTERM) must not hang in it; the driver cleans
+    up after a process that exits without it."""
+    def call() -> None:
+        try:
+            module.nvmlShutdown()
+        except Exception:
+            pass
+
+    thread = threading.Thread(target=call, name="gpudoctor-nvml-shutdown", daemon=True)
+    thread.start()
+    thread.join(SHUTDOWN_WAIT_S)
+
+
 class NvmlGate:
     """Lazy NVML start-up and the one place NVML exceptions are caught."""
 
@@ -92,6 +130,10 @@ class NvmlGate:
         self._started = False
         self._init_na: NA | None = None
         self._missing_functions: set[str] = set()
+        # Calls under way, by a token, with the time each began: one that has not come back
+        # after STUCK_S means the driver is blocked (a failing GPU can hold a call for minutes).
+        self._in_flight: dict[int, float] = {}
+        self._init_began: float | None = None
 
     @property
     def lib(self) -> Any:
@@ -99,9 +141,17 @@ class NvmlGate:
 
     def start(self) -> NA | None:
         """Initialise NVML once. Returns None when usable, else NA with the reason."""
-        with self._lock:
+        if self._started and self._init_began is None:
+            return self._init_na
+        if self.stuck():
+            return NA(DRIVER_NOT_ANSWERING)
+        # Another thread's nvmlInit may be the one that hangs: wait for it a while, not forever.
+        if not self._lock.acquire(timeout=STUCK_S):
+            return NA(DRIVER_NOT_ANSWERING)
+        try:
             if self._started:
                 return self._init_na
+            self._init_began = time.monotonic()  # before _started: the fast path reads them unlocked
             self._started = True
             if self._module is None:
                 try:
@@ -115,7 +165,23 @@ class NvmlGate:
             except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
                 self._init_na = NA(_error_name(exc))
                 log.debug("NVML unavailable: %s", self._init_na)
+            finally:
+                self._init_began = None
             return self._init_na
+        finally:
+            self._lock.release()
+
+    def stuck(self) -> bool:
+        """Whether a call into NVML (nvmlInit included) has not come back for STUCK_S seconds.
+
+        Then every other call answers NA("DriverNotAnswering") at once instead of queueing
+        behind it in the driver: a report ends with that finding, a front end goes on drawing
+        and quits when asked, rather than each reading waiting its own time limit."""
+        now = time.monotonic()
+        began = self._init_began
+        if began is not None and now - began > STUCK_S:
+            return True
+        return any(now - t > STUCK_S for t in list(self._in_flight.values()))
 
     def query(self, function: str, *args: Any) -> Any:
         """Call ``pynvml.<function>(*args)``; any failure becomes NA(reason)."""
@@ -128,10 +194,16 @@ class NvmlGate:
                 self._missing_functions.add(function)
                 log.info("NVML binding has no %s (old nvidia-ml-py?)", function)
             return NA("FunctionNotFound")
+        if self._in_flight and self.stuck():
+            return NA(DRIVER_NOT_ANSWERING)
+        token = object()
+        self._in_flight[id(token)] = time.monotonic()
         try:
             return _text(fn(*args))
         except Exception as exc:
             return NA(_error_name(exc))
+        finally:
+            self._in_flight.pop(id(token), None)
 
     def error_name(self, code: int) -> str:
         """The name of an NVML return code (``3`` -> "NotSupported"), as :meth:`query` names errors:
@@ -149,12 +221,13 @@ class NvmlGate:
         return getattr(self._module, name, default)
 
     def shutdown(self) -> None:
-        with self._lock:
+        # A hung nvmlInit holds the lock, and nvmlShutdown behind a hung call would block too:
+        # closing never waits for the driver (the process can still exit).
+        if self.stuck() or not self._lock.acquire(timeout=STUCK_S):
+            return
+        with _Held(self._lock):
             if self._started and self._init_na is None and self._module is not None:
-                try:
-                    self._module.nvmlShutdown()
-                except Exception:
-                    pass
+                _shut_down(self._module)
             self._started = False
             self._init_na = None
 

@@ -10,6 +10,7 @@ import argparse
 import os
 import signal
 import sys
+import threading
 import time
 from typing import Any
 
@@ -55,29 +56,34 @@ def run(args: argparse.Namespace) -> int:
         gpu = open_gpu_backend(args.replay)
     except RecordingError as exc:
         raise UsageError(str(exc)) from None
+    # SIGTERM and SIGHUP (its terminal closed) are its normal stop, from the first moment: a
+    # stop that comes while the first sample is awaited ends it cleanly, not by the signal.
+    terminated: list[int] = []
+    previous = {signum: signal.signal(signum, lambda signum, _frame: terminated.append(signum))
+                for signum in _STOP_SIGNALS}
     sampler = GpuSampler(gpu, args.interval)
     # Sampling starts in its own thread and the endpoint is served at once: a first NVML call
     # that hangs leaves the sample stale (gpudoctor_nvml_up 0), never the endpoint down.
     sampler.start()
-    from gpudoctor.backends.events import open_event_watcher
-
-    events = open_event_watcher(gpu)
-    events.start()
-    # The sampler's NVML restart shuts NVML down: the watcher frees its event set first and
-    # registers again afterwards, so Xids after a driver reload are still counted.
-    sampler.core.before_restart.append(events.suspend)
+    events = _EventsInBackground(gpu, sampler)
     reports: ReportStatus | None = None
     if not args.no_report:
         if args.report_file:
             reports = ReportStatus(path=args.report_file)
         else:
-            # The quick report's events probe reads this watcher's NVML stream.
-            reports = ReportStatus(produce=quick_report_producer(args.replay, events), interval=args.report_interval)
+            # The quick report's events probe reads the watcher's NVML stream once it is open.
+            def produce() -> Any:
+                return quick_report_producer(args.replay, events.watcher)()
+
+            reports = ReportStatus(produce=produce, interval=args.report_interval)
     source = f"replay:{os.path.basename(args.replay)}" if args.replay else "nvml"
-    registry = build_registry(GpudoctorCollector(sampler, reports, source, events))
+    collector = GpudoctorCollector(sampler, reports, source, None)
+    registry = build_registry(collector)
     try:
         server, _thread = serve_metrics(registry, args.host, args.port)
     except OSError as exc:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         gpu.close()
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
     host, port = server.server_address[:2]
@@ -86,27 +92,73 @@ def run(args: argparse.Namespace) -> int:
     if args.host not in LOOPBACK:
         print(f"gpudoctor exporter: warning: listening on {args.host}, reachable from other machines",
               file=sys.stderr, flush=True)
-    _say_first_sample(sampler)
-
-    terminated: list[int] = []
-    previous = signal.signal(signal.SIGTERM, lambda signum, _frame: terminated.append(signum))
-    if reports is not None:
-        reports.start()
+    events.start(collector)
     interrupted = False
     try:
-        _wait_for_stop(terminated, args.exit_after)  # None: until SIGTERM (or Ctrl-C)
+        _say_first_sample(sampler, stop=terminated)
+        if reports is not None:
+            reports.start()
+        _wait_for_stop(terminated, args.exit_after)  # None: until SIGTERM or SIGHUP (or Ctrl-C)
     except KeyboardInterrupt:
         interrupted = True
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         server.shutdown()
         server.server_close()
         if reports is not None:
             reports.stop()
         events.stop()
-        stop_sampler_then_close(sampler, gpu)
+        # A healthy sampler wakes at once; one stuck in the driver is left behind (a daemon).
+        stop_sampler_then_close(sampler, gpu, join_s=2.0)
     print("gpudoctor exporter: stopped", file=sys.stderr, flush=True)
     return exitcodes.INTERRUPTED if interrupted else exitcodes.OK
+
+
+class _EventsInBackground:
+    """Opens the event watcher in a daemon thread: opening it counts the GPUs and reads their bus
+    ids, NVML calls that can hang like any other, and nothing before serving may wait on NVML.
+    The collector exposes the events from the moment the watcher is open."""
+
+    def __init__(self, gpu: Any, sampler: Any = None) -> None:
+        self.gpu = gpu
+        self.sampler = sampler
+        self.watcher: Any = None
+        self._stopped = False
+        self._lock = threading.Lock()
+
+    def start(self, collector: Any) -> None:
+        threading.Thread(target=self._open, args=(collector,), name="gpudoctor-events-open", daemon=True).start()
+
+    def _open(self, collector: Any) -> None:
+        from gpudoctor.backends.events import open_event_watcher
+
+        try:
+            watcher = open_event_watcher(self.gpu)
+            watcher.start()
+        except Exception:  # no event set on this backend: the GPU metrics go on without events
+            return
+        with self._lock:
+            if self._stopped:
+                watcher.stop(join_s=0)
+                return
+            self.watcher = watcher
+        # The sampler's NVML restart shuts NVML down: the watcher frees its event set first and
+        # registers again afterwards, so Xids after a driver reload are still counted.
+        restart_hooks = getattr(getattr(self.sampler, "core", None), "before_restart", None)
+        if restart_hooks is not None and hasattr(watcher, "suspend"):
+            restart_hooks.append(watcher.suspend)
+        collector.events = watcher
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            watcher = self.watcher
+        if watcher is not None:
+            watcher.stop()
+
+
+_STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
 def _wait_for_stop(terminated: list[int], exit_after: float | None) -> None:
@@ -123,9 +175,15 @@ def _wait_for_stop(terminated: list[int], exit_after: float | None) -> None:
         time.sleep(left)
 
 
-def _say_first_sample(sampler: GpuSampler, wait_s: float = 5.0) -> None:
+def _say_first_sample(sampler: GpuSampler, wait_s: float = 5.0, stop: list[int] | None = None) -> None:
     """One line on stderr when NVML is unusable, or when the first sample has not come back."""
-    if not sampler.wait_first(wait_s):
+    deadline = time.monotonic() + wait_s
+    first = False
+    while not (stop or first) and time.monotonic() < deadline:
+        first = sampler.wait_first(min(0.2, max(0.0, deadline - time.monotonic())))
+    if stop:
+        return
+    if not first:
         print(f"gpudoctor exporter: the first NVML sample has not come back in {wait_s:g} s; serving it as "
               "stale (gpudoctor_nvml_up 0) until it does", file=sys.stderr, flush=True)
         return

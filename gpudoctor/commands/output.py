@@ -111,6 +111,12 @@ def deliver(show: Callable[[TextIO], None] | None, files: Iterable[tuple[str, Wr
         except BrokenPipeError as exc:
             pending = exc
             _quiet_stdout()
+        except SystemExit:
+            # Rich's console answers a broken pipe itself: it points stdout at /dev/null and
+            # raises SystemExit(1) from inside the rendering. The reader left (`| head -1`):
+            # the files are still written, and it ends as any broken pipe does.
+            pending = BrokenPipeError(errno.EPIPE, "the reader of stdout has gone")
+            _quiet_stdout()
         except (OSError, ValueError) as exc:  # /dev/full, a closed stdout
             ok = False
             _quiet_stdout()

@@ -35,7 +35,8 @@ def no_gpu_reason(gpu: Any) -> str | None:
         return f"{no_gpu_words(status.reason)} (NVML: {status.reason})"
     count = gpu.device_count()
     if not isinstance(count, int) or count < 1:
-        return f"{no_gpu_words('NoDevices')} (NVML: NoDevices)"
+        reason = getattr(count, "reason", None) or "NoDevices"  # NA: the count itself failed (a hung driver)
+        return f"{no_gpu_words(reason)} (NVML: {reason})"
     return None
 
 
@@ -47,7 +48,9 @@ def run(args: argparse.Namespace) -> int:
     check_writable(args.output)
     gpu = NvmlBackend()
     try:
-        reason = no_gpu_reason(gpu)
+        from gpudoctor.sampling import bounded_call
+
+        reason = bounded_call(lambda: no_gpu_reason(gpu))  # NVML calls, which may hang
         if reason is not None:
             say(f"gpudoctor record: nothing to record: {reason}. `gpudoctor report` says why.")
             return exitcodes.NO_GPU

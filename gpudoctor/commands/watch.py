@@ -57,8 +57,9 @@ def run(args: argparse.Namespace) -> int:
         gpu = NvmlBackend()
     sampler = Sampler(gpu, host_sampler=None, with_processes=False, interval_s=args.interval)
     from gpudoctor.backends.events import critical_events, open_event_watcher
+    from gpudoctor.sampling import bounded_call
 
-    events = open_event_watcher(gpu)
+    events = bounded_call(lambda: open_event_watcher(gpu))  # it counts the GPUs: NVML calls
     try:
         reads = sampler.paced(count=args.count)
         snap = next(reads)
@@ -70,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
             if args.json:
                 write_stdout_line(json.dumps({"error": "no_gpu", "reason": reason, "message": words}))
             return exitcodes.NO_GPU
-        events.start()
+        bounded_call(events.start)  # registering for events makes NVML calls too
         seen: dict[int, int] = {}
         critical: set[int] = set()
         for snap in itertools.chain([snap], reads):  # noqa: B020 (chain() holds the first snapshot already)

@@ -18,7 +18,7 @@ import sys
 import threading
 from typing import Any, TextIO
 
-from gpudoctor import exitcodes
+from gpudoctor import exitcodes, signals
 from gpudoctor.commands.args import bounded, check_writable, output_path, process_id
 from gpudoctor.commands.output import deliver, is_terminal, say
 from gpudoctor.errors import UsageError
@@ -111,15 +111,38 @@ def _diagnose(pid: int, args: argparse.Namespace, wait_start_s: float = 0.0) -> 
 
 
 class _Terminated(KeyboardInterrupt):
-    """SIGTERM, handled like Ctrl-C: sampling stops and what was sampled is reported."""
+    """SIGTERM or SIGHUP, handled like Ctrl-C: sampling stops (py-spy with it) and what was
+    sampled is reported."""
 
 
-_signals = {"terminated": False}
+_signals = {"terminated": 0}
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
-    _signals["terminated"] = True
+    if _signals["terminated"]:
+        return  # the first one is being handled: the diagnosis is being written
+    _signals["terminated"] = signum
     raise _Terminated()
+
+
+def _stop_code(signum: int) -> int:
+    return exitcodes.HANGUP if signum == getattr(signal, "SIGHUP", None) else exitcodes.TERMINATED
+
+
+def _set_handlers(handler: Any) -> dict[int, Any]:
+    """``handler`` for SIGTERM and SIGHUP; the handlers it replaced (none outside the main thread)."""
+    previous: dict[int, Any] = {}
+    try:
+        for signum in signals.STOP_SIGNALS:
+            previous[signum] = signal.signal(signum, handler)
+    except ValueError:  # not the main thread (called in-process): no handler to install
+        pass
+    return previous
+
+
+def _restore(previous: dict[int, Any]) -> None:
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -128,24 +151,21 @@ def run(args: argparse.Namespace) -> int:
     if command is not None:
         return _run_command(command, args)
     assert pid is not None
-    try:
-        previous = signal.signal(signal.SIGTERM, _on_sigterm)
-    except ValueError:  # not the main thread (called in-process): no handler to install
-        previous = None
-    _signals["terminated"] = False
+    _signals["terminated"] = 0
+    previous = _set_handlers(_on_sigterm)
     try:
         diag = _diagnose(pid, args)
     except _Terminated:  # before sampling began: nothing to report
-        return exitcodes.TERMINATED
+        return _stop_code(_signals["terminated"])
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        _restore(previous)
     terminated = _signals["terminated"]
     if not _deliver(diag, args):
         return exitcodes.WRITE_FAILED
     if diag.get("interrupted"):
-        say("gpudoctor why: " + ("terminated" if terminated else "interrupted") + "; what was sampled is reported")
-        return exitcodes.TERMINATED if terminated else exitcodes.INTERRUPTED
+        say("gpudoctor why: " + (("hung up" if _stop_code(terminated) == exitcodes.HANGUP else "terminated")
+                                 if terminated else "interrupted") + "; what was sampled is reported")
+        return _stop_code(terminated) if terminated else exitcodes.INTERRUPTED
     if diag.get("ended"):
         say(f"gpudoctor why: process {pid} ended after {diag.get('sampled_s', 0):.1f} s; "
             f"the diagnosis is from what was sampled")
@@ -161,10 +181,8 @@ def _run_command(command: list[str], args: argparse.Namespace) -> int:
         raise UsageError(f"why: cannot start {command[0]}: {exc.strerror or exc}") from None
     # reaped as soon as it ends, so the sampler sees it gone rather than a zombie
     threading.Thread(target=child.wait, name="gpudoctor-why-child", daemon=True).start()
-    try:  # SIGTERM is passed on: the command decides how to stop, and its code is ours
-        previous = signal.signal(signal.SIGTERM, lambda signum, frame: child.send_signal(signum))
-    except ValueError:
-        previous = None
+    # SIGTERM and SIGHUP are passed on: the command decides how to stop, and its code is ours
+    previous = _set_handlers(lambda signum, frame: child.send_signal(signum))
     try:
         return _exit_code(_sample_command(child, args))
     except KeyboardInterrupt:
@@ -174,8 +192,7 @@ def _run_command(command: list[str], args: argparse.Namespace) -> int:
             child.kill()
             return exitcodes.INTERRUPTED
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        _restore(previous)
 
 
 def _exit_code(returncode: int) -> int:

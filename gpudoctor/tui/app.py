@@ -213,6 +213,9 @@ class GpudoctorApp(App[int]):
         Binding("h", "help", "help", show=False),
         Binding("f1", "help", "help", show=False),
         Binding("q", "quit_app", "quit"),
+        # Textual reads Ctrl-C as a key (the terminal is raw) and only hints at Ctrl-Q; here it
+        # quits as an interrupt does everywhere else in gpudoctor: exit 130 (docs/tui.md).
+        Binding("ctrl+c", "quit_app(130)", "quit", show=False, priority=True),
     ]
 
     def get_driver_class(self) -> Any:
@@ -299,21 +302,26 @@ class GpudoctorApp(App[int]):
         if self.startup_doctor:
             self._quick_verdict_worker()
 
-    @work(thread=True, exclusive=True, group="verdict", exit_on_error=False)
     def _quick_verdict_worker(self) -> None:
         """The quick doctor (NVML and text only: no torch import, no CUDA context in this
-        process) for the header verdict; it never blocks the screen."""
-        from gpudoctor.quick import quick_report
+        process) for the header verdict; it never blocks the screen, nor the way out.
 
-        worker = get_current_worker()
-        try:
-            report = quick_report(replay=self.replay, events=self.event_watcher)
-        except Exception as exc:  # the header says the doctor could not run; the app goes on
-            headline = ("error", f"the quick doctor could not run: {_one_line(exc)}")
-        else:
-            headline = report_headline(report)
-        if not worker.is_cancelled:
-            self.post_message(HeaderVerdict(headline))
+        It runs in a daemon thread of its own, not a Textual worker: its probes wait on NVML,
+        which can hang on a failing GPU, and Textual's exit (asyncio's executor shutdown) joins
+        its worker threads, so `q` waited for the driver."""
+        def run() -> None:
+            from gpudoctor.quick import quick_report
+
+            try:
+                report = quick_report(replay=self.replay, events=self.event_watcher)
+            except Exception as exc:  # the header says the doctor could not run; the app goes on
+                headline = ("error", f"the quick doctor could not run: {_one_line(exc)}")
+            else:
+                headline = report_headline(report)
+            if not self._quitting:
+                self.post_message(HeaderVerdict(headline))
+
+        threading.Thread(target=run, name="gpudoctor-tui-verdict", daemon=True).start()
 
     def on_header_verdict(self, message: HeaderVerdict) -> None:
         # A verdict of the Doctor screen (a deeper level) is not replaced by the quick one.
@@ -354,12 +362,12 @@ class GpudoctorApp(App[int]):
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())
 
-    def action_quit_app(self) -> None:
+    def action_quit_app(self, code: int = 0) -> None:
         self._quitting = True
         self._workload_stop.set()
         if self.event_watcher is not None:
             self.event_watcher.stop(join_s=0)  # never waits for the driver
-        self.exit(0)
+        self.exit(code, return_code=code)
 
     # -- sampling -------------------------------------------------------------------
     def request_sample(self) -> None:
