@@ -20,6 +20,7 @@ line (``gpudoctor.commands.output``), never as a traceback.
 from __future__ import annotations
 
 import json
+import errno
 import os
 import secrets
 import stat
@@ -58,9 +59,24 @@ def _temporary_name(target_name: str) -> str:
 
 
 def _write_directly(path: str, data: bytes) -> None:
-    with open(path, "wb") as fh:
-        fh.write(data)
-        fh.flush()
+    """Write into an existing non-regular file (a device, a FIFO, a terminal). It is opened without
+    blocking: a FIFO with no reader fails at once (ENXIO, "no reader on this FIFO") instead of
+    hanging the command after its work is done; once open, it is written normally."""
+    flags = os.O_WRONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise OSError(errno.ENXIO, "no reader on this FIFO", path) from None
+        raise
+    try:
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)  # a reader is there: wait for it as a pipe does
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
 
 
 def _write_in_place(path: str, data: bytes) -> None:

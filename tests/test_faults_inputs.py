@@ -657,3 +657,17 @@ def test_two_hundred_simultaneous_scrapes_are_served_or_refused_at_once():
     assert statuses <= {"HTTP/1.0 200 OK", "HTTP/1.1 200 OK", "HTTP/1.1 503 Service Unavailable"}, \
         [a for a in answers if "200" not in a and "503" not in a][:5]
     assert sum("200" in a for a in answers) >= 1
+
+
+def test_report_onto_a_fifo_with_no_reader_fails_at_once(tmp_path):
+    """`report -o FIFO` with nobody reading the FIFO hung after the report was done; now the write
+    fails at once (exit 7, one line naming the FIFO), the report on stdout intact."""
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "out.json"
+    os.mkfifo(fifo)
+    out = subprocess.run([sys.executable, "-m", "gpudoctor", "report", "--quick", "-o", str(fifo)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 7, out.stderr
+    assert "no reader on this FIFO" in out.stderr and "Verdict:" in out.stdout

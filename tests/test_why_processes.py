@@ -275,3 +275,13 @@ def test_sighup_reports_what_was_sampled_stops_py_spy_and_exits_129(tmp_path):
             continue
         with open(f"/proc/{spy}/stat") as fh:
             assert fh.read().split()[2] == "Z", f"py-spy {spy} is still running"
+
+
+def test_why_refuses_its_own_parent_and_itself():
+    """`gpudoctor why $$` samples the shell that started it (a Python one here: the test runner)
+    no more: one line, exit 2, naming what it is."""
+    out = subprocess.run([sys.executable, "-m", "gpudoctor", "why", "--seconds", "1", str(os.getpid())],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == exitcodes.USAGE, out.stderr
+    [line] = out.stderr.strip().splitlines()
+    assert f"PID {os.getpid()} is" in line and "that started this gpudoctor" in line and "not a training job" in line

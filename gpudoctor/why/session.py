@@ -159,9 +159,32 @@ def source_reader(pid: int, credentials: Credentials | None = None) -> Callable[
     return line
 
 
+def _own_ancestors() -> dict[int, str]:
+    """This process and the processes that started it, by PID (the shell, the terminal...)."""
+    found: dict[int, str] = {}
+    try:
+        proc: Any = psutil.Process()
+        while proc is not None and proc.pid not in found and len(found) < 64:
+            try:
+                found[proc.pid] = proc.name()
+            except psutil.Error:
+                found[proc.pid] = "?"
+            proc = proc.parent()
+    except psutil.Error:
+        pass
+    return found
+
+
 def _check_target(pid: int) -> None:
     if pid <= 0 or not process_exists(pid):
         raise pyspy.WhyError(pyspy.NO_SUCH_PROCESS, f"no process with PID {pid}")
+    ancestors = _own_ancestors()
+    if pid in ancestors:
+        who = "gpudoctor itself" if pid == os.getpid() else \
+            f"{ancestors[pid] or 'a process'} that started this gpudoctor (its shell or launcher)"
+        raise pyspy.WhyError(pyspy.NO_SUCH_PROCESS,
+                             f"PID {pid} is {who}, not a training job: give the training process's PID "
+                             "(nvidia-smi, or the Processes screen of `gpudoctor`, lists it)")
     try:
         if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
             raise pyspy.WhyError(pyspy.NO_SUCH_PROCESS, f"process {pid} has ended (a zombie waiting for its parent)")
