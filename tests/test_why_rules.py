@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from types import SimpleNamespace
 
 import pytest
 
@@ -433,3 +434,46 @@ def test_a_published_line_never_ends_in_an_unexplained_question_mark():
     words = _live_words({"verdict": "ok", "step_time_p50_s": 0.05, "data_wait_share": 0.1,
                          "samples_per_s": None, "host_syncs_per_step": None})
     assert "?" not in words and "host syncs not counted" in words
+
+
+def test_busy_by_utilisation_is_gpu_bound_only_with_sm_evidence():
+    """utilization.gpu 97% alone does not prove the GPU is the bottleneck: with SM activity 6% and no
+    tensor work it is launch-bound (autocast would not help); with SM 90% and tensor 70% GPU-bound;
+    without GPM the verdict says it judged by utilisation alone and gives both fixes."""
+    views, _ = _views([stack_line([LOOP, f"Linear.forward ({SITE}/torch/nn/modules/linear.py:116)"], 100,
+                                  pids=(1,))])
+
+    def decide(**gpm):
+        return analysis.decide(views[1], views, src({}), gpu_util=97.0, on_gpu=True, idle_cpus=4, gpm=gpm)
+
+    small = decide(sm_active_mean_pct=6.0, tensor_active_mean_pct=0.0)
+    assert small.code == "launch_bound" and small.words == "launch-bound"
+    assert "only 6% of SM cycles active" in small.message and "CUDA graphs" in small.fix and "autocast" in small.fix
+    full = decide(sm_active_mean_pct=90.0, tensor_active_mean_pct=70.0)
+    assert full.code == "gpu_bound" and "tensor cores 70% active" in full.message
+    unknown = decide(gpm_note="needs Hopper or later")
+    assert unknown.code == "gpu_bound" and unknown.words == "GPU-bound (by utilisation alone)"
+    assert "cannot be told without SM activity (GPM: needs Hopper or later)" in unknown.message
+    assert "CUDA graphs" in unknown.fix and "autocast" in unknown.fix
+
+
+def test_readings_keep_gpm_of_a_gpu_the_job_holds(monkeypatch):
+    """The why readings read GPM once a second for a GPU holding the job's processes, and the device
+    entry carries SM and tensor activity (or the reason there is none)."""
+    from gpudoctor.backends import NvmlBackend, NvmlGate
+    from gpudoctor.backends import nvml as nvml_backend
+    from gpudoctor.why.readings import Readings
+    from nvml_fake import FakePynvml, hopper
+
+    monkeypatch.setattr(nvml_backend, "GPM_MIN_INTERVAL_S", 0.0)
+    me = os.getpid()
+    fake = FakePynvml(readings=dict(hopper(sm=7.0, tensor=0.0), nvmlDeviceGetComputeRunningProcesses=lambda: [
+        SimpleNamespace(pid=me, usedGpuMemory=1 << 30)]))
+    readings = Readings(me, NvmlBackend(NvmlGate(fake)))
+    readings._gpm_at.clear()
+    readings.poll()
+    readings._gpm_at.clear()
+    readings.poll()
+    [device] = readings.result()["gpu"]["devices"]
+    assert device["sm_active_mean_pct"] == 7.0 and device["tensor_active_mean_pct"] == 0.0
+    assert device["gpm_note"] is None

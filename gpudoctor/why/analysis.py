@@ -24,6 +24,7 @@ FORMAT_VERSION = 1
 
 CPU_BOUND = "cpu_bound"
 GPU_BOUND = "gpu_bound"
+LAUNCH_BOUND = "launch_bound"
 IO_BOUND = "io_bound"
 IDLE = "idle"
 UNKNOWN = "unknown"
@@ -44,7 +45,8 @@ STRAGGLER_GAP = 0.15        # a rank waits this much less than the median rank: 
 MAX_LINES = 5               # user lines named per verdict
 
 WORDS = {INPUT_BOUND: "input-bound", HOST_SYNC_BOUND: "host-sync-bound", IO_BOUND: "I/O-bound",
-         CPU_BOUND: "CPU-bound", GPU_BOUND: "GPU-bound", IDLE: "idle", STRAGGLER: "straggler",
+         CPU_BOUND: "CPU-bound", GPU_BOUND: "GPU-bound", LAUNCH_BOUND: "launch-bound", IDLE: "idle",
+         STRAGGLER: "straggler",
          BORDERLINE: "borderline", WORKER: "a DataLoader worker", UNKNOWN: "not enough samples"}
 STARTING_WORDS = "starting up"
 
@@ -201,7 +203,7 @@ def startup_words(view: ProcessView) -> str:
 def decide(view: ProcessView, views: dict[int, ProcessView], source: SourceLine, *,
            gpu_util: float | None, on_gpu: bool | None, idle_cpus: float | None,
            main_cpu_pct: float | None = None, cpu_by_pid: dict[int, float | None] | None = None,
-           gpu_unknown: str = "", window_s: float | None = None) -> Decision:
+           gpu_unknown: str = "", window_s: float | None = None, gpm: dict[str, Any] | None = None) -> Decision:
     """The verdict for one trainer process (the thresholds are this module's constants).
 
     Start-up samples (imports, building the model, optimizer and dataset, torch.compile,
@@ -229,7 +231,7 @@ def decide(view: ProcessView, views: dict[int, ProcessView], source: SourceLine,
                             extra={"startup": startup})
         decision = decide(_without_startup(view), views, source, gpu_util=gpu_util, on_gpu=on_gpu,
                           idle_cpus=idle_cpus, main_cpu_pct=main_cpu_pct, cpu_by_pid=cpu_by_pid,
-                          gpu_unknown=gpu_unknown)
+                          gpu_unknown=gpu_unknown, gpm=gpm)
         took = f" ({seconds:.1f} s)" if seconds is not None else ""
         decision.message += f"; start-up left out: {share:.0%} of the window{took} was {what}"
         decision.extra["startup"] = startup
@@ -270,9 +272,7 @@ def decide(view: ProcessView, views: dict[int, ProcessView], source: SourceLine,
     if share >= PROBLEM_SHARE + BORDERLINE_MARGIN and not gpu_busy:
         return _problem(code, share, view, views, source, gpu_words, idle_cpus, cpu_by_pid or {})
     if gpu_busy:
-        return Decision(GPU_BOUND, f"the GPU is busy {gpu_util:.0f}% of the time: it is the bottleneck",
-                        "faster GPU work: mixed precision (torch.autocast), channels_last, torch.compile, "
-                        "larger batches if memory allows")
+        return _gpu_busy(gpu_util, gpm or {})
     base = _compute(view, source, on_gpu, gpu_words, gpu_unknown)
     if share >= PROBLEM_SHARE - BORDERLINE_MARGIN:  # near the threshold: name both, so windows do not flip
         problem = _problem(code, share, view, views, source, gpu_words, idle_cpus, cpu_by_pid or {})
@@ -283,6 +283,30 @@ def decide(view: ProcessView, views: dict[int, ProcessView], source: SourceLine,
                         words_text=f"borderline: {problem.words} / {base.words}",
                         extra={"causes": [problem.code, base.code]})
     return base
+
+
+def _gpu_busy(gpu_util: float, gpm: dict[str, Any]) -> Decision:
+    """Busy by NVML utilisation. GPU-bound only with SM evidence (GPM, Hopper and later): a loop of
+    small kernels also reads busy, and autocast or channels_last would not help it. The words are
+    gpudoctor's one busy verdict (gpudoctor.backends.busy)."""
+    from gpudoctor.backends.busy import verdict
+
+    sm = gpm.get("sm_active_mean_pct")
+    if sm is None:
+        note = gpm.get("gpm_note") or "not read"
+        return Decision(GPU_BOUND, f"the GPU is busy {gpu_util:.0f}% of the time by NVML utilisation; whether its "
+                        f"kernels fill it cannot be told without SM activity (GPM: {note})",
+                        "if the loop runs many small operations, larger batches or CUDA graphs (torch.compile "
+                        "mode='reduce-overhead'); if its kernels are large, mixed precision (torch.autocast), "
+                        "channels_last, torch.compile", words_text="GPU-bound (by utilisation alone)")
+    found = verdict({"gpu_util_pct": gpu_util, "sm_active_pct": sm,
+                     "tensor_active_pct": gpm.get("tensor_active_mean_pct")})
+    if found.code == "busy_small_kernels":
+        return Decision(LAUNCH_BOUND, found.words, found.fix + "; fewer, larger operations (torch.compile)",
+                        words_text="launch-bound")
+    return Decision(GPU_BOUND, f"{found.words}: the GPU is the bottleneck",
+                    found.fix or "faster GPU work: mixed precision (torch.autocast), channels_last, torch.compile, "
+                    "larger batches if memory allows")
 
 
 _COMPUTING = (rules.FORWARD, rules.BACKWARD, rules.OPTIMIZER, rules.EVALUATION, rules.OTHER)
@@ -373,6 +397,17 @@ def _gpu_for(pids: set[int], gpu: dict[str, Any], processes: dict[int, dict[str,
     return util, None, held, f"/proc of the process could not be read, and {nvml}"
 
 
+def _gpm_of(pids: set[int], gpu: dict[str, Any]) -> dict[str, Any]:
+    """SM and tensor activity (GPM) of the GPUs these processes hold, or why there is none."""
+    held = [d for d in gpu.get("devices", []) if any(p["pid"] in pids for p in d.get("processes", []))]
+    out: dict[str, Any] = {}
+    for key in ("sm_active_mean_pct", "tensor_active_mean_pct"):
+        values = [d[key] for d in held if isinstance(d.get(key), (int, float))]
+        out[key] = sum(values) / len(values) if values else None
+    out["gpm_note"] = next((d["gpm_note"] for d in held if d.get("gpm_note")), None)
+    return out
+
+
 def _state(on_gpu: bool | None) -> str:
     return UNKNOWN_STATE if on_gpu is None else (YES if on_gpu else NO)
 
@@ -444,7 +479,8 @@ def diagnose(stacks: Sequence[Stack], readings: dict[str, Any], source: SourceLi
         job_cpu = sum(cpu_by_pid.get(p) or 0.0 for p in _tree(view, views))
         decision = decide(view, views, source, gpu_util=util, on_gpu=on_gpu,
                           idle_cpus=free_cpus(host, job_cpu), main_cpu_pct=threads.get(view.pid),
-                          cpu_by_pid=cpu_by_pid, gpu_unknown=why_so, window_s=window_s)
+                          cpu_by_pid=cpu_by_pid, gpu_unknown=why_so, window_s=window_s,
+                          gpm=_gpm_of(_tree(view, views), gpu))
         decided.append((view, overloaded(decision, host)))
     lagging = straggler(decided)
     main = next((d for d in decided if d[0].pid == pid), None) or (max(decided, key=lambda d: d[0].main_samples)

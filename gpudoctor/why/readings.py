@@ -159,6 +159,9 @@ class Readings:
         self.gpu_reason: str | None = None
         self.gpu_procs: dict[int, dict[int, dict[str, Any]]] = {}   # device -> pid -> entry
         self.gpu_util: dict[int, list[float]] = {}
+        self.gpm: dict[int, dict[str, list[float]]] = {}  # device -> GPM reading -> values (Hopper+)
+        self.gpm_note: dict[int, str] = {}                 # device -> why there is no GPM reading
+        self._gpm_at: dict[int, float] = {}
         self.gpu_evidence: dict[int, dict[str, Any]] = {}   # pid -> /proc's evidence over the window
         self.process_list_reason: str | None = None
         self.usable_cpus = usable_cpus(pid)
@@ -227,6 +230,26 @@ class Readings:
             value = util.get("gpu_util_pct")
             if value is not None and not is_na(value):
                 self.gpu_util.setdefault(index, []).append(float(value))
+            self._read_gpm(backend, index)
+
+    def _read_gpm(self, backend: Any, index: int) -> None:
+        """SM and tensor activity of a GPU the job holds, once a second (the first read only arms
+        GPM's pair of samples); where there is none, the reason."""
+        now = time.monotonic()
+        if not hasattr(backend, "gpm") or now - self._gpm_at.get(index, -1e9) < 1.0:
+            return
+        self._gpm_at[index] = now
+        try:
+            found = backend.gpm(index)
+        except Exception:  # a backend that cannot read GPM: the verdict says it was not read
+            self.gpm_note[index] = "not read"
+            return
+        for key in ("sm_active_pct", "tensor_active_pct"):
+            value = found.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                self.gpm.setdefault(index, {}).setdefault(key, []).append(float(value))
+            elif is_na(value) and value.reason != "Warming":
+                self.gpm_note[index] = value.reason
 
     def result(self) -> dict[str, Any]:
         """Per process: CPU % over the window (100 = one core) and per thread; the host's idle
@@ -288,9 +311,13 @@ class Readings:
             utils = self.gpu_util.get(index, [])
             static = self.gpu_backend.static(index)
             name = static.get("name")
+            gpm = self.gpm.get(index, {})
             devices.append({"index": index, "name": None if is_na(name) else str(name)[:100],
                             "util_mean_pct": round(sum(utils) / len(utils), 1) if utils else None,
                             "util_samples": len(utils),
+                            "sm_active_mean_pct": _mean(gpm.get("sm_active_pct")),
+                            "tensor_active_mean_pct": _mean(gpm.get("tensor_active_pct")),
+                            "gpm_note": self.gpm_note.get(index) if not gpm else None,
                             "processes": [{"pid": pid, "gpu_memory_bytes": e.get("gpu_memory_bytes"),
                                            "sm_util_pct": _plain(e.get("sm_util_pct"))}
                                           for pid, e in sorted(held.items())]})
@@ -324,3 +351,8 @@ def process_exists(pid: int) -> bool:
 
 
 __all__ = ["Readings", "process_exists", "usable_cpus", "NA"]
+
+
+def _mean(values: list[float] | None) -> float | None:
+    return round(sum(values) / len(values), 1) if values else None
+
