@@ -285,3 +285,29 @@ def test_why_refuses_its_own_parent_and_itself():
     assert out.returncode == exitcodes.USAGE, out.stderr
     [line] = out.stderr.strip().splitlines()
     assert f"PID {os.getpid()} is" in line and "that started this gpudoctor" in line and "not a training job" in line
+
+
+def test_ctrl_c_sent_to_why_stops_the_command_it_started_too(tmp_path):
+    """A SIGINT that reaches only `gpudoctor why -- CMD` (kill -INT, a supervisor) reported what was
+    sampled and then waited on the command for ever; it is passed on to the command now."""
+    script = tmp_path / "spin.py"
+    script.write_text("while True:\n    sum(range(10000))\n", encoding="utf-8")
+    why = subprocess.Popen([sys.executable, "-m", "gpudoctor", "why", "--seconds", "60", "--", sys.executable,
+                            str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not _children(why.pid):
+            time.sleep(0.1)
+        children = _children(why.pid)
+        assert children, "the command never started"
+        time.sleep(3.0)  # sampling under way: there is no event to wait on in another process
+        why.send_signal(signal.SIGINT)
+        _out, err = why.communicate(timeout=60)
+    finally:
+        if why.poll() is None:
+            why.kill()
+    assert "interrupted; stopping the command: SIGINT" in err, err[-2000:]
+    assert why.returncode == 128 + signal.SIGINT or why.returncode == exitcodes.INTERRUPTED, why.returncode
+    for child in children:
+        assert not os.path.exists(f"/proc/{child}") or open(f"/proc/{child}/stat").read().split()[2] == "Z"

@@ -27,6 +27,7 @@ _rate = bounded(int, minimum=1, maximum=1000, what="a rate in samples per second
 _seconds = bounded(float, minimum=1, maximum=3600, what="a number of seconds", unit=" s")
 _wait = bounded(float, minimum=0, maximum=3600, what="a number of seconds", unit=" s")
 STOP_GRACE_S = 10.0
+CTRL_C_GRACE_S = 3.0   # a Ctrl-C typed in the terminal reached the command too: time to end by itself
 
 
 def register(subparsers: Any) -> None:
@@ -204,6 +205,7 @@ def _sample_command(child: subprocess.Popen, args: argparse.Namespace) -> int:
     from gpudoctor.why import WhyError
     from gpudoctor.why.session import python_target
 
+    diag = None
     try:
         pid = python_target(child.pid, lambda: child.poll() is not None)
         diag = _diagnose(pid, args, args.wait_start) if pid is not None else None
@@ -213,6 +215,8 @@ def _sample_command(child: subprocess.Popen, args: argparse.Namespace) -> int:
             say("gpudoctor why: the diagnosis could not be written; waiting for the command")
     except WhyError as exc:
         say(f"gpudoctor: error: {exc}")
+    if diag is not None and diag.get("interrupted") and child.poll() is None:
+        return _stop_after_ctrl_c(child)
     if args.then == "stop" and child.poll() is None:
         say(f"gpudoctor why: stopping the command (--then stop): SIGTERM to pid {child.pid}")
         child.terminate()
@@ -220,6 +224,25 @@ def _sample_command(child: subprocess.Popen, args: argparse.Namespace) -> int:
             return child.wait(timeout=STOP_GRACE_S)
         except subprocess.TimeoutExpired:
             child.kill()
+    return child.wait()
+
+
+def _stop_after_ctrl_c(child: subprocess.Popen) -> int:
+    """Ctrl-C stopped the sampling: the command is stopped too, as any wrapper's is. A Ctrl-C typed
+    in the terminal reached it already (one process group), so it gets a moment to end on its own;
+    a SIGINT sent to gpudoctor alone is passed on, then SIGTERM and SIGKILL if it goes on."""
+    try:
+        return child.wait(timeout=CTRL_C_GRACE_S)
+    except subprocess.TimeoutExpired:
+        pass
+    for send, what in ((lambda: child.send_signal(signal.SIGINT), "SIGINT"), (child.terminate, "SIGTERM")):
+        say(f"gpudoctor why: interrupted; stopping the command: {what} to pid {child.pid}")
+        send()
+        try:
+            return child.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            continue
+    child.kill()
     return child.wait()
 
 
