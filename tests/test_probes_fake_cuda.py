@@ -312,10 +312,14 @@ def test_compute_after_the_program_chose_tf32_the_new_way(fake_cuda):
         m.fp32_precision = "none"
 
 
-def test_compute_measures_tensor_activity_during_the_bf16_matmul(fake_cuda):
+def test_compute_measures_tensor_activity_during_the_bf16_matmul(fake_cuda, monkeypatch):
     """GPM read around the bf16 matmul: the tensor activity is its row's and a measurement, with
     what it proves; without GPM the measurement says why it is missing."""
+    from gpudoctor.backends import nvml as nvml_backend
     from nvml_fake import gpm_table
+
+    # The stand-in matmul on the CPU can end inside NVML's 100 ms between two GPM samples.
+    monkeypatch.setattr(nvml_backend, "GPM_MIN_INTERVAL_S", 0.0)
 
     busy = compute.run(ProbeContext(gpu=fake_gpu(fake_cuda["name"], gpm=gpm_table(sm=88.0, tensor=64.0, hmma=64.0)),
                                     level="full"))

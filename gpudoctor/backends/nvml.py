@@ -716,12 +716,21 @@ class NvmlBackend:
         return out
 
     def _gpm_free(self) -> None:
-        """Free every GPM sample buffer (before NVML shuts down or restarts)."""
+        """Free every GPM sample buffer (before NVML shuts down or restarts), in a daemon thread
+        waited for at most STUCK_S: closing never waits for a driver that does not answer (the
+        gate then counts the call as stuck, and the process's exit frees the buffers)."""
         states, self._gpm = self._gpm, {}
-        for state in states.values():
-            if isinstance(state, _GpmState):
-                for buffer in state.samples:
-                    self.gate.query("nvmlGpmSampleFree", buffer)
+        buffers = [b for state in states.values() if isinstance(state, _GpmState) for b in state.samples]
+        if not buffers or self.gate.stuck():
+            return
+
+        def free() -> None:
+            for buffer in buffers:
+                self.gate.query("nvmlGpmSampleFree", buffer)
+
+        worker = threading.Thread(target=free, name="gpudoctor-gpm-free", daemon=True)
+        worker.start()
+        worker.join(STUCK_S)
 
     def reset(self) -> None:
         """Start again from nothing: device handles from before a driver reload or a GPU reset
