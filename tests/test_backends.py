@@ -332,3 +332,17 @@ def test_host_ram_agrees_with_psutil_on_this_machine():
     vm = psutil.virtual_memory()
     assert read[0] == vm.total
     assert abs(read[1] - vm.available) < 64 << 20  # read a moment apart
+
+
+def test_temperature_is_read_with_the_versioned_call_and_the_old_one_where_it_is_missing():
+    """nvmlDeviceGetTemperature is deprecated: nvmlDeviceGetTemperatureV is asked first; a driver or
+    binding without it (FunctionNotFound, NotSupported) still gives the temperature the old way."""
+    from nvml_fake import FakePynvml, nvml_error
+
+    fake = FakePynvml(readings={"nvmlDeviceGetTemperatureV": lambda sensor: 57,
+                                "nvmlDeviceGetTemperature": lambda sensor: 41})
+    assert NvmlBackend(NvmlGate(fake)).fast_sample(0)["temperature_c"] == 57
+    old = FakePynvml(readings={"nvmlDeviceGetTemperatureV": nvml_error("FunctionNotFound"),
+                               "nvmlDeviceGetTemperature": lambda sensor: 41})
+    assert NvmlBackend(NvmlGate(old)).fast_sample(0)["temperature_c"] == 41
+    assert NvmlBackend(NvmlGate(FakePynvml())).fast_sample(0)["temperature_c"] == 41  # binding without V

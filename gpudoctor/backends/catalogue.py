@@ -221,7 +221,9 @@ READINGS: tuple[Reading, ...] = (
             help="Device memory the driver reserves for itself, in neither used nor free (NVML v2 memory info)",
             dcgm="DCGM_FI_DEV_FB_RESERVED"),
     Reading("temperature_c", "°C", "number", "fast", plausible=C_SENSOR, smi="temperature.gpu",
-            nvml=_q("nvmlDeviceGetTemperature", args=(_c("NVML_TEMPERATURE_GPU", 0),)),
+            # The versioned call first (nvmlDeviceGetTemperature is deprecated, marked for removal);
+            # drivers and bindings without it answer FunctionNotFound and the old call is used.
+            nvml=_q("nvmlDeviceGetTemperatureV", "nvmlDeviceGetTemperature", args=(_c("NVML_TEMPERATURE_GPU", 0),)),
             history=True, label="temp", panel=3, spark_top=("temperature_slowdown_c", 100.0), word="temp",
             line=3, short=4,
             watch=5, hooks=True, prometheus="gpudoctor_gpu_temperature_celsius", help="GPU core temperature",
