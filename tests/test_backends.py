@@ -346,3 +346,25 @@ def test_temperature_is_read_with_the_versioned_call_and_the_old_one_where_it_is
                                "nvmlDeviceGetTemperature": lambda sensor: 41})
     assert NvmlBackend(NvmlGate(old)).fast_sample(0)["temperature_c"] == 41
     assert NvmlBackend(NvmlGate(FakePynvml())).fast_sample(0)["temperature_c"] == 41  # binding without V
+
+
+def test_the_resolver_reads_each_devices_identity_once_not_its_static_facts():
+    """nvml_index_for runs on the training thread at the first monitored step: two NVML calls per
+    device, kept until NVML restarts, instead of static()'s twenty-odd every time (review item 8)."""
+    from types import SimpleNamespace
+
+    from gpudoctor.backends.visibility import nvml_index_for
+    from nvml_fake import FakePynvml
+
+    fake = FakePynvml(count=4)
+    for index, device in enumerate(fake.devices):
+        device["nvmlDeviceGetPciInfo"] = SimpleNamespace(busId=f"00000000:{index + 1:02X}:00.0".encode())
+        device["nvmlDeviceGetUUID"] = f"GPU-{index}"
+    backend = NvmlBackend(NvmlGate(fake))
+    assert nvml_index_for(backend, 0, pci_bus_id="0000:03:00.0") == 2
+    assert nvml_index_for(backend, 0, pci_bus_id="0000:04:00.0") == 3
+    assert fake.calls["nvmlDeviceGetPciInfo"] == 4 and fake.calls["nvmlDeviceGetUUID"] == 4  # once each
+    assert fake.calls["nvmlDeviceGetVbiosVersion"] == 0 and fake.calls["nvmlDeviceGetMaxClockInfo"] == 0
+    backend.reset()  # a driver reload: read again
+    assert nvml_index_for(backend, 0, pci_bus_id="0000:01:00.0") == 0
+    assert fake.calls["nvmlDeviceGetPciInfo"] == 8

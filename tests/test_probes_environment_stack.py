@@ -36,6 +36,10 @@ class _Gpu:
         return {"index": 0, "name": "GPU", "compute_capability": self._cc, "uuid": "GPU-1",
                 "pci_bus_id": "00000000:01:00.0", "mig_mode": 0}
 
+    def identity(self, index: int) -> dict[str, Any]:
+        """What the torch-to-NVML resolver reads: the device's bus id and UUID."""
+        return {k: self.static(index).get(k) for k in ("pci_bus_id", "uuid")}
+
 
 def _facts(**over: Any) -> dict[str, Any]:
     facts: dict[str, Any] = {

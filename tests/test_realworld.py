@@ -84,6 +84,10 @@ class FakeGpu:
             out["compute_capability"] = g["compute_capability"]
         return out
 
+    def identity(self, index: int) -> dict[str, Any]:
+        """What the torch-to-NVML resolver reads: the device's bus id and UUID."""
+        return {k: self.static(index).get(k) for k in ("pci_bus_id", "uuid")}
+
 
 HOST = {"python": "3.12", "os": "Linux", "cpu_model": "(not posted)", "cpu_logical": 8,
         "ram_total_bytes": 64 * 2 ** 30}

@@ -203,6 +203,9 @@ class GpuBackend(Protocol):
 
     def device_count(self) -> Any: ...
 
+    def identity(self, index: int) -> dict[str, Any]:
+        """The device's ``pci_bus_id`` and ``uuid`` (what matches it to torch's device), cheap and kept."""
+
     def static(self, index: int) -> dict[str, Any]:
         """Facts read once per device (name, uuid, bus id, limits)."""
 

@@ -310,6 +310,7 @@ class NvmlBackend:
     def __init__(self, gate: NvmlGate | None = None) -> None:
         self.gate = gate or NvmlGate()
         self._handles: dict[int, Any] = {}
+        self._identities: dict[int, dict[str, Any]] = {}  # index -> PCI bus id and UUID, read once
         self._process_util_seen: dict[int, int] = {}
         self._processes_util_info = True  # until the driver says it has no nvmlDeviceGetProcessesUtilizationInfo
         self._memory_v2 = True  # until the driver or the binding says it has no v2 memory call
@@ -355,6 +356,20 @@ class NvmlBackend:
         return self.gate.query(function, handle, *args)
 
     # -- per device, read once ------------------------------------------------------
+    def identity(self, index: int) -> dict[str, Any]:
+        """The device's PCI bus id and UUID: two NVML calls, kept until NVML restarts (a device
+        keeps both for as long as the driver runs). What the torch-to-NVML resolver needs, on a
+        training thread at the first monitored step, without :meth:`static`'s twenty-odd calls."""
+        if index not in self._identities:
+            pci = self._q("nvmlDeviceGetPciInfo", index)
+            found = {"pci_bus_id": pci if is_na(pci) else normalise_bus_id(_text(getattr(pci, "busId", None))),
+                     "uuid": self._q("nvmlDeviceGetUUID", index)}
+            if any(is_na(v) and v.reason in ("Uninitialized", "DriverNotAnswering", "GpuIsLost")
+                   for v in found.values()):
+                return found  # a passing state: asked again next time
+            self._identities[index] = found
+        return dict(self._identities[index])
+
     def static(self, index: int) -> dict[str, Any]:
         c = self.gate.constant
         q = self._q
@@ -737,6 +752,7 @@ class NvmlBackend:
         are stale, so they are dropped with NVML itself; the next reading re-initialises."""
         self._gpm_free()
         self._handles.clear()
+        self._identities.clear()
         self._process_util_seen.clear()
         self._processes_util_info = True
         self.gate.reset()
@@ -744,4 +760,5 @@ class NvmlBackend:
     def close(self) -> None:
         self._gpm_free()
         self._handles.clear()
+        self._identities.clear()
         self.gate.shutdown()

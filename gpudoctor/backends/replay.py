@@ -99,6 +99,10 @@ class ReplayBackend:
             return NA("InvalidArgument")
         return None
 
+    def identity(self, index: int) -> dict[str, Any]:
+        static = self.static(index)
+        return {"pci_bus_id": static.get("pci_bus_id", NA("NotRecorded")), "uuid": static.get("uuid", NA("NotRecorded"))}
+
     def static(self, index: int) -> dict[str, Any]:
         na = self._check(index)
         static = self._nvml.get("static") or []

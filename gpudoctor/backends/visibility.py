@@ -60,7 +60,7 @@ def visible_nvml_indices(gpu: Any, env: Mapping[str, str] | None = None) -> list
     count = gpu.device_count()
     if is_na(count):
         return count
-    uuids = [gpu.static(i).get("uuid") for i in range(count)] if env.get("CUDA_VISIBLE_DEVICES") else [None] * count
+    uuids = [gpu.identity(i).get("uuid") for i in range(count)] if env.get("CUDA_VISIBLE_DEVICES") else [None] * count
     return parse_visible(env.get("CUDA_VISIBLE_DEVICES"), uuids)
 
 
@@ -112,7 +112,7 @@ def nvml_index_for(backend: Any, cuda_index: int, pci_bus_id: str | None = None,
     if is_na(count) or not isinstance(count, int):
         return None
     if pci_bus_id or uuid:
-        static = [dict(backend.static(i), index=i) for i in range(count)]
+        static = [dict(backend.identity(i), index=i) for i in range(count)]
         found = match_torch_to_nvml([{"index": cuda_index, "pci_bus_id": pci_bus_id, "uuid": uuid}],
                                     static).get(cuda_index)
         if found is not None:
