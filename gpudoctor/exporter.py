@@ -107,6 +107,10 @@ OTHER_METRICS: dict[str, str] = {
     "gpudoctor_gpu_info": "1 per GPU, with labels name, uuid, pci_bus_id, driver_version",
     "gpudoctor_gpu_up": "1 when the GPU answered the last sample, 0 when it did not (e.g. GpuIsLost)",
     "gpudoctor_gpu_error_info": "Why a GPU is down (label reason), 1 while it is",
+    "gpudoctor_gpu_work_verdict_info": "Whether the GPU really works, as gpudoctor judges utilisation with SM, tensor "
+                                       "and DRAM activity (label verdict: idle, tensor_bound, memory_bound, "
+                                       "busy_small_kernels, sm_bound, waiting, partly_busy, warming, no_gpm, "
+                                       "no_reading; docs/utilisation.md), 1 for the current one",
     "gpudoctor_gpu_throttled": "1 per clock event reason that is active (label reason)",
     "gpudoctor_report_up": "1 when the last report ran (or the report file was read), else 0",
     "gpudoctor_report_status": "Overall status of the last report, as a state set (label status)",
@@ -433,6 +437,8 @@ class GpudoctorCollector:
                for m in gpu_metrics()},
             "throttled": GaugeMetricFamily("gpudoctor_gpu_throttled", OTHER_METRICS["gpudoctor_gpu_throttled"],
                                            labels=labels + ["reason"]),
+            "verdict": GaugeMetricFamily("gpudoctor_gpu_work_verdict_info",
+                                         OTHER_METRICS["gpudoctor_gpu_work_verdict_info"], labels=labels + ["verdict"]),
             **{name: CounterMetricFamily(name[:-len("_total")], readings[0].help,
                                          labels=labels + [label for label, _ in readings[0].labels])
                for name, readings in counter_metrics().items()},
@@ -550,6 +556,10 @@ def _add_device(fam: dict[str, Any], dev: dict[str, Any], driver_version: Any) -
         value = _number(sample.get(metric.key))
         if value is not None:
             fam[metric.name].add_metric(labels, value * metric.scale)
+    if fam["up"].samples[-1].value == 1.0:  # the one busy verdict, on the readings a GPU that answers gave
+        from gpudoctor.backends.busy import READS, verdict
+
+        fam["verdict"].add_metric(labels + [verdict({k: sample.get(k, static.get(k)) for k in READS}).code], 1.0)
     mask = sample.get("throttle_reasons")
     if isinstance(mask, int) and not isinstance(mask, bool):
         for bit, (name, _words) in sorted(THROTTLE_REASONS.items()):

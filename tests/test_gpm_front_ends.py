@@ -166,3 +166,26 @@ def test_the_ctypes_fake_nvml_answers_gpm_through_the_real_binding():
     assert old["na"]["sm_active_pct"] == "needs Hopper or later" and old["verdict"]["code"] == "idle"
     mig = _watch_json_on_the_ctypes_fake({"FAKE_NVML_MIG": "1"}, count=1)[0]
     assert mig["na"]["tensor_active_pct"] == "MIG mode: GPM is read per GPU instance"
+
+
+def test_the_exporter_publishes_the_busy_verdict_per_gpu(monkeypatch):
+    """Beside the GPM gauges, one info series per GPU names the verdict (busy but small kernels here),
+    so a dashboard or alert can use gpudoctor's judgement, not only raw counters."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from gpudoctor.backends import NvmlBackend, NvmlGate
+    from gpudoctor.backends import nvml as nvml_backend
+    from gpudoctor.exporter import GpudoctorCollector, GpuSampler, build_registry
+    from nvml_fake import FakePynvml, hopper, util
+
+    monkeypatch.setattr(nvml_backend, "GPM_MIN_INTERVAL_S", 0.0)  # NVML's 100 ms between GPM samples
+    fake = FakePynvml(readings=dict(hopper(sm=8.0, tensor=0.0), nvmlDeviceGetUtilizationRates=util(99)))
+    sampler = GpuSampler(NvmlBackend(NvmlGate(fake)), interval=1.0)
+    registry = build_registry(GpudoctorCollector(sampler, None, source="nvml"))
+    sampler.sample_once()  # GPM warming
+    sampler.sample_once()
+    text = generate_latest(registry).decode()
+    verdicts = [s for f in text_string_to_metric_families(text) for s in f.samples
+                if s.name == "gpudoctor_gpu_work_verdict_info"]
+    assert [(s.labels["gpu"], s.labels["verdict"], s.value) for s in verdicts] == [("0", "busy_small_kernels", 1.0)]
