@@ -35,7 +35,7 @@ def fake_nvml_env(**extra: str) -> dict[str, str]:
 def test_tui_quits_on_q_while_an_nvml_call_hangs():
     """The start-up quick doctor waits on the hung call too; quitting must not wait for it."""
     app = PtyApp([sys.executable, "-m", "gpudoctor", "tui", "-i", "0.5"],
-                 env=fake_nvml_env(FAKE_NVML_HANG="nvmlDeviceGetTemperature"))
+                 env=fake_nvml_env(FAKE_NVML_HANG="nvmlDeviceGetTemperatureV"))
     try:
         app.wait_for("driver not answering", timeout=60)
         app.keys("q")

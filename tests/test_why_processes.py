@@ -307,7 +307,7 @@ def test_ctrl_c_sent_to_why_stops_the_command_it_started_too(tmp_path):
     finally:
         if why.poll() is None:
             why.kill()
-    assert "interrupted; stopping the command: SIGINT" in err, err[-2000:]
+    assert "interrupted; stopping the command: SIGINT" in err, (why.returncode, err[-2000:])
     assert why.returncode == 128 + signal.SIGINT or why.returncode == exitcodes.INTERRUPTED, why.returncode
     for child in children:
         assert not os.path.exists(f"/proc/{child}") or open(f"/proc/{child}/stat").read().split()[2] == "Z"

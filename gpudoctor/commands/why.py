@@ -186,12 +186,8 @@ def _run_command(command: list[str], args: argparse.Namespace) -> int:
     previous = _set_handlers(lambda signum, frame: child.send_signal(signum))
     try:
         return _exit_code(_sample_command(child, args))
-    except KeyboardInterrupt:
-        try:
-            return _exit_code(child.wait(timeout=30))
-        except subprocess.TimeoutExpired:
-            child.kill()
-            return exitcodes.INTERRUPTED
+    except KeyboardInterrupt:  # before the sampling began (or while the verdict was written)
+        return _exit_code(_stop_after_ctrl_c(child))
     finally:
         _restore(previous)
 

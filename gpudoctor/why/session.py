@@ -295,7 +295,7 @@ def why(pid: int, seconds: float, *, rate: int = pyspy.DEFAULT_RATE_HZ, gpu_back
     meanwhile is diagnosed from what the waiting sampled."""
     credentials = process_credentials(pid)  # before sampling: the process may end meanwhile
     last = wait_for_loop(pid, wait_start_s, progress or (lambda line: None)) if wait_start_s > 0 else None
-    if last is not None and last.ended:
+    if last is not None and (last.ended or last.interrupted):  # a Ctrl-C while waiting ends the sampling
         sampled = last
     else:
         sampled = sample(pid, seconds, rate=rate, gpu_backend=gpu_backend)
