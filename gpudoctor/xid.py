@@ -96,7 +96,8 @@ def explain(code: int) -> XidInfo:
 
 # --------------------------------------------------------------------------- kernel log
 # NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.
-_XID_LINE = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.[0-9])?\): ([0-9]{1,9})(?![0-9])")
+# Older drivers print the bus id without the "PCI:" prefix: NVRM: Xid (0000:03:00): 31, ...
+_XID_LINE = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.[0-9])?\): ([0-9]{1,9})(?![0-9])")
 # Newer drivers (570 and later) also report a GPU lost from PCIe without an Xid prefix, over three
 # lines (one kmsg record with escaped newlines, or three dmesg lines):
 #   NVRM: The NVIDIA GPU 0000:b3:00.0

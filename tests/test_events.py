@@ -271,3 +271,12 @@ def test_critical_events_is_the_one_judgement():
     assert describe_event(1, found[0]).startswith("GPU 1: Xid 79 (GPU has fallen off the bus")
     assert critical_events(DeviceEvents()) == []
 
+
+
+def test_older_xid_form_without_the_pci_prefix_is_read():
+    lines = ["[  12.5] NVRM: Xid (0000:03:00): 31, Ch 00000001, engmask 00000101, intr 10000000",
+             "4,1301,8000000,-;NVRM: Xid (PCI:0000:86:00): 13, pid=99, Graphics Exception",
+             "NVRM: Xid (0000:0a:00.0): 43, Ch 00000010"]
+    found = xid.parse_kmsg(lines)
+    assert [(e.pci_bus_id, e.code) for e in found] == [("0000:03:00.0", 31), ("0000:86:00.0", 13),
+                                                       ("0000:0a:00.0", 43)]
