@@ -85,6 +85,15 @@ XID_TABLE: dict[int, XidInfo] = {info.code: info for info in (
 )}
 
 
+# Xids the catalogue puts down to the application first (a faulting kernel, a channel the driver
+# stopped after such a fault). One of them on its own is the job's business; the same one again and
+# again on one GPU while its neighbours, running the same kind of work, stay clean points at the
+# GPU (NVIDIA's catalogue for Xid 31: repeated MMU faults on the same GPU, by PCI id, call for a
+# DCGM diagnostic; repeated faults spread over different GPUs call for checking the application).
+APPLICATION_XIDS = frozenset({8, 13, 31, 43, 68, 69, 109})
+MMU_FAULT_XID = 31
+
+
 def explain(code: int) -> XidInfo:
     """The table's entry, or a plain "not in gpudoctor's table" entry pointing to NVIDIA's catalog."""
     known = XID_TABLE.get(code)
