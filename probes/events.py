@@ -150,12 +150,12 @@ def run(ctx: ProbeContext) -> ProbeResult:
         if ctx.device is not None and (matched is None or matched >= count):
             return ProbeResult.skip("events", f"torch device {ctx.device} has no NVML device to match",
                                     code="device_not_matched")
-        indices = range(count) if ctx.device is None else [matched]
+        indices = list(range(count)) if matched is None else [matched]  # matched is None: no --device
         r = ProbeResult("events")
         states = {index: watcher.snapshot(index) for index in range(count)}
         for index in indices:
             _judge_gpu(r, index, states[index])
-        _judge_node(r, states, list(indices))
+        _judge_node(r, states, indices)
     finally:
         if own:
             watcher.stop()
@@ -170,7 +170,7 @@ def run(ctx: ProbeContext) -> ProbeResult:
                    "gpudoctor runs (exporter, watch, TUI) are counted.",
                fix="Run as root (or with CAP_SYSLOG), or read `sudo dmesg | grep -i xid` yourself.")
     recorded = [m for m in r.measurements if m.name == "events_supported" and m.note == "NotRecorded"]
-    if readable is None and len(recorded) == len(list(indices)):
+    if readable is None and len(recorded) == len(indices):
         return ProbeResult.skip("events", "the recording holds no event data (made before gpudoctor recorded "
                                           "events)", code="events_not_recorded")
     problems = [f for f in r.findings if f.status == Status.FAIL]
