@@ -85,6 +85,15 @@ XID_TABLE: dict[int, XidInfo] = {info.code: info for info in (
 )}
 
 
+# Xids the catalogue puts down to the application first (a faulting kernel, a channel the driver
+# stopped after such a fault). One of them on its own is the job's business; the same one again and
+# again on one GPU while its neighbours, running the same kind of work, stay clean points at the
+# GPU (NVIDIA's catalogue for Xid 31: repeated MMU faults on the same GPU, by PCI id, call for a
+# DCGM diagnostic; repeated faults spread over different GPUs call for checking the application).
+APPLICATION_XIDS = frozenset({8, 13, 31, 43, 68, 69, 109})
+MMU_FAULT_XID = 31
+
+
 def explain(code: int) -> XidInfo:
     """The table's entry, or a plain "not in gpudoctor's table" entry pointing to NVIDIA's catalog."""
     known = XID_TABLE.get(code)
@@ -96,7 +105,8 @@ def explain(code: int) -> XidInfo:
 
 # --------------------------------------------------------------------------- kernel log
 # NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.
-_XID_LINE = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.[0-9])?\): ([0-9]{1,9})(?![0-9])")
+# Older drivers print the bus id without the "PCI:" prefix: NVRM: Xid (0000:03:00): 31, ...
+_XID_LINE = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.[0-9])?\): ([0-9]{1,9})(?![0-9])")
 # Newer drivers (570 and later) also report a GPU lost from PCIe without an Xid prefix, over three
 # lines (one kmsg record with escaped newlines, or three dmesg lines):
 #   NVRM: The NVIDIA GPU 0000:b3:00.0

@@ -14,6 +14,10 @@ Judgement (meanings and actions: gpudoctor/xid.py, from NVIDIA's Xid documentati
   exporter hand this probe the watcher they run): fail;
 * an application-class Xid (13, 31, 43, 68, 69...): a pass note, with its words: it is usually
   the job's own fault;
+* the same application-class Xid 3 or more times on one GPU while the node's other GPUs show
+  none of it: warn ``xid_repeated_on_one_gpu`` (the GPU, not the programs, is the common factor);
+* Xid 31 (MMU fault) on every GPU of a node of 2+ GPUs within one 10-minute window: warn
+  ``xid_on_every_gpu`` (a node-wide episode: the GPUs want a reset or the node a reboot);
 * the kernel log unreadable (no root or CAP_SYSLOG with kernel.dmesg_restrict=1, a container):
   a skip that says so; unknown is not "no Xid".
 """
@@ -60,6 +64,66 @@ def _judge_gpu(r: ProbeResult, index: int, state: DeviceEvents) -> None:
                    "memory is retired or remapped; replace the board if it repeats.", device=index)
 
 
+# Why 3: one Xid 13/31/43 is an application fault; a second on the same GPU can be the same job
+# restarted by its scheduler or its user with the same bug; a third, with the node's other GPUs
+# clean of it, is more than one job's bad luck and worth the few minutes of moving the job.
+REPEATED_ON_ONE_GPU = 3
+# Why 10 minutes: a node-wide fault reaches every GPU within seconds (one in each GPU's running
+# channel); the window leaves room for GPUs whose jobs touch memory later, and stays one episode.
+EVERY_GPU_WINDOW_S = 600.0
+
+
+def _xids(state: DeviceEvents) -> list[GpuEvent]:
+    return [e for e in state.logged_xids + state.recent if e.kind == "xid"]
+
+
+def _judge_node(r: ProbeResult, states: dict[int, DeviceEvents], judged: list[int]) -> None:
+    """What only the node's GPUs side by side show: one GPU that keeps faulting while its
+    neighbours do not, and an MMU fault on every GPU at once. ``states`` holds every GPU of the
+    node (the comparison needs them all); findings about one GPU are made for ``judged`` only."""
+    from gpudoctor import xid
+
+    if len(states) < 2:
+        return  # nothing to compare with: one GPU cannot stand out from itself
+    counts: dict[int, dict[int, int]] = {}
+    for index, state in states.items():
+        for event in _xids(state):
+            code = int(event.code or 0)
+            if code in xid.APPLICATION_XIDS:
+                counts.setdefault(code, {}).setdefault(index, 0)
+                counts[code][index] += 1
+    for code, per_gpu in sorted(counts.items()):
+        if len(per_gpu) != 1:
+            continue  # the same Xid on two or more GPUs: the program is the common factor
+        (index, n), = per_gpu.items()
+        if n < REPEATED_ON_ONE_GPU or index not in judged:
+            continue
+        r.find(Status.WARN, "xid_repeated_on_one_gpu",
+               f"GPU {index}: Xid {code} {n} times since boot, and none on the node's other "
+               f"{len(states) - 1} GPU(s): {xid.explain(code).words}.",
+               why="One such Xid is usually the application's fault; the same one again and again on one GPU, "
+                   "across runs, while the other GPUs stay clean, points at that GPU.",
+               fix=f"Move the job to another GPU to confirm (e.g. CUDA_VISIBLE_DEVICES set to another index): "
+                   f"if the Xid follows GPU {index} and not the job, drain it and test it (`dcgmi diag -r 3`), "
+                   f"and have it replaced if the diagnostic fails.", device=index)
+    faults = {index: sorted(e.time for e in _xids(state) if e.code == xid.MMU_FAULT_XID)
+              for index, state in states.items()}
+    if not all(faults.values()):
+        return
+    for start in sorted(t for times in faults.values() for t in times):
+        if all(any(start <= t <= start + EVERY_GPU_WINDOW_S for t in times) for times in faults.values()):
+            r.find(Status.WARN, "xid_on_every_gpu",
+                   f"Xid 31 (GPU memory page fault) on every GPU of the node ({len(states)}) within "
+                   f"{int(EVERY_GPU_WINDOW_S // 60)} minutes.",
+                   why="An application fault hits the GPU it runs on, not all of them: a fault on every GPU at "
+                       "once is a node-wide episode (the driver, the NVLink fabric, or one job spread over "
+                       "every GPU that corrupted shared state), and the GPUs may not recover on their own.",
+                   fix="A reset of the GPUs (or a reboot) is needed: drain the node, reset the GPUs "
+                       "(`nvidia-smi -r` with no process on them) or reboot, then run `gpudoctor report --full`; "
+                       "if one job ran on every GPU, check it too before putting it back.")
+            return
+
+
 def run(ctx: ProbeContext) -> ProbeResult:
     from gpudoctor.backends.events import open_event_watcher
 
@@ -86,10 +150,12 @@ def run(ctx: ProbeContext) -> ProbeResult:
         if ctx.device is not None and (matched is None or matched >= count):
             return ProbeResult.skip("events", f"torch device {ctx.device} has no NVML device to match",
                                     code="device_not_matched")
-        indices = range(count) if ctx.device is None else [matched]
+        indices = list(range(count)) if matched is None else [matched]  # matched is None: no --device
         r = ProbeResult("events")
+        states = {index: watcher.snapshot(index) for index in range(count)}
         for index in indices:
-            _judge_gpu(r, index, watcher.snapshot(index))
+            _judge_gpu(r, index, states[index])
+        _judge_node(r, states, indices)
     finally:
         if own:
             watcher.stop()
@@ -104,7 +170,7 @@ def run(ctx: ProbeContext) -> ProbeResult:
                    "gpudoctor runs (exporter, watch, TUI) are counted.",
                fix="Run as root (or with CAP_SYSLOG), or read `sudo dmesg | grep -i xid` yourself.")
     recorded = [m for m in r.measurements if m.name == "events_supported" and m.note == "NotRecorded"]
-    if readable is None and len(recorded) == len(list(indices)):
+    if readable is None and len(recorded) == len(indices):
         return ProbeResult.skip("events", "the recording holds no event data (made before gpudoctor recorded "
                                           "events)", code="events_not_recorded")
     problems = [f for f in r.findings if f.status == Status.FAIL]

@@ -14,6 +14,7 @@ from gpudoctor.backends import NvmlGate
 from gpudoctor.backends.events import (EVENT_CLOCK, EVENT_DOUBLE_BIT_ECC, EVENT_SINGLE_BIT_ECC, EVENT_XID_CRITICAL,
                                        DeviceEvents, EventWatcher, GpuEvent, ReplayEvents)
 from gpudoctor.backends.na import NA
+from gpudoctor.model import Status
 from nvml_fake import FakePynvml, nvml_error
 
 
@@ -271,3 +272,90 @@ def test_critical_events_is_the_one_judgement():
     assert describe_event(1, found[0]).startswith("GPU 1: Xid 79 (GPU has fallen off the bus")
     assert critical_events(DeviceEvents()) == []
 
+
+
+def test_older_xid_form_without_the_pci_prefix_is_read():
+    lines = ["[  12.5] NVRM: Xid (0000:03:00): 31, Ch 00000001, engmask 00000101, intr 10000000",
+             "4,1301,8000000,-;NVRM: Xid (PCI:0000:86:00): 13, pid=99, Graphics Exception",
+             "NVRM: Xid (0000:0a:00.0): 43, Ch 00000010"]
+    found = xid.parse_kmsg(lines)
+    assert [(e.pci_bus_id, e.code) for e in found] == [("0000:03:00.0", 31), ("0000:86:00.0", 13),
+                                                       ("0000:0a:00.0", 43)]
+
+
+class _NodeWatcher:
+    """A watcher stand-in whose GPUs logged the given Xids ``{index: [(time, code), ...]}``."""
+
+    kernel_log_readable = True
+    kernel_log_reason = ""
+
+    def __init__(self, logged):
+        self.logged = logged
+
+    def snapshot(self, index):
+        return DeviceEvents(logged_xids=[GpuEvent(t, "xid", c, "kernel_log") for t, c in self.logged.get(index, [])])
+
+
+def _judge_node_of(count, logged, device=None):
+    from gpudoctor.backends import NvmlBackend
+    from gpudoctor.probes import ProbeContext, events
+
+    ctx = ProbeContext(NvmlBackend(NvmlGate(FakePynvml(count=count))), device=device, level="quick",
+                       events=_NodeWatcher(logged))
+    return events.run(ctx)
+
+
+def test_the_same_application_xid_repeated_on_one_gpu_is_a_warning():
+    # pytorch/pytorch#51382's pattern: Xid 31 again and again on one GPU from different programs
+    judged = _judge_node_of(4, {2: [(100.0, 31), (1500.0, 31), (3100.0, 31)]})
+    found = [f for f in judged.findings if f.code == "xid_repeated_on_one_gpu"]
+    assert len(found) == 1 and found[0].status == Status.WARN and found[0].device == 2
+    assert "GPU 2: Xid 31 3 times" in found[0].summary
+    assert "dcgmi diag -r 3" in found[0].fix and "another GPU" in found[0].fix
+    assert judged.status == Status.WARN
+    # each Xid is still explained as an application fault on its own line
+    assert any(f.code == "xid_application" and f.device == 2 for f in judged.findings)
+
+
+def test_repetition_needs_three_and_a_clean_neighbourhood():
+    def codes(count, logged):
+        return {f.code for f in _judge_node_of(count, logged).findings}
+
+    assert "xid_repeated_on_one_gpu" not in codes(4, {2: [(1.0, 31), (2.0, 31)]})  # twice: the job retried
+    # the same Xid on another GPU too: the program is the common factor
+    assert "xid_repeated_on_one_gpu" not in codes(4, {2: [(1.0, 13), (2.0, 13), (3.0, 13)], 0: [(4.0, 13)]})
+    assert "xid_repeated_on_one_gpu" not in codes(1, {0: [(1.0, 13), (2.0, 13), (3.0, 13)]})  # nothing to compare
+    # a critical Xid is judged on its own (xid_critical), not as a repetition
+    assert "xid_repeated_on_one_gpu" not in codes(2, {1: [(1.0, 79), (2.0, 79), (3.0, 79)]})
+    assert "xid_repeated_on_one_gpu" in codes(2, {1: [(1.0, 13), (2.0, 13), (3.0, 13)], 0: [(4.0, 43)]})
+
+
+def test_repetition_on_the_judged_gpu_only_when_one_device_is_asked_for(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    logged = {1: [(1.0, 43), (2.0, 43), (3.0, 43), (4.0, 43)]}
+    judged = _judge_node_of(2, logged, device=0)  # torch's 0 is NVML's 1
+    assert [(f.code, f.device) for f in judged.findings if f.status == Status.WARN] == [("xid_repeated_on_one_gpu", 1)]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert not [f for f in _judge_node_of(2, logged, device=0).findings if f.status == Status.WARN]
+
+
+def test_xid_31_on_every_gpu_in_one_window_needs_a_reset():
+    logged = {i: [(1000.0 + i, 31)] for i in range(8)}
+    judged = _judge_node_of(8, logged)
+    found = [f for f in judged.findings if f.code == "xid_on_every_gpu"]
+    assert len(found) == 1 and found[0].status == Status.WARN and found[0].device is None
+    assert "every GPU of the node (8)" in found[0].summary
+    assert "reset of the GPUs (or a reboot) is needed" in found[0].fix
+    assert "not all of them" in found[0].why
+    assert "xid_repeated_on_one_gpu" not in {f.code for f in judged.findings}
+
+
+def test_xid_31_on_some_gpus_or_spread_over_hours_is_not_node_wide():
+    def codes(count, logged):
+        return {f.code for f in _judge_node_of(count, logged).findings}
+
+    assert "xid_on_every_gpu" not in codes(8, {i: [(1000.0, 31)] for i in range(7)})  # GPU 7 clean
+    assert "xid_on_every_gpu" not in codes(2, {0: [(0.0, 31)], 1: [(7200.0, 31)]})  # two hours apart
+    assert "xid_on_every_gpu" not in codes(1, {0: [(0.0, 31)]})  # one GPU: its own fault
+    assert "xid_on_every_gpu" not in codes(2, {0: [(0.0, 13)], 1: [(1.0, 13)]})  # not an MMU fault
+    assert "xid_on_every_gpu" in codes(2, {0: [(0.0, 31), (9000.0, 31)], 1: [(9300.0, 31)]})

@@ -12,7 +12,7 @@ The checks used are gpudoctor's own pure judgements:
 * ``devices``: probes/devices.py's run() over NVML's GPUs, CUDA_VISIBLE_DEVICES and torch's count;
 * ``health``: probes/health.py's check_device() over one GPU's NVML readings;
 * ``kernel_log``: gpudoctor/xid.py's parse_kmsg() over the posted lines, then the events probe's
-  judgement of the Xids found (probes/events.py);
+  judgement of the Xids found, GPU by GPU and side by side (probes/events.py);
 * ``fleet``: gpudoctor/fleet.py's collect() over the posted dcgm-exporter series, served by a
   stand-in Prometheus.
 """
@@ -153,10 +153,14 @@ def run_kernel_log(inputs: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> t
     by_bus: dict[str, list[Any]] = {}
     for x in timed:
         by_bus.setdefault(x.pci_bus_id, []).append(x)
+    states = {}
     for index, (_bus, xids) in enumerate(sorted(by_bus.items())):
         # as the event watcher files kernel-log Xids for the events probe
         logged = [GpuEvent(x.time, "xid", x.code, "kernel_log") for x in xids]
-        events._judge_gpu(r, index, DeviceEvents(logged_xids=logged))
+        states[index] = DeviceEvents(logged_xids=logged)
+        events._judge_gpu(r, index, states[index])
+    # the node is the GPUs the posted log names (a thread rarely posts the GPUs that logged nothing)
+    events._judge_node(r, states, list(states))
     return r.settle(), found
 
 
