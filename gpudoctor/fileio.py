@@ -19,8 +19,8 @@ line (``gpudoctor.commands.output``), never as a traceback.
 
 from __future__ import annotations
 
-import json
 import errno
+import json
 import os
 import secrets
 import stat
@@ -32,6 +32,32 @@ from typing import Any
 _NAME_MAX = 255
 _TMP_SUFFIX = ".tmp"
 _TMP_RANDOM_CHARS = 8
+
+
+class NotRegularFileError(OSError):
+    """A path that names a FIFO, a device or a socket where a file's content is to be read."""
+
+
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def open_regular(path: str | os.PathLike[str]) -> tuple[int, os.stat_result]:
+    """Open ``path`` to read it, without blocking, and check on the descriptor that it is a
+    regular file: (descriptor, its stat). A FIFO with no writer, a terminal or /dev/zero named as
+    a file to read would otherwise hang the reader or feed it for ever, and a check before the
+    open could be of another file than the one read. The caller closes the descriptor.
+    Raises FileNotFoundError, IsADirectoryError, :class:`NotRegularFileError` or another OSError."""
+    fd = os.open(path, _READ_FLAGS)
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "is a directory, not a file")
+        if not stat.S_ISREG(info.st_mode):
+            raise NotRegularFileError(errno.EINVAL, "not a regular file (a FIFO, a device or a socket)")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, info
 
 
 def _umask() -> int:

@@ -26,10 +26,10 @@ import itertools
 import json
 import math
 import os
-import stat
 import re
 from typing import Any
 
+from gpudoctor import fileio
 from gpudoctor.errors import first_line
 
 MiB = 1 << 20
@@ -56,27 +56,14 @@ def read_bounded(path: str | os.PathLike[str], max_bytes: int) -> bytes:
     would otherwise hang the reader or feed it for ever."""
     chunks: list[bytes] = []
     total = 0
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(path, flags)
+        fd, _info = fileio.open_regular(path)
     except FileNotFoundError:
         raise JsonFileError("no such file") from None
-    except IsADirectoryError:
-        raise JsonFileError("is a directory, not a file") from None
+    except (IsADirectoryError, fileio.NotRegularFileError) as exc:
+        raise JsonFileError(exc.strerror) from None
     except OSError as exc:
         raise JsonFileError(f"cannot read: {exc.strerror or exc}") from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
-            raise JsonFileError("is a directory, not a file")
-        if not stat.S_ISREG(mode):
-            raise JsonFileError("not a regular file (a FIFO, a device or a socket)")
-    except OSError as exc:
-        os.close(fd)
-        raise JsonFileError(f"cannot read: {exc.strerror or exc}") from None
-    except JsonFileError:
-        os.close(fd)
-        raise
     try:
         with os.fdopen(fd, "rb") as fh:
             while total <= max_bytes:
@@ -85,10 +72,6 @@ def read_bounded(path: str | os.PathLike[str], max_bytes: int) -> bytes:
                     break
                 chunks.append(chunk)
                 total += len(chunk)
-    except FileNotFoundError:
-        raise JsonFileError("no such file") from None
-    except IsADirectoryError:
-        raise JsonFileError("is a directory, not a file") from None
     except OSError as exc:
         raise JsonFileError(f"cannot read: {exc.strerror or exc}") from None
     if total > max_bytes:

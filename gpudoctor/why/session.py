@@ -16,7 +16,7 @@ from typing import Any, Callable
 import psutil
 
 import gpudoctor
-from gpudoctor import _published
+from gpudoctor import _published, fileio
 from gpudoctor.why import analysis, pyspy, rules
 from gpudoctor.why.readings import Readings, process_exists
 from gpudoctor.why.stacks import Stack, parse_raw
@@ -81,7 +81,6 @@ def _permits(info: os.stat_result, who: Credentials, bits: tuple[int, int, int])
 
 _READ = (stat.S_IRUSR, stat.S_IRGRP, stat.S_IROTH)
 _SEARCH = (stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH)
-_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
 
 
 def _folders_searchable(candidate: str, top: str, who: Credentials) -> bool:
@@ -102,10 +101,9 @@ def _read_source(candidate: str, top: str, who: Credentials) -> list[str] | None
     """The lines of ``candidate`` when it is a regular file of bounded size that ``who`` may
     read; None otherwise. Opened without blocking (a FIFO) and checked on the descriptor, so the
     file read is the file checked (no device, no FIFO, no swap between check and read)."""
-    fd = os.open(candidate, _OPEN_FLAGS)
+    fd, info = fileio.open_regular(candidate)  # OSError (a FIFO, a device, none): the caller's None
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_SOURCE_BYTES:
+        if info.st_size > MAX_SOURCE_BYTES:
             return None
         if not _permits(info, who, _READ) or not _folders_searchable(candidate, top, who):
             return None
