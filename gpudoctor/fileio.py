@@ -24,6 +24,7 @@ import json
 import os
 import secrets
 import stat
+import time
 from pathlib import Path
 from typing import Any
 
@@ -84,17 +85,28 @@ def _temporary_name(target_name: str) -> str:
     return f".{stem}.{secrets.token_hex(_TMP_RANDOM_CHARS // 2)}{_TMP_SUFFIX}"
 
 
+#: How long an output FIFO may wait for its reader (a `cat FIFO` started a moment later).
+FIFO_READER_WAIT_S = 10.0
+
+
 def _write_directly(path: str, data: bytes) -> None:
     """Write into an existing non-regular file (a device, a FIFO, a terminal). It is opened without
-    blocking: a FIFO with no reader fails at once (ENXIO, "no reader on this FIFO") instead of
-    hanging the command after its work is done; once open, it is written normally."""
+    blocking: a FIFO whose reader has not come within FIFO_READER_WAIT_S fails (ENXIO, "no reader
+    on this FIFO") instead of hanging the command after its work is done; once open, it is written
+    normally."""
     flags = os.O_WRONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError as exc:
-        if exc.errno == errno.ENXIO:
-            raise OSError(errno.ENXIO, "no reader on this FIFO", path) from None
-        raise
+    deadline = time.monotonic() + FIFO_READER_WAIT_S
+    while True:
+        try:
+            fd = os.open(path, flags)
+            break
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:
+                raise
+            if time.monotonic() >= deadline:
+                raise OSError(errno.ENXIO, f"no reader on this FIFO within {FIFO_READER_WAIT_S:g} s",
+                              path) from None
+            time.sleep(0.05)
     try:
         if hasattr(os, "set_blocking"):
             os.set_blocking(fd, True)  # a reader is there: wait for it as a pipe does

@@ -659,15 +659,16 @@ def test_two_hundred_simultaneous_scrapes_are_served_or_refused_at_once():
     assert sum("200" in a for a in answers) >= 1
 
 
-def test_report_onto_a_fifo_with_no_reader_fails_at_once(tmp_path):
+def test_report_onto_a_fifo_with_no_reader_fails_instead_of_hanging(tmp_path):
     """`report -o FIFO` with nobody reading the FIFO hung after the report was done; now the write
-    fails at once (exit 7, one line naming the FIFO), the report on stdout intact."""
+    waits a bounded time for a reader, then fails (exit 7, one line naming the FIFO), the report on
+    stdout intact."""
     import subprocess
     import sys
 
     fifo = tmp_path / "out.json"
     os.mkfifo(fifo)
     out = subprocess.run([sys.executable, "-m", "gpudoctor", "report", "--quick", "-o", str(fifo)],
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=90)
     assert out.returncode == 7, out.stderr
-    assert "no reader on this FIFO" in out.stderr and "Verdict:" in out.stdout
+    assert "no reader on this FIFO within 10 s" in out.stderr and "Verdict:" in out.stdout
