@@ -93,9 +93,11 @@ def _device_names(data: Any) -> list[str]:
 
 
 class _Anonymizer:
-    def __init__(self, hostname: str, device_names: list[str], homes: list[re.Pattern[str]] | None = None) -> None:
+    def __init__(self, hostname: str, device_names: list[str], homes: list[re.Pattern[str]] | None = None,
+                 secret_keys: frozenset[str] | set[str] = frozenset(_SECRET_KEYS)) -> None:
         self.hostname = hostname
         self.homes = homes or []
+        self.secret_keys = secret_keys
         self.devices = re.compile("|".join(re.escape(n) for n in device_names), re.IGNORECASE) \
             if device_names else None
 
@@ -106,7 +108,7 @@ class _Anonymizer:
                 clean = self.text(key) if isinstance(key, str) else key
                 while clean in out:  # two keys that differed only in an identifier
                     clean = f"{clean}'"
-                out[clean] = REDACTED if key in _SECRET_KEYS and value not in (None, "") else self(value)
+                out[clean] = REDACTED if key in self.secret_keys and value not in (None, "") else self(value)
             return out
         if isinstance(data, (list, tuple)):
             return [self(v) for v in data]
@@ -153,7 +155,7 @@ def strip_home_paths(data: Any, home: str | None = None) -> Any:
     """Every home directory at the start of a path (``/home/NAME``, ``/Users/NAME``, ``/root``,
     ``C:\\Users\\NAME``, and this user's ``$HOME`` wherever it is) replaced by :data:`HOME`, in
     every string of plain JSON data (keys too); :func:`anonymize_dict` does this as it goes."""
-    return _Anonymizer("", [], _home_patterns(home))(data)
+    return _Anonymizer("", [], _home_patterns(home), secret_keys=frozenset())(data)
 
 
 __all__ = ["HOME", "REDACTED", "anonymize_dict", "anonymize_report_dict", "strip_home_paths"]

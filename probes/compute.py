@@ -240,9 +240,11 @@ def _tensor_activity(r: ProbeResult, dev: _gpu.Device, bf16: dict[str, Any]) -> 
     if active is None:
         return
     if active >= TENSOR_PROOF_PCT:
+        sm = bf16.get("sm_active_pct")  # absent when GPM answered for tensors but not for SMs
+        sm_text = f" (SM activity {sm:.0f} %)" if isinstance(sm, (int, float)) else ""
         r.find(Status.PASS, "tensor_cores_used",
-               f"The tensor cores of {dev.label} were {active:.0f} % active during the bf16 matmul "
-               f"(SM activity {bf16.get('sm_active_pct', 0):.0f} %): bf16 math runs on them.",
+               f"The tensor cores of {dev.label} were {active:.0f} % active during the bf16 matmul"
+               f"{sm_text}: bf16 math runs on them.",
                why="NVML's GPM counters measured it; utilisation alone cannot tell tensor work from any other.",
                fix="Nothing to do.", device=d)
     else:

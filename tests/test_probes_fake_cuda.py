@@ -334,3 +334,14 @@ def test_compute_measures_tensor_activity_during_the_bf16_matmul(fake_cuda, monk
     missing = next(m for m in _valid(without)["measurements"] if m["name"] == "bf16_tensor_active")
     assert missing["value"] is None and "needs Hopper or later" in missing["note"]
 
+
+
+def test_tensor_activity_without_sm_activity_states_no_sm_figure():
+    """GPM answered for the tensor cores but not for the SMs: no "SM activity 0 %" is made up."""
+    from gpudoctor.model import ProbeResult
+
+    r = ProbeResult("compute")
+    dev = SimpleNamespace(index=0, label="GPU 0")
+    compute._tensor_activity(r, dev, {"tflops": 700.0, "tensor_active_pct": 64.0})
+    [finding] = r.findings
+    assert finding.code == "tensor_cores_used" and "SM activity" not in finding.summary

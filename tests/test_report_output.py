@@ -191,3 +191,11 @@ def test_home_paths_inside_longer_paths_and_words_stay():
     kept = ["/data/home/alice/x", "/rootfs/etc", "/srv/Users/x", "homework"]
     assert strip_home_paths(kept, home="/nonexistent-home") == kept
     assert strip_home_paths({"p": "PATH=/home/bob/bin:/usr/bin"}, home="/x") == {"p": "PATH=<home>/bin:/usr/bin"}
+
+
+def test_strip_home_paths_changes_home_paths_only():
+    from gpudoctor.anonymize import strip_home_paths
+
+    data = {"uuid": "board-7", "serial": "1320", "python": "/home/alice/.venv/bin/python"}
+    assert strip_home_paths(data, home="/x") == {"uuid": "board-7", "serial": "1320",
+                                                 "python": "<home>/.venv/bin/python"}
