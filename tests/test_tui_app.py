@@ -385,3 +385,23 @@ async def test_start_screen_doctor_runs_the_doctor_at_once():
         assert "[PASS] double_devices" in screen_text(app)
         await pilot.press("q")
     assert app.return_code == 0
+
+
+@run_async
+async def test_a_redraw_before_the_process_table_has_its_columns_waits_for_its_mount():
+    """Found by the parallel test run on a loaded machine: a sample landed between ``p``'s screen
+    switch and that screen's mount, and the redraw added rows to a table without columns
+    (DataTable: "More values provided than there are columns"), ending the app."""
+    app = make_test_app(STANDIN)
+    async with app.run_test(size=(100, 24)) as pilot:
+        screen, table = await open_processes(pilot, app)
+        assert table.row_count == 3
+        table.clear(columns=True)  # the state before on_mount
+        screen.refresh_view()  # no rows forced into a table without columns
+        assert table.row_count == 0
+        screen.on_mount()  # the columns arrive, and the next redraw fills the table
+        screen.refresh_view()
+        await pilot.pause()
+        assert table.row_count == 3 and "424242" in screen_text(app)
+        await pilot.press("q")
+    assert app.return_code == 0

@@ -297,6 +297,10 @@ class ProcessesScreen(BaseScreen):
             shown += f"· filter {plain_text(self.filter_text, limit=40)!r} "
         self.query_one("#title", TitleBar).show(self.title_text(shown))
         table = self.query_one("#procs", DataTable)
+        if not table.columns:
+            # A redraw between switch_screen and this screen's mount (a sample landing on a busy
+            # machine): on_mount adds the columns and the screen's resume draws the rows.
+            return
         selected = None
         if table.row_count and table.cursor_row is not None and 0 <= table.cursor_row < table.row_count:
             try:
