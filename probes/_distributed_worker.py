@@ -29,9 +29,16 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable
 
 from gpudoctor.errors import first_line as _first_line
+
+if TYPE_CHECKING:  # torch is an optional extra: imported for its types only (run_rank imports it)
+    import torch as _torch
+    from torch.distributed import TCPStore
+
+    from gpudoctor.backends.base import GpuBackend
 
 # The reference network from the tutorials our users learned from (docs/design).
 MLP_WIDTHS = (784, 512, 256, 128, 64, 10)
@@ -73,7 +80,7 @@ def human(n: int) -> str:
     return f"{n} B"
 
 
-def build_mlp(torch: Any) -> Any:
+def build_mlp(torch: ModuleType) -> _torch.nn.Sequential:
     nn = torch.nn
     layers: list[Any] = []
     for i, (a, b) in enumerate(zip(MLP_WIDTHS, MLP_WIDTHS[1:])):
@@ -83,12 +90,12 @@ def build_mlp(torch: Any) -> Any:
     return nn.Sequential(*layers)
 
 
-def _sync(torch: Any, device: Any) -> None:
+def _sync(torch: ModuleType, device: _torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
-def _spread(torch: Any, dist: Any, flat: Any) -> float:
+def _spread(torch: ModuleType, dist: ModuleType, flat: _torch.Tensor) -> float:
     """Largest difference of any element of ``flat`` between two ranks (0.0 = identical)."""
     hi = flat.detach().clone()
     lo = flat.detach().clone().neg_()
@@ -97,8 +104,9 @@ def _spread(torch: Any, dist: Any, flat: Any) -> float:
     return float((hi + lo).max().item())  # max - min
 
 
-def allreduce_sweep(torch: Any, dist: Any, device: Any, sizes: list[int], world: int, rank: int,
-                    target_s: float, phases: _Phases, fault: Callable[[str], None]) -> list[dict[str, Any]]:
+def allreduce_sweep(torch: ModuleType, dist: ModuleType, device: _torch.device, sizes: list[int], world: int,
+                    rank: int, target_s: float, phases: _Phases,
+                    fault: Callable[[str], None]) -> list[dict[str, Any]]:
     """All-reduce (sum, float32, in place) per message size: correctness, then timing."""
     out: list[dict[str, Any]] = []
     expected = world * (world + 1) / 2
@@ -123,7 +131,7 @@ def allreduce_sweep(torch: Any, dist: Any, device: Any, sizes: list[int], world:
             failed[rank] = 1
         dist.all_reduce(failed)
         culprits = [r for r, bad in enumerate(failed.tolist()) if bad]
-        if culprits:
+        if culprits or buf is None:  # (no buffer here: this rank is among the culprits)
             if buf is not None:
                 entry["skipped"] = (f"rank{'s' if len(culprits) > 1 else ''} "
                                     f"{', '.join(map(str, culprits))} could not allocate {human(numel * 4)}")
@@ -156,7 +164,7 @@ def allreduce_sweep(torch: Any, dist: Any, device: Any, sizes: list[int], world:
     return out
 
 
-def ddp_check(torch: Any, dist: Any, device: Any, rank: int, world: int, phases: _Phases,
+def ddp_check(torch: ModuleType, dist: ModuleType, device: _torch.device, rank: int, world: int, phases: _Phases,
               fault: Callable[[str], None]) -> dict[str, Any]:
     """DDP steps of the reference MLP; gradients checked against a manual all-reduce."""
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -236,7 +244,7 @@ def ddp_check(torch: Any, dist: Any, device: Any, rank: int, world: int, phases:
 COMPUTE_MODES = {0: "default", 1: "exclusive-thread", 2: "prohibited", 3: "exclusive-process"}
 
 
-def dataparallel_blocker(gpu: Any, nvml_indices: list[int], local_ranks: int) -> str | None:
+def dataparallel_blocker(gpu: GpuBackend, nvml_indices: list[int], local_ranks: int) -> str | None:
     """Why local rank 0 cannot run DataParallel over every GPU, or None.
 
     The other local ranks each hold a context on their own GPU; on a GPU in a compute mode
@@ -258,7 +266,7 @@ def dataparallel_blocker(gpu: Any, nvml_indices: list[int], local_ranks: int) ->
             "cannot open contexts on every GPU (`nvidia-smi -c DEFAULT` allows it)")
 
 
-def node_checks(torch: Any, local_ranks: int = 1) -> dict[str, Any]:
+def node_checks(torch: ModuleType, local_ranks: int = 1) -> dict[str, Any]:
     """Peer access, NVLink (NVML) and DataParallel on this node's visible GPUs.
 
     ``local_ranks``: ranks on this node that hold a GPU context of their own (NCCL).
@@ -282,8 +290,9 @@ def node_checks(torch: Any, local_ranks: int = 1) -> dict[str, Any]:
         # torch is here: each device is matched to NVML by its PCI bus id (CUDA_VISIBLE_DEVICES'
         # order is wrong on mixed GPUs without CUDA_DEVICE_ORDER=PCI_BUS_ID)
         matched = [nvml_index_for(gpu, i, *torch_device_ids(i, torch)) for i in range(count)]
-        if gpu.status() is not None or None in matched:
-            info["nvlink_error"] = gpu.status().reason if gpu.status() is not None else "DeviceNotMatched"
+        status = gpu.status()
+        if status is not None or None in matched:
+            info["nvlink_error"] = status.reason if status is not None else "DeviceNotMatched"
         else:
             visible = [int(i) for i in matched if i is not None]
             blocker = dataparallel_blocker(gpu, visible, local_ranks)
@@ -301,7 +310,7 @@ def node_checks(torch: Any, local_ranks: int = 1) -> dict[str, Any]:
     return info
 
 
-def dataparallel_smoke(torch: Any, count: int) -> dict[str, Any]:
+def dataparallel_smoke(torch: ModuleType, count: int) -> dict[str, Any]:
     """nn.DataParallel over every visible GPU must give what one GPU gives."""
     try:
         torch.manual_seed(SEED)
@@ -330,7 +339,7 @@ def dataparallel_smoke(torch: Any, count: int) -> dict[str, Any]:
 _LIBUV_TAKES_LISTEN_FD = (2, 8)
 
 
-def _torch_version(torch: Any) -> tuple[int, int]:
+def _torch_version(torch: ModuleType) -> tuple[int, int]:
     try:
         major, minor = str(torch.__version__).split(".")[:2]
         return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
@@ -352,7 +361,7 @@ def bound_listener(host: str, port: int, backlog: int = 128) -> socket.socket:
     return listener
 
 
-def make_store(torch: Any, rank: int, world: int, timeout_s: float) -> tuple[Any, str]:
+def make_store(torch: ModuleType, rank: int, world: int, timeout_s: float) -> tuple[TCPStore, str]:
     """The rendezvous store at MASTER_ADDR:MASTER_PORT, and where its server listens.
 
     Rank 0 serves it from a socket bound to MASTER_ADDR (127.0.0.1 from the launcher), so the

@@ -34,12 +34,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from gpudoctor._proc import describe_exit
 from gpudoctor.model import ProbeResult, Status
-from gpudoctor.probes import Probe, ProbeContext
-from gpudoctor.probes._distributed_worker import human as human_size
+
+from . import Probe, ProbeContext
+from ._distributed_worker import human as human_size
 
 DEFAULT_SIZES = {"gloo": [64 << 10, 1 << 20, 16 << 20], "nccl": [1 << 20, 16 << 20, 128 << 20, 512 << 20]}
 DEFAULT_TIMEOUT_S = 120.0
@@ -77,7 +79,7 @@ def bus_bandwidth(nbytes: int, seconds: float, world: int) -> tuple[float, float
 
 def find_stragglers(times: dict[int, float]) -> list[tuple[int, float, float]]:
     """Ranks slower than STRAGGLER_RATIO x the median of the others: (rank, time, median)."""
-    out = []
+    out: list[tuple[int, float, float]] = []
     if len(times) < 2:
         return out
     for rank, t in sorted(times.items()):
@@ -190,7 +192,7 @@ def remove_stale_workdirs(parent: str | None = None) -> list[str]:
     Only this user's folders named ``gpudoctor-dist-<pid>-*`` whose launcher ``pid`` no
     longer runs. Returns the paths removed."""
     parent = parent or tempfile.gettempdir()
-    removed = []
+    removed: list[str] = []
     try:
         entries = list(os.scandir(parent))
     except OSError:
@@ -564,7 +566,7 @@ def run(ctx: ProbeContext) -> ProbeResult:
     target_s = float(opts.get("target_s") or 0.2)
 
     if torchrun:
-        from gpudoctor.probes._distributed_worker import run_rank
+        from ._distributed_worker import run_rank
 
         world = int(os.environ["WORLD_SIZE"])
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -591,7 +593,7 @@ def run(ctx: ProbeContext) -> ProbeResult:
 NCCL_ONE_GPU_TIMEOUT_S = 60.0
 
 
-def _nccl_on_one_gpu(torch: Any, dist: Any) -> ProbeResult:
+def _nccl_on_one_gpu(torch: ModuleType, dist: ModuleType) -> ProbeResult:
     """NCCL loaded, initialised and all-reducing on the only GPU (a world of one, an in-process
     store: nothing listens). Bandwidth between GPUs needs two of them; that is said, not faked."""
     import datetime
