@@ -28,6 +28,7 @@ import socket
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable
@@ -178,67 +179,100 @@ def ddp_check(torch: ModuleType, dist: ModuleType, device: _torch.device, rank: 
     loss_fn = torch.nn.CrossEntropyLoss()
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.5)
     gen = torch.Generator().manual_seed(SEED + 1 + rank)  # each rank its own batch
-
-    def batch() -> tuple[Any, Any]:
-        x = torch.randn(DDP_BATCH, 784, generator=gen).to(device)
-        y = torch.randint(0, 10, (DDP_BATCH,), generator=gen).to(device)
-        return x, y
+    steps = _DdpSteps(torch, dist, device, model, ddp, loss_fn, opt, gen)
 
     # 1. one step: DDP's averaged gradient versus local gradients summed by hand.
     fault("ddp")
     phases.enter("ddp gradient check")
-    x, y = batch()
-    opt.zero_grad(set_to_none=True)
-    loss = loss_fn(ddp(x), y)
-    loss.backward()
-    ddp_grad = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
-    reference.zero_grad(set_to_none=True)
-    loss_fn(reference(x), y).backward()
-    manual = torch.cat([p.grad.reshape(-1) for p in reference.parameters()])
-    dist.all_reduce(manual)
-    manual /= world
-    grad_vs_manual = float((ddp_grad - manual).abs().max().item())
-    grad_scale = float(manual.abs().max().item())
-    grad_spread = _spread(torch, dist, ddp_grad)
-    opt.step()
-    param_spread = _spread(torch, dist, torch.cat([p.detach().reshape(-1) for p in model.parameters()]))
+    agreement = steps.against_manual_allreduce(reference, world)
 
     # 2. timed steps with gradient sync, and the same steps without it (local compute only):
     #    collectives make every rank wait for the slowest, so stragglers show in compute time.
     phases.enter("ddp timed steps")
-    step_times: list[float] = []
-    for _ in range(DDP_TIMED_STEPS):
-        x, y = batch()
-        _sync(torch, device)
-        t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(ddp(x), y)
-        loss.backward()
-        opt.step()
-        _sync(torch, device)
-        step_times.append(time.perf_counter() - t0)
-    compute_times: list[float] = []
-    with ddp.no_sync():
-        for _ in range(DDP_TIMED_STEPS):
-            x, y = batch()
-            _sync(torch, device)
-            t0 = time.perf_counter()
-            opt.zero_grad(set_to_none=True)
-            loss_fn(ddp(x), y).backward()
-            _sync(torch, device)
-            compute_times.append(time.perf_counter() - t0)
+    step_times, loss = steps.timed_synced_steps()
+    compute_times = steps.timed_local_steps()
     dist.barrier()
     return {
         "batch_per_rank": DDP_BATCH,
-        "loss": float(loss.item()),
-        "grad_max_abs_diff_vs_manual": grad_vs_manual,
-        "grad_max_abs": grad_scale,
-        "grad_spread": grad_spread,
-        "param_spread": param_spread,
+        "loss": loss,
+        **agreement,
         "step_times_s": step_times,
         "compute_times_s": compute_times,
         "parameters": int(sum(p.numel() for p in model.parameters())),
     }
+
+
+@dataclass
+class _DdpSteps:
+    """The reference MLP wrapped in DDP, with its loss, its optimiser and this rank's batches."""
+
+    torch: ModuleType
+    dist: ModuleType
+    device: _torch.device
+    model: _torch.nn.Module
+    ddp: _torch.nn.parallel.DistributedDataParallel
+    loss_fn: _torch.nn.Module
+    opt: _torch.optim.Optimizer
+    gen: _torch.Generator
+
+    def batch(self) -> tuple[_torch.Tensor, _torch.Tensor]:
+        x = self.torch.randn(DDP_BATCH, 784, generator=self.gen).to(self.device)
+        y = self.torch.randint(0, 10, (DDP_BATCH,), generator=self.gen).to(self.device)
+        return x, y
+
+    def against_manual_allreduce(self, reference: _torch.nn.Module, world: int) -> dict[str, float]:
+        """One DDP step beside the same step on ``reference`` (the same weights, no DDP), its
+        gradients all-reduced and averaged by hand: how far DDP's gradient is from that, and how
+        far gradients and (after the optimiser's step) parameters differ between ranks."""
+        torch, dist = self.torch, self.dist
+        x, y = self.batch()
+        self.opt.zero_grad(set_to_none=True)
+        loss = self.loss_fn(self.ddp(x), y)
+        loss.backward()
+        ddp_grad = torch.cat([p.grad.reshape(-1) for p in self.model.parameters()])
+        reference.zero_grad(set_to_none=True)
+        self.loss_fn(reference(x), y).backward()
+        manual = torch.cat([p.grad.reshape(-1) for p in reference.parameters()])
+        dist.all_reduce(manual)
+        manual /= world
+        grad_vs_manual = float((ddp_grad - manual).abs().max().item())
+        grad_scale = float(manual.abs().max().item())
+        grad_spread = _spread(torch, dist, ddp_grad)
+        self.opt.step()
+        param_spread = _spread(torch, dist, torch.cat([p.detach().reshape(-1) for p in self.model.parameters()]))
+        return {"grad_max_abs_diff_vs_manual": grad_vs_manual, "grad_max_abs": grad_scale,
+                "grad_spread": grad_spread, "param_spread": param_spread}
+
+    def timed_synced_steps(self) -> tuple[list[float], float]:
+        """DDP_TIMED_STEPS training steps with gradient sync: their seconds, and the last loss."""
+        times: list[float] = []
+        loss = None
+        for _ in range(DDP_TIMED_STEPS):
+            x, y = self.batch()
+            _sync(self.torch, self.device)
+            t0 = time.perf_counter()
+            self.opt.zero_grad(set_to_none=True)
+            loss = self.loss_fn(self.ddp(x), y)
+            loss.backward()
+            self.opt.step()
+            _sync(self.torch, self.device)
+            times.append(time.perf_counter() - t0)
+        assert loss is not None  # DDP_TIMED_STEPS > 0
+        return times, float(loss.item())
+
+    def timed_local_steps(self) -> list[float]:
+        """The same steps' forward and backward without gradient sync (``no_sync``): seconds each."""
+        times: list[float] = []
+        with self.ddp.no_sync():
+            for _ in range(DDP_TIMED_STEPS):
+                x, y = self.batch()
+                _sync(self.torch, self.device)
+                t0 = time.perf_counter()
+                self.opt.zero_grad(set_to_none=True)
+                self.loss_fn(self.ddp(x), y).backward()
+                _sync(self.torch, self.device)
+                times.append(time.perf_counter() - t0)
+        return times
 
 
 COMPUTE_MODES = {0: "default", 1: "exclusive-thread", 2: "prohibited", 3: "exclusive-process"}
@@ -407,42 +441,12 @@ def run_rank(*, rank: int, world: int, local_rank: int, backend: str, sizes: lis
     payload: dict[str, Any] = {"rank": rank, "world_size": world, "local_rank": local_rank,
                                "hostname": socket.gethostname(), "pid": os.getpid(),
                                "backend": backend, "torch": torch.__version__, "error": None}
-
-    def inject(where: str) -> None:  # test hook: "crash|hang|oom:<rank>:<where>"
-        if not fault:
-            return
-        kind, who, at = (fault.split(":") + ["", ""])[:3]
-        if int(who) == rank and at == where:
-            if kind == "crash":
-                os._exit(17)
-            if kind == "hang":
-                while True:
-                    time.sleep(1)
-            if kind == "oom":
-                raise RuntimeError(f"CUDA out of memory (injected at {where})")
-
-    if backend == "nccl":
-        torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
-        payload["device_name"] = torch.cuda.get_device_name(device)
-    else:
-        device = torch.device("cpu")
-        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "0")) or world
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, local_world)))
-        payload["device_name"] = "cpu"
-    payload["device"] = str(device)
+    inject = _fault_injector(fault, rank)
+    device = _rank_device(torch, backend, local_rank, world, payload)
     inject("init")
     phases.enter("init_process_group")
     t0 = time.perf_counter()
-    if own_store:
-        store, listen = make_store(torch, rank, world, timeout_s)
-        if listen:
-            payload["store_listen"] = listen
-        dist.init_process_group(backend, store=store, rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=timeout_s))
-    else:
-        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=timeout_s))
+    _join_group(torch, dist, backend, init_method, rank, world, timeout_s, own_store, payload)
     try:
         dist.barrier()
         payload["init_s"] = time.perf_counter() - t0
@@ -470,6 +474,57 @@ def run_rank(*, rank: int, world: int, local_rank: int, backend: str, sizes: lis
             dist.destroy_process_group()
         except Exception:
             pass
+
+
+def _fault_injector(fault: str, rank: int) -> Callable[[str], None]:
+    """The test hook: ``fault`` "crash|hang|oom:<rank>:<where>" makes rank ``<rank>`` exit, hang or
+    raise an out-of-memory error when it reaches ``<where>``; "" does nothing."""
+    def inject(where: str) -> None:
+        if not fault:
+            return
+        kind, who, at = (fault.split(":") + ["", ""])[:3]
+        if int(who) == rank and at == where:
+            if kind == "crash":
+                os._exit(17)
+            if kind == "hang":
+                while True:
+                    time.sleep(1)
+            if kind == "oom":
+                raise RuntimeError(f"CUDA out of memory (injected at {where})")
+
+    return inject
+
+
+def _rank_device(torch: ModuleType, backend: str, local_rank: int, world: int,
+                 payload: dict[str, Any]) -> _torch.device:
+    """The device this rank works on: its own GPU for NCCL, else the CPU with its share of the
+    cores; its name goes in ``payload``."""
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+        payload["device_name"] = torch.cuda.get_device_name(device)
+    else:
+        device = torch.device("cpu")
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "0")) or world
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, local_world)))
+        payload["device_name"] = "cpu"
+    payload["device"] = str(device)
+    return device
+
+
+def _join_group(torch: ModuleType, dist: ModuleType, backend: str, init_method: str, rank: int, world: int,
+                timeout_s: float, own_store: bool, payload: dict[str, Any]) -> None:
+    """init_process_group: through our own store (``own_store``: where it listens goes in
+    ``payload``) or through ``init_method``."""
+    if own_store:
+        store, listen = make_store(torch, rank, world, timeout_s)
+        if listen:
+            payload["store_listen"] = listen
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=timeout_s))
+    else:
+        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=timeout_s))
 
 
 def _exit_with_parent() -> None:

@@ -104,7 +104,8 @@ def _context_in_fresh_process(device: _gpu.Device, timeout_s: float) -> dict[str
         return {"error": "fresh process printed no result"}
 
 
-def allocator_walk(torch: ModuleType, device: _torch.device, read_used: ReadUsed, big_block: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def allocator_walk(torch: ModuleType, device: _torch.device, read_used: ReadUsed,
+                   big_block: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Allocate and free tensors; record allocated / reserved / NVML used after each step.
 
     Works on any CUDA device; ``big_block`` is scaled to the free memory by the caller.
@@ -144,7 +145,8 @@ def allocator_walk(torch: ModuleType, device: _torch.device, read_used: ReadUsed
     return steps, fragment_stats
 
 
-def search_largest(torch: ModuleType, device: _torch.device, time_left: Callable[[], float]) -> tuple[LargestAllocation, int, int]:
+def search_largest(torch: ModuleType, device: _torch.device,
+                   time_left: Callable[[], float]) -> tuple[LargestAllocation, int, int]:
     """Largest single allocation now; returns (search, leftover allocated bytes, free before)."""
     torch.cuda.empty_cache()
     allocated_before = torch.cuda.memory_allocated(device)
@@ -178,7 +180,8 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: ModuleType, dev: _gp
     _driver_reserved(ctx, r, dev, total)
 
 
-def _context_size(ctx: ProbeContext, r: ProbeResult, torch: ModuleType, dev: _gpu.Device, device: _torch.device) -> None:
+def _context_size(ctx: ProbeContext, r: ProbeResult, torch: ModuleType, dev: _gpu.Device,
+                  device: _torch.device) -> None:
     """1. The CUDA context's size: before this process touches the device, else in a fresh process."""
     d = dev.index
     read_used = partial(_gpu.nvml_used, ctx, dev)
