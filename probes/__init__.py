@@ -6,6 +6,9 @@ the module, described by its docstring's first line), whose ``run(ctx)`` takes a
 prints and never imports torch at module level (``report --quick`` must not load torch);
 it asks its backends for readings. The runner discovers every module in this package,
 so adding a probe is adding a file (and a line in ``CATALOGUE``, which a test checks).
+Probe modules import this package relatively (``from . import Probe, ProbeContext``): mypy,
+which checks them, knows this folder as ``probes``, not as ``gpudoctor.probes``; torch's
+types are imported under ``TYPE_CHECKING`` only.
 
 ``CATALOGUE`` names each probe's module and level so that choosing probes imports only
 the modules that will run: ``report --quick`` never imports the measuring probes (and
@@ -25,9 +28,19 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypedDict, cast
 
 from gpudoctor.model import ProbeResult
+
+if TYPE_CHECKING:  # typing.Unpack is 3.11; these annotations are never evaluated at run time
+    from typing_extensions import Unpack
+
+    from gpudoctor.backends.base import GpuBackend
+    from gpudoctor.backends.cuda_driver import CudaStart
+    from gpudoctor.backends.events import EventWatcher, ReplayEvents
+    from gpudoctor.backends.na import NA
+    from gpudoctor.backends.replay import ReplayBackend
+    from gpudoctor.torch_build import TorchBuild
 
 LEVELS = ("quick", "standard", "full")
 
@@ -51,6 +64,17 @@ def _runs_at(probe_level: str, level: str) -> bool:
     return LEVELS.index(level) >= LEVELS.index(probe_level)
 
 
+class ProbeOptions(TypedDict, total=False):
+    """What :meth:`Probe.define` takes beside the module, ``run`` and the title: the fields of
+    :class:`Probe` below, each optional."""
+
+    level: str
+    uses_torch: bool
+    timeout_s: float
+    order: int
+    description: str
+
+
 @dataclass(frozen=True)
 class Probe:
     name: str
@@ -63,7 +87,8 @@ class Probe:
     description: str = ""
 
     @classmethod
-    def define(cls, module: str, run: Callable[["ProbeContext"], ProbeResult], title: str, **options: Any) -> "Probe":
+    def define(cls, module: str, run: Callable[["ProbeContext"], ProbeResult], title: str,
+               **options: Unpack[ProbeOptions]) -> "Probe":
         """The probe of module ``module`` (pass ``__name__``): its name is the module's, its
         description the first line of the module's docstring unless ``description`` is given."""
         if "description" not in options:
@@ -88,11 +113,12 @@ class ProbeContext:
     (A plain class, not a dataclass: building one costs `report --quick` a millisecond.)
     """
 
-    def __init__(self, gpu: Any, device: int | None = None, level: str = "standard",
+    def __init__(self, gpu: GpuBackend, device: int | None = None, level: str = "standard",
                  options: dict[str, Any] | None = None, deadline: float | None = None, replay: bool = False,
-                 python: str | None = None, torch_missing: bool = False, _torch_facts: Any = None,
-                 _host_facts: Any = None, _torch_build: Any = None, _cuda_start: Any = None,
-                 events: Any = None) -> None:
+                 python: str | None = None, torch_missing: bool = False,
+                 _torch_facts: dict[str, Any] | NA | None = None, _host_facts: dict[str, Any] | None = None,
+                 _torch_build: TorchBuild | None = None, _cuda_start: CudaStart | NA | None = None,
+                 events: EventWatcher | ReplayEvents | None = None) -> None:
         self.gpu = gpu
         self.device = device
         self.level = level
@@ -119,7 +145,7 @@ class ProbeContext:
     def torch_allowed(self) -> bool:
         return self.level != "quick"
 
-    def torch_facts(self) -> Any:
+    def torch_facts(self) -> dict[str, Any] | NA:
         """torch facts (live, or from the recording); NA when not allowed or not recorded."""
         from gpudoctor.backends.na import NA
 
@@ -129,14 +155,14 @@ class ProbeContext:
             if self.torch_missing:
                 return NA("TorchNotInstalled")
             if self.replay:
-                self._torch_facts = self.gpu.torch_facts()
+                self._torch_facts = cast("ReplayBackend", self.gpu).torch_facts()
             else:
                 from gpudoctor.backends.torch_cuda import torch_facts
 
                 self._torch_facts = torch_facts()
         return self._torch_facts
 
-    def torch_build(self) -> Any:
+    def torch_build(self) -> TorchBuild:
         """torch's version and CUDA build without importing it (a TorchBuild; cached).
 
         Replay: from the recording's torch facts. Live: read from torch/version.py of
@@ -146,14 +172,14 @@ class ProbeContext:
             from gpudoctor import torch_build
 
             if self.replay:
-                self._torch_build = torch_build.build_from_facts(self.gpu.torch_facts())
+                self._torch_build = torch_build.build_from_facts(cast("ReplayBackend", self.gpu).torch_facts())
             elif self.python:
                 self._torch_build = torch_build.inspect_interpreter(self.python)
             else:
                 self._torch_build = torch_build.local_build()
         return self._torch_build
 
-    def cuda_start(self) -> Any:
+    def cuda_start(self) -> CudaStart | NA:
         """Whether the CUDA driver starts (cuInit in a child: no torch, no context; cached):
         a :class:`~gpudoctor.backends.cuda_driver.CudaStart`, or NA (not Linux, a replay, which
         does not record it)."""
@@ -176,8 +202,9 @@ class ProbeContext:
 
     def host_facts(self) -> dict[str, Any]:
         if self._host_facts is None:
-            if self.replay and self.gpu.host_facts():
-                self._host_facts = self.gpu.host_facts()
+            recorded = cast("ReplayBackend", self.gpu).host_facts() if self.replay else None
+            if recorded:
+                self._host_facts = recorded
             else:
                 from gpudoctor.backends.host import host_facts
 
@@ -224,12 +251,12 @@ def registry(level: str | None = None, names: "list[str] | None" = None) -> dict
     probes returned are imported (modules missing from CATALOGUE are imported to learn).
     """
     modules: list[str] = []
-    for name, (module, probe_level) in CATALOGUE.items():
+    for name, (module_name, probe_level) in CATALOGUE.items():
         if names is not None and name not in names:
             continue
         if level is not None and not _runs_at(probe_level, level):
             continue
-        modules.append(module)
+        modules.append(module_name)
     modules += _uncatalogued_modules()
     found: list[Probe] = []
     for module_name in modules:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from ._timing import GiB, MiB
 
@@ -157,7 +157,10 @@ def _round_down(value: int, step: int) -> int:
     return (value // step) * step
 
 
-def largest_allocation(allocate: Callable[[int], Any], release: Callable[[Any], None], *, upper: int,
+HandleT = TypeVar("HandleT")
+
+
+def largest_allocation(allocate: Callable[[int], HandleT], release: Callable[[HandleT], None], *, upper: int,
                        granularity: int = 64 * MiB, max_tries: int = 14,
                        is_oom: Callable[[BaseException], bool] = looks_like_oom,
                        after_try: Callable[[], None] | None = None,
@@ -175,7 +178,7 @@ def largest_allocation(allocate: Callable[[int], Any], release: Callable[[Any], 
     result = LargestAllocation(largest_ok=0, smallest_failed=None)
 
     def attempt(size: int) -> bool:
-        handle = None
+        handle: HandleT | None = None
         ok = False
         started = time.perf_counter()
         try:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
 
 @dataclass(frozen=True)
 class GpuSpec:
@@ -101,7 +100,7 @@ def normalise_gpu_name(name: str) -> str:
     return re.sub(r"\s+", " ", text)
 
 
-def lookup_gpu_spec(name: Any) -> GpuSpec | None:
+def lookup_gpu_spec(name: object) -> GpuSpec | None:
     """Datasheet figures for a device name as NVML or torch reports it, or None if unknown."""
     if not isinstance(name, str) or not name.strip():
         return None

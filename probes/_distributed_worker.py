@@ -28,10 +28,18 @@ import socket
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable
 
 from gpudoctor.errors import first_line as _first_line
+
+if TYPE_CHECKING:  # torch is an optional extra: imported for its types only (run_rank imports it)
+    import torch as _torch
+    from torch.distributed import TCPStore
+
+    from gpudoctor.backends.base import GpuBackend
 
 # The reference network from the tutorials our users learned from (docs/design).
 MLP_WIDTHS = (784, 512, 256, 128, 64, 10)
@@ -73,7 +81,7 @@ def human(n: int) -> str:
     return f"{n} B"
 
 
-def build_mlp(torch: Any) -> Any:
+def build_mlp(torch: ModuleType) -> _torch.nn.Sequential:
     nn = torch.nn
     layers: list[Any] = []
     for i, (a, b) in enumerate(zip(MLP_WIDTHS, MLP_WIDTHS[1:])):
@@ -83,12 +91,12 @@ def build_mlp(torch: Any) -> Any:
     return nn.Sequential(*layers)
 
 
-def _sync(torch: Any, device: Any) -> None:
+def _sync(torch: ModuleType, device: _torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
-def _spread(torch: Any, dist: Any, flat: Any) -> float:
+def _spread(torch: ModuleType, dist: ModuleType, flat: _torch.Tensor) -> float:
     """Largest difference of any element of ``flat`` between two ranks (0.0 = identical)."""
     hi = flat.detach().clone()
     lo = flat.detach().clone().neg_()
@@ -97,8 +105,9 @@ def _spread(torch: Any, dist: Any, flat: Any) -> float:
     return float((hi + lo).max().item())  # max - min
 
 
-def allreduce_sweep(torch: Any, dist: Any, device: Any, sizes: list[int], world: int, rank: int,
-                    target_s: float, phases: _Phases, fault: Callable[[str], None]) -> list[dict[str, Any]]:
+def allreduce_sweep(torch: ModuleType, dist: ModuleType, device: _torch.device, sizes: list[int], world: int,
+                    rank: int, target_s: float, phases: _Phases,
+                    fault: Callable[[str], None]) -> list[dict[str, Any]]:
     """All-reduce (sum, float32, in place) per message size: correctness, then timing."""
     out: list[dict[str, Any]] = []
     expected = world * (world + 1) / 2
@@ -123,7 +132,7 @@ def allreduce_sweep(torch: Any, dist: Any, device: Any, sizes: list[int], world:
             failed[rank] = 1
         dist.all_reduce(failed)
         culprits = [r for r, bad in enumerate(failed.tolist()) if bad]
-        if culprits:
+        if culprits or buf is None:  # (no buffer here: this rank is among the culprits)
             if buf is not None:
                 entry["skipped"] = (f"rank{'s' if len(culprits) > 1 else ''} "
                                     f"{', '.join(map(str, culprits))} could not allocate {human(numel * 4)}")
@@ -156,7 +165,7 @@ def allreduce_sweep(torch: Any, dist: Any, device: Any, sizes: list[int], world:
     return out
 
 
-def ddp_check(torch: Any, dist: Any, device: Any, rank: int, world: int, phases: _Phases,
+def ddp_check(torch: ModuleType, dist: ModuleType, device: _torch.device, rank: int, world: int, phases: _Phases,
               fault: Callable[[str], None]) -> dict[str, Any]:
     """DDP steps of the reference MLP; gradients checked against a manual all-reduce."""
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -170,73 +179,106 @@ def ddp_check(torch: Any, dist: Any, device: Any, rank: int, world: int, phases:
     loss_fn = torch.nn.CrossEntropyLoss()
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.5)
     gen = torch.Generator().manual_seed(SEED + 1 + rank)  # each rank its own batch
-
-    def batch() -> tuple[Any, Any]:
-        x = torch.randn(DDP_BATCH, 784, generator=gen).to(device)
-        y = torch.randint(0, 10, (DDP_BATCH,), generator=gen).to(device)
-        return x, y
+    steps = _DdpSteps(torch, dist, device, model, ddp, loss_fn, opt, gen)
 
     # 1. one step: DDP's averaged gradient versus local gradients summed by hand.
     fault("ddp")
     phases.enter("ddp gradient check")
-    x, y = batch()
-    opt.zero_grad(set_to_none=True)
-    loss = loss_fn(ddp(x), y)
-    loss.backward()
-    ddp_grad = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
-    reference.zero_grad(set_to_none=True)
-    loss_fn(reference(x), y).backward()
-    manual = torch.cat([p.grad.reshape(-1) for p in reference.parameters()])
-    dist.all_reduce(manual)
-    manual /= world
-    grad_vs_manual = float((ddp_grad - manual).abs().max().item())
-    grad_scale = float(manual.abs().max().item())
-    grad_spread = _spread(torch, dist, ddp_grad)
-    opt.step()
-    param_spread = _spread(torch, dist, torch.cat([p.detach().reshape(-1) for p in model.parameters()]))
+    agreement = steps.against_manual_allreduce(reference, world)
 
     # 2. timed steps with gradient sync, and the same steps without it (local compute only):
     #    collectives make every rank wait for the slowest, so stragglers show in compute time.
     phases.enter("ddp timed steps")
-    step_times: list[float] = []
-    for _ in range(DDP_TIMED_STEPS):
-        x, y = batch()
-        _sync(torch, device)
-        t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(ddp(x), y)
-        loss.backward()
-        opt.step()
-        _sync(torch, device)
-        step_times.append(time.perf_counter() - t0)
-    compute_times: list[float] = []
-    with ddp.no_sync():
-        for _ in range(DDP_TIMED_STEPS):
-            x, y = batch()
-            _sync(torch, device)
-            t0 = time.perf_counter()
-            opt.zero_grad(set_to_none=True)
-            loss_fn(ddp(x), y).backward()
-            _sync(torch, device)
-            compute_times.append(time.perf_counter() - t0)
+    step_times, loss = steps.timed_synced_steps()
+    compute_times = steps.timed_local_steps()
     dist.barrier()
     return {
         "batch_per_rank": DDP_BATCH,
-        "loss": float(loss.item()),
-        "grad_max_abs_diff_vs_manual": grad_vs_manual,
-        "grad_max_abs": grad_scale,
-        "grad_spread": grad_spread,
-        "param_spread": param_spread,
+        "loss": loss,
+        **agreement,
         "step_times_s": step_times,
         "compute_times_s": compute_times,
         "parameters": int(sum(p.numel() for p in model.parameters())),
     }
 
 
+@dataclass
+class _DdpSteps:
+    """The reference MLP wrapped in DDP, with its loss, its optimiser and this rank's batches."""
+
+    torch: ModuleType
+    dist: ModuleType
+    device: _torch.device
+    model: _torch.nn.Module
+    ddp: _torch.nn.parallel.DistributedDataParallel
+    loss_fn: _torch.nn.Module
+    opt: _torch.optim.Optimizer
+    gen: _torch.Generator
+
+    def batch(self) -> tuple[_torch.Tensor, _torch.Tensor]:
+        x = self.torch.randn(DDP_BATCH, 784, generator=self.gen).to(self.device)
+        y = self.torch.randint(0, 10, (DDP_BATCH,), generator=self.gen).to(self.device)
+        return x, y
+
+    def against_manual_allreduce(self, reference: _torch.nn.Module, world: int) -> dict[str, float]:
+        """One DDP step beside the same step on ``reference`` (the same weights, no DDP), its
+        gradients all-reduced and averaged by hand: how far DDP's gradient is from that, and how
+        far gradients and (after the optimiser's step) parameters differ between ranks."""
+        torch, dist = self.torch, self.dist
+        x, y = self.batch()
+        self.opt.zero_grad(set_to_none=True)
+        loss = self.loss_fn(self.ddp(x), y)
+        loss.backward()
+        ddp_grad = torch.cat([p.grad.reshape(-1) for p in self.model.parameters()])
+        reference.zero_grad(set_to_none=True)
+        self.loss_fn(reference(x), y).backward()
+        manual = torch.cat([p.grad.reshape(-1) for p in reference.parameters()])
+        dist.all_reduce(manual)
+        manual /= world
+        grad_vs_manual = float((ddp_grad - manual).abs().max().item())
+        grad_scale = float(manual.abs().max().item())
+        grad_spread = _spread(torch, dist, ddp_grad)
+        self.opt.step()
+        param_spread = _spread(torch, dist, torch.cat([p.detach().reshape(-1) for p in self.model.parameters()]))
+        return {"grad_max_abs_diff_vs_manual": grad_vs_manual, "grad_max_abs": grad_scale,
+                "grad_spread": grad_spread, "param_spread": param_spread}
+
+    def timed_synced_steps(self) -> tuple[list[float], float]:
+        """DDP_TIMED_STEPS training steps with gradient sync: their seconds, and the last loss."""
+        times: list[float] = []
+        loss = None
+        for _ in range(DDP_TIMED_STEPS):
+            x, y = self.batch()
+            _sync(self.torch, self.device)
+            t0 = time.perf_counter()
+            self.opt.zero_grad(set_to_none=True)
+            loss = self.loss_fn(self.ddp(x), y)
+            loss.backward()
+            self.opt.step()
+            _sync(self.torch, self.device)
+            times.append(time.perf_counter() - t0)
+        assert loss is not None  # DDP_TIMED_STEPS > 0
+        return times, float(loss.item())
+
+    def timed_local_steps(self) -> list[float]:
+        """The same steps' forward and backward without gradient sync (``no_sync``): seconds each."""
+        times: list[float] = []
+        with self.ddp.no_sync():
+            for _ in range(DDP_TIMED_STEPS):
+                x, y = self.batch()
+                _sync(self.torch, self.device)
+                t0 = time.perf_counter()
+                self.opt.zero_grad(set_to_none=True)
+                self.loss_fn(self.ddp(x), y).backward()
+                _sync(self.torch, self.device)
+                times.append(time.perf_counter() - t0)
+        return times
+
+
 COMPUTE_MODES = {0: "default", 1: "exclusive-thread", 2: "prohibited", 3: "exclusive-process"}
 
 
-def dataparallel_blocker(gpu: Any, nvml_indices: list[int], local_ranks: int) -> str | None:
+def dataparallel_blocker(gpu: GpuBackend, nvml_indices: list[int], local_ranks: int) -> str | None:
     """Why local rank 0 cannot run DataParallel over every GPU, or None.
 
     The other local ranks each hold a context on their own GPU; on a GPU in a compute mode
@@ -258,7 +300,7 @@ def dataparallel_blocker(gpu: Any, nvml_indices: list[int], local_ranks: int) ->
             "cannot open contexts on every GPU (`nvidia-smi -c DEFAULT` allows it)")
 
 
-def node_checks(torch: Any, local_ranks: int = 1) -> dict[str, Any]:
+def node_checks(torch: ModuleType, local_ranks: int = 1) -> dict[str, Any]:
     """Peer access, NVLink (NVML) and DataParallel on this node's visible GPUs.
 
     ``local_ranks``: ranks on this node that hold a GPU context of their own (NCCL).
@@ -282,8 +324,9 @@ def node_checks(torch: Any, local_ranks: int = 1) -> dict[str, Any]:
         # torch is here: each device is matched to NVML by its PCI bus id (CUDA_VISIBLE_DEVICES'
         # order is wrong on mixed GPUs without CUDA_DEVICE_ORDER=PCI_BUS_ID)
         matched = [nvml_index_for(gpu, i, *torch_device_ids(i, torch)) for i in range(count)]
-        if gpu.status() is not None or None in matched:
-            info["nvlink_error"] = gpu.status().reason if gpu.status() is not None else "DeviceNotMatched"
+        status = gpu.status()
+        if status is not None or None in matched:
+            info["nvlink_error"] = status.reason if status is not None else "DeviceNotMatched"
         else:
             visible = [int(i) for i in matched if i is not None]
             blocker = dataparallel_blocker(gpu, visible, local_ranks)
@@ -301,7 +344,7 @@ def node_checks(torch: Any, local_ranks: int = 1) -> dict[str, Any]:
     return info
 
 
-def dataparallel_smoke(torch: Any, count: int) -> dict[str, Any]:
+def dataparallel_smoke(torch: ModuleType, count: int) -> dict[str, Any]:
     """nn.DataParallel over every visible GPU must give what one GPU gives."""
     try:
         torch.manual_seed(SEED)
@@ -330,7 +373,7 @@ def dataparallel_smoke(torch: Any, count: int) -> dict[str, Any]:
 _LIBUV_TAKES_LISTEN_FD = (2, 8)
 
 
-def _torch_version(torch: Any) -> tuple[int, int]:
+def _torch_version(torch: ModuleType) -> tuple[int, int]:
     try:
         major, minor = str(torch.__version__).split(".")[:2]
         return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
@@ -352,7 +395,7 @@ def bound_listener(host: str, port: int, backlog: int = 128) -> socket.socket:
     return listener
 
 
-def make_store(torch: Any, rank: int, world: int, timeout_s: float) -> tuple[Any, str]:
+def make_store(torch: ModuleType, rank: int, world: int, timeout_s: float) -> tuple[TCPStore, str]:
     """The rendezvous store at MASTER_ADDR:MASTER_PORT, and where its server listens.
 
     Rank 0 serves it from a socket bound to MASTER_ADDR (127.0.0.1 from the launcher), so the
@@ -398,42 +441,12 @@ def run_rank(*, rank: int, world: int, local_rank: int, backend: str, sizes: lis
     payload: dict[str, Any] = {"rank": rank, "world_size": world, "local_rank": local_rank,
                                "hostname": socket.gethostname(), "pid": os.getpid(),
                                "backend": backend, "torch": torch.__version__, "error": None}
-
-    def inject(where: str) -> None:  # test hook: "crash|hang|oom:<rank>:<where>"
-        if not fault:
-            return
-        kind, who, at = (fault.split(":") + ["", ""])[:3]
-        if int(who) == rank and at == where:
-            if kind == "crash":
-                os._exit(17)
-            if kind == "hang":
-                while True:
-                    time.sleep(1)
-            if kind == "oom":
-                raise RuntimeError(f"CUDA out of memory (injected at {where})")
-
-    if backend == "nccl":
-        torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
-        payload["device_name"] = torch.cuda.get_device_name(device)
-    else:
-        device = torch.device("cpu")
-        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "0")) or world
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, local_world)))
-        payload["device_name"] = "cpu"
-    payload["device"] = str(device)
+    inject = _fault_injector(fault, rank)
+    device = _rank_device(torch, backend, local_rank, world, payload)
     inject("init")
     phases.enter("init_process_group")
     t0 = time.perf_counter()
-    if own_store:
-        store, listen = make_store(torch, rank, world, timeout_s)
-        if listen:
-            payload["store_listen"] = listen
-        dist.init_process_group(backend, store=store, rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=timeout_s))
-    else:
-        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=timeout_s))
+    _join_group(torch, dist, backend, init_method, rank, world, timeout_s, own_store, payload)
     try:
         dist.barrier()
         payload["init_s"] = time.perf_counter() - t0
@@ -461,6 +474,57 @@ def run_rank(*, rank: int, world: int, local_rank: int, backend: str, sizes: lis
             dist.destroy_process_group()
         except Exception:
             pass
+
+
+def _fault_injector(fault: str, rank: int) -> Callable[[str], None]:
+    """The test hook: ``fault`` "crash|hang|oom:<rank>:<where>" makes rank ``<rank>`` exit, hang or
+    raise an out-of-memory error when it reaches ``<where>``; "" does nothing."""
+    def inject(where: str) -> None:
+        if not fault:
+            return
+        kind, who, at = (fault.split(":") + ["", ""])[:3]
+        if int(who) == rank and at == where:
+            if kind == "crash":
+                os._exit(17)
+            if kind == "hang":
+                while True:
+                    time.sleep(1)
+            if kind == "oom":
+                raise RuntimeError(f"CUDA out of memory (injected at {where})")
+
+    return inject
+
+
+def _rank_device(torch: ModuleType, backend: str, local_rank: int, world: int,
+                 payload: dict[str, Any]) -> _torch.device:
+    """The device this rank works on: its own GPU for NCCL, else the CPU with its share of the
+    cores; its name goes in ``payload``."""
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+        payload["device_name"] = torch.cuda.get_device_name(device)
+    else:
+        device = torch.device("cpu")
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "0")) or world
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, local_world)))
+        payload["device_name"] = "cpu"
+    payload["device"] = str(device)
+    return device
+
+
+def _join_group(torch: ModuleType, dist: ModuleType, backend: str, init_method: str, rank: int, world: int,
+                timeout_s: float, own_store: bool, payload: dict[str, Any]) -> None:
+    """init_process_group: through our own store (``own_store``: where it listens goes in
+    ``payload``) or through ``init_method``."""
+    if own_store:
+        store, listen = make_store(torch, rank, world, timeout_s)
+        if listen:
+            payload["store_listen"] = listen
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=timeout_s))
+    else:
+        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=timeout_s))
 
 
 def _exit_with_parent() -> None:

@@ -8,12 +8,22 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from gpudoctor.backends.na import is_na
 from gpudoctor.backends.nvml import THROTTLE_REASONS
 from gpudoctor.errors import first_sentence as _first_line
 from gpudoctor.model import ProbeResult
+
+if TYPE_CHECKING:  # torch is an optional extra: imported for its types only, never at run time here
+    import torch as _torch
+
+    from gpudoctor.backends.base import GpuBackend, GpuSample
+    from gpudoctor.sampling import Snapshot
+
+    from . import ProbeContext
+    from ._timing import CudaEventClock
 
 
 GPU_IDLE = next(bit for bit, (name, _words) in THROTTLE_REASONS.items() if name == "gpu_idle")
@@ -49,7 +59,7 @@ class NoDevice:
 
 
 
-def precheck(ctx: Any) -> NoDevice | None:
+def precheck(ctx: ProbeContext) -> NoDevice | None:
     """Reasons not to measure that need no torch import (--quick must never load torch)."""
     if ctx.replay:
         return NoDevice("replay_no_device", "Not measured: a replayed report has no live GPU to exercise.",
@@ -61,18 +71,19 @@ def precheck(ctx: Any) -> NoDevice | None:
     return None
 
 
-def import_torch_or_reason() -> tuple[Any, NoDevice | None]:
+def import_torch_or_reason() -> ModuleType | NoDevice:
+    """torch, or why it cannot be imported."""
     from gpudoctor.backends.torch_cuda import import_torch
 
     torch = import_torch()
     if is_na(torch):
-        return None, NoDevice("torch_unavailable", f"torch cannot be imported ({torch.reason}).",
-                              "Nothing can be measured without torch.",
-                              "Install a torch build for this machine (pip install torch).")
-    return torch, None
+        return NoDevice("torch_unavailable", f"torch cannot be imported ({torch.reason}).",
+                        "Nothing can be measured without torch.",
+                        "Install a torch build for this machine (pip install torch).")
+    return torch
 
 
-def cuda_devices(ctx: Any, torch: Any) -> list[Device] | NoDevice:
+def cuda_devices(ctx: ProbeContext, torch: ModuleType) -> list[Device] | NoDevice:
     """The devices to measure (``ctx.device`` or all visible), or why there are none."""
     early = precheck(ctx)
     if early is not None:
@@ -111,7 +122,7 @@ def cuda_devices(ctx: Any, torch: Any) -> list[Device] | NoDevice:
     return devices
 
 
-def _nvml_indices(gpu: Any, torch: Any, indices: list[int]) -> dict[int, int | None]:
+def _nvml_indices(gpu: GpuBackend, torch: ModuleType, indices: list[int]) -> dict[int, int | None]:
     """torch index -> NVML index (CUDA and NVML number devices differently): the one resolver,
     :func:`gpudoctor.backends.visibility.nvml_index_for`."""
     from gpudoctor.backends.visibility import nvml_index_for, torch_device_ids
@@ -122,7 +133,7 @@ def _nvml_indices(gpu: Any, torch: Any, indices: list[int]) -> dict[int, int | N
         return {}
 
 
-def nvml_sample(ctx: Any, device: Device) -> dict[str, Any]:
+def nvml_sample(ctx: ProbeContext, device: Device) -> GpuSample | dict[str, Any]:
     if device.nvml_index is None:
         return {}
     try:
@@ -131,7 +142,7 @@ def nvml_sample(ctx: Any, device: Device) -> dict[str, Any]:
         return {}
 
 
-def nvml_used(ctx: Any, device: Device) -> int | None:
+def nvml_used(ctx: ProbeContext, device: Device) -> int | None:
     """Device memory in use according to the driver (nvidia-smi's 'Memory-Usage'), or None.
 
     One NVML call (``memory()``), not a whole sample: the allocator walk reads it often.
@@ -145,7 +156,7 @@ def nvml_used(ctx: Any, device: Device) -> int | None:
     return int(value) if isinstance(value, int) else None
 
 
-def nvml_static(ctx: Any, device: Device) -> dict[str, Any]:
+def nvml_static(ctx: ProbeContext, device: Device) -> dict[str, Any]:
     if device.nvml_index is None:
         return {}
     try:
@@ -154,7 +165,7 @@ def nvml_static(ctx: Any, device: Device) -> dict[str, Any]:
         return {}
 
 
-def work_budget(ctx: Any, target_s: float, devices: int = 1, reserve_s: float = 2.0) -> float:
+def work_budget(ctx: ProbeContext, target_s: float, devices: int = 1, reserve_s: float = 2.0) -> float:
     """Seconds of measuring per device: the probe's target, cut to what its deadline leaves."""
     left = ctx.time_left() - reserve_s
     return max(0.2, min(target_s, left) / max(1, devices))
@@ -166,22 +177,22 @@ def own_pid() -> int:
 
 # The few CUDA-specific calls, in one place (tests run the probes' device paths on CPU
 # tensors by replacing these).
-def torch_device(torch: Any, device: Device) -> Any:
+def torch_device(torch: ModuleType, device: Device) -> _torch.device:
     return torch.device("cuda", device.index)
 
 
-def event_clock(torch: Any, device: Any) -> Any:
+def event_clock(torch: ModuleType, device: _torch.device | None) -> CudaEventClock:
     from ._timing import CudaEventClock
 
     return CudaEventClock(torch, device)
 
 
-def pinned_empty(torch: Any, nbytes: int) -> Any:
+def pinned_empty(torch: ModuleType, nbytes: int) -> _torch.Tensor:
     """Page-locked host memory: the DMA engines copy from it directly."""
     return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
 
 
-def has_context(torch: Any, index: int) -> bool:
+def has_context(torch: ModuleType, index: int) -> bool:
     """Whether this process already created the device's primary CUDA context."""
     try:
         return bool(torch._C._cuda_hasPrimaryContext(index))
@@ -198,7 +209,7 @@ class LoadSampler:
     throttle reasons (minus "idle"), and the lowest SM clock and highest power seen.
     """
 
-    def __init__(self, ctx: Any, device: Device, interval_s: float = 0.1) -> None:
+    def __init__(self, ctx: ProbeContext, device: Device, interval_s: float = 0.1) -> None:
         from gpudoctor.sampling import Sampler
 
         self.ctx, self.device, self.interval_s = ctx, device, interval_s
@@ -210,7 +221,7 @@ class LoadSampler:
                             devices=[] if device.nvml_index is None else [device.nvml_index],
                             interval_s=interval_s, history_length=1, on_sample=self._keep, stop_on_error=True)
 
-    def _keep(self, snap: Any) -> None:
+    def _keep(self, snap: Snapshot) -> None:
         if not snap.devices:
             return
         x = snap.devices[0].sample

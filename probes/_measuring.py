@@ -5,29 +5,36 @@ Not a probe itself (the leading underscore keeps it out of the registry).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from types import ModuleType
+from typing import TYPE_CHECKING, Callable
 
 from gpudoctor.model import ProbeResult
 
 from . import _gpu
 
+if TYPE_CHECKING:
+    from . import ProbeContext
 
-def torch_and_devices(ctx: Any, probe: str) -> tuple[Any, list[_gpu.Device]] | ProbeResult:
+#: ``measure_one(ctx, result, torch, device, budget_s)``: one device's measurements and findings
+MeasureOne = Callable[["ProbeContext", ProbeResult, ModuleType, _gpu.Device, float], None]
+
+
+def torch_and_devices(ctx: ProbeContext, probe: str) -> tuple[ModuleType, list[_gpu.Device]] | ProbeResult:
     """torch and the CUDA devices to measure, or ``probe``'s skip result saying why there are none
     (a replay, ``--quick``, no torch, no CUDA device)."""
     early = _gpu.precheck(ctx)
     if early is not None:
         return early.result(probe)
-    torch, missing = _gpu.import_torch_or_reason()
-    if missing is not None:
-        return missing.result(probe)
+    torch = _gpu.import_torch_or_reason()
+    if isinstance(torch, _gpu.NoDevice):
+        return torch.result(probe)
     devices = _gpu.cuda_devices(ctx, torch)
     if isinstance(devices, _gpu.NoDevice):
         return devices.result(probe)
     return torch, devices
 
 
-def measure_each_device(ctx: Any, probe: str, measure_one: Callable[..., None],
+def measure_each_device(ctx: ProbeContext, probe: str, measure_one: MeasureOne,
                         summarise: Callable[[ProbeResult], str], *, target_s: float,
                         reserve_s: float = 2.0) -> ProbeResult:
     """The whole ``run`` of a probe that measures each device in turn.

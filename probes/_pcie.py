@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
 
 # Per lane and direction, after line encoding (8b/10b up to gen 2, 128b/130b for gen 3-5,
 # 242/256 FLIT payload for gen 6), in GB/s. Source: PCI-SIG base specifications 1.0-6.0
@@ -31,7 +30,7 @@ PCIE_LANE_GBS: dict[int, float] = {
 }
 
 
-def pcie_ceiling_gbs(generation: Any, width: Any) -> float | None:
+def pcie_ceiling_gbs(generation: object, width: object) -> float | None:
     """Theoretical one-direction data rate of a PCIe link (e.g. gen 4 x16: 31.5 GB/s).
 
     Packet headers and flow control cost a further 5-15 %, so no transfer reaches it.
@@ -46,7 +45,7 @@ def pcie_ceiling_gbs(generation: Any, width: Any) -> float | None:
 
 
 
-def _known(value: Any) -> int | None:
+def _known(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
@@ -65,7 +64,7 @@ class LinkCeiling:
         return f"PCIe gen {self.generation} x{self.width}" if self.gb_per_s else "PCIe link unknown"
 
 
-def link_ceiling(gen_max: Any, width_max: Any, gen_now: Any = None, width_now: Any = None) -> LinkCeiling:
+def link_ceiling(gen_max: object, width_max: object, gen_now: object = None, width_now: object = None) -> LinkCeiling:
     """The ceiling from NVML's maximum link, cross-checked against the link trained now.
 
     A link cannot run above its maximum: when the current generation or width is higher
@@ -90,5 +89,5 @@ def link_ceiling(gen_max: Any, width_max: Any, gen_now: Any = None, width_now: A
 C2C_NAME = re.compile(r"\bg[hb]\d{3}\b", re.IGNORECASE)
 
 
-def host_link_is_c2c(device_name: Any) -> bool:
+def host_link_is_c2c(device_name: object) -> bool:
     return isinstance(device_name, str) and bool(C2C_NAME.search(device_name))

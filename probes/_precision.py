@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, Mapping
 
 
@@ -130,7 +131,7 @@ def judge_errors(mode: str, k: int, *, normwise: float, componentwise: float, no
 
 
 # --------------------------------------------------------------------------- TF32 switches
-def uses_fp32_precision_api(torch: Any) -> bool:
+def uses_fp32_precision_api(torch: ModuleType) -> bool:
     """torch 2.9+ has ``fp32_precision`` ("tf32"/"ieee"/"none") per backend; there the legacy
     ``allow_tf32`` and ``set_float32_matmul_precision`` print a deprecation warning, and once a
     process mixed the two APIs, reading the legacy ones raises."""
@@ -146,7 +147,7 @@ class Fp32Precision:
     and put the switch back as found: ``fp32_precision`` where torch has it, the legacy
     ``allow_tf32`` only on older torch."""
 
-    def __init__(self, torch: Any, tf32: bool, *, conv: bool = False) -> None:
+    def __init__(self, torch: ModuleType, tf32: bool, *, conv: bool = False) -> None:
         self.torch = torch
         self.tf32 = tf32
         self.new_api = uses_fp32_precision_api(torch)
@@ -162,13 +163,13 @@ class Fp32Precision:
             setattr(owner, name, value)
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         while self.saved:
             owner, name, value = self.saved.pop()
             setattr(owner, name, value)
 
 
-def matmul_tf32_on(torch: Any) -> bool:
+def matmul_tf32_on(torch: ModuleType) -> bool:
     """Whether fp32 matmuls run in TF32 as the program set torch (nothing set: no)."""
     if uses_fp32_precision_api(torch):
         value = torch.backends.cuda.matmul.fp32_precision

@@ -15,9 +15,13 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence, TypeVar
 
 from gpudoctor.stats import percentile
+
+if TYPE_CHECKING:  # torch is an optional extra: imported for its types only
+    import torch as _torch
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -54,6 +58,17 @@ def summarise(samples: Sequence[float]) -> TimingStats:
 
 
 # --------------------------------------------------------------------------- clocks
+TokenT = TypeVar("TokenT")
+
+
+class Clock(Protocol[TokenT]):
+    """What the timing loop needs of a clock: ``start()`` gives a token, ``stop(token)`` the
+    seconds since. (A ``kind`` attribute, where a clock has one, names it in the results.)"""
+
+    def start(self) -> TokenT: ...
+
+    def stop(self, token: TokenT) -> float: ...
+
 class CpuClock:
     """Wall-clock timing for work that runs on the host (CPU matmul, tests)."""
 
@@ -76,16 +91,16 @@ class CudaEventClock:
 
     kind = "cuda_event"
 
-    def __init__(self, torch: Any, device: Any = None) -> None:
+    def __init__(self, torch: ModuleType, device: _torch.device | None = None) -> None:
         self._torch = torch
         self._device = device
 
-    def start(self) -> Any:
+    def start(self) -> _torch.cuda.Event:
         event = self._torch.cuda.Event(enable_timing=True)
         event.record()
         return event
 
-    def stop(self, token: Any) -> float:
+    def stop(self, token: _torch.cuda.Event) -> float:
         end = self._torch.cuda.Event(enable_timing=True)
         end.record()
         end.synchronize()
@@ -115,7 +130,7 @@ class Timing:
         return out
 
 
-def time_op(op: Callable[[int], Any], clock: Any, *, warmup: int = 2, repeats: int = 7, inner: int = 1,
+def time_op(op: Callable[[int], object], clock: Clock[TokenT], *, warmup: int = 2, repeats: int = 7, inner: int = 1,
             budget_s: float | None = None, min_repeats: int = 3) -> Timing:
     """Median time of ``op`` per call.
 

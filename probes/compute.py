@@ -14,25 +14,32 @@ Thresholds (ours): a tensor-core mode below 50 % of its datasheet peak is a warn
 from __future__ import annotations
 
 import math
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable
 
 from gpudoctor.backends.nvml import throttle_reason_names
 from gpudoctor.model import ProbeResult, Status
-from gpudoctor.probes import Probe, ProbeContext
 
-from . import _gpu
+from . import Probe, ProbeContext, _gpu
 from ._clock_events import HEAT_OR_HW
-from ._datasheet import lookup_gpu_spec
-from ._precision import Fp32Precision, matmul_tf32_on, tf32_environment, uses_fp32_precision_api
-from ._timing import CpuClock, Timing, inner_count, matmul_tflops, percent_of, time_op
+from ._datasheet import GpuSpec, lookup_gpu_spec
+from ._precision import Fp32Precision, Tf32Environment, matmul_tf32_on, tf32_environment, uses_fp32_precision_api
+from ._timing import Clock, CpuClock, Timing, inner_count, matmul_tflops, percent_of, time_op
+
+if TYPE_CHECKING:  # torch is an optional extra: imported for its types only
+    import torch as _torch
+
+#: A reader of a device's GPM readings (SM and tensor activity since its previous call)
+GpmReader = Callable[[], dict[str, Any]]
 
 MODES = ("fp32", "tf32", "fp16", "bf16")
 MAX_N = 8192  # 8192^2 outputs: thousands of tiles, every SM of the largest GPUs busy
 SLOW_PCT = 50.0
 
 
-def matmul_timing(torch: Any, device: Any, dtype: Any, n: int, clock: Any, *, budget_s: float,
-                  slots: int = 3, repeats: int = 10, generator: Any = None) -> Timing:
+def matmul_timing(torch: ModuleType, device: _torch.device | str, dtype: _torch.dtype, n: int,
+                  clock: Clock[Any], *, budget_s: float, slots: int = 3, repeats: int = 10,
+                  generator: _torch.Generator | None = None) -> Timing:
     """Median seconds of one n x n x n matmul in ``dtype`` on ``device`` (CPU works too)."""
     pairs = []
     for _ in range(slots):
@@ -54,7 +61,7 @@ def matmul_timing(torch: Any, device: Any, dtype: Any, n: int, clock: Any, *, bu
     return time_op(op, clock, warmup=warmup, repeats=repeats, inner=inner, budget_s=budget_s)
 
 
-def cpu_matmul_tflops(torch: Any, budget_s: float = 1.5) -> dict[str, Any]:
+def cpu_matmul_tflops(torch: ModuleType, budget_s: float = 1.5) -> dict[str, Any]:
     """fp32 matmul on the CPU (all of torch's threads), the size grown until one takes ~20 ms."""
     clock = CpuClock()
     gen = torch.Generator().manual_seed(1234)
@@ -75,7 +82,7 @@ def cpu_matmul_tflops(torch: Any, budget_s: float = 1.5) -> dict[str, Any]:
             **timing.to_dict()}
 
 
-def spin_up(torch: Any, device: Any, seconds: float = 0.3) -> int:
+def spin_up(torch: ModuleType, device: _torch.device, seconds: float = 0.3) -> int:
     """Keep the GPU busy for ``seconds`` so that its clocks leave their idle state first.
 
     Idle GPUs run at low clocks and take a moment to boost; without this, the first mode
@@ -96,19 +103,19 @@ def spin_up(torch: Any, device: Any, seconds: float = 0.3) -> int:
     return runs
 
 
-def _mode_setup(torch: Any, mode: str) -> tuple[Any, bool]:
+def _mode_setup(torch: ModuleType, mode: str) -> tuple[_torch.dtype, bool]:
     dtype = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[mode]
     return dtype, mode == "tf32"
 
 
-def bf16_supported(torch: Any, dev: _gpu.Device) -> bool:
+def bf16_supported(torch: ModuleType, dev: _gpu.Device) -> bool:
     try:
         return bool(torch.cuda.is_bf16_supported(including_emulation=False))
     except TypeError:  # older torch
         return dev.compute_capability >= (8, 0)
 
 
-def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Device, budget_s: float,
+def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: ModuleType, dev: _gpu.Device, budget_s: float,
                   cpu_tflops: float | None) -> None:
     d = dev.index
     device = _gpu.torch_device(torch, dev)
@@ -143,7 +150,7 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
             r.measure(f"{mode}_matmul", None, "TFLOP/s", device=d, note=row["skipped"])
             continue
         note = f"n={row['n']}"
-        if row["pct_of_peak"] is not None:
+        if row["pct_of_peak"] is not None and spec is not None:  # a percentage needs the datasheet's peak
             note += f"; {row['pct_of_peak']:.0f} % of {spec.model} datasheet"
         r.measure(f"{mode}_matmul", row["tflops"], "TFLOP/s", device=d, reference=row["peak_tflops"], note=note)
     _tensor_activity(r, dev, rows.get("bf16") or {})
@@ -161,15 +168,17 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
 GPM_KEYS = ("sm_active_pct", "tensor_active_pct", "tensor_hmma_active_pct")
 
 
-def _gpm_reader(ctx: ProbeContext, dev: _gpu.Device) -> Any:
+def _gpm_reader(ctx: ProbeContext, dev: _gpu.Device) -> GpmReader | None:
     """GPM readings of the device (SM and tensor activity since the previous read), or None where
     NVML cannot match the device; each value a number or NA with its reason."""
-    if dev.nvml_index is None or not hasattr(ctx.gpu, "gpm"):
+    index = dev.nvml_index
+    if index is None or not hasattr(ctx.gpu, "gpm"):
         return None
+    gpm = ctx.gpu.gpm
 
     def read() -> dict[str, Any]:
         try:
-            found = ctx.gpu.gpm(dev.nvml_index)
+            found = gpm(index)
         except Exception:  # a backend that cannot read GPM costs this figure, not the probe
             return {}
         return {k: found.get(k) for k in GPM_KEYS}
@@ -190,8 +199,8 @@ def _gpm_row(readings: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _time_modes(torch: Any, dev: _gpu.Device, device: Any, spec: Any, tf32_env: Any,
-                budget_s: float, gpm: Any = None) -> dict[str, Any]:
+def _time_modes(torch: ModuleType, dev: _gpu.Device, device: _torch.device, spec: GpuSpec | None,
+                tf32_env: Tf32Environment, budget_s: float, gpm: GpmReader | None = None) -> dict[str, Any]:
     """One timed matmul per mode, as large as half the free memory allows (n <= MAX_N). With
     ``gpm`` (a reader of the device's GPM readings), the bf16 row also carries the SM and tensor
     activity NVML measured while it ran: proof that the tensor cores did the work."""
@@ -271,11 +280,14 @@ def _cpu_ratio_finding(r: ProbeResult, dev: _gpu.Device, rows: dict[str, Any], c
                        "`gpudoctor bench mnist` shows how much of it a real loop gets.", device=d)
 
 
-def _speed_finding(r: ProbeResult, dev: _gpu.Device, rows: dict[str, Any], spec: Any) -> None:
+def _speed_finding(r: ProbeResult, dev: _gpu.Device, rows: dict[str, Any], spec: GpuSpec | None) -> None:
     d = dev.index
     slow = [m for m in ("tf32", "fp16", "bf16")
             if rows[m].get("pct_of_peak") is not None and rows[m]["pct_of_peak"] < SLOW_PCT]
-    if slow:
+    if spec is None:  # no datasheet: no row has a percentage of its peak, none is slow
+        r.find(Status.PASS, "no_datasheet",
+               f"No datasheet peak for {dev.name} in gpudoctor's table; measured figures are shown alone.", device=d)
+    elif slow:
         worst = min(slow, key=lambda m: rows[m]["pct_of_peak"])
         r.find(Status.WARN, "matmul_slow",
                f"{', '.join(slow)} matmul on {dev.label} reach(es) only {rows[worst]['pct_of_peak']:.0f} % of the "
@@ -284,9 +296,6 @@ def _speed_finding(r: ProbeResult, dev: _gpu.Device, rows: dict[str, Any], spec:
                why="Training runs at most this fraction of the speed the hardware is sold for.",
                fix="Check clocks and power (health probe: throttling, power cap), other processes on the GPU, "
                    "MIG slicing, and that nvidia-smi shows the expected board.", device=d)
-    elif spec is None:
-        r.find(Status.PASS, "no_datasheet",
-               f"No datasheet peak for {dev.name} in gpudoctor's table; measured figures are shown alone.", device=d)
     else:
         r.find(Status.PASS, "matmul_ok",
                f"Tensor-core matmul on {dev.label} reaches " + ", ".join(
@@ -294,7 +303,7 @@ def _speed_finding(r: ProbeResult, dev: _gpu.Device, rows: dict[str, Any], spec:
                    if rows[m].get("pct_of_peak") is not None) + f" of the {spec.model} datasheet.", device=d)
 
 
-def _throttle_finding(r: ProbeResult, dev: _gpu.Device, reasons: Any, during: bool) -> None:
+def _throttle_finding(r: ProbeResult, dev: _gpu.Device, reasons: object, during: bool) -> None:
     d = dev.index
     if isinstance(reasons, int) and reasons & HEAT_OR_HW:
         r.find(Status.WARN, "throttled_under_load",
@@ -304,7 +313,7 @@ def _throttle_finding(r: ProbeResult, dev: _gpu.Device, reasons: Any, during: bo
                fix="Check cooling and airflow (nvidia-smi -q -d PERFORMANCE,TEMPERATURE).", device=d)
 
 
-def _tf32_available_finding(r: ProbeResult, torch: Any, dev: _gpu.Device, rows: dict[str, Any]) -> None:
+def _tf32_available_finding(r: ProbeResult, torch: ModuleType, dev: _gpu.Device, rows: dict[str, Any]) -> None:
     d = dev.index
     fp32, tf32 = rows["fp32"].get("tflops"), rows["tf32"].get("tflops")
     if fp32 and tf32 and tf32 >= 1.5 * fp32 and not matmul_tf32_on(torch):
@@ -321,9 +330,9 @@ def run(ctx: ProbeContext) -> ProbeResult:
     early = _gpu.precheck(ctx)
     if early is not None:
         return early.result("compute")
-    torch, missing = _gpu.import_torch_or_reason()
-    if missing is not None:
-        return missing.result("compute")
+    torch = _gpu.import_torch_or_reason()
+    if isinstance(torch, _gpu.NoDevice):
+        return torch.result("compute")
     r = ProbeResult("compute")
     cpu = cpu_matmul_tflops(torch, budget_s=min(1.5, max(0.3, ctx.time_left() / 10)))
     r.details["cpu"] = cpu

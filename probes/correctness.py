@@ -18,21 +18,24 @@ deterministic on one device), else ``fail``.
 from __future__ import annotations
 
 import os
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from gpudoctor.model import ProbeResult, Status
-from gpudoctor.probes import Probe, ProbeContext
 
-from . import _gpu
+from . import Probe, ProbeContext, _gpu
 from ._measuring import measure_each_device
 from ._precision import Fp32Precision, Tf32Environment, judge_elementwise, judge_errors, tf32_environment
+
+if TYPE_CHECKING:  # torch is an optional extra: imported for its types only
+    import torch as _torch
 
 MODES = ("fp32", "tf32", "fp16", "bf16")
 MATMUL_SHAPE = (2048, 2048, 512)  # m, n, k
 ELEMENTS = 4 << 20
 
 
-def _dtype(torch: Any, mode: str) -> Any:
+def _dtype(torch: ModuleType, mode: str) -> _torch.dtype:
     return {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[mode]
 
 
@@ -49,7 +52,7 @@ class _MatmulPrecision:
 
     _REDUCTIONS = ("allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction")
 
-    def __init__(self, torch: Any, mode: str) -> None:
+    def __init__(self, torch: ModuleType, mode: str) -> None:
         self.torch = torch
         self.m = torch.backends.cuda.matmul
         self.mode = mode
@@ -76,15 +79,15 @@ class _MatmulPrecision:
             if name in self.saved:
                 setattr(self.m, name, False)
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         for name in self._REDUCTIONS:
             if name in self.saved and self._read(name) != self.saved[name]:
                 setattr(self.m, name, self.saved[name])
         self.tf32.__exit__(*exc)
 
 
-def check_matmul(torch: Any, device: Any, mode: str, m: int, n: int, k: int, generator: Any,
-                 environment: Tf32Environment | None = None) -> dict[str, Any]:
+def check_matmul(torch: ModuleType, device: _torch.device | str, mode: str, m: int, n: int, k: int,
+                 generator: _torch.Generator, environment: Tf32Environment | None = None) -> dict[str, Any]:
     """One matmul on ``device`` against float64 on the CPU. ``device`` may be "cpu" (tests).
 
     ``environment``: the TF32 overrides in force for cuBLAS (:func:`tf32_environment`),
@@ -117,7 +120,8 @@ def check_matmul(torch: Any, device: Any, mode: str, m: int, n: int, k: int, gen
     return out
 
 
-def check_elementwise(torch: Any, device: Any, count: int, generator: Any) -> dict[str, Any]:
+def check_elementwise(torch: ModuleType, device: _torch.device | str, count: int,
+                      generator: _torch.Generator) -> dict[str, Any]:
     """fp32 a * b + c on ``device`` against float64 computed from the same fp32 inputs."""
     a, b, c = (torch.randn(count, dtype=torch.float64, generator=generator).float() for _ in range(3))
     a64, b64, c64 = a.double(), b.double(), c.double()
@@ -127,8 +131,8 @@ def check_elementwise(torch: Any, device: Any, count: int, generator: Any) -> di
     return _judge(torch, "fp32_elementwise", 1, result, reference, scale, True)
 
 
-def _judge(torch: Any, mode: str, k: int, result: Any, reference: Any, scale: Any,
-           repeat_identical: bool) -> dict[str, Any]:
+def _judge(torch: ModuleType, mode: str, k: int, result: _torch.Tensor, reference: _torch.Tensor,
+           scale: _torch.Tensor, repeat_identical: bool) -> dict[str, Any]:
     nonfinite = int((~torch.isfinite(result)).sum().item())
     if nonfinite:
         normwise = componentwise = float("inf")
@@ -146,7 +150,7 @@ def _judge(torch: Any, mode: str, k: int, result: Any, reference: Any, scale: An
     return out
 
 
-def run_checks(torch: Any, device: Any, *, seed: int, m: int | None = None, n: int | None = None,
+def run_checks(torch: ModuleType, device: _torch.device | str, *, seed: int, m: int | None = None, n: int | None = None,
                k: int | None = None, elements: int | None = None,
                modes: tuple[str, ...] = MODES,
                environment: Tf32Environment | None = None) -> list[dict[str, Any]]:
@@ -162,7 +166,7 @@ def run_checks(torch: Any, device: Any, *, seed: int, m: int | None = None, n: i
     return rows
 
 
-def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Device, budget_s: float) -> None:
+def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: ModuleType, dev: _gpu.Device, budget_s: float) -> None:
     # one random seed per report (in it, so a failure can be replayed), offset per device
     seed = r.details.setdefault("seed", int.from_bytes(os.urandom(6), "little")) + dev.index
     modes = tuple(m for m in MODES if m != "bf16" or dev.compute_capability >= (8, 0))

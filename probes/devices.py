@@ -9,21 +9,27 @@ the map comes from CUDA_VISIBLE_DEVICES alone (no torch).
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gpudoctor.backends.cuda_driver import cuda_start_findings
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.backends.visibility import match_torch_to_nvml, order_caveat, visible_nvml_indices
 from gpudoctor.cuda_compat import driver_build_findings
 from gpudoctor.model import ProbeResult, Status
-from gpudoctor.probes import Probe, ProbeContext
+
+from . import Probe, ProbeContext
+
+if TYPE_CHECKING:
+    from gpudoctor.backends.base import GpuBackend
+
+T = TypeVar("T")
 
 
-def _na_note(value: Any) -> str:
+def _na_note(value: object) -> str:
     return value.reason if is_na(value) else ""
 
 
-def _known(value: Any) -> Any:
+def _known(value: T | NA) -> T | None:
     return None if is_na(value) else value
 
 
@@ -38,16 +44,39 @@ def run(ctx: ProbeContext) -> ProbeResult:
     cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
     visible = visible_nvml_indices(gpu) if nvml_na is None else nvml_na
     facts = ctx.torch_facts()
-    torch_checked = not is_na(facts) and facts.get("importable")
-    torch_devices: list[dict[str, Any]] = list(facts.get("devices") or []) if torch_checked else []
-    torch_count = facts.get("device_count") if torch_checked else (facts if is_na(facts) else NA("TorchImportFailed"))
-    if torch_checked and facts.get("cuda_available") is not True:
+    # torch's facts where it imported (None: --quick, not installed, or its import failed)
+    torch_facts = facts if not is_na(facts) and facts.get("importable") else None
+    torch_devices: list[dict[str, Any]] = list(torch_facts.get("devices") or []) if torch_facts is not None else []
+    torch_count = torch_facts.get("device_count") if torch_facts is not None else (
+        facts if is_na(facts) else NA("TorchImportFailed"))
+    if torch_facts is not None and torch_facts.get("cuda_available") is not True:
         torch_count = 0
     r.measure("torch_device_count", torch_count if isinstance(torch_count, int) else None,
               note=_na_note(torch_count))
 
-    # torch index -> NVML index
+    mapping = _torch_to_nvml(r, gpu, torch_devices, nvml_static, visible)
+    r.details["cuda_visible_devices"] = cvd
+    r.details["cuda_device_order"] = os.environ.get("CUDA_DEVICE_ORDER")
+
+    if not isinstance(count, int) or count == 0:
+        _no_device(r, nvml_na, torch_facts or {})
+        return r.settle("no GPU visible")
+    if isinstance(visible, list):
+        _visible_devices(r, ctx, torch_facts, torch_count, cvd, visible, count)
+    _index_order(r, torch_devices, mapping)
+
+    wanted = [ctx.device] if ctx.device is not None else sorted(mapping) if mapping else list(range(count))
+    names = _describe_devices(r, wanted, mapping, torch_devices, nvml_static)
+    shown = ", ".join(sorted(set(names))) if names else "none"
+    return r.settle(f"{len(wanted)} device(s): {shown}")
+
+
+def _torch_to_nvml(r: ProbeResult, gpu: GpuBackend, torch_devices: list[dict[str, Any]],
+                   nvml_static: list[dict[str, Any]], visible: list[int] | NA) -> dict[int, int | None]:
+    """torch index -> NVML index: by PCI bus id where torch listed its devices, else in
+    CUDA_VISIBLE_DEVICES' order (a finding says when that order is uncertain)."""
     caveat = ""
+    mapping: dict[int, int | None]
     if torch_devices:
         mapping = match_torch_to_nvml(torch_devices, nvml_static)
         r.details["torch_to_nvml_by"] = "pci_bus_id"
@@ -65,29 +94,33 @@ def run(ctx: ProbeContext) -> ProbeResult:
                    "may number them otherwise, so a finding about 'device 0' may name another card.",
                fix="export CUDA_DEVICE_ORDER=PCI_BUS_ID (then cuda:N is nvidia-smi's GPU N), or run the full "
                    "report, which matches devices by PCI bus id.")
-    r.details["cuda_visible_devices"] = cvd
-    r.details["cuda_device_order"] = os.environ.get("CUDA_DEVICE_ORDER")
+    return mapping
 
-    if not isinstance(count, int) or count == 0:
-        _no_device(r, nvml_na, facts if torch_checked else {})
-        return r.settle("no GPU visible")
+
+def _visible_devices(r: ProbeResult, ctx: ProbeContext, torch_facts: dict[str, Any] | None, torch_count: object,
+                     cvd: str | None, visible: list[int], count: int) -> None:
+    """What CUDA_VISIBLE_DEVICES leaves visible, whether the CUDA driver starts on it, and whether
+    torch sees as many devices."""
     # CUDA reads CUDA_VISIBLE_DEVICES once, when it starts: torch using more devices than the variable
     # now allows (or the value torch's process started CUDA with differing) means it was changed after.
     # (a replay's facts were read under the recording machine's variable, not this shell's)
-    started_with = facts.get("cuda_visible_devices", cvd) if torch_checked and not ctx.replay else cvd
-    changed = bool(torch_checked and isinstance(torch_count, int) and torch_count > 0 and (
-        started_with != cvd or (cvd is not None and isinstance(visible, list) and torch_count > len(visible))))
-    if isinstance(visible, list):
-        _visibility(r, cvd, visible, count, changed)
-        # The CUDA driver's own start, asked at every level (no torch), so --quick, the exporter,
-        # the TUI header and the full report judge the same fact the same way.
-        driver_failed = cuda_start_findings(ctx.cuda_start(), len(visible)) if visible else []
-        r.findings.extend(driver_failed)
-        if torch_checked and isinstance(torch_count, int) and not any(f.status == Status.FAIL for f in driver_failed):
-            _torch_agreement(r, gpu, facts, torch_count, len(visible), cvd if changed else None)
-    _index_order(r, torch_devices, mapping)
+    started_with = torch_facts.get("cuda_visible_devices", cvd) if torch_facts is not None and not ctx.replay else cvd
+    changed = bool(torch_facts is not None and isinstance(torch_count, int) and torch_count > 0 and (
+        started_with != cvd or (cvd is not None and torch_count > len(visible))))
+    _visibility(r, cvd, visible, count, changed)
+    # The CUDA driver's own start, asked at every level (no torch), so --quick, the exporter,
+    # the TUI header and the full report judge the same fact the same way.
+    driver_failed = cuda_start_findings(ctx.cuda_start(), len(visible)) if visible else []
+    r.findings.extend(driver_failed)
+    if (torch_facts is not None and isinstance(torch_count, int)
+            and not any(f.status == Status.FAIL for f in driver_failed)):
+        _torch_agreement(r, ctx.gpu, torch_facts, torch_count, len(visible), cvd if changed else None)
 
-    wanted = [ctx.device] if ctx.device is not None else sorted(mapping) if mapping else list(range(count))
+
+def _describe_devices(r: ProbeResult, wanted: list[int], mapping: dict[int, int | None],
+                      torch_devices: list[dict[str, Any]], nvml_static: list[dict[str, Any]]) -> list[str]:
+    """Each wanted device's identity (torch's, else NVML's), and the devices torch could not read;
+    returns the devices' names."""
     torch_by_index = {d["index"]: d for d in torch_devices}
     names: list[str] = []
     for t_index in wanted:
@@ -99,12 +132,10 @@ def run(ctx: ProbeContext) -> ProbeResult:
             r.find(Status.FAIL, "device_properties_failed",
                    f"torch cannot read device {d['index']}: {d['error']}", device=d["index"],
                    why="CUDA cannot use this device.", fix="Check `nvidia-smi` and `dmesg` for this GPU.")
-
-    shown = ", ".join(sorted(set(names))) if names else "none"
-    return r.settle(f"{len(wanted)} device(s): {shown}")
+    return names
 
 
-def _no_device(r: ProbeResult, nvml_na: Any, facts: dict[str, Any]) -> None:
+def _no_device(r: ProbeResult, nvml_na: NA | None, facts: dict[str, Any]) -> None:
     """Nothing visible at all."""
     why_none = f"NVML: {nvml_na.reason}" if nvml_na is not None else "NVML reports 0 devices"
     if facts.get("cuda_init_error"):
@@ -135,7 +166,7 @@ def _visibility(r: ProbeResult, cvd: str | None, visible: list[int], count: int,
                fix=f"Fix the list: valid indices are 0..{count - 1}.")
 
 
-def _torch_agreement(r: ProbeResult, gpu: Any, facts: dict[str, Any], torch_count: int, visible: int,
+def _torch_agreement(r: ProbeResult, gpu: GpuBackend, facts: dict[str, Any], torch_count: int, visible: int,
                      changed_to: str | None = None) -> None:
     """torch's device count against NVML's (after CUDA_VISIBLE_DEVICES); ``changed_to``: the variable's
     value now, when it was changed after torch's CUDA read it."""
@@ -163,7 +194,7 @@ def _torch_agreement(r: ProbeResult, gpu: Any, facts: dict[str, Any], torch_coun
                fix="Compare `nvidia-smi -L` with torch.cuda.device_count(); check `dmesg` for Xid errors.")
 
 
-def _why_torch_sees_none(gpu: Any, facts: dict[str, Any]) -> tuple[str, str]:
+def _why_torch_sees_none(gpu: GpuBackend, facts: dict[str, Any]) -> tuple[str, str]:
     """(the reason in words, the fix) for a torch that sees no GPU where NVML sees some."""
     version, cuda_build = facts.get("version") or "", facts.get("cuda_build")
     if facts.get("hip_build") and not cuda_build:
@@ -221,7 +252,7 @@ def _describe_device(r: ProbeResult, dev: int, n_index: int | None, t: dict[str,
                    "administrator to disable MIG for whole-GPU training.", device=dev)
     identity = [s.get(k) for k in ("name", "uuid", "pci_bus_id", "compute_capability", "memory_total_bytes")]
     if not t and s and all(is_na(v) for v in identity) and not (is_na(name) and name.reason == "GpuIsLost"):
-        reasons = sorted({v.reason for v in identity})
+        reasons = sorted({v.reason for v in identity if is_na(v)})
         r.find(Status.WARN, "device_unreadable",
                f"GPU {dev}: nothing could be read about it: {', '.join(reasons)}.",
                why="NVML counts the device but answers nothing about it (name, UUID, PCI bus, memory), so "

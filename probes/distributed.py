@@ -33,13 +33,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from gpudoctor._proc import describe_exit
 from gpudoctor.model import ProbeResult, Status
-from gpudoctor.probes import Probe, ProbeContext
-from gpudoctor.probes._distributed_worker import human as human_size
+
+from . import Probe, ProbeContext
+from ._distributed_worker import human as human_size
 
 DEFAULT_SIZES = {"gloo": [64 << 10, 1 << 20, 16 << 20], "nccl": [1 << 20, 16 << 20, 128 << 20, 512 << 20]}
 DEFAULT_TIMEOUT_S = 120.0
@@ -77,7 +80,7 @@ def bus_bandwidth(nbytes: int, seconds: float, world: int) -> tuple[float, float
 
 def find_stragglers(times: dict[int, float]) -> list[tuple[int, float, float]]:
     """Ranks slower than STRAGGLER_RATIO x the median of the others: (rank, time, median)."""
-    out = []
+    out: list[tuple[int, float, float]] = []
     if len(times) < 2:
         return out
     for rank, t in sorted(times.items()):
@@ -113,64 +116,83 @@ def launch_local(nproc: int, backend: str, sizes: list[int], timeout_s: float, *
     to die), ``hung`` (did not finish, and no other rank fell further behind), or
     ``stopped`` (waiting for a failed or hung rank when it was stopped), and ``text``.
     """
-    import json
-
     remove_stale_workdirs()
     workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-"))
     port = _free_port()
     procs: dict[int, subprocess.Popen[bytes]] = {}
     try:
+        cmd = _rank_command(workdir, backend, sizes, timeout_s, target_s, fault)
         for rank in range(nproc):
-            env = dict(os.environ)
-            env.update(RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_RANK=str(rank),
-                       LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-            if sys.platform.startswith("linux") and os.path.exists("/sys/class/net/lo"):
-                # stay on loopback: gloo's and NCCL's own listeners bind to the interface named
-                env.setdefault("GLOO_SOCKET_IFNAME", "lo")
-                env.setdefault("NCCL_SOCKET_IFNAME", "lo")
-            # The ranks' own collective timeout is longer than ours, so that the rank that is
-            # stuck, not the one waiting for it, is what we find when our limit comes.
-            cmd = [sys.executable, "-m", "gpudoctor.probes._distributed_worker", "--out", str(workdir),
-                   "--backend", backend, "--sizes", ",".join(str(s) for s in sizes),
-                   "--timeout", str(timeout_s + 60.0), "--target", str(target_s)]
-            if fault:
-                cmd += ["--fault", fault]
             with open(workdir / f"rank{rank}.stderr", "wb") as err:
                 # Same process group as us: Ctrl-C in the terminal reaches the ranks too.
-                procs[rank] = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL,
-                                               stdout=subprocess.DEVNULL, stderr=err)
+                procs[rank] = subprocess.Popen(cmd, env=_rank_environment(rank, nproc, port),
+                                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
         exited_at, still_running = _wait_for_ranks(procs, timeout_s)
-
-        phases: dict[int, tuple[int, str]] = {}
-        payloads: dict[int, Any] = {}
-        errors: dict[int, str] = {}
-        for rank, p in procs.items():
-            try:
-                seq, _, name = (workdir / f"rank{rank}.phase").read_text(encoding="utf-8").partition(" ")
-                phases[rank] = (int(seq), name.strip())
-            except (OSError, ValueError):
-                phases[rank] = (0, "start-up")
-            payload = None
-            try:
-                payload = json.loads((workdir / f"rank{rank}.json").read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                pass
-            if rank in still_running:
-                continue
-            if payload is not None and not payload.get("error") and p.returncode == 0:
-                payloads[rank] = payload
-            elif payload is not None and payload.get("error"):
-                errors[rank] = f"failed: {payload['error']}"
-            else:
-                tail = _stderr_tail(workdir / f"rank{rank}.stderr")
-                errors[rank] = (f"{describe_exit(p.returncode)} (last phase: {phases[rank][1]})"
-                                + (f": {tail}" if tail else ""))
+        payloads, errors, phases = _read_ranks(procs, workdir, still_running)
         return payloads, classify_failures(errors, exited_at, still_running, phases, timeout_s)
     finally:
         # Every path, Ctrl-C and SIGTERM included (the runner's child turns its stop into an
         # exception): no rank left running, no rank JSON (host names, PIDs) left behind.
         _stop_ranks(procs)
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _rank_environment(rank: int, nproc: int, port: int) -> dict[str, str]:
+    """This process's environment with the variables torch.distributed's env:// rendezvous reads."""
+    env = dict(os.environ)
+    env.update(RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_RANK=str(rank),
+               LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if sys.platform.startswith("linux") and os.path.exists("/sys/class/net/lo"):
+        # stay on loopback: gloo's and NCCL's own listeners bind to the interface named
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        env.setdefault("NCCL_SOCKET_IFNAME", "lo")
+    return env
+
+
+def _rank_command(workdir: Path, backend: str, sizes: list[int], timeout_s: float, target_s: float,
+                  fault: str) -> list[str]:
+    """The command line of one rank (the same for every rank: each reads its own from RANK)."""
+    # The ranks' own collective timeout is longer than ours, so that the rank that is
+    # stuck, not the one waiting for it, is what we find when our limit comes.
+    cmd = [sys.executable, "-m", "gpudoctor.probes._distributed_worker", "--out", str(workdir),
+           "--backend", backend, "--sizes", ",".join(str(s) for s in sizes),
+           "--timeout", str(timeout_s + 60.0), "--target", str(target_s)]
+    if fault:
+        cmd += ["--fault", fault]
+    return cmd
+
+
+def _read_ranks(procs: dict[int, "subprocess.Popen[bytes]"], workdir: Path, still_running: set[int]
+                ) -> tuple[dict[int, Any], dict[int, str], dict[int, tuple[int, str]]]:
+    """What the ranks left in ``workdir``: (the payload of each rank that finished well, what went
+    wrong with each that finished otherwise, every rank's last phase as (sequence, name))."""
+    import json
+
+    phases: dict[int, tuple[int, str]] = {}
+    payloads: dict[int, Any] = {}
+    errors: dict[int, str] = {}
+    for rank, p in procs.items():
+        try:
+            seq, _, name = (workdir / f"rank{rank}.phase").read_text(encoding="utf-8").partition(" ")
+            phases[rank] = (int(seq), name.strip())
+        except (OSError, ValueError):
+            phases[rank] = (0, "start-up")
+        payload = None
+        try:
+            payload = json.loads((workdir / f"rank{rank}.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            pass
+        if rank in still_running:
+            continue
+        if payload is not None and not payload.get("error") and p.returncode == 0:
+            payloads[rank] = payload
+        elif payload is not None and payload.get("error"):
+            errors[rank] = f"failed: {payload['error']}"
+        else:
+            tail = _stderr_tail(workdir / f"rank{rank}.stderr")
+            errors[rank] = (f"{describe_exit(p.returncode)} (last phase: {phases[rank][1]})"
+                            + (f": {tail}" if tail else ""))
+    return payloads, errors, phases
 
 
 def _stop_ranks(procs: dict[int, "subprocess.Popen[bytes]"]) -> None:
@@ -190,7 +212,7 @@ def remove_stale_workdirs(parent: str | None = None) -> list[str]:
     Only this user's folders named ``gpudoctor-dist-<pid>-*`` whose launcher ``pid`` no
     longer runs. Returns the paths removed."""
     parent = parent or tempfile.gettempdir()
-    removed = []
+    removed: list[str] = []
     try:
         entries = list(os.scandir(parent))
     except OSError:
@@ -513,6 +535,19 @@ def _under_torchrun() -> bool:
         and world.isdigit() and int(world) > 1
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """What the check will run: the backend, the message sizes, its limits, the GPUs torch sees,
+    and the parts left out (skip findings: code, why)."""
+
+    backend: str
+    sizes: list[int]
+    timeout_s: float
+    target_s: float
+    gpus: int
+    skipped: list[tuple[str, str]]
+
+
 def run(ctx: ProbeContext) -> ProbeResult:
     if not ctx.torch_allowed():
         return ProbeResult.skip("distributed", "the distributed check needs torch: not run with --quick",
@@ -527,7 +562,6 @@ def run(ctx: ProbeContext) -> ProbeResult:
     cuda = torch.cuda.is_available()
     gpus = torch.cuda.device_count() if cuda else 0
     backend = opts.get("backend") or "auto"
-    skipped: list[tuple[str, str]] = []
     torchrun = _under_torchrun()
     if not opts.get("backend") and gpus == 0 and not torchrun:
         # From `report --full` on a machine without a GPU: the CPU gloo run costs 15-25 s and
@@ -539,6 +573,25 @@ def run(ctx: ProbeContext) -> ProbeResult:
         # One GPU (report --full, or `gpudoctor distributed` without --backend/--nproc): two CPU gloo
         # ranks cost 15-25 s and say nothing about the GPU; NCCL on it, as a world of one, does.
         return _nccl_on_one_gpu(torch, dist)
+    chosen = _choose_backend(dist, backend, cuda, gpus, torchrun)
+    if isinstance(chosen, ProbeResult):
+        return chosen
+    backend, skipped = chosen
+    sizes = [int(s) for s in (opts.get("sizes") or DEFAULT_SIZES[backend])]
+    if opts.get("timeout_s"):  # the caller gave the runner a matching limit
+        timeout_s = float(opts["timeout_s"])
+    else:
+        timeout_s = max(5.0, min(DEFAULT_TIMEOUT_S, ctx.time_left() - 10.0))
+    plan = _Plan(backend, sizes, timeout_s, float(opts.get("target_s") or 0.2), gpus, skipped)
+    return _run_under_torchrun(ctx, plan) if torchrun else _run_local(ctx, plan)
+
+
+def _choose_backend(dist: ModuleType, backend: str, cuda: bool, gpus: int,
+                    torchrun: bool) -> tuple[str, list[tuple[str, str]]] | ProbeResult:
+    """The backend to check and the parts left out ("auto": NCCL where every rank on this node has
+    a GPU, else gloo on the CPU, said in a skip finding), or the skip result when the backend
+    cannot run here."""
+    skipped: list[tuple[str, str]] = []
     # NCCL wants one GPU per rank on this node: under torchrun that is LOCAL_WORLD_SIZE
     # ranks (one per node is fine), otherwise the ranks we start here (at least 2).
     local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1) if torchrun else 2
@@ -556,26 +609,29 @@ def run(ctx: ProbeContext) -> ProbeResult:
         return ProbeResult.skip("distributed", f"NCCL asked for, but {why}", code="nccl_unavailable")
     if backend == "gloo" and not dist.is_gloo_available():
         return ProbeResult.skip("distributed", "this torch build has no gloo backend", code="gloo_unavailable")
-    sizes = [int(s) for s in (opts.get("sizes") or DEFAULT_SIZES[backend])]
-    if opts.get("timeout_s"):  # the caller gave the runner a matching limit
-        timeout_s = float(opts["timeout_s"])
-    else:
-        timeout_s = max(5.0, min(DEFAULT_TIMEOUT_S, ctx.time_left() - 10.0))
-    target_s = float(opts.get("target_s") or 0.2)
+    return backend, skipped
 
-    if torchrun:
-        from gpudoctor.probes._distributed_worker import run_rank
 
-        world = int(os.environ["WORLD_SIZE"])
-        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        if backend == "nccl" and local_rank >= gpus:
-            return ProbeResult.error("distributed", f"local rank {local_rank} has no GPU ({gpus} visible)")
-        everyone = run_rank(rank=int(os.environ["RANK"]), world=world, local_rank=local_rank,
-                            backend=backend, sizes=sizes, init_method="env://", timeout_s=timeout_s,
-                            target_s=target_s, gather=True)
-        payloads = {p["rank"]: p for p in everyone}
-        return _unseen_gpus(assemble(payloads, {}, world, backend, "torchrun", skipped), ctx, gpus, backend)
+def _run_under_torchrun(ctx: ProbeContext, plan: _Plan) -> ProbeResult:
+    """Under torchrun this process is one rank; the ranks exchange their payloads, so every rank
+    builds the same result."""
+    from ._distributed_worker import run_rank
 
+    world = int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if plan.backend == "nccl" and local_rank >= plan.gpus:
+        return ProbeResult.error("distributed", f"local rank {local_rank} has no GPU ({plan.gpus} visible)")
+    everyone = run_rank(rank=int(os.environ["RANK"]), world=world, local_rank=local_rank,
+                        backend=plan.backend, sizes=plan.sizes, init_method="env://", timeout_s=plan.timeout_s,
+                        target_s=plan.target_s, gather=True)
+    payloads = {p["rank"]: p for p in everyone}
+    return _unseen_gpus(assemble(payloads, {}, world, plan.backend, "torchrun", plan.skipped), ctx, plan.gpus,
+                        plan.backend)
+
+
+def _run_local(ctx: ProbeContext, plan: _Plan) -> ProbeResult:
+    """The ranks started here, on 127.0.0.1: one per GPU for NCCL (``nproc`` option: how many)."""
+    opts, backend, gpus = ctx.options, plan.backend, plan.gpus
     nproc = int(opts.get("nproc") or (gpus if backend == "nccl" else 2))
     if backend == "nccl" and nproc > gpus:
         return ProbeResult.skip("distributed", f"--nproc {nproc} needs {nproc} GPUs for NCCL, {gpus} visible",
@@ -583,15 +639,15 @@ def run(ctx: ProbeContext) -> ProbeResult:
     if nproc < 2:
         return ProbeResult.skip("distributed", "a distributed check needs at least 2 ranks (--nproc 2)",
                                 code="one_rank")
-    payloads, failures = launch_local(nproc, backend, sizes, timeout_s, target_s=target_s,
+    payloads, failures = launch_local(nproc, backend, plan.sizes, plan.timeout_s, target_s=plan.target_s,
                                       fault=str(opts.get("fault") or ""))
-    return _unseen_gpus(assemble(payloads, failures, nproc, backend, "local", skipped), ctx, gpus, backend)
+    return _unseen_gpus(assemble(payloads, failures, nproc, backend, "local", plan.skipped), ctx, gpus, backend)
 
 
 NCCL_ONE_GPU_TIMEOUT_S = 60.0
 
 
-def _nccl_on_one_gpu(torch: Any, dist: Any) -> ProbeResult:
+def _nccl_on_one_gpu(torch: ModuleType, dist: ModuleType) -> ProbeResult:
     """NCCL loaded, initialised and all-reducing on the only GPU (a world of one, an in-process
     store: nothing listens). Bandwidth between GPUs needs two of them; that is said, not faked."""
     import datetime

@@ -13,14 +13,18 @@ Thresholds and their sources:
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudoctor.backends.host import environment_variables
 from gpudoctor.backends.cuda_driver import cause_of_error_text
-from gpudoctor.backends.na import is_na
+from gpudoctor.backends.na import NA, is_na
 from gpudoctor.cuda_compat import cuda_started, driver_build_findings, started_anyway
 from gpudoctor.model import ProbeResult, Status
-from gpudoctor.probes import Probe, ProbeContext
+
+from . import Probe, ProbeContext
+
+if TYPE_CHECKING:
+    from gpudoctor.backends.base import GpuBackend
 
 NVML_REASON_WORDS = {
     "LibraryNotFound": ("the NVIDIA driver is not installed (libnvidia-ml.so was not found)",
@@ -248,7 +252,7 @@ def _host_facts(r: ProbeResult, ctx: ProbeContext) -> None:
     r.details["environment_variables"] = env
 
 
-def _driver(r: ProbeResult, gpu: Any) -> tuple[Any, Any, Any]:
+def _driver(r: ProbeResult, gpu: GpuBackend) -> tuple[NA | None, str | NA, str | NA]:
     """The NVIDIA driver as NVML sees it: (why NVML is unavailable or None, driver, its CUDA version)."""
     nvml_na = gpu.status()
     driver = gpu.driver_version() if nvml_na is None else nvml_na
@@ -266,7 +270,7 @@ def _driver(r: ProbeResult, gpu: Any) -> tuple[Any, Any, Any]:
     return nvml_na, driver, driver_cuda
 
 
-def _torch_build(r: ProbeResult, facts: dict[str, Any], nvml_na: Any) -> tuple[str, Any]:
+def _torch_build(r: ProbeResult, facts: dict[str, Any], nvml_na: NA | None) -> tuple[str, str | None]:
     """torch's build and libraries; a CPU-only build is a finding. Returns (version, CUDA build)."""
     version = facts.get("version", "")
     cuda_build = facts.get("cuda_build")
@@ -292,7 +296,7 @@ def _torch_build(r: ProbeResult, facts: dict[str, Any], nvml_na: Any) -> tuple[s
     return version, cuda_build
 
 
-def _cuda_start(r: ProbeResult, facts: dict[str, Any], cuda_build: Any, count: Any) -> None:
+def _cuda_start(r: ProbeResult, facts: dict[str, Any], cuda_build: str | None, count: int | NA) -> None:
     """CUDA not starting although a driver and devices are there."""
     if (cuda_build and facts.get("cuda_available") is not True and isinstance(count, int) and count > 0
             and not any(f.code == "driver_too_old" for f in r.findings)):
@@ -350,9 +354,10 @@ def _cudnn(r: ProbeResult, facts: dict[str, Any], version: str) -> None:
            fix=fix)
 
 
-def _kernel_images(r: ProbeResult, gpu: Any, facts: dict[str, Any], version: str, count: Any) -> None:
+def _kernel_images(r: ProbeResult, gpu: GpuBackend, facts: dict[str, Any], version: str, count: int | NA) -> None:
     """torch's compiled architectures against each device's compute capability."""
-    arch_list = facts.get("arch_list") if isinstance(facts.get("arch_list"), list) else []
+    listed = facts.get("arch_list")
+    arch_list: list[str] = listed if isinstance(listed, list) else []
     if arch_list:
         r.measure("torch_arch_list", " ".join(arch_list))
     capabilities: list[tuple[int, str, str]] = []
@@ -425,7 +430,8 @@ def _torchvision(r: ProbeResult, facts: dict[str, Any], version: str) -> None:
         r.measure("torchvision", None, note="not installed")
 
 
-def _without_torch(r: ProbeResult, ctx: ProbeContext, reason: str, driver: Any, driver_cuda: Any) -> ProbeResult:
+def _without_torch(r: ProbeResult, ctx: ProbeContext, reason: str, driver: str | NA,
+                   driver_cuda: str | NA) -> ProbeResult:
     """--quick, or no torch installed: torch's build read as text, and the same driver check."""
     from gpudoctor.torch_build import CHECK_ANOTHER_ENV_HINT, InterpreterError
 

@@ -25,22 +25,28 @@ import subprocess
 import sys
 import time
 from functools import partial
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable
 
 from gpudoctor.backends.na import is_na
 from gpudoctor.model import ProbeResult, Status
-from gpudoctor.probes import Probe, ProbeContext
 
-from . import _gpu
+from . import Probe, ProbeContext, _gpu
 from ._measuring import measure_each_device
 from ._allocator import LargestAllocation, expandable_segments_enabled, explain_walk, format_bytes, largest_allocation
 from ._timing import MiB
+
+if TYPE_CHECKING:  # torch is an optional extra: imported for its types only
+    import torch as _torch
+
+#: NVML's used bytes of the device being measured, or None where NVML cannot tell
+ReadUsed = Callable[[], "int | None"]
 
 OTHERS_WARN_SHARE = 0.10
 LARGEST_WARN_SHARE = 0.50
 NEARLY_FULL_SHARE = 0.05
 
-def measure_context(torch: Any, device: Any, read_used: Any) -> dict[str, Any]:
+def measure_context(torch: ModuleType, device: _torch.device, read_used: ReadUsed) -> dict[str, Any]:
     """NVML used before/after the primary context and after the first matmul (cuBLAS).
 
     Only meaningful when the device has no context yet in this process. Torch's own
@@ -98,7 +104,8 @@ def _context_in_fresh_process(device: _gpu.Device, timeout_s: float) -> dict[str
         return {"error": "fresh process printed no result"}
 
 
-def allocator_walk(torch: Any, device: Any, read_used: Any, big_block: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def allocator_walk(torch: ModuleType, device: _torch.device, read_used: ReadUsed,
+                   big_block: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Allocate and free tensors; record allocated / reserved / NVML used after each step.
 
     Works on any CUDA device; ``big_block`` is scaled to the free memory by the caller.
@@ -138,7 +145,8 @@ def allocator_walk(torch: Any, device: Any, read_used: Any, big_block: int) -> t
     return steps, fragment_stats
 
 
-def search_largest(torch: Any, device: Any, time_left: Any) -> tuple[LargestAllocation, int, int]:
+def search_largest(torch: ModuleType, device: _torch.device,
+                   time_left: Callable[[], float]) -> tuple[LargestAllocation, int, int]:
     """Largest single allocation now; returns (search, leftover allocated bytes, free before)."""
     torch.cuda.empty_cache()
     allocated_before = torch.cuda.memory_allocated(device)
@@ -163,7 +171,7 @@ def other_processes(ctx: ProbeContext, device: _gpu.Device) -> tuple[list[dict[s
     return [dict(p) for p in procs if p.get("pid") not in me], ""
 
 
-def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Device, budget_s: float) -> None:
+def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: ModuleType, dev: _gpu.Device, budget_s: float) -> None:
     device = _gpu.torch_device(torch, dev)
     _context_size(ctx, r, torch, dev, device)
     total = _allocator_walk(ctx, r, torch, dev, device)
@@ -172,7 +180,8 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
     _driver_reserved(ctx, r, dev, total)
 
 
-def _context_size(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Device, device: Any) -> None:
+def _context_size(ctx: ProbeContext, r: ProbeResult, torch: ModuleType, dev: _gpu.Device,
+                  device: _torch.device) -> None:
     """1. The CUDA context's size: before this process touches the device, else in a fresh process."""
     d = dev.index
     read_used = partial(_gpu.nvml_used, ctx, dev)
@@ -206,7 +215,8 @@ def _context_size(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Devic
         r.measure("cuda_context", None, "B", device=d, note=context.get("error", "NVML used not readable"))
 
 
-def _allocator_walk(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Device, device: Any) -> int:
+def _allocator_walk(ctx: ProbeContext, r: ProbeResult, torch: ModuleType, dev: _gpu.Device,
+                    device: _torch.device) -> int:
     """2. The caching allocator walk (and whether the device is nearly full); returns total memory."""
     d = dev.index
     read_used = partial(_gpu.nvml_used, ctx, dev)
@@ -250,8 +260,8 @@ def _allocator_walk(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Dev
     return total
 
 
-def _largest_allocation(r: ProbeResult, torch: Any, dev: _gpu.Device, device: Any, budget_s: float,
-                        total: int) -> None:
+def _largest_allocation(r: ProbeResult, torch: ModuleType, dev: _gpu.Device, device: _torch.device,
+                        budget_s: float, total: int) -> None:
     """3. The largest single allocation that succeeds now."""
     d = dev.index
     search_deadline = time.monotonic() + max(1.0, budget_s)

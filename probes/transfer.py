@@ -14,16 +14,19 @@ below 70 % of the datasheet, are warnings; a healthy machine does better than bo
 
 from __future__ import annotations
 
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from gpudoctor.model import ProbeResult, Status
-from gpudoctor.probes import Probe, ProbeContext
 
-from . import _gpu
+from . import Probe, ProbeContext, _gpu
 from ._measuring import measure_each_device
-from ._datasheet import lookup_gpu_spec
+from ._datasheet import GpuSpec, lookup_gpu_spec
 from ._pcie import LinkCeiling, host_link_is_c2c, link_ceiling
-from ._timing import MiB, Timing, bandwidth_gbs, inner_count, percent_of, time_op
+from ._timing import Clock, MiB, Timing, bandwidth_gbs, inner_count, percent_of, time_op
+
+if TYPE_CHECKING:  # torch is an optional extra: imported for its types only
+    import torch as _torch
 
 HOST_SIZES = (1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB)
 D2D_SIZES = (64 * MiB, 256 * MiB, 1024 * MiB)
@@ -32,7 +35,7 @@ D2D_WARN_PCT = 70.0
 SLOTS_BYTES = 512 * MiB  # rotation area per buffer: two slots of the largest host size
 
 
-def fill_random(torch: Any, buffer: Any, generator: Any = None) -> None:
+def fill_random(torch: ModuleType, buffer: _torch.Tensor, generator: _torch.Generator | None = None) -> None:
     """Fill a uint8 buffer with random bytes quickly (1 MiB of noise, repeated), touching every page."""
     chunk = min(buffer.numel(), MiB)
     noise = torch.randint(1, 256, (chunk,), dtype=torch.uint8, generator=generator)
@@ -44,8 +47,8 @@ def fill_random(torch: Any, buffer: Any, generator: Any = None) -> None:
         buffer[full * chunk:].copy_(noise[:rest].to(buffer.device))
 
 
-def copy_timing(dst: Any, src: Any, nbytes: int, clock: Any, *, budget_s: float, repeats: int = 7,
-                non_blocking: bool = True) -> Timing:
+def copy_timing(dst: _torch.Tensor, src: _torch.Tensor, nbytes: int, clock: Clock[Any], *, budget_s: float,
+                repeats: int = 7, non_blocking: bool = True) -> Timing:
     """Median seconds of one ``nbytes`` copy from ``src`` to ``dst`` (1-D uint8 buffers).
 
     Copies rotate through the slots that fit in both buffers. Works for any pair of
@@ -76,7 +79,7 @@ def _set_ceiling(rows: list[dict[str, Any]], ceiling: float | None) -> None:
         row["pct_of_ceiling"] = None if ceiling is None else round(percent_of(row["gb_per_s"], ceiling) or 0.0, 1)
 
 
-def free_pinned_cache(torch: Any) -> dict[str, Any]:
+def free_pinned_cache(torch: ModuleType) -> dict[str, Any]:
     """Give the pinned host memory torch's host allocator cached back to the system.
 
     Freed pinned tensors stay in the caching host allocator for the life of the process
@@ -99,7 +102,8 @@ def free_pinned_cache(torch: Any) -> dict[str, Any]:
     return {"cached_before": before, "cached_after": held(), "freed": True}
 
 
-def _host_rows(torch: Any, device: Any, area: int, clock: Any, budget_s: float, rng: Any) -> list[dict[str, Any]]:
+def _host_rows(torch: ModuleType, device: _torch.device, area: int, clock: Clock[Any], budget_s: float,
+               rng: _torch.Generator) -> list[dict[str, Any]]:
     """Pageable and pinned copies both ways at each size that fits in ``area``."""
     sizes = [s for s in HOST_SIZES if s <= area // 2] or [area // 2]
     pageable = torch.empty(area, dtype=torch.uint8)
@@ -119,7 +123,8 @@ def _host_rows(torch: Any, device: Any, area: int, clock: Any, budget_s: float, 
     return rows
 
 
-def _d2d_rows(torch: Any, device: Any, clock: Any, budget_s: float, rng: Any) -> list[dict[str, Any]]:
+def _d2d_rows(torch: ModuleType, device: _torch.device, clock: Clock[Any], budget_s: float,
+              rng: _torch.Generator) -> list[dict[str, Any]]:
     """Device-to-device copies at sizes beyond the L2 cache; each copy reads and writes nbytes."""
     torch.cuda.empty_cache()
     free, _ = torch.cuda.mem_get_info(device)
@@ -135,11 +140,11 @@ def _d2d_rows(torch: Any, device: Any, clock: Any, budget_s: float, rng: Any) ->
     return rows
 
 
-def _int_or_none(value: Any) -> int | None:
+def _int_or_none(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: Any, dev: _gpu.Device, budget_s: float) -> None:
+def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: ModuleType, dev: _gpu.Device, budget_s: float) -> None:
     d = dev.index
     device = _gpu.torch_device(torch, dev)
     torch.cuda.set_device(device)
@@ -230,7 +235,7 @@ def _pin_memory_finding(r: ProbeResult, dev: _gpu.Device, pinned_h2d: dict[str, 
                fix="DataLoader(..., pin_memory=True) and batch.to(device, non_blocking=True).", device=dev.index)
 
 
-def _d2d_findings(r: ProbeResult, dev: _gpu.Device, d2d: dict[str, Any], spec: Any) -> None:
+def _d2d_findings(r: ProbeResult, dev: _gpu.Device, d2d: dict[str, Any], spec: GpuSpec | None) -> None:
     d = dev.index
     r.measure("d2d_bandwidth", d2d["gb_per_s"], "GB/s", device=d,
               reference=spec.memory_bandwidth_gbs if spec else None,

@@ -15,10 +15,14 @@ the figure and says there is nothing to compare it with.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpudoctor.model import ProbeResult, Status
-from gpudoctor.probes import Probe
+
+from . import Probe, ProbeContext
+
+if TYPE_CHECKING:
+    from gpudoctor.workload.run import RunResult
 
 PROBE_BATCH_SIZE = 64
 PROBE_MODE = "resident"
@@ -88,7 +92,7 @@ def measure(result: ProbeResult, device: str, cuda_index: int = 0, data_dir: str
     return result.settle(f"{sps:,.0f} samples/s, accuracy {outcome.test_accuracy:.1%}")
 
 
-def _comparison(result: ProbeResult, outcome: Any, dev: int | None, expected: tuple[float, str] | None) -> None:
+def _comparison(result: ProbeResult, outcome: RunResult, dev: int | None, expected: tuple[float, str] | None) -> None:
     """Samples/s against the figure measured on this GPU model, when there is one."""
     name = outcome.device_name
     sps = outcome.samples_per_s or 0.0
@@ -116,7 +120,7 @@ def _comparison(result: ProbeResult, outcome: Any, dev: int | None, expected: tu
                         f"({source})", device=dev)
 
 
-def run(ctx: Any) -> ProbeResult:
+def run(ctx: ProbeContext) -> ProbeResult:
     result = ProbeResult(probe="workload")
     if ctx.replay:
         return ProbeResult.skip("workload", "skipped: replaying a recording (the workload needs the live device)",

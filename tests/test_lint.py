@@ -2,7 +2,7 @@
 
 CI runs only pytest, so the linters run here, as subprocesses from the repository root: ruff over
 gpudoctor/ probes/ tests/ benchmarks/ with [tool.ruff], mypy over the modules [tool.mypy] names
-(the result model, the backends with the catalogue, the sampler). A finding fails the test with
+(the result model, the backends with the catalogue, the sampler, the probes). A finding fails the test with
 the tool's own output; a tool that is not installed (it comes with the `dev` extra) skips it.
 """
 
