@@ -17,15 +17,16 @@ maximum clocks and PCIe link); the interpretation follows NVIDIA's documentation
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 from gpudoctor.backends.na import is_na
 from gpudoctor.backends.plausible import IMPLAUSIBLE, is_implausible
-from gpudoctor.backends.nvml import THROTTLE_REASONS, throttle_reason_names
+from gpudoctor import findings
+from gpudoctor.backends.nvml import throttle_reason_names
 from gpudoctor.backends.visibility import visible_nvml_indices
-from gpudoctor.model import ProbeResult, Status
+from gpudoctor.model import Finding, ProbeResult, Status
 from gpudoctor.probes import Probe, ProbeContext
-from gpudoctor.probes._clock_events import GPU_IDLE, HW_PROTECTION, SW_POWER_CAP, SW_THERMAL_SLOWDOWN
+from gpudoctor.probes._clock_events import GPU_IDLE
 
 COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
 # Retired pages at or above this count: NVIDIA's guidance is that the board is due for RMA.
@@ -46,11 +47,6 @@ def _num(value: Any) -> int | float | None:
         return None
 
 
-def _whole(value: int | float) -> str:
-    """A count as written: an int whole (``:.0f`` would round it through a float past 2**53)."""
-    return str(value) if isinstance(value, int) else f"{value:.0f}"
-
-
 @dataclass
 class _Device:
     """One device's readings and where its measurements and findings go."""
@@ -67,6 +63,10 @@ class _Device:
 
     def find(self, status: Status, code: str, summary: str, why: str, fix: str) -> None:
         self.r.find(status, code, summary, why=why, fix=fix, device=self.dev)
+
+    def add(self, found: Iterable[Finding | None]) -> None:
+        """Findings of the shared judgements (gpudoctor.findings), in their words."""
+        self.r.findings.extend(f for f in found if f is not None)
 
 
 def check_device(r: ProbeResult, dev: int, s: dict[str, Any], x: dict[str, Any]) -> None:
@@ -183,22 +183,7 @@ def _check_clocks(d: _Device) -> None:
         return
     names = throttle_reason_names(reasons)
     d.r.measure("throttle_reasons", ", ".join(names) if names else "none", device=d.dev)
-    for bit, (code, words) in THROTTLE_REASONS.items():
-        if not reasons & bit:
-            continue
-        if bit & HW_PROTECTION:
-            d.find(Status.FAIL, f"throttle_{code}", f"{d.label}: {words}.",
-                   why="The hardware is protecting itself; clocks drop sharply and stay low while it lasts.",
-                   fix="Check cooling and power delivery (PSU, cables); `nvidia-smi -q -d PERFORMANCE` shows "
-                       "the reason live; repeated HW slowdown warrants a hardware check.")
-        elif bit == SW_THERMAL_SLOWDOWN:
-            d.find(Status.WARN, f"throttle_{code}", f"{d.label}: {words}.",
-                   why="The driver lowers clocks to keep the temperature in range: slower training.",
-                   fix="Improve cooling or airflow.")
-        elif bit == SW_POWER_CAP:
-            d.find(Status.PASS, f"throttle_{code}", f"{d.label}: {words}.",
-                   why="Normal for a fully loaded GPU: it runs as fast as its power budget allows.",
-                   fix="Nothing to do unless the power limit was lowered on purpose.")
+    d.add(findings.clock_event_findings(names, label=d.label, device=d.dev))
 
 
 def _check_ecc(d: _Device) -> None:
@@ -210,22 +195,7 @@ def _check_ecc(d: _Device) -> None:
     for key in ("ecc_volatile_corrected", "ecc_volatile_uncorrected", "ecc_aggregate_corrected",
                 "ecc_aggregate_uncorrected"):
         d.m(key, x.get(key))
-    if vol_unc:
-        d.find(Status.FAIL, "ecc_uncorrected_volatile",
-               f"{label} had {_whole(vol_unc)} uncorrectable ECC error(s) since the driver loaded.",
-               why="Uncorrectable errors corrupt data or kill the process that hit them (Xid 48/94/95).",
-               fix="Drain the node, reset the GPU (retires/remaps the bad memory), and run a memory test; "
-                   "replace the GPU if errors come back.")
-    elif agg_unc:
-        d.find(Status.WARN, "ecc_uncorrected_aggregate",
-               f"{label} has had {_whole(agg_unc)} uncorrectable ECC error(s) over its lifetime (none since driver load).",
-               why="Past uncorrectable errors point at weak memory cells; retirement/remapping should have isolated them.",
-               fix="Check retired pages / remapped rows below; watch for new volatile errors.")
-    elif vol_cor:
-        d.find(Status.PASS, "ecc_corrected",
-               f"{label} corrected {_whole(vol_cor)} single-bit ECC error(s) since the driver loaded.",
-               why="Corrected errors are harmless on their own; a fast-growing count precedes page retirement.",
-               fix="Nothing now; alert if the count keeps rising.")
+    d.add([findings.ecc_finding(vol_unc, agg_unc, vol_cor, label=label, device=d.dev)])
 
 
 def _check_retired_pages(d: _Device) -> None:
@@ -235,16 +205,8 @@ def _check_retired_pages(d: _Device) -> None:
         return
     total = (_num(sbe) or 0) + (_num(dbe) or 0)
     d.m("retired_pages", int(total))
-    if pending is True or pending == 1:
-        d.find(Status.WARN, "retired_pages_pending",
-               f"{d.label} has memory pages waiting to be retired.",
-               why="Retirement takes effect only after the GPU is reset; until then the bad page can be used.",
-               fix="Reset the GPU (`nvidia-smi -r` when idle) or reboot the node.")
-    if total >= RETIRED_PAGES_RMA:
-        d.find(Status.FAIL, "retired_pages_limit",
-               f"{d.label} has {_whole(total)} retired pages (>= {RETIRED_PAGES_RMA}).",
-               why="NVIDIA's guidance treats this many retirements as a board to return (RMA).",
-               fix="Replace the GPU.")
+    d.add(findings.retired_pages_findings(pending is True or pending == 1, total, RETIRED_PAGES_RMA,
+                                          label=d.label, device=d.dev))
 
 
 def _check_remapped_rows(d: _Device) -> None:
@@ -255,14 +217,8 @@ def _check_remapped_rows(d: _Device) -> None:
         return
     d.m("remapped_rows_uncorrectable", uncorrectable)
     d.m("remapped_rows_correctable", x.get("remapped_rows_correctable"))
-    if x.get("remapped_rows_failure") is True:
-        d.find(Status.FAIL, "row_remap_failure", f"{d.label} failed to remap a memory row.",
-               why="The GPU has no spare rows left for a bad one: memory errors will not be isolated.",
-               fix="Replace the GPU (RMA).")
-    elif x.get("remapped_rows_pending") is True:
-        d.find(Status.WARN, "row_remap_pending", f"{d.label} has a memory row remap pending.",
-               why="The remap takes effect only after a GPU reset.",
-               fix="Reset the GPU (`nvidia-smi -r` when idle) or reboot the node.")
+    d.add(findings.row_remap_findings(x.get("remapped_rows_failure") is True, x.get("remapped_rows_pending") is True,
+                                      label=d.label, device=d.dev))
 
 
 def _check_pcie(d: _Device) -> None:
