@@ -130,7 +130,7 @@ WORDING: dict[str, Wording] = {
     "readings_old": Wording(Status.ERROR, "readings {age} old"),
     "report_failed": Wording(Status.FAIL, "the node's last report failed", "",
                              "Run `gpudoctor report` there."),
-    "report_warned": Wording(Status.WARN, "the node's last report: {status}"),
+    "report_warned": Wording(Status.WARN, "the node's last report: {verdict}"),
     "report_old": Wording(Status.WARN, "the node's last report is {age} old"),
     "target_down": Wording(Status.ERROR, "target not answering Prometheus{since}", "",
                            "Is the exporter running on the node?"),

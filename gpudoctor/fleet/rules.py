@@ -167,7 +167,7 @@ def judge_instances(rows: Rows, m: ByMetric, now: float, stale_after_s: float, r
             if current == "fail":
                 row.add(findings.finding("report_failed"))
             elif current in ("warn", "error"):
-                row.add(findings.finding("report_warned", status=current))
+                row.add(findings.finding("report_warned", verdict=current))
             if age is not None and age > report_max_age_s:
                 row.add(findings.finding("report_old", age=fmt_age(age)))
 
@@ -202,8 +202,8 @@ def judge_xid_window(row: FleetRow, series: list[Series]) -> None:
         return
     window = _window(s for s in series if s.value > 0)
     ranked = sorted(counts, key=lambda c: (xid.explain(c).severity == "critical", c))
-    for code in ranked:
-        row.add(_xid_finding(code, f" ({counts[code]} time(s){window})"))
+    for number in ranked:
+        row.add(_xid_finding(number, f" ({counts[number]} time(s){window})"))
     row.xid_last, row.xid_last_words = ranked[-1], xid.explain(ranked[-1]).words
     row.xid_count = sum(counts.values())
 

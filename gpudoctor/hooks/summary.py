@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from gpudoctor.fileio import atomic_write_text
+from gpudoctor.model import Finding, Status
 from gpudoctor.safejson import json_safe
 from gpudoctor.stats import percentile
-from .energy import energy_figures
+from .energy import StepEnergy, energy_figures
 
 SUMMARY_FORMAT = "gpudoctor-training-summary"
 SUMMARY_FORMAT_VERSION = 1
@@ -66,22 +68,34 @@ STRAGGLER_MIN_EXCESS_S = 0.001
 STRAGGLER_MIN_EXCESS_SHARE = 0.05
 
 
-@dataclass
-class DiagnosisItem:
-    """One problem found: a stable ``code``, what was seen (``message``), what to do (``advice``)."""
+class DiagnosisItem(Finding):
+    """One problem found: a :class:`~gpudoctor.model.Finding` with a stable ``code``, what was seen
+    (``message``, the finding's summary), what to do (``advice``, its fix), its severity (its
+    status) and the figures it was judged on (``evidence``). ``to_dict()`` keeps the training
+    summary's published keys (code, severity, message, advice, evidence)."""
 
-    code: str
-    message: str
-    advice: str
-    severity: str = "warn"
-    evidence: dict[str, Any] = field(default_factory=dict)
+    def __init__(self, code: str, message: str, advice: str, severity: Status | str = Status.WARN,
+                 evidence: dict[str, Any] | None = None) -> None:
+        super().__init__(Status(severity), code, message, fix=advice, evidence=dict(evidence or {}))
+
+    @property
+    def message(self) -> str:
+        return self.summary
+
+    @property
+    def advice(self) -> str:
+        return self.fix
+
+    @property
+    def severity(self) -> Status:
+        return self.status
 
     def to_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "severity": self.severity, "message": self.message,
-                "advice": self.advice, "evidence": json_safe(self.evidence)}
+        return {"code": self.code, "severity": self.status.value, "message": self.summary,
+                "advice": self.fix, "evidence": json_safe(self.evidence)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "DiagnosisItem":
+    def from_dict(cls, data: Mapping[str, Any]) -> "DiagnosisItem":
         return cls(code=data["code"], message=data["message"], advice=data["advice"],
                    severity=data.get("severity", "warn"), evidence=dict(data.get("evidence") or {}))
 
@@ -149,7 +163,7 @@ class Summary:
         summary.diagnosis = [DiagnosisItem.from_dict(d) for d in data.get("diagnosis", [])]
         return summary
 
-    def to_json(self, path: Any = None, indent: int | None = 2) -> str:
+    def to_json(self, path: str | os.PathLike[str] | None = None, indent: int | None = 2) -> str:
         """The summary as JSON text; written atomically to ``path`` when one is given."""
         text = json.dumps(self.to_dict(), indent=indent, allow_nan=False) + "\n"
         if path is not None:
@@ -267,7 +281,7 @@ class RawTimings:
     host_syncs: dict[str, Any] | None = None
     notes: Sequence[str] = ()
     samples: Sequence[int] = ()  # samples in each step (-1: unknown)
-    energy: Any = None  # a gpudoctor.hooks.energy.StepEnergy, or None
+    energy: StepEnergy | None = None
 
 
 def build_summary(raw: RawTimings) -> Summary:
@@ -288,57 +302,15 @@ def build_summary(raw: RawTimings) -> Summary:
     summary.warmup_steps = skip
     summary.steps_measured = steps - skip
     host = list(raw.host_steps[skip:])
-    waits = list(raw.waits[skip:])
     lengths = iteration_spans(raw.iter_starts, raw.ends, raw.passes, skip)
     wall = max(sum(lengths), 1e-12)
     summary.wall_time_s = wall
-    if wall:
-        summary.steps_per_s = len(host) / wall
+    summary.steps_per_s = len(host) / wall
     summary.host_step_time_p50_s = percentile(sorted(host), 50)
-
-    known_waits = [w for w in waits if not math.isnan(w)]
-    if known_waits:
-        summary.data_wait_total_s = sum(known_waits)
-        summary.data_wait_p50_s = percentile(sorted(known_waits), 50)
-        if wall:
-            summary.data_wait_share = min(1.0, max(0.0, sum(known_waits) / wall))
-        if len(known_waits) < len(waits):
-            summary.notes.append(f"{len(waits) - len(known_waits)} of {len(waits)} steps ran outside "
-                                 "monitor.wrap(loader): data wait was not measured for them")
-    else:
-        summary.notes.append("steps ran outside monitor.wrap(loader): data wait was not measured")
-
-    if raw.device_steps is not None:
-        device = list(raw.device_steps)
-        # Device times arrive in step order; drop the same warm-up steps when all are present.
-        if len(device) == steps:
-            device = device[skip:]
-        if len(device) < len(host):
-            summary.notes.append(f"{len(host) - len(device)} step(s) had no device time yet")
-        times = sorted(device)
-        summary.step_time_p50_s = percentile(times, 50)
-        summary.step_time_p90_s = percentile(times, 90)
-        summary.step_time_mean_s = _mean(times)
-        if wall and device:
-            summary.device_span_share = min(1.0, sum(device) * (len(host) / len(device)) / wall)
-    else:
-        times = sorted(host)
-        summary.step_time_p50_s = percentile(times, 50)
-        summary.step_time_p90_s = percentile(times, 90)
-        summary.step_time_mean_s = _mean(times)
-
+    _data_wait_figures(summary, list(raw.waits[skip:]), wall)
+    _step_time_figures(summary, raw, host, skip, wall)
     spans = [(raw.iter_starts[i], raw.iter_starts[i] + length) for i, length in enumerate(lengths, start=skip)]
-    measured_samples = list(raw.samples[skip:])
-    if measured_samples and min(measured_samples) >= 0 and wall:
-        summary.samples_per_s = sum(measured_samples) / wall
-    summary.energy, energy_note = energy_figures(raw.energy, spans, measured_samples)
-    if energy_note:
-        summary.notes.append(energy_note)
-    summary.gpu = gpu_stats(raw.gpu_samples, spans=spans)
-    if summary.gpu is not None and summary.gpu["samples"] > summary.gpu["samples_in_steps"]:
-        summary.notes.append(f"{summary.gpu['samples'] - summary.gpu['samples_in_steps']} of {summary.gpu['samples']} "
-                             "GPU samples fell outside the measured steps (warm-up, validation, checkpoints, "
-                             "epoch boundaries) and are left out of utilisation, power and clocks")
+    _throughput_figures(summary, raw, spans, skip, wall)
     summary.memory = raw.memory
     if raw.host_syncs is not None:
         syncs = dict(raw.host_syncs)
@@ -348,6 +320,54 @@ def build_summary(raw: RawTimings) -> Summary:
         summary.host_syncs = syncs
     summary.diagnosis = diagnose(summary)
     return summary
+
+
+def _data_wait_figures(summary: Summary, waits: list[float], wall: float) -> None:
+    """How long the loop waited for its batches (NaN: a step outside ``monitor.wrap(loader)``)."""
+    known_waits = [w for w in waits if not math.isnan(w)]
+    if not known_waits:
+        summary.notes.append("steps ran outside monitor.wrap(loader): data wait was not measured")
+        return
+    summary.data_wait_total_s = sum(known_waits)
+    summary.data_wait_p50_s = percentile(sorted(known_waits), 50)
+    summary.data_wait_share = min(1.0, max(0.0, sum(known_waits) / wall))
+    if len(known_waits) < len(waits):
+        summary.notes.append(f"{len(waits) - len(known_waits)} of {len(waits)} steps ran outside "
+                             "monitor.wrap(loader): data wait was not measured for them")
+
+
+def _step_time_figures(summary: Summary, raw: RawTimings, host: list[float], skip: int, wall: float) -> None:
+    """Step times: the device's (CUDA events) where measured, else the host clock's."""
+    times = sorted(host)
+    if raw.device_steps is not None:
+        device = list(raw.device_steps)
+        # Device times arrive in step order; drop the same warm-up steps when all are present.
+        if len(device) == len(raw.host_steps):
+            device = device[skip:]
+        if len(device) < len(host):
+            summary.notes.append(f"{len(host) - len(device)} step(s) had no device time yet")
+        times = sorted(device)
+        if device:
+            summary.device_span_share = min(1.0, sum(device) * (len(host) / len(device)) / wall)
+    summary.step_time_p50_s = percentile(times, 50)
+    summary.step_time_p90_s = percentile(times, 90)
+    summary.step_time_mean_s = _mean(times)
+
+
+def _throughput_figures(summary: Summary, raw: RawTimings, spans: list[tuple[float, float]], skip: int,
+                        wall: float) -> None:
+    """Samples per second, energy, and the GPU's figures during the measured steps."""
+    measured_samples = list(raw.samples[skip:])
+    if measured_samples and min(measured_samples) >= 0:
+        summary.samples_per_s = sum(measured_samples) / wall
+    summary.energy, energy_note = energy_figures(raw.energy, spans, measured_samples)
+    if energy_note:
+        summary.notes.append(energy_note)
+    summary.gpu = gpu_stats(raw.gpu_samples, spans=spans)
+    if summary.gpu is not None and summary.gpu["samples"] > summary.gpu["samples_in_steps"]:
+        summary.notes.append(f"{summary.gpu['samples'] - summary.gpu['samples_in_steps']} of {summary.gpu['samples']} "
+                             "GPU samples fell outside the measured steps (warm-up, validation, checkpoints, "
+                             "epoch boundaries) and are left out of utilisation, power and clocks")
 
 
 # -- diagnosis ----------------------------------------------------------------------------------
@@ -608,7 +628,7 @@ def find_stragglers(ranks: Sequence[dict[str, Any]]) -> list[DiagnosisItem]:
     known_steps = [v for v in steps.values() if v is not None]
     if not known_steps:
         return items
-    iterations = {k: (waits[k] or 0.0) + steps[k] for k in steps if steps[k] is not None}
+    iterations = {k: (waits[k] or 0.0) + step for k, step in steps.items() if step is not None}
     median_iteration = statistics.median_low(list(iterations.values()))
     min_excess = max(STRAGGLER_MIN_EXCESS_S, STRAGGLER_MIN_EXCESS_SHARE * median_iteration)
 
