@@ -45,7 +45,7 @@ def throttle_reason_names(mask: int) -> list[str]:
 
 
 def throttle_reason_words(mask: int) -> list[str]:
-    return [THROTTLE_REASONS[bit][1] for bit in sorted(THROTTLE_REASONS) if mask & bit]
+    return [CLOCK_EVENTS[code].words for code in throttle_reason_names(mask)]
 
 
 def _error_name(exc: BaseException) -> str:

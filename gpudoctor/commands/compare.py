@@ -12,9 +12,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudoctor import exitcodes
+
+if TYPE_CHECKING:
+    from gpudoctor.baseline import Baseline
+    from gpudoctor.model import ProbeResult
 
 
 def register(subparsers: Any) -> None:
@@ -54,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     return exitcodes.for_status(report.status.value, args.fail_on)
 
 
-def render_comparison(result: Any, base: Any, report_name: str) -> str:
+def render_comparison(result: ProbeResult, base: Baseline, report_name: str) -> str:
     header = ("STATUS", "FIGURE", "GPU", "BASELINE", "THIS", "CHANGE")
     rows = []
     for row in result.details.get("figures", []):
