@@ -142,7 +142,7 @@ WORDING: dict[str, Wording] = {
 
 
 def finding(code: str, *, label: str | None = None, device: int | None = None, status: Status | None = None,
-            evidence: dict[str, Any] | None = None, **fields: Any) -> Finding:
+            evidence: dict[str, Any] | None = None, **fields: object) -> Finding:
     """The finding ``code`` in :data:`WORDING`'s words, its templates filled from ``fields``.
 
     With ``label`` (``"GPU 0 (NVIDIA H100)"``) the summary is a sentence about that GPU

@@ -294,7 +294,7 @@ def _speed_finding(r: ProbeResult, dev: _gpu.Device, rows: dict[str, Any], spec:
                    if rows[m].get("pct_of_peak") is not None) + f" of the {spec.model} datasheet.", device=d)
 
 
-def _throttle_finding(r: ProbeResult, dev: _gpu.Device, reasons: Any, during: bool) -> None:
+def _throttle_finding(r: ProbeResult, dev: _gpu.Device, reasons: object, during: bool) -> None:
     d = dev.index
     held = [name for name in throttle_reason_names(reasons) if name in findings.HELD_DOWN] \
         if isinstance(reasons, int) else []

@@ -70,7 +70,7 @@ def render_comparison(result: ProbeResult, base: Baseline, report_name: str) -> 
         rows.append((row["status"].upper(), row["figure"], "-" if row["device"] is None else str(row["device"]),
                      f"{base_value:.4g}", f"{value:.4g}", change))
     lines = [f"gpudoctor compare: {report_name} against {len(base.sources)} baseline report(s): "
-             f"{result.status.value.upper()}: {result.summary}"]
+             f"{str(result.status).upper()}: {result.summary}"]
     widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
     for row in [header] + rows:
         lines.append("  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip())

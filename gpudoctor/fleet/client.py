@@ -65,7 +65,7 @@ class Prometheus:
                                       "narrow the selection with --match")
         return self._parse(body)
 
-    def _fetch_by_deadline(self, request: Any) -> bytes:
+    def _fetch_by_deadline(self, request: urllib.request.Request) -> bytes:
         """The answer's body (at most MAX_ANSWER_BYTES + 1), or TimeoutError at the deadline.
 
         The request runs in a daemon thread and this one waits for it until the deadline only:
