@@ -67,6 +67,8 @@ HELD_DOWN = HW_PROTECTION | {"sw_thermal_slowdown"}
 #: The TUI's clocks line when no reason is active, and for NVML's idle reason beside a busy reading.
 CLOCKS_FREE = "no throttling: clocks are not held back"
 IDLE_BETWEEN_KERNELS = "idle between kernels: clocks lowered at this instant"
+#: What nothing_read's fix adds when some reading was denied for lack of permission.
+AS_ROOT = ", and run as root (`sudo gpudoctor report`)"
 
 _HW_WHY = "The hardware is protecting itself; clocks drop sharply and stay low while it lasts."
 _HW_FIX = ("Check cooling and power delivery (PSU, cables); `nvidia-smi -q -d PERFORMANCE` shows the reason live; "
@@ -117,6 +119,74 @@ WORDING: dict[str, Wording] = {
     "retired_pages_limit": Wording(
         Status.FAIL, "{label} has {count} retired pages (>= {limit})",
         "NVIDIA's guidance treats this many retirements as a board to return (RMA).", "Replace the GPU."),
+    # -- the health probe: what NVML says of one GPU -----------------------------------------
+    "gpu_lost": Wording(
+        Status.FAIL, "{label} has fallen off the bus (NVML: GpuIsLost)",
+        "The driver lost contact with the GPU (Xid 79); every CUDA call on it fails.",
+        "Check `dmesg` for Xid errors; the node needs a GPU reset or reboot, and a hardware check (power, seating, "
+        "cooling) if it repeats."),
+    "gpu_unreachable": Wording(
+        Status.FAIL, "GPU {dev} does not answer: NVML returns Unknown Error for its name, UUID and PCI bus id",
+        "The driver lists the GPU but cannot read even its identity: CUDA programs on it fail or hang, as with a "
+        "GPU that has fallen off the bus.",
+        "Check `nvidia-smi` and `dmesg` for Xid 79 or PCIe errors; reset the GPU or reboot, and if it repeats "
+        "reseat the card and check its power cables and slot."),
+    "nothing_read": Wording(
+        Status.WARN, "{label}: nothing could be read: {reasons}",
+        "Every health reading (temperature, power, clocks, ECC, PCIe) came back unavailable, so none of them was "
+        "checked; every NVIDIA GPU reports at least its temperature and utilisation.",
+        "Compare with `nvidia-smi -q`; check the driver (`dmesg`), and in a VM or container that the GPU is passed "
+        "through whole{as_root}."),
+    "implausible_reading": Wording(
+        Status.WARN, "{label}: the driver returned an impossible value ({shown}); shown as n/a",
+        "No GPU can have such a reading: it is a driver or sensor fault, so what it should tell (temperature, "
+        "errors, clocks) is unknown.",
+        "Compare with `nvidia-smi -q`; if it shows the same, update or reinstall the driver, and report the board "
+        "if it persists."),
+    "readings_need_permission": Wording(
+        Status.SKIP, "{label}: not readable without permission (NVML: NoPermission): {names}",
+        "The driver lets only privileged users read these, so they were not checked.",
+        "Run as root (`sudo gpudoctor report`), or read them with `sudo nvidia-smi -q`; in a container, they need "
+        "a privileged container or an administrator."),
+    "temperature_critical": Wording(
+        Status.FAIL, "{label} is at {temp:.0f} C, within {margin} C of its shutdown threshold ({shutdown:.0f} C)",
+        "At the shutdown threshold the GPU turns itself off and the job dies.",
+        "Stop the load and check the cooling now (fans, airflow, blocked inlets, datacenter cooling)."),
+    "temperature_slowdown": Wording(
+        Status.WARN, "{label} is at {temp:.0f} C, at or above its slowdown threshold ({slowdown:.0f} C)",
+        "Above the slowdown threshold the GPU lowers its clocks: training runs slower.",
+        "Improve cooling or airflow; check that fans run and inlets are clear."),
+    "power_limit_lowered": Wording(
+        Status.WARN, "{label} power limit is {limit:.0f} W, below its default {default:.0f} W",
+        "A lowered power limit caps clocks under load: less throughput than the GPU can give.",
+        "If unintended, an administrator can restore it (`nvidia-smi -pl` with the default value)."),
+    "pcie_gen_idle_downshift": Wording(
+        Status.PASS, "{label} PCIe link at gen {gen:.0f} of {gen_max:.0f} while idle",
+        "An idle GPU lowers its link speed to save power and raises it under load: not a fault.",
+        "Nothing to do; re-check under load if transfers seem slow."),
+    "pcie_gen_degraded": Wording(
+        Status.WARN, "{label} PCIe link at gen {gen:.0f} of {gen_max:.0f} while busy",
+        "A busy GPU should run its link at full speed; a lower generation halves host<->device bandwidth per "
+        "step down.",
+        "Check BIOS PCIe settings, risers and slot; reseat the card."),
+    "pcie_width_degraded": Wording(
+        Status.WARN, "{label} PCIe link is x{width:.0f} of x{width_max:.0f}",
+        "Fewer lanes divide host<->device bandwidth; data loading and .to(device) copies get slower.",
+        "Reseat the GPU, check the slot's wiring (some x16 slots are x8 electrically) and risers."),
+    "persistence_off": Wording(
+        Status.PASS, "{label} persistence mode is off",
+        "Without it the driver may unload between jobs, so each job's first CUDA call pays seconds of "
+        "re-initialisation.",
+        "On Linux servers run the nvidia-persistenced daemon (administrator)."),
+    "compute_prohibited": Wording(
+        Status.FAIL, "{label} is in compute mode Prohibited",
+        "No process can create a CUDA context on it: torch fails on first use.",
+        "An administrator sets it back with `nvidia-smi -c DEFAULT`."),
+    "compute_exclusive": Wording(
+        Status.PASS, "{label} is in compute mode Exclusive_Process",
+        "Only one process at a time may use it: a second job or a DataLoader worker touching CUDA fails with "
+        "'all CUDA-capable devices are busy or unavailable'.",
+        "Expected on shared clusters; otherwise `nvidia-smi -c DEFAULT` (administrator)."),
     # -- fleet: what Prometheus says of a node -------------------------------------------------
     "gpu_not_answering": Wording(
         Status.FAIL, "GPU not answering NVML ({reason})", "",
