@@ -69,12 +69,25 @@ CLOCKS_FREE = "no throttling: clocks are not held back"
 IDLE_BETWEEN_KERNELS = "idle between kernels: clocks lowered at this instant"
 #: What nothing_read's fix adds when some reading was denied for lack of permission.
 AS_ROOT = ", and run as root (`sudo gpudoctor report`)"
+#: Parts of the training loop's findings: what NVML saw of the GPU, and a CPU-only run's loader advice.
+KERNEL_RUNNING = " NVML saw a kernel running {util:.0f}% of the training time."
+#: What a fragmentation finding saw: allocation retries, and memory held in split blocks.
+FRAGMENTED_RETRIES = "the allocator had to free its cache and retry {retries} time(s) because no free block was large enough"
+FRAGMENTED_SPLIT = "{inactive} of the {reserved} it holds sits in split blocks too small to reuse"
+CPU_LOADER_NOTE = (" On a CPU-only run the loader's workers and the model share the same cores, so give the workers "
+                   "a few cores and leave the rest to the model.")
 
 _HW_WHY = "The hardware is protecting itself; clocks drop sharply and stay low while it lasts."
 _HW_FIX = ("Check cooling and power delivery (PSU, cables); `nvidia-smi -q -d PERFORMANCE` shows the reason live; "
            "repeated HW slowdown warrants a hardware check.")
+_OOM_AHEAD = "A larger batch or a longer input will run out of memory."
+_MEMORY_FIX = ("Lower the batch size (accumulate gradients to keep the effective size), train in mixed precision, "
+               "or use activation checkpointing (`torch.utils.checkpoint`). `torch.cuda.empty_cache()` does not "
+               "give your process more memory.")
 _RESET_FIX = "Reset the GPU (`nvidia-smi -r` when idle) or reboot the node."
 
+#: The words of each finding code. A code worded in more than one way (a straggler by its data wait or
+#: by its steps) has an entry per way, keyed ``code:way``.
 WORDING: dict[str, Wording] = {
     # -- clock events (health probe, compute probe, fleet) -------------------------------------
     "throttle_hw_slowdown": Wording(Status.FAIL, "{label}: {words}", _HW_WHY, _HW_FIX),
@@ -187,6 +200,47 @@ WORDING: dict[str, Wording] = {
         "Only one process at a time may use it: a second job or a DataLoader worker touching CUDA fails with "
         "'all CUDA-capable devices are busy or unavailable'.",
         "Expected on shared clusters; otherwise `nvidia-smi -c DEFAULT` (administrator)."),
+    # -- the training loop (gpudoctor.hooks: TrainingMonitor's summary) -----------------------
+    "input_bound": Wording(
+        Status.WARN, "The loop waited for the next batch {share} of its time ({wait} per step, median, against "
+                     "{step} of step): the input pipeline does not keep {where} fed.{busy}", "",
+        "Load in parallel: `DataLoader(num_workers=N, persistent_workers=True, prefetch_factor=2-4)`; on CUDA add "
+        "`pin_memory=True` and `.to(device, non_blocking=True)`. Move per-sample work (decoding, augmentation) out "
+        "of Python or onto the GPU, and keep a small dataset resident in device memory.{cpu_note}"),
+    "host_sync_bound": Wording(
+        Status.WARN, "The host waits for the GPU {per_step:.1f} times per step. The main one is {what} at "
+                     "{where}{code_text}, {site_per_step:.1f} times per step: each one empties the GPU's queue, so "
+                     "the GPU idles while Python prepares the next step.{busy}{others}", "", "{advice}"),
+    "gpu_underutilised": Wording(
+        Status.WARN, "The GPU is underused: NVML saw a kernel running {util:.0f}% of the training time (mean of "
+                     "{samples} samples taken during the steps).", "",
+        "If a cause is listed above, fix it first. Otherwise the steps are too small for this GPU: raise the batch "
+        "size (and the learning rate with it), use mixed precision (`torch.autocast`), or fuse small kernels with "
+        "`torch.compile`."),
+    "launch_bound": Wording(
+        Status.WARN, "Launch-bound: {words} (median of {samples} GPM readings during the steps).", "",
+        "{verdict_fix}; fuse small operations with torch.compile."),
+    "memory_near_limit:allocator": Wording(
+        Status.WARN, "Memory is near the limit: PyTorch's allocator held up to {peak} of the GPU's {total} "
+                     "({share}). " + _OOM_AHEAD, "", _MEMORY_FIX),
+    "memory_near_limit:device": Wording(
+        Status.WARN, "Memory is near the limit: the GPU's memory was {share} full ({used} of {total}, all "
+                     "processes). " + _OOM_AHEAD, "", _MEMORY_FIX),
+    "fragmentation": Wording(
+        Status.WARN, "GPU memory is fragmented: {seen}. Each retry stalls the step.", "",
+        "Set `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` before starting Python, keep tensor shapes steady "
+        "between steps (pad variable-length batches to a few sizes), and do not call `torch.cuda.empty_cache()` in "
+        "the loop (it frees memory for other processes, not speed for yours)."),
+    "straggler:data": Wording(
+        Status.WARN, "Rank {rank} is a straggler: it waits for data {wait} per step (median), the median rank "
+                     "{median}. Under DistributedDataParallel the other ranks wait for it at every gradient "
+                     "all-reduce (their steps look longer for it).", "",
+        "Give that rank's DataLoader more workers, check its disk or network path, and make sure every rank reads "
+        "shards of the same size."),
+    "straggler:steps": Wording(
+        Status.WARN, "Rank {rank} is a straggler: its steps take {step} (median), the median rank {median}.", "",
+        "Check that rank's GPU (clocks, temperature, other processes on it) and that its batches are the same size "
+        "as the other ranks'."),
     # -- fleet: what Prometheus says of a node -------------------------------------------------
     "gpu_not_answering": Wording(
         Status.FAIL, "GPU not answering NVML ({reason})", "",
@@ -218,13 +272,19 @@ def finding(code: str, *, label: str | None = None, device: int | None = None, s
     With ``label`` (``"GPU 0 (NVIDIA H100)"``) the summary is a sentence about that GPU
     (``"GPU 0 (NVIDIA H100) failed to remap a memory row."``); without, the phrase after the label
     (``"failed to remap a memory row"``: a fleet row names its GPU)."""
+    summary, why, fix = words(code, label=label, **fields)
+    return Finding(status or WORDING[code].status, code.partition(":")[0], summary, why, fix, device,
+                   dict(evidence or {}))
+
+
+def words(code: str, *, label: str | None = None, **fields: object) -> tuple[str, str, str]:
+    """(summary, why, fix) of the finding ``code``, its templates filled (see :func:`finding`)."""
     wording = WORDING[code]
     if label is None:
         summary = wording.summary.format(label="", **fields).lstrip(": ")
     else:
         summary = wording.summary.format(label=label, **fields) + "."
-    return Finding(status or wording.status, code, summary, wording.why.format(**fields),
-                   wording.fix.format(**fields), device, dict(evidence or {}))
+    return summary, wording.why.format(**fields), wording.fix.format(**fields)
 
 
 def one_line(f: Finding) -> str:
@@ -302,4 +362,4 @@ def retired_pages_findings(pending: bool, total: float | None = None, limit: int
 
 __all__ = ["CLOCK_EVENTS", "CLOCKS_FREE", "ClockEvent", "HELD_DOWN", "HW_PROTECTION", "IDLE_BETWEEN_KERNELS",
            "WORDING", "Wording", "clock_event_findings", "clocks_held_down", "ecc_finding", "finding", "one_line",
-           "retired_pages_findings", "row_remap_findings"]
+           "retired_pages_findings", "row_remap_findings", "words"]

@@ -67,3 +67,14 @@ def test_a_report_that_errored_is_a_warning_in_fleet_not_a_stale_row():
         ({"__name__": "gpudoctor_report_status", "instance": "a:9402", "job": "gpudoctor", "status": "error"}, 1),
         ({"__name__": "gpudoctor_report_timestamp_seconds", "instance": "a:9402", "job": "gpudoctor"}, NOW - 60)]))
     assert view.rows[0].status == "warn" and view.rows[0].reason == "the node's last report: error"
+
+
+def test_rewording_a_training_loop_finding_changes_the_hooks_summary(monkeypatch):
+    from gpudoctor.hooks.summary import Summary, diagnose
+
+    monkeypatch.setitem(findings.WORDING, "fragmentation",
+                        Wording(Status.WARN, "Shattered memory (test words): {seen}.", "", "Defragment (test words)."))
+    summary = Summary(steps=10, device="cuda:0", memory={"peak_allocated_bytes": 1, "alloc_retries": 2})
+    item = next(i for i in diagnose(summary) if i.code == "fragmentation")
+    assert item.message.startswith("Shattered memory (test words): the allocator had to free its cache and retry 2")
+    assert item.to_dict()["advice"] == "Defragment (test words)." and item.severity == Status.WARN
