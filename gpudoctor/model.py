@@ -110,7 +110,10 @@ class Finding:
     """Something a probe saw: what (``summary``), why it matters, and what to do.
 
     ``code`` is a stable machine-readable identifier (``driver_too_old``,
-    ``no_cuda_device``...) that scripts may match on.
+    ``no_cuda_device``...) that scripts may match on. ``evidence`` holds the figures the
+    judgement was made on (JSON-safe values); it is written only when there are some, so a
+    finding without evidence is the same JSON as before it existed. The words of the codes
+    that several front ends show live in :mod:`gpudoctor.findings`.
     """
 
     status: Status
@@ -119,6 +122,7 @@ class Finding:
     why: str = ""
     fix: str = ""
     device: int | None = None
+    evidence: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)
@@ -133,6 +137,8 @@ class Finding:
         }
         if self.device is not None:
             out["device"] = self.device
+        if self.evidence:
+            out["evidence"] = {k: _clean_number(v) for k, v in self.evidence.items()}
         return out
 
     @classmethod
@@ -144,6 +150,7 @@ class Finding:
             why=data.get("why", ""),
             fix=data.get("fix", ""),
             device=data.get("device"),
+            evidence=dict(data.get("evidence") or {}),
         )
 
 

@@ -17,11 +17,11 @@ import math
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable
 
+from gpudoctor import findings
 from gpudoctor.backends.nvml import throttle_reason_names
 from gpudoctor.model import ProbeResult, Status
 
 from . import Probe, ProbeContext, _gpu
-from ._clock_events import HEAT_OR_HW
 from ._datasheet import GpuSpec, lookup_gpu_spec
 from ._precision import Fp32Precision, Tf32Environment, matmul_tf32_on, tf32_environment, uses_fp32_precision_api
 from ._timing import Clock, CpuClock, Timing, inner_count, matmul_tflops, percent_of, time_op
@@ -305,12 +305,11 @@ def _speed_finding(r: ProbeResult, dev: _gpu.Device, rows: dict[str, Any], spec:
 
 def _throttle_finding(r: ProbeResult, dev: _gpu.Device, reasons: object, during: bool) -> None:
     d = dev.index
-    if isinstance(reasons, int) and reasons & HEAT_OR_HW:
-        r.find(Status.WARN, "throttled_under_load",
-               f"{dev.label} was throttling {'during' if during else 'right after'} the matmul test: "
-               f"{', '.join(throttle_reason_names(reasons & HEAT_OR_HW))}.",
-               why="Thermal or hardware slowdown lowers the clocks under load, so long runs are slower than short ones.",
-               fix="Check cooling and airflow (nvidia-smi -q -d PERFORMANCE,TEMPERATURE).", device=d)
+    held = [name for name in throttle_reason_names(reasons) if name in findings.HELD_DOWN] \
+        if isinstance(reasons, int) else []
+    if held:
+        r.findings.append(findings.finding("throttled_under_load", label=dev.label, device=d,
+                                           when="during" if during else "right after", reasons=", ".join(held)))
 
 
 def _tf32_available_finding(r: ProbeResult, torch: ModuleType, dev: _gpu.Device, rows: dict[str, Any]) -> None:

@@ -17,15 +17,16 @@ maximum clocks and PCIe link); the interpretation follows NVIDIA's documentation
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 from gpudoctor.backends.na import is_na
 from gpudoctor.backends.plausible import IMPLAUSIBLE, is_implausible
-from gpudoctor.backends.nvml import THROTTLE_REASONS, throttle_reason_names
+from gpudoctor import findings
+from gpudoctor.backends.nvml import throttle_reason_names
 from gpudoctor.backends.visibility import visible_nvml_indices
-from gpudoctor.model import ProbeResult, Status
+from gpudoctor.model import Finding, ProbeResult, Status
 from gpudoctor.probes import Probe, ProbeContext
-from gpudoctor.probes._clock_events import GPU_IDLE, HW_PROTECTION, SW_POWER_CAP, SW_THERMAL_SLOWDOWN
+from gpudoctor.probes._clock_events import GPU_IDLE
 
 COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
 # Retired pages at or above this count: NVIDIA's guidance is that the board is due for RMA.
@@ -46,11 +47,6 @@ def _num(value: Any) -> int | float | None:
         return None
 
 
-def _whole(value: int | float) -> str:
-    """A count as written: an int whole (``:.0f`` would round it through a float past 2**53)."""
-    return str(value) if isinstance(value, int) else f"{value:.0f}"
-
-
 @dataclass
 class _Device:
     """One device's readings and where its measurements and findings go."""
@@ -65,8 +61,13 @@ class _Device:
         self.r.measure(key_name, None if is_na(value) else value, unit, device=self.dev,
                        reference=_num(reference), note=value.reason if is_na(value) else "")
 
-    def find(self, status: Status, code: str, summary: str, why: str, fix: str) -> None:
-        self.r.find(status, code, summary, why=why, fix=fix, device=self.dev)
+    def say(self, code: str, **fields: object) -> None:
+        """The finding ``code`` about this GPU, in gpudoctor.findings' words."""
+        self.r.findings.append(findings.finding(code, label=self.label, device=self.dev, **fields))
+
+    def add(self, found: Iterable[Finding | None]) -> None:
+        """Findings of the shared judgements (gpudoctor.findings), in their words."""
+        self.r.findings.extend(f for f in found if f is not None)
 
 
 def check_device(r: ProbeResult, dev: int, s: dict[str, Any], x: dict[str, Any]) -> None:
@@ -95,71 +96,43 @@ def _check_unread(d: _Device, measured: list[Any]) -> None:
     unread = [m for m in measured if m.value is None and m.note]
     if measured and len(unread) == len(measured):
         reasons = sorted({m.note for m in unread})
-        d.find(Status.WARN, "nothing_read", f"{d.label}: nothing could be read: {', '.join(reasons)}.",
-               why="Every health reading (temperature, power, clocks, ECC, PCIe) came back unavailable, so none "
-                   "of them was checked; every NVIDIA GPU reports at least its temperature and utilisation.",
-               fix="Compare with `nvidia-smi -q`; check the driver (`dmesg`), and in a VM or container that the "
-                   "GPU is passed through whole" + (", and run as root (`sudo gpudoctor report`)"
-                                                    if "NoPermission" in reasons else "") + ".")
+        d.say("nothing_read", reasons=", ".join(reasons), as_root=findings.AS_ROOT if "NoPermission" in reasons else "")
         return
     implausible = [(m.name, m.note) for m in unread if m.note.startswith(IMPLAUSIBLE)]
     implausible += [(k, v.reason) for k, v in d.s.items() if is_implausible(v)]  # thresholds, limits
     if implausible:
         shown = "; ".join(f"{name} {note[len(IMPLAUSIBLE):].strip()}" for name, note in implausible)
-        d.find(Status.WARN, "implausible_reading",
-               f"{d.label}: the driver returned an impossible value ({shown}); shown as n/a.",
-               why="No GPU can have such a reading: it is a driver or sensor fault, so what it should tell "
-                   "(temperature, errors, clocks) is unknown.",
-               fix="Compare with `nvidia-smi -q`; if it shows the same, update or reinstall the driver, and "
-                   "report the board if it persists.")
+        d.say("implausible_reading", shown=shown)
     denied = [m.name for m in unread if m.note == "NoPermission"]
     if denied:
-        d.find(Status.SKIP, "readings_need_permission",
-               f"{d.label}: not readable without permission (NVML: NoPermission): {', '.join(denied)}.",
-               why="The driver lets only privileged users read these, so they were not checked.",
-               fix="Run as root (`sudo gpudoctor report`), or read them with `sudo nvidia-smi -q`; in a "
-                   "container, they need a privileged container or an administrator.")
+        d.say("readings_need_permission", names=", ".join(denied))
 
 
 def _check_lost(d: _Device) -> bool:
     lost = [k for k, v in list(d.s.items()) + list(d.x.items()) if is_na(v) and v.reason == "GpuIsLost"]
     if lost:
-        d.find(Status.FAIL, "gpu_lost", f"{d.label} has fallen off the bus (NVML: GpuIsLost).",
-               why="The driver lost contact with the GPU (Xid 79); every CUDA call on it fails.",
-               fix="Check `dmesg` for Xid errors; the node needs a GPU reset or reboot, and a hardware check "
-                   "(power, seating, cooling) if it repeats.")
+        d.say("gpu_lost")
         return True
     # NVML's "Unknown Error" for the device's very identity (name, UUID, PCI bus id) is a GPU the
     # driver enumerates but cannot talk to (NVIDIA/open-gpu-kernel-modules#387: fixed by reseating
     # the card); a single reading answering Unknown is not enough to say so.
     identity = [d.s.get(k) for k in ("name", "uuid", "pci_bus_id")]
     if all(is_na(v) and v.reason == "Unknown" for v in identity):
-        d.find(Status.FAIL, "gpu_unreachable",
-               f"GPU {d.dev} does not answer: NVML returns Unknown Error for its name, UUID and PCI bus id.",
-               why="The driver lists the GPU but cannot read even its identity: CUDA programs on it fail or "
-                   "hang, as with a GPU that has fallen off the bus.",
-               fix="Check `nvidia-smi` and `dmesg` for Xid 79 or PCIe errors; reset the GPU or reboot, and if "
-                   "it repeats reseat the card and check its power cables and slot.")
+        d.say("gpu_unreachable", dev=d.dev)
         return True
     return False
 
 
 def _check_temperature(d: _Device) -> None:
-    s, x, label = d.s, d.x, d.label
+    s, x = d.s, d.x
     temp, slow, shut = _num(x.get("temperature_c")), _num(s.get("temperature_slowdown_c")), _num(s.get("temperature_shutdown_c"))
     d.m("temperature", x.get("temperature_c"), "C", reference=s.get("temperature_slowdown_c"))
     if temp is None:
         return
     if shut is not None and temp >= shut - SHUTDOWN_MARGIN_C:
-        d.find(Status.FAIL, "temperature_critical",
-               f"{label} is at {temp:.0f} C, within {SHUTDOWN_MARGIN_C} C of its shutdown threshold ({shut:.0f} C).",
-               why="At the shutdown threshold the GPU turns itself off and the job dies.",
-               fix="Stop the load and check the cooling now (fans, airflow, blocked inlets, datacenter cooling).")
+        d.say("temperature_critical", temp=temp, margin=SHUTDOWN_MARGIN_C, shutdown=shut)
     elif slow is not None and temp >= slow:
-        d.find(Status.WARN, "temperature_slowdown",
-               f"{label} is at {temp:.0f} C, at or above its slowdown threshold ({slow:.0f} C).",
-               why="Above the slowdown threshold the GPU lowers its clocks: training runs slower.",
-               fix="Improve cooling or airflow; check that fans run and inlets are clear.")
+        d.say("temperature_slowdown", temp=temp, slowdown=slow)
 
 
 def _check_power(d: _Device) -> None:
@@ -167,10 +140,7 @@ def _check_power(d: _Device) -> None:
     d.m("power_draw", d.x.get("power_w"), "W", reference=limit)
     default_limit = _num(d.s.get("power_default_limit_w"))
     if limit is not None and default_limit is not None and limit < 0.9 * default_limit:
-        d.find(Status.WARN, "power_limit_lowered",
-               f"{d.label} power limit is {limit:.0f} W, below its default {default_limit:.0f} W.",
-               why="A lowered power limit caps clocks under load: less throughput than the GPU can give.",
-               fix="If unintended, an administrator can restore it (`nvidia-smi -pl` with the default value).")
+        d.say("power_limit_lowered", limit=limit, default=default_limit)
 
 
 def _check_clocks(d: _Device) -> None:
@@ -183,26 +153,11 @@ def _check_clocks(d: _Device) -> None:
         return
     names = throttle_reason_names(reasons)
     d.r.measure("throttle_reasons", ", ".join(names) if names else "none", device=d.dev)
-    for bit, (code, words) in THROTTLE_REASONS.items():
-        if not reasons & bit:
-            continue
-        if bit & HW_PROTECTION:
-            d.find(Status.FAIL, f"throttle_{code}", f"{d.label}: {words}.",
-                   why="The hardware is protecting itself; clocks drop sharply and stay low while it lasts.",
-                   fix="Check cooling and power delivery (PSU, cables); `nvidia-smi -q -d PERFORMANCE` shows "
-                       "the reason live; repeated HW slowdown warrants a hardware check.")
-        elif bit == SW_THERMAL_SLOWDOWN:
-            d.find(Status.WARN, f"throttle_{code}", f"{d.label}: {words}.",
-                   why="The driver lowers clocks to keep the temperature in range: slower training.",
-                   fix="Improve cooling or airflow.")
-        elif bit == SW_POWER_CAP:
-            d.find(Status.PASS, f"throttle_{code}", f"{d.label}: {words}.",
-                   why="Normal for a fully loaded GPU: it runs as fast as its power budget allows.",
-                   fix="Nothing to do unless the power limit was lowered on purpose.")
+    d.add(findings.clock_event_findings(names, label=d.label, device=d.dev))
 
 
 def _check_ecc(d: _Device) -> None:
-    x, label = d.x, d.label
+    x = d.x
     vol_unc, agg_unc = _num(x.get("ecc_volatile_uncorrected")), _num(x.get("ecc_aggregate_uncorrected"))
     vol_cor = _num(x.get("ecc_volatile_corrected"))
     ecc_mode = d.s.get("ecc_mode")
@@ -210,22 +165,7 @@ def _check_ecc(d: _Device) -> None:
     for key in ("ecc_volatile_corrected", "ecc_volatile_uncorrected", "ecc_aggregate_corrected",
                 "ecc_aggregate_uncorrected"):
         d.m(key, x.get(key))
-    if vol_unc:
-        d.find(Status.FAIL, "ecc_uncorrected_volatile",
-               f"{label} had {_whole(vol_unc)} uncorrectable ECC error(s) since the driver loaded.",
-               why="Uncorrectable errors corrupt data or kill the process that hit them (Xid 48/94/95).",
-               fix="Drain the node, reset the GPU (retires/remaps the bad memory), and run a memory test; "
-                   "replace the GPU if errors come back.")
-    elif agg_unc:
-        d.find(Status.WARN, "ecc_uncorrected_aggregate",
-               f"{label} has had {_whole(agg_unc)} uncorrectable ECC error(s) over its lifetime (none since driver load).",
-               why="Past uncorrectable errors point at weak memory cells; retirement/remapping should have isolated them.",
-               fix="Check retired pages / remapped rows below; watch for new volatile errors.")
-    elif vol_cor:
-        d.find(Status.PASS, "ecc_corrected",
-               f"{label} corrected {_whole(vol_cor)} single-bit ECC error(s) since the driver loaded.",
-               why="Corrected errors are harmless on their own; a fast-growing count precedes page retirement.",
-               fix="Nothing now; alert if the count keeps rising.")
+    d.add([findings.ecc_finding(vol_unc, agg_unc, vol_cor, label=d.label, device=d.dev)])
 
 
 def _check_retired_pages(d: _Device) -> None:
@@ -235,16 +175,8 @@ def _check_retired_pages(d: _Device) -> None:
         return
     total = (_num(sbe) or 0) + (_num(dbe) or 0)
     d.m("retired_pages", int(total))
-    if pending is True or pending == 1:
-        d.find(Status.WARN, "retired_pages_pending",
-               f"{d.label} has memory pages waiting to be retired.",
-               why="Retirement takes effect only after the GPU is reset; until then the bad page can be used.",
-               fix="Reset the GPU (`nvidia-smi -r` when idle) or reboot the node.")
-    if total >= RETIRED_PAGES_RMA:
-        d.find(Status.FAIL, "retired_pages_limit",
-               f"{d.label} has {_whole(total)} retired pages (>= {RETIRED_PAGES_RMA}).",
-               why="NVIDIA's guidance treats this many retirements as a board to return (RMA).",
-               fix="Replace the GPU.")
+    d.add(findings.retired_pages_findings(pending is True or pending == 1, total, RETIRED_PAGES_RMA,
+                                          label=d.label, device=d.dev))
 
 
 def _check_remapped_rows(d: _Device) -> None:
@@ -255,20 +187,14 @@ def _check_remapped_rows(d: _Device) -> None:
         return
     d.m("remapped_rows_uncorrectable", uncorrectable)
     d.m("remapped_rows_correctable", x.get("remapped_rows_correctable"))
-    if x.get("remapped_rows_failure") is True:
-        d.find(Status.FAIL, "row_remap_failure", f"{d.label} failed to remap a memory row.",
-               why="The GPU has no spare rows left for a bad one: memory errors will not be isolated.",
-               fix="Replace the GPU (RMA).")
-    elif x.get("remapped_rows_pending") is True:
-        d.find(Status.WARN, "row_remap_pending", f"{d.label} has a memory row remap pending.",
-               why="The remap takes effect only after a GPU reset.",
-               fix="Reset the GPU (`nvidia-smi -r` when idle) or reboot the node.")
+    d.add(findings.row_remap_findings(x.get("remapped_rows_failure") is True, x.get("remapped_rows_pending") is True,
+                                      label=d.label, device=d.dev))
 
 
 def _check_pcie(d: _Device) -> None:
     """The PCIe link's generation and width against the device's maximum (the one place the
     link's training is judged)."""
-    s, x, label = d.s, d.x, d.label
+    s, x = d.s, d.x
     gen, gen_max = _num(x.get("pcie_gen_current")), _num(s.get("pcie_gen_max"))
     width, width_max = _num(x.get("pcie_width_current")), _num(s.get("pcie_width_max"))
     d.m("pcie_link_gen", x.get("pcie_gen_current"), reference=s.get("pcie_gen_max"))
@@ -276,22 +202,9 @@ def _check_pcie(d: _Device) -> None:
     reasons = x.get("throttle_reasons")
     idle = (isinstance(reasons, int) and reasons & GPU_IDLE) or (_num(x.get("gpu_util_pct")) == 0)
     if gen is not None and gen_max is not None and gen < gen_max:
-        if idle:
-            d.find(Status.PASS, "pcie_gen_idle_downshift",
-                   f"{label} PCIe link at gen {gen:.0f} of {gen_max:.0f} while idle.",
-                   why="An idle GPU lowers its link speed to save power and raises it under load: not a fault.",
-                   fix="Nothing to do; re-check under load if transfers seem slow.")
-        else:
-            d.find(Status.WARN, "pcie_gen_degraded",
-                   f"{label} PCIe link at gen {gen:.0f} of {gen_max:.0f} while busy.",
-                   why="A busy GPU should run its link at full speed; a lower generation halves host<->device "
-                       "bandwidth per step down.",
-                   fix="Check BIOS PCIe settings, risers and slot; reseat the card.")
+        d.say("pcie_gen_idle_downshift" if idle else "pcie_gen_degraded", gen=gen, gen_max=gen_max)
     if width is not None and width_max is not None and width < width_max:
-        d.find(Status.WARN, "pcie_width_degraded",
-               f"{label} PCIe link is x{width:.0f} of x{width_max:.0f}.",
-               why="Fewer lanes divide host<->device bandwidth; data loading and .to(device) copies get slower.",
-               fix="Reseat the GPU, check the slot's wiring (some x16 slots are x8 electrically) and risers.")
+        d.say("pcie_width_degraded", width=width, width_max=width_max)
 
 
 def _check_modes(d: _Device) -> None:
@@ -299,22 +212,13 @@ def _check_modes(d: _Device) -> None:
     persistence = d.x.get("persistence_mode")
     d.m("persistence_mode", ("on" if persistence else "off") if isinstance(persistence, int) else persistence)
     if persistence == 0:
-        d.find(Status.PASS, "persistence_off",
-               f"{d.label} persistence mode is off.",
-               why="Without it the driver may unload between jobs, so each job's first CUDA call pays seconds "
-                   "of re-initialisation.",
-               fix="On Linux servers run the nvidia-persistenced daemon (administrator).")
+        d.say("persistence_off")
     mode = d.x.get("compute_mode")
     d.m("compute_mode", COMPUTE_MODES.get(mode, mode) if isinstance(mode, int) else mode)
     if mode == 2:
-        d.find(Status.FAIL, "compute_prohibited", f"{d.label} is in compute mode Prohibited.",
-               why="No process can create a CUDA context on it: torch fails on first use.",
-               fix="An administrator sets it back with `nvidia-smi -c DEFAULT`.")
+        d.say("compute_prohibited")
     elif mode == 3:
-        d.find(Status.PASS, "compute_exclusive", f"{d.label} is in compute mode Exclusive_Process.",
-               why="Only one process at a time may use it: a second job or a DataLoader worker touching CUDA fails "
-                   "with 'all CUDA-capable devices are busy or unavailable'.",
-               fix="Expected on shared clusters; otherwise `nvidia-smi -c DEFAULT` (administrator).")
+        d.say("compute_exclusive")
 
 
 def run(ctx: ProbeContext) -> ProbeResult:

@@ -19,6 +19,8 @@ import threading
 import time
 from typing import Any, Callable, ClassVar, cast
 
+from gpudoctor.findings import CLOCK_EVENTS
+
 from . import catalogue
 from .base import GpuSample, MemoryReading, ProcessReading, UtilizationReading
 from .na import NA, is_na
@@ -26,18 +28,13 @@ from .plausible import check, screen
 
 log = logging.getLogger(__name__)
 
-# Clock-event ("throttle") reason bits, from nvml.h (nvmlClocksEventReason*).
-THROTTLE_REASONS: dict[int, tuple[str, str]] = {
-    0x1: ("gpu_idle", "GPU idle: nothing is running, clocks are lowered to save power"),
-    0x2: ("applications_clocks", "application clocks setting caps the clocks"),
-    0x4: ("sw_power_cap", "software power cap: the board is at its power limit"),
-    0x8: ("hw_slowdown", "hardware slowdown: clocks halved (high temperature, power brake or bad power supply)"),
-    0x10: ("sync_boost", "sync boost: clocks matched to another GPU in the group"),
-    0x20: ("sw_thermal_slowdown", "software thermal slowdown: the GPU is too hot"),
-    0x40: ("hw_thermal_slowdown", "hardware thermal slowdown: the GPU is far too hot"),
-    0x80: ("hw_power_brake", "hardware power brake: external power brake asserted"),
-    0x100: ("display_clock", "display clock setting"),
-}
+# Clock-event ("throttle") reason bits, from nvml.h (nvmlClocksEventReason*), with their words
+# (kept once, in gpudoctor.findings.CLOCK_EVENTS).
+_REASON_BITS = {0x1: "gpu_idle", 0x2: "applications_clocks", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
+                0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake",
+                0x100: "display_clock"}
+THROTTLE_REASONS: dict[int, tuple[str, str]] = {bit: (code, CLOCK_EVENTS[code].words)
+                                                for bit, code in _REASON_BITS.items()}
 
 # Reasons that mean "the clocks are lower than the work needs" (not idle/config).
 HARMFUL_THROTTLE_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
@@ -48,7 +45,7 @@ def throttle_reason_names(mask: int) -> list[str]:
 
 
 def throttle_reason_words(mask: int) -> list[str]:
-    return [THROTTLE_REASONS[bit][1] for bit in sorted(THROTTLE_REASONS) if mask & bit]
+    return [CLOCK_EVENTS[code].words for code in throttle_reason_names(mask)]
 
 
 def _error_name(exc: BaseException) -> str:

@@ -12,9 +12,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudoctor import exitcodes
+
+if TYPE_CHECKING:
+    from gpudoctor.baseline import Baseline
+    from gpudoctor.model import ProbeResult
 
 
 def register(subparsers: Any) -> None:
@@ -54,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     return exitcodes.for_status(report.status.value, args.fail_on)
 
 
-def render_comparison(result: Any, base: Any, report_name: str) -> str:
+def render_comparison(result: ProbeResult, base: Baseline, report_name: str) -> str:
     header = ("STATUS", "FIGURE", "GPU", "BASELINE", "THIS", "CHANGE")
     rows = []
     for row in result.details.get("figures", []):
@@ -66,7 +70,7 @@ def render_comparison(result: Any, base: Any, report_name: str) -> str:
         rows.append((row["status"].upper(), row["figure"], "-" if row["device"] is None else str(row["device"]),
                      f"{base_value:.4g}", f"{value:.4g}", change))
     lines = [f"gpudoctor compare: {report_name} against {len(base.sources)} baseline report(s): "
-             f"{result.status.value.upper()}: {result.summary}"]
+             f"{str(result.status).upper()}: {result.summary}"]
     widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
     for row in [header] + rows:
         lines.append("  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip())

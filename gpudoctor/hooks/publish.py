@@ -16,10 +16,13 @@ import os
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudoctor import _published
 from gpudoctor.stats import percentile
+
+if TYPE_CHECKING:
+    from gpudoctor.hooks.monitor import TrainingMonitor
 
 log = logging.getLogger("gpudoctor.hooks")
 
@@ -27,7 +30,7 @@ INTERVAL_S = 3.0
 WINDOW_STEPS = 500  # the figures describe the most recent steps, not the whole run
 
 
-def live_record(monitor: Any) -> dict[str, Any]:
+def live_record(monitor: TrainingMonitor) -> dict[str, Any]:
     """The monitor's recent figures and diagnosis codes, as published (JSON-safe)."""
     from gpudoctor.hooks.summary import Summary, diagnose
 
@@ -63,7 +66,7 @@ def live_record(monitor: Any) -> dict[str, Any]:
 class Publisher:
     """The thread that publishes one monitor's live record until :meth:`stop`."""
 
-    def __init__(self, monitor: Any, directory: str, interval_s: float = INTERVAL_S) -> None:
+    def __init__(self, monitor: TrainingMonitor, directory: str, interval_s: float = INTERVAL_S) -> None:
         self.monitor = monitor
         self.directory = directory
         self.interval_s = interval_s
@@ -98,7 +101,7 @@ class Publisher:
             _published.remove(self.pid, self.directory)
 
 
-def start(monitor: Any, current: Publisher | None, enabled: bool | None) -> Publisher | None:
+def start(monitor: TrainingMonitor, current: Publisher | None, enabled: bool | None) -> Publisher | None:
     """The monitor's publisher, started on its first step (None when off or no safe directory)."""
     if current is not None and current.alive():
         return current

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from gpudoctor.fileio import atomic_write_text
+from gpudoctor import findings
+from gpudoctor.model import Finding, Status
 from gpudoctor.safejson import json_safe
 from gpudoctor.stats import percentile
-from .energy import energy_figures
+from .energy import StepEnergy, energy_figures
 
 SUMMARY_FORMAT = "gpudoctor-training-summary"
 SUMMARY_FORMAT_VERSION = 1
@@ -66,22 +69,40 @@ STRAGGLER_MIN_EXCESS_S = 0.001
 STRAGGLER_MIN_EXCESS_SHARE = 0.05
 
 
-@dataclass
-class DiagnosisItem:
-    """One problem found: a stable ``code``, what was seen (``message``), what to do (``advice``)."""
+class DiagnosisItem(Finding):
+    """One problem found: a :class:`~gpudoctor.model.Finding` with a stable ``code``, what was seen
+    (``message``, the finding's summary), what to do (``advice``, its fix), its severity (its
+    status) and the figures it was judged on (``evidence``). ``to_dict()`` keeps the training
+    summary's published keys (code, severity, message, advice, evidence)."""
 
-    code: str
-    message: str
-    advice: str
-    severity: str = "warn"
-    evidence: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "severity": self.severity, "message": self.message,
-                "advice": self.advice, "evidence": json_safe(self.evidence)}
+    def __init__(self, code: str, message: str, advice: str, severity: Status | str = Status.WARN,
+                 evidence: dict[str, Any] | None = None) -> None:
+        super().__init__(Status(severity), code, message, fix=advice, evidence=dict(evidence or {}))
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "DiagnosisItem":
+    def worded(cls, key: str, evidence: dict[str, Any], **fields: object) -> "DiagnosisItem":
+        """The item for ``key`` (a code, or ``code:way``) in gpudoctor.findings' words."""
+        message, _why, advice = findings.words(key, label=None, **fields)
+        return cls(key.partition(":")[0], message, advice, findings.WORDING[key].status, evidence)
+
+    @property
+    def message(self) -> str:
+        return self.summary
+
+    @property
+    def advice(self) -> str:
+        return self.fix
+
+    @property
+    def severity(self) -> Status:
+        return self.status
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "severity": self.status.value, "message": self.summary,
+                "advice": self.fix, "evidence": json_safe(self.evidence)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "DiagnosisItem":
         return cls(code=data["code"], message=data["message"], advice=data["advice"],
                    severity=data.get("severity", "warn"), evidence=dict(data.get("evidence") or {}))
 
@@ -149,7 +170,7 @@ class Summary:
         summary.diagnosis = [DiagnosisItem.from_dict(d) for d in data.get("diagnosis", [])]
         return summary
 
-    def to_json(self, path: Any = None, indent: int | None = 2) -> str:
+    def to_json(self, path: str | os.PathLike[str] | None = None, indent: int | None = 2) -> str:
         """The summary as JSON text; written atomically to ``path`` when one is given."""
         text = json.dumps(self.to_dict(), indent=indent, allow_nan=False) + "\n"
         if path is not None:
@@ -267,7 +288,7 @@ class RawTimings:
     host_syncs: dict[str, Any] | None = None
     notes: Sequence[str] = ()
     samples: Sequence[int] = ()  # samples in each step (-1: unknown)
-    energy: Any = None  # a gpudoctor.hooks.energy.StepEnergy, or None
+    energy: StepEnergy | None = None
 
 
 def build_summary(raw: RawTimings) -> Summary:
@@ -288,57 +309,15 @@ def build_summary(raw: RawTimings) -> Summary:
     summary.warmup_steps = skip
     summary.steps_measured = steps - skip
     host = list(raw.host_steps[skip:])
-    waits = list(raw.waits[skip:])
     lengths = iteration_spans(raw.iter_starts, raw.ends, raw.passes, skip)
     wall = max(sum(lengths), 1e-12)
     summary.wall_time_s = wall
-    if wall:
-        summary.steps_per_s = len(host) / wall
+    summary.steps_per_s = len(host) / wall
     summary.host_step_time_p50_s = percentile(sorted(host), 50)
-
-    known_waits = [w for w in waits if not math.isnan(w)]
-    if known_waits:
-        summary.data_wait_total_s = sum(known_waits)
-        summary.data_wait_p50_s = percentile(sorted(known_waits), 50)
-        if wall:
-            summary.data_wait_share = min(1.0, max(0.0, sum(known_waits) / wall))
-        if len(known_waits) < len(waits):
-            summary.notes.append(f"{len(waits) - len(known_waits)} of {len(waits)} steps ran outside "
-                                 "monitor.wrap(loader): data wait was not measured for them")
-    else:
-        summary.notes.append("steps ran outside monitor.wrap(loader): data wait was not measured")
-
-    if raw.device_steps is not None:
-        device = list(raw.device_steps)
-        # Device times arrive in step order; drop the same warm-up steps when all are present.
-        if len(device) == steps:
-            device = device[skip:]
-        if len(device) < len(host):
-            summary.notes.append(f"{len(host) - len(device)} step(s) had no device time yet")
-        times = sorted(device)
-        summary.step_time_p50_s = percentile(times, 50)
-        summary.step_time_p90_s = percentile(times, 90)
-        summary.step_time_mean_s = _mean(times)
-        if wall and device:
-            summary.device_span_share = min(1.0, sum(device) * (len(host) / len(device)) / wall)
-    else:
-        times = sorted(host)
-        summary.step_time_p50_s = percentile(times, 50)
-        summary.step_time_p90_s = percentile(times, 90)
-        summary.step_time_mean_s = _mean(times)
-
+    _data_wait_figures(summary, list(raw.waits[skip:]), wall)
+    _step_time_figures(summary, raw, host, skip, wall)
     spans = [(raw.iter_starts[i], raw.iter_starts[i] + length) for i, length in enumerate(lengths, start=skip)]
-    measured_samples = list(raw.samples[skip:])
-    if measured_samples and min(measured_samples) >= 0 and wall:
-        summary.samples_per_s = sum(measured_samples) / wall
-    summary.energy, energy_note = energy_figures(raw.energy, spans, measured_samples)
-    if energy_note:
-        summary.notes.append(energy_note)
-    summary.gpu = gpu_stats(raw.gpu_samples, spans=spans)
-    if summary.gpu is not None and summary.gpu["samples"] > summary.gpu["samples_in_steps"]:
-        summary.notes.append(f"{summary.gpu['samples'] - summary.gpu['samples_in_steps']} of {summary.gpu['samples']} "
-                             "GPU samples fell outside the measured steps (warm-up, validation, checkpoints, "
-                             "epoch boundaries) and are left out of utilisation, power and clocks")
+    _throughput_figures(summary, raw, spans, skip, wall)
     summary.memory = raw.memory
     if raw.host_syncs is not None:
         syncs = dict(raw.host_syncs)
@@ -348,6 +327,54 @@ def build_summary(raw: RawTimings) -> Summary:
         summary.host_syncs = syncs
     summary.diagnosis = diagnose(summary)
     return summary
+
+
+def _data_wait_figures(summary: Summary, waits: list[float], wall: float) -> None:
+    """How long the loop waited for its batches (NaN: a step outside ``monitor.wrap(loader)``)."""
+    known_waits = [w for w in waits if not math.isnan(w)]
+    if not known_waits:
+        summary.notes.append("steps ran outside monitor.wrap(loader): data wait was not measured")
+        return
+    summary.data_wait_total_s = sum(known_waits)
+    summary.data_wait_p50_s = percentile(sorted(known_waits), 50)
+    summary.data_wait_share = min(1.0, max(0.0, sum(known_waits) / wall))
+    if len(known_waits) < len(waits):
+        summary.notes.append(f"{len(waits) - len(known_waits)} of {len(waits)} steps ran outside "
+                             "monitor.wrap(loader): data wait was not measured for them")
+
+
+def _step_time_figures(summary: Summary, raw: RawTimings, host: list[float], skip: int, wall: float) -> None:
+    """Step times: the device's (CUDA events) where measured, else the host clock's."""
+    times = sorted(host)
+    if raw.device_steps is not None:
+        device = list(raw.device_steps)
+        # Device times arrive in step order; drop the same warm-up steps when all are present.
+        if len(device) == len(raw.host_steps):
+            device = device[skip:]
+        if len(device) < len(host):
+            summary.notes.append(f"{len(host) - len(device)} step(s) had no device time yet")
+        times = sorted(device)
+        if device:
+            summary.device_span_share = min(1.0, sum(device) * (len(host) / len(device)) / wall)
+    summary.step_time_p50_s = percentile(times, 50)
+    summary.step_time_p90_s = percentile(times, 90)
+    summary.step_time_mean_s = _mean(times)
+
+
+def _throughput_figures(summary: Summary, raw: RawTimings, spans: list[tuple[float, float]], skip: int,
+                        wall: float) -> None:
+    """Samples per second, energy, and the GPU's figures during the measured steps."""
+    measured_samples = list(raw.samples[skip:])
+    if measured_samples and min(measured_samples) >= 0:
+        summary.samples_per_s = sum(measured_samples) / wall
+    summary.energy, energy_note = energy_figures(raw.energy, spans, measured_samples)
+    if energy_note:
+        summary.notes.append(energy_note)
+    summary.gpu = gpu_stats(raw.gpu_samples, spans=spans)
+    if summary.gpu is not None and summary.gpu["samples"] > summary.gpu["samples_in_steps"]:
+        summary.notes.append(f"{summary.gpu['samples'] - summary.gpu['samples_in_steps']} of {summary.gpu['samples']} "
+                             "GPU samples fell outside the measured steps (warm-up, validation, checkpoints, "
+                             "epoch boundaries) and are left out of utilisation, power and clocks")
 
 
 # -- diagnosis ----------------------------------------------------------------------------------
@@ -439,24 +466,14 @@ def _input_bound(s: Summary, on_cuda: bool, util: float | None) -> DiagnosisItem
     else:
         gpu_idle_too = s.device_span_share is None or s.device_span_share < INPUT_BOUND_MAX_DEVICE_SPAN
     if s.data_wait_share is not None and s.data_wait_share >= INPUT_BOUND_SHARE and gpu_idle_too:
-        where = "the GPU" if on_cuda else "the model"
-        busy = (f" NVML saw a kernel running {util:.0f}% of the training time."
-                if on_cuda and util is not None else "")
-        cpu_note = (" On a CPU-only run the loader's workers and the model share the same cores, "
-                    "so give the workers a few cores and leave the rest to the model."
-                    if not on_cuda else "")
-        return DiagnosisItem(
+        return DiagnosisItem.worded(
             INPUT_BOUND,
-            f"The loop waited for the next batch {_pct(s.data_wait_share)} of its time "
-            f"({_ms(s.data_wait_p50_s)} per step, median, against {_ms(s.step_time_p50_s)} of step): "
-            f"the input pipeline does not keep {where} fed.{busy}",
-            "Load in parallel: `DataLoader(num_workers=N, persistent_workers=True, prefetch_factor=2-4)`; "
-            "on CUDA add `pin_memory=True` and `.to(device, non_blocking=True)`. Move per-sample work "
-            "(decoding, augmentation) out of Python or onto the GPU, and keep a small dataset "
-            "resident in device memory." + cpu_note,
-            evidence={"data_wait_share": s.data_wait_share, "data_wait_p50_s": s.data_wait_p50_s,
-                      "step_time_p50_s": s.step_time_p50_s, "gpu_util_mean_pct": util if on_cuda else None,
-                      "device_span_share": s.device_span_share})
+            {"data_wait_share": s.data_wait_share, "data_wait_p50_s": s.data_wait_p50_s,
+             "step_time_p50_s": s.step_time_p50_s, "gpu_util_mean_pct": util if on_cuda else None,
+             "device_span_share": s.device_span_share},
+            share=_pct(s.data_wait_share), wait=_ms(s.data_wait_p50_s), step=_ms(s.step_time_p50_s),
+            where="the GPU" if on_cuda else "the model", busy=_kernel_running(on_cuda, util),
+            cpu_note="" if on_cuda else findings.CPU_LOADER_NOTE)
 
     return None
 
@@ -474,26 +491,24 @@ def _host_sync_bound(s: Summary, on_cuda: bool, util: float | None) -> Diagnosis
         if len(frequent) > 1:
             others = " Also every step: " + "; ".join(
                 f"{site['file']}:{site['line']} ({sync_site_words(site)[0]})" for site in frequent[1:4]) + "."
-        busy = (f" NVML saw a kernel running {util:.0f}% of the training time."
-                if on_cuda and util is not None else "")
-        return DiagnosisItem(
-            HOST_SYNC_BOUND,
-            f"The host waits for the GPU {syncs.get('per_step', 0):.1f} times per step. "
-            f"The main one is {what} at {where}{code_text}, "
-            f"{top['count'] / steps:.1f} times per step: each one empties the GPU's queue, so the GPU "
-            f"idles while Python prepares the next step.{busy}{others}",
-            advice,
-            evidence={"per_step": syncs.get("per_step"), "sites": frequent[:4]})
+        return DiagnosisItem.worded(
+            HOST_SYNC_BOUND, {"per_step": syncs.get("per_step"), "sites": frequent[:4]},
+            per_step=syncs.get("per_step", 0), what=what, where=where, code_text=code_text,
+            site_per_step=top["count"] / steps, busy=_kernel_running(on_cuda, util), others=others, advice=advice)
 
     return None
+
+
+def _kernel_running(on_cuda: bool, util: float | None) -> str:
+    """What NVML saw of the GPU during the steps, as a sentence to add; "" without it."""
+    return findings.KERNEL_RUNNING.format(util=util) if on_cuda and util is not None else ""
 
 
 def _gpu_underused(s: Summary, gpu: dict[str, Any], util: float | None) -> DiagnosisItem | None:
     counted = gpu.get("util_samples", gpu.get("samples", 0))
     if util is not None and counted >= GPU_UNDERUTILISED_MIN_SAMPLES \
             and util < GPU_UNDERUTILISED_PCT:
-        return _underutilised(s, f"NVML saw a kernel running {util:.0f}% of the training time (mean of "
-                                       f"{counted} samples taken during the steps)", {"util_mean_pct": util})
+        return DiagnosisItem.worded(GPU_UNDERUTILISED, {"util_mean_pct": util}, util=util, samples=counted)
 
     return None
 
@@ -510,12 +525,10 @@ def _launch_bound(gpu: dict[str, Any], util: float | None) -> DiagnosisItem | No
                      "tensor_active_pct": gpu.get("tensor_active_p50_pct")})
     if found.code != "busy_small_kernels":
         return None
-    return DiagnosisItem(
-        LAUNCH_BOUND,
-        f"Launch-bound: {found.words} (median of {gpu['gpm_samples']} GPM readings during the steps).",
-        f"{found.fix[:1].upper()}{found.fix[1:]}; fuse small operations with torch.compile.",
-        evidence={"util_mean_pct": util, "sm_active_p50_pct": gpu.get("sm_active_p50_pct"),
-                  "tensor_active_p50_pct": gpu.get("tensor_active_p50_pct")})
+    return DiagnosisItem.worded(
+        LAUNCH_BOUND, {"util_mean_pct": util, "sm_active_p50_pct": gpu.get("sm_active_p50_pct"),
+                       "tensor_active_p50_pct": gpu.get("tensor_active_p50_pct")},
+        words=found.words, samples=gpu["gpm_samples"], verdict_fix=f"{found.fix[:1].upper()}{found.fix[1:]}")
 
 
 def _memory_near_limit(s: Summary, gpu: dict[str, Any]) -> DiagnosisItem | None:
@@ -523,14 +536,14 @@ def _memory_near_limit(s: Summary, gpu: dict[str, Any]) -> DiagnosisItem | None:
     total = mem.get("total_bytes") or gpu.get("memory_total_bytes")
     peak = mem.get("peak_reserved_bytes")
     if total and peak is not None and peak >= MEMORY_NEAR_LIMIT_SHARE * total:
-        return _memory_item(f"PyTorch's allocator held up to {_gib(peak)} of the GPU's {_gib(total)} "
-                                  f"({_pct(peak / total)})", {"peak_reserved_bytes": peak, "total_bytes": total})
+        return DiagnosisItem.worded(f"{MEMORY_NEAR_LIMIT}:allocator", {"peak_reserved_bytes": peak, "total_bytes": total},
+                                    peak=_gib(peak), total=_gib(total), share=_pct(peak / total))
     elif gpu.get("memory_used_max_bytes") and gpu.get("memory_total_bytes") and \
             gpu["memory_used_max_bytes"] >= MEMORY_NEAR_LIMIT_DEVICE_SHARE * gpu["memory_total_bytes"]:
         used, dev_total = gpu["memory_used_max_bytes"], gpu["memory_total_bytes"]
-        return _memory_item(f"the GPU's memory was {_pct(used / dev_total)} full ({_gib(used)} of "
-                                  f"{_gib(dev_total)}, all processes)",
-                                  {"memory_used_max_bytes": used, "memory_total_bytes": dev_total})
+        return DiagnosisItem.worded(f"{MEMORY_NEAR_LIMIT}:device",
+                                    {"memory_used_max_bytes": used, "memory_total_bytes": dev_total},
+                                    share=_pct(used / dev_total), used=_gib(used), total=_gib(dev_total))
 
     return None
 
@@ -543,40 +556,13 @@ def _fragmentation(s: Summary) -> DiagnosisItem | None:
     if retries > 0 or (reserved >= FRAGMENTED_MIN_RESERVED and inactive >= FRAGMENTED_SHARE * reserved):
         seen = []
         if retries:
-            seen.append(f"the allocator had to free its cache and retry {retries} time(s) "
-                        "because no free block was large enough")
+            seen.append(findings.FRAGMENTED_RETRIES.format(retries=retries))
         if reserved and inactive >= FRAGMENTED_SHARE * reserved:
-            seen.append(f"{_gib(inactive)} of the {_gib(reserved)} it holds sits in split blocks too "
-                        "small to reuse")
-        return DiagnosisItem(
-            FRAGMENTATION,
-            "GPU memory is fragmented: " + "; ".join(seen) + ". Each retry stalls the step.",
-            "Set `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` before starting Python, keep "
-            "tensor shapes steady between steps (pad variable-length batches to a few sizes), and "
-            "do not call `torch.cuda.empty_cache()` in the loop (it frees memory for other processes, "
-            "not speed for yours).",
-            evidence={"alloc_retries": retries, "inactive_split_bytes": inactive, "reserved_bytes": reserved})
+            seen.append(findings.FRAGMENTED_SPLIT.format(inactive=_gib(inactive), reserved=_gib(reserved)))
+        return DiagnosisItem.worded(
+            FRAGMENTATION, {"alloc_retries": retries, "inactive_split_bytes": inactive, "reserved_bytes": reserved},
+            seen="; ".join(seen))
     return None
-
-
-def _underutilised(s: Summary, seen: str, evidence: dict[str, Any]) -> DiagnosisItem:
-    return DiagnosisItem(
-        GPU_UNDERUTILISED,
-        f"The GPU is underused: {seen}.",
-        "If a cause is listed above, fix it first. Otherwise the steps are too small for this GPU: "
-        "raise the batch size (and the learning rate with it), use mixed precision "
-        "(`torch.autocast`), or fuse small kernels with `torch.compile`.",
-        evidence=evidence)
-
-
-def _memory_item(seen: str, evidence: dict[str, Any]) -> DiagnosisItem:
-    return DiagnosisItem(
-        MEMORY_NEAR_LIMIT,
-        f"Memory is near the limit: {seen}. A larger batch or a longer input will run out of memory.",
-        "Lower the batch size (accumulate gradients to keep the effective size), train in mixed "
-        "precision, or use activation checkpointing (`torch.utils.checkpoint`). "
-        "`torch.cuda.empty_cache()` does not give your process more memory.",
-        evidence=evidence)
 
 
 # -- across ranks -------------------------------------------------------------------------------
@@ -608,7 +594,7 @@ def find_stragglers(ranks: Sequence[dict[str, Any]]) -> list[DiagnosisItem]:
     known_steps = [v for v in steps.values() if v is not None]
     if not known_steps:
         return items
-    iterations = {k: (waits[k] or 0.0) + steps[k] for k in steps if steps[k] is not None}
+    iterations = {k: (waits[k] or 0.0) + step for k, step in steps.items() if step is not None}
     median_iteration = statistics.median_low(list(iterations.values()))
     min_excess = max(STRAGGLER_MIN_EXCESS_S, STRAGGLER_MIN_EXCESS_SHARE * median_iteration)
 
@@ -619,24 +605,15 @@ def find_stragglers(ranks: Sequence[dict[str, Any]]) -> list[DiagnosisItem]:
         median_wait = statistics.median_low(known_waits)
         for rank, wait in waits.items():
             if slower(wait, median_wait):
-                items.append(DiagnosisItem(
-                    STRAGGLER,
-                    f"Rank {rank} is a straggler: it waits for data {_ms(wait)} per step (median), the "
-                    f"median rank {_ms(median_wait)}. Under DistributedDataParallel the other ranks wait "
-                    "for it at every gradient all-reduce (their steps look longer for it).",
-                    "Give that rank's DataLoader more workers, check its disk or network path, and make "
-                    "sure every rank reads shards of the same size.",
-                    evidence={"rank": rank, "data_wait_p50_s": wait, "median_data_wait_p50_s": median_wait}))
+                items.append(DiagnosisItem.worded(
+                    f"{STRAGGLER}:data", {"rank": rank, "data_wait_p50_s": wait, "median_data_wait_p50_s": median_wait},
+                    rank=rank, wait=_ms(wait), median=_ms(median_wait)))
     median_step = statistics.median_low(known_steps)
     for rank, step in steps.items():
         if slower(step, median_step) and slower(iterations.get(rank), median_iteration):
-            items.append(DiagnosisItem(
-                STRAGGLER,
-                f"Rank {rank} is a straggler: its steps take {_ms(step)} (median), the median rank "
-                f"{_ms(median_step)}.",
-                "Check that rank's GPU (clocks, temperature, other processes on it) and that its "
-                "batches are the same size as the other ranks'.",
-                evidence={"rank": rank, "step_time_p50_s": step, "median_step_time_p50_s": median_step}))
+            items.append(DiagnosisItem.worded(
+                f"{STRAGGLER}:steps", {"rank": rank, "step_time_p50_s": step, "median_step_time_p50_s": median_step},
+                rank=rank, step=_ms(step), median=_ms(median_step)))
     return items
 
 

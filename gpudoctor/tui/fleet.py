@@ -8,7 +8,7 @@ messages. Every label from Prometheus is shown as plain text (``rich.text.Text``
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from rich.text import Text
 from textual import work
@@ -17,6 +17,9 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
+
+if TYPE_CHECKING:
+    from gpudoctor.fleet import FleetView
 
 STATUS_STYLES = {"fail": "bold red", "stale": "bold magenta", "warn": "yellow", "pass": "green"}
 #: The columns and the most each may take (the instance is cut with "…" beyond it); each is as
@@ -30,7 +33,7 @@ GAP = 1
 
 
 class FleetReady(Message):
-    def __init__(self, view: Any, took_s: float) -> None:
+    def __init__(self, view: FleetView, took_s: float) -> None:
         super().__init__()
         self.view = view
         self.took_s = took_s
@@ -137,7 +140,7 @@ class FleetScreen(Screen):
             status.append("asking Prometheus ...", style="dim")
         self.query_one("#fleet-status", Static).update(status)
 
-    def _fill(self, view: Any) -> None:
+    def _fill(self, view: FleetView | None) -> None:
         """The rows, in columns as wide as their header or widest value, and REASON in the rest
         of the width, wrapped over as many lines as the row needs: every header and value whole
         at 80 columns as at 200."""

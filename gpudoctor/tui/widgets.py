@@ -21,6 +21,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from gpudoctor.backends import catalogue, throttle_reason_names
+from gpudoctor.findings import CLOCK_EVENTS, CLOCKS_FREE, IDLE_BETWEEN_KERNELS
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.presentation import busy_verdict, fault_words, no_gpu_words
 from gpudoctor.sampling import DeviceSnapshot, History, Snapshot
@@ -324,13 +325,13 @@ class GpuPanel(_LinesPanel):
         reasons = g("throttle_reasons")
         text = throttle_text(reasons)
         if text == "none":
-            text = "no throttling: clocks are not held back"
+            text = CLOCKS_FREE
         util = _num(g("gpu_util_pct"))
         if isinstance(reasons, int) and "gpu_idle" in throttle_reason_names(reasons) and util:
             # NVML's idle reason is the state at the instant of reading; utilisation covers the
             # last sample period. Never say "nothing is running" beside a busy reading.
-            words = [w for w in text.split("; ") if not w.startswith("GPU idle")]
-            text = "; ".join(["idle between kernels: clocks lowered at this instant"] + words)
+            words = [w for w in text.split("; ") if w != CLOCK_EVENTS["gpu_idle"].words]
+            text = "; ".join([IDLE_BETWEEN_KERNELS] + words)
         style = "dim" if (isinstance(reasons, int) and reasons in (0, 1)) else "yellow"
         if is_na(reasons):
             style = "dim"

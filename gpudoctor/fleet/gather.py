@@ -1,0 +1,127 @@
+"""fleet's collection: the queries of one look at the fleet, one row per GPU, judged and sorted.
+
+A GPU Prometheus no longer gets (a target that stopped answering, or a GPU gone from a live
+exporter's scrape: a warning with its age) keeps its last known readings, Xid and report verdict
+from the look-back window, judged as before and said to be last known.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Sequence
+
+from gpudoctor import findings
+from gpudoctor.presentation import fmt_age
+
+from . import rules
+from .client import Prometheus
+from .model import (DEFAULT_LOOKBACK, DEFAULT_REPORT_MAX_AGE_S, DEFAULT_STALE_AFTER_S, STATUS_ORDER, FleetError,
+                    FleetRow, FleetView, Key, Series, key_of)
+from .selector import Matcher, names_regex, selector as _selector
+
+
+def collect(client: Prometheus, matchers: Sequence[Matcher] = (), *, stale_after_s: float = DEFAULT_STALE_AFTER_S,
+            lookback: str = DEFAULT_LOOKBACK, report_max_age_s: float = DEFAULT_REPORT_MAX_AGE_S,
+            now: float | None = None) -> FleetView:
+    """Query Prometheus and build one judged row per GPU, worst first."""
+    now = time.time() if now is None else now
+    selector = _selector(matchers)
+    up = client.query("up" + selector, at=now)
+    current = client.query(_selector(matchers, names_regex(rules.GPUDOCTOR_METRICS + rules.DCGM_METRICS)), at=now)
+    targets = {s.labels.get("instance", ""): int(s.value) for s in up}
+    by_metric: rules.ByMetric = {}
+    for s in current:
+        by_metric.setdefault(s.labels.get("__name__", ""), []).append(s)
+    rows, sampled_at = _known_rows(client, selector, lookback, now)
+    gone = _not_exported(rows, by_metric, targets)
+    if gone:  # two more queries, only for the nodes concerned (a healthy fleet costs none)
+        nodes = Matcher("instance", "=~", "|".join(sorted({re.escape(key[0]) for key in gone})))
+        # The last value of every kept series (last_over_time keeps the metric name), and when each
+        # GPU was last exported (the scrape time of its info series).
+        last_known = client.query(f"last_over_time({_selector([*matchers, nodes], names_regex(rules.LAST_KNOWN_METRICS))}"
+                                  f"[{lookback}])", at=now)
+        last_seen = client.query(f"last_over_time(timestamp(gpudoctor_gpu_info{_selector([*matchers, nodes])})"
+                                 f"[{lookback}:])", at=now)
+        _ages(rows, gone, targets, sampled_at, {key_of(s.labels): s.value for s in last_seen}, now)
+        _keep_last_known(by_metric, last_known, gone, targets)
+    rules.judge_gpudoctor(rows, by_metric, now, stale_after_s, report_max_age_s)
+    rules.judge_dcgm(rows, by_metric)
+    rules.judge_busy(rows)
+    rules.mark_last_known(rows, gone)
+    rules.judge_targets(rows, targets, sampled_at, now)
+    if not rows:
+        raise FleetError("empty", f"Prometheus at {client.url} holds no GPU series"
+                                  f"{' for ' + selector if matchers else ''} (neither gpudoctor's exporter "
+                                  "nor dcgm-exporter in the last " + lookback + ")")
+    for row in rows.values():
+        row.settle()
+    ordered = sorted(rows.values(), key=lambda r: (STATUS_ORDER[r.status], *rules.not_working_first(r), r.instance,
+                                                   _gpu_sort(r.gpu)))
+    return FleetView(client.url, selector, now, ordered, targets, client.queries)
+
+
+def _known_rows(client: Prometheus, selector: str, lookback: str,
+                now: float) -> tuple[dict[Key, FleetRow], dict[str, float]]:
+    """A row for every GPU seen in the look-back window (so a target that stopped answering still
+    lists its GPUs), and each instance's last sample time."""
+    known = client.query(f"last_over_time(gpudoctor_gpu_info{selector}[{lookback}])", at=now)
+    known_dcgm = client.query(f"last_over_time(DCGM_FI_DEV_GPU_TEMP{selector}[{lookback}])", at=now)
+    last_sample = client.query(f"last_over_time(gpudoctor_sample_timestamp_seconds{selector}[{lookback}])", at=now)
+    rows: dict[Key, FleetRow] = {}
+
+    def row_for(labels: dict[str, str], source: str) -> FleetRow:
+        key = key_of(labels)
+        row = rows.get(key)
+        if row is None:
+            row = rows[key] = FleetRow(instance=key[0], gpu=key[1], source=source, job=labels.get("job", ""))
+        return row
+
+    for s in known:
+        row = row_for(s.labels, "gpudoctor")
+        row.name, row.uuid = s.labels.get("name", ""), s.labels.get("uuid", "")
+    for s in known_dcgm:
+        row = row_for(s.labels, "dcgm-exporter")
+        row.name = row.name or s.labels.get("modelName", "")
+        row.uuid = row.uuid or s.labels.get("UUID", "")
+    return rows, {s.labels.get("instance", ""): s.value for s in last_sample}
+
+
+def _not_exported(rows: dict[Key, FleetRow], by_metric: rules.ByMetric,
+                  targets: dict[str, int]) -> dict[Key, float | None]:
+    """The GPUs Prometheus no longer gets: those of a target that stopped answering (``up == 0``),
+    and those of a live gpudoctor exporter missing from its latest scrape (seen in the look-back
+    window, no series of them now: they vanished). Their ages are filled in by :func:`_ages`."""
+    exported = {key_of(s.labels) for series in by_metric.values() for s in series}
+    return {key: None for key, row in rows.items()
+            if targets.get(row.instance, 1) == 0 or (row.source == "gpudoctor" and key not in exported)}
+
+
+def _ages(rows: dict[Key, FleetRow], gone: dict[Key, float | None], targets: dict[str, int],
+          sampled_at: dict[str, float], seen_at: dict[Key, float], now: float) -> None:
+    """How old the last readings of each GPU no longer exported are: a silent target's last sample,
+    a vanished GPU's last scrape; a vanished GPU is a warning, with that age."""
+    for key in gone:
+        row = rows[key]
+        since = sampled_at.get(row.instance) if targets.get(row.instance, 1) == 0 else seen_at.get(key)
+        age = gone[key] = now - since if since else None
+        if targets.get(row.instance, 1) != 0:
+            row.add(findings.finding("gpu_not_exported",
+                                     since=f" (last seen {fmt_age(age)} ago)" if age is not None else ""))
+
+
+def _keep_last_known(by_metric: rules.ByMetric, last_known: list[Series],
+                     gone: dict[Key, float | None], targets: dict[str, int]) -> None:
+    """Add the last known series of GPUs no longer exported (and the node-wide ones of silent
+    targets: the report verdict) where the latest scrape has none, so they are judged as before."""
+    present = {(name, key_of(s.labels)) for name, series in by_metric.items() for s in series}
+    for s in last_known:
+        name, key = s.labels.get("__name__", ""), key_of(s.labels)
+        if not name or (name, key) in present:
+            continue  # a Prometheus that dropped the name: nothing to file it under
+        if key in gone or (key[1] == "" and targets.get(key[0], 1) == 0):
+            by_metric.setdefault(name, []).append(s)
+
+
+def _gpu_sort(gpu: str) -> tuple[int, str]:
+    return (int(gpu), "") if gpu.isdigit() else (1 << 30, gpu)

@@ -1,0 +1,124 @@
+"""fleet's data: a row per (instance, GPU) with its findings, the view of all rows, the series read.
+
+A row's findings are :class:`gpudoctor.model.Finding` (codes and words from gpudoctor.findings).
+Fleet's four statuses map onto :class:`~gpudoctor.model.Status`: ``stale`` is a finding that could
+not be checked (``Status.ERROR``: the target or its sampler does not answer).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from gpudoctor.findings import one_line
+from gpudoctor.model import Finding, Status
+
+SCHEMA_VERSION = 1
+STATUS_ORDER = {"fail": 0, "stale": 1, "warn": 2, "pass": 3}
+#: A finding's status as fleet shows it.
+FLEET_STATUS = {Status.FAIL: "fail", Status.ERROR: "stale", Status.WARN: "warn", Status.PASS: "pass",
+                Status.SKIP: "pass"}
+DEFAULT_TIMEOUT_S = 10.0
+DEFAULT_STALE_AFTER_S = 120.0
+DEFAULT_LOOKBACK = "1h"
+DEFAULT_REPORT_MAX_AGE_S = 24 * 3600.0
+
+Key = tuple[str, str]  # (instance, gpu)
+
+
+class FleetError(Exception):
+    """A fleet query that could not be answered; ``kind`` picks the exit code."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind  # "usage", "unreachable", "query", "empty"
+
+
+@dataclass
+class Series:
+    labels: dict[str, str]
+    value: float
+
+
+def key_of(labels: dict[str, str]) -> Key:
+    return labels.get("instance", ""), labels.get("gpu", "")
+
+
+@dataclass
+class FleetRow:
+    instance: str
+    gpu: str
+    status: str = "pass"
+    reason: str = ""
+    source: str = "gpudoctor"
+    name: str = ""
+    uuid: str = ""
+    job: str = ""
+    # The readings (gpudoctor.backends.catalogue's fleet readings: a test keeps the two the same),
+    # in the exporter's units.
+    utilization: float | None = None  # ratio 0-1
+    memory_used_bytes: float | None = None
+    memory_total_bytes: float | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    sm_active: float | None = None  # ratio 0-1 (NVML GPM / DCGM_FI_PROF_SM_ACTIVE)
+    tensor_active: float | None = None  # ratio 0-1 (NVML GPM / DCGM_FI_PROF_PIPE_TENSOR_ACTIVE)
+    xid_count: int | None = None
+    xid_last: int | None = None
+    xid_last_words: str | None = None
+    xid_last_time: float | None = None
+    report_status: str | None = None
+    report_age_s: float | None = None
+    # True for a GPU Prometheus no longer gets (its target stopped answering, or it vanished from a
+    # live exporter): its readings and findings are the last known, last_known_age_s old (None: unknown).
+    last_known: bool = False
+    last_known_age_s: float | None = None
+    findings: list[Finding] = field(default_factory=list)
+
+    def add(self, found: Finding | None) -> None:
+        if found is not None:
+            self.findings.append(found)
+
+    def settle(self) -> None:
+        ordered = sorted(self.findings, key=lambda f: STATUS_ORDER[FLEET_STATUS[f.status]])
+        self.status = FLEET_STATUS[ordered[0].status] if ordered else "pass"
+        self.reason = "; ".join(one_line(f) for f in ordered) if ordered else "no problem seen"
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("findings")
+        for key, value in data.items():
+            if isinstance(value, float) and not math.isfinite(value):
+                data[key] = None
+        return data
+
+
+@dataclass
+class FleetView:
+    prometheus: str
+    selector: str
+    queried_at: float
+    rows: list[FleetRow]
+    targets: dict[str, int]  # instance -> up (1/0)
+    queries: int = 0
+
+    def counts(self) -> dict[str, int]:
+        counts = {status: 0 for status in STATUS_ORDER}
+        for row in self.rows:
+            counts[row.status] += 1
+        return counts
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "prometheus": self.prometheus,
+            "selector": self.selector,
+            "queried_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.queried_at)),
+            "counts": self.counts(),
+            "nodes": len({row.instance for row in self.rows}),
+            "targets_down": sorted(i for i, up in self.targets.items() if not up),
+            "rows": [row.to_dict() for row in self.rows],
+        }

@@ -1,0 +1,313 @@
+"""fleet's rules: the series it reads, and each row's findings from them.
+
+The judgements are gpudoctor.findings' (the health probe's, over the same readings built from
+Prometheus series) and their words are that table's; what is fleet's own here is where each
+reading comes from: gpudoctor's exporter (``gpudoctor_gpu_*``) or dcgm-exporter (``DCGM_*``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterable
+
+from gpudoctor import findings, xid
+from gpudoctor.backends import busy, catalogue
+from gpudoctor.backends.nvml import THROTTLE_REASONS
+from gpudoctor.model import Finding, Status
+from gpudoctor.presentation import fmt_age
+
+from .model import FleetRow, Key, Series, key_of
+
+# The series read, by source. Each query is one HTTP request; the selector is the user's --match.
+# The readings a row shows are the catalogue's fleet readings (gpudoctor.backends.catalogue): their
+# gauges, and the DCGM fields of those fleet reads from dcgm-exporter too.
+GPUDOCTOR_METRICS = (
+    "gpudoctor_gpu_info", "gpudoctor_gpu_up", "gpudoctor_gpu_error_info",
+    *(r.prometheus for r in catalogue.fleet_readings()), "gpudoctor_gpu_throttled",
+    "gpudoctor_gpu_ecc_errors_total", "gpudoctor_gpu_remapped_rows_failure", "gpudoctor_gpu_remapped_rows_pending",
+    "gpudoctor_gpu_retired_pages_pending", "gpudoctor_gpu_xid_errors_total", "gpudoctor_gpu_kernel_log_xids",
+    "gpudoctor_gpu_last_xid",
+    "gpudoctor_gpu_last_xid_timestamp_seconds", "gpudoctor_nvml_up", "gpudoctor_nvml_error_info",
+    "gpudoctor_sample_age_seconds", "gpudoctor_report_status", "gpudoctor_report_timestamp_seconds",
+)
+DCGM_METRICS = (
+    *(r.dcgm for r in catalogue.fleet_readings() if r.dcgm_scale is not None), "DCGM_FI_DEV_FB_FREE",
+    "DCGM_FI_DEV_XID_ERRORS", "DCGM_EXP_XID_ERRORS_COUNT", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DEV_ROW_REMAP_PENDING", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_EXP_CLOCK_EVENTS_COUNT",
+)
+
+# What is kept of a GPU or node that Prometheus no longer gets (a stopped target, a GPU gone from a
+# live exporter): the last value of each of these in the look-back window. Not the moment's state
+# (throttling, clock events in the last minutes, NVML up, sample age), which says nothing once the
+# node is silent.
+LAST_KNOWN_METRICS = tuple(name for name in GPUDOCTOR_METRICS + DCGM_METRICS if name not in (
+    "gpudoctor_gpu_info", "gpudoctor_gpu_throttled", "gpudoctor_nvml_up", "gpudoctor_nvml_error_info",
+    "gpudoctor_sample_age_seconds", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+    "DCGM_EXP_CLOCK_EVENTS_COUNT"))
+
+# dcgm-exporter's ``clock_event`` label (its clock-events collector) by NVML's reason code.
+DCGM_CLOCK_EVENTS = {"gpu_idle": "gpu_idle", "clocks_setting": "applications_clocks", "power_cap": "sw_power_cap",
+                     "sw_power_cap": "sw_power_cap", "hw_slowdown": "hw_slowdown", "sync_boost": "sync_boost",
+                     "sw_thermal": "sw_thermal_slowdown", "hw_thermal": "hw_thermal_slowdown",
+                     "hw_power_brake": "hw_power_brake", "display_clocks": "display_clock"}
+
+Rows = dict[Key, FleetRow]
+ByMetric = dict[str, list[Series]]
+
+
+def values(by_metric: ByMetric, name: str) -> dict[Key, list[Series]]:
+    out: dict[Key, list[Series]] = {}
+    for s in by_metric.get(name, []):
+        out.setdefault(key_of(s.labels), []).append(s)
+    return out
+
+
+def one(by_metric: ByMetric, name: str) -> dict[Key, float]:
+    return {key: series[0].value for key, series in values(by_metric, name).items()}
+
+
+def per_instance(by_metric: ByMetric, name: str) -> dict[str, list[Series]]:
+    out: dict[str, list[Series]] = {}
+    for s in by_metric.get(name, []):
+        out.setdefault(s.labels.get("instance", ""), []).append(s)
+    return out
+
+
+def _window(series: Iterable[Series]) -> str:
+    """" in the last 5 min" from dcgm-exporter's ``window_size_in_ms`` label, or ""."""
+    window = ""
+    for s in series:
+        ms = s.labels.get("window_size_in_ms", "")
+        if ms.isascii() and ms.isdigit() and 0 < len(ms) <= 10:
+            window = f" in the last {fmt_age(int(ms) / 1000)}"
+    return window
+
+
+# --------------------------------------------------------------------------- gpudoctor's exporter
+def judge_gpudoctor(rows: Rows, m: ByMetric, now: float, stale_after_s: float, report_max_age_s: float) -> None:
+    simple = {r.fleet: one(m, r.prometheus) for r in catalogue.fleet_readings()}
+    for attr, found in simple.items():
+        for key, value in found.items():
+            if key in rows:
+                setattr(rows[key], attr, value)
+    errors = {key: [s.labels.get("reason", "") for s in series]
+              for key, series in values(m, "gpudoctor_gpu_error_info").items()}
+    for key, value in one(m, "gpudoctor_gpu_up").items():
+        if key in rows and value == 0:
+            reasons = [r for r in errors.get(key, []) if r]
+            # a GPU lost to the bus is the health probe's gpu_lost, in its words
+            rows[key].add(findings.finding("gpu_lost") if "GpuIsLost" in reasons else
+                          findings.finding("gpu_not_answering", reason=", ".join(reasons) or "no reading"))
+    uncorrected = {key: sum(s.value for s in series if s.labels.get("error_type") == "uncorrected"
+                            and s.labels.get("counter") == "volatile")
+                   for key, series in values(m, "gpudoctor_gpu_ecc_errors_total").items()}
+    judge_memory(rows, uncorrected, one(m, "gpudoctor_gpu_remapped_rows_failure"),
+                 one(m, "gpudoctor_gpu_remapped_rows_pending"), one(m, "gpudoctor_gpu_retired_pages_pending"))
+    for key, series in values(m, "gpudoctor_gpu_throttled").items():
+        if key in rows:
+            judge_clocks(rows[key], [s.labels["reason"] for s in series if s.value >= 1])
+    judge_xids(rows, m, now)
+    judge_instances(rows, m, now, stale_after_s, report_max_age_s)
+
+
+def judge_xids(rows: Rows, m: ByMetric, now: float) -> None:
+    """The last Xid of each GPU, with its count (seen while watching + logged before it began)."""
+    counts = one(m, "gpudoctor_gpu_xid_errors_total")
+    for key, logged in one(m, "gpudoctor_gpu_kernel_log_xids").items():
+        counts[key] = counts.get(key, 0.0) + logged
+    times = {k: v for k, v in one(m, "gpudoctor_gpu_last_xid_timestamp_seconds").items() if v > 0}
+    for key, value in one(m, "gpudoctor_gpu_last_xid").items():
+        if key in rows:
+            add_xid(rows[key], int(value), counts.get(key), times.get(key), now)
+    for key, value in counts.items():
+        if key in rows:
+            rows[key].xid_count = int(value)
+
+
+def judge_memory(rows: Rows, uncorrected: dict[Key, float], remap_failed: dict[Key, float],
+                 remap_pending: dict[Key, float], pages_pending: dict[Key, float] | None = None) -> None:
+    """Device memory faults, the same facts whichever exporter sent them, judged as the health probe does."""
+    for key, row in rows.items():
+        row.add(findings.ecc_finding(max(0.0, uncorrected.get(key, 0.0))))
+        for found in findings.row_remap_findings(remap_failed.get(key, 0.0) >= 1, remap_pending.get(key, 0.0) >= 1):
+            row.add(found)
+        for found in findings.retired_pages_findings((pages_pending or {}).get(key, 0.0) >= 1):
+            row.add(found)
+
+
+def judge_clocks(row: FleetRow, reasons: Iterable[str]) -> None:
+    """Clocks held down by heat or by the hardware: a warning, naming the power cap too when it is
+    also active. The power cap alone is the normal state of a fully loaded board (as the health
+    probe judges it), so it is no warning by itself."""
+    row.add(findings.clocks_held_down(reasons))
+
+
+def judge_instances(rows: Rows, m: ByMetric, now: float, stale_after_s: float, report_max_age_s: float) -> None:
+    by_instance: dict[str, list[FleetRow]] = {}
+    for row in rows.values():
+        by_instance.setdefault(row.instance, []).append(row)
+    nvml_errors = {i: [s.labels.get("reason", "") for s in ss]
+                   for i, ss in per_instance(m, "gpudoctor_nvml_error_info").items()}
+    for instance, series in per_instance(m, "gpudoctor_nvml_up").items():
+        if series[0].value >= 1:
+            continue
+        reasons = [r for r in nvml_errors.get(instance, []) if r]
+        for row in by_instance.get(instance, []):
+            row.add(findings.finding("sampler_stuck") if "SampleStale" in reasons else
+                    findings.finding("nvml_down", reasons=", ".join(reasons) or "no reason given"))
+    for instance, series in per_instance(m, "gpudoctor_sample_age_seconds").items():
+        if series[0].value > stale_after_s:
+            for row in by_instance.get(instance, []):
+                row.add(findings.finding("readings_old", age=fmt_age(series[0].value)))
+    stamps = {i: ss[0].value for i, ss in per_instance(m, "gpudoctor_report_timestamp_seconds").items()}
+    for instance, series in per_instance(m, "gpudoctor_report_status").items():
+        current = next((s.labels.get("status") for s in series if s.value >= 1), None)
+        age = now - stamps[instance] if instance in stamps else None
+        for row in by_instance.get(instance, []):
+            row.report_status, row.report_age_s = current, age
+            if current == "fail":
+                row.add(findings.finding("report_failed"))
+            elif current in ("warn", "error"):
+                row.add(findings.finding("report_warned", verdict=current))
+            if age is not None and age > report_max_age_s:
+                row.add(findings.finding("report_old", age=fmt_age(age)))
+
+
+# --------------------------------------------------------------------------- Xid
+def _xid_finding(code: int, when: str) -> Finding:
+    entry = xid.explain(code)
+    return findings.finding("xid", status=Status.FAIL if entry.severity == "critical" else Status.WARN,
+                            xid=code, when=when, words=entry.words, action=entry.action, evidence={"xid": code})
+
+
+def add_xid(row: FleetRow, code: int, count: float | None, when: float | None, now: float) -> None:
+    if code <= 0:
+        return
+    row.xid_last = code
+    row.xid_last_time = when
+    row.xid_last_words = xid.explain(code).words
+    row.add(_xid_finding(code, f", {fmt_age(now - when)} ago" if when else ""))
+    if count is not None:
+        row.xid_count = int(count)
+
+
+def judge_xid_window(row: FleetRow, series: list[Series]) -> None:
+    """Every Xid code counted in dcgm-exporter's window, each judged; the worst is the row's last Xid."""
+    counts: dict[int, int] = {}
+    for s in series:
+        code = s.labels.get("xid", "")
+        if not (code.isascii() and code.isdigit() and 0 < len(code) <= 4) or not s.value > 0:
+            continue
+        counts[int(code)] = counts.get(int(code), 0) + int(min(s.value, 1e9))
+    if not counts:
+        return
+    window = _window(s for s in series if s.value > 0)
+    ranked = sorted(counts, key=lambda c: (xid.explain(c).severity == "critical", c))
+    for number in ranked:
+        row.add(_xid_finding(number, f" ({counts[number]} time(s){window})"))
+    row.xid_last, row.xid_last_words = ranked[-1], xid.explain(ranked[-1]).words
+    row.xid_count = sum(counts.values())
+
+
+# --------------------------------------------------------------------------- dcgm-exporter
+def judge_dcgm(rows: Rows, m: ByMetric) -> None:
+    for attr, name, scale in ((r.fleet, r.dcgm, r.dcgm_scale) for r in catalogue.fleet_readings()
+                              if r.dcgm_scale is not None):
+        for key, value in one(m, name).items():
+            if key in rows and getattr(rows[key], attr) is None:
+                setattr(rows[key], attr, value * scale)
+    free = one(m, "DCGM_FI_DEV_FB_FREE")
+    for key, used in one(m, "DCGM_FI_DEV_FB_USED").items():
+        if key in rows and key in free and rows[key].memory_total_bytes is None:
+            rows[key].memory_total_bytes = (used + free[key]) * 2 ** 20
+    # dcgm-exporter's windowed count (--xid-count-window-size): one series per GPU and Xid code seen
+    # in the window. Where a node exports it, it is judged instead of the last-Xid gauge, which
+    # keeps its last value for ever and shows only the newest code (a critical Xid followed by a
+    # harmless one disappeared behind it).
+    windowed = values(m, "DCGM_EXP_XID_ERRORS_COUNT")
+    for key, series in windowed.items():
+        if key in rows:
+            judge_xid_window(rows[key], series)
+    counted = {instance for instance, _gpu in windowed}
+    for key, value in one(m, "DCGM_FI_DEV_XID_ERRORS").items():
+        if key in rows and rows[key].xid_last is None and key[0] not in counted:
+            add_xid(rows[key], int(value), None, None, 0.0)
+    judge_memory(rows, one(m, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"), one(m, "DCGM_FI_DEV_ROW_REMAP_FAILURE"),
+                 one(m, "DCGM_FI_DEV_ROW_REMAP_PENDING"))
+    judge_dcgm_clocks(rows, m)
+
+
+def judge_dcgm_clocks(rows: Rows, m: ByMetric) -> None:
+    """dcgm-exporter's clock events. Its windowed count (DCGM_EXP_CLOCK_EVENTS_COUNT, enabled in its
+    collectors file; --clock-events-count-window-size): one series per GPU and reason seen in the
+    window, label ``clock_event``. Where a node exports it, it is judged instead of the reasons
+    bit mask, which is the state at the instant of the scrape only (a slowdown between two scrapes
+    was never seen)."""
+    windowed = values(m, "DCGM_EXP_CLOCK_EVENTS_COUNT")
+    for key, series in windowed.items():
+        if key not in rows or rows[key].source != "dcgm-exporter":
+            continue
+        counts: dict[str, int] = {}
+        for s in series:
+            code = DCGM_CLOCK_EVENTS.get(s.labels.get("clock_event", ""))
+            if code is not None and s.value > 0:
+                counts[code] = counts.get(code, 0) + int(min(s.value, 1e9))
+        rows[key].add(findings.clocks_held_down(counts, counts, _window(s for s in series if s.value > 0)))
+    counted = {instance for instance, _gpu in windowed}
+    masks = dict(one(m, "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"))
+    masks.update(one(m, "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"))
+    for key, value in masks.items():
+        if key in rows and rows[key].source == "dcgm-exporter" and key[0] not in counted:
+            judge_clocks(rows[key], [code for bit, (code, _words) in THROTTLE_REASONS.items() if int(value) & bit])
+
+
+# --------------------------------------------------------------------------- every source
+def busy_verdict(row: FleetRow) -> busy.Verdict | None:
+    """The verdict of gpudoctor.backends.busy over a row's ratios (None without SM activity:
+    fleet does not repeat "cannot tell" on every pre-Hopper row)."""
+    if row.sm_active is None or row.utilization is None:
+        return None
+    pct = {"gpu_util_pct": row.utilization * 100, "sm_active_pct": row.sm_active * 100}
+    if row.tensor_active is not None:
+        pct["tensor_active_pct"] = row.tensor_active * 100
+    return busy.verdict(pct)
+
+
+def judge_busy(rows: Rows) -> None:
+    """Busy but not working (utilisation high, SM activity low): a warning, in the verdict's words."""
+    for row in rows.values():
+        verdict = busy_verdict(row)
+        if verdict is not None and verdict.code == "busy_small_kernels":
+            row.add(findings.finding("busy_small_kernels", words=verdict.text()))
+
+
+def not_working_first(row: FleetRow) -> tuple[int, float]:
+    """Within a status, "busy but not working" GPUs first, the least SM activity first."""
+    verdict = busy_verdict(row)
+    if verdict is not None and verdict.code == "busy_small_kernels" and row.sm_active is not None:
+        return (0, row.sm_active)
+    return (1, 0.0)
+
+
+def judge_targets(rows: Rows, targets: dict[str, int], sampled_at: dict[str, float], now: float) -> None:
+    for row in rows.values():
+        if targets.get(row.instance, 1) == 0:
+            since = sampled_at.get(row.instance)
+            row.add(findings.finding("target_down", since=f" (last reading {fmt_age(now - since)} ago)" if since else ""))
+    covered = {row.instance for row in rows.values()}
+    for instance, value in targets.items():
+        if value == 0 and instance not in covered:
+            row = rows[(instance, "")] = FleetRow(instance=instance, gpu="", source="")
+            row.add(findings.finding("target_down_unseen"))
+
+
+def mark_last_known(rows: Rows, gone: dict[Key, float | None]) -> None:
+    """Say of each finding of a GPU no longer exported that it is the last known state, with its age.
+    A critical last-known Xid keeps the row failing: the node has probably died of it."""
+    for key, age in gone.items():
+        row = rows[key]
+        row.last_known, row.last_known_age_s = True, age
+        words = "last known" + (f" ({fmt_age(age)} ago)" if age is not None else "")
+        row.findings = [f if f.code == "gpu_not_exported" else dataclasses.replace(f, summary=f"{words}: {f.summary}")
+                        for f in row.findings]
