@@ -3,10 +3,10 @@
 Asks the libraries that are actually loaded (``torch.backends.cudnn.version()``), not
 ldconfig. At ``--quick`` (and where torch is not installed) it answers from NVML, host
 facts and torch's build read from torch/version.py as text (no torch import); the driver
-against CUDA build check is the same code either way (:mod:`gpudoctor.cuda_compat`).
+against CUDA build check is the same code either way (:mod:`gpudoctor.backends.cuda_compat`).
 
 Thresholds and their sources:
-- Minimum Linux driver per CUDA major version: see :mod:`gpudoctor.cuda_compat`.
+- Minimum Linux driver per CUDA major version: see :mod:`gpudoctor.backends.cuda_compat`.
 - torchvision pairs: torchvision 0.(N+15) is built for torch 2.N (0.28 <-> 2.13, 0.29 <-> 2.14).
 """
 
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from gpudoctor.backends.host import environment_variables
 from gpudoctor.backends.cuda_driver import cause_of_error_text
 from gpudoctor.backends.na import NA, is_na
-from gpudoctor.cuda_compat import cuda_started, driver_build_findings, started_anyway
+from gpudoctor.backends.cuda_compat import cuda_started, driver_build_findings, started_anyway
 from gpudoctor.model import ProbeResult, Status
 
 from . import Probe, ProbeContext
@@ -433,7 +433,7 @@ def _torchvision(r: ProbeResult, facts: dict[str, Any], version: str) -> None:
 def _without_torch(r: ProbeResult, ctx: ProbeContext, reason: str, driver: str | NA,
                    driver_cuda: str | NA) -> ProbeResult:
     """--quick, or no torch installed: torch's build read as text, and the same driver check."""
-    from gpudoctor.torch_build import CHECK_ANOTHER_ENV_HINT, InterpreterError
+    from gpudoctor.backends.torch_build import CHECK_ANOTHER_ENV_HINT, InterpreterError
 
     driver_text = "driver " + (driver if isinstance(driver, str) else "unavailable")
     not_started = "--quick" if reason == "QuickMode" else "not started"

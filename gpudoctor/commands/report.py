@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     if args.python:
         if args.replay:
             raise UsageError("--python checks a live environment; it cannot be combined with --replay")
-        from gpudoctor.torch_build import InterpreterError, inspect_interpreter
+        from gpudoctor.backends.torch_build import InterpreterError, inspect_interpreter
 
         try:
             inspect_interpreter(args.python)

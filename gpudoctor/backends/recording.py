@@ -150,7 +150,7 @@ _SCHEMA: dict[str, Any] = {
     "$id": "https://gpudoctor.invalid/schema/recording.schema.json",
     "title": "gpudoctor recording",
     "description": "A recording made by `gpudoctor record` (or a hand-made fault scenario), replayed with "
-                   "--replay. Generated from gpudoctor/recording.py (SCHEMA); a test keeps the two equal. "
+                   "--replay. Generated from gpudoctor/backends/recording.py (SCHEMA); a test keeps the two equal. "
                    "A value that NVML could not give is {\"__na__\": reason}.",
     "type": "object",
     "required": ["format", "format_version", "nvml"],
