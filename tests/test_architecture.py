@@ -37,7 +37,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                    "gpudoctor.hooks", "gpudoctor.hooks.*", "gpudoctor.recorder", "gpudoctor.fleet",
                    "gpudoctor.why", "gpudoctor.why.*")),
     ("runner", ("gpudoctor.runner", "gpudoctor.quick")),
-    ("front ends", ("gpudoctor.render", "gpudoctor.tui", "gpudoctor.tui.*", "gpudoctor.exporter")),
+    ("front ends", ("gpudoctor.render", "gpudoctor.tui", "gpudoctor.tui.*", "gpudoctor.exporter", "gpudoctor.exporter.*")),
     ("commands", ("gpudoctor.commands", "gpudoctor.commands.*")),
     ("cli", ("gpudoctor.cli", "gpudoctor.__main__")),
 ]
