@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pathlib import Path
 
-from gpudoctor._text import plain_text
+from gpudoctor._text import plain_strings as _plain_strings
 from gpudoctor.safejson import MiB, JsonFileError, read_json_file
 
 RECORDING_FORMAT = "gpudoctor-recording"
@@ -422,14 +422,7 @@ def finite_for_file(value: Any) -> Any:
 
 def plain_strings(value: Any) -> Any:
     """``value`` with every string in it (keys too) made plain, within the schema's bound."""
-    if isinstance(value, str):
-        return plain_text(value, limit=MAX_TEXT)
-    if isinstance(value, dict):
-        return {(plain_text(k, limit=MAX_TEXT) if isinstance(k, str) else k): plain_strings(v)
-                for k, v in value.items()}
-    if isinstance(value, list):
-        return [plain_strings(v) for v in value]
-    return value
+    return _plain_strings(value, MAX_TEXT)
 
 
 __all__ = ["RECORDING_FORMAT", "RECORDING_FORMAT_VERSION", "RecordingError", "SCHEMA", "SchemaError", "current_schema",
