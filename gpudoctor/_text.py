@@ -62,7 +62,7 @@ def plain_text(value: Any, *, limit: int = MAX_TEXT) -> str:
     return text
 
 
-def plain_strings(value: Any, limit: int) -> Any:
+def plain_strings(value: object, limit: int) -> Any:
     """``value`` (decoded JSON) with every string in it, keys too, made plain by :func:`plain_text`
     within ``limit`` characters; everything else as it was."""
     if isinstance(value, str):

@@ -12,7 +12,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudoctor import exitcodes
 from gpudoctor.commands.args import bounded, listen_host, seconds, seconds_or_zero
@@ -21,6 +21,9 @@ from gpudoctor.presentation import plain_text
 from gpudoctor.exporter import (DEFAULT_INTERVAL_S, DEFAULT_PORT, DEFAULT_REPORT_INTERVAL_S, LOOPBACK,
                                 GpudoctorCollector, GpuSampler, ReportStatus, build_registry, quick_report_producer,
                                 serve_metrics, stop_sampler_then_close)
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 port = bounded(int, minimum=0, maximum=65535, what="a port number")
 
@@ -112,7 +115,7 @@ def _report_status(args: argparse.Namespace, events: _EventsInBackground) -> Rep
     return ReportStatus(produce=produce, interval=args.report_interval)
 
 
-def _serve(args: argparse.Namespace, registry: Any) -> Any:
+def _serve(args: argparse.Namespace, registry: CollectorRegistry) -> Any:
     """Serve ``registry`` at --host/--port and say where on stderr; UsageError if it cannot listen."""
     try:
         server, _thread = serve_metrics(registry, args.host, args.port)

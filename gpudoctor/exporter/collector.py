@@ -4,12 +4,15 @@ report, turned into metric families at scrape time (nothing here reads NVML)."""
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from gpudoctor.backends.na import is_na
 from gpudoctor.exporter.metrics import GPU_LABELS, OTHER_METRICS, counter_metrics, gpu_metrics
 from gpudoctor.exporter.report_status import STATUSES, ReportStatus
 from gpudoctor.exporter.sampler import STALE_AFTER_INTERVALS, GpuSampler
+
+if TYPE_CHECKING:  # prometheus_client is imported at scrape time, not with the command line
+    from prometheus_client.core import GaugeMetricFamily
 
 
 def _gauge(name: str, labels: list[str] | None = None, value: float | None = None) -> Any:
@@ -27,7 +30,7 @@ def _counter(name: str, labels: list[str] | None = None, value: float | None = N
     return CounterMetricFamily(name[:-len("_total")], OTHER_METRICS[name], value=value, labels=labels)
 
 
-def _state_set(family: Any, labels: list[str], current: Any) -> None:
+def _state_set(family: GaugeMetricFamily, labels: list[str], current: object) -> None:
     """A state set: one series per status, 1 for ``current`` and 0 for the others."""
     for status in STATUSES:
         family.add_metric(labels + [status], 1.0 if current == status else 0.0)
