@@ -62,4 +62,17 @@ def plain_text(value: Any, *, limit: int = MAX_TEXT) -> str:
     return text
 
 
-__all__ = ["MAX_TEXT", "plain_text"]
+def plain_strings(value: object, limit: int) -> Any:
+    """``value`` (decoded JSON) with every string in it, keys too, made plain by :func:`plain_text`
+    within ``limit`` characters; everything else as it was."""
+    if isinstance(value, str):
+        return plain_text(value, limit=limit)
+    if isinstance(value, dict):
+        return {(plain_text(k, limit=limit) if isinstance(k, str) else k): plain_strings(v, limit)
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain_strings(v, limit) for v in value]
+    return value
+
+
+__all__ = ["MAX_TEXT", "plain_text", "plain_strings"]

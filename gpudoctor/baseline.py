@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from gpudoctor.model import ProbeResult, Status
-from gpudoctor._text import plain_text
+from gpudoctor._text import plain_strings as _plain_strings
 from gpudoctor.safejson import JsonFileError, non_finite, parse_bounded, read_bounded
 
 # A --full report is well under 1 MiB; parsed JSON takes about 25 times its size in memory, so
@@ -126,13 +126,7 @@ _NUMBER_FIELDS = ("value", "reference")
 
 def plain_strings(value: Any) -> Any:
     """``value`` with every string in it (keys too) made plain text, bounded."""
-    if isinstance(value, str):
-        return plain_text(value, limit=MAX_REPORT_TEXT)
-    if isinstance(value, dict):
-        return {plain_strings(k): plain_strings(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [plain_strings(v) for v in value]
-    return value
+    return _plain_strings(value, MAX_REPORT_TEXT)
 
 
 MAX_REPORT_TEXT = 4096

@@ -3,7 +3,7 @@
 It runs the quick-level probes (NVML, host facts, and torch's build read from
 ``torch/version.py`` as text): no torch import, no CUDA context, well under a second.
 A driver too old for torch's CUDA build fails here exactly as in the full report, because
-both use :func:`gpudoctor.cuda_compat.driver_build_findings`.
+both use :func:`gpudoctor.backends.cuda_compat.driver_build_findings`.
 
     from gpudoctor.quick import quick_verdict
     verdict = quick_verdict()            # or quick_verdict(gpu=backend) in the TUI

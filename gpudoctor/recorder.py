@@ -192,7 +192,7 @@ def record(gpu: Any, *, seconds: float = 5.0, interval: float = 0.5, with_torch:
     ``anonymize`` strips GPU UUIDs, serial numbers and host names (``record --anonymize``).
     """
     recording, interrupted = capture(gpu, seconds=seconds, interval=interval, with_torch=with_torch, log=log)
-    from gpudoctor.recording import finite_for_file, plain_strings
+    from gpudoctor.backends.recording import finite_for_file, plain_strings
 
     data = finite_for_file(encode(recording))  # an impossible reading (NaN) is NA, not a lost recording
     # What the driver says is data: strings bounded as replay bounds them (a 5,000-character name),

@@ -468,7 +468,7 @@ def _torch_absence(probes: list[Any], spec: RunSpec, ctx: Any) -> Callable[[Any]
     probe answers instead of starting a child. None when torch is there (or not needed)."""
     if spec.replay or spec.level == "quick" or not any(p.uses_torch for p in probes):
         return None
-    from gpudoctor.torch_build import CHECK_ANOTHER_ENV_HINT, InterpreterError
+    from gpudoctor.backends.torch_build import CHECK_ANOTHER_ENV_HINT, InterpreterError
 
     try:
         build = ctx.torch_build()

@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # typing.Unpack is 3.11; these annotations are never evaluate
     from gpudoctor.backends.events import EventWatcher, ReplayEvents
     from gpudoctor.backends.na import NA
     from gpudoctor.backends.replay import ReplayBackend
-    from gpudoctor.torch_build import TorchBuild
+    from gpudoctor.backends.torch_build import TorchBuild
 
 LEVELS = ("quick", "standard", "full")
 
@@ -169,7 +169,7 @@ class ProbeContext:
         this interpreter, or of ``python`` (asked where its torch lies).
         """
         if self._torch_build is None:
-            from gpudoctor import torch_build
+            from gpudoctor.backends import torch_build
 
             if self.replay:
                 self._torch_build = torch_build.build_from_facts(cast("ReplayBackend", self.gpu).torch_facts())

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from gpudoctor.backends.cuda_driver import cuda_start_findings
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.backends.visibility import match_torch_to_nvml, order_caveat, visible_nvml_indices
-from gpudoctor.cuda_compat import driver_build_findings
+from gpudoctor.backends.cuda_compat import driver_build_findings
 from gpudoctor.model import ProbeResult, Status
 
 from . import Probe, ProbeContext

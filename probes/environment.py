@@ -3,10 +3,10 @@
 Asks the libraries that are actually loaded (``torch.backends.cudnn.version()``), not
 ldconfig. At ``--quick`` (and where torch is not installed) it answers from NVML, host
 facts and torch's build read from torch/version.py as text (no torch import); the driver
-against CUDA build check is the same code either way (:mod:`gpudoctor.cuda_compat`).
+against CUDA build check is the same code either way (:mod:`gpudoctor.backends.cuda_compat`).
 
 Thresholds and their sources:
-- Minimum Linux driver per CUDA major version: see :mod:`gpudoctor.cuda_compat`.
+- Minimum Linux driver per CUDA major version: see :mod:`gpudoctor.backends.cuda_compat`.
 - torchvision pairs: torchvision 0.(N+15) is built for torch 2.N (0.28 <-> 2.13, 0.29 <-> 2.14).
 """
 
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from gpudoctor.backends.host import environment_variables
 from gpudoctor.backends.cuda_driver import cause_of_error_text
 from gpudoctor.backends.na import NA, is_na
-from gpudoctor.cuda_compat import cuda_started, driver_build_findings, started_anyway
+from gpudoctor.backends.cuda_compat import cuda_started, driver_build_findings, started_anyway
 from gpudoctor.model import ProbeResult, Status
 
 from . import Probe, ProbeContext
@@ -89,12 +89,20 @@ BUILD_FOR_NEW_GPU = {12: ("12.8", "cu128", "2.7"), 10: ("12.8", "cu128", "2.7"),
                      9: ("11.8", "cu118", "2.0"), 8: ("11.0", "cu126", None)}
 
 
-def _arch_tuples(arch_list: list[str]) -> list[tuple[int, int]]:
+def _capability(capability: str) -> tuple[int, int] | None:
+    """'8.6' -> (8, 6); None when the text starts with no 'major.minor'."""
+    m = re.match(r"(\d+)\.(\d+)", capability or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def _targets(arch_list: list[str]) -> list[tuple[str, int, int, str]]:
+    """(kind, major, minor, suffix) of each ``sm_XY`` / ``compute_XY`` entry of a torch arch list
+    (suffix 'a' or 'f' for an arch-specific target, else ''); other entries are left out."""
     out = []
     for arch in arch_list or []:
-        am = re.match(r"(?:sm|compute)_(\d+?)(\d)[af]?$", arch)
+        am = re.match(r"(sm|compute)_(\d+?)(\d)([af]?)$", arch)
         if am:
-            out.append((int(am.group(1)), int(am.group(2))))
+            out.append((am.group(1), int(am.group(2)), int(am.group(3)), am.group(4)))
     return out
 
 
@@ -102,16 +110,14 @@ def ptx_only(arch_list: list[str], capability: str) -> bool:
     """True when a GPU of ``capability`` runs torch only through PTX: a ``compute_XY`` at or below it
     is in the list, but no ``sm_XY`` binary that runs on it (same major, equal or lower minor; an
     arch-specific sm_XYa only on its own capability)."""
-    m = re.match(r"(\d+)\.(\d+)", capability or "")
-    if not m or not kernel_image_available(arch_list, capability):
+    cap = _capability(capability)
+    if cap is None or not kernel_image_available(arch_list, capability):
         return False
-    major, minor = int(m.group(1)), int(m.group(2))
-    for arch in arch_list:
-        am = re.match(r"sm_(\d+?)(\d)([af]?)$", arch)
-        if not am:
+    major, minor = cap
+    for kind, amaj, amin, suffix in _targets(arch_list):
+        if kind != "sm":
             continue
-        amaj, amin = int(am.group(1)), int(am.group(2))
-        if (am.group(3) and (amaj, amin) == (major, minor)) or (not am.group(3) and amaj == major and amin <= minor):
+        if (suffix and (amaj, amin) == (major, minor)) or (not suffix and amaj == major and amin <= minor):
             return False
     return True
 
@@ -121,10 +127,10 @@ def kernel_image_fix(arch_list: list[str], capability: str) -> str:
     every target in the list (naming the CUDA release and wheel index it needs), an older build for
     a GPU the build dropped."""
     sm = "sm_" + capability.replace(".", "")
-    m = re.match(r"(\d+)\.(\d+)", capability or "")
-    targets = _arch_tuples(arch_list)
-    if m and targets and (int(m.group(1)), int(m.group(2))) > max(targets):
-        need = BUILD_FOR_NEW_GPU.get(int(m.group(1)))
+    cap = _capability(capability)
+    targets = [(amaj, amin) for _kind, amaj, amin, _suffix in _targets(arch_list)]
+    if cap and targets and cap > max(targets):
+        need = BUILD_FOR_NEW_GPU.get(cap[0])
         if need:
             cuda, index, first = need
             since = f", torch {first} or later" if first else ""
@@ -184,15 +190,11 @@ def kernel_image_available(arch_list: list[str], capability: str) -> bool | None
     (compute_XY) JIT-compiles for any equal or newer capability. Arch-specific targets
     (sm_90a) run only on exactly that capability.
     """
-    m = re.match(r"(\d+)\.(\d+)", capability or "")
-    if not m or not arch_list:
+    cap = _capability(capability)
+    if cap is None or not arch_list:
         return None
-    major, minor = int(m.group(1)), int(m.group(2))
-    for arch in arch_list:
-        am = re.match(r"(sm|compute)_(\d+?)(\d)([af]?)$", arch)
-        if not am:
-            continue
-        kind, amaj, amin, suffix = am.group(1), int(am.group(2)), int(am.group(3)), am.group(4)
+    major, minor = cap
+    for kind, amaj, amin, suffix in _targets(arch_list):
         if suffix:
             if (amaj, amin) == (major, minor):
                 return True
@@ -433,7 +435,7 @@ def _torchvision(r: ProbeResult, facts: dict[str, Any], version: str) -> None:
 def _without_torch(r: ProbeResult, ctx: ProbeContext, reason: str, driver: str | NA,
                    driver_cuda: str | NA) -> ProbeResult:
     """--quick, or no torch installed: torch's build read as text, and the same driver check."""
-    from gpudoctor.torch_build import CHECK_ANOTHER_ENV_HINT, InterpreterError
+    from gpudoctor.backends.torch_build import CHECK_ANOTHER_ENV_HINT, InterpreterError
 
     driver_text = "driver " + (driver if isinstance(driver, str) else "unavailable")
     not_started = "--quick" if reason == "QuickMode" else "not started"

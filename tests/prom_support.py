@@ -35,6 +35,24 @@ def query(port: int, expr: str) -> list[dict]:
     return data["data"]["result"]
 
 
+def parse_samples(text: str) -> dict[tuple[str, tuple], float]:
+    """Exposition text parsed the way Prometheus would: {(name, sorted labels): value}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def one_value(samples: dict[tuple[str, tuple], float], name: str, **labels: str) -> float:
+    """The value of the one series ``name`` with these labels (it fails unless exactly one matches)."""
+    matches = [v for (n, ls), v in samples.items() if n == name and all(dict(ls).get(k) == w for k, w in labels.items())]
+    assert len(matches) == 1, f"{name} {labels}: {len(matches)} series"
+    return matches[0]
+
+
 def stop(proc: subprocess.Popen | None) -> None:
     """Terminate a child, then kill it if it does not end within 10 s."""
     stop_popen(proc, grace_s=10.0)

@@ -285,7 +285,7 @@ def test_sample_fields_are_one_list_for_nvml_replay_and_the_recording_schema():
     from typing import get_type_hints
 
     from gpudoctor.backends.base import GpuSample
-    from gpudoctor.recording import _SAMPLE_FIELDS
+    from gpudoctor.backends.recording import _SAMPLE_FIELDS
 
     fields = set(get_type_hints(GpuSample))
     assert fields == set(_SAMPLE_FIELDS)  # what a recording may hold is what a backend gives

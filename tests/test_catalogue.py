@@ -29,7 +29,7 @@ WIDGET = catalogue.Reading(
 
 # Modules that keep a copy of a list as the catalogue stood at import (for callers that read the
 # old names): imported before the catalogue is patched, so that no copy holds the test's reading.
-CONSUMERS = ("gpudoctor.backends.plausible", "gpudoctor.backends.replay", "gpudoctor.recording", "gpudoctor.sampling",
+CONSUMERS = ("gpudoctor.backends.plausible", "gpudoctor.backends.replay", "gpudoctor.backends.recording", "gpudoctor.sampling",
              "gpudoctor.presentation", "gpudoctor.exporter", "gpudoctor.fleet",
              "gpudoctor.hooks.sampler", "gpudoctor.tui.widgets", "gpudoctor.commands.watch", "gpudoctor.cli")
 
@@ -64,7 +64,7 @@ def test_a_reading_added_to_the_catalogue_reaches_every_consumer(widget, tmp_pat
     widget.devices[0]["nvmlDeviceGetWidgetTemperature"] = 47
 
     # The recording schema has it, with its type.
-    from gpudoctor.recording import RecordingError, current_schema, load_recording, schema_text
+    from gpudoctor.backends.recording import RecordingError, current_schema, load_recording, schema_text
 
     sample = current_schema()["properties"]["nvml"]["properties"]["samples"]["items"]["properties"]
     assert sample["devices"]["items"]["properties"]["widget_temp_c"] == {"$ref": "#/$defs/number_or_na"}
@@ -160,7 +160,7 @@ def test_what_keeps_a_list_of_its_own_matches_the_catalogue():
     from gpudoctor.backends.plausible import PLAUSIBLE
     from gpudoctor.fleet import FleetRow
     from gpudoctor.presentation import WATCH_FIELDS
-    from gpudoctor.recording import sample_fields
+    from gpudoctor.backends.recording import sample_fields
 
     keys = catalogue.keys()
     assert list(get_type_hints(GpuSample)) == list(keys)  # the type for type checkers

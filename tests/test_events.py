@@ -182,7 +182,7 @@ def test_unknown_xid_points_to_the_catalog():
 def test_recorded_events_are_validated_at_load(tmp_path):
     import json
 
-    from gpudoctor.recording import RecordingError, load_recording
+    from gpudoctor.backends.recording import RecordingError, load_recording
 
     base = json.loads((__import__("pathlib").Path(__file__).parent / "data" /
                        "handmade_two_gpu_training_standin.json").read_text())
@@ -232,7 +232,7 @@ def test_a_recording_keeps_the_events_and_replays_them():
     from gpudoctor.backends import ReplayBackend
     from gpudoctor.backends.na import encode
     from gpudoctor.recorder import capture
-    from gpudoctor.recording import validate
+    from gpudoctor.backends.recording import validate
 
     rec = json.loads((Path(__file__).parent / "data" / "handmade_two_gpu_training_standin.json").read_text())
     rec["nvml"]["events"] = [[], [{"time": 1_800_000_000.0, "kind": "xid", "code": 48}]]

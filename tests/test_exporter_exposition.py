@@ -18,6 +18,7 @@ from gpudoctor.backends import ReplayBackend
 from gpudoctor.exporter import (ECC_COUNTERS, GPU_METRICS, GpudoctorCollector, GpuSampler, ReportStatus,
                                 all_metric_names, build_registry)
 from gpudoctor.model import ProbeResult, Report, Status
+from prom_support import one_value as value, parse_samples
 
 DATA = Path(__file__).parent / "data"
 GPU_LOST = DATA / "exporter_gpu_lost_handmade.json"
@@ -27,18 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def scrape(registry) -> dict[tuple[str, tuple], float]:
     """Parse the exposition text the way Prometheus would: {(name, sorted labels): value}."""
-    text = generate_latest(registry).decode()
-    out = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
-
-
-def value(samples, name, **labels):
-    matches = [v for (n, ls), v in samples.items() if n == name and all(dict(ls).get(k) == w for k, w in labels.items())]
-    assert len(matches) == 1, f"{name} {labels}: {len(matches)} series"
-    return matches[0]
+    return parse_samples(generate_latest(registry).decode())
 
 
 def series(samples, name):

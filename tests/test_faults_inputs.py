@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.recording import (MAX_DEVICES, MAX_PROCESSES, MAX_SAMPLES, MAX_TEXT, SCHEMA, RecordingError,
+from gpudoctor.backends.recording import (MAX_DEVICES, MAX_PROCESSES, MAX_SAMPLES, MAX_TEXT, SCHEMA, RecordingError,
                                  load_recording, schema_text, validate)
 from gpudoctor.safejson import JsonFileError, json_safe, nesting, read_json_file
 
@@ -144,7 +144,7 @@ def test_committed_recordings_and_the_recorders_output_follow_the_published_sche
     jsonschema = pytest.importorskip("jsonschema")
     published = json.loads((ROOT / "docs" / "recording.schema.json").read_text(encoding="utf-8"))
     assert (ROOT / "docs" / "recording.schema.json").read_text(encoding="utf-8") == schema_text(), \
-        "docs/recording.schema.json is out of date: write gpudoctor.recording.schema_text() to it"
+        "docs/recording.schema.json is out of date: write gpudoctor.backends.recording.schema_text() to it"
     jsonschema.Draft202012Validator.check_schema(published)
     checker = jsonschema.Draft202012Validator(published)
     recordings = [p for p in sorted(DATA.glob("*.json"))

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from gpudoctor import baseline, fleet, safejson, xid
 from gpudoctor.backends.na import NA
 from gpudoctor.backends.visibility import parse_visible
-from gpudoctor.recording import RecordingError, load_recording
+from gpudoctor.backends.recording import RecordingError, load_recording
 from gpudoctor.why import stacks
 
 LONG = os.environ.get("HYPOTHESIS_PROFILE") == "long"

@@ -55,7 +55,7 @@ def test_a_long_recording_is_written_in_parts_that_each_replay(tmp_path):
 
     from gpudoctor.backends.replay import ReplayBackend
     from gpudoctor.recorder import _valid_processes, part_paths, split_recording
-    from gpudoctor.recording import load_recording, plain_strings
+    from gpudoctor.backends.recording import load_recording, plain_strings
 
     base = _json.loads((DATA / "handmade_two_gpu_training_standin.json").read_text())
     one = base["nvml"]["samples"][0]

@@ -238,7 +238,7 @@ def test_watch_replay_with_an_event_time_far_in_the_future(tmp_path):
 
 
 def test_recording_numbers_beyond_range_are_refused_in_one_line(tmp_path):
-    from gpudoctor.recording import RecordingError, load_recording
+    from gpudoctor.backends.recording import RecordingError, load_recording
 
     text = open(HEALTHY, encoding="utf-8").read()
     for number in ("9" * 5000, "1e400"):

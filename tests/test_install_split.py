@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from gpudoctor import exitcodes
-from gpudoctor.cuda_compat import driver_build_findings
+from gpudoctor.backends.cuda_compat import driver_build_findings
 from gpudoctor.model import Status
-from gpudoctor.torch_build import (InterpreterError, inspect_interpreter, local_build, parse_version_file,
+from gpudoctor.backends.torch_build import (InterpreterError, inspect_interpreter, local_build, parse_version_file,
                                    read_build)
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
 from gpudoctor import _published
 from gpudoctor.backends import ReplayBackend
@@ -21,23 +20,10 @@ from gpudoctor.exporter import GpudoctorCollector, GpuSampler, build_registry
 from gpudoctor.why.metrics import metric_names
 
 from _why_targets import MONITORED_LOOP
+from prom_support import one_value as _value, parse_samples as _samples
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU_LOST = ROOT / "tests" / "data" / "exporter_gpu_lost_handmade.json"
-
-
-def _samples(text: str) -> dict[tuple[str, tuple], float]:
-    out = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
-
-
-def _value(samples, name, **labels):
-    found = [v for (n, ls), v in samples.items() if n == name and all(dict(ls).get(k) == w for k, w in labels.items())]
-    assert len(found) == 1, f"{name} {labels}: {len(found)} series"
-    return found[0]
 
 
 def test_published_summaries_are_scraped_with_pid_and_command_labels():

@@ -1,4 +1,6 @@
-"""The only code that touches hardware libraries (NVML, torch.cuda, psutil).
+"""The only code that touches hardware libraries (NVML, torch.cuda, psutil), with what reads
+their facts from elsewhere: a recording (``recording``), the torch build of an interpreter read
+without importing torch (``torch_build``), and the driver against the CUDA build (``cuda_compat``).
 
 ``open_gpu_backend()`` gives live NVML readings, or a recording's readings when
 ``replay`` names a file made by ``gpudoctor record``; both satisfy :class:`GpuBackend`

@@ -7,7 +7,7 @@ NVML (libnvidia-ml) can answer while CUDA (libcuda) cannot start: a container gi
 an upgrade without a reboot, the toolkit's stub libcuda on LD_LIBRARY_PATH, a driver fault that
 leaves cuInit answering CUDA_ERROR_UNKNOWN. Then nvidia-smi looks healthy and every CUDA program
 fails. The quick report (which never imports torch), the full report, the exporter and the TUI all
-judge this one fact with :func:`gpudoctor.cuda_compat.cuda_start_findings`, so they agree.
+judge this one fact with :func:`gpudoctor.backends.cuda_compat.cuda_start_findings`, so they agree.
 
 The call runs in a child (``sys.executable``) with a time limit: cuInit loads the driver into the
 calling process and can take seconds on a node without persistence mode, or hang on a faulty GPU;

@@ -15,7 +15,7 @@ A recording is one JSON document::
 
 NA values are stored as ``{"__na__": reason}``. Hand-made recordings (fault scenarios
 only: GPU lost, field not supported) set ``meta.hand_made`` and say so in their file name.
-The full format, with its bounds, is docs/recording.schema.json (gpudoctor.recording).
+The full format, with its bounds, is docs/recording.schema.json (gpudoctor.backends.recording).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping, cast
 
-# The loader lives in gpudoctor.recording (bounded reading, the schema); re-exported here.
-from gpudoctor.recording import (
+# The loader lives in gpudoctor.backends.recording (bounded reading, the schema); re-exported here.
+from gpudoctor.backends.recording import (
     RECORDING_FORMAT, RECORDING_FORMAT_VERSION, RecordingError, load_recording,  # noqa: F401
 )
 

@@ -1,4 +1,4 @@
-"""Argument types every command shares: one bounded number, one output path.
+"""Argument types every command shares (one bounded number, one output path) and the options several share.
 
 argparse calls a type with the text the user typed; an ``argparse.ArgumentTypeError``
 becomes ``gpudoctor CMD: error: argument --x: MESSAGE`` and exit 2 (cli._Parser).
@@ -106,6 +106,13 @@ def listen_host(text: str) -> str:
     return raw
 
 
+def add_fail_on(parser: argparse.ArgumentParser) -> None:
+    """``--fail-on warn|fail``: the lowest status that gives a non-zero exit (``exitcodes.for_status``),
+    one option for every command that judges a report."""
+    parser.add_argument("--fail-on", choices=("warn", "fail"), default="warn",
+                        help="lowest status that gives a non-zero exit (default: warn)")
+
+
 def check_writable(path: str | None, option: str | None = None) -> None:
     """Refuse, before a run, an output path that can never be written (UsageError, exit 2).
 
@@ -145,4 +152,4 @@ def check_recording(path: str | None) -> None:
 
 
 __all__ = ["bounded", "seconds", "seconds_or_zero", "MAX_SECONDS", "MIN_INTERVAL_S", "refresh_interval", "output_path",
-           "check_writable", "check_recording", "process_id", "listen_host", "MAX_PID"]
+           "check_writable", "check_recording", "add_fail_on", "process_id", "listen_host", "MAX_PID"]

@@ -110,7 +110,7 @@ def _run_line(result: Any, fraction: float) -> str:
 
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
-    from gpudoctor.torch_build import TORCH_EXTRA_HINT, find_local_torch
+    from gpudoctor.backends.torch_build import TORCH_EXTRA_HINT, find_local_torch
 
     if find_local_torch() is None:  # the light install: say how to get torch, not a traceback
         raise UsageError(f"bench mnist needs torch, which is not installed in this environment: {TORCH_EXTRA_HINT}")

@@ -15,6 +15,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from gpudoctor import exitcodes
+from gpudoctor.commands.args import add_fail_on
 
 if TYPE_CHECKING:
     from gpudoctor.baseline import Baseline
@@ -31,8 +32,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("report", metavar="REPORT", help="the report to judge (gpudoctor report --full --json)")
     parser.add_argument("--json", action="store_true", help="print a report document (docs/report.schema.json)")
     parser.add_argument("--force", action="store_true", help="compare even when the GPU models differ")
-    parser.add_argument("--fail-on", choices=("warn", "fail"), default="warn",
-                        help="lowest status that gives a non-zero exit (default: warn)")
+    add_fail_on(parser)
     parser.set_defaults(handler=run)
 
 

@@ -15,7 +15,7 @@ import dataclasses
 import sys
 from typing import Any
 
-from gpudoctor.commands.args import MAX_SECONDS, bounded, check_writable, output_path
+from gpudoctor.commands.args import MAX_SECONDS, add_fail_on, bounded, check_writable, output_path
 from gpudoctor.commands.output import emit_report, is_terminal, say, torchrun_rank
 
 nproc = bounded(int, minimum=2, what="a number of processes",
@@ -57,8 +57,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON report to stdout")
     p.add_argument("-o", "--output", type=output_path, metavar="FILE",
                    help="also write the JSON report to FILE (atomically)")
-    p.add_argument("--fail-on", choices=("warn", "fail"), default="warn",
-                   help="lowest status that gives a non-zero exit (default: warn)")
+    add_fail_on(p)
     p.add_argument("--anonymize", action="store_true", help="strip GPU UUIDs, serial numbers and host names")
     p.add_argument("-v", "--verbose", action="store_true", help="show every measurement")
     p.set_defaults(handler=run)

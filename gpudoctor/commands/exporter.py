@@ -12,7 +12,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudoctor import exitcodes
 from gpudoctor.commands.args import bounded, listen_host, seconds, seconds_or_zero
@@ -21,6 +21,9 @@ from gpudoctor.presentation import plain_text
 from gpudoctor.exporter import (DEFAULT_INTERVAL_S, DEFAULT_PORT, DEFAULT_REPORT_INTERVAL_S, LOOPBACK,
                                 GpudoctorCollector, GpuSampler, ReportStatus, build_registry, quick_report_producer,
                                 serve_metrics, stop_sampler_then_close)
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 port = bounded(int, minimum=0, maximum=65535, what="a port number")
 
@@ -66,32 +69,15 @@ def run(args: argparse.Namespace) -> int:
     # that hangs leaves the sample stale (gpudoctor_nvml_up 0), never the endpoint down.
     sampler.start()
     events = _EventsInBackground(gpu, sampler)
-    reports: ReportStatus | None = None
-    if not args.no_report:
-        if args.report_file:
-            reports = ReportStatus(path=args.report_file)
-        else:
-            # The quick report's events probe reads the watcher's NVML stream once it is open.
-            def produce() -> Any:
-                return quick_report_producer(args.replay, events.watcher)()
-
-            reports = ReportStatus(produce=produce, interval=args.report_interval)
+    reports = _report_status(args, events)
     source = f"replay:{os.path.basename(args.replay)}" if args.replay else "nvml"
     collector = GpudoctorCollector(sampler, reports, source, None)
-    registry = build_registry(collector)
     try:
-        server, _thread = serve_metrics(registry, args.host, args.port)
-    except OSError as exc:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        server = _serve(args, build_registry(collector))
+    except UsageError:
+        _restore(previous)
         gpu.close()
-        raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
-    host, port = server.server_address[:2]
-    shown = f"[{host}]" if ":" in str(host) else host
-    print(f"gpudoctor exporter: serving http://{shown}:{port}/metrics", file=sys.stderr, flush=True)
-    if args.host not in LOOPBACK:
-        print(f"gpudoctor exporter: warning: listening on {args.host}, reachable from other machines",
-              file=sys.stderr, flush=True)
+        raise
     events.start(collector)
     interrupted = False
     try:
@@ -102,8 +88,7 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         interrupted = True
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        _restore(previous)
         server.shutdown()
         server.server_close()
         if reports is not None:
@@ -113,6 +98,42 @@ def run(args: argparse.Namespace) -> int:
         stop_sampler_then_close(sampler, gpu, join_s=2.0)
     print("gpudoctor exporter: stopped", file=sys.stderr, flush=True)
     return exitcodes.INTERRUPTED if interrupted else exitcodes.OK
+
+
+def _report_status(args: argparse.Namespace, events: _EventsInBackground) -> ReportStatus | None:
+    """The report to expose: none (--no-report), the file's (--report-file), or the quick report
+    run every --report-interval seconds, whose events probe reads the watcher's NVML stream once
+    it is open."""
+    if args.no_report:
+        return None
+    if args.report_file:
+        return ReportStatus(path=args.report_file)
+
+    def produce() -> Any:
+        return quick_report_producer(args.replay, events.watcher)()
+
+    return ReportStatus(produce=produce, interval=args.report_interval)
+
+
+def _serve(args: argparse.Namespace, registry: CollectorRegistry) -> Any:
+    """Serve ``registry`` at --host/--port and say where on stderr; UsageError if it cannot listen."""
+    try:
+        server, _thread = serve_metrics(registry, args.host, args.port)
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+    host, port = server.server_address[:2]
+    shown = f"[{host}]" if ":" in str(host) else host
+    print(f"gpudoctor exporter: serving http://{shown}:{port}/metrics", file=sys.stderr, flush=True)
+    if args.host not in LOOPBACK:
+        print(f"gpudoctor exporter: warning: listening on {args.host}, reachable from other machines",
+              file=sys.stderr, flush=True)
+    return server
+
+
+def _restore(previous: dict[int, Any]) -> None:
+    """Give the stop signals back their handlers from before the exporter."""
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
 
 
 class _EventsInBackground:

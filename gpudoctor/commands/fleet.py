@@ -14,7 +14,7 @@ import shutil
 import sys
 from typing import Any
 
-from gpudoctor.commands.args import bounded
+from gpudoctor.commands.args import add_fail_on, bounded
 from gpudoctor.commands.output import is_terminal
 
 
@@ -41,8 +41,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--match", action="append", default=[], metavar="LABEL=VALUE",
                         help="only series with this label (repeatable; also !=, =~, !~), e.g. job=gpu")
     parser.add_argument("--json", action="store_true", help="print one JSON document (docs/fleet.schema.json)")
-    parser.add_argument("--fail-on", choices=("warn", "fail"), default="warn",
-                        help="lowest status that gives a non-zero exit (default: warn)")
+    add_fail_on(parser)
     parser.add_argument("--stale-after", type=_seconds, default=120.0, metavar="SECONDS",
                         help="readings older than this are stale (default 120)")
     parser.add_argument("--lookback", type=_lookback, default="1h", metavar="DURATION",

@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from gpudoctor import exitcodes
-from gpudoctor.commands.args import bounded, check_recording, check_writable, output_path
+from gpudoctor.commands.args import add_fail_on, bounded, check_recording, check_writable, output_path
 from gpudoctor.commands.output import Progress, emit_report
 from gpudoctor.errors import DeviceSelectionError, UsageError
 
@@ -32,8 +32,7 @@ def register(subparsers: Any) -> None:
     report.add_argument("--device", type=device_index, metavar="N", help="check only torch device N")
     report.add_argument("-o", "--output", type=output_path, metavar="FILE",
                         help="also write the JSON report to FILE (atomically)")
-    report.add_argument("--fail-on", choices=("warn", "fail"), default="warn",
-                        help="lowest status that gives a non-zero exit (default: warn)")
+    add_fail_on(report)
     report.add_argument("--anonymize", action=argparse.BooleanOptionalAction, default=None,
                         help="strip GPU UUIDs, serial numbers and the host name (default: on for "
                              "--format markdown only)")
@@ -93,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     if args.python:
         if args.replay:
             raise UsageError("--python checks a live environment; it cannot be combined with --replay")
-        from gpudoctor.torch_build import InterpreterError, inspect_interpreter
+        from gpudoctor.backends.torch_build import InterpreterError, inspect_interpreter
 
         try:
             inspect_interpreter(args.python)

@@ -20,7 +20,7 @@ from collections import deque
 from typing import Any, Callable
 
 from gpudoctor.backends.na import NA
-from gpudoctor.torch_build import TORCH_EXTRA_HINT
+from gpudoctor.backends.torch_build import TORCH_EXTRA_HINT
 
 log = logging.getLogger("gpudoctor.hooks")
 

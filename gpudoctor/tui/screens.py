@@ -337,16 +337,31 @@ class ProcessesScreen(BaseScreen):
             Text("\n".join(plain_text(n) for n in notes), style="yellow"))
 
 
-# --------------------------------------------------------------------------- doctor
-class DoctorScreen(BaseScreen):
-    TITLE = "Doctor"
-    BINDINGS = [Binding("r", "rerun", "re-run")]
+class PageScreen(BaseScreen):
+    """The title, one scrolling page of text and the footer: the Doctor and the Workload screens.
+    ``PAGE`` names the page's widgets ``#PAGE-scroll`` and ``#PAGE-body`` (gpudoctor.tcss)."""
+
+    PAGE = ""
 
     def compose(self) -> ComposeResult:
         yield TitleBar(id="title")
-        with VerticalScroll(id="doctor-scroll"):
-            yield Static(id="doctor-body")
+        with VerticalScroll(id=f"{self.PAGE}-scroll"):
+            yield Static(id=f"{self.PAGE}-body")
         yield Footer()
+
+    def page_width(self) -> int:
+        """The width the page's text is laid out for (at least 30 columns)."""
+        return max(30, self.size.width - 4)
+
+    def show_page(self, parts: list[Any]) -> None:
+        self.query_one(f"#{self.PAGE}-body", Static).update(Group(*parts))
+
+
+# --------------------------------------------------------------------------- doctor
+class DoctorScreen(PageScreen):
+    TITLE = "Doctor"
+    PAGE = "doctor"
+    BINDINGS = [Binding("r", "rerun", "re-run")]
 
     def on_screen_resume(self) -> None:
         if self.gapp.doctor.run_id == 0:
@@ -368,7 +383,7 @@ class DoctorScreen(BaseScreen):
         else:
             extra = f"· level {doc.level} "
         self.query_one("#title", TitleBar).show(self.title_text(extra))
-        width = max(30, self.size.width - 4)
+        width = self.page_width()
         parts: list[Any] = []
         if doc.error:
             parts.append(Text(f"The doctor could not run: {plain_text(doc.error)}", style="bold red"))
@@ -381,23 +396,18 @@ class DoctorScreen(BaseScreen):
         if doc.finished and doc.verdict:
             parts.append(Text(""))
             parts.append(Text("\n".join(wrap_hanging(doc.verdict, width, "", indent=9)), style="bold", no_wrap=True))
-        self.query_one("#doctor-body", Static).update(Group(*parts))
+        self.show_page(parts)
 
 
 # --------------------------------------------------------------------------- workload
-class WorkloadScreen(BaseScreen):
+class WorkloadScreen(PageScreen):
     TITLE = "Workload"
+    PAGE = "workload"
     BINDINGS = [
         Binding("s", "start_quick", "quick sweep"),
         Binding("f", "start_full", "full sweep"),
         Binding("x", "cancel", "cancel"),
     ]
-
-    def compose(self) -> ComposeResult:
-        yield TitleBar(id="title")
-        with VerticalScroll(id="workload-scroll"):
-            yield Static(id="workload-body")
-        yield Footer()
 
     def action_start_quick(self) -> None:
         self.gapp.start_workload({"quick": True})
@@ -412,12 +422,12 @@ class WorkloadScreen(BaseScreen):
         wl = self.gapp.workload
         extra = f"· {wl.phase} "
         self.query_one("#title", TitleBar).show(self.title_text(extra))
-        width = max(30, self.size.width - 4)
+        width = self.page_width()
         parts: list[Any] = []
         if wl.unavailable:
             parts.append(Text(wl.unavailable, style="bold yellow"))
             parts.append(Text("The MNIST sweep (gpudoctor bench mnist) is not part of this build yet.", style="dim"))
-            self.query_one("#workload-body", Static).update(Group(*parts))
+            self.show_page(parts)
             return
         parts.append(Text("The MNIST reference sweep runs in a separate process (all CUDA work happens there). "
                           "s: quick sweep · f: full sweep · x: cancel", style="dim"))
@@ -442,7 +452,7 @@ class WorkloadScreen(BaseScreen):
             parts.append(workload_chart(wl.runs, width))
             parts.append(Text(""))
             parts.append(self._runs_table(wl.runs))
-        self.query_one("#workload-body", Static).update(Group(*parts))
+        self.show_page(parts)
 
     @staticmethod
     def _runs_table(runs: list[dict[str, Any]]) -> Table:

@@ -28,8 +28,8 @@ MIN_DRIVER_FOR_CUDA_MAJOR = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
 # A PyTorch wheel index per CUDA major version (download.pytorch.org/whl/<tag>).
 WHEEL_INDEX_FOR_CUDA_MAJOR = {11: "cu118", 12: "cu126", 13: "cu130"}
 # Before CUDA 11 there is no minor-version compatibility: each minor release has its own minimum.
-MIN_DRIVER_FOR_CUDA_BEFORE_11 = {(9, 0): "384.81", (9, 1): "390.46", (9, 2): "396.26",
-                                 (10, 0): "410.48", (10, 1): "418.39", (10, 2): "440.33"}
+MIN_DRIVER_FOR_CUDA_BEFORE_11: dict[tuple[int, ...], str] = {(9, 0): "384.81", (9, 1): "390.46", (9, 2): "396.26",
+                                                     (10, 0): "410.48", (10, 1): "418.39", (10, 2): "440.33"}
 FIRST_MINOR_COMPATIBLE_CUDA = 11
 
 

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pathlib import Path
 
-from gpudoctor._text import plain_text
+from gpudoctor._text import plain_strings as _plain_strings
 from gpudoctor.safejson import MiB, JsonFileError, read_json_file
 
 RECORDING_FORMAT = "gpudoctor-recording"
@@ -150,7 +150,7 @@ _SCHEMA: dict[str, Any] = {
     "$id": "https://gpudoctor.invalid/schema/recording.schema.json",
     "title": "gpudoctor recording",
     "description": "A recording made by `gpudoctor record` (or a hand-made fault scenario), replayed with "
-                   "--replay. Generated from gpudoctor/recording.py (SCHEMA); a test keeps the two equal. "
+                   "--replay. Generated from gpudoctor/backends/recording.py (SCHEMA); a test keeps the two equal. "
                    "A value that NVML could not give is {\"__na__\": reason}.",
     "type": "object",
     "required": ["format", "format_version", "nvml"],
@@ -422,14 +422,7 @@ def finite_for_file(value: Any) -> Any:
 
 def plain_strings(value: Any) -> Any:
     """``value`` with every string in it (keys too) made plain, within the schema's bound."""
-    if isinstance(value, str):
-        return plain_text(value, limit=MAX_TEXT)
-    if isinstance(value, dict):
-        return {(plain_text(k, limit=MAX_TEXT) if isinstance(k, str) else k): plain_strings(v)
-                for k, v in value.items()}
-    if isinstance(value, list):
-        return [plain_strings(v) for v in value]
-    return value
+    return _plain_strings(value, MAX_TEXT)
 
 
 __all__ = ["RECORDING_FORMAT", "RECORDING_FORMAT_VERSION", "RecordingError", "SCHEMA", "SchemaError", "current_schema",

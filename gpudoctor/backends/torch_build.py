@@ -128,7 +128,8 @@ def read_build(location: str | None, python: str, python_version: str) -> TorchB
     if fields["version"] is None:
         return TorchBuild(python=python, python_version=python_version, location=location,
                           error=f"{path} names no __version__")
-    return TorchBuild(python=python, python_version=python_version, location=location, **fields)
+    return TorchBuild(python=python, python_version=python_version, location=location, version=fields["version"],
+                      cuda=fields["cuda"], hip=fields["hip"])
 
 
 def _this_python_version() -> str:
@@ -151,8 +152,9 @@ def _find_top_level_spec(name: str) -> Any:
 def find_local_torch() -> str | None:
     """The folder of the torch this process would import (no import), or None."""
     loaded = sys.modules.get("torch")
-    if loaded is not None and getattr(loaded, "__file__", None):
-        return os.path.dirname(loaded.__file__)
+    loaded_file = getattr(loaded, "__file__", None) if loaded is not None else None
+    if loaded_file:
+        return os.path.dirname(loaded_file)
     try:
         spec = _find_top_level_spec("torch")
     except (ImportError, ValueError):  # blocked (sys.modules['torch'] = None) or a broken finder

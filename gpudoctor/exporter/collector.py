@@ -1,0 +1,258 @@
+"""The prometheus_client collector: the latest sample, the event watcher's counts and the last
+report, turned into metric families at scrape time (nothing here reads NVML)."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Iterable
+
+from gpudoctor.backends.na import is_na
+from gpudoctor.exporter.metrics import GPU_LABELS, OTHER_METRICS, counter_metrics, gpu_metrics
+from gpudoctor.exporter.report_status import STATUSES, ReportStatus
+from gpudoctor.exporter.sampler import STALE_AFTER_INTERVALS, GpuSampler
+
+if TYPE_CHECKING:  # prometheus_client is imported at scrape time, not with the command line
+    from prometheus_client.core import GaugeMetricFamily
+
+
+def _gauge(name: str, labels: list[str] | None = None, value: float | None = None) -> Any:
+    """A gauge family of one of the exporter's own metrics (its help from :data:`OTHER_METRICS`)."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    return GaugeMetricFamily(name, OTHER_METRICS[name], value=value, labels=labels)
+
+
+def _counter(name: str, labels: list[str] | None = None, value: float | None = None) -> Any:
+    """A counter family of one of the exporter's own metrics; ``name`` ends in ``_total``, which
+    prometheus_client adds back to the samples."""
+    from prometheus_client.core import CounterMetricFamily
+
+    return CounterMetricFamily(name[:-len("_total")], OTHER_METRICS[name], value=value, labels=labels)
+
+
+def _state_set(family: GaugeMetricFamily, labels: list[str], current: object) -> None:
+    """A state set: one series per status, 1 for ``current`` and 0 for the others."""
+    for status in STATUSES:
+        family.add_metric(labels + [status], 1.0 if current == status else 0.0)
+
+
+def _gpu_label_values(dev: dict[str, Any]) -> list[str]:
+    """The values of :data:`GPU_LABELS` for one device of a sample."""
+    static = dev["static"]
+    return [str(dev["index"])] + [_label(static.get(k)) for k in GPU_LABELS[1:]]
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    if isinstance(value, (int, float)):
+        return float(value)
+    return None  # NA, None, text: the series is left out (absent, as Prometheus expects)
+
+
+class GpudoctorCollector:
+    """A prometheus_client collector built from the latest sample and report."""
+
+    def __init__(self, sampler: GpuSampler, reports: ReportStatus | None = None, source: str = "nvml",
+                 events: Any = None) -> None:
+        self.sampler = sampler
+        self.reports = reports
+        self.source = source
+        self.events = events  # an EventWatcher / ReplayEvents (gpudoctor.backends.events), or None
+
+    def describe(self) -> list[Any]:
+        return []  # collected on demand; no fixed description
+
+    def collect(self) -> Iterable[Any]:
+        from prometheus_client.core import InfoMetricFamily
+
+        from gpudoctor import _version
+
+        info = InfoMetricFamily("gpudoctor_exporter", OTHER_METRICS["gpudoctor_exporter_info"])
+        info.add_metric([], {"version": _version.__version__, "source": self.source})
+        yield info
+        snap = self.sampler.snapshot  # one read: the sampler thread swaps in whole samples
+        yield from self._nvml_metrics(snap)
+        if snap is not None:
+            yield from self._sample_metrics(snap)
+            yield from self._gpu_metrics(snap)
+            if self.events is not None:
+                yield from self._event_metrics(snap["devices"])
+        yield from self._report_metrics()
+
+    def _stale_after_s(self) -> float:
+        return STALE_AFTER_INTERVALS * self.sampler.interval + 1.0
+
+    def _nvml_metrics(self, snap: dict[str, Any] | None) -> Iterable[Any]:
+        """gpudoctor_nvml_up and why it is 0: NVML down, or the sample stale (the sampler is
+        inside a driver call that has not come back, the first one included)."""
+        nvml_up = _gauge("gpudoctor_nvml_up")
+        nvml_err = _gauge("gpudoctor_nvml_error_info", labels=["reason"])
+        if snap is None:
+            started = self.sampler.started_at
+            waited = None if started is None else time.monotonic() - started
+            nvml_up.add_metric([], 0.0)
+            stale = waited is not None and waited > self._stale_after_s()
+            nvml_err.add_metric(["SampleStale" if stale else "NotSampledYet"], 1.0)
+            yield nvml_up
+            yield nvml_err
+            if waited is not None:
+                yield _gauge("gpudoctor_sample_age_seconds", value=max(0.0, waited))
+            return
+        stale = time.time() - snap["t"] > self._stale_after_s()
+        status = snap["status"]
+        nvml_up.add_metric([], 0.0 if (status is not None or stale) else 1.0)
+        if status is not None:
+            nvml_err.add_metric([status.reason if is_na(status) else str(status)], 1.0)
+        elif stale:
+            nvml_err.add_metric(["SampleStale"], 1.0)
+        yield nvml_up
+        yield nvml_err
+
+    def _sample_metrics(self, snap: dict[str, Any]) -> Iterable[Any]:
+        yield _counter("gpudoctor_nvml_reinit_total", value=float(snap.get("reinits") or 0))
+        yield _gauge("gpudoctor_sample_timestamp_seconds", value=snap["t"])
+        yield _gauge("gpudoctor_sample_duration_seconds", value=snap["duration_s"])
+        yield _gauge("gpudoctor_sample_age_seconds", value=max(0.0, time.time() - snap["t"]))
+        if snap.get("count") is not None:
+            yield _gauge("gpudoctor_gpu_count", value=snap["count"])
+
+    def _gpu_metrics(self, snap: dict[str, Any]) -> Iterable[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        labels = list(GPU_LABELS)
+        fam = {
+            "info": _gauge("gpudoctor_gpu_info", labels=labels + ["driver_version"]),
+            "up": _gauge("gpudoctor_gpu_up", labels=["gpu"]),
+            "err": _gauge("gpudoctor_gpu_error_info", labels=["gpu", "reason"]),
+            **{m.name: GaugeMetricFamily(m.name, m.help + (f" (DCGM: {m.dcgm})" if m.dcgm else ""), labels=labels)
+               for m in gpu_metrics()},
+            "throttled": _gauge("gpudoctor_gpu_throttled", labels=labels + ["reason"]),
+            "verdict": _gauge("gpudoctor_gpu_work_verdict_info", labels=labels + ["verdict"]),
+            **{name: CounterMetricFamily(name[:-len("_total")], readings[0].help,
+                                         labels=labels + [label for label, _ in readings[0].labels])
+               for name, readings in counter_metrics().items()},
+        }
+        for dev in snap["devices"]:
+            _add_device(fam, dev, snap.get("driver_version"))
+        yield from fam.values()
+
+    def _event_metrics(self, devices: list[dict[str, Any]]) -> Iterable[Any]:
+        gpu_labels = list(GPU_LABELS)
+        xids = _counter("gpudoctor_gpu_xid_errors_total", labels=gpu_labels)
+        logged = _gauge("gpudoctor_gpu_kernel_log_xids", labels=gpu_labels)
+        last = _gauge("gpudoctor_gpu_last_xid", labels=gpu_labels)
+        last_t = _gauge("gpudoctor_gpu_last_xid_timestamp_seconds", labels=gpu_labels)
+        kinds = _counter("gpudoctor_gpu_events_total", labels=gpu_labels + ["kind"])
+        supported = _gauge("gpudoctor_gpu_events_supported", labels=gpu_labels)
+        unsupported = _gauge("gpudoctor_gpu_events_error_info", labels=gpu_labels + ["reason"])
+        for dev in devices:
+            labels = _gpu_label_values(dev)
+            state = self.events.snapshot(dev["index"])
+            supported.add_metric(labels, 0.0 if state.supported is not None else 1.0)
+            if state.supported is not None:
+                unsupported.add_metric(labels + [state.supported.reason], 1.0)
+            else:
+                xids.add_metric(labels, float(state.xid_count))
+                for kind, count in sorted(state.counts.items()):
+                    kinds.add_metric(labels + [kind], float(count))
+            logged.add_metric(labels, float(len(state.logged_xids)))
+            newest = state.last_xid()
+            if newest is not None:
+                last.add_metric(labels, float(newest.code or 0))
+                last_t.add_metric(labels, float(newest.time))
+        yield from (xids, logged, last, last_t, kinds, supported, unsupported)
+        readable = getattr(self.events, "kernel_log_readable", None)
+        if readable is not None:
+            yield _gauge("gpudoctor_kernel_log_readable", value=1.0 if readable else 0.0)
+            if not readable:
+                reason = _gauge("gpudoctor_kernel_log_error_info", labels=["reason"])
+                reason.add_metric([_label(self.events.kernel_log_reason)[:200]], 1.0)
+                yield reason
+
+    def _critical_event_seen(self) -> bool:
+        if self.events is None:
+            return False
+        from gpudoctor.backends.events import critical_events
+
+        count = getattr(self.events, "count", None)
+        indices = range(count) if isinstance(count, int) else ()
+        try:
+            return any(critical_events(self.events.snapshot(index)) for index in indices)
+        except Exception:  # a watcher that cannot answer costs this fold, not the scrape
+            return False
+
+    def _report_metrics(self) -> Iterable[Any]:
+        if self.reports is None:
+            return
+        yield _gauge("gpudoctor_report_up", value=float(self.reports.up))
+        report = self.reports.report
+        if report is None:
+            return
+        # A critical event seen since the last report (Xid 79 mid-job) fails the status now, not at
+        # the next report: the same judgement as the report's events probe.
+        critical = self._critical_event_seen()
+        overall = _gauge("gpudoctor_report_status", labels=["status"])
+        _state_set(overall, [], "fail" if critical else report.get("status"))
+        yield overall
+        probes = _gauge("gpudoctor_probe_status", labels=["probe", "status"])
+        for result in report.get("results", []):
+            probe_now = "fail" if critical and result.get("probe") == "events" else result.get("status")
+            _state_set(probes, [str(result.get("probe"))], probe_now)
+        yield probes
+        if self.reports.finished_at is not None:
+            yield _gauge("gpudoctor_report_timestamp_seconds", value=self.reports.finished_at)
+        if self.reports.duration_s is not None:
+            yield _gauge("gpudoctor_report_duration_seconds", value=self.reports.duration_s)
+
+
+def _add_device(fam: dict[str, Any], dev: dict[str, Any], driver_version: Any) -> None:
+    """One GPU's series into the families of :meth:`GpudoctorCollector._gpu_metrics`."""
+    from gpudoctor.backends.nvml import HARMFUL_THROTTLE_MASK, THROTTLE_REASONS
+
+    static, sample = dev["static"], dev["sample"]
+    labels = _gpu_label_values(dev)
+    fam["info"].add_metric(labels + [_label(driver_version)], 1.0)
+    if any(k != "t" for k, v in sample.items() if not is_na(v)):
+        fam["up"].add_metric([labels[0]], 1.0)
+    else:
+        fam["up"].add_metric([labels[0]], 0.0)
+        reasons = [v.reason for v in sample.values() if is_na(v)]
+        fam["err"].add_metric([labels[0], reasons[0] if reasons else "NoReading"], 1.0)
+    for metric in gpu_metrics():
+        value = _number(sample.get(metric.key))
+        if value is not None:
+            fam[metric.name].add_metric(labels, value * metric.scale)
+    if fam["up"].samples[-1].value == 1.0:  # the one busy verdict, on the readings a GPU that answers gave
+        from gpudoctor.backends.busy import READS, verdict
+
+        fam["verdict"].add_metric(labels + [verdict({k: sample.get(k, static.get(k)) for k in READS}).code], 1.0)
+    mask = sample.get("throttle_reasons")
+    if isinstance(mask, int) and not isinstance(mask, bool):
+        for bit, (name, _words) in sorted(THROTTLE_REASONS.items()):
+            fam["throttled"].add_metric(labels + [name], 1.0 if mask & bit else 0.0)
+        fam["throttled"].add_metric(labels + ["any_harmful"], 1.0 if mask & HARMFUL_THROTTLE_MASK else 0.0)
+    for name, readings in counter_metrics().items():
+        for reading in readings:
+            value = _number(sample.get(reading.key))
+            if value is not None:  # divided by the reciprocal: mJ -> J is the exact / 1000
+                fam[name].add_metric(labels + [v for _, v in reading.labels], value / (1.0 / reading.scale))
+
+
+def _label(value: Any) -> str:
+    if value is None or is_na(value):
+        return ""
+    return str(value)
+
+
+def build_registry(collector: GpudoctorCollector) -> Any:
+    """A registry with our collector and the exporter's own process metrics (RSS, CPU)."""
+    from prometheus_client import CollectorRegistry, ProcessCollector
+
+    from gpudoctor.why.metrics import TrainingCollector
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    registry.register(TrainingCollector())  # per-process training metrics (published summaries)
+    ProcessCollector(registry=registry)
+    return registry
