@@ -12,7 +12,6 @@ Thresholds and their sources:
 
 from __future__ import annotations
 
-import os
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -419,21 +418,21 @@ def _extensions(r: ProbeResult, ctx: ProbeContext, capabilities: list[tuple[int,
         for cc, gpus in by_capability.items():
             judged = fatbin.verdict(archs, cc)
             if judged != "sass":
-                r.findings.append(extension_finding(path, archs, cc, gpus, judged))
+                r.findings.append(extension_finding(path, scan.distribution(path), archs, cc, gpus, judged))
 
 
-def extension_finding(path: str, archs: fatbin.FatbinArchs, cc: str, gpus: list[tuple[int, str]],
+def extension_finding(path: str, package: str, archs: fatbin.FatbinArchs, cc: str, gpus: list[tuple[int, str]],
                       judged: str) -> Finding:
     """FAIL (no kernel runs) or WARN (only PTX, JIT-compiled at start-up) for the extension at ``path``
-    (relative to site-packages) on the GPUs ``gpus`` of compute capability ``cc``."""
-    package = path.split(os.sep, 1)[0].split(".", 1)[0]
+    (relative to site-packages, installed by ``package``) on the GPUs ``gpus`` of compute capability ``cc``."""
     sm = "sm_" + cc.replace(".", "")
     named = ", ".join(f"GPU {i} ({n})" for i, n in gpus)
     device = gpus[0][0] if len(gpus) == 1 else None
     rebuild = (f"rebuild it for this GPU: `TORCH_CUDA_ARCH_LIST=\"{cc}\" pip install --no-build-isolation "
                f"--no-cache-dir --force-reinstall --no-deps --no-binary {package} {package}` (or set "
                f"TORCH_CUDA_ARCH_LIST=\"{cc}\" before `pip install .` / `python setup.py install` in its "
-               "checkout; the CUDA toolkit used must know this GPU)")
+               "checkout; the CUDA toolkit used must know this GPU; a few packages read their own variable, "
+               f"e.g. flash-attn's FLASH_ATTN_CUDA_ARCHS={cc.replace('.', '')})")
     if judged == "none":
         return Finding(Status.FAIL, "extension_no_kernel_image",
                        f"{path} has no kernel for {named}, compute capability {cc}: it was compiled for "

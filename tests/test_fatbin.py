@@ -189,6 +189,8 @@ def _site(tmp_path: Path) -> Path:
         "notelf/lib.so": b"just text",
         "torch/lib/libtorch_cuda.so": good, "nvidia/cu13/lib/libcublas.so.13": good,
         "triton/_C/libtriton.so": good, "mypkg.libs/libvendored.so.1": good,
+        "flash_attn-2.8.3.dist-info/RECORD": b"flash_attn/__init__.py,sha256=x,10\n"
+                                             b"flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so,sha256=y,20\n",
     }
     for rel, data in files.items():
         (site / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -203,6 +205,12 @@ def test_scan_finds_extensions_and_leaves_torch_and_nvidia_out(tmp_path: Path) -
     assert sorted(scan.found) == ["flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so", "myext/_C.abi3.so",
                                   "ptxonly/kernels.so"]
     assert scan.found["ptxonly/kernels.so"].ptx == {"compute_80"} and scan.stopped == ""
+
+
+def test_scan_names_the_distribution_that_installed_an_extension(tmp_path: Path) -> None:
+    scan = fatbin.scan_site_packages(str(_site(tmp_path)))
+    assert scan.distribution("flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so") == "flash_attn"
+    assert scan.distribution("myext/_C.abi3.so") == "myext"  # no RECORD lists it: its folder
 
 
 def test_scan_is_bounded(tmp_path: Path) -> None:

@@ -341,7 +341,7 @@ class ExtensionScan:
     relative to it to its :class:`FatbinArchs`; ``examined`` counts the shared objects read;
     ``stopped`` says why the scan ended early (file count or time), else ''."""
 
-    __slots__ = ("site_dir", "found", "examined", "stopped", "seconds")
+    __slots__ = ("site_dir", "found", "examined", "stopped", "seconds", "distributions")
 
     def __init__(self, site_dir: str) -> None:
         self.site_dir = site_dir
@@ -349,6 +349,48 @@ class ExtensionScan:
         self.examined = 0
         self.stopped = ""
         self.seconds = 0.0
+        #: path -> the distribution (pip's name) that installed it, filled by :meth:`distribution`
+        self.distributions: dict[str, str] = {}
+
+    def distribution(self, path: str) -> str:
+        """The distribution that installed ``path`` (from the RECORD files of site-packages' .dist-info
+        folders: 'flash_attn_2_cuda.cpython-312-x86_64-linux-gnu.so' -> 'flash_attn'); the path's first
+        component where no RECORD names it."""
+        if not self.distributions and self.found:
+            self.distributions = _record_owners(self.site_dir, set(self.found))
+        return self.distributions.get(path) or path.split(os.sep, 1)[0].split(".", 1)[0]
+
+
+MAX_RECORD_BYTES = 8 * 2 ** 20
+
+
+def _record_owners(site_dir: str, paths: set[str]) -> dict[str, str]:
+    """path -> distribution name, for the ``paths`` (relative to ``site_dir``) that a RECORD lists."""
+    owners: dict[str, str] = {}
+    try:
+        with os.scandir(site_dir) as entries:
+            folders = sorted(e.name for e in entries if e.name.endswith(".dist-info"))
+    except OSError:
+        return owners
+    for folder in folders:
+        name = folder[:-len(".dist-info")].split("-", 1)[0]
+        try:
+            fd, info = open_regular(os.path.join(site_dir, folder, "RECORD"))
+        except OSError:
+            continue
+        try:
+            text = os.read(fd, min(info.st_size, MAX_RECORD_BYTES)).decode("utf-8", "replace")
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        for line in text.splitlines():
+            listed = os.path.normpath(line.split(",", 1)[0])
+            if listed in paths:
+                owners.setdefault(listed, name)
+        if len(owners) == len(paths):
+            break
+    return owners
 
 
 def scan_site_packages(site_dir: str, time_budget_s: float = 3.0, max_files: int = MAX_FILES) -> ExtensionScan:
