@@ -177,6 +177,29 @@ def test_torchvision_extension_matches_torchs_arch_list() -> None:
     assert found.ptx == {newest.replace("sm_", "compute_")}
 
 
+def test_entry_architectures_agree_with_the_cubins_own_elf_headers() -> None:
+    """An independent check of the entry header's architecture field: an uncompressed cubin is an ELF
+    file whose e_flags name its SM (CUDA's ELF ABI version 8: bits 8-15; before it, bits 0-7)."""
+    path = SITE / "torchvision" / "_C_stable.so"
+    if not path.is_file():
+        pytest.skip("no CUDA build of torchvision 0.29 installed")
+    found = fatbin.FatbinArchs()
+    found.cubins_at = []
+    data = path.read_bytes()  # 8 MB
+    fatbin.parse_elf(lambda offset, size: data[offset:offset + size], len(data), found)
+    checked = 0
+    for offset, _size, name, flags in found.cubins_at:
+        if flags & fatbin.FLAGS_COMPRESSED:
+            continue
+        cubin = data[offset:offset + 64]
+        assert cubin[:4] == b"\x7fELF", name
+        e_flags, = struct.unpack_from("<I", cubin, 0x30)
+        sm = (e_flags >> 8) & 0xFF if cubin[8] >= 8 else e_flags & 0xFF
+        assert f"sm_{sm}" == name.rstrip("af"), (name, hex(e_flags))
+        checked += 1
+    assert checked >= 4
+
+
 # --------------------------------------------------------------------------- the scan
 def _site(tmp_path: Path) -> Path:
     site = tmp_path / "site-packages"

@@ -88,9 +88,11 @@ class FatbinArchs:
     ``sass``: the cubin targets ('sm_90', 'sm_90a'); ``ptx``: the PTX targets ('compute_120').
     ``containers``/``entries``/``compressed``: counts. ``has_fatbin``: a fat-binary section exists.
     ``error``: ``could not read: <reason>`` (the sets then hold what was read before it), else None.
+    ``cubins_at``: None, or a list a caller sets to learn where each cubin lies: (file offset of its
+    payload, payload size, architecture name, flags) are appended to it.
     """
 
-    __slots__ = ("sass", "ptx", "containers", "entries", "compressed", "has_fatbin", "error")
+    __slots__ = ("sass", "ptx", "containers", "entries", "compressed", "has_fatbin", "error", "cubins_at")
 
     def __init__(self) -> None:
         self.sass: set[str] = set()
@@ -100,6 +102,7 @@ class FatbinArchs:
         self.compressed = 0
         self.has_fatbin = False
         self.error: str | None = None
+        self.cubins_at: list[tuple[int, int, str, int]] | None = None
 
     def __repr__(self) -> str:
         return "FatbinArchs(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__) + ")"
@@ -170,7 +173,10 @@ def _parse_entry(read: Reader, pos: int, stop: int, out: FatbinArchs) -> int:
     if kind in (KIND_PTX, KIND_ELF):
         if not 0 < arch <= MAX_ARCH:
             raise Malformed(f"an entry for architecture {arch}")
-        (out.ptx if kind == KIND_PTX else out.sass).add(_arch_name(kind, arch, flags))
+        name = _arch_name(kind, arch, flags)
+        (out.ptx if kind == KIND_PTX else out.sass).add(name)
+        if kind == KIND_ELF and out.cubins_at is not None:
+            out.cubins_at.append((pos + header_size, payload, name, flags))
     return after
 
 
@@ -415,7 +421,8 @@ def scan_site_packages(site_dir: str, time_budget_s: float = 3.0, max_files: int
 
 # Time the scan may take: `report --quick` (and the exporter's and the TUI's quick verdict) must stay
 # well under a second; this site-packages (332 shared objects, torch and NVIDIA's libraries left out)
-# takes 0.13 s with the files in the page cache, 0.34 s cold. The full report allows more.
+# takes 0.13 s with its files in the page cache (0.34 s on the first scan of this session). The full
+# report allows more.
 QUICK_SCAN_S = 0.5
 FULL_SCAN_S = 3.0
 _CACHE: dict[tuple[str, int], ExtensionScan] = {}
