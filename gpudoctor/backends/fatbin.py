@@ -317,11 +317,12 @@ MAX_FILES = 3000
 MAX_DEPTH = 8
 
 
-def _shared_objects(site_dir: str) -> Iterator[str]:
+def _shared_objects(site_dir: str, deadline: float) -> Iterator[str]:
     """Paths of the shared objects under ``site_dir`` (not following symlinks), top entries skipped as
-    above, to MAX_DEPTH folders deep."""
+    above, to MAX_DEPTH folders deep; the walk ends at ``deadline`` (monotonic) however many folders
+    are left."""
     stack: list[tuple[str, int]] = [(site_dir, 0)]
-    while stack:
+    while stack and time.monotonic() <= deadline:
         folder, depth = stack.pop()
         try:
             with os.scandir(folder) as entries:
@@ -404,18 +405,20 @@ def scan_site_packages(site_dir: str, time_budget_s: float = 3.0, max_files: int
     SKIPPED_TOP), within ``time_budget_s`` and ``max_files``; keeps those that carry GPU code."""
     scan = ExtensionScan(site_dir)
     started = time.monotonic()
-    for path in _shared_objects(site_dir):
+    deadline = started + time_budget_s
+    for path in _shared_objects(site_dir, deadline):
         if scan.examined >= max_files:
             scan.stopped = f"stopped after {max_files} shared objects"
             break
-        if time.monotonic() - started > time_budget_s:
-            scan.stopped = f"stopped after {time_budget_s:g} s ({scan.examined} shared objects read)"
+        if time.monotonic() > deadline:
             break
         scan.examined += 1
         archs = read_file(path)
         if archs.has_fatbin:
             scan.found[os.path.relpath(path, site_dir)] = archs
     scan.seconds = time.monotonic() - started
+    if not scan.stopped and time.monotonic() > deadline:
+        scan.stopped = f"stopped after {time_budget_s:g} s ({scan.examined} shared objects read)"
     return scan
 
 
