@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # typing.Unpack is 3.11; these annotations are never evaluate
     from gpudoctor.backends.base import GpuBackend
     from gpudoctor.backends.cuda_driver import CudaStart
     from gpudoctor.backends.events import EventWatcher, ReplayEvents
+    from gpudoctor.backends.fatbin import ExtensionScan
     from gpudoctor.backends.na import NA
     from gpudoctor.backends.replay import ReplayBackend
     from gpudoctor.backends.torch_build import TorchBuild
@@ -118,7 +119,8 @@ class ProbeContext:
                  python: str | None = None, torch_missing: bool = False,
                  _torch_facts: dict[str, Any] | NA | None = None, _host_facts: dict[str, Any] | None = None,
                  _torch_build: TorchBuild | None = None, _cuda_start: CudaStart | NA | None = None,
-                 events: EventWatcher | ReplayEvents | None = None) -> None:
+                 events: EventWatcher | ReplayEvents | None = None,
+                 _extensions: ExtensionScan | NA | None = None) -> None:
         self.gpu = gpu
         self.device = device
         self.level = level
@@ -132,6 +134,9 @@ class ProbeContext:
         self._host_facts = _host_facts
         self._torch_build = _torch_build
         self._cuda_start = _cuda_start
+        self._extensions = _extensions
+        # torch or host facts handed in describe another machine than this one's files
+        self._facts_given = _torch_facts is not None or _host_facts is not None
         #: a running event watcher (the TUI's, the exporter's) whose NVML stream the events probe reads
         self.events = events
         #: torch index -> NVML index as the devices probe matched them (by PCI bus id where torch
@@ -189,6 +194,30 @@ class ProbeContext:
 
             self._cuda_start = NA("NotRecorded") if self.replay else cuda_driver.cuda_start()
         return self._cuda_start
+
+    def extensions(self) -> ExtensionScan | NA:
+        """The compiled CUDA extensions installed beside the checked torch (their fat binaries' headers
+        read from the site-packages folder that holds torch; no import; cached): an
+        :class:`~gpudoctor.backends.fatbin.ExtensionScan`, or NA in a replay (not recorded), where torch
+        is not installed, or where torch or host facts were handed in (they describe another machine)."""
+        if self._extensions is None:
+            from gpudoctor.backends import fatbin
+            from gpudoctor.backends.na import NA
+            from gpudoctor.torch_build import InterpreterError
+
+            if self.replay or self._facts_given:
+                self._extensions = NA("NotRecorded")
+                return self._extensions
+            try:
+                build = self.torch_build()
+            except InterpreterError:
+                build = None
+            if build is None or build.location is None:
+                self._extensions = NA("TorchNotInstalled")
+            else:
+                budget = fatbin.QUICK_SCAN_S if self.level == "quick" else fatbin.FULL_SCAN_S
+                self._extensions = fatbin.cached_scan(os.path.dirname(build.location), budget)
+        return self._extensions
 
     def nvml_index(self, torch_index: int) -> int | None:
         """The NVML index of torch's device ``torch_index``: the devices probe's match (PCI bus id

@@ -15,11 +15,12 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from gpudoctor.backends.host import environment_variables
+from gpudoctor.backends import fatbin
 from gpudoctor.backends.cuda_driver import cause_of_error_text
+from gpudoctor.backends.host import environment_variables
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.backends.cuda_compat import cuda_started, driver_build_findings, started_anyway
-from gpudoctor.model import ProbeResult, Status
+from gpudoctor.model import Finding, ProbeResult, Status
 
 from . import Probe, ProbeContext
 
@@ -229,6 +230,7 @@ def run(ctx: ProbeContext) -> ProbeResult:
     _cuda_start(r, facts, cuda_build, count)
     _cudnn(r, facts, version)
     _kernel_images(r, gpu, facts, version, count)
+    _extensions(r, ctx, _capabilities(gpu, facts, count))
     _torchvision(r, facts, version)
     summary = f"torch {version}"
     if cuda_build:
@@ -356,12 +358,8 @@ def _cudnn(r: ProbeResult, facts: dict[str, Any], version: str) -> None:
            fix=fix)
 
 
-def _kernel_images(r: ProbeResult, gpu: GpuBackend, facts: dict[str, Any], version: str, count: int | NA) -> None:
-    """torch's compiled architectures against each device's compute capability."""
-    listed = facts.get("arch_list")
-    arch_list: list[str] = listed if isinstance(listed, list) else []
-    if arch_list:
-        r.measure("torch_arch_list", " ".join(arch_list))
+def _capabilities(gpu: GpuBackend, facts: dict[str, Any], count: int | NA) -> list[tuple[int, str, str]]:
+    """(index, name, compute capability) of each GPU: torch's devices where it listed them, else NVML's."""
     capabilities: list[tuple[int, str, str]] = []
     for dev in facts.get("devices") or []:
         if "compute_capability" in dev:
@@ -371,7 +369,16 @@ def _kernel_images(r: ProbeResult, gpu: GpuBackend, facts: dict[str, Any], versi
             s = gpu.static(i)
             if isinstance(s.get("compute_capability"), str):
                 capabilities.append((i, s.get("name", "?"), s["compute_capability"]))
-    for index, name, cc in capabilities:
+    return capabilities
+
+
+def _kernel_images(r: ProbeResult, gpu: GpuBackend, facts: dict[str, Any], version: str, count: int | NA) -> None:
+    """torch's compiled architectures against each device's compute capability."""
+    listed = facts.get("arch_list")
+    arch_list: list[str] = listed if isinstance(listed, list) else []
+    if arch_list:
+        r.measure("torch_arch_list", " ".join(arch_list))
+    for index, name, cc in _capabilities(gpu, facts, count):
         ok = kernel_image_available(arch_list, cc)
         if ok is False:
             r.find(Status.FAIL, "no_kernel_image",
@@ -392,6 +399,62 @@ def _kernel_images(r: ProbeResult, gpu: GpuBackend, facts: dict[str, Any], versi
                        + " Meanwhile, `export CUDA_CACHE_MAXSIZE=4294967296` (and keep ~/.nv/ComputeCache between "
                          "runs) so the JIT runs once.",
                    device=index)
+
+
+def _extensions(r: ProbeResult, ctx: ProbeContext, capabilities: list[tuple[int, str, str]]) -> None:
+    """The compiled CUDA extensions beside torch (their fat binaries) against each GPU's compute capability."""
+    scan = ctx.extensions()
+    if is_na(scan):
+        return
+    if capabilities:  # without a GPU there is nothing to judge them against: details only
+        r.measure("cuda_extensions", len(scan.found), note=f"shared objects with GPU code among {scan.examined} "
+                  "read" + (f"; {scan.stopped}" if scan.stopped else ""))
+    r.details["cuda_extensions"] = {path: {"archs": archs.describe(), "error": archs.error}
+                                    for path, archs in scan.found.items()}
+    by_capability: dict[str, list[tuple[int, str]]] = {}
+    for index, name, cc in capabilities:
+        by_capability.setdefault(cc, []).append((index, name))
+    for path, archs in scan.found.items():
+        if archs.error:
+            continue  # an unreadable fat binary is no evidence either way: its reason is in the details
+        for cc, gpus in by_capability.items():
+            judged = fatbin.verdict(archs, cc)
+            if judged != "sass":
+                r.findings.append(extension_finding(path, scan.distribution(path), archs, cc, gpus, judged))
+
+
+def extension_finding(path: str, package: str, archs: fatbin.FatbinArchs, cc: str, gpus: list[tuple[int, str]],
+                      judged: str) -> Finding:
+    """FAIL (no kernel runs) or WARN (only PTX, JIT-compiled at start-up) for the extension at ``path``
+    (relative to site-packages, installed by ``package``) on the GPUs ``gpus`` of compute capability ``cc``."""
+    sm = "sm_" + cc.replace(".", "")
+    named = ", ".join(f"GPU {i} ({n})" for i, n in gpus)
+    device = gpus[0][0] if len(gpus) == 1 else None
+    rebuild = (f"rebuild it for this GPU: `TORCH_CUDA_ARCH_LIST=\"{cc}\" pip install --no-build-isolation "
+               f"--no-cache-dir --force-reinstall --no-deps --no-binary {package} {package}` (or set "
+               f"TORCH_CUDA_ARCH_LIST=\"{cc}\" before `pip install .` / `python setup.py install` in its "
+               "checkout; the CUDA toolkit used must know this GPU; a few packages read their own variable, "
+               f"e.g. flash-attn's FLASH_ATTN_CUDA_ARCHS={cc.replace('.', '')})")
+    if judged == "none":
+        return Finding(Status.FAIL, "extension_no_kernel_image",
+                       f"{path} has no kernel for {named}, compute capability {cc}: it was compiled for "
+                       f"{archs.describe()}.",
+                       why="Every call into this extension on that GPU fails with 'CUDA error: no kernel image "
+                           "is available for execution on the device' (it imports; its first GPU operation "
+                           "raises), whatever torch itself supports.",
+                       fix=f"Install the build of {package} made for {sm} (a wheel built with the CUDA release and "
+                           f"arch list of this GPU's generation), or {rebuild}.",
+                       device=device)
+    ptx = " ".join(sorted(archs.ptx, key=fatbin.arch_order))
+    return Finding(Status.WARN, "extension_ptx_jit_only",
+                   f"{path} has no {sm} binary for {named}, only PTX ({ptx}).",
+                   why="The driver JIT-compiles every kernel of this extension for the GPU when it is first "
+                       "used: start-up takes minutes, and again whenever the JIT cache (CUDA_CACHE_MAXSIZE, "
+                       "~/.nv/ComputeCache) is too small or not kept (containers, CI).",
+                   fix=f"Install the build of {package} made for {sm}, or {rebuild}. Meanwhile, "
+                       "`export CUDA_CACHE_MAXSIZE=4294967296` (and keep ~/.nv/ComputeCache between runs) so "
+                       "the JIT runs once.",
+                   device=device)
 
 
 def _torchvision(r: ProbeResult, facts: dict[str, Any], version: str) -> None:
@@ -469,6 +532,8 @@ def _without_torch(r: ProbeResult, ctx: ProbeContext, reason: str, driver: str |
               else f"read from {build.location}/version.py")
     r.measure("torch_cuda_build", build.cuda or ("none (ROCm build)" if build.hip else "none (CPU-only build)"))
     r.findings.extend(driver_build_findings(driver, driver_cuda, build.version, build.cuda))
+    count = ctx.gpu.device_count() if ctx.gpu.status() is None else NA("NvmlUnavailable")
+    _extensions(r, ctx, _capabilities(ctx.gpu, {}, count))
     where = f" in {build.python}" if ctx.python else ""
     return r.settle(f"{driver_text}; {build.describe()}{where}, CUDA not started ({not_started})")
 

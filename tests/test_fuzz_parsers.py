@@ -22,7 +22,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import fatbin_samples  # tests/ helper: ELF64 files with .nv_fatbin sections
+
 from gpudoctor import baseline, fleet, safejson, xid
+from gpudoctor.backends import fatbin
 from gpudoctor.backends.na import NA
 from gpudoctor.backends.visibility import parse_visible
 from gpudoctor.backends.recording import RecordingError, load_recording
@@ -333,6 +336,44 @@ def test_py_spy_raw_output_parses_to_bounded_stacks(lines, joiner):
         for f in stack.frames:
             assert f.line is None or (isinstance(f.line, int) and f.line >= 0)
         assert len(stack.cmdline) <= 500 and len(stack.thread) <= stacks.MAX_NAME_CHARS
+
+
+# --------------------------------------------------------------------------- CUDA fat binaries in a shared object
+fat_entries = st.tuples(st.sampled_from([fatbin_samples.PTX, fatbin_samples.ELF, 4, 0]), st.integers(0, 200),
+                        st.sampled_from([0x11, 0x8011, 0x108011, 0x1208011, 0xFFFFFFFFFFFFFFFF]),
+                        st.binary(max_size=40), st.sampled_from([64, 80, 112]))
+shared_objects = st.lists(st.lists(fat_entries, max_size=4), max_size=3).map(
+    lambda containers: fatbin_samples.extension(*(fatbin_samples.container(*(fatbin_samples.entry(*e) for e in c))
+                                                  for c in containers)))
+
+
+@st.composite
+def mutated_shared_objects(draw):
+    data = bytearray(draw(shared_objects))
+    for _ in range(draw(st.integers(0, 6))):
+        at = draw(st.integers(0, len(data) - 1))
+        data[at:at + 8] = draw(st.binary(min_size=1, max_size=8))
+    return bytes(data[:draw(st.integers(0, len(data)))]) if draw(st.booleans()) else bytes(data)
+
+
+@budget(400)
+@given(data=st.one_of(mutated_shared_objects(), raw_bytes))
+def test_fat_binary_reader_answers_or_says_why(data):
+    asked = []
+
+    def read(offset, size):
+        asked.append(size)
+        return data[offset:offset + size]
+
+    found = fatbin.parse_elf(read, len(data))  # documented: never raises
+    assert found.error is None or (found.error.startswith("could not read: ") and control_free(found.error)
+                                   and "\n" not in found.error)
+    assert all(re.fullmatch(r"sm_\d{1,4}[af]?", a) for a in found.sass), found.sass
+    assert all(re.fullmatch(r"compute_\d{1,4}[af]?", a) for a in found.ptx), found.ptx
+    # every read is bounded by the file (nothing is read past what the headers were checked against)
+    assert all(0 <= size <= max(len(data), 64) for size in asked)
+    for capability in ("7.5", "9.0", "12.0"):
+        assert fatbin.verdict(found, capability) in ("sass", "ptx", "none")
 
 
 # --------------------------------------------------------------------------- the long profile

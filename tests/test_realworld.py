@@ -8,7 +8,8 @@ verdict gpudoctor should give. A case gpudoctor judges wrong today carries ``gpu
 right has to remove that line.
 
 The checks used are gpudoctor's own pure judgements:
-* ``environment``: probes/environment.py's run() over the driver (NVML) and torch's facts;
+* ``environment``: probes/environment.py's run() over the driver (NVML) and torch's facts, and the
+  compiled extensions' targets where a case posts them (as the fat-binary scan reads them);
 * ``devices``: probes/devices.py's run() over NVML's GPUs, CUDA_VISIBLE_DEVICES and torch's count;
 * ``health``: probes/health.py's check_device() over one GPU's NVML readings;
 * ``kernel_log``: gpudoctor/xid.py's parse_kmsg() over the posted lines, then the events probe's
@@ -28,6 +29,7 @@ from typing import Any
 import pytest
 
 from gpudoctor import fleet, xid
+from gpudoctor.backends import fatbin
 from gpudoctor.backends.events import DeviceEvents, GpuEvent
 from gpudoctor.backends.na import NA
 from gpudoctor.model import ProbeResult, Status
@@ -108,10 +110,27 @@ def _torch_facts(torch: dict[str, Any]) -> dict[str, Any]:
     return facts
 
 
+def _extensions(inputs: dict[str, Any]) -> fatbin.ExtensionScan | NA:
+    """The posted compiled extensions (path in site-packages -> its cubin and PTX targets, and the
+    distribution that installed it) as the fat-binary scan would have read them; NA where none was posted."""
+    posted = inputs.get("extensions")
+    if not posted:
+        return NA("NotPosted")
+    scan = fatbin.ExtensionScan("(site-packages as posted)")
+    for path, ext in posted.items():
+        archs = fatbin.FatbinArchs()
+        archs.has_fatbin = True
+        archs.sass, archs.ptx = set(ext.get("sass", [])), set(ext.get("ptx", []))
+        scan.found[path] = archs
+        if ext.get("distribution"):
+            scan.distributions[path] = ext["distribution"]
+    return scan
+
+
 def _context(inputs: dict[str, Any]) -> ProbeContext:
     # The CUDA driver's own start (cuInit) was not posted in these threads: unknown, not a pass.
     return ProbeContext(FakeGpu(inputs), _torch_facts=_torch_facts(inputs.get("torch") or {}),
-                        _host_facts=dict(HOST), _cuda_start=NA("NotRecorded"))
+                        _host_facts=dict(HOST), _cuda_start=NA("NotRecorded"), _extensions=_extensions(inputs))
 
 
 # --------------------------------------------------------------------------- the checks
