@@ -203,7 +203,7 @@ class ProbeContext:
         if self._extensions is None:
             from gpudoctor.backends import fatbin
             from gpudoctor.backends.na import NA
-            from gpudoctor.torch_build import InterpreterError
+            from gpudoctor.backends.torch_build import InterpreterError
 
             if self.replay or self._facts_given:
                 self._extensions = NA("NotRecorded")

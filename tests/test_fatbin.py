@@ -282,7 +282,7 @@ def _scan(**files: bytes) -> fatbin.ExtensionScan:
 
 def _quick_environment(gpu: Any, scan: Any) -> Any:
     from gpudoctor.probes import environment
-    from gpudoctor.torch_build import TorchBuild
+    from gpudoctor.backends.torch_build import TorchBuild
 
     build = TorchBuild("/usr/bin/python3", "3.12", "/site/torch", "2.14.1+cu130", "13.0")
     return environment.run(ProbeContext(gpu, level="quick", _torch_build=build, _cuda_start=NA("NotRecorded"),
