@@ -49,7 +49,7 @@ MODE=gpu           # gpu | smoke | steps
 # (pytest-asyncio, syrupy, ...) would otherwise all auto-load, and one version clash would fail every
 # pytest step. The GPU test files need only pytest-timeout (their `timeout` marks and setting).
 export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
-PYTEST_PLUGINS="-p pytest_timeout"
+PYTEST_PLUGINS="-p pytest_timeout -o addopts="  # addopts cleared: the default run's worker options need xdist
 R="" WORK="" SITE="" BIN="" WHEELS="" PART=""
 PY=${PYTHON:-python3}
 
