@@ -11,7 +11,6 @@ import multiprocessing as mp
 import platform
 import time
 from pathlib import Path
-from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, Callable
 
 from gpudoctor import _version
@@ -21,6 +20,8 @@ from gpudoctor.model import utc_now_iso
 from gpudoctor.sampling import Sampler, Snapshot
 
 if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
     from gpudoctor.backends.base import GpuBackend
     from gpudoctor.backends.events import DeviceEvents, GpuEvent
 
