@@ -269,12 +269,5 @@ def _describe_device(r: ProbeResult, dev: int, n_index: int | None, t: dict[str,
     return str(name)
 
 
-PROBE = Probe(
-    name="devices",
-    title="GPUs seen by NVML and by torch, and how their indices map",
-    run=run,
-    level="quick",
-    uses_torch=True,
-    timeout_s=60,
-    order=20,
-)
+PROBE = Probe.define(__name__, run, "GPUs seen by NVML and by torch, and how their indices map",
+                     level="quick", uses_torch=True, timeout_s=60, order=20)
