@@ -76,6 +76,22 @@ async def take_samples(pilot: Any, app: Any, n: int) -> None:
     await pilot.pause()
 
 
+async def show(pilot: Any, app: Any, key: str) -> str:
+    """Press ``key``, let the app redraw, and return the screen's text."""
+    await pilot.press(key)
+    await pilot.pause()
+    return screen_text(app)
+
+
+async def run_sweep_on_screen(pilot: Any, app: Any, until: tuple[str, ...] = ("finished",),
+                              timeout: float = 20.0) -> None:
+    """Open the Workload screen, start its sweep (s) and wait until its phase is one of ``until``."""
+    await pilot.press("w")
+    await pilot.press("s")
+    await wait_for(pilot, lambda: app.workload.phase in until, timeout=timeout)
+    await pilot.pause()
+
+
 async def open_processes(pilot: Any, app: Any, samples: int = 1) -> tuple[Any, Any]:
     """Take ``samples`` readings and switch to the Processes screen: (the screen, its table)."""
     await take_samples(pilot, app, samples)
