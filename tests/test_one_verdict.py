@@ -152,12 +152,9 @@ def test_the_exporter_publishes_the_same_failing_verdict():
 def test_the_tui_header_fails_from_the_start():
     app = PtyApp([sys.executable, "-m", "gpudoctor", "tui", "--interval", "0.5", "--doctor-level", "quick"],
                  env=_env(FAKE_CUDA="missing"), cols=160, rows=30)
-    try:
+    with app:
         app.wait_for("Doctor: FAIL", timeout=60)
-        app.keys("q")
-        assert app.proc.wait(30) == 0
-    finally:
-        app.close()
+        assert app.quit(30) == 0
 
 
 @pytest.mark.slow

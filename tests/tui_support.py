@@ -169,6 +169,17 @@ class PtyApp:
     def keys(self, data: str) -> None:
         os.write(self.master, data.encode())
 
+    def quit(self, timeout: float = 30.0) -> int:
+        """Press q and wait for the exit code (subprocess.TimeoutExpired after ``timeout``)."""
+        self.keys("q")
+        return self.proc.wait(timeout)
+
+    def __enter__(self) -> "PtyApp":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
