@@ -5,12 +5,13 @@ Test doubles live here and in tui_workload_double.py, never in the product.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
@@ -43,6 +44,26 @@ def make_test_app(path: Path = STANDIN, *, loop: bool = False, **kw: Any) -> Any
     kw.setdefault("host_sampler", fixed_host)
     kw.setdefault("workload_check", lambda: "workload module not available (test: not wired)")
     return GpudoctorApp(replay_factory(path, loop), replay=str(path), **kw)
+
+
+def workload_app(sweep: str, **kw: Any) -> Any:
+    """The app on the stand-in recording whose Workload screen runs ``sweep`` (module:function, one
+    of tui_workload_double's) in a child process."""
+    from gpudoctor.tui.workload_runner import WorkloadProcess
+
+    return make_test_app(STANDIN, workload_check=lambda: None,
+                         workload_factory=lambda options: WorkloadProcess(sweep, options), **kw)
+
+
+@contextlib.asynccontextmanager
+async def running_app(path: Path, *, size: tuple[int, int], samples: int, **kw: Any) -> AsyncIterator[tuple[Any, Any]]:
+    """The app on recording ``path``, headless at ``size``, after ``samples`` readings: (app, pilot).
+    Leaving the block quits it with q."""
+    app = make_test_app(path, **kw)
+    async with app.run_test(size=size) as pilot:
+        await take_samples(pilot, app, samples)
+        yield app, pilot
+        await pilot.press("q")
 
 
 def screen_lines(app: Any) -> list[str]:
