@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import subprocess
 import time
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
@@ -139,34 +138,21 @@ class PtyApp:
 
     def __init__(self, argv: list[str], cols: int = 100, rows: int = 30, cwd: Path = ROOT,
                  env: dict[str, str] | None = None) -> None:
-        import fcntl
-        import pty
-        import struct
-        import termios
         import threading
 
-        self.master, slave = pty.openpty()
-        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-        env = {**(os.environ if env is None else env), "TERM": "xterm-256color", "COLUMNS": str(cols),
-               "LINES": str(rows)}
-        self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, cwd=cwd, env=env,
-                                     start_new_session=True)
-        os.close(slave)
+        from script_loader import load_script
+
+        self._terminal = terminal = load_script("benchmarks/pty_terminal.py", "pty_terminal")
+        self.proc, self.master = terminal.start_on_pty(argv, cols=cols, rows=rows, cwd=cwd, env=env)
         self.chunks: list[bytes] = []
         self.lock = threading.Lock()
-        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader = threading.Thread(target=terminal.read_until_closed, args=(self.master, self._keep),
+                                       daemon=True)
         self.reader.start()
 
-    def _read(self) -> None:
-        while True:
-            try:
-                data = os.read(self.master, 65536)
-            except OSError:
-                return
-            if not data:
-                return
-            with self.lock:
-                self.chunks.append(data)
+    def _keep(self, data: bytes) -> None:
+        with self.lock:
+            self.chunks.append(data)
 
     def text(self) -> str:
         """Everything the app wrote, escape sequences removed."""
@@ -202,13 +188,7 @@ class PtyApp:
         self.close()
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-        try:
-            os.close(self.master)
-        except OSError:
-            pass
+        self._terminal.end(self.proc, self.master)
 
 
 ANSI = re.compile(r"\x1b(\[[0-9;?<>=]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[PX^_][^\x1b]*\x1b\\|.)")
