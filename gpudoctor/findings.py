@@ -138,6 +138,12 @@ WORDING: dict[str, Wording] = {
         "The driver lost contact with the GPU (Xid 79); every CUDA call on it fails.",
         "Check `dmesg` for Xid errors; the node needs a GPU reset or reboot, and a hardware check (power, seating, "
         "cooling) if it repeats."),
+    "driver_not_answering": Wording(
+        Status.FAIL, "The NVIDIA driver is not answering: an NVML call made no answer in {seconds} s{where}",
+        "A failing GPU (fallen off the bus, Xid 79), a driver in recovery or a stuck nvidia-persistenced holds every "
+        "caller of the driver: nvidia-smi and CUDA programs on this node hang too, so nothing else could be checked.",
+        "Check the kernel log (`sudo dmesg | grep -i -e xid -e nvrm`) and whether `nvidia-smi` answers; a GPU that "
+        "stays blocked needs a GPU reset with no process on it, or a reboot."),
     "gpu_unreachable": Wording(
         Status.FAIL, "GPU {dev} does not answer: NVML returns Unknown Error for its name, UUID and PCI bus id",
         "The driver lists the GPU but cannot read even its identity: CUDA programs on it fail or hang, as with a "

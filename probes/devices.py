@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from gpudoctor.backends.cuda_driver import cuda_start_findings
 from gpudoctor.backends.na import NA, is_na
+from gpudoctor.backends.nvml import DRIVER_NOT_ANSWERING, STUCK_S
 from gpudoctor.backends.visibility import match_torch_to_nvml, order_caveat, visible_nvml_indices
 from gpudoctor.backends.cuda_compat import driver_build_findings
+from gpudoctor import findings
 from gpudoctor.model import ProbeResult, Status
 
 from . import Probe, ProbeContext
@@ -59,8 +61,9 @@ def run(ctx: ProbeContext) -> ProbeResult:
     r.details["cuda_device_order"] = os.environ.get("CUDA_DEVICE_ORDER")
 
     if not isinstance(count, int) or count == 0:
-        _no_device(r, nvml_na, torch_facts or {})
-        return r.settle("no GPU visible")
+        _no_device(r, count if is_na(count) else None, torch_facts or {})
+        blocked = is_na(count) and count.reason == DRIVER_NOT_ANSWERING
+        return r.settle("the NVIDIA driver is not answering" if blocked else "no GPU visible")
     if isinstance(visible, list):
         _visible_devices(r, ctx, torch_facts, torch_count, cvd, visible, count)
     _index_order(r, torch_devices, mapping)
@@ -137,6 +140,10 @@ def _describe_devices(r: ProbeResult, wanted: list[int], mapping: dict[int, int 
 
 def _no_device(r: ProbeResult, nvml_na: NA | None, facts: dict[str, Any]) -> None:
     """Nothing visible at all."""
+    if nvml_na is not None and nvml_na.reason == DRIVER_NOT_ANSWERING:
+        # The driver holds NVML: whether a GPU is there cannot be told, and "no GPU" would mislead.
+        r.findings.append(findings.finding("driver_not_answering", seconds=f"{STUCK_S:.0f}", where=""))
+        return
     why_none = f"NVML: {nvml_na.reason}" if nvml_na is not None else "NVML reports 0 devices"
     if facts.get("cuda_init_error"):
         why_none += f"; torch: {facts['cuda_init_error']}"

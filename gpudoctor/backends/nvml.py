@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from typing import Any, Callable, ClassVar, cast
 
 from gpudoctor.findings import CLOCK_EVENTS
@@ -85,6 +86,16 @@ def normalise_bus_id(bus_id: str | None) -> str | None:
 STUCK_S = 5.0
 DRIVER_NOT_ANSWERING = "DriverNotAnswering"
 
+# Every gate of this process, for :func:`thread_blocked` (weakly: a closed backend's gate goes).
+_GATES: weakref.WeakSet[NvmlGate] = weakref.WeakSet()
+
+
+def thread_blocked(thread: int) -> bool:
+    """Whether the thread whose ident is ``thread`` is blocked inside a call of any NVML gate of
+    this process for STUCK_S seconds or more (see :meth:`NvmlGate.blocked`). The runner asks it of
+    a probe's thread, so a probe held by a hung driver ends at once instead of at its time limit."""
+    return any(gate.blocked(thread) for gate in list(_GATES))
+
 
 class _Held:
     """Releases an already acquired lock on leaving the block."""
@@ -127,10 +138,13 @@ class NvmlGate:
         self._started = False
         self._init_na: NA | None = None
         self._missing_functions: set[str] = set()
-        # Calls under way, by a token, with the time each began: one that has not come back
-        # after STUCK_S means the driver is blocked (a failing GPU can hold a call for minutes).
-        self._in_flight: dict[int, float] = {}
+        # Calls under way, by a token, with the thread that made each and the time it began: one
+        # that has not come back after STUCK_S means the driver is blocked (a failing GPU can hold
+        # a call for minutes).
+        self._in_flight: dict[int, tuple[int, float]] = {}
         self._init_began: float | None = None
+        self._init_thread: int | None = None
+        _GATES.add(self)
 
     @property
     def lib(self) -> Any:
@@ -148,6 +162,7 @@ class NvmlGate:
         try:
             if self._started:
                 return self._init_na
+            self._init_thread = threading.get_ident()
             self._init_began = time.monotonic()  # before _started: the fast path reads them unlocked
             self._started = True
             if self._module is None:
@@ -178,7 +193,17 @@ class NvmlGate:
         began = self._init_began
         if began is not None and now - began > STUCK_S:
             return True
-        return any(now - t > STUCK_S for t in list(self._in_flight.values()))
+        return any(now - t > STUCK_S for _, t in list(self._in_flight.values()))
+
+    def blocked(self, thread: int) -> bool:
+        """Whether the thread whose ident is ``thread`` is inside an NVML call (nvmlInit included)
+        that has not come back for STUCK_S seconds: the caller waiting for that thread can stop
+        waiting, since the driver holds it and may for minutes."""
+        now = time.monotonic()
+        began = self._init_began
+        if began is not None and self._init_thread == thread and now - began > STUCK_S:
+            return True
+        return any(who == thread and now - t > STUCK_S for who, t in list(self._in_flight.values()))
 
     def query(self, function: str, *args: Any) -> Any:
         """Call ``pynvml.<function>(*args)``; any failure becomes NA(reason)."""
@@ -194,7 +219,7 @@ class NvmlGate:
         if self._in_flight and self.stuck():
             return NA(DRIVER_NOT_ANSWERING)
         token = object()
-        self._in_flight[id(token)] = time.monotonic()
+        self._in_flight[id(token)] = (threading.get_ident(), time.monotonic())
         try:
             return _text(fn(*args))
         except Exception as exc:
