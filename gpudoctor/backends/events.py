@@ -18,7 +18,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from .na import NA, is_na
 
@@ -272,6 +272,26 @@ class EventWatcher:
         return ended
 
 
+class EventSource(Protocol):
+    """What the events probe, the exporter and the TUI ask of an event watcher: live NVML's
+    :class:`EventWatcher` or a recording's :class:`ReplayEvents`."""
+
+    count: int
+    status: NA | None
+    kernel_log_readable: bool | None
+    kernel_log_reason: str
+
+    def register(self) -> None: ...
+
+    def start(self) -> None: ...
+
+    def suspend(self, timeout_s: float | None = None) -> bool: ...
+
+    def snapshot(self, index: int) -> DeviceEvents: ...
+
+    def stop(self, join_s: float | None = None) -> bool: ...
+
+
 class ReplayEvents:
     """Events kept in a recording, served with the watcher's interface.
 
@@ -303,6 +323,10 @@ class ReplayEvents:
                 else:
                     tracker.add(event)
         self.count = len(self._trackers)
+
+    def register(self) -> None:
+        """Nothing to register: the recording holds the events already."""
+        return None
 
     def start(self) -> None:
         return None
@@ -344,7 +368,7 @@ def describe_event(index: int, event: GpuEvent) -> str:
     return f"GPU {index}: {words.get(event.kind, event.kind)}"
 
 
-def open_event_watcher(gpu: Any, keep: int = 8) -> Any:
+def open_event_watcher(gpu: Any, keep: int = 8) -> EventSource:
     """The event watcher for a backend: NVML's event set for live NVML, the recorded events for a
     replay. Not started: call ``start()`` (registration makes NVML calls) and ``stop()``."""
     recording = getattr(gpu, "recording", None)

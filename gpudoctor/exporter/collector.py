@@ -14,6 +14,8 @@ from gpudoctor.exporter.sampler import STALE_AFTER_INTERVALS, GpuSampler
 if TYPE_CHECKING:  # prometheus_client is imported at scrape time, not with the command line
     from prometheus_client.core import GaugeMetricFamily
 
+    from gpudoctor.backends.events import EventSource
+
 
 def _gauge(name: str, labels: list[str] | None = None, value: float | None = None) -> Any:
     """A gauge family of one of the exporter's own metrics (its help from :data:`OTHER_METRICS`)."""
@@ -54,11 +56,11 @@ class GpudoctorCollector:
     """A prometheus_client collector built from the latest sample and report."""
 
     def __init__(self, sampler: GpuSampler, reports: ReportStatus | None = None, source: str = "nvml",
-                 events: Any = None) -> None:
+                 events: EventSource | None = None) -> None:
         self.sampler = sampler
         self.reports = reports
         self.source = source
-        self.events = events  # an EventWatcher / ReplayEvents (gpudoctor.backends.events), or None
+        self.events = events
 
     def describe(self) -> list[Any]:
         return []  # collected on demand; no fixed description
@@ -162,7 +164,7 @@ class GpudoctorCollector:
                 last.add_metric(labels, float(newest.code or 0))
                 last_t.add_metric(labels, float(newest.time))
         yield from (xids, logged, last, last_t, kinds, supported, unsupported)
-        readable = getattr(self.events, "kernel_log_readable", None)
+        readable = self.events.kernel_log_readable if self.events is not None else None
         if readable is not None:
             yield _gauge("gpudoctor_kernel_log_readable", value=1.0 if readable else 0.0)
             if not readable:
@@ -175,7 +177,7 @@ class GpudoctorCollector:
             return False
         from gpudoctor.backends.events import critical_events
 
-        count = getattr(self.events, "count", None)
+        count = self.events.count
         indices = range(count) if isinstance(count, int) else ()
         try:
             return any(critical_events(self.events.snapshot(index)) for index in indices)
