@@ -228,3 +228,50 @@ def test_quick_report_on_a_registered_hgx_board_passes():
     assert proc.returncode == exitcodes.OK, proc.stdout[-2000:]
     health = next(r for r in json.loads(proc.stdout)["results"] if r["probe"] == "health")
     assert not [f for f in health["findings"] if f["code"].startswith("fabric")]
+
+
+def _fabric_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FAKE_", "PYTEST"))}
+    env.update(PYTHONPATH=str(FAKE_NVML), FAKE_NVML_FABRIC="not_started", FAKE_CUDA_INIT="802")
+    return env
+
+
+def test_the_exporter_publishes_the_fabric_verdict():
+    import re
+    import time
+    import urllib.request
+
+    proc = subprocess.Popen([sys.executable, "-m", "gpudoctor", "exporter", "--port", "0", "--interval", "0.5",
+                             "--exit-after", "90"], cwd=ROOT, env=_fabric_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = None
+        while url is None:
+            line = proc.stderr.readline()
+            assert line, f"the exporter ended (exit {proc.poll()}) before serving"
+            found = re.search(r"serving (http://\S+/metrics)", line)
+            url = found.group(1) if found else None
+        deadline, body = time.monotonic() + 60, ""
+        while time.monotonic() < deadline and 'gpudoctor_report_status{status="fail"} 1.0' not in body:
+            with urllib.request.urlopen(url, timeout=10) as answer:
+                body = answer.read().decode()
+            time.sleep(0.3)
+        assert 'gpudoctor_report_status{status="fail"} 1.0' in body, \
+            [line for line in body.splitlines() if "report" in line]
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+@pytest.mark.timeout(120)
+def test_the_tui_header_names_the_fabric():
+    from tui_support import PtyApp
+
+    app = PtyApp([sys.executable, "-m", "gpudoctor", "tui", "--interval", "0.5", "--doctor-level", "quick"],
+                 env=_fabric_env(), cols=200, rows=30)
+    try:
+        app.wait_for("Doctor: FAIL", timeout=60)
+        app.keys("q")
+        assert app.proc.wait(30) == 0
+    finally:
+        app.close()
