@@ -11,12 +11,13 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from gpudoctor.backends.cuda_driver import cuda_start_findings
+from gpudoctor.backends.cuda_driver import SYSTEM_NOT_READY, CudaStart, cuda_start_findings
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.backends.nvml import DRIVER_NOT_ANSWERING, STUCK_S
 from gpudoctor.backends.visibility import match_torch_to_nvml, order_caveat, visible_nvml_indices
 from gpudoctor.backends.cuda_compat import driver_build_findings
 from gpudoctor import findings
+from gpudoctor.findings import fabric_not_completed
 from gpudoctor.model import ProbeResult, Status
 
 from . import Probe, ProbeContext
@@ -113,7 +114,11 @@ def _visible_devices(r: ProbeResult, ctx: ProbeContext, torch_facts: dict[str, A
     _visibility(r, cvd, visible, count, changed)
     # The CUDA driver's own start, asked at every level (no torch), so --quick, the exporter,
     # the TUI header and the full report judge the same fact the same way.
-    driver_failed = cuda_start_findings(ctx.cuda_start(), len(visible)) if visible else []
+    start = ctx.cuda_start()
+    # error 802 on an NVSwitch board: what NVML says of the fabric registration names the cause
+    fabric = (fabric_not_completed(ctx.gpu.static(n) for n in visible)
+              if visible and isinstance(start, CudaStart) and start.code == SYSTEM_NOT_READY else "")
+    driver_failed = cuda_start_findings(start, len(visible), fabric) if visible else []
     r.findings.extend(driver_failed)
     if (torch_facts is not None and isinstance(torch_count, int)
             and not any(f.status == Status.FAIL for f in driver_failed)):

@@ -104,7 +104,42 @@ DEVICE_FUNCTIONS = frozenset("nvmlDevice" + name for name in (
     "GetProcessUtilization", "GetRemappedRows", "GetRetiredPages", "GetRetiredPagesPendingStatus",
     "GetSamples", "GetSerial", "GetSupportedEventTypes", "GetTemperature", "GetTemperatureThreshold",
     "GetTotalEccErrors", "GetTotalEnergyConsumption", "GetUUID", "GetUtilizationRates",
-    "GetVbiosVersion", "RegisterEvents"))
+    "GetVbiosVersion", "RegisterEvents", "GetGpuFabricInfoV", "GetGpuFabricInfo"))
+
+
+class _FabricInfo:
+    """Stands in for pynvml's fabric structures (c_nvmlGpuFabricInfo_v3_t and older): the fields
+    NVML fills, zero until it does."""
+
+    FIELDS: tuple[str, ...] = ("version", "clusterUuid", "status", "cliqueId", "state", "healthMask",
+                               "healthSummary")
+
+    def __init__(self) -> None:
+        for name in self.FIELDS:
+            setattr(self, name, bytes(16) if name == "clusterUuid" else 0)
+
+
+class _FabricInfoV2(_FabricInfo):
+    FIELDS = _FabricInfo.FIELDS[:-1]  # no health summary
+
+
+class _FabricInfoV1(_FabricInfo):
+    FIELDS = ("clusterUuid", "status", "cliqueId", "state")  # no version, no health
+
+
+def fabric(state: int, status: int = 0, clique: int = 0, cluster: bytes = b"", health_mask: int = 0,
+           health_summary: int = 0) -> Any:
+    """An ``nvmlDeviceGetGpuFabricInfoV`` answer: fills the structure it is given, as NVML does
+    (state: NVML_GPU_FABRIC_STATE_*, 0 not supported .. 3 completed; status: an nvmlReturn)."""
+    def fill(info: Any) -> int:
+        values = {"state": state, "status": status, "cliqueId": clique, "clusterUuid": cluster.ljust(16, b"\0"),
+                  "healthMask": health_mask, "healthSummary": health_summary}
+        for name, value in values.items():
+            if name in info.FIELDS:
+                setattr(info, name, value)
+        return 0
+
+    return fill
 
 
 class FakePynvml:
@@ -113,6 +148,9 @@ class FakePynvml:
     NVML_TEMPERATURE_GPU = 0
     NVML_GPM_METRICS_GET_VERSION = 1
     c_nvmlGpmMetricsGet_t = GpmMetricsGet
+    c_nvmlGpuFabricInfo_v3_t = _FabricInfo
+    c_nvmlGpuFabricInfoV_t = _FabricInfoV2
+    c_nvmlGpuFabricInfo_t = _FabricInfoV1
     NVML_PCIE_UTIL_TX_BYTES = 0
     NVML_PCIE_UTIL_RX_BYTES = 1
 

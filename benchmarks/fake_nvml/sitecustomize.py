@@ -31,6 +31,11 @@ Environment:
   before Hopper does); GPM is otherwise supported. NVLink GPM metrics answer NOT_SUPPORTED each
   (the PCIe board has no NVLink bridge), the others succeed.
 - ``FAKE_NVML_MIG=1``: MIG mode is on, with GPU instances 1 and 2 for nvmlGpmMigSampleGet.
+- ``FAKE_NVML_FABRIC``: the board sits on an NVSwitch fabric (an HGX board) and
+  nvmlDeviceGetGpuFabricInfoV answers its registration: ``not_started`` (the fabric manager is not
+  running), ``in_progress``, ``completed``, ``failed`` (completed with NVML_ERROR_UNKNOWN) or
+  ``degraded`` (completed, health mask: bandwidth degraded). Unset: NOT_SUPPORTED, as a PCIe board
+  answers.
 
 Not a reading of real hardware: timings taken with it measure the tools' own Python
 work, not the cost of a real driver call.
@@ -53,6 +58,14 @@ GIB = 1024 ** 3
 BUSY = os.environ.get("FAKE_NVML_BUSY") == "1"
 GPM = os.environ.get("FAKE_NVML_GPM", "1") != "0"
 MIG = os.environ.get("FAKE_NVML_MIG") == "1"
+FABRIC = os.environ.get("FAKE_NVML_FABRIC", "")
+# FAKE_NVML_FABRIC -> (NVML_GPU_FABRIC_STATE_*, status nvmlReturn, health mask). A healthy mask:
+# bandwidth not degraded, no route recovery, route healthy, no access timeout recovery
+# (each field's FALSE value, 2), configuration none (1 << 8).
+_HEALTHY_MASK = 2 | 2 << 2 | 2 << 4 | 2 << 6 | 1 << 8
+_FABRIC_ANSWERS = {"not_started": (1, SUCCESS, 0), "in_progress": (2, SUCCESS, 0),
+                   "completed": (3, SUCCESS, _HEALTHY_MASK), "failed": (3, 999, _HEALTHY_MASK),
+                   "degraded": (3, SUCCESS, _HEALTHY_MASK & ~0x3 | 1)}
 INVALID_ARGUMENT = 2
 
 
@@ -322,6 +335,15 @@ class FakeNvmlLibrary:
 
     def nvmlDeviceGetFieldValues(self, handle, count, values):
         return NOT_SUPPORTED
+
+    def nvmlDeviceGetGpuFabricInfoV(self, handle, info):
+        if FABRIC not in _FABRIC_ANSWERS:
+            return NOT_SUPPORTED  # a PCIe board: no NVLink fabric
+        state, status, mask = _FABRIC_ANSWERS[FABRIC]
+        if state == 3:
+            _out(info).clusterUuid[:] = list(range(1, 17))
+        return _fill(info, state=state, status=status, cliqueId=32766 if state == 3 else 0, healthMask=mask,
+                     healthSummary=1 if state == 3 and FABRIC != "degraded" else 0)
 
     # -- GPM (Hopper and later); ctypes is imported here, never at start-up, where importing it
     # would bypass the fake CUDA driver's import hook (_FakeOnImport)

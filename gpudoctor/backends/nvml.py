@@ -323,6 +323,47 @@ def _memory_reading(used: Any, free: Any, total: Any, reserved: Any) -> MemoryRe
                          check("memory_total_bytes", total), check("memory_reserved_bytes", reserved))
 
 
+#: The static facts :meth:`NvmlBackend.fabric` adds to a device's static facts.
+FABRIC_KEYS = ("fabric_state", "fabric_status", "fabric_clique_id", "fabric_cluster_uuid", "fabric_health_mask",
+               "fabric_health_summary")
+# The calls tried in turn, with the binding's structure for each (nvidia-ml-py names): the
+# versioned call with the v3 structure (health summary), with v2 (health mask), then the first call.
+_FABRIC_CALLS = (("nvmlDeviceGetGpuFabricInfoV", "c_nvmlGpuFabricInfo_v3_t"),
+                 ("nvmlDeviceGetGpuFabricInfoV", "c_nvmlGpuFabricInfoV_t"),
+                 ("nvmlDeviceGetGpuFabricInfo", "c_nvmlGpuFabricInfo_t"))
+# Answers that mean "this driver or binding lacks that call or structure version": try the next.
+_FABRIC_TRY_NEXT = frozenset({"FunctionNotFound", "ArgumentVersionMismatch", "TypeError", "AttributeError"})
+_FABRIC_UUID_BYTES = 16
+
+
+def _by_reference(info: Any) -> Any:
+    """What pynvml's fabric wrappers take: a pointer to the ctypes structure they fill (a test's
+    stand-in structure is passed as it is)."""
+    import ctypes
+
+    return ctypes.byref(info) if isinstance(info, ctypes.Structure) else info
+
+
+def _fabric_reading(info: Any, error_name: Callable[[int], str]) -> dict[str, Any]:
+    """A filled fabric structure as static facts (bounded: it is the driver's data)."""
+    def number(name: str) -> Any:
+        value = getattr(info, name, None)
+        return int(value) if isinstance(value, int) and 0 <= value < 2 ** 32 else NA("NotInStructure")
+
+    status = number("status")
+    raw = bytes(getattr(info, "clusterUuid", b"") or b"")[:_FABRIC_UUID_BYTES]
+    uuid = raw.hex() if len(raw) == _FABRIC_UUID_BYTES and any(raw) else None
+    return {
+        "fabric_state": number("state"),
+        "fabric_status": status if is_na(status) else "Success" if status == 0 else error_name(status),
+        "fabric_clique_id": number("cliqueId"),
+        "fabric_cluster_uuid": (f"{uuid[:8]}-{uuid[8:12]}-{uuid[12:16]}-{uuid[16:20]}-{uuid[20:]}"
+                                if uuid else None),
+        "fabric_health_mask": number("healthMask"),
+        "fabric_health_summary": number("healthSummary"),
+    }
+
+
 class NvmlBackend:
     """Live readings through NVML. The methods are :class:`~gpudoctor.backends.base.GpuBackend`."""
 
@@ -428,7 +469,39 @@ class NvmlBackend:
             "mig_mode": mig if is_na(mig) else int(mig[0]),
             "ecc_mode": ecc_mode if is_na(ecc_mode) else int(ecc_mode[0]),
             "num_fans": q("nvmlDeviceGetNumFans", index),
+            **self.fabric(index),
         })
+
+    def fabric(self, index: int) -> dict[str, Any]:
+        """The GPU's NVLink fabric registration (``nvidia-smi -q``'s "Fabric" section): on an
+        NVSwitch board (HGX/DGX, Hopper and later) the fabric manager registers each GPU, and
+        CUDA refuses to start (error 802) until that is done.
+
+        Keys (:data:`FABRIC_KEYS`): ``fabric_state`` (NVML_GPU_FABRIC_STATE_*: 0 not supported,
+        1 not started, 2 in progress, 3 completed), ``fabric_status`` (the registration's
+        nvmlReturn as a name, "Success"; meaningful once completed), ``fabric_clique_id``,
+        ``fabric_cluster_uuid`` (None when unset), ``fabric_health_mask`` and
+        ``fabric_health_summary`` (NA where the driver's structure has none). Asks
+        ``nvmlDeviceGetGpuFabricInfoV`` with the v3 structure, then v2, then the older
+        ``nvmlDeviceGetGpuFabricInfo``. A PCIe board or a GPU before Hopper answers NotSupported:
+        every key is then NA("NotSupported"), which is normal and no finding.
+        """
+        handle = self._handle(index)
+        if is_na(handle):
+            return {key: handle for key in FABRIC_KEYS}
+        answer: Any = NA("FunctionNotFound")
+        info: Any = None
+        for function, struct in _FABRIC_CALLS:
+            make = getattr(self.gate.lib, struct, None)
+            if make is None:
+                continue
+            info = make()
+            answer = self.gate.query(function, handle, _by_reference(info))
+            if not is_na(answer) or answer.reason not in _FABRIC_TRY_NEXT:
+                break
+        if is_na(answer):
+            return {key: answer for key in FABRIC_KEYS}
+        return _fabric_reading(info, self.gate.error_name)
 
     # -- per device, every interval -------------------------------------------------
     def memory(self, index: int) -> MemoryReading:

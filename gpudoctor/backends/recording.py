@@ -82,6 +82,9 @@ _STATIC_FIELDS = {
     "clock_sm_max_mhz": _INT_NA, "clock_mem_max_mhz": _INT_NA, "pcie_gen_max": _INT_NA,
     "pcie_gen_gpu_max": _INT_NA, "pcie_width_max": _INT_NA, "memory_bus_width_bits": _INT_NA,
     "mig_mode": _INT_NA, "ecc_mode": _INT_NA, "num_fans": _INT_NA,
+    # NVLink fabric registration (NvmlBackend.fabric); older recordings have none of these
+    "fabric_state": _INT_NA, "fabric_status": _TEXT_NA, "fabric_clique_id": _INT_NA,
+    "fabric_cluster_uuid": _OPT_TEXT, "fabric_health_mask": _INT_NA, "fabric_health_summary": _INT_NA,
 }
 
 # A sample's per-device properties: one per reading of gpudoctor.backends.catalogue, by its
