@@ -179,6 +179,11 @@ def check_exporter(env: dict[str, str]) -> str | None:
         proc.stderr.close()
 
 
+#: Calls made on the way out, after the report is written (NVML's shutdown, freeing GPM's buffers):
+#: hung, the report is unchanged and the process must still end.
+CLOSING = ("nvmlShutdown", "nvmlGpmSampleFree")
+
+
 @functools.lru_cache(maxsize=1)
 def report_calls() -> frozenset[str]:
     """The NVML symbols ``report --quick --json`` calls on the fake board when nothing hangs."""
@@ -204,7 +209,7 @@ def check_report(env: dict[str, str]) -> str | None:
     except ValueError:
         return f"exit {done.returncode} without a JSON report: {done.stderr[-300:]}"
     codes = {f["code"] for r in report["results"] for f in r["findings"]}
-    if hung in report_calls() and hung != "nvmlShutdown":  # shutdown comes after the report is written
+    if hung in report_calls() and hung not in CLOSING:
         if done.returncode != 4 or "driver_not_answering" not in codes:
             return f"exit {done.returncode}, findings {sorted(codes)}: the blocked driver is not the verdict"
         if "no_cuda_device" in codes:
