@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from gpudoctor._text import MAX_TEXT, plain_text
 from gpudoctor.backends import busy, catalogue
+from gpudoctor.backends.base import WHOLE_GPU_ONLY
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.backends.nvml import throttle_reason_names, throttle_reason_words
 
@@ -421,6 +422,125 @@ def watch_record(snap: Any, dev: Any) -> dict[str, Any]:
     return record
 
 
+
+
+# --------------------------------------------------------------------------- MIG devices
+#: The readings of a MIG device that NVML gives for the whole GPU only (NotSupported on a MIG
+#: handle), with the word watch uses for each.
+MIG_WHOLE_GPU_KEYS = (("gpu_util_pct", "util"), ("energy_mj", "energy"))
+#: NA reasons on a MIG handle that mean "NVML has this for the whole GPU only".
+_WHOLE_GPU_REASONS = frozenset({"NotSupported", "FunctionNotFound", "InvalidArgument"})
+
+
+def mig_whole_gpu_only(value: Any) -> bool:
+    """Whether a MIG device's reading is NA because NVML gives it for the whole GPU only."""
+    return is_na(value) and value.reason in _WHOLE_GPU_REASONS
+
+
+def _mig_ids(mig: Any) -> str:
+    def one(value: Any) -> str:
+        return str(value) if isinstance(value, int) else "?"
+    return f"mig{one(mig.gpu_instance_id)}.{one(mig.compute_instance_id)}"
+
+
+def _mig_memory(mig: Any) -> str:
+    used, total = mig.memory_used_bytes, mig.memory_total_bytes
+    if _is_number(used) and _is_number(total):
+        return f"{used / 2**30:.1f}/{total / 2**30:.1f} GiB"
+    return "n/a" if not is_na(used) else short_na(used)
+
+
+def _mig_processes_text(mig: Any, *, verbose: bool) -> str:
+    procs = mig.processes
+    if is_na(procs):
+        if not verbose:
+            return "n/a"
+        why = " (NVML shows a slice's processes to root only)" if procs.reason == "NoPermission" else ""
+        return short_na(procs) + why
+    if not verbose or not procs:
+        return str(len(procs))
+    shown = [f"{p.pid} {fmt_bytes(p.gpu_memory_bytes)}" if p.gpu_memory_bytes is not None else str(p.pid)
+             for p in procs[:8]]
+    more = f", +{len(procs) - 8}" if len(procs) > 8 else ""
+    return f"{len(procs)} ({', '.join(shown)}{more})"
+
+
+def mig_lines(snap: Any, dev: Any, *, verbose: bool = True) -> list[str]:
+    """The lines ``watch`` prints under a GPU in MIG mode, one per MIG device, e.g.
+    ``...Z gpu0 mig1.0 3g.40gb mem 12.0/39.5 GiB sm 41% procs 2 util: whole GPU only``
+    (``mig<GPU instance>.<compute instance>``). Utilisation and energy are the whole GPU's
+    alone in NVML: the line says so instead of a number. None for a GPU not in MIG mode."""
+    head = f"{_iso(snap.time)} gpu{dev.index}"
+    migs = dev.mig
+    if migs is None or dev.fault is not None:
+        return []
+    if is_na(migs):
+        return [f"{head} mig {short_na(migs)}"]
+    lines = []
+    for mig in migs:
+        ids = _mig_ids(mig)
+        profile = plain_text(mig.profile, limit=20) if isinstance(mig.profile, str) else "?"
+        active = mig.sm_active_pct
+        if not verbose:
+            parts = [f"{head} {ids} {profile} mem {_mig_memory(mig)}"]
+            if _is_number(active):
+                parts.append(f"sm {active:.0f}%")
+            parts.append(f"procs {_mig_processes_text(mig, verbose=False)}")
+            if all(mig_whole_gpu_only(mig.get(key)) for key, _ in MIG_WHOLE_GPU_KEYS):
+                parts.append("util: whole GPU only")
+            lines.append(" ".join(parts))
+            continue
+        uuid = plain_text(mig.uuid, limit=60) if isinstance(mig.uuid, str) else short_na(mig.uuid)
+        sms = str(mig.sm_count) if isinstance(mig.sm_count, int) else short_na(mig.sm_count)
+        parts = [f"{head} {ids} {profile}", f"uuid {uuid}", f"sms {sms}", f"mem {_mig_memory(mig)}",
+                 "sm_active " + (f"{active:.1f} %" if _is_number(active) else short_na(active)),
+                 f"procs {_mig_processes_text(mig, verbose=True)}"]
+        for key, word in MIG_WHOLE_GPU_KEYS:
+            value = mig.get(key)
+            if mig_whole_gpu_only(value):
+                parts.append(f"{word} n/a: {WHOLE_GPU_ONLY}")
+            elif is_na(value):
+                parts.append(f"{word} {short_na(value)}")
+            else:
+                parts.append(f"{word} {value}")
+        lines.append(" | ".join(parts))
+    return lines
+
+
+def mig_records(snap: Any, dev: Any) -> list[dict[str, Any]]:
+    """``watch --json``'s records for the MIG devices of a GPU in MIG mode: one per MIG device,
+    ``{"time", "gpu": parent index, "mig": {ids, uuid, profile, sm_count, memory..., processes},
+    "whole_gpu_only": [keys NVML gives for the whole GPU only], "na": {key: reason}}``; when the
+    slices cannot be read, one record whose ``mig`` is null with the reason in ``na``."""
+    migs = dev.mig
+    if migs is None or dev.fault is not None:
+        return []
+    time_text = _iso(snap.time)
+    if is_na(migs):
+        return [{"time": time_text, "gpu": dev.index, "mig": None, "whole_gpu_only": [], "na": {"mig": migs.reason}}]
+    records = []
+    for mig in migs:
+        fields: dict[str, Any] = {}
+        na: dict[str, str] = {}
+        whole: list[str] = []
+        for key, value in mig.to_dict().items():
+            if key == "parent":
+                continue
+            if is_na(value):
+                fields[key] = None
+                na[key] = value.reason
+                if key in dict(MIG_WHOLE_GPU_KEYS) and mig_whole_gpu_only(value):
+                    whole.append(key)
+            elif isinstance(value, str):
+                fields[key] = plain_text(value, limit=120)
+            elif isinstance(value, float) and not math.isfinite(value):
+                fields[key] = None
+            elif key == "processes":
+                fields[key] = [{"pid": p["pid"], "gpu_memory_bytes": p["gpu_memory_bytes"]} for p in value]
+            else:
+                fields[key] = value
+        records.append({"time": time_text, "gpu": dev.index, "mig": fields, "whole_gpu_only": whole, "na": na})
+    return records
 
 
 # --------------------------------------------------------------------------- device faults

@@ -1,0 +1,247 @@
+"""MIG per slice (issue #26, must-have 4): the MIG devices of a GPU in MIG mode read on their own
+MIG handles (the fake NVML's H100 with two 3g.40gb slices, and the hand-made MIG recording), shown
+by watch (lines and JSON) and the report's devices probe, and CUDA_VISIBLE_DEVICES=MIG-... resolved
+to its slice's GPU. Utilisation and energy are never split between slices: NVML gives them for the
+whole GPU only, and the front ends say so. Not yet measured on a GPU with real MIG slices."""
+
+from __future__ import annotations
+
+import json
+import types
+
+import pytest
+
+from gpudoctor import exitcodes
+from gpudoctor.backends import NA, NvmlBackend, NvmlGate, ReplayBackend, is_na
+from gpudoctor.backends import nvml as nvml_backend
+from gpudoctor.backends.base import MigDeviceReading
+from gpudoctor.backends.visibility import parse_visible, visible_mig_devices, visible_nvml_indices
+from gpudoctor.cli import main
+from nvml_fake import FakePynvml, h100_mig, nvml_error
+from tui_support import DATA
+
+MIG = DATA / "handmade_h100_mig_two_slices.json"
+FIRST_UUID = "MIG-00000001-5c1e-5b0e-9a39-012345678900"
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _backend(**kw):
+    return NvmlBackend(NvmlGate(FakePynvml(readings=h100_mig(**kw))))
+
+
+def test_the_backend_reads_each_mig_device_on_its_own_handle(monkeypatch):
+    monkeypatch.setattr(nvml_backend, "GPM_MIN_INTERVAL_S", 0.0)
+    backend = _backend()
+    slices = backend.mig_devices(0)
+    assert [type(m) for m in slices] == [MigDeviceReading, MigDeviceReading]
+    first, second = slices
+    assert (first.parent, first.slot, first.gpu_instance_id, first.compute_instance_id) == (0, 0, 1, 0)
+    assert (second.slot, second.gpu_instance_id) == (2, 2)  # slot 1 is empty (NotFound): skipped
+    assert first.uuid == FIRST_UUID  # "MIG-" kept as NVML gives it
+    assert first.profile == "3g.40gb" and first.name == "NVIDIA H100 80GB HBM3 MIG 3g.40gb"
+    assert first.sm_count == 60 and first.memory_size_bytes == 40448 << 20
+    assert first.memory_used_bytes == 12 << 30 and first.memory_total_bytes == 40448 << 20
+    assert [(p.pid, p.gpu_memory_bytes) for p in first.processes] == [(4242, 8 << 30), (4243, 4 << 30)]
+    assert second.processes == [] and second.memory_used_bytes == 0
+    # NVML has no utilisation rates or energy per MIG device: kept as its answer, never a share
+    assert first.gpu_util_pct == NA("NotSupported") and first.energy_mj == NA("NotSupported")
+    assert first.sm_active_pct == NA("Warming")  # GPM per GPU instance: the first read has no previous sample
+    first, second = backend.mig_devices(0)
+    assert first.sm_active_pct == 41.5 and second.sm_active_pct == 0.0
+    assert first.to_dict()["processes"][0] == {"pid": 4242, "type": "compute", "gpu_memory_bytes": 8 << 30,
+                                              "sm_util_pct": None}
+    backend.close()
+
+
+def test_not_in_mig_mode_no_mig_no_privileges_and_a_lost_gpu_each_say_why():
+    plain = NvmlBackend(NvmlGate(FakePynvml()))  # no nvmlDeviceGetMigMode answer: NotSupported
+    assert plain.mig_devices(0) == NA("MigNotSupported")
+    disabled = NvmlBackend(NvmlGate(FakePynvml(readings={"nvmlDeviceGetMigMode": (0, 0)})))
+    assert disabled.mig_devices(0) == NA("MigDisabled")
+    refused = _backend(processes=nvml_error("NoPermission"))
+    assert [m.processes for m in refused.mig_devices(0)] == [NA("NoPermission")] * 2
+    assert refused.mig_devices(0)[0].memory_used_bytes == 12 << 30  # the rest still reads
+    fake = FakePynvml(readings=h100_mig())
+    fake.lost = {0}
+    assert NvmlBackend(NvmlGate(fake)).mig_devices(0) == NA("GpuIsLost")
+    fake = FakePynvml(readings=h100_mig())
+    fake.devices[0]["mig"][0]["nvmlDeviceGetAttributes"] = nvml_error("NotSupported")
+    first = NvmlBackend(NvmlGate(fake)).mig_devices(0)[0]
+    assert first.sm_count == NA("NotSupported") and first.memory_total_bytes == 40448 << 20
+
+
+def test_the_sampler_reads_mig_devices_only_for_a_gpu_in_mig_mode():
+    from gpudoctor.sampling import Sampler
+
+    fake = FakePynvml(count=2, readings=h100_mig())
+    fake.devices[1] = dict(fake.devices[1], nvmlDeviceGetMigMode=(0, 0))
+    fake.devices[1].pop("mig")
+    snap = Sampler(NvmlBackend(NvmlGate(fake)), with_processes=False).read()
+    assert len(snap.devices[0].mig) == 2 and snap.devices[1].mig is None
+
+
+def test_watch_prints_one_line_per_mig_device_under_its_gpu(capsys):
+    assert main(["watch", "-n", "2", "-i", "0.25", "--replay", str(MIG)]) == exitcodes.OK
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 6  # per interval: the GPU, then its two MIG devices
+    gpu, first, second = lines[3:6]
+    assert gpu.split()[1] == "gpu0" and "mig" not in gpu.split()[1:3]
+    assert first.split()[1:4] == ["gpu0", "mig1.0", "3g.40gb"]
+    assert " mem 12.0/39.5 GiB sm 42% procs 2 util: whole GPU only" in first
+    assert second.split()[2] == "mig2.0" and " procs 0 " in second
+    assert all(len(line) <= 100 for line in lines)
+    assert "sm " not in lines[1].split("GiB", 1)[1].split("procs")[0]  # warming: no SM number yet
+    assert main(["watch", "-n", "2", "-i", "0.25", "-v", "--replay", str(MIG)]) == exitcodes.OK
+    first = capsys.readouterr().out.splitlines()[4]
+    assert f"| uuid {FIRST_UUID} | sms 60 | mem 12.0/39.5 GiB | sm_active 42.0 % |" in first
+    assert "| procs 2 (4242 8.0 GiB, 4243 4.0 GiB) |" in first
+    assert "| util n/a: whole-GPU figure only | energy n/a: whole-GPU figure only" in first
+
+
+def test_watch_json_gives_one_record_per_mig_device():
+    from gpudoctor.presentation import mig_records
+    from gpudoctor.sampling import Sampler
+
+    snap = Sampler(ReplayBackend.from_file(MIG), with_processes=False).read()
+    records = mig_records(snap, snap.devices[0])
+    assert [r["mig"]["gpu_instance_id"] for r in records] == [1, 2]
+    first = records[0]
+    assert first["gpu"] == 0 and first["mig"]["uuid"] == FIRST_UUID and first["mig"]["profile"] == "3g.40gb"
+    assert first["mig"]["memory_used_bytes"] == 12 << 30 and first["mig"]["sm_count"] == 60
+    assert first["mig"]["processes"] == [{"pid": 4242, "gpu_memory_bytes": 8 << 30},
+                                         {"pid": 4243, "gpu_memory_bytes": 4 << 30}]
+    assert first["mig"]["gpu_util_pct"] is None and first["mig"]["energy_mj"] is None
+    assert first["whole_gpu_only"] == ["gpu_util_pct", "energy_mj"]
+    assert first["na"]["sm_active_pct"] == "Warming" and first["na"]["gpu_util_pct"] == "NotSupported"
+    json.dumps(records, allow_nan=False)
+
+
+def test_watch_json_end_to_end_on_the_live_fake(monkeypatch, capsys):
+    import gpudoctor.backends as backends
+
+    fake = FakePynvml(readings=h100_mig(processes=nvml_error("NoPermission")))
+    monkeypatch.setattr(backends, "NvmlBackend", lambda: NvmlBackend(NvmlGate(fake)))
+    assert main(["watch", "-n", "1", "--json"]) == exitcodes.OK
+    gpu, *slices = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert "mig" not in gpu and gpu["gpu"] == 0
+    assert [s["mig"]["uuid"][:4] for s in slices] == ["MIG-", "MIG-"]
+    assert slices[0]["mig"]["processes"] is None and slices[0]["na"]["processes"] == "NoPermission"
+
+
+def test_the_devices_probe_lists_each_slice_with_whole_gpu_notes():
+    from gpudoctor.probes import ProbeContext, devices
+
+    result = devices.run(ProbeContext(_backend(), level="quick"))
+    by_name = {m.name: m for m in result.measurements}
+    assert by_name["mig_devices"].value == 2
+    assert by_name["mig1.0_uuid"].value == FIRST_UUID and by_name["mig1.0_uuid"].note == "3g.40gb"
+    assert by_name["mig1.0_memory_used"].value == 12 << 30 and by_name["mig1.0_memory_used"].unit == "B"
+    assert by_name["mig1.0_sm_count"].value == 60 and by_name["mig1.0_processes"].value == 2
+    assert by_name["mig2.0_processes"].value == 0
+    util = by_name["mig1.0_gpu_util"]
+    assert util.value is None and util.note == "whole-GPU figure only (NotSupported on a MIG device)"
+    assert by_name["mig1.0_energy"].value is None and "whole-GPU figure only" in by_name["mig1.0_energy"].note
+    assert [s["uuid"] for s in result.details["mig_devices"]["0"]] == [FIRST_UUID,
+                                                                       "MIG-00000002-5c1e-5b0e-9a39-012345678900"]
+    assert any(f.code == "mig_enabled" for f in result.findings)
+    refused = devices.run(ProbeContext(_backend(processes=nvml_error("NoPermission")), level="quick"))
+    procs = next(m for m in refused.measurements if m.name == "mig1.0_processes")
+    assert procs.value is None and procs.note.startswith("NoPermission")
+
+
+def test_a_replayed_report_reads_the_recorded_slices(capsys):
+    assert main(["report", "--quick", "--json", "--replay", str(MIG)]) in (exitcodes.OK, exitcodes.WARN)
+    report = json.loads(capsys.readouterr().out)
+    probe = next(p for p in report["results"] if p["probe"] == "devices")
+    names = {m["name"]: m for m in probe["measurements"]}
+    assert names["mig_devices"]["value"] == 2 and names["mig1.0_uuid"]["value"] == FIRST_UUID
+
+
+def test_cuda_visible_devices_mig_uuid_resolves_to_its_gpu():
+    uuids = ["GPU-aaaa", "GPU-5c1e0000-1111-2222-3333-444455556666"]
+    table = [(FIRST_UUID, 1, 1, 0), ("MIG-00000002-5c1e-5b0e-9a39-012345678900", 1, 2, 0)]
+    assert parse_visible(FIRST_UUID, uuids, table) == [1]
+    assert parse_visible("MIG-00000002", uuids, table) == [1]  # a unique prefix, as CUDA takes it
+    assert parse_visible("MIG-0000000", uuids, table) == []  # not unique: CUDA stops there
+    assert parse_visible(f"{FIRST_UUID},{FIRST_UUID}", uuids, table) == [1]  # a repeat ends the list
+    assert parse_visible("MIG-GPU-5c1e0000-1111-2222-3333-444455556666/2/0", uuids, table) == [1]  # R450's form
+    assert parse_visible(FIRST_UUID, uuids) == NA("MigInstancesSelected")  # NVML could not enumerate them
+    backend = _backend()
+    assert visible_nvml_indices(backend, {"CUDA_VISIBLE_DEVICES": FIRST_UUID}) == [0]
+    chosen = visible_mig_devices(backend, {"CUDA_VISIBLE_DEVICES": FIRST_UUID})
+    assert [(m.parent, m.gpu_instance_id) for m in chosen] == [(0, 1)]
+    assert visible_mig_devices(backend, {"CUDA_VISIBLE_DEVICES": "0"}) == NA("NoMigSelected")
+    plain = NvmlBackend(NvmlGate(FakePynvml()))
+    assert visible_nvml_indices(plain, {"CUDA_VISIBLE_DEVICES": FIRST_UUID}) == NA("MigInstancesSelected")
+
+
+def test_a_live_recording_keeps_the_slices_and_replays_them(tmp_path):
+    from gpudoctor.backends.recording import load_recording
+    from gpudoctor.recorder import record
+
+    backend = _backend()
+    data, _ = record(backend, seconds=0.3, interval=0.15, with_torch=False)
+    backend.close()
+    path = tmp_path / "mig.json"
+    path.write_text(json.dumps(data))
+    load_recording(path)  # within the schema
+    replay = ReplayBackend.from_file(path)
+    replay.sample(0)
+    first, second = replay.mig_devices(0)
+    assert first.uuid.startswith("MIG-") and first.processes[0].pid == 4242 and second.gpu_instance_id == 2
+    assert is_na(first.gpu_util_pct) and first.gpu_util_pct.reason == "NotSupported"
+    old = ReplayBackend.from_file(DATA / "handmade_h100_gpm_small_kernels.json")
+    assert old.mig_devices(0) == NA("MigDisabled")
+
+
+def test_a_mig_handle_answers_what_nvml_gives_per_slice_only():
+    """The fake answers like NVML on a MIG handle: utilisation rates and power NotSupported, the
+    parent's handle from the MIG handle, and no MIG devices of its own."""
+    fake = FakePynvml(readings=h100_mig())
+    fake.nvmlInit()
+    parent = fake.nvmlDeviceGetHandleByIndex(0)
+    mig = fake.nvmlDeviceGetMigDeviceHandleByIndex(parent, 0)
+    assert fake.nvmlDeviceIsMigDeviceHandle(mig) and not fake.nvmlDeviceIsMigDeviceHandle(parent)
+    assert fake.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig).index == 0
+    for name in ("nvmlDeviceGetUtilizationRates", "nvmlDeviceGetPowerUsage", "nvmlDeviceGetTotalEnergyConsumption"):
+        with pytest.raises(nvml_error("NotSupported")):
+            getattr(fake, name)(mig)
+    with pytest.raises(nvml_error("NotFound")):
+        fake.nvmlDeviceGetMigDeviceHandleByIndex(parent, 1)
+    assert isinstance(fake.nvmlDeviceGetMemoryInfo(mig), types.SimpleNamespace)
+
+
+def test_the_exporter_serves_per_slice_memory_and_gpm_with_mig_labels(monkeypatch):
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from gpudoctor.exporter import GpudoctorCollector, GpuSampler, build_registry
+
+    monkeypatch.setattr(nvml_backend, "GPM_MIN_INTERVAL_S", 0.0)
+    sampler = GpuSampler(_backend(), interval=1.0)
+    registry = build_registry(GpudoctorCollector(sampler, None, source="nvml"))
+    sampler.sample_once()  # GPM warming
+    sampler.sample_once()
+    samples = {(s.name, s.labels.get("gpu_instance")): s for f in text_string_to_metric_families(
+        generate_latest(registry).decode()) for s in f.samples if s.name.startswith("gpudoctor_mig_")}
+    used = samples[("gpudoctor_mig_memory_used_bytes", "1")]
+    assert used.value == 12 << 30
+    assert used.labels == {"gpu": "0", "gpu_instance": "1", "compute_instance": "0", "uuid": FIRST_UUID}
+    assert samples[("gpudoctor_mig_memory_total_bytes", "2")].value == 40448 << 20
+    assert samples[("gpudoctor_mig_info", "1")].labels["profile"] == "3g.40gb"
+    assert samples[("gpudoctor_mig_sm_active_ratio", "1")].value == pytest.approx(0.415)
+    assert samples[("gpudoctor_mig_processes", "1")].value == 2 and samples[("gpudoctor_mig_sm_count", "2")].value == 60
+    # no per-slice utilisation or energy: NVML gives them for the whole GPU only
+    assert not any("util" in name or "energy" in name for name, _ in samples)
+
+
+def test_the_exporter_serves_no_mig_series_without_a_gpu_in_mig_mode():
+    from prometheus_client import generate_latest
+
+    from gpudoctor.exporter import GpudoctorCollector, GpuSampler, build_registry
+
+    sampler = GpuSampler(NvmlBackend(NvmlGate(FakePynvml())), interval=1.0)
+    registry = build_registry(GpudoctorCollector(sampler, None, source="nvml"))
+    sampler.sample_once()
+    assert "gpudoctor_mig_" not in generate_latest(registry).decode()
