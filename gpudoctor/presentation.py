@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from gpudoctor._text import MAX_TEXT, plain_text
 from gpudoctor.backends import busy, catalogue
-from gpudoctor.backends.base import WHOLE_GPU_ONLY
+from gpudoctor.backends.base import MIG_NO_UTILISATION, WHOLE_GPU_ONLY
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.backends.nvml import throttle_reason_names, throttle_reason_words
 
@@ -425,16 +425,17 @@ def watch_record(snap: Any, dev: Any) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- MIG devices
-#: The readings of a MIG device that NVML gives for the whole GPU only (NotSupported on a MIG
-#: handle), with the word watch uses for each.
-MIG_WHOLE_GPU_KEYS = (("gpu_util_pct", "util"), ("energy_mj", "energy"))
-#: NA reasons on a MIG handle that mean "NVML has this for the whole GPU only".
-_WHOLE_GPU_REASONS = frozenset({"NotSupported", "FunctionNotFound", "InvalidArgument"})
+#: The readings NVML does not give per MIG device (NotSupported on a MIG handle): the word watch
+#: uses for each and what the front ends say instead of a number. Energy (and power) is the whole
+#: GPU's only; utilisation rates NVML gives for no part of a GPU in MIG mode.
+MIG_NOT_PER_SLICE = (("gpu_util_pct", "util", MIG_NO_UTILISATION), ("energy_mj", "energy", WHOLE_GPU_ONLY))
+#: NA reasons on a MIG handle that mean "NVML does not give this per slice".
+_NOT_PER_SLICE_REASONS = frozenset({"NotSupported", "FunctionNotFound", "InvalidArgument"})
 
 
-def mig_whole_gpu_only(value: Any) -> bool:
-    """Whether a MIG device's reading is NA because NVML gives it for the whole GPU only."""
-    return is_na(value) and value.reason in _WHOLE_GPU_REASONS
+def mig_not_per_slice(value: Any) -> bool:
+    """Whether a MIG device's reading is NA because NVML does not give it per slice."""
+    return is_na(value) and value.reason in _NOT_PER_SLICE_REASONS
 
 
 def _mig_ids(mig: Any) -> str:
@@ -467,9 +468,10 @@ def _mig_processes_text(mig: Any, *, verbose: bool) -> str:
 
 def mig_lines(snap: Any, dev: Any, *, verbose: bool = True) -> list[str]:
     """The lines ``watch`` prints under a GPU in MIG mode, one per MIG device, e.g.
-    ``...Z gpu0 mig1.0 3g.40gb mem 12.0/39.5 GiB sm 41% procs 2 util: whole GPU only``
-    (``mig<GPU instance>.<compute instance>``). Utilisation and energy are the whole GPU's
-    alone in NVML: the line says so instead of a number. None for a GPU not in MIG mode."""
+    ``...Z gpu0 mig1.0 3g.40gb mem 12.0/39.5 GiB smact 41% procs 2 power/energy: whole GPU``
+    (``mig<GPU instance>.<compute instance>``). NVML gives power and energy for the whole GPU only,
+    and no utilisation rates in MIG mode (the GPU's line shows ``util n/a``): the line says so
+    instead of a number (``-v`` says both in words). Empty for a GPU not in MIG mode."""
     head = f"{_iso(snap.time)} gpu{dev.index}"
     migs = dev.mig
     if migs is None or dev.fault is not None:
@@ -484,21 +486,24 @@ def mig_lines(snap: Any, dev: Any, *, verbose: bool = True) -> list[str]:
         if not verbose:
             parts = [f"{head} {ids} {profile} mem {_mig_memory(mig)}"]
             if _is_number(active):
-                parts.append(f"sm {active:.0f}%")
+                parts.append(f"smact {active:.0f}%")  # SM activity, as on the GPU line (sm: its clock)
             parts.append(f"procs {_mig_processes_text(mig, verbose=False)}")
-            if all(mig_whole_gpu_only(mig.get(key)) for key, _ in MIG_WHOLE_GPU_KEYS):
-                parts.append("util: whole GPU only")
-            lines.append(" ".join(parts))
+            if _is_number(mig.gpu_util_pct):  # NVML gives none in MIG mode (the GPU's line says n/a)
+                parts.append(f"util {mig.gpu_util_pct:.0f}%")
+            line = " ".join(parts)
+            if mig_not_per_slice(mig.energy_mj) and len(line) + len(" power/energy: whole GPU") <= WATCH_WIDTH:
+                line += " power/energy: whole GPU"  # the watts on the GPU's line are the whole GPU's
+            lines.append(line)
             continue
         uuid = plain_text(mig.uuid, limit=60) if isinstance(mig.uuid, str) else short_na(mig.uuid)
         sms = str(mig.sm_count) if isinstance(mig.sm_count, int) else short_na(mig.sm_count)
         parts = [f"{head} {ids} {profile}", f"uuid {uuid}", f"sms {sms}", f"mem {_mig_memory(mig)}",
                  "sm_active " + (f"{active:.1f} %" if _is_number(active) else short_na(active)),
                  f"procs {_mig_processes_text(mig, verbose=True)}"]
-        for key, word in MIG_WHOLE_GPU_KEYS:
+        for key, word, words in MIG_NOT_PER_SLICE:
             value = mig.get(key)
-            if mig_whole_gpu_only(value):
-                parts.append(f"{word} n/a: {WHOLE_GPU_ONLY}")
+            if mig_not_per_slice(value):
+                parts.append(f"{word} n/a: {words}")
             elif is_na(value):
                 parts.append(f"{word} {short_na(value)}")
             else:
@@ -510,27 +515,28 @@ def mig_lines(snap: Any, dev: Any, *, verbose: bool = True) -> list[str]:
 def mig_records(snap: Any, dev: Any) -> list[dict[str, Any]]:
     """``watch --json``'s records for the MIG devices of a GPU in MIG mode: one per MIG device,
     ``{"time", "gpu": parent index, "mig": {ids, uuid, profile, sm_count, memory..., processes},
-    "whole_gpu_only": [keys NVML gives for the whole GPU only], "na": {key: reason}}``; when the
-    slices cannot be read, one record whose ``mig`` is null with the reason in ``na``."""
+    "notes": {key: why NVML gives no number per slice}, "na": {key: reason}}``; when the slices
+    cannot be read, one record whose ``mig`` is null with the reason in ``na``."""
     migs = dev.mig
     if migs is None or dev.fault is not None:
         return []
     time_text = _iso(snap.time)
     if is_na(migs):
-        return [{"time": time_text, "gpu": dev.index, "mig": None, "whole_gpu_only": [], "na": {"mig": migs.reason}}]
+        return [{"time": time_text, "gpu": dev.index, "mig": None, "notes": {}, "na": {"mig": migs.reason}}]
     records = []
     for mig in migs:
         fields: dict[str, Any] = {}
         na: dict[str, str] = {}
-        whole: list[str] = []
+        notes: dict[str, str] = {}
+        not_per_slice = {key: words for key, _, words in MIG_NOT_PER_SLICE}
         for key, value in mig.to_dict().items():
             if key == "parent":
                 continue
             if is_na(value):
                 fields[key] = None
                 na[key] = value.reason
-                if key in dict(MIG_WHOLE_GPU_KEYS) and mig_whole_gpu_only(value):
-                    whole.append(key)
+                if key in not_per_slice and mig_not_per_slice(value):
+                    notes[key] = not_per_slice[key]
             elif isinstance(value, str):
                 fields[key] = plain_text(value, limit=120)
             elif isinstance(value, float) and not math.isfinite(value):
@@ -539,7 +545,7 @@ def mig_records(snap: Any, dev: Any) -> list[dict[str, Any]]:
                 fields[key] = [{"pid": p["pid"], "gpu_memory_bytes": p["gpu_memory_bytes"]} for p in value]
             else:
                 fields[key] = value
-        records.append({"time": time_text, "gpu": dev.index, "mig": fields, "whole_gpu_only": whole, "na": na})
+        records.append({"time": time_text, "gpu": dev.index, "mig": fields, "notes": notes, "na": na})
     return records
 
 

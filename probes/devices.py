@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from gpudoctor.backends.cuda_driver import cuda_start_findings
 from gpudoctor.backends.na import NA, is_na
-from gpudoctor.backends.visibility import match_torch_to_nvml, order_caveat, visible_nvml_indices
+from gpudoctor.backends.visibility import match_torch_to_nvml, order_caveat, visible_mig_devices, visible_nvml_indices
 from gpudoctor.backends.cuda_compat import driver_build_findings
 from gpudoctor.model import ProbeResult, Status
 
@@ -108,6 +108,8 @@ def _visible_devices(r: ProbeResult, ctx: ProbeContext, torch_facts: dict[str, A
     changed = bool(torch_facts is not None and isinstance(torch_count, int) and torch_count > 0 and (
         started_with != cvd or (cvd is not None and torch_count > len(visible))))
     _visibility(r, cvd, visible, count, changed)
+    if cvd is not None and "MIG-" in cvd:
+        _visible_mig(r, ctx.gpu)
     # The CUDA driver's own start, asked at every level (no torch), so --quick, the exporter,
     # the TUI header and the full report judge the same fact the same way.
     driver_failed = cuda_start_findings(ctx.cuda_start(), len(visible)) if visible else []
@@ -165,6 +167,22 @@ def _visibility(r: ProbeResult, cvd: str | None, visible: list[int], count: int,
                f"CUDA_VISIBLE_DEVICES={cvd!r} names {named} devices but only the first {len(visible)} are valid.",
                why="CUDA ignores everything after the first invalid or repeated entry.",
                fix=f"Fix the list: valid indices are 0..{count - 1}.")
+
+
+def _visible_mig(r: ProbeResult, gpu: GpuBackend) -> None:
+    """The MIG devices CUDA_VISIBLE_DEVICES=MIG-... selects: each one's UUID, with its GPU, GPU and
+    compute instance and profile in the note (or why NVML cannot say which they are)."""
+    from gpudoctor._text import plain_text
+
+    chosen = visible_mig_devices(gpu)
+    if is_na(chosen):
+        r.measure("visible_mig_device", None, note=chosen.reason)
+        return
+    for m in chosen:
+        profile = plain_text(m.profile, limit=40) if isinstance(m.profile, str) else "?"
+        r.measure("visible_mig_device", plain_text(m.uuid, limit=80) if isinstance(m.uuid, str) else None,
+                  note=f"GPU {m.parent}, GPU instance {_known(m.gpu_instance_id)}, compute instance "
+                       f"{_known(m.compute_instance_id)}, {profile}")
 
 
 def _torch_agreement(r: ProbeResult, gpu: GpuBackend, facts: dict[str, Any], torch_count: int, visible: int,
@@ -274,10 +292,10 @@ def _describe_device(r: ProbeResult, dev: int, n_index: int | None, t: dict[str,
 
 def _mig_slices(r: ProbeResult, gpu: GpuBackend, dev: int, n_index: int) -> None:
     """The MIG devices of GPU ``dev`` (NVML index ``n_index``): one group of measurements per slice,
-    named ``mig<GPU instance>.<compute instance>_...``; utilisation and energy, which NVML gives for
-    the whole GPU only, are measured as None with a note saying so (never a share of the GPU's)."""
+    named ``mig<GPU instance>.<compute instance>_...``; utilisation (none in MIG mode) and energy (the
+    whole GPU's only) are measured as None with a note saying so (never a share of the GPU's)."""
     from gpudoctor._text import plain_text
-    from gpudoctor.backends.base import WHOLE_GPU_ONLY
+    from gpudoctor.backends.base import MIG_NO_UTILISATION, WHOLE_GPU_ONLY
 
     slices = gpu.mig_devices(n_index)
     if is_na(slices):
@@ -301,9 +319,9 @@ def _mig_slices(r: ProbeResult, gpu: GpuBackend, dev: int, n_index: int) -> None
                   note=(procs.reason + (": NVML lists a slice's processes to root only" if procs.reason == "NoPermission"
                                         else "")) if is_na(procs) else "")
         r.measure(f"{ids}_sm_active", _known(m.sm_active_pct), "%", device=dev, note=_na_note(m.sm_active_pct))
-        for key, word in (("gpu_util_pct", "gpu_util"), ("energy_mj", "energy")):
+        for key, word, words in (("gpu_util_pct", "gpu_util", MIG_NO_UTILISATION), ("energy_mj", "energy", WHOLE_GPU_ONLY)):
             value = m.get(key)
-            note = (f"{WHOLE_GPU_ONLY} ({value.reason} on a MIG device)"
+            note = (f"{words} ({value.reason} on a MIG device)"
                     if is_na(value) and value.reason in ("NotSupported", "FunctionNotFound") else _na_note(value))
             r.measure(f"{ids}_{word}", _known(value), "%" if key == "gpu_util_pct" else "mJ", device=dev, note=note)
         listed.append({"gpu_instance_id": _known(m.gpu_instance_id), "compute_instance_id": _known(m.compute_instance_id),

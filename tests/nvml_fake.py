@@ -75,7 +75,8 @@ def mig_slice(gpu_instance: int, compute_instance: int, *, profile: str = "3g.40
               memory_mib: int = 40448, used_mib: int = 0, processes: Any = (), uuid: str | None = None) -> dict[str, Any]:
     """The readings of one MIG device of an H100 80GB: its ids, "MIG-" UUID, name with the profile,
     attributes (SMs, memory), memory in use and compute processes (a list, or an exception). Utilisation
-    rates, power and energy are absent: NVML answers NotSupported for them on a MIG handle."""
+    rates, power and energy are absent: NVML answers NotSupported for them on a MIG handle (energy and
+    power it gives for the whole GPU only, utilisation rates not at all in MIG mode)."""
     procs = processes if isinstance(processes, BaseException) or (
         isinstance(processes, type) and issubclass(processes, BaseException)) else list(processes)
     return {
@@ -108,6 +109,11 @@ def h100_mig(*, processes: Any = None, gpm: bool = True) -> dict[str, Any]:
         "mig": [first, None, second],
         # in MIG mode the whole GPU's process list needs privileges (per slice it is read on the MIG handle)
         "nvmlDeviceGetComputeRunningProcesses": nvml_error("NoPermission"),
+        # NVML has no utilisation rates on a GPU in MIG mode (nvidia-smi's GPU-Util N/A); power and
+        # energy stay the whole GPU's
+        "nvmlDeviceGetUtilizationRates": nvml_error("NotSupported"),
+        "nvmlDeviceGetPowerUsage": 310_000,
+        "nvmlDeviceGetTotalEnergyConsumption": 5_000_000,
     }
     if gpm:
         readings["gpm"] = gpm_table()

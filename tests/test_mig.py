@@ -1,8 +1,9 @@
 """MIG per slice (issue #26, must-have 4): the MIG devices of a GPU in MIG mode read on their own
 MIG handles (the fake NVML's H100 with two 3g.40gb slices, and the hand-made MIG recording), shown
-by watch (lines and JSON) and the report's devices probe, and CUDA_VISIBLE_DEVICES=MIG-... resolved
-to its slice's GPU. Utilisation and energy are never split between slices: NVML gives them for the
-whole GPU only, and the front ends say so. Not yet measured on a GPU with real MIG slices."""
+by watch (lines and JSON), the report's devices probe and the exporter, and CUDA_VISIBLE_DEVICES=MIG-...
+resolved to its slice's GPU. Energy is never split between slices (NVML gives it for the whole GPU
+only) and utilisation never made up (NVML has no utilisation rates in MIG mode): the front ends say
+so. Not yet measured on a GPU with real MIG slices."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 from gpudoctor import exitcodes
 from gpudoctor.backends import NA, NvmlBackend, NvmlGate, ReplayBackend, is_na
 from gpudoctor.backends import nvml as nvml_backend
-from gpudoctor.backends.base import MigDeviceReading
+from gpudoctor.backends.base import MIG_NO_UTILISATION, MigDeviceReading
 from gpudoctor.backends.visibility import parse_visible, visible_mig_devices, visible_nvml_indices
 from gpudoctor.cli import main
 from nvml_fake import FakePynvml, h100_mig, nvml_error
@@ -44,7 +45,7 @@ def test_the_backend_reads_each_mig_device_on_its_own_handle(monkeypatch):
     assert first.memory_used_bytes == 12 << 30 and first.memory_total_bytes == 40448 << 20
     assert [(p.pid, p.gpu_memory_bytes) for p in first.processes] == [(4242, 8 << 30), (4243, 4 << 30)]
     assert second.processes == [] and second.memory_used_bytes == 0
-    # NVML has no utilisation rates or energy per MIG device: kept as its answer, never a share
+    # NVML has no utilisation rates in MIG mode and energy for the whole GPU only: kept as its answer
     assert first.gpu_util_pct == NA("NotSupported") and first.energy_mj == NA("NotSupported")
     assert first.sm_active_pct == NA("Warming")  # GPM per GPU instance: the first read has no previous sample
     first, second = backend.mig_devices(0)
@@ -88,15 +89,17 @@ def test_watch_prints_one_line_per_mig_device_under_its_gpu(capsys):
     gpu, first, second = lines[3:6]
     assert gpu.split()[1] == "gpu0" and "mig" not in gpu.split()[1:3]
     assert first.split()[1:4] == ["gpu0", "mig1.0", "3g.40gb"]
-    assert " mem 12.0/39.5 GiB sm 42% procs 2 util: whole GPU only" in first
+    assert first.endswith(" mem 12.0/39.5 GiB smact 42% procs 2 power/energy: whole GPU")
+    assert "util n/a" in gpu  # no utilisation rates for the whole GPU in MIG mode either
     assert second.split()[2] == "mig2.0" and " procs 0 " in second
     assert all(len(line) <= 100 for line in lines)
-    assert "sm " not in lines[1].split("GiB", 1)[1].split("procs")[0]  # warming: no SM number yet
+    assert "smact" not in lines[1]  # warming: no SM activity yet
     assert main(["watch", "-n", "2", "-i", "0.25", "-v", "--replay", str(MIG)]) == exitcodes.OK
     first = capsys.readouterr().out.splitlines()[4]
     assert f"| uuid {FIRST_UUID} | sms 60 | mem 12.0/39.5 GiB | sm_active 42.0 % |" in first
     assert "| procs 2 (4242 8.0 GiB, 4243 4.0 GiB) |" in first
-    assert "| util n/a: whole-GPU figure only | energy n/a: whole-GPU figure only" in first
+    assert first.endswith("| util n/a: not given in MIG mode (no NVML utilisation rates, per slice or whole GPU); "
+                          "see SM activity | energy n/a: whole-GPU figure only")
 
 
 def test_watch_json_gives_one_record_per_mig_device():
@@ -112,7 +115,7 @@ def test_watch_json_gives_one_record_per_mig_device():
     assert first["mig"]["processes"] == [{"pid": 4242, "gpu_memory_bytes": 8 << 30},
                                          {"pid": 4243, "gpu_memory_bytes": 4 << 30}]
     assert first["mig"]["gpu_util_pct"] is None and first["mig"]["energy_mj"] is None
-    assert first["whole_gpu_only"] == ["gpu_util_pct", "energy_mj"]
+    assert first["notes"] == {"gpu_util_pct": MIG_NO_UTILISATION, "energy_mj": "whole-GPU figure only"}
     assert first["na"]["sm_active_pct"] == "Warming" and first["na"]["gpu_util_pct"] == "NotSupported"
     json.dumps(records, allow_nan=False)
 
@@ -129,7 +132,7 @@ def test_watch_json_end_to_end_on_the_live_fake(monkeypatch, capsys):
     assert slices[0]["mig"]["processes"] is None and slices[0]["na"]["processes"] == "NoPermission"
 
 
-def test_the_devices_probe_lists_each_slice_with_whole_gpu_notes():
+def test_the_devices_probe_lists_each_slice_with_notes_where_nvml_gives_no_slice_figure():
     from gpudoctor.probes import ProbeContext, devices
 
     result = devices.run(ProbeContext(_backend(), level="quick"))
@@ -140,7 +143,7 @@ def test_the_devices_probe_lists_each_slice_with_whole_gpu_notes():
     assert by_name["mig1.0_sm_count"].value == 60 and by_name["mig1.0_processes"].value == 2
     assert by_name["mig2.0_processes"].value == 0
     util = by_name["mig1.0_gpu_util"]
-    assert util.value is None and util.note == "whole-GPU figure only (NotSupported on a MIG device)"
+    assert util.value is None and util.note == f"{MIG_NO_UTILISATION} (NotSupported on a MIG device)"
     assert by_name["mig1.0_energy"].value is None and "whole-GPU figure only" in by_name["mig1.0_energy"].note
     assert [s["uuid"] for s in result.details["mig_devices"]["0"]] == [FIRST_UUID,
                                                                        "MIG-00000002-5c1e-5b0e-9a39-012345678900"]
@@ -232,7 +235,7 @@ def test_the_exporter_serves_per_slice_memory_and_gpm_with_mig_labels(monkeypatc
     assert samples[("gpudoctor_mig_info", "1")].labels["profile"] == "3g.40gb"
     assert samples[("gpudoctor_mig_sm_active_ratio", "1")].value == pytest.approx(0.415)
     assert samples[("gpudoctor_mig_processes", "1")].value == 2 and samples[("gpudoctor_mig_sm_count", "2")].value == 60
-    # no per-slice utilisation or energy: NVML gives them for the whole GPU only
+    # no per-slice utilisation or energy series: none in MIG mode, and the whole GPU's only
     assert not any("util" in name or "energy" in name for name, _ in samples)
 
 
@@ -245,3 +248,32 @@ def test_the_exporter_serves_no_mig_series_without_a_gpu_in_mig_mode():
     registry = build_registry(GpudoctorCollector(sampler, None, source="nvml"))
     sampler.sample_once()
     assert "gpudoctor_mig_" not in generate_latest(registry).decode()
+
+
+def test_the_ctypes_fake_nvml_gives_mig_devices_through_the_real_binding():
+    """watch --json against benchmarks/fake_nvml (pynvml's own ctypes calls: MIG handles, attributes
+    struct, process info v3 structs): the slices, then the NoPermission variant."""
+    from test_gpm_front_ends import _watch_json_on_the_ctypes_fake
+
+    gpu, first, second = _watch_json_on_the_ctypes_fake({"FAKE_NVML_MIG": "1"}, count=1)
+    assert gpu["na"]["gpu_util_pct"] == "NotSupported"  # no utilisation rates in MIG mode
+    assert (first["mig"]["gpu_instance_id"], second["mig"]["gpu_instance_id"]) == (1, 2)
+    assert first["mig"]["uuid"].startswith("MIG-") and first["mig"]["profile"] == "3g.40gb"
+    assert first["mig"]["sm_count"] == 60 and first["mig"]["memory_used_bytes"] == 12 << 30
+    assert first["mig"]["processes"] == [{"pid": 4242, "gpu_memory_bytes": 8 << 30},
+                                         {"pid": 4243, "gpu_memory_bytes": 4 << 30}]
+    assert second["mig"]["processes"] == [] and first["na"]["energy_mj"] == "NotSupported"
+    refused = _watch_json_on_the_ctypes_fake({"FAKE_NVML_MIG": "1", "FAKE_NVML_MIG_NOPERM": "1"}, count=1)[1]
+    assert refused["mig"]["processes"] is None and refused["na"]["processes"] == "NoPermission"
+
+
+def test_the_devices_probe_names_the_slice_cuda_visible_devices_selects(monkeypatch):
+    from gpudoctor.probes import ProbeContext, devices
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-00000002")
+    result = devices.run(ProbeContext(_backend(), level="quick"))
+    chosen = [m for m in result.measurements if m.name == "visible_mig_device"]
+    assert [(m.value, m.note) for m in chosen] == [("MIG-00000002-5c1e-5b0e-9a39-012345678900",
+                                                    "GPU 0, GPU instance 2, compute instance 0, 3g.40gb")]
+    assert next(m for m in result.measurements if m.name == "visible_to_cuda").value == 1
+    assert not any(f.code.startswith("cuda_visible_devices_") for f in result.findings)

@@ -123,9 +123,13 @@ class ProcessReading(Reading):
                    recorded={k: v for k, v in data.items() if k not in cls._names()})
 
 
-#: What a MIG device's front ends say for a reading NVML gives for the whole GPU only (utilisation
-#: rates, power, energy: NotSupported on a MIG handle). Never split between the slices.
+#: What the front ends say for a MIG device's power and energy: NVML gives them for the whole GPU
+#: only (NotSupported on a MIG handle). Never split between the slices.
 WHOLE_GPU_ONLY = "whole-GPU figure only"
+#: What they say for a MIG device's utilisation: NVML gives no utilisation rates on a GPU in MIG
+#: mode, for a slice or for the whole GPU (nvidia-smi shows N/A); GPM's SM activity is read per GPU
+#: instance instead.
+MIG_NO_UTILISATION = "not given in MIG mode (no NVML utilisation rates, per slice or whole GPU); see SM activity"
 
 
 @dataclass(frozen=True, eq=False)
@@ -139,8 +143,8 @@ class MigDeviceReading(Reading):
     ``processes``: the compute processes on the slice (pid, memory), or NA (``NoPermission`` without
     the privileges NVML asks for). ``sm_active_pct`` is GPM's SM activity of the slice's GPU instance
     (shared by the compute instances of one GPU instance; Hopper and later). ``gpu_util_pct`` and
-    ``energy_mj`` are what NVML answers on the MIG handle: NA (NotSupported) on the drivers known, as
-    NVML gives utilisation rates and energy for the whole GPU only.
+    ``energy_mj`` are what NVML answers on the MIG handle: NA (NotSupported) as documented, since NVML
+    gives energy for the whole GPU only and no utilisation rates at all on a GPU in MIG mode.
     """
 
     parent: int
@@ -293,4 +297,4 @@ class GpuBackend(Protocol):
 
 
 __all__ = ["GpuBackend", "GpuSample", "MemoryReading", "UtilizationReading", "ProcessReading", "Reading", "IntOrNA",
-           "FloatOrNA", "MigDeviceReading", "WHOLE_GPU_ONLY"]
+           "FloatOrNA", "MigDeviceReading", "WHOLE_GPU_ONLY", "MIG_NO_UTILISATION"]

@@ -663,9 +663,10 @@ class NvmlBackend:
         an empty slot answers NotFound and is skipped). NA("MigDisabled") when the GPU is not in
         MIG mode, NA("MigNotSupported") when it has no MIG; a failing device gives its own NA.
 
-        Per slice NVML gives ids, UUID, name, attributes, memory and processes; utilisation rates
-        and energy it gives for the whole GPU only (NotSupported on a MIG handle): they are asked
-        on the MIG handle all the same and kept as NVML answers, never divided between slices."""
+        Per slice NVML gives ids, UUID, name, attributes, memory and processes; energy it gives for
+        the whole GPU only, and utilisation rates not at all in MIG mode (NotSupported on a MIG
+        handle): both are asked on the MIG handle all the same and kept as NVML answers, never
+        divided between slices."""
         handle = self._handle(index)
         if is_na(handle):
             return handle

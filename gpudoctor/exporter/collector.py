@@ -243,7 +243,8 @@ def _add_device(fam: dict[str, Any], dev: dict[str, Any], driver_version: Any) -
 def _mig_metrics(devices: list[dict[str, Any]]) -> Iterable[Any]:
     """The per-MIG-device series (gpudoctor_mig_*), only when some GPU is in MIG mode and its MIG
     devices were read: memory, SMs, processes and GPM SM activity per slice. No utilisation or
-    energy per slice: NVML has them for the whole GPU only, and a share would be made up."""
+    energy per slice: NVML has energy for the whole GPU only (a share would be made up) and no
+    utilisation rates in MIG mode."""
     slices = [(dev["index"], m) for dev in devices if isinstance(dev.get("mig"), list) for m in dev["mig"]]
     if not slices:
         return

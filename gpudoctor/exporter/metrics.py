@@ -101,8 +101,9 @@ OTHER_METRICS: dict[str, str] = {
                                      "Hopper and later; shared by the compute instances of one GPU instance)",
 }
 
-#: The labels of the per-MIG-device series (gpudoctor_mig_*); utilisation, power and energy have
-#: no per-slice series: NVML gives them for the whole GPU only (the gpudoctor_gpu_* series).
+#: The labels of the per-MIG-device series (gpudoctor_mig_*). Power and energy have no per-slice
+#: series (NVML gives them for the whole GPU only: the gpudoctor_gpu_* series), utilisation none
+#: at all (NVML has no utilisation rates in MIG mode).
 MIG_LABELS = ("gpu", "gpu_instance", "compute_instance", "uuid")
 
 GPU_LABELS = ("gpu", "uuid", "name", "pci_bus_id")
