@@ -466,6 +466,22 @@ def _mig_processes_text(mig: Any, *, verbose: bool) -> str:
     return f"{len(procs)} ({', '.join(shown)}{more})"
 
 
+#: What the TUI's GPU panel says under a GPU's MIG devices.
+MIG_PANEL_NOTE = "util n/a in MIG mode; power and energy are the whole GPU's"
+
+
+def mig_summary(mig: Any) -> str:
+    """One MIG device in a few words, for a panel row: ``mig1.0 3g.40gb 12.0/39.5 GiB smact 42% 2 procs``."""
+    profile = plain_text(mig.profile, limit=20) if isinstance(mig.profile, str) else "?"
+    parts = [_mig_ids(mig), profile, _mig_memory(mig)]
+    if _is_number(mig.sm_active_pct):
+        parts.append(f"smact {mig.sm_active_pct:.0f}%")
+    procs = mig.processes
+    parts.append(f"{len(procs)} proc{'s' if len(procs) != 1 else ''}" if isinstance(procs, list)
+                 else f"procs {short_na(procs)}")
+    return " ".join(parts)
+
+
 def mig_lines(snap: Any, dev: Any, *, verbose: bool = True) -> list[str]:
     """The lines ``watch`` prints under a GPU in MIG mode, one per MIG device, e.g.
     ``...Z gpu0 mig1.0 3g.40gb mem 12.0/39.5 GiB smact 41% procs 2 power/energy: whole GPU``
@@ -597,13 +613,22 @@ class ProcessRow:
     cpu_pct: float | None = None
     host_memory_bytes: int | None = None
     command: str = ""
+    #: The MIG device the process runs on (``mig1.0``: GPU instance 1, compute instance 0), or "".
+    mig: str = ""
 
     def matches(self, text: str) -> bool:
         if not text:
             return True
         needle = text.lower()
         return any(needle in str(v).lower() for v in (self.pid, self.user, self.command, self.kind,
-                                                       f"gpu{self.gpu}"))
+                                                       f"gpu{self.gpu}", self.mig))
+
+    @property
+    def gpu_text(self) -> str:
+        """The GPU column: its index, with the MIG device where the process runs on one (``0 mig1.0``)."""
+        if self.gpu < 0:
+            return "-"
+        return f"{self.gpu} {self.mig}" if self.mig else str(self.gpu)
 
 
 PROCESS_SORT_KEYS: dict[str, Callable[[ProcessRow], Any]] = {
@@ -629,15 +654,28 @@ def recorded_process_info(pid: int, recorded: Mapping[str, Any]) -> dict[str, An
 
 
 def process_rows(snap: "Snapshot", info: Callable[[int, Mapping[str, Any]], dict[str, Any]]) -> tuple[list[ProcessRow], list[str]]:
-    """All GPU processes of a snapshot, and a note per device whose list could not be read."""
+    """All GPU processes of a snapshot, and a note per device whose list could not be read.
+
+    On a GPU in MIG mode each process is attributed to its MIG device (read on the slice's own
+    handle); the slices' lists stand in for the GPU's when NVML refuses that (NoPermission)."""
     rows: list[ProcessRow] = []
     notes: list[str] = []
     for dev in snap.devices:
         procs = dev.processes
-        if is_na(procs):
+        on_slices = _mig_processes(dev.mig)
+        mig_of = {pid: label for label, pid, _ in on_slices}
+        if is_na(procs) and not on_slices:
             notes.append(f"GPU {dev.index}: process list {short_na(procs)}")
             continue
-        for p in procs or []:
+        listed = list(procs) if isinstance(procs, list) else []
+        known = set()
+        for p in listed:
+            try:
+                known.add(int(p["pid"]))
+            except (KeyError, TypeError, ValueError):
+                continue
+        listed += [p for _, pid, p in on_slices if pid not in known]
+        for p in listed:
             try:
                 pid = int(p["pid"])
             except (KeyError, TypeError, ValueError):
@@ -654,8 +692,25 @@ def process_rows(snap: "Snapshot", info: Callable[[int, Mapping[str, Any]], dict
                 cpu_pct=extra.get("cpu_pct"),
                 host_memory_bytes=extra.get("host_memory_bytes"),
                 command=str(extra.get("command") or ""),
+                mig=mig_of.get(pid, ""),
             ))
     return rows, notes
+
+
+def _mig_processes(migs: Any) -> list[tuple[str, int, Any]]:
+    """(MIG device label, pid, process) for every process the MIG devices of a GPU list."""
+    found: list[tuple[str, int, Any]] = []
+    if not isinstance(migs, list):
+        return found
+    for mig in migs:
+        if not isinstance(mig.processes, list):
+            continue
+        for p in mig.processes:
+            try:
+                found.append((_mig_ids(mig), int(p["pid"]), p))
+            except (KeyError, TypeError, ValueError):
+                continue
+    return found
 
 
 __all__ = [

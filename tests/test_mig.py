@@ -277,3 +277,54 @@ def test_the_devices_probe_names_the_slice_cuda_visible_devices_selects(monkeypa
                                                     "GPU 0, GPU instance 2, compute instance 0, 3g.40gb")]
     assert next(m for m in result.measurements if m.name == "visible_to_cuda").value == 1
     assert not any(f.code.startswith("cuda_visible_devices_") for f in result.findings)
+
+
+def test_the_tui_gpu_panel_lists_the_slices_under_the_readings():
+    from gpudoctor.sampling import Sampler
+    from gpudoctor.tui.widgets import GpuPanel
+
+    core = Sampler(ReplayBackend.from_file(MIG), None, with_processes=True, reads="full")
+    core.read()
+    snap = core.read()
+    panel = GpuPanel(0)
+    panel.show(snap.devices[0], core.history)
+    lines = [getattr(line, "plain", str(line)) for line in panel.lines(100)]
+    first = lines.index("MIG    mig1.0 3g.40gb 12.0/39.5 GiB smact 42% 2 procs")
+    assert lines[first + 1] == "       mig2.0 3g.40gb 0.0/39.5 GiB smact 0% 0 procs"
+    assert lines[first + 2] == "       util n/a in MIG mode; power and energy are the whole GPU's"
+    assert all(len(line) <= 60 for line in panel.lines(60))  # narrow: cut, never wrapped
+    plain = Sampler(ReplayBackend.from_file(DATA / "handmade_h100_gpm_small_kernels.json"), None).read()
+    other = GpuPanel(0)
+    other.show(plain.devices[0], core.history)
+    assert not any("MIG" in getattr(line, "plain", str(line)) for line in other.lines(100))
+
+
+def test_processes_are_attributed_to_their_slice_where_the_gpu_list_is_refused():
+    from gpudoctor.presentation import process_rows, recorded_process_info
+    from gpudoctor.sampling import Sampler
+
+    snap = Sampler(ReplayBackend.from_file(MIG), None, with_processes=True).read()
+    assert snap.devices[0].processes == NA("NoPermission")  # the whole GPU's list needs root in MIG mode
+    rows, notes = process_rows(snap, recorded_process_info)
+    assert [(r.pid, r.gpu_text, r.gpu_memory_bytes) for r in rows] == [(4242, "0 mig1.0", 8 << 30),
+                                                                       (4243, "0 mig1.0", 4 << 30)]
+    assert notes == [] and rows[0].matches("mig1.0") and not rows[0].matches("mig2.0")
+    live = Sampler(NvmlBackend(NvmlGate(FakePynvml(readings=h100_mig(processes=nvml_error("NoPermission"))))),
+                   None).read()
+    assert process_rows(live, recorded_process_info) == ([], ["GPU 0: process list n/a (no permission)"])
+
+
+@pytest.mark.timeout(120)
+def test_the_tui_process_table_shows_the_slice_of_each_process():
+    from tui_support import make_test_app, open_processes, run_async
+
+    @run_async
+    async def run() -> None:
+        app = make_test_app(MIG)
+        async with app.run_test(size=(110, 24)) as pilot:
+            _, table = await open_processes(pilot, app)
+            cells = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+            assert [(row[0], row[2]) for row in cells] == [("4242", "0 mig1.0"), ("4243", "0 mig1.0")]
+            await pilot.press("q")
+
+    run()
