@@ -390,7 +390,9 @@ class Sampler:
         if self.with_processes:
             procs = self._call(lambda: self.gpu.processes(index))
         mig = None
-        if self._static[index].get("mig_mode") == 1 and self.reads not in ("utilization", "memory"):
+        # A GPU in MIG mode: its MIG devices, for the front ends that read in full (TUI, watch,
+        # exporter, record); the cheap views beside a training loop or a probe do not pay for them.
+        if self._static[index].get("mig_mode") == 1 and self.reads in ("auto", "full"):
             mig = self._call(lambda: self.gpu.mig_devices(index))
         return DeviceSnapshot(index, self._static[index], sample, procs, mig)
 

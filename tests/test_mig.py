@@ -328,3 +328,13 @@ def test_the_tui_process_table_shows_the_slice_of_each_process():
             await pilot.press("q")
 
     run()
+
+
+def test_a_run_on_a_mig_slice_gets_no_energy_figure_from_the_whole_gpus_counter():
+    from types import SimpleNamespace
+
+    from gpudoctor.workload.energy import RunEnergy
+
+    run = RunEnergy(SimpleNamespace(type="cuda", index=0), backend=_backend()).start()
+    use = run.stop()
+    assert use.joules is None and use.reason.startswith("the GPU is in MIG mode: NVML counts energy for the whole GPU")
