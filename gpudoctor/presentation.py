@@ -456,7 +456,7 @@ def _mig_processes_text(mig: Any, *, verbose: bool) -> str:
     if is_na(procs):
         if not verbose:
             return "n/a"
-        why = " (NVML shows a slice's processes to root only)" if procs.reason == "NoPermission" else ""
+        why = " (in MIG mode NVML asks for privileges: run as root)" if procs.reason == "NoPermission" else ""
         return short_na(procs) + why
     if not verbose or not procs:
         return str(len(procs))

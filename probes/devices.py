@@ -316,7 +316,7 @@ def _mig_slices(r: ProbeResult, gpu: GpuBackend, dev: int, n_index: int) -> None
                   note=_na_note(m.memory_total_bytes))
         procs = m.processes
         r.measure(f"{ids}_processes", None if is_na(procs) else len(procs), device=dev,
-                  note=(procs.reason + (": NVML lists a slice's processes to root only" if procs.reason == "NoPermission"
+                  note=(procs.reason + (": in MIG mode NVML asks for privileges to list processes (run as root)" if procs.reason == "NoPermission"
                                         else "")) if is_na(procs) else "")
         r.measure(f"{ids}_sm_active", _known(m.sm_active_pct), "%", device=dev, note=_na_note(m.sm_active_pct))
         for key, word, words in (("gpu_util_pct", "gpu_util", MIG_NO_UTILISATION), ("energy_mj", "energy", WHOLE_GPU_ONLY)):
