@@ -298,6 +298,16 @@ def _mig_slices(r: ProbeResult, gpu: GpuBackend, dev: int, n_index: int) -> None
     from gpudoctor.backends.base import MIG_NO_UTILISATION, WHOLE_GPU_ONLY
 
     slices = gpu.mig_devices(n_index)
+    if (not is_na(slices) and gpu.kind == "nvml"
+            and any(is_na(m.sm_active_pct) and m.sm_active_pct.reason == "Warming" for m in slices)):
+        # GPM compares two samples: the first read has none before it. Read again once NVML's
+        # 100 ms between GPM samples have passed (a GPU in MIG mode only).
+        import time
+
+        from gpudoctor.backends.nvml import GPM_MIN_INTERVAL_S
+
+        time.sleep(GPM_MIN_INTERVAL_S + 0.01)
+        slices = gpu.mig_devices(n_index)
     if is_na(slices):
         r.measure("mig_devices", None, device=dev, note=slices.reason)
         return

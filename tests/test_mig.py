@@ -142,6 +142,8 @@ def test_the_devices_probe_lists_each_slice_with_notes_where_nvml_gives_no_slice
     assert by_name["mig1.0_memory_used"].value == 12 << 30 and by_name["mig1.0_memory_used"].unit == "B"
     assert by_name["mig1.0_sm_count"].value == 60 and by_name["mig1.0_processes"].value == 2
     assert by_name["mig2.0_processes"].value == 0
+    # GPM per GPU instance needs two samples: the probe reads again after NVML's 100 ms
+    assert by_name["mig1.0_sm_active"].value == 41.5 and by_name["mig2.0_sm_active"].value == 0.0
     util = by_name["mig1.0_gpu_util"]
     assert util.value is None and util.note == f"{MIG_NO_UTILISATION} (NotSupported on a MIG device)"
     assert by_name["mig1.0_energy"].value is None and "whole-GPU figure only" in by_name["mig1.0_energy"].note
@@ -192,6 +194,7 @@ def test_a_live_recording_keeps_the_slices_and_replays_them(tmp_path):
     replay = ReplayBackend.from_file(path)
     replay.sample(0)
     first, second = replay.mig_devices(0)
+    assert type(first) is MigDeviceReading  # the same record as live NVML gives
     assert first.uuid.startswith("MIG-") and first.processes[0].pid == 4242 and second.gpu_instance_id == 2
     assert is_na(first.gpu_util_pct) and first.gpu_util_pct.reason == "NotSupported"
     old = ReplayBackend.from_file(DATA / "handmade_h100_gpm_small_kernels.json")
