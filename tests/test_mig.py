@@ -341,3 +341,21 @@ def test_a_run_on_a_mig_slice_gets_no_energy_figure_from_the_whole_gpus_counter(
     run = RunEnergy(SimpleNamespace(type="cuda", index=0), backend=_backend()).start()
     use = run.stop()
     assert use.joules is None and use.reason.startswith("the GPU is in MIG mode: NVML counts energy for the whole GPU")
+
+
+def test_a_slices_memory_in_use_comes_from_the_v2_call_where_the_driver_has_it():
+    fake = FakePynvml(readings=h100_mig())
+    fake.nvmlMemory_v2 = 0x2000028
+    asked = []
+
+    def memory(version=None):
+        asked.append(version)
+        used = (11 << 30) if version else (12 << 30)  # v1's used includes the driver's reserved memory
+        return types.SimpleNamespace(used=used, free=(40448 << 20) - used, total=40448 << 20)
+
+    fake.devices[0]["mig"][0]["nvmlDeviceGetMemoryInfo"] = memory
+    assert NvmlBackend(NvmlGate(fake)).mig_devices(0)[0].memory_used_bytes == 11 << 30 and asked == [0x2000028]
+    fake.devices[0]["mig"][0]["nvmlDeviceGetMemoryInfo"] = lambda version=None: (
+        (_ for _ in ()).throw(nvml_error("ArgumentVersionMismatch")()) if version else memory())
+    asked.clear()
+    assert NvmlBackend(NvmlGate(fake)).mig_devices(0)[0].memory_used_bytes == 12 << 30  # v1 where v2 is refused

@@ -696,7 +696,7 @@ class NvmlBackend:
         attributes = q("nvmlDeviceGetAttributes", mig)
         sm_count = attributes if is_na(attributes) else int(attributes.multiprocessorCount)
         size = attributes if is_na(attributes) else check("memory_total_bytes", int(attributes.memorySizeMB) << 20)
-        memory = q("nvmlDeviceGetMemoryInfo", mig)
+        memory = self._mig_memory(mig)
         used = memory if is_na(memory) else check("memory_used_bytes", int(memory.used))
         total = memory if is_na(memory) else check("memory_total_bytes", int(memory.total))
         util = q("nvmlDeviceGetUtilizationRates", mig)
@@ -716,6 +716,16 @@ class NvmlBackend:
             profile=profile, sm_count=sm_count, memory_size_bytes=size, memory_used_bytes=used,
             memory_total_bytes=total, gpu_util_pct=util if is_na(util) else check("gpu_util_pct", int(util.gpu)),
             energy_mj=check("energy_mj", energy), sm_active_pct=active, processes=self._mig_processes(mig))
+
+    def _mig_memory(self, mig: Any) -> Any:
+        """A MIG device's memory info: the v2 call where the driver has it (used without the driver's
+        reserved memory, as nvidia-smi shows it), else the v1 call."""
+        version = self.gate.constant("nvmlMemory_v2", 0)
+        if version and self._memory_v2:
+            memory = self.gate.query("nvmlDeviceGetMemoryInfo", mig, version)
+            if not is_na(memory) or memory.reason not in _NO_V2_REASONS:
+                return memory
+        return self.gate.query("nvmlDeviceGetMemoryInfo", mig)
 
     def _mig_processes(self, mig: Any) -> list[ProcessReading] | NA:
         """The compute processes on one MIG device (pid, memory; NVML gives no per-process SM
