@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from gpudoctor._text import MAX_TEXT, plain_text
 from gpudoctor.backends import busy, catalogue
+from gpudoctor.backends.base import MIG_NO_UTILISATION, WHOLE_GPU_ONLY
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.backends.nvml import throttle_reason_names, throttle_reason_words
 
@@ -423,6 +424,147 @@ def watch_record(snap: Any, dev: Any) -> dict[str, Any]:
 
 
 
+# --------------------------------------------------------------------------- MIG devices
+#: The readings NVML does not give per MIG device (NotSupported on a MIG handle): the word watch
+#: uses for each and what the front ends say instead of a number. Energy (and power) is the whole
+#: GPU's only; utilisation rates NVML gives for no part of a GPU in MIG mode.
+MIG_NOT_PER_SLICE = (("gpu_util_pct", "util", MIG_NO_UTILISATION), ("energy_mj", "energy", WHOLE_GPU_ONLY))
+#: NA reasons on a MIG handle that mean "NVML does not give this per slice".
+_NOT_PER_SLICE_REASONS = frozenset({"NotSupported", "FunctionNotFound", "InvalidArgument"})
+
+
+def mig_not_per_slice(value: Any) -> bool:
+    """Whether a MIG device's reading is NA because NVML does not give it per slice."""
+    return is_na(value) and value.reason in _NOT_PER_SLICE_REASONS
+
+
+def _mig_ids(mig: Any) -> str:
+    def one(value: Any) -> str:
+        return str(value) if isinstance(value, int) else "?"
+    return f"mig{one(mig.gpu_instance_id)}.{one(mig.compute_instance_id)}"
+
+
+def _mig_memory(mig: Any) -> str:
+    used, total = mig.memory_used_bytes, mig.memory_total_bytes
+    if _is_number(used) and _is_number(total):
+        return f"{used / 2**30:.1f}/{total / 2**30:.1f} GiB"
+    return "n/a" if not is_na(used) else short_na(used)
+
+
+def _mig_processes_text(mig: Any, *, verbose: bool) -> str:
+    procs = mig.processes
+    if is_na(procs):
+        if not verbose:
+            return "n/a"
+        why = " (in MIG mode NVML asks for privileges: run as root)" if procs.reason == "NoPermission" else ""
+        return short_na(procs) + why
+    if not verbose or not procs:
+        return str(len(procs))
+    shown = [f"{p.pid} {fmt_bytes(p.gpu_memory_bytes)}" if p.gpu_memory_bytes is not None else str(p.pid)
+             for p in procs[:8]]
+    more = f", +{len(procs) - 8}" if len(procs) > 8 else ""
+    return f"{len(procs)} ({', '.join(shown)}{more})"
+
+
+#: What the TUI's GPU panel says under a GPU's MIG devices.
+MIG_PANEL_NOTE = "util n/a in MIG mode; power and energy are the whole GPU's"
+
+
+def mig_summary(mig: Any) -> str:
+    """One MIG device in a few words, for a panel row: ``mig1.0 3g.40gb 12.0/39.5 GiB smact 42% 2 procs``."""
+    profile = plain_text(mig.profile, limit=20) if isinstance(mig.profile, str) else "?"
+    parts = [_mig_ids(mig), profile, _mig_memory(mig)]
+    if _is_number(mig.sm_active_pct):
+        parts.append(f"smact {mig.sm_active_pct:.0f}%")
+    procs = mig.processes
+    parts.append(f"{len(procs)} proc{'s' if len(procs) != 1 else ''}" if isinstance(procs, list)
+                 else f"procs {short_na(procs)}")
+    return " ".join(parts)
+
+
+def mig_lines(snap: Any, dev: Any, *, verbose: bool = True) -> list[str]:
+    """The lines ``watch`` prints under a GPU in MIG mode, one per MIG device, e.g.
+    ``...Z gpu0 mig1.0 3g.40gb mem 12.0/39.5 GiB smact 41% procs 2 power/energy: whole GPU``
+    (``mig<GPU instance>.<compute instance>``). NVML gives power and energy for the whole GPU only,
+    and no utilisation rates in MIG mode (the GPU's line shows ``util n/a``): the line says so
+    instead of a number (``-v`` says both in words). Empty for a GPU not in MIG mode."""
+    head = f"{_iso(snap.time)} gpu{dev.index}"
+    migs = dev.mig
+    if migs is None or dev.fault is not None:
+        return []
+    if is_na(migs):
+        return [f"{head} mig {short_na(migs)}"]
+    lines = []
+    for mig in migs:
+        ids = _mig_ids(mig)
+        profile = plain_text(mig.profile, limit=20) if isinstance(mig.profile, str) else "?"
+        active = mig.sm_active_pct
+        if not verbose:
+            parts = [f"{head} {ids} {profile} mem {_mig_memory(mig)}"]
+            if _is_number(active):
+                parts.append(f"smact {active:.0f}%")  # SM activity, as on the GPU line (sm: its clock)
+            parts.append(f"procs {_mig_processes_text(mig, verbose=False)}")
+            if _is_number(mig.gpu_util_pct):  # NVML gives none in MIG mode (the GPU's line says n/a)
+                parts.append(f"util {mig.gpu_util_pct:.0f}%")
+            line = " ".join(parts)
+            if mig_not_per_slice(mig.energy_mj) and len(line) + len(" power/energy: whole GPU") <= WATCH_WIDTH:
+                line += " power/energy: whole GPU"  # the watts on the GPU's line are the whole GPU's
+            lines.append(line)
+            continue
+        uuid = plain_text(mig.uuid, limit=60) if isinstance(mig.uuid, str) else short_na(mig.uuid)
+        sms = str(mig.sm_count) if isinstance(mig.sm_count, int) else short_na(mig.sm_count)
+        parts = [f"{head} {ids} {profile}", f"uuid {uuid}", f"sms {sms}", f"mem {_mig_memory(mig)}",
+                 "sm_active " + (f"{active:.1f} %" if _is_number(active) else short_na(active)),
+                 f"procs {_mig_processes_text(mig, verbose=True)}"]
+        for key, word, words in MIG_NOT_PER_SLICE:
+            value = mig.get(key)
+            if mig_not_per_slice(value):
+                parts.append(f"{word} n/a: {words}")
+            elif is_na(value):
+                parts.append(f"{word} {short_na(value)}")
+            else:
+                parts.append(f"{word} {value}")
+        lines.append(" | ".join(parts))
+    return lines
+
+
+def mig_records(snap: Any, dev: Any) -> list[dict[str, Any]]:
+    """``watch --json``'s records for the MIG devices of a GPU in MIG mode: one per MIG device,
+    ``{"time", "gpu": parent index, "mig": {ids, uuid, profile, sm_count, memory..., processes},
+    "notes": {key: why NVML gives no number per slice}, "na": {key: reason}}``; when the slices
+    cannot be read, one record whose ``mig`` is null with the reason in ``na``."""
+    migs = dev.mig
+    if migs is None or dev.fault is not None:
+        return []
+    time_text = _iso(snap.time)
+    if is_na(migs):
+        return [{"time": time_text, "gpu": dev.index, "mig": None, "notes": {}, "na": {"mig": migs.reason}}]
+    records = []
+    for mig in migs:
+        fields: dict[str, Any] = {}
+        na: dict[str, str] = {}
+        notes: dict[str, str] = {}
+        not_per_slice = {key: words for key, _, words in MIG_NOT_PER_SLICE}
+        for key, value in mig.to_dict().items():
+            if key == "parent":
+                continue
+            if is_na(value):
+                fields[key] = None
+                na[key] = value.reason
+                if key in not_per_slice and mig_not_per_slice(value):
+                    notes[key] = not_per_slice[key]
+            elif isinstance(value, str):
+                fields[key] = plain_text(value, limit=120)
+            elif isinstance(value, float) and not math.isfinite(value):
+                fields[key] = None
+            elif key == "processes":
+                fields[key] = [{"pid": p["pid"], "gpu_memory_bytes": p["gpu_memory_bytes"]} for p in value]
+            else:
+                fields[key] = value
+        records.append({"time": time_text, "gpu": dev.index, "mig": fields, "notes": notes, "na": na})
+    return records
+
+
 # --------------------------------------------------------------------------- device faults
 # What a device-wide NA reason means, in words, and what to do about it.
 FAULT_WORDS: dict[str, str] = {
@@ -471,13 +613,22 @@ class ProcessRow:
     cpu_pct: float | None = None
     host_memory_bytes: int | None = None
     command: str = ""
+    #: The MIG device the process runs on (``mig1.0``: GPU instance 1, compute instance 0), or "".
+    mig: str = ""
 
     def matches(self, text: str) -> bool:
         if not text:
             return True
         needle = text.lower()
         return any(needle in str(v).lower() for v in (self.pid, self.user, self.command, self.kind,
-                                                       f"gpu{self.gpu}"))
+                                                       f"gpu{self.gpu}", self.mig))
+
+    @property
+    def gpu_text(self) -> str:
+        """The GPU column: its index, with the MIG device where the process runs on one (``0 mig1.0``)."""
+        if self.gpu < 0:
+            return "-"
+        return f"{self.gpu} {self.mig}" if self.mig else str(self.gpu)
 
 
 PROCESS_SORT_KEYS: dict[str, Callable[[ProcessRow], Any]] = {
@@ -503,15 +654,28 @@ def recorded_process_info(pid: int, recorded: Mapping[str, Any]) -> dict[str, An
 
 
 def process_rows(snap: "Snapshot", info: Callable[[int, Mapping[str, Any]], dict[str, Any]]) -> tuple[list[ProcessRow], list[str]]:
-    """All GPU processes of a snapshot, and a note per device whose list could not be read."""
+    """All GPU processes of a snapshot, and a note per device whose list could not be read.
+
+    On a GPU in MIG mode each process is attributed to its MIG device (read on the slice's own
+    handle); the slices' lists stand in for the GPU's when NVML refuses that (NoPermission)."""
     rows: list[ProcessRow] = []
     notes: list[str] = []
     for dev in snap.devices:
         procs = dev.processes
-        if is_na(procs):
+        on_slices = _mig_processes(dev.mig)
+        mig_of = {pid: label for label, pid, _ in on_slices}
+        if is_na(procs) and not on_slices:
             notes.append(f"GPU {dev.index}: process list {short_na(procs)}")
             continue
-        for p in procs or []:
+        listed = list(procs) if isinstance(procs, list) else []
+        known = set()
+        for p in listed:
+            try:
+                known.add(int(p["pid"]))
+            except (KeyError, TypeError, ValueError):
+                continue
+        listed += [p for _, pid, p in on_slices if pid not in known]
+        for p in listed:
             try:
                 pid = int(p["pid"])
             except (KeyError, TypeError, ValueError):
@@ -528,8 +692,25 @@ def process_rows(snap: "Snapshot", info: Callable[[int, Mapping[str, Any]], dict
                 cpu_pct=extra.get("cpu_pct"),
                 host_memory_bytes=extra.get("host_memory_bytes"),
                 command=str(extra.get("command") or ""),
+                mig=mig_of.get(pid, ""),
             ))
     return rows, notes
+
+
+def _mig_processes(migs: Any) -> list[tuple[str, int, Any]]:
+    """(MIG device label, pid, process) for every process the MIG devices of a GPU list."""
+    found: list[tuple[str, int, Any]] = []
+    if not isinstance(migs, list):
+        return found
+    for mig in migs:
+        if not isinstance(mig.processes, list):
+            continue
+        for p in mig.processes:
+            try:
+                found.append((_mig_ids(mig), int(p["pid"]), p))
+            except (KeyError, TypeError, ValueError):
+                continue
+    return found
 
 
 __all__ = [

@@ -111,8 +111,12 @@ def capture(gpu: Any, *, seconds: float, interval: float, with_torch: bool = Tru
         t0 = time.perf_counter()
 
         def keep(snap: Any) -> None:
-            samples.append({"t": round(snap.t_mono - t0, 3), "devices": [d.sample for d in snap.devices[:n]],
-                            "processes": [d.processes for d in snap.devices[:n]]})
+            sample = {"t": round(snap.t_mono - t0, 3), "devices": [d.sample for d in snap.devices[:n]],
+                      "processes": [d.processes for d in snap.devices[:n]]}
+            if any(d.mig is not None for d in snap.devices[:n]):  # a GPU in MIG mode: its MIG devices
+                sample["mig"] = [d.mig if d.mig is None or is_na(d.mig) else [m.to_dict() for m in d.mig]
+                                 for d in snap.devices[:n]]
+            samples.append(sample)
 
         for _snap in Sampler(gpu, None, with_processes=True, reads="full", interval_s=interval, history_length=1,
                              on_sample=keep).paced(seconds=seconds):

@@ -23,7 +23,7 @@ from typing import Any, Callable, ClassVar, cast
 from gpudoctor.findings import CLOCK_EVENTS
 
 from . import catalogue
-from .base import GpuSample, MemoryReading, ProcessReading, UtilizationReading
+from .base import GpuSample, MemoryReading, MigDeviceReading, ProcessReading, UtilizationReading
 from .na import NA, is_na
 from .plausible import check, screen
 
@@ -753,6 +753,90 @@ class NvmlBackend:
         if is_na(handle):
             return self._gpm_na(handle)
         return self._gpm_read((index, int(gpu_instance_id)), handle, int(gpu_instance_id))
+
+    # -- MIG devices ----------------------------------------------------------------
+    def mig_devices(self, index: int) -> list[MigDeviceReading] | NA:
+        """The MIG devices of GPU ``index`` (nvidia-smi's "MIG devices" table), each read on its own
+        MIG handle (nvmlDeviceGetMigDeviceHandleByIndex over nvmlDeviceGetMaxMigDeviceCount slots;
+        an empty slot answers NotFound and is skipped). NA("MigDisabled") when the GPU is not in
+        MIG mode, NA("MigNotSupported") when it has no MIG; a failing device gives its own NA.
+
+        Per slice NVML gives ids, UUID, name, attributes, memory and processes; energy it gives for
+        the whole GPU only, and utilisation rates not at all in MIG mode (NotSupported on a MIG
+        handle): both are asked on the MIG handle all the same and kept as NVML answers, never
+        divided between slices."""
+        handle = self._handle(index)
+        if is_na(handle):
+            return handle
+        mode = self.gate.query("nvmlDeviceGetMigMode", handle)
+        if is_na(mode):
+            return NA("MigNotSupported") if mode.reason in _NO_MIG_REASONS else mode
+        if int(mode[0]) != 1:
+            return NA("MigDisabled")
+        slots = self.gate.query("nvmlDeviceGetMaxMigDeviceCount", handle)
+        if is_na(slots):
+            return slots
+        found: list[MigDeviceReading] = []
+        sm_active: dict[Any, Any] = {}  # GPM per GPU instance, read once per call
+        for slot in range(min(int(slots), 64)):
+            mig = self.gate.query("nvmlDeviceGetMigDeviceHandleByIndex", handle, slot)
+            if is_na(mig):
+                if mig.reason in ("NotFound", "InvalidArgument"):
+                    continue  # an empty slot
+                return mig  # the device failed (GpuIsLost, DriverNotAnswering...)
+            found.append(self._mig_device(index, slot, mig, sm_active))
+        return found
+
+    def _mig_device(self, index: int, slot: int, mig: Any, sm_active: dict[Any, Any]) -> MigDeviceReading:
+        q = self.gate.query
+        gi, ci = q("nvmlDeviceGetGpuInstanceId", mig), q("nvmlDeviceGetComputeInstanceId", mig)
+        name = q("nvmlDeviceGetName", mig)
+        attributes = q("nvmlDeviceGetAttributes", mig)
+        sm_count = attributes if is_na(attributes) else int(attributes.multiprocessorCount)
+        size = attributes if is_na(attributes) else check("memory_total_bytes", int(attributes.memorySizeMB) << 20)
+        memory = self._mig_memory(mig)
+        used = memory if is_na(memory) else check("memory_used_bytes", int(memory.used))
+        total = memory if is_na(memory) else check("memory_total_bytes", int(memory.total))
+        util = q("nvmlDeviceGetUtilizationRates", mig)
+        energy = q("nvmlDeviceGetTotalEnergyConsumption", mig)
+        if is_na(gi):
+            active: Any = gi
+        else:
+            if gi not in sm_active:
+                sm_active[gi] = self.gpm_mig(index, int(gi)).get("sm_active_pct", NA(GPM_NEEDS_HOPPER))
+            active = sm_active[gi]
+        profile: Any = name
+        if isinstance(name, str):
+            profile = name.rsplit("MIG ", 1)[1].strip() if "MIG " in name else NA("NotInName")
+        return MigDeviceReading(
+            parent=index, slot=slot, gpu_instance_id=gi if is_na(gi) else int(gi),
+            compute_instance_id=ci if is_na(ci) else int(ci), uuid=q("nvmlDeviceGetUUID", mig), name=name,
+            profile=profile, sm_count=sm_count, memory_size_bytes=size, memory_used_bytes=used,
+            memory_total_bytes=total, gpu_util_pct=util if is_na(util) else check("gpu_util_pct", int(util.gpu)),
+            energy_mj=check("energy_mj", energy), sm_active_pct=active, processes=self._mig_processes(mig))
+
+    def _mig_memory(self, mig: Any) -> Any:
+        """A MIG device's memory info: the v2 call where the driver has it (used without the driver's
+        reserved memory, as nvidia-smi shows it), else the v1 call."""
+        version = self.gate.constant("nvmlMemory_v2", 0)
+        if version and self._memory_v2:
+            memory = self.gate.query("nvmlDeviceGetMemoryInfo", mig, version)
+            if not is_na(memory) or memory.reason not in _NO_V2_REASONS:
+                return memory
+        return self.gate.query("nvmlDeviceGetMemoryInfo", mig)
+
+    def _mig_processes(self, mig: Any) -> list[ProcessReading] | NA:
+        """The compute processes on one MIG device (pid, memory; NVML gives no per-process SM
+        utilisation per slice): NoPermission for a user without the privileges NVML asks for."""
+        procs = self.gate.query("nvmlDeviceGetComputeRunningProcesses", mig)
+        if is_na(procs):
+            return procs
+        out = []
+        for p in procs:
+            used = getattr(p, "usedGpuMemory", None)
+            out.append(ProcessReading(int(p.pid), "compute",
+                                      int(used) if used is not None and used < (1 << 62) else None, None))
+        return sorted(out, key=lambda p: p.pid)
 
     @staticmethod
     def _gpm_na(na: NA) -> dict[str, Any]:

@@ -87,6 +87,16 @@ _STATIC_FIELDS = {
     "fabric_cluster_uuid": _OPT_TEXT, "fabric_health_mask": _INT_NA, "fabric_health_summary": _INT_NA,
 }
 
+#: The MIG devices a MIG-mode GPU had in a sample (gpudoctor.backends.base.MigDeviceReading).
+MAX_MIG_DEVICES = 64
+_MIG_FIELDS = {
+    "parent": {"type": "integer", "minimum": 0, "maximum": MAX_DEVICES - 1},
+    "slot": {"type": "integer", "minimum": 0, "maximum": MAX_MIG_DEVICES - 1},
+    "gpu_instance_id": _INT_NA, "compute_instance_id": _INT_NA, "uuid": _TEXT_NA, "name": _TEXT_NA,
+    "profile": _TEXT_NA, "sm_count": _INT_NA, "memory_size_bytes": _INT_NA, "memory_used_bytes": _INT_NA,
+    "memory_total_bytes": _INT_NA, "gpu_util_pct": _INT_NA, "energy_mj": _INT_NA, "sm_active_pct": _NUM_NA,
+}
+
 # A sample's per-device properties: one per reading of gpudoctor.backends.catalogue, by its
 # recorded type. Filled by :func:`schema` (the catalogue is imported there, not here: the
 # backends package imports this module).
@@ -181,6 +191,13 @@ _SCHEMA: dict[str, Any] = {
                 "processes": _array(_or_na(_array({"type": "object", "required": ["pid"],
                                                    "properties": _PROCESS_FIELDS}, MAX_PROCESSES),
                                            "a list of processes or NA"), MAX_DEVICES),
+                "mig": _array({"title": "the MIG devices of a GPU in MIG mode, NA, or null (not in MIG mode)",
+                               "anyOf": [{"type": "null"}, {"$ref": "#/$defs/na"}, _array(
+                                   {"type": "object", "required": ["slot"], "properties": dict(
+                                       _MIG_FIELDS, processes=_or_na(_array(
+                                           {"type": "object", "required": ["pid"], "properties": _PROCESS_FIELDS},
+                                           MAX_PROCESSES), "a list of processes or NA"))},
+                                   MAX_MIG_DEVICES)]}, MAX_DEVICES),
             }}, MAX_SAMPLES),
             "nvlink": _array(_or_na(_array({"type": "object", "properties": _NVLINK_FIELDS}, MAX_NVLINKS),
                                     "a list of NVLink links or NA"), MAX_DEVICES),

@@ -29,7 +29,7 @@ from gpudoctor.backends.recording import (
 )
 
 from . import catalogue
-from .base import GpuSample, MemoryReading, ProcessReading, UtilizationReading
+from .base import GpuSample, MemoryReading, MigDeviceReading, ProcessReading, UtilizationReading
 from .na import NA, is_na
 from .plausible import screen
 
@@ -219,6 +219,27 @@ class ReplayBackend:
         if not isinstance(links, list) or index >= len(links):
             return NA("NotRecorded")
         return links[index]
+
+    def mig_devices(self, index: int) -> list[MigDeviceReading] | NA:
+        """The MIG devices of the sample last served for the device (``samples[].mig[index]``):
+        NA("MigDisabled") for a device recorded out of MIG mode, NA("NotRecorded") where the
+        recording holds no MIG devices (recordings before them)."""
+        na = self._check(index)
+        if na is not None:
+            return na
+        samples = self._nvml.get("samples") or []
+        if not samples:
+            return NA("NotRecorded")
+        with self._lock:
+            pos = max(0, min(self._cursor.get(index, 1) - 1, len(samples) - 1))
+        per_device = samples[pos].get("mig")
+        if not isinstance(per_device, list) or index >= len(per_device) or per_device[index] is None:
+            mode = self.static(index).get("mig_mode")
+            return NA("MigDisabled") if mode == 0 else NA("NotRecorded")
+        entry = per_device[index]
+        if is_na(entry) or not isinstance(entry, list):
+            return entry if is_na(entry) else NA("NotRecorded")
+        return [MigDeviceReading.from_mapping(screen(dict(m))) for m in entry if isinstance(m, dict)]
 
     def torch_facts(self) -> Any:
         """The recorded torch facts, or NA("NotRecorded"): none recorded (``record --no-torch``), or

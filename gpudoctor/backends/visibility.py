@@ -2,7 +2,8 @@
 
 NVML ignores CUDA_VISIBLE_DEVICES; CUDA honours it. To say "torch device 0 is NVML
 device 3" without starting CUDA we apply CUDA's rules: a comma-separated list of
-indices or UUID prefixes (``GPU-...``); parsing stops at the first entry that is not a
+indices or UUID prefixes (``GPU-...``) or MIG device UUIDs (``MIG-...``, resolved to their
+parent GPU where NVML enumerates the MIG devices); parsing stops at the first entry that is not a
 valid, unused device; an empty value hides every device.
 """
 
@@ -20,18 +21,44 @@ from .nvml import normalise_bus_id
 _INDEX = re.compile(r"-?[0-9]+", re.ASCII)
 
 
-def parse_visible(value: str | None, nvml_uuids: list[Any]) -> list[int] | NA:
-    """NVML indices visible to CUDA, in CUDA's order (before CUDA_DEVICE_ORDER sorting)."""
+def _mig_match(token: str, nvml_uuids: list[Any], mig_slices: list[tuple[Any, int, Any, Any]]) -> list[tuple[int, str]]:
+    """The MIG devices a ``MIG-...`` entry names, as (parent NVML index, MIG UUID): by the
+    UUID or a prefix of it, or the older ``MIG-GPU-<gpu uuid>/<gi>/<ci>`` form."""
+    lower = token.lower()
+    if lower.startswith("mig-gpu-") and lower.count("/") == 2:
+        gpu_uuid, gi, ci = token[4:].split("/")
+        parents = [i for i, u in enumerate(nvml_uuids) if isinstance(u, str) and u.lower() == gpu_uuid.lower()]
+        return [(parent, str(uuid)) for uuid, parent, g, c in mig_slices
+                if parent in parents and str(g) == gi and str(c) == ci]
+    return [(parent, uuid) for uuid, parent, _, _ in mig_slices
+            if isinstance(uuid, str) and uuid.lower().startswith(lower)]
+
+
+def parse_visible(value: str | None, nvml_uuids: list[Any],
+                  mig_slices: list[tuple[Any, int, Any, Any]] | None = None) -> list[int] | NA:
+    """NVML indices visible to CUDA, in CUDA's order (before CUDA_DEVICE_ORDER sorting).
+
+    A ``MIG-...`` entry names a MIG device: it resolves to its parent GPU's index through
+    ``mig_slices`` ((MIG UUID, parent index, GPU instance id, compute instance id) of every MIG
+    device NVML enumerates); without them it is NA("MigInstancesSelected"), as NVML cannot say."""
     count = len(nvml_uuids)
     if value is None:
         return list(range(count))
     chosen: list[int] = []
+    seen: set[Any] = set()
     for raw in value.split(","):
         token = raw.strip()
         if not token:
             break
         if token.startswith("MIG-"):
-            return NA("MigInstancesSelected")
+            if mig_slices is None:
+                return NA("MigInstancesSelected")
+            slices = _mig_match(token, nvml_uuids, mig_slices)
+            if len(slices) != 1 or slices[0][1] in seen:
+                break
+            seen.add(slices[0][1])
+            chosen.append(slices[0][0])
+            continue
         index: int | None = None
         number_like = _INDEX.fullmatch(token)
         if token.startswith("GPU-") or not number_like:
@@ -48,8 +75,9 @@ def parse_visible(value: str | None, nvml_uuids: list[Any]) -> list[int] | NA:
             if number < 0 or number >= count:
                 break
             index = number
-        if index in chosen:
+        if index in seen:
             break
+        seen.add(index)
         chosen.append(index)
     return chosen
 
@@ -60,8 +88,50 @@ def visible_nvml_indices(gpu: Any, env: Mapping[str, str] | None = None) -> list
     count = gpu.device_count()
     if is_na(count):
         return count
-    uuids = [gpu.identity(i).get("uuid") for i in range(count)] if env.get("CUDA_VISIBLE_DEVICES") else [None] * count
-    return parse_visible(env.get("CUDA_VISIBLE_DEVICES"), uuids)
+    value = env.get("CUDA_VISIBLE_DEVICES")
+    uuids = [gpu.identity(i).get("uuid") for i in range(count)] if value else [None] * count
+    return parse_visible(value, uuids, mig_slices(gpu, count) if value and "MIG-" in value else None)
+
+
+def mig_slices(gpu: Any, count: int) -> list[tuple[Any, int, Any, Any]] | None:
+    """(MIG UUID, parent NVML index, GPU instance id, compute instance id) of every MIG device NVML
+    enumerates, or None when it enumerates none (no GPU in MIG mode it can read)."""
+    found: list[tuple[Any, int, Any, Any]] = []
+    for index in range(count):
+        slices = gpu.mig_devices(index)
+        if not is_na(slices):
+            found.extend((m.uuid, index, m.gpu_instance_id, m.compute_instance_id) for m in slices)
+    return found or None
+
+
+def visible_mig_devices(gpu: Any, env: Mapping[str, str] | None = None) -> list[Any] | NA:
+    """The MIG devices CUDA_VISIBLE_DEVICES selects, in its order (MigDeviceReading), or NA:
+    NA("NoMigSelected") when it names none, NA("MigInstancesSelected") when NVML cannot enumerate them."""
+    env = os.environ if env is None else env
+    value = env.get("CUDA_VISIBLE_DEVICES") or ""
+    if "MIG-" not in value:
+        return NA("NoMigSelected")
+    count = gpu.device_count()
+    if is_na(count):
+        return count
+    by_uuid = {}
+    for index in range(count):
+        slices = gpu.mig_devices(index)
+        if not is_na(slices):
+            by_uuid.update({(m.uuid, index): m for m in slices})
+    if not by_uuid:
+        return NA("MigInstancesSelected")
+    uuids = [gpu.identity(i).get("uuid") for i in range(count)]
+    table = [(m.uuid, index, m.gpu_instance_id, m.compute_instance_id) for (_, index), m in by_uuid.items()]
+    out = []
+    for raw in value.split(","):
+        token = raw.strip()
+        if not token.startswith("MIG-"):
+            continue
+        matches = _mig_match(token, uuids, table)
+        if len(matches) == 1:
+            out.append(by_uuid[(matches[0][1], matches[0][0])])
+    return out
 
 
 def order_caveat(gpu: Any, visible: list[int], env: Mapping[str, str] | None = None) -> str:

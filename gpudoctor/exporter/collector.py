@@ -7,7 +7,7 @@ import time
 from typing import TYPE_CHECKING, Any, Iterable
 
 from gpudoctor.backends.na import is_na
-from gpudoctor.exporter.metrics import GPU_LABELS, OTHER_METRICS, counter_metrics, gpu_metrics
+from gpudoctor.exporter.metrics import GPU_LABELS, MIG_LABELS, OTHER_METRICS, counter_metrics, gpu_metrics
 from gpudoctor.exporter.report_status import STATUSES, ReportStatus
 from gpudoctor.exporter.sampler import STALE_AFTER_INTERVALS, GpuSampler
 
@@ -138,6 +138,7 @@ class GpudoctorCollector:
         for dev in snap["devices"]:
             _add_device(fam, dev, snap.get("driver_version"))
         yield from fam.values()
+        yield from _mig_metrics(snap["devices"])
 
     def _event_metrics(self, devices: list[dict[str, Any]]) -> Iterable[Any]:
         gpu_labels = list(GPU_LABELS)
@@ -239,6 +240,34 @@ def _add_device(fam: dict[str, Any], dev: dict[str, Any], driver_version: Any) -
             value = _number(sample.get(reading.key))
             if value is not None:  # divided by the reciprocal: mJ -> J is the exact / 1000
                 fam[name].add_metric(labels + [v for _, v in reading.labels], value / (1.0 / reading.scale))
+
+
+def _mig_metrics(devices: list[dict[str, Any]]) -> Iterable[Any]:
+    """The per-MIG-device series (gpudoctor_mig_*), only when some GPU is in MIG mode and its MIG
+    devices were read: memory, SMs, processes and GPM SM activity per slice. No utilisation or
+    energy per slice: NVML has energy for the whole GPU only (a share would be made up) and no
+    utilisation rates in MIG mode."""
+    slices = [(dev["index"], m) for dev in devices if isinstance(dev.get("mig"), list) for m in dev["mig"]]
+    if not slices:
+        return
+    labels = list(MIG_LABELS)
+    info = _gauge("gpudoctor_mig_info", labels=labels + ["profile"])
+    families = {key: _gauge(name, labels=labels) for key, name in (
+        ("memory_used_bytes", "gpudoctor_mig_memory_used_bytes"),
+        ("memory_total_bytes", "gpudoctor_mig_memory_total_bytes"),
+        ("sm_count", "gpudoctor_mig_sm_count"),
+        ("processes", "gpudoctor_mig_processes"),
+        ("sm_active_pct", "gpudoctor_mig_sm_active_ratio"))}
+    for index, mig in slices:
+        values = [str(index), _label(mig.gpu_instance_id), _label(mig.compute_instance_id), _label(mig.uuid)]
+        info.add_metric(values + [_label(mig.profile)], 1.0)
+        for key, family in families.items():
+            raw = mig.get(key)
+            value = float(len(raw)) if key == "processes" and isinstance(raw, list) else _number(raw)
+            if value is not None:
+                family.add_metric(values, value / 100.0 if key == "sm_active_pct" else value)
+    yield info
+    yield from families.values()
 
 
 def _label(value: Any) -> str:

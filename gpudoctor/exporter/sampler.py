@@ -66,7 +66,7 @@ class GpuSampler:
         self.snapshot = {  # one reference swap: scrapes see a whole sample or the previous one
             "t": snap.time, "status": snap.nvml_status, "count": snap.count,
             "driver_version": None if is_na(driver) else driver,
-            "devices": [{"index": d.index, "static": d.static, "sample": d.sample} for d in snap.devices],
+            "devices": [{"index": d.index, "static": d.static, "sample": d.sample, "mig": d.mig} for d in snap.devices],
             "reinits": snap.reinits, "retry_in_s": snap.retry_in_s, "duration_s": snap.read_s}
 
     def sample_once(self) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from textual.widget import Widget
 from gpudoctor.backends import catalogue, throttle_reason_names
 from gpudoctor.findings import CLOCK_EVENTS, CLOCKS_FREE, IDLE_BETWEEN_KERNELS
 from gpudoctor.backends.na import NA, is_na
-from gpudoctor.presentation import busy_verdict, fault_words, no_gpu_words
+from gpudoctor.presentation import MIG_PANEL_NOTE, busy_verdict, fault_words, mig_summary, no_gpu_words
 from gpudoctor.sampling import DeviceSnapshot, History, Snapshot
 from gpudoctor.model import ProbeResult
 from gpudoctor.presentation import (
@@ -250,6 +250,8 @@ class GpuPanel(_LinesPanel):
             procs = device.processes
             if isinstance(procs, list):
                 bits.append(f"{len(procs)} proc{'s' if len(procs) != 1 else ''}")
+            if isinstance(device.mig, list):
+                bits.append(f"MIG: {len(device.mig)} device{'s' if len(device.mig) != 1 else ''}")
             self.set_borders(title, " · ".join(bits))
         else:
             self.set_borders(title, plain_text(fault.reason, limit=60))
@@ -339,6 +341,7 @@ class GpuPanel(_LinesPanel):
         throttle.truncate(width, overflow="ellipsis")
         lines.append(throttle)
         lines += self._verdict_lines(dev, width)
+        lines += self._mig_lines(dev, width)
         lines += event_lines(self.events, width)
         if self._draws_graph():
             graphs = [("util", hist.series(dev.index, "gpu_util_pct"), "dim green")]
@@ -366,6 +369,26 @@ class GpuPanel(_LinesPanel):
         line = Text("work".ljust(LABEL_W), style="cyan") + Text(plain_text(text), style=style)
         line.truncate(width, overflow="ellipsis")
         return [line]
+
+    @staticmethod
+    def _mig_lines(dev: DeviceSnapshot, width: int) -> list[Line]:
+        """A GPU in MIG mode: one row per MIG device (memory, SM activity, processes), then what
+        NVML gives for the whole GPU only. Nothing for a GPU not in MIG mode."""
+        migs = dev.mig
+        if migs is None:
+            return []
+        label = Text("MIG".ljust(LABEL_W), style="cyan")
+        rows: list[Text] = []
+        if is_na(migs):
+            rows.append(label + Text(f"devices {_na_text(migs)}", style="dim"))
+        else:
+            for mig in migs:
+                rows.append(label + Text(mig_summary(mig)))
+                label = Text(" " * LABEL_W)
+            rows.append(label + Text(MIG_PANEL_NOTE, style="dim"))
+        for row in rows:
+            row.truncate(width, overflow="ellipsis")
+        return list(rows)
 
     @staticmethod
     def _cell_of(dev: DeviceSnapshot, hist: History, reading: catalogue.Reading,

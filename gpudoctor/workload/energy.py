@@ -2,8 +2,9 @@
 run (gpudoctor.backends.energy), read around the timed epochs only.
 
 Each run gets joules, average power and samples per joule, or ``None`` with the reason in
-words (no counter on this GPU, no RAPL in this VM, RAPL readable by root only, a window too
-short for the counter, an average power above the GPU's limit).
+words (no counter on this GPU, a GPU in MIG mode, whose counter is the whole GPU's and not the
+run's slice's, no RAPL in this VM, RAPL readable by root only, a window too short for the
+counter, an average power above the GPU's limit).
 
 Thresholds, and why:
 
@@ -67,7 +68,13 @@ class RunEnergy:
             self._why_not = f"no NVML device matches torch device cuda:{cuda_index}"
             return None
         self._backend = backend
-        limit = backend.static(index).get("power_limit_w")
+        static = backend.static(index)
+        if static.get("mig_mode") == 1:
+            # The counter is the whole GPU's: with MIG slices, other slices' work would count as this run's.
+            self._why_not = ("the GPU is in MIG mode: NVML counts energy for the whole GPU only, not for this "
+                             "run's MIG slice, so no energy figure")
+            return None
+        limit = static.get("power_limit_w")
         if isinstance(limit, (int, float)) and limit > 0:
             self.power_limit_w = float(limit)
         return gpu_meter(backend, index) if self._clock is None else gpu_meter(backend, index, clock=self._clock)
