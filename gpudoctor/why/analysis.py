@@ -10,7 +10,7 @@ pipeline spends its time on.
 from __future__ import annotations
 
 import math
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -18,6 +18,11 @@ from gpudoctor.hooks.summary import HOST_SYNC_BOUND, INPUT_BOUND, STRAGGLER, syn
 from gpudoctor.why import rules
 from gpudoctor.why.rules import SourceLine
 from gpudoctor.why.stacks import Stack
+from gpudoctor.why.views import ProcessView, build_views
+from gpudoctor.why.views import data_lines as _data_lines
+from gpudoctor.why.views import line_records as _line_records
+from gpudoctor.why.views import where as _where
+from gpudoctor.why.views import workers_of as _workers_of
 
 FORMAT = "gpudoctor-why"
 FORMAT_VERSION = 1
@@ -42,95 +47,12 @@ WAITING_WORKER_CPU_PCT = 50.0  # a loading worker on less CPU than this waits fo
 QUIET_CPU_PCT = 25.0        # a main thread "computing" on less CPU than this is waiting outside Python
 GPU_BUSY_PCT = 85.0         # NVML's busy figure at or above this: the GPU is the bottleneck
 STRAGGLER_GAP = 0.15        # a rank waits this much less than the median rank: it is the straggler
-MAX_LINES = 5               # user lines named per verdict
 
 WORDS = {INPUT_BOUND: "input-bound", HOST_SYNC_BOUND: "host-sync-bound", IO_BOUND: "I/O-bound",
          CPU_BOUND: "CPU-bound", GPU_BOUND: "GPU-bound", LAUNCH_BOUND: "launch-bound", IDLE: "idle",
          STRAGGLER: "straggler",
          BORDERLINE: "borderline", WORKER: "a DataLoader worker", UNKNOWN: "not enough samples"}
 STARTING_WORDS = "starting up"
-
-
-@dataclass
-class ProcessView:
-    pid: int
-    role: str = "trainer"
-    cmdline: str = ""
-    parent: int | None = None
-    main_samples: int = 0
-    samples: int = 0
-    counts: Counter = field(default_factory=Counter)                 # category -> main-thread samples
-    details: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
-    lines: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))  # category -> Frame
-
-    def share(self, category: str) -> float:
-        return self.counts[category] / self.main_samples if self.main_samples else 0.0
-
-    def shares(self) -> dict[str, float]:
-        return {c: round(self.share(c), 4) for c in rules.CATEGORIES}
-
-
-def build_views(stacks: Sequence[Stack], source: SourceLine, own: Sequence[str] = ()) -> dict[int, ProcessView]:
-    """One :class:`ProcessView` per sampled process, its main thread's samples counted by category."""
-    views: dict[int, ProcessView] = {}
-    for stack in stacks:
-        view = views.get(stack.pid)
-        if view is None:
-            view = views[stack.pid] = ProcessView(stack.pid, cmdline=stack.cmdline,
-                                                  parent=stack.pids[-2] if len(stack.pids) > 1 else None)
-        if rules.is_worker(stack):
-            view.role = "worker"
-        elif rules.is_launcher(stack) and view.role == "trainer":
-            view.role = "launcher"
-    for stack in stacks:
-        view = views[stack.pid]
-        view.samples += stack.count
-        if not stack.is_main_thread:
-            continue
-        verdict = rules.classify(stack, source, worker=view.role == "worker", own=own)
-        view.main_samples += stack.count
-        view.counts[verdict.category] += stack.count
-        view.details[verdict.category][verdict.detail] += stack.count
-        if verdict.user is not None:
-            view.lines[verdict.category][verdict.user] += stack.count
-    return views
-
-
-def _line_records(counter: Counter, total: int, source: SourceLine) -> list[dict[str, Any]]:
-    out = []
-    for frame, count in counter.most_common(MAX_LINES):
-        out.append({"file": frame.file, "line": frame.line, "function": frame.function,
-                    "code": source(frame.file, frame.line)[:200] if frame.line else "",
-                    "share": round(count / total, 4) if total else None})
-    return out
-
-
-def _workers_of(view: ProcessView, views: dict[int, ProcessView]) -> list[ProcessView]:
-    found, frontier = [], [view.pid]
-    while frontier:
-        parent = frontier.pop()
-        for other in views.values():
-            if other.parent == parent and other.pid != view.pid:
-                frontier.append(other.pid)
-                if other.role == "worker":
-                    found.append(other)
-    return found
-
-
-def _data_lines(view: ProcessView, workers: list[ProcessView], source: SourceLine) -> list[dict[str, Any]]:
-    """The lines behind the data wait: the dataset's, from the workers or the main process."""
-    merged: Counter = Counter()
-    total = 0
-    for worker in workers:
-        merged.update(worker.lines[rules.DATA_LOADING])
-        total += worker.counts[rules.DATA_LOADING]
-    if not total and not workers:
-        # no workers: the dataset's lines in the main process, never the loop's own `for` line
-        inside = view.details[rules.DATA_WAIT]["loading in the main process"]
-        merged = Counter({f: c for f, c in view.lines[rules.DATA_WAIT].items() if f.function != "<module>"
-                          and not (f.line and source(f.file, f.line).startswith("for "))})
-        total = inside or view.counts[rules.DATA_WAIT]
-    return _line_records(merged, total, source)
 
 
 @dataclass
@@ -145,12 +67,6 @@ class Decision:
     @property
     def words(self) -> str:
         return self.words_text or WORDS[self.code]
-
-
-def _where(lines: list[dict[str, Any]]) -> str:
-    """The main line, and a second one when it holds a real part of the time too."""
-    kept = [r for i, r in enumerate(lines[:2]) if i == 0 or (r.get("share") or 0) >= 0.10]
-    return ", ".join(f"{r['file'].rsplit('/', 1)[-1]}:{r['line']} {r['function']}" for r in kept) or "no line seen"
 
 
 def _input_fix(workers: list[ProcessView], idle_cpus: float | None, lines: list[dict[str, Any]],
