@@ -131,29 +131,49 @@ def decide(view: ProcessView, views: dict[int, ProcessView], source: SourceLine,
     n = view.main_samples
     if n < MIN_SAMPLES:
         return Decision(UNKNOWN, f"only {n} samples of the main thread: sample longer (--seconds)", "sample longer")
-    starting = view.counts[rules.STARTUP]
-    if starting:
-        share = starting / n
-        seconds = share * window_s if window_s else None
-        what = startup_words(view)
-        lines = _line_records(view.lines[rules.STARTUP], n, source)
-        startup = {"share": round(share, 4), "seconds": round(seconds, 2) if seconds is not None else None,
-                   "what": what, "lines": lines}
-        if share >= STARTUP_SHARE or n - starting < MIN_SAMPLES:
-            again = max(5, math.ceil(seconds)) if seconds is not None else 10
-            return Decision(UNKNOWN, f"starting up: {share:.0%} of the window was {what} (at {_where(lines)}); "
-                            f"sample again in {again} s", f"sample again in {again} s, once the loop runs "
-                            "(gpudoctor why -- CMD waits for it)", lines, words_text=STARTING_WORDS,
-                            extra={"startup": startup})
-        decision = decide(_without_startup(view), views, source, gpu_util=gpu_util, on_gpu=on_gpu,
-                          idle_cpus=idle_cpus, main_cpu_pct=main_cpu_pct, cpu_by_pid=cpu_by_pid,
-                          gpu_unknown=gpu_unknown, gpm=gpm)
-        took = f" ({seconds:.1f} s)" if seconds is not None else ""
-        decision.message += f"; start-up left out: {share:.0%} of the window{took} was {what}"
-        decision.extra["startup"] = startup
-        return decision
-    waiting = view.share(rules.IDLE) + view.share(rules.COLLECTIVE)
-    if waiting >= IDLE_SHARE:
+    if view.counts[rules.STARTUP]:
+        return _with_startup(view, views, source, gpu_util=gpu_util, on_gpu=on_gpu, idle_cpus=idle_cpus,
+                             main_cpu_pct=main_cpu_pct, cpu_by_pid=cpu_by_pid, gpu_unknown=gpu_unknown,
+                             window_s=window_s, gpm=gpm)
+    waiting = _waiting(view, source, main_cpu_pct, on_gpu)
+    if waiting is not None:
+        return waiting
+    return _steady(view, views, source, gpu_util=gpu_util, on_gpu=on_gpu, idle_cpus=idle_cpus,
+                   cpu_by_pid=cpu_by_pid or {}, gpu_unknown=gpu_unknown, gpm=gpm or {})
+
+
+def _with_startup(view: ProcessView, views: dict[int, ProcessView], source: SourceLine, *,
+                  window_s: float | None, **figures: Any) -> Decision:
+    """A window with start-up in it: no verdict when it is mostly start-up, else the verdict of
+    the rest with the start-up named apart."""
+    n, starting = view.main_samples, view.counts[rules.STARTUP]
+    share = starting / n
+    seconds = share * window_s if window_s else None
+    what = startup_words(view)
+    lines = _line_records(view.lines[rules.STARTUP], n, source)
+    startup = {"share": round(share, 4), "seconds": round(seconds, 2) if seconds is not None else None,
+               "what": what, "lines": lines}
+    if share >= STARTUP_SHARE or n - starting < MIN_SAMPLES:
+        again = max(5, math.ceil(seconds)) if seconds is not None else 10
+        return Decision(UNKNOWN, f"starting up: {share:.0%} of the window was {what} (at {_where(lines)}); "
+                        f"sample again in {again} s", f"sample again in {again} s, once the loop runs "
+                        "(gpudoctor why -- CMD waits for it)", lines, words_text=STARTING_WORDS,
+                        extra={"startup": startup})
+    decision = decide(_without_startup(view), views, source, **figures)
+    took = f" ({seconds:.1f} s)" if seconds is not None else ""
+    decision.message += f"; start-up left out: {share:.0%} of the window{took} was {what}"
+    decision.extra["startup"] = startup
+    return decision
+
+
+_WAIT_FIX = ("nothing runs: if it should be training, see what it waits for (a sleep, a lock, "
+             "another rank at a barrier, a file)")
+
+
+def _waiting(view: ProcessView, source: SourceLine, main_cpu_pct: float | None, on_gpu: bool | None) -> Decision | None:
+    """Idle: the main thread waits (in a collective, a sleep, a lock), or uses next to no CPU on
+    Python lines that then wait outside Python; None when it does not."""
+    if view.share(rules.IDLE) + view.share(rules.COLLECTIVE) >= IDLE_SHARE:
         if view.share(rules.COLLECTIVE) >= view.share(rules.IDLE):
             lines = _line_records(view.lines[rules.COLLECTIVE], view.counts[rules.COLLECTIVE], source)
             what = view.details[rules.COLLECTIVE].most_common(1)[0][0]
@@ -165,33 +185,38 @@ def decide(view: ProcessView, views: dict[int, ProcessView], source: SourceLine,
         lines = _line_records(view.lines[rules.IDLE], view.counts[rules.IDLE], source)
         what = view.details[rules.IDLE].most_common(1)[0][0] or "a wait"
         return Decision(IDLE, f"{view.share(rules.IDLE):.0%} of the main thread's time waits ({what}) at {_where(lines)}",
-                        "nothing runs: if it should be training, see what it waits for (a sleep, a lock, "
-                        "another rank at a barrier, a file)", lines)
+                        _WAIT_FIX, lines)
     quiet = main_cpu_pct is not None and main_cpu_pct < QUIET_CPU_PCT and on_gpu is False
-    if quiet and view.share(rules.OTHER) + view.share(rules.IDLE) >= IDLE_SHARE:
-        lines = _line_records(view.lines[rules.OTHER] + view.lines[rules.IDLE], n, source)
-        # the breakdown says what the verdict says: Python lines on a thread that uses no CPU wait
-        moved = view.counts[rules.OTHER]
-        view.counts[rules.IDLE] += moved
-        view.counts[rules.OTHER] = 0
-        view.details[rules.IDLE]["waiting outside Python"] += moved
-        view.lines[rules.IDLE].update(view.lines.pop(rules.OTHER, Counter()))
-        return Decision(IDLE, f"the main thread used {main_cpu_pct:.0f}% of a CPU: it sleeps or waits outside "
-                        f"Python (a sleep, a lock, a socket) at {_where(lines)}",
-                        "nothing runs: if it should be training, see what it waits for (a sleep, a lock, "
-                        "another rank at a barrier, a file)", lines)
+    if not quiet or view.share(rules.OTHER) + view.share(rules.IDLE) < IDLE_SHARE:
+        return None
+    lines = _line_records(view.lines[rules.OTHER] + view.lines[rules.IDLE], view.main_samples, source)
+    # the breakdown says what the verdict says: Python lines on a thread that uses no CPU wait
+    moved = view.counts[rules.OTHER]
+    view.counts[rules.IDLE] += moved
+    view.counts[rules.OTHER] = 0
+    view.details[rules.IDLE]["waiting outside Python"] += moved
+    view.lines[rules.IDLE].update(view.lines.pop(rules.OTHER, Counter()))
+    return Decision(IDLE, f"the main thread used {main_cpu_pct:.0f}% of a CPU: it sleeps or waits outside "
+                    f"Python (a sleep, a lock, a socket) at {_where(lines)}", _WAIT_FIX, lines)
+
+
+def _steady(view: ProcessView, views: dict[int, ProcessView], source: SourceLine, *, gpu_util: float | None,
+            on_gpu: bool | None, idle_cpus: float | None, cpu_by_pid: dict[int, float | None], gpu_unknown: str,
+            gpm: dict[str, Any]) -> Decision:
+    """A loop that runs: input-, host-sync- or I/O-bound past the margin, GPU-bound, CPU-bound,
+    or borderline between a problem and computing."""
     candidates = [(view.share(rules.DATA_WAIT), INPUT_BOUND), (view.share(rules.HOST_SYNC), HOST_SYNC_BOUND),
                   (view.share(rules.CHECKPOINT_IO), IO_BOUND)]
     share, code = max(candidates)
     gpu_busy = gpu_util is not None and gpu_util >= GPU_BUSY_PCT
     gpu_words = f"; the GPU is busy {gpu_util:.0f}% of the time" if gpu_util is not None else ""
     if share >= PROBLEM_SHARE + BORDERLINE_MARGIN and not gpu_busy:
-        return _problem(code, share, view, views, source, gpu_words, idle_cpus, cpu_by_pid or {})
-    if gpu_busy:
-        return _gpu_busy(gpu_util, gpm or {})
+        return _problem(code, share, view, views, source, gpu_words, idle_cpus, cpu_by_pid)
+    if gpu_busy and gpu_util is not None:
+        return _gpu_busy(gpu_util, gpm)
     base = _compute(view, source, on_gpu, gpu_words, gpu_unknown)
     if share >= PROBLEM_SHARE - BORDERLINE_MARGIN:  # near the threshold: name both, so windows do not flip
-        problem = _problem(code, share, view, views, source, gpu_words, idle_cpus, cpu_by_pid or {})
+        problem = _problem(code, share, view, views, source, gpu_words, idle_cpus, cpu_by_pid)
         return Decision(BORDERLINE, f"on the line between {problem.words} and {base.words} "
                         f"({PROBLEM_SHARE - BORDERLINE_MARGIN:.0%}-{PROBLEM_SHARE + BORDERLINE_MARGIN:.0%} "
                         f"is the margin): {problem.message}; and {base.message}",
