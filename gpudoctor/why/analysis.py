@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from gpudoctor.hooks.summary import HOST_SYNC_BOUND, INPUT_BOUND, STRAGGLER, sync_pattern_words
-from gpudoctor.why import rules
+from gpudoctor.why import hang, rules
 from gpudoctor.why.rules import SourceLine
 from gpudoctor.why.stacks import Stack
 from gpudoctor.why.views import ProcessView, build_views
@@ -35,7 +35,9 @@ IDLE = "idle"
 UNKNOWN = "unknown"
 BORDERLINE = "borderline"
 WORKER = "dataloader_worker"
-CODES = (INPUT_BOUND, HOST_SYNC_BOUND, IO_BOUND, CPU_BOUND, GPU_BOUND, IDLE, STRAGGLER, BORDERLINE, WORKER, UNKNOWN)
+RANK_HANG = hang.RANK_HANG
+CODES = (INPUT_BOUND, HOST_SYNC_BOUND, IO_BOUND, CPU_BOUND, GPU_BOUND, IDLE, STRAGGLER, RANK_HANG, BORDERLINE, WORKER,
+         UNKNOWN)
 
 MIN_SAMPLES = 10            # fewer main-thread samples than this: no verdict
 IDLE_SHARE = 0.50           # the main thread waits on sleep/locks this much: idle
@@ -50,7 +52,7 @@ STRAGGLER_GAP = 0.15        # a rank waits this much less than the median rank: 
 
 WORDS = {INPUT_BOUND: "input-bound", HOST_SYNC_BOUND: "host-sync-bound", IO_BOUND: "I/O-bound",
          CPU_BOUND: "CPU-bound", GPU_BOUND: "GPU-bound", LAUNCH_BOUND: "launch-bound", IDLE: "idle",
-         STRAGGLER: "straggler",
+         STRAGGLER: "straggler", RANK_HANG: "a rank holds the others in a collective",
          BORDERLINE: "borderline", WORKER: "a DataLoader worker", UNKNOWN: "not enough samples"}
 STARTING_WORDS = "starting up"
 
@@ -372,35 +374,77 @@ def _process_record(view: ProcessView, decision: Decision | None, readings: dict
 
 
 # Where a fast rank waits for a slow one: in a collective (idle) or, under DDP, at the end of
-# backward (the reducer waits for the gradients' all-reduce inside autograd).
+# backward (the reducer waits for the gradients' all-reduce inside autograd). Backward is work,
+# not waiting, as far as the rank's main thread used the CPU for it (a rank slow inside backward
+# is named); without CPU figures all of backward counts as waiting.
 WAITING_FOR_RANKS = (rules.IDLE, rules.COLLECTIVE, rules.BACKWARD)
 
 
-def _work_share(view: ProcessView) -> float:
-    return 1.0 - sum(view.share(c) for c in WAITING_FOR_RANKS)
+def _work_share(view: ProcessView, main_cpu_pct: float | None = None) -> float:
+    outside = 1.0 - sum(view.share(c) for c in WAITING_FOR_RANKS)
+    if main_cpu_pct is None:
+        return outside
+    busy = min(1.0, max(0.0, main_cpu_pct / 100.0))
+    return outside + min(view.share(rules.BACKWARD), max(0.0, busy - outside))
 
 
-def straggler(ranks: list[tuple[ProcessView, Decision]]) -> dict[str, Any] | None:
-    """The rank the others wait for: its share of own work (everything but collectives and
-    backward, where DDP's fast ranks wait) is ``STRAGGLER_GAP`` or more above the median rank's.
-    The category where it spends the most time more than the others is named."""
+def straggler(ranks: list[tuple[ProcessView, Decision]],
+              main_cpu: dict[int, float | None] | None = None) -> dict[str, Any] | None:
+    """The rank the others wait for: its share of own work (everything but collectives, and
+    backward where its main thread did not use the CPU: DDP's fast ranks wait there) is
+    ``STRAGGLER_GAP`` or more above the median rank's. The category where it spends the most time
+    more than the others is named. ``main_cpu``: each rank's main-thread CPU % (100 = a core)."""
     if len(ranks) < 2:
         return None
-    shares = sorted(_work_share(v) for v, _ in ranks)
+    cpu = main_cpu or {}
+
+    def work(view: ProcessView) -> float:
+        return _work_share(view, cpu.get(view.pid))
+
+    shares = sorted(work(v) for v, _ in ranks)
     mid = len(shares) // 2
     median = shares[mid] if len(shares) % 2 else (shares[mid - 1] + shares[mid]) / 2
-    view, decision = max(ranks, key=lambda r: _work_share(r[0]))
-    if _work_share(view) - median < STRAGGLER_GAP:
+    view, decision = max(ranks, key=lambda r: work(r[0]))
+    if work(view) - median < STRAGGLER_GAP:
         return None
     others = [v for v, _ in ranks if v is not view]
+    waiting = WAITING_FOR_RANKS if cpu.get(view.pid) is None else (rules.IDLE, rules.COLLECTIVE)
     excess = {c: view.share(c) - sum(o.share(c) for o in others) / len(others)
-              for c in rules.CATEGORIES if c not in WAITING_FOR_RANKS}
+              for c in rules.CATEGORIES if c not in waiting}
     where = max(excess, key=lambda c: excess[c])
     return {"pid": view.pid, "code": STRAGGLER, "words": WORDS[STRAGGLER],
-            "message": f"pid {view.pid} works {_work_share(view):.0%} of its time where the median rank works "
-                       f"{median:.0%} and waits for it (in collectives or backward); the extra time is in "
-                       f"{where} (+{excess[where]:.0%}); on its own it is {decision.words}: {decision.message}",
+            "message": f"pid {view.pid} works {work(view):.0%} of its time where the median rank works "
+                       f"{median:.0%} and waits for it (in collectives, or in backward without using the CPU); "
+                       f"the extra time is in {where} (+{excess[where]:.0%}); on its own it is {decision.words}: "
+                       f"{decision.message}",
             "fix": decision.fix}
+
+
+def _across_ranks(decided: list[tuple[ProcessView, Decision]], views: dict[int, ProcessView],
+                  readings: dict[str, Any], source: SourceLine, window_s: float | None
+                  ) -> tuple[hang.Hang | None, dict[str, Any] | None]:
+    """The verdicts that need every rank: a hang (most ranks in one collective, some elsewhere),
+    else a straggler."""
+    processes = readings.get("processes") or {}
+    gpu = readings.get("gpu") or {}
+    ranks = []
+    for view, _ in decided:
+        info = processes.get(view.pid) or {}
+        ranks.append(hang.Rank(view, info.get("rank"), (info.get("threads_cpu_pct") or {}).get(view.pid),
+                               info.get("age_s")))
+
+    def gpu_of(pids: set[int]) -> dict[str, Any]:
+        util, on_gpu, _, why_so = _gpu_for(pids, gpu, processes)
+        gpm = _gpm_of(pids, gpu)
+        return hang.gpu_state(util, gpm.get("sm_active_mean_pct"), gpm.get("gpm_note"), on_gpu,
+                              gpu.get("reason") or why_so)
+
+    found = hang.find(ranks, views, source, window_s=window_s, gpu_of=gpu_of, flight=readings.get("flight_recorder"))
+    if found is not None:
+        slow = None if found.code != STRAGGLER else {"pid": found.pid, "code": STRAGGLER, "words": found.words,
+                                                     "message": found.message, "fix": found.fix}
+        return found, slow
+    return None, straggler(decided, {r.view.pid: r.main_cpu_pct for r in ranks})
 
 
 def diagnose(stacks: Sequence[Stack], readings: dict[str, Any], source: SourceLine, *, pid: int,
@@ -423,11 +467,12 @@ def diagnose(stacks: Sequence[Stack], readings: dict[str, Any], source: SourceLi
                           cpu_by_pid=cpu_by_pid, gpu_unknown=why_so, window_s=window_s,
                           gpm=_gpm_of(_tree(view, views), gpu))
         decided.append((view, overloaded(decision, host)))
-    lagging = straggler(decided)
+    hung, lagging = _across_ranks(decided, views, readings, source, window_s)
     main = next((d for d in decided if d[0].pid == pid), None) or (max(decided, key=lambda d: d[0].main_samples)
                                                                     if decided else None)
-    if lagging is not None and (main is None or main[0].pid != pid):  # the launcher was asked about
-        main = next(d for d in decided if d[0].pid == lagging["pid"])
+    named = hung.pid if hung is not None else lagging["pid"] if lagging is not None else None
+    if named is not None and (main is None or main[0].pid != pid or hung is not None):  # the launcher was asked
+        main = next(d for d in decided if d[0].pid == named)
     asked = views.get(pid)
     details: dict[str, str] = {}
     if main is None and asked is not None and asked.role == "worker":
@@ -442,7 +487,9 @@ def diagnose(stacks: Sequence[Stack], readings: dict[str, Any], source: SourceLi
         verdict = {"code": decision.code, "words": decision.words, "message": decision.message,
                    "fix": decision.fix, "lines": decision.lines, "pid": view.pid, **decision.extra}
         details = {c: d.most_common(1)[0][0] for c, d in view.details.items() if d and d.most_common(1)[0][0]}
-        if lagging is not None and lagging["pid"] == view.pid:
+        if hung is not None:
+            verdict.update(code=hung.code, words=hung.words, message=hung.message, fix=hung.fix, lines=hung.lines)
+        elif lagging is not None and lagging["pid"] == view.pid:
             verdict.update(code=STRAGGLER, words=WORDS[STRAGGLER], message=lagging["message"])
         shares = view.shares()
     util, on_gpu, held, why_so = _gpu_for(set(views), gpu, processes)
@@ -452,7 +499,7 @@ def diagnose(stacks: Sequence[Stack], readings: dict[str, Any], source: SourceLi
             "processes": [_process_record(v, next((d for w, d in decided if w is v), None), readings)
                           for v in sorted(views.values(), key=lambda v: v.pid)],
             "ranks": [v.pid for v, _ in decided] if len(decided) > 1 else [],
-            "straggler": lagging,
+            "straggler": lagging, "hang": hung.record if hung is not None else None,
             "gpu": {"available": bool(gpu.get("available")), "reason": gpu.get("reason"),
                     "in_use": _state(on_gpu), "evidence": why_so,
                     "util_mean_pct": util, "devices": held or gpu.get("devices", [])},
