@@ -132,3 +132,20 @@ def test_backward_counts_as_work_as_far_as_the_cpu_was_used():
     # rank 13 used its core all the window, the others a third of one: 13 is slow inside backward
     found = analysis.straggler(ranks, {11: 30.0, 12: 30.0, 13: 99.0})
     assert found["pid"] == 13 and "in backward" in found["message"]
+
+
+def test_the_flight_recorder_names_the_rank_behind():
+    def summary(rank: int, seq: int, state: str) -> dict:
+        last = {"seq": seq, "pg_id": 0, "op": "all_reduce", "state": state, "sizes": [[8]], "p2p": False,
+                "created_ns": 1, "line": None}
+        return {"rank": rank, "version": "2.10", "entries": 1, "path": f"/tmp/nccl_trace_rank_{rank}", "written": 1.0,
+                "groups": [{"pg_id": 0, "last": last, "last_completed": None}]}
+
+    flight = {"dumps": [summary(0, 8, "started"), summary(1, 7, "completed")], "errors": [], "settings": {}}
+    d = diagnose([in_collective(11), sleeping(12)], {11: 0, 12: 1}, {11: 1.0, 12: 1.0}, flight=flight)
+    record = d["hang"]["flight_recorder"]
+    assert record["behind"]["behind"] == [1] and record["advice"] == []
+    assert record["words"] == ("flight recorder (process group 0): rank 1 is behind at #7 all_reduce (completed); "
+                               "rank 0 is at #8 all_reduce (started)")
+    assert "TORCH_NCCL_TRACE_BUFFER_SIZE" not in d["verdict"]["fix"]  # a dump was there: no advice
+    assert record["words"] in render_text(d, width=0)

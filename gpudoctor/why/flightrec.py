@@ -67,7 +67,9 @@ def loads(data: bytes) -> Any:
     try:
         return _PlainDataUnpickler(io.BytesIO(data)).load()
     except pickle.UnpicklingError as exc:
-        raise DumpError(str(exc).splitlines()[0] if str(exc) else "not a pickle") from None
+        words = plain_text(str(exc), limit=200)
+        raise DumpError(words if words.startswith("refused") else f"not a whole pickle ({words or 'unreadable'})") \
+            from None
     except EOFError:
         raise DumpError("truncated: the pickle ends before its STOP") from None
     except RecursionError:

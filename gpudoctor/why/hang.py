@@ -159,8 +159,9 @@ def _flight_words(found: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
     behind = "; ".join(f"rank {r} is behind at #{e['seq']} {e['op']} ({e['state']})" if e else f"rank {r} is behind"
                        for r, e in late["last_of"].items())
     at = f"#{waiting.get('seq')} {waiting.get('op')} ({waiting.get('state')})" if waiting else "a later collective"
-    return (f"flight recorder (process group {late['pg_id']}): {behind}; ranks "
-            f"{', '.join(map(str, late['ahead']))} are at {at}"), record
+    ahead = (f"rank {late['ahead'][0]} is" if len(late["ahead"]) == 1
+             else f"ranks {', '.join(map(str, late['ahead']))} are")
+    return f"flight recorder (process group {late['pg_id']}): {behind}; {ahead} at {at}", record
 
 
 def find(ranks: list[Rank], views: dict[int, ProcessView], source: SourceLine, *, window_s: float | None,
