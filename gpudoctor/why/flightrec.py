@@ -213,7 +213,7 @@ def find(processes: dict[int, dict[str, Any]]) -> dict[str, Any]:
     for pid, info in sorted(processes.items()):
         rank = info.get("rank")
         env = info.get("env") or {}
-        if rank is None:
+        if rank is None or str(rank) in settings:  # one look per rank
             continue
         settings[str(rank)] = {k: plain_text(env[k], limit=200) for k in SETTINGS if k in env}
         path = dump_path(env, rank)

@@ -27,6 +27,8 @@ RANK_HANG = "rank_hang"
 WHOLE_WINDOW = 0.90      # a rank in one collective this share of its samples waits in it all the window
 AWAY_SHARE = 0.50        # a rank in that collective less than this is elsewhere
 QUIET_CPU_PCT = 25.0     # a main thread on less CPU than this waits, whatever Python line it shows
+STILL_CPU_PCT = 5.0      # in forward/backward/optimizer on less than this: it waits there (DDP's reducer), since
+                         # a thread that computes gets more than this even on an overloaded host (31% at load 8.6)
 SPIN_UTIL_PCT = 80.0     # NVML utilisation this high while every rank waits: kernels are resident
 SPIN_SM_PCT = 30.0       # ...with SM activity under this: they spin (NCCL's kernels hold a few SMs each)
 IDLE_UTIL_PCT = 10.0     # at or under this the GPU is idle: nothing was launched on it
@@ -88,8 +90,11 @@ def _doing(rank: Rank, op: str, views: dict[int, ProcessView], source: SourceLin
         lines = found or lines
         words, kind = f"waiting for data (DataLoader, {detail or 'waiting for workers'})", "data_wait"
     elif category == rules.IDLE:
-        words, kind = ("sleeping" if detail == "sleep" else f"waiting ({detail or 'a wait'})"), "waiting"
-    elif category in _COMPUTE and not quiet:
+        text = lines[0]["code"] if lines else ""
+        asleep = detail == "sleep" or "sleep(" in text.replace(" ", "")
+        what = detail if detail and not detail.startswith("<") else "a wait"
+        words, kind = ("sleeping" if asleep else f"waiting ({what})"), "waiting"
+    elif category in _COMPUTE and not (rank.main_cpu_pct is not None and rank.main_cpu_pct < STILL_CPU_PCT):
         words, kind = f"slow in {category}", "slow"
     elif category == rules.OTHER and quiet:
         words, kind = "waiting outside Python", "waiting"
@@ -174,6 +179,7 @@ def find(ranks: list[Rank], views: dict[int, ProcessView], source: SourceLine, *
     if not ops:
         return None
     op = ops.most_common(1)[0][0]
+    ranks = sorted(ranks, key=lambda r: (r.rank is None, r.rank or 0, r.view.pid))
     waiters = [r for r in ranks if _in_op(r.view, op) >= WHOLE_WINDOW]
     away = [r for r in ranks if _in_op(r.view, op) < AWAY_SHARE]
     if not away or len(waiters) < len(away):
