@@ -131,7 +131,9 @@ def test_backward_counts_as_work_as_far_as_the_cpu_was_used():
     assert analysis.straggler(ranks) is None
     # rank 13 used its core all the window, the others a third of one: 13 is slow inside backward
     found = analysis.straggler(ranks, {11: 30.0, 12: 30.0, 13: 99.0})
-    assert found["pid"] == 13 and "in backward" in found["message"]
+    assert found["pid"] == 13 and "in backward (+15%)" in found["message"] and "works 100%" in found["message"]
+    # CPU alike on every rank: backward is where they wait, as without figures
+    assert analysis.straggler(ranks, {11: 60.0, 12: 60.0, 13: 99.0}) is None
 
 
 def test_the_flight_recorder_names_the_rank_behind():

@@ -375,31 +375,43 @@ def _process_record(view: ProcessView, decision: Decision | None, readings: dict
 
 # Where a fast rank waits for a slow one: in a collective (idle) or, under DDP, at the end of
 # backward (the reducer waits for the gradients' all-reduce inside autograd). Backward is work,
-# not waiting, as far as the rank's main thread used the CPU for it (a rank slow inside backward
-# is named); without CPU figures all of backward counts as waiting.
+# not waiting, for a rank whose main thread used the CPU much more than the others' (twice the
+# median of the other ranks, and at least 5% of a core): a rank slow inside backward is named.
 WAITING_FOR_RANKS = (rules.IDLE, rules.COLLECTIVE, rules.BACKWARD)
+BACKWARD_WORK_CPU_RATIO = 2.0
+BACKWARD_WORK_MIN_CPU_PCT = 5.0
 
 
-def _work_share(view: ProcessView, main_cpu_pct: float | None = None) -> float:
+def _work_share(view: ProcessView, backward_is_work: bool = False) -> float:
     outside = 1.0 - sum(view.share(c) for c in WAITING_FOR_RANKS)
-    if main_cpu_pct is None:
-        return outside
-    busy = min(1.0, max(0.0, main_cpu_pct / 100.0))
-    return outside + min(view.share(rules.BACKWARD), max(0.0, busy - outside))
+    return outside + (view.share(rules.BACKWARD) if backward_is_work else 0.0)
+
+
+def _busy_in_backward(pid: int, cpu: dict[int, float | None]) -> bool:
+    """Whether this rank's main thread used twice the CPU of the other ranks' median (and 5% of a
+    core or more): its time in backward is its own work, not a wait for the others."""
+    mine = cpu.get(pid)
+    others = sorted(c for p, c in cpu.items() if p != pid and c is not None)
+    if mine is None or not others:
+        return False
+    mid = len(others) // 2
+    median = others[mid] if len(others) % 2 else (others[mid - 1] + others[mid]) / 2
+    return mine >= max(BACKWARD_WORK_MIN_CPU_PCT, BACKWARD_WORK_CPU_RATIO * median)
 
 
 def straggler(ranks: list[tuple[ProcessView, Decision]],
               main_cpu: dict[int, float | None] | None = None) -> dict[str, Any] | None:
     """The rank the others wait for: its share of own work (everything but collectives, and
-    backward where its main thread did not use the CPU: DDP's fast ranks wait there) is
+    backward unless its main thread was busy there: DDP's fast ranks wait in it) is
     ``STRAGGLER_GAP`` or more above the median rank's. The category where it spends the most time
     more than the others is named. ``main_cpu``: each rank's main-thread CPU % (100 = a core)."""
     if len(ranks) < 2:
         return None
-    cpu = main_cpu or {}
+    cpu = {v.pid: (main_cpu or {}).get(v.pid) for v, _ in ranks}
+    busy = {v.pid for v, _ in ranks if _busy_in_backward(v.pid, cpu)}
 
     def work(view: ProcessView) -> float:
-        return _work_share(view, cpu.get(view.pid))
+        return _work_share(view, view.pid in busy)
 
     shares = sorted(work(v) for v, _ in ranks)
     mid = len(shares) // 2
@@ -408,13 +420,13 @@ def straggler(ranks: list[tuple[ProcessView, Decision]],
     if work(view) - median < STRAGGLER_GAP:
         return None
     others = [v for v, _ in ranks if v is not view]
-    waiting = WAITING_FOR_RANKS if cpu.get(view.pid) is None else (rules.IDLE, rules.COLLECTIVE)
+    waiting = (rules.IDLE, rules.COLLECTIVE) if view.pid in busy else WAITING_FOR_RANKS
     excess = {c: view.share(c) - sum(o.share(c) for o in others) / len(others)
               for c in rules.CATEGORIES if c not in waiting}
     where = max(excess, key=lambda c: excess[c])
     return {"pid": view.pid, "code": STRAGGLER, "words": WORDS[STRAGGLER],
             "message": f"pid {view.pid} works {work(view):.0%} of its time where the median rank works "
-                       f"{median:.0%} and waits for it (in collectives, or in backward without using the CPU); "
+                       f"{median:.0%} and waits for it (in collectives, or in backward with its CPU idle); "
                        f"the extra time is in {where} (+{excess[where]:.0%}); on its own it is {decision.words}: "
                        f"{decision.message}",
             "fix": decision.fix}
