@@ -144,10 +144,13 @@ def test_the_flight_recorder_names_the_rank_behind():
                 "groups": [{"pg_id": 0, "last": last, "last_completed": None}]}
 
     flight = {"dumps": [summary(0, 8, "started"), summary(1, 7, "completed")], "errors": [], "settings": {}}
+    flight["dumps"][0]["written"] = 1_700_000_600.0
+    flight["dumps"][0]["groups"][0]["last"]["created_ns"] = 1_700_000_000 * 10**9
     d = diagnose([in_collective(11), sleeping(12)], {11: 0, 12: 1}, {11: 1.0, 12: 1.0}, flight=flight)
     record = d["hang"]["flight_recorder"]
     assert record["behind"]["behind"] == [1] and record["advice"] == []
     assert record["words"] == ("flight recorder (process group 0): rank 1 is behind at #7 all_reduce (completed); "
-                               "rank 0 is at #8 all_reduce (started)")
+                               "rank 0 is at #8 all_reduce (started), enqueued 600 s before its dump was written")
+    assert record["behind"]["waited_at_dump_s"] == 600.0
     assert "TORCH_NCCL_TRACE_BUFFER_SIZE" not in d["verdict"]["fix"]  # a dump was there: no advice
     assert record["words"] in render_text(d, width=0)

@@ -164,6 +164,11 @@ def _flight_words(found: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
     behind = "; ".join(f"rank {r} is behind at #{e['seq']} {e['op']} ({e['state']})" if e else f"rank {r} is behind"
                        for r, e in late["last_of"].items())
     at = f"#{waiting.get('seq')} {waiting.get('op')} ({waiting.get('state')})" if waiting else "a later collective"
+    written = next((d.get("written") for d in dumps if d["rank"] == late["ahead"][0]), None)
+    created = waiting.get("created_ns")
+    if isinstance(written, (int, float)) and isinstance(created, int) and 0 < created / 1e9 <= written + 1:
+        late["waited_at_dump_s"] = round(max(0.0, written - created / 1e9), 1)  # the clocks: wall time, both
+        at += f", enqueued {late['waited_at_dump_s']:.0f} s before its dump was written"
     ahead = (f"rank {late['ahead'][0]} is" if len(late["ahead"]) == 1
              else f"ranks {', '.join(map(str, late['ahead']))} are")
     return f"flight recorder (process group {late['pg_id']}): {behind}; {ahead} at {at}", record
