@@ -10,6 +10,8 @@ import sys
 import threading
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpudoctor.why import flightrec
 
@@ -150,3 +152,18 @@ def test_a_huge_dump_a_fifo_and_another_users_file_are_not_read(tmp_path, monkey
     env = {"TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(tmp_path / "nccl_trace_rank_")}
     found = flightrec.find({os.getpid(): {"rank": 1, "env": env, "uid": os.getuid()}})
     assert found["dumps"] == [] and "not a regular file" in found["errors"][0]["error"]
+
+
+GOOD = dump([entry(1, "all_reduce", "completed"), entry(2, "all_reduce", "started")], 2, 1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.binary(max_size=400),
+                 st.tuples(st.integers(0, len(GOOD) - 1), st.binary(min_size=1, max_size=8)).map(
+                     lambda cut: GOOD[:cut[0]] + cut[1] + GOOD[cut[0] + len(cut[1]):])))
+def test_any_bytes_are_read_or_refused_in_one_line(data):
+    """Random bytes and damaged dumps: a summary or a DumpError of one line, never another error."""
+    try:
+        flightrec.summarise(flightrec.loads(data), 0)
+    except flightrec.DumpError as exc:
+        assert "\n" not in str(exc) and 0 < len(str(exc)) < 300
