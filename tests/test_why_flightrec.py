@@ -63,7 +63,7 @@ def test_the_rank_whose_sequence_is_behind(tmp_path):
     assert flightrec.behind(dumps[:1] + dumps[2:]) is None  # ranks that agree: nobody behind
 
 
-def test_find_reads_each_rank_where_its_settings_put_the_dump(tmp_path):
+def test_find_reads_each_rank_where_its_settings_put_the_dump(tmp_path, monkeypatch):
     write(tmp_path, "fr_0", dump([entry(3, "broadcast", "started")], 3, 2))
     write(tmp_path, "fr_1", dump([entry(2, "broadcast", "completed")], 2, 2))
     env = {"TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(tmp_path / "fr_"), "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000"}
@@ -77,6 +77,12 @@ def test_find_reads_each_rank_where_its_settings_put_the_dump(tmp_path):
     stale = flightrec.find({me: {"rank": 0, "env": env, "uid": os.getuid(), "create_time": 4e9}})
     assert stale["dumps"] == [] and "before this rank started" in stale["errors"][0]["error"]
     assert flightrec.dump_path({}, 3) == "/tmp/nccl_trace_rank_3"
+    # a relative prefix is the rank's own working folder's
+    os.mkdir(tmp_path / "cwd")
+    write(tmp_path / "cwd", "fr_0", dump([entry(5, "barrier", "started")], 5, 4))
+    monkeypatch.chdir(tmp_path / "cwd")
+    rel = flightrec.find({me: {"rank": 0, "env": {"TORCH_FR_DUMP_TEMP_FILE": "fr_"}, "uid": os.getuid()}})
+    assert rel["dumps"][0]["groups"][0]["last"]["op"] == "barrier" and rel["dumps"][0]["path"] == "fr_0"
 
 
 def test_a_dump_pytorch_writes_itself_is_read():

@@ -217,8 +217,11 @@ def find(processes: dict[int, dict[str, Any]]) -> dict[str, Any]:
             continue
         settings[str(rank)] = {k: plain_text(env[k], limit=200) for k in SETTINGS if k in env}
         path = dump_path(env, rank)
-        root = f"/proc/{pid}/root"
-        seen_as = root + os.path.normpath(path) if path.startswith("/") and os.path.isdir(root) else path
+        root, cwd = f"/proc/{pid}/root", f"/proc/{pid}/cwd"
+        if not path.startswith("/"):  # relative to the rank's working folder, not gpudoctor's
+            seen_as = os.path.join(cwd, path)
+        else:  # ".." folded lexically: it would climb out of a container's root
+            seen_as = root + os.path.normpath(path) if os.path.isdir(root) else path
         try:
             dump, mtime = read_file(seen_as, info.get("uid"))
         except FileNotFoundError:
