@@ -26,6 +26,7 @@ from gpudoctor.why.views import ProcessView, data_lines, line_records, where, wo
 RANK_HANG = "rank_hang"
 WHOLE_WINDOW = 0.90      # a rank in one collective this share of its samples waits in it all the window
 AWAY_SHARE = 0.50        # a rank in that collective less than this is elsewhere
+MIN_SAMPLES = 10         # main-thread samples a rank needs to count (analysis.MIN_SAMPLES)
 QUIET_CPU_PCT = 25.0     # a main thread on less CPU than this waits, whatever Python line it shows
 STILL_CPU_PCT = 5.0      # in forward/backward/optimizer on less than this: it waits there (DDP's reducer), since
                          # a thread that computes gets more than this even on an overloaded host (31% at load 8.6)
@@ -178,6 +179,7 @@ def find(ranks: list[Rank], views: dict[int, ProcessView], source: SourceLine, *
          gpu_of: Callable[[set[int]], dict[str, Any]], flight: dict[str, Any] | None) -> Hang | None:
     """The hang (or slow-rank) verdict across ``ranks``, or None when the ranks do not sit in one
     collective. ``gpu_of``: the PIDs of the waiting ranks -> :func:`gpu_state` of their GPUs."""
+    ranks = [r for r in ranks if r.view.main_samples >= MIN_SAMPLES]  # a rank barely seen tells nothing
     if len(ranks) < 2:
         return None
     ops = Counter(op for op, share in map(lambda r: _collective(r.view), ranks) if op and share >= WHOLE_WINDOW)
