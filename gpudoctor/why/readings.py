@@ -16,8 +16,12 @@ from typing import Any
 import psutil
 
 from gpudoctor.backends.na import NA, is_na
+from gpudoctor.why import flightrec
 
 MAX_PROCESSES = 256
+MAX_SETTING_CHARS = 300
+# The environment variables read from each process besides RANK: the flight recorder's settings.
+JOB_SETTINGS = flightrec.SETTINGS
 MAX_MAPS_BYTES = 8 << 20  # /proc/PID/maps read per poll at most (a torch process maps ~1,000 files)
 
 # A GPU's own device file (/dev/nvidia0, ...) or a MIG instance's capability (/dev/nvidia-caps/...);
@@ -340,10 +344,20 @@ def _describe(proc: psutil.Process) -> dict[str, Any]:
     except (psutil.Error, OSError):
         cmd, ppid = [], None
     try:
-        rank = proc.environ().get("RANK", "")  # set by torchrun for each rank
+        environ = proc.environ()
     except (psutil.Error, OSError):
-        rank = ""
-    return {"ppid": ppid, "cmdline": " ".join(cmd)[:500], "rank": int(rank) if rank.isdigit() else None}
+        environ = {}
+    rank = environ.get("RANK", "")  # set by torchrun for each rank
+    try:
+        uid: int | None = int(proc.uids().real)
+        started: float | None = float(proc.create_time())
+    except (psutil.Error, OSError):
+        uid, started = None, None
+    # only the settings the hang verdict reads (the flight recorder's), bounded: never the whole environment
+    env = {key: str(environ[key])[:MAX_SETTING_CHARS] for key in JOB_SETTINGS if key in environ}
+    return {"ppid": ppid, "cmdline": " ".join(cmd)[:500], "rank": int(rank) if rank.isdigit() and len(rank) < 9 else None,
+            "env": env, "uid": uid, "create_time": started,
+            "age_s": round(time.time() - started, 1) if started is not None else None}
 
 
 def process_exists(pid: int) -> bool:

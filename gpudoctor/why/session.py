@@ -17,7 +17,7 @@ import psutil
 
 import gpudoctor
 from gpudoctor import _published, fileio
-from gpudoctor.why import analysis, pyspy, rules
+from gpudoctor.why import analysis, flightrec, pyspy, rules
 from gpudoctor.why.readings import Readings, process_exists
 from gpudoctor.why.stacks import Stack, parse_raw
 
@@ -299,6 +299,12 @@ def why(pid: int, seconds: float, *, rate: int = pyspy.DEFAULT_RATE_HZ, gpu_back
         sampled = sample(pid, seconds, rate=rate, gpu_backend=gpu_backend)
     meta = {"sampled_s": sampled.seconds, "rate_hz": sampled.rate_hz, "ended": sampled.ended,
             "interrupted": sampled.interrupted}
+    processes = sampled.readings.get("processes") or {}
+    # a rank's children (DataLoader workers) inherit its RANK: the rank is the one whose parent has none
+    ranks = {p: info for p, info in processes.items() if info.get("rank") is not None
+             and (processes.get(info.get("ppid")) or {}).get("rank") != info["rank"]}
+    if len(ranks) > 1:  # a distributed job: the flight recorder's dumps, where its settings put them
+        sampled.readings["flight_recorder"] = flightrec.find(ranks)
     diagnosis = analysis.diagnose(sampled.stacks, sampled.readings, source_reader(pid, credentials), pid=pid,
                                   own=OWN_PREFIXES, meta=meta)
     sampled_pids = {p["pid"] for p in diagnosis["processes"]} | {pid}
