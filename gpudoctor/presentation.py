@@ -50,13 +50,14 @@ VERDICT: dict[str, str] = {
 }
 
 
-def status_word(status: Status | str) -> str:
+def status_word(status: Status | str | None) -> str:
     """``PASS``, ``WARN``... for a :class:`~gpudoctor.model.Status` or its value."""
     return status_style(status)[0]
 
 
-def status_style(status: Status | str) -> tuple[str, str]:
-    """(word, Rich style) of a status; an unknown status is shown as itself, unstyled."""
+def status_style(status: object) -> tuple[str, str]:
+    """(word, Rich style) of a status (a :class:`~gpudoctor.model.Status` or its value); anything else
+    (a status not yet settled, a report's unknown word) is shown as itself, unstyled."""
     key = str(getattr(status, "value", status))
     return STATUS_STYLE.get(key, (plain_text(key, limit=12).upper() or "?", ""))
 

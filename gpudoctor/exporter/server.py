@@ -9,11 +9,14 @@ import socket
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Union
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
+#: What socketserver hands a server as a request: a stream server's connected socket, or a datagram
+#: server's (data, socket) pair (never this server's: it serves TCP).
+_Request = Union[socket.socket, tuple[bytes, socket.socket]]
 #: A connected client's address: (host, port) for IPv4, (host, port, flowinfo, scope id) for IPv6.
 _ClientAddress = tuple[str | int, ...]
 
@@ -79,7 +82,9 @@ class _LimitedServer:
                 time.sleep(0.05)
             raise  # socketserver drops a failed accept() quietly
 
-    def process_request(self, request: socket.socket, client_address: _ClientAddress) -> None:
+    def process_request(self, request: _Request, client_address: _ClientAddress) -> None:
+        if not isinstance(request, socket.socket):
+            raise TypeError("the metrics server serves stream (TCP) connections only")
         with self._lock:
             full = len(self._active) >= self.max_connections
             if not full:
@@ -131,7 +136,7 @@ class _LimitedServer:
             except OSError:
                 pass
 
-    def handle_error(self, request: socket.socket, client_address: _ClientAddress) -> None:
+    def handle_error(self, request: _Request, client_address: _ClientAddress) -> None:
         exc = sys.exc_info()[1]
         if isinstance(exc, TimeoutError):  # one read or write took the whole timeout
             with self._lock:
