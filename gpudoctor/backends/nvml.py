@@ -361,7 +361,7 @@ _FABRIC_TRY_NEXT = frozenset({"FunctionNotFound", "ArgumentVersionMismatch", "Ty
 _FABRIC_UUID_BYTES = 16
 
 
-def _by_reference(info: Any) -> Any:
+def _by_reference(info: object) -> object:
     """What pynvml's fabric wrappers take: a pointer to the ctypes structure they fill (a test's
     stand-in structure is passed as it is)."""
     import ctypes
@@ -369,7 +369,7 @@ def _by_reference(info: Any) -> Any:
     return ctypes.byref(info) if isinstance(info, ctypes.Structure) else info
 
 
-def _fabric_reading(info: Any, error_name: Callable[[int], str]) -> dict[str, Any]:
+def _fabric_reading(info: object, error_name: Callable[[int], str]) -> dict[str, Any]:
     """A filled fabric structure as static facts (bounded: it is the driver's data)."""
     def number(name: str) -> Any:
         value = getattr(info, name, None)
