@@ -26,6 +26,7 @@ from gpudoctor.backends.na import NA, is_na
 from gpudoctor.backends.nvml import throttle_reason_names, throttle_reason_words
 
 if TYPE_CHECKING:
+    from gpudoctor.backends.base import MigDeviceReading
     from gpudoctor.backends.events import GpuEvent
     from gpudoctor.model import Status
     from gpudoctor.sampling import DeviceSnapshot, Snapshot
@@ -436,25 +437,25 @@ MIG_NOT_PER_SLICE = (("gpu_util_pct", "util", MIG_NO_UTILISATION), ("energy_mj",
 _NOT_PER_SLICE_REASONS = frozenset({"NotSupported", "FunctionNotFound", "InvalidArgument"})
 
 
-def mig_not_per_slice(value: Any) -> bool:
+def mig_not_per_slice(value: object) -> bool:
     """Whether a MIG device's reading is NA because NVML does not give it per slice."""
     return is_na(value) and value.reason in _NOT_PER_SLICE_REASONS
 
 
-def _mig_ids(mig: Any) -> str:
-    def one(value: Any) -> str:
+def _mig_ids(mig: MigDeviceReading) -> str:
+    def one(value: object) -> str:
         return str(value) if isinstance(value, int) else "?"
     return f"mig{one(mig.gpu_instance_id)}.{one(mig.compute_instance_id)}"
 
 
-def _mig_memory(mig: Any) -> str:
+def _mig_memory(mig: MigDeviceReading) -> str:
     used, total = mig.memory_used_bytes, mig.memory_total_bytes
     if _is_number(used) and _is_number(total):
         return f"{used / 2**30:.1f}/{total / 2**30:.1f} GiB"
     return "n/a" if not is_na(used) else short_na(used)
 
 
-def _mig_processes_text(mig: Any, *, verbose: bool) -> str:
+def _mig_processes_text(mig: MigDeviceReading, *, verbose: bool) -> str:
     procs = mig.processes
     if is_na(procs):
         if not verbose:
@@ -473,7 +474,7 @@ def _mig_processes_text(mig: Any, *, verbose: bool) -> str:
 MIG_PANEL_NOTE = "util n/a in MIG mode; power and energy are the whole GPU's"
 
 
-def mig_summary(mig: Any) -> str:
+def mig_summary(mig: MigDeviceReading) -> str:
     """One MIG device in a few words, for a panel row: ``mig1.0 3g.40gb 12.0/39.5 GiB smact 42% 2 procs``."""
     profile = plain_text(mig.profile, limit=20) if isinstance(mig.profile, str) else "?"
     parts = [_mig_ids(mig), profile, _mig_memory(mig)]
@@ -485,7 +486,7 @@ def mig_summary(mig: Any) -> str:
     return " ".join(parts)
 
 
-def mig_lines(snap: Any, dev: Any, *, verbose: bool = True) -> list[str]:
+def mig_lines(snap: Snapshot, dev: DeviceSnapshot, *, verbose: bool = True) -> list[str]:
     """The lines ``watch`` prints under a GPU in MIG mode, one per MIG device, e.g.
     ``...Z gpu0 mig1.0 3g.40gb mem 12.0/39.5 GiB smact 41% procs 2 power/energy: whole GPU``
     (``mig<GPU instance>.<compute instance>``). NVML gives power and energy for the whole GPU only,
@@ -531,7 +532,7 @@ def mig_lines(snap: Any, dev: Any, *, verbose: bool = True) -> list[str]:
     return lines
 
 
-def mig_records(snap: Any, dev: Any) -> list[dict[str, Any]]:
+def mig_records(snap: Snapshot, dev: DeviceSnapshot) -> list[dict[str, Any]]:
     """``watch --json``'s records for the MIG devices of a GPU in MIG mode: one per MIG device,
     ``{"time", "gpu": parent index, "mig": {ids, uuid, profile, sm_count, memory..., processes},
     "notes": {key: why NVML gives no number per slice}, "na": {key: reason}}``; when the slices
@@ -700,7 +701,7 @@ def process_rows(snap: "Snapshot", info: Callable[[int, Mapping[str, Any]], dict
     return rows, notes
 
 
-def _mig_processes(migs: Any) -> list[tuple[str, int, Any]]:
+def _mig_processes(migs: list[MigDeviceReading] | NA | None) -> list[tuple[str, int, Any]]:
     """(MIG device label, pid, process) for every process the MIG devices of a GPU list."""
     found: list[tuple[str, int, Any]] = []
     if not isinstance(migs, list):

@@ -802,7 +802,7 @@ class NvmlBackend:
         if is_na(slots):
             return slots
         found: list[MigDeviceReading] = []
-        sm_active: dict[Any, Any] = {}  # GPM per GPU instance, read once per call
+        sm_active: dict[int, Any] = {}  # GPM per GPU instance (by its id), read once per call
         for slot in range(min(int(slots), 64)):
             mig = self.gate.query("nvmlDeviceGetMigDeviceHandleByIndex", handle, slot)
             if is_na(mig):
@@ -812,7 +812,7 @@ class NvmlBackend:
             found.append(self._mig_device(index, slot, mig, sm_active))
         return found
 
-    def _mig_device(self, index: int, slot: int, mig: Any, sm_active: dict[Any, Any]) -> MigDeviceReading:
+    def _mig_device(self, index: int, slot: int, mig: NvmlHandle, sm_active: dict[int, Any]) -> MigDeviceReading:
         q = self.gate.query
         gi, ci = q("nvmlDeviceGetGpuInstanceId", mig), q("nvmlDeviceGetComputeInstanceId", mig)
         name = q("nvmlDeviceGetName", mig)
@@ -840,7 +840,7 @@ class NvmlBackend:
             memory_total_bytes=total, gpu_util_pct=util if is_na(util) else check("gpu_util_pct", int(util.gpu)),
             energy_mj=check("energy_mj", energy), sm_active_pct=active, processes=self._mig_processes(mig))
 
-    def _mig_memory(self, mig: Any) -> Any:
+    def _mig_memory(self, mig: NvmlHandle) -> Any:
         """A MIG device's memory info: the v2 call where the driver has it (used without the driver's
         reserved memory, as nvidia-smi shows it), else the v1 call."""
         version = self.gate.constant("nvmlMemory_v2", 0)
@@ -850,7 +850,7 @@ class NvmlBackend:
                 return memory
         return self.gate.query("nvmlDeviceGetMemoryInfo", mig)
 
-    def _mig_processes(self, mig: Any) -> list[ProcessReading] | NA:
+    def _mig_processes(self, mig: NvmlHandle) -> list[ProcessReading] | NA:
         """The compute processes on one MIG device (pid, memory; NVML gives no per-process SM
         utilisation per slice): NoPermission for a user without the privileges NVML asks for."""
         procs = self.gate.query("nvmlDeviceGetComputeRunningProcesses", mig)

@@ -97,7 +97,7 @@ def visible_nvml_indices(gpu: GpuBackend, env: Mapping[str, str] | None = None) 
     return parse_visible(value, uuids, mig_slices(gpu, count) if value and "MIG-" in value else None)
 
 
-def mig_slices(gpu: Any, count: int) -> list[tuple[Any, int, Any, Any]] | None:
+def mig_slices(gpu: GpuBackend, count: int) -> list[tuple[Any, int, Any, Any]] | None:
     """(MIG UUID, parent NVML index, GPU instance id, compute instance id) of every MIG device NVML
     enumerates, or None when it enumerates none (no GPU in MIG mode it can read)."""
     found: list[tuple[Any, int, Any, Any]] = []
@@ -108,7 +108,7 @@ def mig_slices(gpu: Any, count: int) -> list[tuple[Any, int, Any, Any]] | None:
     return found or None
 
 
-def visible_mig_devices(gpu: Any, env: Mapping[str, str] | None = None) -> list[Any] | NA:
+def visible_mig_devices(gpu: GpuBackend, env: Mapping[str, str] | None = None) -> list[Any] | NA:
     """The MIG devices CUDA_VISIBLE_DEVICES selects, in its order (MigDeviceReading), or NA:
     NA("NoMigSelected") when it names none, NA("MigInstancesSelected") when NVML cannot enumerate them."""
     env = os.environ if env is None else env
