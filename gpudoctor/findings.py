@@ -418,7 +418,7 @@ _FABRIC_CONFIGURATION = {2: "incorrect system GUID", 3: "incorrect chassis seria
 _FABRIC_SUMMARY = {2: "an unhealthy fabric (health summary)", 3: "limited capacity (health summary)"}
 
 
-def fabric_health_problems(mask: Any, summary: Any = None) -> list[str]:
+def fabric_health_problems(mask: object, summary: object = None) -> list[str]:
     """What the fabric health mask and summary say is wrong, in words (empty: nothing, or not known)."""
     problems: list[str] = []
     if isinstance(mask, int) and not isinstance(mask, bool):

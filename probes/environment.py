@@ -302,7 +302,7 @@ def _torch_build(r: ProbeResult, facts: dict[str, Any], nvml_na: NA | None) -> t
 
 
 def _cuda_start(r: ProbeResult, facts: dict[str, Any], cuda_build: str | None, count: int | NA,
-                gpu: Any = None) -> None:
+                gpu: GpuBackend | None = None) -> None:
     """CUDA not starting although a driver and devices are there."""
     if (cuda_build and facts.get("cuda_available") is not True and isinstance(count, int) and count > 0
             and not any(f.code == "driver_too_old" for f in r.findings)):

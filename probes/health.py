@@ -21,7 +21,7 @@ maximum clocks and PCIe link); the interpretation follows NVIDIA's documentation
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, SupportsFloat, SupportsIndex
 
 from gpudoctor.backends.na import is_na
 from gpudoctor.backends.plausible import IMPLAUSIBLE, is_implausible
@@ -39,12 +39,14 @@ RETIRED_PAGES_RMA = 60
 SHUTDOWN_MARGIN_C = 3
 
 
-def _num(value: Any) -> int | float | None:
+def _num(value: object) -> int | float | None:
     """A reading as a number, or None. Integers stay ints: a counter is never rounded through a float."""
     if is_na(value) or value is None or isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
         return value
+    if not isinstance(value, (str, bytes, bytearray, memoryview, SupportsFloat, SupportsIndex)):
+        return None  # what float() refuses with a TypeError
     try:
         return float(value)
     except (TypeError, ValueError):
@@ -61,7 +63,7 @@ class _Device:
     x: dict[str, Any]  # a sample
     label: str = ""
 
-    def m(self, key_name: str, value: Any, unit: str = "", reference: Any = None) -> None:
+    def m(self, key_name: str, value: object, unit: str = "", reference: object = None) -> None:
         self.r.measure(key_name, None if is_na(value) else value, unit, device=self.dev,
                        reference=_num(reference), note=value.reason if is_na(value) else "")
 

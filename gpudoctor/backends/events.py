@@ -18,9 +18,12 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from .na import NA, is_na
+
+if TYPE_CHECKING:
+    from .nvml import NvmlGate, NvmlHandle
 
 # nvmlEventType* bits (nvml.h). Storm and DRAM retirement events exist on newer drivers only.
 EVENT_SINGLE_BIT_ECC = 0x1
@@ -108,6 +111,14 @@ class _Tracker:
                             list(self.state.logged_xids))
 
 
+class NvmlEventData(Protocol):
+    """The fields read from one ``nvmlEventData_t`` (pynvml's ctypes structure)."""
+
+    device: NvmlHandle
+    eventType: int
+    eventData: int
+
+
 class EventWatcher:
     """Watches every GPU's critical events through one NVML event set, in one daemon thread.
 
@@ -115,7 +126,7 @@ class EventWatcher:
     NVML index to its PCI bus id (``0000:3b:00.0``), used to attach kernel-log Xids to GPUs.
     """
 
-    def __init__(self, gate: Any, count: int, *, bus_ids: dict[int, str] | None = None, keep: int = 8,
+    def __init__(self, gate: NvmlGate, count: int, *, bus_ids: dict[int, str] | None = None, keep: int = 8,
                  wait_ms: int = 500, clock: Callable[[], float] = time.time,
                  kernel_log: Callable[[], Any] | None = None, retry_first_s: float = 1.0,
                  retry_max_s: float = 60.0) -> None:
@@ -243,7 +254,7 @@ class EventWatcher:
         self._suspend.set()
         return self._suspended.wait(self.wait_ms / 1000.0 + 1.0 if timeout_s is None else timeout_s)
 
-    def handle(self, data: Any) -> None:
+    def handle(self, data: NvmlEventData) -> None:
         """One ``nvmlEventData_t``: find its GPU and count it."""
         index = self.gate.query("nvmlDeviceGetIndex", data.device)
         if is_na(index) or index not in self._trackers:

@@ -18,7 +18,8 @@ import logging
 import threading
 import time
 import weakref
-from typing import Any, Callable, ClassVar, cast
+from types import TracebackType
+from typing import Any, Callable, ClassVar, NewType, Protocol, Union, cast
 
 from gpudoctor.findings import CLOCK_EVENTS
 
@@ -58,13 +59,13 @@ def _error_name(exc: BaseException) -> str:
     return name
 
 
-def _text(value: Any) -> Any:
+def _text(value: object) -> object:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     return value
 
 
-def normalise_bus_id(bus_id: str | None) -> str | None:
+def normalise_bus_id(bus_id: object) -> str | None:
     """'00000000:65:00.0' or '0000:65:00.0' -> '0000:65:00.0' (lower case).
 
     NVML pads the PCI domain to 8 hex digits, CUDA and sysfs to 4; comparing them needs
@@ -97,16 +98,37 @@ def thread_blocked(thread: int) -> bool:
     return any(gate.blocked(thread) for gate in list(_GATES))
 
 
+#: A device handle (pynvml's ``c_nvmlDevice_t``): opaque here, only handed back to NVML.
+NvmlHandle = NewType("NvmlHandle", object)
+#: A GPM sample buffer (pynvml's ``c_nvmlGpmSample_t``), allocated by NVML and handed back to it.
+GpmSample = NewType("GpmSample", object)
+#: Which GPM samples: a whole device (its index) or one MIG GPU instance ((index, instance id)).
+GpmKey = Union[int, tuple[int, int]]
+
+
+class NvmlLibrary(Protocol):
+    """The NVML binding the gate drives: the ``pynvml`` module, or a stand-in for it in tests.
+
+    Start-up and shut-down are called directly; every reading is looked up by name
+    (:meth:`NvmlGate.query`), so a binding without a function answers NA, not AttributeError.
+    """
+
+    def nvmlInit(self) -> None: ...
+
+    def nvmlShutdown(self) -> None: ...
+
+
 class _Held:
     """Releases an already acquired lock on leaving the block."""
 
-    def __init__(self, lock: Any) -> None:
+    def __init__(self, lock: threading.Lock) -> None:
         self.lock = lock
 
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
         self.lock.release()
 
 
@@ -114,7 +136,7 @@ class _Held:
 SHUTDOWN_WAIT_S = 2.0
 
 
-def _shut_down(module: Any) -> None:
+def _shut_down(module: NvmlLibrary) -> None:
     """``nvmlShutdown()`` in a daemon thread, waited for SHUTDOWN_WAIT_S at most: a command on
     its way out (watch -n, record, the exporter's SIGTERM) must not hang in it; the driver cleans
     up after a process that exits without it."""
@@ -132,7 +154,7 @@ def _shut_down(module: Any) -> None:
 class NvmlGate:
     """Lazy NVML start-up and the one place NVML exceptions are caught."""
 
-    def __init__(self, module: Any = None) -> None:
+    def __init__(self, module: NvmlLibrary | None = None) -> None:
         self._module = module
         self._lock = threading.Lock()
         self._started = False
@@ -205,7 +227,7 @@ class NvmlGate:
             return True
         return any(who == thread and now - t > STUCK_S for who, t in list(self._in_flight.values()))
 
-    def query(self, function: str, *args: Any) -> Any:
+    def query(self, function: str, *args: object) -> Any:
         """Call ``pynvml.<function>(*args)``; any failure becomes NA(reason)."""
         na = self.start()
         if na is not None:
@@ -230,9 +252,12 @@ class NvmlGate:
     def error_name(self, code: int) -> str:
         """The name of an NVML return code (``3`` -> "NotSupported"), as :meth:`query` names errors:
         for answers that carry codes of their own (GPM's per-metric returns)."""
+        make_error = getattr(self._module, "NVMLError", None)  # a stand-in binding may have none
         try:
-            exc = self._module.NVMLError(code)
+            exc = make_error(code) if make_error is not None else None
         except Exception:
+            exc = None
+        if exc is None:
             return f"NVML error {code}"
         return _error_name(exc)
 
@@ -283,7 +308,7 @@ class _GpmState:
 
     __slots__ = ("samples", "newer", "taken", "last")
 
-    def __init__(self, samples: tuple[Any, Any]) -> None:
+    def __init__(self, samples: tuple[GpmSample, GpmSample]) -> None:
         self.samples = samples
         self.newer = -1            # which buffer holds the newest sample (-1: none taken yet)
         self.taken = 0.0           # monotonic time of the newest sample
@@ -299,7 +324,7 @@ _NO_V2_REASONS = frozenset({"FunctionNotFound", "NotSupported", "ArgumentVersion
 _SAMPLE_VALUE_FIELDS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 
 
-def _mw_to_w(value: Any) -> Any:
+def _mw_to_w(value: float | NA) -> float | NA:
     return value if is_na(value) else value / 1000.0
 
 
@@ -317,7 +342,7 @@ def _convert(answer: Any, how: catalogue.NvmlRead) -> Any:
     return value / float(how.divide) if how.divide != 1 else value
 
 
-def _memory_reading(used: Any, free: Any, total: Any, reserved: Any) -> MemoryReading:
+def _memory_reading(used: int | NA, free: int | NA, total: int | NA, reserved: int | NA) -> MemoryReading:
     """A memory reading with impossible byte counts as NA (gpudoctor.backends.plausible)."""
     return MemoryReading(check("memory_used_bytes", used), check("memory_free_bytes", free),
                          check("memory_total_bytes", total), check("memory_reserved_bytes", reserved))
@@ -336,7 +361,7 @@ _FABRIC_TRY_NEXT = frozenset({"FunctionNotFound", "ArgumentVersionMismatch", "Ty
 _FABRIC_UUID_BYTES = 16
 
 
-def _by_reference(info: Any) -> Any:
+def _by_reference(info: object) -> object:
     """What pynvml's fabric wrappers take: a pointer to the ctypes structure they fill (a test's
     stand-in structure is passed as it is)."""
     import ctypes
@@ -344,7 +369,7 @@ def _by_reference(info: Any) -> Any:
     return ctypes.byref(info) if isinstance(info, ctypes.Structure) else info
 
 
-def _fabric_reading(info: Any, error_name: Callable[[int], str]) -> dict[str, Any]:
+def _fabric_reading(info: object, error_name: Callable[[int], str]) -> dict[str, Any]:
     """A filled fabric structure as static facts (bounded: it is the driver's data)."""
     def number(name: str) -> Any:
         value = getattr(info, name, None)
@@ -372,14 +397,14 @@ class NvmlBackend:
 
     def __init__(self, gate: NvmlGate | None = None) -> None:
         self.gate = gate or NvmlGate()
-        self._handles: dict[int, Any] = {}
+        self._handles: dict[int, NvmlHandle] = {}
         self._identities: dict[int, dict[str, Any]] = {}  # index -> PCI bus id and UUID, read once
         self._process_util_seen: dict[int, int] = {}
         self._processes_util_info = True  # until the driver says it has no nvmlDeviceGetProcessesUtilizationInfo
         self._memory_v2 = True  # until the driver or the binding says it has no v2 memory call
         # GPM per device (index) or MIG GPU instance ((index, gpu instance id)): its samples, or
         # the NA that says why it cannot be read; freed before NVML shuts down or restarts.
-        self._gpm: dict[Any, _GpmState | NA] = {}
+        self._gpm: dict[GpmKey, _GpmState | NA] = {}
         self._clock: Callable[[], float] = time.monotonic
 
     # -- system ---------------------------------------------------------------------
@@ -404,7 +429,7 @@ class NvmlBackend:
     def device_count(self) -> Any:
         return self.gate.query("nvmlDeviceGetCount")
 
-    def _handle(self, index: int) -> Any:
+    def _handle(self, index: int) -> NvmlHandle | NA:
         handle = self._handles.get(index)
         if handle is None:
             handle = self.gate.query("nvmlDeviceGetHandleByIndex", index)
@@ -412,7 +437,7 @@ class NvmlBackend:
                 self._handles[index] = handle
         return handle
 
-    def _q(self, function: str, index: int, *args: Any) -> Any:
+    def _q(self, function: str, index: int, *args: object) -> Any:
         handle = self._handle(index)
         if is_na(handle):
             return handle
@@ -777,7 +802,7 @@ class NvmlBackend:
         if is_na(slots):
             return slots
         found: list[MigDeviceReading] = []
-        sm_active: dict[Any, Any] = {}  # GPM per GPU instance, read once per call
+        sm_active: dict[int, Any] = {}  # GPM per GPU instance (by its id), read once per call
         for slot in range(min(int(slots), 64)):
             mig = self.gate.query("nvmlDeviceGetMigDeviceHandleByIndex", handle, slot)
             if is_na(mig):
@@ -787,7 +812,7 @@ class NvmlBackend:
             found.append(self._mig_device(index, slot, mig, sm_active))
         return found
 
-    def _mig_device(self, index: int, slot: int, mig: Any, sm_active: dict[Any, Any]) -> MigDeviceReading:
+    def _mig_device(self, index: int, slot: int, mig: NvmlHandle, sm_active: dict[int, Any]) -> MigDeviceReading:
         q = self.gate.query
         gi, ci = q("nvmlDeviceGetGpuInstanceId", mig), q("nvmlDeviceGetComputeInstanceId", mig)
         name = q("nvmlDeviceGetName", mig)
@@ -815,7 +840,7 @@ class NvmlBackend:
             memory_total_bytes=total, gpu_util_pct=util if is_na(util) else check("gpu_util_pct", int(util.gpu)),
             energy_mj=check("energy_mj", energy), sm_active_pct=active, processes=self._mig_processes(mig))
 
-    def _mig_memory(self, mig: Any) -> Any:
+    def _mig_memory(self, mig: NvmlHandle) -> Any:
         """A MIG device's memory info: the v2 call where the driver has it (used without the driver's
         reserved memory, as nvidia-smi shows it), else the v1 call."""
         version = self.gate.constant("nvmlMemory_v2", 0)
@@ -825,7 +850,7 @@ class NvmlBackend:
                 return memory
         return self.gate.query("nvmlDeviceGetMemoryInfo", mig)
 
-    def _mig_processes(self, mig: Any) -> list[ProcessReading] | NA:
+    def _mig_processes(self, mig: NvmlHandle) -> list[ProcessReading] | NA:
         """The compute processes on one MIG device (pid, memory; NVML gives no per-process SM
         utilisation per slice): NoPermission for a user without the privileges NVML asks for."""
         procs = self.gate.query("nvmlDeviceGetComputeRunningProcesses", mig)
@@ -842,7 +867,7 @@ class NvmlBackend:
     def _gpm_na(na: NA) -> dict[str, Any]:
         return {r.key: na for r in catalogue.gpm_readings()}
 
-    def _gpm_state(self, key: Any, handle: Any) -> "_GpmState | NA":
+    def _gpm_state(self, key: GpmKey, handle: NvmlHandle) -> "_GpmState | NA":
         state = self._gpm.get(key)
         if state is not None:
             return state
@@ -864,7 +889,7 @@ class NvmlBackend:
         self._gpm[key] = found
         return found
 
-    def _gpm_read(self, key: Any, handle: Any, gpu_instance: int | None) -> dict[str, Any]:
+    def _gpm_read(self, key: GpmKey, handle: NvmlHandle, gpu_instance: int | None) -> dict[str, Any]:
         state = self._gpm_state(key, handle)
         if is_na(state):
             return self._gpm_na(state)
@@ -884,7 +909,7 @@ class NvmlBackend:
         state.last = self._gpm_metrics(state.samples[previous], buffer)
         return dict(state.last)
 
-    def _gpm_metrics(self, older: Any, newer: Any) -> dict[str, Any]:
+    def _gpm_metrics(self, older: GpmSample, newer: GpmSample) -> dict[str, Any]:
         """nvmlGpmMetricsGet over two samples: each catalogue GPM reading, or NA with its metric's
         own return code."""
         wanted = catalogue.gpm_readings()

@@ -269,7 +269,7 @@ _TYPE_WORDS = {"object": "an object", "array": "an array", "string": "a string",
                "number": "a number", "boolean": "true or false", "null": "null"}
 
 
-def _is_type(value: Any, name: str) -> bool:
+def _is_type(value: object, name: str) -> bool:
     if name == "object":
         return isinstance(value, dict)
     if name == "array":
@@ -319,7 +319,7 @@ def _resolve(schema: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
-def validate(value: Any, schema: dict[str, Any] | None = None, *, path: str = "",
+def validate(value: object, schema: dict[str, Any] | None = None, *, path: str = "",
              root: dict[str, Any] | None = None) -> Any:
     """``value`` checked against ``schema`` (default :data:`SCHEMA`), else :class:`SchemaError`.
 
@@ -380,14 +380,14 @@ def validate(value: Any, schema: dict[str, Any] | None = None, *, path: str = ""
     return value
 
 
-def _same(a: Any, b: Any) -> bool:
+def _same(a: object, b: object) -> bool:
     """JSON equality: 1 == 1.0, but true is not 1."""
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
     return type(a) is type(b) and a == b if isinstance(a, (str, list, dict)) else a == b
 
 
-def _type_of(value: Any) -> str:
+def _type_of(value: object) -> str:
     for name in ("null", "boolean", "object", "array", "string", "integer", "number"):
         if _is_type(value, name):
             return name
@@ -427,7 +427,7 @@ def load_recording(path: str | Path) -> dict[str, Any]:
 NOT_FINITE = "NotFinite"
 
 
-def finite_for_file(value: Any) -> Any:
+def finite_for_file(value: object) -> Any:
     """``value`` (a recording already in its JSON form) with every number JSON cannot carry
     (NaN, an infinity: a reading NVML could not have given) replaced by NA with the reason
     ``NotFinite``, so that writing with ``allow_nan=False`` never loses the recording."""
@@ -440,7 +440,7 @@ def finite_for_file(value: Any) -> Any:
     return value
 
 
-def plain_strings(value: Any) -> Any:
+def plain_strings(value: object) -> Any:
     """``value`` with every string in it (keys too) made plain, within the schema's bound."""
     return _plain_strings(value, MAX_TEXT)
 

@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # pathlib costs `report --quick` ~5 ms of imports; only repla
     from pathlib import Path
 
 
-def torch_not_installed(facts: Any) -> bool:
+def torch_not_installed(facts: object) -> bool:
     """Whether torch facts only say that torch is absent from the environment that read them
     (``No module named 'torch'``): not a broken torch, just none there to record."""
     if not isinstance(facts, dict) or facts.get("importable") is not False:

@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Mapping
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Mapping
 
 from .na import NA, is_na
 from .nvml import normalise_bus_id
+
+if TYPE_CHECKING:
+    from .base import GpuBackend
 
 
 # An index as CUDA reads one: ASCII digits ("²" and "٣" are digits to str.isdigit, not indices).
@@ -82,7 +86,7 @@ def parse_visible(value: str | None, nvml_uuids: list[Any],
     return chosen
 
 
-def visible_nvml_indices(gpu: Any, env: Mapping[str, str] | None = None) -> list[int] | NA:
+def visible_nvml_indices(gpu: GpuBackend, env: Mapping[str, str] | None = None) -> list[int] | NA:
     """NVML indices torch will see, or NA when NVML cannot say."""
     env = os.environ if env is None else env
     count = gpu.device_count()
@@ -93,7 +97,7 @@ def visible_nvml_indices(gpu: Any, env: Mapping[str, str] | None = None) -> list
     return parse_visible(value, uuids, mig_slices(gpu, count) if value and "MIG-" in value else None)
 
 
-def mig_slices(gpu: Any, count: int) -> list[tuple[Any, int, Any, Any]] | None:
+def mig_slices(gpu: GpuBackend, count: int) -> list[tuple[Any, int, Any, Any]] | None:
     """(MIG UUID, parent NVML index, GPU instance id, compute instance id) of every MIG device NVML
     enumerates, or None when it enumerates none (no GPU in MIG mode it can read)."""
     found: list[tuple[Any, int, Any, Any]] = []
@@ -104,7 +108,7 @@ def mig_slices(gpu: Any, count: int) -> list[tuple[Any, int, Any, Any]] | None:
     return found or None
 
 
-def visible_mig_devices(gpu: Any, env: Mapping[str, str] | None = None) -> list[Any] | NA:
+def visible_mig_devices(gpu: GpuBackend, env: Mapping[str, str] | None = None) -> list[Any] | NA:
     """The MIG devices CUDA_VISIBLE_DEVICES selects, in its order (MigDeviceReading), or NA:
     NA("NoMigSelected") when it names none, NA("MigInstancesSelected") when NVML cannot enumerate them."""
     env = os.environ if env is None else env
@@ -134,7 +138,7 @@ def visible_mig_devices(gpu: Any, env: Mapping[str, str] | None = None) -> list[
     return out
 
 
-def order_caveat(gpu: Any, visible: list[int], env: Mapping[str, str] | None = None) -> str:
+def order_caveat(gpu: GpuBackend, visible: list[int], env: Mapping[str, str] | None = None) -> str:
     """Why CUDA's numbering may not follow CUDA_VISIBLE_DEVICES' order of NVML devices: CUDA numbers
     the fastest device first unless CUDA_DEVICE_ORDER=PCI_BUS_ID, so on a node with different GPU
     models torch's index cannot be told from NVML alone. "" when the order is certain (the PCI bus
@@ -169,7 +173,7 @@ def match_torch_to_nvml(torch_devices: list[dict[str, Any]], nvml_static: list[d
     return mapping
 
 
-def nvml_index_for(backend: Any, cuda_index: int, pci_bus_id: str | None = None,
+def nvml_index_for(backend: GpuBackend, cuda_index: int, pci_bus_id: str | None = None,
                    uuid: str | None = None) -> int | None:
     """The one torch-to-NVML resolver: the NVML index of torch's CUDA device ``cuda_index``.
 
@@ -193,7 +197,7 @@ def nvml_index_for(backend: Any, cuda_index: int, pci_bus_id: str | None = None,
     return visible[cuda_index]
 
 
-def torch_device_ids(cuda_index: int, torch: Any = None) -> tuple[str | None, str | None]:
+def torch_device_ids(cuda_index: int, torch: ModuleType | None = None) -> tuple[str | None, str | None]:
     """(PCI bus id, UUID) of torch's CUDA device, or (None, None) when torch cannot say.
 
     Imports torch only when ``torch`` is not given (callers in a training process have it).
@@ -202,7 +206,9 @@ def torch_device_ids(cuda_index: int, torch: Any = None) -> tuple[str | None, st
 
     try:
         if torch is None:
-            import torch  # type: ignore[no-redef]  # the parameter, imported when not given
+            import torch as imported  # the parameter, imported when not given
+
+            torch = imported
         props = device_properties(torch, cuda_index)
     except Exception:  # noqa: BLE001 - no ids: the resolver falls back to CUDA_VISIBLE_DEVICES order
         return None, None

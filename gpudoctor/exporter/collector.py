@@ -44,7 +44,7 @@ def _gpu_label_values(dev: dict[str, Any]) -> list[str]:
     return [str(dev["index"])] + [_label(static.get(k)) for k in GPU_LABELS[1:]]
 
 
-def _number(value: Any) -> float | None:
+def _number(value: object) -> float | None:
     if isinstance(value, bool):
         return 1.0 if value else 0.0
     if isinstance(value, (int, float)):
@@ -79,7 +79,7 @@ class GpudoctorCollector:
             yield from self._sample_metrics(snap)
             yield from self._gpu_metrics(snap)
             if self.events is not None:
-                yield from self._event_metrics(snap["devices"])
+                yield from self._event_metrics(self.events, snap["devices"])
         yield from self._report_metrics()
 
     def _stale_after_s(self) -> float:
@@ -140,7 +140,7 @@ class GpudoctorCollector:
         yield from fam.values()
         yield from _mig_metrics(snap["devices"])
 
-    def _event_metrics(self, devices: list[dict[str, Any]]) -> Iterable[Any]:
+    def _event_metrics(self, events: EventSource, devices: list[dict[str, Any]]) -> Iterable[Any]:
         gpu_labels = list(GPU_LABELS)
         xids = _counter("gpudoctor_gpu_xid_errors_total", labels=gpu_labels)
         logged = _gauge("gpudoctor_gpu_kernel_log_xids", labels=gpu_labels)
@@ -151,7 +151,7 @@ class GpudoctorCollector:
         unsupported = _gauge("gpudoctor_gpu_events_error_info", labels=gpu_labels + ["reason"])
         for dev in devices:
             labels = _gpu_label_values(dev)
-            state = self.events.snapshot(dev["index"])
+            state = events.snapshot(dev["index"])
             supported.add_metric(labels, 0.0 if state.supported is not None else 1.0)
             if state.supported is not None:
                 unsupported.add_metric(labels + [state.supported.reason], 1.0)
@@ -165,23 +165,24 @@ class GpudoctorCollector:
                 last.add_metric(labels, float(newest.code or 0))
                 last_t.add_metric(labels, float(newest.time))
         yield from (xids, logged, last, last_t, kinds, supported, unsupported)
-        readable = self.events.kernel_log_readable if self.events is not None else None
+        readable = events.kernel_log_readable
         if readable is not None:
             yield _gauge("gpudoctor_kernel_log_readable", value=1.0 if readable else 0.0)
             if not readable:
                 reason = _gauge("gpudoctor_kernel_log_error_info", labels=["reason"])
-                reason.add_metric([_label(self.events.kernel_log_reason)[:200]], 1.0)
+                reason.add_metric([_label(events.kernel_log_reason)[:200]], 1.0)
                 yield reason
 
     def _critical_event_seen(self) -> bool:
-        if self.events is None:
+        events = self.events
+        if events is None:
             return False
         from gpudoctor.backends.events import critical_events
 
-        count = self.events.count
+        count = events.count
         indices = range(count) if isinstance(count, int) else ()
         try:
-            return any(critical_events(self.events.snapshot(index)) for index in indices)
+            return any(critical_events(events.snapshot(index)) for index in indices)
         except Exception:  # a watcher that cannot answer costs this fold, not the scrape
             return False
 
@@ -209,7 +210,7 @@ class GpudoctorCollector:
             yield _gauge("gpudoctor_report_duration_seconds", value=self.reports.duration_s)
 
 
-def _add_device(fam: dict[str, Any], dev: dict[str, Any], driver_version: Any) -> None:
+def _add_device(fam: dict[str, Any], dev: dict[str, Any], driver_version: object) -> None:
     """One GPU's series into the families of :meth:`GpudoctorCollector._gpu_metrics`."""
     from gpudoctor.backends.nvml import HARMFUL_THROTTLE_MASK, THROTTLE_REASONS
 
@@ -270,7 +271,7 @@ def _mig_metrics(devices: list[dict[str, Any]]) -> Iterable[Any]:
     yield from families.values()
 
 
-def _label(value: Any) -> str:
+def _label(value: object) -> str:
     if value is None or is_na(value):
         return ""
     return str(value)

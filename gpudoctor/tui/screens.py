@@ -173,7 +173,7 @@ class OverviewScreen(BaseScreen):
         self.refresh_view()
 
     @staticmethod
-    def _share_free_rows(panels: Any, gpu_panels: list[GpuPanel]) -> None:
+    def _share_free_rows(panels: VerticalScroll, gpu_panels: list[GpuPanel]) -> None:
         """Rows the panels leave free become taller utilisation graphs, shared by the GPUs."""
         if not gpu_panels or panels.size.height <= 0:
             return

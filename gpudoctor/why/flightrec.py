@@ -58,7 +58,7 @@ class _PlainDataUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"refused: it names a global ({plain_text(module, limit=80)}."
                                      f"{plain_text(name, limit=80)}); a flight recorder dump holds plain data only")
 
-    def persistent_load(self, pid: Any) -> Any:
+    def persistent_load(self, pid: object) -> Any:
         raise pickle.UnpicklingError("refused: it holds a persistent id; a flight recorder dump holds plain data only")
 
 
@@ -102,15 +102,15 @@ def read_file(path: str, owner_uid: int | None) -> tuple[Any, float]:
     return loads(b"".join(chunks)), info.st_mtime
 
 
-def _int(value: Any) -> int | None:
+def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _text(value: Any, limit: int = 200) -> str:
+def _text(value: object, limit: int = 200) -> str:
     return plain_text(value, limit=limit) if isinstance(value, str) else ""
 
 
-def _user_line(frames: Any) -> dict[str, Any] | None:
+def _user_line(frames: object) -> dict[str, Any] | None:
     """The innermost frame of the user's code in an entry's stack (frames innermost first)."""
     if not isinstance(frames, list):
         return None
@@ -128,7 +128,7 @@ def _op(name: str) -> str:
     return name.rpartition(":")[2] or name or "?"
 
 
-def _entry(raw: Any) -> dict[str, Any] | None:
+def _entry(raw: object) -> dict[str, Any] | None:
     if not isinstance(raw, dict):
         return None
     seq = _int(raw.get("collective_seq_id"))
@@ -143,7 +143,7 @@ def _entry(raw: Any) -> dict[str, Any] | None:
             "created_ns": _int(raw.get("time_created_ns")), "line": _user_line(raw.get("frames"))}
 
 
-def summarise(dump: Any, rank: int | None) -> dict[str, Any]:
+def summarise(dump: object, rank: int | None) -> dict[str, Any]:
     """What one rank's dump says: per process group, its last collective and its last
     completed one (the default group, pg 0, first). Raises :class:`DumpError` for a dump of
     another shape."""

@@ -11,12 +11,15 @@ from __future__ import annotations
 import os
 import re
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.why import flightrec
+
+if TYPE_CHECKING:
+    from gpudoctor.backends.base import GpuBackend
 
 MAX_PROCESSES = 256
 MAX_SETTING_CHARS = 300
@@ -149,7 +152,7 @@ def _host_idle_seconds() -> tuple[float, float, float]:
 class Readings:
     """Polled during sampling; :meth:`result` gives the figures for the window."""
 
-    def __init__(self, pid: int, gpu_backend: Any = None) -> None:
+    def __init__(self, pid: int, gpu_backend: GpuBackend | None = None) -> None:
         self.pid = pid
         self.root = psutil.Process(pid)
         self.t0 = time.monotonic()
@@ -236,15 +239,16 @@ class Readings:
                 self.gpu_util.setdefault(index, []).append(float(value))
             self._read_gpm(backend, index)
 
-    def _read_gpm(self, backend: Any, index: int) -> None:
+    def _read_gpm(self, backend: GpuBackend, index: int) -> None:
         """SM and tensor activity of a GPU the job holds, once a second (the first read only arms
         GPM's pair of samples); where there is none, the reason."""
         now = time.monotonic()
-        if not hasattr(backend, "gpm") or now - self._gpm_at.get(index, -1e9) < 1.0:
+        read = getattr(backend, "gpm", None)  # live NVML only (no GpuBackend method): a replay has none
+        if read is None or now - self._gpm_at.get(index, -1e9) < 1.0:
             return
         self._gpm_at[index] = now
         try:
-            found = backend.gpm(index)
+            found = read(index)
         except Exception:  # a backend that cannot read GPM: the verdict says it was not read
             self.gpm_note[index] = "not read"
             return
@@ -333,7 +337,7 @@ class Readings:
         return out
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> object:
     return None if is_na(value) else value
 
 

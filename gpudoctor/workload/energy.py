@@ -25,9 +25,15 @@ Thresholds, and why:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from gpudoctor.backends.energy import EnergyMeter, EnergyUse, cpu_meter, gpu_meter, nvml_reason_words, rapl_reason_words
+
+if TYPE_CHECKING:
+    import torch
+
+    from gpudoctor.backends.base import GpuBackend
+    from gpudoctor.workload.run import RunResult
 
 
 MIN_ENERGY_WINDOW_S = {"nvml": 5.0, "rapl": 0.01}
@@ -37,7 +43,8 @@ POWER_LIMIT_MARGIN = 0.05
 class RunEnergy:
     """Start before the timed epochs, stop after; ``fill`` writes the figures into a run's result."""
 
-    def __init__(self, device: Any, backend: Any = None, clock: Any = None) -> None:
+    def __init__(self, device: torch.device, backend: GpuBackend | None = None,
+                 clock: Callable[[], float] | None = None) -> None:
         """``backend``/``clock``: an NVML backend and a clock for tests (default: live NVML,
         ``time.monotonic``)."""
         self.device = device
@@ -126,7 +133,7 @@ class RunEnergy:
             self._backend = None
 
 
-def fill(result: Any, use: EnergyUse, samples: int, epochs: int) -> None:
+def fill(result: RunResult, use: EnergyUse, samples: int, epochs: int) -> None:
     """Joules per epoch, average power and samples per joule, or the reason there are none.
     ``samples``/``epochs``: what ran inside the energy window (top-up epochs included)."""
     result.energy_source = use.source or None
