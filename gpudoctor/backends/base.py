@@ -283,6 +283,10 @@ class GpuBackend(Protocol):
 
     def compute_mode(self, index: int) -> Any: ...
 
+    def gpm(self, index: int) -> dict[str, Any]:
+        """The GPM readings of a whole GPU (SM, tensor, DRAM activity...) since the previous call,
+        each NA with the reason where the device, the driver or the source has none."""
+
     def utilization_samples(self, index: int, since_us: int) -> Any:
         """NVML's own utilisation samples newer than ``since_us``: [(timestamp_us, percent)] or NA."""
 

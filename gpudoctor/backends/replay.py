@@ -241,6 +241,11 @@ class ReplayBackend:
             return entry if is_na(entry) else NA("NotRecorded")
         return [MigDeviceReading.from_mapping(screen(dict(m))) for m in entry if isinstance(m, dict)]
 
+    def gpm(self, index: int) -> dict[str, Any]:
+        """A recording's GPM readings come with its samples (:meth:`sample`); a GPM read of its own
+        has nothing to give: every reading NA("NotRecorded"), so a caller stops asking."""
+        return {r.key: NA("NotRecorded") for r in catalogue.gpm_readings()}
+
     def torch_facts(self) -> Any:
         """The recorded torch facts, or NA("NotRecorded"): none recorded (``record --no-torch``), or
         the recording's environment had no torch (the light install), which says nothing about torch."""

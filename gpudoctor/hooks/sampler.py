@@ -87,9 +87,8 @@ class GpuSampler:
         if not self._gpm_ok or (self._gpm_at is not None and now - self._gpm_at < GPM_EVERY_S):
             return {}
         self._gpm_at = now
-        read = getattr(self.backend, "gpm", None)  # live NVML only (no GpuBackend method): a replay has none
         try:
-            found = read(self.index) if read is not None else None
+            found: dict[str, Any] | None = self.backend.gpm(self.index)
         except Exception:
             found = None
         if found is None:  # a backend without GPM answers: stop asking

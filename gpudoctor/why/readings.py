@@ -243,12 +243,11 @@ class Readings:
         """SM and tensor activity of a GPU the job holds, once a second (the first read only arms
         GPM's pair of samples); where there is none, the reason."""
         now = time.monotonic()
-        read = getattr(backend, "gpm", None)  # live NVML only (no GpuBackend method): a replay has none
-        if read is None or now - self._gpm_at.get(index, -1e9) < 1.0:
+        if now - self._gpm_at.get(index, -1e9) < 1.0:
             return
         self._gpm_at[index] = now
         try:
-            found = read(index)
+            found = backend.gpm(index)
         except Exception:  # a backend that cannot read GPM: the verdict says it was not read
             self.gpm_note[index] = "not read"
             return
