@@ -197,18 +197,27 @@ class ReplayBackend:
         na = self._check(index)
         if na is not None:
             return na
+        entries = self._served(index, "processes")
+        if entries is None or is_na(entries):
+            return NA("NotRecorded") if entries is None else entries
+        return [ProcessReading.from_mapping(p) for p in entries]
+
+    def _served(self, index: int, key: str) -> list[dict[str, Any]] | NA | None:
+        """The device's entries under ``key`` (``samples[].<key>[index]``, a list per device) in the
+        sample last served for it: None where the recording holds nothing for it, NA where it
+        recorded the reading's failure (or holds something that is not a list)."""
         samples = self._nvml.get("samples") or []
         if not samples:
-            return NA("NotRecorded")
+            return None
         with self._lock:
             pos = max(0, min(self._cursor.get(index, 1) - 1, len(samples) - 1))
-        procs = samples[pos].get("processes") or []
-        if index >= len(procs):
-            return NA("NotRecorded")
-        entry = procs[index]
+        per_device = samples[pos].get(key)
+        if not isinstance(per_device, list) or index >= len(per_device) or per_device[index] is None:
+            return None
+        entry = per_device[index]
         if is_na(entry) or not isinstance(entry, list):
             return entry if is_na(entry) else NA("NotRecorded")
-        return [ProcessReading.from_mapping(p) for p in entry if isinstance(p, dict)]
+        return [item for item in entry if isinstance(item, dict)]
 
     def nvlink(self, index: int) -> Any:
         """Recorded NVLink links of a device (``nvml.nvlink[index]``), else NA."""
@@ -227,19 +236,12 @@ class ReplayBackend:
         na = self._check(index)
         if na is not None:
             return na
-        samples = self._nvml.get("samples") or []
-        if not samples:
-            return NA("NotRecorded")
-        with self._lock:
-            pos = max(0, min(self._cursor.get(index, 1) - 1, len(samples) - 1))
-        per_device = samples[pos].get("mig")
-        if not isinstance(per_device, list) or index >= len(per_device) or per_device[index] is None:
-            mode = self.static(index).get("mig_mode")
-            return NA("MigDisabled") if mode == 0 else NA("NotRecorded")
-        entry = per_device[index]
-        if is_na(entry) or not isinstance(entry, list):
-            return entry if is_na(entry) else NA("NotRecorded")
-        return [MigDeviceReading.from_mapping(screen(dict(m))) for m in entry if isinstance(m, dict)]
+        entries = self._served(index, "mig")
+        if entries is None:
+            return NA("MigDisabled") if self.static(index).get("mig_mode") == 0 else NA("NotRecorded")
+        if is_na(entries):
+            return entries
+        return [MigDeviceReading.from_mapping(screen(dict(m))) for m in entries]
 
     def gpm(self, index: int) -> dict[str, Any]:
         """A recording's GPM readings come with its samples (:meth:`sample`); a GPM read of its own
