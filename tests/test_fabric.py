@@ -27,6 +27,8 @@ from gpudoctor.backends.replay import ReplayBackend
 from gpudoctor.model import ProbeResult, Status
 from gpudoctor.probes import ProbeContext
 from nvml_fake import FakePynvml, fabric, nvml_error
+from prom_support import assert_exporter_report_fails
+from tui_support import assert_tui_header_fails
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_NVML = ROOT / "benchmarks" / "fake_nvml"
@@ -237,41 +239,9 @@ def _fabric_env() -> dict[str, str]:
 
 
 def test_the_exporter_publishes_the_fabric_verdict():
-    import re
-    import time
-    import urllib.request
-
-    proc = subprocess.Popen([sys.executable, "-m", "gpudoctor", "exporter", "--port", "0", "--interval", "0.5",
-                             "--exit-after", "90"], cwd=ROOT, env=_fabric_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        url = None
-        while url is None:
-            line = proc.stderr.readline()
-            assert line, f"the exporter ended (exit {proc.poll()}) before serving"
-            found = re.search(r"serving (http://\S+/metrics)", line)
-            url = found.group(1) if found else None
-        deadline, body = time.monotonic() + 60, ""
-        while time.monotonic() < deadline and 'gpudoctor_report_status{status="fail"} 1.0' not in body:
-            with urllib.request.urlopen(url, timeout=10) as answer:
-                body = answer.read().decode()
-            time.sleep(0.3)
-        assert 'gpudoctor_report_status{status="fail"} 1.0' in body, \
-            [line for line in body.splitlines() if "report" in line]
-    finally:
-        proc.terminate()
-        proc.wait(30)
+    assert_exporter_report_fails(_fabric_env(), ROOT)
 
 
 @pytest.mark.timeout(120)
 def test_the_tui_header_names_the_fabric():
-    from tui_support import PtyApp
-
-    app = PtyApp([sys.executable, "-m", "gpudoctor", "tui", "--interval", "0.5", "--doctor-level", "quick"],
-                 env=_fabric_env(), cols=200, rows=30)
-    try:
-        app.wait_for("Doctor: FAIL", timeout=60)
-        app.keys("q")
-        assert app.proc.wait(30) == 0
-    finally:
-        app.close()
+    assert_tui_header_fails(_fabric_env(), cols=200)
