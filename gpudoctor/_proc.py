@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import os
 import signal
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import subprocess
 
 
 def describe_exit(code: int | None) -> str:
@@ -22,7 +25,7 @@ def describe_exit(code: int | None) -> str:
     return f"exited with code {code}"
 
 
-def stop_popen(proc: Any, grace_s: float = 10.0) -> None:
+def stop_popen(proc: subprocess.Popen[bytes] | subprocess.Popen[str] | None, grace_s: float = 10.0) -> None:
     """Stop a ``subprocess.Popen`` child: SIGTERM, then SIGKILL if it has not ended within
     ``grace_s``. Nothing to do for None or a child that has already ended."""
     import subprocess

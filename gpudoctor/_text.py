@@ -42,7 +42,7 @@ def _control_mark(ch: str) -> str:
     return "\ufffd"
 
 
-def plain_text(value: Any, *, limit: int = MAX_TEXT) -> str:
+def plain_text(value: object, *, limit: int = MAX_TEXT) -> str:
     """Foreign text made safe to print: one line, no control characters, at most ``limit``.
 
     Escape sequences become ``␛`` followed by their visible parameters (``␛[2J``), other

@@ -38,7 +38,7 @@ _DEVICE_LIST_VARS = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "ROCR_VIS
 REDACTED = "<redacted>"
 
 
-def anonymize_dict(data: Any, hostname: str | None = None) -> Any:
+def anonymize_dict(data: object, hostname: str | None = None) -> Any:
     """Strip GPU UUIDs, serial numbers and the host name, wherever they appear: values, keys,
     lists and free text (findings, notes), and every device named in a *_VISIBLE_DEVICES
     variable (of this process or recorded in ``data``)."""
@@ -48,7 +48,7 @@ def anonymize_dict(data: Any, hostname: str | None = None) -> Any:
     return _Anonymizer(hostname, _device_names(data), _home_patterns())(data)
 
 
-def _find_key(data: Any, key: str) -> Any:
+def _find_key(data: object, key: str) -> Any:
     if isinstance(data, dict):
         if key in data:
             return data[key]
@@ -64,7 +64,7 @@ def _find_key(data: Any, key: str) -> Any:
     return None
 
 
-def _device_names(data: Any) -> list[str]:
+def _device_names(data: object) -> list[str]:
     """The non-index entries of every device-list variable: this process's environment and
     each place ``data`` records one (``{"VAR": value}``, ``{"name": "VAR", "value": value}``)."""
     values = [os.environ.get(name) for name in _DEVICE_LIST_VARS]
@@ -101,7 +101,7 @@ class _Anonymizer:
         self.devices = re.compile("|".join(re.escape(n) for n in device_names), re.IGNORECASE) \
             if device_names else None
 
-    def __call__(self, data: Any) -> Any:
+    def __call__(self, data: object) -> Any:
         if isinstance(data, dict):
             out: dict[Any, Any] = {}
             for key, value in data.items():
@@ -151,7 +151,7 @@ def _home_patterns(home: str | None = None) -> list[re.Pattern[str]]:
     return patterns
 
 
-def strip_home_paths(data: Any, home: str | None = None) -> Any:
+def strip_home_paths(data: object, home: str | None = None) -> Any:
     """Every home directory at the start of a path (``/home/NAME``, ``/Users/NAME``, ``/root``,
     ``C:\\Users\\NAME``, and this user's ``$HOME`` wherever it is) replaced by :data:`HOME`, in
     every string of plain JSON data (keys too); :func:`anonymize_dict` does this as it goes."""

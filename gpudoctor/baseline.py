@@ -124,7 +124,7 @@ MAX_REPORT_CONTAINERS = 2_000_000
 _NUMBER_FIELDS = ("value", "reference")
 
 
-def plain_strings(value: Any) -> Any:
+def plain_strings(value: object) -> Any:
     """``value`` with every string in it (keys too) made plain text, bounded."""
     return _plain_strings(value, MAX_REPORT_TEXT)
 

@@ -14,7 +14,8 @@ import argparse
 import os
 import signal
 import sys
-from typing import Any, Callable, Sequence
+from types import FrameType
+from typing import Callable, Sequence
 
 from gpudoctor import exitcodes, signals
 from gpudoctor._version import __version__
@@ -63,7 +64,7 @@ def _exit_130_on_another_ctrl_c() -> None:
     """After Ctrl-C, the rest of the way out (cleanup, interpreter shutdown, child
     processes joined at exit) ends with 130 on a second Ctrl-C, not with a traceback or
     death by SIGINT (-2)."""
-    def handler(signum: int, frame: Any) -> None:
+    def handler(signum: int, frame: FrameType | None) -> None:
         os._exit(exitcodes.INTERRUPTED)
 
     try:

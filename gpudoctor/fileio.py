@@ -26,7 +26,6 @@ import secrets
 import stat
 import time
 from pathlib import Path
-from typing import Any
 
 # Linux and macOS limit one path component to 255 bytes: the temporary name must fit
 # beside a target name that is itself legal.
@@ -194,7 +193,7 @@ def write_text(path: str | os.PathLike[str], text: str, encoding: str = "utf-8")
     return write_bytes(path, text.encode(encoding))
 
 
-def write_json(path: str | os.PathLike[str], obj: Any, indent: int | None = 2) -> Path:
+def write_json(path: str | os.PathLike[str], obj: object, indent: int | None = 2) -> Path:
     return write_text(path, json.dumps(obj, indent=indent, allow_nan=False) + "\n")
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from gpudoctor._text import plain_text
 from gpudoctor.model import Finding, Status
 
 
@@ -86,6 +87,14 @@ _MEMORY_FIX = ("Lower the batch size (accumulate gradients to keep the effective
                "give your process more memory.")
 _RESET_FIX = "Reset the GPU (`nvidia-smi -r` when idle) or reboot the node."
 
+_FABRIC_WHY = ("On an NVSwitch board (HGX/DGX) CUDA cannot start on a GPU until the NVIDIA fabric manager has "
+               "registered it with the NVLink fabric: torch.cuda.is_available() is False and CUDA programs fail "
+               "with error 802 'system not yet initialized'.")
+_FABRIC_FIX = ("Start the fabric manager: `sudo systemctl enable --now nvidia-fabricmanager`; its version must "
+               "match the driver's exactly (compare `nv-fabricmanager --version` with `nvidia-smi`), and its log "
+               "(/var/log/fabricmanager.log) says why it stopped; then check that `nvidia-smi -q` shows the "
+               "Fabric State as Completed.")
+
 #: The words of each finding code. A code worded in more than one way (a straggler by its data wait or
 #: by its steps) has an entry per way, keyed ``code:way``.
 WORDING: dict[str, Wording] = {
@@ -138,6 +147,12 @@ WORDING: dict[str, Wording] = {
         "The driver lost contact with the GPU (Xid 79); every CUDA call on it fails.",
         "Check `dmesg` for Xid errors; the node needs a GPU reset or reboot, and a hardware check (power, seating, "
         "cooling) if it repeats."),
+    "driver_not_answering": Wording(
+        Status.FAIL, "The NVIDIA driver is not answering: an NVML call made no answer in {seconds} s{where}",
+        "A failing GPU (fallen off the bus, Xid 79), a driver in recovery or a stuck nvidia-persistenced holds every "
+        "caller of the driver: nvidia-smi and CUDA programs on this node hang too, so nothing else could be checked.",
+        "Check the kernel log (`sudo dmesg | grep -i -e xid -e nvrm`) and whether `nvidia-smi` answers; a GPU that "
+        "stays blocked needs a GPU reset with no process on it, or a reboot."),
     "gpu_unreachable": Wording(
         Status.FAIL, "GPU {dev} does not answer: NVML returns Unknown Error for its name, UUID and PCI bus id",
         "The driver lists the GPU but cannot read even its identity: CUDA programs on it fail or hang, as with a "
@@ -200,6 +215,27 @@ WORDING: dict[str, Wording] = {
         "Only one process at a time may use it: a second job or a DataLoader worker touching CUDA fails with "
         "'all CUDA-capable devices are busy or unavailable'.",
         "Expected on shared clusters; otherwise `nvidia-smi -c DEFAULT` (administrator)."),
+    # -- the health probe: the NVLink fabric (NVSwitch boards) --------------------------------
+    "fabric_not_ready:not_started": Wording(
+        Status.FAIL, "{label}: its NVLink fabric registration has not started (NVML fabric state: Not Started)",
+        _FABRIC_WHY, _FABRIC_FIX),
+    "fabric_not_ready:in_progress": Wording(
+        Status.FAIL, "{label}: its NVLink fabric registration is still in progress (NVML fabric state: In Progress)",
+        _FABRIC_WHY, "Wait a minute and check again; if it stays In Progress, " + _FABRIC_FIX[:1].lower()
+        + _FABRIC_FIX[1:]),
+    "fabric_failed": Wording(
+        Status.FAIL, "{label}: its NVLink fabric registration completed with an error ({result})",
+        "The fabric manager finished but could not set this GPU up: CUDA programs fail to start on it, or "
+        "cannot reach the other GPUs over NVLink.",
+        "Read the fabric manager's log (/var/log/fabricmanager.log, `journalctl -u nvidia-fabricmanager`), check "
+        "that its version matches the driver's, then restart it (`sudo systemctl restart nvidia-fabricmanager`) "
+        "or reboot the node; if the error stays, have the NVSwitch baseboard checked."),
+    "fabric_degraded": Wording(
+        Status.WARN, "{label}: its NVLink fabric reports {problems}",
+        "The GPU is registered, but NVLink traffic between GPUs may be slower than it should be or fail "
+        "(collectives such as NCCL all-reduce slow down or hang).",
+        "Check `nvidia-smi -q` (Fabric section) and `nvidia-smi nvlink -s`; if it persists, drain the node and "
+        "have its NVLink links or NVSwitch trays checked."),
     # -- the training loop (gpudoctor.hooks: TrainingMonitor's summary) -----------------------
     "input_bound": Wording(
         Status.WARN, "The loop waited for the next batch {share} of its time ({wait} per step, median, against "
@@ -360,6 +396,92 @@ def retired_pages_findings(pending: bool, total: float | None = None, limit: int
     return found
 
 
+# -- the NVLink fabric (NVSwitch boards) ----------------------------------------------------------
+#: NVML_GPU_FABRIC_STATE_* (nvml.h).
+FABRIC_NOT_SUPPORTED, FABRIC_NOT_STARTED, FABRIC_IN_PROGRESS, FABRIC_COMPLETED = 0, 1, 2, 3
+FABRIC_STATE_WORDS = {FABRIC_NOT_SUPPORTED: "not supported", FABRIC_NOT_STARTED: "not started",
+                      FABRIC_IN_PROGRESS: "in progress", FABRIC_COMPLETED: "completed"}
+# The fabric health mask (nvml.h NVML_GPU_FABRIC_HEALTH_MASK_*): each field is (shift, width); a
+# field's value 0 is "not supported" on this GPU. The value listed with a field is the unhealthy one.
+_FABRIC_HEALTH_FIELDS = (
+    (0, 0x3, 1, "degraded bandwidth"),                      # DEGRADED_BW_TRUE
+    (2, 0x3, 1, "route recovery in progress"),              # ROUTE_RECOVERY_TRUE
+    (4, 0x3, 1, "an unhealthy route"),                      # ROUTE_UNHEALTHY_TRUE
+    (6, 0x3, 1, "access timeout recovery in progress"),     # ACCESS_TIMEOUT_RECOVERY_TRUE
+    (14, 0x3, 2, "the global fabric manager disconnected"),  # GFM_STATE_DISCONNECTED
+)
+# INCORRECT_CONFIGURATION (shift 8, width 0xf): 0 not supported, 1 none, the others a wrong set-up.
+_FABRIC_CONFIGURATION = {2: "incorrect system GUID", 3: "incorrect chassis serial number", 4: "no partition",
+                         5: "insufficient NVLinks", 6: "incompatible GPU firmware", 7: "invalid location",
+                         8: "invalid GPU state"}
+#: NVML_GPU_FABRIC_HEALTH_SUMMARY_* values that are not healthy.
+_FABRIC_SUMMARY = {2: "an unhealthy fabric (health summary)", 3: "limited capacity (health summary)"}
+
+
+def fabric_health_problems(mask: object, summary: object = None) -> list[str]:
+    """What the fabric health mask and summary say is wrong, in words (empty: nothing, or not known)."""
+    problems: list[str] = []
+    if isinstance(mask, int) and not isinstance(mask, bool):
+        for shift, width, bad, words in _FABRIC_HEALTH_FIELDS:
+            if (mask >> shift) & width == bad:
+                problems.append(words)
+        configuration = (mask >> 8) & 0xF
+        if configuration in _FABRIC_CONFIGURATION:
+            problems.append(f"an incorrect configuration ({_FABRIC_CONFIGURATION[configuration]})")
+    if isinstance(summary, int) and summary in _FABRIC_SUMMARY:
+        problems.append(_FABRIC_SUMMARY[summary])
+    return problems
+
+
+def _fabric_state(static: Mapping[str, Any]) -> int | None:
+    state = static.get("fabric_state")
+    return state if isinstance(state, int) and not isinstance(state, bool) else None
+
+
+def fabric_findings(static: Mapping[str, Any], *, label: str | None = None,
+                    device: int | None = None) -> list[Finding]:
+    """The GPU's NVLink fabric registration (static facts of NvmlBackend.fabric): not started or in
+    progress fails (CUDA cannot start), completed with an error fails, unhealthy bits warn. No
+    fabric (a PCIe board, a GPU before Hopper: NotSupported, state 0) is no finding."""
+    state = _fabric_state(static)
+    evidence = {k: static.get(k) for k in ("fabric_state", "fabric_status", "fabric_health_mask",
+                                          "fabric_health_summary") if isinstance(static.get(k), (int, str))}
+    if state == FABRIC_NOT_STARTED:
+        return [finding("fabric_not_ready:not_started", label=label, device=device, evidence=evidence)]
+    if state == FABRIC_IN_PROGRESS:
+        return [finding("fabric_not_ready:in_progress", label=label, device=device, evidence=evidence)]
+    if state != FABRIC_COMPLETED:
+        return []
+    status = static.get("fabric_status")
+    if isinstance(status, str) and status != "Success":
+        return [finding("fabric_failed", label=label, device=device, result=plain_text(status, limit=80), evidence=evidence)]
+    problems = fabric_health_problems(static.get("fabric_health_mask"), static.get("fabric_health_summary"))
+    if problems:
+        return [finding("fabric_degraded", label=label, device=device, problems=", ".join(problems),
+                        evidence=evidence)]
+    return []
+
+
+def fabric_not_completed(statics: Iterable[Mapping[str, Any]]) -> str:
+    """Words naming the GPUs (by NVML index) whose fabric registration NVML shows not completed
+    (not started, in progress, or completed with an error), for a CUDA start that failed with 802;
+    empty when NVML shows none (no fabric, or every GPU registered)."""
+    named: list[str] = []
+    for static in statics:
+        state = _fabric_state(static)
+        status = static.get("fabric_status")
+        index = static.get("index")
+        gpu = f"GPU {index}" if isinstance(index, int) else "a GPU"
+        if state in (FABRIC_NOT_STARTED, FABRIC_IN_PROGRESS):
+            named.append(f"{gpu}: {FABRIC_STATE_WORDS[state]}")
+        elif state == FABRIC_COMPLETED and isinstance(status, str) and status != "Success":
+            named.append(f"{gpu}: completed with {plain_text(status, limit=80)}")
+    if not named:
+        return ""
+    return "NVML shows the NVLink fabric registration unfinished (" + "; ".join(named) + ")"
+
+
 __all__ = ["CLOCK_EVENTS", "CLOCKS_FREE", "ClockEvent", "HELD_DOWN", "HW_PROTECTION", "IDLE_BETWEEN_KERNELS",
-           "WORDING", "Wording", "clock_event_findings", "clocks_held_down", "ecc_finding", "finding", "one_line",
+           "WORDING", "Wording", "clock_event_findings", "clocks_held_down", "ecc_finding", "fabric_findings",
+           "fabric_health_problems", "fabric_not_completed", "finding", "one_line",
            "retired_pages_findings", "row_remap_findings", "words"]

@@ -60,7 +60,7 @@ class Status(str, enum.Enum):
 _SEVERITY = {Status.PASS: 0, Status.SKIP: 1, Status.WARN: 2, Status.FAIL: 3, Status.ERROR: 4}
 
 
-def _clean_number(value: Any) -> Any:
+def _clean_number(value: object) -> object:
     """JSON has no NaN/Inf: store them as None so every report stays valid JSON."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
@@ -177,8 +177,9 @@ class ProbeResult:
         self.status = Status(self.status)
 
     # Builders keep probe code short and uniform.
-    def measure(self, name: str, value: Any, unit: str = "", **kw: Any) -> Measurement:
-        m = Measurement(name, value, unit, **kw)
+    def measure(self, name: str, value: object, unit: str = "", *, device: int | None = None,
+                reference: float | None = None, note: str = "") -> Measurement:
+        m = Measurement(name, value, unit, device=device, reference=reference, note=note)
         self.measurements.append(m)
         return m
 
@@ -219,7 +220,7 @@ class ProbeResult:
         )
 
     @classmethod
-    def error(cls, probe: str, summary: str, duration_s: float = 0.0, **details: Any) -> "ProbeResult":
+    def error(cls, probe: str, summary: str, duration_s: float = 0.0, **details: object) -> "ProbeResult":
         """A probe that could not complete: crashed, hung, or its process died."""
         result = cls(probe=probe, status=Status.ERROR, summary=summary, duration_s=duration_s,
                      details=dict(details))

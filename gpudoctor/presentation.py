@@ -17,15 +17,19 @@ import datetime as _dt
 import math
 import textwrap
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, TypeGuard
 
 from gpudoctor._text import MAX_TEXT, plain_text
 from gpudoctor.backends import busy, catalogue
+from gpudoctor.backends.base import MIG_NO_UTILISATION, WHOLE_GPU_ONLY
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.backends.nvml import throttle_reason_names, throttle_reason_words
 
 if TYPE_CHECKING:
-    from gpudoctor.sampling import Snapshot
+    from gpudoctor.backends.base import MigDeviceReading
+    from gpudoctor.backends.events import GpuEvent
+    from gpudoctor.model import Status
+    from gpudoctor.sampling import DeviceSnapshot, Snapshot
 
 # --------------------------------------------------------------------------- status words
 #: Word and Rich style of each status, for the report, the TUI and the markdown summary.
@@ -47,13 +51,14 @@ VERDICT: dict[str, str] = {
 }
 
 
-def status_word(status: Any) -> str:
+def status_word(status: Status | str | None) -> str:
     """``PASS``, ``WARN``... for a :class:`~gpudoctor.model.Status` or its value."""
     return status_style(status)[0]
 
 
-def status_style(status: Any) -> tuple[str, str]:
-    """(word, Rich style) of a status; an unknown status is shown as itself, unstyled."""
+def status_style(status: object) -> tuple[str, str]:
+    """(word, Rich style) of a status (a :class:`~gpudoctor.model.Status` or its value); anything else
+    (a status not yet settled, a report's unknown word) is shown as itself, unstyled."""
     key = str(getattr(status, "value", status))
     return STATUS_STYLE.get(key, (plain_text(key, limit=12).upper() or "?", ""))
 
@@ -116,14 +121,14 @@ def sparkline(values: Iterable[float | None], width: int, lo: float = 0.0, hi: f
     return "".join(map(table.__getitem__, data)).rjust(width)
 
 
-class _SparkTable(dict):
+class _SparkTable(dict[float | None, str]):
     """The block character of each value seen, on the fixed scale [lo, hi]."""
 
     def __init__(self, lo: float, hi: float) -> None:
         super().__init__()
         self.lo, self.span = lo, (hi - lo) or 1.0
 
-    def __missing__(self, value: Any) -> str:
+    def __missing__(self, value: float | None) -> str:
         if value is None or value != value:  # a gap, or NaN
             return " "
         steps = len(SPARK_CHARS) - 1
@@ -153,7 +158,7 @@ def tiny_na(value: NA) -> str:
     return _NA_SHORT.get(value.reason, f"n/a ({plain_text(value.reason, limit=40)})")
 
 
-def fmt_bytes(n: Any) -> str:
+def fmt_bytes(n: object) -> str:
     if is_na(n):
         return short_na(n)
     if not isinstance(n, (int, float)) or isinstance(n, bool):
@@ -166,7 +171,7 @@ def fmt_bytes(n: Any) -> str:
     return f"{value:.1f} TiB"
 
 
-def fmt_rate_kbps(kbps: Any) -> str:
+def fmt_rate_kbps(kbps: object) -> str:
     """PCIe throughput as NVML gives it ("KB/s", which is KiB/s: x1024, as the exporter and
     nvitop read it), in binary units: ``512 KiB/s``, ``1.2 GiB/s``."""
     if is_na(kbps):
@@ -181,7 +186,7 @@ def fmt_rate_kbps(kbps: Any) -> str:
     return f"{bps:.1f} GiB/s"
 
 
-def fmt_num(value: Any, unit: str = "", digits: int = 0) -> str:
+def fmt_num(value: object, unit: str = "", digits: int = 0) -> str:
     if is_na(value):
         return short_na(value)
     if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -190,7 +195,7 @@ def fmt_num(value: Any, unit: str = "", digits: int = 0) -> str:
     return f"{text}{unit}" if unit in ("%", "°C") else f"{text} {unit}".rstrip()
 
 
-def fmt_memory(dev: Any, *, reserved: bool = True) -> str:
+def fmt_memory(dev: DeviceSnapshot, *, reserved: bool = True) -> str:
     """Used/total memory of a device snapshot: ``31.2/40.0 GiB``, and the memory the driver
     reserves for itself when NVML gave it apart (``31.2/80.0 GiB +0.5 reserved``; left out with
     ``reserved=False``, for a cell too narrow to hold it whole)."""
@@ -204,11 +209,11 @@ def fmt_memory(dev: Any, *, reserved: bool = True) -> str:
     return fmt_bytes(used) + extra
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def fmt_power(dev: Any) -> str:
+def fmt_power(dev: DeviceSnapshot) -> str:
     power = dev.get("power_w")
     limit = dev.sample.get("power_limit_w", dev.static.get("power_limit_w"))
     if is_na(power) or not isinstance(power, (int, float)):
@@ -218,7 +223,7 @@ def fmt_power(dev: Any) -> str:
     return f"{power:.0f} W"
 
 
-def throttle_text(value: Any, *, words: bool = True) -> str:
+def throttle_text(value: object, *, words: bool = True) -> str:
     """Throttle (clock event) reasons in words; "none" when the clocks run free."""
     if is_na(value):
         return short_na(value)
@@ -236,7 +241,7 @@ def throttle_text(value: Any, *, words: bool = True) -> str:
 WATCH_FIELDS = catalogue.watch_keys()
 
 
-def reading_text(dev: Any, reading: catalogue.Reading) -> str:
+def reading_text(dev: DeviceSnapshot, reading: catalogue.Reading) -> str:
     """One reading of a device snapshot for people, by its catalogue ``fmt``: ``87%``,
     ``31.2/40.0 GiB +0.5 reserved``, ``338/350 W``, ``1.2 GiB/s``, ``1860 MHz``; NA in words."""
     value = dev.get(reading.key)
@@ -251,7 +256,7 @@ def reading_text(dev: Any, reading: catalogue.Reading) -> str:
     return fmt_num(value, reading.unit)
 
 
-def busy_verdict(dev: Any) -> busy.Verdict:
+def busy_verdict(dev: DeviceSnapshot) -> busy.Verdict:
     """Is this device snapshot's GPU really busy (gpudoctor.backends.busy), from its readings."""
     return busy.verdict({key: dev.get(key) for key in busy.READS})
 
@@ -264,7 +269,7 @@ def _iso(ts: float) -> str:
 WATCH_WIDTH = 100
 
 
-def watch_line(snap: Any, dev: Any, *, verbose: bool = True) -> str:
+def watch_line(snap: Snapshot, dev: DeviceSnapshot, *, verbose: bool = True) -> str:
     """One log line for one device, e.g. ``2026-...Z gpu0 util 87% | mem 31.2/40.0 GiB | ...``.
 
     ``verbose=False`` (``gpudoctor watch`` without ``-v``): the readings nvidia-smi and nvitop
@@ -298,7 +303,7 @@ def watch_line(snap: Any, dev: Any, *, verbose: bool = True) -> str:
     return head + " " + " | ".join(parts)
 
 
-def watch_line_short(head: str, dev: Any) -> str:
+def watch_line_short(head: str, dev: DeviceSnapshot) -> str:
     """``HEAD util 95% mem 20.5/24.0 GiB 74°C 338/350W sm 1860MHz throttle sw_power_cap``.
 
     GPU utilisation, memory used/total (whole GiB on boards of 64 GiB or more, where a tenth
@@ -339,7 +344,7 @@ def watch_line_short(head: str, dev: Any) -> str:
     return line + throttle
 
 
-def _short_text(dev: Any, reading: catalogue.Reading) -> str:
+def _short_text(dev: DeviceSnapshot, reading: catalogue.Reading) -> str:
     """A reading in the short watch line: whole numbers, the unit joined, ``n/a`` without its reason."""
     def num(key: str, unit: str) -> str:
         value = dev.get(key)
@@ -369,7 +374,7 @@ EVENT_WORDS = {
 }
 
 
-def event_line(index: int, event: Any) -> str:
+def event_line(index: int, event: GpuEvent) -> str:
     """One log line for a critical GPU event (gpudoctor.backends.events.GpuEvent)."""
     from gpudoctor import xid
 
@@ -381,7 +386,7 @@ def event_line(index: int, event: Any) -> str:
     return f"{head} {plain_text(EVENT_WORDS.get(event.kind, event.kind))}"
 
 
-def event_record(index: int, event: Any) -> dict[str, Any]:
+def event_record(index: int, event: GpuEvent) -> dict[str, Any]:
     from gpudoctor import xid
 
     record = {"time": _iso(event.time) if event.time > 0 else None, "gpu": index, "event": event.kind, "code": event.code,
@@ -392,7 +397,7 @@ def event_record(index: int, event: Any) -> dict[str, Any]:
     return record
 
 
-def watch_record(snap: Any, dev: Any) -> dict[str, Any]:
+def watch_record(snap: Snapshot, dev: DeviceSnapshot) -> dict[str, Any]:
     """One JSON-lines record: readings as numbers, NA as null with its reason in ``na``.
 
     JSON escapes control characters itself; the name is still bounded in length."""
@@ -421,6 +426,147 @@ def watch_record(snap: Any, dev: Any) -> dict[str, Any]:
     return record
 
 
+
+
+# --------------------------------------------------------------------------- MIG devices
+#: The readings NVML does not give per MIG device (NotSupported on a MIG handle): the word watch
+#: uses for each and what the front ends say instead of a number. Energy (and power) is the whole
+#: GPU's only; utilisation rates NVML gives for no part of a GPU in MIG mode.
+MIG_NOT_PER_SLICE = (("gpu_util_pct", "util", MIG_NO_UTILISATION), ("energy_mj", "energy", WHOLE_GPU_ONLY))
+#: NA reasons on a MIG handle that mean "NVML does not give this per slice".
+_NOT_PER_SLICE_REASONS = frozenset({"NotSupported", "FunctionNotFound", "InvalidArgument"})
+
+
+def mig_not_per_slice(value: object) -> bool:
+    """Whether a MIG device's reading is NA because NVML does not give it per slice."""
+    return is_na(value) and value.reason in _NOT_PER_SLICE_REASONS
+
+
+def _mig_ids(mig: MigDeviceReading) -> str:
+    def one(value: object) -> str:
+        return str(value) if isinstance(value, int) else "?"
+    return f"mig{one(mig.gpu_instance_id)}.{one(mig.compute_instance_id)}"
+
+
+def _mig_memory(mig: MigDeviceReading) -> str:
+    used, total = mig.memory_used_bytes, mig.memory_total_bytes
+    if _is_number(used) and _is_number(total):
+        return f"{used / 2**30:.1f}/{total / 2**30:.1f} GiB"
+    return "n/a" if not is_na(used) else short_na(used)
+
+
+def _mig_processes_text(mig: MigDeviceReading, *, verbose: bool) -> str:
+    procs = mig.processes
+    if is_na(procs):
+        if not verbose:
+            return "n/a"
+        why = " (in MIG mode NVML asks for privileges: run as root)" if procs.reason == "NoPermission" else ""
+        return short_na(procs) + why
+    if not verbose or not procs:
+        return str(len(procs))
+    shown = [f"{p.pid} {fmt_bytes(p.gpu_memory_bytes)}" if p.gpu_memory_bytes is not None else str(p.pid)
+             for p in procs[:8]]
+    more = f", +{len(procs) - 8}" if len(procs) > 8 else ""
+    return f"{len(procs)} ({', '.join(shown)}{more})"
+
+
+#: What the TUI's GPU panel says under a GPU's MIG devices.
+MIG_PANEL_NOTE = "util n/a in MIG mode; power and energy are the whole GPU's"
+
+
+def mig_summary(mig: MigDeviceReading) -> str:
+    """One MIG device in a few words, for a panel row: ``mig1.0 3g.40gb 12.0/39.5 GiB smact 42% 2 procs``."""
+    profile = plain_text(mig.profile, limit=20) if isinstance(mig.profile, str) else "?"
+    parts = [_mig_ids(mig), profile, _mig_memory(mig)]
+    if _is_number(mig.sm_active_pct):
+        parts.append(f"smact {mig.sm_active_pct:.0f}%")
+    procs = mig.processes
+    parts.append(f"{len(procs)} proc{'s' if len(procs) != 1 else ''}" if isinstance(procs, list)
+                 else f"procs {short_na(procs)}")
+    return " ".join(parts)
+
+
+def mig_lines(snap: Snapshot, dev: DeviceSnapshot, *, verbose: bool = True) -> list[str]:
+    """The lines ``watch`` prints under a GPU in MIG mode, one per MIG device, e.g.
+    ``...Z gpu0 mig1.0 3g.40gb mem 12.0/39.5 GiB smact 41% procs 2 power/energy: whole GPU``
+    (``mig<GPU instance>.<compute instance>``). NVML gives power and energy for the whole GPU only,
+    and no utilisation rates in MIG mode (the GPU's line shows ``util n/a``): the line says so
+    instead of a number (``-v`` says both in words). Empty for a GPU not in MIG mode."""
+    head = f"{_iso(snap.time)} gpu{dev.index}"
+    migs = dev.mig
+    if migs is None or dev.fault is not None:
+        return []
+    if is_na(migs):
+        return [f"{head} mig {short_na(migs)}"]
+    lines = []
+    for mig in migs:
+        ids = _mig_ids(mig)
+        profile = plain_text(mig.profile, limit=20) if isinstance(mig.profile, str) else "?"
+        active = mig.sm_active_pct
+        if not verbose:
+            parts = [f"{head} {ids} {profile} mem {_mig_memory(mig)}"]
+            if _is_number(active):
+                parts.append(f"smact {active:.0f}%")  # SM activity, as on the GPU line (sm: its clock)
+            parts.append(f"procs {_mig_processes_text(mig, verbose=False)}")
+            if _is_number(mig.gpu_util_pct):  # NVML gives none in MIG mode (the GPU's line says n/a)
+                parts.append(f"util {mig.gpu_util_pct:.0f}%")
+            line = " ".join(parts)
+            if mig_not_per_slice(mig.energy_mj) and len(line) + len(" power/energy: whole GPU") <= WATCH_WIDTH:
+                line += " power/energy: whole GPU"  # the watts on the GPU's line are the whole GPU's
+            lines.append(line)
+            continue
+        uuid = plain_text(mig.uuid, limit=60) if isinstance(mig.uuid, str) else short_na(mig.uuid)
+        sms = str(mig.sm_count) if isinstance(mig.sm_count, int) else short_na(mig.sm_count)
+        parts = [f"{head} {ids} {profile}", f"uuid {uuid}", f"sms {sms}", f"mem {_mig_memory(mig)}",
+                 "sm_active " + (f"{active:.1f} %" if _is_number(active) else short_na(active)),
+                 f"procs {_mig_processes_text(mig, verbose=True)}"]
+        for key, word, words in MIG_NOT_PER_SLICE:
+            value = mig.get(key)
+            if mig_not_per_slice(value):
+                parts.append(f"{word} n/a: {words}")
+            elif is_na(value):
+                parts.append(f"{word} {short_na(value)}")
+            else:
+                parts.append(f"{word} {value}")
+        lines.append(" | ".join(parts))
+    return lines
+
+
+def mig_records(snap: Snapshot, dev: DeviceSnapshot) -> list[dict[str, Any]]:
+    """``watch --json``'s records for the MIG devices of a GPU in MIG mode: one per MIG device,
+    ``{"time", "gpu": parent index, "mig": {ids, uuid, profile, sm_count, memory..., processes},
+    "notes": {key: why NVML gives no number per slice}, "na": {key: reason}}``; when the slices
+    cannot be read, one record whose ``mig`` is null with the reason in ``na``."""
+    migs = dev.mig
+    if migs is None or dev.fault is not None:
+        return []
+    time_text = _iso(snap.time)
+    if is_na(migs):
+        return [{"time": time_text, "gpu": dev.index, "mig": None, "notes": {}, "na": {"mig": migs.reason}}]
+    records = []
+    for mig in migs:
+        fields: dict[str, Any] = {}
+        na: dict[str, str] = {}
+        notes: dict[str, str] = {}
+        not_per_slice = {key: words for key, _, words in MIG_NOT_PER_SLICE}
+        for key, value in mig.to_dict().items():
+            if key == "parent":
+                continue
+            if is_na(value):
+                fields[key] = None
+                na[key] = value.reason
+                if key in not_per_slice and mig_not_per_slice(value):
+                    notes[key] = not_per_slice[key]
+            elif isinstance(value, str):
+                fields[key] = plain_text(value, limit=120)
+            elif isinstance(value, float) and not math.isfinite(value):
+                fields[key] = None
+            elif key == "processes":
+                fields[key] = [{"pid": p["pid"], "gpu_memory_bytes": p["gpu_memory_bytes"]} for p in value]
+            else:
+                fields[key] = value
+        records.append({"time": time_text, "gpu": dev.index, "mig": fields, "notes": notes, "na": na})
+    return records
 
 
 # --------------------------------------------------------------------------- device faults
@@ -471,13 +617,22 @@ class ProcessRow:
     cpu_pct: float | None = None
     host_memory_bytes: int | None = None
     command: str = ""
+    #: The MIG device the process runs on (``mig1.0``: GPU instance 1, compute instance 0), or "".
+    mig: str = ""
 
     def matches(self, text: str) -> bool:
         if not text:
             return True
         needle = text.lower()
         return any(needle in str(v).lower() for v in (self.pid, self.user, self.command, self.kind,
-                                                       f"gpu{self.gpu}"))
+                                                       f"gpu{self.gpu}", self.mig))
+
+    @property
+    def gpu_text(self) -> str:
+        """The GPU column: its index, with the MIG device where the process runs on one (``0 mig1.0``)."""
+        if self.gpu < 0:
+            return "-"
+        return f"{self.gpu} {self.mig}" if self.mig else str(self.gpu)
 
 
 PROCESS_SORT_KEYS: dict[str, Callable[[ProcessRow], Any]] = {
@@ -503,15 +658,28 @@ def recorded_process_info(pid: int, recorded: Mapping[str, Any]) -> dict[str, An
 
 
 def process_rows(snap: "Snapshot", info: Callable[[int, Mapping[str, Any]], dict[str, Any]]) -> tuple[list[ProcessRow], list[str]]:
-    """All GPU processes of a snapshot, and a note per device whose list could not be read."""
+    """All GPU processes of a snapshot, and a note per device whose list could not be read.
+
+    On a GPU in MIG mode each process is attributed to its MIG device (read on the slice's own
+    handle); the slices' lists stand in for the GPU's when NVML refuses that (NoPermission)."""
     rows: list[ProcessRow] = []
     notes: list[str] = []
     for dev in snap.devices:
         procs = dev.processes
-        if is_na(procs):
+        on_slices = _mig_processes(dev.mig)
+        mig_of = {pid: label for label, pid, _ in on_slices}
+        if is_na(procs) and not on_slices:
             notes.append(f"GPU {dev.index}: process list {short_na(procs)}")
             continue
-        for p in procs or []:
+        listed = list(procs) if isinstance(procs, list) else []
+        known = set()
+        for p in listed:
+            try:
+                known.add(int(p["pid"]))
+            except (KeyError, TypeError, ValueError):
+                continue
+        listed += [p for _, pid, p in on_slices if pid not in known]
+        for p in listed:
             try:
                 pid = int(p["pid"])
             except (KeyError, TypeError, ValueError):
@@ -528,8 +696,25 @@ def process_rows(snap: "Snapshot", info: Callable[[int, Mapping[str, Any]], dict
                 cpu_pct=extra.get("cpu_pct"),
                 host_memory_bytes=extra.get("host_memory_bytes"),
                 command=str(extra.get("command") or ""),
+                mig=mig_of.get(pid, ""),
             ))
     return rows, notes
+
+
+def _mig_processes(migs: list[MigDeviceReading] | NA | None) -> list[tuple[str, int, Any]]:
+    """(MIG device label, pid, process) for every process the MIG devices of a GPU list."""
+    found: list[tuple[str, int, Any]] = []
+    if not isinstance(migs, list):
+        return found
+    for mig in migs:
+        if not isinstance(mig.processes, list):
+            continue
+        for p in mig.processes:
+            try:
+                found.append((_mig_ids(mig), int(p["pid"]), p))
+            except (KeyError, TypeError, ValueError):
+                continue
+    return found
 
 
 __all__ = [

@@ -14,9 +14,13 @@ both use :func:`gpudoctor.backends.cuda_compat.driver_build_findings`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpudoctor.model import Report, Status
+
+if TYPE_CHECKING:
+    from gpudoctor.backends.base import GpuBackend
+    from gpudoctor.backends.events import EventSource
 
 # A headline is one line of plain text, bounded (it comes from driver and file data).
 HEADLINE_MAX = 160
@@ -41,8 +45,8 @@ class QuickVerdict:
         return text
 
 
-def quick_report(replay: str | None = None, python: str | None = None, gpu: Any = None,
-                 events: Any = None) -> Report:
+def quick_report(replay: str | None = None, python: str | None = None, gpu: GpuBackend | None = None,
+                 events: EventSource | None = None) -> Report:
     """Run the quick-level probes in this process (no torch import) and return the report.
 
     ``replay``: a recording instead of live NVML. ``python``: read the torch build of that
@@ -72,7 +76,8 @@ def verdict_of(report: Report) -> QuickVerdict:
     return QuickVerdict(status, "nothing could be checked", None, report)
 
 
-def quick_verdict(replay: str | None = None, python: str | None = None, gpu: Any = None) -> QuickVerdict:
+def quick_verdict(replay: str | None = None, python: str | None = None,
+                  gpu: GpuBackend | None = None) -> QuickVerdict:
     """Run the quick check and return its verdict (see :func:`quick_report`)."""
     return verdict_of(quick_report(replay=replay, python=python, gpu=gpu))
 

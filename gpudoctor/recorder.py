@@ -102,13 +102,17 @@ def _header(gpu: GpuBackend, interval: float) -> tuple[dict[str, Any], int]:
 
 def _sample_into(samples: list[dict[str, Any]], gpu: GpuBackend, n: int, *, seconds: float,
                  interval: float) -> None:
-    """Append a sample of the first ``n`` devices (readings and processes) every ``interval`` for
-    ``seconds``, timed from the first."""
+    """Append a sample of the first ``n`` devices (readings, processes, and the MIG devices of a GPU
+    in MIG mode) every ``interval`` for ``seconds``, timed from the first."""
     t0 = time.perf_counter()
 
     def keep(snap: Snapshot) -> None:
-        samples.append({"t": round(snap.t_mono - t0, 3), "devices": [d.sample for d in snap.devices[:n]],
-                        "processes": [d.processes for d in snap.devices[:n]]})
+        sample: dict[str, Any] = {"t": round(snap.t_mono - t0, 3), "devices": [d.sample for d in snap.devices[:n]],
+                                  "processes": [d.processes for d in snap.devices[:n]]}
+        if any(d.mig is not None for d in snap.devices[:n]):  # a GPU in MIG mode: its MIG devices
+            sample["mig"] = [d.mig if d.mig is None or is_na(d.mig) else [m.to_dict() for m in d.mig]
+                             for d in snap.devices[:n]]
+        samples.append(sample)
 
     for _snap in Sampler(gpu, None, with_processes=True, reads="full", interval_s=interval, history_length=1,
                          on_sample=keep).paced(seconds=seconds):

@@ -30,14 +30,14 @@ def report_to_json(report: Report, anonymize: bool = False, indent: int | None =
 MAX_PROSE = 2000
 
 
-def _prose(value: Any) -> str:
+def _prose(value: object) -> str:
     """Probe-written prose that may quote driver text: plain, one paragraph, bounded."""
     if value is None:
         return ""
     return " ".join(plain_text(part, limit=MAX_PROSE) for part in str(value).splitlines() if part.strip())
 
 
-def _fmt_value(value: Any, unit: str) -> str:
+def _fmt_value(value: object, unit: str) -> str:
     if value is None:
         return "n/a"
     unit = plain_text(unit or "", limit=20)
@@ -313,7 +313,7 @@ MARKDOWN_VERSIONS = (("gpudoctor", None), ("python", "python"), ("os", "os"), ("
                      ("torch CUDA build", "torch_cuda_build"), ("cuDNN", "cudnn"))
 
 
-def md_text(value: Any, limit: int = 500) -> str:
+def md_text(value: object, limit: int = 500) -> str:
     """Driver or probe text for markdown: plain (one line, no escapes), HTML-escaped so it
     cannot close the ``<details>`` block, markdown characters backslash-escaped."""
     import html

@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 # multiprocessing and subprocess are imported where a child starts: `report --quick`
 # starts none, and their imports are a tenth of its run time.
-from gpudoctor import _version, signals
+from gpudoctor import _version, findings, signals
 from gpudoctor._proc import describe_exit, silence_stdio
+from gpudoctor.backends.nvml import STUCK_S, thread_blocked
 from gpudoctor.model import ProbeResult, Report, Status
 from gpudoctor.safejson import json_safe
 
@@ -45,6 +46,9 @@ if TYPE_CHECKING:
 
 # Seconds a child process gets to import torch and start, on top of the probe's own limit.
 CHILD_START_ALLOWANCE_S = 60.0
+# How often a probe run in this process is looked at while it runs: whether it is done, or held
+# inside an NVML call the driver does not answer (then it is abandoned, not waited for).
+PROBE_POLL_S = 0.25
 
 
 class ProbeSelectionError(ValueError):
@@ -350,16 +354,34 @@ class _Child:
 
 # --------------------------------------------------------------------------- parent side
 def _run_in_thread(probe: Probe, ctx: ProbeContext) -> ProbeResult:
+    """Run ``probe`` in a daemon thread of this process, for at most its time limit. A probe held
+    inside an NVML call that the driver has not answered for STUCK_S is abandoned at once (its
+    thread stays blocked in the driver; the process can still exit): every later NVML call
+    answers DriverNotAnswering, so waiting out the limit would only delay that verdict."""
     box: list[ProbeResult] = []
     start = time.monotonic()
     thread = threading.Thread(target=lambda: box.append(call_probe(probe, ctx)), daemon=True,
                               name=f"gpudoctor-{probe.name}")
     thread.start()
-    thread.join(probe.timeout_s)
+    deadline = start + probe.timeout_s
+    while not box and (left := deadline - time.monotonic()) > 0:
+        thread.join(min(left, PROBE_POLL_S))
+        if not box and thread.ident is not None and thread_blocked(thread.ident):
+            return _driver_not_answering(probe.name, time.monotonic() - start)
     if not box:
         return ProbeResult.error(probe.name, f"timed out after {probe.timeout_s:.0f} s",
                                  duration_s=time.monotonic() - start)
     return box[0]
+
+
+def _driver_not_answering(probe: str, duration_s: float) -> ProbeResult:
+    """A probe abandoned inside an NVML call the driver does not answer: the driver's state is the
+    finding (FAIL, with its cause and fix), not an unexplained error of the check."""
+    result = ProbeResult(probe=probe, status=Status.FAIL, summary="abandoned: the NVIDIA driver is not answering",
+                         duration_s=duration_s)
+    result.findings.append(findings.finding("driver_not_answering", seconds=f"{STUCK_S:.0f}",
+                                            where=f" (the {probe} check was abandoned)"))
+    return result
 
 
 class _ProbeChild:

@@ -162,7 +162,7 @@ def read_json_file(path: str | os.PathLike[str], *, max_bytes: int, max_depth: i
                          max_containers=max_containers, allow_nan=allow_nan)
 
 
-def json_safe(obj: Any, max_depth: int = 64, _depth: int = 0) -> Any:
+def json_safe(obj: object, max_depth: int = 64, _depth: int = 0) -> Any:
     """A copy of ``obj`` that ``json.dumps(..., allow_nan=False)`` accepts.
 
     JSON has no NaN or Infinity and no "not available": a float that is not finite and an
@@ -195,7 +195,7 @@ def json_safe(obj: Any, max_depth: int = 64, _depth: int = 0) -> Any:
     return str(obj)
 
 
-def non_finite(value: Any) -> bool:
+def non_finite(value: object) -> bool:
     """Whether ``value`` is a number JSON cannot carry: NaN, an infinity (or an integer too
     large for a float, which :func:`parse_bounded` reads as one)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -83,6 +83,9 @@ class DeviceSnapshot:
     static: dict[str, Any]
     sample: dict[str, Any]
     processes: Any  # list of ProcessReading, or NA
+    #: The MIG devices of a GPU in MIG mode (list of MigDeviceReading, or NA with the reason);
+    #: None for a GPU not in MIG mode (not asked).
+    mig: Any = None
 
     @property
     def name(self) -> str:
@@ -386,7 +389,12 @@ class Sampler:
         procs: Any = NA("NotRead")
         if self.with_processes:
             procs = self._call(lambda: self.gpu.processes(index))
-        return DeviceSnapshot(index, self._static[index], sample, procs)
+        mig = None
+        # A GPU in MIG mode: its MIG devices, for the front ends that read in full (TUI, watch,
+        # exporter, record); the cheap views beside a training loop or a probe do not pay for them.
+        if self._static[index].get("mig_mode") == 1 and self.reads in ("auto", "full"):
+            mig = self._call(lambda: self.gpu.mig_devices(index))
+        return DeviceSnapshot(index, self._static[index], sample, procs, mig)
 
     def _sample(self, index: int) -> dict[str, Any]:
         """One device's readings as ``reads`` asks (see the module's docstring)."""

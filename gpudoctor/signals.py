@@ -20,7 +20,10 @@ Standard library only (foundation layer).
 from __future__ import annotations
 
 import signal
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 #: The signals that stop a run as Ctrl-C does (SIGHUP does not exist on Windows).
 STOP_SIGNALS: tuple[int, ...] = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP")
@@ -35,7 +38,7 @@ class Terminated(KeyboardInterrupt):
     """Raised in the main thread by the first SIGTERM or SIGHUP once :func:`install` ran."""
 
 
-def _on_sigterm(signum: int, frame: Any) -> None:
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     global _received
     if _received:
         return  # the first one is being handled: finish writing what was kept

@@ -11,10 +11,13 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from gpudoctor.backends.cuda_driver import cuda_start_findings
+from gpudoctor.backends.cuda_driver import SYSTEM_NOT_READY, CudaStart, cuda_start_findings
 from gpudoctor.backends.na import NA, is_na
-from gpudoctor.backends.visibility import match_torch_to_nvml, order_caveat, visible_nvml_indices
+from gpudoctor.backends.nvml import DRIVER_NOT_ANSWERING, STUCK_S
+from gpudoctor.backends.visibility import match_torch_to_nvml, order_caveat, visible_mig_devices, visible_nvml_indices
 from gpudoctor.backends.cuda_compat import driver_build_findings
+from gpudoctor import findings
+from gpudoctor.findings import fabric_not_completed
 from gpudoctor.model import ProbeResult, Status
 
 from . import Probe, ProbeContext
@@ -59,14 +62,15 @@ def run(ctx: ProbeContext) -> ProbeResult:
     r.details["cuda_device_order"] = os.environ.get("CUDA_DEVICE_ORDER")
 
     if not isinstance(count, int) or count == 0:
-        _no_device(r, nvml_na, torch_facts or {})
-        return r.settle("no GPU visible")
+        _no_device(r, count if is_na(count) else None, torch_facts or {})
+        blocked = is_na(count) and count.reason == DRIVER_NOT_ANSWERING
+        return r.settle("the NVIDIA driver is not answering" if blocked else "no GPU visible")
     if isinstance(visible, list):
         _visible_devices(r, ctx, torch_facts, torch_count, cvd, visible, count)
     _index_order(r, torch_devices, mapping)
 
     wanted = [ctx.device] if ctx.device is not None else sorted(mapping) if mapping else list(range(count))
-    names = _describe_devices(r, wanted, mapping, torch_devices, nvml_static)
+    names = _describe_devices(r, wanted, mapping, torch_devices, nvml_static, gpu)
     shown = ", ".join(sorted(set(names))) if names else "none"
     return r.settle(f"{len(wanted)} device(s): {shown}")
 
@@ -108,9 +112,15 @@ def _visible_devices(r: ProbeResult, ctx: ProbeContext, torch_facts: dict[str, A
     changed = bool(torch_facts is not None and isinstance(torch_count, int) and torch_count > 0 and (
         started_with != cvd or (cvd is not None and torch_count > len(visible))))
     _visibility(r, cvd, visible, count, changed)
+    if cvd is not None and "MIG-" in cvd:
+        _visible_mig(r, ctx.gpu)
     # The CUDA driver's own start, asked at every level (no torch), so --quick, the exporter,
     # the TUI header and the full report judge the same fact the same way.
-    driver_failed = cuda_start_findings(ctx.cuda_start(), len(visible)) if visible else []
+    start = ctx.cuda_start()
+    # error 802 on an NVSwitch board: what NVML says of the fabric registration names the cause
+    fabric = (fabric_not_completed(ctx.gpu.static(n) for n in visible)
+              if visible and isinstance(start, CudaStart) and start.code == SYSTEM_NOT_READY else "")
+    driver_failed = cuda_start_findings(start, len(visible), fabric) if visible else []
     r.findings.extend(driver_failed)
     if (torch_facts is not None and isinstance(torch_count, int)
             and not any(f.status == Status.FAIL for f in driver_failed)):
@@ -118,7 +128,8 @@ def _visible_devices(r: ProbeResult, ctx: ProbeContext, torch_facts: dict[str, A
 
 
 def _describe_devices(r: ProbeResult, wanted: list[int], mapping: dict[int, int | None],
-                      torch_devices: list[dict[str, Any]], nvml_static: list[dict[str, Any]]) -> list[str]:
+                      torch_devices: list[dict[str, Any]], nvml_static: list[dict[str, Any]],
+                      gpu: GpuBackend | None = None) -> list[str]:
     """Each wanted device's identity (torch's, else NVML's), and the devices torch could not read;
     returns the devices' names."""
     torch_by_index = {d["index"]: d for d in torch_devices}
@@ -126,7 +137,7 @@ def _describe_devices(r: ProbeResult, wanted: list[int], mapping: dict[int, int 
     for t_index in wanted:
         n_index = mapping.get(t_index, t_index if not mapping else None)
         s = nvml_static[n_index] if n_index is not None and n_index < len(nvml_static) else {}
-        names.append(_describe_device(r, t_index, n_index, torch_by_index.get(t_index, {}), s))
+        names.append(_describe_device(r, t_index, n_index, torch_by_index.get(t_index, {}), s, gpu))
     for d in torch_devices:
         if d.get("error"):
             r.find(Status.FAIL, "device_properties_failed",
@@ -137,6 +148,10 @@ def _describe_devices(r: ProbeResult, wanted: list[int], mapping: dict[int, int 
 
 def _no_device(r: ProbeResult, nvml_na: NA | None, facts: dict[str, Any]) -> None:
     """Nothing visible at all."""
+    if nvml_na is not None and nvml_na.reason == DRIVER_NOT_ANSWERING:
+        # The driver holds NVML: whether a GPU is there cannot be told, and "no GPU" would mislead.
+        r.findings.append(findings.finding("driver_not_answering", seconds=f"{STUCK_S:.0f}", where=""))
+        return
     why_none = f"NVML: {nvml_na.reason}" if nvml_na is not None else "NVML reports 0 devices"
     if facts.get("cuda_init_error"):
         why_none += f"; torch: {facts['cuda_init_error']}"
@@ -164,6 +179,22 @@ def _visibility(r: ProbeResult, cvd: str | None, visible: list[int], count: int,
                f"CUDA_VISIBLE_DEVICES={cvd!r} names {named} devices but only the first {len(visible)} are valid.",
                why="CUDA ignores everything after the first invalid or repeated entry.",
                fix=f"Fix the list: valid indices are 0..{count - 1}.")
+
+
+def _visible_mig(r: ProbeResult, gpu: GpuBackend) -> None:
+    """The MIG devices CUDA_VISIBLE_DEVICES=MIG-... selects: each one's UUID, with its GPU, GPU and
+    compute instance and profile in the note (or why NVML cannot say which they are)."""
+    from gpudoctor._text import plain_text
+
+    chosen = visible_mig_devices(gpu)
+    if is_na(chosen):
+        r.measure("visible_mig_device", None, note=chosen.reason)
+        return
+    for m in chosen:
+        profile = plain_text(m.profile, limit=40) if isinstance(m.profile, str) else "?"
+        r.measure("visible_mig_device", plain_text(m.uuid, limit=80) if isinstance(m.uuid, str) else None,
+                  note=f"GPU {m.parent}, GPU instance {_known(m.gpu_instance_id)}, compute instance "
+                       f"{_known(m.compute_instance_id)}, {profile}")
 
 
 def _torch_agreement(r: ProbeResult, gpu: GpuBackend, facts: dict[str, Any], torch_count: int, visible: int,
@@ -227,7 +258,7 @@ def _index_order(r: ProbeResult, torch_devices: list[dict[str, Any]], mapping: d
 
 
 def _describe_device(r: ProbeResult, dev: int, n_index: int | None, t: dict[str, Any],
-                     s: dict[str, Any]) -> str:
+                     s: dict[str, Any], gpu: GpuBackend | None = None) -> str:
     """One device's identity from torch (``t``) or NVML (``s``), its MIG mode and loss; returns its name."""
     name = t.get("name") or s.get("name")
     r.measure("name", name if not is_na(name) else None, device=dev, note=_na_note(name))
@@ -250,6 +281,8 @@ def _describe_device(r: ProbeResult, dev: int, n_index: int | None, t: dict[str,
                    "the slice's, and NVML utilisation is not reported per instance.",
                fix="Select a slice with CUDA_VISIBLE_DEVICES=MIG-<uuid> (nvidia-smi -L), or ask the "
                    "administrator to disable MIG for whole-GPU training.", device=dev)
+        if gpu is not None and n_index is not None:
+            _mig_slices(r, gpu, dev, n_index)
     identity = [s.get(k) for k in ("name", "uuid", "pci_bus_id", "compute_capability", "memory_total_bytes")]
     if not t and s and all(is_na(v) for v in identity) and not (is_na(name) and name.reason == "GpuIsLost"):
         reasons = sorted({v.reason for v in identity if is_na(v)})
@@ -267,6 +300,55 @@ def _describe_device(r: ProbeResult, dev: int, n_index: int | None, t: dict[str,
                fix="Check `dmesg` for Xid errors; the node needs a GPU reset or reboot, and a hardware "
                    "check if it repeats.", device=dev)
     return str(name)
+
+
+def _mig_slices(r: ProbeResult, gpu: GpuBackend, dev: int, n_index: int) -> None:
+    """The MIG devices of GPU ``dev`` (NVML index ``n_index``): one group of measurements per slice,
+    named ``mig<GPU instance>.<compute instance>_...``; utilisation (none in MIG mode) and energy (the
+    whole GPU's only) are measured as None with a note saying so (never a share of the GPU's)."""
+    from gpudoctor._text import plain_text
+    from gpudoctor.backends.base import MIG_NO_UTILISATION, WHOLE_GPU_ONLY
+
+    slices = gpu.mig_devices(n_index)
+    if (not is_na(slices) and gpu.kind == "nvml"
+            and any(is_na(m.sm_active_pct) and m.sm_active_pct.reason == "Warming" for m in slices)):
+        # GPM compares two samples: the first read has none before it. Read again once NVML's
+        # 100 ms between GPM samples have passed (a GPU in MIG mode only).
+        import time
+
+        from gpudoctor.backends.nvml import GPM_MIN_INTERVAL_S
+
+        time.sleep(GPM_MIN_INTERVAL_S + 0.01)
+        slices = gpu.mig_devices(n_index)
+    if is_na(slices):
+        r.measure("mig_devices", None, device=dev, note=slices.reason)
+        return
+    r.measure("mig_devices", len(slices), device=dev)
+    listed = []
+    for m in slices:
+        ids = (f"mig{m.gpu_instance_id}.{m.compute_instance_id}"
+               if isinstance(m.gpu_instance_id, int) and isinstance(m.compute_instance_id, int) else f"mig_slot{m.slot}")
+        uuid = plain_text(m.uuid, limit=80) if isinstance(m.uuid, str) else None
+        profile = plain_text(m.profile, limit=40) if isinstance(m.profile, str) else None
+        r.measure(f"{ids}_uuid", uuid, device=dev, note=profile or _na_note(m.uuid))
+        r.measure(f"{ids}_sm_count", _known(m.sm_count), device=dev, note=_na_note(m.sm_count))
+        r.measure(f"{ids}_memory_used", _known(m.memory_used_bytes), "B", device=dev,
+                  note=_na_note(m.memory_used_bytes))
+        r.measure(f"{ids}_memory_total", _known(m.memory_total_bytes), "B", device=dev,
+                  note=_na_note(m.memory_total_bytes))
+        procs = m.processes
+        r.measure(f"{ids}_processes", None if is_na(procs) else len(procs), device=dev,
+                  note=(procs.reason + (": in MIG mode NVML asks for privileges to list processes (run as root)" if procs.reason == "NoPermission"
+                                        else "")) if is_na(procs) else "")
+        r.measure(f"{ids}_sm_active", _known(m.sm_active_pct), "%", device=dev, note=_na_note(m.sm_active_pct))
+        for key, word, words in (("gpu_util_pct", "gpu_util", MIG_NO_UTILISATION), ("energy_mj", "energy", WHOLE_GPU_ONLY)):
+            value = m.get(key)
+            note = (f"{words} ({value.reason} on a MIG device)"
+                    if is_na(value) and value.reason in ("NotSupported", "FunctionNotFound") else _na_note(value))
+            r.measure(f"{ids}_{word}", _known(value), "%" if key == "gpu_util_pct" else "mJ", device=dev, note=note)
+        listed.append({"gpu_instance_id": _known(m.gpu_instance_id), "compute_instance_id": _known(m.compute_instance_id),
+                       "uuid": uuid, "profile": profile, "slot": m.slot})
+    r.details.setdefault("mig_devices", {})[str(dev)] = listed
 
 
 PROBE = Probe.define(__name__, run, "GPUs seen by NVML and by torch, and how their indices map",

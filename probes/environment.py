@@ -16,7 +16,8 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from gpudoctor.backends import fatbin
-from gpudoctor.backends.cuda_driver import cause_of_error_text
+from gpudoctor.backends.cuda_driver import SYSTEM_NOT_READY, cause_of_error_text, code_of_error_text
+from gpudoctor.findings import fabric_not_completed
 from gpudoctor.backends.host import environment_variables
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.backends.cuda_compat import cuda_started, driver_build_findings, started_anyway
@@ -227,7 +228,7 @@ def run(ctx: ProbeContext) -> ProbeResult:
     driver_findings = driver_build_findings(driver, driver_cuda, version, cuda_build)
     r.findings.extend(started_anyway(driver_findings) if cuda_started(facts) else driver_findings)
     count = gpu.device_count() if nvml_na is None else nvml_na
-    _cuda_start(r, facts, cuda_build, count)
+    _cuda_start(r, facts, cuda_build, count, gpu)
     _cudnn(r, facts, version)
     _kernel_images(r, gpu, facts, version, count)
     _extensions(r, ctx, _capabilities(gpu, facts, count))
@@ -300,12 +301,16 @@ def _torch_build(r: ProbeResult, facts: dict[str, Any], nvml_na: NA | None) -> t
     return version, cuda_build
 
 
-def _cuda_start(r: ProbeResult, facts: dict[str, Any], cuda_build: str | None, count: int | NA) -> None:
+def _cuda_start(r: ProbeResult, facts: dict[str, Any], cuda_build: str | None, count: int | NA,
+                gpu: GpuBackend | None = None) -> None:
     """CUDA not starting although a driver and devices are there."""
     if (cuda_build and facts.get("cuda_available") is not True and isinstance(count, int) and count > 0
             and not any(f.code == "driver_too_old" for f in r.findings)):
         reason = facts.get("cuda_init_error") or "; ".join(facts.get("cuda_warnings") or []) or "unknown reason"
         known = cause_of_error_text(reason)
+        if code_of_error_text(reason) == SYSTEM_NOT_READY and gpu is not None:
+            # 802 on an NVSwitch board: NVML's view of the fabric registration names the cause
+            known = cause_of_error_text(reason, fabric_not_completed(gpu.static(n) for n in range(count)))
         r.find(Status.FAIL, "cuda_init_failed",
                f"NVML sees {count} GPU(s) but torch cannot start CUDA: {reason}"
                + (f" ({known[0]})" if known else ""),

@@ -1,4 +1,5 @@
-"""health: temperature, power, clocks and throttling, ECC, retired pages / remapped rows, PCIe link.
+"""health: temperature, power, clocks and throttling, ECC, retired pages / remapped rows, PCIe link,
+and the NVLink fabric registration on NVSwitch boards.
 
 NVML only (no torch, no CUDA context), so it runs every minute in ``--quick`` scripts.
 
@@ -12,12 +13,15 @@ maximum clocks and PCIe link); the interpretation follows NVIDIA's documentation
   take effect; a remapping failure means the GPU should be replaced.
 - An idle GPU lowers its PCIe link generation to save power (ASPM-like link speed
   management); a lower *width* is not a power-saving state and points at the slot/riser.
+- The NVLink fabric (nvmlDeviceGetGpuFabricInfoV, Hopper and later on NVSwitch boards): until
+  the fabric manager has registered the GPU, CUDA fails with error 802; a PCIe board answers
+  NotSupported, which is no finding (gpudoctor.findings.fabric_findings).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, SupportsFloat, SupportsIndex
 
 from gpudoctor.backends.na import is_na
 from gpudoctor.backends.plausible import IMPLAUSIBLE, is_implausible
@@ -35,12 +39,14 @@ RETIRED_PAGES_RMA = 60
 SHUTDOWN_MARGIN_C = 3
 
 
-def _num(value: Any) -> int | float | None:
+def _num(value: object) -> int | float | None:
     """A reading as a number, or None. Integers stay ints: a counter is never rounded through a float."""
     if is_na(value) or value is None or isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
         return value
+    if not isinstance(value, (str, bytes, bytearray, memoryview, SupportsFloat, SupportsIndex)):
+        return None  # what float() refuses with a TypeError
     try:
         return float(value)
     except (TypeError, ValueError):
@@ -57,7 +63,7 @@ class _Device:
     x: dict[str, Any]  # a sample
     label: str = ""
 
-    def m(self, key_name: str, value: Any, unit: str = "", reference: Any = None) -> None:
+    def m(self, key_name: str, value: object, unit: str = "", reference: object = None) -> None:
         self.r.measure(key_name, None if is_na(value) else value, unit, device=self.dev,
                        reference=_num(reference), note=value.reason if is_na(value) else "")
 
@@ -88,6 +94,7 @@ def check_device(r: ProbeResult, dev: int, s: dict[str, Any], x: dict[str, Any])
     _check_modes(d)
     d.m("fan_speed", x.get("fan_pct"), "%")
     _check_unread(d, r.measurements[first:])
+    _check_fabric(d)
 
 
 def _check_unread(d: _Device, measured: list[Any]) -> None:
@@ -207,6 +214,16 @@ def _check_pcie(d: _Device) -> None:
         d.say("pcie_width_degraded", width=width, width_max=width_max)
 
 
+def _check_fabric(d: _Device) -> None:
+    """The NVLink fabric registration, where the GPU has one (after _check_unread: a PCIe board's
+    NotSupported is normal, not an unread reading)."""
+    state = d.s.get("fabric_state")
+    if isinstance(state, int) and not isinstance(state, bool) and state != findings.FABRIC_NOT_SUPPORTED:
+        d.r.measure("fabric_state", findings.FABRIC_STATE_WORDS.get(state, f"unknown ({state})"), device=d.dev,
+                    note=str(d.s.get("fabric_status") or ""))
+    d.add(findings.fabric_findings(d.s, label=d.label, device=d.dev))
+
+
 def _check_modes(d: _Device) -> None:
     """Persistence mode and compute mode."""
     persistence = d.x.get("persistence_mode")
@@ -266,5 +283,5 @@ def run(ctx: ProbeContext) -> ProbeResult:
     return r
 
 
-PROBE = Probe.define(__name__, run, "Temperature, power, clocks, throttling, ECC, memory retirement and PCIe link",
-                     level="quick", uses_torch=False, timeout_s=30, order=30)
+PROBE = Probe.define(__name__, run, "Temperature, power, clocks, throttling, ECC, memory retirement, PCIe link and "
+                     "NVLink fabric", level="quick", uses_torch=False, timeout_s=30, order=30)

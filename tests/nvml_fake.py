@@ -16,6 +16,10 @@ do for what they lack. ``mode`` covers the whole library: "ok"; "unloaded" (the 
 reloaded: every call raises ``Uninitialized`` until the next ``nvmlInit``); "lost" (every
 device call raises ``GpuIsLost``); ``lost`` names single devices that fell off the bus. Handles carry the NVML session they came from, so a
 handle from before a re-initialisation fails like a real one.
+
+A GPU in MIG mode (:func:`h100_mig`) has a ``"mig"`` list: one readings dictionary per MIG device
+slot (None: an empty slot, which NVML answers NotFound), each answering on its own MIG handle
+(``nvmlDeviceGetMigDeviceHandleByIndex``) like a device does, NotSupported for what it lacks.
 """
 
 from __future__ import annotations
@@ -67,6 +71,56 @@ def hopper(**gpm: Any) -> dict[str, Any]:
     return {"nvmlDeviceGetName": "NVIDIA H100 80GB HBM3", "gpm": gpm_table(**gpm)}
 
 
+def mig_slice(gpu_instance: int, compute_instance: int, *, profile: str = "3g.40gb", sm_count: int = 60,
+              memory_mib: int = 40448, used_mib: int = 0, processes: Any = (), uuid: str | None = None) -> dict[str, Any]:
+    """The readings of one MIG device of an H100 80GB: its ids, "MIG-" UUID, name with the profile,
+    attributes (SMs, memory), memory in use and compute processes (a list, or an exception). Utilisation
+    rates, power and energy are absent: NVML answers NotSupported for them on a MIG handle (energy and
+    power it gives for the whole GPU only, utilisation rates not at all in MIG mode)."""
+    procs = processes if isinstance(processes, BaseException) or (
+        isinstance(processes, type) and issubclass(processes, BaseException)) else list(processes)
+    return {
+        "nvmlDeviceGetGpuInstanceId": gpu_instance,
+        "nvmlDeviceGetComputeInstanceId": compute_instance,
+        "nvmlDeviceGetUUID": uuid or f"MIG-{gpu_instance:08x}-5c1e-5b0e-9a39-0123456789{compute_instance:02x}",
+        "nvmlDeviceGetName": f"NVIDIA H100 80GB HBM3 MIG {profile}",
+        "nvmlDeviceGetAttributes": SimpleNamespace(multiprocessorCount=sm_count, memorySizeMB=memory_mib,
+                                                   gpuInstanceSliceCount=3, computeInstanceSliceCount=3),
+        "nvmlDeviceGetMemoryInfo": SimpleNamespace(used=used_mib << 20, free=(memory_mib - used_mib) << 20,
+                                                   total=memory_mib << 20),
+        "nvmlDeviceGetComputeRunningProcesses": procs,
+    }
+
+
+def h100_mig(*, processes: Any = None, gpm: bool = True) -> dict[str, Any]:
+    """Readings of an H100 80GB in MIG mode with two 3g.40gb slices (GPU instances 1 and 2, compute
+    instance 0 each, in slots 0 and 2; slot 1 empty); two processes run on the first slice (12 GiB in
+    use), none on the second. ``processes``: what the first slice's process list answers instead (an
+    exception such as ``nvml_error("NoPermission")``: a user without privileges). GPM per GPU instance
+    where ``gpm``."""
+    on_first = [SimpleNamespace(pid=4242, usedGpuMemory=8 << 30), SimpleNamespace(pid=4243, usedGpuMemory=4 << 30)]
+    first = mig_slice(1, 0, used_mib=12 << 10, processes=on_first if processes is None else processes)
+    second = mig_slice(2, 0, used_mib=0, processes=[] if processes is None else processes)
+    readings: dict[str, Any] = {
+        "nvmlDeviceGetName": "NVIDIA H100 80GB HBM3",
+        "nvmlDeviceGetUUID": "GPU-5c1e0000-1111-2222-3333-444455556666",
+        "nvmlDeviceGetMigMode": (1, 1),
+        "nvmlDeviceGetMaxMigDeviceCount": 7,
+        "mig": [first, None, second],
+        # in MIG mode the whole GPU's process list needs privileges (per slice it is read on the MIG handle)
+        "nvmlDeviceGetComputeRunningProcesses": nvml_error("NoPermission"),
+        # NVML has no utilisation rates on a GPU in MIG mode (nvidia-smi's GPU-Util N/A); power and
+        # energy stay the whole GPU's
+        "nvmlDeviceGetUtilizationRates": nvml_error("NotSupported"),
+        "nvmlDeviceGetPowerUsage": 310_000,
+        "nvmlDeviceGetTotalEnergyConsumption": 5_000_000,
+    }
+    if gpm:
+        readings["gpm"] = gpm_table()
+        readings["gpm_mig"] = {1: gpm_table(sm=41.5), 2: gpm_table(sm=0.0, fp32=0.0, dram=0.0)}
+    return readings
+
+
 class GpmMetricsGet:
     """Stands in for pynvml's c_nvmlGpmMetricsGet_t."""
 
@@ -104,7 +158,43 @@ DEVICE_FUNCTIONS = frozenset("nvmlDevice" + name for name in (
     "GetProcessUtilization", "GetRemappedRows", "GetRetiredPages", "GetRetiredPagesPendingStatus",
     "GetSamples", "GetSerial", "GetSupportedEventTypes", "GetTemperature", "GetTemperatureThreshold",
     "GetTotalEccErrors", "GetTotalEnergyConsumption", "GetUUID", "GetUtilizationRates",
-    "GetVbiosVersion", "RegisterEvents"))
+    "GetVbiosVersion", "RegisterEvents", "GetGpuFabricInfoV", "GetGpuFabricInfo", "GetMaxMigDeviceCount",
+    "GetGpuInstanceId", "GetComputeInstanceId", "GetAttributes"))
+
+
+class _FabricInfo:
+    """Stands in for pynvml's fabric structures (c_nvmlGpuFabricInfo_v3_t and older): the fields
+    NVML fills, zero until it does."""
+
+    FIELDS: tuple[str, ...] = ("version", "clusterUuid", "status", "cliqueId", "state", "healthMask",
+                               "healthSummary")
+
+    def __init__(self) -> None:
+        for name in self.FIELDS:
+            setattr(self, name, bytes(16) if name == "clusterUuid" else 0)
+
+
+class _FabricInfoV2(_FabricInfo):
+    FIELDS = _FabricInfo.FIELDS[:-1]  # no health summary
+
+
+class _FabricInfoV1(_FabricInfo):
+    FIELDS = ("clusterUuid", "status", "cliqueId", "state")  # no version, no health
+
+
+def fabric(state: int, status: int = 0, clique: int = 0, cluster: bytes = b"", health_mask: int = 0,
+           health_summary: int = 0) -> Any:
+    """An ``nvmlDeviceGetGpuFabricInfoV`` answer: fills the structure it is given, as NVML does
+    (state: NVML_GPU_FABRIC_STATE_*, 0 not supported .. 3 completed; status: an nvmlReturn)."""
+    def fill(info: Any) -> int:
+        values = {"state": state, "status": status, "cliqueId": clique, "clusterUuid": cluster.ljust(16, b"\0"),
+                  "healthMask": health_mask, "healthSummary": health_summary}
+        for name, value in values.items():
+            if name in info.FIELDS:
+                setattr(info, name, value)
+        return 0
+
+    return fill
 
 
 class FakePynvml:
@@ -113,6 +203,9 @@ class FakePynvml:
     NVML_TEMPERATURE_GPU = 0
     NVML_GPM_METRICS_GET_VERSION = 1
     c_nvmlGpmMetricsGet_t = GpmMetricsGet
+    c_nvmlGpuFabricInfo_v3_t = _FabricInfo
+    c_nvmlGpuFabricInfoV_t = _FabricInfoV2
+    c_nvmlGpuFabricInfo_t = _FabricInfoV1
     NVML_PCIE_UTIL_TX_BYTES = 0
     NVML_PCIE_UTIL_RX_BYTES = 1
 
@@ -174,6 +267,25 @@ class FakePynvml:
         self._device(handle)
         return handle.index
 
+    # -- MIG --------------------------------------------------------------------------------
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Any, slot: int) -> SimpleNamespace:
+        slots = self._device(handle).get("mig") or []
+        if getattr(handle, "mig", None) is not None:
+            raise nvml_error("InvalidArgument")()  # a MIG handle has no MIG devices of its own
+        if not 0 <= slot < len(slots) or slots[slot] is None:
+            raise nvml_error("NotFound")()
+        return SimpleNamespace(index=handle.index, session=handle.session, mig=slot)
+
+    def nvmlDeviceIsMigDeviceHandle(self, handle: Any) -> bool:
+        self._device(handle)
+        return getattr(handle, "mig", None) is not None
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, handle: Any) -> SimpleNamespace:
+        self._device(handle)
+        if getattr(handle, "mig", None) is None:
+            raise nvml_error("InvalidArgument")()
+        return SimpleNamespace(index=handle.index, session=handle.session)
+
     # -- GPM ------------------------------------------------------------------------------
     @staticmethod
     def NVMLError(code: int) -> BaseException:  # noqa: N802 (pynvml's name)
@@ -225,6 +337,9 @@ class FakePynvml:
             raise nvml_error("GpuIsLost")()
         if handle.session != self.session:  # a handle from before the re-init
             raise nvml_error("Uninitialized")()
+        slot = getattr(handle, "mig", None)
+        if slot is not None:  # a MIG device: its own readings (the slot exists: its handle was given)
+            return self.devices[handle.index]["mig"][slot]
         return self.devices[handle.index]
 
     def __getattr__(self, name: str) -> Any:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import socket
 import subprocess
+import sys
+import time
 import urllib.parse
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -56,3 +60,28 @@ def one_value(samples: dict[tuple[str, tuple], float], name: str, **labels: str)
 def stop(proc: subprocess.Popen | None) -> None:
     """Terminate a child, then kill it if it does not end within 10 s."""
     stop_popen(proc, grace_s=10.0)
+
+
+def assert_exporter_report_fails(env: dict[str, str], cwd: Path) -> None:
+    """Start ``gpudoctor exporter`` on a free port with ``env`` and wait (60 s at most) until its
+    ``gpudoctor_report_status`` says fail: the exporter publishes the report's verdict."""
+    proc = subprocess.Popen([sys.executable, "-m", "gpudoctor", "exporter", "--port", "0", "--interval", "0.5",
+                             "--exit-after", "90"], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = None
+        while url is None:
+            line = proc.stderr.readline()
+            assert line, f"the exporter ended (exit {proc.poll()}) before serving"
+            found = re.search(r"serving (http://\S+/metrics)", line)
+            url = found.group(1) if found else None
+        deadline, body = time.monotonic() + 60, ""
+        while time.monotonic() < deadline and 'gpudoctor_report_status{status="fail"} 1.0' not in body:
+            with urllib.request.urlopen(url, timeout=10) as answer:
+                body = answer.read().decode()
+            time.sleep(0.3)
+        assert 'gpudoctor_report_status{status="fail"} 1.0' in body, \
+            [line for line in body.splitlines() if "report" in line]
+    finally:
+        proc.terminate()
+        proc.wait(30)

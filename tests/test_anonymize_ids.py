@@ -60,3 +60,14 @@ def test_a_device_name_recorded_in_the_data_is_struck_everywhere(monkeypatch):
                          "details": {"hosts": ["n1"]}}]}
     text = json.dumps(anonymize_report_dict(data))
     assert "slot-alpha-7" not in text and '"0,' + REDACTED in text, text
+
+
+def test_an_nvswitch_fabric_cluster_uuid_is_struck_out():
+    """The fabric's cluster UUID (nvmlDeviceGetGpuFabricInfoV, written 8-4-4-4-12 without a prefix)
+    names the NVLink domain a node belongs to: an identifier like a GPU's."""
+    cluster = "5e1f00d2-77aa-4b3c-9d8e-0f1e2d3c4b5a"
+    data = {"results": [{"probe": "devices", "details": {"static": [{"fabric_cluster_uuid": cluster,
+                                                                      "fabric_clique_id": 3}]}}]}
+    text = json.dumps(anonymize_report_dict(data))
+    assert "5e1f00d2" not in text and REDACTED in text, text
+    assert '"fabric_clique_id": 3' in text  # a small number within the domain, not an identifier

@@ -12,21 +12,25 @@ forever; every other one answers) and checks, for
 * ``record --seconds 1 --no-torch``: it ends by itself, with the recording written (0) or the
   one line "nothing to record" (6). (``--no-torch``: the torch facts come from a child process
   with its own time limit, and importing torch would cost most of the test's time.)
+* ``report --quick --json``: it ends within seconds (not at its probes' 60-90 s time limits) with
+  its JSON; where the report calls the hung symbol before it is written, it fails (exit 4) with
+  ``driver_not_answering`` and never says "no GPU".
 
 Symbols: :data:`SYMBOLS` is every NVML symbol these front ends call on the fake one-GPU board,
 taken from its call log (``FAKE_NVML_CALLS``); :func:`test_the_symbol_list_is_complete` fails
 when gpudoctor starts calling one that is not listed, so the guard grows with the code.
 
-Grouping: the full product (48 symbols x 4 front ends, about 190 processes) is the
+Grouping: the full product (48 symbols x 5 front ends, about 240 processes) is the
 ``benchmark``-marked :func:`test_every_symbol_hangs_in_every_front_end`. The default run hangs
 every symbol once, in one front end chosen round-robin over the sorted list (so each front end
-meets about 12 symbols from every phase: static facts, readings, processes, events), and the five
+meets about 10 symbols from every phase: static facts, readings, processes, events), and the five
 life-cycle calls (:data:`LIFECYCLE`: init, count, handle, event set, shutdown) in every front end:
-68 cases, four at a time (most of a case is waiting, not computing), about a minute here.
+about 70 cases, four at a time (most of a case is waiting, not computing).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -45,14 +49,14 @@ from tui_support import PtyApp
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_NVML = ROOT / "benchmarks" / "fake_nvml"
-FRONT_ENDS = ("tui", "watch", "exporter", "record")
+FRONT_ENDS = ("tui", "watch", "exporter", "record", "report")
 
 SYMBOLS = tuple(sorted("""
 nvmlDeviceGetArchitecture nvmlDeviceGetClockInfo nvmlDeviceGetComputeMode nvmlDeviceGetComputeRunningProcesses_v3
 nvmlDeviceGetCount_v2 nvmlDeviceGetCudaComputeCapability nvmlDeviceGetCurrPcieLinkGeneration
 nvmlDeviceGetCurrPcieLinkWidth nvmlDeviceGetCurrentClocksEventReasons nvmlDeviceGetEccMode
 nvmlDeviceGetEnforcedPowerLimit nvmlDeviceGetFanSpeed nvmlDeviceGetGpuMaxPcieLinkGeneration
-nvmlDeviceGetGraphicsRunningProcesses_v3 nvmlDeviceGetHandleByIndex_v2 nvmlDeviceGetMaxClockInfo
+nvmlDeviceGetGpuFabricInfoV nvmlDeviceGetGraphicsRunningProcesses_v3 nvmlDeviceGetHandleByIndex_v2 nvmlDeviceGetMaxClockInfo
 nvmlDeviceGetMaxPcieLinkGeneration nvmlDeviceGetMaxPcieLinkWidth nvmlDeviceGetMemoryBusWidth nvmlDeviceGetMemoryInfo
 nvmlDeviceGetMemoryInfo_v2 nvmlDeviceGetMigMode nvmlDeviceGetName nvmlDeviceGetNumFans nvmlDeviceGetPciInfo_v3
 nvmlDeviceGetPcieThroughput nvmlDeviceGetPerformanceState nvmlDeviceGetPersistenceMode
@@ -175,7 +179,47 @@ def check_exporter(env: dict[str, str]) -> str | None:
         proc.stderr.close()
 
 
-CHECKS = {"tui": check_tui, "watch": check_watch, "exporter": check_exporter, "record": check_record}
+#: Calls made on the way out, after the report is written (NVML's shutdown, freeing GPM's buffers):
+#: hung, the report is unchanged and the process must still end.
+CLOSING = ("nvmlShutdown", "nvmlGpmSampleFree")
+
+
+@functools.lru_cache(maxsize=1)
+def report_calls() -> frozenset[str]:
+    """The NVML symbols ``report --quick --json`` calls on the fake board when nothing hangs."""
+    with tempfile.TemporaryDirectory() as folder:
+        calls = Path(folder) / "calls"
+        done = subprocess.run(_gpudoctor("report", "--quick", "--json"), env=_env(FAKE_NVML_CALLS=str(calls)),
+                              cwd=ROOT, capture_output=True, text=True, timeout=START_S + QUIT_S)
+        assert done.returncode == 0, done.stderr[-300:]
+        return frozenset(calls.read_text().split())
+
+
+def check_report(env: dict[str, str]) -> str | None:
+    hung = env.get("FAKE_NVML_HANG", "")
+    try:
+        done = subprocess.run(_gpudoctor("report", "--quick", "--json"), env=env, cwd=ROOT, capture_output=True,
+                              text=True, timeout=START_S + QUIT_S)
+    except subprocess.TimeoutExpired:
+        return f"report --quick still running after {START_S + QUIT_S:.0f} s"
+    if "Traceback" in done.stderr:
+        return "traceback: " + done.stderr[-300:]
+    try:
+        report = json.loads(done.stdout)
+    except ValueError:
+        return f"exit {done.returncode} without a JSON report: {done.stderr[-300:]}"
+    codes = {f["code"] for r in report["results"] for f in r["findings"]}
+    if hung in report_calls() and hung not in CLOSING:
+        if done.returncode != 4 or "driver_not_answering" not in codes:
+            return f"exit {done.returncode}, findings {sorted(codes)}: the blocked driver is not the verdict"
+        if "no_cuda_device" in codes:
+            return "says no GPU is visible while the driver holds the answer"
+    elif done.returncode != 0:
+        return f"exit {done.returncode} with a symbol it does not call hung: {sorted(codes)}"
+    return None
+
+
+CHECKS = {"report": check_report, "tui": check_tui, "watch": check_watch, "exporter": check_exporter, "record": check_record}
 
 
 def _run_cases(cases: list[tuple[str, str]]) -> list[str]:
@@ -223,6 +267,7 @@ def test_the_symbol_list_is_complete(tmp_path):
     assert check_record(env) is None
     assert check_exporter(env) is None
     assert check_tui(env) is None
+    assert check_report(env) is None
     called = set(calls.read_text().split())
     assert called, "the fake NVML logged no call"
     assert called <= set(SYMBOLS), f"called but not guarded: {sorted(called - set(SYMBOLS))}"

@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -24,7 +21,8 @@ from gpudoctor import exitcodes
 from gpudoctor.backends.cuda_driver import CudaStart, cuda_start_findings, parse_answer
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.model import Status
-from tui_support import PtyApp
+from prom_support import assert_exporter_report_fails
+from tui_support import assert_tui_header_fails
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_NVML = ROOT / "benchmarks" / "fake_nvml"
@@ -126,35 +124,12 @@ def test_a_node_whose_cuda_starts_still_passes_quick():
 
 
 def test_the_exporter_publishes_the_same_failing_verdict():
-    proc = subprocess.Popen([sys.executable, "-m", "gpudoctor", "exporter", "--port", "0", "--interval", "0.5",
-                             "--exit-after", "90"], cwd=ROOT, env=_env(FAKE_CUDA="missing"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        url = None
-        while url is None:
-            line = proc.stderr.readline()
-            assert line, f"the exporter ended (exit {proc.poll()}) before serving"
-            found = re.search(r"serving (http://\S+/metrics)", line)
-            url = found.group(1) if found else None
-        deadline, body = time.monotonic() + 60, ""
-        while time.monotonic() < deadline and 'gpudoctor_report_status{status="fail"} 1.0' not in body:
-            with urllib.request.urlopen(url, timeout=10) as answer:
-                body = answer.read().decode()
-            time.sleep(0.3)
-        assert 'gpudoctor_report_status{status="fail"} 1.0' in body, \
-            [line for line in body.splitlines() if "report" in line]
-    finally:
-        proc.terminate()
-        proc.wait(30)
+    assert_exporter_report_fails(_env(FAKE_CUDA="missing"), ROOT)
 
 
 @pytest.mark.timeout(120)
 def test_the_tui_header_fails_from_the_start():
-    app = PtyApp([sys.executable, "-m", "gpudoctor", "tui", "--interval", "0.5", "--doctor-level", "quick"],
-                 env=_env(FAKE_CUDA="missing"), cols=160, rows=30)
-    with app:
-        app.wait_for("Doctor: FAIL", timeout=60)
-        assert app.quit(30) == 0
+    assert_tui_header_fails(_env(FAKE_CUDA="missing"))
 
 
 @pytest.mark.slow

@@ -90,6 +90,10 @@ class FakeGpu:
         """What the torch-to-NVML resolver reads: the device's bus id and UUID."""
         return {k: self.static(index).get(k) for k in ("pci_bus_id", "uuid")}
 
+    def mig_devices(self, index: int) -> Any:
+        """No thread posts NVML's MIG device list: a GPU in MIG mode says so, one not in it too."""
+        return NA("NotPosted") if self.static(index).get("mig_mode") == 1 else NA("MigDisabled")
+
 
 HOST = {"python": "3.12", "os": "Linux", "cpu_model": "(not posted)", "cpu_logical": 8,
         "ram_total_bytes": 64 * 2 ** 30}

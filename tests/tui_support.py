@@ -192,3 +192,15 @@ class PtyApp:
 
 
 ANSI = re.compile(r"\x1b(\[[0-9;?<>=]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[PX^_][^\x1b]*\x1b\\|.)")
+
+
+def assert_tui_header_fails(env: dict[str, str], cols: int = 160) -> None:
+    """Start the TUI (quick doctor) with ``env`` on a pseudo-terminal: its header says
+    "Doctor: FAIL" within 60 s, and ``q`` ends it with 0."""
+    import sys
+
+    app = PtyApp([sys.executable, "-m", "gpudoctor", "tui", "--interval", "0.5", "--doctor-level", "quick"],
+                 env=env, cols=cols, rows=30)
+    with app:
+        app.wait_for("Doctor: FAIL", timeout=60)
+        assert app.quit(30) == 0

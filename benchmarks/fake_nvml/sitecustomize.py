@@ -30,7 +30,19 @@ Environment:
 - ``FAKE_NVML_GPM=0``: the board answers that it has no GPM (``isSupportedDevice`` 0, as a GPU
   before Hopper does); GPM is otherwise supported. NVLink GPM metrics answer NOT_SUPPORTED each
   (the PCIe board has no NVLink bridge), the others succeed.
-- ``FAKE_NVML_MIG=1``: MIG mode is on, with GPU instances 1 and 2 for nvmlGpmMigSampleGet.
+- ``FAKE_NVML_FABRIC``: the board sits on an NVSwitch fabric (an HGX board) and
+  nvmlDeviceGetGpuFabricInfoV answers its registration: ``not_started`` (the fabric manager is not
+  running), ``in_progress``, ``completed``, ``failed`` (completed with NVML_ERROR_UNKNOWN) or
+  ``degraded`` (completed, health mask: bandwidth degraded). Unset: NOT_SUPPORTED, as a PCIe board
+  answers.
+- ``FAKE_NVML_MIG=1``: MIG mode is on, with two 3g.40gb MIG devices (GPU instances 1 and 2,
+  compute instance 0 each, in MIG device slots 0 and 1 of 7), each with its own handle, "MIG-"
+  UUID, name, attributes (60 SMs, 40448 MiB) and memory; two processes (8 and 4 GiB) on the
+  first, none on the second; GPM per GPU instance (nvmlGpmMigSampleGet). On a MIG handle
+  utilisation rates, power and energy answer NOT_SUPPORTED (NVML gives power and energy for the
+  whole GPU only), and utilisation rates on the GPU's own handle too (none in MIG mode: nvidia-smi
+  shows N/A). ``FAKE_NVML_MIG_NOPERM=1`` besides: process lists answer NO_PERMISSION (a user without
+  the privileges NVML asks for).
 
 Not a reading of real hardware: timings taken with it measure the tools' own Python
 work, not the cost of a real driver call.
@@ -46,6 +58,8 @@ import time
 SUCCESS = 0
 NOT_SUPPORTED = 3
 NOT_FOUND = 6
+NO_PERMISSION = 4
+INSUFFICIENT_SIZE = 7
 
 DRIVER = os.environ.get("FAKE_NVML_DRIVER", "580.95.05")
 CUDA = int(os.environ.get("FAKE_NVML_CUDA", "13000"))
@@ -53,6 +67,19 @@ GIB = 1024 ** 3
 BUSY = os.environ.get("FAKE_NVML_BUSY") == "1"
 GPM = os.environ.get("FAKE_NVML_GPM", "1") != "0"
 MIG = os.environ.get("FAKE_NVML_MIG") == "1"
+FABRIC = os.environ.get("FAKE_NVML_FABRIC", "")
+# FAKE_NVML_FABRIC -> (NVML_GPU_FABRIC_STATE_*, status nvmlReturn, health mask). A healthy mask:
+# bandwidth not degraded, no route recovery, route healthy, no access timeout recovery
+# (each field's FALSE value, 2), configuration none (1 << 8).
+_HEALTHY_MASK = 2 | 2 << 2 | 2 << 4 | 2 << 6 | 1 << 8
+_FABRIC_ANSWERS = {"not_started": (1, SUCCESS, 0), "in_progress": (2, SUCCESS, 0),
+                   "completed": (3, SUCCESS, _HEALTHY_MASK), "failed": (3, 999, _HEALTHY_MASK),
+                   "degraded": (3, SUCCESS, _HEALTHY_MASK & ~0x3 | 1)}
+MIG_NOPERM = os.environ.get("FAKE_NVML_MIG_NOPERM") == "1"
+#: The MIG devices (FAKE_NVML_MIG=1): GPU instance id, compute instance id, memory in use, processes
+#: (pid, bytes).
+MIG_DEVICES = ((1, 0, 12 * GIB, ((4242, 8 * GIB), (4243, 4 * GIB))), (2, 0, 0, ()))
+MIG_MEMORY_MIB = 40448
 INVALID_ARGUMENT = 2
 
 
@@ -107,6 +134,7 @@ class FakeNvmlLibrary:
 
     def __init__(self, pynvml) -> None:
         self._device = pynvml.struct_c_nvmlDevice_t()
+        self._migs = [pynvml.struct_c_nvmlDevice_t() for _ in MIG_DEVICES] if MIG else []
         self._pynvml = pynvml
         self._gpm_buffers: dict[int, object] = {}
         self._log = os.environ.get("FAKE_NVML_LOG")
@@ -167,13 +195,62 @@ class FakeNvmlLibrary:
         return _set(out, 0)
 
     def nvmlDeviceIsMigDeviceHandle(self, handle, out):
-        return _set(out, 0)
+        return _set(out, int(self._mig_of(handle) is not None))
+
+    # -- MIG devices (FAKE_NVML_MIG=1)
+    def _mig_of(self, handle):
+        """Which MIG device a handle is (its slot), or None for the GPU's own handle."""
+        if not self._migs:
+            return None
+        import ctypes
+
+        try:
+            address = ctypes.addressof(handle.contents)
+        except (AttributeError, TypeError, ValueError):
+            return None
+        for slot, mig in enumerate(self._migs):
+            if ctypes.addressof(mig) == address:
+                return slot
+        return None
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle, out):
+        return _set(out, 7) if MIG and self._mig_of(handle) is None else NOT_SUPPORTED
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle, index, out):
+        slot = getattr(index, "value", index)
+        if not MIG or self._mig_of(handle) is not None:
+            return INVALID_ARGUMENT
+        if not 0 <= slot < len(self._migs):
+            return NOT_FOUND  # an empty slot
+        _out(out).contents = self._migs[slot]
+        return SUCCESS
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, handle, out):
+        return self._handle(out) if self._mig_of(handle) is not None else INVALID_ARGUMENT
+
+    def nvmlDeviceGetGpuInstanceId(self, handle, out):
+        slot = self._mig_of(handle)
+        return INVALID_ARGUMENT if slot is None else _set(out, MIG_DEVICES[slot][0])
+
+    def nvmlDeviceGetComputeInstanceId(self, handle, out):
+        slot = self._mig_of(handle)
+        return INVALID_ARGUMENT if slot is None else _set(out, MIG_DEVICES[slot][1])
+
+    def nvmlDeviceGetAttributes_v2(self, handle, out):
+        if self._mig_of(handle) is None:
+            return _fill(out, multiprocessorCount=114, memorySizeMB=80 * 1024, gpuInstanceSliceCount=7,
+                         computeInstanceSliceCount=7)
+        return _fill(out, multiprocessorCount=60, memorySizeMB=MIG_MEMORY_MIB, gpuInstanceSliceCount=3,
+                     computeInstanceSliceCount=3, sharedCopyEngineCount=3)
 
     # -- identity
     def nvmlDeviceGetName(self, handle, buf, size):
-        return _text(buf, "NVIDIA H100 PCIe")
+        return _text(buf, "NVIDIA H100 PCIe" if self._mig_of(handle) is None else "NVIDIA H100 PCIe MIG 3g.40gb")
 
     def nvmlDeviceGetUUID(self, handle, buf, size):
+        slot = self._mig_of(handle)
+        if slot is not None:
+            return _text(buf, f"MIG-{MIG_DEVICES[slot][0]:08x}-7c3b-5f4d-8b8e-3d7f00fa4e11")
         return _text(buf, "GPU-5a1e7c3b-0f4d-4b8e-9c21-3d7f00fa4e11")
 
     def nvmlDeviceGetSerial(self, handle, buf, size):
@@ -226,10 +303,16 @@ class FakeNvmlLibrary:
         return _busy(30, 31, 1) * GIB + _busy(0, 1024, 2) * 1024 ** 2 if BUSY else 529 * 1024 ** 2
 
     def nvmlDeviceGetMemoryInfo(self, handle, out):
+        slot = self._mig_of(handle)
+        if slot is not None:
+            total, used = MIG_MEMORY_MIB * 1024 ** 2, MIG_DEVICES[slot][2]
+            return _fill(out, total=total, free=total - used, used=used)
         used = self._used()
         return _fill(out, total=80 * GIB, free=80 * GIB - used, used=used)
 
     def nvmlDeviceGetMemoryInfo_v2(self, handle, out):
+        if self._mig_of(handle) is not None:
+            return self.nvmlDeviceGetMemoryInfo(handle, out)
         used = self._used()
         reserved = 512 * 1024 ** 2
         return _fill(out, total=80 * GIB, reserved=reserved, free=80 * GIB - used - reserved, used=used)
@@ -238,6 +321,8 @@ class FakeNvmlLibrary:
         return _fill(out, bar1Total=128 * GIB, bar1Free=128 * GIB - 2 * 1024 ** 2, bar1Used=2 * 1024 ** 2)
 
     def nvmlDeviceGetUtilizationRates(self, handle, out):
+        if MIG:
+            return NOT_SUPPORTED  # no utilisation rates in MIG mode, per slice or for the whole GPU
         if BUSY:
             return _fill(out, gpu=_busy(35, 100, 3), memory=_busy(10, 60, 4))
         return _fill(out, gpu=0, memory=0)
@@ -265,6 +350,8 @@ class FakeNvmlLibrary:
     nvmlDeviceGetNumFans = nvmlDeviceGetFanSpeed
 
     def nvmlDeviceGetPowerUsage(self, handle, out):
+        if self._mig_of(handle) is not None:
+            return NOT_SUPPORTED  # the whole GPU's only
         return _set(out, _busy(180_000, 340_000, 6) if BUSY else 48_512)  # mW
 
     def nvmlDeviceGetEnforcedPowerLimit(self, handle, out):
@@ -323,6 +410,15 @@ class FakeNvmlLibrary:
     def nvmlDeviceGetFieldValues(self, handle, count, values):
         return NOT_SUPPORTED
 
+    def nvmlDeviceGetGpuFabricInfoV(self, handle, info):
+        if FABRIC not in _FABRIC_ANSWERS:
+            return NOT_SUPPORTED  # a PCIe board: no NVLink fabric
+        state, status, mask = _FABRIC_ANSWERS[FABRIC]
+        if state == 3:
+            _out(info).clusterUuid[:] = list(range(1, 17))
+        return _fill(info, state=state, status=status, cliqueId=32766 if state == 3 else 0, healthMask=mask,
+                     healthSummary=1 if state == 3 and FABRIC != "degraded" else 0)
+
     # -- GPM (Hopper and later); ctypes is imported here, never at start-up, where importing it
     # would bypass the fake CUDA driver's import hook (_FakeOnImport)
     def nvmlGpmQueryDeviceSupport(self, handle, support):
@@ -371,13 +467,31 @@ class FakeNvmlLibrary:
         _set(count, 0)
         return SUCCESS
 
-    nvmlDeviceGetComputeRunningProcesses_v3 = _no_processes
+    def _compute_processes(self, handle, count, infos):
+        """Compute processes: none on a GPU out of MIG mode; in MIG mode those of a MIG device on its
+        handle, all of them on the GPU's handle (NO_PERMISSION for both with FAKE_NVML_MIG_NOPERM)."""
+        if not MIG:
+            return self._no_processes(handle, count, infos)
+        if MIG_NOPERM:
+            return NO_PERMISSION
+        slot = self._mig_of(handle)
+        chosen = [(gi, ci, pid, used) for s, (gi, ci, _, procs) in enumerate(MIG_DEVICES)
+                  if slot is None or s == slot for pid, used in procs]
+        if infos is None or _out(count).value < len(chosen):
+            _set(count, len(chosen))
+            return INSUFFICIENT_SIZE if chosen else SUCCESS
+        for i, (gi, ci, pid, used) in enumerate(chosen):
+            infos[i].pid, infos[i].usedGpuMemory = pid, used
+            infos[i].gpuInstanceId, infos[i].computeInstanceId = gi, ci
+        return _set(count, len(chosen))
+
+    nvmlDeviceGetComputeRunningProcesses_v3 = _compute_processes
     nvmlDeviceGetGraphicsRunningProcesses_v3 = _no_processes
     nvmlDeviceGetMPSComputeRunningProcesses_v3 = _no_processes
-    nvmlDeviceGetComputeRunningProcesses_v2 = _no_processes
+    nvmlDeviceGetComputeRunningProcesses_v2 = _compute_processes
     nvmlDeviceGetGraphicsRunningProcesses_v2 = _no_processes
     nvmlDeviceGetMPSComputeRunningProcesses_v2 = _no_processes
-    nvmlDeviceGetComputeRunningProcesses = _no_processes
+    nvmlDeviceGetComputeRunningProcesses = _compute_processes
     nvmlDeviceGetGraphicsRunningProcesses = _no_processes
 
     def nvmlDeviceGetProcessUtilization(self, handle, samples, count, since):

@@ -123,6 +123,62 @@ class ProcessReading(Reading):
                    recorded={k: v for k, v in data.items() if k not in cls._names()})
 
 
+#: What the front ends say for a MIG device's power and energy: NVML gives them for the whole GPU
+#: only (NotSupported on a MIG handle). Never split between the slices.
+WHOLE_GPU_ONLY = "whole-GPU figure only"
+#: What they say for a MIG device's utilisation: NVML gives no utilisation rates on a GPU in MIG
+#: mode, for a slice or for the whole GPU (nvidia-smi shows N/A); GPM's SM activity is read per GPU
+#: instance instead.
+MIG_NO_UTILISATION = "not given in MIG mode (no NVML utilisation rates, per slice or whole GPU); see SM activity"
+
+
+@dataclass(frozen=True, eq=False)
+class MigDeviceReading(Reading):
+    """One MIG device (a compute instance of a GPU instance) of a GPU in MIG mode, read on its own
+    MIG handle.
+
+    ``uuid`` is NVML's "MIG-..." UUID as given (what CUDA_VISIBLE_DEVICES takes); ``profile`` the
+    part of the name after "MIG " ("3g.40gb"); ``sm_count`` and ``memory_size_bytes`` come from the
+    device's attributes, ``memory_used_bytes``/``memory_total_bytes`` from its memory info.
+    ``processes``: the compute processes on the slice (pid, memory), or NA (``NoPermission`` without
+    the privileges NVML asks for). ``sm_active_pct`` is GPM's SM activity of the slice's GPU instance
+    (shared by the compute instances of one GPU instance; Hopper and later). ``gpu_util_pct`` and
+    ``energy_mj`` are what NVML answers on the MIG handle: NA (NotSupported) as documented, since NVML
+    gives energy for the whole GPU only and no utilisation rates at all on a GPU in MIG mode.
+    """
+
+    parent: int
+    slot: int
+    gpu_instance_id: IntOrNA
+    compute_instance_id: IntOrNA
+    uuid: Union[str, NA]
+    name: Union[str, NA]
+    profile: Union[str, NA]
+    sm_count: IntOrNA
+    memory_size_bytes: IntOrNA
+    memory_used_bytes: IntOrNA
+    memory_total_bytes: IntOrNA
+    gpu_util_pct: IntOrNA
+    energy_mj: IntOrNA
+    sm_active_pct: FloatOrNA
+    processes: Union[list[ProcessReading], NA]
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> "MigDeviceReading":
+        """A recorded MIG device (whatever a recording holds; an absent field reads NotRecorded)."""
+        missing = NA("NotRecorded")
+        procs = data.get("processes", missing)
+        return cls(**{name: data.get(name, missing) for name in cls._names() if name != "processes"},
+                   processes=[ProcessReading.from_mapping(p) for p in procs if isinstance(p, Mapping)]
+                   if isinstance(procs, list) else procs)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        if isinstance(self.processes, list):
+            out["processes"] = [p.to_dict() for p in self.processes]
+        return out
+
+
 class GpuSample(TypedDict, total=False):
     """One device's readings (``sample``; ``fast_sample`` gives the first group only).
 
@@ -227,8 +283,16 @@ class GpuBackend(Protocol):
 
     def compute_mode(self, index: int) -> Any: ...
 
+    def gpm(self, index: int) -> dict[str, Any]:
+        """The GPM readings of a whole GPU (SM, tensor, DRAM activity...) since the previous call,
+        each NA with the reason where the device, the driver or the source has none."""
+
     def utilization_samples(self, index: int, since_us: int) -> Any:
         """NVML's own utilisation samples newer than ``since_us``: [(timestamp_us, percent)] or NA."""
+
+    def mig_devices(self, index: int) -> list[MigDeviceReading] | NA:
+        """The MIG devices of a GPU in MIG mode, in slot order; NA("MigDisabled") for a GPU not in
+        MIG mode, NA("MigNotSupported") for one without MIG, else NA with the reason."""
 
     def reset(self) -> None:
         """Start again from nothing (after a driver reload); a recording has nothing to redo."""
@@ -237,4 +301,4 @@ class GpuBackend(Protocol):
 
 
 __all__ = ["GpuBackend", "GpuSample", "MemoryReading", "UtilizationReading", "ProcessReading", "Reading", "IntOrNA",
-           "FloatOrNA"]
+           "FloatOrNA", "MigDeviceReading", "WHOLE_GPU_ONLY", "MIG_NO_UTILISATION"]

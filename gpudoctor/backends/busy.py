@@ -81,7 +81,7 @@ CODES = ("idle", "tensor_bound", "busy_small_kernels", "memory_bound", "sm_bound
          "warming", "no_gpm", "no_reading")
 
 
-def _num(value: Any) -> float | None:
+def _num(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or is_na(value):
         return None
     return float(value) if math.isfinite(value) else None

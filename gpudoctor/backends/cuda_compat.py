@@ -20,8 +20,6 @@ Sources:
 from __future__ import annotations
 
 import re
-from typing import Any
-
 from gpudoctor.model import Finding, Status
 
 MIN_DRIVER_FOR_CUDA_MAJOR = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
@@ -33,15 +31,15 @@ MIN_DRIVER_FOR_CUDA_BEFORE_11: dict[tuple[int, ...], str] = {(9, 0): "384.81", (
 FIRST_MINOR_COMPATIBLE_CUDA = 11
 
 
-def version_tuple(text: Any) -> tuple[int, ...]:
+def version_tuple(text: object) -> tuple[int, ...]:
     """'12.4' -> (12, 4); anything that is not text -> ()."""
     if not isinstance(text, str):
         return ()
     return tuple(int(x) for x in re.findall(r"\d+", text)[:3])
 
 
-def driver_build_findings(driver: Any, driver_cuda: Any, torch_version: str,
-                          cuda_build: Any) -> list[Finding]:
+def driver_build_findings(driver: object, driver_cuda: object, torch_version: str,
+                          cuda_build: object) -> list[Finding]:
     """Findings for a driver that supports CUDA up to ``driver_cuda`` against a torch built for
     ``cuda_build``: FAIL when the major version is too new for the driver, or a newer minor of
     a CUDA before 11 (no minor-version compatibility there); WARN for a newer minor of the same
@@ -84,7 +82,7 @@ def driver_build_findings(driver: Any, driver_cuda: Any, torch_version: str,
 STARTED_ANYWAY = "CUDA started anyway: forward compatibility or a newer driver than NVML reports."
 
 
-def cuda_started(facts: Any) -> bool:
+def cuda_started(facts: object) -> bool:
     """torch's facts show CUDA running: is_available() True, at least one device, and not every
     device's properties failed."""
     if not isinstance(facts, dict) or facts.get("cuda_available") is not True:

@@ -129,6 +129,9 @@ def cuda_start(timeout_s: float = TIMEOUT_S) -> CudaStart | NA:
     return parse_answer(proc.stdout[:MAX_OUTPUT_BYTES].decode("utf-8", "replace"))
 
 
+#: CUDA_ERROR_SYSTEM_NOT_READY: on an NVSwitch board, the fabric manager has not registered the GPUs.
+SYSTEM_NOT_READY = 802
+
 # CUresult codes cuInit answers with on real machines (CUDA Driver API, "Error Handling": the CUresult
 # enum), each with its usual cause and fix. Any other code gets the generic fix below.
 _CAUSES: dict[int, tuple[str, str]] = {
@@ -173,25 +176,38 @@ _PHRASES = (("system not yet initialized", 802), ("systemnotready", 802), ("syst
 _CODE_RE = re.compile(r"(?:error|code)\D{0,4}(\d{2,3})\b", re.IGNORECASE)
 
 
-def cause_of_error_text(text: object) -> tuple[str, str] | None:
+def cause_of_error_text(text: object, fabric: str = "") -> tuple[str, str] | None:
     """(cause, fix) for a CUDA start-up error as torch or the runtime printed it, when it is one of
-    the known causes; None otherwise."""
+    the known causes; None otherwise. ``fabric`` as for :func:`cuda_start_findings`."""
+    code = code_of_error_text(text)
+    if code is None:
+        return None
+    cause, fix = _CAUSES[code]
+    if code == SYSTEM_NOT_READY and fabric:
+        cause = f"the fabric manager has not set the GPUs up: {fabric}"
+    return cause, fix
+
+
+def code_of_error_text(text: object) -> int | None:
+    """The CUresult of a known cause that a CUDA start-up error's text names, or None."""
     if not isinstance(text, str) or not text:
         return None
     lowered = text[:2000].lower()
     for phrase, code in _PHRASES:
         if phrase in lowered:
-            return _CAUSES[code]
+            return code
     for found in _CODE_RE.finditer(lowered):
         if int(found.group(1)) in _CAUSES:
-            return _CAUSES[int(found.group(1))]
+            return int(found.group(1))
     return None
 
 
-def cuda_start_findings(start: CudaStart | NA | None, visible: int) -> list[Finding]:
+def cuda_start_findings(start: CudaStart | NA | None, visible: int, fabric: str = "") -> list[Finding]:
     """The verdict on the CUDA driver's start where NVML shows ``visible`` GPUs (after
     CUDA_VISIBLE_DEVICES). Shared by the quick and the full report; nothing when there is no
-    GPU to start or the fact is unknown (not Linux, a recording without it)."""
+    GPU to start or the fact is unknown (not Linux, a recording without it). ``fabric``: what NVML
+    says of the GPUs' NVLink fabric registration when it is unfinished
+    (gpudoctor.findings.fabric_not_completed): for error 802 that is the cause, named as such."""
     if start is None or visible <= 0:
         return []
     why = ("NVML (nvidia-smi) answers, but every CUDA program, torch included, fails to start: "
@@ -217,6 +233,8 @@ def cuda_start_findings(start: CudaStart | NA | None, visible: int) -> list[Find
                             "user-space libraries (libcuda.so.1 comes with the driver, not with the toolkit).")]
     if start.code != 0:
         cause, fix = _CAUSES.get(start.code or 0, ("", _GENERIC_FIX))
+        if start.code == SYSTEM_NOT_READY and fabric:
+            cause = f"the fabric manager has not set the GPUs up: {fabric}"
         name = start.name or "CUDA error"
         return [Finding(Status.FAIL, "cuda_cannot_start",
                         f"NVML sees {visible} GPU(s) but the CUDA driver cannot start: cuInit failed with "
@@ -228,5 +246,5 @@ def cuda_start_findings(start: CudaStart | NA | None, visible: int) -> list[Find
     return []
 
 
-__all__ = ["CudaStart", "LIBRARY", "TIMEOUT_S", "cause_of_error_text", "cuda_start", "cuda_start_findings",
-           "parse_answer"]
+__all__ = ["CudaStart", "LIBRARY", "SYSTEM_NOT_READY", "TIMEOUT_S", "cause_of_error_text", "code_of_error_text",
+           "cuda_start", "cuda_start_findings", "parse_answer"]

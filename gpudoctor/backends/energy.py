@@ -17,9 +17,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from .na import NA, is_na
+
+if TYPE_CHECKING:
+    from .base import GpuBackend
 
 POWERCAP = "/sys/class/powercap"
 
@@ -129,7 +132,7 @@ class EnergyMeter:
         return EnergyUse(joules, seconds, self.source)
 
 
-def nvml_energy_mj(backend: Any, index: int) -> Any:
+def nvml_energy_mj(backend: GpuBackend, index: int) -> Any:
     """The GPU's total-energy counter in millijoules (NVML ``nvmlDeviceGetTotalEnergyConsumption``)."""
     reader = getattr(backend, "total_energy_mj", None)
     if reader is None:
@@ -137,7 +140,7 @@ def nvml_energy_mj(backend: Any, index: int) -> Any:
     return reader(index)
 
 
-def gpu_meter(backend: Any, index: int, clock: Callable[[], float] = time.monotonic) -> EnergyMeter:
+def gpu_meter(backend: GpuBackend, index: int, clock: Callable[[], float] = time.monotonic) -> EnergyMeter:
     return EnergyMeter("nvml", lambda: nvml_energy_mj(backend, index), lambda a, b: (b - a) / 1000.0, clock)
 
 

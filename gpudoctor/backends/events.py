@@ -18,9 +18,12 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from .na import NA, is_na
+
+if TYPE_CHECKING:
+    from .nvml import NvmlGate, NvmlHandle
 
 # nvmlEventType* bits (nvml.h). Storm and DRAM retirement events exist on newer drivers only.
 EVENT_SINGLE_BIT_ECC = 0x1
@@ -108,6 +111,14 @@ class _Tracker:
                             list(self.state.logged_xids))
 
 
+class NvmlEventData(Protocol):
+    """The fields read from one ``nvmlEventData_t`` (pynvml's ctypes structure)."""
+
+    device: NvmlHandle
+    eventType: int
+    eventData: int
+
+
 class EventWatcher:
     """Watches every GPU's critical events through one NVML event set, in one daemon thread.
 
@@ -115,7 +126,7 @@ class EventWatcher:
     NVML index to its PCI bus id (``0000:3b:00.0``), used to attach kernel-log Xids to GPUs.
     """
 
-    def __init__(self, gate: Any, count: int, *, bus_ids: dict[int, str] | None = None, keep: int = 8,
+    def __init__(self, gate: NvmlGate, count: int, *, bus_ids: dict[int, str] | None = None, keep: int = 8,
                  wait_ms: int = 500, clock: Callable[[], float] = time.time,
                  kernel_log: Callable[[], Any] | None = None, retry_first_s: float = 1.0,
                  retry_max_s: float = 60.0) -> None:
@@ -243,7 +254,7 @@ class EventWatcher:
         self._suspend.set()
         return self._suspended.wait(self.wait_ms / 1000.0 + 1.0 if timeout_s is None else timeout_s)
 
-    def handle(self, data: Any) -> None:
+    def handle(self, data: NvmlEventData) -> None:
         """One ``nvmlEventData_t``: find its GPU and count it."""
         index = self.gate.query("nvmlDeviceGetIndex", data.device)
         if is_na(index) or index not in self._trackers:
@@ -270,6 +281,26 @@ class EventWatcher:
         if ended:
             self._free_set()
         return ended
+
+
+class EventSource(Protocol):
+    """What the events probe, the exporter and the TUI ask of an event watcher: live NVML's
+    :class:`EventWatcher` or a recording's :class:`ReplayEvents`."""
+
+    count: int
+    status: NA | None
+    kernel_log_readable: bool | None
+    kernel_log_reason: str
+
+    def register(self) -> None: ...
+
+    def start(self) -> None: ...
+
+    def suspend(self, timeout_s: float | None = None) -> bool: ...
+
+    def snapshot(self, index: int) -> DeviceEvents: ...
+
+    def stop(self, join_s: float | None = None) -> bool: ...
 
 
 class ReplayEvents:
@@ -303,6 +334,10 @@ class ReplayEvents:
                 else:
                     tracker.add(event)
         self.count = len(self._trackers)
+
+    def register(self) -> None:
+        """Nothing to register: the recording holds the events already."""
+        return None
 
     def start(self) -> None:
         return None
@@ -344,7 +379,7 @@ def describe_event(index: int, event: GpuEvent) -> str:
     return f"GPU {index}: {words.get(event.kind, event.kind)}"
 
 
-def open_event_watcher(gpu: Any, keep: int = 8) -> Any:
+def open_event_watcher(gpu: Any, keep: int = 8) -> EventSource:
     """The event watcher for a backend: NVML's event set for live NVML, the recorded events for a
     replay. Not started: call ``start()`` (registration makes NVML calls) and ``stop()``."""
     recording = getattr(gpu, "recording", None)

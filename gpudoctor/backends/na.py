@@ -9,7 +9,7 @@ falsy, compares equal to other NA values with the same reason, and serialises as
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:  # typing.TypeIs is 3.13; the annotation is never evaluated at run time
     from typing_extensions import TypeIs
@@ -40,16 +40,20 @@ class NA:
         return {"__na__": self.reason}
 
 
-def is_na(value: Any) -> TypeIs[NA]:
+_T = TypeVar("_T")
+_D = TypeVar("_D")
+
+
+def is_na(value: object) -> TypeIs[NA]:
     # TypeIs: after `if is_na(x): return`, a checker knows x is the reading, not NA
     return isinstance(value, NA)
 
 
-def value_or(value: Any, default: Any) -> Any:
+def value_or(value: _T | NA, default: _D) -> _T | _D:
     return default if isinstance(value, NA) else value
 
 
-def encode(obj: Any) -> Any:
+def encode(obj: object) -> Any:
     """Recursively turn NA values into their JSON form."""
     if isinstance(obj, NA):
         return obj.to_json()
@@ -60,7 +64,7 @@ def encode(obj: Any) -> Any:
     return obj
 
 
-def decode(obj: Any) -> Any:
+def decode(obj: object) -> Any:
     """Inverse of :func:`encode`."""
     if isinstance(obj, dict):
         if set(obj) == {"__na__"}:

@@ -17,12 +17,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, ClassVar, cast
+import weakref
+from types import TracebackType
+from typing import Any, Callable, ClassVar, NewType, Protocol, Union, cast
 
 from gpudoctor.findings import CLOCK_EVENTS
 
 from . import catalogue
-from .base import GpuSample, MemoryReading, ProcessReading, UtilizationReading
+from .base import GpuSample, MemoryReading, MigDeviceReading, ProcessReading, UtilizationReading
 from .na import NA, is_na
 from .plausible import check, screen
 
@@ -57,13 +59,13 @@ def _error_name(exc: BaseException) -> str:
     return name
 
 
-def _text(value: Any) -> Any:
+def _text(value: object) -> object:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     return value
 
 
-def normalise_bus_id(bus_id: str | None) -> str | None:
+def normalise_bus_id(bus_id: object) -> str | None:
     """'00000000:65:00.0' or '0000:65:00.0' -> '0000:65:00.0' (lower case).
 
     NVML pads the PCI domain to 8 hex digits, CUDA and sysfs to 4; comparing them needs
@@ -85,17 +87,48 @@ def normalise_bus_id(bus_id: str | None) -> str | None:
 STUCK_S = 5.0
 DRIVER_NOT_ANSWERING = "DriverNotAnswering"
 
+# Every gate of this process, for :func:`thread_blocked` (weakly: a closed backend's gate goes).
+_GATES: weakref.WeakSet[NvmlGate] = weakref.WeakSet()
+
+
+def thread_blocked(thread: int) -> bool:
+    """Whether the thread whose ident is ``thread`` is blocked inside a call of any NVML gate of
+    this process for STUCK_S seconds or more (see :meth:`NvmlGate.blocked`). The runner asks it of
+    a probe's thread, so a probe held by a hung driver ends at once instead of at its time limit."""
+    return any(gate.blocked(thread) for gate in list(_GATES))
+
+
+#: A device handle (pynvml's ``c_nvmlDevice_t``): opaque here, only handed back to NVML.
+NvmlHandle = NewType("NvmlHandle", object)
+#: A GPM sample buffer (pynvml's ``c_nvmlGpmSample_t``), allocated by NVML and handed back to it.
+GpmSample = NewType("GpmSample", object)
+#: Which GPM samples: a whole device (its index) or one MIG GPU instance ((index, instance id)).
+GpmKey = Union[int, tuple[int, int]]
+
+
+class NvmlLibrary(Protocol):
+    """The NVML binding the gate drives: the ``pynvml`` module, or a stand-in for it in tests.
+
+    Start-up and shut-down are called directly; every reading is looked up by name
+    (:meth:`NvmlGate.query`), so a binding without a function answers NA, not AttributeError.
+    """
+
+    def nvmlInit(self) -> None: ...
+
+    def nvmlShutdown(self) -> None: ...
+
 
 class _Held:
     """Releases an already acquired lock on leaving the block."""
 
-    def __init__(self, lock: Any) -> None:
+    def __init__(self, lock: threading.Lock) -> None:
         self.lock = lock
 
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
         self.lock.release()
 
 
@@ -103,7 +136,7 @@ class _Held:
 SHUTDOWN_WAIT_S = 2.0
 
 
-def _shut_down(module: Any) -> None:
+def _shut_down(module: NvmlLibrary) -> None:
     """``nvmlShutdown()`` in a daemon thread, waited for SHUTDOWN_WAIT_S at most: a command on
     its way out (watch -n, record, the exporter's SIGTERM) must not hang in it; the driver cleans
     up after a process that exits without it."""
@@ -121,16 +154,19 @@ def _shut_down(module: Any) -> None:
 class NvmlGate:
     """Lazy NVML start-up and the one place NVML exceptions are caught."""
 
-    def __init__(self, module: Any = None) -> None:
+    def __init__(self, module: NvmlLibrary | None = None) -> None:
         self._module = module
         self._lock = threading.Lock()
         self._started = False
         self._init_na: NA | None = None
         self._missing_functions: set[str] = set()
-        # Calls under way, by a token, with the time each began: one that has not come back
-        # after STUCK_S means the driver is blocked (a failing GPU can hold a call for minutes).
-        self._in_flight: dict[int, float] = {}
+        # Calls under way, by a token, with the thread that made each and the time it began: one
+        # that has not come back after STUCK_S means the driver is blocked (a failing GPU can hold
+        # a call for minutes).
+        self._in_flight: dict[int, tuple[int, float]] = {}
         self._init_began: float | None = None
+        self._init_thread: int | None = None
+        _GATES.add(self)
 
     @property
     def lib(self) -> Any:
@@ -148,6 +184,7 @@ class NvmlGate:
         try:
             if self._started:
                 return self._init_na
+            self._init_thread = threading.get_ident()
             self._init_began = time.monotonic()  # before _started: the fast path reads them unlocked
             self._started = True
             if self._module is None:
@@ -178,9 +215,19 @@ class NvmlGate:
         began = self._init_began
         if began is not None and now - began > STUCK_S:
             return True
-        return any(now - t > STUCK_S for t in list(self._in_flight.values()))
+        return any(now - t > STUCK_S for _, t in list(self._in_flight.values()))
 
-    def query(self, function: str, *args: Any) -> Any:
+    def blocked(self, thread: int) -> bool:
+        """Whether the thread whose ident is ``thread`` is inside an NVML call (nvmlInit included)
+        that has not come back for STUCK_S seconds: the caller waiting for that thread can stop
+        waiting, since the driver holds it and may for minutes."""
+        now = time.monotonic()
+        began = self._init_began
+        if began is not None and self._init_thread == thread and now - began > STUCK_S:
+            return True
+        return any(who == thread and now - t > STUCK_S for who, t in list(self._in_flight.values()))
+
+    def query(self, function: str, *args: object) -> Any:
         """Call ``pynvml.<function>(*args)``; any failure becomes NA(reason)."""
         na = self.start()
         if na is not None:
@@ -194,7 +241,7 @@ class NvmlGate:
         if self._in_flight and self.stuck():
             return NA(DRIVER_NOT_ANSWERING)
         token = object()
-        self._in_flight[id(token)] = time.monotonic()
+        self._in_flight[id(token)] = (threading.get_ident(), time.monotonic())
         try:
             return _text(fn(*args))
         except Exception as exc:
@@ -205,9 +252,12 @@ class NvmlGate:
     def error_name(self, code: int) -> str:
         """The name of an NVML return code (``3`` -> "NotSupported"), as :meth:`query` names errors:
         for answers that carry codes of their own (GPM's per-metric returns)."""
+        make_error = getattr(self._module, "NVMLError", None)  # a stand-in binding may have none
         try:
-            exc = self._module.NVMLError(code)
+            exc = make_error(code) if make_error is not None else None
         except Exception:
+            exc = None
+        if exc is None:
             return f"NVML error {code}"
         return _error_name(exc)
 
@@ -258,7 +308,7 @@ class _GpmState:
 
     __slots__ = ("samples", "newer", "taken", "last")
 
-    def __init__(self, samples: tuple[Any, Any]) -> None:
+    def __init__(self, samples: tuple[GpmSample, GpmSample]) -> None:
         self.samples = samples
         self.newer = -1            # which buffer holds the newest sample (-1: none taken yet)
         self.taken = 0.0           # monotonic time of the newest sample
@@ -274,7 +324,7 @@ _NO_V2_REASONS = frozenset({"FunctionNotFound", "NotSupported", "ArgumentVersion
 _SAMPLE_VALUE_FIELDS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 
 
-def _mw_to_w(value: Any) -> Any:
+def _mw_to_w(value: float | NA) -> float | NA:
     return value if is_na(value) else value / 1000.0
 
 
@@ -292,10 +342,51 @@ def _convert(answer: Any, how: catalogue.NvmlRead) -> Any:
     return value / float(how.divide) if how.divide != 1 else value
 
 
-def _memory_reading(used: Any, free: Any, total: Any, reserved: Any) -> MemoryReading:
+def _memory_reading(used: int | NA, free: int | NA, total: int | NA, reserved: int | NA) -> MemoryReading:
     """A memory reading with impossible byte counts as NA (gpudoctor.backends.plausible)."""
     return MemoryReading(check("memory_used_bytes", used), check("memory_free_bytes", free),
                          check("memory_total_bytes", total), check("memory_reserved_bytes", reserved))
+
+
+#: The static facts :meth:`NvmlBackend.fabric` adds to a device's static facts.
+FABRIC_KEYS = ("fabric_state", "fabric_status", "fabric_clique_id", "fabric_cluster_uuid", "fabric_health_mask",
+               "fabric_health_summary")
+# The calls tried in turn, with the binding's structure for each (nvidia-ml-py names): the
+# versioned call with the v3 structure (health summary), with v2 (health mask), then the first call.
+_FABRIC_CALLS = (("nvmlDeviceGetGpuFabricInfoV", "c_nvmlGpuFabricInfo_v3_t"),
+                 ("nvmlDeviceGetGpuFabricInfoV", "c_nvmlGpuFabricInfoV_t"),
+                 ("nvmlDeviceGetGpuFabricInfo", "c_nvmlGpuFabricInfo_t"))
+# Answers that mean "this driver or binding lacks that call or structure version": try the next.
+_FABRIC_TRY_NEXT = frozenset({"FunctionNotFound", "ArgumentVersionMismatch", "TypeError", "AttributeError"})
+_FABRIC_UUID_BYTES = 16
+
+
+def _by_reference(info: object) -> object:
+    """What pynvml's fabric wrappers take: a pointer to the ctypes structure they fill (a test's
+    stand-in structure is passed as it is)."""
+    import ctypes
+
+    return ctypes.byref(info) if isinstance(info, ctypes.Structure) else info
+
+
+def _fabric_reading(info: object, error_name: Callable[[int], str]) -> dict[str, Any]:
+    """A filled fabric structure as static facts (bounded: it is the driver's data)."""
+    def number(name: str) -> Any:
+        value = getattr(info, name, None)
+        return int(value) if isinstance(value, int) and 0 <= value < 2 ** 32 else NA("NotInStructure")
+
+    status = number("status")
+    raw = bytes(getattr(info, "clusterUuid", b"") or b"")[:_FABRIC_UUID_BYTES]
+    uuid = raw.hex() if len(raw) == _FABRIC_UUID_BYTES and any(raw) else None
+    return {
+        "fabric_state": number("state"),
+        "fabric_status": status if is_na(status) else "Success" if status == 0 else error_name(status),
+        "fabric_clique_id": number("cliqueId"),
+        "fabric_cluster_uuid": (f"{uuid[:8]}-{uuid[8:12]}-{uuid[12:16]}-{uuid[16:20]}-{uuid[20:]}"
+                                if uuid else None),
+        "fabric_health_mask": number("healthMask"),
+        "fabric_health_summary": number("healthSummary"),
+    }
 
 
 class NvmlBackend:
@@ -306,14 +397,14 @@ class NvmlBackend:
 
     def __init__(self, gate: NvmlGate | None = None) -> None:
         self.gate = gate or NvmlGate()
-        self._handles: dict[int, Any] = {}
+        self._handles: dict[int, NvmlHandle] = {}
         self._identities: dict[int, dict[str, Any]] = {}  # index -> PCI bus id and UUID, read once
         self._process_util_seen: dict[int, int] = {}
         self._processes_util_info = True  # until the driver says it has no nvmlDeviceGetProcessesUtilizationInfo
         self._memory_v2 = True  # until the driver or the binding says it has no v2 memory call
         # GPM per device (index) or MIG GPU instance ((index, gpu instance id)): its samples, or
         # the NA that says why it cannot be read; freed before NVML shuts down or restarts.
-        self._gpm: dict[Any, _GpmState | NA] = {}
+        self._gpm: dict[GpmKey, _GpmState | NA] = {}
         self._clock: Callable[[], float] = time.monotonic
 
     # -- system ---------------------------------------------------------------------
@@ -338,7 +429,7 @@ class NvmlBackend:
     def device_count(self) -> Any:
         return self.gate.query("nvmlDeviceGetCount")
 
-    def _handle(self, index: int) -> Any:
+    def _handle(self, index: int) -> NvmlHandle | NA:
         handle = self._handles.get(index)
         if handle is None:
             handle = self.gate.query("nvmlDeviceGetHandleByIndex", index)
@@ -346,7 +437,7 @@ class NvmlBackend:
                 self._handles[index] = handle
         return handle
 
-    def _q(self, function: str, index: int, *args: Any) -> Any:
+    def _q(self, function: str, index: int, *args: object) -> Any:
         handle = self._handle(index)
         if is_na(handle):
             return handle
@@ -403,7 +494,39 @@ class NvmlBackend:
             "mig_mode": mig if is_na(mig) else int(mig[0]),
             "ecc_mode": ecc_mode if is_na(ecc_mode) else int(ecc_mode[0]),
             "num_fans": q("nvmlDeviceGetNumFans", index),
+            **self.fabric(index),
         })
+
+    def fabric(self, index: int) -> dict[str, Any]:
+        """The GPU's NVLink fabric registration (``nvidia-smi -q``'s "Fabric" section): on an
+        NVSwitch board (HGX/DGX, Hopper and later) the fabric manager registers each GPU, and
+        CUDA refuses to start (error 802) until that is done.
+
+        Keys (:data:`FABRIC_KEYS`): ``fabric_state`` (NVML_GPU_FABRIC_STATE_*: 0 not supported,
+        1 not started, 2 in progress, 3 completed), ``fabric_status`` (the registration's
+        nvmlReturn as a name, "Success"; meaningful once completed), ``fabric_clique_id``,
+        ``fabric_cluster_uuid`` (None when unset), ``fabric_health_mask`` and
+        ``fabric_health_summary`` (NA where the driver's structure has none). Asks
+        ``nvmlDeviceGetGpuFabricInfoV`` with the v3 structure, then v2, then the older
+        ``nvmlDeviceGetGpuFabricInfo``. A PCIe board or a GPU before Hopper answers NotSupported:
+        every key is then NA("NotSupported"), which is normal and no finding.
+        """
+        handle = self._handle(index)
+        if is_na(handle):
+            return {key: handle for key in FABRIC_KEYS}
+        answer: Any = NA("FunctionNotFound")
+        info: Any = None
+        for function, struct in _FABRIC_CALLS:
+            make = getattr(self.gate.lib, struct, None)
+            if make is None:
+                continue
+            info = make()
+            answer = self.gate.query(function, handle, _by_reference(info))
+            if not is_na(answer) or answer.reason not in _FABRIC_TRY_NEXT:
+                break
+        if is_na(answer):
+            return {key: answer for key in FABRIC_KEYS}
+        return _fabric_reading(info, self.gate.error_name)
 
     # -- per device, every interval -------------------------------------------------
     def memory(self, index: int) -> MemoryReading:
@@ -656,11 +779,95 @@ class NvmlBackend:
             return self._gpm_na(handle)
         return self._gpm_read((index, int(gpu_instance_id)), handle, int(gpu_instance_id))
 
+    # -- MIG devices ----------------------------------------------------------------
+    def mig_devices(self, index: int) -> list[MigDeviceReading] | NA:
+        """The MIG devices of GPU ``index`` (nvidia-smi's "MIG devices" table), each read on its own
+        MIG handle (nvmlDeviceGetMigDeviceHandleByIndex over nvmlDeviceGetMaxMigDeviceCount slots;
+        an empty slot answers NotFound and is skipped). NA("MigDisabled") when the GPU is not in
+        MIG mode, NA("MigNotSupported") when it has no MIG; a failing device gives its own NA.
+
+        Per slice NVML gives ids, UUID, name, attributes, memory and processes; energy it gives for
+        the whole GPU only, and utilisation rates not at all in MIG mode (NotSupported on a MIG
+        handle): both are asked on the MIG handle all the same and kept as NVML answers, never
+        divided between slices."""
+        handle = self._handle(index)
+        if is_na(handle):
+            return handle
+        mode = self.gate.query("nvmlDeviceGetMigMode", handle)
+        if is_na(mode):
+            return NA("MigNotSupported") if mode.reason in _NO_MIG_REASONS else mode
+        if int(mode[0]) != 1:
+            return NA("MigDisabled")
+        slots = self.gate.query("nvmlDeviceGetMaxMigDeviceCount", handle)
+        if is_na(slots):
+            return slots
+        found: list[MigDeviceReading] = []
+        sm_active: dict[int, Any] = {}  # GPM per GPU instance (by its id), read once per call
+        for slot in range(min(int(slots), 64)):
+            mig = self.gate.query("nvmlDeviceGetMigDeviceHandleByIndex", handle, slot)
+            if is_na(mig):
+                if mig.reason in ("NotFound", "InvalidArgument"):
+                    continue  # an empty slot
+                return mig  # the device failed (GpuIsLost, DriverNotAnswering...)
+            found.append(self._mig_device(index, slot, mig, sm_active))
+        return found
+
+    def _mig_device(self, index: int, slot: int, mig: NvmlHandle, sm_active: dict[int, Any]) -> MigDeviceReading:
+        q = self.gate.query
+        gi, ci = q("nvmlDeviceGetGpuInstanceId", mig), q("nvmlDeviceGetComputeInstanceId", mig)
+        name = q("nvmlDeviceGetName", mig)
+        attributes = q("nvmlDeviceGetAttributes", mig)
+        sm_count = attributes if is_na(attributes) else int(attributes.multiprocessorCount)
+        size = attributes if is_na(attributes) else check("memory_total_bytes", int(attributes.memorySizeMB) << 20)
+        memory = self._mig_memory(mig)
+        used = memory if is_na(memory) else check("memory_used_bytes", int(memory.used))
+        total = memory if is_na(memory) else check("memory_total_bytes", int(memory.total))
+        util = q("nvmlDeviceGetUtilizationRates", mig)
+        energy = q("nvmlDeviceGetTotalEnergyConsumption", mig)
+        if is_na(gi):
+            active: Any = gi
+        else:
+            if gi not in sm_active:
+                sm_active[gi] = self.gpm_mig(index, int(gi)).get("sm_active_pct", NA(GPM_NEEDS_HOPPER))
+            active = sm_active[gi]
+        profile: Any = name
+        if isinstance(name, str):
+            profile = name.rsplit("MIG ", 1)[1].strip() if "MIG " in name else NA("NotInName")
+        return MigDeviceReading(
+            parent=index, slot=slot, gpu_instance_id=gi if is_na(gi) else int(gi),
+            compute_instance_id=ci if is_na(ci) else int(ci), uuid=q("nvmlDeviceGetUUID", mig), name=name,
+            profile=profile, sm_count=sm_count, memory_size_bytes=size, memory_used_bytes=used,
+            memory_total_bytes=total, gpu_util_pct=util if is_na(util) else check("gpu_util_pct", int(util.gpu)),
+            energy_mj=check("energy_mj", energy), sm_active_pct=active, processes=self._mig_processes(mig))
+
+    def _mig_memory(self, mig: NvmlHandle) -> Any:
+        """A MIG device's memory info: the v2 call where the driver has it (used without the driver's
+        reserved memory, as nvidia-smi shows it), else the v1 call."""
+        version = self.gate.constant("nvmlMemory_v2", 0)
+        if version and self._memory_v2:
+            memory = self.gate.query("nvmlDeviceGetMemoryInfo", mig, version)
+            if not is_na(memory) or memory.reason not in _NO_V2_REASONS:
+                return memory
+        return self.gate.query("nvmlDeviceGetMemoryInfo", mig)
+
+    def _mig_processes(self, mig: NvmlHandle) -> list[ProcessReading] | NA:
+        """The compute processes on one MIG device (pid, memory; NVML gives no per-process SM
+        utilisation per slice): NoPermission for a user without the privileges NVML asks for."""
+        procs = self.gate.query("nvmlDeviceGetComputeRunningProcesses", mig)
+        if is_na(procs):
+            return procs
+        out = []
+        for p in procs:
+            used = getattr(p, "usedGpuMemory", None)
+            out.append(ProcessReading(int(p.pid), "compute",
+                                      int(used) if used is not None and used < (1 << 62) else None, None))
+        return sorted(out, key=lambda p: p.pid)
+
     @staticmethod
     def _gpm_na(na: NA) -> dict[str, Any]:
         return {r.key: na for r in catalogue.gpm_readings()}
 
-    def _gpm_state(self, key: Any, handle: Any) -> "_GpmState | NA":
+    def _gpm_state(self, key: GpmKey, handle: NvmlHandle) -> "_GpmState | NA":
         state = self._gpm.get(key)
         if state is not None:
             return state
@@ -682,7 +889,7 @@ class NvmlBackend:
         self._gpm[key] = found
         return found
 
-    def _gpm_read(self, key: Any, handle: Any, gpu_instance: int | None) -> dict[str, Any]:
+    def _gpm_read(self, key: GpmKey, handle: NvmlHandle, gpu_instance: int | None) -> dict[str, Any]:
         state = self._gpm_state(key, handle)
         if is_na(state):
             return self._gpm_na(state)
@@ -702,7 +909,7 @@ class NvmlBackend:
         state.last = self._gpm_metrics(state.samples[previous], buffer)
         return dict(state.last)
 
-    def _gpm_metrics(self, older: Any, newer: Any) -> dict[str, Any]:
+    def _gpm_metrics(self, older: GpmSample, newer: GpmSample) -> dict[str, Any]:
         """nvmlGpmMetricsGet over two samples: each catalogue GPM reading, or NA with its metric's
         own return code."""
         wanted = catalogue.gpm_readings()

@@ -14,10 +14,12 @@ never a reading that is merely unusual.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from .catalogue import plausible_ranges
 from .na import NA
+
+_T = TypeVar("_T")
 
 #: A prefix every "implausible" NA reason starts with (the health probe looks for it).
 IMPLAUSIBLE = "implausible value"
@@ -28,13 +30,13 @@ IMPLAUSIBLE = "implausible value"
 PLAUSIBLE: dict[str, tuple[int, int]] = plausible_ranges()
 
 
-def implausible(value: Any) -> NA:
+def implausible(value: object) -> NA:
     """The NA for an impossible ``value``; an int is written whole (never through a float)."""
     text = str(value) if isinstance(value, int) else f"{value:g}" if isinstance(value, float) else repr(value)
     return NA(f"{IMPLAUSIBLE} {text}")
 
 
-def check(key: str, value: Any) -> Any:
+def check(key: str, value: _T) -> _T | NA:
     """``value``, or NA("implausible value <v>") when it is a number outside ``key``'s range."""
     bounds = plausible_ranges().get(key)
     if bounds is None or isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -52,7 +54,7 @@ def screen(readings: dict[str, Any]) -> dict[str, Any]:
     return readings
 
 
-def is_implausible(value: Any) -> bool:
+def is_implausible(value: object) -> bool:
     return isinstance(value, NA) and value.reason.startswith(IMPLAUSIBLE)
 
 

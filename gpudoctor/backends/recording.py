@@ -82,6 +82,19 @@ _STATIC_FIELDS = {
     "clock_sm_max_mhz": _INT_NA, "clock_mem_max_mhz": _INT_NA, "pcie_gen_max": _INT_NA,
     "pcie_gen_gpu_max": _INT_NA, "pcie_width_max": _INT_NA, "memory_bus_width_bits": _INT_NA,
     "mig_mode": _INT_NA, "ecc_mode": _INT_NA, "num_fans": _INT_NA,
+    # NVLink fabric registration (NvmlBackend.fabric); older recordings have none of these
+    "fabric_state": _INT_NA, "fabric_status": _TEXT_NA, "fabric_clique_id": _INT_NA,
+    "fabric_cluster_uuid": _OPT_TEXT, "fabric_health_mask": _INT_NA, "fabric_health_summary": _INT_NA,
+}
+
+#: The MIG devices a MIG-mode GPU had in a sample (gpudoctor.backends.base.MigDeviceReading).
+MAX_MIG_DEVICES = 64
+_MIG_FIELDS = {
+    "parent": {"type": "integer", "minimum": 0, "maximum": MAX_DEVICES - 1},
+    "slot": {"type": "integer", "minimum": 0, "maximum": MAX_MIG_DEVICES - 1},
+    "gpu_instance_id": _INT_NA, "compute_instance_id": _INT_NA, "uuid": _TEXT_NA, "name": _TEXT_NA,
+    "profile": _TEXT_NA, "sm_count": _INT_NA, "memory_size_bytes": _INT_NA, "memory_used_bytes": _INT_NA,
+    "memory_total_bytes": _INT_NA, "gpu_util_pct": _INT_NA, "energy_mj": _INT_NA, "sm_active_pct": _NUM_NA,
 }
 
 # A sample's per-device properties: one per reading of gpudoctor.backends.catalogue, by its
@@ -178,6 +191,13 @@ _SCHEMA: dict[str, Any] = {
                 "processes": _array(_or_na(_array({"type": "object", "required": ["pid"],
                                                    "properties": _PROCESS_FIELDS}, MAX_PROCESSES),
                                            "a list of processes or NA"), MAX_DEVICES),
+                "mig": _array({"title": "the MIG devices of a GPU in MIG mode, NA, or null (not in MIG mode)",
+                               "anyOf": [{"type": "null"}, {"$ref": "#/$defs/na"}, _array(
+                                   {"type": "object", "required": ["slot"], "properties": dict(
+                                       _MIG_FIELDS, processes=_or_na(_array(
+                                           {"type": "object", "required": ["pid"], "properties": _PROCESS_FIELDS},
+                                           MAX_PROCESSES), "a list of processes or NA"))},
+                                   MAX_MIG_DEVICES)]}, MAX_DEVICES),
             }}, MAX_SAMPLES),
             "nvlink": _array(_or_na(_array({"type": "object", "properties": _NVLINK_FIELDS}, MAX_NVLINKS),
                                     "a list of NVLink links or NA"), MAX_DEVICES),
@@ -249,7 +269,7 @@ _TYPE_WORDS = {"object": "an object", "array": "an array", "string": "a string",
                "number": "a number", "boolean": "true or false", "null": "null"}
 
 
-def _is_type(value: Any, name: str) -> bool:
+def _is_type(value: object, name: str) -> bool:
     if name == "object":
         return isinstance(value, dict)
     if name == "array":
@@ -299,7 +319,7 @@ def _resolve(schema: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
-def validate(value: Any, schema: dict[str, Any] | None = None, *, path: str = "",
+def validate(value: object, schema: dict[str, Any] | None = None, *, path: str = "",
              root: dict[str, Any] | None = None) -> Any:
     """``value`` checked against ``schema`` (default :data:`SCHEMA`), else :class:`SchemaError`.
 
@@ -360,14 +380,14 @@ def validate(value: Any, schema: dict[str, Any] | None = None, *, path: str = ""
     return value
 
 
-def _same(a: Any, b: Any) -> bool:
+def _same(a: object, b: object) -> bool:
     """JSON equality: 1 == 1.0, but true is not 1."""
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
     return type(a) is type(b) and a == b if isinstance(a, (str, list, dict)) else a == b
 
 
-def _type_of(value: Any) -> str:
+def _type_of(value: object) -> str:
     for name in ("null", "boolean", "object", "array", "string", "integer", "number"):
         if _is_type(value, name):
             return name
@@ -407,7 +427,7 @@ def load_recording(path: str | Path) -> dict[str, Any]:
 NOT_FINITE = "NotFinite"
 
 
-def finite_for_file(value: Any) -> Any:
+def finite_for_file(value: object) -> Any:
     """``value`` (a recording already in its JSON form) with every number JSON cannot carry
     (NaN, an infinity: a reading NVML could not have given) replaced by NA with the reason
     ``NotFinite``, so that writing with ``allow_nan=False`` never loses the recording."""
@@ -420,7 +440,7 @@ def finite_for_file(value: Any) -> Any:
     return value
 
 
-def plain_strings(value: Any) -> Any:
+def plain_strings(value: object) -> Any:
     """``value`` with every string in it (keys too) made plain, within the schema's bound."""
     return _plain_strings(value, MAX_TEXT)
 

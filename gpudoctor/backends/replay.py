@@ -29,7 +29,7 @@ from gpudoctor.backends.recording import (
 )
 
 from . import catalogue
-from .base import GpuSample, MemoryReading, ProcessReading, UtilizationReading
+from .base import GpuSample, MemoryReading, MigDeviceReading, ProcessReading, UtilizationReading
 from .na import NA, is_na
 from .plausible import screen
 
@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # pathlib costs `report --quick` ~5 ms of imports; only repla
     from pathlib import Path
 
 
-def torch_not_installed(facts: Any) -> bool:
+def torch_not_installed(facts: object) -> bool:
     """Whether torch facts only say that torch is absent from the environment that read them
     (``No module named 'torch'``): not a broken torch, just none there to record."""
     if not isinstance(facts, dict) or facts.get("importable") is not False:
@@ -197,18 +197,27 @@ class ReplayBackend:
         na = self._check(index)
         if na is not None:
             return na
+        entries = self._served(index, "processes")
+        if entries is None or is_na(entries):
+            return NA("NotRecorded") if entries is None else entries
+        return [ProcessReading.from_mapping(p) for p in entries]
+
+    def _served(self, index: int, key: str) -> list[dict[str, Any]] | NA | None:
+        """The device's entries under ``key`` (``samples[].<key>[index]``, a list per device) in the
+        sample last served for it: None where the recording holds nothing for it, NA where it
+        recorded the reading's failure (or holds something that is not a list)."""
         samples = self._nvml.get("samples") or []
         if not samples:
-            return NA("NotRecorded")
+            return None
         with self._lock:
             pos = max(0, min(self._cursor.get(index, 1) - 1, len(samples) - 1))
-        procs = samples[pos].get("processes") or []
-        if index >= len(procs):
-            return NA("NotRecorded")
-        entry = procs[index]
+        per_device = samples[pos].get(key)
+        if not isinstance(per_device, list) or index >= len(per_device) or per_device[index] is None:
+            return None
+        entry = per_device[index]
         if is_na(entry) or not isinstance(entry, list):
             return entry if is_na(entry) else NA("NotRecorded")
-        return [ProcessReading.from_mapping(p) for p in entry if isinstance(p, dict)]
+        return [item for item in entry if isinstance(item, dict)]
 
     def nvlink(self, index: int) -> Any:
         """Recorded NVLink links of a device (``nvml.nvlink[index]``), else NA."""
@@ -219,6 +228,25 @@ class ReplayBackend:
         if not isinstance(links, list) or index >= len(links):
             return NA("NotRecorded")
         return links[index]
+
+    def mig_devices(self, index: int) -> list[MigDeviceReading] | NA:
+        """The MIG devices of the sample last served for the device (``samples[].mig[index]``):
+        NA("MigDisabled") for a device recorded out of MIG mode, NA("NotRecorded") where the
+        recording holds no MIG devices (recordings before them)."""
+        na = self._check(index)
+        if na is not None:
+            return na
+        entries = self._served(index, "mig")
+        if entries is None:
+            return NA("MigDisabled") if self.static(index).get("mig_mode") == 0 else NA("NotRecorded")
+        if is_na(entries):
+            return entries
+        return [MigDeviceReading.from_mapping(screen(dict(m))) for m in entries]
+
+    def gpm(self, index: int) -> dict[str, Any]:
+        """A recording's GPM readings come with its samples (:meth:`sample`); a GPM read of its own
+        has nothing to give: every reading NA("NotRecorded"), so a caller stops asking."""
+        return {r.key: NA("NotRecorded") for r in catalogue.gpm_readings()}
 
     def torch_facts(self) -> Any:
         """The recorded torch facts, or NA("NotRecorded"): none recorded (``record --no-torch``), or

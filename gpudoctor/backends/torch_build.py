@@ -235,7 +235,7 @@ def inspect_interpreter(python: str) -> TorchBuild:
     return read_build(location, str(answer.get("executable") or path), str(answer.get("version")))
 
 
-def build_from_facts(facts: Any, python: str = "(recorded)") -> TorchBuild:
+def build_from_facts(facts: object, python: str = "(recorded)") -> TorchBuild:
     """TorchBuild from recorded torch facts (a replay); not installed when torch was absent."""
     if not isinstance(facts, dict) or not facts.get("importable"):
         return TorchBuild(python=python, python_version=str((facts or {}).get("python") or "?")

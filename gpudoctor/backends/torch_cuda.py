@@ -11,6 +11,7 @@ import importlib
 import os
 import sys
 import warnings
+from types import ModuleType
 from typing import Any, Callable
 
 from gpudoctor.errors import message_line as _first_line
@@ -28,7 +29,7 @@ def import_torch() -> Any:
 
 
 
-def _safe(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+def _safe(fn: Callable[..., object], *args: object, **kwargs: object) -> Any:
     try:
         return fn(*args, **kwargs)
     except Exception as exc:
@@ -44,7 +45,7 @@ def _cudnn_version_text(version: int | None) -> str | None:
     return f"{version // 1000}.{(version % 1000) // 100}.{version % 100}"
 
 
-def _version_tuple_text(value: Any) -> str | None:
+def _version_tuple_text(value: object) -> str | None:
     """(8, 7, 0) -> '8.7.0'; an int in cuDNN's own encoding -> its text; anything else -> None."""
     if isinstance(value, (tuple, list)) and value and all(isinstance(x, int) for x in value):
         return ".".join(str(x) for x in value[:3])
@@ -77,7 +78,7 @@ def loaded_library_path(prefix: str, maps_file: str = "/proc/self/maps") -> str 
     return next(iter(main or found), None)
 
 
-def cudnn_facts(torch: Any, maps_file: str = "/proc/self/maps") -> dict[str, Any]:
+def cudnn_facts(torch: ModuleType, maps_file: str = "/proc/self/maps") -> dict[str, Any]:
     """cuDNN as the loaded torch sees it: whether it is built in, the version torch was compiled
     against, the version of the library actually loaded, and that library's path.
 
@@ -142,7 +143,7 @@ def torchvision_facts() -> dict[str, Any]:
     return facts
 
 
-def device_properties(torch: Any, index: int) -> dict[str, Any]:
+def device_properties(torch: ModuleType, index: int) -> dict[str, Any]:
     props = torch.cuda.get_device_properties(index)
     domain = getattr(props, "pci_domain_id", None)
     bus = getattr(props, "pci_bus_id", None)

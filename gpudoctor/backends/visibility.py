@@ -2,7 +2,8 @@
 
 NVML ignores CUDA_VISIBLE_DEVICES; CUDA honours it. To say "torch device 0 is NVML
 device 3" without starting CUDA we apply CUDA's rules: a comma-separated list of
-indices or UUID prefixes (``GPU-...``); parsing stops at the first entry that is not a
+indices or UUID prefixes (``GPU-...``) or MIG device UUIDs (``MIG-...``, resolved to their
+parent GPU where NVML enumerates the MIG devices); parsing stops at the first entry that is not a
 valid, unused device; an empty value hides every device.
 """
 
@@ -10,28 +11,58 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Mapping
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Mapping
 
 from .na import NA, is_na
 from .nvml import normalise_bus_id
+
+if TYPE_CHECKING:
+    from .base import GpuBackend
 
 
 # An index as CUDA reads one: ASCII digits ("²" and "٣" are digits to str.isdigit, not indices).
 _INDEX = re.compile(r"-?[0-9]+", re.ASCII)
 
 
-def parse_visible(value: str | None, nvml_uuids: list[Any]) -> list[int] | NA:
-    """NVML indices visible to CUDA, in CUDA's order (before CUDA_DEVICE_ORDER sorting)."""
+def _mig_match(token: str, nvml_uuids: list[Any], mig_slices: list[tuple[Any, int, Any, Any]]) -> list[tuple[int, str]]:
+    """The MIG devices a ``MIG-...`` entry names, as (parent NVML index, MIG UUID): by the
+    UUID or a prefix of it, or the older ``MIG-GPU-<gpu uuid>/<gi>/<ci>`` form."""
+    lower = token.lower()
+    if lower.startswith("mig-gpu-") and lower.count("/") == 2:
+        gpu_uuid, gi, ci = token[4:].split("/")
+        parents = [i for i, u in enumerate(nvml_uuids) if isinstance(u, str) and u.lower() == gpu_uuid.lower()]
+        return [(parent, str(uuid)) for uuid, parent, g, c in mig_slices
+                if parent in parents and str(g) == gi and str(c) == ci]
+    return [(parent, uuid) for uuid, parent, _, _ in mig_slices
+            if isinstance(uuid, str) and uuid.lower().startswith(lower)]
+
+
+def parse_visible(value: str | None, nvml_uuids: list[Any],
+                  mig_slices: list[tuple[Any, int, Any, Any]] | None = None) -> list[int] | NA:
+    """NVML indices visible to CUDA, in CUDA's order (before CUDA_DEVICE_ORDER sorting).
+
+    A ``MIG-...`` entry names a MIG device: it resolves to its parent GPU's index through
+    ``mig_slices`` ((MIG UUID, parent index, GPU instance id, compute instance id) of every MIG
+    device NVML enumerates); without them it is NA("MigInstancesSelected"), as NVML cannot say."""
     count = len(nvml_uuids)
     if value is None:
         return list(range(count))
     chosen: list[int] = []
+    seen: set[Any] = set()
     for raw in value.split(","):
         token = raw.strip()
         if not token:
             break
         if token.startswith("MIG-"):
-            return NA("MigInstancesSelected")
+            if mig_slices is None:
+                return NA("MigInstancesSelected")
+            slices = _mig_match(token, nvml_uuids, mig_slices)
+            if len(slices) != 1 or slices[0][1] in seen:
+                break
+            seen.add(slices[0][1])
+            chosen.append(slices[0][0])
+            continue
         index: int | None = None
         number_like = _INDEX.fullmatch(token)
         if token.startswith("GPU-") or not number_like:
@@ -48,23 +79,66 @@ def parse_visible(value: str | None, nvml_uuids: list[Any]) -> list[int] | NA:
             if number < 0 or number >= count:
                 break
             index = number
-        if index in chosen:
+        if index in seen:
             break
+        seen.add(index)
         chosen.append(index)
     return chosen
 
 
-def visible_nvml_indices(gpu: Any, env: Mapping[str, str] | None = None) -> list[int] | NA:
+def visible_nvml_indices(gpu: GpuBackend, env: Mapping[str, str] | None = None) -> list[int] | NA:
     """NVML indices torch will see, or NA when NVML cannot say."""
     env = os.environ if env is None else env
     count = gpu.device_count()
     if is_na(count):
         return count
-    uuids = [gpu.identity(i).get("uuid") for i in range(count)] if env.get("CUDA_VISIBLE_DEVICES") else [None] * count
-    return parse_visible(env.get("CUDA_VISIBLE_DEVICES"), uuids)
+    value = env.get("CUDA_VISIBLE_DEVICES")
+    uuids = [gpu.identity(i).get("uuid") for i in range(count)] if value else [None] * count
+    return parse_visible(value, uuids, mig_slices(gpu, count) if value and "MIG-" in value else None)
 
 
-def order_caveat(gpu: Any, visible: list[int], env: Mapping[str, str] | None = None) -> str:
+def mig_slices(gpu: GpuBackend, count: int) -> list[tuple[Any, int, Any, Any]] | None:
+    """(MIG UUID, parent NVML index, GPU instance id, compute instance id) of every MIG device NVML
+    enumerates, or None when it enumerates none (no GPU in MIG mode it can read)."""
+    found: list[tuple[Any, int, Any, Any]] = []
+    for index in range(count):
+        slices = gpu.mig_devices(index)
+        if not is_na(slices):
+            found.extend((m.uuid, index, m.gpu_instance_id, m.compute_instance_id) for m in slices)
+    return found or None
+
+
+def visible_mig_devices(gpu: GpuBackend, env: Mapping[str, str] | None = None) -> list[Any] | NA:
+    """The MIG devices CUDA_VISIBLE_DEVICES selects, in its order (MigDeviceReading), or NA:
+    NA("NoMigSelected") when it names none, NA("MigInstancesSelected") when NVML cannot enumerate them."""
+    env = os.environ if env is None else env
+    value = env.get("CUDA_VISIBLE_DEVICES") or ""
+    if "MIG-" not in value:
+        return NA("NoMigSelected")
+    count = gpu.device_count()
+    if is_na(count):
+        return count
+    by_uuid = {}
+    for index in range(count):
+        slices = gpu.mig_devices(index)
+        if not is_na(slices):
+            by_uuid.update({(m.uuid, index): m for m in slices})
+    if not by_uuid:
+        return NA("MigInstancesSelected")
+    uuids = [gpu.identity(i).get("uuid") for i in range(count)]
+    table = [(m.uuid, index, m.gpu_instance_id, m.compute_instance_id) for (_, index), m in by_uuid.items()]
+    out = []
+    for raw in value.split(","):
+        token = raw.strip()
+        if not token.startswith("MIG-"):
+            continue
+        matches = _mig_match(token, uuids, table)
+        if len(matches) == 1:
+            out.append(by_uuid[(matches[0][1], matches[0][0])])
+    return out
+
+
+def order_caveat(gpu: GpuBackend, visible: list[int], env: Mapping[str, str] | None = None) -> str:
     """Why CUDA's numbering may not follow CUDA_VISIBLE_DEVICES' order of NVML devices: CUDA numbers
     the fastest device first unless CUDA_DEVICE_ORDER=PCI_BUS_ID, so on a node with different GPU
     models torch's index cannot be told from NVML alone. "" when the order is certain (the PCI bus
@@ -99,7 +173,7 @@ def match_torch_to_nvml(torch_devices: list[dict[str, Any]], nvml_static: list[d
     return mapping
 
 
-def nvml_index_for(backend: Any, cuda_index: int, pci_bus_id: str | None = None,
+def nvml_index_for(backend: GpuBackend, cuda_index: int, pci_bus_id: str | None = None,
                    uuid: str | None = None) -> int | None:
     """The one torch-to-NVML resolver: the NVML index of torch's CUDA device ``cuda_index``.
 
@@ -123,7 +197,7 @@ def nvml_index_for(backend: Any, cuda_index: int, pci_bus_id: str | None = None,
     return visible[cuda_index]
 
 
-def torch_device_ids(cuda_index: int, torch: Any = None) -> tuple[str | None, str | None]:
+def torch_device_ids(cuda_index: int, torch: ModuleType | None = None) -> tuple[str | None, str | None]:
     """(PCI bus id, UUID) of torch's CUDA device, or (None, None) when torch cannot say.
 
     Imports torch only when ``torch`` is not given (callers in a training process have it).
@@ -132,7 +206,9 @@ def torch_device_ids(cuda_index: int, torch: Any = None) -> tuple[str | None, st
 
     try:
         if torch is None:
-            import torch  # type: ignore[no-redef]  # the parameter, imported when not given
+            import torch as imported  # the parameter, imported when not given
+
+            torch = imported
         props = device_properties(torch, cuda_index)
     except Exception:  # noqa: BLE001 - no ids: the resolver falls back to CUDA_VISIBLE_DEVICES order
         return None, None

@@ -31,7 +31,8 @@ def register(subparsers: Subcommands) -> None:
         description="Print one line per GPU every interval, within 100 columns: utilisation, memory used/total, "
                     "temperature, power/limit, SM clock and throttle reasons "
                     "(2026-11-21T05:21:07Z gpu0 util 95% mem 20.5/24.0 GiB 74°C 338/350W sm 1860MHz throttle "
-                    "sw_power_cap). -v adds the memory clock, PCIe, fan, the driver's reserved memory and why a "
+                    "sw_power_cap), and under a GPU in MIG mode one line per MIG device (memory, SM activity, "
+                    "processes; utilisation and energy are whole-GPU figures only in NVML). -v adds the memory clock, PCIe, fan, the driver's reserved memory and why a "
                     "reading is n/a. Exit codes: 0 done, 2 usage, 4 a critical GPU event (a critical Xid, an "
                     "uncorrectable ECC error) was reported, 6 no GPU, 130 Ctrl-C.")
     add_refresh_interval(parser)
@@ -45,7 +46,7 @@ def register(subparsers: Subcommands) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpudoctor.presentation import no_gpu_words, plain_text, watch_line, watch_record
+    from gpudoctor.presentation import mig_lines, mig_records, no_gpu_words, plain_text, watch_line, watch_record
     from gpudoctor.sampling import Sampler
 
     gpu = open_backend(args.replay, loop=False)
@@ -73,6 +74,10 @@ def run(args: argparse.Namespace) -> int:
                 # flushed per line: a log reader sees each interval as it happens
                 write_stdout_line(json.dumps(watch_record(snap, dev), allow_nan=False) if args.json
                                   else watch_line(snap, dev, verbose=args.verbose))
+                # a GPU in MIG mode: one line (record) per MIG device under it
+                for line in ([json.dumps(r, allow_nan=False) for r in mig_records(snap, dev)] if args.json
+                             else mig_lines(snap, dev, verbose=args.verbose)):
+                    write_stdout_line(line)
                 _new_events(events, dev.index, seen, args.json)
                 if critical_events(events.snapshot(dev.index)):
                     critical.add(dev.index)

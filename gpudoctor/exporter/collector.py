@@ -7,12 +7,14 @@ import time
 from typing import TYPE_CHECKING, Any, Iterable
 
 from gpudoctor.backends.na import is_na
-from gpudoctor.exporter.metrics import GPU_LABELS, OTHER_METRICS, counter_metrics, gpu_metrics
+from gpudoctor.exporter.metrics import GPU_LABELS, MIG_LABELS, OTHER_METRICS, counter_metrics, gpu_metrics
 from gpudoctor.exporter.report_status import STATUSES, ReportStatus
 from gpudoctor.exporter.sampler import STALE_AFTER_INTERVALS, GpuSampler
 
 if TYPE_CHECKING:  # prometheus_client is imported at scrape time, not with the command line
     from prometheus_client.core import GaugeMetricFamily
+
+    from gpudoctor.backends.events import EventSource
 
 
 def _gauge(name: str, labels: list[str] | None = None, value: float | None = None) -> Any:
@@ -42,7 +44,7 @@ def _gpu_label_values(dev: dict[str, Any]) -> list[str]:
     return [str(dev["index"])] + [_label(static.get(k)) for k in GPU_LABELS[1:]]
 
 
-def _number(value: Any) -> float | None:
+def _number(value: object) -> float | None:
     if isinstance(value, bool):
         return 1.0 if value else 0.0
     if isinstance(value, (int, float)):
@@ -54,11 +56,11 @@ class GpudoctorCollector:
     """A prometheus_client collector built from the latest sample and report."""
 
     def __init__(self, sampler: GpuSampler, reports: ReportStatus | None = None, source: str = "nvml",
-                 events: Any = None) -> None:
+                 events: EventSource | None = None) -> None:
         self.sampler = sampler
         self.reports = reports
         self.source = source
-        self.events = events  # an EventWatcher / ReplayEvents (gpudoctor.backends.events), or None
+        self.events = events
 
     def describe(self) -> list[Any]:
         return []  # collected on demand; no fixed description
@@ -77,7 +79,7 @@ class GpudoctorCollector:
             yield from self._sample_metrics(snap)
             yield from self._gpu_metrics(snap)
             if self.events is not None:
-                yield from self._event_metrics(snap["devices"])
+                yield from self._event_metrics(self.events, snap["devices"])
         yield from self._report_metrics()
 
     def _stale_after_s(self) -> float:
@@ -136,8 +138,9 @@ class GpudoctorCollector:
         for dev in snap["devices"]:
             _add_device(fam, dev, snap.get("driver_version"))
         yield from fam.values()
+        yield from _mig_metrics(snap["devices"])
 
-    def _event_metrics(self, devices: list[dict[str, Any]]) -> Iterable[Any]:
+    def _event_metrics(self, events: EventSource, devices: list[dict[str, Any]]) -> Iterable[Any]:
         gpu_labels = list(GPU_LABELS)
         xids = _counter("gpudoctor_gpu_xid_errors_total", labels=gpu_labels)
         logged = _gauge("gpudoctor_gpu_kernel_log_xids", labels=gpu_labels)
@@ -148,7 +151,7 @@ class GpudoctorCollector:
         unsupported = _gauge("gpudoctor_gpu_events_error_info", labels=gpu_labels + ["reason"])
         for dev in devices:
             labels = _gpu_label_values(dev)
-            state = self.events.snapshot(dev["index"])
+            state = events.snapshot(dev["index"])
             supported.add_metric(labels, 0.0 if state.supported is not None else 1.0)
             if state.supported is not None:
                 unsupported.add_metric(labels + [state.supported.reason], 1.0)
@@ -162,23 +165,24 @@ class GpudoctorCollector:
                 last.add_metric(labels, float(newest.code or 0))
                 last_t.add_metric(labels, float(newest.time))
         yield from (xids, logged, last, last_t, kinds, supported, unsupported)
-        readable = getattr(self.events, "kernel_log_readable", None)
+        readable = events.kernel_log_readable
         if readable is not None:
             yield _gauge("gpudoctor_kernel_log_readable", value=1.0 if readable else 0.0)
             if not readable:
                 reason = _gauge("gpudoctor_kernel_log_error_info", labels=["reason"])
-                reason.add_metric([_label(self.events.kernel_log_reason)[:200]], 1.0)
+                reason.add_metric([_label(events.kernel_log_reason)[:200]], 1.0)
                 yield reason
 
     def _critical_event_seen(self) -> bool:
-        if self.events is None:
+        events = self.events
+        if events is None:
             return False
         from gpudoctor.backends.events import critical_events
 
-        count = getattr(self.events, "count", None)
+        count = events.count
         indices = range(count) if isinstance(count, int) else ()
         try:
-            return any(critical_events(self.events.snapshot(index)) for index in indices)
+            return any(critical_events(events.snapshot(index)) for index in indices)
         except Exception:  # a watcher that cannot answer costs this fold, not the scrape
             return False
 
@@ -206,7 +210,7 @@ class GpudoctorCollector:
             yield _gauge("gpudoctor_report_duration_seconds", value=self.reports.duration_s)
 
 
-def _add_device(fam: dict[str, Any], dev: dict[str, Any], driver_version: Any) -> None:
+def _add_device(fam: dict[str, Any], dev: dict[str, Any], driver_version: object) -> None:
     """One GPU's series into the families of :meth:`GpudoctorCollector._gpu_metrics`."""
     from gpudoctor.backends.nvml import HARMFUL_THROTTLE_MASK, THROTTLE_REASONS
 
@@ -239,7 +243,35 @@ def _add_device(fam: dict[str, Any], dev: dict[str, Any], driver_version: Any) -
                 fam[name].add_metric(labels + [v for _, v in reading.labels], value / (1.0 / reading.scale))
 
 
-def _label(value: Any) -> str:
+def _mig_metrics(devices: list[dict[str, Any]]) -> Iterable[Any]:
+    """The per-MIG-device series (gpudoctor_mig_*), only when some GPU is in MIG mode and its MIG
+    devices were read: memory, SMs, processes and GPM SM activity per slice. No utilisation or
+    energy per slice: NVML has energy for the whole GPU only (a share would be made up) and no
+    utilisation rates in MIG mode."""
+    slices = [(dev["index"], m) for dev in devices if isinstance(dev.get("mig"), list) for m in dev["mig"]]
+    if not slices:
+        return
+    labels = list(MIG_LABELS)
+    info = _gauge("gpudoctor_mig_info", labels=labels + ["profile"])
+    families = {key: _gauge(name, labels=labels) for key, name in (
+        ("memory_used_bytes", "gpudoctor_mig_memory_used_bytes"),
+        ("memory_total_bytes", "gpudoctor_mig_memory_total_bytes"),
+        ("sm_count", "gpudoctor_mig_sm_count"),
+        ("processes", "gpudoctor_mig_processes"),
+        ("sm_active_pct", "gpudoctor_mig_sm_active_ratio"))}
+    for index, mig in slices:
+        values = [str(index), _label(mig.gpu_instance_id), _label(mig.compute_instance_id), _label(mig.uuid)]
+        info.add_metric(values + [_label(mig.profile)], 1.0)
+        for key, family in families.items():
+            raw = mig.get(key)
+            value = float(len(raw)) if key == "processes" and isinstance(raw, list) else _number(raw)
+            if value is not None:
+                family.add_metric(values, value / 100.0 if key == "sm_active_pct" else value)
+    yield info
+    yield from families.values()
+
+
+def _label(value: object) -> str:
     if value is None or is_na(value):
         return ""
     return str(value)

@@ -90,7 +90,21 @@ OTHER_METRICS: dict[str, str] = {
     "gpudoctor_kernel_log_readable": "1 when the kernel log could be read for Xids from before the exporter "
                                      "started, else 0 (reason in gpudoctor_kernel_log_error_info)",
     "gpudoctor_kernel_log_error_info": "Why the kernel log could not be read (label reason)",
+    "gpudoctor_mig_info": "1 per MIG device of a GPU in MIG mode, with labels gpu, gpu_instance, compute_instance, "
+                          "uuid (MIG-...), profile (3g.40gb)",
+    "gpudoctor_mig_memory_used_bytes": "Memory in use on the MIG device (its own figure, per slice)",
+    "gpudoctor_mig_memory_total_bytes": "Memory of the MIG device (its own figure, per slice)",
+    "gpudoctor_mig_sm_count": "Streaming multiprocessors of the MIG device (its attributes)",
+    "gpudoctor_mig_processes": "Compute processes on the MIG device (absent where NVML refuses the list: "
+                               "NoPermission without root)",
+    "gpudoctor_mig_sm_active_ratio": "SM activity of the MIG device's GPU instance, 0-1 (GPM per GPU instance, "
+                                     "Hopper and later; shared by the compute instances of one GPU instance)",
 }
+
+#: The labels of the per-MIG-device series (gpudoctor_mig_*). Power and energy have no per-slice
+#: series (NVML gives them for the whole GPU only: the gpudoctor_gpu_* series), utilisation none
+#: at all (NVML has no utilisation rates in MIG mode).
+MIG_LABELS = ("gpu", "gpu_instance", "compute_instance", "uuid")
 
 GPU_LABELS = ("gpu", "uuid", "name", "pci_bus_id")
 

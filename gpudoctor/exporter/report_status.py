@@ -9,7 +9,10 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from gpudoctor.backends.events import EventSource
 
 DEFAULT_REPORT_INTERVAL_S = 300.0
 STATUSES = ("pass", "skip", "warn", "fail", "error")
@@ -19,12 +22,14 @@ REPORT_FILE_MAX_DEPTH = 64
 REPORT_FILE_MAX_RESULTS = 1000
 
 
-def _report_duration(data: Any) -> float:
+def _report_duration(data: object) -> float:
     """Sum of the results' durations, after checking the fields the collector reads.
 
     ValueError for anything that is not a gpudoctor report of the expected shape.
     """
-    results = data.get("results") if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        raise ValueError("not a gpudoctor report")
+    results = data.get("results")
     if not isinstance(results, list):
         raise ValueError("not a gpudoctor report")
     if len(results) > REPORT_FILE_MAX_RESULTS:
@@ -115,7 +120,7 @@ class ReportStatus:
         self._stop.set()
 
 
-def quick_report_producer(replay: str | None, events: Any = None) -> Callable[[], Any]:
+def quick_report_producer(replay: str | None, events: EventSource | None = None) -> Callable[[], Any]:
     """The quick report, run on demand; ``events``: the exporter's running event watcher, whose
     NVML stream the report's events probe reads."""
     def produce() -> Any:

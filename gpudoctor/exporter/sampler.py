@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from gpudoctor.backends.na import is_na
+
+if TYPE_CHECKING:
+    from gpudoctor.backends.base import GpuBackend
+    from gpudoctor.sampling import Snapshot
 
 DEFAULT_INTERVAL_S = 5.0
 STALE_AFTER_INTERVALS = 3
@@ -42,7 +46,7 @@ class GpuSampler:
     sample counted stale).
     """
 
-    def __init__(self, gpu: Any, interval: float = DEFAULT_INTERVAL_S, *, retry_first_s: float = RETRY_FIRST_S,
+    def __init__(self, gpu: GpuBackend, interval: float = DEFAULT_INTERVAL_S, *, retry_first_s: float = RETRY_FIRST_S,
                  retry_max_s: float = RETRY_MAX_S, clock: Callable[[], float] = time.monotonic) -> None:
         from gpudoctor.sampling import Sampler
 
@@ -61,12 +65,12 @@ class GpuSampler:
     def started_at(self) -> float | None:
         return self.core.started_at
 
-    def _publish(self, snap: Any) -> None:
+    def _publish(self, snap: Snapshot) -> None:
         driver = snap.driver_version
         self.snapshot = {  # one reference swap: scrapes see a whole sample or the previous one
             "t": snap.time, "status": snap.nvml_status, "count": snap.count,
             "driver_version": None if is_na(driver) else driver,
-            "devices": [{"index": d.index, "static": d.static, "sample": d.sample} for d in snap.devices],
+            "devices": [{"index": d.index, "static": d.static, "sample": d.sample, "mig": d.mig} for d in snap.devices],
             "reinits": snap.reinits, "retry_in_s": snap.retry_in_s, "duration_s": snap.read_s}
 
     def sample_once(self) -> dict[str, Any]:
@@ -85,7 +89,7 @@ class GpuSampler:
         return self.core.stop(join_s)
 
 
-def stop_sampler_then_close(sampler: GpuSampler, gpu: Any, join_s: float | None = None) -> bool:
+def stop_sampler_then_close(sampler: GpuSampler, gpu: GpuBackend, join_s: float | None = None) -> bool:
     """Stop the sampler, then close the backend only if the sampler thread has ended.
 
     A sampler stuck in a driver call (a GPU falling off the bus) must not see nvmlShutdown

@@ -9,7 +9,16 @@ import socket
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, Union
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+#: What socketserver hands a server as a request: a stream server's connected socket, or a datagram
+#: server's (data, socket) pair (never this server's: it serves TCP).
+_Request = Union[socket.socket, tuple[bytes, socket.socket]]
+#: A connected client's address: (host, port) for IPv4, (host, port, flowinfo, scope id) for IPv6.
+_ClientAddress = tuple[str | int, ...]
 
 DEFAULT_PORT = 9402
 LOOPBACK = {"127.0.0.1", "::1", "localhost"}
@@ -73,7 +82,9 @@ class _LimitedServer:
                 time.sleep(0.05)
             raise  # socketserver drops a failed accept() quietly
 
-    def process_request(self, request: Any, client_address: Any) -> None:
+    def process_request(self, request: _Request, client_address: _ClientAddress) -> None:
+        if not isinstance(request, socket.socket):
+            raise TypeError("the metrics server serves stream (TCP) connections only")
         with self._lock:
             full = len(self._active) >= self.max_connections
             if not full:
@@ -90,7 +101,7 @@ class _LimitedServer:
             self._forget(request)
             self._refuse(request)
 
-    def _serve(self, request: Any, client_address: Any) -> None:
+    def _serve(self, request: socket.socket, client_address: _ClientAddress) -> None:
         try:
             self.finish_request(request, client_address)
         except Exception:
@@ -99,11 +110,11 @@ class _LimitedServer:
             self._forget(request)
             self.shutdown_request(request)
 
-    def _forget(self, request: Any) -> None:
+    def _forget(self, request: socket.socket) -> None:
         with self._lock:
             self._active.pop(request, None)
 
-    def _refuse(self, request: Any) -> None:
+    def _refuse(self, request: socket.socket) -> None:
         try:
             request.setblocking(False)
             request.send(_BUSY)
@@ -125,7 +136,7 @@ class _LimitedServer:
             except OSError:
                 pass
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
+    def handle_error(self, request: _Request, client_address: _ClientAddress) -> None:
         exc = sys.exc_info()[1]
         if isinstance(exc, TimeoutError):  # one read or write took the whole timeout
             with self._lock:
@@ -148,7 +159,7 @@ def _metrics_server_class() -> Any:
             self.timeout = self.server.request_timeout_s  # StreamRequestHandler.setup applies it
             super().setup()
 
-        def log_message(self, format: str, *args: Any) -> None:
+        def log_message(self, format: str, *args: object) -> None:
             pass
 
         def get_stderr(self) -> Any:
@@ -160,7 +171,7 @@ def _metrics_server_class() -> Any:
     return MetricsServer
 
 
-def serve_metrics(registry: Any, host: str, port: int, *, max_connections: int = DEFAULT_MAX_CONNECTIONS,
+def serve_metrics(registry: CollectorRegistry, host: str, port: int, *, max_connections: int = DEFAULT_MAX_CONNECTIONS,
                   request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
                   poll_interval_s: float | None = None) -> tuple[Any, threading.Thread]:
     """Serve ``registry`` at http://host:port/metrics from a background thread.

@@ -9,9 +9,12 @@ Works on anything with ``.device`` (duck typing), so this module never imports t
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 from gpudoctor.errors import GpudoctorError
+
+if TYPE_CHECKING:
+    import torch
 
 
 class DeviceMismatchError(GpudoctorError, RuntimeError):
@@ -25,7 +28,7 @@ class DeviceMismatchError(GpudoctorError, RuntimeError):
         self.placement = placement or {}
 
 
-def _tensors_in(value: Any, name: str) -> Iterator[tuple[str, Any]]:
+def _tensors_in(value: object, name: str) -> Iterator[tuple[str, torch.Tensor]]:
     if hasattr(value, "device") and hasattr(value, "shape"):
         yield name, value
     elif isinstance(value, dict):
@@ -36,12 +39,12 @@ def _tensors_in(value: Any, name: str) -> Iterator[tuple[str, Any]]:
             yield from _tensors_in(item, f"{name}[{i}]")
 
 
-def _describe(name: str, tensor: Any) -> str:
+def _describe(name: str, tensor: torch.Tensor) -> str:
     shape = "x".join(str(int(d)) for d in tuple(tensor.shape)) or "scalar"
     return f"{name} ({shape})"
 
 
-def placement_of(model: Any = None, *tensors: Any) -> dict[str, list[str]]:
+def placement_of(model: torch.nn.Module | torch.Tensor | None = None, *tensors: object) -> dict[str, list[str]]:
     """``{device: [what lives there]}`` for a module's parameters/buffers and the tensors given."""
     where: dict[str, list[str]] = {}
     if model is not None:
@@ -69,7 +72,7 @@ def placement_words(where: dict[str, list[str]]) -> str:
     return "; ".join(f"on {device}: {_listing(items)}" for device, items in where.items())
 
 
-def check_devices(model: Any = None, *tensors: Any) -> str | None:
+def check_devices(model: torch.nn.Module | torch.Tensor | None = None, *tensors: object) -> str | None:
     """Raise :class:`DeviceMismatchError` unless the model and the tensors share one device.
 
     ``tensors`` may be tensors or (nested) lists, tuples and dicts of them (a batch).
@@ -108,7 +111,8 @@ _ARGUMENT = re.compile(r"for argument (\w+)")
 _METHOD = re.compile(r"in method (?:wrapper_\w*?_)?(\w+)\)")
 
 
-def explain_device_error(exc: BaseException, model: Any = None, tensors: Iterable[Any] = ()) -> str | None:
+def explain_device_error(exc: BaseException, model: torch.nn.Module | None = None,
+                         tensors: Iterable[object] = ()) -> str | None:
     """Plain words for torch's "tensors on different devices" error, or None for other errors."""
     text = str(exc)
     argument = method = None

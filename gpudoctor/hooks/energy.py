@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from gpudoctor.backends.energy import (POWERCAP, nvml_energy_mj, nvml_reason_words, rapl_reason_words,
                                        read_rapl_uj)
 from gpudoctor.backends.na import is_na
+
+if TYPE_CHECKING:
+    from gpudoctor.backends.base import GpuBackend
 
 __all__ = ["StepEnergy", "energy_in_spans", "energy_figures", "nvml_step_energy", "rapl_step_energy"]
 
@@ -121,7 +124,7 @@ def energy_figures(meter: StepEnergy | None, spans: Sequence[tuple[float, float]
     return base, f"samples per joule not measured: {base['reason']}"
 
 
-def nvml_step_energy(backend: Any, index: int, interval_s: float) -> StepEnergy:
+def nvml_step_energy(backend: GpuBackend, index: int, interval_s: float) -> StepEnergy:
     def read() -> Any:
         mj = nvml_energy_mj(backend, index)
         return mj if is_na(mj) else mj / 1000.0

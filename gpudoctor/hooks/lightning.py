@@ -59,23 +59,23 @@ class GpudoctorCallback(_pl.Callback):
         self._step: Any = None
         self._last_end: float | None = None
 
-    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_start(self, trainer: _pl.Trainer, pl_module: _pl.LightningModule) -> None:
         kwargs = dict(self.monitor_kwargs)
         kwargs.setdefault("device", pl_module.device)
         kwargs.setdefault("model", pl_module)
         self.monitor = TrainingMonitor(**kwargs)
 
-    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_epoch_start(self, trainer: _pl.Trainer, pl_module: _pl.LightningModule) -> None:
         if self.monitor is not None:
             self.monitor.mark_gap()
         self._last_end = _clock()  # the first fetch of the epoch (workers start) counts as wait
 
-    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_validation_start(self, trainer: _pl.Trainer, pl_module: _pl.LightningModule) -> None:
         if self.monitor is not None:
             self.monitor.mark_gap()
         self._last_end = None
 
-    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_validation_end(self, trainer: _pl.Trainer, pl_module: _pl.LightningModule) -> None:
         # Restart the data-wait clock after a validation run inside fit. (Lightning 2.x runs it
         # with trainer.validating set and sets trainer.training again only after the run, so
         # trainer.training is always False here; the sanity check before training is the only
@@ -83,7 +83,8 @@ class GpudoctorCallback(_pl.Callback):
         if not getattr(trainer, "sanity_checking", False):
             self._last_end = _clock()
 
-    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, trainer: _pl.Trainer, pl_module: _pl.LightningModule, batch: object,
+                             batch_idx: int) -> None:
         if self.monitor is None:
             return
         if self._last_end is not None:
@@ -92,13 +93,14 @@ class GpudoctorCallback(_pl.Callback):
         self._step = self.monitor.step()
         self._step.__enter__()
 
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: _pl.Trainer, pl_module: _pl.LightningModule, outputs: object, batch: object,
+                           batch_idx: int) -> None:
         if self._step is not None:
             step, self._step = self._step, None
             step.__exit__(None, None, None)
         self._last_end = _clock()
 
-    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+    def on_exception(self, trainer: _pl.Trainer, pl_module: _pl.LightningModule, exception: BaseException) -> None:
         if self._step is not None:
             step, self._step = self._step, None
             try:
@@ -111,7 +113,7 @@ class GpudoctorCallback(_pl.Callback):
         if self.monitor is not None:
             self.monitor.close()
 
-    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_end(self, trainer: _pl.Trainer, pl_module: _pl.LightningModule) -> None:
         if self.monitor is None:
             return
         world = int(getattr(trainer, "world_size", 1) or 1)

@@ -20,6 +20,8 @@ switches it off with one logged warning. ``strict=True`` turns misuse into
 
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 import math
 import time
@@ -543,14 +545,21 @@ class TrainingMonitor:
             notes.append("monitor.wrap(loader) gave batches but monitor.step() was never used")
         if self._sampler is not None and self._sampler.error:
             notes.append(f"GPU sampling stopped: {self._sampler.error}")
-        return build_summary(RawTimings(
-            waits=self._waits, host_steps=self._host_steps, iter_starts=self._iter_starts,
-            ends=self._ends, passes=self._passes, device_steps=device_steps, device=self._device,
-            rank=self._rank, world_size=self._world, warmup_steps=self.warmup_steps,
+        return build_summary(dataclasses.replace(
+            self.raw_timings(), device_steps=device_steps,
             gpu_samples=self._sampler.snapshot() if self._sampler is not None else (),
-            samples=self._samples, energy=self._energy,
-            memory=memory, host_syncs=self._syncs.snapshot() if self._syncs is not None else None,
-            notes=notes))
+            energy=self._energy, memory=memory, notes=notes))
+
+    def raw_timings(self) -> RawTimings:
+        """The host-clock timings so far, the rank and the host syncs: one view of what the monitor
+        measured, read by :meth:`summary` (which adds the device's step times, GPU samples, energy,
+        memory and notes) and by the live publisher. Reading it stops nothing and never waits for
+        the device; the lists are the monitor's own (the hot path only appends to them)."""
+        return RawTimings(
+            waits=self._waits, host_steps=self._host_steps, iter_starts=self._iter_starts,
+            ends=self._ends, passes=self._passes, device_steps=None, device=self._device,
+            rank=self._rank, world_size=self._world, warmup_steps=self.warmup_steps,
+            samples=self._samples, host_syncs=self._syncs.snapshot() if self._syncs is not None else None)
 
     def _note_once(self, text: str) -> None:
         if text not in self._notes:

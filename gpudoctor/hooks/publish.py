@@ -34,28 +34,29 @@ def live_record(monitor: TrainingMonitor) -> dict[str, Any]:
     """The monitor's recent figures and diagnosis codes, as published (JSON-safe)."""
     from gpudoctor.hooks.summary import Summary, diagnose
 
-    n_all = len(monitor._ends)
-    first = max(min(monitor.warmup_steps, max(n_all - 1, 0)), n_all - WINDOW_STEPS)
-    ends = list(monitor._ends[first:n_all])
-    starts = list(monitor._iter_starts[first:first + len(ends)])
-    waits = [w for w in monitor._waits[first:first + len(ends)] if not math.isnan(w)]
+    raw = monitor.raw_timings()
+    n_all = len(raw.ends)
+    first = max(min(raw.warmup_steps, max(n_all - 1, 0)), n_all - WINDOW_STEPS)
+    ends = list(raw.ends[first:n_all])
+    starts = list(raw.iter_starts[first:first + len(ends)])
+    waits = [w for w in raw.waits[first:first + len(ends)] if not math.isnan(w)]
     steps = [e - s for s, e in zip(starts, ends)]
     span = (ends[-1] - starts[0]) if ends else 0.0
-    syncs = monitor._syncs.snapshot() if monitor._syncs is not None else None
+    syncs = raw.host_syncs
     per_step = (syncs["total"] / n_all) if syncs and n_all else None
-    counts = list(monitor._samples[first:first + len(ends)])  # samples in each step, -1 unknown
+    counts = list(raw.samples[first:first + len(ends)])  # samples in each step, -1 unknown
     known = bool(counts) and min(counts) >= 0 and len(counts) == len(ends)
     steps_per_s = len(ends) / span if span > 0 else None
-    live = Summary(steps=n_all, steps_measured=len(ends), device=monitor._device,
-                   rank=monitor._rank, world_size=monitor._world,
+    live = Summary(steps=n_all, steps_measured=len(ends), device=raw.device,
+                   rank=raw.rank, world_size=raw.world_size,
                    data_wait_share=(sum(waits) / span) if span > 0 and waits else None,
                    data_wait_p50_s=percentile(waits, 50), step_time_p50_s=percentile(steps, 50),
                    steps_per_s=steps_per_s,
                    host_syncs=dict(syncs, per_step=per_step) if syncs else None)
     items = diagnose(live)
     return {"format": _published.FORMAT, "format_version": _published.FORMAT_VERSION, "pid": os.getpid(),
-            "command": " ".join(sys.argv)[:500], "t": time.time(), "rank": monitor._rank,
-            "world_size": monitor._world, "device": monitor._device, "steps": n_all,
+            "command": " ".join(sys.argv)[:500], "t": time.time(), "rank": raw.rank,
+            "world_size": raw.world_size, "device": raw.device, "steps": n_all,
             "step_time_p50_s": live.step_time_p50_s, "data_wait_share": live.data_wait_share,
             "steps_per_s": steps_per_s, "samples_per_s": sum(counts) / span if known and span > 0 else None,
             "host_syncs_per_step": per_step,
@@ -90,7 +91,7 @@ class Publisher:
             if os.getpid() != self.pid:  # a forked child (a DataLoader worker) publishes nothing
                 return
             try:
-                if len(self.monitor._ends) > self.monitor.warmup_steps:
+                if len(self.monitor.raw_timings().ends) > self.monitor.warmup_steps:
                     self.publish_once()
             except Exception as exc:  # publishing must never disturb training
                 log.debug("gpudoctor: live summary not published: %s: %s", type(exc).__name__, exc)

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudoctor.backends import catalogue, is_na, throttle_reason_names
 from gpudoctor.backends.visibility import nvml_index_for
 from gpudoctor.sampling import Sampler, Snapshot
+
+if TYPE_CHECKING:
+    from gpudoctor.backends.base import GpuBackend
 
 log = logging.getLogger("gpudoctor.hooks")
 
@@ -37,7 +40,7 @@ class GpuSampler:
     """The diagnosis fields of one GPU every ``interval_s`` seconds until :meth:`stop`
     (bounded: past ``max_samples`` the kept readings are thinned to every other one)."""
 
-    def __init__(self, backend: Any, index: int, interval_s: float = 0.5, max_samples: int = 100_000) -> None:
+    def __init__(self, backend: GpuBackend, index: int, interval_s: float = 0.5, max_samples: int = 100_000) -> None:
         self.backend = backend
         self.index = index
         self.interval_s = interval_s
@@ -85,8 +88,10 @@ class GpuSampler:
             return {}
         self._gpm_at = now
         try:
-            found = self.backend.gpm(self.index)
-        except Exception:  # a backend without GPM answers: stop asking
+            found: dict[str, Any] | None = self.backend.gpm(self.index)
+        except Exception:
+            found = None
+        if found is None:  # a backend without GPM answers: stop asking
             self._gpm_ok = False
             return {}
         if all(is_na(found.get(k)) and found.get(k).reason != "Warming" for k in GPM_FIELDS):

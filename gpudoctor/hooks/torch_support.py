@@ -17,10 +17,14 @@ import sysconfig
 import threading
 import warnings
 from collections import deque
-from typing import Any, Callable
+from types import FrameType, ModuleType
+from typing import TYPE_CHECKING, Any, Callable, TextIO
 
 from gpudoctor.backends.na import NA
 from gpudoctor.backends.torch_build import TORCH_EXTRA_HINT
+
+if TYPE_CHECKING:
+    import torch as _torch
 
 log = logging.getLogger("gpudoctor.hooks")
 
@@ -43,7 +47,7 @@ def require_torch() -> Any:
 
 # -- which device a monitor watches -------------------------------------------------------
 
-def resolve_device(device: Any = None) -> tuple[str, int | None]:
+def resolve_device(device: _torch.device | str | int | None = None) -> tuple[str, int | None]:
     """``(type, index)`` for ``device`` (None, "cuda", "cuda:1", 1, torch.device).
 
     None means "what this process trains on": the current CUDA device when torch is
@@ -77,7 +81,7 @@ def resolve_device(device: Any = None) -> tuple[str, int | None]:
     return kind, int(index) if index.isdigit() else None
 
 
-def _distributed_local_rank(torch: Any) -> int | None:
+def _distributed_local_rank(torch: ModuleType) -> int | None:
     """``LOCAL_RANK`` as a CUDA index, when torch.distributed is initialised and it names a GPU."""
     text = os.environ.get("LOCAL_RANK", "")
     if not text.strip().isdigit():
@@ -92,7 +96,7 @@ def _distributed_local_rank(torch: Any) -> int | None:
         return None
 
 
-def _cuda_usable(torch: Any) -> bool:
+def _cuda_usable(torch: ModuleType) -> bool:
     try:
         return bool(torch.cuda.is_available())
     except Exception:
@@ -120,7 +124,7 @@ class CudaEventTimer:
     and is meant for the end of training (``summary()``), not for the loop.
     """
 
-    def __init__(self, index: int, max_pending: int = 1024, torch: Any = None) -> None:
+    def __init__(self, index: int, max_pending: int = 1024, torch: ModuleType | None = None) -> None:
         torch = torch if torch is not None else require_torch()
         self._torch = torch
         self._index = index
@@ -189,7 +193,7 @@ class CudaEventTimer:
 class sync_debug_mode_off:
     """Turn ``torch.cuda`` sync debug mode off for a block (gpudoctor's own waits at the end)."""
 
-    def __init__(self, torch: Any) -> None:
+    def __init__(self, torch: ModuleType) -> None:
         self._torch = torch
         self._saved = 0
 
@@ -201,7 +205,7 @@ class sync_debug_mode_off:
         except Exception:
             self._saved = 0
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._saved:
             self._torch.cuda.set_sync_debug_mode(self._saved)
 
@@ -404,8 +408,8 @@ class SyncCounter:
             finally:
                 self._remove_warning_hook()
 
-    def _showwarning(self, message: Any, category: Any, filename: str, lineno: int,
-                     file: Any = None, line: str | None = None) -> None:
+    def _showwarning(self, message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                     file: TextIO | None = None, line: str | None = None) -> None:
         if str(message).startswith(SYNC_WARNING_TEXT):
             if not _in_explicit_wait():  # an explicit wait counts once
                 self._count(filename, lineno)
@@ -496,7 +500,7 @@ class _CountedType(type):
 
     _original: type
 
-    def __instancecheck__(cls, obj: Any) -> bool:
+    def __instancecheck__(cls, obj: object) -> bool:
         return isinstance(obj, cls._original)
 
     def __subclasscheck__(cls, sub: type) -> bool:
@@ -512,14 +516,15 @@ class _SyncEntryPoints:
     so an event made during one counting period counts again in the next one.
     """
 
-    def __init__(self, torch: Any) -> None:
+    def __init__(self, torch: ModuleType) -> None:
         self.torch = torch
         self.counters: tuple[SyncCounter, ...] = ()  # replaced whole: the wrappers read it without a lock
         self.patched: list[tuple[Any, str, Any, Any, bool]] = []  # owner, name, original, ours, owned
         self.standins: dict[str, type] = {}
 
     # the wrappers ------------------------------------------------------------------------------
-    def _counted_call(self, frame: Any, original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def _counted_call(self, frame: FrameType, original: Callable[..., object], args: tuple[object, ...],
+                      kwargs: dict[str, object]) -> Any:
         depth = getattr(_explicit, "depth", 0)
         if not depth:  # a wait inside a wait (cuda.Event.synchronize -> C base) counts once
             for counter in self.counters:
@@ -530,10 +535,10 @@ class _SyncEntryPoints:
         finally:
             _explicit.depth = depth
 
-    def wrapper(self, original: Any) -> Any:
+    def wrapper(self, original: Callable[..., object]) -> Callable[..., Any]:
         entry = self
 
-        def synchronize(*args: Any, **kwargs: Any) -> Any:
+        def synchronize(*args: object, **kwargs: object) -> Any:
             return entry._counted_call(sys._getframe(1), original, args, kwargs)
 
         synchronize.__wrapped__ = original  # type: ignore[attr-defined]
@@ -548,7 +553,7 @@ class _SyncEntryPoints:
             entry = self
             base_wait = original.synchronize  # type: ignore[attr-defined]
 
-            def synchronize(obj: Any) -> Any:
+            def synchronize(obj: object) -> Any:
                 return entry._counted_call(sys._getframe(1), base_wait, (obj,), {})
 
             made = _CountedType(original.__name__, (original,), {
@@ -629,7 +634,7 @@ class _SyncEntryPoints:
                 self.restore()
 
 
-def _entry_points(torch: Any) -> _SyncEntryPoints:
+def _entry_points(torch: ModuleType) -> _SyncEntryPoints:
     with _ENTRY_LOCK:
         entry = _ENTRY_POINTS.get(id(torch))
         if entry is None or entry.torch is not torch:
@@ -704,7 +709,7 @@ def distributed_rank() -> tuple[int, int]:
     return 0, 1
 
 
-def all_gather_objects(obj: Any) -> list[Any] | NA:
+def all_gather_objects(obj: object) -> list[Any] | NA:
     """Every rank's ``obj`` (a collective: every rank must call it), or NA when not distributed."""
     torch = loaded_torch()
     if torch is None:

@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from textual import work
 from textual.app import App
@@ -31,10 +31,13 @@ from textual.worker import get_current_worker
 from gpudoctor.backends.host import PsutilProcessInfo, default_host_sampler
 from gpudoctor.presentation import ProcessRow, process_rows, recorded_process_info
 from gpudoctor.sampling import History, Sampler, Snapshot
-from gpudoctor.model import ProbeResult
+from gpudoctor.model import ProbeResult, Report
 from gpudoctor import _published
 from gpudoctor.tui.screens import DoctorScreen, HelpScreen, OverviewScreen, ProcessesScreen, WhyScreen, WorkloadScreen
 from gpudoctor.tui.workload_runner import DEFAULT_TARGET, WorkloadProcess, field_of, workload_available
+
+if TYPE_CHECKING:
+    from gpudoctor.backends.base import GpuBackend
 
 MIN_INTERVAL_S = 0.25
 DEFAULT_INTERVAL_S = 1.0
@@ -142,7 +145,7 @@ class HeaderVerdict(Message):
         self.headline = headline
 
 
-def report_headline(report: Any) -> tuple[str, str]:
+def report_headline(report: Report) -> tuple[str, str]:
     """(status, reason) of a finished report for the header, from the verdict the quick check,
     ``report --quick`` and the exporter share (:func:`gpudoctor.quick.verdict_of`); a pass
     carries no reason."""
@@ -440,7 +443,7 @@ class GpudoctorApp(App[int]):
         if not self._quitting:
             self.post_message(SampleReady(snap, rows, notes, published))
 
-    def _watch_events(self, gpu: Any) -> None:
+    def _watch_events(self, gpu: GpuBackend) -> None:
         """Watch NVML's event set (Xid, ECC) for the GPU panels; without it the panels go on."""
         from gpudoctor.backends.events import open_event_watcher
 

@@ -173,7 +173,7 @@ class OverviewScreen(BaseScreen):
         self.refresh_view()
 
     @staticmethod
-    def _share_free_rows(panels: Any, gpu_panels: list[GpuPanel]) -> None:
+    def _share_free_rows(panels: VerticalScroll, gpu_panels: list[GpuPanel]) -> None:
         """Rows the panels leave free become taller utilisation graphs, shared by the GPUs."""
         if not gpu_panels or panels.size.height <= 0:
             return
@@ -312,7 +312,7 @@ class ProcessesScreen(BaseScreen):
             # Cells are Text, never str: DataTable parses a str as markup, and a command line
             # such as `train.py data=[/data/a,/data/b]` is data, not markup.
             cells = (
-                str(r.pid), plain_text(r.user or "-", limit=32), str(r.gpu) if r.gpu >= 0 else "-",
+                str(r.pid), plain_text(r.user or "-", limit=32), r.gpu_text,
                 fmt_bytes(r.gpu_memory_bytes) if r.gpu_memory_bytes is not None else "n/a",
                 f"{r.sm_util_pct}" if r.sm_util_pct is not None else "n/a",
                 f"{r.cpu_pct:.0f}" if isinstance(r.cpu_pct, (int, float)) else "n/a",

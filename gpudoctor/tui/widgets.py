@@ -10,20 +10,20 @@ from __future__ import annotations
 import functools
 import textwrap
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from rich.console import Group
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
-from textual.geometry import Region
+from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.widget import Widget
 
 from gpudoctor.backends import catalogue, throttle_reason_names
 from gpudoctor.findings import CLOCK_EVENTS, CLOCKS_FREE, IDLE_BETWEEN_KERNELS
 from gpudoctor.backends.na import NA, is_na
-from gpudoctor.presentation import busy_verdict, fault_words, no_gpu_words
+from gpudoctor.presentation import MIG_PANEL_NOTE, busy_verdict, fault_words, mig_summary, no_gpu_words
 from gpudoctor.sampling import DeviceSnapshot, History, Snapshot
 from gpudoctor.model import ProbeResult
 from gpudoctor.presentation import (
@@ -31,6 +31,9 @@ from gpudoctor.presentation import (
     throttle_text, tiny_na, wrap_hanging,
 )
 from gpudoctor.tui.workload_runner import field_of
+
+if TYPE_CHECKING:
+    from gpudoctor.backends.events import DeviceEvents
 
 # Panel cell: label, value, sparkline.
 LABEL_W = 7
@@ -70,7 +73,7 @@ def _layered(under: str, over: str) -> str:
     return f"{under} {over}" if under and over else under or over
 
 
-def _value(text: str, raw: Any = None) -> Run:
+def _value(text: str, raw: object = None) -> Run:
     """A cell's value, whole: the cell pads it (:func:`_cell`), never cuts it."""
     if is_na(raw):
         return _na_text(raw), "dim"
@@ -109,7 +112,7 @@ def _cells_line(*cells: list[Run]) -> Runs:
     return Runs(out)
 
 
-def _num(value: Any) -> float | None:
+def _num(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
@@ -131,7 +134,7 @@ class _LinesPanel(Widget):
     #: Style strings of runs, as styles on top of that base style.
     _run_styles: dict[str, Style]
 
-    def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return len(self.lines(width))  # type: ignore[attr-defined]
 
     def render_line(self, y: int) -> Strip:
@@ -224,14 +227,14 @@ class GpuPanel(_LinesPanel):
         self.index = index
         self.device: DeviceSnapshot | None = None
         self.history: History | None = None
-        self.events: Any = None  # gpudoctor.backends.events.DeviceEvents, or None
+        self.events: DeviceEvents | None = None
         self._built: dict[tuple[int, int], list[Line]] = {}
         #: Rows of the tall utilisation graph (0: none); the Overview gives free rows here.
         self.graph_rows = 0
         #: Seconds between samples, for the graph's time axis.
         self.interval_s = 1.0
 
-    def show(self, device: DeviceSnapshot, history: History, events: Any = None) -> None:
+    def show(self, device: DeviceSnapshot, history: History, events: DeviceEvents | None = None) -> None:
         static = device.static
         # The name comes from the driver (or a replayed file): literal text, never markup.
         title = f"GPU {device.index}: {plain_text(device.name, limit=80)}"
@@ -250,6 +253,8 @@ class GpuPanel(_LinesPanel):
             procs = device.processes
             if isinstance(procs, list):
                 bits.append(f"{len(procs)} proc{'s' if len(procs) != 1 else ''}")
+            if isinstance(device.mig, list):
+                bits.append(f"MIG: {len(device.mig)} device{'s' if len(device.mig) != 1 else ''}")
             self.set_borders(title, " · ".join(bits))
         else:
             self.set_borders(title, plain_text(fault.reason, limit=60))
@@ -339,6 +344,7 @@ class GpuPanel(_LinesPanel):
         throttle.truncate(width, overflow="ellipsis")
         lines.append(throttle)
         lines += self._verdict_lines(dev, width)
+        lines += self._mig_lines(dev, width)
         lines += event_lines(self.events, width)
         if self._draws_graph():
             graphs = [("util", hist.series(dev.index, "gpu_util_pct"), "dim green")]
@@ -366,6 +372,26 @@ class GpuPanel(_LinesPanel):
         line = Text("work".ljust(LABEL_W), style="cyan") + Text(plain_text(text), style=style)
         line.truncate(width, overflow="ellipsis")
         return [line]
+
+    @staticmethod
+    def _mig_lines(dev: DeviceSnapshot, width: int) -> list[Line]:
+        """A GPU in MIG mode: one row per MIG device (memory, SM activity, processes), then what
+        NVML gives for the whole GPU only. Nothing for a GPU not in MIG mode."""
+        migs = dev.mig
+        if migs is None:
+            return []
+        label = Text("MIG".ljust(LABEL_W), style="cyan")
+        rows: list[Text] = []
+        if is_na(migs):
+            rows.append(label + Text(f"devices {_na_text(migs)}", style="dim"))
+        else:
+            for mig in migs:
+                rows.append(label + Text(mig_summary(mig)))
+                label = Text(" " * LABEL_W)
+            rows.append(label + Text(MIG_PANEL_NOTE, style="dim"))
+        for row in rows:
+            row.truncate(width, overflow="ellipsis")
+        return list(rows)
 
     @staticmethod
     def _cell_of(dev: DeviceSnapshot, hist: History, reading: catalogue.Reading,
@@ -398,7 +424,7 @@ class GpuPanel(_LinesPanel):
         return [label, ("n/a", "dim")]
 
 
-def event_lines(events: Any, width: int, now: float | None = None) -> list[Text]:
+def event_lines(events: DeviceEvents | None, width: int, now: float | None = None) -> list[Text]:
     """The GPU's critical events (Xid, ECC) in words: nothing when there are none.
 
     Xids from the kernel log (before gpudoctor started) count too, marked "logged"."""

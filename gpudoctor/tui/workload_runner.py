@@ -28,10 +28,13 @@ import inspect
 import multiprocessing as mp
 import signal
 import traceback
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from gpudoctor._proc import describe_exit, silence_stdio
 from gpudoctor.safejson import json_safe
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
 
 DEFAULT_TARGET = "gpudoctor.workload:sweep_with_progress"
 PROGRESS_PARAMETERS = ("progress", "on_progress", "callback", "progress_callback")
@@ -53,7 +56,7 @@ def workload_available(target: str = DEFAULT_TARGET) -> str | None:
     return None
 
 
-def plain(obj: Any) -> Any:
+def plain(obj: object) -> Any:
     """A JSON-safe copy of a progress event or result (dataclass, to_dict(), mapping...)."""
     return json_safe(obj, max_depth=8)
 
@@ -64,7 +67,7 @@ def _resolve(target: str) -> Any:
     return getattr(module, attr or "sweep")
 
 
-def _child_main(conn: Any, target: str, options: dict[str, Any], quiet: bool = True) -> None:
+def _child_main(conn: Connection, target: str, options: dict[str, Any], quiet: bool = True) -> None:
     """Child process: import the sweep, run it, stream events. Runs under spawn."""
     import os
 
@@ -74,7 +77,7 @@ def _child_main(conn: Any, target: str, options: dict[str, Any], quiet: bool = T
         # land in the middle of its screen. Everything we report goes over the pipe.
         silence_stdio()
 
-    def send(kind: str, payload: Any) -> None:
+    def send(kind: str, payload: object) -> None:
         try:
             conn.send((kind, plain(payload)))
         except (BrokenPipeError, OSError):
@@ -105,7 +108,7 @@ def _child_main(conn: Any, target: str, options: dict[str, Any], quiet: bool = T
     dropped = sorted(set(options) - set(used))
     send("started", {"pid": os.getpid(), "target": target, "options": used, "dropped_options": dropped})
 
-    def report(event: Any = None, **fields: Any) -> None:
+    def report(event: object = None, **fields: object) -> None:
         payload = plain(event)
         if not isinstance(payload, dict):
             payload = {} if payload is None else {"message": str(payload)}
@@ -191,7 +194,7 @@ class WorkloadProcess:
             except OSError:
                 pass
 
-    def events(self, stop: Any = None) -> Iterator[tuple[str, dict[str, Any]]]:
+    def events(self, stop: Callable[[], bool] | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
         """All events until the child finishes (or ``stop()`` returns true, then cancel)."""
         while not self.finished:
             if stop is not None and stop():

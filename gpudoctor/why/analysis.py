@@ -10,14 +10,19 @@ pipeline spends its time on.
 from __future__ import annotations
 
 import math
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from gpudoctor.hooks.summary import HOST_SYNC_BOUND, INPUT_BOUND, STRAGGLER, sync_pattern_words
-from gpudoctor.why import rules
+from gpudoctor.why import hang, rules
 from gpudoctor.why.rules import SourceLine
 from gpudoctor.why.stacks import Stack
+from gpudoctor.why.views import ProcessView, build_views
+from gpudoctor.why.views import data_lines as _data_lines
+from gpudoctor.why.views import line_records as _line_records
+from gpudoctor.why.views import where as _where
+from gpudoctor.why.views import workers_of as _workers_of
 
 FORMAT = "gpudoctor-why"
 FORMAT_VERSION = 1
@@ -30,7 +35,9 @@ IDLE = "idle"
 UNKNOWN = "unknown"
 BORDERLINE = "borderline"
 WORKER = "dataloader_worker"
-CODES = (INPUT_BOUND, HOST_SYNC_BOUND, IO_BOUND, CPU_BOUND, GPU_BOUND, IDLE, STRAGGLER, BORDERLINE, WORKER, UNKNOWN)
+RANK_HANG = hang.RANK_HANG
+CODES = (INPUT_BOUND, HOST_SYNC_BOUND, IO_BOUND, CPU_BOUND, GPU_BOUND, IDLE, STRAGGLER, RANK_HANG, BORDERLINE, WORKER,
+         UNKNOWN)
 
 MIN_SAMPLES = 10            # fewer main-thread samples than this: no verdict
 IDLE_SHARE = 0.50           # the main thread waits on sleep/locks this much: idle
@@ -42,95 +49,12 @@ WAITING_WORKER_CPU_PCT = 50.0  # a loading worker on less CPU than this waits fo
 QUIET_CPU_PCT = 25.0        # a main thread "computing" on less CPU than this is waiting outside Python
 GPU_BUSY_PCT = 85.0         # NVML's busy figure at or above this: the GPU is the bottleneck
 STRAGGLER_GAP = 0.15        # a rank waits this much less than the median rank: it is the straggler
-MAX_LINES = 5               # user lines named per verdict
 
 WORDS = {INPUT_BOUND: "input-bound", HOST_SYNC_BOUND: "host-sync-bound", IO_BOUND: "I/O-bound",
          CPU_BOUND: "CPU-bound", GPU_BOUND: "GPU-bound", LAUNCH_BOUND: "launch-bound", IDLE: "idle",
-         STRAGGLER: "straggler",
+         STRAGGLER: "straggler", RANK_HANG: "a rank holds the others in a collective",
          BORDERLINE: "borderline", WORKER: "a DataLoader worker", UNKNOWN: "not enough samples"}
 STARTING_WORDS = "starting up"
-
-
-@dataclass
-class ProcessView:
-    pid: int
-    role: str = "trainer"
-    cmdline: str = ""
-    parent: int | None = None
-    main_samples: int = 0
-    samples: int = 0
-    counts: Counter = field(default_factory=Counter)                 # category -> main-thread samples
-    details: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
-    lines: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))  # category -> Frame
-
-    def share(self, category: str) -> float:
-        return self.counts[category] / self.main_samples if self.main_samples else 0.0
-
-    def shares(self) -> dict[str, float]:
-        return {c: round(self.share(c), 4) for c in rules.CATEGORIES}
-
-
-def build_views(stacks: Sequence[Stack], source: SourceLine, own: Sequence[str] = ()) -> dict[int, ProcessView]:
-    """One :class:`ProcessView` per sampled process, its main thread's samples counted by category."""
-    views: dict[int, ProcessView] = {}
-    for stack in stacks:
-        view = views.get(stack.pid)
-        if view is None:
-            view = views[stack.pid] = ProcessView(stack.pid, cmdline=stack.cmdline,
-                                                  parent=stack.pids[-2] if len(stack.pids) > 1 else None)
-        if rules.is_worker(stack):
-            view.role = "worker"
-        elif rules.is_launcher(stack) and view.role == "trainer":
-            view.role = "launcher"
-    for stack in stacks:
-        view = views[stack.pid]
-        view.samples += stack.count
-        if not stack.is_main_thread:
-            continue
-        verdict = rules.classify(stack, source, worker=view.role == "worker", own=own)
-        view.main_samples += stack.count
-        view.counts[verdict.category] += stack.count
-        view.details[verdict.category][verdict.detail] += stack.count
-        if verdict.user is not None:
-            view.lines[verdict.category][verdict.user] += stack.count
-    return views
-
-
-def _line_records(counter: Counter, total: int, source: SourceLine) -> list[dict[str, Any]]:
-    out = []
-    for frame, count in counter.most_common(MAX_LINES):
-        out.append({"file": frame.file, "line": frame.line, "function": frame.function,
-                    "code": source(frame.file, frame.line)[:200] if frame.line else "",
-                    "share": round(count / total, 4) if total else None})
-    return out
-
-
-def _workers_of(view: ProcessView, views: dict[int, ProcessView]) -> list[ProcessView]:
-    found, frontier = [], [view.pid]
-    while frontier:
-        parent = frontier.pop()
-        for other in views.values():
-            if other.parent == parent and other.pid != view.pid:
-                frontier.append(other.pid)
-                if other.role == "worker":
-                    found.append(other)
-    return found
-
-
-def _data_lines(view: ProcessView, workers: list[ProcessView], source: SourceLine) -> list[dict[str, Any]]:
-    """The lines behind the data wait: the dataset's, from the workers or the main process."""
-    merged: Counter = Counter()
-    total = 0
-    for worker in workers:
-        merged.update(worker.lines[rules.DATA_LOADING])
-        total += worker.counts[rules.DATA_LOADING]
-    if not total and not workers:
-        # no workers: the dataset's lines in the main process, never the loop's own `for` line
-        inside = view.details[rules.DATA_WAIT]["loading in the main process"]
-        merged = Counter({f: c for f, c in view.lines[rules.DATA_WAIT].items() if f.function != "<module>"
-                          and not (f.line and source(f.file, f.line).startswith("for "))})
-        total = inside or view.counts[rules.DATA_WAIT]
-    return _line_records(merged, total, source)
 
 
 @dataclass
@@ -145,12 +69,6 @@ class Decision:
     @property
     def words(self) -> str:
         return self.words_text or WORDS[self.code]
-
-
-def _where(lines: list[dict[str, Any]]) -> str:
-    """The main line, and a second one when it holds a real part of the time too."""
-    kept = [r for i, r in enumerate(lines[:2]) if i == 0 or (r.get("share") or 0) >= 0.10]
-    return ", ".join(f"{r['file'].rsplit('/', 1)[-1]}:{r['line']} {r['function']}" for r in kept) or "no line seen"
 
 
 def _input_fix(workers: list[ProcessView], idle_cpus: float | None, lines: list[dict[str, Any]],
@@ -215,29 +133,49 @@ def decide(view: ProcessView, views: dict[int, ProcessView], source: SourceLine,
     n = view.main_samples
     if n < MIN_SAMPLES:
         return Decision(UNKNOWN, f"only {n} samples of the main thread: sample longer (--seconds)", "sample longer")
-    starting = view.counts[rules.STARTUP]
-    if starting:
-        share = starting / n
-        seconds = share * window_s if window_s else None
-        what = startup_words(view)
-        lines = _line_records(view.lines[rules.STARTUP], n, source)
-        startup = {"share": round(share, 4), "seconds": round(seconds, 2) if seconds is not None else None,
-                   "what": what, "lines": lines}
-        if share >= STARTUP_SHARE or n - starting < MIN_SAMPLES:
-            again = max(5, math.ceil(seconds)) if seconds is not None else 10
-            return Decision(UNKNOWN, f"starting up: {share:.0%} of the window was {what} (at {_where(lines)}); "
-                            f"sample again in {again} s", f"sample again in {again} s, once the loop runs "
-                            "(gpudoctor why -- CMD waits for it)", lines, words_text=STARTING_WORDS,
-                            extra={"startup": startup})
-        decision = decide(_without_startup(view), views, source, gpu_util=gpu_util, on_gpu=on_gpu,
-                          idle_cpus=idle_cpus, main_cpu_pct=main_cpu_pct, cpu_by_pid=cpu_by_pid,
-                          gpu_unknown=gpu_unknown, gpm=gpm)
-        took = f" ({seconds:.1f} s)" if seconds is not None else ""
-        decision.message += f"; start-up left out: {share:.0%} of the window{took} was {what}"
-        decision.extra["startup"] = startup
-        return decision
-    waiting = view.share(rules.IDLE) + view.share(rules.COLLECTIVE)
-    if waiting >= IDLE_SHARE:
+    if view.counts[rules.STARTUP]:
+        return _with_startup(view, views, source, gpu_util=gpu_util, on_gpu=on_gpu, idle_cpus=idle_cpus,
+                             main_cpu_pct=main_cpu_pct, cpu_by_pid=cpu_by_pid, gpu_unknown=gpu_unknown,
+                             window_s=window_s, gpm=gpm)
+    waiting = _waiting(view, source, main_cpu_pct, on_gpu)
+    if waiting is not None:
+        return waiting
+    return _steady(view, views, source, gpu_util=gpu_util, on_gpu=on_gpu, idle_cpus=idle_cpus,
+                   cpu_by_pid=cpu_by_pid or {}, gpu_unknown=gpu_unknown, gpm=gpm or {})
+
+
+def _with_startup(view: ProcessView, views: dict[int, ProcessView], source: SourceLine, *,
+                  window_s: float | None, **figures: Any) -> Decision:
+    """A window with start-up in it: no verdict when it is mostly start-up, else the verdict of
+    the rest with the start-up named apart."""
+    n, starting = view.main_samples, view.counts[rules.STARTUP]
+    share = starting / n
+    seconds = share * window_s if window_s else None
+    what = startup_words(view)
+    lines = _line_records(view.lines[rules.STARTUP], n, source)
+    startup = {"share": round(share, 4), "seconds": round(seconds, 2) if seconds is not None else None,
+               "what": what, "lines": lines}
+    if share >= STARTUP_SHARE or n - starting < MIN_SAMPLES:
+        again = max(5, math.ceil(seconds)) if seconds is not None else 10
+        return Decision(UNKNOWN, f"starting up: {share:.0%} of the window was {what} (at {_where(lines)}); "
+                        f"sample again in {again} s", f"sample again in {again} s, once the loop runs "
+                        "(gpudoctor why -- CMD waits for it)", lines, words_text=STARTING_WORDS,
+                        extra={"startup": startup})
+    decision = decide(_without_startup(view), views, source, **figures)
+    took = f" ({seconds:.1f} s)" if seconds is not None else ""
+    decision.message += f"; start-up left out: {share:.0%} of the window{took} was {what}"
+    decision.extra["startup"] = startup
+    return decision
+
+
+_WAIT_FIX = ("nothing runs: if it should be training, see what it waits for (a sleep, a lock, "
+             "another rank at a barrier, a file)")
+
+
+def _waiting(view: ProcessView, source: SourceLine, main_cpu_pct: float | None, on_gpu: bool | None) -> Decision | None:
+    """Idle: the main thread waits (in a collective, a sleep, a lock), or uses next to no CPU on
+    Python lines that then wait outside Python; None when it does not."""
+    if view.share(rules.IDLE) + view.share(rules.COLLECTIVE) >= IDLE_SHARE:
         if view.share(rules.COLLECTIVE) >= view.share(rules.IDLE):
             lines = _line_records(view.lines[rules.COLLECTIVE], view.counts[rules.COLLECTIVE], source)
             what = view.details[rules.COLLECTIVE].most_common(1)[0][0]
@@ -249,33 +187,38 @@ def decide(view: ProcessView, views: dict[int, ProcessView], source: SourceLine,
         lines = _line_records(view.lines[rules.IDLE], view.counts[rules.IDLE], source)
         what = view.details[rules.IDLE].most_common(1)[0][0] or "a wait"
         return Decision(IDLE, f"{view.share(rules.IDLE):.0%} of the main thread's time waits ({what}) at {_where(lines)}",
-                        "nothing runs: if it should be training, see what it waits for (a sleep, a lock, "
-                        "another rank at a barrier, a file)", lines)
+                        _WAIT_FIX, lines)
     quiet = main_cpu_pct is not None and main_cpu_pct < QUIET_CPU_PCT and on_gpu is False
-    if quiet and view.share(rules.OTHER) + view.share(rules.IDLE) >= IDLE_SHARE:
-        lines = _line_records(view.lines[rules.OTHER] + view.lines[rules.IDLE], n, source)
-        # the breakdown says what the verdict says: Python lines on a thread that uses no CPU wait
-        moved = view.counts[rules.OTHER]
-        view.counts[rules.IDLE] += moved
-        view.counts[rules.OTHER] = 0
-        view.details[rules.IDLE]["waiting outside Python"] += moved
-        view.lines[rules.IDLE].update(view.lines.pop(rules.OTHER, Counter()))
-        return Decision(IDLE, f"the main thread used {main_cpu_pct:.0f}% of a CPU: it sleeps or waits outside "
-                        f"Python (a sleep, a lock, a socket) at {_where(lines)}",
-                        "nothing runs: if it should be training, see what it waits for (a sleep, a lock, "
-                        "another rank at a barrier, a file)", lines)
+    if not quiet or view.share(rules.OTHER) + view.share(rules.IDLE) < IDLE_SHARE:
+        return None
+    lines = _line_records(view.lines[rules.OTHER] + view.lines[rules.IDLE], view.main_samples, source)
+    # the breakdown says what the verdict says: Python lines on a thread that uses no CPU wait
+    moved = view.counts[rules.OTHER]
+    view.counts[rules.IDLE] += moved
+    view.counts[rules.OTHER] = 0
+    view.details[rules.IDLE]["waiting outside Python"] += moved
+    view.lines[rules.IDLE].update(view.lines.pop(rules.OTHER, Counter()))
+    return Decision(IDLE, f"the main thread used {main_cpu_pct:.0f}% of a CPU: it sleeps or waits outside "
+                    f"Python (a sleep, a lock, a socket) at {_where(lines)}", _WAIT_FIX, lines)
+
+
+def _steady(view: ProcessView, views: dict[int, ProcessView], source: SourceLine, *, gpu_util: float | None,
+            on_gpu: bool | None, idle_cpus: float | None, cpu_by_pid: dict[int, float | None], gpu_unknown: str,
+            gpm: dict[str, Any]) -> Decision:
+    """A loop that runs: input-, host-sync- or I/O-bound past the margin, GPU-bound, CPU-bound,
+    or borderline between a problem and computing."""
     candidates = [(view.share(rules.DATA_WAIT), INPUT_BOUND), (view.share(rules.HOST_SYNC), HOST_SYNC_BOUND),
                   (view.share(rules.CHECKPOINT_IO), IO_BOUND)]
     share, code = max(candidates)
     gpu_busy = gpu_util is not None and gpu_util >= GPU_BUSY_PCT
     gpu_words = f"; the GPU is busy {gpu_util:.0f}% of the time" if gpu_util is not None else ""
     if share >= PROBLEM_SHARE + BORDERLINE_MARGIN and not gpu_busy:
-        return _problem(code, share, view, views, source, gpu_words, idle_cpus, cpu_by_pid or {})
-    if gpu_busy:
-        return _gpu_busy(gpu_util, gpm or {})
+        return _problem(code, share, view, views, source, gpu_words, idle_cpus, cpu_by_pid)
+    if gpu_busy and gpu_util is not None:
+        return _gpu_busy(gpu_util, gpm)
     base = _compute(view, source, on_gpu, gpu_words, gpu_unknown)
     if share >= PROBLEM_SHARE - BORDERLINE_MARGIN:  # near the threshold: name both, so windows do not flip
-        problem = _problem(code, share, view, views, source, gpu_words, idle_cpus, cpu_by_pid or {})
+        problem = _problem(code, share, view, views, source, gpu_words, idle_cpus, cpu_by_pid)
         return Decision(BORDERLINE, f"on the line between {problem.words} and {base.words} "
                         f"({PROBLEM_SHARE - BORDERLINE_MARGIN:.0%}-{PROBLEM_SHARE + BORDERLINE_MARGIN:.0%} "
                         f"is the margin): {problem.message}; and {base.message}",
@@ -431,35 +374,89 @@ def _process_record(view: ProcessView, decision: Decision | None, readings: dict
 
 
 # Where a fast rank waits for a slow one: in a collective (idle) or, under DDP, at the end of
-# backward (the reducer waits for the gradients' all-reduce inside autograd).
+# backward (the reducer waits for the gradients' all-reduce inside autograd). Backward is work,
+# not waiting, for a rank whose main thread used the CPU much more than the others' (twice the
+# median of the other ranks, and at least 5% of a core): a rank slow inside backward is named.
 WAITING_FOR_RANKS = (rules.IDLE, rules.COLLECTIVE, rules.BACKWARD)
+BACKWARD_WORK_CPU_RATIO = 2.0
+BACKWARD_WORK_MIN_CPU_PCT = 5.0
 
 
-def _work_share(view: ProcessView) -> float:
-    return 1.0 - sum(view.share(c) for c in WAITING_FOR_RANKS)
+def _work_share(view: ProcessView, backward_is_work: bool = False) -> float:
+    outside = 1.0 - sum(view.share(c) for c in WAITING_FOR_RANKS)
+    return outside + (view.share(rules.BACKWARD) if backward_is_work else 0.0)
 
 
-def straggler(ranks: list[tuple[ProcessView, Decision]]) -> dict[str, Any] | None:
-    """The rank the others wait for: its share of own work (everything but collectives and
-    backward, where DDP's fast ranks wait) is ``STRAGGLER_GAP`` or more above the median rank's.
-    The category where it spends the most time more than the others is named."""
+def _busy_in_backward(pid: int, cpu: dict[int, float | None]) -> bool:
+    """Whether this rank's main thread used twice the CPU of the other ranks' median (and 5% of a
+    core or more): its time in backward is its own work, not a wait for the others."""
+    mine = cpu.get(pid)
+    others = sorted(c for p, c in cpu.items() if p != pid and c is not None)
+    if mine is None or not others:
+        return False
+    mid = len(others) // 2
+    median = others[mid] if len(others) % 2 else (others[mid - 1] + others[mid]) / 2
+    return mine >= max(BACKWARD_WORK_MIN_CPU_PCT, BACKWARD_WORK_CPU_RATIO * median)
+
+
+def straggler(ranks: list[tuple[ProcessView, Decision]],
+              main_cpu: dict[int, float | None] | None = None) -> dict[str, Any] | None:
+    """The rank the others wait for: its share of own work (everything but collectives, and
+    backward unless its main thread was busy there: DDP's fast ranks wait in it) is
+    ``STRAGGLER_GAP`` or more above the median rank's. The category where it spends the most time
+    more than the others is named. ``main_cpu``: each rank's main-thread CPU % (100 = a core)."""
     if len(ranks) < 2:
         return None
-    shares = sorted(_work_share(v) for v, _ in ranks)
+    cpu = {v.pid: (main_cpu or {}).get(v.pid) for v, _ in ranks}
+    busy = {v.pid for v, _ in ranks if _busy_in_backward(v.pid, cpu)}
+
+    def work(view: ProcessView) -> float:
+        return _work_share(view, view.pid in busy)
+
+    shares = sorted(work(v) for v, _ in ranks)
     mid = len(shares) // 2
     median = shares[mid] if len(shares) % 2 else (shares[mid - 1] + shares[mid]) / 2
-    view, decision = max(ranks, key=lambda r: _work_share(r[0]))
-    if _work_share(view) - median < STRAGGLER_GAP:
+    view, decision = max(ranks, key=lambda r: work(r[0]))
+    if work(view) - median < STRAGGLER_GAP:
         return None
     others = [v for v, _ in ranks if v is not view]
+    waiting = (rules.IDLE, rules.COLLECTIVE) if view.pid in busy else WAITING_FOR_RANKS
     excess = {c: view.share(c) - sum(o.share(c) for o in others) / len(others)
-              for c in rules.CATEGORIES if c not in WAITING_FOR_RANKS}
+              for c in rules.CATEGORIES if c not in waiting}
     where = max(excess, key=lambda c: excess[c])
     return {"pid": view.pid, "code": STRAGGLER, "words": WORDS[STRAGGLER],
-            "message": f"pid {view.pid} works {_work_share(view):.0%} of its time where the median rank works "
-                       f"{median:.0%} and waits for it (in collectives or backward); the extra time is in "
-                       f"{where} (+{excess[where]:.0%}); on its own it is {decision.words}: {decision.message}",
+            "message": f"pid {view.pid} works {work(view):.0%} of its time where the median rank works "
+                       f"{median:.0%} and waits for it (in collectives, or in backward with its CPU idle); "
+                       f"the extra time is in {where} (+{excess[where]:.0%}); on its own it is {decision.words}: "
+                       f"{decision.message}",
             "fix": decision.fix}
+
+
+def _across_ranks(decided: list[tuple[ProcessView, Decision]], views: dict[int, ProcessView],
+                  readings: dict[str, Any], source: SourceLine, window_s: float | None
+                  ) -> tuple[hang.Hang | None, dict[str, Any] | None]:
+    """The verdicts that need every rank: a hang (most ranks in one collective, some elsewhere),
+    else a straggler."""
+    processes = readings.get("processes") or {}
+    gpu = readings.get("gpu") or {}
+    ranks = []
+    for view, _ in decided:
+        info = processes.get(view.pid) or {}
+        ranks.append(hang.Rank(view, info.get("rank"), (info.get("threads_cpu_pct") or {}).get(view.pid),
+                               info.get("age_s")))
+
+    def gpu_of(pids: set[int]) -> dict[str, Any]:
+        util, on_gpu, _, why_so = _gpu_for(pids, gpu, processes)
+        gpm = _gpm_of(pids, gpu)
+        return hang.gpu_state(util, gpm.get("sm_active_mean_pct"), gpm.get("gpm_note"), on_gpu,
+                              gpu.get("reason") or why_so)
+
+    found = hang.find(ranks, views, source, window_s=window_s, gpu_of=gpu_of, flight=readings.get("flight_recorder"))
+    if found is not None:
+        slow = None if found.code != STRAGGLER else {"pid": found.pid, "code": STRAGGLER, "words": found.words,
+                                                     "message": found.message, "fix": found.fix}
+        return found, slow
+    return None, straggler(decided, {r.view.pid: r.main_cpu_pct for r in ranks})
 
 
 def diagnose(stacks: Sequence[Stack], readings: dict[str, Any], source: SourceLine, *, pid: int,
@@ -482,11 +479,12 @@ def diagnose(stacks: Sequence[Stack], readings: dict[str, Any], source: SourceLi
                           cpu_by_pid=cpu_by_pid, gpu_unknown=why_so, window_s=window_s,
                           gpm=_gpm_of(_tree(view, views), gpu))
         decided.append((view, overloaded(decision, host)))
-    lagging = straggler(decided)
+    hung, lagging = _across_ranks(decided, views, readings, source, window_s)
     main = next((d for d in decided if d[0].pid == pid), None) or (max(decided, key=lambda d: d[0].main_samples)
                                                                     if decided else None)
-    if lagging is not None and (main is None or main[0].pid != pid):  # the launcher was asked about
-        main = next(d for d in decided if d[0].pid == lagging["pid"])
+    named = hung.pid if hung is not None else lagging["pid"] if lagging is not None else None
+    if named is not None and (main is None or main[0].pid != pid or hung is not None):  # the launcher was asked
+        main = next(d for d in decided if d[0].pid == named)
     asked = views.get(pid)
     details: dict[str, str] = {}
     if main is None and asked is not None and asked.role == "worker":
@@ -501,7 +499,9 @@ def diagnose(stacks: Sequence[Stack], readings: dict[str, Any], source: SourceLi
         verdict = {"code": decision.code, "words": decision.words, "message": decision.message,
                    "fix": decision.fix, "lines": decision.lines, "pid": view.pid, **decision.extra}
         details = {c: d.most_common(1)[0][0] for c, d in view.details.items() if d and d.most_common(1)[0][0]}
-        if lagging is not None and lagging["pid"] == view.pid:
+        if hung is not None:
+            verdict.update(code=hung.code, words=hung.words, message=hung.message, fix=hung.fix, lines=hung.lines)
+        elif lagging is not None and lagging["pid"] == view.pid:
             verdict.update(code=STRAGGLER, words=WORDS[STRAGGLER], message=lagging["message"])
         shares = view.shares()
     util, on_gpu, held, why_so = _gpu_for(set(views), gpu, processes)
@@ -511,7 +511,7 @@ def diagnose(stacks: Sequence[Stack], readings: dict[str, Any], source: SourceLi
             "processes": [_process_record(v, next((d for w, d in decided if w is v), None), readings)
                           for v in sorted(views.values(), key=lambda v: v.pid)],
             "ranks": [v.pid for v, _ in decided] if len(decided) > 1 else [],
-            "straggler": lagging,
+            "straggler": lagging, "hang": hung.record if hung is not None else None,
             "gpu": {"available": bool(gpu.get("available")), "reason": gpu.get("reason"),
                     "in_use": _state(on_gpu), "evidence": why_so,
                     "util_mean_pct": util, "devices": held or gpu.get("devices", [])},

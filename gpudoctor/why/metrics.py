@@ -39,7 +39,7 @@ def metric_names() -> list[str]:
     return list(TRAINING_METRICS) + list(OTHER_TRAINING_METRICS)
 
 
-def _number(value: Any) -> float | None:
+def _number(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 

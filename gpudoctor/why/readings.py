@@ -11,13 +11,20 @@ from __future__ import annotations
 import os
 import re
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
 from gpudoctor.backends.na import NA, is_na
+from gpudoctor.why import flightrec
+
+if TYPE_CHECKING:
+    from gpudoctor.backends.base import GpuBackend
 
 MAX_PROCESSES = 256
+MAX_SETTING_CHARS = 300
+# The environment variables read from each process besides RANK: the flight recorder's settings.
+JOB_SETTINGS = flightrec.SETTINGS
 MAX_MAPS_BYTES = 8 << 20  # /proc/PID/maps read per poll at most (a torch process maps ~1,000 files)
 
 # A GPU's own device file (/dev/nvidia0, ...) or a MIG instance's capability (/dev/nvidia-caps/...);
@@ -145,7 +152,7 @@ def _host_idle_seconds() -> tuple[float, float, float]:
 class Readings:
     """Polled during sampling; :meth:`result` gives the figures for the window."""
 
-    def __init__(self, pid: int, gpu_backend: Any = None) -> None:
+    def __init__(self, pid: int, gpu_backend: GpuBackend | None = None) -> None:
         self.pid = pid
         self.root = psutil.Process(pid)
         self.t0 = time.monotonic()
@@ -232,11 +239,11 @@ class Readings:
                 self.gpu_util.setdefault(index, []).append(float(value))
             self._read_gpm(backend, index)
 
-    def _read_gpm(self, backend: Any, index: int) -> None:
+    def _read_gpm(self, backend: GpuBackend, index: int) -> None:
         """SM and tensor activity of a GPU the job holds, once a second (the first read only arms
         GPM's pair of samples); where there is none, the reason."""
         now = time.monotonic()
-        if not hasattr(backend, "gpm") or now - self._gpm_at.get(index, -1e9) < 1.0:
+        if now - self._gpm_at.get(index, -1e9) < 1.0:
             return
         self._gpm_at[index] = now
         try:
@@ -329,7 +336,7 @@ class Readings:
         return out
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> object:
     return None if is_na(value) else value
 
 
@@ -340,10 +347,20 @@ def _describe(proc: psutil.Process) -> dict[str, Any]:
     except (psutil.Error, OSError):
         cmd, ppid = [], None
     try:
-        rank = proc.environ().get("RANK", "")  # set by torchrun for each rank
+        environ = proc.environ()
     except (psutil.Error, OSError):
-        rank = ""
-    return {"ppid": ppid, "cmdline": " ".join(cmd)[:500], "rank": int(rank) if rank.isdigit() else None}
+        environ = {}
+    rank = environ.get("RANK", "")  # set by torchrun for each rank
+    try:
+        uid: int | None = int(proc.uids().real)
+        started: float | None = float(proc.create_time())
+    except (psutil.Error, OSError):
+        uid, started = None, None
+    # only the settings the hang verdict reads (the flight recorder's), bounded: never the whole environment
+    env = {key: str(environ[key])[:MAX_SETTING_CHARS] for key in JOB_SETTINGS if key in environ}
+    return {"ppid": ppid, "cmdline": " ".join(cmd)[:500], "rank": int(rank) if rank.isdigit() and len(rank) < 9 else None,
+            "env": env, "uid": uid, "create_time": started,
+            "age_s": round(time.time() - started, 1) if started is not None else None}
 
 
 def process_exists(pid: int) -> bool:

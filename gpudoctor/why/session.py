@@ -11,15 +11,18 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import psutil
 
 import gpudoctor
 from gpudoctor import _published, fileio
-from gpudoctor.why import analysis, pyspy, rules
+from gpudoctor.why import analysis, flightrec, pyspy, rules
 from gpudoctor.why.readings import Readings, process_exists
 from gpudoctor.why.stacks import Stack, parse_raw
+
+if TYPE_CHECKING:
+    from gpudoctor.backends.base import GpuBackend
 
 POLL_S = 0.5
 MAX_SOURCE_BYTES = 4 << 20
@@ -250,7 +253,8 @@ def _failure(binary: str, pid: int, stderr: str) -> pyspy.WhyError:
     return pyspy.error_from_stderr(dump_err or "", pid, alive=process_exists(pid)) if dump.returncode else error
 
 
-def sample(pid: int, seconds: float, *, rate: int = pyspy.DEFAULT_RATE_HZ, gpu_backend: Any = None) -> Sampled:
+def sample(pid: int, seconds: float, *, rate: int = pyspy.DEFAULT_RATE_HZ,
+           gpu_backend: GpuBackend | None = None) -> Sampled:
     """Sample ``pid`` and its subprocesses for ``seconds`` (less if it ends). Raises
     :class:`~gpudoctor.why.pyspy.WhyError` when it cannot be sampled at all."""
     _check_target(pid)
@@ -286,7 +290,7 @@ def sample(pid: int, seconds: float, *, rate: int = pyspy.DEFAULT_RATE_HZ, gpu_b
                    interrupted=interrupted)
 
 
-def why(pid: int, seconds: float, *, rate: int = pyspy.DEFAULT_RATE_HZ, gpu_backend: Any = None,
+def why(pid: int, seconds: float, *, rate: int = pyspy.DEFAULT_RATE_HZ, gpu_backend: GpuBackend | None = None,
         wait_start_s: float = 0.0, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Sample ``pid`` and diagnose it: the dict of docs/why.schema.json. ``wait_start_s``: first
     wait up to that long for start-up to end (:func:`wait_for_loop`); a process that ends
@@ -299,6 +303,12 @@ def why(pid: int, seconds: float, *, rate: int = pyspy.DEFAULT_RATE_HZ, gpu_back
         sampled = sample(pid, seconds, rate=rate, gpu_backend=gpu_backend)
     meta = {"sampled_s": sampled.seconds, "rate_hz": sampled.rate_hz, "ended": sampled.ended,
             "interrupted": sampled.interrupted}
+    processes = sampled.readings.get("processes") or {}
+    # a rank's children (DataLoader workers) inherit its RANK: the rank is the one whose parent has none
+    ranks = {p: info for p, info in processes.items() if info.get("rank") is not None
+             and (processes.get(info.get("ppid")) or {}).get("rank") != info["rank"]}
+    if len(ranks) > 1:  # a distributed job: the flight recorder's dumps, where its settings put them
+        sampled.readings["flight_recorder"] = flightrec.find(ranks)
     diagnosis = analysis.diagnose(sampled.stacks, sampled.readings, source_reader(pid, credentials), pid=pid,
                                   own=OWN_PREFIXES, meta=meta)
     sampled_pids = {p["pid"] for p in diagnosis["processes"]} | {pid}

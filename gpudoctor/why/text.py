@@ -73,7 +73,8 @@ def _process_line(p: dict[str, Any]) -> str:
     top = sorted(((s, c) for c, s in p["shares"].items() if s >= 0.05), reverse=True)[:3]
     doing = ", ".join(f"{c} {s:.0%}" for s, c in top) or "no main-thread samples"
     verdict = f" -> {p['verdict']['words']}" if p.get("verdict") else ""
-    return f"pid {p['pid']} {p['role']} (CPU {cpu}): {doing}{verdict}"
+    rank = f" rank {p['rank']}" if p.get("rank") is not None else ""
+    return f"pid {p['pid']}{rank} {p['role']} (CPU {cpu}): {doing}{verdict}"
 
 
 def render_text(d: dict[str, Any], width: int | None = 100) -> str:
@@ -114,7 +115,11 @@ def render_text(d: dict[str, Any], width: int | None = 100) -> str:
     out.append("  " + plain_text(_gpu_words(d), limit=500))
     for pid, live in sorted((d.get("published") or {}).items()):
         out += wrap_hanging(plain_text(_live_words(live), limit=500), width or 0, f"  TrainingMonitor (pid {pid}): ")
-    if d.get("straggler"):
+    hang = d.get("hang")
+    if hang:
+        out += wrap_hanging(plain_text(hang["gpu"]["words"], limit=500), width or 0, "  GPU while they wait: ")
+        out += wrap_hanging(plain_text(hang["flight_recorder"]["words"], limit=1000), width or 0, "  ")
+    elif d.get("straggler"):
         out += wrap_hanging(plain_text(d["straggler"]["message"], limit=1000), width or 0, "  straggler: ")
     for p in d.get("processes", [])[:32]:
         if p["role"] != "launcher":

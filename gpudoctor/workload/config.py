@@ -119,7 +119,7 @@ class SweepConfig:
     repeat: int = 1  # run the whole grid this many times (run-to-run variation, for the advice)
 
     @classmethod
-    def quick_defaults(cls, **overrides: Any) -> "SweepConfig":
+    def quick_defaults(cls, **overrides: object) -> "SweepConfig":
         config = cls(batch_sizes=list(QUICK_BATCH_SIZES), workers=list(QUICK_WORKERS), quick=True)
         for key, value in overrides.items():
             setattr(config, key, value)

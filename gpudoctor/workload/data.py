@@ -28,9 +28,12 @@ import tempfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudoctor.errors import UsageError
+
+if TYPE_CHECKING:
+    import torch
 
 # Normalisation constants every MNIST tutorial uses (mean and std of the MNIST pixels).
 MNIST_MEAN = 0.1307
@@ -90,7 +93,7 @@ PEN_WIDTH = 1.1      # pixels: the pen's Gaussian width
 NOISE_STD = 0.35     # on the 0..1 pixel scale
 
 
-def _glyphs(generator: Any) -> Any:
+def _glyphs(generator: torch.Generator) -> torch.Tensor:
     """[10, GLYPHS_PER_CLASS, 28, 28] float images in 0..1, drawn with line strokes."""
     import torch
 
@@ -111,7 +114,7 @@ def _glyphs(generator: Any) -> Any:
     return ink.amax(dim=2)
 
 
-def _shifted_glyphs(glyphs: Any) -> Any:
+def _shifted_glyphs(glyphs: torch.Tensor) -> torch.Tensor:
     """Every glyph at every shift: [10, G, SHIFTS, 28, 28] (a few MB)."""
     import torch
 
@@ -122,7 +125,7 @@ def _shifted_glyphs(glyphs: Any) -> Any:
     return torch.stack(views, dim=2)
 
 
-def _synthetic_split(glyphs: Any, count: int, generator: Any) -> tuple[Any, Any]:
+def _synthetic_split(glyphs: torch.Tensor, count: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     import torch
 
     labels = torch.randint(0, NUM_CLASSES, (count,), generator=generator)
@@ -295,21 +298,21 @@ class MnistItems:
     DataLoader workers can use it.
     """
 
-    def __init__(self, images: Any, labels: Any) -> None:
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor) -> None:
         self.images = images
         self.labels = labels
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])
 
-    def __getitem__(self, index: int) -> tuple[Any, int]:
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         import torch
 
         image = self.images[index].to(torch.float32).div_(255.0).sub_(MNIST_MEAN).div_(MNIST_STD)
         return image.unsqueeze(0), int(self.labels[index])
 
 
-def normalised(images: Any) -> Any:
+def normalised(images: torch.Tensor) -> torch.Tensor:
     """All images at once, flattened and normalised: float32 [N, 784]."""
     import torch
 

@@ -2,8 +2,9 @@
 run (gpudoctor.backends.energy), read around the timed epochs only.
 
 Each run gets joules, average power and samples per joule, or ``None`` with the reason in
-words (no counter on this GPU, no RAPL in this VM, RAPL readable by root only, a window too
-short for the counter, an average power above the GPU's limit).
+words (no counter on this GPU, a GPU in MIG mode, whose counter is the whole GPU's and not the
+run's slice's, no RAPL in this VM, RAPL readable by root only, a window too short for the
+counter, an average power above the GPU's limit).
 
 Thresholds, and why:
 
@@ -24,9 +25,15 @@ Thresholds, and why:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from gpudoctor.backends.energy import EnergyMeter, EnergyUse, cpu_meter, gpu_meter, nvml_reason_words, rapl_reason_words
+
+if TYPE_CHECKING:
+    import torch
+
+    from gpudoctor.backends.base import GpuBackend
+    from gpudoctor.workload.run import RunResult
 
 
 MIN_ENERGY_WINDOW_S = {"nvml": 5.0, "rapl": 0.01}
@@ -36,7 +43,8 @@ POWER_LIMIT_MARGIN = 0.05
 class RunEnergy:
     """Start before the timed epochs, stop after; ``fill`` writes the figures into a run's result."""
 
-    def __init__(self, device: Any, backend: Any = None, clock: Any = None) -> None:
+    def __init__(self, device: torch.device, backend: GpuBackend | None = None,
+                 clock: Callable[[], float] | None = None) -> None:
         """``backend``/``clock``: an NVML backend and a clock for tests (default: live NVML,
         ``time.monotonic``)."""
         self.device = device
@@ -67,7 +75,13 @@ class RunEnergy:
             self._why_not = f"no NVML device matches torch device cuda:{cuda_index}"
             return None
         self._backend = backend
-        limit = backend.static(index).get("power_limit_w")
+        static = backend.static(index)
+        if static.get("mig_mode") == 1:
+            # The counter is the whole GPU's: with MIG slices, other slices' work would count as this run's.
+            self._why_not = ("the GPU is in MIG mode: NVML counts energy for the whole GPU only, not for this "
+                             "run's MIG slice, so no energy figure")
+            return None
+        limit = static.get("power_limit_w")
         if isinstance(limit, (int, float)) and limit > 0:
             self.power_limit_w = float(limit)
         return gpu_meter(backend, index) if self._clock is None else gpu_meter(backend, index, clock=self._clock)
@@ -119,7 +133,7 @@ class RunEnergy:
             self._backend = None
 
 
-def fill(result: Any, use: EnergyUse, samples: int, epochs: int) -> None:
+def fill(result: RunResult, use: EnergyUse, samples: int, epochs: int) -> None:
     """Joules per epoch, average power and samples per joule, or the reason there are none.
     ``samples``/``epochs``: what ran inside the energy window (top-up epochs included)."""
     result.energy_source = use.source or None

@@ -4,14 +4,17 @@ SGD(lr=0.1, momentum=0.5). torch is imported when called, not when this module i
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 LAYER_SIZES = (784, 512, 256, 128, 64, 10)
 LEARNING_RATE = 0.1
 MOMENTUM = 0.5
 
 
-def build_model(device: Any = "cpu", seed: int = 0) -> Any:
+def build_model(device: torch.device | str = "cpu", seed: int = 0) -> torch.nn.Module:
     """The fully connected network, initialised from ``seed``, on ``device``."""
     import torch
     from torch import nn
@@ -25,7 +28,7 @@ def build_model(device: Any = "cpu", seed: int = 0) -> Any:
     return nn.Sequential(*layers).to(device)
 
 
-def build_optimizer(model: Any) -> Any:
+def build_optimizer(model: torch.nn.Module) -> torch.optim.Optimizer:
     import torch
 
     return torch.optim.SGD(model.parameters(), lr=LEARNING_RATE, momentum=MOMENTUM)

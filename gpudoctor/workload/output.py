@@ -5,10 +5,14 @@ from __future__ import annotations
 import csv
 import io
 import json
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from gpudoctor.fileio import atomic_write_bytes, atomic_write_text
 from gpudoctor.workload.recommend import speed_phrase
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from rich.console import Console
 
 CSV_COLUMNS = (
     "device", "device_name", "mode", "batch_size", "workers", "status", "error", "epochs",
@@ -43,7 +47,7 @@ def write_csv(path: str, runs: list[dict[str, Any]]) -> None:
     atomic_write_text(path, runs_csv(runs))
 
 
-def _fmt(value: Any, spec: str, scale: float = 1.0) -> str:
+def _fmt(value: float | None, spec: str, scale: float = 1.0) -> str:
     if value is None:
         return "-"
     return format(value * scale, spec)
@@ -116,7 +120,7 @@ def _runs_table(doc: dict[str, Any]) -> Any:
     return table
 
 
-def _print_comparisons(console: Any, doc: dict[str, Any]) -> None:
+def _print_comparisons(console: Console, doc: dict[str, Any]) -> None:
     """The devices, CUDA against CPU, and the sweep's notes."""
     devices = doc.get("devices", {})
     if devices:
@@ -133,7 +137,7 @@ def _print_comparisons(console: Any, doc: dict[str, Any]) -> None:
         console.print(f"[dim]note: {note}[/]")
 
 
-def _print_recommendation(console: Any, doc: dict[str, Any]) -> None:
+def _print_recommendation(console: Console, doc: dict[str, Any]) -> None:
     rec = doc.get("recommendation") or {}
     console.print(f"\n[bold]Recommendation:[/] {rec.get('summary', '-')}")
     for reason in rec.get("reasons", []):
@@ -192,7 +196,7 @@ def render_plot(doc: dict[str, Any]) -> bytes:
     return buffer.getvalue()
 
 
-def _plot_efficiency(axis: Any, runs: list[dict[str, Any]]) -> None:
+def _plot_efficiency(axis: Axes, runs: list[dict[str, Any]]) -> None:
     """Throughput against samples per joule, one point per run (top right is best)."""
     points: dict[str, list[tuple[float, float]]] = {}
     for run in runs:
@@ -211,8 +215,8 @@ def _plot_efficiency(axis: Any, runs: list[dict[str, Any]]) -> None:
                   ha="center", va="center", transform=axis.transAxes, fontsize=8, wrap=True)
 
 
-def _label_axis(axis: Any, title: str, xlabel: str, ylabel: str, *, legend: bool, log_x: bool = True,
-                grid: str = "both") -> None:
+def _label_axis(axis: Axes, title: str, xlabel: str, ylabel: str, *, legend: bool, log_x: bool = True,
+                grid: Literal["major", "minor", "both"] = "both") -> None:
     """Title, labels and grid of one chart (batch sizes span decades: log x by default)."""
     if log_x:
         axis.set_xscale("log")

@@ -32,12 +32,22 @@ import math
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from gpudoctor.errors import first_line as _first_line
 from gpudoctor.stats import percentile
 from gpudoctor.workload.config import RunConfig
 from gpudoctor.workload.data import MnistData, MnistItems, normalised
+
+if TYPE_CHECKING:
+    import torch
+    from torch.utils.data import DataLoader
+
+    from gpudoctor.backends.base import GpuBackend
+    from gpudoctor.workload.energy import RunEnergy
+
+    #: One batch: the images and their labels.
+    Batch = tuple[torch.Tensor, torch.Tensor]
 
 #: Called as ``hook(phase, run)`` at "setup", "warmup" and before every "step": tests use
 #: it to raise a real ``torch.OutOfMemoryError`` at a chosen point of a real run.
@@ -146,7 +156,7 @@ class UtilSampler:
     that no sample covers, gets no figure and a reason (:data:`UTIL_REASON_WORDS`).
     """
 
-    def __init__(self, torch_index: int, interval_s: float, backend: Any = None,
+    def __init__(self, torch_index: int, interval_s: float, backend: GpuBackend | None = None,
                  clock_us: Callable[[], int] | None = None) -> None:
         """``backend``: an NvmlBackend (default: a new one; tests pass one over a stand-in
         NVML module through :class:`~gpudoctor.backends.NvmlGate`). ``clock_us``: the host's
@@ -333,7 +343,7 @@ def device_name(device: str, cuda_index: int = 0) -> str:
     return f"{facts.get('cpu_model')} ({facts.get('cpu_logical')} logical CPUs)"
 
 
-def _release(device: Any) -> None:
+def _release(device: torch.device) -> None:
     import torch
 
     gc.collect()
@@ -400,7 +410,7 @@ def _clear_measurements(result: RunResult) -> None:
     result.gpu_util_samples = 0
 
 
-def _make_loader(run: RunConfig, data: MnistData, device: Any, seed: int) -> Any:
+def _make_loader(run: RunConfig, data: MnistData, device: torch.device, seed: int) -> DataLoader[Batch]:
     from torch.utils.data import DataLoader
     import torch
 
@@ -416,7 +426,8 @@ def _make_loader(run: RunConfig, data: MnistData, device: Any, seed: int) -> Any
                       prefetch_factor=TUNED_PREFETCH_FACTOR if workers > 0 else None)
 
 
-def _resident_batches(x: Any, y: Any, batch_size: int, generator: Any) -> Any:
+def _resident_batches(x: torch.Tensor, y: torch.Tensor, batch_size: int,
+                      generator: torch.Generator) -> Iterator[Batch]:
     import torch
 
     order = torch.randperm(x.shape[0], device=x.device, generator=generator)
@@ -425,7 +436,7 @@ def _resident_batches(x: Any, y: Any, batch_size: int, generator: Any) -> Any:
         yield x[index], y[index]
 
 
-def _train_and_measure(run: RunConfig, data: MnistData, device: Any, epochs: int, seed: int,
+def _train_and_measure(run: RunConfig, data: MnistData, device: torch.device, epochs: int, seed: int,
                        util_interval_s: float, fault_hook: FaultHook | None,
                        should_stop: Callable[[], bool] | None, result: RunResult,
                        state: dict[str, Any]) -> None:
@@ -476,7 +487,8 @@ def _train_and_measure(run: RunConfig, data: MnistData, device: Any, epochs: int
         result.error = f"training diverged: mean loss of the last epoch is {trained.last_epoch_loss}"
 
 
-def _energy_top_up(meter: Any, run: RunConfig, model: Any, batches: Callable[[], Any], device: Any,
+def _energy_top_up(meter: RunEnergy, run: RunConfig, model: torch.nn.Module, batches: Callable[[], Iterator[Batch]],
+                   device: torch.device,
                    hook: FaultHook, should_stop: Callable[[], bool] | None) -> int:
     """More epochs of the same configuration until the energy window is long enough for the
     counter (:data:`gpudoctor.workload.energy.MIN_ENERGY_WINDOW_S`), on a throw-away copy of
@@ -498,7 +510,7 @@ def _energy_top_up(meter: Any, run: RunConfig, model: Any, batches: Callable[[],
     return extra
 
 
-def _warm_up(run: RunConfig, device: Any, seed: int, n_train: int) -> None:
+def _warm_up(run: RunConfig, device: torch.device, seed: int, n_train: int) -> None:
     """One step on a throw-away network: CUDA/cuBLAS start-up, and an early out-of-memory."""
     import torch
 
@@ -515,8 +527,8 @@ def _warm_up(run: RunConfig, device: Any, seed: int, n_train: int) -> None:
     _release(device)
 
 
-def _batch_source(run: RunConfig, data: MnistData, device: Any, seed: int,
-                  state: dict[str, Any]) -> Callable[[], Any]:
+def _batch_source(run: RunConfig, data: MnistData, device: torch.device, seed: int,
+                  state: dict[str, Any]) -> Callable[[], Iterator[Batch]]:
     """What gives one epoch's batches: the mode's DataLoader, or shuffled slices of device tensors."""
     import torch
 
@@ -542,7 +554,8 @@ class _Trained:
     last_epoch_loss: float = 0.0
 
 
-def _train_epochs(run: RunConfig, model: Any, optimizer: Any, batches_of: Callable[[], Any], device: Any,
+def _train_epochs(run: RunConfig, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                  batches_of: Callable[[], Iterator[Batch]], device: torch.device,
                   epochs: int, hook: FaultHook, should_stop: Callable[[], bool] | None,
                   result: RunResult) -> _Trained:
     import torch
@@ -609,7 +622,7 @@ def _fill_figures(result: RunResult, trained: _Trained, n_train: int, epochs: in
     result.final_loss = round(trained.last_epoch_loss, 5)
 
 
-def evaluate(model: Any, data: MnistData, device: Any) -> float:
+def evaluate(model: torch.nn.Module, data: MnistData, device: torch.device) -> float:
     """Accuracy (0..1) on the held-out split."""
     import torch
 

@@ -327,6 +327,51 @@ def h100_gpm_small_kernels() -> dict:
         [name, name], "580.95.05"), statics, samples)
 
 
+def _mig_device(slot: int, gi: int, *, used_gib: float, sm_active, processes) -> dict:
+    """One 3g.40gb MIG device of an H100 80GB as NVML gives it on its MIG handle: utilisation
+    and energy NotSupported (energy is the whole GPU's only; no utilisation rates in MIG mode)."""
+    return {"parent": 0, "slot": slot, "gpu_instance_id": gi, "compute_instance_id": 0,
+            "uuid": f"MIG-{gi:08x}-5c1e-5b0e-9a39-012345678900", "name": "NVIDIA H100 80GB HBM3 MIG 3g.40gb",
+            "profile": "3g.40gb", "sm_count": 60, "memory_size_bytes": 40448 * 2**20,
+            "memory_used_bytes": int(used_gib * GiB), "memory_total_bytes": 40448 * 2**20,
+            "gpu_util_pct": _na("NotSupported"), "energy_mj": _na("NotSupported"), "sm_active_pct": sm_active,
+            "processes": processes}
+
+
+def h100_mig_two_slices() -> dict:
+    """An H100 80GB in MIG mode with two 3g.40gb slices (GPU instances 1 and 2): two processes train on
+    the first, the second is empty. In MIG mode NVML gives no utilisation rates (per slice or whole)
+    and no whole-GPU GPM (read per GPU instance), and energy for the whole GPU only; the first sample's
+    GPM readings are Warming."""
+    name = "NVIDIA H100 80GB HBM3"
+    static = _session_static(0, name, memory_gib=80, power_limit=700.0, sm_max=1980, mem_max=2619, fans=0, ecc=1,
+                             cc="9.0", arch=9)
+    static["mig_mode"] = 1
+    samples = []
+    for k in range(6):
+        sample = _session_sample(util=100, mem_util=30, used_gib=12.5, total_gib=79.6, temp=44 + k, power=310.0,
+                                 limit=700.0, sm=1980, mem=2619, reasons=0, pstate=0, rx_kbps=400_000,
+                                 tx_kbps=60_000, fan=_na("NotSupported"), ecc=0)
+        sample.update({key: _na("MIG mode: GPM is read per GPU instance") for key in _gpm(
+            sm=0, occupancy=0, tensor=0, dram=0, fp32=0, pcie_tx=0, pcie_rx=0)})
+        sample["t"] = float(k)
+        sample["gpu_util_pct"] = sample["mem_util_pct"] = _na("NotSupported")
+        first_sm = _na("Warming") if k == 0 else 41.0 + k
+        second_sm = _na("Warming") if k == 0 else 0.0
+        procs = [{"pid": 4242, "type": "compute", "gpu_memory_bytes": 8 * GiB, "sm_util_pct": None},
+                 {"pid": 4243, "type": "compute", "gpu_memory_bytes": 4 * GiB, "sm_util_pct": None}]
+        mig = [_mig_device(0, 1, used_gib=12.0, sm_active=first_sm, processes=procs),
+               _mig_device(2, 2, used_gib=0.0, sm_active=second_sm, processes=[])]
+        samples.append({"t": float(k), "devices": [sample], "processes": [_na("NoPermission")], "mig": [mig]})
+    return _session_recording(_session_meta(
+        "HAND-MADE MIG scenario, not a reading of real hardware: one H100 80GB HBM3 in MIG mode with two "
+        "3g.40gb slices (GPU instances 1 and 2, compute instance 0 each); two processes (8 and 4 GiB) on the "
+        "first, which is 42-46 % SM-active, none on the second; whole-GPU process list NoPermission (not root); "
+        "utilisation NotSupported for the GPU and per slice, energy NotSupported per slice; the first sample's "
+        "GPM readings are Warming.",
+        [name], "580.95.05"), [static], samples)
+
+
 def gpu_lost_midsession() -> dict:
     """One GPU works for 6 samples, then falls off the bus: every reading is GpuIsLost."""
     name = "NVIDIA GeForce RTX 3090"
@@ -508,6 +553,7 @@ def builders() -> dict[str, Callable[[], Any]]:
         "handmade_two_gpu_training_standin.json": two_gpu_training,
         "handmade_gpu_lost_midsession.json": gpu_lost_midsession,
         "handmade_h100_gpm_small_kernels.json": h100_gpm_small_kernels,
+        "handmade_h100_mig_two_slices.json": h100_mig_two_slices,
         "handmade_notsupported_fields.json": notsupported_fields,
         "handmade_nvml_gone_midsession.json": nvml_gone_midsession,
         "handmade_no_nvml.json": no_nvml,

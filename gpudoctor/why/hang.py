@@ -1,0 +1,236 @@
+"""A distributed job that hangs or crawls: the rank the others wait for, where it is, and for how
+long they have waited. Pure: the samples, the readings and the flight recorder's summaries in,
+one verdict out.
+
+The rule: most ranks spend the whole window (``WHOLE_WINDOW`` of their main thread's samples)
+in the same torch.distributed collective, and one or more ranks are elsewhere (under
+``AWAY_SHARE`` in it). Each rank elsewhere is named with its RANK, its PID, the user's line it
+is on and what it does there. A rank that computes in forward, backward or the optimizer is
+*slow* (a straggler: the others will go on once it arrives); a rank that sleeps, waits for data
+or sits in another collective *holds* them (a hang, or one in the making). How long the others
+have waited is said as "at least" the part of the window they spent in the collective: py-spy
+samples show where a thread is, not since when.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from gpudoctor.hooks.summary import STRAGGLER
+from gpudoctor.why import flightrec, rules
+from gpudoctor.why.rules import SourceLine
+from gpudoctor.why.views import ProcessView, data_lines, line_records, where, workers_of
+
+RANK_HANG = "rank_hang"
+WHOLE_WINDOW = 0.90      # a rank in one collective this share of its samples waits in it all the window
+AWAY_SHARE = 0.50        # a rank in that collective less than this is elsewhere
+MIN_SAMPLES = 10         # main-thread samples a rank needs to count (analysis.MIN_SAMPLES)
+QUIET_CPU_PCT = 25.0     # a main thread on less CPU than this waits, whatever Python line it shows
+STILL_CPU_PCT = 5.0      # in forward/backward/optimizer on less than this: it waits there (DDP's reducer), since
+                         # a thread that computes gets more than this even on an overloaded host (31% at load 8.6)
+SPIN_UTIL_PCT = 80.0     # NVML utilisation this high while every rank waits: kernels are resident
+SPIN_SM_PCT = 30.0       # ...with SM activity under this: they spin (NCCL's kernels hold a few SMs each)
+IDLE_UTIL_PCT = 10.0     # at or under this the GPU is idle: nothing was launched on it
+_COMPUTE = (rules.BACKWARD, rules.FORWARD, rules.OPTIMIZER)
+
+
+@dataclass
+class Rank:
+    """One training process as the hang rule sees it."""
+
+    view: ProcessView
+    rank: int | None = None
+    main_cpu_pct: float | None = None       # its main thread's CPU over the window, 100 = one core
+    age_s: float | None = None              # how long the process has run
+
+    def name(self) -> str:
+        return f"rank {self.rank} (pid {self.view.pid})" if self.rank is not None else f"pid {self.view.pid}"
+
+
+@dataclass
+class Hang:
+    code: str
+    words: str
+    message: str
+    fix: str
+    pid: int
+    lines: list[dict[str, Any]]
+    record: dict[str, Any] = field(default_factory=dict)   # the JSON's "hang" object
+
+
+def _collective(view: ProcessView) -> tuple[str, float]:
+    """The collective the main thread is most in, and its share of the samples."""
+    ops = view.details[rules.COLLECTIVE]
+    if not ops or not view.main_samples:
+        return "", 0.0
+    op, count = ops.most_common(1)[0]
+    return op, count / view.main_samples
+
+
+def _in_op(view: ProcessView, op: str) -> float:
+    return view.details[rules.COLLECTIVE][op] / view.main_samples if view.main_samples else 0.0
+
+
+def _doing(rank: Rank, op: str, views: dict[int, ProcessView], source: SourceLine) -> dict[str, Any]:
+    """What a rank that is not in ``op`` does: its main category, the words, the line."""
+    view = rank.view
+    counts = Counter({c: n for c, n in view.counts.items() if n})
+    if rules.COLLECTIVE in counts:  # a collective other than the one the others wait in
+        counts[rules.COLLECTIVE] -= view.details[rules.COLLECTIVE][op]
+    category = counts.most_common(1)[0][0] if counts else rules.OTHER
+    lines = line_records(view.lines[category], view.counts[category], source)
+    detail = view.details[category].most_common(1)[0][0] if view.details[category] else ""
+    quiet = rank.main_cpu_pct is not None and rank.main_cpu_pct < QUIET_CPU_PCT
+    if category == rules.COLLECTIVE:
+        other = next((d for d, _ in view.details[rules.COLLECTIVE].most_common() if d != op), "another collective")
+        words, kind = f"in another collective, {other}", "other_collective"
+    elif category == rules.DATA_WAIT:
+        found = data_lines(view, workers_of(view, views), source)
+        lines = found or lines
+        words, kind = f"waiting for data (DataLoader, {detail or 'waiting for workers'})", "data_wait"
+    elif category == rules.IDLE:
+        text = lines[0]["code"] if lines else ""
+        asleep = detail == "sleep" or "sleep(" in text.replace(" ", "")
+        what = detail if detail and not detail.startswith("<") else "a wait"
+        words, kind = ("sleeping" if asleep else f"waiting ({what})"), "waiting"
+    elif category in _COMPUTE and not (rank.main_cpu_pct is not None and rank.main_cpu_pct < STILL_CPU_PCT):
+        words, kind = f"slow in {category}", "slow"
+    elif category == rules.OTHER and quiet:
+        words, kind = "waiting outside Python", "waiting"
+    elif category == rules.STARTUP:
+        words, kind = f"still starting up ({detail or 'start-up'})", "starting"
+    else:
+        words, kind = f"computing ({category.replace('_', ' ')})", "computing"
+    cpu = f"{rank.main_cpu_pct:.0f}%" if rank.main_cpu_pct is not None else "unknown"
+    return {"pid": view.pid, "rank": rank.rank, "category": category, "kind": kind, "doing": words,
+            "share": round(view.share(category), 4), "main_thread_cpu_pct": rank.main_cpu_pct,
+            "lines": lines, "words": f"{rank.name()} is {words} at {where(lines)} (main thread {cpu} of a CPU)"}
+
+
+def gpu_state(util: float | None, sm: float | None, gpm_note: str | None, on_gpu: bool | None,
+              reason: str | None) -> dict[str, Any]:
+    """What the GPUs of the waiting ranks do while they wait: NCCL's kernels spinning (busy by
+    utilisation, little SM activity), idle (the collective never reached the GPU), or what
+    cannot be told."""
+    out: dict[str, Any] = {"util_pct": util, "sm_active_pct": sm}
+    if on_gpu is False:
+        out.update(state="no_gpu", words="no GPU in use (a CPU job: gloo waits on the host)")
+    elif util is None:
+        out.update(state="unknown", words=f"GPU state not read ({reason or 'NVML lists none of the ranks'})")
+    elif util <= IDLE_UTIL_PCT:
+        out.update(state="idle", words=f"GPU idle (utilisation {util:.0f}%): nothing runs on it; the ranks wait on "
+                                       "the host")
+    elif util >= SPIN_UTIL_PCT and sm is not None and sm < SPIN_SM_PCT:
+        out.update(state="spinning", words=f"GPU spinning (utilisation {util:.0f}%, SM activity {sm:.0f}%): NCCL "
+                                           "kernels wait on the GPU for the rank that is missing")
+    elif util >= SPIN_UTIL_PCT and sm is None:
+        out.update(state="busy_unknown", words=f"GPU busy {util:.0f}% by utilisation; NCCL kernels that spin and "
+                                               "real work read the same there, and without SM activity (GPM: "
+                                               f"{gpm_note or 'not read'}) they cannot be told apart")
+    else:
+        smw = f", SM activity {sm:.0f}%" if sm is not None else ""
+        out.update(state="busy", words=f"GPU working (utilisation {util:.0f}%{smw}): kernels run while ranks wait")
+    return out
+
+
+def _waited(waiters: list[Rank], op: str, window_s: float | None) -> tuple[float | None, str]:
+    if not window_s:
+        return None, "for the sampled window"
+    waited = min(_in_op(r.view, op) for r in waiters) * window_s
+    ages = [r.age_s for r in waiters if r.age_s is not None]
+    since = f"; the ranks started {min(ages):.0f} s ago" if ages else ""
+    return round(waited, 2), f"for at least {waited:.1f} s (all of the sampled window they were seen{since})"
+
+
+def _flight_words(found: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
+    """The flight recorder's part: what the dumps say, or the settings that give dumps next time."""
+    found = found or {}
+    dumps = found.get("dumps") or []
+    record: dict[str, Any] = {"dumps": dumps, "errors": found.get("errors") or [],
+                              "settings": found.get("settings") or {}, "behind": None, "advice": []}
+    refused = "; ".join(f"rank {e['rank']}'s dump {e['path']}: {e['error']}" for e in record["errors"][:4])
+    if not dumps:
+        record["advice"] = list(flightrec.ADVICE)
+        return (f"flight recorder: no dump found{f' ({refused})' if refused else ''}; for the next run set "
+                f"{', '.join(flightrec.ADVICE[:3])} (and a shorter timeout)"), record
+    late = flightrec.behind(dumps)
+    record["behind"] = late
+    if late is None:
+        last = dumps[0]["groups"][0]["last"] if dumps[0]["groups"] and dumps[0]["groups"][0]["last"] else None
+        what = f"#{last['seq']} {last['op']} ({last['state']})" if last else "no collective"
+        return f"flight recorder dumps of ranks {', '.join(str(d['rank']) for d in dumps)} agree: last {what}", record
+    waiting = late["waiting_in"] or {}
+    behind = "; ".join(f"rank {r} is behind at #{e['seq']} {e['op']} ({e['state']})" if e else f"rank {r} is behind"
+                       for r, e in late["last_of"].items())
+    at = f"#{waiting.get('seq')} {waiting.get('op')} ({waiting.get('state')})" if waiting else "a later collective"
+    written = next((d.get("written") for d in dumps if d["rank"] == late["ahead"][0]), None)
+    created = waiting.get("created_ns")
+    if isinstance(written, (int, float)) and isinstance(created, int) and 0 < created / 1e9 <= written + 1:
+        late["waited_at_dump_s"] = round(max(0.0, written - created / 1e9), 1)  # the clocks: wall time, both
+        at += f", enqueued {late['waited_at_dump_s']:.0f} s before its dump was written"
+    ahead = (f"rank {late['ahead'][0]} is" if len(late["ahead"]) == 1
+             else f"ranks {', '.join(map(str, late['ahead']))} are")
+    return f"flight recorder (process group {late['pg_id']}): {behind}; {ahead} at {at}", record
+
+
+def find(ranks: list[Rank], views: dict[int, ProcessView], source: SourceLine, *, window_s: float | None,
+         gpu_of: Callable[[set[int]], dict[str, Any]], flight: dict[str, Any] | None) -> Hang | None:
+    """The hang (or slow-rank) verdict across ``ranks``, or None when the ranks do not sit in one
+    collective. ``gpu_of``: the PIDs of the waiting ranks -> :func:`gpu_state` of their GPUs."""
+    ranks = [r for r in ranks if r.view.main_samples >= MIN_SAMPLES]  # a rank barely seen tells nothing
+    if len(ranks) < 2:
+        return None
+    ops = Counter(op for op, share in map(lambda r: _collective(r.view), ranks) if op and share >= WHOLE_WINDOW)
+    if not ops:
+        return None
+    op = ops.most_common(1)[0][0]
+    ranks = sorted(ranks, key=lambda r: (r.rank is None, r.rank or 0, r.view.pid))
+    waiters = [r for r in ranks if _in_op(r.view, op) >= WHOLE_WINDOW]
+    away = [r for r in ranks if _in_op(r.view, op) < AWAY_SHARE]
+    if not away or len(waiters) < len(away):
+        return None
+    doing = [_doing(r, op, views, source) for r in away]
+    wait_lines = line_records(sum((r.view.lines[rules.COLLECTIVE] for r in waiters), Counter()),
+                              sum(r.view.counts[rules.COLLECTIVE] for r in waiters), source)
+    waited, waited_words = _waited(waiters, op, window_s)
+    gpu = gpu_of({r.view.pid for r in waiters})
+    names = ", ".join(r.name() for r in waiters)
+    flight_words, flight_record = _flight_words(flight)
+    flight_record["words"] = flight_words
+    slow = all(d["kind"] == "slow" for d in doing)
+    message = (f"{len(waiters)} of {len(ranks)} ranks ({names}) wait in torch.distributed {op} at "
+               f"{where(wait_lines)} {waited_words}; " + "; ".join(d["words"] for d in doing))
+    first = doing[0]
+    who = ", ".join(f"rank {d['rank']}" if d["rank"] is not None else f"pid {d['pid']}" for d in doing)
+    if slow:
+        code, words = STRAGGLER, f"straggler: {who} {first['doing']}"
+        fix = (f"{who} computes while the others wait: give it no more work than the others (an uneven "
+               f"batch, a model part or a loop only it runs, at {where(first['lines'])}), or look at its "
+               "CPU and GPU (another job there, throttling)")
+    else:
+        code, words = RANK_HANG, f"{who} holds the others in {op}"
+        fix = _hang_fix(first, op) + ("" if flight_record["dumps"] else
+                                      "; to see more next time: " + ", ".join(flightrec.ADVICE))
+    record = {"collective": op, "waiting": [r.view.pid for r in waiters], "waiting_lines": wait_lines,
+              "waited_s": waited, "waited_words": waited_words, "away": doing, "gpu": gpu,
+              "flight_recorder": flight_record, "slow": slow}
+    return Hang(code, words, message, fix, first["pid"], first["lines"] + wait_lines[:1], record)
+
+
+def _hang_fix(first: dict[str, Any], op: str) -> str:
+    at = where(first["lines"])
+    return {
+        "other_collective": f"the ranks call collectives in different orders ({first['doing'][len('in another collective, '):]}"
+                            f" on one, {op} on the others): every rank must issue the same collectives in the same "
+                            f"order; see the branch around {at}",
+        "data_wait": f"its DataLoader never delivers: see what the dataset waits for at {at} (a file, a socket, a "
+                     "lock, a dead worker)",
+        "waiting": f"it waits at {at} instead of joining {op}: see what it waits for (a sleep, a lock, a file)",
+        "starting": f"it has not finished starting up (at {at}) while the others are in {op}",
+    }.get(first["kind"], f"it runs at {at} and does not reach {op}: a loop that does not end, or a branch only "
+                         "this rank takes")
+
+
+__all__ = ["Rank", "Hang", "find", "gpu_state", "RANK_HANG", "WHOLE_WINDOW", "AWAY_SHARE"]
