@@ -60,22 +60,15 @@ def test_real_lightning_lines_are_framework_and_training_step_lines_are_the_user
     pl = pytest.importorskip("lightning.pytorch")
     from lightning.pytorch.loops.optimization import automatic
 
-    from _hooks_loops import fast_collate, make_loader, mnist_mlp, single_thread
+    from _hooks_loops import fast_collate, make_loader, single_thread
+    from test_hooks_lightning import DigitsModule
 
     loss_scalar = FakeCudaScalar()
 
-    class Module(pl.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.net = mnist_mlp()
-
+    class Module(DigitsModule):
         def training_step(self, batch, batch_idx):
-            inputs, targets = batch
             loss_scalar.item()  # a user sync inside training_step
-            return torch.nn.functional.cross_entropy(self.net(inputs), targets)
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.1)
+            return super().training_step(batch, batch_idx)
 
     # Lightning's own loop code syncs once per step (as `.item()` on a CUDA tensor would,
     # from the calling line: a warning with stacklevel=2 names Lightning's line)
