@@ -40,24 +40,21 @@ early (one line on stderr); 2 on bad arguments. Not part of the test run.
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import os
 import platform
-import pty
 import shlex
 import signal
 import statistics
-import struct
 import subprocess
 import sys
-import termios
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import psutil
+from pty_terminal import end, read_until_closed, start_on_pty  # benchmarks/, this script's folder
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -70,32 +67,20 @@ class Monitor:
                  busy: bool = False) -> None:
         self.argv = argv
         self.terminal = f"{cols}x{rows}"
-        master, slave = pty.openpty()
-        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-        env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": str(cols), "LINES": str(rows)}
+        env = dict(os.environ)
         if fake_nvml:
             env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "benchmarks" / "fake_nvml")]
                                                 + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
             env.pop("PYTHONDONTWRITEBYTECODE", None)  # as an installed package runs
             env["FAKE_NVML_BUSY"] = "1" if busy else "0"
         self.started = time.monotonic()
-        self.master = master
-        self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, cwd=ROOT, env=env,
-                                     start_new_session=True)
-        os.close(slave)
+        self.proc, self.master = start_on_pty(argv, cols=cols, rows=rows, cwd=ROOT, env=env)
         self.received = 0
-        threading.Thread(target=self._drain, daemon=True).start()
+        threading.Thread(target=read_until_closed, args=(self.master, self._count), daemon=True).start()
         self.ps = psutil.Process(self.proc.pid)
 
-    def _drain(self) -> None:
-        while True:
-            try:
-                data = os.read(self.master, 65536)
-            except OSError:
-                return
-            if not data:
-                return
-            self.received += len(data)
+    def _count(self, data: bytes) -> None:
+        self.received += len(data)
 
     def check_running(self) -> None:
         if self.proc.poll() is not None:
@@ -118,13 +103,7 @@ class Monitor:
                     return self.proc.wait(10)
             return self.proc.returncode
         finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait(10)
-            try:
-                os.close(self.master)
-            except OSError:
-                pass
+            end(self.proc, self.master)
 
 
 def measure(argv: list[str], *, seconds: float, warmup: float, cols: int, rows: int,

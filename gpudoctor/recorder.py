@@ -11,16 +11,22 @@ import multiprocessing as mp
 import platform
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from gpudoctor import _version
 from gpudoctor.backends.na import NA, encode, is_na
 from gpudoctor.backends.replay import RECORDING_FORMAT, RECORDING_FORMAT_VERSION, torch_not_installed
 from gpudoctor.model import utc_now_iso
-from gpudoctor.sampling import Sampler
+from gpudoctor.sampling import Sampler, Snapshot
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
+    from gpudoctor.backends.base import GpuBackend
+    from gpudoctor.backends.events import DeviceEvents, GpuEvent
 
 
-def _torch_facts_child(conn: Any) -> None:
+def _torch_facts_child(conn: Connection) -> None:
     from gpudoctor.backends.torch_cuda import torch_facts
 
     try:
@@ -52,9 +58,9 @@ def torch_facts_in_child(timeout: float = 120.0) -> Any:
         parent.close()
 
 
-def capture(gpu: Any, *, seconds: float, interval: float, with_torch: bool = True,
-            log: Callable[[str], None] | None = None) -> tuple[dict[str, Any], bool]:
-    """Sample ``gpu`` for ``seconds``; returns (recording, interrupted)."""
+def _header(gpu: GpuBackend, interval: float) -> tuple[dict[str, Any], int]:
+    """A recording without samples yet: the device count, the static facts, the versions and the
+    host; with the number of devices to sample."""
     from gpudoctor.backends.host import host_facts
     from gpudoctor.sampling import bounded_call
 
@@ -91,10 +97,37 @@ def capture(gpu: Any, *, seconds: float, interval: float, with_torch: bool = Tru
         "torch": None,
         "host": host_facts(),
     }
+    return recording, n
+
+
+def _sample_into(samples: list[dict[str, Any]], gpu: GpuBackend, n: int, *, seconds: float,
+                 interval: float) -> None:
+    """Append a sample of the first ``n`` devices (readings, processes, and the MIG devices of a GPU
+    in MIG mode) every ``interval`` for ``seconds``, timed from the first."""
+    t0 = time.perf_counter()
+
+    def keep(snap: Snapshot) -> None:
+        sample: dict[str, Any] = {"t": round(snap.t_mono - t0, 3), "devices": [d.sample for d in snap.devices[:n]],
+                                  "processes": [d.processes for d in snap.devices[:n]]}
+        if any(d.mig is not None for d in snap.devices[:n]):  # a GPU in MIG mode: its MIG devices
+            sample["mig"] = [d.mig if d.mig is None or is_na(d.mig) else [m.to_dict() for m in d.mig]
+                             for d in snap.devices[:n]]
+        samples.append(sample)
+
+    for _snap in Sampler(gpu, None, with_processes=True, reads="full", interval_s=interval, history_length=1,
+                         on_sample=keep).paced(seconds=seconds):
+        pass
+
+
+def capture(gpu: GpuBackend, *, seconds: float, interval: float, with_torch: bool = True,
+            log: Callable[[str], None] | None = None) -> tuple[dict[str, Any], bool]:
+    """Sample ``gpu`` for ``seconds``; returns (recording, interrupted)."""
+    from gpudoctor.backends.events import open_event_watcher
+    from gpudoctor.sampling import bounded_call
+
+    recording, n = _header(gpu, interval)
     interrupted = False
     start = time.monotonic()
-    from gpudoctor.backends.events import open_event_watcher
-
     events = bounded_call(lambda: open_event_watcher(gpu))
     try:
         bounded_call(events.start)  # Xids and ECC events during the recording, and those in the kernel log before it
@@ -107,20 +140,7 @@ def capture(gpu: Any, *, seconds: float, interval: float, with_torch: bool = Tru
             recording["torch"] = None if torch_not_installed(facts) else facts
         if log:
             log(f"gpudoctor: sampling {n} device(s) every {interval:g} s for {seconds:g} s ...")
-        samples = recording["nvml"]["samples"]
-        t0 = time.perf_counter()
-
-        def keep(snap: Any) -> None:
-            sample = {"t": round(snap.t_mono - t0, 3), "devices": [d.sample for d in snap.devices[:n]],
-                      "processes": [d.processes for d in snap.devices[:n]]}
-            if any(d.mig is not None for d in snap.devices[:n]):  # a GPU in MIG mode: its MIG devices
-                sample["mig"] = [d.mig if d.mig is None or is_na(d.mig) else [m.to_dict() for m in d.mig]
-                                 for d in snap.devices[:n]]
-            samples.append(sample)
-
-        for _snap in Sampler(gpu, None, with_processes=True, reads="full", interval_s=interval, history_length=1,
-                             on_sample=keep).paced(seconds=seconds):
-            pass
+        _sample_into(recording["nvml"]["samples"], gpu, n, seconds=seconds, interval=interval)
     except KeyboardInterrupt:
         interrupted = True
     finally:
@@ -185,11 +205,11 @@ def part_paths(path: str | Path, parts: int) -> list[Path]:
     return [path] + [path.with_name(f"{path.stem}-{k}{path.suffix or '.json'}") for k in range(2, parts + 1)]
 
 
-def _events_of(state: Any) -> list[Any]:
+def _events_of(state: DeviceEvents) -> list[GpuEvent]:
     return sorted(state.logged_xids + state.recent, key=lambda e: e.time)
 
 
-def record(gpu: Any, *, seconds: float = 5.0, interval: float = 0.5, with_torch: bool = True,
+def record(gpu: GpuBackend, *, seconds: float = 5.0, interval: float = 0.5, with_torch: bool = True,
            anonymize: bool = False, log: Callable[[str], None] | None = None) -> tuple[dict[str, Any], bool]:
     """Capture a recording as plain JSON data; returns (data, interrupted).
 
@@ -211,7 +231,7 @@ def record(gpu: Any, *, seconds: float = 5.0, interval: float = 0.5, with_torch:
 
 
 def record_to_file(path: str | Path, *, seconds: float = 5.0, interval: float = 0.5,
-                   with_torch: bool = True, anonymize: bool = False, gpu: Any = None,
+                   with_torch: bool = True, anonymize: bool = False, gpu: GpuBackend | None = None,
                    log: Callable[[str], None] | None = None) -> tuple[Path, bool]:
     """:func:`record`, then write the recording to ``path`` (a long one in parts: :func:`part_paths`);
     returns (path, interrupted).

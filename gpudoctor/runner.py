@@ -25,7 +25,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 # multiprocessing and subprocess are imported where a child starts: `report --quick`
 # starts none, and their imports are a tenth of its run time.
@@ -34,6 +34,15 @@ from gpudoctor._proc import describe_exit, silence_stdio
 from gpudoctor.backends.nvml import STUCK_S, thread_blocked
 from gpudoctor.model import ProbeResult, Report, Status
 from gpudoctor.safejson import json_safe
+
+if TYPE_CHECKING:
+    import subprocess
+    from multiprocessing.connection import Connection
+    from multiprocessing.process import BaseProcess
+
+    from gpudoctor.backends.base import GpuBackend
+    from gpudoctor.backends.events import EventWatcher, ReplayEvents
+    from gpudoctor.probes import Probe, ProbeContext
 
 # Seconds a child process gets to import torch and start, on top of the probe's own limit.
 CHILD_START_ALLOWANCE_S = 60.0
@@ -61,13 +70,13 @@ class RunSpec:
     python: str | None = None
 
 
-def all_probes() -> dict[str, Any]:
+def all_probes() -> dict[str, Probe]:
     from gpudoctor.probes import registry
 
     return registry()
 
 
-def select_probes(names: Iterable[str] | None = None, level: str = "standard") -> list[Any]:
+def select_probes(names: Iterable[str] | None = None, level: str = "standard") -> list[Probe]:
     """Probes named (in report order), or every probe that runs at ``level``."""
     from gpudoctor.probes import LEVELS, probe_names, registry
 
@@ -85,7 +94,8 @@ def select_probes(names: Iterable[str] | None = None, level: str = "standard") -
     return list(registry(level=level).values())
 
 
-def build_context(spec: RunSpec, gpu: Any = None, events: Any = None) -> Any:
+def build_context(spec: RunSpec, gpu: GpuBackend | None = None,
+                  events: EventWatcher | ReplayEvents | None = None) -> ProbeContext:
     from gpudoctor.backends import open_gpu_backend
     from gpudoctor.probes import ProbeContext
 
@@ -100,7 +110,7 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
-def call_probe(probe: Any, ctx: Any) -> ProbeResult:
+def call_probe(probe: Probe, ctx: ProbeContext) -> ProbeResult:
     """Run one probe in this process; never raises (except KeyboardInterrupt)."""
     start = time.monotonic()
     ctx.deadline = start + probe.timeout_s
@@ -121,7 +131,7 @@ def call_probe(probe: Any, ctx: Any) -> ProbeResult:
 
 
 # --------------------------------------------------------------------------- child side
-def _child_main(conn: Any, spec: RunSpec) -> None:
+def _child_main(conn: Connection, spec: RunSpec) -> None:
     """Child process: serve probes until told to stop.
 
     The parent handles Ctrl-C (keeps finished results, stops us). Its stop, SIGTERM, raises
@@ -142,7 +152,7 @@ def _child_main(conn: Any, spec: RunSpec) -> None:
             signal.signal(signum, signal.SIG_DFL)
 
 
-def _serve(conn: Any, spec: RunSpec) -> None:
+def _serve(conn: Connection, spec: RunSpec) -> None:
     try:
         ctx = build_context(spec)
     except KeyboardInterrupt:
@@ -231,7 +241,7 @@ class _InterpreterProcess:
     """The part of ``multiprocessing.Process`` that :class:`_Child` uses, for a child
     started with another interpreter (``subprocess.Popen``)."""
 
-    def __init__(self, popen: Any) -> None:
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
         self._popen = popen
         self.pid = popen.pid
 
@@ -259,7 +269,7 @@ class _InterpreterProcess:
         return self._popen.poll()
 
 
-def _start_interpreter_child(spec: RunSpec) -> tuple[Any, Any]:
+def _start_interpreter_child(spec: RunSpec) -> tuple[Connection, _InterpreterProcess]:
     """(connection, process) for a probe child run by ``spec.python``."""
     import multiprocessing as mp
     import subprocess
@@ -282,6 +292,7 @@ class _Child:
     """One child process that runs torch probes one after another."""
 
     def __init__(self, spec: RunSpec) -> None:
+        self.process: _InterpreterProcess | BaseProcess
         if spec.python:
             self.conn, self.process = _start_interpreter_child(spec)
             self.ready = False
@@ -310,7 +321,7 @@ class _Child:
             return f"probe process could not start: {payload}"
         return f"probe process did not start within {timeout:.0f} s"
 
-    def run(self, probe: Any, timeout: float) -> tuple[str | None, str | None]:
+    def run(self, probe: Probe, timeout: float) -> tuple[str | None, str | None]:
         try:
             self.conn.send(probe)
         except (BrokenPipeError, OSError):
@@ -342,7 +353,7 @@ class _Child:
 
 
 # --------------------------------------------------------------------------- parent side
-def _run_in_thread(probe: Any, ctx: Any) -> ProbeResult:
+def _run_in_thread(probe: Probe, ctx: ProbeContext) -> ProbeResult:
     """Run ``probe`` in a daemon thread of this process, for at most its time limit. A probe held
     inside an NVML call that the driver has not answered for STUCK_S is abandoned at once (its
     thread stays blocked in the driver; the process can still exit): every later NVML call
@@ -373,15 +384,52 @@ def _driver_not_answering(probe: str, duration_s: float) -> ProbeResult:
     return result
 
 
+class _ProbeChild:
+    """The child process the torch probes run in: started at the first one, and again at the
+    next one after a probe cost it (a crash, a time-out)."""
+
+    def __init__(self, spec: RunSpec) -> None:
+        self.spec = spec
+        self.child: _Child | None = None
+
+    def run(self, probe: Probe) -> ProbeResult:
+        start = time.monotonic()
+        if self.child is None:
+            self.child = _Child(self.spec)
+            why = self.child.wait_ready(CHILD_START_ALLOWANCE_S)
+            if why is not None:
+                self.child.stop(graceful=False)
+                self.child = None
+                return ProbeResult.error(probe.name, why, duration_s=time.monotonic() - start)
+        payload, why = self.child.run(probe, probe.timeout_s)
+        if payload is None:
+            self.child.stop(graceful=False)
+            self.child = None
+            return ProbeResult.error(probe.name, why or "probe process failed", duration_s=time.monotonic() - start)
+        return ProbeResult.from_dict(json.loads(payload))
+
+
+def _new_report(spec: RunSpec, ctx: ProbeContext) -> Report:
+    """An empty report that says where its readings come from, with the host's facts."""
+    report = Report(tool_version=_version.__version__,
+                    source=f"replay:{os.path.basename(spec.replay)}" if spec.replay else "live")
+    try:
+        report.host = ctx.host_facts()  # cached: the environment probe reads the same facts
+    except Exception as exc:
+        report.host = {"error": _one_line(exc)}
+    report.host = json_safe(report.host)
+    return report
+
+
 def run_probes(
-    probes: list[Any],
+    probes: list[Probe],
     spec: RunSpec,
     *,
-    gpu: Any = None,
-    on_start: Callable[[Any], None] | None = None,
+    gpu: GpuBackend | None = None,
+    on_start: Callable[[Probe], None] | None = None,
     on_result: Callable[[ProbeResult], None] | None = None,
     isolate: bool | None = None,
-    events: Any = None,
+    events: EventWatcher | ReplayEvents | None = None,
 ) -> Report:
     """Run ``probes`` and return a complete report.
 
@@ -396,17 +444,10 @@ def run_probes(
         isolate = spec.level != "quick"
     if spec.python and spec.level != "quick":
         isolate = True  # the other interpreter's torch can only be used in its own process
-    report = Report(tool_version=_version.__version__,
-                    source=f"replay:{os.path.basename(spec.replay)}" if spec.replay else "live")
     ctx = build_context(spec, gpu, events)
-    try:
-        report.host = ctx.host_facts()  # cached: the environment probe reads the same facts
-    except Exception as exc:
-        report.host = {"error": _one_line(exc)}
-    report.host = json_safe(report.host)
+    report = _new_report(spec, ctx)
     no_torch = _torch_absence(probes, spec, ctx)
-
-    child: _Child | None = None
+    child = _ProbeChild(spec)
     try:
         for probe in probes:
             if on_start is not None:
@@ -414,26 +455,7 @@ def run_probes(
             if probe.uses_torch and no_torch is not None:
                 result = no_torch(probe)
             elif probe.uses_torch and isolate:
-                start = time.monotonic()
-                if child is None:
-                    child = _Child(spec)
-                    why = child.wait_ready(CHILD_START_ALLOWANCE_S)
-                    if why is not None:
-                        child.stop(graceful=False)
-                        child = None
-                        result = ProbeResult.error(probe.name, why, duration_s=time.monotonic() - start)
-                        report.results.append(result)
-                        if on_result:
-                            on_result(result)
-                        continue
-                payload, why = child.run(probe, probe.timeout_s)
-                if payload is None:
-                    child.stop(graceful=False)
-                    child = None
-                    result = ProbeResult.error(probe.name, why or "probe process failed",
-                                               duration_s=time.monotonic() - start)
-                else:
-                    result = ProbeResult.from_dict(json.loads(payload))
+                result = child.run(probe)
             else:
                 result = _run_in_thread(probe, ctx)
             if result.probe == "devices":
@@ -444,7 +466,7 @@ def run_probes(
     except KeyboardInterrupt:
         report.interrupted = True
     finally:
-        if _close(child, ctx.gpu if gpu is None else None, graceful=not report.interrupted):
+        if _close(child.child, ctx.gpu if gpu is None else None, graceful=not report.interrupted):
             report.interrupted = True
     return report
 
@@ -462,7 +484,7 @@ def _torch_to_nvml(devices: ProbeResult) -> dict[int, int | None]:
     return out
 
 
-def _close(child: _Child | None, gpu: Any, graceful: bool) -> bool:
+def _close(child: _Child | None, gpu: GpuBackend | None, graceful: bool) -> bool:
     """Stop the child and close ``gpu``, whatever arrives meanwhile.
 
     The child's stop waits up to 5 s for it to end; a Ctrl-C or SIGTERM then only hurries
@@ -485,7 +507,7 @@ def _close(child: _Child | None, gpu: Any, graceful: bool) -> bool:
             interrupted, graceful = True, False
 
 
-def _torch_absence(probes: list[Any], spec: RunSpec, ctx: Any) -> Callable[[Any], ProbeResult] | None:
+def _torch_absence(probes: list[Probe], spec: RunSpec, ctx: ProbeContext) -> Callable[[Probe], ProbeResult] | None:
     """When the checked interpreter has no torch (or --python cannot be used): how each torch
     probe answers instead of starting a child. None when torch is there (or not needed)."""
     if spec.replay or spec.level == "quick" or not any(p.uses_torch for p in probes):
@@ -502,7 +524,7 @@ def _torch_absence(probes: list[Any], spec: RunSpec, ctx: Any) -> Callable[[Any]
     ctx.torch_missing = True
     where = f"the interpreter {build.python}" if spec.python else f"this environment ({build.python})"
 
-    def answer(probe: Any) -> ProbeResult:
+    def answer(probe: Probe) -> ProbeResult:
         if probe.level == "quick":  # answers from NVML and says torch was not checked
             return _run_in_thread(probe, ctx)
         return ProbeResult.skip(probe.name, f"torch is not installed in {where}", code="torch_not_installed",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from gpudoctor.backends.na import is_na
 from gpudoctor.backends.nvml import THROTTLE_REASONS
@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # torch is an optional extra: imported for its types only, ne
     from . import ProbeContext
     from ._timing import CudaEventClock
 
+_Answer = TypeVar("_Answer")
 
 GPU_IDLE = next(bit for bit, (name, _words) in THROTTLE_REASONS.items() if name == "gpu_idle")
 
@@ -133,13 +134,18 @@ def _nvml_indices(gpu: GpuBackend, torch: ModuleType, indices: list[int]) -> dic
         return {}
 
 
-def nvml_sample(ctx: ProbeContext, device: Device) -> GpuSample | dict[str, Any]:
+def _nvml_read(device: Device, read: Callable[[int], _Answer]) -> _Answer | dict[str, Any]:
+    """``read(index)`` of the device's NVML index; {} when it has none or the read fails."""
     if device.nvml_index is None:
         return {}
     try:
-        return ctx.gpu.sample(device.nvml_index)
+        return read(device.nvml_index)
     except Exception:
         return {}
+
+
+def nvml_sample(ctx: ProbeContext, device: Device) -> GpuSample | dict[str, Any]:
+    return _nvml_read(device, lambda index: ctx.gpu.sample(index))
 
 
 def nvml_used(ctx: ProbeContext, device: Device) -> int | None:
@@ -157,12 +163,7 @@ def nvml_used(ctx: ProbeContext, device: Device) -> int | None:
 
 
 def nvml_static(ctx: ProbeContext, device: Device) -> dict[str, Any]:
-    if device.nvml_index is None:
-        return {}
-    try:
-        return ctx.gpu.static(device.nvml_index)
-    except Exception:
-        return {}
+    return _nvml_read(device, lambda index: ctx.gpu.static(index))
 
 
 def work_budget(ctx: ProbeContext, target_s: float, devices: int = 1, reserve_s: float = 2.0) -> float:

@@ -351,12 +351,5 @@ def _mig_slices(r: ProbeResult, gpu: GpuBackend, dev: int, n_index: int) -> None
     r.details.setdefault("mig_devices", {})[str(dev)] = listed
 
 
-PROBE = Probe(
-    name="devices",
-    title="GPUs seen by NVML and by torch, and how their indices map",
-    run=run,
-    level="quick",
-    uses_torch=True,
-    timeout_s=60,
-    order=20,
-)
+PROBE = Probe.define(__name__, run, "GPUs seen by NVML and by torch, and how their indices map",
+                     level="quick", uses_torch=True, timeout_s=60, order=20)

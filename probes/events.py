@@ -24,9 +24,15 @@ Judgement (meanings and actions: gpudoctor/xid.py, from NVIDIA's Xid documentati
 
 from __future__ import annotations
 
-from gpudoctor.backends.events import DeviceEvents, GpuEvent, critical_events, describe_event
+from typing import TYPE_CHECKING
+
+from gpudoctor.backends.events import (DeviceEvents, EventWatcher, GpuEvent, ReplayEvents, critical_events,
+                                       describe_event)
 from gpudoctor.model import ProbeResult, Status
 from gpudoctor.probes import Probe, ProbeContext
+
+if TYPE_CHECKING:
+    from gpudoctor.backends.base import GpuBackend
 
 
 def _judge_gpu(r: ProbeResult, index: int, state: DeviceEvents) -> None:
@@ -124,41 +130,20 @@ def _judge_node(r: ProbeResult, states: dict[int, DeviceEvents], judged: list[in
             return
 
 
-def run(ctx: ProbeContext) -> ProbeResult:
+def _own_watcher(gpu: GpuBackend) -> EventWatcher | ReplayEvents:
+    """An event watcher for this report alone, registered: that registration learns what each GPU
+    supports, and reads the kernel log."""
     from gpudoctor.backends.events import open_event_watcher
 
-    gpu = ctx.gpu
-    na = gpu.status()
-    if na is not None:
-        return ProbeResult.skip("events", f"no NVML ({na.reason}): no GPU to attach events to",
-                                code="nvml_unavailable")
-    count = gpu.device_count()
-    if not isinstance(count, int) or count == 0:
-        return ProbeResult.skip("events", "no GPU to check", code="no_gpu")
-    # A long-running front end (the TUI, the exporter) hands over the watcher it runs: its NVML
-    # stream holds what happened while it watched. Otherwise this probe registers its own.
-    watcher = ctx.events
-    own = watcher is None
-    if own:
-        watcher = open_event_watcher(gpu)
-        start = getattr(watcher, "register", None)
-        if start is not None:
-            start()  # registers NVML events (to learn what each GPU supports) and reads the kernel log
-    try:
-        # --device is torch's index; the events are NVML's (CUDA_VISIBLE_DEVICES=3 --device 0 is GPU 3)
-        matched = ctx.nvml_index(ctx.device) if ctx.device is not None else None
-        if ctx.device is not None and (matched is None or matched >= count):
-            return ProbeResult.skip("events", f"torch device {ctx.device} has no NVML device to match",
-                                    code="device_not_matched")
-        indices = list(range(count)) if matched is None else [matched]  # matched is None: no --device
-        r = ProbeResult("events")
-        states = {index: watcher.snapshot(index) for index in range(count)}
-        for index in indices:
-            _judge_gpu(r, index, states[index])
-        _judge_node(r, states, indices)
-    finally:
-        if own:
-            watcher.stop()
+    watcher = open_event_watcher(gpu)
+    start = getattr(watcher, "register", None)
+    if start is not None:
+        start()
+    return watcher
+
+
+def _settled(r: ProbeResult, watcher: EventWatcher | ReplayEvents, own: bool, indices: list[int]) -> ProbeResult:
+    """The judged GPUs' result with what the kernel log's absence means, and its summary."""
     readable = getattr(watcher, "kernel_log_readable", None)
     r.details["kernel_log_readable"] = readable
     if not own:
@@ -188,13 +173,38 @@ def run(ctx: ProbeContext) -> ProbeResult:
     return r
 
 
-PROBE = Probe(
-    name="events",
-    title="Xid errors since boot (kernel log) and whether each GPU reports critical events",
-    run=run,
-    level="quick",
-    uses_torch=False,
-    timeout_s=20,
-    order=35,
-    description=__doc__.splitlines()[0],
-)
+def run(ctx: ProbeContext) -> ProbeResult:
+    gpu = ctx.gpu
+    na = gpu.status()
+    if na is not None:
+        return ProbeResult.skip("events", f"no NVML ({na.reason}): no GPU to attach events to",
+                                code="nvml_unavailable")
+    count = gpu.device_count()
+    if not isinstance(count, int) or count == 0:
+        return ProbeResult.skip("events", "no GPU to check", code="no_gpu")
+    # A long-running front end (the TUI, the exporter) hands over the watcher it runs: its NVML
+    # stream holds what happened while it watched. Otherwise this probe registers its own.
+    watcher = ctx.events
+    own = watcher is None
+    if watcher is None:
+        watcher = _own_watcher(gpu)
+    try:
+        # --device is torch's index; the events are NVML's (CUDA_VISIBLE_DEVICES=3 --device 0 is GPU 3)
+        matched = ctx.nvml_index(ctx.device) if ctx.device is not None else None
+        if ctx.device is not None and (matched is None or matched >= count):
+            return ProbeResult.skip("events", f"torch device {ctx.device} has no NVML device to match",
+                                    code="device_not_matched")
+        indices = list(range(count)) if matched is None else [matched]  # matched is None: no --device
+        r = ProbeResult("events")
+        states = {index: watcher.snapshot(index) for index in range(count)}
+        for index in indices:
+            _judge_gpu(r, index, states[index])
+        _judge_node(r, states, indices)
+    finally:
+        if own:
+            watcher.stop()
+    return _settled(r, watcher, own, indices)
+
+
+PROBE = Probe.define(__name__, run, "Xid errors since boot (kernel log) and whether each GPU reports critical events",
+                     level="quick", uses_torch=False, timeout_s=20, order=35)

@@ -283,12 +283,5 @@ def run(ctx: ProbeContext) -> ProbeResult:
     return r
 
 
-PROBE = Probe(
-    name="health",
-    title="Temperature, power, clocks, throttling, ECC, memory retirement, PCIe link and NVLink fabric",
-    run=run,
-    level="quick",
-    uses_torch=False,
-    timeout_s=30,
-    order=30,
-)
+PROBE = Probe.define(__name__, run, "Temperature, power, clocks, throttling, ECC, memory retirement, PCIe link and "
+                     "NVLink fabric", level="quick", uses_torch=False, timeout_s=30, order=30)

@@ -1,13 +1,38 @@
-"""Real CPU training loops for the hooks tests: the MNIST-shaped MLP on learnable synthetic data."""
+"""Real CPU training loops for the hooks tests: the MNIST-shaped MLP on learnable synthetic data;
+and a scalar that syncs the way torch says it does, with a sync counter around a block."""
 
 from __future__ import annotations
 
+import contextlib
 import time
-from typing import Any
+import warnings
+from typing import Any, Iterator
 
 import torch
 from torch import nn
 from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler
+
+from gpudoctor.hooks.torch_support import SYNC_WARNING_TEXT, SyncCounter
+
+
+class FakeCudaScalar:
+    """Warns like torch does in sync debug mode "warn": from the Python line that synced."""
+
+    def item(self) -> float:
+        warnings.warn(SYNC_WARNING_TEXT, UserWarning, stacklevel=2)
+        return 0.0
+
+
+@contextlib.contextmanager
+def counting_syncs(**options: Any) -> Iterator[SyncCounter]:
+    """A SyncCounter without torch.cuda (it counts the warnings alone) installed for the block and
+    uninstalled after it, whatever happens in it; ``options`` go to SyncCounter."""
+    counter = SyncCounter(torch=None, **options)
+    counter.install()
+    try:
+        yield counter
+    finally:
+        counter.uninstall()
 
 
 def mnist_mlp() -> nn.Module:

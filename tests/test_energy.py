@@ -127,13 +127,12 @@ def test_cpu_run_without_rapl_says_why(monkeypatch, tmp_path):
     assert result.energy_source == "rapl" and "no RAPL energy counters" in result.energy_note
 
 
-def test_cpu_run_with_rapl_counts_the_energy_of_the_timed_epochs(monkeypatch, tmp_path):
-    """A real training run while a powercap tree's counter advances (1 J every read)."""
+def _advancing_rapl(monkeypatch, tmp_path: Path) -> list[str]:
+    """One RAPL package under ``tmp_path`` whose counter advances 1 J at every read; the roots read."""
     from gpudoctor.backends import energy as backend_energy
-    from gpudoctor.workload import energy
 
     zone = _zone(tmp_path, "intel-rapl:0", 0)
-    reads = []
+    reads: list[str] = []
     real_read = backend_energy.read_rapl_uj
 
     def advancing(root):
@@ -142,6 +141,14 @@ def test_cpu_run_with_rapl_counts_the_energy_of_the_timed_epochs(monkeypatch, tm
         return real_read(root)
 
     monkeypatch.setattr(backend_energy, "read_rapl_uj", advancing)
+    return reads
+
+
+def test_cpu_run_with_rapl_counts_the_energy_of_the_timed_epochs(monkeypatch, tmp_path):
+    """A real training run while a powercap tree's counter advances (1 J every read)."""
+    from gpudoctor.workload import energy
+
+    reads = _advancing_rapl(monkeypatch, tmp_path)
     monkeypatch.setattr(energy, "cpu_meter", lambda: cpu_meter(str(tmp_path)))
     result = _cpu_run()
     assert result.status == "ok" and len(reads) == 2  # one read before, one after the timed epochs
@@ -218,21 +225,11 @@ def test_a_short_cpu_run_is_topped_up_on_a_spare_network_until_the_window_is_lon
     """The timed epochs end before the RAPL window's minimum: more epochs of the same
     configuration run on a copy of the network inside the window; the run's accuracy is that
     of the real network (the same as a run without energy counters)."""
-    from gpudoctor.backends import energy as backend_energy
     from gpudoctor.workload import energy
 
     baseline = _cpu_run()  # no counters on this machine: no top-up
-    zone = _zone(tmp_path, "intel-rapl:0", 0)
-    reads = []
-    real_read = backend_energy.read_rapl_uj
-
-    def advancing(root):
-        reads.append(root)
-        (zone / "energy_uj").write_text(f"{len(reads) * 1_000_000}\n")
-        return real_read(root)
-
+    reads = _advancing_rapl(monkeypatch, tmp_path)
     ticks = count(0)
-    monkeypatch.setattr(backend_energy, "read_rapl_uj", advancing)
     monkeypatch.setattr(energy, "cpu_meter", lambda: cpu_meter(str(tmp_path), clock=lambda: next(ticks) * 0.001))
     result = _cpu_run()
     assert result.status == "ok" and len(reads) == 2

@@ -4,6 +4,9 @@ Xid delivered after the restart is still counted."""
 
 from __future__ import annotations
 
+import contextlib
+from typing import Iterator
+
 from gpudoctor.backends import NvmlBackend, NvmlGate
 from gpudoctor.backends.events import EVENT_XID_CRITICAL, EventWatcher
 from gpudoctor.sampling import Sampler
@@ -39,22 +42,28 @@ class ReloadingNvml(EventNvml):
         super().nvmlShutdown()
 
 
-def _watched(nvml):
+@contextlib.contextmanager
+def _watched(nvml, *, watcher_first: bool = False) -> Iterator[tuple[Sampler, EventWatcher]]:
+    """A recovering sampler and an event watcher on ``nvml``, the watcher let go of NVML before each
+    restart; both started (in that order, or the watcher first), and stopped on leaving."""
     gate = NvmlGate(nvml)
     backend = NvmlBackend(gate)
     sampler = Sampler(backend, with_processes=False, reads="fast", interval_s=0.05, recover=True,
                       retry_first_s=0.05, retry_max_s=0.2)
     watcher = EventWatcher(gate, 1, wait_ms=50, kernel_log=_no_log, retry_first_s=0.05, retry_max_s=0.2)
     sampler.before_restart.append(watcher.suspend)
-    return sampler, watcher
+    for part in ((watcher, sampler) if watcher_first else (sampler, watcher)):
+        part.start()
+    try:
+        yield sampler, watcher
+    finally:
+        sampler.stop()
+        assert watcher.stop()
 
 
 def test_xids_after_a_driver_reload_are_still_counted():
     nvml = ReloadingNvml({0: EVENT_XID_CRITICAL})
-    sampler, watcher = _watched(nvml)
-    sampler.start()
-    watcher.start()
-    try:
+    with _watched(nvml) as (sampler, watcher):
         nvml.send(0, EVENT_XID_CRITICAL, 79)
         assert _wait_for(lambda: watcher.snapshot(0).xid_count == 1)
         nvml.mode = "unloaded"  # the driver is reloaded: every call answers Uninitialized
@@ -63,21 +72,12 @@ def test_xids_after_a_driver_reload_are_still_counted():
         assert _wait_for(lambda: watcher.snapshot(0).xid_count == 2), watcher.status
         assert watcher.snapshot(0).last_xid().code == 48
         assert watcher.status is None
-    finally:
-        sampler.stop()
-        assert watcher.stop()
 
 
 def test_the_event_set_is_freed_before_the_restart_shuts_nvml_down():
     nvml = ReloadingNvml({0: EVENT_XID_CRITICAL})
-    sampler, watcher = _watched(nvml)
-    watcher.start()
-    sampler.start()
-    try:
+    with _watched(nvml, watcher_first=True):
         assert _wait_for(lambda: nvml.waits.is_set())
         nvml.lost.add(0)  # every GPU lost (a reset): the sampler restarts NVML
         assert _wait_for(lambda: "shutdown" in nvml.log)
         assert nvml.log.index("free") < nvml.log.index("shutdown")
-    finally:
-        sampler.stop()
-        assert watcher.stop()

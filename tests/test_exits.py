@@ -36,12 +36,9 @@ def test_tui_quits_on_q_while_an_nvml_call_hangs():
     """The start-up quick doctor waits on the hung call too; quitting must not wait for it."""
     app = PtyApp([sys.executable, "-m", "gpudoctor", "tui", "-i", "0.5"],
                  env=fake_nvml_env(FAKE_NVML_HANG="nvmlDeviceGetTemperatureV"))
-    try:
+    with app:
         app.wait_for("driver not answering", timeout=60)
-        app.keys("q")
-        assert app.proc.wait(8) == 0
-    finally:
-        app.close()
+        assert app.quit(8) == 0
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pseudo-terminal and fake libnvidia-ml")

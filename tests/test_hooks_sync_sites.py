@@ -16,15 +16,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from gpudoctor.hooks import torch_support as torch_hooks  # noqa: E402
-from gpudoctor.hooks.torch_support import SYNC_WARNING_TEXT, SyncCounter  # noqa: E402
+from _hooks_loops import FakeCudaScalar, counting_syncs  # noqa: E402
+
+from gpudoctor.hooks.torch_support import SYNC_WARNING_TEXT  # noqa: E402
 
 HERE = os.path.basename(__file__)
-
-
-class FakeCudaScalar:
-    def item(self) -> float:
-        warnings.warn(SYNC_WARNING_TEXT, UserWarning, stacklevel=2)
-        return 0.0
 
 
 def _package(tmp_path, monkeypatch, name, text):
@@ -50,12 +46,8 @@ def test_a_frameworks_own_sync_is_charged_to_the_framework_line(tmp_path, monkey
     def training_step(i):
         return loss.item()  # the user's own sync, called by the framework
 
-    counter = SyncCounter(torch=None)
-    counter.install()
-    try:
+    with counting_syncs() as counter:
         framework.fit(training_step, 5)  # the user's fit line: neither sync is made here
-    finally:
-        counter.uninstall()
     sites = {s["origin"]: s for s in counter.snapshot()["sites"]}
     assert set(sites) == {"user", "framework"}
     user, fw = sites["user"], sites["framework"]
@@ -68,22 +60,15 @@ def test_real_lightning_lines_are_framework_and_training_step_lines_are_the_user
     pl = pytest.importorskip("lightning.pytorch")
     from lightning.pytorch.loops.optimization import automatic
 
-    from _hooks_loops import fast_collate, make_loader, mnist_mlp, single_thread
+    from _hooks_loops import fast_collate, make_loader, single_thread
+    from test_hooks_lightning import DigitsModule
 
     loss_scalar = FakeCudaScalar()
 
-    class Module(pl.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.net = mnist_mlp()
-
+    class Module(DigitsModule):
         def training_step(self, batch, batch_idx):
-            inputs, targets = batch
             loss_scalar.item()  # a user sync inside training_step
-            return torch.nn.functional.cross_entropy(self.net(inputs), targets)
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.1)
+            return super().training_step(batch, batch_idx)
 
     # Lightning's own loop code syncs once per step (as `.item()` on a CUDA tensor would,
     # from the calling line: a warning with stacklevel=2 names Lightning's line)
@@ -97,13 +82,8 @@ def test_real_lightning_lines_are_framework_and_training_step_lines_are_the_user
     trainer = pl.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
                          default_root_dir=str(tmp_path))
-    counter = SyncCounter(torch=None)
-    counter.install()
-    try:
-        with single_thread():
-            trainer.fit(Module(), make_loader(fast_collate, batch_size=64, n=64 * 6))
-    finally:
-        counter.uninstall()
+    with counting_syncs() as counter, single_thread():
+        trainer.fit(Module(), make_loader(fast_collate, batch_size=64, n=64 * 6))
     sites = counter.snapshot()["sites"]
     user = [s for s in sites if s["origin"] == "user"]
     fw = [s for s in sites if s["origin"] == "framework"]
@@ -122,30 +102,22 @@ def test_standard_library_frames_are_passed_on_the_way_to_the_users_line(tmp_pat
         "    warnings.warn('called a synchronizing CUDA operation', UserWarning, stacklevel=2)\n"))
     real = torch_hooks._library_prefixes
     monkeypatch.setattr(torch_hooks, "_library_prefixes", lambda: real() + (os.path.dirname(fakeop.__file__) + os.sep,))
-    counter = SyncCounter(torch=None)
-    counter.install()
-    try:
+    with counting_syncs() as counter:
         for _ in range(3):
             with contextlib.ExitStack() as stack:
                 stack.callback(fakeop.synchronize)
-    finally:
-        counter.uninstall()
     (site,) = counter.snapshot()["sites"]
     assert site["file"].endswith(HERE) and site["count"] == 3 and site["origin"] == "user"
     assert site["raised_in"].startswith(contextlib.__file__)
 
 
 def test_syncs_on_other_threads_are_not_counted(caplog):
-    counter = SyncCounter(torch=None)
-    counter.install()
     loss = FakeCudaScalar()
-    try:
+    with counting_syncs() as counter:
         loss.item()
         worker = threading.Thread(target=lambda: [loss.item() for _ in range(4)])
         worker.start()
         worker.join()
-    finally:
-        counter.uninstall()
     snap = counter.snapshot()
     assert snap["total"] == 1 and snap["other_threads"] == 4 and snap["sites"][0]["count"] == 1
 
@@ -155,8 +127,6 @@ def test_syncs_on_threads_python_did_not_start_are_counted():
     # backward(); _thread.start_new_thread makes a thread Python knows only as a dummy, the same way
     import _thread
 
-    counter = SyncCounter(torch=None)
-    counter.install()
     loss = FakeCudaScalar()
     done = threading.Event()
 
@@ -167,11 +137,9 @@ def test_syncs_on_threads_python_did_not_start_are_counted():
         finally:
             done.set()
 
-    try:
+    with counting_syncs() as counter:
         _thread.start_new_thread(hook, ())
         assert done.wait(10)
-    finally:
-        counter.uninstall()
     snap = counter.snapshot()
     assert snap["total"] == 3 and snap["other_threads"] == 0
 

@@ -9,21 +9,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from _hooks_loops import fast_collate, make_loader, train_epoch  # noqa: E402
+from _hooks_loops import FakeCudaScalar, counting_syncs, fast_collate, make_loader, train_epoch  # noqa: E402
 
 from gpudoctor import TrainingMonitor  # noqa: E402
 from gpudoctor.hooks.torch_support import SYNC_WARNING_TEXT, SyncCounter, classify_sync_line  # noqa: E402
 from gpudoctor.hooks.summary import RawTimings, build_summary  # noqa: E402
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-
-
-class FakeCudaScalar:
-    """Warns like torch does in sync debug mode "warn": from the Python line that synced."""
-
-    def item(self) -> float:
-        warnings.warn(SYNC_WARNING_TEXT, UserWarning, stacklevel=2)
-        return 0.0
 
 
 @pytest.mark.parametrize("line, pattern", [
@@ -75,11 +67,9 @@ def test_a_sync_inside_a_library_is_charged_to_the_users_line(tmp_path, monkeypa
     fakelib = importlib.import_module("fakelib")
     real = torch_hooks._library_prefixes
     monkeypatch.setattr(torch_hooks, "_library_prefixes", lambda: real() + (str(lib) + os.sep,))
-    counter = SyncCounter(torch=None)
-    counter.install()
-    for _ in range(4):
-        fakelib.clip(1.0)
-    counter.uninstall()
+    with counting_syncs() as counter:
+        for _ in range(4):
+            fakelib.clip(1.0)
     (site,) = counter.snapshot()["sites"]
     assert site["file"].endswith("test_hooks_syncs.py") and site["code"] == "fakelib.clip(1.0)"
     assert site["raised_in"].startswith(str(lib)) and site["count"] == 4
@@ -87,37 +77,28 @@ def test_a_sync_inside_a_library_is_charged_to_the_users_line(tmp_path, monkeypa
 
 def test_syncs_outside_the_training_loop_are_not_counted_as_sites():
     in_loop = {"now": True}
-    counter = SyncCounter(torch=None, counting=lambda: in_loop["now"])
-    counter.install()
     loss = FakeCudaScalar()
-    for _ in range(3):
-        loss.item()
-    in_loop["now"] = False  # e.g. an evaluation loop after training
-    for _ in range(5):
-        loss.item()
-    counter.uninstall()
+    with counting_syncs(counting=lambda: in_loop["now"]) as counter:
+        for _ in range(3):
+            loss.item()
+        in_loop["now"] = False  # e.g. an evaluation loop after training
+        for _ in range(5):
+            loss.item()
     snap = counter.snapshot()
     assert snap["total"] == 3 and snap["outside_loop"] == 5 and snap["sites"][0]["count"] == 3
 
 
 def test_other_warnings_still_reach_the_user():
-    counter = SyncCounter(torch=None)
-    counter.install()
-    try:
-        with pytest.warns(DeprecationWarning, match="something else"):
-            warnings.warn("something else", DeprecationWarning, stacklevel=1)
-    finally:
-        counter.uninstall()
+    with counting_syncs() as counter, pytest.warns(DeprecationWarning, match="something else"):
+        warnings.warn("something else", DeprecationWarning, stacklevel=1)
     assert counter.total == 0
 
 
 def test_a_sync_every_step_is_diagnosed_with_its_line():
-    counter = SyncCounter(torch=None)
-    counter.install()
     loss = FakeCudaScalar()
-    for _ in range(20):
-        loss.item()
-    counter.uninstall()
+    with counting_syncs() as counter:
+        for _ in range(20):
+            loss.item()
     n = 20
     raw = RawTimings(waits=[0.0001] * n, host_steps=[0.002] * n, iter_starts=[i * 0.0021 for i in range(n)],
                      ends=[i * 0.0021 + 0.0021 for i in range(n)], passes=[1] * n,

@@ -56,6 +56,16 @@ def _wait_for(condition, proc: subprocess.Popen, what: str) -> None:
         time.sleep(0.1)
 
 
+def _signal_when_ready(proc: subprocess.Popen, ready, what: str, sig: int, *,
+                       to_group: bool = False) -> tuple[int, str, str]:
+    """Wait until ``ready()`` (said as ``what`` when it never comes), send ``sig`` to the process
+    (or to its whole group: the ranks and the probe child too), and wait for its end: (exit code,
+    stdout, stderr)."""
+    _wait_for(ready, proc, what)
+    (os.killpg if to_group else os.kill)(proc.pid, sig)
+    return _finish(proc)
+
+
 def _finish(proc: subprocess.Popen) -> tuple[int, str, str]:
     try:
         out, err = proc.communicate(timeout=WAIT_S)
@@ -153,9 +163,8 @@ def test_sigterm_during_report_full_writes_the_finished_results_and_exits_143(tm
     """SIGTERM to the CLI alone (Kubernetes) or to its whole group, the child too (timeout, systemd)."""
     out_file, started = tmp_path / "full.json", tmp_path / "started"
     proc = _start(REPORT_FULL_THEN_WAIT, tmp_path, OUT_FILE=str(out_file), GPUDOCTOR_TEST_STARTED=str(started))
-    _wait_for(started.exists, proc, "start of the last probe")
-    (os.killpg if to_group else os.kill)(proc.pid, signal.SIGTERM)
-    code, out, err = _finish(proc)
+    code, out, err = _signal_when_ready(proc, started.exists, "start of the last probe", signal.SIGTERM,
+                                        to_group=to_group)
     assert code == exitcodes.TERMINATED, err
     assert "Traceback" not in err and "BrokenPipeError" not in err
     assert "terminated (SIGTERM); finished results were kept in" in err
@@ -187,9 +196,7 @@ def test_sigterm_during_bench_mnist_keeps_the_finished_runs_and_exits_143(tmp_pa
         first_run.append(line)
         return "samples/s" in line
 
-    _wait_for(one_run_done, proc, "first finished run")
-    os.kill(proc.pid, signal.SIGTERM)
-    code, out, err = _finish(proc)
+    code, out, err = _signal_when_ready(proc, one_run_done, "first finished run", signal.SIGTERM)
     assert code == exitcodes.TERMINATED, err
     assert "Traceback" not in err
     assert "terminated (SIGTERM); 1 of 2 runs finished and were kept" in err
@@ -236,10 +243,9 @@ def test_a_signal_during_the_distributed_probe_leaves_no_rank_folder(tmp_path, s
     out_file = tmp_path / "dist.json"
     proc = _start(DISTRIBUTED, tmp_path, OUT_FILE=str(out_file))
     folders = lambda: [p for p in tmp_path.iterdir() if p.name.startswith("gpudoctor-dist-")]  # noqa: E731
-    _wait_for(lambda: any((f / "rank1.stderr").exists() for f in folders()), proc, "rank folder")
     # Ctrl-C in a terminal reaches the whole foreground group (the ranks too); SIGTERM the CLI alone.
-    (os.killpg if sig == signal.SIGINT else os.kill)(proc.pid, sig)
-    got, out, err = _finish(proc)
+    got, out, err = _signal_when_ready(proc, lambda: any((f / "rank1.stderr").exists() for f in folders()),
+                                       "rank folder", sig, to_group=sig == signal.SIGINT)
     assert got == code, err
     assert "Traceback" not in err
     assert folders() == []
@@ -283,9 +289,7 @@ def test_the_launcher_names_its_folder_after_itself(tmp_path, monkeypatch):
 def test_sighup_during_report_full_writes_the_results_stops_the_child_and_exits_129(tmp_path):
     out_file, started = tmp_path / "full.json", tmp_path / "started"
     proc = _start(REPORT_FULL_THEN_WAIT, tmp_path, OUT_FILE=str(out_file), GPUDOCTOR_TEST_STARTED=str(started))
-    _wait_for(started.exists, proc, "start of the last probe")
-    os.killpg(proc.pid, signal.SIGHUP)
-    code, out, err = _finish(proc)
+    code, out, err = _signal_when_ready(proc, started.exists, "start of the last probe", signal.SIGHUP, to_group=True)
     assert code == exitcodes.HANGUP == 129, err
     assert "Traceback" not in err
     assert "hung up (SIGHUP); finished results were kept in" in err
@@ -298,9 +302,8 @@ def test_sighup_during_report_full_writes_the_results_stops_the_child_and_exits_
 def test_sighup_during_record_keeps_the_recording_and_exits_129(tmp_path):
     out_file = tmp_path / "rec.json"
     proc = _start(RECORD_ON_REPLAY, tmp_path, OUT_FILE=str(out_file))
-    _wait_for(lambda: "sampling" in proc.stderr.readline(), proc, "start of the sampling")
-    os.kill(proc.pid, signal.SIGHUP)
-    code, out, err = _finish(proc)
+    code, out, err = _signal_when_ready(proc, lambda: "sampling" in proc.stderr.readline(), "start of the sampling",
+                                        signal.SIGHUP)
     assert code == exitcodes.HANGUP, err
     assert "Traceback" not in err and "recording written to" in err
     assert json.loads(out_file.read_text())["format"] == "gpudoctor-recording"
@@ -309,9 +312,8 @@ def test_sighup_during_record_keeps_the_recording_and_exits_129(tmp_path):
 def test_sighup_during_bench_mnist_keeps_the_finished_runs_and_exits_129(tmp_path):
     out_file = tmp_path / "bench.json"
     proc = _start(BENCH, tmp_path, OUT_FILE=str(out_file))
-    _wait_for(lambda: "samples/s" in proc.stderr.readline(), proc, "first finished run")
-    os.kill(proc.pid, signal.SIGHUP)
-    code, out, err = _finish(proc)
+    code, out, err = _signal_when_ready(proc, lambda: "samples/s" in proc.stderr.readline(), "first finished run",
+                                        signal.SIGHUP)
     assert code == exitcodes.HANGUP, err
     assert "hung up (SIGHUP); 1 of 2 runs finished and were kept" in err
     assert json.loads(out_file.read_text())["interrupted"] is True
@@ -321,9 +323,8 @@ def test_sighup_during_the_distributed_probe_leaves_no_rank_folder(tmp_path):
     out_file = tmp_path / "dist.json"
     proc = _start(DISTRIBUTED, tmp_path, OUT_FILE=str(out_file))
     folders = lambda: [p for p in tmp_path.iterdir() if p.name.startswith("gpudoctor-dist-")]  # noqa: E731
-    _wait_for(lambda: any((f / "rank1.stderr").exists() for f in folders()), proc, "rank folder")
-    os.killpg(proc.pid, signal.SIGHUP)
-    code, out, err = _finish(proc)
+    code, out, err = _signal_when_ready(proc, lambda: any((f / "rank1.stderr").exists() for f in folders()),
+                                        "rank folder", signal.SIGHUP, to_group=True)
     assert code == exitcodes.HANGUP, err
     assert "Traceback" not in err
     assert folders() == []

@@ -9,8 +9,8 @@ import pytest
 from gpudoctor.model import ProbeResult, Status
 from gpudoctor.probes import Probe
 from tui_support import (
-    GPU_LOST, NO_NVML, NOT_SUPPORTED, NVML_GONE, STANDIN, make_test_app, open_processes, run_async, screen_text, take_samples,
-    wait_for,
+    GPU_LOST, NO_NVML, NOT_SUPPORTED, NVML_GONE, STANDIN, make_test_app, open_processes, run_async,
+    run_sweep_on_screen, running_app, screen_text, show, take_samples, wait_for, workload_app,
 )
 
 pytestmark = pytest.mark.timeout(120)
@@ -18,9 +18,7 @@ pytestmark = pytest.mark.timeout(120)
 
 @run_async
 async def test_screens_switch_and_show_data():
-    app = make_test_app(STANDIN)
-    async with app.run_test(size=(100, 30)) as pilot:
-        await take_samples(pilot, app, 3)
+    async with running_app(STANDIN, size=(100, 30), samples=3) as (app, pilot):
         text = screen_text(app)
         assert "Overview" in text
         assert "GPU 0: NVIDIA A100-SXM4-40GB" in text and "GPU 1: NVIDIA A100-SXM4-40GB" in text
@@ -29,95 +27,64 @@ async def test_screens_switch_and_show_data():
         assert "n/a (not sup.)" in text  # the SXM board has no fan
         assert "CPU  25% of 4 cores" in text and "RAM 6.0 GiB/16.0 GiB" in text
 
-        await pilot.press("p")
-        await pilot.pause()
-        text = screen_text(app)
+        text = await show(pilot, app, "p")
         assert "Processes" in text and "424242" in text and "alice" in text and "python train.py" in text
 
-        await pilot.press("d")
-        await pilot.pause()
-        assert "Doctor" in screen_text(app)
+        assert "Doctor" in await show(pilot, app, "d")
 
-        await pilot.press("w")
-        await pilot.pause()
-        assert "workload module not available" in screen_text(app)
+        assert "workload module not available" in await show(pilot, app, "w")
 
-        await pilot.press("question_mark")
-        await pilot.pause()
-        text = screen_text(app)
+        text = await show(pilot, app, "question_mark")
         assert "gpudoctor keys" in text and "quit" in text
         await pilot.press("escape")
-        await pilot.press("1")
-        await pilot.pause()
-        assert "GPU 0: NVIDIA" in screen_text(app)
-        await pilot.press("q")
+        assert "GPU 0: NVIDIA" in await show(pilot, app, "1")
     assert app.return_code == 0
 
 
 @run_async
 async def test_gpu_lost_midsession_keeps_the_app_alive():
-    app = make_test_app(GPU_LOST)
-    async with app.run_test(size=(80, 24)) as pilot:
-        await take_samples(pilot, app, 3)
+    async with running_app(GPU_LOST, size=(80, 24), samples=3) as (app, pilot):
         assert "No readings" not in screen_text(app)
         await take_samples(pilot, app, 6)
         text = screen_text(app)
         assert "No readings: GpuIsLost" in text and "Xid 79" in text
         assert app.screen.query_one("#gpu-0").has_class("fault")
         assert "Host" in text and "CPU  25%" in text  # the rest of the screen still works
-        await pilot.press("p")
-        await pilot.pause()
-        assert "process list n/a (GPU lost)" in screen_text(app)
+        assert "process list n/a (GPU lost)" in await show(pilot, app, "p")
         await take_samples(pilot, app, 2)  # still sampling after the loss
-        await pilot.press("o")
-        await pilot.pause()
-        assert "GpuIsLost" in screen_text(app)
+        assert "GpuIsLost" in await show(pilot, app, "o")
         assert app.is_running
-        await pilot.press("q")
     assert app.return_code == 0
 
 
 @run_async
 async def test_nvml_gone_midsession_shows_in_every_gpu_panel():
-    app = make_test_app(NVML_GONE)
-    async with app.run_test(size=(80, 30)) as pilot:
-        await take_samples(pilot, app, 7)
+    async with running_app(NVML_GONE, size=(80, 30), samples=7) as (app, pilot):
         text = screen_text(app)
         assert text.count("No readings: Uninitialized") == 2
         assert "NVML is gone" in text
-        await pilot.press("q")
     assert app.return_code == 0
 
 
 @run_async
 async def test_notsupported_fields_show_as_na_with_reason():
-    app = make_test_app(NOT_SUPPORTED)
-    async with app.run_test(size=(80, 24)) as pilot:
-        await take_samples(pilot, app, 9)
+    async with running_app(NOT_SUPPORTED, size=(80, 24), samples=9) as (app, pilot):
         text = screen_text(app)
         assert "PCIe↓  n/a (not sup.)" in text
         assert "power  n/a (not sup.)" in text  # power went NotSupported mid-session
         assert "fan    48%" in text
         assert "No readings" not in text  # one field failing is not a lost GPU
-        await pilot.press("p")
-        await pilot.pause()
-        text = screen_text(app)
+        text = await show(pilot, app, "p")
         assert "2024" in text and "erin" in text and "n/a" in text  # per-process memory NotSupported
-        await pilot.press("q")
 
 
 @run_async
 async def test_no_gpu_opens_with_host_panel_and_points_to_the_doctor():
-    app = make_test_app(NO_NVML)
-    async with app.run_test(size=(80, 24)) as pilot:
-        await take_samples(pilot, app, 2)
+    async with running_app(NO_NVML, size=(80, 24), samples=2) as (app, pilot):
         text = screen_text(app)
         assert "No NVIDIA driver found (libnvidia-ml.so is missing)" in text
         assert "Press d for the doctor" in text and "CPU  25%" in text
-        await pilot.press("p")
-        await pilot.pause()
-        assert "No GPU, so no GPU processes." in screen_text(app)
-        await pilot.press("q")
+        assert "No GPU, so no GPU processes." in await show(pilot, app, "p")
     assert app.return_code == 0
 
 
@@ -281,15 +248,9 @@ async def test_doctor_with_the_installed_probes_at_quick_level():
 # --------------------------------------------------------------------------- workload
 @run_async
 async def test_workload_screen_runs_a_sweep_in_a_child_and_charts_it():
-    from gpudoctor.tui.workload_runner import WorkloadProcess
-
-    app = make_test_app(STANDIN, workload_check=lambda: None,
-                        workload_factory=lambda options: WorkloadProcess("tui_workload_double:fake_sweep", options))
+    app = workload_app("tui_workload_double:fake_sweep")
     async with app.run_test(size=(100, 40)) as pilot:
-        await pilot.press("w")
-        await pilot.press("s")
-        await wait_for(pilot, lambda: app.workload.phase == "finished", timeout=60)
-        await pilot.pause()
+        await run_sweep_on_screen(pilot, app, timeout=60)
         text = screen_text(app)
         assert len(app.workload.runs) == 6
         assert app.workload.options == {"quick": True}
@@ -360,9 +321,7 @@ async def test_a_stalled_driver_is_reported_and_the_app_answers_keys():
             await wait_for(pilot, lambda: app.state.stalled_s is not None, timeout=15)
             await pilot.pause()
             assert "driver not answering for" in screen_text(app)
-            await pilot.press("p")
-            await pilot.pause()
-            assert "Processes" in screen_text(app)
+            assert "Processes" in await show(pilot, app, "p")
             release.set()
             await wait_for(pilot, lambda: app.state.stalled_s is None, timeout=15)
             await pilot.press("q")

@@ -18,7 +18,8 @@ import pytest
 from rich.style import Style
 
 from gpudoctor.presentation import MAX_TEXT, plain_text
-from tui_support import NO_NVML, STANDIN, make_test_app, run_async, screen_text, take_samples, wait_for
+from tui_support import (NO_NVML, STANDIN, make_test_app, run_async, run_sweep_on_screen, screen_text, take_samples,
+                         wait_for, workload_app)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -102,16 +103,11 @@ async def test_header_keeps_the_start_up_quick_doctor_verdict():
 
 @run_async
 async def test_workload_screen_shows_the_busy_machine_note_like_the_cli():
-    from gpudoctor.tui.workload_runner import WorkloadProcess
     from tui_workload_double import BUSY_NOTE
 
-    app = make_test_app(STANDIN, workload_check=lambda: None,
-                        workload_factory=lambda options: WorkloadProcess("tui_workload_double:busy_sweep", options))
+    app = workload_app("tui_workload_double:busy_sweep")
     async with app.run_test(size=(120, 50)) as pilot:
-        await pilot.press("w")
-        await pilot.press("s")
-        await wait_for(pilot, lambda: app.workload.phase in ("finished", "failed"), timeout=60)
-        await pilot.pause()
+        await run_sweep_on_screen(pilot, app, until=("finished", "failed"), timeout=60)
         assert app.workload.phase == "finished", (app.workload.error, app.workload.last_message)
         text = " ".join(screen_text(app).split())
         assert "note: " + BUSY_NOTE[:60] in text

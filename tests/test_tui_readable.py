@@ -14,11 +14,11 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import pytest
 
-from tui_support import STANDIN, make_test_app, run_async, screen_lines, take_samples, wait_for
+from tui_support import STANDIN, make_test_app, run_async, run_sweep_on_screen, screen_lines, take_samples, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -257,18 +257,27 @@ def _doctor_runner(probes, spec, *, on_start, on_result):
     return Report(results=[result])
 
 
-async def _doctor(size: tuple[int, int]) -> list[str]:
-    from test_tui_app import DOUBLE_PROBES
-
-    app = make_test_app(STANDIN, probe_source=lambda: DOUBLE_PROBES[:2], doctor_runner=_doctor_runner)
+async def _whole_screen(app: Any, size: tuple[int, int], open_screen: Callable[[Any], Awaitable[None]]) -> list[str]:
+    """The lines of the screen that ``open_screen(pilot)`` leads to, its title checked whole."""
     async with app.run_test(size=size) as pilot:
-        await pilot.press("d")
-        await wait_for(pilot, lambda: app.doctor.finished)
-        await pilot.pause()
+        await open_screen(pilot)
         lines = screen_lines(app)
         assert_title_whole(app, lines)
         await pilot.press("q")
     return lines
+
+
+async def _doctor(size: tuple[int, int]) -> list[str]:
+    from test_tui_app import DOUBLE_PROBES
+
+    app = make_test_app(STANDIN, probe_source=lambda: DOUBLE_PROBES[:2], doctor_runner=_doctor_runner)
+
+    async def run_doctor(pilot: Any) -> None:
+        await pilot.press("d")
+        await wait_for(pilot, lambda: app.doctor.finished)
+        await pilot.pause()
+
+    return await _whole_screen(app, size, run_doctor)
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
@@ -309,15 +318,7 @@ class _FakeWorkload:
 
 async def _workload(size: tuple[int, int]) -> list[str]:
     app = make_test_app(STANDIN, workload_check=lambda: None, workload_factory=lambda options: _FakeWorkload())
-    async with app.run_test(size=size) as pilot:
-        await pilot.press("w")
-        await pilot.press("s")
-        await wait_for(pilot, lambda: app.workload.phase == "finished")
-        await pilot.pause()
-        lines = screen_lines(app)
-        assert_title_whole(app, lines)
-        await pilot.press("q")
-    return lines
+    return await _whole_screen(app, size, lambda pilot: run_sweep_on_screen(pilot, app))
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")

@@ -123,7 +123,7 @@ def test_tui_under_tmux(tmp_path):
 def test_tui_on_a_pseudo_terminal():
     app = PtyApp([sys.executable, "-m", "gpudoctor", "tui", "--replay", str(STANDIN), "--interval", "0.5",
                   "--doctor-level", "quick"])
-    try:
+    with app:
         app.wait_for("GPU 1: NVIDIA A100-SXM4-40GB")
         app.wait_for("Host")
         for key, needle in (("p", "python train.py"), ("d", "Doctor"), ("w", "Workload"), ("?", "gpudoctor keys")):
@@ -135,10 +135,7 @@ def test_tui_on_a_pseudo_terminal():
         since = app.mark()
         app.keys("o")
         app.wait_for("GPU 0: NVIDIA", since)
-        app.keys("q")
-        assert app.proc.wait(30) == 0
-    finally:
-        app.close()
+        assert app.quit(30) == 0
 
 
 def _voluntary_switches(pid: int) -> int:
@@ -161,17 +158,14 @@ def test_tui_sleeps_while_nothing_happens():
 
     app = PtyApp([sys.executable, "-m", "gpudoctor", "tui", "--replay", str(STANDIN), "--interval", "60",
                   "--doctor-level", "quick"])
-    try:
+    with app:
         app.wait_for("Doctor: ")  # the start-up doctor's verdict in the header: start-up is over
         time.sleep(TICK_FOR_S + 1.0)
         before = _voluntary_switches(app.proc.pid)
         time.sleep(3.0)
         woke = _voluntary_switches(app.proc.pid) - before
         assert woke <= 3, f"the TUI's threads woke {woke} times in 3 s with nothing to do"
-        app.keys("q")
-        assert app.proc.wait(30) == 0
-    finally:
-        app.close()
+        assert app.quit(30) == 0
 
 
 def test_a_lone_escape_arrives_after_a_quiet_spell():
@@ -181,7 +175,7 @@ def test_a_lone_escape_arrives_after_a_quiet_spell():
 
     app = PtyApp([sys.executable, "-m", "gpudoctor", "tui", "--replay", str(STANDIN), "--interval", "60",
                   "--doctor-level", "quick"])
-    try:
+    with app:
         app.wait_for("GPU 1: NVIDIA A100-SXM4-40GB")
         since = app.mark()
         app.keys("?")
@@ -190,7 +184,4 @@ def test_a_lone_escape_arrives_after_a_quiet_spell():
         since = app.mark()
         app.keys("\x1b")
         app.wait_for("GPU 0: NVIDIA", since, timeout=10)  # the help closed: the Overview again
-        app.keys("q")
-        assert app.proc.wait(30) == 0
-    finally:
-        app.close()
+        assert app.quit(30) == 0

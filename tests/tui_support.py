@@ -5,12 +5,12 @@ Test doubles live here and in tui_workload_double.py, never in the product.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-import subprocess
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
@@ -45,6 +45,26 @@ def make_test_app(path: Path = STANDIN, *, loop: bool = False, **kw: Any) -> Any
     return GpudoctorApp(replay_factory(path, loop), replay=str(path), **kw)
 
 
+def workload_app(sweep: str, **kw: Any) -> Any:
+    """The app on the stand-in recording whose Workload screen runs ``sweep`` (module:function, one
+    of tui_workload_double's) in a child process."""
+    from gpudoctor.tui.workload_runner import WorkloadProcess
+
+    return make_test_app(STANDIN, workload_check=lambda: None,
+                         workload_factory=lambda options: WorkloadProcess(sweep, options), **kw)
+
+
+@contextlib.asynccontextmanager
+async def running_app(path: Path, *, size: tuple[int, int], samples: int, **kw: Any) -> AsyncIterator[tuple[Any, Any]]:
+    """The app on recording ``path``, headless at ``size``, after ``samples`` readings: (app, pilot).
+    Leaving the block quits it with q."""
+    app = make_test_app(path, **kw)
+    async with app.run_test(size=size) as pilot:
+        await take_samples(pilot, app, samples)
+        yield app, pilot
+        await pilot.press("q")
+
+
 def screen_lines(app: Any) -> list[str]:
     """The text of the screen as shown, one string per terminal row."""
     strips = app.screen._compositor.render_strips()  # the composed frame (what a terminal gets)
@@ -76,6 +96,22 @@ async def take_samples(pilot: Any, app: Any, n: int) -> None:
     await pilot.pause()
 
 
+async def show(pilot: Any, app: Any, key: str) -> str:
+    """Press ``key``, let the app redraw, and return the screen's text."""
+    await pilot.press(key)
+    await pilot.pause()
+    return screen_text(app)
+
+
+async def run_sweep_on_screen(pilot: Any, app: Any, until: tuple[str, ...] = ("finished",),
+                              timeout: float = 20.0) -> None:
+    """Open the Workload screen, start its sweep (s) and wait until its phase is one of ``until``."""
+    await pilot.press("w")
+    await pilot.press("s")
+    await wait_for(pilot, lambda: app.workload.phase in until, timeout=timeout)
+    await pilot.pause()
+
+
 async def open_processes(pilot: Any, app: Any, samples: int = 1) -> tuple[Any, Any]:
     """Take ``samples`` readings and switch to the Processes screen: (the screen, its table)."""
     await take_samples(pilot, app, samples)
@@ -102,34 +138,21 @@ class PtyApp:
 
     def __init__(self, argv: list[str], cols: int = 100, rows: int = 30, cwd: Path = ROOT,
                  env: dict[str, str] | None = None) -> None:
-        import fcntl
-        import pty
-        import struct
-        import termios
         import threading
 
-        self.master, slave = pty.openpty()
-        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-        env = {**(os.environ if env is None else env), "TERM": "xterm-256color", "COLUMNS": str(cols),
-               "LINES": str(rows)}
-        self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, cwd=cwd, env=env,
-                                     start_new_session=True)
-        os.close(slave)
+        from script_loader import load_script
+
+        self._terminal = terminal = load_script("benchmarks/pty_terminal.py", "pty_terminal")
+        self.proc, self.master = terminal.start_on_pty(argv, cols=cols, rows=rows, cwd=cwd, env=env)
         self.chunks: list[bytes] = []
         self.lock = threading.Lock()
-        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader = threading.Thread(target=terminal.read_until_closed, args=(self.master, self._keep),
+                                       daemon=True)
         self.reader.start()
 
-    def _read(self) -> None:
-        while True:
-            try:
-                data = os.read(self.master, 65536)
-            except OSError:
-                return
-            if not data:
-                return
-            with self.lock:
-                self.chunks.append(data)
+    def _keep(self, data: bytes) -> None:
+        with self.lock:
+            self.chunks.append(data)
 
     def text(self) -> str:
         """Everything the app wrote, escape sequences removed."""
@@ -153,14 +176,19 @@ class PtyApp:
     def keys(self, data: str) -> None:
         os.write(self.master, data.encode())
 
+    def quit(self, timeout: float = 30.0) -> int:
+        """Press q and wait for the exit code (subprocess.TimeoutExpired after ``timeout``)."""
+        self.keys("q")
+        return self.proc.wait(timeout)
+
+    def __enter__(self) -> "PtyApp":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-        try:
-            os.close(self.master)
-        except OSError:
-            pass
+        self._terminal.end(self.proc, self.master)
 
 
 ANSI = re.compile(r"\x1b(\[[0-9;?<>=]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[PX^_][^\x1b]*\x1b\\|.)")
@@ -173,9 +201,6 @@ def assert_tui_header_fails(env: dict[str, str], cols: int = 160) -> None:
 
     app = PtyApp([sys.executable, "-m", "gpudoctor", "tui", "--interval", "0.5", "--doctor-level", "quick"],
                  env=env, cols=cols, rows=30)
-    try:
+    with app:
         app.wait_for("Doctor: FAIL", timeout=60)
-        app.keys("q")
-        assert app.proc.wait(30) == 0
-    finally:
-        app.close()
+        assert app.quit(30) == 0

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Iterable
+
+if TYPE_CHECKING:
+    from gpudoctor.commands.args import Subcommands
 
 # Every command, in the order ``gpudoctor --help`` lists them. A command's module is imported
 # only when it is registered: ``gpudoctor report`` loads neither the exporter nor the workload.
@@ -31,7 +34,7 @@ def load(name: str) -> ModuleType:
     return importlib.import_module(f"{__name__}.{name}")
 
 
-def register_all(subparsers: Any, names: Iterable[str] = COMMAND_NAMES) -> None:
+def register_all(subparsers: Subcommands, names: Iterable[str] = COMMAND_NAMES) -> None:
     for name in names:
         load(name).register(subparsers)
 

@@ -9,10 +9,17 @@ from __future__ import annotations
 import argparse
 import math
 import os
-from typing import Callable, Union
+from typing import TYPE_CHECKING, Any, Callable, Union
 
 from gpudoctor._text import plain_text
 from gpudoctor.errors import UsageError
+
+if TYPE_CHECKING:
+    from gpudoctor.backends.base import GpuBackend
+
+    #: What ``register(subparsers)`` is given: the action that holds gpudoctor's commands. Its
+    #: parsers are of the CLI's own ArgumentParser subclass (cli._Parser), which a command need not know.
+    Subcommands = argparse._SubParsersAction[Any]
 
 Number = Union[int, float]
 
@@ -106,6 +113,36 @@ def listen_host(text: str) -> str:
     return raw
 
 
+def add_command(subparsers: Subcommands, name: str, run: Callable[[argparse.Namespace], int], *, help: str,
+                description: str, usage: str | None = None) -> argparse.ArgumentParser:
+    """The parser of command ``name``; ``run(args)`` is called with what it parsed and returns the
+    exit code (:mod:`gpudoctor.exitcodes`)."""
+    parser = subparsers.add_parser(name, help=help, description=description, usage=usage)
+    parser.set_defaults(handler=run)
+    return parser
+
+
+def add_json(parser: argparse.ArgumentParser, help: str) -> None:
+    """``--json``: the command's result as JSON on stdout; ``help`` says which document."""
+    parser.add_argument("--json", action="store_true", help=help)
+
+
+def add_output(parser: argparse.ArgumentParser, help: str, *, required: bool = False) -> None:
+    """``-o/--output FILE``: a file the command writes, refused at once when it never could be."""
+    parser.add_argument("-o", "--output", type=output_path, metavar="FILE", required=required, help=help)
+
+
+def add_replay(parser: argparse.ArgumentParser, help: str) -> None:
+    """``--replay FILE``: read a recording made by ``gpudoctor record`` instead of live NVML."""
+    parser.add_argument("--replay", metavar="FILE", help=help)
+
+
+def add_refresh_interval(parser: argparse.ArgumentParser) -> None:
+    """``-i/--interval``: how often a live view reads the GPUs (the TUI, watch)."""
+    parser.add_argument("-i", "--interval", type=refresh_interval, default=1.0, metavar="SECONDS",
+                        help="seconds between readings (default 1, minimum 0.25)")
+
+
 def add_fail_on(parser: argparse.ArgumentParser) -> None:
     """``--fail-on warn|fail``: the lowest status that gives a non-zero exit (``exitcodes.for_status``),
     one option for every command that judges a report."""
@@ -151,5 +188,17 @@ def check_recording(path: str | None) -> None:
         raise UsageError(str(exc)) from None
 
 
+def open_backend(replay: str | None, *, loop: bool = False) -> GpuBackend:
+    """Live NVML, or the recording ``--replay`` names; one that cannot be read is a UsageError
+    (exit 2, the loader's one-line reason)."""
+    from gpudoctor.backends import RecordingError, open_gpu_backend
+
+    try:
+        return open_gpu_backend(replay, loop=loop)
+    except RecordingError as exc:
+        raise UsageError(str(exc)) from None
+
+
 __all__ = ["bounded", "seconds", "seconds_or_zero", "MAX_SECONDS", "MIN_INTERVAL_S", "refresh_interval", "output_path",
-           "check_writable", "check_recording", "add_fail_on", "process_id", "listen_host", "MAX_PID"]
+           "check_writable", "check_recording", "open_backend", "add_command", "add_json", "add_output", "add_replay",
+           "add_refresh_interval", "add_fail_on", "process_id", "listen_host", "MAX_PID"]

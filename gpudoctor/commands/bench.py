@@ -11,24 +11,27 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpudoctor import exitcodes, signals
-from gpudoctor.commands.args import check_writable, output_path
+from gpudoctor.commands.args import add_command, add_json, add_output, check_writable, output_path
 from gpudoctor.commands.output import Progress, deliver, say
 from gpudoctor.errors import UsageError
 from gpudoctor.workload.config import (DEFAULT_BATCH_SIZES, DEFAULT_WORKERS, DEVICES, MODES,
                                        QUICK_BATCH_SIZES, QUICK_WORKERS, SweepConfig,
                                        parse_choice_list, parse_int_list)
 
+if TYPE_CHECKING:
+    from gpudoctor.commands.args import Subcommands
+    from gpudoctor.workload.run import RunResult
 
-def register(subparsers: Any) -> None:
-    bench = subparsers.add_parser("bench", help="reference workloads (bench mnist)",
-                                  description="Reference workloads that show how well a training loop uses the GPU.")
+
+def register(subparsers: Subcommands) -> None:
+    bench = add_command(subparsers, "bench", lambda args: _bench_help(bench), help="reference workloads (bench mnist)",
+                        description="Reference workloads that show how well a training loop uses the GPU.")
     workloads = bench.add_subparsers(dest="workload", metavar="WORKLOAD", parser_class=type(bench))
-    bench.set_defaults(handler=lambda args: _bench_help(bench))
-    mnist = workloads.add_parser(
-        "mnist", help="MNIST sweep: throughput and GPU utilisation by batch size, workers and pipeline",
+    mnist = add_command(
+        workloads, "mnist", run, help="MNIST sweep: throughput and GPU utilisation by batch size, workers and pipeline",
         description="Train the tutorials' MNIST network (784-512-256-128-64-10) across batch sizes, "
                     "DataLoader workers, pipeline modes and devices; tell which is fastest and "
                     "whether the input pipeline starves the GPU.")
@@ -57,11 +60,10 @@ def register(subparsers: Any) -> None:
                             "default: the built-in synthetic set")
     mnist.add_argument("--download", action="store_true",
                        help="download MNIST into --data-dir (default ~/.cache/gpudoctor/mnist) first")
-    mnist.add_argument("--json", action="store_true", help="print the JSON document to stdout")
+    add_json(mnist, "print the JSON document to stdout")
     mnist.add_argument("--csv", type=output_path, metavar="FILE", help="write one CSV row per run to FILE")
     mnist.add_argument("--plot", type=output_path, metavar="FILE.png", help="plot samples/s and GPU utilisation against batch size")
-    mnist.add_argument("-o", "--output", type=output_path, metavar="FILE", help="write the JSON document to FILE")
-    mnist.set_defaults(handler=run)
+    add_output(mnist, "write the JSON document to FILE")
 
 
 def _bench_help(parser: argparse.ArgumentParser) -> int:
@@ -100,7 +102,7 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
     return config
 
 
-def _run_line(result: Any, fraction: float) -> str:
+def _run_line(result: RunResult, fraction: float) -> str:
     if result.status == "ok":
         outcome = f"{result.samples_per_s:,.0f} samples/s, epoch {result.epoch_s:.2f} s"
     else:

@@ -12,28 +12,28 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpudoctor import exitcodes
-from gpudoctor.commands.args import add_fail_on
+from gpudoctor.commands.args import add_command, add_fail_on, add_json
 
 if TYPE_CHECKING:
     from gpudoctor.baseline import Baseline
+    from gpudoctor.commands.args import Subcommands
     from gpudoctor.model import ProbeResult
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "compare", help="compare a report's figures with a known-good baseline report (or a directory of them)",
+def register(subparsers: Subcommands) -> None:
+    parser = add_command(
+        subparsers, "compare", run, help="compare a report's figures with a known-good baseline report (or a directory of them)",
         description="Compare bandwidth, TFLOP/s, CUDA context size, workload throughput and samples per joule, "
                     "idle power and temperature and the PCIe link with a known-good report of the same GPU model "
                     "(or the median of a directory of them). Exit codes: 0 within tolerance, 3 warn, 4 fail, 2 usage.")
     parser.add_argument("baseline", metavar="BASELINE", help="known-good report (JSON) or a directory of them")
     parser.add_argument("report", metavar="REPORT", help="the report to judge (gpudoctor report --full --json)")
-    parser.add_argument("--json", action="store_true", help="print a report document (docs/report.schema.json)")
+    add_json(parser, "print a report document (docs/report.schema.json)")
     parser.add_argument("--force", action="store_true", help="compare even when the GPU models differ")
     add_fail_on(parser)
-    parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:

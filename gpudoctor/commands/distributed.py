@@ -13,10 +13,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpudoctor.commands.args import MAX_SECONDS, add_fail_on, bounded, check_writable, output_path
+from gpudoctor.commands.args import (MAX_SECONDS, add_command, add_fail_on, add_json, add_output, bounded,
+                                     check_writable)
 from gpudoctor.commands.output import emit_report, is_terminal, say, torchrun_rank
+
+if TYPE_CHECKING:
+    from gpudoctor.commands.args import Subcommands
 
 nproc = bounded(int, minimum=2, what="a number of processes",
                 below_message="a distributed check needs at least 2 processes")
@@ -36,9 +40,9 @@ def _sizes(text: str) -> list[int]:
     return sizes
 
 
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "distributed", help="check torch.distributed: all-reduce bandwidth, DDP, stragglers, peers",
+def register(subparsers: Subcommands) -> None:
+    p = add_command(
+        subparsers, "distributed", run, help="check torch.distributed: all-reduce bandwidth, DDP, stragglers, peers",
         description="All-reduce bus bandwidth over message sizes, a DDP step of the reference MNIST "
                     "network with a gradient agreement check, per-rank timings, and on multi-GPU nodes "
                     "peer access, NVLink and DataParallel. NCCL on GPUs, gloo on CPU. Under torchrun it "
@@ -54,13 +58,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--timeout", type=time_limit, default=120.0, metavar="S",
                    help="time limit for the whole check; a rank still running then is reported as hung "
                         "(default 120)")
-    p.add_argument("--json", action="store_true", help="print one JSON report to stdout")
-    p.add_argument("-o", "--output", type=output_path, metavar="FILE",
-                   help="also write the JSON report to FILE (atomically)")
+    add_json(p, "print one JSON report to stdout")
+    add_output(p, "also write the JSON report to FILE (atomically)")
     add_fail_on(p)
     p.add_argument("--anonymize", action="store_true", help="strip GPU UUIDs, serial numbers and host names")
     p.add_argument("-v", "--verbose", action="store_true", help="show every measurement")
-    p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -15,7 +15,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from gpudoctor import exitcodes
-from gpudoctor.commands.args import bounded, listen_host, seconds, seconds_or_zero
+from gpudoctor.commands.args import (add_command, add_replay, bounded, listen_host, open_backend, seconds,
+                                     seconds_or_zero)
 from gpudoctor.errors import UsageError
 from gpudoctor.presentation import plain_text
 from gpudoctor.exporter import (DEFAULT_INTERVAL_S, DEFAULT_PORT, DEFAULT_REPORT_INTERVAL_S, LOOPBACK,
@@ -25,12 +26,16 @@ from gpudoctor.exporter import (DEFAULT_INTERVAL_S, DEFAULT_PORT, DEFAULT_REPORT
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
+    from gpudoctor.backends.base import GpuBackend
+    from gpudoctor.backends.events import EventWatcher, ReplayEvents
+    from gpudoctor.commands.args import Subcommands
+
 port = bounded(int, minimum=0, maximum=65535, what="a port number")
 
 
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "exporter", help="serve Prometheus metrics for every GPU and the last report",
+def register(subparsers: Subcommands) -> None:
+    p = add_command(
+        subparsers, "exporter", run, help="serve Prometheus metrics for every GPU and the last report",
         description="Prometheus exporter: per-GPU utilisation, memory, temperature, power, clocks, PCIe, "
                     "ECC, throttle reasons, and each probe's status in the last quick report. Metric names "
                     "and their dcgm-exporter counterparts: docs/fleet.md.")
@@ -46,19 +51,13 @@ def register(subparsers: Any) -> None:
                    help="expose the report in FILE (written by `gpudoctor report -o FILE`) instead of "
                         "running the quick report; re-read when it changes")
     p.add_argument("--no-report", action="store_true", help="expose no report metrics")
-    p.add_argument("--replay", metavar="FILE", help="serve a recording (gpudoctor record) instead of live NVML")
+    add_replay(p, "serve a recording (gpudoctor record) instead of live NVML")
     p.add_argument("--exit-after", type=seconds, metavar="S",
                    help="stop after S seconds (for scripts and tests; default: run until Ctrl-C or SIGTERM)")
-    p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpudoctor.backends import RecordingError, open_gpu_backend
-
-    try:
-        gpu = open_gpu_backend(args.replay)
-    except RecordingError as exc:
-        raise UsageError(str(exc)) from None
+    gpu = open_backend(args.replay)
     # SIGTERM and SIGHUP (its terminal closed) are its normal stop, from the first moment: a
     # stop that comes while the first sample is awaited ends it cleanly, not by the signal.
     terminated: list[int] = []
@@ -141,17 +140,17 @@ class _EventsInBackground:
     ids, NVML calls that can hang like any other, and nothing before serving may wait on NVML.
     The collector exposes the events from the moment the watcher is open."""
 
-    def __init__(self, gpu: Any, sampler: Any = None) -> None:
+    def __init__(self, gpu: GpuBackend, sampler: GpuSampler | None = None) -> None:
         self.gpu = gpu
         self.sampler = sampler
-        self.watcher: Any = None
+        self.watcher: EventWatcher | ReplayEvents | None = None
         self._stopped = False
         self._lock = threading.Lock()
 
-    def start(self, collector: Any) -> None:
+    def start(self, collector: GpudoctorCollector) -> None:
         threading.Thread(target=self._open, args=(collector,), name="gpudoctor-events-open", daemon=True).start()
 
-    def _open(self, collector: Any) -> None:
+    def _open(self, collector: GpudoctorCollector) -> None:
         from gpudoctor.backends.events import open_event_watcher
 
         try:

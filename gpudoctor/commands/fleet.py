@@ -12,10 +12,13 @@ import argparse
 import json
 import shutil
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
-from gpudoctor.commands.args import add_fail_on, bounded
+from gpudoctor.commands.args import add_command, add_fail_on, add_json, bounded
 from gpudoctor.commands.output import is_terminal
+
+if TYPE_CHECKING:
+    from gpudoctor.commands.args import Subcommands
 
 
 # Per-request limit and staleness: more than 0, at most a year.
@@ -30,9 +33,9 @@ def _lookback(text: str) -> str:
     return text
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "fleet", help="every node's GPUs from Prometheus, worst first",
+def register(subparsers: Subcommands) -> None:
+    parser = add_command(
+        subparsers, "fleet", run, help="every node's GPUs from Prometheus, worst first",
         description="Read what Prometheus holds from gpudoctor exporters (and dcgm-exporter) and list "
                     "every node's GPUs, worst first, with the reason. Exit codes: 0 pass, 3 warn, 4 fail, "
                     "5 stale targets, 2 usage or refused query, 6 no GPU series, 8 Prometheus unreachable.")
@@ -40,7 +43,7 @@ def register(subparsers: Any) -> None:
                         help="the Prometheus server, e.g. http://prometheus:9090")
     parser.add_argument("--match", action="append", default=[], metavar="LABEL=VALUE",
                         help="only series with this label (repeatable; also !=, =~, !~), e.g. job=gpu")
-    parser.add_argument("--json", action="store_true", help="print one JSON document (docs/fleet.schema.json)")
+    add_json(parser, "print one JSON document (docs/fleet.schema.json)")
     add_fail_on(parser)
     parser.add_argument("--stale-after", type=_seconds, default=120.0, metavar="SECONDS",
                         help="readings older than this are stale (default 120)")
@@ -48,7 +51,6 @@ def register(subparsers: Any) -> None:
                         help="how far back to look for GPUs of targets that stopped answering (default 1h)")
     parser.add_argument("--timeout", type=_seconds, default=10.0, metavar="SECONDS",
                         help="per-request time limit (default 10)")
-    parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:

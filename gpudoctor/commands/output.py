@@ -12,10 +12,15 @@ import errno
 import io
 import os
 import sys
-from typing import Any, Callable, Iterable, Sequence, TextIO
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, TextIO
 
 from gpudoctor import exitcodes, fileio, signals
 from gpudoctor.errors import WriteFailedError
+
+if TYPE_CHECKING:
+    import argparse
+
+    from gpudoctor.model import Report
 
 Writer = Callable[[str], Any]  # writes one output file at the path it is given
 
@@ -57,7 +62,7 @@ def ensure_std_streams() -> None:
         sys.stdout = ClosedStream("stdout")
 
 
-def is_terminal(stream: Any) -> bool:
+def is_terminal(stream: TextIO | None) -> bool:
     """``stream.isatty()``, False for a missing or closed stream."""
     try:
         return bool(stream is not None and stream.isatty())
@@ -157,7 +162,7 @@ class Progress:
     def __enter__(self) -> "Progress":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.clear()
 
     def start(self, label: str) -> None:
@@ -190,7 +195,7 @@ def torchrun_rank() -> int | None:
     return None
 
 
-def emit_report(report: Any, args: Any, *, title: str = "gpudoctor report") -> int:
+def emit_report(report: Report, args: argparse.Namespace, *, title: str = "gpudoctor report") -> int:
     """Hand a finished report over as asked (text or ``--json`` on stdout, ``-o`` file) and
     return the exit code.
 

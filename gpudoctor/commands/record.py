@@ -7,26 +7,28 @@ Exit codes: 0 written; 2 bad arguments; 6 no usable GPU (said at once, nothing s
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpudoctor import exitcodes
-from gpudoctor.commands.args import check_writable, output_path, seconds
+from gpudoctor.commands.args import add_command, add_output, check_writable, seconds
 from gpudoctor.commands.output import deliver, say
 
+if TYPE_CHECKING:
+    from gpudoctor.backends.base import GpuBackend
+    from gpudoctor.commands.args import Subcommands
 
-def register(subparsers: Any) -> None:
-    record = subparsers.add_parser("record", help="capture real NVML and torch readings into a recording",
-                                   description="Capture device readings for replay and bug reports.")
-    record.add_argument("-o", "--output", type=output_path, metavar="FILE", required=True,
-                        help="recording file to write")
+
+def register(subparsers: Subcommands) -> None:
+    record = add_command(subparsers, "record", run, help="capture real NVML and torch readings into a recording",
+                         description="Capture device readings for replay and bug reports.")
+    add_output(record, "recording file to write", required=True)
     record.add_argument("--seconds", type=seconds, default=5.0, help="how long to sample (default 5)")
     record.add_argument("--interval", type=seconds, default=0.5, help="seconds between samples (default 0.5)")
     record.add_argument("--no-torch", action="store_true", help="do not record torch facts (no CUDA context)")
     record.add_argument("--anonymize", action="store_true", help="strip UUIDs, serials and host name")
-    record.set_defaults(handler=run)
 
 
-def no_gpu_reason(gpu: Any) -> str | None:
+def no_gpu_reason(gpu: GpuBackend) -> str | None:
     """Why there is nothing to record (one sentence), or None when NVML sees a GPU."""
     from gpudoctor.presentation import no_gpu_words
 

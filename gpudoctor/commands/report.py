@@ -4,39 +4,44 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudoctor import exitcodes
-from gpudoctor.commands.args import add_fail_on, bounded, check_recording, check_writable, output_path
+from gpudoctor.commands.args import (add_command, add_fail_on, add_json, add_output, add_replay, bounded, check_recording,
+                                     check_writable)
 from gpudoctor.commands.output import Progress, emit_report
 from gpudoctor.errors import DeviceSelectionError, UsageError
+
+if TYPE_CHECKING:
+    from gpudoctor.baseline import Baseline
+    from gpudoctor.commands.args import Subcommands
+    from gpudoctor.model import Report
 
 device_index = bounded(int, minimum=0, what="a device index (use 0, 1, ...)",
                        below_message="device index must be >= 0, got {text}")
 
 
-def register(subparsers: Any) -> None:
-    report = subparsers.add_parser("report", help="check this machine's GPU stack (text or --json)",
-                                   description="Check the GPU stack probe by probe and give a verdict.")
+def register(subparsers: Subcommands) -> None:
+    report = add_command(subparsers, "report", run, help="check this machine's GPU stack (text or --json)",
+                         description="Check the GPU stack probe by probe and give a verdict.")
     level = report.add_mutually_exclusive_group()
     level.add_argument("--quick", dest="level", action="store_const", const="quick",
                        help="NVML and host facts only: no torch import, no CUDA context")
     level.add_argument("--full", dest="level", action="store_const", const="full",
                        help="also exercise memory, bandwidth, compute and the MNIST workload")
     report.set_defaults(level="standard")
-    report.add_argument("--json", action="store_true", help="print one JSON document to stdout (= --format json)")
+    add_json(report, "print one JSON document to stdout (= --format json)")
     report.add_argument("--format", choices=("text", "json", "markdown"), default=None,
                         help="text (default), json, or markdown: a collapsible summary to paste into an issue")
     report.add_argument("--probe", action="append", metavar="NAME", help="run only this probe (repeatable)")
     report.add_argument("--list-probes", action="store_true", help="list probes and exit")
     report.add_argument("--device", type=device_index, metavar="N", help="check only torch device N")
-    report.add_argument("-o", "--output", type=output_path, metavar="FILE",
-                        help="also write the JSON report to FILE (atomically)")
+    add_output(report, "also write the JSON report to FILE (atomically)")
     add_fail_on(report)
     report.add_argument("--anonymize", action=argparse.BooleanOptionalAction, default=None,
                         help="strip GPU UUIDs, serial numbers and the host name (default: on for "
                              "--format markdown only)")
-    report.add_argument("--replay", metavar="FILE", help="read NVML/torch facts from a recording (gpudoctor record)")
+    add_replay(report, "read NVML/torch facts from a recording (gpudoctor record)")
     report.add_argument("--data-dir", metavar="DIR", help="MNIST IDX files for the workload probe")
     report.add_argument("-v", "--verbose", action="store_true", help="show every measurement and passing finding")
     report.add_argument("--python", metavar="PATH", help="check the torch of this interpreter (your training "
@@ -46,7 +51,6 @@ def register(subparsers: Any) -> None:
                              "median of a directory of them (docs/baselines.md)")
     report.add_argument("--baseline-force", action="store_true",
                         help="compare with the baseline even when the GPU models differ")
-    report.set_defaults(handler=run)
 
 
 def check_device(device: int | None, replay: str | None) -> None:
@@ -119,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     return emit_report(report, args)
 
 
-def load_baseline(path: str | None) -> Any:
+def load_baseline(path: str | None) -> Baseline | None:
     """The baseline, read before anything runs: a bad one is one line and exit 2, not a lost run."""
     if path is None:
         return None
@@ -131,7 +135,7 @@ def load_baseline(path: str | None) -> Any:
         raise UsageError(f"--baseline: {exc}") from None
 
 
-def add_baseline_result(report: Any, base: Any, *, force: bool) -> None:
+def add_baseline_result(report: Report, base: Baseline, *, force: bool) -> None:
     """Append the comparison with ``base`` to ``report`` as the ``baseline`` result.
 
     A model mismatch found only now (the baseline was readable, but this machine's GPU differs)

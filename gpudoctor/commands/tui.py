@@ -9,30 +9,31 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpudoctor import exitcodes
-from gpudoctor.commands.args import check_recording, refresh_interval
+from gpudoctor.commands.args import add_command, add_refresh_interval, add_replay, check_recording
 from gpudoctor.commands.output import is_terminal
 from gpudoctor.errors import UsageError
 
+if TYPE_CHECKING:
+    from gpudoctor.commands.args import Subcommands
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "tui", help="the live monitor (what `gpudoctor` with no arguments opens)",
+
+def register(subparsers: Subcommands) -> None:
+    parser = add_command(
+        subparsers, "tui", run, help="the live monitor (what `gpudoctor` with no arguments opens)",
         description="Live GPU panels with history, a process table, the Doctor (checks in the background) "
                     "and the MNIST Workload sweep. Keys: o p d w switch screens, ? help, q quit. "
                     "`gpudoctor -i 1` is `gpudoctor tui -i 1`.")
-    parser.add_argument("-i", "--interval", type=refresh_interval, default=1.0, metavar="SECONDS",
-                        help="seconds between readings (default 1, minimum 0.25)")
-    parser.add_argument("--replay", metavar="FILE", help="show a recording made with `gpudoctor record` (loops)")
+    add_refresh_interval(parser)
+    add_replay(parser, "show a recording made with `gpudoctor record` (loops)")
     parser.add_argument("--doctor-level", choices=("quick", "standard", "full"), default="standard",
                         help="which checks the Doctor screen runs (default standard)")
     parser.add_argument("--screen", choices=("overview", "processes", "doctor", "workload", "fleet"),
                         default="overview", help="screen to open first (default overview; fleet needs --prometheus)")
     parser.add_argument("--prometheus", metavar="URL",
                         help="add the Fleet screen (n): every node's GPUs from this Prometheus, worst first")
-    parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,19 +12,22 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpudoctor import exitcodes
-from gpudoctor.commands.args import bounded, refresh_interval
+from gpudoctor.commands.args import add_command, add_json, add_refresh_interval, add_replay, bounded, open_backend
 from gpudoctor.commands.output import say, write_stdout_line
-from gpudoctor.errors import UsageError
+
+if TYPE_CHECKING:
+    from gpudoctor.backends.events import EventWatcher, ReplayEvents
+    from gpudoctor.commands.args import Subcommands
 
 count = bounded(int, minimum=1, what="a whole number")
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "watch", help="one line per GPU per interval, for logs (--json: JSON lines)",
+def register(subparsers: Subcommands) -> None:
+    parser = add_command(
+        subparsers, "watch", run, help="one line per GPU per interval, for logs (--json: JSON lines)",
         description="Print one line per GPU every interval, within 100 columns: utilisation, memory used/total, "
                     "temperature, power/limit, SM clock and throttle reasons "
                     "(2026-11-21T05:21:07Z gpu0 util 95% mem 20.5/24.0 GiB 74°C 338/350W sm 1860MHz throttle "
@@ -32,30 +35,21 @@ def register(subparsers: Any) -> None:
                     "processes; utilisation and energy are whole-GPU figures only in NVML). -v adds the memory clock, PCIe, fan, the driver's reserved memory and why a "
                     "reading is n/a. Exit codes: 0 done, 2 usage, 4 a critical GPU event (a critical Xid, an "
                     "uncorrectable ECC error) was reported, 6 no GPU, 130 Ctrl-C.")
-    parser.add_argument("-i", "--interval", type=refresh_interval, default=1.0, metavar="SECONDS",
-                        help="seconds between readings (default 1, minimum 0.25)")
+    add_refresh_interval(parser)
     parser.add_argument("-n", "--count", type=count, metavar="COUNT",
                         help="stop after COUNT intervals (default: until Ctrl-C)")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="every reading on the line (about 200 columns): memory clock, PCIe rx/tx, fan, "
                              "reserved memory, n/a reasons, throttle reasons in full")
-    parser.add_argument("--json", action="store_true", help="one JSON object per GPU per interval (every reading)")
-    parser.add_argument("--replay", metavar="FILE", help="read a recording made with `gpudoctor record`")
-    parser.set_defaults(handler=run)
+    add_json(parser, "one JSON object per GPU per interval (every reading)")
+    add_replay(parser, "read a recording made with `gpudoctor record`")
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpudoctor.backends import NvmlBackend, RecordingError, ReplayBackend
     from gpudoctor.presentation import mig_lines, mig_records, no_gpu_words, plain_text, watch_line, watch_record
     from gpudoctor.sampling import Sampler
 
-    if args.replay:
-        try:
-            gpu: Any = ReplayBackend.from_file(args.replay, loop=False)
-        except RecordingError as exc:
-            raise UsageError(str(exc)) from None
-    else:
-        gpu = NvmlBackend()
+    gpu = open_backend(args.replay, loop=False)
     sampler = Sampler(gpu, host_sampler=None, with_processes=False, interval_s=args.interval)
     from gpudoctor.backends.events import critical_events, open_event_watcher
     from gpudoctor.sampling import bounded_call
@@ -97,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         sampler.close()
 
 
-def _new_events(events: Any, index: int, seen: dict[int, int], as_json: bool) -> None:
+def _new_events(events: EventWatcher | ReplayEvents, index: int, seen: dict[int, int], as_json: bool) -> None:
     """An EVENT line for each critical event (Xid, ECC) the GPU reported since the last interval.
 
     Kernel-log Xids from before the watch began come once, on the first interval."""

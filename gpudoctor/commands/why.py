@@ -16,12 +16,16 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import Any, TextIO
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Callable, TextIO
 
 from gpudoctor import exitcodes, signals
-from gpudoctor.commands.args import bounded, check_writable, output_path, process_id
+from gpudoctor.commands.args import add_command, add_json, add_output, bounded, check_writable, process_id
 from gpudoctor.commands.output import deliver, is_terminal, say
 from gpudoctor.errors import UsageError
+
+if TYPE_CHECKING:
+    from gpudoctor.commands.args import Subcommands
 
 _rate = bounded(int, minimum=1, maximum=1000, what="a rate in samples per second")
 _seconds = bounded(float, minimum=1, maximum=3600, what="a number of seconds", unit=" s")
@@ -30,9 +34,9 @@ STOP_GRACE_S = 10.0
 CTRL_C_GRACE_S = 3.0   # a Ctrl-C typed in the terminal reached the command too: time to end by itself
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "why", help="why a running training process's GPU is not busy (no code change)",
+def register(subparsers: Subcommands) -> None:
+    parser = add_command(
+        subparsers, "why", run, help="why a running training process's GPU is not busy (no code change)",
         usage="gpudoctor why [-h] [--seconds N] [--rate HZ] [--json] [-o FILE] PID\n"
               "       gpudoctor why [-h] [--seconds N] [--rate HZ] [--json] [-o FILE] [--wait-start N]\n"
               "                     [--then continue|stop] -- CMD [ARG ...]",
@@ -55,9 +59,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--wait-start", type=_wait, default=60.0, metavar="N",
                         help="with -- CMD: wait at most N seconds (default 60, 0 = not at all) for start-up "
                              "(imports, building the model) to end before the sampled window")
-    parser.add_argument("--json", action="store_true", help="print one JSON document (docs/why.schema.json)")
-    parser.add_argument("-o", "--output", type=output_path, metavar="FILE", help="also write the JSON here")
-    parser.set_defaults(handler=run)
+    add_json(parser, "print one JSON document (docs/why.schema.json)")
+    add_output(parser, "also write the JSON here")
 
 
 def _target(args: argparse.Namespace) -> tuple[int | None, list[str] | None]:
@@ -119,7 +122,7 @@ class _Terminated(KeyboardInterrupt):
 _signals = {"terminated": 0}
 
 
-def _on_sigterm(signum: int, frame: Any) -> None:
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     if _signals["terminated"]:
         return  # the first one is being handled: the diagnosis is being written
     _signals["terminated"] = signum
@@ -130,7 +133,7 @@ def _stop_code(signum: int) -> int:
     return exitcodes.HANGUP if signum == getattr(signal, "SIGHUP", None) else exitcodes.TERMINATED
 
 
-def _set_handlers(handler: Any) -> dict[int, Any]:
+def _set_handlers(handler: Callable[[int, FrameType | None], object]) -> dict[int, Any]:
     """``handler`` for SIGTERM and SIGHUP; the handlers it replaced (none outside the main thread)."""
     previous: dict[int, Any] = {}
     try:

@@ -27,7 +27,8 @@ import math
 import time
 import warnings
 from array import array
-from typing import Any, Iterable, Iterator
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Literal
 
 from gpudoctor.errors import UsageError
 
@@ -36,6 +37,12 @@ from gpudoctor.stats import percentile
 
 from .summary import RawTimings, Summary, build_summary, find_stragglers, iteration_spans
 from . import publish
+
+if TYPE_CHECKING:
+    import torch
+
+    from gpudoctor.backends.base import GpuBackend
+    from gpudoctor.backends.na import NA
 
 log = logging.getLogger("gpudoctor.hooks")
 _clock = time.perf_counter
@@ -61,7 +68,8 @@ class _StepContext:
         self._monitor._begin_step()
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> Literal[False]:
         self._monitor._end_step(exc_type, exc)
         return False
 
@@ -103,6 +111,17 @@ class _Wrapped:
             monitor._last_batch = None
 
 
+def _check_settings(log_every: int | None, warmup_steps: int, batch_size: int | None) -> None:
+    """TrainingMonitor's arguments that no loop can be measured with: a usage error at once."""
+    if log_every is not None and (not isinstance(log_every, int) or log_every < 1):
+        raise MonitorUsageError(f"log_every must be a positive whole number of steps, not {log_every!r}")
+    if warmup_steps < 0:
+        raise MonitorUsageError(f"warmup_steps must be 0 or more, not {warmup_steps!r}")
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
+                                   or batch_size < 1):
+        raise MonitorUsageError(f"batch_size must be a positive whole number of samples, not {batch_size!r}")
+
+
 class TrainingMonitor:
     """Measures a training loop: data wait, step time, host syncs, GPU use; then a diagnosis.
 
@@ -141,18 +160,12 @@ class TrainingMonitor:
         exporter (:mod:`gpudoctor.hooks.publish`). None: on unless ``GPUDOCTOR_PUBLISH=0``.
     """
 
-    def __init__(self, device: Any = None, *, model: Any = None, log_every: int | None = None,
-                 warmup_steps: int = 1, sample_gpu: bool = True, sample_interval_s: float = 0.5,
-                 count_syncs: bool = True, gpu_backend: Any = None, strict: bool = False,
-                 batch_size: int | None = None, measure_energy: bool = True,
+    def __init__(self, device: str | int | torch.device | None = None, *, model: torch.nn.Module | None = None,
+                 log_every: int | None = None, warmup_steps: int = 1, sample_gpu: bool = True,
+                 sample_interval_s: float = 0.5, count_syncs: bool = True, gpu_backend: GpuBackend | None = None,
+                 strict: bool = False, batch_size: int | None = None, measure_energy: bool = True,
                  publish: bool | None = None) -> None:
-        if log_every is not None and (not isinstance(log_every, int) or log_every < 1):
-            raise MonitorUsageError(f"log_every must be a positive whole number of steps, not {log_every!r}")
-        if warmup_steps < 0:
-            raise MonitorUsageError(f"warmup_steps must be 0 or more, not {warmup_steps!r}")
-        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
-                                       or batch_size < 1):
-            raise MonitorUsageError(f"batch_size must be a positive whole number of samples, not {batch_size!r}")
+        _check_settings(log_every, warmup_steps, batch_size)
         self._device_arg = device
         self._model = model
         self.log_every = log_every
@@ -164,12 +177,14 @@ class TrainingMonitor:
         self._gpu_backend = gpu_backend
         self.batch_size = batch_size
         self.measure_energy = measure_energy
-        self._energy: Any = None
-        self._samples = array("q")  # samples in each step (-1: unknown)
         self.publish = publish
-        self._publisher: Any = None
-
         self._ctx = _StepContext(self)
+        self._init_step_records()
+        self._init_collectors()
+
+    def _init_step_records(self) -> None:
+        """The hot path's state: one entry per counted step, and the step in progress."""
+        self._samples = array("q")  # samples in each step (-1: unknown)
         self._waits = array("d")
         self._host_steps = array("d")
         self._iter_starts = array("d")
@@ -189,6 +204,11 @@ class TrainingMonitor:
         self._wait = math.nan
         self._pending_pass = -1
 
+    def _init_collectors(self) -> None:
+        """What the first step starts (device, timers, sync counter, sampler, energy, publisher)
+        and what the summary reports beside the figures (notes, misuse, failed steps)."""
+        self._energy: Any = None
+        self._publisher: Any = None
         self._started = False
         self._collecting = False
         self._disabled: str | None = None
@@ -262,7 +282,7 @@ class TrainingMonitor:
     def __enter__(self) -> "TrainingMonitor":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- hot path ---------------------------------------------------------------------------------
@@ -300,7 +320,7 @@ class TrainingMonitor:
         except Exception as exc:
             self._disable(exc)
 
-    def _end_step(self, exc_type: Any, exc: Any) -> None:
+    def _end_step(self, exc_type: type[BaseException] | None, exc: BaseException | None) -> None:
         if self._nested_depth:
             self._nested_depth -= 1
             return
@@ -333,7 +353,7 @@ class TrainingMonitor:
         except Exception as exc:
             self._disable(exc)
 
-    def _failed_step(self, exc_type: Any, exc: Any) -> None:
+    def _failed_step(self, exc_type: type[BaseException], exc: BaseException | None) -> None:
         self._failed_steps += 1
         if self._timer is not None:
             try:
@@ -411,18 +431,13 @@ class TrainingMonitor:
                 self._sampler.samples = old.snapshot()
                 self._sampler.start()
             return
-        from gpudoctor.backends import NvmlBackend
-        from .torch_support import cuda_pci_bus_id
+        from .sampler import GpuSampler
 
-        from .sampler import GpuSampler, nvml_index_for
-
-        backend = self._gpu_backend if self._gpu_backend is not None else NvmlBackend()
-        status = backend.status() if hasattr(backend, "status") else None
+        backend, index, status = self._nvml_device()
         if status is not None:
             self._notes.append(f"GPU utilisation, power and clocks not sampled: NVML unavailable ({status.reason})")
             self.sample_gpu = False
             return
-        index = nvml_index_for(backend, self._device_index or 0, cuda_pci_bus_id(self._device_index or 0))
         if index is None:
             self._notes.append(f"GPU utilisation not sampled: {self._device} not found among NVML's devices")
             self.sample_gpu = False
@@ -441,20 +456,26 @@ class TrainingMonitor:
         if self._sampler is not None:
             self._energy = nvml_step_energy(self._sampler.backend, self._sampler.index, self.sample_interval_s)
             return
-        from gpudoctor.backends import NvmlBackend
-        from .sampler import nvml_index_for
-        from .torch_support import cuda_pci_bus_id
-
-        backend = self._gpu_backend if self._gpu_backend is not None else NvmlBackend()
-        status = backend.status() if hasattr(backend, "status") else None
-        index = None if status is not None else nvml_index_for(
-            backend, self._device_index or 0, cuda_pci_bus_id(self._device_index or 0))
+        backend, index, status = self._nvml_device()
         if index is None:
             self._notes.append("energy not measured: " + (f"NVML unavailable ({status.reason})" if status is not None
                                                           else f"{self._device} not found among NVML's devices"))
             self.measure_energy = False
             return
         self._energy = nvml_step_energy(backend, index, self.sample_interval_s)
+
+    def _nvml_device(self) -> tuple[GpuBackend, int | None, NA | None]:
+        """The NVML backend to read (the one given, else a new one), the NVML index of the CUDA
+        device being measured (None: not found, or NVML unavailable) and why NVML is unavailable."""
+        from gpudoctor.backends import NvmlBackend
+        from .sampler import nvml_index_for
+        from .torch_support import cuda_pci_bus_id
+
+        backend = self._gpu_backend if self._gpu_backend is not None else NvmlBackend()
+        status = backend.status() if hasattr(backend, "status") else None
+        if status is not None:
+            return backend, None, status
+        return backend, nvml_index_for(backend, self._device_index or 0, cuda_pci_bus_id(self._device_index or 0)), None
 
     def _finish_collecting(self) -> None:
         self._collecting = False
@@ -594,7 +615,7 @@ class TrainingMonitor:
         log.info("gpudoctor: %s", ", ".join(parts))
 
 
-def _batch_samples(batch: Any) -> int:
+def _batch_samples(batch: object) -> int:
     """Samples in a batch: the first dimension of its first tensor (-1: unknown)."""
     for _ in range(4):  # a tensor, or a tuple / list / dict whose first item leads to one
         shape = getattr(batch, "shape", None)

@@ -21,7 +21,7 @@ import selectors
 import threading
 import time
 from codecs import getincrementaldecoder
-from typing import Any
+from typing import Any, Callable, Iterable, Protocol
 
 #: How long after the last input the thread keeps waking every ``TICK_S`` for the parser's
 #: timeouts (a lone Escape is reported 0.1 s after it came).
@@ -50,6 +50,73 @@ class _WakingEvent(threading.Event):
         self._wake_fd = -1
 
 
+class _Parser(Protocol):
+    """What the loop needs of Textual's XTermParser."""
+
+    def feed(self, data: str) -> Iterable[object]: ...
+
+    def tick(self) -> Iterable[object]: ...
+
+
+class _InputLoop:
+    """The input thread's loop: waits on the terminal and on the wake pipe, feeds what the
+    terminal sends to the parser and hands the parser's messages on, until ``stop`` is set."""
+
+    def __init__(self, fileno: int, wake: int, parser: _Parser, dispatch: Callable[[object], None],
+                 stop: threading.Event) -> None:
+        self.fileno, self.wake, self.parser, self.dispatch, self.stop = fileno, wake, parser, dispatch, stop
+        self.decode = getincrementaldecoder("utf-8")().decode
+        self.last_input = float("-inf")
+
+    def read_input(self, final: bool = False) -> bool:
+        """Read and dispatch what the terminal has; False at its end."""
+        raw = os.read(self.fileno, 4096)
+        data = self.decode(raw, final=final or not raw)
+        if data:
+            self.last_input = time.monotonic()
+            for message in self.parser.feed(data):
+                self.dispatch(message)
+        return bool(raw)
+
+    def run(self) -> None:
+        selector = selectors.SelectSelector()
+        selector.register(self.fileno, selectors.EVENT_READ)
+        selector.register(self.wake, selectors.EVENT_READ)
+        try:
+            reading = True
+            while not self.stop.is_set():
+                ticking = time.monotonic() - self.last_input < TICK_FOR_S
+                for key, _mask in selector.select(TICK_S if ticking else None):
+                    if key.fd == self.wake:
+                        _drain(self.wake)
+                    elif reading:
+                        try:
+                            reading = self.read_input()
+                        except OSError:
+                            reading = False
+                        if not reading:  # the terminal is gone: wait for the stop alone
+                            selector.unregister(self.fileno)
+                for message in self.parser.tick():
+                    self.dispatch(message)
+            if reading:  # what was typed before the stop
+                self._read_rest(selector)
+        finally:
+            selector.close()
+            try:
+                for _message in self.parser.feed(""):
+                    pass
+            except Exception:  # the parser's end-of-input on a half-read sequence
+                pass
+
+    def _read_rest(self, selector: selectors.BaseSelector) -> None:
+        for key, _mask in selector.select(0):
+            if key.fd == self.fileno:
+                try:
+                    self.read_input(final=True)
+                except OSError:
+                    pass
+
+
 @functools.lru_cache(maxsize=1)
 def driver_class() -> Any:
     """The driver class for this platform and Textual, or None to leave Textual's choice."""
@@ -71,7 +138,7 @@ def driver_class() -> Any:
     class QuietLinuxDriver(LinuxDriver):  # type: ignore[misc, valid-type]
         """Textual's Linux driver, whose input thread sleeps until there is input."""
 
-        def __init__(self, *args: Any, **kw: Any) -> None:
+        def __init__(self, *args: object, **kw: object) -> None:  # handed on to Textual's driver unchanged
             super().__init__(*args, **kw)
             self._wake_r, self._wake_w = os.pipe()
             os.set_blocking(self._wake_r, False)
@@ -84,55 +151,8 @@ def driver_class() -> Any:
         def run_input_thread(self) -> None:
             if not self._quiet:
                 return super().run_input_thread()
-            fileno, wake = self.fileno, self._wake_r
-            parser = XTermParser(self._debug)
-            decode = getincrementaldecoder("utf-8")().decode
-            selector = selectors.SelectSelector()
-            selector.register(fileno, selectors.EVENT_READ)
-            selector.register(wake, selectors.EVENT_READ)
-            last_input = float("-inf")
-
-            def read_input(final: bool = False) -> bool:
-                """Read and dispatch what the terminal has; False at its end."""
-                nonlocal last_input
-                raw = os.read(fileno, 4096)
-                data = decode(raw, final=final or not raw)
-                if data:
-                    last_input = time.monotonic()
-                    for message in parser.feed(data):
-                        self.process_message(message)
-                return bool(raw)
-
-            try:
-                reading = True
-                while not self.exit_event.is_set():
-                    ticking = time.monotonic() - last_input < TICK_FOR_S
-                    for key, _mask in selector.select(TICK_S if ticking else None):
-                        if key.fd == wake:
-                            _drain(wake)
-                        elif reading:
-                            try:
-                                reading = read_input()
-                            except OSError:
-                                reading = False
-                            if not reading:  # the terminal is gone: wait for the stop alone
-                                selector.unregister(fileno)
-                    for message in parser.tick():
-                        self.process_message(message)
-                if reading:  # what was typed before the stop
-                    for key, _mask in selector.select(0):
-                        if key.fd == fileno:
-                            try:
-                                read_input(final=True)
-                            except OSError:
-                                pass
-            finally:
-                selector.close()
-                try:
-                    for _message in parser.feed(""):
-                        pass
-                except Exception:  # the parser's end-of-input on a half-read sequence
-                    pass
+            _InputLoop(self.fileno, self._wake_r, XTermParser(self._debug), self.process_message,
+                       self.exit_event).run()
 
         def close(self) -> None:
             super().close()

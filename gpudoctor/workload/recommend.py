@@ -30,7 +30,10 @@ Thresholds, and why (each defined once here and used everywhere the advice speak
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Union
+
+if TYPE_CHECKING:
+    from gpudoctor.workload.run import RunResult
 
 STARVED_WAIT_SHARE = 0.10
 LEARNED_ACCURACY = 0.5
@@ -39,12 +42,15 @@ LOW_HEADROOM = 0.10
 
 GIB = 1024 ** 3
 
+#: One run of a sweep: a :class:`RunResult`, or its ``to_dict()`` as read back from a saved document.
+Run = Union["RunResult", Mapping[str, object]]
 
-def _get(run: Any, name: str) -> Any:
-    return run.get(name) if isinstance(run, dict) else getattr(run, name)
+
+def _get(run: Run, name: str) -> Any:
+    return run.get(name) if isinstance(run, Mapping) else getattr(run, name)
 
 
-def _ok(runs: Iterable[Any], device: str | None = None) -> list[Any]:
+def _ok(runs: Iterable[Run], device: str | None = None) -> list[Run]:
     return [r for r in runs if _get(r, "status") == "ok" and _get(r, "samples_per_s")
             and (device is None or _get(r, "device") == device)]
 
@@ -56,7 +62,7 @@ def speed_phrase(ratio: float) -> str:
     return f"{1 / ratio:.1f}x slower" if ratio > 0 else "not comparable"
 
 
-def learned(run: Any) -> bool:
+def learned(run: Run) -> bool:
     """Held-out accuracy at least :data:`LEARNED_ACCURACY` (chance on MNIST is 10 %)."""
     acc = _get(run, "test_accuracy")
     return isinstance(acc, (int, float)) and acc >= LEARNED_ACCURACY
@@ -73,7 +79,7 @@ def _spread(values: list[float]) -> float | None:
     return max(values) / min(values) if len(values) >= 2 else None
 
 
-def variation(runs: list[Any]) -> tuple[float | None, str]:
+def variation(runs: list[Run]) -> tuple[float | None, str]:
     """The run-to-run variation the sweep saw, as a ratio (>= 1), and where it comes from:
     repeated runs of one configuration, else a run's own epochs after the first."""
     groups: dict[tuple[Any, ...], list[float]] = {}
@@ -94,7 +100,7 @@ def _median(values: list[float]) -> float:
     return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
-def describe(run: Any) -> str:
+def describe(run: Run) -> str:
     workers = _get(run, "workers")
     text = f"{_get(run, 'mode')} at batch {_get(run, 'batch_size')}"
     if workers is not None:
@@ -102,11 +108,11 @@ def describe(run: Any) -> str:
     return text
 
 
-def _key(run: Any) -> tuple[str, int, int | None]:
+def _key(run: Run) -> tuple[str, int, int | None]:
     return (_get(run, "mode"), _get(run, "batch_size"), _get(run, "workers"))
 
 
-def speedups(runs: Iterable[Any]) -> dict[str, Any]:
+def speedups(runs: Iterable[Run]) -> dict[str, Any]:
     """CUDA vs CPU samples/s: per configuration run on both, and best against best."""
     runs = list(runs)
     cpu = {_key(r): r for r in _ok(runs, "cpu")}
@@ -128,7 +134,7 @@ def speedups(runs: Iterable[Any]) -> dict[str, Any]:
     return {"same_config": pairs, "best_vs_best": best}
 
 
-def _really_busy(run: Any, util: float) -> list[str]:
+def _really_busy(run: Run, util: float) -> list[str]:
     """What SM activity (GPM, Hopper and later) says of a run's utilisation, in the words of the one
     busy verdict (gpudoctor.backends.busy): "busy 100% of the time, but only 9% of SM cycles active..."."""
     from gpudoctor.backends.busy import verdict
@@ -140,7 +146,7 @@ def _really_busy(run: Any, util: float) -> list[str]:
     return [f"GPM: {found.words}" + (f" ({found.fix})" if found.fix else "")]
 
 
-def _tutorial_baseline(ok: list[Any]) -> Any:
+def _tutorial_baseline(ok: list[Run]) -> Run | None:
     """The tutorials' loop: dataloader mode, smallest batch, fewest workers."""
     plain = [r for r in ok if _get(r, "mode") == "dataloader"]
     if not plain:
@@ -148,7 +154,7 @@ def _tutorial_baseline(ok: list[Any]) -> Any:
     return min(plain, key=lambda r: (_get(r, "batch_size"), _get(r, "workers") or 0))
 
 
-def _starvation(ok: list[Any], device: str) -> dict[str, Any]:
+def _starvation(ok: list[Run], device: str) -> dict[str, Any]:
     """Is the input pipeline the bottleneck on ``device``? With the evidence."""
     pipeline = [r for r in ok if _get(r, "mode") != "resident"]
     resident = {_get(r, "batch_size"): r for r in ok if _get(r, "mode") == "resident"}
@@ -159,7 +165,7 @@ def _starvation(ok: list[Any], device: str) -> dict[str, Any]:
     resident_sps = {batch: _median([_get(r, "samples_per_s") for r in ok
                                     if _get(r, "mode") == "resident" and _get(r, "batch_size") == batch])
                     for batch in resident}
-    groups: dict[tuple[Any, ...], list[Any]] = {}
+    groups: dict[tuple[Any, ...], list[Run]] = {}
     for run in pipeline:
         groups.setdefault(_key(run), []).append(run)
     evidence = []
@@ -206,7 +212,7 @@ def _starvation(ok: list[Any], device: str) -> dict[str, Any]:
             "starved_runs": sorted(f"{m} batch {b}" for m, b in starved_configs)}
 
 
-def _headroom(best: Any) -> dict[str, Any]:
+def _headroom(best: Run) -> dict[str, Any]:
     total = _get(best, "device_memory_total_bytes")
     reserved = _get(best, "peak_reserved_bytes")
     if _get(best, "device") != "cuda" or not total or reserved is None:
@@ -223,7 +229,7 @@ def _headroom(best: Any) -> dict[str, Any]:
             "total_bytes": total, "text": text}
 
 
-def _most_efficient(on_device: list[Any], fastest: Any) -> dict[str, Any] | None:
+def _most_efficient(on_device: list[Run], fastest: Run) -> dict[str, Any] | None:
     """The run with the most samples per joule, named when it is not the fastest one."""
     measured = [r for r in on_device if _get(r, "samples_per_joule")]
     if not measured:
@@ -244,9 +250,9 @@ def _most_efficient(on_device: list[Any], fastest: Any) -> dict[str, Any] | None
     return entry
 
 
-def _ranked(pool: list[Any]) -> list[tuple[float, Any]]:
+def _ranked(pool: list[Run]) -> list[tuple[float, Run]]:
     """Configurations fastest first: (median samples/s of its runs, its median run)."""
-    by_config: dict[tuple[Any, ...], list[Any]] = {}
+    by_config: dict[tuple[Any, ...], list[Run]] = {}
     for run in pool:
         by_config.setdefault(_key(run), []).append(run)
     ranked = []
@@ -256,26 +262,8 @@ def _ranked(pool: list[Any]) -> list[tuple[float, Any]]:
     return sorted(ranked, key=lambda entry: -entry[0])
 
 
-def recommend(runs: Iterable[Any], quick: bool | None = None) -> dict[str, Any]:
-    """The best configuration, with reasons; plus starvation and headroom verdicts.
-
-    ``quick``: whether the runs come from a ``--quick`` sweep (the advice for runs that did
-    not learn differs); None when not known (a saved document without its config).
-    """
-    runs = list(runs)
-    oom = sorted({_get(r, "batch_size") for r in runs if _get(r, "status") == "oom"})
-    errors = [f"{describe(r)} on {_get(r, 'device')}: {_get(r, 'error')}"
-              for r in runs if _get(r, "status") == "error"]
-    ok = _ok(runs)
-    if not ok:
-        return {"best": None, "summary": "no run finished; nothing to recommend",
-                "reasons": errors, "starved": None, "starved_reasons": [], "headroom": None,
-                "oom_batch_sizes": oom, "variation": None}
-    device = "cuda" if _ok(runs, "cuda") else "cpu"
-    on_device = _ok(runs, device)
-    learners = [r for r in on_device if learned(r)]
-    ranked = _ranked(learners or on_device)
-    figure, best = ranked[0]
+def _lead_reasons(best: Run, figure: float, device: str, learners: list[Run], on_device: list[Run]) -> list[str]:
+    """Why ``best`` leads: its figure, and the faster runs left out because they did not learn."""
     reasons = [f"{describe(best)} on {device} is the fastest"
                + (f" of the runs that learned (held-out accuracy {LEARNED_ACCURACY:.0%} or more)"
                   if learners and len(learners) < len(on_device) else "")
@@ -286,30 +274,41 @@ def recommend(runs: Iterable[Any], quick: bool | None = None) -> dict[str, Any]:
                           else describe(r) for r in sorted(unlearned_faster, key=lambda r: -_get(r, "samples_per_s")))
         reasons.append(f"faster runs that did not learn (below the {LEARNED_ACCURACY:.0%} accuracy floor) are not "
                        f"recommended: {named}")
-    spread, spread_source = variation(on_device)
-    told_apart = True
-    if len(ranked) >= 2:
-        lead = figure / ranked[1][0]
-        if spread is not None and spread >= lead:
-            told_apart = False
-            reasons.append(
-                f"not told apart: {describe(best)} leads {describe(ranked[1][1])} by {lead:.2f}x in samples/s, but "
-                f"{spread_source} differed by up to {spread:.2f}x; run again on a quiet machine, or with "
-                f"--repeat 3, before choosing between them")
-        elif spread is None:
-            reasons.append(f"each configuration ran once for one epoch, so run-to-run variation is unknown: its "
-                           f"{lead:.2f}x lead over {describe(ranked[1][1])} may not repeat (--repeat 3 measures it)")
-    baseline = _tutorial_baseline(on_device)
-    if baseline is not None and baseline is not best:
-        ratio = figure / _get(baseline, "samples_per_s")
-        reasons.append(f"{ratio:.1f}x the tutorials' loop ({describe(baseline)}: "
-                       f"{_get(baseline, 'samples_per_s'):,.0f} samples/s)")
+    return reasons
+
+
+def _told_apart(ranked: list[tuple[float, Run]], spread: float | None, spread_source: str) -> tuple[bool, list[str]]:
+    """Whether the fastest configuration's lead over the next one exceeds the run-to-run variation
+    the sweep saw; with the words when it does not, or when the variation is unknown."""
+    if len(ranked) < 2:
+        return True, []
+    (figure, best), (second_figure, second) = ranked[0], ranked[1]
+    lead = figure / second_figure
+    if spread is not None and spread >= lead:
+        return False, [
+            f"not told apart: {describe(best)} leads {describe(second)} by {lead:.2f}x in samples/s, but "
+            f"{spread_source} differed by up to {spread:.2f}x; run again on a quiet machine, or with "
+            f"--repeat 3, before choosing between them"]
+    if spread is None:
+        return True, [f"each configuration ran once for one epoch, so run-to-run variation is unknown: its "
+                      f"{lead:.2f}x lead over {describe(second)} may not repeat (--repeat 3 measures it)"]
+    return True, []
+
+
+def _utilisation_reasons(best: Run, device: str) -> list[str]:
+    """How busy the GPU was during the best run, or why that was not measured."""
     util = _get(best, "gpu_util_mean_pct")
     if util is not None:
-        reasons.append(f"GPU busy {util:.0f}% on average (max {_get(best, 'gpu_util_max_pct'):.0f}%) during that run")
-        reasons.extend(_really_busy(best, util))
-    elif device == "cuda" and _get(best, "gpu_util_note"):
-        reasons.append(f"GPU utilisation not measured: {_get(best, 'gpu_util_note')}")
+        return ([f"GPU busy {util:.0f}% on average (max {_get(best, 'gpu_util_max_pct'):.0f}%) during that run"]
+                + _really_busy(best, util))
+    if device == "cuda" and _get(best, "gpu_util_note"):
+        return [f"GPU utilisation not measured: {_get(best, 'gpu_util_note')}"]
+    return []
+
+
+def _accuracy_reasons(best: Run, learners: list[Run], quick: bool | None) -> list[str]:
+    """What the best run's held-out accuracy says: throughput only (nothing learned), or a
+    faster configuration that pays in accuracy (:data:`ACCURACY_GAP`)."""
     best_acc = _get(best, "test_accuracy")
     accurate = max(learners, key=lambda r: _get(r, "test_accuracy")) if learners else None
     top_acc = _get(accurate, "test_accuracy") if accurate is not None else None
@@ -317,24 +316,20 @@ def recommend(runs: Iterable[Any], quick: bool | None = None) -> dict[str, Any]:
         # At chance a gap between two accuracies is noise: compare only runs that learned.
         advice = ("a quick sweep trains too little; run without --quick" if quick
                   else "train longer (--epochs N, more training samples) before choosing")
-        reasons.append(
-            f"throughput only: its held-out accuracy ({best_acc:.1%}) is below the {LEARNED_ACCURACY:.0%} accuracy "
-            f"floor, as is every run's, so none is recommended ({advice})")
-    elif top_acc is not None and best_acc < top_acc - ACCURACY_GAP:
-        reasons.append(
-            f"but it ends at {best_acc:.1%} held-out accuracy against {top_acc:.1%} for "
-            f"{describe(accurate)}: a larger batch takes fewer optimiser steps per epoch, so raise "
-            f"the learning rate or train more epochs before relying on it")
-    efficient = _most_efficient(on_device, best)
-    if efficient is not None:
-        reasons.append(efficient["text"])
-    starvation = _starvation(on_device, device)
-    headroom = _headroom(best)
-    if oom:
-        reasons.append(f"out of memory at batch size {', '.join(map(str, oom))}")
-    reasons.extend(errors)
-    recommended = bool(learners) and told_apart
-    if not learners:
+        return [f"throughput only: its held-out accuracy ({best_acc:.1%}) is below the {LEARNED_ACCURACY:.0%} "
+                f"accuracy floor, as is every run's, so none is recommended ({advice})"]
+    if accurate is not None and top_acc is not None and best_acc < top_acc - ACCURACY_GAP:
+        return [f"but it ends at {best_acc:.1%} held-out accuracy against {top_acc:.1%} for "
+                f"{describe(accurate)}: a larger batch takes fewer optimiser steps per epoch, so raise "
+                f"the learning rate or train more epochs before relying on it"]
+    return []
+
+
+def _summary(ranked: list[tuple[float, Run]], device: str, learned_any: bool, told_apart: bool,
+             starved: bool | None) -> str:
+    """The one-line advice: what to use, or why nothing is recommended; and starvation."""
+    best = ranked[0][1]
+    if not learned_any:
         summary = (f"nothing to recommend: no run reached the {LEARNED_ACCURACY:.0%} accuracy floor; "
                    f"fastest (throughput only): {describe(best)} on {device}")
     elif not told_apart:
@@ -342,19 +337,60 @@ def recommend(runs: Iterable[Any], quick: bool | None = None) -> dict[str, Any]:
                    f"told apart")
     else:
         summary = f"use {describe(best)} on {device}"
-    if starvation["starved"]:
+    if starved:
         summary += ("; the DataLoader pipeline starves the GPU" if device == "cuda"
                     else "; the DataLoader pipeline is the bottleneck")
+    return summary
+
+
+def recommend(runs: Iterable[Run], quick: bool | None = None) -> dict[str, Any]:
+    """The best configuration, with reasons; plus starvation and headroom verdicts.
+
+    ``quick``: whether the runs come from a ``--quick`` sweep (the advice for runs that did
+    not learn differs); None when not known (a saved document without its config).
+    """
+    runs = list(runs)
+    oom = sorted({_get(r, "batch_size") for r in runs if _get(r, "status") == "oom"})
+    errors = [f"{describe(r)} on {_get(r, 'device')}: {_get(r, 'error')}"
+              for r in runs if _get(r, "status") == "error"]
+    if not _ok(runs):
+        return {"best": None, "summary": "no run finished; nothing to recommend",
+                "reasons": errors, "starved": None, "starved_reasons": [], "headroom": None,
+                "oom_batch_sizes": oom, "variation": None}
+    device = "cuda" if _ok(runs, "cuda") else "cpu"
+    on_device = _ok(runs, device)
+    learners = [r for r in on_device if learned(r)]
+    ranked = _ranked(learners or on_device)
+    figure, best = ranked[0]
+    reasons = _lead_reasons(best, figure, device, learners, on_device)
+    spread, spread_source = variation(on_device)
+    told_apart, words = _told_apart(ranked, spread, spread_source)
+    reasons += words
+    baseline = _tutorial_baseline(on_device)
+    if baseline is not None and baseline is not best:
+        ratio = figure / _get(baseline, "samples_per_s")
+        reasons.append(f"{ratio:.1f}x the tutorials' loop ({describe(baseline)}: "
+                       f"{_get(baseline, 'samples_per_s'):,.0f} samples/s)")
+    reasons += _utilisation_reasons(best, device)
+    reasons += _accuracy_reasons(best, learners, quick)
+    efficient = _most_efficient(on_device, best)
+    if efficient is not None:
+        reasons.append(efficient["text"])
+    starvation = _starvation(on_device, device)
+    if oom:
+        reasons.append(f"out of memory at batch size {', '.join(map(str, oom))}")
+    reasons.extend(errors)
     return {
         "best": {"device": device, "mode": _get(best, "mode"), "batch_size": _get(best, "batch_size"),
                  "workers": _get(best, "workers"), "samples_per_s": figure,
-                 "epoch_s": _get(best, "epoch_s"), "test_accuracy": best_acc, "recommended": recommended},
-        "summary": summary,
+                 "epoch_s": _get(best, "epoch_s"), "test_accuracy": _get(best, "test_accuracy"),
+                 "recommended": bool(learners) and told_apart},
+        "summary": _summary(ranked, device, bool(learners), told_apart, starvation["starved"]),
         "reasons": reasons,
         "starved": starvation["starved"],
         "starved_reasons": starvation["reasons"],
         "starved_runs": starvation.get("starved_runs", []),
-        "headroom": headroom,
+        "headroom": _headroom(best),
         "oom_batch_sizes": oom,
         "most_efficient": efficient,
         "variation": {"ratio": round(spread, 3), "source": spread_source} if spread is not None else None,

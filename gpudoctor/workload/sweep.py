@@ -19,6 +19,7 @@ from typing import Any, Callable
 from gpudoctor import _version
 from gpudoctor.model import utc_now_iso
 from gpudoctor.workload.config import RunConfig, SweepConfig
+from gpudoctor.workload.data import MnistData
 from gpudoctor.workload.run import FaultHook, RunResult, StopRequested
 
 #: Layout version of the sweep JSON document (``kind`` = "gpudoctor.bench.mnist").
@@ -116,9 +117,49 @@ def resolve_devices(config: SweepConfig) -> list[str]:
     return list(config.devices)
 
 
+def _setting_notes(config: SweepConfig) -> list[str]:
+    """What the sweep's setting does to its figures: worker counts capped to the CPUs, and
+    other work already loading the machine."""
+    notes = []
+    _, capped = config.effective_workers()
+    if capped and any(mode != "resident" for mode in config.modes):
+        from gpudoctor.workload.config import cpu_count
+
+        notes.append(
+            f"worker counts {', '.join(map(str, capped))} exceed the {cpu_count()} CPUs this "
+            f"process may use: capped to {cpu_count()}")
+    busy = _busy_note()
+    if busy:
+        notes.append(busy)
+    return notes
+
+
+def _describe_machine(result: SweepResult, devices: list[str]) -> None:
+    """The host (CPU, OS, Python, torch) and the name of each device the sweep runs on."""
+    from gpudoctor.backends.host import host_facts
+    from gpudoctor.workload.run import device_name
+
+    facts = host_facts()
+    result.host = {k: facts.get(k) for k in ("cpu_model", "cpu_logical", "os", "python")}
+    import torch
+
+    result.host["torch"] = torch.__version__
+    result.devices = {d: device_name(d, result.config.cuda_index) for d in devices}
+
+
+def _sweep_data(config: SweepConfig, data: MnistData | None) -> MnistData:
+    """The samples the sweep trains and tests on: loaded per ``config``, or cut from ``data``."""
+    from gpudoctor.workload.data import load_data
+
+    if data is None:
+        train, test = config.sample_limits()
+        return load_data(config.data_dir, config.download, config.seed, train, test)
+    return data.limited(*config.sample_limits())
+
+
 def run_sweep(config: SweepConfig, *, on_run: OnRun | None = None, on_start: OnStart | None = None,
               should_stop: Callable[[], bool] | None = None, fault_hook: FaultHook | None = None,
-              data: Any = None) -> SweepResult:
+              data: MnistData | None = None) -> SweepResult:
     """Run the whole sweep and return what finished.
 
     ``on_start(run, index, total)`` before each run; ``on_run(result, fraction)`` after
@@ -128,38 +169,17 @@ def run_sweep(config: SweepConfig, *, on_run: OnRun | None = None, on_start: OnS
     unreadable data raises :class:`gpudoctor.workload.data.WorkloadDataError`.
     ``data``: an already loaded :class:`MnistData` (tests), else loaded per ``config``.
     """
-    from gpudoctor.backends.host import host_facts
-    from gpudoctor.workload.data import load_data
-    from gpudoctor.workload.run import device_name, run_one
+    from gpudoctor.workload.run import run_one
 
     config.validate()
     started = time.monotonic()
     devices = resolve_devices(config)
-    result = SweepResult(config=config)
-    _, capped = config.effective_workers()
-    if capped and any(mode != "resident" for mode in config.modes):
-        from gpudoctor.workload.config import cpu_count
-
-        result.notes.append(
-            f"worker counts {', '.join(map(str, capped))} exceed the {cpu_count()} CPUs this "
-            f"process may use: capped to {cpu_count()}")
+    result = SweepResult(config=config, notes=_setting_notes(config))
     runs = config.expand(devices)
     result.planned = len(runs)
-    busy = _busy_note()
-    if busy:
-        result.notes.append(busy)
     try:
-        facts = host_facts()
-        result.host = {k: facts.get(k) for k in ("cpu_model", "cpu_logical", "os", "python")}
-        import torch
-
-        result.host["torch"] = torch.__version__
-        result.devices = {d: device_name(d, config.cuda_index) for d in devices}
-        if data is None:
-            train, test = config.sample_limits()
-            data = load_data(config.data_dir, config.download, config.seed, train, test)
-        else:
-            data = data.limited(*config.sample_limits())
+        _describe_machine(result, devices)
+        data = _sweep_data(config, data)
         result.dataset = data.info()
         for index, run in enumerate(runs):
             if should_stop is not None and should_stop():
@@ -199,7 +219,7 @@ def _busy_note() -> str | None:
 
 
 def sweep_with_progress(progress: Callable[..., None], quick: bool = False,
-                        should_stop: Callable[[], bool] | None = None, **overrides: Any) -> dict[str, Any]:
+                        should_stop: Callable[[], bool] | None = None, **overrides: object) -> dict[str, Any]:
     """Run a sweep for a front end that streams progress (the TUI's Workload screen).
 
     ``progress(**event)`` is called before each run with ``message``, ``done``, ``total``
