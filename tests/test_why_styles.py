@@ -306,3 +306,33 @@ def test_a_top_level_function_that_builds_the_data_is_start_up(function, startin
     assert (found.category == rules.STARTUP) is starting, found
     if starting:
         assert found.detail == f"building {function.rpartition('.')[2]}()"
+
+
+def test_workers_starved_of_cpu_in_transforms_are_not_said_to_wait_on_disk():
+    """image_classifier.py on the busy 2-core machine: its workers, in torchvision transforms, got
+    25-45% of a core each with no CPU idle, and the fix said they "wait on disk or network" and
+    advised more workers. In decode or transforms with no CPU idle, low CPU is starvation."""
+    from gpudoctor.why import analysis
+    from gpudoctor.why.stacks import parse_raw
+
+    dl = f"{SITE}/torch/utils/data/dataloader.py"
+    main_wait = ";".join(["<module> (/w/train.py:20)", f"_BaseDataLoaderIter.__next__ ({dl}:725)",
+                          f"_MultiProcessingDataLoaderIter._next_data ({dl}:1507)",
+                          "Queue.get (/usr/lib/python3.11/multiprocessing/queues.py:122)"])
+    worker = ";".join([f"_worker_loop ({SITE}/torch/utils/data/_utils/worker.py:308)",
+                       f"_MapDatasetFetcher.fetch ({SITE}/torch/utils/data/_utils/fetch.py:52)",
+                       "Photos.__getitem__ (/w/data.py:49)",
+                       f"ColorJitter.forward ({SITE}/torchvision/transforms/transforms.py:1280)"])
+    text = "\n".join([f'process 1:"python train.py";thread (1): MainThread;{main_wait} 90',
+                      f'process 1:"p";process 2:"p";thread (2): MainThread;{worker} 95',
+                      f'process 1:"p";process 3:"p";thread (3): MainThread;{worker} 95']) + "\n"
+    views = analysis.build_views(list(parse_raw(text)), _no_source)
+    starved = analysis.decide(views[1], views, _no_source, gpu_util=None, on_gpu=False, idle_cpus=0,
+                              cpu_by_pid={2: 28.0, 3: 25.0})
+    assert starved.code == "input_bound"
+    assert "wait on disk" not in starved.fix and starved.fix.startswith("no CPU is idle for more workers")
+    assert "they compute (transforms) but get 28% of a core at most" in starved.fix and "data.py:49" in starved.fix
+    # with CPUs idle, the same low CPU still reads as waiting: more workers overlap the waits
+    idle = analysis.decide(views[1], views, _no_source, gpu_util=None, on_gpu=False, idle_cpus=1.5,
+                           cpu_by_pid={2: 28.0, 3: 25.0})
+    assert "overlap the waits" in idle.fix
