@@ -169,31 +169,35 @@ def _why_pid(name: str, capsys, monkeypatch, *args: str) -> tuple[dict, list[Sta
 def _why_cmd(name: str, tmp_path: Path, *args: str) -> tuple[dict, str]:
     """`gpudoctor why --then stop -o FILE -- python script.py`: the JSON document and stderr."""
     out = tmp_path / "why.json"
+    why = subprocess.Popen([sys.executable, "-m", "gpudoctor", "why", "--seconds", WINDOW, "--then", "stop",
+                            "-o", str(out), "--", sys.executable, str(SCRIPTS / f"{name}.py"), "--seconds", "240",
+                            *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        run = subprocess.run([sys.executable, "-m", "gpudoctor", "why", "--seconds", WINDOW, "--then", "stop",
-                              "-o", str(out), "--", sys.executable, str(SCRIPTS / f"{name}.py"), "--seconds", "240",
-                              *args], capture_output=True, text=True, timeout=280, start_new_session=True)
-    except subprocess.TimeoutExpired as exc:  # pragma: no cover - a hung run: its whole session goes
-        raise AssertionError(f"why -- {name} did not finish") from exc
+        _, stderr = why.communicate(timeout=280)
+    finally:  # why, the script and its workers share why's session: none outlives the test
+        _kill(why)
     # stopped by SIGTERM; Lightning catches it and ends its fit cleanly (exit 0)
-    assert run.returncode in ((0, 128 + signal.SIGTERM) if name == "lightning_module" else (128 + signal.SIGTERM,)), \
-        run.stderr[-2000:]
-    assert "gpudoctor why: verdict" in run.stderr and "stopping the command (--then stop)" in run.stderr
+    assert why.returncode in ((0, 128 + signal.SIGTERM) if name == "lightning_module" else (128 + signal.SIGTERM,)), \
+        stderr[-2000:]
+    assert "gpudoctor why: verdict" in stderr and "stopping the command (--then stop)" in stderr
     data = json.loads(out.read_text(encoding="utf-8"))
     jsonschema.validate(data, SCHEMA)
-    return data, run.stderr
+    return data, stderr
 
 
-def _main_categories(stacks: list[Stack], pid: int, line: int, source: str) -> Counter:
+def _main_categories(stacks: list[Stack], pid: int, line: int, name: str) -> Counter:
     """Categories of the main thread's samples whose innermost line of the script is ``line``."""
+    path, lines = str(SCRIPTS / f"{name}.py"), _source(name).splitlines()
+
+    def source(file: str, number: int) -> str:
+        return lines[number - 1].strip() if file == path and 0 < number <= len(lines) else ""
+
     found: Counter = Counter()
     for stack in stacks:
         if stack.pid != pid or not stack.is_main_thread or not stack.frames:
             continue
-        verdict = rules.classify(stack, lambda f, n: source.splitlines()[n - 1].strip()
-                                 if f.endswith(".py") and 0 < n <= len(source.splitlines()) else "",
-                                 own=session.OWN_PREFIXES)
-        ours = [f for f in rules.user_frames(stack, session.OWN_PREFIXES) if f.file.startswith(str(SCRIPTS))]
+        verdict = rules.classify(stack, source, own=session.OWN_PREFIXES)
+        ours = [f for f in rules.user_frames(stack, session.OWN_PREFIXES) if f.file == path]
         if ours and ours[-1].line == line:
             found[verdict.category] += stack.count
     return found
@@ -254,13 +258,13 @@ def test_why_pid_names_each_scripts_bottleneck(name, capsys, monkeypatch):
     src = _source(name)
     if name == "gan":  # both optimizers' steps are the optimizer's, never forward
         for mark in ("D STEP LINE", "G STEP LINE"):
-            seen = _main_categories(stacks, pid, line_of(src, mark), src)
+            seen = _main_categories(stacks, pid, line_of(src, mark), name)
             # py-spy reads a frame's line while the interpreter moves between calls: a sample or
             # two of a 4-second window lands on the step line with the previous call's frames
             assert seen[rules.OPTIMIZER] >= 0.9 * sum(seen.values()) and not seen[rules.FORWARD], (mark, seen)
     if name == "lightning_module":  # inside Lightning's optimizer.step(closure)
-        forward = _main_categories(stacks, pid, line_of(src, "MODEL LINE"), src)
-        metric = _main_categories(stacks, pid, line_of(src, "METRIC LINE"), src)
+        forward = _main_categories(stacks, pid, line_of(src, "MODEL LINE"), name)
+        metric = _main_categories(stacks, pid, line_of(src, "METRIC LINE"), name)
         assert forward[rules.FORWARD] >= 0.9 * sum(forward.values()) and not forward[rules.OPTIMIZER], forward
         assert rules.OPTIMIZER not in metric, metric
 
