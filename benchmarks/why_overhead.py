@@ -27,6 +27,14 @@ seconds after py-spy is continued, once it has caught up on the samples it misse
 ``--pin LOOP,SPY`` pins the loop and py-spy to CPUs: ``0,1`` is a job with a core free for
 py-spy (the common case: a training node has cores to spare), ``0,0`` the worst case, py-spy
 taking its share of the very core the job runs on.
+
+``--script PATH`` times one of the training scripts of tests/why_scripts/ (or any script that
+prints ``progress T STEP CPU`` lines with ``--progress``) instead of the built-in loop, with
+``--script-args`` passed on (``--script-args "--batch-size 4"``); the whole job, DataLoader
+workers included, runs on the pinned CPU, and py-spy samples it all as `gpudoctor why` does
+(``--subprocesses``). Steps per wall second are the job's own measure of progress: with a core
+free for py-spy, the wall-clock slowdown is what sampling costs the job. The per-CPU-second
+figure counts only the main process's CPU (a worker's is not in its ``process_time``).
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ import json
 import math
 import os
 import platform
+import shlex
 import statistics
 import subprocess
 import sys
@@ -90,9 +99,25 @@ class Progress:
 
     def _read(self, proc: subprocess.Popen) -> None:
         for line in proc.stdout:
-            t, step, cpu = line.split()
+            words = line.split()
+            if words[:1] == ["progress"]:  # a training script's line; others (ready, banners) are not progress
+                words = words[1:]
+            try:
+                t, step, cpu = float(words[0]), int(words[1]), float(words[2])
+            except (ValueError, IndexError):
+                continue
             with self.lock:
-                self.points.append((float(t), int(step), float(cpu)))
+                self.points.append((t, step, cpu))
+
+    def wait(self, limit_s: float) -> bool:
+        """Whether progress lines came within ``limit_s`` (the job's start-up)."""
+        deadline = time.monotonic() + limit_s
+        while time.monotonic() < deadline:
+            with self.lock:
+                if len(self.points) >= 2:
+                    return True
+            time.sleep(0.2)
+        return False
 
     def rates(self, t0: float, t1: float) -> tuple[float, float]:
         """(steps per wall second, steps per CPU second of the loop) within [t0, t1]."""
@@ -216,6 +241,9 @@ def main() -> int:
     parser.add_argument("--settle", type=float, default=0.5,
                         help="with --toggle: seconds after py-spy is continued before a window (default 0.5)")
     parser.add_argument("--pin", metavar="LOOP,SPY", help="CPUs for the loop and for py-spy, e.g. 0,1 or 0,0")
+    parser.add_argument("--script", metavar="PATH",
+                        help="time this training script (run with --progress) instead of the built-in loop")
+    parser.add_argument("--script-args", default="", metavar="ARGS", help="arguments for --script, one string")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     args.loop_cpu = args.spy_cpu = None
@@ -232,12 +260,16 @@ def main() -> int:
         if not {args.loop_cpu, args.spy_cpu} <= usable:
             parser.error(f"--pin: this process may use CPUs {sorted(usable)} only")
     binary = pyspy.find_py_spy()
-    loop = subprocess.Popen([sys.executable, "-c", LOOP], stdout=subprocess.PIPE, text=True,
-                            preexec_fn=_pinned(args.loop_cpu))
+    job = ([sys.executable, args.script, "--progress", *shlex.split(args.script_args)] if args.script
+           else [sys.executable, "-c", LOOP])
+    loop = subprocess.Popen(job, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            preexec_fn=_pinned(args.loop_cpu), start_new_session=True)
     progress = Progress(loop)
     rows = []
     try:
-        time.sleep(8.0)  # start-up and warm-up
+        if not progress.wait(180.0):
+            raise RuntimeError(f"no progress lines from {' '.join(job)} in 180 s")
+        time.sleep(8.0)  # warm-up
         with tempfile.TemporaryDirectory() as folder:
             pairs = (_toggled_pairs(args, binary, loop.pid, progress, folder) if args.toggle
                      else (_pair(i, args, binary, loop.pid, progress, folder) for i in range(args.pairs)))
@@ -248,9 +280,16 @@ def main() -> int:
                           f"{row['wall_slowdown'] * 100:+.2f}%, py-spy {row['py_spy_cpu_pct']:.1f}% of a core",
                           flush=True)
     finally:
-        loop.kill()
+        import signal
+
+        try:
+            os.killpg(loop.pid, signal.SIGKILL)  # the job and its DataLoader workers
+        except ProcessLookupError:
+            pass
         loop.wait()
-    result = {"rate_hz": args.rate, "window_s": args.window, "pin": args.pin, "control_pct": args.control,
+    result = {"job": (os.path.basename(args.script) + (" " + args.script_args if args.script_args else "")
+                      if args.script else "built-in MLP loop"),
+              "rate_hz": args.rate, "window_s": args.window, "pin": args.pin, "control_pct": args.control,
               "toggle": args.toggle, "settle_s": args.settle if args.toggle else None,
               "pairs": rows,
               "cpus": os.cpu_count(), "machine": platform.processor() or platform.machine(),
@@ -274,7 +313,7 @@ def main() -> int:
             return (f"mean {mean * 100:+.2f}% (95% CI {low * 100:+.2f}% to {high * 100:+.2f}%; "
                     f"median {result[key + '_median'] * 100:+.2f}%, sd {result[key + '_stdev'] * 100:.2f}%): "
                     f"target {result[key + '_target']}")
-        print(f"at {args.rate} Hz over {len(rows)} pairs of {args.window:g} s windows, {result['cpus']} CPUs"
+        print(f"{result['job']}: at {args.rate} Hz over {len(rows)} pairs of {args.window:g} s windows, {result['cpus']} CPUs"
               f"{', pinned loop,spy = ' + args.pin if args.pin else ''}, load {result['load_average']}:\n"
               f"  slowdown per CPU-second of the loop: {pct('cpu_slowdown')}\n"
               f"  wall-clock slowdown: {pct('wall_slowdown')}\n"

@@ -90,6 +90,15 @@ def _input_fix(workers: list[ProcessView], idle_cpus: float | None, lines: list[
     cpus = [cpu_by_pid.get(w.pid) for w in busy]
     waiting = bool(cpus) and all(c is not None and c < WAITING_WORKER_CPU_PCT for c in cpus)
     state = f"{len(busy)} of {len(workers)} workers busy loading"
+    kinds: Counter = Counter()
+    for w in busy:
+        kinds.update(w.details[rules.DATA_LOADING])
+    kind = kinds.most_common(1)[0][0] if kinds else ""
+    if waiting and kind in ("decode", "transforms") and idle_cpus is not None and idle_cpus < 0.5:
+        # in decode or augmentation code with no CPU idle: the workers compute but are starved of
+        # CPU (a busy host), they do not wait on I/O; more of them would only share the same CPUs
+        return (f"no CPU is idle for more workers ({state}: they compute ({kind}) but get "
+                f"{max(c or 0.0 for c in cpus):.0f}% of a core at most, the CPUs being taken; {idle}): {cheaper}")
     if waiting:  # the workers wait (disk, network, a sleep): more of them overlap the waits
         return (f"more DataLoader workers: they load but use little CPU ({max(cpus):.0f}% of a core at most), "
                 f"so they wait on disk or network and more of them overlap the waits ({state}; {idle}); "

@@ -12,7 +12,9 @@ data_loading  a DataLoader worker (``_worker_loop``) fetching a batch: the datas
 startup       start-up, not the loop: an import (importlib's frames, or the user's own module-level
               ``import`` line), torch.compile compiling (torch/_dynamo/convert_frame.py,
               torch/_inductor/compile_fx.py), building a model, optimizer or dataset (an ``__init__``
-              in torch/nn, torch/optim or torch/utils/data), loading a checkpoint (``torch.load``)
+              in torch/nn, torch/optim or torch/utils/data; a function of the script's top level or
+              ``main`` named for it: ``make_corpus``, ``build_model``, ``load_dataset``), loading a
+              checkpoint (``torch.load``)
 collective    a torch.distributed collective (torch/distributed/distributed_c10d.py, c10d): waiting
               for the other ranks, not computing
 host_sync     the innermost user line calls ``.item()``, ``.tolist()``, ``.cpu()``/``.numpy()``,
@@ -72,6 +74,8 @@ _COMPILING = ("torch/_dynamo/convert_frame.py", "torch/_inductor/compile_fx.py")
 _BUILDING = (("torch/nn/", "the model"), ("torch/optim/", "the optimizer"), ("torch/utils/data/", "the dataset"))
 _NO_GRAD_MARKS = ("no_grad(", "inference_mode(")
 NO_GRAD_LOOKBACK = 120      # source lines read upward from a frame's line for an enclosing no_grad block
+_BUILDER_RE = re.compile(r"^(make|build|prepare|create|generate|load|setup|init)_?(\w*_)?"
+                         r"(corpus|dataset|data|vocab\w*|tokenizer|model|network|net)s?$", re.IGNORECASE)
 _EVAL_RE = re.compile(r"(^|[._])(eval\w*|valid\w*|test_\w*|evaluate\w*)$", re.IGNORECASE)
 
 
@@ -137,10 +141,10 @@ def _is_waiting(stack: Stack, text: str, own: Sequence[str]) -> bool:
 
 def _loading_detail(stack: Stack) -> str:
     files = " ".join(_norm(f.file) + " " + f.function for f in stack.frames)
+    if any(mark in files for mark in _TRANSFORM_MARKS):  # transforms call PIL's functions: not a decode
+        return "transforms"
     if any(mark in files for mark in _DECODE_MARKS):
         return "decode"
-    if any(mark in files for mark in _TRANSFORM_MARKS):
-        return "transforms"
     leaf = stack.frames[-1].function.lower() if stack.frames else ""
     if any(mark in leaf for mark in _READ_MARKS):
         return "disk read"
@@ -175,12 +179,16 @@ def classify(stack: Stack, source: SourceLine, *, worker: bool | None = None,
             return Verdict(DATA_LOADING, _loading_detail(stack), inner[-1] if inner else _getitem(stack))
         return Verdict(IDLE, "worker waiting for work", user)
     if _in_dataloader_next(stack):
-        loading = any(_in(f, "torch/utils/data/_utils/fetch.py") for f in stack.frames)
+        # with no workers everything in the iterator is loading: the fetch, and the sampler too
+        loading = any(_in(f, "torch/utils/data/_utils/fetch.py") or "_SingleProcessDataLoaderIter" in f.function
+                      for f in stack.frames)
         if loading:  # no workers: the dataset's line (inside the loader), not the loop's `for` line
             first = next(i for i, f in enumerate(stack.frames) if _in(f, "torch/utils/data/dataloader.py"))
             inner = [f for f in stack.frames[first:] if f in users]
-            return Verdict(DATA_WAIT, "loading in the main process", inner[-1] if inner else _getitem(stack) or user)
-        return Verdict(DATA_WAIT, "waiting for workers", user)
+            # none inside (the sampler, collate): no line, not the caller's (a `for` line, or
+            # `trainer.fit(...)` when a framework runs the loop)
+            return Verdict(DATA_WAIT, "loading in the main process", inner[-1] if inner else _getitem(stack))
+        return Verdict(DATA_WAIT, "waiting for workers", None)  # the workers' lines say where, not the caller's
     leaf_text = source(user.file, user.line) if user is not None and user.line is not None else ""
     starting = startup_detail(stack, source, own)
     if starting:
@@ -214,16 +222,35 @@ def _getitem(stack: Stack) -> Frame | None:
                  and not _in(f, "torch/utils/data/")), None)
 
 
+def _outside_torch(frame: Frame) -> bool:
+    """Code that is neither torch's nor the standard library's: the user's, or a framework's
+    (Lightning's closure, its logging)."""
+    path = _norm(frame.file)
+    if not path or path.startswith("<frozen") or "/torch/" in path:
+        return False
+    return "/site-packages/" in path or "/dist-packages/" in path or not is_library(path)
+
+
 def _innermost_torch_part(stack: Stack) -> str | None:
     """backward, optimizer or forward: whichever torch frame is innermost (the forward pass inside
-    ``optimizer.step(closure)`` is forward; the optimizer's own update is optimizer)."""
+    ``optimizer.step(closure)`` is forward; the optimizer's own update is optimizer). A torch.optim
+    frame that called into the user's or a framework's code, other than an optimizer's own
+    ``step`` written outside torch, called the closure: what runs inside it (a ``training_step``'s
+    metrics, Lightning's logging and closure plumbing) is the closure's, not the update's."""
+    inner: Frame | None = None
+    closure = False
     for f in reversed(stack.frames):
-        if _in(f, "torch/autograd/grad_mode.py") or _in(f, "torch/utils/_contextlib.py"):
-            continue  # a no_grad/enable_grad decorator's wrapper, not autograd's work
+        if (_in(f, "torch/autograd/grad_mode.py") or _in(f, "torch/utils/_contextlib.py")
+                or _in(f, "torch/autograd/profiler.py")):
+            continue  # a no_grad/enable_grad decorator's wrapper or a profiler range, not autograd's work
         if _in(f, "torch/autograd/") or (_in(f, "torch/_tensor.py") and _leaf_name(f) == "backward"):
             return BACKWARD
         if _in(f, "torch/optim/"):
+            closure = closure or (inner is not None and _outside_torch(inner) and _leaf_name(inner) != "step")
+            if closure:
+                continue  # the closure's work, called from the optimizer's step and its wrappers
             return OPTIMIZER
+        inner = f
         if _in(f, "torch/nn/modules/"):
             return FORWARD
     return None
@@ -279,6 +306,10 @@ def startup_detail(stack: Stack, source: SourceLine, own: Sequence[str] = ()) ->
     for outer, f in zip(stack.frames, stack.frames[1:]):  # an object built at the top of the script
         if f in users and _leaf_name(f) == "__init__" and outer.function in ("<module>", "main"):
             return f"building {f.function.rpartition('.')[0] or 'an object'}"
+        # a function of the script's top level that builds the data or the model once
+        # (make_corpus(), build_model(), load_dataset()): named so, and not per batch or step
+        if f in users and outer.function in ("<module>", "main") and _BUILDER_RE.search(_leaf_name(f)):
+            return f"building {_leaf_name(f)}()"
     if users and stack.frames[-1] == users[-1] and users[-1].function == "<module>" and users[-1].line:
         if source(users[-1].file, users[-1].line).startswith(("import ", "from ")):
             return "import"
