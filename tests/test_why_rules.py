@@ -477,3 +477,19 @@ def test_readings_keep_gpm_of_a_gpu_the_job_holds(monkeypatch):
     [device] = readings.result()["gpu"]["devices"]
     assert device["sm_active_mean_pct"] == 7.0 and device["tensor_active_mean_pct"] == 0.0
     assert device["gpm_note"] is None
+
+
+def test_the_scripts_own_python_in_the_loop_gets_its_own_fix_not_a_gpu():
+    """A tokenizer run on each batch in the loop (rules.OTHER) is most of the computing: the fix
+    names that line and the Dataset/workers, never 'train on a GPU'; a loop that computes in the
+    model keeps the device advice."""
+    tokenize = ["<module> (/w/lm.py:80)", "WordTokenizer.encode (/w/lm.py:31)"]
+    views, _ = _views([stack_line(tokenize, 70, pids=(1,)),
+                       stack_line([LOOP, f"Linear.forward ({SITE}/torch/nn/modules/linear.py:116)"], 30, pids=(1,))])
+    d = analysis.decide(views[1], views, src({}), gpu_util=None, on_gpu=False, idle_cpus=0)
+    assert d.code == "cpu_bound" and "own Python" in d.message
+    assert "train on a GPU" not in d.fix and "/w/lm.py:31" in d.fix and "__getitem__" in d.fix
+    views, _ = _views([stack_line(tokenize, 20, pids=(1,)),
+                       stack_line([LOOP, f"Linear.forward ({SITE}/torch/nn/modules/linear.py:116)"], 80, pids=(1,))])
+    d = analysis.decide(views[1], views, src({}), gpu_util=None, on_gpu=False, idle_cpus=0)
+    assert d.code == "cpu_bound" and "train on a GPU" in d.fix

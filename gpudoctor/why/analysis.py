@@ -276,6 +276,10 @@ def _compute(view: ProcessView, source: SourceLine, on_gpu: bool | None, gpu_wor
     if view.share(rules.EVALUATION) >= max(view.share(c) for c in _COMPUTING):
         split += "; most of it evaluation (no_grad/inference_mode or an eval function): sample during training " \
                  "for the training verdict"
+    own = _own_python_fix(view, lines)
+    if own is not None:  # the user's own Python outside the model: neither a GPU nor fewer launches speed it up
+        return Decision(CPU_BOUND, f"{compute:.0%} of the main thread's time is computing on the CPU ({split}), "
+                        f"most of it the script's own Python outside the model{gpu_words}", own, lines)
     if on_gpu:
         return Decision(CPU_BOUND, f"{compute:.0%} of the main thread's time is Python and kernel launches "
                         f"({split}){gpu_words}: the host cannot keep the GPU busy",
@@ -291,6 +295,24 @@ def _compute(view: ProcessView, source: SourceLine, on_gpu: bool | None, gpu_wor
                     f"no GPU in use{gpu_words}",
                     "train on a GPU (model.to('cuda') and each batch .to('cuda')); on the CPU, "
                     "torch.set_num_threads to the cores left free by the loader", lines)
+
+
+#: The share of the main thread's computing time in the user's own Python outside forward,
+#: backward and the optimizer (rules.OTHER: tokenising, parsing, metrics in the loop) from which
+#: the fix is that code, not the device.
+OWN_PYTHON_SHARE = 0.5
+
+
+def _own_python_fix(view: ProcessView, lines: list[dict[str, Any]]) -> str | None:
+    """The fix when most of the computing is the script's own Python in the loop (a tokenizer run
+    on each batch, record parsing): a GPU would not run it, so say where it should go instead."""
+    compute = sum(view.share(c) for c in _COMPUTING)
+    if compute <= 0 or view.share(rules.OTHER) < OWN_PYTHON_SHARE * compute:
+        return None
+    where = f" at {lines[0]['file']}:{lines[0]['line']}" if lines else ""
+    return (f"make the per-batch Python{where} cheaper or take it out of the loop: do per-sample work (tokenising, "
+            "parsing, augmenting) in the Dataset's __getitem__ so DataLoader workers run it in parallel, or do it "
+            "once before training and keep the result; moving the model to a GPU would not speed this part up")
 
 
 def _problem(code: str, share: float, view: ProcessView, views: dict[int, ProcessView], source: SourceLine,
