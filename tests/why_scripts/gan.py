@@ -13,11 +13,10 @@ Prints ``ready`` once the loop runs; with ``--progress`` one ``progress T STEP C
 step (monotonic time, steps done, the process's CPU seconds) for benchmarks/why_overhead.py.
 """
 
-import argparse
-import time
-
 import torch
 from torch import nn
+
+from _harness import StepClock, parser as harness_parser
 
 LATENT = 64
 IMAGE = 28 * 28
@@ -58,11 +57,7 @@ def real_images(n, generator):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=0.0)
-    parser.add_argument("--steps", type=int, default=0)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--progress", action="store_true")
+    parser = harness_parser(__doc__, batch_size=32)
     args = parser.parse_args()
 
     torch.set_num_threads(1)
@@ -74,7 +69,7 @@ def main():
     ones = torch.ones(args.batch_size, 1)
     zeros = torch.zeros(args.batch_size, 1)
 
-    started, step = time.monotonic(), 0
+    clock = StepClock(args)
     while True:
         for real in data.split(args.batch_size):
             if len(real) < args.batch_size:
@@ -90,12 +85,7 @@ def main():
             loss_g = criterion(netD(fake), ones)
             loss_g.backward()
             optimizer_g.step()  # G STEP LINE
-            step += 1
-            if step == 3:
-                print("ready", flush=True)
-            if args.progress:
-                print("progress", time.monotonic(), step, time.process_time(), flush=True)
-            if (args.steps and step >= args.steps) or (args.seconds and time.monotonic() - started >= args.seconds):
+            if clock.tick():
                 return
 
 

@@ -13,14 +13,14 @@ Prints ``ready`` once the loop runs; with ``--progress`` one ``progress T STEP C
 step (monotonic time, steps done, the process's CPU seconds) for benchmarks/why_overhead.py.
 """
 
-import argparse
-import time
 
 import torch
 from PIL import Image
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms
+
+from _harness import StepClock, parser as harness_parser
 
 
 class SyntheticPhotos(Dataset):
@@ -65,12 +65,7 @@ class SmallNet(nn.Module):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=0.0)
-    parser.add_argument("--steps", type=int, default=0)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--progress", action="store_true")
+    parser = harness_parser(__doc__, batch_size=16, workers=2)
     args = parser.parse_args()
 
     torch.set_num_threads(1)
@@ -81,19 +76,14 @@ def main():
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 
     model.train()
-    started, step = time.monotonic(), 0
+    clock = StepClock(args)
     while True:
         for images, labels in loader:
             optimizer.zero_grad()
             loss = criterion(model(images), labels)
             loss.backward()
             optimizer.step()
-            step += 1
-            if step == 3:
-                print("ready", flush=True)
-            if args.progress:
-                print("progress", time.monotonic(), step, time.process_time(), flush=True)
-            if (args.steps and step >= args.steps) or (args.seconds and time.monotonic() - started >= args.seconds):
+            if clock.tick():
                 return
 
 

@@ -14,14 +14,14 @@ Prints ``ready`` once the loop runs; with ``--progress`` one ``progress T STEP C
 step (monotonic time, steps done, the process's CPU seconds) for benchmarks/why_overhead.py.
 """
 
-import argparse
 import random
 import re
-import time
 import unicodedata
 
 import torch
 from torch import nn
+
+from _harness import StepClock, parser as harness_parser
 
 WORDS = ("the model learns to predict each next word from the words before it while the loss "
          "falls slowly over many steps of gradient descent on batches of text drawn from a corpus "
@@ -81,12 +81,8 @@ class TinyLM(nn.Module):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=0.0)
-    parser.add_argument("--steps", type=int, default=0)
-    parser.add_argument("--batch-size", type=int, default=8)
+    parser = harness_parser(__doc__, batch_size=8)
     parser.add_argument("--context", type=int, default=32)
-    parser.add_argument("--progress", action="store_true")
     args = parser.parse_args()
 
     torch.set_num_threads(1)
@@ -97,7 +93,7 @@ def main():
     criterion = nn.CrossEntropyLoss(ignore_index=0)
 
     model.train()
-    started, step = time.monotonic(), 0
+    clock = StepClock(args)
     while True:
         batch = random.sample(docs, args.batch_size)
         ids = torch.tensor([tokenizer.encode(doc, args.context + 1) for doc in batch])
@@ -107,12 +103,7 @@ def main():
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        step += 1
-        if step == 3:
-            print("ready", flush=True)
-        if args.progress:
-            print("progress", time.monotonic(), step, time.process_time(), flush=True)
-        if (args.steps and step >= args.steps) or (args.seconds and time.monotonic() - started >= args.seconds):
+        if clock.tick():
             return
 
 

@@ -16,14 +16,14 @@ Nothing is written to the working directory: no logger, no checkpoints, and Ligh
 directory is a temporary one.
 """
 
-import argparse
 import tempfile
-import time
 
 import lightning as L
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
+
+from _harness import StepClock, parser as harness_parser
 
 
 class RecordDataset(Dataset):
@@ -65,26 +65,16 @@ class Classifier(L.LightningModule):
 
 
 class Progress(L.Callback):
-    def __init__(self, show, seconds):
-        self.show, self.seconds, self.steps, self.started = show, seconds, 0, time.monotonic()
+    def __init__(self, clock):
+        self.clock = clock
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        self.steps += 1
-        if self.steps == 3:
-            print("ready", flush=True)
-        if self.show:
-            print("progress", time.monotonic(), self.steps, time.process_time(), flush=True)
-        if self.seconds and time.monotonic() - self.started >= self.seconds:
+        if self.clock.tick():
             trainer.should_stop = True
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=0.0)
-    parser.add_argument("--steps", type=int, default=0)
-    parser.add_argument("--workers", type=int, default=0)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--progress", action="store_true")
+    parser = harness_parser(__doc__, batch_size=32, workers=0)
     args = parser.parse_args()
 
     torch.set_num_threads(1)
@@ -93,7 +83,7 @@ def main():
         trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=-1, max_steps=args.steps or -1,
                             logger=False, enable_checkpointing=False, enable_progress_bar=False,
                             enable_model_summary=False, default_root_dir=root,
-                            callbacks=[Progress(args.progress, args.seconds)])
+                            callbacks=[Progress(StepClock(args))])
         trainer.fit(Classifier(), loader)
 
 
