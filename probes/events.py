@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpudoctor.backends.events import (DeviceEvents, EventWatcher, GpuEvent, ReplayEvents, critical_events,
+from gpudoctor.backends.events import (DeviceEvents, EventSource, GpuEvent, critical_events,
                                        describe_event)
 from gpudoctor.model import ProbeResult, Status
 from gpudoctor.probes import Probe, ProbeContext
@@ -130,21 +130,19 @@ def _judge_node(r: ProbeResult, states: dict[int, DeviceEvents], judged: list[in
             return
 
 
-def _own_watcher(gpu: GpuBackend) -> EventWatcher | ReplayEvents:
+def _own_watcher(gpu: GpuBackend) -> EventSource:
     """An event watcher for this report alone, registered: that registration learns what each GPU
     supports, and reads the kernel log."""
     from gpudoctor.backends.events import open_event_watcher
 
     watcher = open_event_watcher(gpu)
-    start = getattr(watcher, "register", None)
-    if start is not None:
-        start()
+    watcher.register()  # a replay's has nothing to do
     return watcher
 
 
-def _settled(r: ProbeResult, watcher: EventWatcher | ReplayEvents, own: bool, indices: list[int]) -> ProbeResult:
+def _settled(r: ProbeResult, watcher: EventSource, own: bool, indices: list[int]) -> ProbeResult:
     """The judged GPUs' result with what the kernel log's absence means, and its summary."""
-    readable = getattr(watcher, "kernel_log_readable", None)
+    readable = watcher.kernel_log_readable
     r.details["kernel_log_readable"] = readable
     if not own:
         r.details["nvml_stream"] = "watched by this process"

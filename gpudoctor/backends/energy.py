@@ -134,10 +134,7 @@ class EnergyMeter:
 
 def nvml_energy_mj(backend: GpuBackend, index: int) -> Any:
     """The GPU's total-energy counter in millijoules (NVML ``nvmlDeviceGetTotalEnergyConsumption``)."""
-    reader = getattr(backend, "total_energy_mj", None)
-    if reader is None:
-        return NA("NotRecorded")
-    return reader(index)
+    return backend.total_energy_mj(index)
 
 
 def gpu_meter(backend: GpuBackend, index: int, clock: Callable[[], float] = time.monotonic) -> EnergyMeter:

@@ -18,12 +18,13 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
 
 from .na import NA, is_na
 
 if TYPE_CHECKING:
-    from .nvml import NvmlGate, NvmlHandle
+    from .nvml import NvmlBackend, NvmlGate, NvmlHandle
+    from .replay import ReplayBackend
 
 # nvmlEventType* bits (nvml.h). Storm and DRAM retirement events exist on newer drivers only.
 EVENT_SINGLE_BIT_ECC = 0x1
@@ -379,12 +380,12 @@ def describe_event(index: int, event: GpuEvent) -> str:
     return f"GPU {index}: {words.get(event.kind, event.kind)}"
 
 
-def open_event_watcher(gpu: Any, keep: int = 8) -> EventSource:
+def open_event_watcher(gpu: NvmlBackend | ReplayBackend, keep: int = 8) -> EventSource:
     """The event watcher for a backend: NVML's event set for live NVML, the recorded events for a
     replay. Not started: call ``start()`` (registration makes NVML calls) and ``stop()``."""
-    recording = getattr(gpu, "recording", None)
-    if isinstance(recording, dict):
-        return ReplayEvents(recording, keep=keep)
+    if gpu.kind == "replay":
+        return ReplayEvents(cast("ReplayBackend", gpu).recording, keep=keep)
+    gpu = cast("NvmlBackend", gpu)
     count = gpu.device_count()
     if is_na(count):
         watcher = EventWatcher(gpu.gate, 0, keep=keep)
