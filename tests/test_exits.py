@@ -115,6 +115,21 @@ def test_a_hung_nvml_init_does_not_hold_the_other_callers(monkeypatch):
         release.set()
 
 
+def test_a_missing_nvml_binding_is_never_taken_for_a_hung_driver(monkeypatch):
+    """Without nvidia-ml-py, start-up ends at once: later calls say PythonBindingMissing, never
+    DriverNotAnswering, and no thread counts as blocked (the runner would abandon its probe)."""
+    from gpudoctor.backends import nvml as nvml_module
+    from gpudoctor.backends import NvmlGate
+
+    monkeypatch.setattr(nvml_module, "STUCK_S", 0.1)
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml raises ImportError
+    gate = NvmlGate()
+    assert getattr(gate.start(), "reason", None) == "PythonBindingMissing"
+    time.sleep(0.3)  # past STUCK_S
+    assert not gate.stuck() and not nvml_module.thread_blocked(threading.get_ident())
+    assert getattr(gate.query("nvmlDeviceGetCount"), "reason", None) == "PythonBindingMissing"
+
+
 def _exporter(env: dict[str, str]):
     import re
     import subprocess

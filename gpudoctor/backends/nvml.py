@@ -187,18 +187,19 @@ class NvmlGate:
             self._init_thread = threading.get_ident()
             self._init_began = time.monotonic()  # before _started: the fast path reads them unlocked
             self._started = True
-            if self._module is None:
+            try:  # however start-up ends, it is no longer under way (else it would read as stuck)
+                if self._module is None:
+                    try:
+                        import pynvml  # nvidia-ml-py
+                    except ImportError:
+                        self._init_na = NA("PythonBindingMissing")
+                        return self._init_na
+                    self._module = pynvml
                 try:
-                    import pynvml  # nvidia-ml-py
-                except ImportError:
-                    self._init_na = NA("PythonBindingMissing")
-                    return self._init_na
-                self._module = pynvml
-            try:
-                self._module.nvmlInit()
-            except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
-                self._init_na = NA(_error_name(exc))
-                log.debug("NVML unavailable: %s", self._init_na)
+                    self._module.nvmlInit()
+                except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+                    self._init_na = NA(_error_name(exc))
+                    log.debug("NVML unavailable: %s", self._init_na)
             finally:
                 self._init_began = None
             return self._init_na
@@ -378,8 +379,9 @@ def _fabric_reading(info: object, error_name: Callable[[int], str]) -> dict[str,
     status = number("status")
     raw = bytes(getattr(info, "clusterUuid", b"") or b"")[:_FABRIC_UUID_BYTES]
     uuid = raw.hex() if len(raw) == _FABRIC_UUID_BYTES and any(raw) else None
+    state = number("state")  # nvml.h's state is one byte (pynvml declares a wider field): the low byte
     return {
-        "fabric_state": number("state"),
+        "fabric_state": state if is_na(state) else state & 0xFF,
         "fabric_status": status if is_na(status) else "Success" if status == 0 else error_name(status),
         "fabric_clique_id": number("cliqueId"),
         "fabric_cluster_uuid": (f"{uuid[:8]}-{uuid[8:12]}-{uuid[12:16]}-{uuid[16:20]}-{uuid[20:]}"
