@@ -172,10 +172,18 @@ def test_cuda_visible_devices_mig_uuid_resolves_to_its_gpu():
     assert parse_visible(f"{FIRST_UUID},{FIRST_UUID}", uuids, table) == [1]  # a repeat ends the list
     assert parse_visible("MIG-GPU-5c1e0000-1111-2222-3333-444455556666/2/0", uuids, table) == [1]  # R450's form
     assert parse_visible(FIRST_UUID, uuids) == NA("MigInstancesSelected")  # NVML could not enumerate them
+    # a CUDA process enumerates one MIG device at most: two named, or a MIG device then a GPU, give one
+    assert parse_visible(f"{FIRST_UUID},MIG-00000002", uuids, table) == [1]
+    assert parse_visible(f"{FIRST_UUID},0", uuids, table) == [1]
+    # the older form when NVML could not read a slice's UUID: no crash, the slice is still found
+    odd = [(NA("Unknown"), 1, 1, 0), ("MIG-00000002-5c1e-5b0e-9a39-012345678900", 1, 2, 0)]
+    assert parse_visible("MIG-GPU-5c1e0000-1111-2222-3333-444455556666/1/0", uuids, odd) == [1]
     backend = _backend()
     assert visible_nvml_indices(backend, {"CUDA_VISIBLE_DEVICES": FIRST_UUID}) == [0]
     chosen = visible_mig_devices(backend, {"CUDA_VISIBLE_DEVICES": FIRST_UUID})
     assert [(m.parent, m.gpu_instance_id) for m in chosen] == [(0, 1)]
+    both = visible_mig_devices(backend, {"CUDA_VISIBLE_DEVICES": f"{FIRST_UUID},MIG-00000002"})
+    assert [(m.parent, m.gpu_instance_id) for m in both] == [(0, 1)]  # CUDA takes the first alone
     assert visible_mig_devices(backend, {"CUDA_VISIBLE_DEVICES": "0"}) == NA("NoMigSelected")
     plain = NvmlBackend(NvmlGate(FakePynvml()))
     assert visible_nvml_indices(plain, {"CUDA_VISIBLE_DEVICES": FIRST_UUID}) == NA("MigInstancesSelected")

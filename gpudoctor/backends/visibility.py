@@ -25,14 +25,14 @@ if TYPE_CHECKING:
 _INDEX = re.compile(r"-?[0-9]+", re.ASCII)
 
 
-def _mig_match(token: str, nvml_uuids: list[Any], mig_slices: list[tuple[Any, int, Any, Any]]) -> list[tuple[int, str]]:
+def _mig_match(token: str, nvml_uuids: list[Any], mig_slices: list[tuple[Any, int, Any, Any]]) -> list[tuple[int, Any]]:
     """The MIG devices a ``MIG-...`` entry names, as (parent NVML index, MIG UUID): by the
     UUID or a prefix of it, or the older ``MIG-GPU-<gpu uuid>/<gi>/<ci>`` form."""
     lower = token.lower()
     if lower.startswith("mig-gpu-") and lower.count("/") == 2:
         gpu_uuid, gi, ci = token[4:].split("/")
         parents = [i for i, u in enumerate(nvml_uuids) if isinstance(u, str) and u.lower() == gpu_uuid.lower()]
-        return [(parent, str(uuid)) for uuid, parent, g, c in mig_slices
+        return [(parent, uuid) for uuid, parent, g, c in mig_slices
                 if parent in parents and str(g) == gi and str(c) == ci]
     return [(parent, uuid) for uuid, parent, _, _ in mig_slices
             if isinstance(uuid, str) and uuid.lower().startswith(lower)]
@@ -44,7 +44,9 @@ def parse_visible(value: str | None, nvml_uuids: list[Any],
 
     A ``MIG-...`` entry names a MIG device: it resolves to its parent GPU's index through
     ``mig_slices`` ((MIG UUID, parent index, GPU instance id, compute instance id) of every MIG
-    device NVML enumerates); without them it is NA("MigInstancesSelected"), as NVML cannot say."""
+    device NVML enumerates); without them it is NA("MigInstancesSelected"), as NVML cannot say.
+    A CUDA process enumerates one MIG device at most (NVIDIA's MIG user guide, CUDA device
+    enumeration): the list ends after the first one."""
     count = len(nvml_uuids)
     if value is None:
         return list(range(count))
@@ -58,11 +60,9 @@ def parse_visible(value: str | None, nvml_uuids: list[Any],
             if mig_slices is None:
                 return NA("MigInstancesSelected")
             slices = _mig_match(token, nvml_uuids, mig_slices)
-            if len(slices) != 1 or slices[0][1] in seen:
-                break
-            seen.add(slices[0][1])
-            chosen.append(slices[0][0])
-            continue
+            if len(slices) == 1 and slices[0][0] not in seen:
+                chosen.append(slices[0][0])
+            break
         index: int | None = None
         number_like = _INDEX.fullmatch(token)
         if token.startswith("GPU-") or not number_like:
@@ -109,8 +109,9 @@ def mig_slices(gpu: GpuBackend, count: int) -> list[tuple[Any, int, Any, Any]] |
 
 
 def visible_mig_devices(gpu: GpuBackend, env: Mapping[str, str] | None = None) -> list[Any] | NA:
-    """The MIG devices CUDA_VISIBLE_DEVICES selects, in its order (MigDeviceReading), or NA:
-    NA("NoMigSelected") when it names none, NA("MigInstancesSelected") when NVML cannot enumerate them."""
+    """The MIG device CUDA_VISIBLE_DEVICES selects (a list of one MigDeviceReading: a CUDA process
+    enumerates one MIG device at most, the first the list names), or NA: NA("NoMigSelected") when it
+    names none, NA("MigInstancesSelected") when NVML cannot enumerate them."""
     env = os.environ if env is None else env
     value = env.get("CUDA_VISIBLE_DEVICES") or ""
     if "MIG-" not in value:
@@ -133,8 +134,10 @@ def visible_mig_devices(gpu: GpuBackend, env: Mapping[str, str] | None = None) -
         if not token.startswith("MIG-"):
             continue
         matches = _mig_match(token, uuids, table)
-        if len(matches) == 1:
-            out.append(by_uuid[(matches[0][1], matches[0][0])])
+        found = by_uuid.get((matches[0][1], matches[0][0])) if len(matches) == 1 else None
+        if found is not None:
+            out.append(found)
+        break  # CUDA takes the first MIG device the list names, and no other
     return out
 
 
