@@ -173,3 +173,24 @@ def test_any_bytes_are_read_or_refused_in_one_line(data):
         flightrec.summarise(flightrec.loads(data), 0)
     except flightrec.DumpError as exc:
         assert "\n" not in str(exc) and 0 < len(str(exc)) < 300
+
+
+def test_odd_numbers_in_a_dump_cost_nothing_but_themselves(tmp_path):
+    """A process-group key written in other digits ('²', which str.isdigit accepts and int refuses)
+    and a creation time beyond 64 bits: the dump is read, those fields are left out, and the
+    verdict's words can still be written (no ValueError or OverflowError reaches `why`)."""
+    odd = entry(4, "all_reduce", "started")
+    odd["time_created_ns"] = 10 ** 400
+    data = pickle.dumps({"version": "2.10", "entries": [odd],
+                         "pg_status": {"²": {"last_enqueued_collective": 4}, "0": {"last_enqueued_collective": 4}}})
+    write(tmp_path, "fr_0", data)
+    me = os.getpid()
+    found = flightrec.find({me: {"rank": 0, "env": {"TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(tmp_path / "fr_")},
+                                 "uid": os.getuid(), "create_time": 0.0}})
+    assert found["errors"] == [] and len(found["dumps"]) == 1
+    last = found["dumps"][0]["groups"][0]["last"]
+    assert last["seq"] == 4 and last["created_ns"] is None
+    from gpudoctor.why import hang
+
+    words, record = hang._flight_words(found)
+    assert isinstance(words, str) and record["dumps"] == found["dumps"]

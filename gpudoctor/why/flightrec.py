@@ -103,7 +103,11 @@ def read_file(path: str, owner_uid: int | None) -> tuple[Any, float]:
 
 
 def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    """An integer field of a dump, or None: a bool, another type, or one outside 64 bits (a dump's
+    ids, sizes and nanosecond times fit; a larger one would overflow the arithmetic on it)."""
+    if isinstance(value, int) and not isinstance(value, bool) and -2 ** 63 <= value < 2 ** 63:
+        return value
+    return None
 
 
 def _text(value: object, limit: int = 200) -> str:
@@ -162,7 +166,8 @@ def summarise(dump: object, rank: int | None) -> dict[str, Any]:
     status = dump.get("pg_status")
     if isinstance(status, dict):
         for key, value in list(status.items())[:64]:
-            pg = _int(key) if not isinstance(key, str) else (int(key) if key.isdigit() and len(key) < 10 else None)
+            pg = _int(key) if not isinstance(key, str) else (
+                int(key) if key.isascii() and key.isdigit() and len(key) < 10 else None)
             if pg is None or not isinstance(value, dict):
                 continue
             seen = {k: _int(value.get(f"last_{k}_collective")) for k in ("enqueued", "started", "completed")}
@@ -237,8 +242,9 @@ def find(processes: dict[int, dict[str, Any]]) -> dict[str, Any]:
             continue
         try:
             summary = summarise(dump, rank)
-        except DumpError as exc:
-            errors.append({"rank": rank, "path": plain_text(path, limit=300), "error": str(exc)})
+        except (DumpError, ValueError, OverflowError) as exc:  # a dump that does not parse costs itself
+            errors.append({"rank": rank, "path": plain_text(path, limit=300),
+                           "error": plain_text(str(exc) or type(exc).__name__, limit=300)})
             continue
         summary["path"] = plain_text(path, limit=300)
         summary["written"] = mtime

@@ -358,7 +358,7 @@ def _describe(proc: psutil.Process) -> dict[str, Any]:
         uid, started = None, None
     # only the settings the hang verdict reads (the flight recorder's), bounded: never the whole environment
     env = {key: str(environ[key])[:MAX_SETTING_CHARS] for key in JOB_SETTINGS if key in environ}
-    return {"ppid": ppid, "cmdline": " ".join(cmd)[:500], "rank": int(rank) if rank.isdigit() and len(rank) < 9 else None,
+    return {"ppid": ppid, "cmdline": " ".join(cmd)[:500], "rank": int(rank) if rank.isascii() and rank.isdigit() and len(rank) < 9 else None,
             "env": env, "uid": uid, "create_time": started,
             "age_s": round(time.time() - started, 1) if started is not None else None}
 
