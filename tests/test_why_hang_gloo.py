@@ -103,7 +103,6 @@ def test_two_ranks_one_in_an_endless_data_wait_with_its_dump(tmp_path, capsys):
     assert "TORCH_NCCL_DUMP_ON_TIMEOUT" not in data["verdict"]["fix"]
 
 
-@pytest.mark.benchmark
 def test_four_ranks_one_stuck(tmp_path, capsys):
     data = why_of(tmp_path, capsys, "stuck", 4)
     away = check_held_in_all_reduce(data, 4)
