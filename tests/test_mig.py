@@ -367,3 +367,21 @@ def test_a_slices_memory_in_use_comes_from_the_v2_call_where_the_driver_has_it()
         (_ for _ in ()).throw(nvml_error("ArgumentVersionMismatch")()) if version else memory())
     asked.clear()
     assert NvmlBackend(NvmlGate(fake)).mig_devices(0)[0].memory_used_bytes == 12 << 30  # v1 where v2 is refused
+
+
+def test_resolving_cuda_visible_devices_reads_only_the_slices_names():
+    """Which GPU a MIG-<uuid> names needs the slices' ids and UUIDs: no memory, process or GPM read
+    (a training process's monitor resolves its device this way)."""
+    gate_fake = FakePynvml(readings=h100_mig())
+    backend = NvmlBackend(NvmlGate(gate_fake))
+    named = backend.mig_devices(0, readings=False)
+    full = backend.mig_devices(0)
+    assert [(m.uuid, m.gpu_instance_id, m.compute_instance_id, m.profile) for m in named] == \
+        [(m.uuid, m.gpu_instance_id, m.compute_instance_id, m.profile) for m in full]
+    assert all(m.memory_used_bytes == NA("NotRead") and m.processes == NA("NotRead") for m in named)
+    gate_fake.calls.clear()
+    assert visible_nvml_indices(backend, {"CUDA_VISIBLE_DEVICES": FIRST_UUID}) == [0]
+    read = set(gate_fake.calls)
+    assert read and not read & {"nvmlDeviceGetMemoryInfo", "nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetAttributes",
+                                "nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v3",
+                                "nvmlGpmMigSampleGet"}, read

@@ -90,7 +90,7 @@ class FakeGpu:
         """What the torch-to-NVML resolver reads: the device's bus id and UUID."""
         return {k: self.static(index).get(k) for k in ("pci_bus_id", "uuid")}
 
-    def mig_devices(self, index: int) -> Any:
+    def mig_devices(self, index: int, readings: bool = True) -> Any:
         """No thread posts NVML's MIG device list: a GPU in MIG mode says so, one not in it too."""
         return NA("NotPosted") if self.static(index).get("mig_mode") == 1 else NA("MigDisabled")
 

@@ -290,9 +290,11 @@ class GpuBackend(Protocol):
     def utilization_samples(self, index: int, since_us: int) -> Any:
         """NVML's own utilisation samples newer than ``since_us``: [(timestamp_us, percent)] or NA."""
 
-    def mig_devices(self, index: int) -> list[MigDeviceReading] | NA:
+    def mig_devices(self, index: int, readings: bool = True) -> list[MigDeviceReading] | NA:
         """The MIG devices of a GPU in MIG mode, in slot order; NA("MigDisabled") for a GPU not in
-        MIG mode, NA("MigNotSupported") for one without MIG, else NA with the reason."""
+        MIG mode, NA("MigNotSupported") for one without MIG, else NA with the reason. With
+        ``readings=False`` only what names each device (ids, UUID, name), the rest NA("NotRead"):
+        what resolving CUDA_VISIBLE_DEVICES needs, without memory, process or GPM reads."""
 
     def reset(self) -> None:
         """Start again from nothing (after a driver reload); a recording has nothing to redo."""

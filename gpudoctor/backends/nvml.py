@@ -370,6 +370,13 @@ def _by_reference(info: object) -> object:
     return ctypes.byref(info) if isinstance(info, ctypes.Structure) else info
 
 
+def _mig_profile(name: object) -> Any:
+    """A MIG device's profile from its name ("NVIDIA H100 80GB HBM3 MIG 3g.40gb" -> "3g.40gb")."""
+    if not isinstance(name, str):
+        return name
+    return name.rsplit("MIG ", 1)[1].strip() if "MIG " in name else NA("NotInName")
+
+
 def _fabric_reading(info: object, error_name: Callable[[int], str]) -> dict[str, Any]:
     """A filled fabric structure as static facts (bounded: it is the driver's data)."""
     def number(name: str) -> Any:
@@ -782,7 +789,7 @@ class NvmlBackend:
         return self._gpm_read((index, int(gpu_instance_id)), handle, int(gpu_instance_id))
 
     # -- MIG devices ----------------------------------------------------------------
-    def mig_devices(self, index: int) -> list[MigDeviceReading] | NA:
+    def mig_devices(self, index: int, readings: bool = True) -> list[MigDeviceReading] | NA:
         """The MIG devices of GPU ``index`` (nvidia-smi's "MIG devices" table), each read on its own
         MIG handle (nvmlDeviceGetMigDeviceHandleByIndex over nvmlDeviceGetMaxMigDeviceCount slots;
         an empty slot answers NotFound and is skipped). NA("MigDisabled") when the GPU is not in
@@ -811,8 +818,22 @@ class NvmlBackend:
                 if mig.reason in ("NotFound", "InvalidArgument"):
                     continue  # an empty slot
                 return mig  # the device failed (GpuIsLost, DriverNotAnswering...)
-            found.append(self._mig_device(index, slot, mig, sm_active))
+            found.append(self._mig_device(index, slot, mig, sm_active) if readings
+                         else self._mig_identity(index, slot, mig))
         return found
+
+    def _mig_identity(self, index: int, slot: int, mig: NvmlHandle) -> MigDeviceReading:
+        """What names a MIG device (ids, UUID, name and profile); its readings NA("NotRead")."""
+        q = self.gate.query
+        gi, ci, name = q("nvmlDeviceGetGpuInstanceId", mig), q("nvmlDeviceGetComputeInstanceId", mig), \
+            q("nvmlDeviceGetName", mig)
+        skipped = NA("NotRead")
+        return MigDeviceReading(
+            parent=index, slot=slot, gpu_instance_id=gi if is_na(gi) else int(gi),
+            compute_instance_id=ci if is_na(ci) else int(ci), uuid=q("nvmlDeviceGetUUID", mig), name=name,
+            profile=_mig_profile(name), sm_count=skipped, memory_size_bytes=skipped, memory_used_bytes=skipped,
+            memory_total_bytes=skipped, gpu_util_pct=skipped, energy_mj=skipped, sm_active_pct=skipped,
+            processes=skipped)
 
     def _mig_device(self, index: int, slot: int, mig: NvmlHandle, sm_active: dict[int, Any]) -> MigDeviceReading:
         q = self.gate.query
@@ -832,13 +853,10 @@ class NvmlBackend:
             if gi not in sm_active:
                 sm_active[gi] = self.gpm_mig(index, int(gi)).get("sm_active_pct", NA(GPM_NEEDS_HOPPER))
             active = sm_active[gi]
-        profile: Any = name
-        if isinstance(name, str):
-            profile = name.rsplit("MIG ", 1)[1].strip() if "MIG " in name else NA("NotInName")
         return MigDeviceReading(
             parent=index, slot=slot, gpu_instance_id=gi if is_na(gi) else int(gi),
             compute_instance_id=ci if is_na(ci) else int(ci), uuid=q("nvmlDeviceGetUUID", mig), name=name,
-            profile=profile, sm_count=sm_count, memory_size_bytes=size, memory_used_bytes=used,
+            profile=_mig_profile(name), sm_count=sm_count, memory_size_bytes=size, memory_used_bytes=used,
             memory_total_bytes=total, gpu_util_pct=util if is_na(util) else check("gpu_util_pct", int(util.gpu)),
             energy_mj=check("energy_mj", energy), sm_active_pct=active, processes=self._mig_processes(mig))
 

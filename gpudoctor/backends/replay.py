@@ -229,7 +229,7 @@ class ReplayBackend:
             return NA("NotRecorded")
         return links[index]
 
-    def mig_devices(self, index: int) -> list[MigDeviceReading] | NA:
+    def mig_devices(self, index: int, readings: bool = True) -> list[MigDeviceReading] | NA:
         """The MIG devices of the sample last served for the device (``samples[].mig[index]``):
         NA("MigDisabled") for a device recorded out of MIG mode, NA("NotRecorded") where the
         recording holds no MIG devices (recordings before them)."""

@@ -102,7 +102,7 @@ def mig_slices(gpu: GpuBackend, count: int) -> list[tuple[Any, int, Any, Any]] |
     enumerates, or None when it enumerates none (no GPU in MIG mode it can read)."""
     found: list[tuple[Any, int, Any, Any]] = []
     for index in range(count):
-        slices = gpu.mig_devices(index)
+        slices = gpu.mig_devices(index, readings=False)  # names only: no memory, process or GPM reads
         if not is_na(slices):
             found.extend((m.uuid, index, m.gpu_instance_id, m.compute_instance_id) for m in slices)
     return found or None
