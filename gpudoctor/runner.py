@@ -143,13 +143,16 @@ def _child_main(conn: Connection, spec: RunSpec) -> None:
     if spec.quiet_child:
         silence_stdio()
     try:
-        _serve(conn, spec)
-    except (KeyboardInterrupt, EOFError, OSError):  # stopped, or the parent is gone
+        try:
+            _serve(conn, spec)
+        except (KeyboardInterrupt, EOFError, OSError):  # stopped, or the parent is gone
+            pass
+        finally:
+            # On the way out (multiprocessing's exit functions) a stop just ends the process.
+            for signum in signals.STOP_SIGNALS:
+                signal.signal(signum, signal.SIG_DFL)
+    except KeyboardInterrupt:  # the parent's stop (SIGTERM) landed while this child was ending
         pass
-    finally:
-        # On the way out (multiprocessing's exit functions) a stop just ends the process.
-        for signum in signals.STOP_SIGNALS:
-            signal.signal(signum, signal.SIG_DFL)
 
 
 def _serve(conn: Connection, spec: RunSpec) -> None:
