@@ -455,7 +455,7 @@ def straggler(ranks: list[tuple[ProcessView, Decision]],
     excess = {c: view.share(c) - sum(o.share(c) for o in others) / len(others)
               for c in rules.CATEGORIES if c not in waiting}
     where = max(excess, key=lambda c: excess[c])
-    return {"pid": view.pid, "code": STRAGGLER, "words": WORDS[STRAGGLER],
+    return {"pid": view.pid, "code": STRAGGLER, "words": WORDS[STRAGGLER], "category": where,
             "message": f"pid {view.pid} works {work(view):.0%} of its time where the median rank works "
                        f"{median:.0%} and waits for it (in collectives, or in backward with its CPU idle); "
                        f"the extra time is in {where} (+{excess[where]:.0%}); on its own it is {decision.words}: "
@@ -533,7 +533,11 @@ def diagnose(stacks: Sequence[Stack], readings: dict[str, Any], source: SourceLi
         if hung is not None:
             verdict.update(code=hung.code, words=hung.words, message=hung.message, fix=hung.fix, lines=hung.lines)
         elif lagging is not None and lagging["pid"] == view.pid:
-            verdict.update(code=STRAGGLER, words=WORDS[STRAGGLER], message=lagging["message"])
+            # its lines are where its extra time is (a slow rank also waits in backward's all-reduce
+            # for a rank the machine delayed: those lines are not why the others wait for it)
+            extra = _line_records(view.lines[lagging["category"]], view.main_samples, source)
+            verdict.update(code=STRAGGLER, words=WORDS[STRAGGLER], message=lagging["message"],
+                           lines=extra or decision.lines)
         shares = view.shares()
     util, on_gpu, held, why_so = _gpu_for(set(views), gpu, processes)
     return {"format": FORMAT, "format_version": FORMAT_VERSION, "pid": pid, **(meta or {}),
