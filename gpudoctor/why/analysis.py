@@ -497,19 +497,8 @@ def diagnose(stacks: Sequence[Stack], readings: dict[str, Any], source: SourceLi
     gpu = readings.get("gpu") or {"available": False, "reason": "not read", "devices": []}
     host = readings.get("host") or {}
     window_s = (meta or {}).get("sampled_s")
-    trainers = [v for v in views.values() if v.role == "trainer"]
-    cpu_by_pid = {pid: info.get("cpu_pct") for pid, info in (readings.get("processes") or {}).items()}
-    decided: list[tuple[ProcessView, Decision]] = []
     processes = readings.get("processes") or {}
-    for view in trainers:
-        util, on_gpu, _, why_so = _gpu_for(_tree(view, views), gpu, processes)
-        threads = (processes.get(view.pid) or {}).get("threads_cpu_pct") or {}
-        job_cpu = sum(cpu_by_pid.get(p) or 0.0 for p in _tree(view, views))
-        decision = decide(view, views, source, gpu_util=util, on_gpu=on_gpu,
-                          idle_cpus=free_cpus(host, job_cpu), main_cpu_pct=threads.get(view.pid),
-                          cpu_by_pid=cpu_by_pid, gpu_unknown=why_so, window_s=window_s,
-                          gpm=_gpm_of(_tree(view, views), gpu))
-        decided.append((view, overloaded(decision, host)))
+    decided = _decide_trainers(views, readings, gpu, source, window_s)
     hung, lagging = _across_ranks(decided, views, readings, source, window_s)
     main = next((d for d in decided if d[0].pid == pid), None) or (max(decided, key=lambda d: d[0].main_samples)
                                                                     if decided else None)
@@ -551,6 +540,25 @@ def diagnose(stacks: Sequence[Stack], readings: dict[str, Any], source: SourceLi
                     "in_use": _state(on_gpu), "evidence": why_so,
                     "util_mean_pct": util, "devices": held or gpu.get("devices", [])},
             "host": host}
+
+
+def _decide_trainers(views: dict[int, ProcessView], readings: dict[str, Any], gpu: dict[str, Any],
+                     source: SourceLine, window_s: float | None) -> list[tuple[ProcessView, Decision]]:
+    """Each training process's own verdict, from its tree's GPU, CPU and the host's free CPUs."""
+    host = readings.get("host") or {}
+    processes = readings.get("processes") or {}
+    cpu_by_pid = {pid: info.get("cpu_pct") for pid, info in processes.items()}
+    decided: list[tuple[ProcessView, Decision]] = []
+    for view in (v for v in views.values() if v.role == "trainer"):
+        util, on_gpu, _, why_so = _gpu_for(_tree(view, views), gpu, processes)
+        threads = (processes.get(view.pid) or {}).get("threads_cpu_pct") or {}
+        job_cpu = sum(cpu_by_pid.get(p) or 0.0 for p in _tree(view, views))
+        decision = decide(view, views, source, gpu_util=util, on_gpu=on_gpu,
+                          idle_cpus=free_cpus(host, job_cpu), main_cpu_pct=threads.get(view.pid),
+                          cpu_by_pid=cpu_by_pid, gpu_unknown=why_so, window_s=window_s,
+                          gpm=_gpm_of(_tree(view, views), gpu))
+        decided.append((view, overloaded(decision, host)))
+    return decided
 
 
 def free_cpus(host: dict[str, Any], job_cpu_pct: float) -> float | None:
