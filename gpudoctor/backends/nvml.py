@@ -14,6 +14,7 @@ recording, so probes and front ends cannot tell the two apart.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -836,9 +837,10 @@ class NvmlBackend:
             processes=skipped)
 
     def _mig_device(self, index: int, slot: int, mig: NvmlHandle, sm_active: dict[int, Any]) -> MigDeviceReading:
+        """A MIG device's names (:meth:`_mig_identity`) with its readings."""
         q = self.gate.query
-        gi, ci = q("nvmlDeviceGetGpuInstanceId", mig), q("nvmlDeviceGetComputeInstanceId", mig)
-        name = q("nvmlDeviceGetName", mig)
+        named = self._mig_identity(index, slot, mig)
+        gi = named.gpu_instance_id
         attributes = q("nvmlDeviceGetAttributes", mig)
         sm_count = attributes if is_na(attributes) else int(attributes.multiprocessorCount)
         size = attributes if is_na(attributes) else check("memory_total_bytes", int(attributes.memorySizeMB) << 20)
@@ -851,13 +853,11 @@ class NvmlBackend:
             active: Any = gi
         else:
             if gi not in sm_active:
-                sm_active[gi] = self.gpm_mig(index, int(gi)).get("sm_active_pct", NA(GPM_NEEDS_HOPPER))
+                sm_active[gi] = self.gpm_mig(index, gi).get("sm_active_pct", NA(GPM_NEEDS_HOPPER))
             active = sm_active[gi]
-        return MigDeviceReading(
-            parent=index, slot=slot, gpu_instance_id=gi if is_na(gi) else int(gi),
-            compute_instance_id=ci if is_na(ci) else int(ci), uuid=q("nvmlDeviceGetUUID", mig), name=name,
-            profile=_mig_profile(name), sm_count=sm_count, memory_size_bytes=size, memory_used_bytes=used,
-            memory_total_bytes=total, gpu_util_pct=util if is_na(util) else check("gpu_util_pct", int(util.gpu)),
+        return dataclasses.replace(
+            named, sm_count=sm_count, memory_size_bytes=size, memory_used_bytes=used, memory_total_bytes=total,
+            gpu_util_pct=util if is_na(util) else check("gpu_util_pct", int(util.gpu)),
             energy_mj=check("energy_mj", energy), sm_active_pct=active, processes=self._mig_processes(mig))
 
     def _mig_memory(self, mig: NvmlHandle) -> Any:
