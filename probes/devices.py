@@ -62,9 +62,7 @@ def run(ctx: ProbeContext) -> ProbeResult:
     r.details["cuda_device_order"] = os.environ.get("CUDA_DEVICE_ORDER")
 
     if not isinstance(count, int) or count == 0:
-        _no_device(r, count if is_na(count) else None, torch_facts or {})
-        blocked = is_na(count) and count.reason == DRIVER_NOT_ANSWERING
-        return r.settle("the NVIDIA driver is not answering" if blocked else "no GPU visible")
+        return r.settle(_no_device(r, count if is_na(count) else None, torch_facts or {}))
     if isinstance(visible, list):
         _visible_devices(r, ctx, torch_facts, torch_count, cvd, visible, count)
     _index_order(r, torch_devices, mapping)
@@ -146,12 +144,12 @@ def _describe_devices(r: ProbeResult, wanted: list[int], mapping: dict[int, int 
     return names
 
 
-def _no_device(r: ProbeResult, nvml_na: NA | None, facts: dict[str, Any]) -> None:
-    """Nothing visible at all."""
+def _no_device(r: ProbeResult, nvml_na: NA | None, facts: dict[str, Any]) -> str:
+    """Nothing visible at all: the finding, and the probe's summary."""
     if nvml_na is not None and nvml_na.reason == DRIVER_NOT_ANSWERING:
         # The driver holds NVML: whether a GPU is there cannot be told, and "no GPU" would mislead.
         r.findings.append(findings.finding("driver_not_answering", seconds=f"{STUCK_S:.0f}", where=""))
-        return
+        return "the NVIDIA driver is not answering"
     why_none = f"NVML: {nvml_na.reason}" if nvml_na is not None else "NVML reports 0 devices"
     if facts.get("cuda_init_error"):
         why_none += f"; torch: {facts['cuda_init_error']}"
@@ -160,6 +158,7 @@ def _no_device(r: ProbeResult, nvml_na: NA | None, facts: dict[str, Any]) -> Non
                "will silently train on the CPU; code that says 'cuda' fails.",
            fix="Check `nvidia-smi`. In a container pass the GPUs (`docker run --gpus all`); on a VM attach "
                "the GPU; on a laptop make sure the NVIDIA GPU is not disabled.")
+    return "no GPU visible"
 
 
 def _visibility(r: ProbeResult, cvd: str | None, visible: list[int], count: int, changed: bool = False) -> None:
