@@ -17,6 +17,7 @@ are waited for with a generous upper bound.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -30,6 +31,7 @@ import psutil
 import pytest
 
 from conftest import ROOT
+from gpudoctor.backends.recording import load_recording
 
 SCRIPT = ROOT / "benchmarks" / "gpu_session.sh"
 PREPARE = ROOT / "benchmarks" / "gpu_session_prepare.sh"
@@ -194,6 +196,13 @@ def test_smoke_first_runs_every_step_from_the_carried_wheel_and_packs_after_each
                    "full/report-full.json", "full/summary.json", "cuinit.json", "bench_mnist.json"):
         assert members.get(f"first/{result}"), result
     assert rows["hooks_overhead"] == (2, "124")  # killed at its limit
+    for recording in ("recording.json", "recording_training.json"):  # replayable, as tests/data needs
+        path = tmp_path / recording
+        path.write_bytes(members[f"first/{recording}"])
+        assert load_recording(path)["nvml"]["samples"], recording
+    cuinit = json.loads(members["first/cuinit.json"])
+    assert cuinit["started"] and cuinit["gpus"][0]["persistence_mode"] == 1  # the fake board's, as found
+    assert cuinit["cuinit_s"]["median"] is not None and cuinit["cuda_start_wall_s"]["median"] is not None
     assert b"first" in members["first/session.tsv"] and b"smoke" in members["first/session.tsv"]
     assert "gpu-session: first done" in proc.stdout
 
