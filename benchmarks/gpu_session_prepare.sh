@@ -42,7 +42,8 @@ trap 'rm -rf "$build"' EXIT
 
 # What travels, copied, so the build writes nothing (build/, egg-info) into the checkout.
 if git rev-parse --git-dir > /dev/null 2>&1; then
-  git ls-files -co --exclude-standard -z | tar --null -T - -cf - | tar -xf - -C "$build"
+  # (a tracked file deleted but not yet committed does not travel either)
+  git ls-files -co --exclude-standard -z | tar --null --ignore-failed-read -T - -cf - 2>/dev/null | tar -xf - -C "$build"
   commit=$(git rev-parse HEAD)
   [ -z "$(git status --porcelain --untracked-files=no)" ] || commit="$commit+uncommitted"
 else
