@@ -208,6 +208,16 @@ setup() {  # setup LIMIT_S MODULE... [-- PEER_COMMAND...]: the carried wheels, t
     record_step setup "$limit" 3 "$((SECONDS - t0))"
     die "$problem (run benchmarks/gpu_session_prepare.sh here and carry .whl)"
   fi
+  # A wheel prepared before the last change would check old code with new tests: said, not fatal.
+  local stale
+  stale=$({ diff -rq -x __pycache__ -x probes "$REPO/gpudoctor" "$SITE/gpudoctor"
+            diff -rq -x __pycache__ "$REPO/probes" "$SITE/gpudoctor/probes"; } 2>&1 | head -n 3 | tr '\n' ' ')
+  if [ -n "$stale" ]; then
+    echo "gpu-session: WARNING: the carried gpudoctor wheel differs from this tree (prepare again): ${stale:0:300}" \
+      | tee -a "$R/setup.err"
+  else
+    echo "the carried gpudoctor wheel matches this tree" >> "$R/setup.out"
+  fi
   _bin_folder "${peers[@]}"
   record_step setup "$limit" 0 "$((SECONDS - t0))"
 }

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tarfile
 import time
+import zipfile
 from pathlib import Path
 
 import psutil
@@ -188,6 +189,7 @@ def test_smoke_first_runs_every_step_from_the_carried_wheel_and_packs_after_each
     setup = members["first/setup.out"].decode()
     assert "installing 1 carried wheels: gpudoctor-" in setup
     assert re.search(r"^gpudoctor \S+ from .*/work/site/gpudoctor$", setup, re.M), setup
+    assert "the carried gpudoctor wheel matches this tree" in setup
     assert rows["setup"][1] == "0"
     # on the fake NVML the facts that need no torch GPU are real results
     for name in ("record", "report_quick", "cuinit"):
@@ -279,6 +281,28 @@ def test_a_failed_install_of_the_carried_wheels_stops_the_command_with_one_line(
     assert len(said) == 2 and said[1].startswith("gpu-session: cannot install the carried wheels in ")
     rows = _step_rows(_members(tmp_path / "out" / "gpu_session_first.tgz"), "first")
     assert rows == {"setup": (120, "3")}  # stopped at once: no later step ran
+
+
+def test_a_wheel_older_than_the_tree_is_said_before_the_steps(tmp_path, wheels):
+    """A wheel prepared before the last change of gpudoctor/ or probes/ would check old code with
+    the new tests and scripts: the set-up says so (and the command goes on: the GPU time is not lost)."""
+    stale = tmp_path / "stale"
+    stale.mkdir()
+    (wheel,) = wheels.glob("gpudoctor-*.whl")
+    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(stale / wheel.name, "w") as copy:
+        for item in source.infolist():
+            data = source.read(item)
+            if item.filename == "gpudoctor/probes/__init__.py":
+                data += b"# an older version\n"
+            copy.writestr(item, data)
+    proc = _kit("--smoke", "first", env=_env(tmp_path, stale, GPU_SESSION_BUDGET_S="1"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    warned = [line for line in proc.stdout.splitlines() if "WARNING" in line]
+    assert len(warned) == 1 and warned[0].startswith(
+        "gpu-session: WARNING: the carried gpudoctor wheel differs from this tree (prepare again): ")
+    assert "__init__.py" in warned[0]
+    rows = _step_rows(_members(tmp_path / "out" / "gpu_session_first.tgz"), "first")
+    assert rows["setup"][1] == "0" and list(rows) == FIRST_STEPS
 
 
 def test_without_gpudoctors_wheel_the_command_stops_naming_the_preparation(tmp_path):
