@@ -40,7 +40,8 @@ TARGETS = {
 WALL_TARGET_S = 60.0
 
 
-def run_report(out_dir: Path, probes: list[str], device: int | None) -> tuple[dict[str, Any], float, int]:
+def run_report(out_dir: Path, probes: list[str], device: int | None,
+               anonymize: bool = False) -> tuple[dict[str, Any], float, int]:
     report_path = out_dir / "report-full.json"
     cmd = [sys.executable, "-m", "gpudoctor", "report", "--full", "--json", "-o", str(report_path),
            "--fail-on", "fail"]
@@ -48,6 +49,8 @@ def run_report(out_dir: Path, probes: list[str], device: int | None) -> tuple[di
         cmd += ["--probe", name]
     if device is not None:
         cmd += ["--device", str(device)]
+    if anonymize:
+        cmd.append("--anonymize")
     started = time.monotonic()
     done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wall = time.monotonic() - started
@@ -109,11 +112,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="bench-out", help="directory for the report and summary (default bench-out)")
     parser.add_argument("--probe", action="append", default=[], help="only these probes (default: all of --full)")
     parser.add_argument("--device", type=int, help="torch device index")
+    parser.add_argument("--anonymize", action="store_true", help="strip UUIDs, serials and host names from the report")
     args = parser.parse_args(argv)
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
 
-    report, wall, code = run_report(out_dir, args.probe, args.device)
+    report, wall, code = run_report(out_dir, args.probe, args.device, args.anonymize)
     summary = summarise(report, wall)
     summary.update(created=report.get("created"), gpudoctor_exit_code=code, host_cpu=report["host"].get("cpu_model"),
                    **device_facts())
@@ -139,5 +143,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.fspath(Path(__file__).resolve().parents[1]))
+    import importlib.util
+
+    if importlib.util.find_spec("gpudoctor") is None:  # run from a checkout without an install
+        sys.path.insert(0, os.fspath(Path(__file__).resolve().parents[1]))
     raise SystemExit(main())

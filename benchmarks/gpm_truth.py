@@ -1,6 +1,6 @@
 """Known answers for "is the GPU really busy?": GPM against kernels whose answer is known.
 
-Run on a GPU (Hopper or later for GPM), in the GPU kit's measure part:
+Run on a GPU (Hopper or later for GPM), in the GPU kit's first command:
 
     python benchmarks/gpm_truth.py --json gpm_truth.json
 

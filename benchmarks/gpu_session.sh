@@ -1,174 +1,189 @@
 #!/usr/bin/env bash
-# The GPU check kit: every check that needs a real NVIDIA GPU, in four parts, each of which
-# fits one device call (10 minutes with its set-up); all four need at most 25 minutes of GPU
-# time, each start counted. Ordered by value: run them in this order, stop when time runs out.
+# The GPU check kit: every check that needs a real NVIDIA GPU, as at most two device calls.
+# A lent GPU gives 15 minutes of device time in all (each machine start, idle wait and close
+# counted, no start with under 4 minutes left), so the kit is two commands, ordered by value:
 #
-#   core      nvidia-smi -q, versions, a real `gpudoctor record` recording, anonymized reports
-#             (quick, standard, full) and the GPU test files of the core and the probes
-#   measure   benchmarks/full_report.py (report --full wall time and the measured ceilings:
-#             device-to-device copy, pinned host-to-device, bf16 matmul), benchmarks/gpm_truth.py
-#             (GPM SM/tensor/DRAM activity on kernels whose answer is known) and the other GPU tests
-#   workload  bench mnist sweep on the GPU, benchmarks/hooks_overhead.py, distributed, why on a GPU job
-#   compare   against the peers: quick_vs_gpustat, quick_vs_nvitop, TUI CPU against nvitop, watch
+#   first  (one call, at most 360 s)  a real `gpudoctor record` recording, anonymized reports
+#          (quick, standard, full with the measured ceilings), GPM on known answers with the
+#          cost of a read, cuInit's cost with persistence mode as found, a short `bench mnist`
+#          on cuda (recorded as it trains), the hooks' overhead, `distributed` as a world of
+#          one (NCCL), `why` on a job training on the GPU
+#   rest   (optional, at most 300 s)  the GPU-marked tests, the peers side by side (gpustat,
+#          nvitop, the TUI's CPU time against nvitop's), `watch`
 #
-# Prepare once, here, in the repo root (fills the ignored folder .whl/ with the wheels the GPU
-# machine lacks: textual, jsonschema, gpustat, nvitop, ..., and py-spy for `why`), and before each
-# call write the commit there (the machine's copy of the tree has no .git):
-#   ../shared/tools/gpu-wheelhouse.sh py-spy
-#   git rev-parse HEAD > .whl/COMMIT
-# Run each part with the device tool, one call per part, in this order:
-#   run(command="bash benchmarks/gpu_session.sh core",     carry=[".whl"], timeout_s=600)
-#   run(command="bash benchmarks/gpu_session.sh measure",  carry=[".whl"], timeout_s=600)
-#   run(command="bash benchmarks/gpu_session.sh workload", carry=[".whl"], timeout_s=600)
-#   run(command="bash benchmarks/gpu_session.sh compare",  carry=[".whl"], timeout_s=600)
-# Each call returns $OUT/gpu_session_PART.tgz: PART/STEP.out and PART/STEP.err for every step,
-# PART/steps.tsv (step, limit, exit status, seconds), PART/console.log and the result files.
-# The tarball is re-packed after every step, so a part cut off still returns every step before.
-# Committing the results: docs/gpu-session.md.
+# Each command stops itself before its call's limit: every step runs under its own time limit,
+# cut further to the time left, and a step with no time left is recorded as skipped. A step that
+# fails or times out is recorded and the next one runs. Results are re-packed into one tarball
+# under $OUT after every step, so a call cut off still returns every step finished before.
 #
-#   bash benchmarks/gpu_session.sh --list            the parts, one per line
-#   bash benchmarks/gpu_session.sh --steps [PART]    each step with its time limit, the sums
-#   bash benchmarks/gpu_session.sh --smoke PART      the part with tiny sizes, on any machine
+# Prepare here, in the root of the checkout the device tool sends (docs/gpu-session.md):
+#   bash benchmarks/gpu_session_prepare.sh
+# (the carried wheels into .whl/: gpudoctor's own wheel built from this tree, and the packages
+# the GPU machine's image lacks; .whl/COMMIT), then:
+#   run(command="bash benchmarks/gpu_session.sh first", carry=[".whl"], timeout_s=360)
+#   run(command="bash benchmarks/gpu_session.sh rest",  carry=[".whl"], timeout_s=300)   # optional
+# Each call returns $OUT/gpu_session_CMD.tgz: CMD/STEP.out and CMD/STEP.err for every step,
+# CMD/steps.tsv (step, limit, exit status, seconds), CMD/session.tsv, CMD/console.log and the
+# result files.
+#
+#   bash benchmarks/gpu_session.sh --list            the commands, one per line
+#   bash benchmarks/gpu_session.sh --steps [CMD]     each step with its limit, the sums, the totals
+#   bash benchmarks/gpu_session.sh --smoke CMD       the command with tiny sizes, on any machine
 #                                                    (steps that need a GPU run and fail fast)
 #
+# gpudoctor is installed from its carried wheel (pip --no-index --no-deps --target, never from
+# the checkout) and every step runs outside the checkout, so what is checked is what users install.
 # Environment: OUT (default ./gpu-session-out), PYTHON (default python3), GPU_SESSION_WORK
-# (scratch folder, default a new one under /tmp), GPU_SESSION_WHEELS (default .whl).
-# Exit: 0 when the part ran to its end (each step's own status is in steps.tsv), 2 on a bad
+# (scratch folder, default a new one under /tmp), GPU_SESSION_WHEELS (default .whl),
+# GPU_SESSION_LIMITS ("step=S,step=S": lower those steps' limits), GPU_SESSION_BUDGET_S (end the
+# command sooner than its limit); in --smoke only, GPU_SESSION_SMOKE_HANG=STEP replaces that step's
+# command with one that never ends (the smoke test's check of the time limits).
+# Exit: 0 when the command ran to its end (each step's own status is in steps.tsv), 2 on a bad
 # argument, 3 when the set-up failed (one line says what is missing).
-# Nothing here changes clocks, power limits or modes.
+# Nothing here changes clocks, power limits, persistence or compute modes, or resets a GPU.
 set -u
 
-PARTS="core measure workload compare"
-# Seconds a device call may spend starting a machine, counted once per part in the total.
-START_S=60
-PART_LIMIT_S=480   # the step limits of one part add up to at most this
-TOTAL_LIMIT_S=1500 # all parts, each start included
+COMMANDS="first rest"
+# The device call's timeout_s for each command, and the most a command may take (issue 40).
+FIRST_LIMIT_S=360
+REST_LIMIT_S=300
+MAX_COMMANDS=2
+MARGIN_S=10     # a command ends this long before its call's limit (the last pack, the exit)
+KILL_AFTER_S=5  # SIGTERM at a step's limit, SIGKILL this long after
+MIN_STEP_S=3    # a step gets at least this much of what is left, else it is skipped
+SMOKE_SLACK=4   # --smoke: every limit and the budget this many times longer (a loaded machine
+                # without a GPU runs the CPU stand-ins slowly; smoke checks the steps, not their time)
 
-MODE=gpu           # gpu | smoke | steps
+MODE=gpu        # gpu | smoke | steps
 # pytest steps load only the plugins named here: the machine's own and the carried wheels' plugins
 # (pytest-asyncio, syrupy, ...) would otherwise all auto-load, and one version clash would fail every
 # pytest step. The GPU test files need only pytest-timeout (their `timeout` marks and setting).
 export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
-PYTEST_PLUGINS="-p pytest_timeout -o addopts="  # addopts cleared: the default run's worker options need xdist
-R="" WORK="" SITE="" BIN="" WHEELS="" PART=""
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PYTEST_ARGS=(-p pytest_timeout -o addopts= -c "$REPO/pyproject.toml" --rootdir "$REPO" -p no:cacheprovider)
+R="" WORK="" SITE="" BIN="" RUN="" WHEELS="" CMD="" DEADLINE=0
 PY=${PYTHON:-python3}
 
-# ---------------------------------------------------------------------------- the parts
+# ---------------------------------------------------------------------------- the commands
 # big GPU_VALUE SMOKE_VALUE: the size for this mode
 big() { if [ "$MODE" = smoke ]; then echo "$2"; else echo "$1"; fi; }
 
-part_core() {
-  setup 30 torch pynvml pytest jsonschema
-  step nvidia_smi 10 nvidia-smi -q
-  step versions 30 "$PY" -c "$VERSIONS"
-  step record 45 "$PY" -m gpudoctor record -o "$R/recording.json" --seconds "$(big 10 1)" --interval 0.5 --anonymize
-  step report_quick 20 "$PY" -m gpudoctor report --quick --json --anonymize -o "$R/report_quick.json"
-  step report_standard 70 "$PY" -m gpudoctor report --json --anonymize -o "$R/report_standard.json"
-  step report_full 100 "$PY" -m gpudoctor report --full --json --anonymize -o "$R/report_full.json"
-  # Named files, not `-m gpu` over the tree: a collection error elsewhere cannot cancel them.
-  step pytest_core 150 "$PY" -m pytest $PYTEST_PLUGINS -v -rs -p no:cacheprovider --continue-on-collection-errors \
-    -m gpu --junitxml "$R/pytest_core.xml" tests/test_gpu_core.py tests/test_probes_gpu.py
-}
-
-part_measure() {
-  setup 30 torch pynvml pytest jsonschema
-  step full_report 100 "$PY" benchmarks/full_report.py --out "$R/full"
-  # GPM against known answers: idle, a bf16 GEMM, a loop of tiny kernels, a memory-bound copy
-  step gpm_truth 60 "$PY" benchmarks/gpm_truth.py --json "$R/gpm_truth.json" $(big "" "--smoke")
-  step pytest_gpu 115 "$PY" -m pytest $PYTEST_PLUGINS -v -rs -p no:cacheprovider --continue-on-collection-errors \
-    -m gpu --junitxml "$R/pytest_gpu.xml" tests/test_workload_gpu.py tests/test_distributed_gpu.py \
-    tests/test_hooks_syncs.py tests/test_cli.py
-}
-
-part_workload() {
+cmd_first() {
   setup 30 torch pynvml
+  step nvidia_smi 10 nvidia-smi -q
+  step record 20 "$PY" -m gpudoctor record -o "$R/recording.json" --seconds "$(big 6 1)" --interval 0.5 --anonymize
+  step report_quick 10 "$PY" -m gpudoctor report --quick --json --anonymize -o "$R/report_quick.json"
+  step report_standard 30 "$PY" -m gpudoctor report --json --anonymize -o "$R/report_standard.json"
+  # report --full --json, timed, with the measuring probes' figures against their ceilings
+  step report_full 70 "$PY" "$REPO/benchmarks/full_report.py" --out "$R/full" --anonymize
+  # GPM against known answers: idle, a bf16 GEMM, a loop of tiny kernels, a memory-bound copy
+  step gpm_truth 30 "$PY" "$REPO/benchmarks/gpm_truth.py" --seconds 4 --json "$R/gpm_truth.json" $(big "" "--smoke")
+  step cuinit 20 "$PY" "$REPO/benchmarks/cuinit_cost.py" --runs "$(big 5 2)" --json "$R/cuinit.json"
   if [ "$MODE" = smoke ]; then
     local sweep=(--device cpu --batch-sizes 100 --workers 0 --modes resident --train-samples 500 --test-samples 100)
-  else  # dataloader (the tutorials' loop), tuned and resident at batch 64, 1000, 20000: 15 runs
-    local sweep=(--device cuda --batch-sizes 64,1000,20000 --workers 0,4)
+  else  # the tutorials' loop against GPU-resident tensors at batch 64, 1000, 10000: 6 runs
+    local sweep=(--device cuda --batch-sizes 64,1000,10000 --workers 0 --modes dataloader,resident
+                 --train-samples 20000 --test-samples 2000)
   fi
-  step bench_mnist 140 "$PY" -m gpudoctor bench mnist "${sweep[@]}" --json -o "$R/bench_mnist.json" \
-    --csv "$R/bench_mnist.csv"
-  step hooks_overhead 60 "$PY" benchmarks/hooks_overhead.py --steps "$(big 50000 200)" --repeats "$(big 5 1)" \
-    --json "$R/hooks_overhead.json"
-  step distributed 30 "$PY" -m gpudoctor distributed --json -o "$R/distributed.json" --timeout 45 \
-    $(big "" "--backend gloo --nproc 2 --sizes 4K")
-  # `why PID` on the tutorials' loop training on the GPU (py-spy comes in the wheelhouse): the job
-  # starts, runs 8 s into its loop, is sampled for 10 s, then stopped.
-  step why_gpu 35 bash -c "$WHY_ON_A_TRAINING_JOB" why_gpu "$PY" "$R" "$(big cuda cpu)" "$(big 10 2)"
+  step bench_mnist 35 bash -c "$RECORDED" bench_mnist "$PY" "$R" "$(big 15 1)" \
+    "$PY" -m gpudoctor bench mnist "${sweep[@]}" --json -o "$R/bench_mnist.json" --csv "$R/bench_mnist.csv"
+  step hooks_overhead 30 "$PY" "$REPO/benchmarks/hooks_overhead.py" --steps "$(big 20000 200)" \
+    --repeats "$(big 3 1)" --json "$R/hooks_overhead.json"
+  step distributed 20 "$PY" -m gpudoctor distributed --json -o "$R/distributed.json" --timeout 15 --anonymize \
+    $(big "--backend nccl --nproc 1" "--backend gloo --nproc 2 --sizes 4K")
+  # `why -- CMD` on the tutorials' loop training on the GPU (py-spy comes in the wheelhouse): it
+  # waits for start-up, samples, then stops the job (the step's exit is then the job's, 143).
+  step why_gpu 25 "$PY" -m gpudoctor why --seconds "$(big 8 2)" --wait-start 8 --then stop --json \
+    -o "$R/why_gpu.json" -- "$PY" -m gpudoctor bench mnist --device "$(big cuda cpu)" --batch-sizes 64 \
+    --workers 0 --modes dataloader --epochs 50
 }
 
-# $1 python, $2 results folder, $3 device, $4 seconds sampled
-WHY_ON_A_TRAINING_JOB='
-"$1" -m gpudoctor bench mnist --device "$3" --batch-sizes 64 --workers 0 --modes dataloader --epochs 50 \
-  > "$2/why_target.out" 2>&1 &
-job=$!
-sleep $(( $4 < 8 ? 2 : 8 ))
-"$1" -m gpudoctor why --seconds "$4" --json -o "$2/why_gpu.json" "$job"
+# A recording of the GPU while a step's command runs: $1 python, $2 results folder, $3 seconds,
+# then the command. The command's exit is the step's.
+RECORDED='
+py=$1 results=$2 seconds=$3; shift 3
+"$py" -m gpudoctor record -o "$results/recording_training.json" --seconds "$seconds" --interval 0.5 \
+  --anonymize > "$results/recording_training.log" 2>&1 &
+recorder=$!
+"$@"
 rc=$?
-kill "$job" 2>/dev/null
-wait "$job" 2>/dev/null
+wait "$recorder"
 exit $rc'
 
-
-part_compare() {
-  setup 30 torch pynvml textual psutil -- gpustat nvitop
-  step quick_vs_gpustat 35 "$PY" benchmarks/quick_vs_gpustat.py -n "$(big 20 2)" --json
-  step quick_vs_nvitop 45 "$PY" benchmarks/quick_vs_nvitop.py -n "$(big 20 2)" --warmup "$(big 2 0)" --bin "$BIN" --json
-  # Both monitors at once, three 20 s windows paired by wall time (gpudoctor's own CPU is in it too).
-  step tui_cpu_nvitop 80 "$PY" benchmarks/tui_cpu.py --side-by-side "$(big 3 1)" --seconds "$(big 20 2)" \
+cmd_rest() {
+  setup 30 torch pynvml pytest jsonschema textual psutil -- gpustat nvitop
+  # Named files, not `-m gpu` over the tree: a collection error elsewhere cannot cancel them.
+  step pytest_gpu 120 "$PY" -m pytest "${PYTEST_ARGS[@]}" -v -rs --continue-on-collection-errors -m gpu \
+    --junitxml "$R/pytest_gpu.xml" "$REPO/tests/test_gpu_core.py" "$REPO/tests/test_probes_gpu.py" \
+    "$REPO/tests/test_workload_gpu.py" "$REPO/tests/test_distributed_gpu.py" "$REPO/tests/test_hooks_syncs.py" \
+    "$REPO/tests/test_hooks_sync_waits.py" "$REPO/tests/test_cli.py"
+  step quick_vs_gpustat 25 "$PY" "$REPO/benchmarks/quick_vs_gpustat.py" -n "$(big 10 2)" --json
+  step quick_vs_nvitop 30 "$PY" "$REPO/benchmarks/quick_vs_nvitop.py" -n "$(big 10 2)" --warmup "$(big 1 0)" \
+    --bin "$BIN" --json
+  # Both monitors at once, two 15 s windows paired by wall time (gpudoctor's own CPU is in it too).
+  step tui_cpu_nvitop 60 "$PY" "$REPO/benchmarks/tui_cpu.py" --side-by-side "$(big 2 1)" --seconds "$(big 15 2)" \
     --warmup "$(big 6 3)" --json --other "nvitop --interval 1"
-  step watch 15 "$PY" -m gpudoctor watch -n 3 -i 1 --json
+  step watch 10 "$PY" -m gpudoctor watch -n 3 -i 1 --json
 }
 
-VERSIONS='
-import platform, sys
-print("python", sys.version.split()[0], platform.platform())
-import torch
-print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())
-print("cuda available", torch.cuda.is_available())
-for i in range(torch.cuda.device_count()):
-    p = torch.cuda.get_device_properties(i)
-    print(f"cuda:{i}", p.name, f"sm_{p.major}{p.minor}", p.multi_processor_count, "SMs", p.total_memory >> 20, "MiB")
-import gpudoctor
-print("gpudoctor", gpudoctor.__version__)
-'
+command_limit() { case $1 in first) echo "$FIRST_LIMIT_S" ;; rest) echo "$REST_LIMIT_S" ;; esac; }
 
 # ---------------------------------------------------------------------------- machinery
 die() { echo "gpu-session: $*" >&2; exit 3; }
 
-pack() {  # the part's folder as one tarball in $OUT, replaced whole (a cut-off call keeps the last)
-  [ "$MODE" = steps ] && return 0
-  tar -C "$WORK" -czf "$OUT/.gpu_session_$PART.tgz.part" "$PART" 2>/dev/null \
-    && mv -f "$OUT/.gpu_session_$PART.tgz.part" "$OUT/gpu_session_$PART.tgz"
+pack() {  # the command's folder as one tarball in $OUT, replaced whole (a cut-off call keeps the last)
+  tar -C "$WORK" -czf "$OUT/.gpu_session_$CMD.tgz.part" "$CMD" 2>/dev/null \
+    && mv -f "$OUT/.gpu_session_$CMD.tgz.part" "$OUT/gpu_session_$CMD.tgz"
 }
 
-record_step() {  # record_step NAME LIMIT STATUS SECONDS
+record_step() {  # record_step NAME LIMIT STATUS SECONDS: one row of steps.tsv, then re-pack
   printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >> "$R/steps.tsv"
+  echo "packed after $1" >> "$R/packed.log"
   pack
 }
 
-step() {  # step NAME LIMIT_S CMD...: run CMD under its limit, keep its output and status, re-pack
-  local name=$1 limit=$2; shift 2
-  if [ "$MODE" = steps ]; then printf '%s\t%s\t%s\n' "$PART" "$name" "$limit"; return 0; fi
-  echo "=== $name ($(date -u +%H:%M:%S), limit ${limit}s): $*"
+limit_of() {  # limit_of NAME PLANNED: the planned limit (longer in smoke), or a lower one from GPU_SESSION_LIMITS
+  local pair name=$1 limit=$2
+  [ "$MODE" = smoke ] && limit=$((limit * SMOKE_SLACK))
+  for pair in ${GPU_SESSION_LIMITS:+${GPU_SESSION_LIMITS//,/ }}; do
+    if [ "${pair%%=*}" = "$name" ] && [[ "${pair#*=}" =~ ^[0-9]+$ ]] && [ "${pair#*=}" -lt "$limit" ]; then
+      limit=${pair#*=}
+    fi
+  done
+  echo "$limit"
+}
+
+step() {  # step NAME LIMIT_S CMD...: run CMD under its limit (and the time left), keep its output and status
+  local name=$1 limit; limit=$(limit_of "$1" "$2"); shift 2
+  if [ "$MODE" = steps ]; then printf '%s\t%s\t%s\n' "$CMD" "$name" "$limit"; return 0; fi
+  local left=$((DEADLINE - SECONDS - KILL_AFTER_S))
+  if [ "$left" -lt "$MIN_STEP_S" ]; then
+    echo "--- $name: skipped, ${left}s left of the command's time"
+    echo "skipped: the command's time was spent" > "$R/$name.err"
+    record_step "$name" "$limit" skipped 0
+    return 0
+  fi
+  [ "$left" -lt "$limit" ] && limit=$left
+  if [ "$MODE" = smoke ] && [ "${GPU_SESSION_SMOKE_HANG:-}" = "$name" ]; then set -- sleep 86400; fi
+  echo "=== $name ($(date -u +%H:%M:%S), limit ${limit}s): $(printf '%s ' "$@" | tr -s '\n ' '  ' | cut -c1-400)"
   local t0=$SECONDS
-  # SIGTERM at the limit (gpudoctor then writes what finished and exits 143), SIGKILL 5 s later.
-  timeout --kill-after=5 "$limit" "$@" < /dev/null > "$R/$name.out" 2> "$R/$name.err"
+  # SIGTERM at the limit (gpudoctor then writes what finished and exits 143), SIGKILL 5 s later;
+  # run outside the checkout, so `python -m gpudoctor` is the installed wheel.
+  (cd "$RUN" && exec timeout --kill-after="$KILL_AFTER_S" "$limit" "$@") < /dev/null > "$R/$name.out" 2> "$R/$name.err"
   local rc=$?
   echo "--- $name: exit $rc in $((SECONDS - t0)) s"
   tail -n 3 "$R/$name.err" | cut -c1-300
   record_step "$name" "$limit" "$rc" "$((SECONDS - t0))"
 }
 
-setup() {  # setup LIMIT_S MODULE... [-- PEER_COMMAND...]: carried wheels, gpudoctor, then check
-  local limit=$1; shift
+setup() {  # setup LIMIT_S MODULE... [-- PEER_COMMAND...]: the carried wheels, then check them
+  local limit; limit=$(limit_of setup "$1"); shift
   local modules=() peers=()
   while [ $# -gt 0 ]; do
     if [ "$1" = "--" ]; then shift; peers=("$@"); break; fi
     modules+=("$1"); shift
   done
-  if [ "$MODE" = steps ]; then printf '%s\t%s\t%s\n' "$PART" setup "$limit"; return 0; fi
+  if [ "$MODE" = steps ]; then printf '%s\t%s\t%s\n' "$CMD" setup "$limit"; return 0; fi
   local t0=$SECONDS
   _install "$limit" > "$R/setup.out" 2> "$R/setup.err" || {
     local why; why=$(tail -n 1 "$R/setup.err")
@@ -176,65 +191,93 @@ setup() {  # setup LIMIT_S MODULE... [-- PEER_COMMAND...]: carried wheels, gpudo
     die "${why:-set-up failed}"
   }
   export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}" PATH="$SITE/bin:$PATH"
-  local missing
-  missing=$(_missing "${modules[@]}" gpudoctor gpudoctor.probes gpudoctor.cli)
-  local absent_peers=""
+  local problem left=$((limit - (SECONDS - t0)))
+  problem=$(cd "$RUN" && timeout "$((left > 5 ? left : 5))" "$PY" -c "$CHECK" "$SITE" "${modules[@]}" gpudoctor.probes gpudoctor.cli \
+    2>> "$R/setup.err" | tee -a "$R/setup.out" | sed -n 's/^problem: //p')
+  [ -n "$problem" ] || grep -q '^gpudoctor ' "$R/setup.out" \
+    || problem="the check of the install failed ($PY): $(tail -n 1 "$R/setup.err" | cut -c1-200)"
+  local absent_peers="" p
   for p in "${peers[@]}"; do command -v "$p" > /dev/null || absent_peers="$absent_peers $p"; done
   if [ -n "$absent_peers" ] && [ "$MODE" = smoke ]; then
     echo "smoke: peer programs not installed here:$absent_peers (their steps record the failure)" >> "$R/setup.err"
   elif [ -n "$absent_peers" ]; then
-    missing="$missing$absent_peers"
+    problem="${problem:+$problem; }missing on this machine:$absent_peers"
   fi
-  if [ -n "$missing" ]; then
-    echo "missing:$missing" >> "$R/setup.err"
+  if [ -n "$problem" ]; then
+    echo "$problem" >> "$R/setup.err"
     record_step setup "$limit" 3 "$((SECONDS - t0))"
-    die "missing on this machine:$missing (run ../shared/tools/gpu-wheelhouse.sh here and carry .whl)"
+    die "$problem (run benchmarks/gpu_session_prepare.sh here and carry .whl)"
+  fi
+  # A wheel prepared before the last change would check old code with new tests: said, not fatal.
+  local stale
+  stale=$({ diff -rq -x __pycache__ -x probes "$REPO/gpudoctor" "$SITE/gpudoctor"
+            diff -rq -x __pycache__ "$REPO/probes" "$SITE/gpudoctor/probes"; } 2>&1 | head -n 3 | tr '\n' ' ')
+  if [ -n "$stale" ]; then
+    echo "gpu-session: WARNING: the carried gpudoctor wheel differs from this tree (prepare again): ${stale:0:300}" \
+      | tee -a "$R/setup.err"
+  else
+    echo "the carried gpudoctor wheel matches this tree" >> "$R/setup.out"
   fi
   _bin_folder "${peers[@]}"
   record_step setup "$limit" 0 "$((SECONDS - t0))"
 }
 
-_install() {  # the carried wheels into $SITE, then gpudoctor itself (not in smoke: it is there)
-  local end=$((SECONDS + $1)) wheels=() w
-  left() { local s=$((end - SECONDS)); echo $((s > 1 ? s : 1)); }  # both installs share the limit
+_install() {  # every carried wheel, gpudoctor's own among them, into $SITE: no index, no build
+  local wheels=() w
   for w in "$WHEELS"/*.whl; do [ -e "$w" ] && wheels+=("$w"); done
-  if [ ${#wheels[@]} -gt 0 ]; then
-    timeout "$(left)" "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-      --target "$SITE" "${wheels[@]}" \
-      || { echo "cannot install the carried wheels in $WHEELS: $(_pip_error)" >&2; return 1; }
-  else
-    echo "no carried wheels in $WHEELS"
+  local own; own=$(find "$WHEELS" -maxdepth 1 -name 'gpudoctor-*.whl' 2>/dev/null | wc -l)
+  if [ "$own" != 1 ]; then
+    echo "need exactly one gpudoctor wheel in $WHEELS, found $own" >&2
+    return 1
   fi
-  if [ "$MODE" != smoke ]; then
-    PIP_BREAK_SYSTEM_PACKAGES=1 timeout "$(left)" "$PY" -m pip install -q --no-index --no-deps \
-      --no-build-isolation -e . \
-      || { echo "cannot install gpudoctor from this checkout (pip install -e .): $(_pip_error)" >&2; return 1; }
-  fi
+  echo "installing ${#wheels[@]} carried wheels: ${wheels[*]##*/}"
+  timeout "$1" "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --disable-pip-version-check --target "$SITE" "${wheels[@]}" \
+    || { echo "cannot install the carried wheels in $WHEELS: $(_pip_error)" >&2; return 1; }
 }
 
-_pip_error() { grep -i -m1 -E "error|no such|not a supported" "$R/setup.err" 2>/dev/null | cut -c1-200; }
+_pip_error() { grep -i -m1 -E "error|no such|not a supported|invalid" "$R/setup.err" 2>/dev/null | cut -c1-200; }
 
-_missing() {  # the modules of "$@" that cannot be imported, space-separated with a leading space
-  "$PY" - "$@" <<'EOF' 2>/dev/null || echo " python($PY)"
-import importlib.util, sys
-missing = []
-for name in sys.argv[1:]:
+# The install's check, run outside the checkout: each module importable, gpudoctor from the carried
+# wheel (not a checkout or an older install), and the versions that every result depends on.
+CHECK='
+import importlib.util, os, platform, sys
+site, modules = os.path.realpath(sys.argv[1]), sys.argv[2:]
+def found(name):
     try:
-        found = importlib.util.find_spec(name) is not None
+        return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):
-        found = False
-    if not found:
-        missing.append(name)
-print("".join(" " + m for m in missing))
-EOF
-}
+        return False
+missing = [m for m in modules if not found(m)]
+if missing:
+    print("problem: missing on this machine: " + " ".join(missing))
+    sys.exit(0)
+import gpudoctor
+where = os.path.realpath(gpudoctor.__file__)
+if not where.startswith(site + os.sep):
+    print(f"problem: gpudoctor imports from {os.path.dirname(where)}, not from the carried wheel")
+    sys.exit(0)
+print("python", sys.version.split()[0], platform.platform())
+print("gpudoctor", gpudoctor.__version__, "from", os.path.dirname(where))
+from importlib import metadata
+for dist in ("nvidia-ml-py", "rich", "textual", "psutil", "pytest", "setuptools"):
+    try:
+        print(dist, metadata.version(dist))
+    except metadata.PackageNotFoundError:
+        print(dist, "not installed")
+if "torch" in modules:
+    import torch
+    print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())
+    print("cuda available", torch.cuda.is_available())
+    for i in range(torch.cuda.device_count()):
+        p = torch.cuda.get_device_properties(i)
+        print(f"cuda:{i}", p.name, f"sm_{p.major}{p.minor}", p.multi_processor_count, "SMs", p.total_memory >> 20, "MiB")
+'
 
 _bin_folder() {  # one folder holding gpudoctor and the peers (quick_vs_nvitop.py --bin)
   mkdir -p "$BIN"
-  local script
-  script=$("$PY" -c 'import os, sys; print(os.path.join(os.path.dirname(sys.executable), "gpudoctor"))')
-  if [ -x "$script" ]; then  # the console script that `pip install -e .` wrote, as a user runs it
-    ln -sf "$script" "$BIN/gpudoctor"
+  if [ -x "$SITE/bin/gpudoctor" ]; then  # the console script the wheel's install wrote, as a user runs it
+    ln -sf "$SITE/bin/gpudoctor" "$BIN/gpudoctor"
   else
     printf '#!/bin/sh\nexec "%s" -m gpudoctor "$@"\n' "$(command -v "$PY" || echo "$PY")" > "$BIN/gpudoctor"
     chmod +x "$BIN/gpudoctor"
@@ -243,23 +286,27 @@ _bin_folder() {  # one folder holding gpudoctor and the peers (quick_vs_nvitop.p
   for p in "$@"; do command -v "$p" > /dev/null && ln -sf "$(command -v "$p")" "$BIN/$p"; done
 }
 
-list_steps() {  # --steps [PART]: "part step limit" lines, then the sums
-  local parts=${1:-$PARTS} total=0 part sum
+list_steps() {  # --steps [CMD]: "command step limit" lines, each command's sum, then the totals
+  local cmds=${1:-$COMMANDS} all=0 count=0 c sum limit
   MODE=steps
-  for part in $parts; do
-    PART=$part
-    sum=$("part_$part" | awk -F'\t' '{s += $3} END {print s + 0}')
-    "part_$part"
-    printf '%s\ttotal\t%s\t(at most %s)\n' "$part" "$sum" "$PART_LIMIT_S"
-    total=$((total + sum + START_S))
+  for c in $cmds; do
+    CMD=$c
+    limit=$(command_limit "$c")
+    sum=$("cmd_$c" | awk -F'\t' '{s += $3} END {print s + 0}')
+    "cmd_$c"
+    printf '%s\ttotal\t%s\t(steps; the command ends by %s s, its call limit timeout_s=%s)\n' \
+      "$c" "$sum" "$((limit - MARGIN_S))" "$limit"
+    all=$((all + limit)) count=$((count + 1))
   done
   if [ -z "${1:-}" ]; then
-    printf 'all\ttotal\t%s\t(with %s s to start each part; at most %s)\n' "$total" "$START_S" "$TOTAL_LIMIT_S"
+    printf 'all\tcommands\t%s\t(at most %s; the first at most %s s, the second optional)\n' \
+      "$count" "$MAX_COMMANDS" "$FIRST_LIMIT_S"
+    printf 'all\ttotal\t%s\t(device seconds of both calls, plus a machine start and idle waits)\n' "$all"
   fi
 }
 
-run_part() {
-  PART=$1
+run_command() {
+  CMD=$1
   OUT=${OUT:-$PWD/gpu-session-out}
   mkdir -p "$OUT" || exit 3
   OUT=$(cd "$OUT" && pwd)
@@ -270,38 +317,46 @@ run_part() {
     trap 'rm -rf "$WORK"' EXIT  # everything is in the tarball
   fi
   WHEELS=${GPU_SESSION_WHEELS:-.whl}
-  R="$WORK/$PART"
+  [ -d "$WHEELS" ] && WHEELS=$(cd "$WHEELS" && pwd)
+  R="$WORK/$CMD"
   SITE="$WORK/site"
   BIN="$WORK/bin"
-  rm -rf "$R" && mkdir -p "$R" "$SITE" || exit 3
+  RUN="$WORK/run"
+  rm -rf "$R" "$SITE" && mkdir -p "$R" "$SITE" "$RUN" || exit 3
+  local budget; budget=$(($(command_limit "$CMD") - MARGIN_S))
+  [ "$MODE" = smoke ] && budget=$((budget * SMOKE_SLACK))
+  if [[ "${GPU_SESSION_BUDGET_S:-}" =~ ^[0-9]+$ ]] && [ "$GPU_SESSION_BUDGET_S" -lt "$budget" ]; then
+    budget=$GPU_SESSION_BUDGET_S
+  fi
+  DEADLINE=$((SECONDS + budget))
   export PYTHONUNBUFFERED=1
   exec > >(tee -a "$R/console.log") 2>&1
   # The device machine's copy of the tree has no .git: the commit comes from $WHEELS/COMMIT,
-  # written here before each call (git rev-parse HEAD > .whl/COMMIT; .whl is carried).
+  # written by the preparation (benchmarks/gpu_session_prepare.sh; .whl is carried).
   local commit
-  commit=$(git rev-parse HEAD 2>/dev/null || head -c 40 "$WHEELS/COMMIT" 2>/dev/null || true)
+  commit=$(git -C "$REPO" rev-parse HEAD 2>/dev/null || head -c 60 "$WHEELS/COMMIT" 2>/dev/null || true)
   commit=${commit:-unknown}
-  echo "gpu-session: part $PART ($MODE) on $(hostname) at $(date -u +%Y-%m-%dT%H:%M:%SZ), commit ${commit:0:12}"
-  printf 'part\t%s\nmode\t%s\nstarted\t%s\ncommit\t%s\n' "$PART" "$MODE" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
-    "$commit" > "$R/session.tsv"
+  echo "gpu-session: $CMD ($MODE) on $(hostname) at $(date -u +%Y-%m-%dT%H:%M:%SZ), commit ${commit:0:12}, ${budget}s"
+  printf 'command\t%s\nmode\t%s\nstarted\t%s\ncommit\t%s\nbudget_s\t%s\n' "$CMD" "$MODE" \
+    "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$commit" "$budget" > "$R/session.tsv"
   printf 'step\tlimit_s\texit\tseconds\n' > "$R/steps.tsv"
   pack
-  "part_$PART"
-  echo "gpu-session: part $PART done; $(($(wc -l < "$R/steps.tsv") - 1)) steps; $OUT/gpu_session_$PART.tgz"
+  "cmd_$CMD"
+  echo "gpu-session: $CMD done in $SECONDS s; $(($(wc -l < "$R/steps.tsv") - 1)) steps; $OUT/gpu_session_$CMD.tgz"
   pack
 }
 
-is_part() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
+is_command() { case " $COMMANDS " in *" $1 "*) return 0 ;; esac; return 1; }
 
 usage() {
-  echo "usage: bash benchmarks/gpu_session.sh {PART | --smoke PART | --list | --steps [PART]}; parts: $PARTS" >&2
+  echo "usage: bash benchmarks/gpu_session.sh {CMD | --smoke CMD | --list | --steps [CMD]}; commands: $COMMANDS" >&2
   exit 2
 }
 
 case "${1:-}" in
-  --list) printf '%s\n' $PARTS ;;
-  --steps) { [ -z "${2:-}" ] || is_part "$2"; } || usage; list_steps "${2:-}" ;;
-  --smoke) is_part "${2:-}" || usage; MODE=smoke; run_part "$2" ;;
+  --list) printf '%s\n' $COMMANDS ;;
+  --steps) { [ -z "${2:-}" ] || is_command "$2"; } || usage; list_steps "${2:-}" ;;
+  --smoke) is_command "${2:-}" || usage; MODE=smoke; run_command "$2" ;;
   -h|--help|"") usage ;;
-  *) is_part "$1" || usage; run_part "$1" ;;
+  *) is_command "$1" || usage; run_command "$1" ;;
 esac

@@ -74,7 +74,9 @@ class Monitor:
             env.pop("PYTHONDONTWRITEBYTECODE", None)  # as an installed package runs
             env["FAKE_NVML_BUSY"] = "1" if busy else "0"
         self.started = time.monotonic()
-        self.proc, self.master = start_on_pty(argv, cols=cols, rows=rows, cwd=ROOT, env=env)
+        # in the caller's folder: from the repo root `-m gpudoctor` is the checkout, from elsewhere (the
+        # GPU kit runs outside the checkout) the installed gpudoctor
+        self.proc, self.master = start_on_pty(argv, cols=cols, rows=rows, cwd=os.getcwd(), env=env)
         self.received = 0
         threading.Thread(target=read_until_closed, args=(self.master, self._count), daemon=True).start()
         self.ps = psutil.Process(self.proc.pid)
