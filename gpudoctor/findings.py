@@ -223,6 +223,14 @@ WORDING: dict[str, Wording] = {
         "Use another GPU (CUDA_VISIBLE_DEVICES), wait for process {pids} to end, or, if several processes should "
         "share it, have an administrator set `nvidia-smi -i {index} -c DEFAULT`. DataLoader workers or a second "
         "script that touch CUDA count as other processes."),
+    "mig_one_device_per_process": Wording(
+        Status.WARN, "torch counts {torch_count} device(s), but the {mig_gpus} GPUs in MIG mode here give a CUDA "
+        "process one MIG device between them",
+        "A CUDA process enumerates one MIG device at most, however many MIG devices exist or are given to the "
+        "container (NVIDIA's MIG user guide); torch's count comes from NVML, so using the second device fails "
+        "('device >= 0 && device < num_gpus INTERNAL ASSERT FAILED', invalid device ordinal).",
+        "Run one process per MIG device, each started with CUDA_VISIBLE_DEVICES=MIG-<uuid> (`nvidia-smi -L` lists "
+        "them); data-parallel training across MIG devices in one process is not possible."),
     # -- the stack below NVML: driver and libraries, containers, the PCI bus ------------------------
     "driver_library_mismatch:upgraded": Wording(
         Status.FAIL, "NVML cannot start: the driver's libraries are version {library} but the loaded kernel "
@@ -230,7 +238,9 @@ WORDING: dict[str, Wording] = {
         "The driver packages were upgraded (an unattended upgrade, or a package that pulled in another "
         "driver) while the old kernel module stayed loaded: nvidia-smi, NVML and every CUDA program fail until the "
         "module of version {library} is loaded. Reinstalling the driver changes nothing.",
-        "Reboot. Without a reboot: stop what holds the GPU (GPU jobs, nvidia-persistenced, the display manager; "
+        "Reboot (if the module is still {module} after the reboot, the kernel module package of {library} is "
+        "missing: install the one your driver packages name, e.g. the DKMS or the -open variant). Without a reboot: "
+        "stop what holds the GPU (GPU jobs, nvidia-persistenced, the display manager; "
         "`sudo lsof /dev/nvidia*` lists them), unload the modules (`lsmod | grep nvidia`; `sudo rmmod nvidia_uvm "
         "nvidia_drm nvidia_modeset nvidia`) and run `sudo nvidia-smi` to load version {library}. So that it does "
         "not recur, hold the driver packages (`sudo apt-mark hold` on the nvidia driver packages, or `dnf "

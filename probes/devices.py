@@ -133,7 +133,11 @@ def _visible_devices(r: ProbeResult, ctx: ProbeContext, torch_facts: dict[str, A
         if enumerated != len(visible):
             r.measure("cuda_enumerates", enumerated,
                       note="the GPUs in MIG mode give one MIG device between them: CUDA enumerates one per process")
-        _torch_agreement(r, ctx.gpu, torch_facts, torch_count, enumerated, cvd if changed else None)
+        if enumerated != len(visible) and isinstance(torch_count, int) and torch_count > enumerated:
+            r.findings.append(findings.finding("mig_one_device_per_process", torch_count=torch_count,
+                                               mig_gpus=len(visible) - enumerated + 1))
+        else:
+            _torch_agreement(r, ctx.gpu, torch_facts, torch_count, enumerated, cvd if changed else None)
 
 
 def _describe_devices(r: ProbeResult, wanted: list[int], mapping: dict[int, int | None],

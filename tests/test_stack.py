@@ -308,3 +308,18 @@ def test_the_container_finding_in_a_mount_namespace(tmp_path):
     assert fails[0]["code"] == "container_without_gpus", fails
     assert "--gpus" in fails[0]["fix"] and "nvidia.com/gpu" in fails[0]["fix"]
     assert "0x10de" not in proc.stderr  # the namespace's bus was read, not reported as an error
+
+
+def test_two_gpus_in_mig_mode_and_torch_seeing_one_is_no_count_mismatch(monkeypatch, tmp_path):
+    """The issue's case: NVML lists two GPUs in MIG mode, torch (CUDA) sees one device: that is CUDA's
+    rule, not a hidden GPU (device_count_mismatch said "torch sees 1, NVML says 2")."""
+    from test_realworld import run_devices
+
+    inputs = {"gpus": [{"name": "NVIDIA H100 80GB HBM3", "mig_mode": 1}, {"name": "NVIDIA H100 80GB HBM3", "mig_mode": 1}],
+              "torch": {"version": "2.14.0", "cuda_build": "13.0", "cuda_available": True, "device_count": 1}}
+    result = run_devices(inputs, monkeypatch, tmp_path)
+    assert "device_count_mismatch" not in {f.code for f in result.findings}
+    assert [m.value for m in result.measurements if m.name == "cuda_enumerates"] == [1]
+    mixed = dict(inputs, gpus=[{"name": "NVIDIA H100 80GB HBM3", "mig_mode": 1}, {"name": "NVIDIA H100 80GB HBM3"}])
+    counted_one = run_devices(mixed, monkeypatch, tmp_path)  # a GPU out of MIG mode is still a device of its own
+    assert "device_count_mismatch" in {f.code for f in counted_one.findings}

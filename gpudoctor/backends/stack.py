@@ -35,10 +35,10 @@ NVIDIA_VENDOR = "0x10de"
 NVML_LIBRARY = "libnvidia-ml.so.1"
 CUDA_LIBRARY = "libcuda.so.1"
 # Where the loader looks when /etc/ld.so.conf names nothing else (Debian/Ubuntu multiarch, Red Hat's
-# lib64, the NVIDIA runtime's older mount point, WSL's driver folder).
+# lib64, nvidia-docker 1.0's mount points, WSL's driver folder).
 DEFAULT_LIB_DIRS = ("lib/x86_64-linux-gnu", "usr/lib/x86_64-linux-gnu", "lib/aarch64-linux-gnu",
-                    "usr/lib/aarch64-linux-gnu", "lib64", "usr/lib64", "lib", "usr/lib", "usr/local/nvidia/lib64",
-                    "usr/lib/wsl/lib")
+                    "usr/lib/aarch64-linux-gnu", "lib64", "usr/lib64", "lib", "usr/lib", "usr/local/nvidia/lib",
+                    "usr/local/nvidia/lib64", "usr/lib/wsl/lib")
 _MAX_READ = 64 * 1024
 _MAX_LINKS = 16
 _MODULE = re.compile(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+\.\d+(?:\.\d+)*)")
