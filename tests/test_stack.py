@@ -238,12 +238,25 @@ def _env(tmp_path: Path, files: dict[str, Any], **fake: str) -> dict[str, str]:
 
 
 MISMATCH = {**module_version_file("550.90.07"), **driver_library(LIB, "libnvidia-ml", "550.107.02"), **NVIDIA_BUS}
+DOCKER = {".dockerenv": {"file": True}}
+# Each class's machine (laid-out files), how the fake NVML and libcuda answer there, and the probe and
+# finding that must lead. NVML return codes: 18 LIB_RM_VERSION_MISMATCH, 999 UNKNOWN, 12 LIBRARY_NOT_FOUND.
 CASES = {
     "mismatch": (MISMATCH, {"FAKE_NVML_INIT": "18"}, "environment", "driver_library_mismatch"),
-    "container-lost": ({".dockerenv": {"file": True}, "dev/nvidia0": {"file": True}, **NVIDIA_BUS},
+    "container-lost": ({**DOCKER, "dev/nvidia0": {"file": True}, **NVIDIA_BUS},
                        {"FAKE_NVML_INIT": "999"}, "environment", "container_gpu_access_lost"),
+    "container-without-gpus": ({**DOCKER, **NVIDIA_BUS}, {"FAKE_NVML_INIT": "12"}, "environment",
+                               "container_without_gpus"),
+    "utility-only": ({**DOCKER, "dev/nvidia0": {"file": True}, **NVIDIA_BUS},
+                     {"FAKE_CUDA": "missing", "NVIDIA_DRIVER_CAPABILITIES": "utility"}, "devices", "cuda_cannot_start"),
     "exclusive": ({}, {"FAKE_NVML_COMPUTE_MODE": "3", "FAKE_NVML_PROCESS": "4242"}, "health", "compute_exclusive_busy"),
+    "no-nvidia-device": (pci_device("0000:00:00.0", "0x8086"), {"FAKE_NVML_INIT": "12"}, "environment", "no_nvidia_gpu"),
 }
+
+#: What the leading finding must say of the cause, for each case.
+WORDS = {"mismatch": "still 550.90.07", "container-lost": "daemon-reload", "container-without-gpus": "--gpus all",
+         "utility-only": "NVIDIA_DRIVER_CAPABILITIES=utility", "exclusive": "process 4242",
+         "no-nvidia-device": "no NVIDIA GPU"}
 
 
 def _report(env: dict[str, str], *args: str) -> dict[str, Any]:
@@ -260,18 +273,21 @@ def test_quick_and_full_report_lead_with_the_cause(tmp_path, case):
     for document in (_report(env, "--quick"),
                      _report(env, "--probe", "environment", "--probe", "devices", "--probe", "health")):
         result = next(r for r in document["results"] if r["probe"] == probe)
-        fails = [f["code"] for f in result["findings"] if f["status"] == "fail"]
-        assert fails[:1] == [code], fails
+        fails = [f for f in result["findings"] if f["status"] == "fail"]
+        assert [f["code"] for f in fails][:1] == [code], fails
+        assert "install the nvidia driver" not in fails[0]["fix"].lower()
+        text = " ".join(fails[0][k] for k in ("summary", "why", "fix"))
+        assert WORDS[case] in text, text
 
 
-@pytest.mark.parametrize("case", ["mismatch", "exclusive"])
+@pytest.mark.parametrize("case", list(CASES))
 def test_the_exporter_publishes_the_verdict(tmp_path, case):
     files, fake, _, _ = CASES[case]
     assert_exporter_report_fails(_env(tmp_path, files, **fake), ROOT)
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("case", ["container-lost", "exclusive"])
+@pytest.mark.parametrize("case", list(CASES))
 def test_the_tui_header_fails(tmp_path, case):
     files, fake, _, _ = CASES[case]
     assert_tui_header_fails(_env(tmp_path, files, **fake))
