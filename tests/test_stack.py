@@ -339,3 +339,18 @@ def test_two_gpus_in_mig_mode_and_torch_seeing_one_is_no_count_mismatch(monkeypa
     mixed = dict(inputs, gpus=[{"name": "NVIDIA H100 80GB HBM3", "mig_mode": 1}, {"name": "NVIDIA H100 80GB HBM3"}])
     counted_one = run_devices(mixed, monkeypatch, tmp_path)  # a GPU out of MIG mode is still a device of its own
     assert "device_count_mismatch" in {f.code for f in counted_one.findings}
+
+
+def test_hostile_files_and_variables_become_bounded_plain_text(tmp_path):
+    """What the readers hand to findings comes from files and the environment: no escape sequence,
+    no unbounded text, and a binary module file is unparsed, not an exception."""
+    lay_out(tmp_path, {"proc/driver/nvidia/version": "\x00\xff" * 50000,
+                       "proc/1/cgroup": "0::/docker-\x1b]0;owned\x07" + "x" * 5000 + "\n",
+                       "sys/fs/cgroup/devices/devices.list": "c 195:* m\x1b[2J\n" * 5000})
+    env = {"container": "\x1b[31mred" * 100, "NVIDIA_DRIVER_CAPABILITIES": "utility\x1b[2J" * 1000}
+    facts = stack.read_stack(str(tmp_path), env)
+    assert facts.module == NA("Unparsed")
+    box = facts.container
+    shown = [box.kind or "", *box.evidence, box.capabilities or "", *box.device_rules]
+    assert all("\x1b" not in text and "\x07" not in text and len(text) <= 200 for text in shown), shown
+    assert len(box.device_rules) <= 16

@@ -29,6 +29,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from gpudoctor._text import plain_text
+
 from .na import NA
 
 NVIDIA_VENDOR = "0x10de"
@@ -154,11 +156,12 @@ def find_library(name: str, root: str = "/", env: Mapping[str, str] | None = Non
             continue
         real = _resolve(root, candidate)
         if real is None:
-            return Library(name, candidate, NA("BrokenLink"), NA("BrokenLink"))
+            return Library(name, plain_text(candidate, limit=300), NA("BrokenLink"), NA("BrokenLink"))
         stem = name.split(".so")[0] + ".so."
         base = os.path.basename(real)
         version = base[len(stem):] if base.startswith(stem) else ""
-        return Library(name, candidate, real, version if _VERSION.match(version) else NA("NoVersionInName"))
+        return Library(name, plain_text(candidate, limit=300), plain_text(real, limit=300),
+                       version if _VERSION.match(version) else NA("NoVersionInName"))
     return Library(name, NA("NotFound"), NA("NotFound"), NA("NotFound"))
 
 
@@ -204,7 +207,7 @@ def _cgroup_engine(root: str) -> tuple[str | None, str]:
             path = line.split(":", 2)[-1]
             for word, engine in _CGROUP_ENGINES:
                 if word in path:
-                    return engine, f"/proc/{pid}/cgroup: {line.strip()[:120]}"
+                    return engine, f"/proc/{pid}/cgroup: {plain_text(line.strip(), limit=120)}"
     return None, ""
 
 
@@ -212,7 +215,8 @@ def _device_rules(root: str) -> tuple[str, ...] | NA:
     text = _read(_path(root, "sys/fs/cgroup/devices/devices.list"))
     if not isinstance(text, str):
         return NA("NotReadable")
-    return tuple(line.strip() for line in text.splitlines() if line.strip().startswith(("a ", "c 195:", "c *:")))
+    return tuple(plain_text(line.strip(), limit=40) for line in text.splitlines()[:1000]
+                 if line.strip().startswith(("a ", "c 195:", "c *:")))[:16]
 
 
 def container(root: str = "/", env: Mapping[str, str] | None = None) -> Container:
@@ -227,17 +231,23 @@ def container(root: str = "/", env: Mapping[str, str] | None = None) -> Containe
     if env.get("KUBERNETES_SERVICE_HOST"):
         kind = "kubernetes"
         evidence.append("KUBERNETES_SERVICE_HOST is set")
-    declared = (env.get("container") or "").strip()
+    declared = plain_text((env.get("container") or "").strip(), limit=20)
     if declared:
-        kind = kind or declared[:20]
-        evidence.append(f"container={declared[:20]}")
+        kind = kind or declared
+        evidence.append(f"container={declared}")
     found, line = _cgroup_engine(root)
     if found is not None:
         kind = kind or found
         evidence.append(line)
-    nodes = tuple(sorted(os.path.basename(p) for p in glob.glob(_path(root, "dev", "nvidia*"))))
-    return Container(kind, tuple(evidence), env.get("NVIDIA_VISIBLE_DEVICES"), env.get("NVIDIA_DRIVER_CAPABILITIES"),
-                     nodes, _device_rules(root))
+    nodes = tuple(sorted(plain_text(os.path.basename(p), limit=40) for p in glob.glob(_path(root, "dev", "nvidia*"))))
+    return Container(kind, tuple(evidence), _variable(env, "NVIDIA_VISIBLE_DEVICES"),
+                     _variable(env, "NVIDIA_DRIVER_CAPABILITIES"), nodes[:64], _device_rules(root))
+
+
+def _variable(env: Mapping[str, str], name: str) -> str | None:
+    """An environment variable as plain bounded text (it ends up in findings), or None when unset."""
+    value = env.get(name)
+    return None if value is None else plain_text(value, limit=200)
 
 
 # --------------------------------------------------------------------------- the PCI bus
