@@ -224,13 +224,14 @@ WORDING: dict[str, Wording] = {
         "share it, have an administrator set `nvidia-smi -i {index} -c DEFAULT`. DataLoader workers or a second "
         "script that touch CUDA count as other processes."),
     "mig_one_device_per_process": Wording(
-        Status.WARN, "torch counts {torch_count} device(s), but the {mig_gpus} GPUs in MIG mode here give a CUDA "
-        "process one MIG device between them",
-        "A CUDA process enumerates one MIG device at most, however many MIG devices exist or are given to the "
-        "container (NVIDIA's MIG user guide); torch's count comes from NVML, so using the second device fails "
-        "('device >= 0 && device < num_gpus INTERNAL ASSERT FAILED', invalid device ordinal).",
-        "Run one process per MIG device, each started with CUDA_VISIBLE_DEVICES=MIG-<uuid> (`nvidia-smi -L` lists "
-        "them); data-parallel training across MIG devices in one process is not possible."),
+        Status.WARN, "torch counts {torch_count} device(s) on {mig_gpus} GPUs in MIG mode, where a CUDA process may "
+        "enumerate one MIG device only",
+        "NVIDIA's MIG user guide: with CUDA 11/R450 and CUDA 12/R525 a CUDA process enumerates a single MIG device, "
+        "however many exist or are given to the container; torch's count comes from NVML, so using the second "
+        "device then fails ('device >= 0 && device < num_gpus INTERNAL ASSERT FAILED', invalid device ordinal). "
+        "Newer drivers have been seen to enumerate MIG devices of different GPUs together.",
+        "If cuda:1 fails, run one process per MIG device, each started with CUDA_VISIBLE_DEVICES=MIG-<uuid> "
+        "(`nvidia-smi -L` lists them)."),
     # -- the stack below NVML: driver and libraries, containers, the PCI bus ------------------------
     "driver_library_mismatch:upgraded": Wording(
         Status.FAIL, "NVML cannot start: the driver's libraries are version {library} but the loaded kernel "
