@@ -215,6 +215,106 @@ WORDING: dict[str, Wording] = {
         "Only one process at a time may use it: a second job or a DataLoader worker touching CUDA fails with "
         "'all CUDA-capable devices are busy or unavailable'.",
         "Expected on shared clusters; otherwise `nvidia-smi -c DEFAULT` (administrator)."),
+    "compute_exclusive_busy": Wording(
+        Status.FAIL, "{label} is in compute mode Exclusive_Process and process {pids} already holds it",
+        "Only one process at a time may hold a CUDA context on it: every other program that starts CUDA on this "
+        "GPU fails with CUDA_ERROR_DEVICES_UNAVAILABLE (46, 'all CUDA-capable devices are busy or unavailable'), "
+        "although the CUDA driver itself starts.",
+        "Use another GPU (CUDA_VISIBLE_DEVICES), wait for process {pids} to end, or, if several processes should "
+        "share it, have an administrator set `nvidia-smi -i {index} -c DEFAULT`. DataLoader workers or a second "
+        "script that touch CUDA count as other processes."),
+    "mig_one_device_per_process": Wording(
+        Status.WARN, "torch counts {torch_count} device(s) on {mig_gpus} GPUs in MIG mode, where a CUDA process may "
+        "enumerate one MIG device only",
+        "NVIDIA's MIG user guide: with CUDA 11/R450 and CUDA 12/R525 a CUDA process enumerates a single MIG device, "
+        "however many exist or are given to the container; torch's count comes from NVML, so using the second "
+        "device then fails ('device >= 0 && device < num_gpus INTERNAL ASSERT FAILED', invalid device ordinal). "
+        "Newer drivers have been seen to enumerate MIG devices of different GPUs together.",
+        "If cuda:1 fails, run one process per MIG device, each started with CUDA_VISIBLE_DEVICES=MIG-<uuid> "
+        "(`nvidia-smi -L` lists them)."),
+    # -- the stack below NVML: driver and libraries, containers, the PCI bus ------------------------
+    "driver_library_mismatch:upgraded": Wording(
+        Status.FAIL, "NVML cannot start: the driver's libraries are version {library} but the loaded kernel "
+        "module is still {module} (NVML: Driver/library version mismatch)",
+        "The driver packages were upgraded (an unattended upgrade, or a package that pulled in another "
+        "driver) while the old kernel module stayed loaded: nvidia-smi, NVML and every CUDA program fail until the "
+        "module of version {library} is loaded. Reinstalling the driver changes nothing.",
+        "Reboot (if the module is still {module} after the reboot, the kernel module package of {library} is "
+        "missing: install the one your driver packages name, e.g. the DKMS or the -open variant). Without a reboot: "
+        "stop what holds the GPU (GPU jobs, nvidia-persistenced, the display manager; "
+        "`sudo lsof /dev/nvidia*` lists them), unload the modules (`lsmod | grep nvidia`; `sudo rmmod nvidia_uvm "
+        "nvidia_drm nvidia_modeset nvidia`) and run `sudo nvidia-smi` to load version {library}. So that it does "
+        "not recur, hold the driver packages (`sudo apt-mark hold` on the nvidia driver packages, or `dnf "
+        "versionlock`) and upgrade them only with a reboot planned."),
+    "driver_library_mismatch:module_differs": Wording(
+        Status.FAIL, "NVML cannot start: the loaded kernel module is version {module} but the driver's libraries "
+        "are {library} (NVML: Driver/library version mismatch)",
+        "The kernel module was built or installed from another driver release than the user-space libraries "
+        "(a module from another source tree or package, or libraries left over from an older driver): the two "
+        "must be the same release, to the last digit.",
+        "Make them one release: install the user-space driver of version {module} (the same release as the "
+        "module: its .run with --no-kernel-modules, or its packages), or the module of version {library}, then "
+        "reboot; check that `cat /proc/driver/nvidia/version` and `ls -l {library_path}` name the same version."),
+    "driver_library_mismatch:container": Wording(
+        Status.FAIL, "NVML cannot start in this {engine} container: its libnvidia-ml is version {library} but the "
+        "host's kernel module is {module} (NVML: Driver/library version mismatch)",
+        "A container uses the host's kernel module with the libraries the NVIDIA runtime mounted from the host "
+        "when it started, or with libraries baked into the image: after the host's driver changed, or with an "
+        "image that carries a driver of its own, the two differ.",
+        "Restart the container (the runtime then mounts the host's current libraries); if the image carries its "
+        "own libnvidia-ml or libcuda (a driver installed in the image), remove them from the image. If "
+        "`nvidia-smi` fails on the host too, reboot the host."),
+    "driver_library_mismatch:unknown": Wording(
+        Status.FAIL, "NVML cannot start: the driver's libraries and the loaded kernel module are different "
+        "versions (NVML: Driver/library version mismatch; module {module}, library {library})",
+        "After a driver upgrade without a reboot the old module stays loaded; nvidia-smi, NVML and every CUDA "
+        "program fail until the module matching the libraries is loaded. Reinstalling the driver changes nothing.",
+        "Compare `cat /proc/driver/nvidia/version` with the version in `ls -l $(ldconfig -p | grep -m1 "
+        "libnvidia-ml.so.1 | sed 's/.*=> //')`; reboot, or unload the nvidia modules when nothing holds them "
+        "(`lsmod | grep nvidia`, `sudo rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia`), and hold the driver "
+        "packages so an unattended upgrade does not repeat it."),
+    "container_gpu_access_lost": Wording(
+        Status.FAIL, "NVML fails with Unknown Error inside this {engine} container{rules}",
+        "The container had its GPUs, then lost them: with the systemd cgroup driver, a `systemctl daemon-reload` "
+        "on the host (run by hand or by a package upgrade) rewrites the container's device cgroup without the "
+        "NVIDIA devices, so opening /dev/nvidia* is refused. Nothing inside the container can bring them back.",
+        "Restart (recreate) the container or delete the pod; it gets its GPUs again. To stop it recurring, on the "
+        "host create the /dev/char links the runtime needs (`sudo nvidia-ctk system create-dev-char-symlinks "
+        "--create-all`, with the udev rule NVIDIA's container toolkit documents), or run Docker with the cgroupfs "
+        "driver (`\"exec-opts\": [\"native.cgroupdriver=cgroupfs\"]` in /etc/docker/daemon.json); with the "
+        "toolkit's CDI mode the devices are declared to the runtime and survive a reload."),
+    "container_without_gpus": Wording(
+        Status.FAIL, "This {engine} container was started without GPUs: {missing}",
+        "The NVIDIA container runtime gives a container its GPUs when it starts (the /dev/nvidia* devices and the "
+        "host's driver libraries); this one got none, so no CUDA program in it can use a GPU. A driver "
+        "installed inside the container cannot help: the host's driver serves it.",
+        "Start it with its GPUs: `docker run --gpus all ...` (the NVIDIA Container Toolkit on the host), in "
+        "Compose a `deploy.resources.reservations.devices` entry with `driver: nvidia`, in Kubernetes a "
+        "`resources.limits: nvidia.com/gpu: 1` in the pod spec (and `runtimeClassName: nvidia` where the "
+        "cluster has one)."),
+    "container_runtime_not_used": Wording(
+        Status.FAIL, "This {engine} container asks for GPUs (NVIDIA_VISIBLE_DEVICES={visible}) but the NVIDIA "
+        "runtime did not give it any: {missing}",
+        "The image's NVIDIA_VISIBLE_DEVICES is read only by the NVIDIA container runtime; the container was "
+        "started by another runtime (plain runc), so no device or driver library was added. A driver installed "
+        "inside the container cannot help.",
+        "Start it with the NVIDIA runtime: `docker run --gpus all` (or `--runtime=nvidia`), after `sudo "
+        "nvidia-ctk runtime configure --runtime=docker` and a restart of Docker on the host; in Kubernetes set "
+        "`runtimeClassName: nvidia` (or make nvidia the node's default runtime) and request `nvidia.com/gpu` in "
+        "the pod's resource limits."),
+    "container_without_utility": Wording(
+        Status.FAIL, "This {engine} container has the GPU devices ({nodes}) but no libnvidia-ml: the driver's "
+        "utility capability was not given (NVIDIA_DRIVER_CAPABILITIES={capabilities})",
+        "The NVIDIA runtime mounts only the driver libraries of the capabilities asked for: without `utility` "
+        "there is no NVML (nvidia-smi, monitoring), without `compute` no libcuda.",
+        "Start the container with NVIDIA_DRIVER_CAPABILITIES=compute,utility (`docker run -e "
+        "NVIDIA_DRIVER_CAPABILITIES=compute,utility --gpus all`, or the pod spec's env)."),
+    "no_nvidia_gpu": Wording(
+        Status.FAIL, "This machine has no NVIDIA GPU: none of the {count} devices on its PCI bus is NVIDIA's "
+        "(vendor 0x10de)",
+        "No driver can make a GPU appear: torch trains on the CPU here, and code that asks for 'cuda' fails.",
+        "Run on a machine that has an NVIDIA GPU (on a cloud, a GPU instance type; in a VM, a GPU passed through "
+        "to it). Nothing on this machine needs installing for that."),
     # -- the health probe: the NVLink fabric (NVSwitch boards) --------------------------------
     "fabric_not_ready:not_started": Wording(
         Status.FAIL, "{label}: its NVLink fabric registration has not started (NVML fabric state: Not Started)",
@@ -299,6 +399,13 @@ WORDING: dict[str, Wording] = {
     "xid": Wording(Status.WARN, "Xid {xid}{when}: {words}; {action}"),
     "busy_small_kernels": Wording(Status.WARN, "{words}"),
 }
+#: What the driver finding adds when the PCI bus cannot be read (a VM or a sandbox).
+PCI_UNREADABLE = (" Whether this machine has an NVIDIA GPU at all cannot be told here: its PCI bus "
+                  "(/sys/bus/pci/devices) cannot be read.")
+PCI_UNREADABLE_FIX = ("First check that this machine has an NVIDIA GPU (`lspci -nn | grep -i 10de`; on a cloud, a "
+                      "GPU instance type). If it has one: ")
+#: What the driver finding names when the PCI bus shows NVIDIA devices.
+PCI_NVIDIA_SEEN = " The PCI bus shows {count} NVIDIA device(s) ({where}), so the GPU is there."
 
 
 def finding(code: str, *, label: str | None = None, device: int | None = None, status: Status | None = None,

@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # typing.Unpack is 3.11; these annotations are never evaluate
     from gpudoctor.backends.fatbin import ExtensionScan
     from gpudoctor.backends.na import NA
     from gpudoctor.backends.replay import ReplayBackend
+    from gpudoctor.backends.stack import Stack
     from gpudoctor.backends.torch_build import TorchBuild
 
 LEVELS = ("quick", "standard", "full")
@@ -120,7 +121,7 @@ class ProbeContext:
                  _torch_facts: dict[str, Any] | NA | None = None, _host_facts: dict[str, Any] | None = None,
                  _torch_build: TorchBuild | None = None, _cuda_start: CudaStart | NA | None = None,
                  events: EventWatcher | ReplayEvents | None = None,
-                 _extensions: ExtensionScan | NA | None = None) -> None:
+                 _extensions: ExtensionScan | NA | None = None, _stack: Stack | NA | None = None) -> None:
         self.gpu = gpu
         self.device = device
         self.level = level
@@ -135,6 +136,7 @@ class ProbeContext:
         self._torch_build = _torch_build
         self._cuda_start = _cuda_start
         self._extensions = _extensions
+        self._stack = _stack
         # torch or host facts handed in describe another machine than this one's files
         self._facts_given = _torch_facts is not None or _host_facts is not None
         #: a running event watcher (the TUI's, the exporter's) whose NVML stream the events probe reads
@@ -194,6 +196,18 @@ class ProbeContext:
 
             self._cuda_start = NA("NotRecorded") if self.replay else cuda_driver.cuda_start()
         return self._cuda_start
+
+    def stack(self) -> Stack | NA:
+        """The stack below NVML read from this machine's files (gpudoctor.backends.stack: the kernel
+        module's and the libraries' versions, the container, the PCI bus; cached), or NA in a replay
+        (not recorded) and where torch or host facts were handed in (they describe another machine)."""
+        if self._stack is None:
+            from gpudoctor.backends import stack
+            from gpudoctor.backends.na import NA
+
+            self._stack = (NA("NotRecorded") if self.replay or self._facts_given
+                           else stack.read_stack(stack.live_root()))
+        return self._stack
 
     def extensions(self) -> ExtensionScan | NA:
         """The compiled CUDA extensions installed beside the checked torch (their fat binaries' headers

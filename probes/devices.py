@@ -14,16 +14,18 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from gpudoctor.backends.cuda_driver import SYSTEM_NOT_READY, CudaStart, cuda_start_findings
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.backends.nvml import DRIVER_NOT_ANSWERING, STUCK_S
-from gpudoctor.backends.visibility import match_torch_to_nvml, order_caveat, visible_mig_devices, visible_nvml_indices
+from gpudoctor.backends.visibility import cuda_enumerated, match_torch_to_nvml, order_caveat, visible_mig_devices, visible_nvml_indices
 from gpudoctor.backends.cuda_compat import driver_build_findings
 from gpudoctor import findings
 from gpudoctor.findings import fabric_not_completed
 from gpudoctor.model import ProbeResult, Status
 
 from . import Probe, ProbeContext
+from ._stack import nvml_failure
 
 if TYPE_CHECKING:
     from gpudoctor.backends.base import GpuBackend
+    from gpudoctor.backends.stack import Stack
 
 T = TypeVar("T")
 
@@ -62,9 +64,11 @@ def run(ctx: ProbeContext) -> ProbeResult:
     r.details["cuda_device_order"] = os.environ.get("CUDA_DEVICE_ORDER")
 
     if not isinstance(count, int) or count == 0:
-        return r.settle(_no_device(r, count if is_na(count) else None, torch_facts or {}))
+        nvml_na = count if is_na(count) else None
+        return r.settle(_no_device(r, nvml_na, torch_facts or {}, ctx.stack() if nvml_na is not None else NA("")))
     if isinstance(visible, list):
-        _visible_devices(r, ctx, torch_facts, torch_count, cvd, visible, count)
+        _visible_devices(r, ctx, torch_facts, torch_count, cvd, visible, count,
+                         {n: st.get("mig_mode") for n, st in enumerate(nvml_static)})
     _index_order(r, torch_devices, mapping)
 
     wanted = [ctx.device] if ctx.device is not None else sorted(mapping) if mapping else list(range(count))
@@ -100,9 +104,9 @@ def _torch_to_nvml(r: ProbeResult, gpu: GpuBackend, torch_devices: list[dict[str
 
 
 def _visible_devices(r: ProbeResult, ctx: ProbeContext, torch_facts: dict[str, Any] | None, torch_count: object,
-                     cvd: str | None, visible: list[int], count: int) -> None:
+                     cvd: str | None, visible: list[int], count: int, mig_modes: dict[int, Any]) -> None:
     """What CUDA_VISIBLE_DEVICES leaves visible, whether the CUDA driver starts on it, and whether
-    torch sees as many devices."""
+    torch sees as many devices as CUDA enumerates (one MIG device at most: ``mig_modes``)."""
     # CUDA reads CUDA_VISIBLE_DEVICES once, when it starts: torch using more devices than the variable
     # now allows (or the value torch's process started CUDA with differing) means it was changed after.
     # (a replay's facts were read under the recording machine's variable, not this shell's)
@@ -118,11 +122,22 @@ def _visible_devices(r: ProbeResult, ctx: ProbeContext, torch_facts: dict[str, A
     # error 802 on an NVSwitch board: what NVML says of the fabric registration names the cause
     fabric = (fabric_not_completed(ctx.gpu.static(n) for n in visible)
               if visible and isinstance(start, CudaStart) and start.code == SYSTEM_NOT_READY else "")
-    driver_failed = cuda_start_findings(start, len(visible), fabric) if visible else []
+    # libcuda missing where NVML answers: a container's driver capabilities say why
+    stack = ctx.stack() if isinstance(start, CudaStart) and not start.loaded else None
+    box = stack.container if stack is not None and not is_na(stack) else None
+    driver_failed = cuda_start_findings(start, len(visible), fabric, box) if visible else []
     r.findings.extend(driver_failed)
     if (torch_facts is not None and isinstance(torch_count, int)
             and not any(f.status == Status.FAIL for f in driver_failed)):
-        _torch_agreement(r, ctx.gpu, torch_facts, torch_count, len(visible), cvd if changed else None)
+        enumerated = cuda_enumerated(visible, mig_modes)
+        if enumerated != len(visible):
+            r.measure("cuda_enumerates", enumerated,
+                      note="the GPUs in MIG mode give one MIG device between them: CUDA enumerates one per process")
+        if enumerated != len(visible) and isinstance(torch_count, int) and torch_count > enumerated:
+            r.findings.append(findings.finding("mig_one_device_per_process", torch_count=torch_count,
+                                               mig_gpus=len(visible) - enumerated + 1))
+        else:
+            _torch_agreement(r, ctx.gpu, torch_facts, torch_count, enumerated, cvd if changed else None)
 
 
 def _describe_devices(r: ProbeResult, wanted: list[int], mapping: dict[int, int | None],
@@ -144,7 +159,7 @@ def _describe_devices(r: ProbeResult, wanted: list[int], mapping: dict[int, int 
     return names
 
 
-def _no_device(r: ProbeResult, nvml_na: NA | None, facts: dict[str, Any]) -> str:
+def _no_device(r: ProbeResult, nvml_na: NA | None, facts: dict[str, Any], stack: Stack | NA) -> str:
     """Nothing visible at all: the finding, and the probe's summary."""
     if nvml_na is not None and nvml_na.reason == DRIVER_NOT_ANSWERING:
         # The driver holds NVML: whether a GPU is there cannot be told, and "no GPU" would mislead.
@@ -153,11 +168,14 @@ def _no_device(r: ProbeResult, nvml_na: NA | None, facts: dict[str, Any]) -> str
     why_none = f"NVML: {nvml_na.reason}" if nvml_na is not None else "NVML reports 0 devices"
     if facts.get("cuda_init_error"):
         why_none += f"; torch: {facts['cuda_init_error']}"
+    # the cause the stack's files name (no NVIDIA device on the bus, a container without its GPUs...)
+    named = nvml_failure(nvml_na.reason, stack) if nvml_na is not None else None
     r.find(Status.FAIL, "no_cuda_device", f"No NVIDIA GPU is visible ({why_none}).",
            why="PyTorch code written as torch.device('cuda' if torch.cuda.is_available() else 'cpu') "
                "will silently train on the CPU; code that says 'cuda' fails.",
-           fix="Check `nvidia-smi`. In a container pass the GPUs (`docker run --gpus all`); on a VM attach "
-               "the GPU; on a laptop make sure the NVIDIA GPU is not disabled.")
+           fix=f"{named.summary}: see the environment probe's finding." if named is not None else
+           "Check `nvidia-smi`. In a container pass the GPUs (`docker run --gpus all`); on a VM attach "
+           "the GPU; on a laptop make sure the NVIDIA GPU is not disabled.")
     return "no GPU visible"
 
 

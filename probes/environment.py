@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpudoctor.backends import fatbin
 from gpudoctor.backends.cuda_driver import SYSTEM_NOT_READY, cause_of_error_text, code_of_error_text
+from gpudoctor import findings
 from gpudoctor.findings import fabric_not_completed
 from gpudoctor.backends.host import environment_variables
 from gpudoctor.backends.na import NA, is_na
@@ -24,9 +25,11 @@ from gpudoctor.backends.cuda_compat import cuda_started, driver_build_findings, 
 from gpudoctor.model import Finding, ProbeResult, Status
 
 from . import Probe, ProbeContext
+from ._stack import nvml_failure
 
 if TYPE_CHECKING:
     from gpudoctor.backends.base import GpuBackend
+    from gpudoctor.backends.stack import Stack
 
 NVML_REASON_WORDS = {
     "LibraryNotFound": ("the NVIDIA driver is not installed (libnvidia-ml.so was not found)",
@@ -212,7 +215,7 @@ def run(ctx: ProbeContext) -> ProbeResult:
     r = ProbeResult("environment")
     _host_facts(r, ctx)
     gpu = ctx.gpu
-    nvml_na, driver, driver_cuda = _driver(r, gpu)
+    nvml_na, driver, driver_cuda = _driver(r, ctx)
     facts = ctx.torch_facts()
     if is_na(facts):
         r.details["torch"] = None
@@ -257,8 +260,10 @@ def _host_facts(r: ProbeResult, ctx: ProbeContext) -> None:
     r.details["environment_variables"] = env
 
 
-def _driver(r: ProbeResult, gpu: GpuBackend) -> tuple[NA | None, str | NA, str | NA]:
-    """The NVIDIA driver as NVML sees it: (why NVML is unavailable or None, driver, its CUDA version)."""
+def _driver(r: ProbeResult, ctx: ProbeContext) -> tuple[NA | None, str | NA, str | NA]:
+    """The NVIDIA driver as NVML sees it: (why NVML is unavailable or None, driver, its CUDA version);
+    where NVML cannot start, the stack's files (ctx.stack()) name the cause."""
+    gpu = ctx.gpu
     nvml_na = gpu.status()
     driver = gpu.driver_version() if nvml_na is None else nvml_na
     driver_cuda = gpu.cuda_driver_version() if nvml_na is None else nvml_na
@@ -267,12 +272,28 @@ def _driver(r: ProbeResult, gpu: GpuBackend) -> tuple[NA | None, str | NA, str |
     r.measure("driver_cuda_version", None if is_na(driver_cuda) else driver_cuda,
               note="highest CUDA version the driver supports" if not is_na(driver_cuda) else driver_cuda.reason)
     if nvml_na is not None:
-        words, fix = NVML_REASON_WORDS.get(nvml_na.reason, (f"NVML is unavailable ({nvml_na.reason})",
-                                                            "Run `nvidia-smi` to see the driver's own error."))
-        r.find(Status.FAIL, "nvidia_driver_unavailable", f"No usable NVIDIA driver: {words}.",
-               why="Without the driver no CUDA program can use a GPU; torch falls back to the CPU.",
-               fix=fix)
+        r.findings.append(_driver_unavailable(nvml_na.reason, ctx.stack()))
     return nvml_na, driver, driver_cuda
+
+
+def _driver_unavailable(reason: str, stack: Stack | NA) -> Finding:
+    """Why NVML cannot start: the cause the stack's files name (probes/_stack.py), else NVML's reason
+    in words, with what the PCI bus says of an NVIDIA device where that matters."""
+    named = nvml_failure(reason, stack)
+    if named is not None:
+        return named
+    words, fix = NVML_REASON_WORDS.get(reason, (f"NVML is unavailable ({reason})",
+                                                "Run `nvidia-smi` to see the driver's own error."))
+    summary = f"No usable NVIDIA driver: {words}."
+    if reason in ("LibraryNotFound", "DriverNotLoaded") and not is_na(stack):
+        pci = stack.nvidia_pci
+        if is_na(pci):
+            summary += findings.PCI_UNREADABLE
+            fix = findings.PCI_UNREADABLE_FIX + fix[:1].lower() + fix[1:]
+        elif pci:
+            summary += findings.PCI_NVIDIA_SEEN.format(count=len(pci), where=", ".join(pci[:4]))
+    return Finding(Status.FAIL, "nvidia_driver_unavailable", summary,
+                   why="Without the driver no CUDA program can use a GPU; torch falls back to the CPU.", fix=fix)
 
 
 def _torch_build(r: ProbeResult, facts: dict[str, Any], nvml_na: NA | None) -> tuple[str, str | None]:

@@ -20,6 +20,7 @@ maximum clocks and PCIe link); the interpretation follows NVIDIA's documentation
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Iterable, SupportsFloat, SupportsIndex
 
@@ -62,6 +63,7 @@ class _Device:
     s: dict[str, Any]  # static facts
     x: dict[str, Any]  # a sample
     label: str = ""
+    processes: Any = None  # the processes holding a context on it (read where the compute mode needs them)
 
     def m(self, key_name: str, value: object, unit: str = "", reference: object = None) -> None:
         self.r.measure(key_name, None if is_na(value) else value, unit, device=self.dev,
@@ -76,10 +78,12 @@ class _Device:
         self.r.findings.extend(f for f in found if f is not None)
 
 
-def check_device(r: ProbeResult, dev: int, s: dict[str, Any], x: dict[str, Any]) -> None:
-    """Add measurements and findings for one device: ``s`` static facts, ``x`` a sample."""
+def check_device(r: ProbeResult, dev: int, s: dict[str, Any], x: dict[str, Any], processes: Any = None) -> None:
+    """Add measurements and findings for one device: ``s`` static facts, ``x`` a sample, ``processes``
+    the processes holding a context on it (NVML's list, or NA; None: not read)."""
     name = s.get("name")
-    d = _Device(r, dev, s, x, label=f"GPU {dev}" + (f" ({name})" if isinstance(name, str) else ""))
+    d = _Device(r, dev, s, x, label=f"GPU {dev}" + (f" ({name})" if isinstance(name, str) else ""),
+                processes=processes)
     if _check_lost(d):
         return
     first = len(r.measurements)
@@ -235,7 +239,14 @@ def _check_modes(d: _Device) -> None:
     if mode == 2:
         d.say("compute_prohibited")
     elif mode == 3:
-        d.say("compute_exclusive")
+        # One context at a time: another process holding it makes every new context fail with error 46,
+        # although cuInit succeeds (so the CUDA start check passes). gpudoctor's own process holds none.
+        others = [p for p in d.processes if p.get("pid") != os.getpid()] if isinstance(d.processes, list) else []
+        if others:
+            pids = ", ".join(str(p.get("pid")) for p in others[:4]) + (" and others" if len(others) > 4 else "")
+            d.say("compute_exclusive_busy", pids=pids, index=d.dev)
+        else:
+            d.say("compute_exclusive")
 
 
 def run(ctx: ProbeContext) -> ProbeResult:
@@ -264,7 +275,8 @@ def run(ctx: ProbeContext) -> ProbeResult:
     for n in nvml_indices:
         static = gpu.static(n)
         sample = gpu.sample(n)
-        check_device(r, n, static, sample)
+        # the process list only where it decides something: a GPU only one process may hold
+        check_device(r, n, static, sample, gpu.processes(n) if sample.get("compute_mode") == 3 else None)
     r.details["device_numbering"] = "nvml"
     r.details["nvml_to_torch"] = {str(k): v for k, v in torch_of.items()}
     # A skipped part (readings denied) is shown, but does not make the checks that ran a skip.

@@ -11,7 +11,12 @@ The checks used are gpudoctor's own pure judgements:
 * ``environment``: probes/environment.py's run() over the driver (NVML) and torch's facts, and the
   compiled extensions' targets where a case posts them (as the fat-binary scan reads them);
 * ``devices``: probes/devices.py's run() over NVML's GPUs, CUDA_VISIBLE_DEVICES and torch's count;
-* ``health``: probes/health.py's check_device() over one GPU's NVML readings;
+* for both, where a case posts them, NVML's failure to start (``nvml_status``), the CUDA driver's own
+  start (``cuda_start``) and the stack's files (``stack``: the module version file, the libraries'
+  names, cgroup lines, /dev nodes, the PCI bus, and the environment), laid out in a folder and read by
+  gpudoctor.backends.stack's live readers (tests/stack_layout.py);
+* ``health``: probes/health.py's check_device() over one GPU's NVML readings (and its process list,
+  ``nvml_processes``, where posted);
 * ``kernel_log``: gpudoctor/xid.py's parse_kmsg() over the posted lines, then the events probe's
   judgement of the Xids found, GPU by GPU and side by side (probes/events.py);
 * ``fleet``: gpudoctor/fleet.py's collect() over the posted dcgm-exporter series, served by a
@@ -29,11 +34,14 @@ from typing import Any
 import pytest
 
 from gpudoctor import fleet, xid
-from gpudoctor.backends import fatbin
+from gpudoctor.backends import fatbin, stack
+from gpudoctor.backends.cuda_driver import CudaStart
+from gpudoctor.backends.stack import Stack
 from gpudoctor.backends.events import DeviceEvents, GpuEvent
 from gpudoctor.backends.na import NA
 from gpudoctor.model import ProbeResult, Status
 from gpudoctor.probes import ProbeContext
+from stack_layout import lay_out
 
 DATA = Path(__file__).parent / "data" / "realworld"
 CASE_FILES = sorted(DATA.glob("*.json"))
@@ -59,22 +67,26 @@ def _na(value: Any) -> Any:
 class FakeGpu:
     """The NVML backend's answers for the posted machine (only what the probes ask)."""
 
+    kind = "nvml"
+
     def __init__(self, inputs: dict[str, Any]) -> None:
         self._driver = inputs.get("driver")
         self._driver_cuda = inputs.get("driver_cuda")
         self._gpus = inputs.get("gpus") or []
+        # NVML's failure to start as posted ("Failed to initialize NVML: ..." -> its NVML error name)
+        self._failed = NA(inputs["nvml_status"]) if inputs.get("nvml_status") else None
 
     def status(self) -> Any:
-        return None
+        return self._failed
 
     def driver_version(self) -> Any:
-        return self._driver if self._driver else NA("NotPosted")
+        return self._failed or (self._driver if self._driver else NA("NotPosted"))
 
     def cuda_driver_version(self) -> Any:
-        return self._driver_cuda if self._driver_cuda else NA("NotPosted")
+        return self._failed or (self._driver_cuda if self._driver_cuda else NA("NotPosted"))
 
-    def device_count(self) -> int:
-        return len(self._gpus)
+    def device_count(self) -> Any:
+        return self._failed or len(self._gpus)
 
     def static(self, index: int) -> dict[str, Any]:
         g = self._gpus[index]
@@ -131,36 +143,52 @@ def _extensions(inputs: dict[str, Any]) -> fatbin.ExtensionScan | NA:
     return scan
 
 
-def _context(inputs: dict[str, Any]) -> ProbeContext:
-    # The CUDA driver's own start (cuInit) was not posted in these threads: unknown, not a pass.
+def _stack(inputs: dict[str, Any], root: Path) -> Stack | NA:
+    """The posted files (the module version file, the libraries' names, cgroup lines, /dev nodes, the
+    PCI bus) laid out under ``root`` and read by the live readers, with the posted environment."""
+    posted = inputs.get("stack")
+    if not posted:
+        return NA("NotPosted")
+    return stack.read_stack(str(lay_out(root, posted.get("files") or {})), posted.get("env") or {})
+
+
+def _cuda_start(inputs: dict[str, Any]) -> CudaStart | NA:
+    # The CUDA driver's own start (cuInit) was not posted in most threads: unknown, not a pass.
+    posted = inputs.get("cuda_start")
+    return CudaStart(**posted) if posted else NA("NotRecorded")
+
+
+def _context(inputs: dict[str, Any], root: Path | None = None) -> ProbeContext:
     return ProbeContext(FakeGpu(inputs), _torch_facts=_torch_facts(inputs.get("torch") or {}),
-                        _host_facts=dict(HOST), _cuda_start=NA("NotRecorded"), _extensions=_extensions(inputs))
+                        _host_facts=dict(HOST), _cuda_start=_cuda_start(inputs), _extensions=_extensions(inputs),
+                        _stack=_stack(inputs, root) if root is not None else NA("NotPosted"))
 
 
 # --------------------------------------------------------------------------- the checks
-def run_environment(inputs: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> ProbeResult:
+def run_environment(inputs: dict[str, Any], monkeypatch: pytest.MonkeyPatch, root: Path) -> ProbeResult:
     from gpudoctor.probes import environment
 
     for name, value in (inputs.get("env") or {}).items():
         monkeypatch.setenv(name, value)
-    return environment.run(_context(inputs))
+    return environment.run(_context(inputs, root))
 
 
-def run_devices(inputs: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> ProbeResult:
+def run_devices(inputs: dict[str, Any], monkeypatch: pytest.MonkeyPatch, root: Path) -> ProbeResult:
     from gpudoctor.probes import devices
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
     for name, value in (inputs.get("env") or {}).items():
         monkeypatch.setenv(name, value)
-    return devices.run(_context(inputs))
+    return devices.run(_context(inputs, root))
 
 
 def run_health(inputs: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> ProbeResult:
     from gpudoctor.probes import health
 
     r = ProbeResult("health")
-    health.check_device(r, 0, _na(inputs["nvml_static"]), _na(inputs["nvml_sample"]))
+    processes = _na(inputs["nvml_processes"]) if "nvml_processes" in inputs else None
+    health.check_device(r, 0, _na(inputs["nvml_static"]), _na(inputs["nvml_sample"]), processes)
     return r.settle()
 
 
@@ -256,13 +284,13 @@ def _params() -> list[Any]:
 
 
 @pytest.mark.parametrize("case", _params())
-def test_realworld_case(case: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_realworld_case(case: dict[str, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     inputs, expected = case["inputs"], case["expected"]
     check = case["check"]
     if check == "environment":
-        assert_probe_verdict(run_environment(inputs, monkeypatch), expected)
+        assert_probe_verdict(run_environment(inputs, monkeypatch, tmp_path), expected)
     elif check == "devices":
-        assert_probe_verdict(run_devices(inputs, monkeypatch), expected)
+        assert_probe_verdict(run_devices(inputs, monkeypatch, tmp_path), expected)
     elif check == "health":
         assert_probe_verdict(run_health(inputs, monkeypatch), expected)
     elif check == "kernel_log":

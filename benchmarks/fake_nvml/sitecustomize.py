@@ -35,6 +35,12 @@ Environment:
   running), ``in_progress``, ``completed``, ``failed`` (completed with NVML_ERROR_UNKNOWN) or
   ``degraded`` (completed, health mask: bandwidth degraded). Unset: NOT_SUPPORTED, as a PCIe board
   answers.
+- ``FAKE_NVML_INIT``: the NVML return code nvmlInit answers (default 0: started), e.g. 18
+  (NVML_ERROR_LIB_RM_VERSION_MISMATCH: a driver upgraded without a reboot), 999 (NVML_ERROR_UNKNOWN: a
+  container whose device cgroup lost the GPUs), 9 (NVML_ERROR_DRIVER_NOT_LOADED).
+- ``FAKE_NVML_COMPUTE_MODE``: the compute mode the board answers (default 0, Default; 2 Prohibited, 3
+  Exclusive_Process); ``FAKE_NVML_PROCESS``: the pid of a process holding a CUDA context on it (2 GiB;
+  default none).
 - ``FAKE_NVML_MIG=1``: MIG mode is on, with two 3g.40gb MIG devices (GPU instances 1 and 2,
   compute instance 0 each, in MIG device slots 0 and 1 of 7), each with its own handle, "MIG-"
   UUID, name, attributes (60 SMs, 40448 MiB) and memory; two processes (8 and 4 GiB) on the
@@ -76,6 +82,9 @@ _FABRIC_ANSWERS = {"not_started": (1, SUCCESS, 0), "in_progress": (2, SUCCESS, 0
                    "completed": (3, SUCCESS, _HEALTHY_MASK), "failed": (3, 999, _HEALTHY_MASK),
                    "degraded": (3, SUCCESS, _HEALTHY_MASK & ~0x3 | 1)}
 MIG_NOPERM = os.environ.get("FAKE_NVML_MIG_NOPERM") == "1"
+INIT = int(os.environ.get("FAKE_NVML_INIT", "0"))
+COMPUTE_MODE = int(os.environ.get("FAKE_NVML_COMPUTE_MODE", "0"))
+HOLDER = int(os.environ.get("FAKE_NVML_PROCESS", "0"))
 #: The MIG devices (FAKE_NVML_MIG=1): GPU instance id, compute instance id, memory in use, processes
 #: (pid, bytes).
 MIG_DEVICES = ((1, 0, 12 * GIB, ((4242, 8 * GIB), (4243, 4 * GIB))), (2, 0, 0, ()))
@@ -155,10 +164,10 @@ class FakeNvmlLibrary:
 
     # -- library and system
     def nvmlInitWithFlags(self, flags):
-        return SUCCESS
+        return INIT
 
     def nvmlInit_v2(self):
-        return SUCCESS
+        return INIT
 
     def nvmlShutdown(self):
         return SUCCESS
@@ -278,7 +287,7 @@ class FakeNvmlLibrary:
         return _set(out, 1)
 
     def nvmlDeviceGetComputeMode(self, handle, out):
-        return _set(out, 0)
+        return _set(out, COMPUTE_MODE)
 
     def nvmlDeviceGetDisplayActive(self, handle, out):
         return _set(out, 0)
@@ -471,7 +480,13 @@ class FakeNvmlLibrary:
         """Compute processes: none on a GPU out of MIG mode; in MIG mode those of a MIG device on its
         handle, all of them on the GPU's handle (NO_PERMISSION for both with FAKE_NVML_MIG_NOPERM)."""
         if not MIG:
-            return self._no_processes(handle, count, infos)
+            if not HOLDER:
+                return self._no_processes(handle, count, infos)
+            if infos is None or _out(count).value < 1:
+                _set(count, 1)
+                return INSUFFICIENT_SIZE
+            infos[0].pid, infos[0].usedGpuMemory = HOLDER, 2 * GIB
+            return _set(count, 1)
         if MIG_NOPERM:
             return NO_PERMISSION
         slot = self._mig_of(handle)

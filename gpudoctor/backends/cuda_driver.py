@@ -22,9 +22,13 @@ import re
 import subprocess
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.model import Finding, Status
+
+if TYPE_CHECKING:
+    from .stack import Container
 
 #: Seconds the child gets: cuInit on 8 GPUs without persistence mode takes a few seconds.
 TIMEOUT_S = 20.0
@@ -202,12 +206,15 @@ def code_of_error_text(text: object) -> int | None:
     return None
 
 
-def cuda_start_findings(start: CudaStart | NA | None, visible: int, fabric: str = "") -> list[Finding]:
+def cuda_start_findings(start: CudaStart | NA | None, visible: int, fabric: str = "",
+                        box: Container | None = None) -> list[Finding]:
     """The verdict on the CUDA driver's start where NVML shows ``visible`` GPUs (after
     CUDA_VISIBLE_DEVICES). Shared by the quick and the full report; nothing when there is no
     GPU to start or the fact is unknown (not Linux, a recording without it). ``fabric``: what NVML
     says of the GPUs' NVLink fabric registration when it is unfinished
-    (gpudoctor.findings.fabric_not_completed): for error 802 that is the cause, named as such."""
+    (gpudoctor.findings.fabric_not_completed): for error 802 that is the cause, named as such. ``box``:
+    the container this runs in (gpudoctor.backends.stack), whose driver capabilities explain a missing
+    libcuda."""
     if start is None or visible <= 0:
         return []
     why = ("NVML (nvidia-smi) answers, but every CUDA program, torch included, fails to start: "
@@ -225,12 +232,7 @@ def cuda_start_findings(start: CudaStart | NA | None, visible: int, fabric: str 
                             why="A CUDA program here may crash at its first CUDA call.", fix=_GENERIC_FIX)]
         return []
     if not start.loaded:
-        return [Finding(Status.FAIL, "cuda_cannot_start",
-                        f"NVML sees {visible} GPU(s) but the CUDA driver library ({LIBRARY}) cannot be loaded: "
-                        f"{start.error or 'not found'}.", why=why,
-                        fix="In a container, give it the driver's compute capability (NVIDIA_DRIVER_CAPABILITIES="
-                            "compute,utility, or `docker run --gpus all`); on a host, reinstall the driver's "
-                            "user-space libraries (libcuda.so.1 comes with the driver, not with the toolkit).")]
+        return [_no_libcuda(start, visible, why, box)]
     if start.code != 0:
         cause, fix = _CAUSES.get(start.code or 0, ("", _GENERIC_FIX))
         if start.code == SYSTEM_NOT_READY and fabric:
@@ -244,6 +246,26 @@ def cuda_start_findings(start: CudaStart | NA | None, visible: int, fabric: str 
         return [Finding(Status.FAIL, "cuda_cannot_start",
                         f"NVML sees {visible} GPU(s) but the CUDA driver counts none: {cause}.", why=why, fix=fix)]
     return []
+
+
+def _no_libcuda(start: CudaStart, visible: int, why: str, box: Container | None) -> Finding:
+    """libcuda cannot be loaded where NVML answers: in a container, the driver capabilities it was given."""
+    summary = (f"NVML sees {visible} GPU(s) but the CUDA driver library ({LIBRARY}) cannot be loaded: "
+               f"{start.error or 'not found'}.")
+    fix = ("In a container, give it the driver's compute capability (NVIDIA_DRIVER_CAPABILITIES="
+           "compute,utility, or `docker run --gpus all`); on a host, reinstall the driver's "
+           "user-space libraries (libcuda.so.1 comes with the driver, not with the toolkit).")
+    if box is not None and box.inside:
+        caps = box.capabilities
+        given = (f"NVIDIA_DRIVER_CAPABILITIES={caps.strip()[:60]}, without `compute`" if caps is not None
+                 else "NVIDIA_DRIVER_CAPABILITIES is unset, so the image's or the runtime's default applies")
+        summary += (f" This {box.kind} container was given the driver's libraries for NVML (utility) but not "
+                    f"for CUDA: {given}.")
+        fix = ("Start the container with NVIDIA_DRIVER_CAPABILITIES=compute,utility (`docker run --gpus all -e "
+               "NVIDIA_DRIVER_CAPABILITIES=compute,utility`, the `environment:` of a Compose service, or the env "
+               "of the pod spec's container); the NVIDIA runtime then mounts libcuda from the host. Installing a "
+               "driver inside the container does not help.")
+    return Finding(Status.FAIL, "cuda_cannot_start", summary, why=why, fix=fix)
 
 
 __all__ = ["CudaStart", "LIBRARY", "SYSTEM_NOT_READY", "TIMEOUT_S", "cause_of_error_text", "code_of_error_text",

@@ -86,6 +86,15 @@ def parse_visible(value: str | None, nvml_uuids: list[Any],
     return chosen
 
 
+def cuda_enumerated(visible: list[int], mig_modes: Mapping[int, object]) -> int:
+    """How many devices a CUDA process enumerates of the NVML GPUs ``visible`` (``mig_modes``: NVML
+    index -> its MIG mode, 1 when on). A GPU out of MIG mode is one device; the GPUs in MIG mode give one
+    MIG device between them, whatever number of slices they hold: a CUDA process enumerates one MIG
+    device at most (the rule :func:`parse_visible` applies to a list of MIG UUIDs)."""
+    in_mig = [n for n in visible if mig_modes.get(n) == 1]
+    return len(visible) - len(in_mig) + (1 if in_mig else 0)
+
+
 def visible_nvml_indices(gpu: GpuBackend, env: Mapping[str, str] | None = None) -> list[int] | NA:
     """NVML indices torch will see, or NA when NVML cannot say."""
     env = os.environ if env is None else env

@@ -1,0 +1,356 @@
+"""The stack below NVML (issue 34): the kernel module's and the libraries' versions, the container,
+the PCI bus, each read from files laid out as the kernel and the distribution lay them out
+(tests/stack_layout.py), and judged where NVML fails; the compute mode's one-process rule; one MIG
+device per CUDA process in the count check. End to end, the same verdict in ``report --quick``, the
+full report, the exporter's report status and the TUI header (benchmarks/fake_nvml answers nvmlInit
+with the failure; GPUDOCTOR_ROOTFS points the readers at the laid-out files), and once in a real
+mount namespace (``unshare``) where this machine allows it.
+
+No GPU here; not yet measured on a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpudoctor import exitcodes
+from gpudoctor.backends import NvmlBackend, NvmlGate, stack
+from gpudoctor.backends.na import NA, is_na
+from gpudoctor.backends.visibility import cuda_enumerated
+from gpudoctor.model import ProbeResult, Status
+from gpudoctor.probes import ProbeContext
+from nvml_fake import FakePynvml
+from prom_support import assert_exporter_report_fails
+from stack_layout import driver_library, lay_out, module_version_file, pci_device
+from tui_support import assert_tui_header_fails
+
+ROOT = Path(__file__).resolve().parent.parent
+FAKE_NVML = ROOT / "benchmarks" / "fake_nvml"
+LIB = "usr/lib/x86_64-linux-gnu"
+NVIDIA_BUS = pci_device("0000:65:00.0", "0x10de")
+
+
+# --------------------------------------------------------------------------- the readers
+@pytest.mark.parametrize("files, expected", [
+    (module_version_file("550.90.07"), "550.90.07"),
+    (module_version_file("570.124.06", open_module=True), "570.124.06"),
+    ({"sys/module/nvidia/version": "535.161.08\n"}, "535.161.08"),
+    ({"proc/driver/nvidia/version": "NVRM version: something else\n"}, NA("Unparsed")),
+    ({}, NA("ModuleNotLoaded")),
+])
+def test_the_kernel_modules_version_is_read_as_the_kernel_writes_it(tmp_path, files, expected):
+    assert stack.module_version(str(lay_out(tmp_path, files))) == expected
+
+
+def test_a_library_is_found_in_the_loaders_order_and_named_by_its_real_file(tmp_path):
+    lay_out(tmp_path, {**driver_library(LIB, "libnvidia-ml", "550.107.02"),
+                       **driver_library("opt/nvidia/lib", "libcuda", "560.35.03"),
+                       **driver_library("usr/local/cuda/compat", "libcuda", "575.51.03"),
+                       "etc/ld.so.conf": "include /etc/ld.so.conf.d/*.conf\n",
+                       "etc/ld.so.conf.d/nvidia.conf": "# the driver\n/opt/nvidia/lib\n"})
+    root = str(tmp_path)
+    nvml = stack.find_library("libnvidia-ml.so.1", root, {})
+    assert (nvml.path, nvml.version) == (f"/{LIB}/libnvidia-ml.so.1", "550.107.02")
+    assert nvml.real == f"/{LIB}/libnvidia-ml.so.550.107.02"
+    assert stack.find_library("libcuda.so.1", root, {}).version == "560.35.03"  # from ld.so.conf.d
+    # LD_LIBRARY_PATH comes first, as the loader takes it (a forward-compatibility folder)
+    assert stack.find_library("libcuda.so.1", root, {"LD_LIBRARY_PATH": "/usr/local/cuda/compat"}).version == "575.51.03"
+
+
+def test_a_missing_a_broken_and_an_unversioned_library_say_why(tmp_path):
+    lay_out(tmp_path, {f"{LIB}/libnvidia-ml.so.1": {"link": "libnvidia-ml.so.470.00.01"},
+                       f"{LIB}/libcuda.so.1": {"file": True}})
+    root = str(tmp_path)
+    assert stack.find_library("libnvidia-ml.so.1", root, {}).version == NA("BrokenLink")
+    assert stack.find_library("libcuda.so.1", root, {}).version == NA("NoVersionInName")
+    assert stack.find_library("libnvidia-cfg.so.1", root, {}).path == NA("NotFound")
+
+
+@pytest.mark.parametrize("files, env, kind", [
+    ({".dockerenv": {"file": True}}, {}, "docker"),
+    ({"run/.containerenv": {"file": True}}, {}, "podman"),
+    ({"proc/1/cgroup": "12:devices:/kubepods/besteffort/pod1234/abcd\n0::/\n"}, {}, "kubernetes"),
+    ({"proc/1/cgroup": "0::/system.slice/docker-80155e39bfcf.scope\n"}, {}, "docker"),
+    ({}, {"KUBERNETES_SERVICE_HOST": "10.96.0.1"}, "kubernetes"),
+    ({}, {"container": "systemd-nspawn"}, "systemd-nspawn"),
+    ({"proc/1/cgroup": "0::/init.scope\n"}, {}, None),
+])
+def test_a_container_is_told_from_its_markers_cgroup_and_environment(tmp_path, files, env, kind):
+    assert stack.container(str(lay_out(tmp_path, files)), env).kind == kind
+
+
+def test_what_the_nvidia_runtime_gave_a_container_is_read(tmp_path):
+    lay_out(tmp_path, {".dockerenv": {"file": True}, "dev/nvidia0": {"file": True}, "dev/nvidiactl": {"file": True},
+                       "sys/fs/cgroup/devices/devices.list": "c 1:3 rwm\nc 195:* m\nc 136:* rwm\n"})
+    box = stack.container(str(tmp_path), {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "utility"})
+    assert box.device_nodes == ("nvidia0", "nvidiactl")
+    assert box.device_rules == ("c 195:* m",)
+    assert box.may_use_compute() is False and box.visible_devices == "all"
+
+
+def test_the_pci_bus_says_whether_an_nvidia_device_is_there(tmp_path):
+    assert is_na(stack.nvidia_pci_devices(str(tmp_path)))  # nothing to read: cannot be told
+    lay_out(tmp_path, {**pci_device("0000:00:00.0", "0x8086"), **pci_device("0000:00:02.0", "0x1234")})
+    assert stack.nvidia_pci_devices(str(tmp_path)) == []
+    lay_out(tmp_path, NVIDIA_BUS)
+    assert stack.nvidia_pci_devices(str(tmp_path)) == ["0000:65:00.0"]
+
+
+# --------------------------------------------------------------------------- the judgement
+class NoNvml:
+    """A GPU backend whose NVML failed to start with ``reason``."""
+
+    kind = "nvml"
+
+    def __init__(self, reason: str) -> None:
+        self.na = NA(reason)
+
+    def status(self) -> NA:
+        return self.na
+
+    def driver_version(self) -> NA:
+        return self.na
+
+    def cuda_driver_version(self) -> NA:
+        return self.na
+
+    def device_count(self) -> NA:
+        return self.na
+
+
+def judge(reason: str, files: dict[str, Any], env: dict[str, str], tmp_path: Path) -> ProbeResult:
+    """The environment probe (at --quick) where NVML failed with ``reason`` on the laid-out machine."""
+    from gpudoctor.probes import environment
+
+    facts = stack.read_stack(str(lay_out(tmp_path, files)), env)
+    ctx = ProbeContext(NoNvml(reason), level="quick", _stack=facts, _host_facts={"python": "3.12"})  # type: ignore[arg-type]
+    return environment.run(ctx)
+
+
+def lead(result: ProbeResult) -> Any:
+    return next(f for f in result.findings if f.status == Status.FAIL)
+
+
+def test_an_upgrade_without_a_reboot_names_both_versions_and_says_reboot(tmp_path):
+    files = {**module_version_file("550.90.07"), **driver_library(LIB, "libnvidia-ml", "550.107.02")}
+    f = lead(judge("LibRmVersionMismatch", files, {}, tmp_path))
+    assert f.code == "driver_library_mismatch" and "550.90.07" in f.summary and "550.107.02" in f.summary
+    assert f.fix.startswith("Reboot") and "rmmod" in f.fix and "hold" in f.fix
+    assert "install the nvidia driver" not in f.fix.lower()
+
+
+def test_a_module_from_another_release_names_which_one_to_install(tmp_path):
+    files = {**module_version_file("570.124.06", open_module=True), **driver_library(LIB, "libnvidia-ml", "570.124.04")}
+    f = lead(judge("LibRmVersionMismatch", files, {}, tmp_path))
+    assert "module is version 570.124.06" in f.summary and "install the user-space driver of version 570.124.06" in f.fix
+
+
+def test_a_mismatch_in_a_container_says_restart_the_container(tmp_path):
+    files = {".dockerenv": {"file": True}, **module_version_file("535.183.01"),
+             **driver_library(LIB, "libnvidia-ml", "535.161.08")}
+    f = lead(judge("LibRmVersionMismatch", files, {}, tmp_path))
+    assert "docker container" in f.summary and f.fix.startswith("Restart the container")
+
+
+def test_unknown_error_in_a_container_is_the_lost_device_cgroup(tmp_path):
+    files = {".dockerenv": {"file": True}, "dev/nvidia0": {"file": True},
+             "sys/fs/cgroup/devices/devices.list": "c 195:* m\n", **driver_library(LIB, "libnvidia-ml", "570.133.20")}
+    f = lead(judge("Unknown", files, {"NVIDIA_VISIBLE_DEVICES": "all"}, tmp_path))
+    assert f.code == "container_gpu_access_lost" and "c 195:* m" in f.summary
+    assert "daemon-reload" in f.why and "Restart" in f.fix and "install" not in f.fix.lower()
+
+
+@pytest.mark.parametrize("files, env, code", [
+    ({}, {}, "container_without_gpus"),
+    ({}, {"NVIDIA_VISIBLE_DEVICES": "all"}, "container_runtime_not_used"),
+    ({"dev/nvidia0": {"file": True}, "dev/nvidiactl": {"file": True}},
+     {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute"}, "container_without_utility"),
+])
+def test_a_container_without_its_gpus_says_what_the_host_or_pod_must_change(tmp_path, files, env, code):
+    files = {".dockerenv": {"file": True}, **NVIDIA_BUS, **files}
+    f = lead(judge("LibraryNotFound", files, env, tmp_path))
+    assert f.code == code, f
+    assert "install the nvidia driver" not in f.fix.lower() and ("--gpus" in f.fix or "CAPABILITIES" in f.fix)
+
+
+def test_no_nvidia_device_on_the_bus_is_said_and_nothing_is_to_install(tmp_path):
+    files = {**pci_device("0000:00:00.0", "0x8086"), **pci_device("0000:00:01.0", "0x1af4")}
+    f = lead(judge("LibraryNotFound", files, {}, tmp_path))
+    assert f.code == "no_nvidia_gpu" and "2 devices" in f.summary and "Install" not in f.fix
+
+
+def test_an_unreadable_bus_says_that_it_cannot_be_told(tmp_path):
+    f = lead(judge("LibraryNotFound", {}, {}, tmp_path))
+    assert f.code == "nvidia_driver_unavailable" and "cannot be told" in f.summary
+    assert f.fix.startswith("First check that this machine has an NVIDIA GPU")
+
+
+def test_a_host_with_an_nvidia_device_and_no_driver_is_told_to_install_it(tmp_path):
+    f = lead(judge("LibraryNotFound", NVIDIA_BUS, {}, tmp_path))
+    assert f.code == "nvidia_driver_unavailable" and "0000:65:00.0" in f.summary and f.fix.startswith("Install")
+
+
+def test_utility_only_names_the_containers_capabilities(tmp_path):
+    from gpudoctor.backends.cuda_driver import CudaStart, cuda_start_findings
+
+    lay_out(tmp_path, {".dockerenv": {"file": True}})
+    box = stack.container(str(tmp_path), {"NVIDIA_DRIVER_CAPABILITIES": "utility"})
+    [f] = cuda_start_findings(CudaStart(loaded=False, error="libcuda.so.1: cannot open"), 1, box=box)
+    assert "NVIDIA_DRIVER_CAPABILITIES=utility" in f.summary and "compute,utility" in f.fix
+
+
+# --------------------------------------------------------------------------- compute mode and MIG
+def test_an_exclusive_gpu_held_by_another_process_fails_before_any_context():
+    from gpudoctor.probes import health
+
+    nvml = FakePynvml(1, readings={"nvmlDeviceGetComputeMode": 3})
+    gpu = NvmlBackend(NvmlGate(nvml))
+    held = [{"pid": 4242, "type": "compute", "gpu_memory_bytes": 2 << 30, "sm_util_pct": None}]
+    for procs, code, status in ((held, "compute_exclusive_busy", Status.FAIL), ([], "compute_exclusive", Status.PASS),
+                                (NA("NoPermission"), "compute_exclusive", Status.PASS)):
+        r = ProbeResult("health")
+        health.check_device(r, 0, gpu.static(0), gpu.sample(0), procs)
+        [f] = [f for f in r.findings if f.code.startswith("compute_")]
+        assert (f.code, f.status) == (code, status)
+    assert "4242" in health.findings.finding("compute_exclusive_busy", label="GPU 0", pids="4242", index=0).fix
+
+
+def test_gpus_in_mig_mode_give_cuda_one_device_between_them():
+    assert cuda_enumerated([0, 1], {0: 1, 1: 1}) == 1
+    assert cuda_enumerated([0, 1, 2], {0: 1, 1: 0, 2: 1}) == 2
+    assert cuda_enumerated([0, 1], {0: 0, 1: NA("NotSupported")}) == 2
+
+
+# --------------------------------------------------------------------------- every front end
+def _env(tmp_path: Path, files: dict[str, Any], **fake: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FAKE_", "PYTEST", "NVIDIA_", "KUBERNETES_"))}
+    env.pop("container", None)
+    env.update(PYTHONPATH=str(FAKE_NVML), GPUDOCTOR_ROOTFS=str(lay_out(tmp_path, files)), **fake)
+    return env
+
+
+MISMATCH = {**module_version_file("550.90.07"), **driver_library(LIB, "libnvidia-ml", "550.107.02"), **NVIDIA_BUS}
+DOCKER = {".dockerenv": {"file": True}}
+# Each class's machine (laid-out files), how the fake NVML and libcuda answer there, and the probe and
+# finding that must lead. NVML return codes: 18 LIB_RM_VERSION_MISMATCH, 999 UNKNOWN, 12 LIBRARY_NOT_FOUND.
+CASES = {
+    "mismatch": (MISMATCH, {"FAKE_NVML_INIT": "18"}, "environment", "driver_library_mismatch"),
+    "container-lost": ({**DOCKER, "dev/nvidia0": {"file": True}, **NVIDIA_BUS},
+                       {"FAKE_NVML_INIT": "999"}, "environment", "container_gpu_access_lost"),
+    "container-without-gpus": ({**DOCKER, **NVIDIA_BUS}, {"FAKE_NVML_INIT": "12"}, "environment",
+                               "container_without_gpus"),
+    "utility-only": ({**DOCKER, "dev/nvidia0": {"file": True}, **NVIDIA_BUS},
+                     {"FAKE_CUDA": "missing", "NVIDIA_DRIVER_CAPABILITIES": "utility"}, "devices", "cuda_cannot_start"),
+    "exclusive": ({}, {"FAKE_NVML_COMPUTE_MODE": "3", "FAKE_NVML_PROCESS": "4242"}, "health", "compute_exclusive_busy"),
+    "no-nvidia-device": (pci_device("0000:00:00.0", "0x8086"), {"FAKE_NVML_INIT": "12"}, "environment", "no_nvidia_gpu"),
+}
+
+#: What the leading finding must say of the cause, for each case.
+WORDS = {"mismatch": "still 550.90.07", "container-lost": "daemon-reload", "container-without-gpus": "--gpus all",
+         "utility-only": "NVIDIA_DRIVER_CAPABILITIES=utility", "exclusive": "process 4242",
+         "no-nvidia-device": "no NVIDIA GPU"}
+
+
+def _report(env: dict[str, str], *args: str) -> dict[str, Any]:
+    proc = subprocess.run([sys.executable, "-m", "gpudoctor", "report", "--json", *args], capture_output=True,
+                          text=True, env=env, cwd=ROOT, timeout=240)
+    assert proc.returncode == exitcodes.FAIL, proc.stderr[-2000:]
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_quick_and_full_report_lead_with_the_cause(tmp_path, case):
+    files, fake, probe, code = CASES[case]
+    env = _env(tmp_path, files, **fake)
+    for document in (_report(env, "--quick"),
+                     _report(env, "--probe", "environment", "--probe", "devices", "--probe", "health")):
+        result = next(r for r in document["results"] if r["probe"] == probe)
+        fails = [f for f in result["findings"] if f["status"] == "fail"]
+        assert [f["code"] for f in fails][:1] == [code], fails
+        assert "install the nvidia driver" not in fails[0]["fix"].lower()
+        text = " ".join(fails[0][k] for k in ("summary", "why", "fix"))
+        assert WORDS[case] in text, text
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_exporter_publishes_the_verdict(tmp_path, case):
+    files, fake, _, _ = CASES[case]
+    assert_exporter_report_fails(_env(tmp_path, files, **fake), ROOT)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_tui_header_fails(tmp_path, case):
+    files, fake, _, _ = CASES[case]
+    assert_tui_header_fails(_env(tmp_path, files, **fake))
+
+
+# --------------------------------------------------------------------------- a real mount namespace
+def _can_unshare() -> bool:
+    if os.geteuid() != 0 or shutil.which("unshare") is None or not sys.platform.startswith("linux"):
+        return False
+    probe = subprocess.run(["unshare", "--mount", "--fork", "true"], capture_output=True, timeout=30)
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(not _can_unshare(), reason="needs root and mount namespaces (unshare --mount)")
+def test_the_container_finding_in_a_mount_namespace(tmp_path):
+    """The live readers on the live root (no GPUDOCTOR_ROOTFS): in a mount namespace an NVIDIA device is
+    bind-mounted over this machine's PCI bus (/sys/bus/pci/devices; nothing changes outside the
+    namespace), and the process is told it runs in a container the way Podman and systemd-nspawn tell
+    it (container=...; a Docker container has /.dockerenv besides). No driver library or /dev/nvidia* is
+    there, so gpudoctor's quick report, reading / itself, says the container was started without GPUs."""
+    if stack.find_library("libnvidia-ml.so.1", "/", {}).path != NA("NotFound") or stack.container("/", {}).device_nodes:
+        pytest.skip("this machine has an NVIDIA library or device: the namespace would not lack its GPUs")
+    bus = lay_out(tmp_path / "bus", {"0000:65:00.0/vendor": "0x10de\n"})
+    script = (f"set -e; mount --make-rprivate /; mount --bind {bus} /sys/bus/pci/devices; "
+              f"exec {sys.executable} -m gpudoctor report --quick --json")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("FAKE_", "PYTEST", "NVIDIA_", "GPUDOCTOR_", "LD_LIBRARY_PATH"))}
+    env.update(container="podman", PYTHONPATH="")
+    proc = subprocess.run(["unshare", "--mount", "--fork", "sh", "-c", script], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=240)
+    assert proc.returncode == exitcodes.FAIL, proc.stderr[-2000:]
+    environment = next(r for r in json.loads(proc.stdout)["results"] if r["probe"] == "environment")
+    fails = [f for f in environment["findings"] if f["status"] == "fail"]
+    assert fails[0]["code"] == "container_without_gpus", fails
+    assert "--gpus" in fails[0]["fix"] and "nvidia.com/gpu" in fails[0]["fix"]
+    assert "0x10de" not in proc.stderr  # the namespace's bus was read, not reported as an error
+
+
+def test_two_gpus_in_mig_mode_and_torch_seeing_one_is_no_count_mismatch(monkeypatch, tmp_path):
+    """The issue's case: NVML lists two GPUs in MIG mode, torch (CUDA) sees one device: that is CUDA's
+    rule, not a hidden GPU (device_count_mismatch said "torch sees 1, NVML says 2")."""
+    from test_realworld import run_devices
+
+    inputs = {"gpus": [{"name": "NVIDIA H100 80GB HBM3", "mig_mode": 1}, {"name": "NVIDIA H100 80GB HBM3", "mig_mode": 1}],
+              "torch": {"version": "2.14.0", "cuda_build": "13.0", "cuda_available": True, "device_count": 1}}
+    result = run_devices(inputs, monkeypatch, tmp_path)
+    assert "device_count_mismatch" not in {f.code for f in result.findings}
+    assert [m.value for m in result.measurements if m.name == "cuda_enumerates"] == [1]
+    mixed = dict(inputs, gpus=[{"name": "NVIDIA H100 80GB HBM3", "mig_mode": 1}, {"name": "NVIDIA H100 80GB HBM3"}])
+    counted_one = run_devices(mixed, monkeypatch, tmp_path)  # a GPU out of MIG mode is still a device of its own
+    assert "device_count_mismatch" in {f.code for f in counted_one.findings}
+
+
+def test_hostile_files_and_variables_become_bounded_plain_text(tmp_path):
+    """What the readers hand to findings comes from files and the environment: no escape sequence,
+    no unbounded text, and a binary module file is unparsed, not an exception."""
+    lay_out(tmp_path, {"proc/driver/nvidia/version": "\x00\xff" * 50000,
+                       "proc/1/cgroup": "0::/docker-\x1b]0;owned\x07" + "x" * 5000 + "\n",
+                       "sys/fs/cgroup/devices/devices.list": "c 195:* m\x1b[2J\n" * 5000})
+    env = {"container": "\x1b[31mred" * 100, "NVIDIA_DRIVER_CAPABILITIES": "utility\x1b[2J" * 1000}
+    facts = stack.read_stack(str(tmp_path), env)
+    assert facts.module == NA("Unparsed")
+    box = facts.container
+    shown = [box.kind or "", *box.evidence, box.capabilities or "", *box.device_rules]
+    assert all("\x1b" not in text and "\x07" not in text and len(text) <= 200 for text in shown), shown
+    assert len(box.device_rules) <= 16
