@@ -187,20 +187,31 @@ def run_kernel_log(inputs: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> t
     return r.settle(), found
 
 
+FLEET_NOW = 1_800_000_000.0
+
+
 class FakePrometheus:
     """Answers fleet.collect()'s instant queries from the posted series of one dcgm-exporter node."""
 
     url = "http://prometheus.invalid:9090"
 
-    def __init__(self, series: list[dict[str, Any]]) -> None:
+    def __init__(self, series: list[dict[str, Any]], history: list[dict[str, Any]] | None = None) -> None:
         self.queries = 0
         base = {"instance": "node-1:9400", "job": "dcgm-exporter"}
+        # a gauge's posted values over time, as a range selector returns them: samples [seconds before
+        # the look, value], oldest first
+        self._history = [(dict(base, __name__=h["name"], **h["labels"]),
+                          [(FLEET_NOW + float(t), float(v)) for t, v in h["samples"]]) for h in history or []]
         self._series = [fleet.Series(dict(base, __name__=s["name"], **s["labels"]), float(s["value"]))
                         for s in series]
         gpus = sorted({s.labels.get("gpu", "0") for s in self._series})
         # dcgm-exporter's default set always carries the temperature gauge: that is how fleet finds its GPUs
         # (the reading itself is not a posted fact and plays no part in the verdict)
         self._known = [fleet.Series(dict(base, __name__="DCGM_FI_DEV_GPU_TEMP", gpu=g), 40.0) for g in gpus]
+
+    def query_history(self, expr: str, at: float | None = None) -> list[tuple[dict[str, str], list]]:
+        self.queries += 1
+        return [(labels, samples) for labels, samples in self._history if expr.startswith(labels["__name__"])]
 
     def query(self, expr: str, at: float | None = None) -> list[fleet.Series]:
         self.queries += 1
@@ -216,7 +227,7 @@ class FakePrometheus:
 
 
 def run_fleet(inputs: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> fleet.FleetView:
-    return fleet.collect(FakePrometheus(inputs["series"]), now=1_800_000_000.0)
+    return fleet.collect(FakePrometheus(inputs["series"], inputs.get("history")), now=FLEET_NOW)
 
 
 # --------------------------------------------------------------------------- verdicts
