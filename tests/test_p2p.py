@@ -86,6 +86,10 @@ def test_the_iommu_state_from_groups_and_the_command_line(tmp_path):
 def test_nvml_topology_and_p2p_status_through_the_gate():
     gpu = NvmlBackend(NvmlGate(_nvml(20, read=0, nvlink=5)))
     assert gpu.p2p(0, 1) == {"topology": 20, "read": 0, "write": 0, "nvlink": 5, "atomics": 5}
+    # nvidia-ml-py declares NVML_P2P_CAPS_INDEX_READ = 0, (a tuple): NVML's 0 is asked, not (0,)
+    slipped = _nvml(10, read=0, nvlink=5)
+    slipped.NVML_P2P_CAPS_INDEX_READ = (0,)
+    assert NvmlBackend(NvmlGate(slipped)).p2p(0, 1)["read"] == 0
     lost = _nvml()
     lost.lost = {0}
     assert NvmlBackend(NvmlGate(lost)).p2p(0, 1)["read"] == NA("GpuIsLost")
@@ -230,3 +234,53 @@ def test_the_layout_helper_matches_sysfs(tmp_path):
     link = root / "sys" / "bus" / "pci" / "devices" / GPUS[0]
     assert os.path.islink(link) and os.path.realpath(link).endswith(f"{ROOT_PORT}/{SWITCH_UP}/{DOWNSTREAM[0]}/{GPUS[0]}")
     assert nvml_error("NotSupported")  # the fake's errors are what the gate reads
+
+
+# --------------------------------------------------------------------------- every front end, one verdict
+# benchmarks/fake_nvml with two boards (FAKE_NVML_GPUS=2: the real nvidia-ml-py over a fake
+# libnvidia-ml) and the readers pointed at a laid-out tree (FAKE_SYSFS_ROOT).
+ROOT_DIR = __import__("pathlib").Path(__file__).resolve().parent.parent
+
+
+def _fake_env(sysfs) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FAKE_", "PYTEST"))}
+    env.update(PYTHONPATH=str(ROOT_DIR / "benchmarks" / "fake_nvml"), FAKE_NVML_GPUS="2", FAKE_SYSFS_ROOT=str(sysfs))
+    return env
+
+
+def _report(env: dict[str, str], level: str) -> tuple[int, dict]:
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "gpudoctor", "report", level, "--json"], capture_output=True,
+                          text=True, env=env, cwd=ROOT_DIR, timeout=400)
+    return proc.returncode, json.loads(proc.stdout)
+
+
+@pytest.mark.timeout(900)
+def test_quick_and_full_reports_fail_on_acs_redirect_alike(tmp_path):
+    from gpudoctor import exitcodes
+
+    env = _fake_env(lay_out(tmp_path, acs=REDIRECT))
+    for level in ("--quick", "--full"):
+        code, document = _report(env, level)
+        p2p = next(r for r in document["results"] if r["probe"] == "p2p")
+        assert code == exitcodes.FAIL and p2p["status"] == "fail", (level, p2p)
+        assert [f["code"] for f in p2p["findings"] if f["status"] == "fail"] == ["p2p_acs_redirect"], level
+    clean = _fake_env(lay_out(tmp_path / "clean", acs=0))
+    code, document = _report(clean, "--quick")
+    assert code == exitcodes.OK, [(r["probe"], r["summary"]) for r in document["results"]]
+
+
+def test_the_exporter_publishes_the_p2p_verdict(tmp_path):
+    from prom_support import assert_exporter_report_fails
+
+    assert_exporter_report_fails(_fake_env(lay_out(tmp_path, acs=REDIRECT)), ROOT_DIR)
+
+
+@pytest.mark.timeout(120)
+def test_the_tui_header_fails_on_acs_redirect(tmp_path):
+    from tui_support import assert_tui_header_fails
+
+    assert_tui_header_fails(_fake_env(lay_out(tmp_path, acs=REDIRECT)), cols=200)

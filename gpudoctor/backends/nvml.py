@@ -267,7 +267,10 @@ class NvmlGate:
         na = self.start()
         if na is not None or self._module is None:
             return default
-        return getattr(self._module, name, default)
+        value = getattr(self._module, name, default)
+        # nvidia-ml-py declares NVML_P2P_CAPS_INDEX_READ as "0," (a tuple): a constant that is not an
+        # int is the binding's slip, and NVML's own value (the default) is used instead
+        return value if isinstance(value, int) and not isinstance(value, bool) else default
 
     def shutdown(self) -> None:
         # A hung nvmlInit holds the lock, and nvmlShutdown behind a hung call would block too:
