@@ -363,6 +363,9 @@ def read_kernel_log(path: str = "/dev/kmsg", boot_time: float | None = None) -> 
 # clean-up: it stopped the channels of a process that was killed or that hit an earlier Xid).
 # Alone it says nothing of the GPU; as the last value of a last-Xid gauge it hides the one before.
 FOLLOW_UP_XIDS = frozenset({45})
+# Newer drivers name the Xid a follow-up came after: "45, pid=..., Ch 00000001 caused by previous Xid
+# 149" (590.48.01 in NVIDIA/open-gpu-kernel-modules#1150).
+_CAUSED_BY = re.compile(r"caused by previous Xid ([0-9]{1,4})(?![0-9])")
 _RANK = {"info": 0, "warn": 1, "critical": 2}
 
 
@@ -411,3 +414,23 @@ def gauge_steps(samples: Iterable[tuple[float, float]]) -> list[tuple[float, int
             steps.append((when, code))
         previous = code
     return steps
+
+
+def with_named_causes(found: list[LoggedXid]) -> list[LoggedXid]:
+    """The kernel log's Xids, with the Xid a follow-up line names as its cause ("45 ... caused by
+    previous Xid 149") put in before it, once per GPU, where the log does not already hold that Xid
+    on that GPU earlier (the ring buffer kept only the clean-up lines, or the driver logged the cause
+    elsewhere): the follow-up then never hides the critical Xid it came after."""
+    out: list[LoggedXid] = []
+    seen: dict[str, set[int]] = {}
+    for entry in found:
+        codes = seen.setdefault(entry.pci_bus_id, set())
+        named = _CAUSED_BY.search(entry.text) if entry.code in FOLLOW_UP_XIDS else None
+        if named and int(named.group(1)) not in codes and int(named.group(1)) > 0:
+            cause = int(named.group(1))
+            out.append(LoggedXid(entry.pci_bus_id, cause, entry.uptime_s, entry.time,
+                                 f"(named by the Xid {entry.code} that followed it) {entry.text}"[:300]))
+            codes.add(cause)
+        out.append(entry)
+        codes.add(entry.code)
+    return out

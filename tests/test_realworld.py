@@ -170,8 +170,9 @@ def run_kernel_log(inputs: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> t
     from gpudoctor.probes import events
 
     found = xid.parse_kmsg(inputs["kernel_log"])
-    # plain dmesg lines carry no boot-relative time: order them as posted
-    timed = [dataclasses.replace(x, time=float(i)) for i, x in enumerate(found)]
+    # plain dmesg lines carry no boot-relative time: order them as posted; a follow-up's named cause
+    # goes in before it, as the event watcher files them
+    timed = [dataclasses.replace(x, time=float(i)) for i, x in enumerate(xid.with_named_causes(found))]
     r = ProbeResult("events")
     by_bus: dict[str, list[Any]] = {}
     for x in timed:

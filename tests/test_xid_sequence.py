@@ -108,3 +108,31 @@ def test_a_critical_xid_unchanged_for_the_whole_window_stays_a_failure_that_says
 def test_no_xid_costs_no_history_query():
     _row_, seen = _row(0, [])
     assert not any(q.startswith("DCGM_FI_DEV_XID_ERRORS{") for q in seen)
+
+
+# --------------------------------------------------------------------------- the kernel log's named cause
+def test_a_follow_up_line_that_names_its_cause_brings_that_xid_in_before_it():
+    lines = ["NVRM: Xid (PCI:0000:dc:00): 45, pid=1818990, name=python3, Ch 00000001 caused by previous Xid 149",
+             "NVRM: Xid (PCI:0000:dc:00): 45, pid=1818990, name=python3, Ch 00000002 caused by previous Xid 149",
+             "NVRM: Xid (PCI:0000:ba:00): 79, pid=1, name=x, GPU has fallen off the bus.",
+             "NVRM: Xid (PCI:0000:ba:00): 45, pid=1, name=x, Ch 00000003 caused by previous Xid 79"]
+    found = xid.with_named_causes(xid.parse_kmsg(lines))
+    assert [(x.pci_bus_id, x.code) for x in found] == [("0000:dc:00.0", 149), ("0000:dc:00.0", 45),
+                                                       ("0000:dc:00.0", 45), ("0000:ba:00.0", 79),
+                                                       ("0000:ba:00.0", 45)]  # 79 was logged: not twice
+    assert found[0].text.startswith("(named by the Xid 45 that followed it)")
+
+
+def test_the_event_watcher_files_the_named_cause():
+    from gpudoctor.backends.events import EventWatcher
+    from gpudoctor.backends.nvml import NvmlGate
+    from nvml_fake import FakePynvml
+
+    log = xid.KernelLog(xid.parse_kmsg(["NVRM: Xid (PCI:0000:65:00): 45, pid=1, name=p, Ch 00000001 caused by "
+                                        "previous Xid 149"]), True, "")
+    watcher = EventWatcher(NvmlGate(FakePynvml(1)), 1, bus_ids={0: "0000:65:00.0"}, kernel_log=lambda: log)
+    watcher.register()
+    try:
+        assert [e.code for e in watcher.snapshot(0).logged_xids] == [149, 45]
+    finally:
+        watcher.stop()
