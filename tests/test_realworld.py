@@ -15,7 +15,11 @@ The checks used are gpudoctor's own pure judgements:
 * ``kernel_log``: gpudoctor/xid.py's parse_kmsg() over the posted lines, then the events probe's
   judgement of the Xids found, GPU by GPU and side by side (probes/events.py);
 * ``fleet``: gpudoctor/fleet.py's collect() over the posted dcgm-exporter series, served by a
-  stand-in Prometheus.
+  stand-in Prometheus (and, where a case posts it, the last-Xid gauge's history over the window);
+* ``p2p``: probes/_p2p.py's judge() over the posted path between GPUs: NVML's topology and P2P
+  status, each bridge's ACS control read from its posted ``lspci -vvv`` "ACSCtl:" line
+  (gpudoctor.backends.pcie_paths.acs_from_lspci) or register value (acs_from_register), the posted
+  kernel command line (cmdline_words, group_type_from_cmdline).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from gpudoctor.probes import ProbeContext
 
 DATA = Path(__file__).parent / "data" / "realworld"
 CASE_FILES = sorted(DATA.glob("*.json"))
-CHECKS = ("environment", "devices", "health", "kernel_log", "fleet")
+CHECKS = ("environment", "devices", "health", "kernel_log", "fleet", "p2p")
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -231,6 +235,37 @@ def run_fleet(inputs: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> fleet.
     return fleet.collect(FakePrometheus(inputs["series"], inputs.get("history")), now=FLEET_NOW)
 
 
+def _acs(bdf: str, posted: Any) -> Any:
+    from gpudoctor.backends import pcie_paths
+
+    if isinstance(posted, str) and posted.startswith("0x"):
+        return pcie_paths.acs_from_register(bdf, int(posted, 16))
+    [acs] = pcie_paths.acs_from_lspci(posted, bdf)
+    return acs
+
+
+def run_p2p(inputs: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> ProbeResult:
+    from gpudoctor.backends import pcie_paths
+    from gpudoctor.probes import _p2p
+
+    bus = inputs["gpus"]
+    pairs = []
+    for posted in inputs["pairs"]:
+        a, b = posted["gpus"]
+        acs = posted.get("acs")
+        pair = _p2p.PairPath(a, b, _na(posted["nvml"]), (bus[a], bus[b]), None if acs is None else list(acs))
+        pair.acs = {bdf: _acs(bdf, line) for bdf, line in (acs or {}).items()}
+        pairs.append(pair)
+    words = pcie_paths.cmdline_words(inputs.get("cmdline", ""))
+    units = inputs.get("iommu_units", [])
+    kind = inputs.get("iommu_group_type") or pcie_paths.group_type_from_cmdline(words, units)
+    iommu = pcie_paths.IommuState(True, units, words, {b: kind for b in bus})
+    host = _p2p.HostPaths(True, "not posted in the thread", bool(inputs.get("vm")), iommu)
+    r = ProbeResult("p2p")
+    _p2p.judge(r, pairs, host)
+    return r.settle()
+
+
 # --------------------------------------------------------------------------- verdicts
 def _finding_text(f: Any) -> str:
     return " ".join(str(getattr(f, k, "") or "") for k in ("summary", "why", "fix"))
@@ -281,6 +316,8 @@ def test_realworld_case(case: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -
         result, found = run_kernel_log(inputs, monkeypatch)
         assert [[x.pci_bus_id, x.code] for x in found] == expected["xids"]
         assert_probe_verdict(result, expected)
+    elif check == "p2p":
+        assert_probe_verdict(run_p2p(inputs, monkeypatch), expected)
     elif check == "fleet":
         view = run_fleet(inputs, monkeypatch)
         assert len(view.rows) == 1
