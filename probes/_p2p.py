@@ -103,8 +103,10 @@ def bridges_between(above_a: list[str], above_b: list[str]) -> list[str]:
 def read_pairs(gpu: GpuBackend, indices: list[int], bus_ids: dict[int, str | None], host: HostPaths,
                root: str = "/") -> list[PairPath]:
     """Every pair of ``indices``: NVML's view, and where sysfs is readable the bridges and their ACS."""
-    chains = {i: pcie_paths.upstream_bridges(bus_ids[i], root) if host.readable and bus_ids.get(i) else None
-              for i in indices}
+    chains: dict[int, list[str] | None] = {}
+    for i in indices:
+        bus = bus_ids.get(i)
+        chains[i] = pcie_paths.upstream_bridges(bus, root) if host.readable and bus else None
     acs_cache: dict[str, pcie_paths.AcsControl | None | str] = {}
     pairs = []
     for n, a in enumerate(indices):
@@ -237,9 +239,9 @@ def link_of(pair: PairPath, static_a: dict[str, Any], static_b: dict[str, Any],
             return Link(f"NVLink ({len(used)} link(s))", rate * len(used) if rate else None)
     if pair.over_nvlink:
         return Link("NVLink", None)
-    gens = [s.get("pcie_gen_max") for s in (static_a, static_b)]
-    widths = [s.get("pcie_width_max") for s in (static_a, static_b)]
-    if all(isinstance(v, int) and not isinstance(v, bool) for v in gens + widths):
+    gens = [v for v in (s.get("pcie_gen_max") for s in (static_a, static_b)) if isinstance(v, int)]
+    widths = [v for v in (s.get("pcie_width_max") for s in (static_a, static_b)) if isinstance(v, int)]
+    if len(gens) == 2 and len(widths) == 2:
         gen, width = min(gens), min(widths)
         return Link(f"PCIe gen {gen} x{width}", pcie_ceiling_gbs(gen, width))
     return Link("PCIe (link not reported)", None)

@@ -72,10 +72,10 @@ def _copies(ctx: ProbeContext, r: ProbeResult, pairs: list[_p2p.PairPath]) -> No
     torch, devices = found
     by_nvml = {d.nvml_index: d for d in devices if d.nvml_index is not None}
     for pair in pairs:
-        ends = by_nvml.get(pair.a), by_nvml.get(pair.b)
-        if ends[0] is None or ends[1] is None:
+        first, second = by_nvml.get(pair.a), by_nvml.get(pair.b)
+        if first is None or second is None:
             continue
-        for src, dst in (ends, ends[::-1]):
+        for src, dst in ((first, second), (second, first)):
             if ctx.time_left() < COPY_TIMEOUT_S + 2:
                 r.details["copies"] = "cut short by the probe's time limit"
                 return
