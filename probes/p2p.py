@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 from gpudoctor.backends import pcie_paths
 from gpudoctor.backends.nvml import normalise_bus_id
-from gpudoctor.model import ProbeResult
+from gpudoctor.model import ProbeResult, Status
 
 from . import Probe, ProbeContext, _gpu, _p2p
 
@@ -122,7 +122,10 @@ def run(ctx: ProbeContext) -> ProbeResult:
     _p2p.judge(r, pairs, host)
     if ctx.level == "full" and not ctx.replay:
         _copies(ctx, r, pairs)
-    return r.settle(_summary(r, pairs))
+    r.settle(_summary(r, pairs))
+    if r.status == Status.PASS and any(f.code == "p2p_unreadable" for f in r.findings):
+        r.status = Status.SKIP  # part of the path unknown: not a pass
+    return r
 
 
 PROBE = Probe.define(__name__, run, "Peer-to-peer paths between GPUs: NVML topology and P2P status, PCIe ACS, the IOMMU",

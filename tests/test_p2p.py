@@ -142,6 +142,16 @@ def test_what_cannot_be_read_is_said_not_passed(tmp_path, monkeypatch, layout, w
     assert "p2p_acs_redirect" not in _codes(r)
 
 
+def test_a_path_partly_unreadable_is_not_a_pass(tmp_path, monkeypatch):
+    """One pair NVML refuses (a pass note), the other's ACS behind root: the probe skips, not passes."""
+    nvml = _nvml(10)
+    nvml.count = 3
+    nvml.devices.append(dict(nvml.devices[0]))
+    peer_paths(nvml, 10, pairs={(0, 2): {"read": 1}, (1, 2): {"read": 1}})
+    r = _run(nvml, lay_out(tmp_path, acs=REDIRECT, readable=False), monkeypatch)
+    assert {"p2p_not_supported", "p2p_unreadable"} <= set(_codes(r)) and r.status == Status.SKIP
+
+
 def test_no_sysfs_says_so(tmp_path, monkeypatch):
     r = _run(_nvml(10), tmp_path / "empty", monkeypatch)
     assert r.status == Status.SKIP
