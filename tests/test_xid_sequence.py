@@ -11,6 +11,8 @@ import io
 import json
 import urllib.parse
 
+import pytest
+
 from gpudoctor import fleet, xid
 
 NOW = 1_800_000_000.0
@@ -136,3 +138,61 @@ def test_the_event_watcher_files_the_named_cause():
         assert [e.code for e in watcher.snapshot(0).logged_xids] == [149, 45]
     finally:
         watcher.stop()
+
+
+# --------------------------------------------------------------------------- every front end, one verdict
+def _every_gpu_recording(tmp_path):
+    """The two-GPU stand-in recording with an Xid 31 logged on each GPU 20 s apart (a replay's kernel
+    log), as flashinfer-ai/flashinfer#3869 logged one on each of eight."""
+    from tui_support import STANDIN
+
+    rec = json.loads(STANDIN.read_text())
+    rec["nvml"]["events"] = [[{"time": 1_800_000_000.0, "kind": "xid", "code": 31, "source": "kernel_log"}],
+                             [{"time": 1_800_000_020.0, "kind": "xid", "code": 31, "source": "kernel_log"}]]
+    path = tmp_path / "xid31-every-gpu.json"
+    path.write_text(json.dumps(rec))
+    return path
+
+
+@pytest.mark.timeout(600)
+def test_xid_31_on_every_gpu_fails_the_quick_standard_and_full_reports(tmp_path):
+    import subprocess
+    import sys
+
+    from gpudoctor import exitcodes
+
+    path = _every_gpu_recording(tmp_path)
+    for level in ("--quick", "", "--full"):
+        args = [sys.executable, "-m", "gpudoctor", "report", "--replay", str(path), "--json"]
+        proc = subprocess.run(args + ([level] if level else []), capture_output=True, text=True, timeout=300)
+        assert proc.returncode == exitcodes.FAIL, (level, proc.stderr[-500:])
+        events = next(r for r in json.loads(proc.stdout)["results"] if r["probe"] == "events")
+        assert {f["code"]: f["status"] for f in events["findings"]}.get("xid_on_every_gpu") == "fail", level
+
+
+def test_the_exporter_publishes_the_every_gpu_verdict(tmp_path):
+    import os
+    from pathlib import Path
+
+    from prom_support import assert_exporter_report_fails
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FAKE_", "PYTEST"))}
+    assert_exporter_report_fails(env, Path(__file__).resolve().parent.parent,
+                                 ("--replay", str(_every_gpu_recording(tmp_path))))
+
+
+@pytest.mark.timeout(120)
+def test_the_tui_header_fails_on_xid_31_on_every_gpu(tmp_path):
+    from tui_support import make_test_app, run_async, screen_text, take_samples, wait_for
+
+    @run_async
+    async def check():
+        app = make_test_app(_every_gpu_recording(tmp_path), startup_doctor=True)
+        async with app.run_test(size=(160, 40)) as pilot:
+            await take_samples(pilot, app, 2)
+            await wait_for(pilot, lambda: app.headline is not None and app.headline[0] == "fail", timeout=60)
+            assert "Xid 31" in app.headline[1] and "every GPU" in app.headline[1], app.headline
+            assert "Doctor: FAIL" in screen_text(app)
+            await pilot.press("q")
+
+    check()
