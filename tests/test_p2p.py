@@ -224,6 +224,70 @@ def test_the_rate_is_judged_against_the_link():
     assert over.label == "NVLink (18 link(s))" and over.gb_per_s == 450.0
 
 
+class _StubCuda:
+    """torch.cuda as the probe's copies use it, over CPU tensors: peer access, and events whose
+    ``query`` says whether the copy finished (``done``)."""
+
+    def __init__(self, done: bool) -> None:
+        done_now = done
+
+        class Event:
+            def record(self, stream: object) -> None:
+                pass
+
+            def query(self) -> bool:
+                return done_now
+
+        self.Event = Event
+
+    @staticmethod
+    def can_device_access_peer(a: int, b: int) -> bool:
+        return True
+
+    @staticmethod
+    def current_stream(device: object) -> None:
+        return None
+
+
+class _StubTorch:
+    """Real torch (CPU tensors) with a stub ``cuda``: the probe's --full copies run end to end here."""
+
+    def __init__(self, done: bool = True) -> None:
+        import torch
+
+        self._torch = torch
+        self.cuda = _StubCuda(done)
+
+    def __getattr__(self, name: str):
+        return getattr(self._torch, name)
+
+
+@pytest.mark.parametrize("done", [True, False])
+def test_full_copies_each_way_between_every_pair_with_stubs(tmp_path, monkeypatch, done):
+    pytest.importorskip("torch")
+    from gpudoctor.probes import _gpu, _measuring, p2p
+
+    devices = [_gpu.Device(i, i, "stub", 1 << 30, (9, 0)) for i in range(2)]
+    monkeypatch.setattr(_measuring, "torch_and_devices", lambda ctx, probe: (_StubTorch(done), devices))
+    monkeypatch.setattr(_gpu, "torch_device", lambda torch, device: "cpu")
+    monkeypatch.setattr(p2p, "COPY_BYTES", 1 << 20)
+    monkeypatch.setattr(p2p, "COPY_TIMEOUT_S", 0.2)
+    nvml = _nvml(10)
+    for device in nvml.devices:
+        device.update(nvmlDeviceGetMaxPcieLinkGeneration=4, nvmlDeviceGetMaxPcieLinkWidth=16)
+    r = _run(nvml, lay_out(tmp_path, acs=0), monkeypatch, level="full")
+    copies = [f for f in r.findings if f.code.startswith("p2p_copy")]
+    if done:
+        assert [f.summary.split("):")[0] for f in copies] == ["GPU 0 and GPU 1 (cuda:0 -> cuda:1",
+                                                              "GPU 0 and GPU 1 (cuda:1 -> cuda:0"]
+        assert {f.code for f in copies} <= {"p2p_copy_ok", "p2p_copy_slow"}
+        assert all("PCIe gen 4 x16" in f.summary for f in copies)
+        assert [m.name for m in r.measurements] == ["p2p_bandwidth", "p2p_bandwidth"]
+    else:  # the first copy never finishes: one hang, and no copy after it
+        assert [(f.code, f.status) for f in copies] == [("p2p_copy_hung", Status.FAIL)]
+        assert r.status == Status.FAIL
+
+
 @pytest.mark.gpu
 def test_peer_copies_on_this_machines_gpus():
     """Two or more real GPUs: the probe's full level copies between each pair and judges them."""

@@ -107,6 +107,21 @@ def test_a_critical_xid_unchanged_for_the_whole_window_stays_a_failure_that_says
     assert "restart dcgm-exporter" not in row.reason.split(";")[0]
 
 
+def test_a_refused_history_query_leaves_the_last_value_judged():
+    class Refusing(Prom):
+        def __call__(self, request, timeout):
+            query = urllib.parse.parse_qs(urllib.parse.urlsplit(request.full_url).query)["query"][0]
+            if query.startswith("DCGM_FI_DEV_XID_ERRORS{"):
+                self.seen.append(query)
+                return io.BytesIO(json.dumps({"status": "error", "errorType": "bad_data",
+                                              "error": "range queries refused"}).encode())
+            return super().__call__(request, timeout)
+
+    prom = Refusing(79, None)
+    row = fleet.collect(fleet.Prometheus("http://prom.example:9090", opener=prom), now=NOW).rows[0]
+    assert row.status == "fail" and "Xid 79" in row.reason and "stale" not in row.reason
+
+
 def test_no_xid_costs_no_history_query():
     _row_, seen = _row(0, [])
     assert not any(q.startswith("DCGM_FI_DEV_XID_ERRORS{") for q in seen)

@@ -71,7 +71,7 @@ def acs_from_config(bdf: str, config: bytes) -> AcsControl | None | str:
     None when the bridge has no ACS capability, or a reason string when the extended space is
     not in ``config`` (256 bytes or fewer: read without root)."""
     if len(config) <= EXTENDED_START:
-        return "its extended configuration space is readable by root only"
+        return "its configuration space beyond 64 bytes is readable by root only (CAP_SYS_ADMIN)"
     offset, seen = EXTENDED_START, 0
     while EXTENDED_START <= offset <= len(config) - 8 and seen < 96:
         header = int.from_bytes(config[offset:offset + 4], "little")
