@@ -358,3 +358,16 @@ def test_the_tui_header_fails_on_acs_redirect(tmp_path):
     from tui_support import assert_tui_header_fails
 
     assert_tui_header_fails(_fake_env(lay_out(tmp_path, acs=REDIRECT)), cols=200)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("symbol", ["nvmlDeviceGetTopologyCommonAncestor", "nvmlDeviceGetP2PStatus"])
+def test_a_driver_that_never_answers_the_pair_call_costs_seconds_not_the_report(tmp_path, symbol):
+    """The fake libnvidia-ml blocks in one of the pair calls for ever: the gate gives up after 5 s, the
+    p2p probe fails with driver_not_answering, and every other probe has answered."""
+    env = _fake_env(lay_out(tmp_path))
+    env["FAKE_NVML_HANG"] = symbol
+    code, document = _report(env, "--quick")
+    by_probe = {r["probe"]: r for r in document["results"]}
+    assert by_probe["p2p"]["status"] == "fail" and "not answering" in by_probe["p2p"]["summary"], by_probe["p2p"]
+    assert all(r["status"] == "pass" for name, r in by_probe.items() if name != "p2p")
