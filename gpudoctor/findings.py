@@ -398,6 +398,80 @@ WORDING: dict[str, Wording] = {
         Status.ERROR, "target not answering Prometheus, and no GPU of it seen in the look-back window"),
     "xid": Wording(Status.WARN, "Xid {xid}{when}: {words}; {action}"),
     "busy_small_kernels": Wording(Status.WARN, "{words}"),
+    # -- Xids judged as a sequence (the exporter's gauge history, gpudoctor.xid.judge_sequence) -----
+    "xid_hidden": Wording(
+        Status.FAIL, "Xid {xid} ({words}) came before the Xid {last} the gauge shows now{window}",
+        "The last-Xid gauge keeps only the newest code: the harmless Xid {last} that follows a job's end hides "
+        "the critical one before it.", "{action}"),
+    "xid_follow_up_alone": Wording(
+        Status.WARN, "Xid {xid}{when}: {words}; the Xid before it is not in the exporter's series",
+        "Xid {xid} follows another error (the driver cleaning up a killed job's channels); the one it followed "
+        "may have been critical, and DCGM does not export every Xid (NVIDIA/DCGM#235: Xid 62).",
+        "Read the node's kernel log (`sudo dmesg | grep -i xid`) or run `gpudoctor report` there: it reads the "
+        "whole sequence."),
+    "xid_gauge_stale": Wording(
+        Status.PASS, "Xid {xid} ({words}) unchanged for the whole look-back window ({window}): the gauge may be stale",
+        "dcgm-exporter's last-Xid gauge keeps its value until the exporter restarts (NVIDIA/dcgm-exporter#500), "
+        "so a GPU that recovered from an application's fault keeps showing it; no new Xid came in the window.",
+        "Nothing to do for the GPU; restart dcgm-exporter to clear the gauge, or export DCGM_EXP_XID_ERRORS_COUNT "
+        "(a count per Xid over a time window) instead."),
+    "xid_gauge_stale:critical": Wording(
+        Status.FAIL, "Xid {xid} ({words}) unchanged for the whole look-back window ({window}); {action}",
+        "The gauge keeps the last Xid until dcgm-exporter restarts, so it cannot say whether the GPU was reset "
+        "since; a critical Xid stays a failure until someone checks.",
+        "If the GPU was reset or the node rebooted since, restart dcgm-exporter to clear the gauge; otherwise "
+        "{action}."),
+    # -- peer-to-peer paths between GPUs (probes/p2p.py; gpudoctor.backends.pcie_paths) ---------------
+    "p2p_acs_redirect": Wording(
+        Status.FAIL, "{label}: ACS on the PCIe bridge(s) between them ({bridges}) sends their peer-to-peer "
+                     "traffic to the CPU's root complex ({flags})",
+        "NVML reports peer-to-peer between them as {p2p}, so CUDA and NCCL copy directly over PCIe; with ACS "
+        "request or completion redirect on, every such copy goes up to the root complex instead: slow at best, "
+        "and through an IOMMU often dropped, so NCCL hangs at its first all-reduce or returns wrong sums (NCCL's "
+        "troubleshooting guide: PCI Access Control Services).",
+        "On bare metal, turn ACS off in the BIOS (PCIe or chipset settings: 'ACS', 'ACS Control'), or as root "
+        "until the next boot clear each listed bridge's control register: `sudo setpci -s <bridge> "
+        "ECAP_ACS+0x6.w=0000` ({bridges}). In a virtual machine with passed-through GPUs ACS isolates them: keep "
+        "it and set NCCL_P2P_DISABLE=1 (NCCL then goes through host memory: slower intra-node collectives, but "
+        "they finish). Then check with `gpudoctor report --full` (peer copies) or nccl-tests' all_reduce_perf."),
+    "p2p_iommu_translates": Wording(
+        Status.WARN, "{label}: the IOMMU translates their peer-to-peer traffic over PCIe (IOMMU group type "
+                     "{types}; kernel command line: {cmdline})",
+        "In translation mode (DMA, DMA-FQ) the IOMMU looks up every peer-to-peer request between the GPUs; on many "
+        "platforms those requests are blocked or misrouted, and NCCL hangs at its first collective or its "
+        "all-reduces come back wrong (NCCL's troubleshooting guide: IOMMU).",
+        "Put the IOMMU in pass-through: add `iommu=pt` to the kernel command line (Intel: `intel_iommu=on "
+        "iommu=pt`; AMD: `iommu=pt`) in GRUB_CMDLINE_LINUX of /etc/default/grub, run `sudo update-grub` (or "
+        "grub2-mkconfig) and reboot; or turn VT-d / AMD-Vi off in the BIOS where nothing on the node needs it (no "
+        "VMs, no VFIO). Without a reboot: NCCL_P2P_DISABLE=1 (slower intra-node collectives)."),
+    "p2p_not_supported": Wording(
+        Status.PASS, "{label}: NVML reports no peer-to-peer between them ({reason}); CUDA and NCCL copy through "
+                     "host memory",
+        "Correct, but slower than a direct copy; nothing on the host path between them can break a peer copy."),
+    "p2p_unreadable": Wording(
+        Status.SKIP, "{label}: {what} not checked: {reason}",
+        "ACS on the PCIe bridges and the IOMMU decide whether peer-to-peer copies between the GPUs work; unknown "
+        "is not a pass.",
+        "{fix}"),
+    "p2p_copy_corrupt": Wording(
+        Status.FAIL, "{label}: a peer-to-peer copy of {size} delivered wrong bytes ({wrong} of {total} differ)",
+        "Data copied directly between the GPUs arrived changed: NCCL's all-reduces between them return wrong "
+        "values or hang.",
+        "Look for ACS redirect and the IOMMU above (`sudo lspci -vvv | grep ACSCtl`, `cat /proc/cmdline`): turn ACS "
+        "off on the bridges, set `iommu=pt`; until then run jobs with NCCL_P2P_DISABLE=1."),
+    "p2p_copy_hung": Wording(
+        Status.FAIL, "{label}: a peer-to-peer copy did not finish within {seconds:.0f} s",
+        "A direct copy between the GPUs never completed: NCCL's collectives between them will hang the same way.",
+        "Look for ACS redirect and the IOMMU above (`sudo lspci -vvv | grep ACSCtl`, `cat /proc/cmdline`): turn ACS "
+        "off on the bridges, set `iommu=pt`; until then run jobs with NCCL_P2P_DISABLE=1. The GPUs may need a "
+        "reset (`nvidia-smi -r`) after the stuck copy."),
+    "p2p_copy_slow": Wording(
+        Status.WARN, "{label}: peer-to-peer copies reach {gbs:.1f} GB/s, {pct:.0f} % of {link} ({ceiling:.1f} GB/s)",
+        "The bytes arrive intact but slowly; peer traffic sent through the root complex (ACS redirect, or GPUs on "
+        "different root ports or sockets) runs at a fraction of the link.",
+        "Compare with `nvidia-smi topo -m`; check ACS on the bridges (`sudo lspci -vvv | grep ACSCtl`) and the "
+        "slot each GPU sits in; place the ranks that talk most on GPUs under one PCIe switch or NVLink."),
+    "p2p_copy_ok": Wording(Status.PASS, "{label}: peer-to-peer copies reach {gbs:.1f} GB/s over {link}, every byte intact"),
 }
 #: What the driver finding adds when the PCI bus cannot be read (a VM or a sandbox).
 PCI_UNREADABLE = (" Whether this machine has an NVIDIA GPU at all cannot be told here: its PCI bus "

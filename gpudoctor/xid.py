@@ -356,3 +356,81 @@ def read_kernel_log(path: str = "/dev/kmsg", boot_time: float | None = None) -> 
         os.close(fd)
     return KernelLog(parse_kmsg(lines, boot_time), True, "")
 
+
+
+# --------------------------------------------------------------------------- sequences
+# Xids the driver logs after another error, about that error's clean-up: Xid 45 (preemptive
+# clean-up: it stopped the channels of a process that was killed or that hit an earlier Xid).
+# Alone it says nothing of the GPU; as the last value of a last-Xid gauge it hides the one before.
+FOLLOW_UP_XIDS = frozenset({45})
+# Newer drivers name the Xid a follow-up came after: "45, pid=..., Ch 00000001 caused by previous Xid
+# 149" (590.48.01 in NVIDIA/open-gpu-kernel-modules#1150).
+_CAUSED_BY = re.compile(r"caused by previous Xid ([0-9]{1,4})(?![0-9])")
+_RANK = {"info": 0, "warn": 1, "critical": 2}
+
+
+@dataclass(frozen=True)
+class XidSequence:
+    """One GPU's Xids in the order they came, judged as a whole (:func:`judge_sequence`).
+
+    ``codes``: the codes in order (a repeat of the same code right after itself counted once);
+    ``worst``: the most severe (the latest among equals; None: no Xid); ``last``: the newest;
+    ``hidden``: the critical codes that a later, less severe code followed (a last-value gauge
+    shows the later one only); ``follow_up_alone``: every code is a follow-up (45): what it followed
+    is not in the sequence."""
+
+    codes: tuple[int, ...]
+    worst: int | None
+    last: int | None
+    hidden: tuple[int, ...]
+    follow_up_alone: bool
+
+
+def judge_sequence(codes: Iterable[int]) -> XidSequence:
+    ordered: list[int] = []
+    for code in codes:
+        if code > 0 and (not ordered or ordered[-1] != code):
+            ordered.append(code)
+    if not ordered:
+        return XidSequence((), None, None, (), False)
+    rank = [_RANK.get(explain(c).severity, 1) for c in ordered]
+    worst = max(range(len(ordered)), key=lambda i: (rank[i], i))
+    hidden = tuple(dict.fromkeys(c for i, c in enumerate(ordered)
+                                 if rank[i] == 2 and any(r < 2 for r in rank[i + 1:])))
+    return XidSequence(tuple(ordered), ordered[worst], ordered[-1], hidden,
+                       all(c in FOLLOW_UP_XIDS for c in ordered))
+
+
+def gauge_steps(samples: Iterable[tuple[float, float]]) -> list[tuple[float, int]]:
+    """The values a last-Xid gauge (dcgm-exporter's DCGM_FI_DEV_XID_ERRORS) took, oldest first, each
+    with the time it was first seen: ``[(time, code)]``. A 0 (no Xid yet, or the exporter restarted)
+    ends a step without being one. The same Xid twice in a row cannot be told apart from once: the
+    gauge does not change."""
+    steps: list[tuple[float, int]] = []
+    previous: int | None = None
+    for when, value in sorted(samples):
+        code = int(value) if value == value and 0 <= value < 1e6 else 0
+        if code != previous and code > 0:
+            steps.append((when, code))
+        previous = code
+    return steps
+
+
+def with_named_causes(found: list[LoggedXid]) -> list[LoggedXid]:
+    """The kernel log's Xids, with the Xid a follow-up line names as its cause ("45 ... caused by
+    previous Xid 149") put in before it, once per GPU, where the log does not already hold that Xid
+    on that GPU earlier (the ring buffer kept only the clean-up lines, or the driver logged the cause
+    elsewhere): the follow-up then never hides the critical Xid it came after."""
+    out: list[LoggedXid] = []
+    seen: dict[str, set[int]] = {}
+    for entry in found:
+        codes = seen.setdefault(entry.pci_bus_id, set())
+        named = _CAUSED_BY.search(entry.text) if entry.code in FOLLOW_UP_XIDS else None
+        if named and int(named.group(1)) not in codes and int(named.group(1)) > 0:
+            cause = int(named.group(1))
+            out.append(LoggedXid(entry.pci_bus_id, cause, entry.uptime_s, entry.time,
+                                 f"(named by the Xid {entry.code} that followed it) {entry.text}"[:300]))
+            codes.add(cause)
+        out.append(entry)
+        codes.add(entry.code)
+    return out

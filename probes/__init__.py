@@ -53,6 +53,7 @@ CATALOGUE: dict[str, tuple[str, str]] = {
     "devices": ("devices", "quick"),
     "health": ("health", "quick"),
     "events": ("events", "quick"),
+    "p2p": ("p2p", "quick"),
     "memory": ("memory", "full"),
     "correctness": ("correctness", "full"),
     "transfer": ("transfer", "full"),

@@ -16,8 +16,12 @@ Judgement (meanings and actions: gpudoctor/xid.py, from NVIDIA's Xid documentati
   the job's own fault;
 * the same application-class Xid 3 or more times on one GPU while the node's other GPUs show
   none of it: warn ``xid_repeated_on_one_gpu`` (the GPU, not the programs, is the common factor);
-* Xid 31 (MMU fault) on every GPU of a node of 2+ GPUs within one 10-minute window: warn
-  ``xid_on_every_gpu`` (a node-wide episode: the GPUs want a reset or the node a reboot);
+* Xid 31 (MMU fault) on every GPU of a node of 2+ GPUs within one 10-minute window: fail
+  ``xid_on_every_gpu`` (a node-wide episode that hangs the GPUs: they need a reset or the node a
+  reboot before the next job, so the node is drained like for a critical Xid);
+* a critical Xid followed by a follow-up one (45: the driver cleaning up the killed job's channels)
+  is judged by the critical one: each code is judged, the sequence in order, so the later 45 never
+  hides it (the follow-up's note names what it followed);
 * the kernel log unreadable (no root or CAP_SYSLOG with kernel.dmesg_restrict=1, a container):
   a skip that says so; unknown is not "no Xid".
 """
@@ -56,6 +60,9 @@ def _judge_gpu(r: ProbeResult, index: int, state: DeviceEvents) -> None:
                    why="A critical Xid means the GPU or its link failed; it can fail again mid-job.",
                    fix=info.action[:1].upper() + info.action[1:] + ".", device=index)
         else:
+            before = _followed(xids, code)
+            if before:
+                summary = summary[:-1] + f", after Xid {before}: the driver's clean-up of that error."
             r.find(Status.PASS, "xid_application", summary,
                    why="This class of Xid is usually raised by a fault in the application, not the GPU.",
                    fix=info.action[:1].upper() + info.action[1:] + ".", device=index)
@@ -68,6 +75,20 @@ def _judge_gpu(r: ProbeResult, index: int, state: DeviceEvents) -> None:
                    "computed wrong results or crashed.",
                fix="Drain the node and reset the GPU (`nvidia-smi -r` with no process on it) so the bad "
                    "memory is retired or remapped; replace the board if it repeats.", device=index)
+
+
+def _followed(xids: list[GpuEvent], code: int) -> int | None:
+    """For a follow-up Xid (45), the Xid logged just before its first occurrence, if another."""
+    from gpudoctor import xid
+
+    if code not in xid.FOLLOW_UP_XIDS:
+        return None
+    earlier = None
+    for event in xids:
+        if int(event.code or 0) == code:
+            return earlier
+        earlier = int(event.code or 0)
+    return None
 
 
 # Why 3: one Xid 13/31/43 is an application fault; a second on the same GPU can be the same job
@@ -118,7 +139,7 @@ def _judge_node(r: ProbeResult, states: dict[int, DeviceEvents], judged: list[in
         return
     for start in sorted(t for times in faults.values() for t in times):
         if all(any(start <= t <= start + EVERY_GPU_WINDOW_S for t in times) for times in faults.values()):
-            r.find(Status.WARN, "xid_on_every_gpu",
+            r.find(Status.FAIL, "xid_on_every_gpu",
                    f"Xid 31 (GPU memory page fault) on every GPU of the node ({len(states)}) within "
                    f"{int(EVERY_GPU_WINDOW_S // 60)} minutes.",
                    why="An application fault hits the GPU it runs on, not all of them: a fault on every GPU at "

@@ -159,7 +159,7 @@ DEVICE_FUNCTIONS = frozenset("nvmlDevice" + name for name in (
     "GetSamples", "GetSerial", "GetSupportedEventTypes", "GetTemperature", "GetTemperatureThreshold",
     "GetTotalEccErrors", "GetTotalEnergyConsumption", "GetUUID", "GetUtilizationRates",
     "GetVbiosVersion", "RegisterEvents", "GetGpuFabricInfoV", "GetGpuFabricInfo", "GetMaxMigDeviceCount",
-    "GetGpuInstanceId", "GetComputeInstanceId", "GetAttributes"))
+    "GetGpuInstanceId", "GetComputeInstanceId", "GetAttributes", "GetTopologyCommonAncestor", "GetP2PStatus"))
 
 
 class _FabricInfo:
@@ -195,6 +195,26 @@ def fabric(state: int, status: int = 0, clique: int = 0, cluster: bytes = b"", h
         return 0
 
     return fill
+
+
+def peer_paths(nvml: "FakePynvml", level: int, read: int = 0, write: int | None = None, nvlink: int = 5,
+               pairs: dict[tuple[int, int], dict[str, int]] | None = None) -> None:
+    """Give every device of ``nvml`` a topology and P2P status towards every other: ``level`` is
+    nvmlDeviceGetTopologyCommonAncestor's answer (10 PIX ... 50 SYS), ``read``/``write``/``nvlink`` the
+    nvmlGpuP2PStatus_t of nvmlDeviceGetP2PStatus for capability 0/1/2 (0 OK, 5 not supported);
+    ``pairs`` overrides them for one pair ``(a, b)``, keys "level", "read", "write", "nvlink"."""
+    caps = {0: read, 1: read if write is None else write, 2: nvlink, 3: 5}
+    names = {0: "read", 1: "write", 2: "nvlink"}
+    for index, device in enumerate(nvml.devices):
+        def topology(peer: Any, index: int = index) -> int:
+            return (pairs or {}).get(tuple(sorted((index, peer.index))), {}).get("level", level)
+
+        def status(peer: Any, cap: int, index: int = index) -> int:
+            pair = (pairs or {}).get(tuple(sorted((index, peer.index))), {})
+            return pair.get(names.get(cap, ""), caps.get(cap, 5))
+
+        device["nvmlDeviceGetTopologyCommonAncestor"] = topology
+        device["nvmlDeviceGetP2PStatus"] = status
 
 
 class FakePynvml:

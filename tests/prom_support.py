@@ -62,11 +62,12 @@ def stop(proc: subprocess.Popen | None) -> None:
     stop_popen(proc, grace_s=10.0)
 
 
-def assert_exporter_report_fails(env: dict[str, str], cwd: Path) -> None:
-    """Start ``gpudoctor exporter`` on a free port with ``env`` and wait (60 s at most) until its
-    ``gpudoctor_report_status`` says fail: the exporter publishes the report's verdict."""
+def assert_exporter_report_fails(env: dict[str, str], cwd: Path, extra: tuple[str, ...] = ()) -> None:
+    """Start ``gpudoctor exporter`` on a free port with ``env`` (and ``extra`` arguments, e.g.
+    ``("--replay", path)``) and wait (60 s at most) until its ``gpudoctor_report_status`` says fail:
+    the exporter publishes the report's verdict."""
     proc = subprocess.Popen([sys.executable, "-m", "gpudoctor", "exporter", "--port", "0", "--interval", "0.5",
-                             "--exit-after", "90"], cwd=cwd, env=env,
+                             "--exit-after", "90", *extra], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         url = None

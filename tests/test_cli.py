@@ -49,7 +49,7 @@ def test_quick_report_never_imports_torch_or_textual():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     rc, status, n = out.stdout.split()
-    assert int(n) == 4 and int(rc) == exitcodes.for_status(status)  # environment, devices, health, events
+    assert int(n) == 5 and int(rc) == exitcodes.for_status(status)  # environment, devices, health, events, p2p
 
 
 def test_standard_report_keeps_torch_out_of_the_parent():

@@ -343,11 +343,23 @@ def test_xid_31_on_every_gpu_in_one_window_needs_a_reset():
     logged = {i: [(1000.0 + i, 31)] for i in range(8)}
     judged = _judge_node_of(8, logged)
     found = [f for f in judged.findings if f.code == "xid_on_every_gpu"]
-    assert len(found) == 1 and found[0].status == Status.WARN and found[0].device is None
+    # the GPUs hang until reset: the node is drained, as for a critical Xid (issue 34)
+    assert len(found) == 1 and found[0].status == Status.FAIL and found[0].device is None
+    assert judged.settle().status == Status.FAIL
     assert "every GPU of the node (8)" in found[0].summary
     assert "reset of the GPUs (or a reboot) is needed" in found[0].fix
     assert "not all of them" in found[0].why
     assert "xid_repeated_on_one_gpu" not in {f.code for f in judged.findings}
+
+
+def test_a_follow_up_xid_45_never_hides_the_critical_xid_before_it():
+    """The kernel log's order is kept: 79 then 45 on one GPU fails on the 79, and the 45's note says
+    what it followed."""
+    judged = _judge_node_of(1, {0: [(1.0, 79), (2.0, 45), (3.0, 45)]})
+    assert judged.settle().status == Status.FAIL
+    assert [f.code for f in judged.findings if f.status == Status.FAIL] == ["xid_critical"]
+    [note] = [f for f in judged.findings if f.code == "xid_application"]
+    assert "Xid 45 2 time(s)" in note.summary and "after Xid 79" in note.summary
 
 
 def test_xid_31_on_some_gpus_or_spread_over_hours_is_not_node_wide():

@@ -20,7 +20,11 @@ The checks used are gpudoctor's own pure judgements:
 * ``kernel_log``: gpudoctor/xid.py's parse_kmsg() over the posted lines, then the events probe's
   judgement of the Xids found, GPU by GPU and side by side (probes/events.py);
 * ``fleet``: gpudoctor/fleet.py's collect() over the posted dcgm-exporter series, served by a
-  stand-in Prometheus.
+  stand-in Prometheus (and, where a case posts it, the last-Xid gauge's history over the window);
+* ``p2p``: probes/_p2p.py's judge() over the posted path between GPUs: NVML's topology and P2P
+  status, each bridge's ACS control read from its posted ``lspci -vvv`` "ACSCtl:" line
+  (gpudoctor.backends.pcie_paths.acs_from_lspci) or register value (acs_from_register), the posted
+  kernel command line (cmdline_words, group_type_from_cmdline).
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from stack_layout import lay_out
 
 DATA = Path(__file__).parent / "data" / "realworld"
 CASE_FILES = sorted(DATA.glob("*.json"))
-CHECKS = ("environment", "devices", "health", "kernel_log", "fleet")
+CHECKS = ("environment", "devices", "health", "kernel_log", "fleet", "p2p")
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -198,8 +202,9 @@ def run_kernel_log(inputs: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> t
     from gpudoctor.probes import events
 
     found = xid.parse_kmsg(inputs["kernel_log"])
-    # plain dmesg lines carry no boot-relative time: order them as posted
-    timed = [dataclasses.replace(x, time=float(i)) for i, x in enumerate(found)]
+    # plain dmesg lines carry no boot-relative time: order them as posted; a follow-up's named cause
+    # goes in before it, as the event watcher files them
+    timed = [dataclasses.replace(x, time=float(i)) for i, x in enumerate(xid.with_named_causes(found))]
     r = ProbeResult("events")
     by_bus: dict[str, list[Any]] = {}
     for x in timed:
@@ -215,20 +220,31 @@ def run_kernel_log(inputs: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> t
     return r.settle(), found
 
 
+FLEET_NOW = 1_800_000_000.0
+
+
 class FakePrometheus:
     """Answers fleet.collect()'s instant queries from the posted series of one dcgm-exporter node."""
 
     url = "http://prometheus.invalid:9090"
 
-    def __init__(self, series: list[dict[str, Any]]) -> None:
+    def __init__(self, series: list[dict[str, Any]], history: list[dict[str, Any]] | None = None) -> None:
         self.queries = 0
         base = {"instance": "node-1:9400", "job": "dcgm-exporter"}
+        # a gauge's posted values over time, as a range selector returns them: samples [seconds before
+        # the look, value], oldest first
+        self._history = [(dict(base, __name__=h["name"], **h["labels"]),
+                          [(FLEET_NOW + float(t), float(v)) for t, v in h["samples"]]) for h in history or []]
         self._series = [fleet.Series(dict(base, __name__=s["name"], **s["labels"]), float(s["value"]))
                         for s in series]
         gpus = sorted({s.labels.get("gpu", "0") for s in self._series})
         # dcgm-exporter's default set always carries the temperature gauge: that is how fleet finds its GPUs
         # (the reading itself is not a posted fact and plays no part in the verdict)
         self._known = [fleet.Series(dict(base, __name__="DCGM_FI_DEV_GPU_TEMP", gpu=g), 40.0) for g in gpus]
+
+    def query_history(self, expr: str, at: float | None = None) -> list[tuple[dict[str, str], list]]:
+        self.queries += 1
+        return [(labels, samples) for labels, samples in self._history if expr.startswith(labels["__name__"])]
 
     def query(self, expr: str, at: float | None = None) -> list[fleet.Series]:
         self.queries += 1
@@ -244,7 +260,38 @@ class FakePrometheus:
 
 
 def run_fleet(inputs: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> fleet.FleetView:
-    return fleet.collect(FakePrometheus(inputs["series"]), now=1_800_000_000.0)
+    return fleet.collect(FakePrometheus(inputs["series"], inputs.get("history")), now=FLEET_NOW)
+
+
+def _acs(bdf: str, posted: Any) -> Any:
+    from gpudoctor.backends import pcie_paths
+
+    if isinstance(posted, str) and posted.startswith("0x"):
+        return pcie_paths.acs_from_register(bdf, int(posted, 16))
+    [acs] = pcie_paths.acs_from_lspci(posted, bdf)
+    return acs
+
+
+def run_p2p(inputs: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> ProbeResult:
+    from gpudoctor.backends import pcie_paths
+    from gpudoctor.probes import _p2p
+
+    bus = inputs["gpus"]
+    pairs = []
+    for posted in inputs["pairs"]:
+        a, b = posted["gpus"]
+        acs = posted.get("acs")
+        pair = _p2p.PairPath(a, b, _na(posted["nvml"]), (bus[a], bus[b]), None if acs is None else list(acs))
+        pair.acs = {bdf: _acs(bdf, line) for bdf, line in (acs or {}).items()}
+        pairs.append(pair)
+    words = pcie_paths.cmdline_words(inputs.get("cmdline", ""))
+    units = inputs.get("iommu_units", [])
+    kind = inputs.get("iommu_group_type") or pcie_paths.group_type_from_cmdline(words, units)
+    iommu = pcie_paths.IommuState(True, units, words, {b: kind for b in bus})
+    host = _p2p.HostPaths(True, "not posted in the thread", bool(inputs.get("vm")), iommu)
+    r = ProbeResult("p2p")
+    _p2p.judge(r, pairs, host)
+    return r.settle()
 
 
 # --------------------------------------------------------------------------- verdicts
@@ -297,6 +344,8 @@ def test_realworld_case(case: dict[str, Any], monkeypatch: pytest.MonkeyPatch, t
         result, found = run_kernel_log(inputs, monkeypatch)
         assert [[x.pci_bus_id, x.code] for x in found] == expected["xids"]
         assert_probe_verdict(result, expected)
+    elif check == "p2p":
+        assert_probe_verdict(run_p2p(inputs, monkeypatch), expected)
     elif check == "fleet":
         view = run_fleet(inputs, monkeypatch)
         assert len(view.rows) == 1

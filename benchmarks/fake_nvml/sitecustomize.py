@@ -50,6 +50,14 @@ Environment:
   shows N/A). ``FAKE_NVML_MIG_NOPERM=1`` besides: process lists answer NO_PERMISSION (a user without
   the privileges NVML asks for).
 
+- ``FAKE_NVML_GPUS=2``: two such boards (PCI 0000:03:00.0 and 0000:04:00.0, each its own handle,
+  index and UUID; the fake CUDA driver counts two), with a peer-to-peer path between them:
+  nvmlDeviceGetTopologyCommonAncestor answers ``FAKE_NVML_TOPOLOGY`` (default 10, one PCIe switch)
+  and nvmlDeviceGetP2PStatus ``FAKE_NVML_P2P`` for reads and writes (default 0, OK; NVLink: 5, not
+  supported).
+- ``FAKE_SYSFS_ROOT``: a directory laid out as /sys and /proc are (tests/pcie_tree.py) that
+  gpudoctor's PCIe path readers read instead of ``/`` (``gpudoctor.backends.pcie_paths.ROOT``).
+
 Not a reading of real hardware: timings taken with it measure the tools' own Python
 work, not the cost of a real driver call.
 """
@@ -85,6 +93,9 @@ MIG_NOPERM = os.environ.get("FAKE_NVML_MIG_NOPERM") == "1"
 INIT = int(os.environ.get("FAKE_NVML_INIT", "0"))
 COMPUTE_MODE = int(os.environ.get("FAKE_NVML_COMPUTE_MODE", "0"))
 HOLDER = int(os.environ.get("FAKE_NVML_PROCESS", "0"))
+GPUS = 2 if os.environ.get("FAKE_NVML_GPUS") == "2" else 1
+TOPOLOGY = int(os.environ.get("FAKE_NVML_TOPOLOGY", "10"))
+P2P = int(os.environ.get("FAKE_NVML_P2P", "0"))
 #: The MIG devices (FAKE_NVML_MIG=1): GPU instance id, compute instance id, memory in use, processes
 #: (pid, bytes).
 MIG_DEVICES = ((1, 0, 12 * GIB, ((4242, 8 * GIB), (4243, 4 * GIB))), (2, 0, 0, ()))
@@ -142,7 +153,8 @@ class FakeNvmlLibrary:
     """Stands in for ctypes.CDLL('libnvidia-ml.so.1'): one idle H100 PCIe."""
 
     def __init__(self, pynvml) -> None:
-        self._device = pynvml.struct_c_nvmlDevice_t()
+        self._devices = [pynvml.struct_c_nvmlDevice_t() for _ in range(GPUS)]
+        self._device = self._devices[0]
         self._migs = [pynvml.struct_c_nvmlDevice_t() for _ in MIG_DEVICES] if MIG else []
         self._pynvml = pynvml
         self._gpm_buffers: dict[int, object] = {}
@@ -185,14 +197,33 @@ class FakeNvmlLibrary:
 
     # -- device handles
     def nvmlDeviceGetCount_v2(self, out):
-        return _set(out, 1)
+        return _set(out, GPUS)
 
-    def _handle(self, out):
-        _out(out).contents = self._device
+    def _handle(self, out, index=0):
+        _out(out).contents = self._devices[index]
         return SUCCESS
 
+    def _index_of(self, handle):
+        """Which board a handle is (0 for anything else: a MIG handle belongs to board 0)."""
+        import ctypes
+
+        try:
+            address = ctypes.addressof(handle.contents)
+        except (AttributeError, TypeError, ValueError):
+            return 0
+        return next((i for i, d in enumerate(self._devices) if ctypes.addressof(d) == address), 0)
+
     def nvmlDeviceGetHandleByIndex_v2(self, index, out):
-        return self._handle(out) if getattr(index, "value", index) == 0 else 2  # INVALID_ARGUMENT
+        index = getattr(index, "value", index)
+        return self._handle(out, index) if 0 <= index < GPUS else 2  # INVALID_ARGUMENT
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, first, second, out):
+        return _set(out, TOPOLOGY) if GPUS > 1 else NOT_SUPPORTED
+
+    def nvmlDeviceGetP2PStatus(self, first, second, capability, out):
+        if GPUS < 2:
+            return NOT_SUPPORTED
+        return _set(out, P2P if getattr(capability, "value", capability) in (0, 1) else 5)
 
     def nvmlDeviceGetHandleByUUID(self, uuid, out):
         return self._handle(out)
@@ -201,7 +232,7 @@ class FakeNvmlLibrary:
         return self._handle(out)
 
     def nvmlDeviceGetIndex(self, handle, out):
-        return _set(out, 0)
+        return _set(out, self._index_of(handle))
 
     def nvmlDeviceIsMigDeviceHandle(self, handle, out):
         return _set(out, int(self._mig_of(handle) is not None))
@@ -260,7 +291,7 @@ class FakeNvmlLibrary:
         slot = self._mig_of(handle)
         if slot is not None:
             return _text(buf, f"MIG-{MIG_DEVICES[slot][0]:08x}-7c3b-5f4d-8b8e-3d7f00fa4e11")
-        return _text(buf, "GPU-5a1e7c3b-0f4d-4b8e-9c21-3d7f00fa4e11")
+        return _text(buf, f"GPU-5a1e7c3b-0f4d-4b8e-9c21-3d7f00fa4e1{1 + self._index_of(handle)}")
 
     def nvmlDeviceGetSerial(self, handle, buf, size):
         return _text(buf, "1654923000000")
@@ -269,8 +300,9 @@ class FakeNvmlLibrary:
         return _text(buf, "96.00.99.00.01")
 
     def nvmlDeviceGetPciInfo_v3(self, handle, out):
-        return _fill(out, busIdLegacy=b"0000:17:00.0", domain=0, bus=0x17, device=0, pciDeviceId=0x233110DE,
-                     pciSubSystemId=0x16C110DE, busId=b"00000000:17:00.0")
+        bus = 0x17 if GPUS == 1 else 3 + self._index_of(handle)
+        return _fill(out, busIdLegacy=b"0000:%02x:00.0" % bus, domain=0, bus=bus, device=0, pciDeviceId=0x233110DE,
+                     pciSubSystemId=0x16C110DE, busId=b"00000000:%02x:00.0" % bus)
 
     def nvmlDeviceGetArchitecture(self, handle, out):
         return _set(out, 9)  # NVML_DEVICE_ARCH_HOPPER
@@ -559,7 +591,7 @@ class FakeCudaLibrary:
         return _set(out, CUDA)
 
     def cuDeviceGetCount(self, out):
-        return _set(out, 0 if self._init else 1)
+        return _set(out, 0 if self._init else GPUS)
 
 
 def _fake_cdll(ctypes_module) -> None:
@@ -586,6 +618,9 @@ class _FakeOnImport:
     def __init__(self) -> None:
         self.pending = {"pynvml": lambda module: setattr(module, "nvmlLib", FakeNvmlLibrary(module)),
                         "ctypes": _fake_cdll}
+        sysfs = os.environ.get("FAKE_SYSFS_ROOT")
+        if sysfs:
+            self.pending["gpudoctor.backends.pcie_paths"] = lambda module: setattr(module, "ROOT", sysfs)
 
     def find_spec(self, name, path=None, target=None):
         if name not in self.pending:

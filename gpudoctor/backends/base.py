@@ -129,6 +129,8 @@ WHOLE_GPU_ONLY = "whole-GPU figure only"
 #: What they say for a MIG device's utilisation: NVML gives no utilisation rates on a GPU in MIG
 #: mode, for a slice or for the whole GPU (nvidia-smi shows N/A); GPM's SM activity is read per GPU
 #: instance instead.
+#: The keys of GpuBackend.p2p: NVML's topology level between two GPUs and its P2P status per capability.
+P2P_KEYS = ("topology", "read", "write", "nvlink", "atomics")
 MIG_NO_UTILISATION = "not given in MIG mode (no NVML utilisation rates, per slice or whole GPU); see SM activity"
 
 
@@ -278,6 +280,9 @@ class GpuBackend(Protocol):
     def processes(self, index: int) -> list[ProcessReading] | NA: ...
 
     def nvlink(self, index: int) -> Any: ...
+
+    def p2p(self, index: int, peer: int) -> dict[str, Any]:
+        """The path between two GPUs: NVML's topology level and P2P status per capability."""
 
     def total_energy_mj(self, index: int) -> Any: ...
 

@@ -194,8 +194,10 @@ class EventWatcher:
             log = self._kernel_log()
         self.kernel_log_readable, self.kernel_log_reason = log.readable, log.reason
         by_bus = {bus.lower(): index for index, bus in self.bus_ids.items() if bus}
+        from gpudoctor.xid import with_named_causes
+
         with self._lock:
-            for entry in log.xids:
+            for entry in with_named_causes(log.xids):
                 index = by_bus.get(entry.pci_bus_id)
                 if index is None:
                     continue

@@ -25,7 +25,7 @@ from typing import Any, Callable, ClassVar, NewType, Protocol, Union, cast
 from gpudoctor.findings import CLOCK_EVENTS
 
 from . import catalogue
-from .base import GpuSample, MemoryReading, MigDeviceReading, ProcessReading, UtilizationReading
+from .base import P2P_KEYS, GpuSample, MemoryReading, MigDeviceReading, ProcessReading, UtilizationReading
 from .na import NA, is_na
 from .plausible import check, screen
 
@@ -267,7 +267,10 @@ class NvmlGate:
         na = self.start()
         if na is not None or self._module is None:
             return default
-        return getattr(self._module, name, default)
+        value = getattr(self._module, name, default)
+        # nvidia-ml-py declares NVML_P2P_CAPS_INDEX_READ as "0," (a tuple): a constant that is not an
+        # int is the binding's slip, and NVML's own value (the default) is used instead
+        return value if isinstance(value, int) and not isinstance(value, bool) else default
 
     def shutdown(self) -> None:
         # A hung nvmlInit holds the lock, and nvmlShutdown behind a hung call would block too:
@@ -359,6 +362,9 @@ _FABRIC_CALLS = (("nvmlDeviceGetGpuFabricInfoV", "c_nvmlGpuFabricInfo_v3_t"),
                  ("nvmlDeviceGetGpuFabricInfoV", "c_nvmlGpuFabricInfoV_t"),
                  ("nvmlDeviceGetGpuFabricInfo", "c_nvmlGpuFabricInfo_t"))
 # Answers that mean "this driver or binding lacks that call or structure version": try the next.
+#: The P2P capabilities :meth:`NvmlBackend.p2p` asks (key, pynvml constant, its value).
+_P2P_CAPS = (("read", "NVML_P2P_CAPS_INDEX_READ", 0), ("write", "NVML_P2P_CAPS_INDEX_WRITE", 1),
+             ("nvlink", "NVML_P2P_CAPS_INDEX_NVLINK", 2), ("atomics", "NVML_P2P_CAPS_INDEX_ATOMICS", 3))
 _FABRIC_TRY_NEXT = frozenset({"FunctionNotFound", "ArgumentVersionMismatch", "TypeError", "AttributeError"})
 _FABRIC_UUID_BYTES = 16
 
@@ -642,6 +648,26 @@ class NvmlBackend:
         if not links:
             return first_na if first_na is not None else NA("NotSupported")
         return links
+
+    def p2p(self, index: int, peer: int) -> dict[str, Any]:
+        """The path between two GPUs as NVML sees it (``nvidia-smi topo -m`` and ``topo -p2p``).
+
+        ``topology``: nvmlDeviceGetTopologyCommonAncestor's level (0 the same board, 10 one PCIe
+        switch (PIX), 20 several switches (PXB), 30 the host bridge (PHB), 40 the NUMA node (NODE),
+        50 across sockets (SYS)). ``read``, ``write``, ``nvlink``, ``atomics``: nvmlDeviceGetP2PStatus
+        for that capability (0 OK, 1 chipset not supported, 2 GPU not supported, 3 IOH topology
+        not supported, 4 disabled by the registry key, 5 not supported, 6 unknown). Each is NA with
+        NVML's reason where the call fails (a lost GPU, a driver without the function).
+        """
+        out: dict[str, Any] = {}
+        handles = self._handle(index), self._handle(peer)
+        for handle in handles:
+            if is_na(handle):
+                return {key: handle for key in P2P_KEYS}
+        out["topology"] = self.gate.query("nvmlDeviceGetTopologyCommonAncestor", *handles)
+        for key, constant, default in _P2P_CAPS:
+            out[key] = self.gate.query("nvmlDeviceGetP2PStatus", *handles, self.gate.constant(constant, default))
+        return {key: value if is_na(value) else int(value) for key, value in out.items()}
 
     def _nvlink_version_names(self) -> dict[int, str]:
         """nvmlNvlinkVersion_t values -> "4.0" etc., from the binding's NVML_NVLINK_VERSION_*

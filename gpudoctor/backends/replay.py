@@ -29,7 +29,7 @@ from gpudoctor.backends.recording import (
 )
 
 from . import catalogue
-from .base import GpuSample, MemoryReading, MigDeviceReading, ProcessReading, UtilizationReading
+from .base import P2P_KEYS, GpuSample, MemoryReading, MigDeviceReading, ProcessReading, UtilizationReading
 from .na import NA, is_na
 from .plausible import screen
 
@@ -228,6 +228,13 @@ class ReplayBackend:
         if not isinstance(links, list) or index >= len(links):
             return NA("NotRecorded")
         return links[index]
+
+    def p2p(self, index: int, peer: int) -> dict[str, Any]:
+        """Recordings hold no peer-to-peer path: every key NA("NotRecorded") (or the device's NA)."""
+        na = self._check(index)
+        if na is None:
+            na = self._check(peer)
+        return {key: NA("NotRecorded") if na is None else na for key in P2P_KEYS}
 
     def mig_devices(self, index: int, readings: bool = True) -> list[MigDeviceReading] | NA:
         """The MIG devices of the sample last served for the device (``samples[].mig[index]``):

@@ -45,6 +45,14 @@ class Prometheus:
         self.deadline = time.monotonic() + timeout_s
 
     def query(self, expr: str, at: float | None = None) -> list[Series]:
+        return self._parse(self._answer(expr, at))
+
+    def query_history(self, expr: str, at: float | None = None) -> list[History]:
+        """A range selector's samples (``expr`` ends with ``[1h]``): Prometheus's range vector, each
+        series its labels and its finite ``(time, value)`` samples, oldest first."""
+        return parse_history(self._answer(expr, at), self.url)
+
+    def _answer(self, expr: str, at: float | None) -> bytes:
         params = {"query": expr}
         if at is not None:
             params["time"] = f"{at:.3f}"
@@ -63,7 +71,7 @@ class Prometheus:
         if len(body) > MAX_ANSWER_BYTES:
             raise FleetError("query", f"Prometheus answered more than {MAX_ANSWER_BYTES >> 20} MiB; "
                                       "narrow the selection with --match")
-        return self._parse(body)
+        return body
 
     def _fetch_by_deadline(self, request: urllib.request.Request) -> bytes:
         """The answer's body (at most MAX_ANSWER_BYTES + 1), or TimeoutError at the deadline.
@@ -140,6 +148,43 @@ def _label_text(key: str, value: str) -> str:
     if key == "gpu" and not text.isascii():  # "²" is a digit to str.isdigit, not to int(): keep it as text
         text = text.encode("ascii", "backslashreplace").decode("ascii")[:LABEL_MAX]
     return text
+
+
+#: One series of a range vector: its labels and its samples ``[(time, value)]``, oldest first.
+History = tuple[dict[str, str], list[tuple[float, float]]]
+MAX_HISTORY_SAMPLES = 100_000  # samples kept of one range-vector answer, all series together
+
+
+def parse_history(body: bytes, url: str = "Prometheus") -> list[History]:
+    """The series of one range-vector answer (``resultType`` "matrix"), labels sanitised as
+    :func:`parse_answer` does, samples that are not finite numbers left out; else FleetError."""
+    try:
+        data = _decode(body)
+    except ValueError:
+        raise FleetError("unreachable", f"{url} answered something that is not JSON") from None
+    inner = data.get("data") if isinstance(data, dict) and data.get("status") == "success" else None
+    result = inner.get("result") if isinstance(inner, dict) else None
+    if not isinstance(result, list):
+        raise FleetError("query", f"Prometheus at {url} answered an unexpected shape (no result list)")
+    out: list[History] = []
+    kept = 0
+    for item in result[:MAX_SERIES]:
+        metric = item.get("metric") if isinstance(item, dict) else None
+        values = item.get("values") if isinstance(item, dict) else None
+        if not isinstance(metric, dict) or not isinstance(values, list) or not all(
+                isinstance(v, str) for v in metric.values()):
+            continue
+        samples = []
+        for pair in values[:max(0, MAX_HISTORY_SAMPLES - kept)]:
+            try:
+                when, value = float(pair[0]), float(pair[1]) if len(str(pair[1])) <= 64 else math.nan
+            except (TypeError, ValueError, IndexError):
+                continue
+            if math.isfinite(when) and math.isfinite(value):
+                samples.append((when, value))
+        kept += len(samples)
+        out.append(({plain_text(k, limit=LABEL_MAX): _label_text(k, v) for k, v in metric.items()}, sorted(samples)))
+    return out
 
 
 def parse_answer(body: bytes, url: str = "Prometheus") -> tuple[list[Series], list[str]]:

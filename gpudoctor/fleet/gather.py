@@ -46,7 +46,8 @@ def collect(client: Prometheus, matchers: Sequence[Matcher] = (), *, stale_after
         _ages(rows, gone, targets, sampled_at, {key_of(s.labels): s.value for s in last_seen}, now)
         _keep_last_known(by_metric, last_known, gone, targets)
     rules.judge_gpudoctor(rows, by_metric, now, stale_after_s, report_max_age_s)
-    rules.judge_dcgm(rows, by_metric)
+    window = (now - _duration_s(lookback), lookback)
+    rules.judge_dcgm(rows, by_metric, _xid_history(client, matchers, by_metric, lookback, now), window)
     rules.judge_busy(rows)
     rules.mark_last_known(rows, gone)
     rules.judge_targets(rows, targets, sampled_at, now)
@@ -121,6 +122,36 @@ def _keep_last_known(by_metric: rules.ByMetric, last_known: list[Series],
             continue  # a Prometheus that dropped the name: nothing to file it under
         if key in gone or (key[1] == "" and targets.get(key[0], 1) == 0):
             by_metric.setdefault(name, []).append(s)
+
+
+_UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
+
+
+def _duration_s(lookback: str) -> float:
+    """'1h' -> 3600.0 (the Prometheus durations `fleet --lookback` takes; 0 for anything else)."""
+    found = re.fullmatch(r"([0-9]{1,9})([smhdwy])", lookback)
+    return float(int(found.group(1)) * _UNITS_S[found.group(2)]) if found else 0.0
+
+
+def _xid_history(client: Prometheus, matchers: Sequence[Matcher], by_metric: rules.ByMetric, lookback: str,
+                 now: float) -> dict[Key, rules.XidHistory]:
+    """dcgm-exporter's last-Xid gauge over the look-back window, for the nodes whose gauge shows an
+    Xid now (one query; a fleet without Xids costs none): the gauge keeps only its newest value, so
+    the sequence is what tells a critical Xid followed by a harmless one, and a value that has not
+    changed for the whole window."""
+    shown = sorted({re.escape(s.labels.get("instance", "")) for s in by_metric.get("DCGM_FI_DEV_XID_ERRORS", [])
+                    if s.value > 0})
+    if not shown:
+        return {}
+    nodes = Matcher("instance", "=~", "|".join(shown))
+    try:
+        history = client.query_history(f"DCGM_FI_DEV_XID_ERRORS{_selector([*matchers, nodes])}[{lookback}]",
+                                       at=now)
+    except FleetError as exc:
+        if exc.kind != "query":
+            raise
+        return {}  # a server that refuses the range selector: the gauge's last value is judged, as before
+    return {key_of(labels): samples for labels, samples in history if samples}
 
 
 def _gpu_sort(gpu: str) -> tuple[int, str]:

@@ -210,8 +210,53 @@ def judge_xid_window(row: FleetRow, series: list[Series]) -> None:
     row.xid_count = sum(counts.values())
 
 
+#: A last-Xid gauge's samples over the look-back window, ``[(time, value)]`` oldest first.
+XidHistory = list[tuple[float, float]]
+# A gauge whose first sample in the window came this close to the window's start was there all along.
+_WINDOW_START_SLACK = 0.1
+
+
+def judge_xid_gauge(row: FleetRow, code: int, history: XidHistory | None,
+                    window: tuple[float, str] | None = None) -> None:
+    """dcgm-exporter's last-Xid gauge (DCGM_FI_DEV_XID_ERRORS), judged as a sequence where its history
+    in the look-back window was read: a critical Xid that a harmless one (45) followed is not hidden
+    by it; a value unchanged since before the window is said to be possibly stale (the gauge keeps the
+    last Xid until the exporter restarts); a 45 alone says that what it followed is unknown."""
+    if code <= 0:
+        return
+    steps = xid.gauge_steps(history or [])
+    codes = [c for _t, c in steps]
+    if not codes or codes[-1] != code:
+        codes.append(code)  # the instant query may be newer than the history's last sample
+    sequence = xid.judge_sequence(codes)
+    entry = xid.explain(code)
+    words = f"last {window[1]}" if window else ""
+    if window and history and len(steps) == 1 and steps[0][1] == code and len(sequence.codes) == 1 \
+            and steps[0][0] <= window[0] + _WINDOW_START_SLACK * (history[-1][0] - window[0]):
+        variant = "xid_gauge_stale:critical" if entry.severity == "critical" else "xid_gauge_stale"
+        row.add(findings.finding(variant, xid=code, words=entry.words, action=entry.action, window=words,
+                                 evidence={"xid": code}))
+        row.xid_last, row.xid_last_words = code, entry.words
+        return
+    if sequence.follow_up_alone:
+        row.add(findings.finding("xid_follow_up_alone", xid=code, when="", words=entry.words, evidence={"xid": code}))
+        row.xid_last, row.xid_last_words = code, entry.words
+        return
+    add_xid(row, code, None, None, 0.0)
+    for hidden in sequence.hidden:
+        earlier = xid.explain(hidden)
+        action = earlier.action[:1].upper() + earlier.action[1:] + "."
+        row.add(findings.finding("xid_hidden", xid=hidden, last=code, words=earlier.words, action=action,
+                                 window=f" (within the {words})" if words else "", evidence={"xid": hidden}))
+    if sequence.worst is not None:
+        row.xid_last, row.xid_last_words = sequence.worst, xid.explain(sequence.worst).words
+
+
 # --------------------------------------------------------------------------- dcgm-exporter
-def judge_dcgm(rows: Rows, m: ByMetric) -> None:
+def judge_dcgm(rows: Rows, m: ByMetric, xid_history: dict[Key, XidHistory] | None = None,
+               window: tuple[float, str] | None = None) -> None:
+    """dcgm-exporter's series. ``xid_history``: each GPU's last-Xid gauge over the look-back window
+    (``window``: its start time and its words, "1h"), read only where the gauge shows an Xid."""
     for attr, name, scale in ((r.fleet, r.dcgm, r.dcgm_scale) for r in catalogue.fleet_readings()
                               if r.dcgm_scale is not None):
         for key, value in one(m, name).items():
@@ -232,7 +277,7 @@ def judge_dcgm(rows: Rows, m: ByMetric) -> None:
     counted = {instance for instance, _gpu in windowed}
     for key, value in one(m, "DCGM_FI_DEV_XID_ERRORS").items():
         if key in rows and rows[key].xid_last is None and key[0] not in counted:
-            add_xid(rows[key], int(value), None, None, 0.0)
+            judge_xid_gauge(rows[key], int(value), (xid_history or {}).get(key), window)
     judge_memory(rows, one(m, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"), one(m, "DCGM_FI_DEV_ROW_REMAP_FAILURE"),
                  one(m, "DCGM_FI_DEV_ROW_REMAP_PENDING"))
     judge_dcgm_clocks(rows, m)

@@ -1,0 +1,373 @@
+"""Peer-to-peer paths between GPUs (probes/p2p.py): NVML's topology and P2P status through the gate,
+ACS and the IOMMU read from sysfs laid out as the kernel lays it out (tests/pcie_tree.py), the
+judgement, and the --full copies (stubs here: torch on the CPU; the real peer copy is marked gpu).
+
+Not yet measured on a GPU: no figure here is a GPU's.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from gpudoctor.backends import NvmlBackend, NvmlGate, pcie_paths
+from gpudoctor.backends.na import NA, is_na
+from gpudoctor.model import ProbeResult, Status
+from gpudoctor.probes import ProbeContext, _p2p
+from nvml_fake import FakePynvml, nvml_error, peer_paths
+from pcie_tree import DOWNSTREAM, GPUS, ROOT_PORT, SWITCH_UP, config_space, lay_out
+
+REDIRECT = 0x1D  # SrcValid+ ReqRedir+ CmpltRedir+ UpstreamFwd+ (nccl#2079's root ports)
+
+
+def _nvml(level: int = 10, **status: int) -> FakePynvml:
+    nvml = FakePynvml(2, readings={"nvmlDeviceGetName": "NVIDIA RTX 6000 Ada Generation"})
+    for i, bdf in enumerate(GPUS):
+        nvml.devices[i]["nvmlDeviceGetPciInfo"] = type("Pci", (), {"busId": ("0000" + bdf).encode()})()
+    peer_paths(nvml, level, **status)
+    return nvml
+
+
+def _run(nvml: FakePynvml, root, monkeypatch, level: str = "quick") -> ProbeResult:
+    from gpudoctor.probes import p2p
+
+    monkeypatch.setattr(pcie_paths, "ROOT", str(root))
+    return p2p.run(ProbeContext(NvmlBackend(NvmlGate(nvml)), level=level))
+
+
+def _codes(r: ProbeResult) -> dict[str, Status]:
+    return {f.code: f.status for f in r.findings}
+
+
+# --------------------------------------------------------------------------- the readers
+def test_acs_is_read_from_the_extended_configuration_space():
+    acs = pcie_paths.acs_from_config("0000:02:08.0", config_space(REDIRECT))
+    assert acs.text() == "SrcValid+ TransBlk- ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans-"
+    assert acs.redirects == ["ReqRedir", "CmpltRedir"] and acs.raw == REDIRECT
+    assert pcie_paths.acs_from_config("x", config_space(None)) is None  # no ACS capability
+    assert "root" in pcie_paths.acs_from_config("x", config_space(REDIRECT, readable=False))
+    # a loop in the capability list, or garbage, ends
+    looped = bytearray(config_space(None))
+    looped[0x100:0x104] = (0x0001 | 0x100 << 20).to_bytes(4, "little")
+    assert pcie_paths.acs_from_config("x", bytes(looped)) is None
+
+
+def test_lspcis_acsctl_lines_give_the_same_control():
+    text = ("\t\tACSCap:\tSrcValid+ TransBlk+ ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans+\n"
+            "\t\tACSCtl:\tSrcValid+ TransBlk- ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans-\n")
+    [acs] = pcie_paths.acs_from_lspci(text, "0000:02:08.0")
+    assert acs.bits == pcie_paths.acs_from_register("0000:02:08.0", REDIRECT).bits
+
+
+def test_the_bridges_above_each_gpu_and_between_two(tmp_path):
+    root = str(lay_out(tmp_path))
+    above = [pcie_paths.upstream_bridges(g, root) for g in GPUS]
+    assert above[0] == [ROOT_PORT, SWITCH_UP, DOWNSTREAM[0]]
+    assert _p2p.bridges_between(*above) == [DOWNSTREAM[0], DOWNSTREAM[1]]  # the switch's downstream ports
+    assert _p2p.bridges_between(["0000:40:01.1"], ["0000:60:01.1"]) == ["0000:40:01.1", "0000:60:01.1"]
+    assert pcie_paths.upstream_bridges("0000:99:00.0", root) is None
+
+
+def test_the_iommu_state_from_groups_and_the_command_line(tmp_path):
+    root = str(lay_out(tmp_path, iommu_type="DMA-FQ", cmdline="ro quiet intel_iommu=on"))
+    state = pcie_paths.read_iommu(list(GPUS), root)
+    assert state.readable and state.units == ["dmar0"] and state.cmdline == ["intel_iommu=on"]
+    assert state.translating() == list(GPUS)
+    none = pcie_paths.read_iommu(list(GPUS), str(lay_out(tmp_path / "b", iommu_type=None)))
+    assert none.group_types == {g: None for g in GPUS} and none.translating() == []
+    # a kernel before 5.11 has no type file: the command line decides
+    assert pcie_paths.group_type_from_cmdline(["intel_iommu=on", "iommu=pt"], ["dmar0"]) == "identity"
+    assert pcie_paths.group_type_from_cmdline(["intel_iommu=on"], ["dmar0"]) == "DMA"
+    assert pcie_paths.group_type_from_cmdline([], []) is None
+    assert not pcie_paths.read_iommu(list(GPUS), str(tmp_path / "nothing")).readable
+
+
+def test_nvml_topology_and_p2p_status_through_the_gate():
+    gpu = NvmlBackend(NvmlGate(_nvml(20, read=0, nvlink=5)))
+    assert gpu.p2p(0, 1) == {"topology": 20, "read": 0, "write": 0, "nvlink": 5, "atomics": 5}
+    # nvidia-ml-py declares NVML_P2P_CAPS_INDEX_READ = 0, (a tuple): NVML's 0 is asked, not (0,)
+    slipped = _nvml(10, read=0, nvlink=5)
+    slipped.NVML_P2P_CAPS_INDEX_READ = (0,)
+    assert NvmlBackend(NvmlGate(slipped)).p2p(0, 1)["read"] == 0
+    lost = _nvml()
+    lost.lost = {0}
+    assert NvmlBackend(NvmlGate(lost)).p2p(0, 1)["read"] == NA("GpuIsLost")
+    old = FakePynvml(2)  # a driver without the functions: NA, never an exception
+    assert all(is_na(v) for v in NvmlBackend(NvmlGate(old)).p2p(0, 1).values())
+
+
+# --------------------------------------------------------------------------- the judgement, end to end of the probe
+def test_acs_redirect_under_one_switch_fails_with_the_bridges_and_the_fix(tmp_path, monkeypatch):
+    r = _run(_nvml(10), lay_out(tmp_path, acs=REDIRECT), monkeypatch)
+    assert r.status == Status.FAIL and _codes(r)["p2p_acs_redirect"] == Status.FAIL
+    [f] = [f for f in r.findings if f.code == "p2p_acs_redirect"]
+    assert DOWNSTREAM[0] in f.summary and "ReqRedir+" in f.summary and "GPU 0 and GPU 1" in f.summary
+    assert "setpci" in f.fix and "ECAP_ACS+0x6.w=0000" in f.fix and "NCCL_P2P_DISABLE=1" in f.fix
+    assert "BIOS" in f.fix
+
+
+def test_acs_off_and_iommu_passthrough_pass(tmp_path, monkeypatch):
+    r = _run(_nvml(10), lay_out(tmp_path, acs=0x01), monkeypatch)  # SrcValid alone redirects nothing
+    assert r.status == Status.PASS, [(f.code, f.summary) for f in r.findings]
+    assert r.details["pairs"][0]["topology"] == "one PCIe switch (PIX)"
+
+
+def test_a_translating_iommu_warns_with_iommu_pt(tmp_path, monkeypatch):
+    r = _run(_nvml(30), lay_out(tmp_path, iommu_type="DMA", cmdline="ro intel_iommu=on"), monkeypatch)
+    assert _codes(r) == {"p2p_iommu_translates": Status.WARN}
+    [f] = r.findings
+    assert "DMA" in f.summary and "intel_iommu=on" in f.summary and "iommu=pt" in f.fix
+
+
+def test_nvlink_pairs_need_no_pcie_checks(tmp_path, monkeypatch):
+    r = _run(_nvml(10, nvlink=0), lay_out(tmp_path, acs=REDIRECT, iommu_type="DMA"), monkeypatch)
+    assert r.status == Status.PASS and not r.findings
+
+
+def test_no_peer_to_peer_from_nvml_is_a_note_not_a_failure(tmp_path, monkeypatch):
+    r = _run(_nvml(50, read=1), lay_out(tmp_path, acs=REDIRECT), monkeypatch)
+    assert _codes(r) == {"p2p_not_supported": Status.PASS}
+    assert "chipset" in r.findings[0].summary
+
+
+@pytest.mark.parametrize("layout, words", [
+    (dict(readable=False), "root only"),
+    (dict(vm=True), "virtual machine"),
+])
+def test_what_cannot_be_read_is_said_not_passed(tmp_path, monkeypatch, layout, words):
+    r = _run(_nvml(10), lay_out(tmp_path, acs=REDIRECT, **layout), monkeypatch)
+    assert r.status == Status.SKIP and "p2p_unreadable" in _codes(r)
+    assert any(words in f.summary for f in r.findings), [f.summary for f in r.findings]
+    assert "p2p_acs_redirect" not in _codes(r)
+
+
+def test_a_path_partly_unreadable_is_not_a_pass(tmp_path, monkeypatch):
+    """One pair NVML refuses (a pass note), the other's ACS behind root: the probe skips, not passes."""
+    nvml = _nvml(10)
+    nvml.count = 3
+    nvml.devices.append(dict(nvml.devices[0]))
+    peer_paths(nvml, 10, pairs={(0, 2): {"read": 1}, (1, 2): {"read": 1}})
+    r = _run(nvml, lay_out(tmp_path, acs=REDIRECT, readable=False), monkeypatch)
+    assert {"p2p_not_supported", "p2p_unreadable"} <= set(_codes(r)) and r.status == Status.SKIP
+
+
+def test_no_sysfs_says_so(tmp_path, monkeypatch):
+    r = _run(_nvml(10), tmp_path / "empty", monkeypatch)
+    assert r.status == Status.SKIP
+    assert any("/sys/bus/pci is not here" in f.summary for f in r.findings)
+
+
+def test_one_gpu_or_no_nvml_is_a_skip(tmp_path, monkeypatch):
+    from gpudoctor.probes import p2p
+
+    one = p2p.run(ProbeContext(NvmlBackend(NvmlGate(FakePynvml(1)))))
+    assert one.status == Status.SKIP and "fewer than two" in one.summary
+    none = p2p.run(ProbeContext(NvmlBackend(NvmlGate(FakePynvml(init_error="LibraryNotFound")))))
+    assert none.status == Status.SKIP
+
+
+def test_a_replay_has_no_host_path(tmp_path, monkeypatch):
+    from gpudoctor.probes import p2p
+
+    ctx = ProbeContext(NvmlBackend(NvmlGate(_nvml(10))), replay=True)
+    r = p2p.run(ctx)
+    assert r.status == Status.SKIP and any("replayed recording" in f.summary for f in r.findings)
+
+
+# --------------------------------------------------------------------------- --full: copies (stubs)
+def _pair(nvlink: int = 5) -> _p2p.PairPath:
+    return _p2p.PairPath(0, 1, {"topology": 10, "read": 0, "write": 0, "nvlink": nvlink, "atomics": 5},
+                         ("0000:03:00.0", "0000:04:00.0"))
+
+
+def test_a_copy_checks_every_byte_and_times_the_rate():
+    torch = pytest.importorskip("torch")
+    ticks = iter(range(100))
+    copy = _p2p.copy_between(torch, "cpu", "cpu", 1 << 20, timeout_s=5, wait=lambda deadline: True,
+                             clock_s=lambda: float(next(ticks)) * 1e-3)
+    assert copy.wrong == 0 and copy.seconds == pytest.approx(1e-3 / 5)  # one tick over the five timed copies
+
+    def corrupting(dst, src):
+        dst.copy_(src)
+        dst[::4096] ^= 0xFF  # every 4096th byte flipped
+    bad = _p2p.copy_between(torch, "cpu", "cpu", 1 << 20, timeout_s=5, wait=lambda deadline: True,
+                            clock_s=lambda: 0.0, copy=corrupting)
+    assert bad.wrong == 256
+    r = ProbeResult("p2p")
+    _p2p.judge_copy(r, _pair(), bad, _p2p.Link("PCIe gen 4 x16", 31.5), "cuda:0 -> cuda:1")
+    assert _codes(r) == {"p2p_copy_corrupt": Status.FAIL} and "256 of 1048576" in r.findings[0].summary
+
+
+def test_a_copy_that_never_finishes_is_a_hang():
+    torch = pytest.importorskip("torch")
+    hung = _p2p.copy_between(torch, "cpu", "cpu", 4096, timeout_s=10, wait=lambda deadline: False,
+                             clock_s=lambda: 0.0)
+    r = ProbeResult("p2p")
+    _p2p.judge_copy(r, _pair(), hung, _p2p.Link("PCIe gen 4 x16", 31.5), "cuda:0 -> cuda:1")
+    assert _codes(r) == {"p2p_copy_hung": Status.FAIL}
+
+
+def test_the_rate_is_judged_against_the_link():
+    slow = _p2p.PeerCopy(64 << 20, (64 << 20) / 3e9, 0, 64 << 20)  # 3 GB/s
+    link = _p2p.link_of(_pair(), {"pcie_gen_max": 4, "pcie_width_max": 16}, {"pcie_gen_max": 5, "pcie_width_max": 8})
+    assert link.label == "PCIe gen 4 x8" and link.gb_per_s == pytest.approx(15.75, rel=0.01)
+    r = ProbeResult("p2p")
+    _p2p.judge_copy(r, _pair(), slow, link, "cuda:0 -> cuda:1")
+    assert _codes(r) == {"p2p_copy_slow": Status.WARN}
+    fast = _p2p.PeerCopy(64 << 20, (64 << 20) / 12e9, 0, 64 << 20)
+    r = ProbeResult("p2p")
+    _p2p.judge_copy(r, _pair(), fast, link, "cuda:0 -> cuda:1")
+    assert _codes(r) == {"p2p_copy_ok": Status.PASS}
+    nvlinks = [{"link": i, "active": True, "version_name": "4.0", "remote_type": "switch"} for i in range(18)]
+    over = _p2p.link_of(_pair(nvlink=0), {}, {}, nvlinks)
+    assert over.label == "NVLink (18 link(s))" and over.gb_per_s == 450.0
+
+
+class _StubCuda:
+    """torch.cuda as the probe's copies use it, over CPU tensors: peer access, and events whose
+    ``query`` says whether the copy finished (``done``)."""
+
+    def __init__(self, done: bool) -> None:
+        done_now = done
+
+        class Event:
+            def record(self, stream: object) -> None:
+                pass
+
+            def query(self) -> bool:
+                return done_now
+
+        self.Event = Event
+
+    @staticmethod
+    def can_device_access_peer(a: int, b: int) -> bool:
+        return True
+
+    @staticmethod
+    def current_stream(device: object) -> None:
+        return None
+
+
+class _StubTorch:
+    """Real torch (CPU tensors) with a stub ``cuda``: the probe's --full copies run end to end here."""
+
+    def __init__(self, done: bool = True) -> None:
+        import torch
+
+        self._torch = torch
+        self.cuda = _StubCuda(done)
+
+    def __getattr__(self, name: str):
+        return getattr(self._torch, name)
+
+
+@pytest.mark.parametrize("done", [True, False])
+def test_full_copies_each_way_between_every_pair_with_stubs(tmp_path, monkeypatch, done):
+    pytest.importorskip("torch")
+    from gpudoctor.probes import _gpu, _measuring, p2p
+
+    devices = [_gpu.Device(i, i, "stub", 1 << 30, (9, 0)) for i in range(2)]
+    monkeypatch.setattr(_measuring, "torch_and_devices", lambda ctx, probe: (_StubTorch(done), devices))
+    monkeypatch.setattr(_gpu, "torch_device", lambda torch, device: "cpu")
+    monkeypatch.setattr(p2p, "COPY_BYTES", 1 << 20)
+    monkeypatch.setattr(p2p, "COPY_TIMEOUT_S", 0.2)
+    nvml = _nvml(10)
+    for device in nvml.devices:
+        device.update(nvmlDeviceGetMaxPcieLinkGeneration=4, nvmlDeviceGetMaxPcieLinkWidth=16)
+    r = _run(nvml, lay_out(tmp_path, acs=0), monkeypatch, level="full")
+    copies = [f for f in r.findings if f.code.startswith("p2p_copy")]
+    if done:
+        assert [f.summary.split("):")[0] for f in copies] == ["GPU 0 and GPU 1 (cuda:0 -> cuda:1",
+                                                              "GPU 0 and GPU 1 (cuda:1 -> cuda:0"]
+        assert {f.code for f in copies} <= {"p2p_copy_ok", "p2p_copy_slow"}
+        assert all("PCIe gen 4 x16" in f.summary for f in copies)
+        assert [m.name for m in r.measurements] == ["p2p_bandwidth", "p2p_bandwidth"]
+    else:  # the first copy never finishes: one hang, and no copy after it
+        assert [(f.code, f.status) for f in copies] == [("p2p_copy_hung", Status.FAIL)]
+        assert r.status == Status.FAIL
+
+
+@pytest.mark.gpu
+def test_peer_copies_on_this_machines_gpus():
+    """Two or more real GPUs: the probe's full level copies between each pair and judges them."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
+        pytest.skip("needs two CUDA GPUs")
+    from gpudoctor.backends import open_gpu_backend
+    from gpudoctor.probes import p2p
+
+    r = p2p.run(ProbeContext(open_gpu_backend(None), level="full"))
+    copies = [f for f in r.findings if f.code.startswith("p2p_copy")]
+    assert copies, r.to_dict()
+    assert all(f.code in ("p2p_copy_ok", "p2p_copy_slow") for f in copies), [(f.code, f.summary) for f in copies]
+
+
+def test_the_layout_helper_matches_sysfs(tmp_path):
+    root = lay_out(tmp_path)
+    link = root / "sys" / "bus" / "pci" / "devices" / GPUS[0]
+    assert os.path.islink(link) and os.path.realpath(link).endswith(f"{ROOT_PORT}/{SWITCH_UP}/{DOWNSTREAM[0]}/{GPUS[0]}")
+    assert nvml_error("NotSupported")  # the fake's errors are what the gate reads
+
+
+# --------------------------------------------------------------------------- every front end, one verdict
+# benchmarks/fake_nvml with two boards (FAKE_NVML_GPUS=2: the real nvidia-ml-py over a fake
+# libnvidia-ml) and the readers pointed at a laid-out tree (FAKE_SYSFS_ROOT).
+ROOT_DIR = __import__("pathlib").Path(__file__).resolve().parent.parent
+
+
+def _fake_env(sysfs) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FAKE_", "PYTEST"))}
+    env.update(PYTHONPATH=str(ROOT_DIR / "benchmarks" / "fake_nvml"), FAKE_NVML_GPUS="2", FAKE_SYSFS_ROOT=str(sysfs))
+    return env
+
+
+def _report(env: dict[str, str], level: str) -> tuple[int, dict]:
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "gpudoctor", "report", level, "--json"], capture_output=True,
+                          text=True, env=env, cwd=ROOT_DIR, timeout=400)
+    return proc.returncode, json.loads(proc.stdout)
+
+
+@pytest.mark.timeout(900)
+def test_quick_and_full_reports_fail_on_acs_redirect_alike(tmp_path):
+    from gpudoctor import exitcodes
+
+    env = _fake_env(lay_out(tmp_path, acs=REDIRECT))
+    for level in ("--quick", "--full"):
+        code, document = _report(env, level)
+        p2p = next(r for r in document["results"] if r["probe"] == "p2p")
+        assert code == exitcodes.FAIL and p2p["status"] == "fail", (level, p2p)
+        assert [f["code"] for f in p2p["findings"] if f["status"] == "fail"] == ["p2p_acs_redirect"], level
+    clean = _fake_env(lay_out(tmp_path / "clean", acs=0))
+    code, document = _report(clean, "--quick")
+    assert code == exitcodes.OK, [(r["probe"], r["summary"]) for r in document["results"]]
+
+
+def test_the_exporter_publishes_the_p2p_verdict(tmp_path):
+    from prom_support import assert_exporter_report_fails
+
+    assert_exporter_report_fails(_fake_env(lay_out(tmp_path, acs=REDIRECT)), ROOT_DIR)
+
+
+@pytest.mark.timeout(120)
+def test_the_tui_header_fails_on_acs_redirect(tmp_path):
+    from tui_support import assert_tui_header_fails
+
+    assert_tui_header_fails(_fake_env(lay_out(tmp_path, acs=REDIRECT)), cols=200)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("symbol", ["nvmlDeviceGetTopologyCommonAncestor", "nvmlDeviceGetP2PStatus"])
+def test_a_driver_that_never_answers_the_pair_call_costs_seconds_not_the_report(tmp_path, symbol):
+    """The fake libnvidia-ml blocks in one of the pair calls for ever: the gate gives up after 5 s, the
+    p2p probe fails with driver_not_answering, and every other probe has answered."""
+    env = _fake_env(lay_out(tmp_path))
+    env["FAKE_NVML_HANG"] = symbol
+    code, document = _report(env, "--quick")
+    by_probe = {r["probe"]: r for r in document["results"]}
+    assert by_probe["p2p"]["status"] == "fail" and "not answering" in by_probe["p2p"]["summary"], by_probe["p2p"]
+    assert all(r["status"] == "pass" for name, r in by_probe.items() if name != "p2p")
