@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import threading
 import time
 import weakref
@@ -399,18 +400,36 @@ def _fabric_reading(info: object, error_name: Callable[[int], str]) -> dict[str,
     }
 
 
+#: The initial (host's) PID namespace as ``/proc/self/ns/pid`` names it: the kernel gives it the fixed
+#: inode PROC_PID_INIT_INO (0xEFFFFFFC, include/linux/proc_ns.h); every other namespace gets its own.
+HOST_PID_NAMESPACE = "pid:[4026531836]"
+
+
+def pid_namespace(proc_root: str = "/proc") -> str | None:
+    """This process's PID namespace (``pid:[inode]``), or None where there is no /proc to say."""
+    try:
+        return os.readlink(os.path.join(proc_root, "self", "ns", "pid"))[:64]
+    except (OSError, ValueError):
+        return None
+
+
 class NvmlBackend:
     """Live readings through NVML. The methods are :class:`~gpudoctor.backends.base.GpuBackend`."""
 
     kind: ClassVar[str] = "nvml"
     source = ""  # a replay names its file here
+    #: Where the process file system is (a test lays out its own): which PID namespace this is in.
+    proc_root = "/proc"
 
     def __init__(self, gate: NvmlGate | None = None) -> None:
         self.gate = gate or NvmlGate()
         self._handles: dict[int, NvmlHandle] = {}
         self._identities: dict[int, dict[str, Any]] = {}  # index -> PCI bus id and UUID, read once
         self._process_util_seen: dict[int, int] = {}
-        self._processes_util_info = True  # until the driver says it has no nvmlDeviceGetProcessesUtilizationInfo
+        # Devices (by index) whose driver or binding answered that it has no
+        # nvmlDeviceGetProcessesUtilizationInfo: kept per device, since a GPU in MIG mode answers
+        # NotSupported where its neighbours answer.
+        self._no_util_info: set[int] = set()
         self._memory_v2 = True  # until the driver or the binding says it has no v2 memory call
         # GPM per device (index) or MIG GPU instance ((index, gpu instance id)): its samples, or
         # the NA that says why it cannot be read; freed before NVML shuts down or restarts.
@@ -705,7 +724,8 @@ class NvmlBackend:
 
     def processes(self, index: int) -> list[ProcessReading] | NA:
         """Processes holding a context on the device: pid, type, GPU memory, SM util (the newest
-        sample per PID; NA("PidNamespaceMismatch") when the samples carry other PIDs than the list)."""
+        sample per PID; NA("PidNamespaceMismatch") where the list and the samples may number
+        processes in different PID namespaces: see :meth:`_pid_join_refused`)."""
         found: dict[int, dict[str, Any]] = {}
         any_ok = False
         first_na: NA | None = None
@@ -738,26 +758,40 @@ class NvmlBackend:
                     newest_by_pid[pid] = (stamp, int(u.smUtil))
                 newest = max(newest, stamp)
             self._process_util_seen[index] = newest
-            if found and newest_by_pid and not found.keys() & newest_by_pid.keys():
-                # R535+ drivers give the running processes in the caller's PID namespace but
-                # the utilisation samples in the host's: in a container the two never meet.
-                for entry in found.values():
-                    entry["sm_util_pct"] = NA("PidNamespaceMismatch")
-            else:
-                for pid, (_, sm) in newest_by_pid.items():
-                    if pid in found:
-                        found[pid]["sm_util_pct"] = sm
+            refused = self._pid_join_refused(set(found), set(newest_by_pid))
+            for pid, entry in found.items():
+                if refused is not None:
+                    entry["sm_util_pct"] = refused
+                elif pid in newest_by_pid:
+                    entry["sm_util_pct"] = newest_by_pid[pid][1]
         return [ProcessReading(e["pid"], e["type"], e["gpu_memory_bytes"], e["sm_util_pct"])
                 for e in sorted(found.values(), key=lambda e: e["pid"])]
+
+    def _pid_join_refused(self, listed: set[int], sampled: set[int]) -> NA | None:
+        """None when the running processes and the utilisation samples can be matched by PID, else
+        NA("PidNamespaceMismatch") for every process's SM %.
+
+        R535+ drivers give the running processes in the caller's PID namespace and the utilisation
+        samples in the host's. On the host (this process in the initial PID namespace) both are host
+        PIDs. In a container they are numbered in two namespaces, and a container PID that happens
+        to equal some host PID would credit another process's SM % to it; a container's own /proc
+        numbers only its processes (NSpid shows no host PID), so no translation is possible: no join.
+        Without a /proc (no PID namespaces to tell) two sets sharing no PID still say so."""
+        namespace = pid_namespace(self.proc_root)
+        if namespace == HOST_PID_NAMESPACE or not listed or not sampled:
+            return None
+        if namespace is not None or not listed & sampled:
+            return NA("PidNamespaceMismatch")
+        return None
 
     def _process_util_samples(self, index: int, last_seen: int) -> Any:
         """Per-process utilisation samples newer than ``last_seen``: the v1 info call where the
         driver has it (R550+), else the older ``nvmlDeviceGetProcessUtilization``."""
-        if self._processes_util_info:
+        if index not in self._no_util_info:
             samples = self._q("nvmlDeviceGetProcessesUtilizationInfo", index, last_seen)
             if not is_na(samples) or samples.reason not in ("FunctionNotFound", "NotSupported"):
                 return samples
-            self._processes_util_info = False  # this driver or binding has only the old call
+            self._no_util_info.add(index)  # this device (or the binding) has only the old call
         return self._q("nvmlDeviceGetProcessUtilization", index, last_seen)
 
     # -- GPM (Hopper and later) ------------------------------------------------------
@@ -978,7 +1012,7 @@ class NvmlBackend:
         self._handles.clear()
         self._identities.clear()
         self._process_util_seen.clear()
-        self._processes_util_info = True
+        self._no_util_info.clear()
         self.gate.reset()
 
     def close(self) -> None:
