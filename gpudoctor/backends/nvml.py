@@ -413,6 +413,24 @@ def pid_namespace(proc_root: str = "/proc") -> str | None:
         return None
 
 
+def _unsigned(answer: object) -> int | None:
+    """An NVML ``unsigned int`` answer as a number, or None (NA, or not such a number)."""
+    if isinstance(answer, bool) or not isinstance(answer, int) or not 0 <= answer < 2 ** 32:
+        return None
+    return int(answer)
+
+
+def nvlink_version_words(version: object, name: object) -> str:
+    """An NVLink version as people see it: the raw value NVML answered, with the enum's reading of it
+    beside it (never the name alone: drivers have answered H100 links with values the enum names as
+    other versions, so which reading is right is still to be settled on a GPU)."""
+    if not isinstance(version, int) or isinstance(version, bool):
+        return "not read"
+    if isinstance(name, str) and name:
+        return f"{version} (as nvmlNvlinkVersion_t: NVLink {name})"
+    return f"{version} (not a value of the binding's nvmlNvlinkVersion_t)"
+
+
 class NvmlBackend:
     """Live readings through NVML. The methods are :class:`~gpudoctor.backends.base.GpuBackend`."""
 
@@ -625,9 +643,11 @@ class NvmlBackend:
 
         ``nvidia-smi nvlink --status`` / ``nvidia-smi topo -m`` show the same. A GPU
         without NVLink answers NotSupported for every link: that is normal, not an error.
-        Each link: ``link``, ``active`` (bool), ``version`` (what NVML answered),
-        ``version_name`` ("4.0": the nvmlNvlinkVersion_t value decoded, None if the binding
-        has no NVML_NVLINK_VERSION_* constants), ``remote_pci_bus_id`` (the peer,
+        Each link: ``link``, ``active`` (bool), ``version`` (the raw unsigned int NVML answered:
+        nvml.h declares ``unsigned int *version``; None when it answered none or no such number),
+        ``version_name`` ("4.0": that value read as pynvml's nvmlNvlinkVersion_t constants, None if
+        the binding has none or the value is not among them: a name to show only beside the raw
+        value, :func:`nvlink_version_words`), ``remote_pci_bus_id`` (the peer,
         normalised like ``static()['pci_bus_id']``) and ``remote_type`` (gpu, switch, ibmnpu).
         """
         handle = self._handle(index)
@@ -649,12 +669,12 @@ class NvmlBackend:
                 continue
             pci = self.gate.query("nvmlDeviceGetNvLinkRemotePciInfo", handle, link)
             remote = self.gate.query("nvmlDeviceGetNvLinkRemoteDeviceType", handle, link)
-            version = self.gate.query("nvmlDeviceGetNvLinkVersion", handle, link)
+            version = _unsigned(self.gate.query("nvmlDeviceGetNvLinkVersion", handle, link))
             links.append({
                 "link": link,
                 "active": bool(state),
-                "version": None if is_na(version) else int(version),
-                "version_name": None if is_na(version) else self._nvlink_version_names().get(int(version)),
+                "version": version,
+                "version_name": None if version is None else self._nvlink_version_names().get(version),
                 "remote_pci_bus_id": None if is_na(pci) else normalise_bus_id(_text(getattr(pci, "busId", None))),
                 "remote_type": None if is_na(remote) else remote_types.get(int(remote), "unknown"),
             })
