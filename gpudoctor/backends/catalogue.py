@@ -324,7 +324,7 @@ READINGS: tuple[Reading, ...] = (
             smi="persistence_mode"),
     Reading("compute_mode", "", "integer", "full", nvml=_q("nvmlDeviceGetComputeMode"), smi="compute_mode"),
     # GPM (GPU performance monitoring, Hopper and later): shares of the time between two GPM samples
-    # (at least 100 ms apart), read in full reads only, each reading the DCGM profiling field's
+    # (at least nvml.GPM_MIN_INTERVAL_S apart), read in full reads only, each reading the DCGM profiling field's
     # counterpart (gpudoctor.backends.nvml reads them; docs/utilisation.md says what they mean).
     Reading("sm_active_pct", "%", "number", "full", plausible=PCT, gpm=_g("NVML_GPM_METRIC_SM_UTIL", 2),
             history=True, label="SM", beside="gpu_util_pct", word="sm act", line=12,

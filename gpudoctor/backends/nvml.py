@@ -289,9 +289,13 @@ class NvmlGate:
         self.shutdown()
 
 
-#: The shortest time between the two GPM samples of one reading: NVML computes GPM metrics from
-#: counter differences and documents that the samples be at least 100 ms apart. A full read sooner
-#: after the last one gives the last reading again (or "Warming" when there is none yet).
+#: The shortest time between the two GPM samples of one reading, defined here alone (everything else
+#: that waits for GPM, or outlasts it by construction, uses this name). NVML computes GPM metrics from
+#: the counter differences between two samples; nvml.h states a minimum only from NVML 12.9 on (in
+#: nvmlGpmMetricsGet: more than 100 ms between the two nvmlGpmSampleGet() calls, for the counters'
+#: internal refresh rate); earlier headers and the R525 reference state none. Not yet measured on a
+#: GPU: what a shorter pair gives, and whether 100 ms suffices, is to be learned there. A full read
+#: sooner than this after the last sample gives the last reading again ("Warming" when there is none).
 GPM_MIN_INTERVAL_S = 0.1
 
 # What a failed GPM start-up means, in words (the NA's reason, read by gpudoctor.backends.busy).
