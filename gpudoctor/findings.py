@@ -97,6 +97,9 @@ _FABRIC_FIX = ("Start the fabric manager: `sudo systemctl enable --now nvidia-fa
 
 #: The words of each finding code. A code worded in more than one way (a straggler by its data wait or
 #: by its steps) has an entry per way, keyed ``code:way``.
+_BUSY_WHY = ("NVML's utilisation is the share of time any kernel ran, so a loop of tiny kernels reads 100 %; "
+             "GPM's SM activity (Hopper and later) shows how much of the GPU worked.")
+
 WORDING: dict[str, Wording] = {
     # -- clock events (health probe, compute probe, fleet) -------------------------------------
     "throttle_hw_slowdown": Wording(Status.FAIL, "{label}: {words}", _HW_WHY, _HW_FIX),
@@ -215,6 +218,9 @@ WORDING: dict[str, Wording] = {
         "Only one process at a time may use it: a second job or a DataLoader worker touching CUDA fails with "
         "'all CUDA-capable devices are busy or unavailable'.",
         "Expected on shared clusters; otherwise `nvidia-smi -c DEFAULT` (administrator)."),
+    # -- the health probe: is the GPU really working (gpudoctor.backends.busy's verdict; the warning
+    # busy_small_kernels, which fleet gives too, is below with fleet's) --------------------------
+    "busy_verdict": Wording(Status.PASS, "{label}: {words}", _BUSY_WHY),
     # -- the health probe: the NVLink fabric (NVSwitch boards) --------------------------------
     "fabric_not_ready:not_started": Wording(
         Status.FAIL, "{label}: its NVLink fabric registration has not started (NVML fabric state: Not Started)",
@@ -297,7 +303,7 @@ WORDING: dict[str, Wording] = {
     "target_down_unseen": Wording(
         Status.ERROR, "target not answering Prometheus, and no GPU of it seen in the look-back window"),
     "xid": Wording(Status.WARN, "Xid {xid}{when}: {words}; {action}"),
-    "busy_small_kernels": Wording(Status.WARN, "{words}"),
+    "busy_small_kernels": Wording(Status.WARN, "{label}: {words}", _BUSY_WHY),
 }
 
 
