@@ -140,7 +140,7 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: ModuleType, dev: _gp
         "throttle_reasons": throttle_reason_names(reasons) if isinstance(reasons, int) else None,
         "throttle_reasons_source": "during the matmuls" if load.samples else "after the matmuls",
         "samples_during_load": load.samples, "min_sm_clock_during_load_mhz": load.min_sm_clock,
-        "max_power_during_load_w": load.max_power_w,
+        "max_power_during_load_w": load.max_power_w, "max_power_during_load_source": load.max_power_source,
         "clock_sm_mhz": after.get("clock_sm_mhz") if isinstance(after.get("clock_sm_mhz"), int) else None,
         "power_w": after.get("power_w") if isinstance(after.get("power_w"), (int, float)) else None}
 

@@ -32,13 +32,15 @@ from gpudoctor.backends.na import NA, is_na
 from gpudoctor.backends.plausible import IMPLAUSIBLE, is_implausible
 from gpudoctor import findings
 from gpudoctor.backends.nvml import (GPM_MIG, GPM_MIN_INTERVAL_S, GPM_NEEDS_HOPPER, GPM_OLD_DRIVER, GPM_WARMING,
-                                     throttle_reason_names)
+                                     power_usage_is_average, throttle_reason_names)
 from gpudoctor.backends.visibility import visible_nvml_indices
 from gpudoctor.model import Finding, ProbeResult, Status
 from gpudoctor.probes import Probe, ProbeContext
 from gpudoctor.probes._clock_events import GPU_IDLE
 
 COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
+#: power_draw's note where NVML's power usage is an average (Ampere except GA100, and later: nvml.h).
+POWER_AVERAGE_NOTE = "1 s average (nvmlDeviceGetPowerUsage)"
 # Retired pages at or above this count: NVIDIA's guidance is that the board is due for RMA.
 RETIRED_PAGES_RMA = 60
 # Within this many degrees of the shutdown threshold, a hot GPU is a failure, not a warning.
@@ -69,9 +71,9 @@ class _Device:
     x: dict[str, Any]  # a sample
     label: str = ""
 
-    def m(self, key_name: str, value: object, unit: str = "", reference: object = None) -> None:
+    def m(self, key_name: str, value: object, unit: str = "", reference: object = None, note: str = "") -> None:
         self.r.measure(key_name, None if is_na(value) else value, unit, device=self.dev,
-                       reference=_num(reference), note=value.reason if is_na(value) else "")
+                       reference=_num(reference), note=value.reason if is_na(value) else note)
 
     def say(self, code: str, **fields: object) -> None:
         """The finding ``code`` about this GPU, in gpudoctor.findings' words."""
@@ -169,7 +171,12 @@ def _check_temperature(d: _Device) -> None:
 
 def _check_power(d: _Device) -> None:
     limit = _num(d.x.get("power_limit_w")) or _num(d.s.get("power_limit_w"))
-    d.m("power_draw", d.x.get("power_w"), "W", reference=limit)
+    average = power_usage_is_average(d.s.get("architecture"), d.s.get("compute_capability"))
+    d.m("power_draw", d.x.get("power_w"), "W", reference=limit,
+        note="" if average is None else POWER_AVERAGE_NOTE if average else "instantaneous")
+    instant = d.x.get("power_instant_w")
+    if _num(instant) is not None:  # NVML_FI_DEV_POWER_INSTANT, where the driver gives it
+        d.m("power_instant", instant, "W", reference=limit)
     default_limit = _num(d.s.get("power_default_limit_w"))
     if limit is not None and default_limit is not None and limit < 0.9 * default_limit:
         d.say("power_limit_lowered", limit=limit, default=default_limit)

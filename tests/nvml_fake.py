@@ -173,6 +173,27 @@ class GpmMetricsGet:
         self.metrics = [SimpleNamespace(metricId=0, nvmlReturn=0, value=0.0) for _ in range(64)]
 
 
+def field_values(answers: dict[int, Any]) -> Any:
+    """An ``nvmlDeviceGetFieldValues`` reading: called with a list of field ids (NVML_FI_*), it
+    answers one ``nvmlFieldValue_t`` per id as pynvml gives it (``nvmlReturn``, ``valueType``,
+    ``value``): ``answers[id]`` is a number (an unsigned int, valueType 1; a callable is called each
+    time) or an exception class, whose name becomes the field's return code; an id not in
+    ``answers`` is NotSupported, as NVML answers for a field the GPU lacks."""
+    def read(ids: list[int]) -> list[SimpleNamespace]:
+        out = []
+        for field in ids:
+            answer = answers.get(field, nvml_error("NotSupported"))
+            if isinstance(answer, type) and issubclass(answer, BaseException):
+                code = _CODE_OF.get(answer.__name__.removeprefix("NVMLError_"), 999)
+                out.append(SimpleNamespace(fieldId=field, nvmlReturn=code, valueType=1, value=SimpleNamespace(uiVal=0)))
+            else:
+                value = answer() if callable(answer) else answer
+                out.append(SimpleNamespace(fieldId=field, nvmlReturn=0, valueType=1, value=SimpleNamespace(uiVal=value)))
+        return out
+
+    return read
+
+
 def util(gpu: int, memory: int = 0) -> SimpleNamespace:
     """An ``nvmlDeviceGetUtilizationRates`` answer."""
     return SimpleNamespace(gpu=gpu, memory=memory)

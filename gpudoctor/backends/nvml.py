@@ -331,14 +331,47 @@ _NO_V2_REASONS = frozenset({"FunctionNotFound", "NotSupported", "ArgumentVersion
 _SAMPLE_VALUE_FIELDS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 
 
+def power_usage_is_average(architecture: object, compute_capability: object) -> bool | None:
+    """Whether nvmlDeviceGetPowerUsage (``power_w``) is a 1-second average rather than the power at that
+    instant: nvml.h says it averages over 1 s on Ampere (except GA100) and later. ``architecture`` is
+    nvmlDeviceGetArchitecture's number (static ``architecture``: 2 Kepler .. 6 Turing, 7 Ampere, 8 Ada,
+    9 Hopper, 10 Blackwell, 13 Rubin); GA100 (A100, A30) is the Ampere with compute capability 8.0.
+    None where the architecture is unknown."""
+    if not isinstance(architecture, int) or isinstance(architecture, bool):
+        return None
+    if 2 <= architecture <= 6:
+        return False
+    if architecture == 7:
+        return compute_capability != "8.0" if isinstance(compute_capability, str) else None
+    return True if architecture in (8, 9, 10, 13) else None
+
+
 def _mw_to_w(value: float | NA) -> float | NA:
     return value if is_na(value) else value / 1000.0
 
 
-def _convert(answer: Any, how: catalogue.NvmlRead) -> Any:
+def _field_value(answer: Any, error_name: Callable[[int], str]) -> Any:
+    """The first field of an ``nvmlDeviceGetFieldValues`` answer (``nvmlFieldValue_t``): its value by
+    its ``valueType``, or NA with the field's own return code (a field the GPU lacks: NotSupported)."""
+    try:
+        field = answer[0]
+        code = int(field.nvmlReturn)
+        if code != 0:
+            return NA(error_name(code))
+        value = getattr(field.value, _SAMPLE_VALUE_FIELDS.get(int(field.valueType), "uiVal"))
+    except (AttributeError, IndexError, KeyError, TypeError, ValueError):
+        return NA("NotAFieldValue")
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else NA("NotAFieldValue")
+
+
+def _convert(answer: Any, how: catalogue.NvmlRead, error_name: Callable[[int], str] = str) -> Any:
     """An NVML answer as the catalogue's reading: its ``item``, converted, divided (NA stays NA)."""
     if is_na(answer):
         return answer
+    if how.convert == "field":
+        answer = _field_value(answer, error_name)
+        if is_na(answer):
+            return answer
     value = answer[how.item] if how.item is not None else answer
     if how.convert == "len":
         value = len(value)
@@ -635,11 +668,11 @@ class NvmlBackend:
             if call not in answers:
                 answer: Any = NA("FunctionNotFound")
                 for function in how.functions:
-                    answer = self._q(function, index, *args)
+                    answer = self._q(function, index, *((list(args),) if how.convert == "field" else args))
                     if not is_na(answer):
                         break
                 answers[call] = answer
-            out[reading.key] = _convert(answers[call], how)
+            out[reading.key] = _convert(answers[call], how, self.gate.error_name)
         return out
 
     def nvlink(self, index: int) -> Any:
