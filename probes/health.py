@@ -292,19 +292,23 @@ def _not_at_quick(samples: dict[int, dict[str, Any]]) -> None:
                 x[key] = NA(NOT_AT_QUICK)
 
 
-def _gpm_window(ctx: ProbeContext, samples: dict[int, dict[str, Any]]) -> None:
-    """The GPM readings of every GPU that has GPM over one window of :data:`GPM_WINDOW_S`: the sample
-    just read opened it (its GPM part); after the wait each such GPU's GPM is read again, through the
-    backend (the NVML gate), and replaces the opening readings. The wait is cut to what the probe's
-    deadline leaves, and skipped when that is under GPM's minimum interval."""
-    opened = [n for n, x in samples.items() if _has_gpm(x.get("sm_active_pct"))]
-    wait = min(GPM_WINDOW_S, ctx.time_left() - 2.0)
-    if not opened or wait < GPM_MIN_INTERVAL_S:
+def _gpm_window(ctx: ProbeContext, samples: dict[int, dict[str, Any]], opened: dict[int, float]) -> None:
+    """The GPM readings of every GPU that has GPM over a window of at least :data:`GPM_WINDOW_S`: its
+    sample (taken at ``opened[n]``) opened it (its GPM part); once the last GPU's window has lasted
+    that long, each such GPU's GPM is read again, through the backend (the NVML gate), and replaces
+    the opening readings; ``GPM_WINDOW_KEY`` holds how long its window lasted. One wait for all GPUs,
+    cut to what the probe's deadline leaves, and none when that is under GPM's minimum interval."""
+    with_gpm = [n for n, x in samples.items() if _has_gpm(x.get("sm_active_pct"))]
+    if not with_gpm:
         return
-    time.sleep(wait)
-    for n in opened:
+    lasted = time.monotonic() - max(opened[n] for n in with_gpm)  # the shortest window so far
+    wait = min(GPM_WINDOW_S - lasted, ctx.time_left() - 2.0)
+    if lasted + wait < GPM_MIN_INTERVAL_S:
+        return  # the deadline leaves no window GPM can read
+    time.sleep(max(0.0, wait))
+    for n in with_gpm:
         samples[n].update(ctx.gpu.gpm(n))
-        samples[n][GPM_WINDOW_KEY] = round(wait, 3)
+        samples[n][GPM_WINDOW_KEY] = round(time.monotonic() - opened[n], 3)
 
 
 def _has_gpm(value: object) -> bool:
@@ -338,11 +342,15 @@ def run(ctx: ProbeContext) -> ProbeResult:
         visible = visible_nvml_indices(gpu)
         torch_of = {n: t for t, n in enumerate(visible)} if isinstance(visible, list) else {}
     statics = {n: gpu.static(n) for n in nvml_indices}
-    samples: dict[int, dict[str, Any]] = {n: dict(gpu.sample(n)) for n in nvml_indices}
+    samples: dict[int, dict[str, Any]] = {}
+    opened: dict[int, float] = {}  # when each GPU's sample (and so its GPM window) was taken
+    for n in nvml_indices:
+        samples[n] = dict(gpu.sample(n))
+        opened[n] = time.monotonic()
     if ctx.level == "quick":
         _not_at_quick(samples)
     elif not ctx.replay:
-        _gpm_window(ctx, samples)
+        _gpm_window(ctx, samples, opened)
     for n in nvml_indices:
         check_device(r, n, statics[n], samples[n])
     r.details["device_numbering"] = "nvml"

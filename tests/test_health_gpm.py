@@ -77,3 +77,12 @@ def test_a_gpu_without_gpm_gets_no_wait_and_a_verdict_that_says_what_cannot_be_t
     measured = {m.name: m for m in result.measurements}
     assert measured["sm_activity"].value is None and measured["sm_activity"].note == "needs Hopper or later"
     assert result.details["busy"]["0"]["code"] == "no_gpm" and result.details["busy"]["0"]["gpm_window_s"] is None
+
+
+def test_the_window_is_cut_to_the_probes_deadline_and_skipped_when_too_short():
+    import time
+
+    gpu, _ = busy_hopper(sm=6.0)
+    result = health.run(ProbeContext(gpu=gpu, level="standard", deadline=time.monotonic() + 2.05))
+    assert result.details["busy"]["0"]["code"] == "warming"  # no window GPM could read: said, not guessed
+    assert {m.name: m for m in result.measurements}["sm_activity"].note == "Warming"
