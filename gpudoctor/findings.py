@@ -97,6 +97,9 @@ _FABRIC_FIX = ("Start the fabric manager: `sudo systemctl enable --now nvidia-fa
 
 #: The words of each finding code. A code worded in more than one way (a straggler by its data wait or
 #: by its steps) has an entry per way, keyed ``code:way``.
+_BUSY_WHY = ("NVML's utilisation is the share of time any kernel ran, so a loop of tiny kernels reads 100 %; "
+             "GPM's SM activity (Hopper and later) shows how much of the GPU worked.")
+
 WORDING: dict[str, Wording] = {
     # -- clock events (health probe, compute probe, fleet) -------------------------------------
     "throttle_hw_slowdown": Wording(Status.FAIL, "{label}: {words}", _HW_WHY, _HW_FIX),
@@ -315,6 +318,9 @@ WORDING: dict[str, Wording] = {
         "No driver can make a GPU appear: torch trains on the CPU here, and code that asks for 'cuda' fails.",
         "Run on a machine that has an NVIDIA GPU (on a cloud, a GPU instance type; in a VM, a GPU passed through "
         "to it). Nothing on this machine needs installing for that."),
+    # -- the health probe: is the GPU really working (gpudoctor.backends.busy's verdict; the warning
+    # busy_small_kernels, which fleet gives too, is below with fleet's) --------------------------
+    "busy_verdict": Wording(Status.PASS, "{label}: {words}", _BUSY_WHY),
     # -- the health probe: the NVLink fabric (NVSwitch boards) --------------------------------
     "fabric_not_ready:not_started": Wording(
         Status.FAIL, "{label}: its NVLink fabric registration has not started (NVML fabric state: Not Started)",
@@ -397,7 +403,7 @@ WORDING: dict[str, Wording] = {
     "target_down_unseen": Wording(
         Status.ERROR, "target not answering Prometheus, and no GPU of it seen in the look-back window"),
     "xid": Wording(Status.WARN, "Xid {xid}{when}: {words}; {action}"),
-    "busy_small_kernels": Wording(Status.WARN, "{words}"),
+    "busy_small_kernels": Wording(Status.WARN, "{label}: {words}", _BUSY_WHY),
     # -- Xids judged as a sequence (the exporter's gauge history, gpudoctor.xid.judge_sequence) -----
     "xid_hidden": Wording(
         Status.FAIL, "Xid {xid} ({words}) came before the Xid {last} the gauge shows now{window}",

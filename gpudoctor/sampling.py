@@ -64,9 +64,18 @@ _NOT_READINGS = {"t"}
 
 
 # --------------------------------------------------------------------------- data
-def device_fault(sample: Mapping[str, Any]) -> NA | None:
-    """NA when every reading of a device failed (one reason, or the reasons joined), else None."""
+def _device_answers(sample: Mapping[str, Any]) -> list[Any]:
+    """A sample's readings, less those NA("FunctionNotFound") when others remain: a call the binding
+    lacks is answered without asking the device, so it tells nothing of the device's state."""
     readings = [v for k, v in sample.items() if k not in _NOT_READINGS]
+    return [v for v in readings if not (is_na(v) and v.reason == "FunctionNotFound")] or readings
+
+
+def device_fault(sample: Mapping[str, Any]) -> NA | None:
+    """NA when every reading of a device failed (one reason, or the reasons joined), else None. A
+    call the binding lacks (FunctionNotFound: answered without asking the device) says nothing of
+    the device, so it is no part of the reason when others give one."""
+    readings = _device_answers(sample)
     if not readings or not all(is_na(v) for v in readings):
         return None
     reasons = {v.reason for v in readings}
@@ -183,7 +192,7 @@ def recoverable_trouble(snap: Snapshot) -> str | None:
 
 
 def all_lost(sample: Mapping[str, Any]) -> bool:
-    readings = [v for k, v in sample.items() if k != "t"]
+    readings = _device_answers(sample)
     return bool(readings) and all(is_na(v) and v.reason == "GpuIsLost" for v in readings)
 
 

@@ -207,7 +207,10 @@ class LoadSampler:
 
     Throttle reasons read after a benchmark finds an idle GPU; reading during it finds
     the thermal or power limits the load actually ran into. Collects the union of
-    throttle reasons (minus "idle"), and the lowest SM clock and highest power seen.
+    throttle reasons (minus "idle"), and the lowest SM clock and highest power seen: the
+    instant power (NVML_FI_DEV_POWER_INSTANT) where the driver gives it, since the power usage
+    call is a 1-second average on Ampere (except GA100) and later and smooths the spikes away;
+    ``max_power_source`` says which ("instant" or "power usage").
     """
 
     def __init__(self, ctx: ProbeContext, device: Device, interval_s: float = 0.1) -> None:
@@ -218,6 +221,7 @@ class LoadSampler:
         self.samples = 0
         self.min_sm_clock: int | None = None
         self.max_power_w: float | None = None
+        self.max_power_source: str | None = None
         self.core = Sampler(ctx.gpu, None, with_processes=False, reads="fast",
                             devices=[] if device.nvml_index is None else [device.nvml_index],
                             interval_s=interval_s, history_length=1, on_sample=self._keep, stop_on_error=True)
@@ -226,14 +230,26 @@ class LoadSampler:
         if not snap.devices:
             return
         x = snap.devices[0].sample
-        reasons, clock, power = x.get("throttle_reasons"), x.get("clock_sm_mhz"), x.get("power_w")
+        reasons, clock = x.get("throttle_reasons"), x.get("clock_sm_mhz")
         if isinstance(reasons, int) and not reasons & GPU_IDLE:  # skip samples where the GPU sat idle
             self.samples += 1
             self.reasons |= reasons
             if isinstance(clock, int):
                 self.min_sm_clock = clock if self.min_sm_clock is None else min(self.min_sm_clock, clock)
-            if isinstance(power, (int, float)):
-                self.max_power_w = power if self.max_power_w is None else max(self.max_power_w, power)
+            self._keep_power(x.get("power_instant_w"), x.get("power_w"))
+
+    def _keep_power(self, instant: object, usage: object) -> None:
+        """The highest power: instant readings once one came (a 1-second average is never mixed in)."""
+        if isinstance(instant, (int, float)) and not isinstance(instant, bool):
+            if self.max_power_source != "instant":
+                self.max_power_w, self.max_power_source = None, "instant"
+            power = float(instant)
+        elif (self.max_power_source != "instant" and isinstance(usage, (int, float))
+              and not isinstance(usage, bool)):
+            power, self.max_power_source = float(usage), "power usage"
+        else:
+            return
+        self.max_power_w = power if self.max_power_w is None else max(self.max_power_w, power)
 
     def start(self) -> "LoadSampler":
         if self.device.nvml_index is not None:

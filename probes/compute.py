@@ -18,7 +18,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable
 
 from gpudoctor import findings
-from gpudoctor.backends.nvml import throttle_reason_names
+from gpudoctor.backends.nvml import GPM_MIN_INTERVAL_S, GPM_WARMING, throttle_reason_names
 from gpudoctor.model import ProbeResult, Status
 
 from . import Probe, ProbeContext, _gpu
@@ -140,7 +140,7 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: ModuleType, dev: _gp
         "throttle_reasons": throttle_reason_names(reasons) if isinstance(reasons, int) else None,
         "throttle_reasons_source": "during the matmuls" if load.samples else "after the matmuls",
         "samples_during_load": load.samples, "min_sm_clock_during_load_mhz": load.min_sm_clock,
-        "max_power_during_load_w": load.max_power_w,
+        "max_power_during_load_w": load.max_power_w, "max_power_during_load_source": load.max_power_source,
         "clock_sm_mhz": after.get("clock_sm_mhz") if isinstance(after.get("clock_sm_mhz"), int) else None,
         "power_w": after.get("power_w") if isinstance(after.get("power_w"), (int, float)) else None}
 
@@ -185,11 +185,61 @@ def _gpm_reader(ctx: ProbeContext, dev: _gpu.Device) -> GpmReader | None:
     return read
 
 
+#: How long bf16 GEMMs run between the two GPM samples of the tensor-core proof: several times GPM's
+#: minimum interval by construction, whatever one GEMM takes (an H100's timed bf16 run is 35-65 ms in
+#: all, under that interval, so reads around it gave the previous window's reading or "Warming").
+TENSOR_WINDOW_S = max(0.5, 5 * GPM_MIN_INTERVAL_S)
+#: GEMMs run this long before the opening sample: a read that returns the last reading (a sample was
+#: taken less than the minimum interval before) then leaves a window that still holds bf16 work only.
+TENSOR_LEAD_S = 1.5 * GPM_MIN_INTERVAL_S
+
+
+def tensor_window(torch: ModuleType, device: _torch.device, n: int, generator: _torch.Generator | None,
+                  gpm: GpmReader, seconds: float = TENSOR_WINDOW_S) -> dict[str, Any]:
+    """GPM readings over ``seconds`` of back-to-back bf16 n x n GEMMs on ``device``: the two GPM samples
+    bracket that work and nothing else (a GEMM is in flight at each sample, the lead-in covers a read
+    that returns the previous sample). Adds ``gpm_window_s`` and ``gpm_window_matmuls``."""
+    import time
+
+    from gpudoctor.backends.na import is_na
+
+    first = gpm()
+    if first and all(is_na(v) and v.reason != GPM_WARMING for v in first.values()):
+        return first  # no GPM here (before Hopper, an old driver): nothing to run the window for
+    a = torch.randn(n, n, generator=generator, device=device, dtype=torch.bfloat16)
+    b = torch.randn(n, n, generator=generator, device=device, dtype=torch.bfloat16)
+    out = torch.empty(n, n, device=device, dtype=torch.bfloat16)
+    runs = 0
+
+    def run_for(span: float) -> None:
+        nonlocal runs
+        end = time.monotonic() + span
+        while True:
+            for _ in range(4):
+                torch.matmul(a, b, out=out)
+            runs += 4
+            torch.cuda.synchronize(device)
+            if time.monotonic() >= end:
+                return
+
+    run_for(TENSOR_LEAD_S)
+    torch.matmul(a, b, out=out)  # in flight while NVML takes the opening sample
+    gpm()
+    opened, counted = time.monotonic(), runs
+    run_for(seconds)
+    torch.matmul(a, b, out=out)  # in flight at the closing sample
+    found = dict(gpm())
+    closed = time.monotonic()
+    torch.cuda.synchronize(device)
+    found.update(gpm_window_s=round(closed - opened, 3), gpm_window_matmuls=runs - counted + 2)
+    return found
+
+
 def _gpm_row(readings: dict[str, Any]) -> dict[str, Any]:
     """GPM over one timed matmul for its row: numbers, or the reason they are missing."""
     from gpudoctor.backends.na import is_na
 
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {k: readings[k] for k in ("gpm_window_s", "gpm_window_matmuls") if k in readings}
     for key in GPM_KEYS:
         value = readings.get(key)
         if is_na(value):
@@ -203,7 +253,8 @@ def _time_modes(torch: ModuleType, dev: _gpu.Device, device: _torch.device, spec
                 tf32_env: Tf32Environment, budget_s: float, gpm: GpmReader | None = None) -> dict[str, Any]:
     """One timed matmul per mode, as large as half the free memory allows (n <= MAX_N). With
     ``gpm`` (a reader of the device's GPM readings), the bf16 row also carries the SM and tensor
-    activity NVML measured while it ran: proof that the tensor cores did the work."""
+    activity NVML measured over :data:`TENSOR_WINDOW_S` of bf16 GEMMs of that size
+    (:func:`tensor_window`): proof that the tensor cores did the work."""
     clock = _gpu.event_clock(torch, device)
     gen = torch.Generator(device=device).manual_seed(0xC0DE + dev.index)
     rows: dict[str, Any] = {}
@@ -218,10 +269,9 @@ def _time_modes(torch: ModuleType, dev: _gpu.Device, device: _torch.device, spec
             n = MAX_N
             while n > 1024 and 7 * n * n * size > free // 2:  # 3 input pairs + output, half the free memory
                 n //= 2
-            if gpm is not None and mode == "bf16":
-                gpm()  # GPM measures between two reads: this one opens the bf16 window
             timing = matmul_timing(torch, device, dtype, n, clock, budget_s=budget_s / len(MODES), generator=gen)
-            activity = _gpm_row(gpm()) if gpm is not None and mode == "bf16" else {}
+            activity = (_gpm_row(tensor_window(torch, device, n, gen, gpm)) if gpm is not None and mode == "bf16"
+                        else {})
             tflops = matmul_tflops(n, n, n, timing.seconds)
             peak = spec.peak_tflops(mode) if spec else None
             if (mode == "tf32" and tf32_env.tf32_disabled) or (mode == "fp32" and tf32_env.fp32_runs_as_tf32):

@@ -39,6 +39,7 @@ from types import ModuleType
 from typing import Any
 
 from gpudoctor._proc import describe_exit
+from gpudoctor.backends.nvml import nvlink_version_words
 from gpudoctor.model import ProbeResult, Status
 
 from . import Probe, ProbeContext
@@ -492,7 +493,10 @@ def _nvlink_findings(result: ProbeResult, host: str, links: list[Any]) -> None:
             active[gpu] = sum(1 for link in state if link.get("active"))
             inactive[gpu] = [link["link"] for link in state if not link.get("active")]
     total = sum(active.values())
-    result.measure("nvlink_active_links", total, "links", note=host)
+    versions = sorted({nvlink_version_words(link.get("version"), link.get("version_name"))
+                       for state in links if isinstance(state, list) for link in state if link.get("active")})
+    result.measure("nvlink_active_links", total, "links",
+                   note=host + (f"; version as NVML answered: {', '.join(versions)}" if versions else ""))
     if not active:
         return
     if total == 0:

@@ -16,24 +16,32 @@ maximum clocks and PCIe link); the interpretation follows NVIDIA's documentation
 - The NVLink fabric (nvmlDeviceGetGpuFabricInfoV, Hopper and later on NVSwitch boards): until
   the fabric manager has registered the GPU, CUDA fails with error 802; a PCIe board answers
   NotSupported, which is no finding (gpudoctor.findings.fabric_findings).
+- Utilisation is shown with SM and tensor activity (GPM, Hopper and later) and the busy verdict
+  (gpudoctor.backends.busy): 100 % utilisation with few SM cycles active is a warning. The
+  standard report reads GPM over a window of GPM_WINDOW_S (a bounded wait); --quick reads none.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from typing import Any, Iterable, SupportsFloat, SupportsIndex
 
-from gpudoctor.backends.na import is_na
+from gpudoctor.backends import busy
+from gpudoctor.backends.na import NA, is_na
 from gpudoctor.backends.plausible import IMPLAUSIBLE, is_implausible
 from gpudoctor import findings
-from gpudoctor.backends.nvml import throttle_reason_names
+from gpudoctor.backends.nvml import (GPM_MIG, GPM_MIN_INTERVAL_S, GPM_NEEDS_HOPPER, GPM_OLD_DRIVER, GPM_WARMING,
+                                     power_usage_is_average, throttle_reason_names)
 from gpudoctor.backends.visibility import visible_nvml_indices
 from gpudoctor.model import Finding, ProbeResult, Status
 from gpudoctor.probes import Probe, ProbeContext
 from gpudoctor.probes._clock_events import GPU_IDLE
 
 COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
+#: power_draw's note where NVML's power usage is an average (Ampere except GA100, and later: nvml.h).
+POWER_AVERAGE_NOTE = "1 s average (nvmlDeviceGetPowerUsage)"
 # Retired pages at or above this count: NVIDIA's guidance is that the board is due for RMA.
 RETIRED_PAGES_RMA = 60
 # Within this many degrees of the shutdown threshold, a hot GPU is a failure, not a warning.
@@ -65,9 +73,9 @@ class _Device:
     label: str = ""
     processes: Any = None  # the processes holding a context on it (read where the compute mode needs them)
 
-    def m(self, key_name: str, value: object, unit: str = "", reference: object = None) -> None:
+    def m(self, key_name: str, value: object, unit: str = "", reference: object = None, note: str = "") -> None:
         self.r.measure(key_name, None if is_na(value) else value, unit, device=self.dev,
-                       reference=_num(reference), note=value.reason if is_na(value) else "")
+                       reference=_num(reference), note=value.reason if is_na(value) else note)
 
     def say(self, code: str, **fields: object) -> None:
         """The finding ``code`` about this GPU, in gpudoctor.findings' words."""
@@ -88,6 +96,7 @@ def check_device(r: ProbeResult, dev: int, s: dict[str, Any], x: dict[str, Any],
         return
     first = len(r.measurements)
     d.m("gpu_utilization", x.get("gpu_util_pct"), "%")
+    _check_busy(d)
     _check_temperature(d)
     _check_power(d)
     _check_clocks(d)
@@ -101,9 +110,27 @@ def check_device(r: ProbeResult, dev: int, s: dict[str, Any], x: dict[str, Any],
     _check_fabric(d)
 
 
+def _check_busy(d: _Device) -> None:
+    """SM and tensor activity (GPM) beside utilisation, and the one busy verdict over them
+    (gpudoctor.backends.busy): a GPU at 100 % utilisation with its SMs mostly idle is a warning.
+    Samples without GPM readings (a hand-made sample) have neither; at --quick none is read."""
+    x = d.x
+    if "sm_active_pct" not in x:
+        return
+    sm = x.get("sm_active_pct")
+    d.m("sm_activity", sm, "%")
+    d.m("tensor_activity", x.get("tensor_active_pct"), "%")
+    if is_na(sm) and sm.reason == NOT_AT_QUICK:
+        return
+    verdict = busy.verdict(x)
+    d.r.details.setdefault("busy", {})[str(d.dev)] = {**verdict.to_dict(), "gpm_window_s": x.get(GPM_WINDOW_KEY)}
+    d.say("busy_small_kernels" if verdict.code == "busy_small_kernels" else "busy_verdict", words=verdict.text())
+
+
 def _check_unread(d: _Device, measured: list[Any]) -> None:
     """Say what could not be read: nothing at all (never a pass), impossible values, and readings
     denied for lack of permission (shown without -v, with how to get them)."""
+    measured = [m for m in measured if m.note not in GPM_ABSENT]
     unread = [m for m in measured if m.value is None and m.note]
     if measured and len(unread) == len(measured):
         reasons = sorted({m.note for m in unread})
@@ -148,7 +175,12 @@ def _check_temperature(d: _Device) -> None:
 
 def _check_power(d: _Device) -> None:
     limit = _num(d.x.get("power_limit_w")) or _num(d.s.get("power_limit_w"))
-    d.m("power_draw", d.x.get("power_w"), "W", reference=limit)
+    average = power_usage_is_average(d.s.get("architecture"), d.s.get("compute_capability"))
+    d.m("power_draw", d.x.get("power_w"), "W", reference=limit,
+        note="" if average is None else POWER_AVERAGE_NOTE if average else "instantaneous")
+    instant = d.x.get("power_instant_w")
+    if _num(instant) is not None:  # NVML_FI_DEV_POWER_INSTANT, where the driver gives it
+        d.m("power_instant", instant, "W", reference=limit)
     default_limit = _num(d.s.get("power_default_limit_w"))
     if limit is not None and default_limit is not None and limit < 0.9 * default_limit:
         d.say("power_limit_lowered", limit=limit, default=default_limit)
@@ -249,6 +281,54 @@ def _check_modes(d: _Device) -> None:
             d.say("compute_exclusive")
 
 
+#: How long the standard report's health probe waits between its two GPM samples: a bounded wait,
+#: two and a half times GPM's minimum interval, so the closing read always takes a new sample (the
+#: opening one may repeat a sample taken just before by someone else). Never at --quick.
+GPM_WINDOW_S = max(0.25, 2.5 * GPM_MIN_INTERVAL_S)
+#: The sample key that carries the window's length (seconds) to check_device.
+GPM_WINDOW_KEY = "_gpm_window_s"
+#: GPM's NA reason at --quick, where no window is taken (the text report leaves it out).
+NOT_AT_QUICK = "QuickMode"
+_ACTIVITY_KEYS = ("sm_active_pct", "tensor_active_pct")
+#: Why GPM is absent where that is the board's, driver's or level's nature, not an unread reading.
+GPM_ABSENT = frozenset({GPM_NEEDS_HOPPER, GPM_OLD_DRIVER, GPM_MIG, NOT_AT_QUICK})
+
+
+def _not_at_quick(samples: dict[int, dict[str, Any]]) -> None:
+    """At --quick GPM has only its opening sample ("Warming"): say that none was read at this level."""
+    for x in samples.values():
+        for key in _ACTIVITY_KEYS:
+            value = x.get(key)
+            if is_na(value) and value.reason == GPM_WARMING:
+                x[key] = NA(NOT_AT_QUICK)
+
+
+def _gpm_window(ctx: ProbeContext, samples: dict[int, dict[str, Any]], opened: dict[int, float]) -> None:
+    """The GPM readings of every GPU that has GPM over a window of at least :data:`GPM_WINDOW_S`: its
+    sample (taken at ``opened[n]``) opened it (its GPM part); once the last GPU's window has lasted
+    that long, each such GPU's GPM is read again, through the backend (the NVML gate), and replaces
+    the opening readings; ``GPM_WINDOW_KEY`` holds how long its window lasted. One wait for all GPUs,
+    cut to what the probe's deadline leaves, and none when that is under GPM's minimum interval."""
+    with_gpm = [n for n, x in samples.items() if _has_gpm(x.get("sm_active_pct"))]
+    if not with_gpm:
+        return
+    lasted = time.monotonic() - max(opened[n] for n in with_gpm)  # the shortest window so far
+    wait = min(GPM_WINDOW_S - lasted, ctx.time_left() - 2.0)
+    if lasted + wait < GPM_MIN_INTERVAL_S:
+        return  # the deadline leaves no window GPM can read
+    time.sleep(max(0.0, wait))
+    for n in with_gpm:
+        samples[n].update(ctx.gpu.gpm(n))
+        samples[n][GPM_WINDOW_KEY] = round(time.monotonic() - opened[n], 3)
+
+
+def _has_gpm(value: object) -> bool:
+    """Whether an opening GPM reading shows a GPU whose GPM answers (a number, or waiting for its
+    second sample), not one without GPM (before Hopper, MIG mode, an old driver)."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)) or (
+        is_na(value) and value.reason == GPM_WARMING)
+
+
 def run(ctx: ProbeContext) -> ProbeResult:
     r = ProbeResult("health")
     gpu = ctx.gpu
@@ -272,11 +352,20 @@ def run(ctx: ProbeContext) -> ProbeResult:
         nvml_indices = list(range(count))
         visible = visible_nvml_indices(gpu)
         torch_of = {n: t for t, n in enumerate(visible)} if isinstance(visible, list) else {}
+    statics = {n: gpu.static(n) for n in nvml_indices}
+    samples: dict[int, dict[str, Any]] = {}
+    opened: dict[int, float] = {}  # when each GPU's sample (and so its GPM window) was taken
     for n in nvml_indices:
-        static = gpu.static(n)
-        sample = gpu.sample(n)
+        samples[n] = dict(gpu.sample(n))
+        opened[n] = time.monotonic()
+    if ctx.level == "quick":
+        _not_at_quick(samples)
+    elif not ctx.replay:
+        _gpm_window(ctx, samples, opened)
+    for n in nvml_indices:
         # the process list only where it decides something: a GPU only one process may hold
-        check_device(r, n, static, sample, gpu.processes(n) if sample.get("compute_mode") == 3 else None)
+        check_device(r, n, statics[n], samples[n],
+                     gpu.processes(n) if samples[n].get("compute_mode") == 3 else None)
     r.details["device_numbering"] = "nvml"
     r.details["nvml_to_torch"] = {str(k): v for k, v in torch_of.items()}
     # A skipped part (readings denied) is shown, but does not make the checks that ran a skip.
@@ -284,7 +373,7 @@ def run(ctx: ProbeContext) -> ProbeResult:
     problems = [f for f in r.findings if f.status in (Status.WARN, Status.FAIL)]
     unread = [f for f in r.findings if f.code == "nothing_read"]
     if len(unread) == len(nvml_indices):
-        reasons = sorted({m.note for m in r.measurements if m.value is None and m.note})
+        reasons = sorted({m.note for m in r.measurements if m.value is None and m.note and m.note not in GPM_ABSENT})
         summary = f"nothing could be read: {', '.join(reasons)}"
     elif not problems:
         summary = f"{len(nvml_indices)} GPU(s) healthy"

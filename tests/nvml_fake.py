@@ -121,6 +121,49 @@ def h100_mig(*, processes: Any = None, gpm: bool = True) -> dict[str, Any]:
     return readings
 
 
+class CountingGpm:
+    """GPM as nvml.h describes it: ``nvmlGpmSampleGet`` takes a sample of the device's counters and
+    ``nvmlGpmMetricsGet`` computes each metric from two samples, over the time between them. The test
+    sets each metric's activity (percent, by GPM metric id) as work starts and stops (:meth:`set`);
+    the counters integrate it over ``clock`` (monotonic seconds). A metric given no level answers
+    NotSupported. Put one in a device's ``"gpm"`` in place of a :func:`gpm_table`."""
+
+    def __init__(self, levels: dict[int, float], clock: Any = None) -> None:
+        import threading
+        import time
+
+        self.clock = clock or time.monotonic
+        self.levels = dict(levels)
+        self.totals = {metric: 0.0 for metric in levels}
+        self.since = self.clock()
+        self.lock = threading.Lock()
+
+    def _advance(self) -> float:
+        now = self.clock()
+        for metric, pct in self.levels.items():
+            self.totals[metric] += pct * (now - self.since)
+        self.since = now
+        return now
+
+    def set(self, **levels: float) -> None:
+        """New activity levels from now on, by GPM_* name without the prefix (``tensor=95.0``)."""
+        with self.lock:
+            self._advance()
+            for name, pct in levels.items():
+                self.levels[globals()[f"GPM_{name.upper()}"]] = pct
+
+    def sample(self) -> tuple[float, dict[int, float]]:
+        with self.lock:
+            return self._advance(), dict(self.totals)
+
+    @staticmethod
+    def metric(older: tuple[float, dict[int, float]], newer: tuple[float, dict[int, float]], metric: int) -> Any:
+        if metric not in newer[1]:
+            return nvml_error("NotSupported")
+        elapsed = newer[0] - older[0]
+        return (newer[1][metric] - older[1][metric]) / elapsed if elapsed > 0 else 0.0
+
+
 class GpmMetricsGet:
     """Stands in for pynvml's c_nvmlGpmMetricsGet_t."""
 
@@ -128,6 +171,27 @@ class GpmMetricsGet:
         self.version = self.numMetrics = 0
         self.sample1 = self.sample2 = None
         self.metrics = [SimpleNamespace(metricId=0, nvmlReturn=0, value=0.0) for _ in range(64)]
+
+
+def field_values(answers: dict[int, Any]) -> Any:
+    """An ``nvmlDeviceGetFieldValues`` reading: called with a list of field ids (NVML_FI_*), it
+    answers one ``nvmlFieldValue_t`` per id as pynvml gives it (``nvmlReturn``, ``valueType``,
+    ``value``): ``answers[id]`` is a number (an unsigned int, valueType 1; a callable is called each
+    time) or an exception class, whose name becomes the field's return code; an id not in
+    ``answers`` is NotSupported, as NVML answers for a field the GPU lacks."""
+    def read(ids: list[int]) -> list[SimpleNamespace]:
+        out = []
+        for field in ids:
+            answer = answers.get(field, nvml_error("NotSupported"))
+            if isinstance(answer, type) and issubclass(answer, BaseException):
+                code = _CODE_OF.get(answer.__name__.removeprefix("NVMLError_"), 999)
+                out.append(SimpleNamespace(fieldId=field, nvmlReturn=code, valueType=1, value=SimpleNamespace(uiVal=0)))
+            else:
+                value = answer() if callable(answer) else answer
+                out.append(SimpleNamespace(fieldId=field, nvmlReturn=0, valueType=1, value=SimpleNamespace(uiVal=value)))
+        return out
+
+    return read
 
 
 def util(gpu: int, memory: int = 0) -> SimpleNamespace:
@@ -327,13 +391,15 @@ class FakePynvml:
         self.gpm_buffers.discard(sample.id)
 
     def nvmlGpmSampleGet(self, handle: Any, sample: Any) -> Any:
-        sample.table = self._device(handle).get("gpm")
-        if sample.table is None:
+        source = self._device(handle).get("gpm")
+        if source is None:
             raise nvml_error("NotSupported")()
+        sample.counted = source.sample() if isinstance(source, CountingGpm) else None
+        sample.table = source
         return sample
 
     def nvmlGpmMigSampleGet(self, handle: Any, gpu_instance: int, sample: Any) -> Any:
-        sample.table = self._device(handle).get("gpm_mig", {}).get(gpu_instance)
+        sample.table, sample.counted = self._device(handle).get("gpm_mig", {}).get(gpu_instance), None
         if sample.table is None:
             raise nvml_error("InvalidArgument")()
         return sample
@@ -342,7 +408,10 @@ class FakePynvml:
         self._live()
         table = request.sample2.table
         for metric in request.metrics[:request.numMetrics]:
-            answer = table.get(metric.metricId, nvml_error("InvalidArgument"))
+            if getattr(request.sample2, "counted", None) is not None:  # CountingGpm: from the two samples
+                answer = CountingGpm.metric(request.sample1.counted, request.sample2.counted, metric.metricId)
+            else:
+                answer = table.get(metric.metricId, nvml_error("InvalidArgument"))
             if isinstance(answer, type) and issubclass(answer, BaseException):
                 name = answer.__name__.removeprefix("NVMLError_")
                 metric.nvmlReturn, metric.value = _CODE_OF.get(name, 999), 0.0

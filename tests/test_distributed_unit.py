@@ -315,6 +315,38 @@ def test_nvlink_version_enum_is_decoded_with_the_bindings_constants():
     assert links[0]["version"] == 4 and links[0]["version_name"] is None
 
 
+def test_nvlink_version_is_shown_raw_beside_the_enum_reading_and_never_fails():
+    """Issue #40 item 2: nvml.h declares nvmlDeviceGetNvLinkVersion's answer a plain unsigned int;
+    public NCCL benchmarks work around H100s answering 4 where the enum says 6 is "4.0". The raw
+    value is shown beside any name the enum gives it, and a value the enum lacks (or a non-number)
+    costs nothing."""
+    from gpudoctor.model import ProbeResult
+    from gpudoctor.probes.distributed import _nvlink_findings
+
+    names = {"1_0": 1, "2_0": 2, "2_2": 3, "3_0": 4, "3_1": 5, "4_0": 6, "5_0": 7}
+
+    def links_answering(version):
+        nvml = _nvlink_nvml({0: 2}, version=version)
+        for name, value in names.items():
+            setattr(nvml, f"NVML_NVLINK_VERSION_{name}", value)
+        return NvmlBackend(NvmlGate(nvml)).nvlink(0)
+
+    h100_answering_4 = links_answering(4)
+    assert [(l["version"], l["version_name"]) for l in h100_answering_4] == [(4, "3.0"), (4, "3.0")]
+    r = ProbeResult("distributed")
+    _nvlink_findings(r, "node-a", [h100_answering_4, h100_answering_4])
+    note = {m.name: m for m in r.measurements}["nvlink_active_links"].note
+    assert "4 (as nvmlNvlinkVersion_t: NVLink 3.0)" in note  # the raw 4 beside the enum's name
+    unknown = links_answering(99)
+    assert unknown[0]["version"] == 99 and unknown[0]["version_name"] is None
+    odd = links_answering("4.0")  # not an unsigned int: no number made of it, no exception
+    assert odd[0]["version"] is None and odd[0]["version_name"] is None
+    r = ProbeResult("distributed")
+    _nvlink_findings(r, "node-b", [unknown, odd])
+    note = {m.name: m for m in r.measurements}["nvlink_active_links"].note
+    assert "99 (not a value of the binding's nvmlNvlinkVersion_t)" in note and "not read" in note
+
+
 def test_nccl_asked_for_without_a_gpu_names_the_missing_gpu_not_nccl(monkeypatch):
     """Issue #12 item 5: a torch with NCCL but no GPU said "no NCCL in this torch"."""
     torch = pytest.importorskip("torch")

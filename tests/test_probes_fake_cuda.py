@@ -336,6 +336,49 @@ def test_compute_measures_tensor_activity_during_the_bf16_matmul(fake_cuda, monk
 
 
 
+def test_the_bf16_tensor_proof_brackets_only_bf16_work(fake_cuda, monkeypatch):
+    """Issue #40 item 1. A stub NVML whose GPM counters run at 20 % tensor activity until bf16 GEMMs
+    start and 95 % while they run; an earlier reading was taken just before the probe (another
+    probe's sample). An H100 times its bf16 matmul in 35-65 ms, under GPM's minimum interval
+    (stood in here by a timing that returns at once): reads around that timing gave the earlier
+    window's 20 %. The proof must read ~95 %, over a window of bf16 work alone."""
+    import time
+
+    from nvml_fake import GPM_HMMA, GPM_SM, GPM_TENSOR, CountingGpm
+
+    fake_cuda["free"] = 32 * MiB  # n = 1024: quick GEMMs on the CPU stand-in
+    counters = CountingGpm({GPM_SM: 40.0, GPM_TENSOR: 20.0, GPM_HMMA: 20.0})
+    real_matmul = torch.matmul
+
+    def matmul(a, b, **out):
+        bf16 = a.dtype == torch.bfloat16
+        counters.set(sm=98.0 if bf16 else 40.0, tensor=95.0 if bf16 else 20.0, hmma=95.0 if bf16 else 20.0)
+        return real_matmul(a, b, **out)
+
+    monkeypatch.setattr(torch, "matmul", matmul)
+    real_timing = compute.matmul_timing
+
+    def timing(torch_, device, dtype, n, clock, **kw):
+        if dtype == torch.bfloat16:  # the GPU's 35-65 ms: over before GPM's minimum interval
+            return real_timing(torch_, device, torch.float32, 64, clock, budget_s=0.01, repeats=3)
+        return real_timing(torch_, device, dtype, n, clock, **kw)
+
+    monkeypatch.setattr(compute, "matmul_timing", timing)
+    gpu = fake_gpu(fake_cuda["name"], gpm=counters)
+    deadline = time.monotonic() + 60
+    while not isinstance(gpu.gpm(0)["tensor_active_pct"], float):  # the earlier probe's reading: 20 %
+        assert time.monotonic() < deadline, "the stub GPM never gave a reading"
+        time.sleep(0.01)
+    result = compute.run(ProbeContext(gpu=gpu, level="full"))
+    bf16 = result.details["matmul"]["0"]["bf16"]
+    assert bf16["tensor_active_pct"] == pytest.approx(95.0, abs=0.5)
+    assert bf16["sm_active_pct"] == pytest.approx(98.0, abs=0.5)
+    assert bf16["gpm_window_s"] >= compute.TENSOR_WINDOW_S
+    active = next(m for m in _valid(result)["measurements"] if m["name"] == "bf16_tensor_active")
+    assert active["value"] == pytest.approx(95.0, abs=0.5)
+    assert "tensor_cores_used" in _codes(result) and "tensor_cores_idle" not in _codes(result)
+
+
 def test_tensor_activity_without_sm_activity_states_no_sm_figure():
     """GPM answered for the tensor cores but not for the SMs: no "SM activity 0 %" is made up."""
     from gpudoctor.model import ProbeResult

@@ -198,6 +198,7 @@ class GpuSample(TypedDict, total=False):
     memory_reserved_bytes: IntOrNA
     temperature_c: IntOrNA
     power_w: FloatOrNA
+    power_instant_w: FloatOrNA
     power_limit_w: FloatOrNA
     clock_sm_mhz: IntOrNA
     clock_mem_mhz: IntOrNA

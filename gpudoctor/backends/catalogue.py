@@ -91,7 +91,9 @@ class NvmlRead:
     ``functions`` that answers (an older driver names it differently), called with the device
     handle and ``args`` (NVML constants by name, with nvml.h's value for a binding that lacks
     them); then ``item`` of a tuple answer, ``convert`` ("int", "bool", "len": how many in a
-    list) and ``divide`` (mW -> W: 1000)."""
+    list; "field": ``args`` are field ids of ``nvmlDeviceGetFieldValues``, passed as one list, and
+    the answer is the first field's value, or NA with its own return code) and ``divide``
+    (mW -> W: 1000)."""
 
     functions: tuple[str, ...]
     args: tuple[tuple[str, int], ...] = ()
@@ -228,11 +230,22 @@ READINGS: tuple[Reading, ...] = (
             line=3, short=4,
             watch=5, hooks=True, prometheus="gpudoctor_gpu_temperature_celsius", help="GPU core temperature",
             dcgm="DCGM_FI_DEV_GPU_TEMP", fleet="temperature_c", dcgm_scale=1.0),
+    # nvmlDeviceGetPowerUsage is a 1-second average on Ampere (except GA100) and later, the power at that
+    # instant before (nvml.h); the instant power of every architecture is the field NVML_FI_DEV_POWER_INSTANT.
     Reading("power_w", "W", "number", "fast", plausible=WATTS, smi="power.draw",
             nvml=_q("nvmlDeviceGetPowerUsage", divide=1000),
             history=True, label="power", panel=4, spark_top=("power_limit_w", None), word="power", line=4, short=5,
-            watch=6, fmt="power", hooks=True, prometheus="gpudoctor_gpu_power_watts", help="Power draw",
+            watch=6, fmt="power", hooks=True, prometheus="gpudoctor_gpu_power_watts",
+            help="Power draw as NVML reports it: averaged over 1 s on Ampere (except GA100) and later, "
+                 "instantaneous on older GPUs (nvmlDeviceGetPowerUsage)",
             dcgm="DCGM_FI_DEV_POWER_USAGE", fleet="power_w", dcgm_scale=1.0),
+    Reading("power_instant_w", "W", "number", "fast", plausible=WATTS, smi="power.draw.instant",
+            nvml=_q("nvmlDeviceGetFieldValues", args=(_c("NVML_FI_DEV_POWER_INSTANT", 186),), convert="field",
+                    divide=1000),
+            prometheus="gpudoctor_gpu_power_instant_watts",
+            help="Power draw at the instant of the sample (NVML field NVML_FI_DEV_POWER_INSTANT): the spikes "
+                 "a 1-second average smooths out",
+            dcgm="DCGM_FI_DEV_POWER_USAGE_INSTANT"),
     Reading("power_limit_w", "W", "number", "fast", plausible=WATTS, smi="enforced.power.limit",
             nvml=_q("nvmlDeviceGetEnforcedPowerLimit", divide=1000), watch=7, hooks=True,
             prometheus="gpudoctor_gpu_power_limit_watts", help="Enforced power limit",
@@ -324,7 +337,7 @@ READINGS: tuple[Reading, ...] = (
             smi="persistence_mode"),
     Reading("compute_mode", "", "integer", "full", nvml=_q("nvmlDeviceGetComputeMode"), smi="compute_mode"),
     # GPM (GPU performance monitoring, Hopper and later): shares of the time between two GPM samples
-    # (at least 100 ms apart), read in full reads only, each reading the DCGM profiling field's
+    # (at least nvml.GPM_MIN_INTERVAL_S apart), read in full reads only, each reading the DCGM profiling field's
     # counterpart (gpudoctor.backends.nvml reads them; docs/utilisation.md says what they mean).
     Reading("sm_active_pct", "%", "number", "full", plausible=PCT, gpm=_g("NVML_GPM_METRIC_SM_UTIL", 2),
             history=True, label="SM", beside="gpu_util_pct", word="sm act", line=12,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import threading
 import time
 import weakref
@@ -291,9 +292,13 @@ class NvmlGate:
         self.shutdown()
 
 
-#: The shortest time between the two GPM samples of one reading: NVML computes GPM metrics from
-#: counter differences and documents that the samples be at least 100 ms apart. A full read sooner
-#: after the last one gives the last reading again (or "Warming" when there is none yet).
+#: The shortest time between the two GPM samples of one reading, defined here alone (everything else
+#: that waits for GPM, or outlasts it by construction, uses this name). NVML computes GPM metrics from
+#: the counter differences between two samples; nvml.h states a minimum only from NVML 12.9 on (in
+#: nvmlGpmMetricsGet: more than 100 ms between the two nvmlGpmSampleGet() calls, for the counters'
+#: internal refresh rate); earlier headers and the R525 reference state none. Not yet measured on a
+#: GPU: what a shorter pair gives, and whether 100 ms suffices, is to be learned there. A full read
+#: sooner than this after the last sample gives the last reading again ("Warming" when there is none).
 GPM_MIN_INTERVAL_S = 0.1
 
 # What a failed GPM start-up means, in words (the NA's reason, read by gpudoctor.backends.busy).
@@ -329,14 +334,47 @@ _NO_V2_REASONS = frozenset({"FunctionNotFound", "NotSupported", "ArgumentVersion
 _SAMPLE_VALUE_FIELDS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 
 
+def power_usage_is_average(architecture: object, compute_capability: object) -> bool | None:
+    """Whether nvmlDeviceGetPowerUsage (``power_w``) is a 1-second average rather than the power at that
+    instant: nvml.h says it averages over 1 s on Ampere (except GA100) and later. ``architecture`` is
+    nvmlDeviceGetArchitecture's number (static ``architecture``: 2 Kepler .. 6 Turing, 7 Ampere, 8 Ada,
+    9 Hopper, 10 Blackwell, 13 Rubin); GA100 (A100, A30) is the Ampere with compute capability 8.0.
+    None where the architecture is unknown."""
+    if not isinstance(architecture, int) or isinstance(architecture, bool):
+        return None
+    if 2 <= architecture <= 6:
+        return False
+    if architecture == 7:
+        return compute_capability != "8.0" if isinstance(compute_capability, str) else None
+    return True if architecture in (8, 9, 10, 13) else None
+
+
 def _mw_to_w(value: float | NA) -> float | NA:
     return value if is_na(value) else value / 1000.0
 
 
-def _convert(answer: Any, how: catalogue.NvmlRead) -> Any:
+def _field_value(answer: Any, error_name: Callable[[int], str]) -> Any:
+    """The first field of an ``nvmlDeviceGetFieldValues`` answer (``nvmlFieldValue_t``): its value by
+    its ``valueType``, or NA with the field's own return code (a field the GPU lacks: NotSupported)."""
+    try:
+        field = answer[0]
+        code = int(field.nvmlReturn)
+        if code != 0:
+            return NA(error_name(code))
+        value = getattr(field.value, _SAMPLE_VALUE_FIELDS.get(int(field.valueType), "uiVal"))
+    except (AttributeError, IndexError, KeyError, TypeError, ValueError):
+        return NA("NotAFieldValue")
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else NA("NotAFieldValue")
+
+
+def _convert(answer: Any, how: catalogue.NvmlRead, error_name: Callable[[int], str] = str) -> Any:
     """An NVML answer as the catalogue's reading: its ``item``, converted, divided (NA stays NA)."""
     if is_na(answer):
         return answer
+    if how.convert == "field":
+        answer = _field_value(answer, error_name)
+        if is_na(answer):
+            return answer
     value = answer[how.item] if how.item is not None else answer
     if how.convert == "len":
         value = len(value)
@@ -405,18 +443,54 @@ def _fabric_reading(info: object, error_name: Callable[[int], str]) -> dict[str,
     }
 
 
+#: The initial (host's) PID namespace as ``/proc/self/ns/pid`` names it: the kernel gives it the fixed
+#: inode PROC_PID_INIT_INO (0xEFFFFFFC, include/linux/proc_ns.h); every other namespace gets its own.
+HOST_PID_NAMESPACE = "pid:[4026531836]"
+
+
+def pid_namespace(proc_root: str = "/proc") -> str | None:
+    """This process's PID namespace (``pid:[inode]``), or None where there is no /proc to say."""
+    try:
+        return os.readlink(os.path.join(proc_root, "self", "ns", "pid"))[:64]
+    except (OSError, ValueError):
+        return None
+
+
+def _unsigned(answer: object) -> int | None:
+    """An NVML ``unsigned int`` answer as a number, or None (NA, or not such a number)."""
+    if isinstance(answer, bool) or not isinstance(answer, int) or not 0 <= answer < 2 ** 32:
+        return None
+    return int(answer)
+
+
+def nvlink_version_words(version: object, name: object) -> str:
+    """An NVLink version as people see it: the raw value NVML answered, with the enum's reading of it
+    beside it (never the name alone: drivers have answered H100 links with values the enum names as
+    other versions, so which reading is right is still to be settled on a GPU)."""
+    if not isinstance(version, int) or isinstance(version, bool):
+        return "not read"
+    if isinstance(name, str) and name:
+        return f"{version} (as nvmlNvlinkVersion_t: NVLink {name})"
+    return f"{version} (not a value of the binding's nvmlNvlinkVersion_t)"
+
+
 class NvmlBackend:
     """Live readings through NVML. The methods are :class:`~gpudoctor.backends.base.GpuBackend`."""
 
     kind: ClassVar[str] = "nvml"
     source = ""  # a replay names its file here
+    #: Where the process file system is (a test lays out its own): which PID namespace this is in.
+    proc_root = "/proc"
 
     def __init__(self, gate: NvmlGate | None = None) -> None:
         self.gate = gate or NvmlGate()
         self._handles: dict[int, NvmlHandle] = {}
         self._identities: dict[int, dict[str, Any]] = {}  # index -> PCI bus id and UUID, read once
         self._process_util_seen: dict[int, int] = {}
-        self._processes_util_info = True  # until the driver says it has no nvmlDeviceGetProcessesUtilizationInfo
+        # Devices (by index) whose driver or binding answered that it has no
+        # nvmlDeviceGetProcessesUtilizationInfo: kept per device, since a GPU in MIG mode answers
+        # NotSupported where its neighbours answer.
+        self._no_util_info: set[int] = set()
         self._memory_v2 = True  # until the driver or the binding says it has no v2 memory call
         # GPM per device (index) or MIG GPU instance ((index, gpu instance id)): its samples, or
         # the NA that says why it cannot be read; freed before NVML shuts down or restarts.
@@ -600,11 +674,11 @@ class NvmlBackend:
             if call not in answers:
                 answer: Any = NA("FunctionNotFound")
                 for function in how.functions:
-                    answer = self._q(function, index, *args)
+                    answer = self._q(function, index, *((list(args),) if how.convert == "field" else args))
                     if not is_na(answer):
                         break
                 answers[call] = answer
-            out[reading.key] = _convert(answers[call], how)
+            out[reading.key] = _convert(answers[call], how, self.gate.error_name)
         return out
 
     def nvlink(self, index: int) -> Any:
@@ -612,9 +686,11 @@ class NvmlBackend:
 
         ``nvidia-smi nvlink --status`` / ``nvidia-smi topo -m`` show the same. A GPU
         without NVLink answers NotSupported for every link: that is normal, not an error.
-        Each link: ``link``, ``active`` (bool), ``version`` (what NVML answered),
-        ``version_name`` ("4.0": the nvmlNvlinkVersion_t value decoded, None if the binding
-        has no NVML_NVLINK_VERSION_* constants), ``remote_pci_bus_id`` (the peer,
+        Each link: ``link``, ``active`` (bool), ``version`` (the raw unsigned int NVML answered:
+        nvml.h declares ``unsigned int *version``; None when it answered none or no such number),
+        ``version_name`` ("4.0": that value read as pynvml's nvmlNvlinkVersion_t constants, None if
+        the binding has none or the value is not among them: a name to show only beside the raw
+        value, :func:`nvlink_version_words`), ``remote_pci_bus_id`` (the peer,
         normalised like ``static()['pci_bus_id']``) and ``remote_type`` (gpu, switch, ibmnpu).
         """
         handle = self._handle(index)
@@ -636,12 +712,12 @@ class NvmlBackend:
                 continue
             pci = self.gate.query("nvmlDeviceGetNvLinkRemotePciInfo", handle, link)
             remote = self.gate.query("nvmlDeviceGetNvLinkRemoteDeviceType", handle, link)
-            version = self.gate.query("nvmlDeviceGetNvLinkVersion", handle, link)
+            version = _unsigned(self.gate.query("nvmlDeviceGetNvLinkVersion", handle, link))
             links.append({
                 "link": link,
                 "active": bool(state),
-                "version": None if is_na(version) else int(version),
-                "version_name": None if is_na(version) else self._nvlink_version_names().get(int(version)),
+                "version": version,
+                "version_name": None if version is None else self._nvlink_version_names().get(version),
                 "remote_pci_bus_id": None if is_na(pci) else normalise_bus_id(_text(getattr(pci, "busId", None))),
                 "remote_type": None if is_na(remote) else remote_types.get(int(remote), "unknown"),
             })
@@ -731,7 +807,8 @@ class NvmlBackend:
 
     def processes(self, index: int) -> list[ProcessReading] | NA:
         """Processes holding a context on the device: pid, type, GPU memory, SM util (the newest
-        sample per PID; NA("PidNamespaceMismatch") when the samples carry other PIDs than the list)."""
+        sample per PID; NA("PidNamespaceMismatch") where the list and the samples may number
+        processes in different PID namespaces: see :meth:`_pid_join_refused`)."""
         found: dict[int, dict[str, Any]] = {}
         any_ok = False
         first_na: NA | None = None
@@ -764,26 +841,40 @@ class NvmlBackend:
                     newest_by_pid[pid] = (stamp, int(u.smUtil))
                 newest = max(newest, stamp)
             self._process_util_seen[index] = newest
-            if found and newest_by_pid and not found.keys() & newest_by_pid.keys():
-                # R535+ drivers give the running processes in the caller's PID namespace but
-                # the utilisation samples in the host's: in a container the two never meet.
-                for entry in found.values():
-                    entry["sm_util_pct"] = NA("PidNamespaceMismatch")
-            else:
-                for pid, (_, sm) in newest_by_pid.items():
-                    if pid in found:
-                        found[pid]["sm_util_pct"] = sm
+            refused = self._pid_join_refused(set(found), set(newest_by_pid))
+            for pid, entry in found.items():
+                if refused is not None:
+                    entry["sm_util_pct"] = refused
+                elif pid in newest_by_pid:
+                    entry["sm_util_pct"] = newest_by_pid[pid][1]
         return [ProcessReading(e["pid"], e["type"], e["gpu_memory_bytes"], e["sm_util_pct"])
                 for e in sorted(found.values(), key=lambda e: e["pid"])]
+
+    def _pid_join_refused(self, listed: set[int], sampled: set[int]) -> NA | None:
+        """None when the running processes and the utilisation samples can be matched by PID, else
+        NA("PidNamespaceMismatch") for every process's SM %.
+
+        R535+ drivers give the running processes in the caller's PID namespace and the utilisation
+        samples in the host's. On the host (this process in the initial PID namespace) both are host
+        PIDs. In a container they are numbered in two namespaces, and a container PID that happens
+        to equal some host PID would credit another process's SM % to it; a container's own /proc
+        numbers only its processes (NSpid shows no host PID), so no translation is possible: no join.
+        Without a /proc (no PID namespaces to tell) two sets sharing no PID still say so."""
+        namespace = pid_namespace(self.proc_root)
+        if namespace == HOST_PID_NAMESPACE or not listed or not sampled:
+            return None
+        if namespace is not None or not listed & sampled:
+            return NA("PidNamespaceMismatch")
+        return None
 
     def _process_util_samples(self, index: int, last_seen: int) -> Any:
         """Per-process utilisation samples newer than ``last_seen``: the v1 info call where the
         driver has it (R550+), else the older ``nvmlDeviceGetProcessUtilization``."""
-        if self._processes_util_info:
+        if index not in self._no_util_info:
             samples = self._q("nvmlDeviceGetProcessesUtilizationInfo", index, last_seen)
             if not is_na(samples) or samples.reason not in ("FunctionNotFound", "NotSupported"):
                 return samples
-            self._processes_util_info = False  # this driver or binding has only the old call
+            self._no_util_info.add(index)  # this device (or the binding) has only the old call
         return self._q("nvmlDeviceGetProcessUtilization", index, last_seen)
 
     # -- GPM (Hopper and later) ------------------------------------------------------
@@ -1004,7 +1095,7 @@ class NvmlBackend:
         self._handles.clear()
         self._identities.clear()
         self._process_util_seen.clear()
-        self._processes_util_info = True
+        self._no_util_info.clear()
         self.gate.reset()
 
     def close(self) -> None:

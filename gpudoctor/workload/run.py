@@ -249,7 +249,7 @@ class UtilSampler:
     def _gpm_activity(self) -> dict[str, Any]:
         """SM and tensor activity over the run, from GPM's two samples at its start and end (the
         same window as the utilisation), or the reason they are missing (no GPM before Hopper, a
-        run shorter than GPM's 100 ms, ...)."""
+        run shorter than GPM's minimum interval, nvml.GPM_MIN_INTERVAL_S, ...)."""
         from gpudoctor.backends import is_na
 
         found = self._gpm_read()
