@@ -79,7 +79,7 @@ def make(nodes, up=None, extra=(), dcgm=()):
         ("up", vec(*[({"instance": k, "job": "gpudoctor"}, v) for k, v in up.items()])),
         ("{__name__=~", vec(*current)),
         ("last_over_time(gpudoctor_gpu_info", vec(*info)),
-        ("last_over_time(DCGM_FI_DEV_GPU_TEMP", vec(*dcgm)),
+        ("last_over_time({__name__=~\"DCGM_FI_DEV_GPU_TEMP", vec(*dcgm)),
         ("last_over_time(gpudoctor_sample_timestamp_seconds",
          vec(*[({"instance": k, "job": "gpudoctor"}, NOW - 600) for k in up])),
     ])
@@ -162,7 +162,7 @@ def test_dcgm_exporter_series_are_understood():
                             (dict(labels, __name__="DCGM_FI_DEV_FB_FREE"), 3072),
                             (dict(labels, __name__="DCGM_FI_DEV_XID_ERRORS"), 48),
                             (dict(labels, __name__="DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"), 0x40))),
-        ("last_over_time(DCGM_FI_DEV_GPU_TEMP", vec((labels, 50))),
+        ("last_over_time({__name__=~\"DCGM_FI_DEV_GPU_TEMP", vec((labels, 50))),
     ])
     row = view_of(fake).rows[0]
     assert row.source == "dcgm-exporter" and row.name == "NVIDIA A100-SXM4-80GB"
@@ -324,7 +324,7 @@ def test_dcgm_windowed_xid_counts_keep_a_critical_xid_behind_a_harmless_one():
                             (dict(labels, __name__="DCGM_FI_DEV_XID_ERRORS"), 31),
                             (dict(window, xid="79"), 1), (dict(window, xid="31"), 2),
                             (dict(window, xid="13"), 0))),
-        ("last_over_time(DCGM_FI_DEV_GPU_TEMP", vec((labels, 50))),
+        ("last_over_time({__name__=~\"DCGM_FI_DEV_GPU_TEMP", vec((labels, 50))),
     ])
     row = view_of(fake).rows[0]
     assert row.status == "fail" and row.xid_last == 79 and row.xid_count == 3
@@ -343,7 +343,7 @@ def test_a_stale_dcgm_last_xid_gauge_is_not_judged_where_the_window_is_exported(
                             (dict(labels, gpu="0", __name__="DCGM_FI_DEV_XID_ERRORS"), 48),
                             (dict(labels, gpu="1", __name__="DCGM_EXP_XID_ERRORS_COUNT", xid="13",
                                   window_size_in_ms="300000"), 1))),
-        ("last_over_time(DCGM_FI_DEV_GPU_TEMP", vec((dict(labels, gpu="0"), 50), (dict(labels, gpu="1"), 50))),
+        ("last_over_time({__name__=~\"DCGM_FI_DEV_GPU_TEMP", vec((dict(labels, gpu="0"), 50), (dict(labels, gpu="1"), 50))),
     ])
     rows = {r.gpu: r for r in view_of(fake).rows}
     assert rows["0"].status == "pass" and rows["0"].xid_last is None, rows["0"].reason
