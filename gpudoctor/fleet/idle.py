@@ -22,7 +22,7 @@ whichever name a node exports it under (the catalogue's DCGM names and units).
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from gpudoctor import findings
 from gpudoctor.backends import catalogue
@@ -72,7 +72,7 @@ def holders(matchers: Sequence[Matcher] = (), offset: str = "") -> str:
     return f"group by (instance, gpu, {', '.join(HOLDER_LABELS)}) ({alternatives})"
 
 
-def _by_key(series: list[Series], pick: type[max] | type[min] = max) -> dict[Key, float]:
+def _by_key(series: list[Series], pick: Callable[[float, float], float] = max) -> dict[Key, float]:
     out: dict[Key, float] = {}
     for s in series:
         key = key_of(s.labels)
@@ -89,7 +89,7 @@ def judge(client: Prometheus, matchers: Sequence[Matcher], rows: dict[Key, Fleet
     sel, res = _selector(matchers), step(window)
     sm, util = reading("sm_active_pct", sel), reading("gpu_util_pct", sel)
 
-    def ask(expr: str, pick: type[max] | type[min] = max) -> dict[Key, float]:
+    def ask(expr: str, pick: Callable[[float, float], float] = max) -> dict[Key, float]:
         return _by_key(client.query(expr, at=now), pick)
 
     peak_sm = ask(f"max_over_time(({sm})[{window}:{res}])")
