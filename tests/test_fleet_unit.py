@@ -398,3 +398,17 @@ def test_no_idle_queries_without_a_held_gpu():
     view = view_of(fake)
     assert not any(q.startswith(("max_over_time(", "avg_over_time(", "min_over_time(")) for q in fake.seen)
     assert view.to_dict()["held_idle"] == [] and view.to_dict()["idle_window"] == "30m"
+
+
+def test_only_targets_without_rows_are_asked_about_in_groups_of_bounded_length(monkeypatch):
+    from gpudoctor.fleet import gather
+
+    fake = make([("a:9402", 1)], up={"a:9402": 1, "node-1:9100": 1, "node-2:9100": 1, "gone:9100": 0})
+    view_of(fake)
+    asked = [q for q in fake.seen if q.startswith("group by (instance, __name__)")]
+    assert len(asked) == 1 and 'node\\\\-1:9100|node\\\\-2:9100' in asked[0] and "a:9402" not in asked[0]
+    monkeypatch.setattr(gather, "INSTANCES_PER_QUERY_CHARS", 16)
+    assert gather._instance_groups(["node-1:9100", "node-2:9100", "n3"]) == ["node\\-1:9100", "node\\-2:9100|n3"]
+    fake = make([("a:9402", 1)])
+    view_of(fake)
+    assert not [q for q in fake.seen if q.startswith("group by")]  # every target has rows: no query

@@ -134,16 +134,36 @@ GPU_LIKE = '__name__=~"(?i)(.*dcgm.*|.*gpu_.*|.*_gpu.*|.*nvidia.*|.*nvml.*)"'
 UNREADABLE_SHOWN = 6
 
 
+# The answering targets without a row are asked about in groups whose instance regex stays under
+# this many characters (a URL of a few KiB): one query per group, none when every target has rows.
+INSTANCES_PER_QUERY_CHARS = 3000
+
+
+def _instance_groups(instances: Sequence[str]) -> list[str]:
+    groups: list[list[str]] = [[]]
+    for instance in instances:
+        escaped = re.escape(instance)
+        if groups[-1] and sum(len(e) + 1 for e in groups[-1]) + len(escaped) > INSTANCES_PER_QUERY_CHARS:
+            groups.append([])
+        groups[-1].append(escaped)
+    return ["|".join(group) for group in groups if group]
+
+
 def _unreadable_targets(client: Prometheus, matchers: Sequence[Matcher], rows: dict[Key, FleetRow],
                         targets: dict[str, int], now: float) -> None:
-    """A row for each answering target whose GPU-like series fleet cannot read: one query."""
-    found = client.query(f"group by (instance, __name__) ({_selector(matchers, GPU_LIKE)})", at=now)
-    known = set(rules.GPUDOCTOR_METRICS + rules.DCGM_METRICS)
+    """A row for each answering target without a row whose GPU-like series fleet cannot read. Only
+    those targets are asked about (the series of GPUs fleet reads are never loaded again)."""
     covered = {row.instance for row in rows.values()}
+    uncovered = sorted(i for i, up in targets.items() if up and i not in covered)
+    found, waiting = [], set(uncovered)
+    for group in _instance_groups(uncovered):
+        selector = _selector([*matchers, Matcher("instance", "=~", group)], GPU_LIKE)
+        found += client.query(f"group by (instance, __name__) ({selector})", at=now)
+    known = set(rules.GPUDOCTOR_METRICS + rules.DCGM_METRICS)
     unknown: dict[str, set[str]] = {}
     for s in found:
         instance, name = s.labels.get("instance", ""), s.labels.get("__name__", "")
-        if name and instance not in covered and targets.get(instance, 1) != 0:
+        if name and instance in waiting:
             unknown.setdefault(instance, set())
             if name not in known:
                 unknown[instance].add(name)
