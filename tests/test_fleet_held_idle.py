@@ -40,6 +40,9 @@ K8S_CGROUPFS = f"11:memory:/kubepods/besteffort/pod{POD}/{CONTAINER}\n"
     (SLURM_V2, holders.Holder("slurm", job="77")),
     (K8S_SYSTEMD, holders.Holder("kubernetes", pod_uid=POD, container_id=CONTAINER)),
     (K8S_CGROUPFS, holders.Holder("kubernetes", pod_uid=POD, container_id=CONTAINER)),
+    # read from a container with its own cgroup namespace, another process's path is relative (cgroup_namespaces(7))
+    (f"0::/../../kubepods-besteffort-pod{POD.replace('-', '_')}.slice/cri-containerd-{CONTAINER}.scope\n",
+     holders.Holder("kubernetes", pod_uid=POD, container_id=CONTAINER)),
     ("0::/user.slice/user-1000.slice/session-3.scope\n", holders.Holder("none")),
     ("0::/system.slice/job_12.service\n", holders.Holder("none")),  # job_ outside a Slurm path is no job
     ("", holders.Holder("none")),
