@@ -402,6 +402,17 @@ WORDING: dict[str, Wording] = {
                            "Is the exporter running on the node?"),
     "target_down_unseen": Wording(
         Status.ERROR, "target not answering Prometheus, and no GPU of it seen in the look-back window"),
+    "target_unreadable": Wording(
+        Status.ERROR, "Prometheus holds series from this target that fleet cannot read: {names}",
+        "Its GPUs are not judged: an exporter fleet does not know, or names it does not know yet "
+        "(a newer exporter release), would otherwise leave the node out unseen.",
+        "Run gpudoctor's exporter or dcgm-exporter there, or report the names so fleet learns them "
+        "(docs/fleet.md lists the names it reads)."),
+    "held_idle": Wording(
+        Status.WARN, "held by {holder} but idle for {idle_for} ({gpu_hours} GPU-hours{energy})",
+        "The GPU is allocated to this job or pod, so nobody else can use it, and it did no work "
+        "({measure} below 1% for the whole time).",
+        "Ask the owner of {holder} whether it still needs the GPU; end or shrink the job or pod if not."),
     "xid": Wording(Status.WARN, "Xid {xid}{when}: {words}; {action}"),
     "busy_small_kernels": Wording(Status.WARN, "{label}: {words}", _BUSY_WHY),
     # -- Xids judged as a sequence (the exporter's gauge history, gpudoctor.xid.judge_sequence) -----

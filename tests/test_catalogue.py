@@ -194,8 +194,12 @@ def test_every_reading_is_well_formed():
             assert r.dcgm.startswith("DCGM_FI_PROF_") == (r.gpm is not None), r.key  # GPM is DCGM's profiling
         if r.fleet:
             assert r.prometheus, r.key
-        if r.dcgm_scale is not None:
-            assert r.fleet and r.dcgm, r.key
+        if r.dcgm_unit:
+            assert r.dcgm and r.dcgm_unit in catalogue.DCGM_UNITS, r.key
+        if r.dcgm_new[0]:
+            # a renamed field keeps its family; a unit is known for it only where the old one's is
+            assert r.dcgm and r.dcgm_new[0].startswith(r.dcgm[:12]) and r.dcgm_new[0] != r.dcgm, r.key
+            assert not r.dcgm_new[1] or r.dcgm_new[1] in catalogue.DCGM_UNITS, r.key
     for place in ("panel", "line", "short", "watch"):
         places = [getattr(r, place) for r in catalogue.READINGS if getattr(r, place)]
         assert len(places) == len(set(places)), f"two readings share a {place} place"

@@ -43,7 +43,7 @@ def fake_for(series):
     return FakeProm([
         ("up", vec(*[({"instance": i, "job": "dcgm"}, 1) for i in instances])),
         ("{__name__=~", vec(*series)),
-        ("last_over_time(DCGM_FI_DEV_GPU_TEMP", vec(*temps)),
+        ("last_over_time({__name__=~\"DCGM_FI_DEV_GPU_TEMP", vec(*temps)),
     ])
 
 

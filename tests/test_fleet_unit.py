@@ -79,7 +79,7 @@ def make(nodes, up=None, extra=(), dcgm=()):
         ("up", vec(*[({"instance": k, "job": "gpudoctor"}, v) for k, v in up.items()])),
         ("{__name__=~", vec(*current)),
         ("last_over_time(gpudoctor_gpu_info", vec(*info)),
-        ("last_over_time(DCGM_FI_DEV_GPU_TEMP", vec(*dcgm)),
+        ("last_over_time({__name__=~\"DCGM_FI_DEV_GPU_TEMP", vec(*dcgm)),
         ("last_over_time(gpudoctor_sample_timestamp_seconds",
          vec(*[({"instance": k, "job": "gpudoctor"}, NOW - 600) for k in up])),
     ])
@@ -162,7 +162,7 @@ def test_dcgm_exporter_series_are_understood():
                             (dict(labels, __name__="DCGM_FI_DEV_FB_FREE"), 3072),
                             (dict(labels, __name__="DCGM_FI_DEV_XID_ERRORS"), 48),
                             (dict(labels, __name__="DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"), 0x40))),
-        ("last_over_time(DCGM_FI_DEV_GPU_TEMP", vec((labels, 50))),
+        ("last_over_time({__name__=~\"DCGM_FI_DEV_GPU_TEMP", vec((labels, 50))),
     ])
     row = view_of(fake).rows[0]
     assert row.source == "dcgm-exporter" and row.name == "NVIDIA A100-SXM4-80GB"
@@ -324,7 +324,7 @@ def test_dcgm_windowed_xid_counts_keep_a_critical_xid_behind_a_harmless_one():
                             (dict(labels, __name__="DCGM_FI_DEV_XID_ERRORS"), 31),
                             (dict(window, xid="79"), 1), (dict(window, xid="31"), 2),
                             (dict(window, xid="13"), 0))),
-        ("last_over_time(DCGM_FI_DEV_GPU_TEMP", vec((labels, 50))),
+        ("last_over_time({__name__=~\"DCGM_FI_DEV_GPU_TEMP", vec((labels, 50))),
     ])
     row = view_of(fake).rows[0]
     assert row.status == "fail" and row.xid_last == 79 and row.xid_count == 3
@@ -343,7 +343,7 @@ def test_a_stale_dcgm_last_xid_gauge_is_not_judged_where_the_window_is_exported(
                             (dict(labels, gpu="0", __name__="DCGM_FI_DEV_XID_ERRORS"), 48),
                             (dict(labels, gpu="1", __name__="DCGM_EXP_XID_ERRORS_COUNT", xid="13",
                                   window_size_in_ms="300000"), 1))),
-        ("last_over_time(DCGM_FI_DEV_GPU_TEMP", vec((dict(labels, gpu="0"), 50), (dict(labels, gpu="1"), 50))),
+        ("last_over_time({__name__=~\"DCGM_FI_DEV_GPU_TEMP", vec((dict(labels, gpu="0"), 50), (dict(labels, gpu="1"), 50))),
     ])
     rows = {r.gpu: r for r in view_of(fake).rows}
     assert rows["0"].status == "pass" and rows["0"].xid_last is None, rows["0"].reason
@@ -356,3 +356,59 @@ def test_an_answer_over_the_size_bound_is_refused_in_one_line(capsys, monkeypatc
     fake = FakeProm([("up", huge)])
     with pytest.raises(fleet.FleetError, match="more than 32 MiB; narrow the selection with --match"):
         view_of(fake)
+
+
+# --------------------------------------------------------------------------- held but idle (fleet.idle)
+def _held(sm=None, util=0.0, held_since=None, busy_at=None, power=300.0):
+    """One dcgm-exporter GPU held by a pod, with the idle queries' answers (window 30m, lookback 1h)."""
+    labels = {"instance": "n:9400", "job": "dcgm", "gpu": "0", "pod": "p-0", "namespace": "ml", "container": "c"}
+    key = {"instance": "n:9400", "gpu": "0"}
+    rules = [("up", vec(({"instance": "n:9400", "job": "dcgm"}, 1))),
+             ("{__name__=~", vec((dict(labels, __name__="DCGM_FI_DEV_GPU_UTIL_RATIO"), util),
+                                 (dict(labels, __name__="DCGM_FI_DEV_BOARD_POWER_WATTS"), power))),
+             ('last_over_time({__name__=~"DCGM_FI_DEV_GPU_TEMP', vec((labels, 50))),
+             ("max_over_time((gpudoctor_gpu_sm_active_ratio", vec(*([(key, sm)] if sm is not None else []))),
+             ("max_over_time((gpudoctor_gpu_utilization_ratio", vec((key, util))),
+             ("avg_over_time((gpudoctor_gpu_power_watts", vec((key, power))),
+             ("max_over_time(timestamp((gpudoctor_gpu_sm", vec(*([(key, busy_at)] if busy_at and sm is not None else []))),
+             ("max_over_time(timestamp((gpudoctor_gpu_util", vec(*([(key, busy_at)] if busy_at and sm is None else []))),
+             ("min_over_time(timestamp(group", vec(*([(dict(key, pod="p-0"), held_since)] if held_since else [])))]
+    return FakeProm(rules)
+
+
+def test_a_held_gpu_with_no_sm_activity_is_idle_though_utilisation_reads_busy():
+    fake = _held(sm=0.002, util=0.95, held_since=NOW - 7200, busy_at=None)
+    [row] = view_of(fake).rows
+    assert row.holder == "pod ml/p-0 (container c)"
+    assert row.idle_for_s == 7200 and row.idle_gpu_hours == 2.0 and row.idle_energy_kwh == pytest.approx(0.6)
+    assert "held by pod ml/p-0 (container c) but idle for 2 h (2.0 GPU-hours, 0.60 kWh)" in row.reason
+    assert next(f for f in row.findings if f.code == "held_idle").why.endswith("(SM activity below 1% for the whole time).")
+
+
+def test_sm_activity_decides_where_there_is_some_and_a_short_hold_is_not_listed():
+    assert view_of(_held(sm=0.2, util=0.0, held_since=NOW - 7200)).rows[0].idle_for_s is None  # SM works
+    assert view_of(_held(util=0.0, held_since=NOW - 600)).rows[0].idle_for_s is None  # held 10 min < 30 min
+    # idle since its last busy moment 40 min ago, held for two hours: 40 min, judged by utilisation
+    row = view_of(_held(util=0.0, held_since=NOW - 7200, busy_at=NOW - 2400)).rows[0]
+    assert row.idle_for_s == 2400 and "utilisation below 1%" in next(f.why for f in row.findings if f.code == "held_idle")
+
+
+def test_no_idle_queries_without_a_held_gpu():
+    fake = make([("a:9402", 2)])
+    view = view_of(fake)
+    assert not any(q.startswith(("max_over_time(", "avg_over_time(", "min_over_time(")) for q in fake.seen)
+    assert view.to_dict()["held_idle"] == [] and view.to_dict()["idle_window"] == "30m"
+
+
+def test_only_targets_without_rows_are_asked_about_in_groups_of_bounded_length(monkeypatch):
+    from gpudoctor.fleet import gather
+
+    fake = make([("a:9402", 1)], up={"a:9402": 1, "node-1:9100": 1, "node-2:9100": 1, "gone:9100": 0})
+    view_of(fake)
+    asked = [q for q in fake.seen if q.startswith("group by (instance, __name__)")]
+    assert len(asked) == 1 and 'node\\\\-1:9100|node\\\\-2:9100' in asked[0] and "a:9402" not in asked[0]
+    monkeypatch.setattr(gather, "INSTANCES_PER_QUERY_CHARS", 16)
+    assert gather._instance_groups(["node-1:9100", "node-2:9100", "n3"]) == ["node\\-1:9100", "node\\-2:9100|n3"]
+    fake = make([("a:9402", 1)])
+    view_of(fake)
+    assert not [q for q in fake.seen if q.startswith("group by")]  # every target has rows: no query

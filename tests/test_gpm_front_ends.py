@@ -131,7 +131,7 @@ def test_fleet_ranks_busy_but_not_working_gpus_with_the_verdict_words():
         ("{__name__=~", vec((dict(labels, __name__="DCGM_FI_DEV_GPU_UTIL"), 100),
                             (dict(labels, __name__="DCGM_FI_PROF_SM_ACTIVE"), 0.05),
                             (dict(labels, __name__="DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"), 0.0))),
-        ("last_over_time(DCGM_FI_DEV_GPU_TEMP", vec((labels, 50))),
+        ("last_over_time({__name__=~\"DCGM_FI_DEV_GPU_TEMP", vec((labels, 50))),
     ])
     row = view_of(dcgm).rows[0]
     assert row.source == "dcgm-exporter" and row.sm_active == pytest.approx(0.05) and row.status == "warn"

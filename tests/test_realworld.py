@@ -250,7 +250,7 @@ class FakePrometheus:
         self.queries += 1
         if expr.startswith("up"):
             return [fleet.Series({"__name__": "up", "instance": "node-1:9400", "job": "dcgm-exporter"}, 1.0)]
-        if expr.startswith("last_over_time(DCGM_FI_DEV_GPU_TEMP"):
+        if expr.startswith('last_over_time({__name__=~"DCGM_FI_DEV_GPU_TEMP'):  # the GPUs dcgm-exporter exports
             return list(self._known)
         if expr.startswith("last_over_time("):
             return []

@@ -107,3 +107,31 @@ def test_tui_refuses_a_bad_prometheus_url(capsys):
 
     assert main(["--prometheus", "not-a-url"]) == exitcodes.USAGE
     assert "expected http(s)://" in capsys.readouterr().err
+
+
+@run_async
+async def test_fleet_screen_lists_the_held_but_idle_gpus_with_their_holder_and_cost():
+    """The held-but-idle list (fleet.idle) shows above the table, holder text plain, and goes when none."""
+    from gpudoctor.fleet import idle
+    from gpudoctor.tui.fleet import FleetScreen
+
+    view = _view()
+    row = view.rows[0]
+    row.holder = "pod ml/[bold]trainer-0[/] (container main)"
+    idle._mark(row, 5400.0, 300.0, "utilisation")
+    row.settle()
+    quiet = _view()
+    answers = [quiet, view]
+    screen = FleetScreen("http://prom.example:9090", interval=3600, collect=lambda: answers.pop())
+    app = FleetApp(screen)
+    async with app.run_test(size=(160, 24)) as pilot:
+        await wait_for(pilot, lambda: screen.view is view)
+        await pilot.pause()
+        text = screen_text(app)
+        assert "held but idle for 30m or more: 1 GPU(s), 1.5 GPU-hours, 0.45 kWh" in text
+        assert f"{row.instance} GPU {row.gpu}: pod ml/[bold]trainer-0[/] (container main), idle 90 min" in text
+        assert "but idle for 90 min (1.5 GPU-hours, 0.45 kWh)" in text  # the row's reason too
+        await pilot.press("r")
+        await wait_for(pilot, lambda: screen.view is quiet)
+        await pilot.pause()
+        assert "held but idle" not in screen_text(app)

@@ -167,13 +167,18 @@ class Reading:
     scale: float = 1.0
     help: str = ""
     labels: tuple[tuple[str, str], ...] = ()
-    #: The DCGM field (dcgm-exporter's metric name) that carries the same reading.
+    #: The DCGM field (dcgm-exporter's metric name up to 4.8, DCGM's name before 4.7) that carries
+    #: the same reading, and its unit there (a key of :data:`DCGM_UNITS`; "" where no source read
+    #: for it states one: fleet does not read it).
     dcgm: str = ""
-    #: ``gpudoctor fleet``: the row field that holds it (a name in fleet's JSON output), and the
-    #: factor from the DCGM field's unit to the gpudoctor gauge's (dcgm-exporter: MiB, percent)
-    #: where fleet reads the DCGM field too (None: it does not; dcgm-exporter's default set lacks it).
+    dcgm_unit: str = ""
+    #: The same reading's name and unit from dcgm-exporter 4.9.0 on (DCGM 4.7 renamed the fields it
+    #: deprecates; some changed unit): ("", "") where unchanged or not confirmed from a source.
+    dcgm_new: tuple[str, str] = ("", "")
+    #: ``gpudoctor fleet``: the row field that holds it (a name in fleet's JSON output). Fleet reads
+    #: the gpudoctor gauge, and the DCGM fields above where their unit is known, each scaled to the
+    #: gauge's unit (:func:`dcgm_fields`).
     fleet: str = ""
-    dcgm_scale: float | None = None
 
 
 def _c(name: str, value: int) -> tuple[str, int]:
@@ -203,25 +208,30 @@ READINGS: tuple[Reading, ...] = (
             watch=1, hooks=True,
             prometheus="gpudoctor_gpu_utilization_ratio", scale=0.01,
             help="Share of the last sample period in which a kernel ran (NVML utilization.gpu)",
-            dcgm="DCGM_FI_DEV_GPU_UTIL", fleet="utilization", dcgm_scale=0.01),
+            dcgm="DCGM_FI_DEV_GPU_UTIL", dcgm_unit="%", dcgm_new=("DCGM_FI_DEV_GPU_UTIL_RATIO", "ratio"),
+            fleet="utilization"),
     Reading("mem_util_pct", "%", "number", "fast", plausible=PCT, smi="utilization.memory", watch=2,
             prometheus="gpudoctor_gpu_memory_utilization_ratio", scale=0.01,
             help="Share of the last sample period in which device memory was read or written",
-            dcgm="DCGM_FI_DEV_MEM_COPY_UTIL"),
+            dcgm="DCGM_FI_DEV_MEM_COPY_UTIL", dcgm_unit="%", dcgm_new=("DCGM_FI_DEV_MEMORY_UTIL_RATIO", "ratio")),
     Reading("memory_used_bytes", "B", "integer", "fast", plausible=BYTES, smi="memory.used",
             label="mem", panel=2, spark="memory_used_pct", spark_top=("", 100.0), word="mem", line=2,
             short_word="mem", short=3, watch=3, fmt="memory",
             hooks=True, prometheus="gpudoctor_gpu_memory_used_bytes", help="Device memory in use",
-            dcgm="DCGM_FI_DEV_FB_USED", fleet="memory_used_bytes", dcgm_scale=2 ** 20),
+            dcgm="DCGM_FI_DEV_FB_USED", dcgm_unit="MiB",
+            dcgm_new=("DCGM_FI_DEV_FB_USED_BYTES", "B"), fleet="memory_used_bytes"),
     Reading("memory_free_bytes", "B", "integer", "fast", plausible=BYTES, smi="memory.free",
-            prometheus="gpudoctor_gpu_memory_free_bytes", help="Device memory free", dcgm="DCGM_FI_DEV_FB_FREE"),
+            prometheus="gpudoctor_gpu_memory_free_bytes", help="Device memory free", dcgm="DCGM_FI_DEV_FB_FREE",
+            dcgm_unit="MiB", dcgm_new=("DCGM_FI_DEV_FB_FREE_BYTES", "B")),
     Reading("memory_total_bytes", "B", "integer", "fast", plausible=BYTES, smi="memory.total", watch=4,
             hooks=True, prometheus="gpudoctor_gpu_memory_total_bytes", help="Device memory in total",
-            dcgm="DCGM_FI_DEV_FB_TOTAL", fleet="memory_total_bytes"),
+            dcgm="DCGM_FI_DEV_FB_TOTAL", dcgm_unit="MiB",
+            dcgm_new=("DCGM_FI_DEV_FB_CAPACITY_BYTES", "B"), fleet="memory_total_bytes"),
     Reading("memory_reserved_bytes", "B", "integer", "fast", plausible=BYTES, smi="memory.reserved",
             prometheus="gpudoctor_gpu_memory_reserved_bytes",
             help="Device memory the driver reserves for itself, in neither used nor free (NVML v2 memory info)",
-            dcgm="DCGM_FI_DEV_FB_RESERVED"),
+            dcgm="DCGM_FI_DEV_FB_RESERVED", dcgm_unit="MiB",
+            dcgm_new=("DCGM_FI_DEV_FB_RESERVED_BYTES", "B")),
     Reading("temperature_c", "°C", "number", "fast", plausible=C_SENSOR, smi="temperature.gpu",
             # The versioned call first (nvmlDeviceGetTemperature is deprecated, marked for removal);
             # drivers and bindings without it answer FunctionNotFound and the old call is used.
@@ -229,7 +239,8 @@ READINGS: tuple[Reading, ...] = (
             history=True, label="temp", panel=3, spark_top=("temperature_slowdown_c", 100.0), word="temp",
             line=3, short=4,
             watch=5, hooks=True, prometheus="gpudoctor_gpu_temperature_celsius", help="GPU core temperature",
-            dcgm="DCGM_FI_DEV_GPU_TEMP", fleet="temperature_c", dcgm_scale=1.0),
+            dcgm="DCGM_FI_DEV_GPU_TEMP", dcgm_unit="°C",
+            dcgm_new=("DCGM_FI_DEV_GPU_TEMP_CELSIUS", "°C"), fleet="temperature_c"),
     # nvmlDeviceGetPowerUsage is a 1-second average on Ampere (except GA100) and later, the power at that
     # instant before (nvml.h); the instant power of every architecture is the field NVML_FI_DEV_POWER_INSTANT.
     Reading("power_w", "W", "number", "fast", plausible=WATTS, smi="power.draw",
@@ -238,7 +249,8 @@ READINGS: tuple[Reading, ...] = (
             watch=6, fmt="power", hooks=True, prometheus="gpudoctor_gpu_power_watts",
             help="Power draw as NVML reports it: averaged over 1 s on Ampere (except GA100) and later, "
                  "instantaneous on older GPUs (nvmlDeviceGetPowerUsage)",
-            dcgm="DCGM_FI_DEV_POWER_USAGE", fleet="power_w", dcgm_scale=1.0),
+            dcgm="DCGM_FI_DEV_POWER_USAGE", dcgm_unit="W",
+            dcgm_new=("DCGM_FI_DEV_BOARD_POWER_WATTS", "W"), fleet="power_w"),
     Reading("power_instant_w", "W", "number", "fast", plausible=WATTS, smi="power.draw.instant",
             nvml=_q("nvmlDeviceGetFieldValues", args=(_c("NVML_FI_DEV_POWER_INSTANT", 186),), convert="field",
                     divide=1000),
@@ -249,19 +261,20 @@ READINGS: tuple[Reading, ...] = (
     Reading("power_limit_w", "W", "number", "fast", plausible=WATTS, smi="enforced.power.limit",
             nvml=_q("nvmlDeviceGetEnforcedPowerLimit", divide=1000), watch=7, hooks=True,
             prometheus="gpudoctor_gpu_power_limit_watts", help="Enforced power limit",
-            dcgm="DCGM_FI_DEV_POWER_MGMT_LIMIT", fleet="power_limit_w"),
+            dcgm="DCGM_FI_DEV_POWER_MGMT_LIMIT",
+            dcgm_new=("DCGM_FI_DEV_BOARD_POWER_LIMIT_REQUESTED_WATTS", "W"), fleet="power_limit_w"),
     Reading("clock_sm_mhz", "MHz", "integer", "fast", plausible=SM_MHZ, smi="clocks.sm",
             nvml=_q("nvmlDeviceGetClockInfo", args=(_c("NVML_CLOCK_SM", 1),)),
             history=True, label="SM", panel=5, spark_top=("clock_sm_max_mhz", None), word="sm", line=5,
             short_word="sm",
             short=6, watch=8, hooks=True, prometheus="gpudoctor_gpu_sm_clock_hertz", scale=1e6, help="SM clock",
-            dcgm="DCGM_FI_DEV_SM_CLOCK"),
+            dcgm="DCGM_FI_DEV_SM_CLOCK", dcgm_unit="MHz", dcgm_new=("DCGM_FI_DEV_SM_CLOCK_HERTZ", "Hz")),
     Reading("clock_mem_mhz", "MHz", "integer", "fast", plausible=MEM_MHZ, smi="clocks.mem",
             nvml=_q("nvmlDeviceGetClockInfo", args=(_c("NVML_CLOCK_MEM", 2),)),
             history=True, label="memclk", panel=6, spark_top=("clock_mem_max_mhz", None), word="memclk",
             line=6, watch=9,
             prometheus="gpudoctor_gpu_memory_clock_hertz", scale=1e6, help="Memory clock",
-            dcgm="DCGM_FI_DEV_MEM_CLOCK"),
+            dcgm="DCGM_FI_DEV_MEM_CLOCK", dcgm_unit="MHz", dcgm_new=("DCGM_FI_DEV_MEMORY_CLOCK_HERTZ", "Hz")),
     Reading("clock_graphics_mhz", "MHz", "integer", "fast", plausible=SM_MHZ, smi="clocks.gr",
             nvml=_q("nvmlDeviceGetClockInfo", args=(_c("NVML_CLOCK_GRAPHICS", 0),)),
             prometheus="gpudoctor_gpu_graphics_clock_hertz", scale=1e6, help="Graphics clock"),
@@ -273,7 +286,8 @@ READINGS: tuple[Reading, ...] = (
             dcgm="DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"),
     Reading("performance_state", "", "integer", "fast", plausible=PSTATE, smi="pstate",
             nvml=_q("nvmlDeviceGetPerformanceState"), watch=14, prometheus="gpudoctor_gpu_performance_state",
-            help="Performance state (0 = P0, fastest; 15 = slowest)", dcgm="DCGM_FI_DEV_PSTATE"),
+            help="Performance state (0 = P0, fastest; 15 = slowest)", dcgm="DCGM_FI_DEV_PSTATE",
+            dcgm_new=("DCGM_FI_DEV_GPU_PSTATE", "")),
     # full reads only
     Reading("pcie_gen_current", "", "integer", "full", plausible=PCIE_GEN, smi="pcie.link.gen.current",
             nvml=_q("nvmlDeviceGetCurrPcieLinkGeneration"), prometheus="gpudoctor_gpu_pcie_link_generation",
@@ -310,29 +324,34 @@ READINGS: tuple[Reading, ...] = (
             nvml=_q("nvmlDeviceGetRetiredPages",
                     args=(_c("NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS", 0),), convert="len"),
             smi="retired_pages.sbe", prometheus="gpudoctor_gpu_retired_pages_single_bit",
-            help="Pages retired for repeated single-bit ECC errors", dcgm="DCGM_FI_DEV_RETIRED_SBE"),
+            help="Pages retired for repeated single-bit ECC errors", dcgm="DCGM_FI_DEV_RETIRED_SBE",
+            dcgm_new=("DCGM_FI_DEV_PAGE_RETIRED_SBE_TOTAL", "")),
     Reading("retired_pages_dbe", "", "integer", "full",
             nvml=_q("nvmlDeviceGetRetiredPages", args=(_c("NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR", 1),),
                     convert="len"),
             smi="retired_pages.dbe", prometheus="gpudoctor_gpu_retired_pages_double_bit",
-            help="Pages retired for double-bit ECC errors", dcgm="DCGM_FI_DEV_RETIRED_DBE"),
+            help="Pages retired for double-bit ECC errors", dcgm="DCGM_FI_DEV_RETIRED_DBE",
+            dcgm_new=("DCGM_FI_DEV_PAGE_RETIRED_DBE_TOTAL", "")),
     Reading("retired_pages_pending", "", "flag", "full", nvml=_q("nvmlDeviceGetRetiredPagesPendingStatus"),
             smi="retired_pages.pending", prometheus="gpudoctor_gpu_retired_pages_pending",
-            help="1 when a page retirement waits for a GPU reset", dcgm="DCGM_FI_DEV_RETIRED_PENDING"),
+            help="1 when a page retirement waits for a GPU reset", dcgm="DCGM_FI_DEV_RETIRED_PENDING",
+            dcgm_new=("DCGM_FI_DEV_PAGE_RETIRED_PENDING", "")),
     Reading("remapped_rows_correctable", "", "integer", "full", "gauge", ROWS,
             _q("nvmlDeviceGetRemappedRows", item=0, convert="int"), smi="remapped_rows.correctable",
             prometheus="gpudoctor_gpu_remapped_rows_correctable", help="Rows remapped for correctable errors",
-            dcgm="DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS"),
+            dcgm="DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+            dcgm_new=("DCGM_FI_DEV_ROW_REMAP_CORRECTABLE_TOTAL", "")),
     Reading("remapped_rows_uncorrectable", "", "integer", "full", "gauge", ROWS,
             _q("nvmlDeviceGetRemappedRows", item=1, convert="int"), smi="remapped_rows.uncorrectable",
             prometheus="gpudoctor_gpu_remapped_rows_uncorrectable", help="Rows remapped for uncorrectable errors",
-            dcgm="DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"),
+            dcgm="DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+            dcgm_new=("DCGM_FI_DEV_ROW_REMAP_UNCORRECTABLE_TOTAL", "")),
     Reading("remapped_rows_pending", "", "flag", "full", nvml=_q("nvmlDeviceGetRemappedRows", item=2, convert="bool"),
             smi="remapped_rows.pending", prometheus="gpudoctor_gpu_remapped_rows_pending",
             help="1 when a row remap waits for a GPU reset", dcgm="DCGM_FI_DEV_ROW_REMAP_PENDING"),
     Reading("remapped_rows_failure", "", "flag", "full", nvml=_q("nvmlDeviceGetRemappedRows", item=3, convert="bool"),
             smi="remapped_rows.failure", prometheus="gpudoctor_gpu_remapped_rows_failure",
-            help="1 when row remapping failed (replace the GPU)", dcgm="DCGM_FI_DEV_ROW_REMAP_FAILURE"),
+            help="1 when row remapping failed (replace the GPU)", dcgm="DCGM_FI_DEV_ROW_REMAP_FAILURE", dcgm_new=("DCGM_FI_DEV_ROW_REMAP_FAILED", "")),
     Reading("persistence_mode", "", "integer", "full", nvml=_q("nvmlDeviceGetPersistenceMode"),
             smi="persistence_mode"),
     Reading("compute_mode", "", "integer", "full", nvml=_q("nvmlDeviceGetComputeMode"), smi="compute_mode"),
@@ -345,29 +364,35 @@ READINGS: tuple[Reading, ...] = (
             prometheus="gpudoctor_gpu_sm_active_ratio", scale=0.01,
             help="Share of SM cycles with at least one warp resident, averaged over all SMs (NVML GPM SM "
                  "utilisation; Hopper and later): low beside a high utilization_ratio means small kernels",
-            dcgm="DCGM_FI_PROF_SM_ACTIVE", fleet="sm_active", dcgm_scale=1.0),
+            dcgm="DCGM_FI_PROF_SM_ACTIVE", dcgm_unit="ratio",
+            dcgm_new=("DCGM_FI_PROF_SM_UTIL_RATIO", "ratio"), fleet="sm_active"),
     Reading("sm_occupancy_pct", "%", "number", "full", plausible=PCT, gpm=_g("NVML_GPM_METRIC_SM_OCCUPANCY", 3),
             word="+occ", line=13, watch=21, prometheus="gpudoctor_gpu_sm_occupancy_ratio", scale=0.01,
             help="Resident warps as a share of the SMs' maximum (NVML GPM SM occupancy; Hopper and later)",
-            dcgm="DCGM_FI_PROF_SM_OCCUPANCY"),
+            dcgm="DCGM_FI_PROF_SM_OCCUPANCY", dcgm_unit="ratio",
+            dcgm_new=("DCGM_FI_PROF_SM_OCCUPANCY_RATIO", "ratio")),
     Reading("tensor_active_pct", "%", "number", "full", plausible=PCT,
             gpm=_g("NVML_GPM_METRIC_ANY_TENSOR_UTIL", 5), word="tensor", line=14, watch=22,
             prometheus="gpudoctor_gpu_tensor_active_ratio", scale=0.01,
             help="Share of cycles the tensor cores were busy, any precision (NVML GPM; Hopper and later)",
-            dcgm="DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", fleet="tensor_active", dcgm_scale=1.0),
+            dcgm="DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", dcgm_unit="ratio",
+            dcgm_new=("DCGM_FI_PROF_TENSOR_UTIL_RATIO", "ratio"), fleet="tensor_active"),
     Reading("tensor_hmma_active_pct", "%", "number", "full", plausible=PCT,
             gpm=_g("NVML_GPM_METRIC_HMMA_TENSOR_UTIL", 7), watch=23,
             prometheus="gpudoctor_gpu_tensor_hmma_active_ratio", scale=0.01,
             help="Share of cycles the tensor cores ran fp16/bf16 (HMMA) math (NVML GPM; Hopper and later)",
-            dcgm="DCGM_FI_PROF_PIPE_TENSOR_HMMA_ACTIVE"),
+            dcgm="DCGM_FI_PROF_PIPE_TENSOR_HMMA_ACTIVE", dcgm_unit="ratio",
+            dcgm_new=("DCGM_FI_PROF_HMMA_UTIL_RATIO", "ratio")),
     Reading("dram_active_pct", "%", "number", "full", plausible=PCT, gpm=_g("NVML_GPM_METRIC_DRAM_BW_UTIL", 10),
             word="dram", line=15, watch=24, prometheus="gpudoctor_gpu_dram_active_ratio", scale=0.01,
             help="Device memory bandwidth used as a share of its peak (NVML GPM; Hopper and later)",
-            dcgm="DCGM_FI_PROF_DRAM_ACTIVE"),
+            dcgm="DCGM_FI_PROF_DRAM_ACTIVE", dcgm_unit="ratio",
+            dcgm_new=("DCGM_FI_PROF_DRAM_UTIL_RATIO", "ratio")),
     *(Reading(f"{pipe}_active_pct", "%", "number", "full", plausible=PCT, gpm=_g(f"NVML_GPM_METRIC_{pipe.upper()}_UTIL", gid),
               watch=watch, prometheus=f"gpudoctor_gpu_{pipe}_pipe_active_ratio", scale=0.01,
               help=f"Share of cycles the SMs ran non-tensor {pipe} math (NVML GPM; Hopper and later)",
-              dcgm=f"DCGM_FI_PROF_PIPE_{pipe.upper()}_ACTIVE")
+              dcgm=f"DCGM_FI_PROF_PIPE_{pipe.upper()}_ACTIVE", dcgm_unit="ratio",
+              dcgm_new=(f"DCGM_FI_PROF_{pipe.upper()}_UTIL_RATIO", "ratio"))
       for pipe, gid, watch in (("fp64", 11, 25), ("fp32", 12, 26), ("fp16", 13, 27))),
     *(Reading(f"{link}_{way}_mibps", "MiB/s", "number", "full", plausible=GPM_MIBPS, gpm=_g(constant, gid),
               watch=watch, prometheus=f"gpudoctor_gpu_{metric}_{way}_bytes_per_second", scale=float(2 ** 20),
@@ -384,7 +409,8 @@ READINGS: tuple[Reading, ...] = (
             _q("nvmlDeviceGetTotalEnergyConsumption"), smi="total_energy_consumption",
             prometheus="gpudoctor_gpu_energy_joules_total", scale=1e-3,
             help="Energy the GPU used since the driver loaded (NVML total energy consumption; Volta and newer)",
-            dcgm="DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"),
+            dcgm="DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", dcgm_unit="mJ",
+            dcgm_new=("DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL", "J")),
 )
 
 
@@ -470,6 +496,52 @@ def fleet_readings() -> tuple[Reading, ...]:
     return tuple(r for r in READINGS if r.fleet)
 
 
+#: A DCGM field's unit -> the factor to the unit of gpudoctor's exporter gauges (Prometheus base
+#: units: ratio, bytes, hertz, joules, celsius, watts), which are fleet's units too.
+DCGM_UNITS: dict[str, float] = {"%": 0.01, "ratio": 1.0, "MiB": float(2 ** 20), "B": 1.0, "MHz": 1e6, "Hz": 1.0,
+                                "mJ": 1e-3, "J": 1.0, "°C": 1.0, "W": 1.0}
+#: The exporter releases each DCGM name belongs to (dcgm-exporter's own version, not DCGM's).
+DCGM_OLD, DCGM_NEW = "4.8 and earlier", "4.9 and later"
+
+
+@dataclass(frozen=True)
+class DcgmField:
+    """One DCGM field name fleet may find in Prometheus for a reading: the reading's key, the
+    name, its unit, the dcgm-exporter releases that export it, and the factor to gpudoctor's unit
+    (None: the unit is not known from a source, so fleet does not read it)."""
+
+    key: str
+    name: str
+    unit: str
+    exporters: str
+    scale: float | None
+
+
+@per_catalogue
+def dcgm_fields() -> tuple[DcgmField, ...]:
+    """Every DCGM name of every reading, old (dcgm-exporter 4.8 and earlier) and new (4.9 and later)."""
+    out: list[DcgmField] = []
+    for r in READINGS:
+        if r.dcgm:
+            out.append(DcgmField(r.key, r.dcgm, r.dcgm_unit, DCGM_OLD, DCGM_UNITS.get(r.dcgm_unit)))
+        if r.dcgm_new[0]:
+            name, unit = r.dcgm_new
+            out.append(DcgmField(r.key, name, unit, DCGM_NEW, DCGM_UNITS.get(unit) if r.dcgm_unit else None))
+    return tuple(out)
+
+
+def dcgm_read(key: str) -> tuple[DcgmField, ...]:
+    """The DCGM names fleet reads for the reading ``key`` (those with a known unit), old first."""
+    return tuple(f for f in dcgm_fields() if f.key == key and f.scale is not None)
+
+
+#: dcgm-exporter's labels that were renamed, (old, new, the release that renamed it): fleet reads both.
+DCGM_LABELS: tuple[tuple[str, str, str], ...] = (
+    ("Hostname", "hostname", "4.8.3"),
+    ("DCGM_FI_DRIVER_VERSION", "DCGM_FI_SYSTEM_DRIVER_VERSION", "4.9.0"),
+)
+
+
 @per_catalogue
 def plausible_ranges() -> dict[str, tuple[int, int]]:
     """Reading or static fact -> its (lowest, highest) possible value: the one table of ranges."""
@@ -480,5 +552,5 @@ def plausible_ranges() -> dict[str, tuple[int, int]]:
 
 
 __all__ = ["Reading", "NvmlRead", "READINGS", "STATIC_RANGES", "readings", "by_key", "keys", "fast_keys",
-           "history_keys", "per_catalogue", "gpm_readings", "watch_keys", "hooks_keys", "placed", "exported", "fleet_readings",
+           "history_keys", "per_catalogue", "DcgmField", "DCGM_UNITS", "DCGM_LABELS", "dcgm_fields", "dcgm_read", "gpm_readings", "watch_keys", "hooks_keys", "placed", "exported", "fleet_readings",
            "plausible_ranges"]

@@ -51,6 +51,9 @@ def register(subparsers: Subcommands) -> None:
                    help="expose the report in FILE (written by `gpudoctor report -o FILE`) instead of "
                         "running the quick report; re-read when it changes")
     p.add_argument("--no-report", action="store_true", help="expose no report metrics")
+    p.add_argument("--proc-root", default="/proc", metavar="DIR",
+                   help="where the GPU processes' cgroups are read to label each GPU with its Slurm job or "
+                        "Kubernetes pod (default /proc; /host/proc in a container that mounts the host's)")
     add_replay(p, "serve a recording (gpudoctor record) instead of live NVML")
     p.add_argument("--exit-after", type=seconds, metavar="S",
                    help="stop after S seconds (for scripts and tests; default: run until Ctrl-C or SIGTERM)")
@@ -63,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     terminated: list[int] = []
     previous = {signum: signal.signal(signum, lambda signum, _frame: terminated.append(signum))
                 for signum in _STOP_SIGNALS}
-    sampler = GpuSampler(gpu, args.interval)
+    sampler = GpuSampler(gpu, args.interval, proc_root=args.proc_root)
     # Sampling starts in its own thread and the endpoint is served at once: a first NVML call
     # that hangs leaves the sample stale (gpudoctor_nvml_up 0), never the endpoint down.
     sampler.start()

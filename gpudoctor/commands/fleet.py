@@ -49,6 +49,9 @@ def register(subparsers: Subcommands) -> None:
                         help="readings older than this are stale (default 120)")
     parser.add_argument("--lookback", type=_lookback, default="1h", metavar="DURATION",
                         help="how far back to look for GPUs of targets that stopped answering (default 1h)")
+    parser.add_argument("--idle-window", type=_lookback, default="30m", metavar="DURATION",
+                        help="a GPU a job or pod holds that did no work this long is listed as held but idle "
+                             "(default 30m)")
     parser.add_argument("--timeout", type=_seconds, default=10.0, metavar="SECONDS",
                         help="per-request time limit (default 10)")
 
@@ -59,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         matchers = [fleet.parse_match(text) for text in args.match]
         client = fleet.Prometheus(args.prometheus, timeout_s=args.timeout)
-        view = fleet.collect(client, matchers, stale_after_s=args.stale_after, lookback=args.lookback)
+        view = fleet.collect(client, matchers, stale_after_s=args.stale_after, lookback=args.lookback,
+                             idle_window=args.idle_window)
     except fleet.FleetError as exc:
         print(f"gpudoctor fleet: {exc}", file=sys.stderr)
         return fleet.error_exit_code(exc)

@@ -138,6 +138,7 @@ class GpudoctorCollector:
         for dev in snap["devices"]:
             _add_device(fam, dev, snap.get("driver_version"))
         yield from fam.values()
+        yield _holder_metric(snap["devices"])
         yield from _mig_metrics(snap["devices"])
 
     def _event_metrics(self, events: EventSource, devices: list[dict[str, Any]]) -> Iterable[Any]:
@@ -241,6 +242,25 @@ def _add_device(fam: dict[str, Any], dev: dict[str, Any], driver_version: object
             value = _number(sample.get(reading.key))
             if value is not None:  # divided by the reciprocal: mJ -> J is the exact / 1000
                 fam[name].add_metric(labels + [v for _, v in reading.labels], value / (1.0 / reading.scale))
+
+
+HOLDER_LABELS = ["kind", "slurm_job", "pod_uid", "container_id", "reason"]
+
+
+def _holder_metric(devices: list[dict[str, Any]]) -> Any:
+    """gpudoctor_gpu_holder_info: per GPU, one series per Slurm job or Kubernetes pod of its
+    processes (from their cgroups), or kind="unknown" with the reason it cannot be told."""
+    family = _gauge("gpudoctor_gpu_holder_info", labels=list(GPU_LABELS) + HOLDER_LABELS)
+    for dev in devices:
+        holders = dev.get("holders")
+        labels = _gpu_label_values(dev)
+        if isinstance(holders, str):
+            family.add_metric(labels + ["unknown", "", "", "", holders[:200]], 1.0)
+            continue
+        for holder in holders or ():
+            family.add_metric(labels + [holder.kind, holder.job, holder.pod_uid, holder.container_id,
+                                        holder.reason[:200]], 1.0)
+    return family
 
 
 def _mig_metrics(devices: list[dict[str, Any]]) -> Iterable[Any]:

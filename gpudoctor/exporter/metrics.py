@@ -73,6 +73,9 @@ OTHER_METRICS: dict[str, str] = {
                                        "busy_small_kernels, sm_bound, waiting, partly_busy, warming, no_gpm, "
                                        "no_reading; docs/utilisation.md), 1 for the current one",
     "gpudoctor_gpu_throttled": "1 per clock event reason that is active (label reason)",
+    "gpudoctor_gpu_holder_info": "1 per Slurm job or Kubernetes pod holding the GPU, read from its processes' "
+                                 "cgroups (labels kind: slurm, kubernetes or unknown; slurm_job; pod_uid; "
+                                 "container_id; reason: why it cannot be told)",
     "gpudoctor_report_up": "1 when the last report ran (or the report file was read), else 0",
     "gpudoctor_report_status": "Overall status of the last report, as a state set (label status)",
     "gpudoctor_probe_status": "Each probe's status in the last report, as a state set (labels probe, status)",

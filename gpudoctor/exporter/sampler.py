@@ -47,13 +47,18 @@ class GpuSampler:
     """
 
     def __init__(self, gpu: GpuBackend, interval: float = DEFAULT_INTERVAL_S, *, retry_first_s: float = RETRY_FIRST_S,
-                 retry_max_s: float = RETRY_MAX_S, clock: Callable[[], float] = time.monotonic) -> None:
+                 retry_max_s: float = RETRY_MAX_S, clock: Callable[[], float] = time.monotonic,
+                 proc_root: str | None = "/proc") -> None:
         from gpudoctor.sampling import Sampler
 
         self.gpu = gpu
         self.interval = interval
         self.snapshot: dict[str, Any] | None = None
-        self.core = Sampler(gpu, None, with_processes=False, reads="full", interval_s=interval, history_length=1,
+        # Where the processes' cgroups are read to name each GPU's Slurm job or Kubernetes pod
+        # (None: processes are not read, no holder series).
+        self.proc_root = proc_root
+        self.core = Sampler(gpu, None, with_processes=proc_root is not None, reads="full", interval_s=interval,
+                            history_length=1,
                             recover=True, retry_first_s=retry_first_s, retry_max_s=retry_max_s,
                             on_sample=self._publish, clock=clock)
 
@@ -70,8 +75,20 @@ class GpuSampler:
         self.snapshot = {  # one reference swap: scrapes see a whole sample or the previous one
             "t": snap.time, "status": snap.nvml_status, "count": snap.count,
             "driver_version": None if is_na(driver) else driver,
-            "devices": [{"index": d.index, "static": d.static, "sample": d.sample, "mig": d.mig} for d in snap.devices],
+            "devices": [{"index": d.index, "static": d.static, "sample": d.sample, "mig": d.mig,
+                         "holders": self._holders(d.processes)} for d in snap.devices],
             "reinits": snap.reinits, "retry_in_s": snap.retry_in_s, "duration_s": snap.read_s}
+
+    def _holders(self, processes: Any) -> Any:
+        """The Slurm jobs and Kubernetes pods of a GPU's processes (gpudoctor.backends.holders), a
+        reason string where the process list cannot be read, or None when processes are not read."""
+        if self.proc_root is None:
+            return None
+        if is_na(processes) or not isinstance(processes, list):
+            return f"the GPU's processes cannot be read ({getattr(processes, 'reason', 'no list')})"
+        from gpudoctor.backends.holders import of_processes
+
+        return of_processes((p.pid for p in processes), self.proc_root)
 
     def sample_once(self) -> dict[str, Any]:
         self.core.read()

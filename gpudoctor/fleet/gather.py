@@ -14,16 +14,16 @@ from typing import Sequence
 from gpudoctor import findings
 from gpudoctor.presentation import fmt_age
 
-from . import rules
+from . import idle, rules
 from .client import Prometheus
-from .model import (DEFAULT_LOOKBACK, DEFAULT_REPORT_MAX_AGE_S, DEFAULT_STALE_AFTER_S, STATUS_ORDER, FleetError,
+from .model import (DEFAULT_IDLE_WINDOW, DEFAULT_LOOKBACK, DEFAULT_REPORT_MAX_AGE_S, DEFAULT_STALE_AFTER_S, STATUS_ORDER, FleetError,
                     FleetRow, FleetView, Key, Series, key_of)
 from .selector import Matcher, names_regex, selector as _selector
 
 
 def collect(client: Prometheus, matchers: Sequence[Matcher] = (), *, stale_after_s: float = DEFAULT_STALE_AFTER_S,
             lookback: str = DEFAULT_LOOKBACK, report_max_age_s: float = DEFAULT_REPORT_MAX_AGE_S,
-            now: float | None = None) -> FleetView:
+            now: float | None = None, idle_window: str = DEFAULT_IDLE_WINDOW) -> FleetView:
     """Query Prometheus and build one judged row per GPU, worst first."""
     now = time.time() if now is None else now
     selector = _selector(matchers)
@@ -33,7 +33,7 @@ def collect(client: Prometheus, matchers: Sequence[Matcher] = (), *, stale_after
     by_metric: rules.ByMetric = {}
     for s in current:
         by_metric.setdefault(s.labels.get("__name__", ""), []).append(s)
-    rows, sampled_at = _known_rows(client, selector, lookback, now)
+    rows, sampled_at = _known_rows(client, matchers, lookback, now)
     gone = _not_exported(rows, by_metric, targets)
     if gone:  # two more queries, only for the nodes concerned (a healthy fleet costs none)
         nodes = Matcher("instance", "=~", "|".join(sorted({re.escape(key[0]) for key in gone})))
@@ -51,6 +51,8 @@ def collect(client: Prometheus, matchers: Sequence[Matcher] = (), *, stale_after
     rules.judge_busy(rows)
     rules.mark_last_known(rows, gone)
     rules.judge_targets(rows, targets, sampled_at, now)
+    _unreadable_targets(client, matchers, rows, targets, now)
+    idle.judge(client, matchers, rows, now, window=idle_window, lookback=lookback)
     if not rows:
         raise FleetError("empty", f"Prometheus at {client.url} holds no GPU series"
                                   f"{' for ' + selector if matchers else ''} (neither gpudoctor's exporter "
@@ -59,15 +61,18 @@ def collect(client: Prometheus, matchers: Sequence[Matcher] = (), *, stale_after
         row.settle()
     ordered = sorted(rows.values(), key=lambda r: (STATUS_ORDER[r.status], *rules.not_working_first(r), r.instance,
                                                    _gpu_sort(r.gpu)))
-    return FleetView(client.url, selector, now, ordered, targets, client.queries)
+    return FleetView(client.url, selector, now, ordered, targets, client.queries, idle_window)
 
 
-def _known_rows(client: Prometheus, selector: str, lookback: str,
+def _known_rows(client: Prometheus, matchers: Sequence[Matcher], lookback: str,
                 now: float) -> tuple[dict[Key, FleetRow], dict[str, float]]:
     """A row for every GPU seen in the look-back window (so a target that stopped answering still
     lists its GPUs), and each instance's last sample time."""
+    selector = _selector(matchers)
     known = client.query(f"last_over_time(gpudoctor_gpu_info{selector}[{lookback}])", at=now)
-    known_dcgm = client.query(f"last_over_time(DCGM_FI_DEV_GPU_TEMP{selector}[{lookback}])", at=now)
+    # a GPU of dcgm-exporter: any reading fleet shows, under the names of any exporter release
+    known_dcgm = client.query(f"last_over_time({_selector(matchers, names_regex(rules.DCGM_GPU_NAMES))}[{lookback}])",
+                              at=now)
     last_sample = client.query(f"last_over_time(gpudoctor_sample_timestamp_seconds{selector}[{lookback}])", at=now)
     rows: dict[Key, FleetRow] = {}
 
@@ -139,19 +144,69 @@ def _xid_history(client: Prometheus, matchers: Sequence[Matcher], by_metric: rul
     Xid now (one query; a fleet without Xids costs none): the gauge keeps only its newest value, so
     the sequence is what tells a critical Xid followed by a harmless one, and a value that has not
     changed for the whole window."""
-    shown = sorted({re.escape(s.labels.get("instance", "")) for s in by_metric.get("DCGM_FI_DEV_XID_ERRORS", [])
-                    if s.value > 0})
+    shown = sorted({re.escape(s.labels.get("instance", "")) for name in rules.DCGM_XID
+                    for s in by_metric.get(name, []) if s.value > 0})
     if not shown:
         return {}
     nodes = Matcher("instance", "=~", "|".join(shown))
     try:
-        history = client.query_history(f"DCGM_FI_DEV_XID_ERRORS{_selector([*matchers, nodes])}[{lookback}]",
+        # the gauge under its 4.8 or its 4.9 name
+        history = client.query_history(f"{_selector([*matchers, nodes], names_regex(rules.DCGM_XID))}[{lookback}]",
                                        at=now)
     except FleetError as exc:
         if exc.kind != "query":
             raise
         return {}  # a server that refuses the range selector: the gauge's last value is judged, as before
     return {key_of(labels): samples for labels, samples in history if samples}
+
+
+# Names that look like a GPU exporter's (dcgm-exporter, gpudoctor's, nvidia_gpu_exporter, vendor
+# exporters): a target with such series and no row fleet could build is listed, never left out.
+GPU_LIKE = '__name__=~"(?i)(.*dcgm.*|.*gpu_.*|.*_gpu.*|.*nvidia.*|.*nvml.*)"'
+UNREADABLE_SHOWN = 6
+
+
+# The answering targets without a row are asked about in groups whose instance regex stays under
+# this many characters (a URL of a few KiB): one query per group, none when every target has rows.
+INSTANCES_PER_QUERY_CHARS = 3000
+
+
+def _instance_groups(instances: Sequence[str]) -> list[str]:
+    groups: list[list[str]] = [[]]
+    for instance in instances:
+        escaped = re.escape(instance)
+        if groups[-1] and sum(len(e) + 1 for e in groups[-1]) + len(escaped) > INSTANCES_PER_QUERY_CHARS:
+            groups.append([])
+        groups[-1].append(escaped)
+    return ["|".join(group) for group in groups if group]
+
+
+def _unreadable_targets(client: Prometheus, matchers: Sequence[Matcher], rows: dict[Key, FleetRow],
+                        targets: dict[str, int], now: float) -> None:
+    """A row for each answering target without a row whose GPU-like series fleet cannot read. Only
+    those targets are asked about (the series of GPUs fleet reads are never loaded again)."""
+    covered = {row.instance for row in rows.values()}
+    uncovered = sorted(i for i, up in targets.items() if up and i not in covered)
+    found, waiting = [], set(uncovered)
+    for group in _instance_groups(uncovered):
+        selector = _selector([*matchers, Matcher("instance", "=~", group)], GPU_LIKE)
+        found += client.query(f"group by (instance, __name__) ({selector})", at=now)
+    known = set(rules.GPUDOCTOR_METRICS + rules.DCGM_METRICS)
+    unknown: dict[str, set[str]] = {}
+    for s in found:
+        instance, name = s.labels.get("instance", ""), s.labels.get("__name__", "")
+        if name and instance in waiting:
+            unknown.setdefault(instance, set())
+            if name not in known:
+                unknown[instance].add(name)
+    for instance, names in unknown.items():
+        if not names:
+            continue  # only names fleet reads, none of a GPU (an exporter whose NVML is down)
+        shown = sorted(names)
+        text = ", ".join(shown[:UNREADABLE_SHOWN]) + (f" and {len(shown) - UNREADABLE_SHOWN} more"
+                                                       if len(shown) > UNREADABLE_SHOWN else "")
+        row = rows[(instance, "")] = FleetRow(instance=instance, gpu="", source="unknown")
+        row.add(findings.finding("target_unreadable", names=text, evidence={"names": shown[:50]}))
 
 
 def _gpu_sort(gpu: str) -> tuple[int, str]:

@@ -24,6 +24,8 @@ DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_STALE_AFTER_S = 120.0
 DEFAULT_LOOKBACK = "1h"
 DEFAULT_REPORT_MAX_AGE_S = 24 * 3600.0
+#: How long a held GPU must do no work to be listed as held but idle (a Prometheus duration).
+DEFAULT_IDLE_WINDOW = "30m"
 
 Key = tuple[str, str]  # (instance, gpu)
 
@@ -72,6 +74,15 @@ class FleetRow:
     xid_last_time: float | None = None
     report_status: str | None = None
     report_age_s: float | None = None
+    # dcgm-exporter's host name and driver version labels (either spelling: docs/fleet.md)
+    hostname: str = ""
+    driver_version: str = ""
+    # Who holds the GPU: a Kubernetes pod or an HPC/Slurm job ("" none seen), and where it is held
+    # but did no work for the idle window: for how long, and what that cost (fleet.idle).
+    holder: str = ""
+    idle_for_s: float | None = None
+    idle_gpu_hours: float | None = None
+    idle_energy_kwh: float | None = None
     # True for a GPU Prometheus no longer gets (its target stopped answering, or it vanished from a
     # live exporter): its readings and findings are the last known, last_known_age_s old (None: unknown).
     last_known: bool = False
@@ -104,6 +115,11 @@ class FleetView:
     rows: list[FleetRow]
     targets: dict[str, int]  # instance -> up (1/0)
     queries: int = 0
+    idle_window: str = DEFAULT_IDLE_WINDOW
+
+    def held_idle(self) -> list[FleetRow]:
+        """The GPUs held by a job or pod that did no work for the idle window, longest first."""
+        return sorted((r for r in self.rows if r.idle_for_s is not None), key=lambda r: -(r.idle_for_s or 0.0))
 
     def counts(self) -> dict[str, int]:
         counts = {status: 0 for status in STATUS_ORDER}
@@ -120,5 +136,8 @@ class FleetView:
             "counts": self.counts(),
             "nodes": len({row.instance for row in self.rows}),
             "targets_down": sorted(i for i, up in self.targets.items() if not up),
+            "idle_window": self.idle_window,
+            "held_idle": [{"instance": r.instance, "gpu": r.gpu, "holder": r.holder, "idle_for_s": r.idle_for_s,
+                           "gpu_hours": r.idle_gpu_hours, "energy_kwh": r.idle_energy_kwh} for r in self.held_idle()],
             "rows": [row.to_dict() for row in self.rows],
         }

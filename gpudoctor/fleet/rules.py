@@ -29,13 +29,33 @@ GPUDOCTOR_METRICS = (
     "gpudoctor_gpu_last_xid",
     "gpudoctor_gpu_last_xid_timestamp_seconds", "gpudoctor_nvml_up", "gpudoctor_nvml_error_info",
     "gpudoctor_sample_age_seconds", "gpudoctor_report_status", "gpudoctor_report_timestamp_seconds",
+    "gpudoctor_gpu_holder_info",
 )
+
+
+def dcgm_names(key: str) -> tuple[str, ...]:
+    """Every DCGM name of the reading ``key`` (dcgm-exporter 4.8 and earlier, then 4.9 and later):
+    counts and flags, whose unit is a count under either name."""
+    return tuple(f.name for f in catalogue.dcgm_fields() if f.key == key)
+
+
+# dcgm-exporter's last Xid gauge, before and after dcgm-exporter 4.9.0 (DCGM 4.7's name); the
+# value (the last Xid's code) is the same under both.
+DCGM_XID = ("DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_XID_ERROR")
+# The names that make a DCGM GPU a row: every name of the readings fleet shows, temperature first.
+DCGM_GPU_NAMES = tuple(dict.fromkeys(f.name for key in ("temperature_c", *(r.key for r in catalogue.fleet_readings()))
+                                     for f in catalogue.dcgm_read(key)))
 DCGM_METRICS = (
-    *(r.dcgm for r in catalogue.fleet_readings() if r.dcgm_scale is not None), "DCGM_FI_DEV_FB_FREE",
-    "DCGM_FI_DEV_XID_ERRORS", "DCGM_EXP_XID_ERRORS_COUNT", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
-    "DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DEV_ROW_REMAP_PENDING", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+    *dict.fromkeys(DCGM_GPU_NAMES), *(f.name for f in catalogue.dcgm_read("memory_free_bytes")),
+    *DCGM_XID, "DCGM_EXP_XID_ERRORS_COUNT", *dcgm_names("ecc_volatile_uncorrected"),
+    *dcgm_names("remapped_rows_failure"), *dcgm_names("remapped_rows_pending"), *dcgm_names("throttle_reasons"),
     "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_EXP_CLOCK_EVENTS_COUNT",
 )
+# dcgm-exporter's labels that say who holds a GPU: the Kubernetes pod (from the kubelet's
+# pod-resources socket) and the HPC job (from its --hpc-job-mapping-dir files).
+DCGM_HOLDER_LABELS = ("namespace", "pod", "container", "hpc_job")
+# gpudoctor's exporter: one series per GPU and holder of the processes on it (from their cgroups).
+GPUDOCTOR_HOLDER = "gpudoctor_gpu_holder_info"
 
 # What is kept of a GPU or node that Prometheus no longer gets (a stopped target, a GPU gone from a
 # live exporter): the last value of each of these in the look-back window. Not the moment's state
@@ -253,19 +273,81 @@ def judge_xid_gauge(row: FleetRow, code: int, history: XidHistory | None,
 
 
 # --------------------------------------------------------------------------- dcgm-exporter
+def scaled(m: ByMetric, key: str) -> dict[Key, float]:
+    """The reading ``key`` of each GPU from whichever DCGM name a node exports (old or new), in
+    gpudoctor's unit (the catalogue's DCGM units: dcgm-exporter 4.9 changed some)."""
+    out: dict[Key, float] = {}
+    for field in catalogue.dcgm_read(key):
+        for gpu_key, value in one(m, field.name).items():
+            out.setdefault(gpu_key, value * (field.scale or 1.0))
+    return out
+
+
+def either(m: ByMetric, names: Iterable[str]) -> dict[Key, float]:
+    """A count or flag of each GPU under the first of ``names`` a node exports (old or new name)."""
+    out: dict[Key, float] = {}
+    for name in names:
+        for key, value in one(m, name).items():
+            out.setdefault(key, value)
+    return out
+
+
+def holder_text(labels: dict[str, str]) -> str:
+    """Who holds a GPU, from one series' labels (dcgm-exporter's or gpudoctor's exporter's): "" none."""
+    if labels.get("pod"):
+        where = f"{labels['namespace']}/" if labels.get("namespace") else ""
+        container = f" (container {labels['container']})" if labels.get("container") else ""
+        return f"pod {where}{labels['pod']}{container}"
+    if labels.get("hpc_job"):
+        return f"HPC job {labels['hpc_job']}"
+    if labels.get("slurm_job"):
+        return f"Slurm job {labels['slurm_job']}"
+    if labels.get("pod_uid"):
+        container = f" (container {labels['container_id'][:12]})" if labels.get("container_id") else ""
+        return f"Kubernetes pod {labels['pod_uid']}{container}"
+    return ""
+
+
+def read_labels(rows: Rows, m: ByMetric) -> None:
+    """Each row's host name, driver version (dcgm-exporter's labels, either spelling: catalogue.DCGM_LABELS)
+    and holders (dcgm-exporter's pod and HPC job labels, gpudoctor's holder series), at most four shown."""
+    holders: dict[Key, list[str]] = {}
+    for name in (*DCGM_GPU_NAMES, GPUDOCTOR_HOLDER):
+        for s in m.get(name, []):
+            row = rows.get(key_of(s.labels))
+            if row is None:
+                continue
+            for old, new, _since in catalogue.DCGM_LABELS:
+                value = s.labels.get(new) or s.labels.get(old) or ""
+                if new == "hostname" and value and not row.hostname:
+                    row.hostname = value
+                elif new != "hostname" and value and not row.driver_version:
+                    row.driver_version = value
+            text = holder_text(s.labels)
+            if text and text not in holders.setdefault(row_key(row), []):
+                holders[row_key(row)].append(text)
+    for key, found in holders.items():
+        rows[key].holder = ", ".join(found[:4]) + (f" and {len(found) - 4} more" if len(found) > 4 else "")
+
+
+def row_key(row: FleetRow) -> Key:
+    return row.instance, row.gpu
+
+
 def judge_dcgm(rows: Rows, m: ByMetric, xid_history: dict[Key, XidHistory] | None = None,
                window: tuple[float, str] | None = None) -> None:
-    """dcgm-exporter's series. ``xid_history``: each GPU's last-Xid gauge over the look-back window
-    (``window``: its start time and its words, "1h"), read only where the gauge shows an Xid."""
-    for attr, name, scale in ((r.fleet, r.dcgm, r.dcgm_scale) for r in catalogue.fleet_readings()
-                              if r.dcgm_scale is not None):
-        for key, value in one(m, name).items():
-            if key in rows and getattr(rows[key], attr) is None:
-                setattr(rows[key], attr, value * scale)
-    free = one(m, "DCGM_FI_DEV_FB_FREE")
-    for key, used in one(m, "DCGM_FI_DEV_FB_USED").items():
-        if key in rows and key in free and rows[key].memory_total_bytes is None:
-            rows[key].memory_total_bytes = (used + free[key]) * 2 ** 20
+    """dcgm-exporter's series, under either name of each field (4.8 and 4.9). ``xid_history``: each
+    GPU's last-Xid gauge over the look-back window (``window``: its start time and its words, "1h"),
+    read only where the gauge shows an Xid."""
+    read_labels(rows, m)
+    for r in catalogue.fleet_readings():
+        for key, value in scaled(m, r.key).items():
+            if key in rows and getattr(rows[key], r.fleet) is None:
+                setattr(rows[key], r.fleet, value)
+    free = scaled(m, "memory_free_bytes")
+    for key, row in rows.items():
+        if key in free and row.memory_used_bytes is not None and row.memory_total_bytes is None:
+            row.memory_total_bytes = row.memory_used_bytes + free[key]
     # dcgm-exporter's windowed count (--xid-count-window-size): one series per GPU and Xid code seen
     # in the window. Where a node exports it, it is judged instead of the last-Xid gauge, which
     # keeps its last value for ever and shows only the newest code (a critical Xid followed by a
@@ -275,11 +357,11 @@ def judge_dcgm(rows: Rows, m: ByMetric, xid_history: dict[Key, XidHistory] | Non
         if key in rows:
             judge_xid_window(rows[key], series)
     counted = {instance for instance, _gpu in windowed}
-    for key, value in one(m, "DCGM_FI_DEV_XID_ERRORS").items():
+    for key, value in either(m, DCGM_XID).items():
         if key in rows and rows[key].xid_last is None and key[0] not in counted:
             judge_xid_gauge(rows[key], int(value), (xid_history or {}).get(key), window)
-    judge_memory(rows, one(m, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"), one(m, "DCGM_FI_DEV_ROW_REMAP_FAILURE"),
-                 one(m, "DCGM_FI_DEV_ROW_REMAP_PENDING"))
+    judge_memory(rows, either(m, dcgm_names("ecc_volatile_uncorrected")), either(m, dcgm_names("remapped_rows_failure")),
+                 either(m, dcgm_names("remapped_rows_pending")))
     judge_dcgm_clocks(rows, m)
 
 
@@ -300,7 +382,7 @@ def judge_dcgm_clocks(rows: Rows, m: ByMetric) -> None:
                 counts[code] = counts.get(code, 0) + int(min(s.value, 1e9))
         rows[key].add(findings.clocks_held_down(counts, counts, _window(s for s in series if s.value > 0)))
     counted = {instance for instance, _gpu in windowed}
-    masks = dict(one(m, "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"))
+    masks = either(m, dcgm_names("throttle_reasons"))
     masks.update(one(m, "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"))
     for key, value in masks.items():
         if key in rows and rows[key].source == "dcgm-exporter" and key[0] not in counted:

@@ -64,7 +64,32 @@ def render_text(view: FleetView, width: int = 120) -> str:
                 f"{fmt_mem(row):>9} {fmt_number(row.temperature_c, 1, 'C'):>5} {fmt_number(row.power_w, 1, 'W'):>6} "
                 f"{xid_text:>4} {report:<11} ")
         lines.extend(_wrap_reason(line, row.reason, fixed, width))
+    lines.extend(held_idle_lines(view))
     return "\n".join(lines) + "\n"
+
+
+def held_idle_summary(view: FleetView) -> str:
+    """"held but idle for 30 min or more: 2 GPU(s), 3.5 GPU-hours, 1.20 kWh", or "" when none."""
+    idle = view.held_idle()
+    if not idle:
+        return ""
+    hours = sum(r.idle_gpu_hours or 0.0 for r in idle)
+    energy = [r.idle_energy_kwh for r in idle if r.idle_energy_kwh is not None]
+    return (f"held but idle for {view.idle_window} or more: {len(idle)} GPU(s), {hours:.1f} GPU-hours"
+            + (f", {sum(energy):.2f} kWh" if energy else ""))
+
+
+def held_idle_lines(view: FleetView) -> list[str]:
+    """The held-but-idle GPUs under the table, longest idle first, each with its holder."""
+    summary = held_idle_summary(view)
+    if not summary:
+        return []
+    lines = ["", summary]
+    for row in view.held_idle():
+        energy = "" if row.idle_energy_kwh is None else f", {row.idle_energy_kwh:.2f} kWh"
+        lines.append(f"  {row.instance} GPU {row.gpu}: {row.holder}, idle {fmt_age(row.idle_for_s or 0.0)} "
+                     f"({row.idle_gpu_hours or 0.0:.1f} GPU-hours{energy})")
+    return lines
 
 
 def _wrap_reason(prefix: str, reason: str, indent: int, width: int) -> list[str]:
@@ -73,3 +98,43 @@ def _wrap_reason(prefix: str, reason: str, indent: int, width: int) -> list[str]
     room = max(30, width - indent)
     parts = textwrap.wrap(reason, room) or [""]
     return [prefix + parts[0]] + [" " * indent + part for part in parts[1:]]
+
+
+# --------------------------------------------------------------------------- docs/fleet.md's name table
+_BASE_UNITS = (("_ratio", "ratio 0-1"), ("_bytes_per_second", "B/s"), ("_bytes", "B"), ("_celsius", "°C"),
+               ("_watts", "W"), ("_hertz", "Hz"), ("_joules_total", "J"))
+
+
+def _base_unit(metric: str) -> str:
+    return next((unit for suffix, unit in _BASE_UNITS if metric.endswith(suffix)), "count or state")
+
+
+def dcgm_names_table() -> str:
+    """The Markdown table of docs/fleet.md: every reading's name and unit in gpudoctor's exporter,
+    dcgm-exporter 4.8 and earlier and 4.9 and later, and whether fleet reads it (from the catalogue)."""
+    from gpudoctor.backends import catalogue
+
+    from .rules import DCGM_XID
+
+    lines = ["| reading | gpudoctor's exporter | dcgm-exporter 4.8 and earlier | dcgm-exporter 4.9 and later | fleet |",
+             "| --- | --- | --- | --- | --- |"]
+    for r in catalogue.readings():
+        fields = [f for f in catalogue.dcgm_fields() if f.key == r.key]
+        if not fields:
+            continue
+        cells = []
+        for exporters in (catalogue.DCGM_OLD, catalogue.DCGM_NEW):
+            found = [f for f in fields if f.exporters == exporters]
+            cells.append(" ".join(f"`{f.name}` ({f.unit or 'unit not stated'}{'' if f.scale in (None, 1.0) else f', ×{f.scale:.10g}'})"
+                                  for f in found) or "same name, or not confirmed")
+        reads = ("reads all (" + r.fleet + ")") if r.fleet and catalogue.dcgm_read(r.key) else (
+            "judges it" if r.key in _JUDGED else "")
+        lines.append(f"| `{r.key}` | `{r.prometheus}` ({_base_unit(r.prometheus)}) | {cells[0]} | {cells[1]} | {reads} |")
+    lines.append(f"| last Xid | `gpudoctor_gpu_last_xid` (code) | `{DCGM_XID[0]}` (code) | `{DCGM_XID[1]}` (code) | judges it |")
+    for old, new, since in catalogue.DCGM_LABELS:
+        lines.append(f"| label | | `{old}` | `{new}` (renamed in {since}) | reads both |")
+    return "\n".join(lines) + "\n"
+
+
+_JUDGED = ("ecc_volatile_uncorrected", "remapped_rows_failure", "remapped_rows_pending", "throttle_reasons",
+           "memory_free_bytes")

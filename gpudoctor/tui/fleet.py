@@ -26,6 +26,8 @@ STATUS_STYLES = {"fail": "bold red", "stale": "bold magenta", "warn": "yellow", 
 #: wide as its header or its widest value, and REASON takes the rest of the screen, wrapped.
 COLUMNS = (("STATUS", 6), ("INSTANCE", 24), ("GPU", 3), ("UTIL", 5), ("MEM", 9), ("TEMP", 5), ("POWER", 6),
            ("XID", 4), ("REPORT", 11), ("REASON", 0))
+#: The held-but-idle GPUs listed above the table at most (then "... and N more").
+IDLE_LINES = 5
 #: REASON is never narrower than this: below it the table scrolls sideways instead.
 REASON_MIN = 20
 #: Columns are one space apart (the table's own padding is two, one each side).
@@ -52,6 +54,7 @@ class FleetScreen(Screen):
     DEFAULT_CSS = """
     FleetScreen #fleet-title { height: 1; }
     FleetScreen #fleet-status { height: 1; }
+    FleetScreen #fleet-idle { height: auto; max-height: 7; }
     FleetScreen DataTable { height: 1fr; }
     """
 
@@ -70,6 +73,7 @@ class FleetScreen(Screen):
     def compose(self) -> ComposeResult:
         yield Static(id="fleet-title")
         yield Static(id="fleet-status")
+        yield Static(id="fleet-idle")
         yield DataTable(id="fleet-table", zebra_stripes=True, cursor_type="row", cell_padding=0)
         yield Footer()
 
@@ -110,7 +114,20 @@ class FleetScreen(Screen):
         self._busy = False
         self.view, self.error, self.updated_at = message.view, "", time.time()
         self._fill(message.view)
+        self._show_held_idle(message.view)
         self._show_title(f"answered in {message.took_s:.1f} s")
+
+    def _show_held_idle(self, view: FleetView) -> None:
+        """The GPUs held by a job or pod that did no work for the idle window, longest idle first,
+        each with its holder and cost (fleet's own lines, as plain text); nothing when none."""
+        from gpudoctor.fleet.text import held_idle_lines
+
+        lines = held_idle_lines(view)[1:]  # no blank line on the screen
+        shown = lines[:IDLE_LINES] + ([f"  ... and {len(lines) - IDLE_LINES} more (gpudoctor fleet lists them all)"]
+                                      if len(lines) > IDLE_LINES else [])
+        widget = self.query_one("#fleet-idle", Static)
+        widget.display = bool(shown)
+        widget.update(Text("\n".join(shown), style="yellow"))
 
     def on_fleet_failed(self, message: FleetFailed) -> None:
         self._busy = False
