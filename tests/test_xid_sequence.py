@@ -44,6 +44,10 @@ def _mat(labels, samples):
         {"metric": labels, "values": [[t, str(v)] for t, v in samples]}]}}
 
 
+# The last-Xid gauge's history under either of its names (dcgm-exporter 4.8's and 4.9's).
+HISTORY = '{__name__=~"DCGM_FI_DEV_XID_ERRORS|DCGM_FI_DEV_XID_ERROR",'
+
+
 class Prom:
     def __init__(self, gauge: float, history: list[tuple[float, float]] | None):
         self.gauge, self.history, self.seen = gauge, history, []
@@ -53,13 +57,14 @@ class Prom:
         self.seen.append(query)
         if query.startswith("up"):
             answer = _vec(({"instance": "n1:9400", "job": "dcgm"}, 1))
+        elif query.startswith(HISTORY):
+            answer = _mat(dict(LABELS, __name__="DCGM_FI_DEV_XID_ERRORS"), self.history) if self.history is not None \
+                else _vec()
         elif query.startswith("{__name__=~"):
             answer = _vec((dict(LABELS, __name__="DCGM_FI_DEV_GPU_UTIL"), 55),
                           (dict(LABELS, __name__="DCGM_FI_DEV_XID_ERRORS"), self.gauge))
-        elif query.startswith("last_over_time(DCGM_FI_DEV_GPU_TEMP"):
+        elif query.startswith('last_over_time({__name__=~"DCGM_FI_DEV_GPU_TEMP'):
             answer = _vec((LABELS, 50))
-        elif query.startswith("DCGM_FI_DEV_XID_ERRORS{") and self.history is not None:
-            answer = _mat(dict(LABELS, __name__="DCGM_FI_DEV_XID_ERRORS"), self.history)
         else:
             answer = _vec()
         return io.BytesIO(json.dumps(answer).encode())
@@ -77,7 +82,7 @@ def test_the_gauge_history_shows_the_critical_xid_the_45_hides():
     row, seen = _row(45, history)
     assert row.status == "fail" and row.xid_last == 79, row.reason
     assert "Xid 79" in row.reason and "came before the Xid 45" in row.reason
-    assert any(q.startswith('DCGM_FI_DEV_XID_ERRORS{instance=~"n1:9400"}[1h]') for q in seen), seen
+    assert any(q == HISTORY + 'instance=~"n1:9400"}[1h]' for q in seen), seen
     # without the history (the old judgement of the last value) the 79 was lost behind the 45
     row, _seen = _row(45, None)
     assert row.status == "warn" and "79" not in row.reason
@@ -111,7 +116,7 @@ def test_a_refused_history_query_leaves_the_last_value_judged():
     class Refusing(Prom):
         def __call__(self, request, timeout):
             query = urllib.parse.parse_qs(urllib.parse.urlsplit(request.full_url).query)["query"][0]
-            if query.startswith("DCGM_FI_DEV_XID_ERRORS{"):
+            if query.startswith(HISTORY):
                 self.seen.append(query)
                 return io.BytesIO(json.dumps({"status": "error", "errorType": "bad_data",
                                               "error": "range queries refused"}).encode())
@@ -124,7 +129,7 @@ def test_a_refused_history_query_leaves_the_last_value_judged():
 
 def test_no_xid_costs_no_history_query():
     _row_, seen = _row(0, [])
-    assert not any(q.startswith("DCGM_FI_DEV_XID_ERRORS{") for q in seen)
+    assert not any(q.startswith(HISTORY) for q in seen)
 
 
 # --------------------------------------------------------------------------- the kernel log's named cause
