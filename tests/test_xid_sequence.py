@@ -49,8 +49,8 @@ HISTORY = '{__name__=~"DCGM_FI_DEV_XID_ERRORS|DCGM_FI_DEV_XID_ERROR",'
 
 
 class Prom:
-    def __init__(self, gauge: float, history: list[tuple[float, float]] | None):
-        self.gauge, self.history, self.seen = gauge, history, []
+    def __init__(self, gauge: float, history: list[tuple[float, float]] | None, name: str = "DCGM_FI_DEV_XID_ERRORS"):
+        self.gauge, self.history, self.seen, self.name = gauge, history, [], name
 
     def __call__(self, request, timeout):
         query = urllib.parse.parse_qs(urllib.parse.urlsplit(request.full_url).query)["query"][0]
@@ -58,11 +58,10 @@ class Prom:
         if query.startswith("up"):
             answer = _vec(({"instance": "n1:9400", "job": "dcgm"}, 1))
         elif query.startswith(HISTORY):
-            answer = _mat(dict(LABELS, __name__="DCGM_FI_DEV_XID_ERRORS"), self.history) if self.history is not None \
-                else _vec()
+            answer = _mat(dict(LABELS, __name__=self.name), self.history) if self.history is not None else _vec()
         elif query.startswith("{__name__=~"):
             answer = _vec((dict(LABELS, __name__="DCGM_FI_DEV_GPU_UTIL"), 55),
-                          (dict(LABELS, __name__="DCGM_FI_DEV_XID_ERRORS"), self.gauge))
+                          (dict(LABELS, __name__=self.name), self.gauge))
         elif query.startswith('last_over_time({__name__=~"DCGM_FI_DEV_GPU_TEMP'):
             answer = _vec((LABELS, 50))
         else:
@@ -70,8 +69,8 @@ class Prom:
         return io.BytesIO(json.dumps(answer).encode())
 
 
-def _row(gauge, history):
-    prom = Prom(gauge, history)
+def _row(gauge, history, name="DCGM_FI_DEV_XID_ERRORS"):
+    prom = Prom(gauge, history, name)
     view = fleet.collect(fleet.Prometheus("http://prom.example:9090", opener=prom), now=NOW)
     return view.rows[0], prom.seen
 
@@ -216,3 +215,12 @@ def test_the_tui_header_fails_on_xid_31_on_every_gpu(tmp_path):
             await pilot.press("q")
 
     check()
+
+
+def test_the_gauge_under_its_4_9_name_is_judged_as_a_sequence_too():
+    """dcgm-exporter 4.9 renamed the gauge DCGM_FI_DEV_XID_ERROR: its history is read the same way."""
+    history = [(NOW - 2600, 79), (NOW - 2540, 45), (NOW - 30, 45)]
+    row, seen = _row(45, history, name="DCGM_FI_DEV_XID_ERROR")
+    assert row.status == "fail" and row.xid_last == 79, row.reason
+    assert "came before the Xid 45" in row.reason
+    assert HISTORY + 'instance=~"n1:9400"}[1h]' in seen, seen
