@@ -201,6 +201,8 @@ class PsutilProcessInfo:
                     "cpu_pct": proc.cpu_percent(interval=None),
                     "host_memory_bytes": int(proc.memory_info().rss),
                     "command": " ".join(cmd) if cmd else proc.name(),
+                    "started": proc.create_time(),
+                    "uid": proc.uids().real if hasattr(proc, "uids") else None,
                 }
         except psutil.NoSuchProcess:
             self._procs.pop(pid, None)

@@ -15,50 +15,96 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
+from textual.geometry import Region
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets._footer import FooterKey
 
 from gpudoctor.backends.na import NA
 from gpudoctor.presentation import PROCESS_SORT_KEYS, ProcessRow
-from gpudoctor.presentation import fmt_bytes, plain_text, status_style, wrap_hanging
-from gpudoctor.tui.widgets import GpuPanel, HostPanel, NoGpuPanel, bar, doctor_renderable, workload_chart
+from gpudoctor.presentation import compact_grid, fmt_bytes, plain_text, status_style, wrap_hanging
+from gpudoctor.tui.widgets import (
+    CompactView, GpuPanel, HostPanel, NoGpuPanel, bar, detailed_rows, doctor_renderable, workload_chart,
+)
 from gpudoctor.tui.workload_runner import field_of
 
 if TYPE_CHECKING:
+    from gpudoctor.sampling import Snapshot
     from gpudoctor.tui.app import GpudoctorApp
+
+def own_first(rows: list[ProcessRow]) -> list[ProcessRow]:
+    """The processes of this user first (nvitop's order), then by GPU and memory."""
+    import os
+
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    return sorted(rows, key=lambda r: (r.uid != uid or uid is None, r.gpu, -(r.gpu_memory_bytes or 0), r.pid))
 
 
 class TitleBar(Static):
-    """One line: screen name, data source, and anything wrong with the sampling."""
+    """One line: screen name, the doctor's verdict, the data source (live or replay), and anything
+    wrong with the sampling. Its parts have ranks: a narrow terminal drops the least important
+    part whole (``· every 1 s`` first), never the verdict or the source marker (rank 0), and
+    never half of a part."""
 
     _shown: Text | None = None
+    _parts: "list[tuple[Text, float]] | None" = None
 
-    def show(self, text: Text) -> None:
+    def show(self, parts: "list[tuple[Text, float]]") -> None:
         """Update only when the line changed: ``Static.update`` re-lays out the screen, and a
         re-layout repaints the whole terminal."""
+        text = Text("").join(part for part, _ in parts)
         old = self._shown
         if old is not None and old.plain == text.plain and old.spans == text.spans and old.style == text.style:
             return
-        self._shown = text
+        self._shown, self._parts = text, parts
         self.update(text)
 
     def render(self) -> Any:
-        """The line as wide as the terminal allows, cut between its `·` parts: a narrow terminal
-        loses the last parts whole (`· every 1 s`), never half of one (`· every`)."""
         text, width = self._shown, self.size.width
-        if text is None or width <= 0 or text.cell_len <= width:
+        if text is None or self._parts is None or width <= 0 or text.cell_len <= width:
             return super().render()
-        return fit_parts(text, width)
+        return fit_parts(self._parts, width)
 
 
-def fit_parts(text: Text, width: int) -> Text:
-    """``text`` cut to ``width`` at the start of a ` · ` part; with no such place, cut with "…"."""
-    cut = text.plain.rfind("·", 0, width + 1)
-    if cut > 0:
-        return text[:cut]
-    fitted = text.copy()
-    fitted.truncate(width, overflow="ellipsis")
+def fit_parts(parts: "list[tuple[Text, float]]", width: int) -> Text:
+    """The parts that fit ``width``, in their order: the part of the highest rank (the least
+    important; the later one of equal ranks) goes first, whole. Parts of rank 0 always stay; only
+    when they alone pass the width is the line cut, with "…"."""
+    kept = list(range(len(parts)))
+    while sum(parts[i][0].cell_len for i in kept) > width:
+        droppable = [i for i in kept if parts[i][1] > 0]
+        if not droppable:
+            break
+        kept.remove(max(droppable, key=lambda i: (parts[i][1], i)))
+    fitted = Text("").join(parts[i][0] for i in kept)
+    if fitted.cell_len > width:
+        fitted.truncate(width, overflow="ellipsis")
     return fitted
+
+
+class KeysFooter(Footer):
+    """The key footer with the keys that fit the terminal, each whole: one that would pass the
+    right edge (``q qu``) is left out with those after it (``?`` lists every key)."""
+
+    _width = 0
+
+    def compose(self) -> ComposeResult:
+        room = self.app.size.width
+        self._width = room
+        for widget in list(super().compose()):
+            if isinstance(widget, FooterKey):
+                room -= len(widget.key_display) + len(widget.description) + 3  # its padding
+                if room < 0:
+                    return
+            yield widget
+
+    def on_resize(self) -> None:
+        if self.app.size.width != self._width:
+            self.call_after_refresh(self.recompose)
+
+
+#: Ranks of the title's parts (0: never dropped; higher: dropped sooner).
+KEEP, TROUBLE, SCREEN_INFO, REASON, SOURCE_FILE, DOCTOR_KEY, DRIVER, INTERVAL = 0, 1, 2, 3, 5, 6, 7, 8
 
 
 class BaseScreen(Screen):
@@ -68,48 +114,63 @@ class BaseScreen(Screen):
     def gapp(self) -> "GpudoctorApp":
         return self.app  # type: ignore[return-value]
 
-    _title: tuple[tuple[Any, ...], Text] | None = None
+    _title: "tuple[tuple[Any, ...], list[tuple[Text, float]]] | None" = None
 
-    def title_text(self, extra: str = "") -> Text:
-        """The title line; built again only when what it shows changed (it is asked for on every
-        reading)."""
+    def title_text(self, extra: str = "") -> "list[tuple[Text, float]]":
+        """The title line's parts with their ranks (:func:`fit_parts`); built again only when
+        what it shows changed (it is asked for on every reading)."""
         state = self.gapp.state
         snap = state.snapshot
         key = (state.stalled_s, state.sample_error, getattr(self.gapp, "headline", None), extra,
                None if snap is None else (snap.source, snap.driver_version), self.gapp.interval)
         if self._title is not None and self._title[0] == key:
             return self._title[1]
-        text = self._title_text(extra)
-        self._title = (key, text)
-        return text
+        parts = self._title_parts(extra)
+        self._title = (key, parts)
+        return parts
 
-    def _title_text(self, extra: str) -> Text:
+    def _title_parts(self, extra: str) -> "list[tuple[Text, float]]":
         state = self.gapp.state
-        text = Text(" gpudoctor ", style="bold reverse")
-        text.append(f" {self.TITLE} ", style="bold")
-        # Trouble first: a narrow terminal cuts the end of this line.
+        parts: list[tuple[Text, float]] = [(Text(" gpudoctor ", style="bold reverse"), KEEP),
+                                           (Text(f" {self.TITLE} ", style="bold"), KEEP)]
         if state.stalled_s is not None:
-            text.append(f"· driver not answering for {state.stalled_s:.0f} s ", style="bold red")
+            parts.append((Text(f"· driver not answering for {state.stalled_s:.0f} s ", style="bold red"), TROUBLE))
         elif state.sample_error:
-            text.append(f"· {plain_text(state.sample_error, limit=120)} ", style="bold red")
+            parts.append((Text(f"· {plain_text(state.sample_error, limit=120)} ", style="bold red"), TROUBLE))
+        parts += self._verdict_parts()
+        # Screen facts (`· 3 of 5 · sorted by pid (s)`): each `·` part apart, the later ones dropped first.
+        for n, piece in enumerate(p for p in extra.split("· ") if p.strip()):
+            parts.append((Text(f"· {piece}"), SCREEN_INFO + n / 100))
+        parts += self._source_parts()
+        parts.append((Text(f"· every {self.gapp.interval:g} s ", style="dim"), INTERVAL))
+        return parts
+
+    def _verdict_parts(self) -> "list[tuple[Text, float]]":
+        """``· Doctor: FAIL`` (kept), ``: <the reason>`` and `` · d`` (dropped whole when short of room)."""
         headline = getattr(self.gapp, "headline", None)
-        if headline is not None and self.TITLE != "Doctor":  # the Doctor screen shows it in full
-            status, reason, _level = headline
-            word, style = status_style(status)
-            text.append("· Doctor: ", style="bold")
-            text.append(word, style=style)
-            if reason:
-                text.append(f": {plain_text(reason, limit=60)}")
-            text.append(" · d ", style="dim")
-        if extra:
-            text.append(extra)
-        snap = state.snapshot
-        if snap is not None:
-            text.append(f"· {plain_text(snap.source, limit=80)} ", style="dim")
-            if isinstance(snap.driver_version, str) and snap.driver_version:
-                text.append(f"· driver {plain_text(snap.driver_version, limit=40)} ", style="dim")
-        text.append(f"· every {self.gapp.interval:g} s ", style="dim")
-        return text
+        if headline is None:  # the start-up quick doctor has not answered yet, or does not run
+            waiting = "checking" if getattr(self.gapp, "startup_doctor", False) else "not run"
+            return [(Text("· Doctor: ", style="bold") + Text(f"{waiting} ", style="dim"), KEEP)]
+        status, reason, _level = headline
+        word, style = status_style(status)
+        parts = [(Text("· Doctor: ", style="bold") + Text(word, style=style), KEEP)]
+        if reason:
+            parts.append((Text(f": {plain_text(reason, limit=60)}"), REASON))
+        parts.append((Text(" "), KEEP))
+        parts.append((Text("· d ", style="dim"), DOCTOR_KEY))
+        return parts
+
+    def _source_parts(self) -> "list[tuple[Text, float]]":
+        """``· live`` or ``· replay`` (kept), the recording's name and the driver version."""
+        snap = self.gapp.state.snapshot
+        replay = bool(self.gapp.replay) or (snap is not None and snap.source.startswith("replay"))
+        parts = [(Text("· replay " if replay else "· live ", style="bold magenta" if replay else "bold"), KEEP)]
+        if snap is not None and replay:
+            name = snap.source.partition(": ")[2] or "recording"
+            parts.append((Text(f"{plain_text(name, limit=80)} ", style="dim"), SOURCE_FILE))
+        if snap is not None and isinstance(snap.driver_version, str) and snap.driver_version:
+            parts.append((Text(f"· driver {plain_text(snap.driver_version, limit=40)} ", style="dim"), DRIVER))
+        return parts
 
     def on_screen_resume(self) -> None:
         self.refresh_view()
@@ -120,39 +181,94 @@ class BaseScreen(Screen):
 
 # --------------------------------------------------------------------------- overview
 class OverviewScreen(BaseScreen):
+    """A detailed panel per GPU while they fit the screen, else the compact view: a line per GPU
+    (columns on wide screens) and every GPU's processes below. ``v`` switches; Enter opens the
+    selected GPU's detailed panel, Esc goes back."""
+
     TITLE = "Overview"
+    BINDINGS = [
+        Binding("v", "switch_view", "view"),
+        Binding("enter", "open_gpu", "GPU details", show=False),
+        Binding("escape", "close_gpu", "back", show=False),
+        # Priority: the scrolling panels would take the arrows first.
+        Binding("down,j", "move(1)", "next GPU", show=False, priority=True),
+        Binding("up,k", "move(-1)", "previous GPU", show=False, priority=True),
+        Binding("right,l", "move_column(1)", "next column", show=False, priority=True),
+        Binding("left", "move_column(-1)", "previous column", show=False, priority=True),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: "auto" (compact when the detailed panels do not fit), "compact" or "detailed" (``v``).
+        self.view = "auto"
+        #: The GPU whose detailed panel is open alone (Enter), by its place in the snapshot.
+        self.detail: int | None = None
+        self.selected = 0
+        self._fits: tuple[tuple[int, int, int], bool] | None = None
 
     def compose(self) -> ComposeResult:
         yield TitleBar(id="title")
         yield VerticalScroll(id="panels")
-        yield Footer()
+        yield KeysFooter()
+
+    def compact_shown(self) -> bool:
+        """Whether the compact view is the one on screen (or about to be)."""
+        snap = self.gapp.state.snapshot
+        if snap is None or not snap.has_gpu or self.detail is not None:
+            return False
+        if self.view != "auto":
+            return self.view == "compact"
+        key = (self.size.width, self.size.height, len(snap.devices))
+        if self._fits is None or self._fits[0] != key:
+            state = self.gapp.state
+            need = detailed_rows(snap, state.history, state.events, self.size.width)
+            self._fits = (key, need <= max(0, self.size.height - 2))
+        return not self._fits[1]
+
+    def action_switch_view(self) -> None:
+        self.view = "detailed" if self.compact_shown() else "compact"
+        self.detail = None
+        self.refresh_view()
+
+    def action_open_gpu(self) -> None:
+        if self.compact_shown():
+            self.detail = self.selected
+            self.refresh_view()
+
+    def action_close_gpu(self) -> None:
+        if self.detail is not None:
+            self.detail = None
+            self.refresh_view()
+
+    def action_move(self, step: int) -> None:
+        snap = self.gapp.state.snapshot
+        if snap is None or not snap.devices or not self.compact_shown():
+            panels = self.query_one("#panels", VerticalScroll)
+            panels.scroll_relative(y=step, animate=False)  # the detailed panels scroll as before
+            return
+        self.selected = max(0, min(len(snap.devices) - 1, self.selected + step))
+        self.refresh_view()
+
+    def action_move_column(self, step: int) -> None:
+        views = self.query(CompactView)
+        self.action_move(step * (views.first().grid_lines if views else 1))
 
     def refresh_view(self) -> None:
         state = self.gapp.state
-        self.query_one("#title", TitleBar).show(self.title_text())
+        self.query_one("#title", TitleBar).show(self.title_text(self._view_info()))
         snap = state.snapshot
         if snap is None:
             return
         panels = self.query_one("#panels", VerticalScroll)
-        wanted: list[str] = []
-        if snap.nvml_status is not None:
-            wanted.append("no-gpu")
-        elif not snap.devices:
-            wanted.append("no-gpu")
-        wanted += [f"gpu-{d.index}" for d in snap.devices]
-        wanted.append("host")
+        compact = self.compact_shown()
+        wanted = self._wanted(snap, compact)
         have = [w.id for w in panels.children]
         if have != wanted:
             panels.remove_children()
-            new: list[Any] = []
-            for ident in wanted:
-                if ident == "no-gpu":
-                    new.append(NoGpuPanel())
-                elif ident == "host":
-                    new.append(HostPanel())
-                else:
-                    new.append(GpuPanel(int(ident.split("-")[1])))
-            panels.mount_all(new)
+            panels.mount_all([self._new_panel(ident) for ident in wanted])
+        if compact:
+            self._show_compact(panels, snap)
+            return
         by_id = {child.id: child for child in panels.children}  # mounted above, or earlier
         gpu_panels = []
         for dev in snap.devices:
@@ -168,6 +284,40 @@ class OverviewScreen(BaseScreen):
         if isinstance(host, HostPanel):
             host.show(snap, state.history)
         self._share_free_rows(panels, gpu_panels)
+
+    def _view_info(self) -> str:
+        if self.detail is not None:
+            return "· Esc: all GPUs "
+        return "· compact (v: detailed) " if self.compact_shown() else ""
+
+    def _wanted(self, snap: Snapshot, compact: bool) -> list[str]:
+        if compact:
+            return ["compact"]
+        if snap.nvml_status is not None or not snap.devices:
+            return ["no-gpu", "host"]
+        devices = snap.devices
+        if self.detail is not None:
+            devices = devices[min(self.detail, len(devices) - 1):][:1]
+        return [f"gpu-{d.index}" for d in devices] + ["host"]
+
+    @staticmethod
+    def _new_panel(ident: str) -> Any:
+        if ident == "compact":
+            return CompactView()
+        if ident == "no-gpu":
+            return NoGpuPanel()
+        if ident == "host":
+            return HostPanel()
+        return GpuPanel(int(ident.split("-")[1]))
+
+    def _show_compact(self, panels: VerticalScroll, snap: Snapshot) -> None:
+        view = panels.query_one(CompactView)
+        state = self.gapp.state
+        self.selected = min(self.selected, len(snap.devices) - 1)
+        view.selected = snap.devices[self.selected].index
+        view.show(snap.devices, own_first(state.processes), snap.time, "; ".join(state.process_notes), state.events)
+        rows = max(1, len(compact_grid(snap.devices, max(20, panels.size.width), None)))
+        self.call_after_refresh(panels.scroll_to_region, Region(0, self.selected % rows, 1, 1), animate=False)
 
     def on_resize(self) -> None:
         self.refresh_view()
@@ -222,7 +372,7 @@ class ProcessesScreen(BaseScreen):
         table: DataTable[Any] = DataTable(id="procs", cursor_type="row", zebra_stripes=True)
         yield table
         yield Static(id="proc-notes")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         table = self.query_one("#procs", DataTable)
@@ -347,7 +497,7 @@ class PageScreen(BaseScreen):
         yield TitleBar(id="title")
         with VerticalScroll(id=f"{self.PAGE}-scroll"):
             yield Static(id=f"{self.PAGE}-body")
-        yield Footer()
+        yield KeysFooter()
 
     def page_width(self) -> int:
         """The width the page's text is laid out for (at least 30 columns)."""
