@@ -541,16 +541,16 @@ def process_table(rows: list[list[str]], width: int) -> list[str]:
     return out
 
 
-def once_lines(snap: Snapshot, rows: list[ProcessRow], width: int, headline: str = "") -> list[str]:
-    """``gpudoctor --once``: the compact view as plain lines of at most ``width`` columns: a title,
-    every GPU's row, and every GPU process."""
+def once_lines(snap: Snapshot, rows: list[ProcessRow], width: int, headline: str = "", reason: str = "") -> list[str]:
+    """``gpudoctor --once``: the compact view as plain lines of at most ``width`` columns: a title
+    (the doctor's verdict ``headline`` and the source kept, its ``reason`` and the rest where they
+    fit), every GPU's row, and every GPU process."""
     width = max(40, width)
-    title = [f"gpudoctor {_iso(snap.time)}", snap.source]
+    title = [("gpudoctor", 0), (_iso(snap.time), 2), (headline, 0), (reason, 1),
+             ("live" if snap.source == "live" else "replay", 0), (snap.source.partition(": ")[2], 3)]
     if isinstance(snap.driver_version, str) and snap.driver_version:
-        title.append(f"driver {plain_text(snap.driver_version, limit=40)}")
-    if headline:
-        title.insert(1, headline)
-    lines = [" · ".join(fit_ranked([(t, i) for i, t in enumerate(title)], width, " · "))]
+        title.append((f"driver {plain_text(snap.driver_version, limit=40)}", 4))
+    lines = [" · ".join(fit_ranked([(plain_text(t, limit=80), r) for t, r in title if t], width, " · "))]
     if not snap.has_gpu:
         reason = snap.nvml_status.reason if snap.nvml_status is not None else "NoDevices"
         lines += wrap_hanging(f"No GPU: {no_gpu_words(reason)}.", width)

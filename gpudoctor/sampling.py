@@ -28,10 +28,11 @@ No textual, no torch, no pynvml here.
 from __future__ import annotations
 
 import collections
+import math
 import threading
 import time
 from time import perf_counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Deque, Iterable, Iterator, Mapping
 
 from gpudoctor.backends import catalogue
@@ -137,6 +138,29 @@ class Snapshot:
     @property
     def has_gpu(self) -> bool:
         return self.nvml_status is None and bool(self.devices)
+
+
+def recorded_snapshot(gpu: Any, snap: Snapshot) -> Snapshot:
+    """``snap`` stamped with the time its readings were recorded, where ``gpu`` replays a recording
+    (its ``meta.created`` plus the sample's ``t``); a live snapshot, or a recording without those,
+    as it is. ``watch --replay`` prints it, so a replayed log says when things happened."""
+    from gpudoctor.backends.replay import ReplayBackend
+
+    if not isinstance(gpu, ReplayBackend):
+        return snap
+    t = next((d.sample.get("t") for d in snap.devices if isinstance(d.sample.get("t"), (int, float))), None)
+    created = gpu.meta.get("created")
+    try:
+        import datetime as dt
+
+        start = dt.datetime.fromisoformat(str(created).replace("Z", "+00:00"))
+        if start.tzinfo is None:
+            start = start.replace(tzinfo=dt.timezone.utc)
+    except ValueError:
+        return snap
+    if t is None or not math.isfinite(t):
+        return snap
+    return replace(snap, time=start.timestamp() + float(t))
 
 
 def bounded_call(fn: Callable[[], Any], wait_s: float | None = None) -> Any:

@@ -104,7 +104,7 @@ class KeysFooter(Footer):
 
 
 #: Ranks of the title's parts (0: never dropped; higher: dropped sooner).
-KEEP, TROUBLE, SCREEN_INFO, REASON, SOURCE_FILE, DOCTOR_KEY, DRIVER, INTERVAL = 0, 1, 2, 3, 5, 6, 7, 8
+KEEP, TROUBLE, REASON, SCREEN_INFO, SOURCE_FILE, DOCTOR_KEY, DRIVER, INTERVAL = 0, 1, 2, 3, 5, 6, 7, 8
 
 
 class BaseScreen(Screen):
