@@ -22,7 +22,7 @@ from textual.widgets._footer import FooterKey
 
 from gpudoctor.backends.na import NA
 from gpudoctor.presentation import PROCESS_SORT_KEYS, ProcessRow
-from gpudoctor.presentation import compact_grid, fmt_bytes, plain_text, status_style, wrap_hanging
+from gpudoctor.presentation import compact_grid, fmt_bytes, fmt_elapsed, plain_text, status_style, wrap_hanging
 from gpudoctor.tui.widgets import (
     CompactView, GpuPanel, HostPanel, NoGpuPanel, bar, detailed_rows, doctor_renderable, workload_chart,
 )
@@ -32,12 +32,16 @@ if TYPE_CHECKING:
     from gpudoctor.sampling import Snapshot
     from gpudoctor.tui.app import GpudoctorApp
 
-def own_first(rows: list[ProcessRow]) -> list[ProcessRow]:
-    """The processes of this user first (nvitop's order), then by GPU and memory."""
+def is_mine(row: ProcessRow) -> bool:
+    """Whether the process runs under this user's real user id (never for a recorded process)."""
     import os
 
-    uid = os.getuid() if hasattr(os, "getuid") else None
-    return sorted(rows, key=lambda r: (r.uid != uid or uid is None, r.gpu, -(r.gpu_memory_bytes or 0), r.pid))
+    return row.uid is not None and hasattr(os, "getuid") and row.uid == os.getuid()
+
+
+def own_first(rows: list[ProcessRow]) -> list[ProcessRow]:
+    """The processes of this user first (nvitop's order), then by GPU and memory."""
+    return sorted(rows, key=lambda r: (not is_mine(r), r.gpu, -(r.gpu_memory_bytes or 0), r.pid))
 
 
 class TitleBar(Static):
@@ -84,19 +88,33 @@ def fit_parts(parts: "list[tuple[Text, float]]", width: int) -> Text:
 
 class KeysFooter(Footer):
     """The key footer with the keys that fit the terminal, each whole: one that would pass the
-    right edge (``q qu``) is left out with those after it (``?`` lists every key)."""
+    right edge (``q qu``) is left out with those after it, except help (``?`` lists every key)
+    and quit."""
 
     _width = 0
 
+    #: Keys always shown (where the terminal holds them): help lists the others, and the way out.
+    KEEP = ("help", "quit_app")
+
     def compose(self) -> ComposeResult:
-        room = self.app.size.width
-        self._width = room
-        for widget in list(super().compose()):
-            if isinstance(widget, FooterKey):
-                room -= len(widget.key_display) + len(widget.description) + 3  # its padding
-                if room < 0:
-                    return
-            yield widget
+        self._width = self.app.size.width
+        widgets = list(super().compose())
+
+        def cost(widget: Any) -> int:
+            return len(widget.key_display) + len(widget.description) + 3  # its padding
+
+        keys = [w for w in widgets if isinstance(w, FooterKey)]
+        room = self._width - sum(cost(w) for w in keys if w.action.partition("(")[0] in self.KEEP)
+        shown = set()
+        for widget in keys:
+            if widget.action.partition("(")[0] in self.KEEP:
+                shown.add(id(widget))
+            elif cost(widget) <= room:
+                room -= cost(widget)
+                shown.add(id(widget))
+            else:
+                room = -1  # the keys after one left out are left out too: the order stays
+        yield from (w for w in widgets if not isinstance(w, FooterKey) or id(w) in shown)
 
     def on_resize(self) -> None:
         if self.app.size.width != self._width:
@@ -154,8 +172,8 @@ class BaseScreen(Screen):
         status, reason, _level = headline
         word, style = status_style(status)
         parts = [(Text("· Doctor: ", style="bold") + Text(word, style=style), KEEP)]
-        if reason:
-            parts.append((Text(f": {plain_text(reason, limit=60)}"), REASON))
+        if reason:  # the Doctor screen's own facts come first there: its page shows every finding
+            parts.append((Text(f": {plain_text(reason, limit=60)}"), REASON if self.TITLE != "Doctor" else SCREEN_INFO + 1))
         parts.append((Text(" "), KEEP))
         parts.append((Text("· d ", style="dim"), DOCTOR_KEY))
         return parts
@@ -347,8 +365,10 @@ class OverviewScreen(BaseScreen):
 
 # --------------------------------------------------------------------------- processes
 PROCESS_COLUMNS = (("pid", "pid"), ("user", "user"), ("gpu", "GPU"), ("gpu memory", "GPU mem"),
-                   ("sm util", "SM %"), ("cpu", "CPU %"), ("host memory", "host mem"), ("diagnosis", "why"),
-                   ("command", "command"))
+                   ("sm util", "SM %"), ("cpu", "CPU %"), ("host memory", "host mem"), ("time", "time"),
+                   ("diagnosis", "why"), ("command", "command"))
+#: The keys that send a signal to the selected process after a confirmation (nvitop's).
+SIGNAL_KEYS = {"SIGTERM": "T", "SIGKILL": "K", "SIGINT": "I"}
 SORT_ORDER = [key for key, _ in PROCESS_COLUMNS if key in PROCESS_SORT_KEYS]  # "why" sorts by a header click
 
 
@@ -359,12 +379,23 @@ class ProcessesScreen(BaseScreen):
         Binding("slash", "focus_filter", "filter"),
         Binding("escape", "clear_filter", "clear filter", show=False),
         Binding("y", "why_selected", "why"),
+        Binding("T", "signal('SIGTERM')", "terminate"),
+        Binding("K", "signal('SIGKILL')", "kill"),
+        Binding("I", "signal('SIGINT')", "interrupt"),
+        Binding("t", "toggle_tree", "tree"),
+        Binding("u", "toggle_mine", "mine"),
     ]
 
     def __init__(self) -> None:
         super().__init__()
         self.sort_key = "gpu memory"
         self.filter_text = ""
+        #: the tree view (t): each process under its parents; only this user's processes (u)
+        self.tree_view = False
+        self.mine_only = False
+        #: what the last signal did, shown under the table
+        self.last_action = ""
+        self._ancestors: dict[int, list[tuple[int, str]]] = {}
 
     def compose(self) -> ComposeResult:
         yield TitleBar(id="title")
@@ -413,6 +444,91 @@ class ProcessesScreen(BaseScreen):
         key = str(table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value)
         self.gapp.start_why(int(key.rpartition(":")[2]))
 
+    def _selected_row(self) -> ProcessRow | None:
+        table = self.query_one("#procs", DataTable)
+        if not table.row_count or table.cursor_row is None:
+            return None
+        key = str(table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value)
+        pid = int(key.rpartition(":")[2])
+        return next((r for r in self._rows() if r.pid == pid), None)
+
+    def action_signal(self, name: str) -> None:
+        """Send ``name`` to the selected process once the user confirms; never to a recorded process,
+        nor to another user's unless this user is root (gpudoctor.backends.host.why_not_signal)."""
+        from gpudoctor.backends.host import send_signal, why_not_signal
+
+        row = self._selected_row()
+        if row is None:
+            self.app.notify("No process selected.", severity="warning")
+            return
+        if self.gapp.replay:
+            self._action_done(f"pid {row.pid} is a recorded process, not one of this machine's: nothing sent")
+            return
+        refused = why_not_signal(row.pid, row.started)
+        if refused:
+            self._action_done(f"{name} not sent: {refused}")
+            return
+        question = f"Send {name} to pid {row.pid} ({plain_text(row.user or '?', limit=32)}): " \
+                   f"{plain_text(row.command, limit=120)}?"
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                _sent, what = send_signal(row.pid, name, row.started)
+                self._action_done(what)
+                self.gapp.request_sample()
+            else:
+                self._action_done(f"{name} to pid {row.pid}: cancelled")
+
+        self.app.push_screen(ConfirmScreen(question), answered)
+
+    def _action_done(self, what: str) -> None:
+        self.last_action = what
+        self.app.notify(what)
+        self.refresh_view()
+
+    def action_toggle_tree(self) -> None:
+        self.tree_view = not self.tree_view
+        self.refresh_view()
+
+    def action_toggle_mine(self) -> None:
+        self.mine_only = not self.mine_only
+        self.refresh_view()
+
+    def _tree_rows(self, rows: list[ProcessRow]) -> list[tuple[ProcessRow, int]]:
+        """(row, depth): every process under its parents (read from this machine, not for a replay),
+        the parents without a GPU context listed by name."""
+        from gpudoctor.backends.host import process_ancestors
+
+        if self.gapp.replay:
+            return [(r, 0) for r in rows]
+        pids = {r.pid for r in rows}
+        self._ancestors = {pid: chain for pid, chain in self._ancestors.items() if pid in pids}
+        parent: dict[int, int | None] = {}
+        nodes: dict[int, ProcessRow] = {}
+        for r in rows:
+            chain = self._ancestors.get(r.pid)
+            if chain is None:
+                chain = self._ancestors[r.pid] = process_ancestors(r.pid)
+            nodes.setdefault(r.pid, r)
+            parent[r.pid] = chain[0][0] if chain else None
+            for (pid, name), up in zip(chain, [*chain[1:], None]):
+                nodes.setdefault(pid, ProcessRow(pid=pid, gpu=-1, gpu_memory_bytes=None, sm_util_pct=None,
+                                                 kind="parent", command=name))
+                parent.setdefault(pid, up[0] if up else None)
+        children: dict[int | None, list[int]] = {}
+        for pid, up in parent.items():
+            children.setdefault(up if up in nodes else None, []).append(pid)
+        out: list[tuple[ProcessRow, int]] = []
+
+        def walk(pid: int, depth: int) -> None:
+            out.append((nodes[pid], depth))
+            for child in sorted(children.get(pid, [])):
+                walk(child, depth + 1)
+
+        for root in sorted(children.get(None, [])):
+            walk(root, 0)
+        return out
+
     def _rows(self) -> list[Any]:
         """GPU processes, and the processes that publish a training summary without holding a GPU."""
         state = self.gapp.state
@@ -441,8 +557,15 @@ class ProcessesScreen(BaseScreen):
         state = self.gapp.state
         every = self._rows()
         rows = [r for r in every if r.matches(self.filter_text)]
+        if self.mine_only:
+            rows = [r for r in rows if is_mine(r)]
         rows.sort(key=PROCESS_SORT_KEYS.get(self.sort_key, lambda r: self._diagnosis(r.pid) or "~"))
+        rows.sort(key=lambda r: not is_mine(r))  # this user's processes first (a stable sort keeps the rest)
         shown = f"· {len(rows)} of {len(every)} · sorted by {self.sort_key} (s) "
+        if self.mine_only:
+            shown += "· mine only (u) "
+        if self.tree_view:
+            shown += "· tree (t) "
         if self.filter_text:
             shown += f"· filter {plain_text(self.filter_text, limit=40)!r} "
         self.query_one("#title", TitleBar).show(self.title_text(shown))
@@ -458,25 +581,30 @@ class ProcessesScreen(BaseScreen):
             except Exception:
                 selected = None
         table.clear()
-        for r in rows:
+        now = state.snapshot.time if state.snapshot is not None else 0.0
+        for r, depth in self._tree_rows(rows) if self.tree_view else [(r, 0) for r in rows]:
             # Cells are Text, never str: DataTable parses a str as markup, and a command line
             # such as `train.py data=[/data/a,/data/b]` is data, not markup.
+            parent = r.kind == "parent"
             cells = (
                 str(r.pid), plain_text(r.user or "-", limit=32), r.gpu_text,
-                fmt_bytes(r.gpu_memory_bytes) if r.gpu_memory_bytes is not None else "n/a",
-                f"{r.sm_util_pct}" if r.sm_util_pct is not None else "n/a",
-                f"{r.cpu_pct:.0f}" if isinstance(r.cpu_pct, (int, float)) else "n/a",
-                fmt_bytes(r.host_memory_bytes) if r.host_memory_bytes is not None else "n/a",
+                "" if parent else fmt_bytes(r.gpu_memory_bytes) if r.gpu_memory_bytes is not None else "n/a",
+                "" if parent else f"{r.sm_util_pct}" if r.sm_util_pct is not None else "n/a",
+                "" if parent else f"{r.cpu_pct:.0f}" if isinstance(r.cpu_pct, (int, float)) else "n/a",
+                "" if parent else fmt_bytes(r.host_memory_bytes) if r.host_memory_bytes is not None else "n/a",
+                fmt_elapsed(now - r.started) if r.started is not None else ("" if parent else "n/a"),
                 plain_text(self._diagnosis(r.pid), limit=40),
-                plain_text(r.command),
+                ("  " * (depth - 1) + "└─ " if depth else "") + plain_text(r.command),
             )
-            table.add_row(*(Text(c) for c in cells), key=f"{r.gpu}:{r.pid}")
+            table.add_row(*(Text(c, style="dim" if parent else "") for c in cells), key=f"{r.gpu}:{r.pid}")
         if selected is not None:
             try:
                 table.move_cursor(row=table.get_row_index(selected), animate=False)
             except Exception:
                 pass
         notes = list(state.process_notes)
+        if self.last_action:
+            notes.insert(0, self.last_action)
         if not every and not notes:
             snap = state.snapshot
             if snap is not None and not snap.has_gpu:
@@ -624,7 +752,7 @@ class WorkloadScreen(PageScreen):
 
 # --------------------------------------------------------------------------- help
 HELP_KEYS = [
-    ("o  1", "Overview: a panel per GPU with history, host CPU and RAM"),
+    ("o  1", "Overview: a panel per GPU, or a line per GPU and every process"),
     ("p  2", "Processes: who uses the GPUs"),
     ("d  3", "Doctor: run the report's checks in the background"),
     ("w  4", "Workload: the MNIST reference sweep"),
@@ -632,16 +760,39 @@ HELP_KEYS = [
     ("?  h  F1", "this help"),
     ("q", "quit"),
     ("", ""),
+    ("Overview", ""),
+    ("v", "compact view (a line per GPU) / detailed panels"),
+    ("↑ ↓ ← →", "select a GPU (compact view); Enter: its panel, Esc: back"),
     ("Processes", ""),
     ("s", "next sort column (or click a column header)"),
     ("/", "type a filter (pid, user, command); Enter keeps, Esc clears"),
     ("y", "why: sample the selected process, say what holds it back"),
+    ("T  K  I", "send SIGTERM / SIGKILL / SIGINT to it (asks first)"),
+    ("t", "tree view: each process under its parents"),
+    ("u", "only my processes (mine come first anyway)"),
     ("Doctor", ""),
     ("r", "run the checks again"),
     ("Workload", ""),
     ("s / f", "start the quick / full sweep"),
     ("x", "cancel the running sweep"),
 ]
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """A question answered with y (or Enter) or n (or Esc): before a signal is sent."""
+
+    BINDINGS = [Binding("y,enter", "answer(True)", "yes"), Binding("n,escape", "answer(False)", "no")]
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        yield Static(Group(Text(self.question, style="bold"), Text(""), Text("y: yes   n or Esc: no", style="dim")),
+                     id="confirm-body")
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)
 
 
 class WhyScreen(ModalScreen[None]):
@@ -689,7 +840,8 @@ class HelpScreen(ModalScreen[None]):
                 table.add_row(key, what)
         body = Group(Text("gpudoctor keys", style="bold"), Text(""), table, Text(""),
                      Text("Esc or ? closes this help.", style="dim"))
-        yield Static(body, id="help-body")
+        with VerticalScroll(id="help-body"):  # scrolls (arrows) where the terminal is shorter than the keys
+            yield Static(body)
 
     def action_dismiss_help(self) -> None:
         self.dismiss(None)
