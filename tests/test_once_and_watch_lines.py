@@ -71,3 +71,85 @@ def test_the_short_watch_line_keeps_sm_activity_before_the_clock():
                               processes=[])
     line = watch_line_short("2026-11-21T05:30:00Z gpu10", long_dev)
     assert len(line) <= WATCH_WIDTH and " smact 9% " in line, line
+
+
+def test_the_readme_exit_codes_are_exitcodes_py_and_name_the_exporters_exception():
+    """One source: every code of gpudoctor/exitcodes.py has its README row and no other row is
+    there; the signal rows say the exporter stops with 0 (its SIGTERM/SIGHUP are its normal stop)."""
+    from gpudoctor import exitcodes
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| (\d+) \| (.*) \|$", readme, re.M))
+    assert {int(c) for c in rows} == set(exitcodes.DESCRIPTIONS)
+    for code in (exitcodes.HANGUP, exitcodes.TERMINATED):
+        assert "exporter" in rows[str(code)] and "exit 0" in rows[str(code)]
+        assert "exporter: 0" in exitcodes.DESCRIPTIONS[code]
+    assert "0 stopped by SIGTERM" in (ROOT / "gpudoctor" / "commands" / "exporter.py").read_text()
+
+
+def test_the_workload_screen_without_torch_says_how_to_install_it():
+    """The sweep's child fails to import torch: the screen gives the sentence with the install
+    command, not `ModuleNotFoundError` or the options dict."""
+    from tui_support import run_async, run_sweep_on_screen, screen_text, workload_app
+    from gpudoctor.tui.workload_runner import NO_TORCH, workload_available
+
+    @run_async
+    async def run() -> str:
+        app = workload_app("tui_workload_double:torchless_sweep")
+        async with app.run_test(size=(80, 24)) as pilot:
+            await run_sweep_on_screen(pilot, app, until=("not available", "failed"))
+            text = screen_text(app)
+            await pilot.press("q")
+        return text
+
+    text = run()
+    joined = " ".join(text.split())
+    assert "pip install 'gpudoctor[torch]'" in joined and "ModuleNotFoundError" not in joined, text
+    assert "options {" not in joined
+    assert "not available" in text.splitlines()[0]
+    assert NO_TORCH.startswith("The MNIST sweep trains")
+    # and before any child starts, where torch cannot be found (find_spec; nothing imported)
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        assert workload_available() == NO_TORCH
+
+
+@pytest.mark.parametrize("width", [40, 60, 78, 118])
+def test_the_clocks_line_keeps_every_reason_whole(width):
+    """Every clock-event reason's words are on the panel whole, wrapped, never cut mid-word."""
+    from gpudoctor.backends import throttle_reason_words
+    from gpudoctor.sampling import DeviceSnapshot, History
+    from gpudoctor.tui.widgets import GpuPanel
+
+    mask = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+    sample = {"gpu_util_pct": 90, "memory_used_bytes": GiB, "memory_total_bytes": 40 * GiB, "temperature_c": 88,
+              "power_w": 300.0, "power_limit_w": 400.0, "clock_sm_mhz": 700, "throttle_reasons": mask}
+    panel = GpuPanel(0)
+    panel.device = DeviceSnapshot(index=0, static={"name": "NVIDIA A100-SXM4-40GB"}, sample=sample, processes=[])
+    panel.history = History()
+    lines = [line.plain if hasattr(line, "plain") else "".join(t for t, _ in line) for line in panel.lines(width)]
+    assert all(len(line) <= width for line in lines)
+    text = " ".join(" ".join(lines).split())
+    for words in throttle_reason_words(mask):
+        assert " ".join(words.split()) in text, (words, lines)
+
+
+def test_a_replay_shows_no_live_host_panel_beside_the_recorded_gpus():
+    """`gpudoctor --replay FILE` (make_app, no host sampler given): the host panel says the
+    recording has no host readings, instead of this machine's CPU and RAM."""
+    from tui_support import run_async, screen_text, take_samples
+    from gpudoctor.tui.app import make_app
+
+    @run_async
+    async def run() -> str:
+        app = make_app(replay=str(STANDIN), interval=3600.0, startup_doctor=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await take_samples(pilot, app, 1)
+            text = screen_text(app)
+            await pilot.press("q")
+        return text
+
+    text = run()
+    assert "host readings are not in the recording" in text
+    assert "CPU " not in text and " cores" not in text

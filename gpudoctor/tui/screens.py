@@ -703,8 +703,7 @@ class WorkloadScreen(PageScreen):
         width = self.page_width()
         parts: list[Any] = []
         if wl.unavailable:
-            parts.append(Text(wl.unavailable, style="bold yellow"))
-            parts.append(Text("The MNIST sweep (gpudoctor bench mnist) is not part of this build yet.", style="dim"))
+            parts.append(Text("\n".join(wrap_hanging(plain_text(wl.unavailable, limit=1000), width)), style="bold yellow"))
             self.show_page(parts)
             return
         parts.append(Text("The MNIST reference sweep runs in a separate process (all CUDA work happens there). "
@@ -752,29 +751,23 @@ class WorkloadScreen(PageScreen):
 
 # --------------------------------------------------------------------------- help
 HELP_KEYS = [
-    ("o  1", "Overview: a panel per GPU, or a line per GPU and every process"),
+    ("o  1", "Overview: a panel per GPU, or a line per GPU and processes"),
     ("p  2", "Processes: who uses the GPUs"),
     ("d  3", "Doctor: run the report's checks in the background"),
     ("w  4", "Workload: the MNIST reference sweep"),
-    ("n  5", "Fleet: every node's GPUs from Prometheus (with --prometheus URL)"),
+    ("n  5", "Fleet: every node's GPUs (with --prometheus URL)"),
     ("?  h  F1", "this help"),
     ("q", "quit"),
-    ("", ""),
+    ("r", "Doctor: run the checks again"),
+    ("s  f  x", "Workload: quick sweep, full sweep, cancel it"),
     ("Overview", ""),
-    ("v", "compact view (a line per GPU) / detailed panels"),
-    ("↑ ↓ ← →", "select a GPU (compact view); Enter: its panel, Esc: back"),
+    ("v  ↑↓←→", "compact or detailed view; arrows pick a GPU, Enter opens"),
     ("Processes", ""),
     ("s", "next sort column (or click a column header)"),
-    ("/", "type a filter (pid, user, command); Enter keeps, Esc clears"),
+    ("/", "filter (pid, user, command); Enter keeps, Esc clears"),
     ("y", "why: sample the selected process, say what holds it back"),
     ("T  K  I", "send SIGTERM / SIGKILL / SIGINT to it (asks first)"),
-    ("t", "tree view: each process under its parents"),
-    ("u", "only my processes (mine come first anyway)"),
-    ("Doctor", ""),
-    ("r", "run the checks again"),
-    ("Workload", ""),
-    ("s / f", "start the quick / full sweep"),
-    ("x", "cancel the running sweep"),
+    ("t  u", "tree view (parents) / only my processes (first anyway)"),
 ]
 
 

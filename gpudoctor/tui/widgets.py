@@ -341,9 +341,10 @@ class GpuPanel(_LinesPanel):
         style = "dim" if (isinstance(reasons, int) and reasons in (0, 1)) else "yellow"
         if is_na(reasons):
             style = "dim"
-        throttle = Text("clocks".ljust(LABEL_W), style="cyan") + Text(text, style=style)
-        throttle.truncate(width, overflow="ellipsis")
-        lines.append(throttle)
+        # Whole, on as many lines as it takes: a reason cut mid-word ("hardware slowdown…") hides
+        # the one a user must act on.
+        for n, part in enumerate(textwrap.wrap(text, max(10, width - LABEL_W)) or [""]):
+            lines.append(Text(("clocks" if n == 0 else "").ljust(LABEL_W), style="cyan") + Text(part, style=style))
         lines += self._verdict_lines(dev, width)
         lines += self._mig_lines(dev, width)
         lines += event_lines(self.events, width)
@@ -516,7 +517,9 @@ class HostPanel(_LinesPanel):
         host = snap.host
         if not isinstance(host, dict):
             reason = host.reason if is_na(host) else "Unknown"
-            text = Text(f"host readings not available ({plain_text(reason, limit=60)}; is psutil installed?)",
+            text = Text(f"host readings not available ({plain_text(reason, limit=60)}; is psutil installed?)"
+                        if reason != "NotRecorded" else
+                        "host readings are not in the recording (this machine's are not shown beside it)",
                         style="dim")
             text.truncate(width, overflow="ellipsis")
             return [text]

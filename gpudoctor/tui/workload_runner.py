@@ -40,6 +40,11 @@ DEFAULT_TARGET = "gpudoctor.workload:sweep_with_progress"
 PROGRESS_PARAMETERS = ("progress", "on_progress", "callback", "progress_callback")
 
 
+#: What the Workload screen says where PyTorch is missing (the sweep runs a real training loop).
+NO_TORCH = ("The MNIST sweep trains a small network with PyTorch, which is not installed in this environment. "
+            "Install it with: pip install 'gpudoctor[torch]'")
+
+
 def workload_available(target: str = DEFAULT_TARGET) -> str | None:
     """None when the target's module can be found, else why not.
 
@@ -49,10 +54,13 @@ def workload_available(target: str = DEFAULT_TARGET) -> str | None:
     module = target.split(":", 1)[0]
     try:
         spec = importlib.util.find_spec(module)
+        torch = importlib.util.find_spec("torch") if target == DEFAULT_TARGET else True
     except (ImportError, ValueError) as exc:
         return f"{module}: {type(exc).__name__}: {exc}"
     if spec is None:
         return f"workload module not available ({module} is not installed in this build)"
+    if torch is None:
+        return NO_TORCH
     return None
 
 
@@ -117,6 +125,12 @@ def _child_main(conn: Connection, target: str, options: dict[str, Any], quiet: b
 
     try:
         result = fn(**used, **{progress_name: report})
+    except ModuleNotFoundError as exc:
+        if exc.name == "torch":  # a sentence with the install command, not a traceback's last line
+            send("unavailable", {"message": NO_TORCH})
+            return
+        send("error", {"message": f"ModuleNotFoundError: {exc}", "traceback": traceback.format_exc(limit=8)})
+        return
     except BaseException as exc:  # SystemExit, KeyboardInterrupt from the library too
         text = str(exc).strip()
         message = type(exc).__name__ + (f": {text.splitlines()[0]}" if text else "")
