@@ -34,12 +34,21 @@ def register(subparsers: Subcommands) -> None:
                         default="overview", help="screen to open first (default overview; fleet needs --prometheus)")
     parser.add_argument("--prometheus", metavar="URL",
                         help="add the Fleet screen (n): every node's GPUs from this Prometheus, worst first")
+    parser.add_argument("--demo", action="store_true",
+                        help="play the demo recording shipped with gpudoctor (a fake 8-GPU H100 node, recorded on "
+                             "a fake NVML): the TUI without a GPU")
     parser.add_argument("--once", action="store_true",
                         help="print the compact view once as plain text (every GPU, its processes, the quick "
                              "doctor's verdict) to the terminal's width (COLUMNS), and exit: for logs and issues")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.demo:
+        if args.replay:
+            raise UsageError("--demo plays the shipped recording; leave out --replay")
+        from gpudoctor.backends.recording import demo_recording_path
+
+        args.replay = demo_recording_path()
     check_recording(args.replay)
     if args.prometheus:
         from gpudoctor.fleet import FleetError, check_url

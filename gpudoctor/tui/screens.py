@@ -408,7 +408,8 @@ class ProcessesScreen(BaseScreen):
     def on_mount(self) -> None:
         table = self.query_one("#procs", DataTable)
         for key, label in PROCESS_COLUMNS:
-            table.add_column(label, key=key)
+            if key != "time":  # added when a process's start time is known (refresh_view)
+                table.add_column(label, key=key)
         table.focus()
 
     def action_cycle_sort(self) -> None:
@@ -580,6 +581,14 @@ class ProcessesScreen(BaseScreen):
                 selected = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
             except Exception:
                 selected = None
+        # The time column only where a start time is known (not for a recording's processes): at 80
+        # columns its room is the command's.
+        timed = any(r.started is not None for r in rows)
+        if timed != ("time" in table.columns):
+            table.clear(columns=True)
+            for key, label in PROCESS_COLUMNS:
+                if key != "time" or timed:
+                    table.add_column(label, key=key)
         table.clear()
         now = state.snapshot.time if state.snapshot is not None else 0.0
         for r, depth in self._tree_rows(rows) if self.tree_view else [(r, 0) for r in rows]:
@@ -596,6 +605,8 @@ class ProcessesScreen(BaseScreen):
                 plain_text(self._diagnosis(r.pid), limit=40),
                 ("  " * (depth - 1) + "└─ " if depth else "") + plain_text(r.command),
             )
+            if not timed:
+                cells = cells[:7] + cells[8:]
             table.add_row(*(Text(c, style="dim" if parent else "") for c in cells), key=f"{r.gpu}:{r.pid}")
         if selected is not None:
             try:
