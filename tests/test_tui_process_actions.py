@@ -21,6 +21,16 @@ pytestmark = pytest.mark.timeout(120)
 GiB = 2**30
 
 
+@pytest.fixture
+def child() -> Any:
+    """A real process of this user to signal: `sleep 600`, killed at the end if still there."""
+    proc = subprocess.Popen(["sleep", "600"])
+    yield proc
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+
+
 def _app_with(pids: list[int]) -> Any:
     """The app on a fake GPU whose process list holds ``pids`` (real processes of this machine)."""
     from gpudoctor.backends import NvmlBackend, NvmlGate
@@ -45,78 +55,62 @@ async def _select(pilot: Any, app: Any, pid: int) -> Any:
 
 
 @pytest.mark.parametrize("key, name", [("T", "SIGTERM"), ("K", "SIGKILL"), ("I", "SIGINT")])
-def test_a_confirmed_signal_reaches_the_selected_process(key, name):
-    child = subprocess.Popen(["sleep", "600"])
-    try:
-        @run_async
-        async def run() -> None:
-            app = _app_with([child.pid])
-            async with app.run_test(size=(120, 30)) as pilot:
-                screen = await _select(pilot, app, child.pid)
-                await pilot.press(key)
-                await wait_for(pilot, lambda: type(app.screen).__name__ == "ConfirmScreen")
-                assert child.poll() is None  # nothing sent before the answer
-                await pilot.press("y")
-                await wait_for(pilot, lambda: child.poll() is not None, timeout=30)
-                await wait_for(pilot, lambda: f"sent {name} to pid {child.pid}" in screen_text(app))
-                assert screen.last_action == f"sent {name} to pid {child.pid}"
-                await pilot.press("q")
+def test_a_confirmed_signal_reaches_the_selected_process(key, name, child):
+    @run_async
+    async def run() -> None:
+        app = _app_with([child.pid])
+        async with app.run_test(size=(120, 30)) as pilot:
+            screen = await _select(pilot, app, child.pid)
+            await pilot.press(key)
+            await wait_for(pilot, lambda: type(app.screen).__name__ == "ConfirmScreen")
+            assert child.poll() is None  # nothing sent before the answer
+            await pilot.press("y")
+            await wait_for(pilot, lambda: child.poll() is not None, timeout=30)
+            await wait_for(pilot, lambda: f"sent {name} to pid {child.pid}" in screen_text(app))
+            assert screen.last_action == f"sent {name} to pid {child.pid}"
+            await pilot.press("q")
 
-        run()
-        assert child.wait(timeout=30) == -getattr(signal, name)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+    run()
+    assert child.wait(timeout=30) == -getattr(signal, name)
 
 
-def test_no_cancels_and_the_process_lives_on():
-    child = subprocess.Popen(["sleep", "600"])
-    try:
-        @run_async
-        async def run() -> None:
-            app = _app_with([child.pid])
-            async with app.run_test(size=(120, 30)) as pilot:
-                screen = await _select(pilot, app, child.pid)
-                await pilot.press("K")
-                await wait_for(pilot, lambda: type(app.screen).__name__ == "ConfirmScreen")
-                await pilot.press("n")
-                await wait_for(pilot, lambda: "cancelled" in screen.last_action)
-                await pilot.press("q")
+def test_no_cancels_and_the_process_lives_on(child):
+    @run_async
+    async def run() -> None:
+        app = _app_with([child.pid])
+        async with app.run_test(size=(120, 30)) as pilot:
+            screen = await _select(pilot, app, child.pid)
+            await pilot.press("K")
+            await wait_for(pilot, lambda: type(app.screen).__name__ == "ConfirmScreen")
+            await pilot.press("n")
+            await wait_for(pilot, lambda: "cancelled" in screen.last_action)
+            await pilot.press("q")
 
-        run()
-        assert child.poll() is None
-    finally:
-        child.kill()
-        child.wait()
+    run()
+    assert child.poll() is None
 
 
 @pytest.mark.skipif(not hasattr(os, "geteuid"), reason="POSIX user ids")
-def test_another_users_process_is_refused_without_asking(monkeypatch):
+def test_another_users_process_is_refused_without_asking(monkeypatch, child):
     """The test's own `sleep` child seen by a user who is neither its owner nor root (the ids this
     process reports are changed for the test): refused, not asked, the child lives on."""
-    child = subprocess.Popen(["sleep", "600"])
     stranger = os.getuid() + 4242
-    try:
-        @run_async
-        async def run() -> None:
-            app = _app_with([child.pid])
-            async with app.run_test(size=(120, 30)) as pilot:
-                screen = await _select(pilot, app, child.pid)
-                monkeypatch.setattr(os, "getuid", lambda: stranger)
-                monkeypatch.setattr(os, "geteuid", lambda: stranger)
-                await pilot.press("T")
-                await wait_for(pilot, lambda: "not sent" in screen.last_action)
-                assert "another user" in screen.last_action
-                assert type(app.screen).__name__ != "ConfirmScreen"
-                monkeypatch.undo()
-                await pilot.press("q")
+    @run_async
+    async def run() -> None:
+        app = _app_with([child.pid])
+        async with app.run_test(size=(120, 30)) as pilot:
+            screen = await _select(pilot, app, child.pid)
+            monkeypatch.setattr(os, "getuid", lambda: stranger)
+            monkeypatch.setattr(os, "geteuid", lambda: stranger)
+            await pilot.press("T")
+            await wait_for(pilot, lambda: "not sent" in screen.last_action)
+            assert "another user" in screen.last_action
+            assert type(app.screen).__name__ != "ConfirmScreen"
+            monkeypatch.undo()
+            await pilot.press("q")
 
-        run()
-        assert child.poll() is None
-    finally:
-        child.kill()
-        child.wait()
+    run()
+    assert child.poll() is None
 
 
 def test_a_recorded_process_is_never_signalled():
@@ -133,35 +127,30 @@ def test_a_recorded_process_is_never_signalled():
     run()
 
 
-def test_tree_view_elapsed_time_and_mine_first():
-    child = subprocess.Popen(["sleep", "600"])
+def test_tree_view_elapsed_time_and_mine_first(child):
     started = time.time()
-    try:
-        @run_async
-        async def run() -> None:
-            app = _app_with([child.pid, 1])
-            async with app.run_test(size=(160, 30)) as pilot:
-                screen = await _select(pilot, app, child.pid)
-                table = screen.query_one("#procs")
-                rows = [[c.plain for c in table.get_row_at(k)] for k in range(table.row_count)]
-                mine = [r[0] == str(child.pid) or os.geteuid() == 0 for r in rows]
-                assert mine == sorted(mine, reverse=True)  # this user's processes first
-                assert next(r for r in rows if r[0] == str(child.pid))[7].count(":") >= 1  # elapsed, mm:ss
-                await pilot.press("t")
-                await wait_for(pilot, lambda: "tree" in screen_text(app))
-                rows = [[c.plain for c in table.get_row_at(k)] for k in range(table.row_count)]
-                mine = next(r for r in rows if r[0] == str(child.pid))
-                assert mine[-1].lstrip().startswith("└─ sleep 600")  # under its parent, this test
-                assert any(r[0] == str(os.getpid()) for r in rows)
-                await pilot.press("u")
-                await wait_for(pilot, lambda: "mine only" in screen_text(app))
-                rows = [[c.plain for c in table.get_row_at(k)] for k in range(table.row_count)]
-                assert str(child.pid) in [r[0] for r in rows]
-                assert ("1" in [r[0] for r in rows]) == (os.geteuid() == 0)  # pid 1 is root's
-                await pilot.press("q")
+    @run_async
+    async def run() -> None:
+        app = _app_with([child.pid, 1])
+        async with app.run_test(size=(160, 30)) as pilot:
+            screen = await _select(pilot, app, child.pid)
+            table = screen.query_one("#procs")
+            rows = [[c.plain for c in table.get_row_at(k)] for k in range(table.row_count)]
+            mine = [r[0] == str(child.pid) or os.geteuid() == 0 for r in rows]
+            assert mine == sorted(mine, reverse=True)  # this user's processes first
+            assert next(r for r in rows if r[0] == str(child.pid))[7].count(":") >= 1  # elapsed, mm:ss
+            await pilot.press("t")
+            await wait_for(pilot, lambda: "tree" in screen_text(app))
+            rows = [[c.plain for c in table.get_row_at(k)] for k in range(table.row_count)]
+            mine = next(r for r in rows if r[0] == str(child.pid))
+            assert mine[-1].lstrip().startswith("└─ sleep 600")  # under its parent, this test
+            assert any(r[0] == str(os.getpid()) for r in rows)
+            await pilot.press("u")
+            await wait_for(pilot, lambda: "mine only" in screen_text(app))
+            rows = [[c.plain for c in table.get_row_at(k)] for k in range(table.row_count)]
+            assert str(child.pid) in [r[0] for r in rows]
+            assert ("1" in [r[0] for r in rows]) == (os.geteuid() == 0)  # pid 1 is root's
+            await pilot.press("q")
 
-        run()
-        assert time.time() - started < 600
-    finally:
-        child.kill()
-        child.wait()
+    run()
+    assert time.time() - started < 600

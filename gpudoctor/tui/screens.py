@@ -554,14 +554,16 @@ class ProcessesScreen(BaseScreen):
         verdict = str(record.get("verdict", ""))
         return "ok" if verdict == "ok" else verdict.replace("_", "-")
 
-    def refresh_view(self) -> None:
-        state = self.gapp.state
-        every = self._rows()
+    def _shown_rows(self, every: list[ProcessRow]) -> list[ProcessRow]:
+        """The rows the filters keep, sorted, this user's processes first."""
         rows = [r for r in every if r.matches(self.filter_text)]
         if self.mine_only:
             rows = [r for r in rows if is_mine(r)]
         rows.sort(key=PROCESS_SORT_KEYS.get(self.sort_key, lambda r: self._diagnosis(r.pid) or "~"))
         rows.sort(key=lambda r: not is_mine(r))  # this user's processes first (a stable sort keeps the rest)
+        return rows
+
+    def _title_info(self, rows: list[ProcessRow], every: list[ProcessRow]) -> str:
         shown = f"· {len(rows)} of {len(every)} · sorted by {self.sort_key} (s) "
         if self.mine_only:
             shown += "· mine only (u) "
@@ -569,7 +571,28 @@ class ProcessesScreen(BaseScreen):
             shown += "· tree (t) "
         if self.filter_text:
             shown += f"· filter {plain_text(self.filter_text, limit=40)!r} "
-        self.query_one("#title", TitleBar).show(self.title_text(shown))
+        return shown
+
+    def _cells(self, r: ProcessRow, depth: int, now: float, timed: bool) -> tuple[str, ...]:
+        """A row's cells; a parent in the tree view (no GPU context) shows its pid, user and name."""
+        parent = r.kind == "parent"
+        cells = (
+            str(r.pid), plain_text(r.user or "-", limit=32), r.gpu_text,
+            "" if parent else fmt_bytes(r.gpu_memory_bytes) if r.gpu_memory_bytes is not None else "n/a",
+            "" if parent else f"{r.sm_util_pct}" if r.sm_util_pct is not None else "n/a",
+            "" if parent else f"{r.cpu_pct:.0f}" if isinstance(r.cpu_pct, (int, float)) else "n/a",
+            "" if parent else fmt_bytes(r.host_memory_bytes) if r.host_memory_bytes is not None else "n/a",
+            fmt_elapsed(now - r.started) if r.started is not None else ("" if parent else "n/a"),
+            plain_text(self._diagnosis(r.pid), limit=40),
+            ("  " * (depth - 1) + "└─ " if depth else "") + plain_text(r.command),
+        )
+        return cells if timed else cells[:7] + cells[8:]
+
+    def refresh_view(self) -> None:
+        state = self.gapp.state
+        every = self._rows()
+        rows = self._shown_rows(every)
+        self.query_one("#title", TitleBar).show(self.title_text(self._title_info(rows, every)))
         table = self.query_one("#procs", DataTable)
         if not table.columns:
             # A redraw between switch_screen and this screen's mount (a sample landing on a busy
@@ -594,29 +617,21 @@ class ProcessesScreen(BaseScreen):
         for r, depth in self._tree_rows(rows) if self.tree_view else [(r, 0) for r in rows]:
             # Cells are Text, never str: DataTable parses a str as markup, and a command line
             # such as `train.py data=[/data/a,/data/b]` is data, not markup.
-            parent = r.kind == "parent"
-            cells = (
-                str(r.pid), plain_text(r.user or "-", limit=32), r.gpu_text,
-                "" if parent else fmt_bytes(r.gpu_memory_bytes) if r.gpu_memory_bytes is not None else "n/a",
-                "" if parent else f"{r.sm_util_pct}" if r.sm_util_pct is not None else "n/a",
-                "" if parent else f"{r.cpu_pct:.0f}" if isinstance(r.cpu_pct, (int, float)) else "n/a",
-                "" if parent else fmt_bytes(r.host_memory_bytes) if r.host_memory_bytes is not None else "n/a",
-                fmt_elapsed(now - r.started) if r.started is not None else ("" if parent else "n/a"),
-                plain_text(self._diagnosis(r.pid), limit=40),
-                ("  " * (depth - 1) + "└─ " if depth else "") + plain_text(r.command),
-            )
-            if not timed:
-                cells = cells[:7] + cells[8:]
-            table.add_row(*(Text(c, style="dim" if parent else "") for c in cells), key=f"{r.gpu}:{r.pid}")
+            style = "dim" if r.kind == "parent" else ""
+            table.add_row(*(Text(c, style=style) for c in self._cells(r, depth, now, timed)), key=f"{r.gpu}:{r.pid}")
         if selected is not None:
             try:
                 table.move_cursor(row=table.get_row_index(selected), animate=False)
             except Exception:
                 pass
+        self._show_notes(bool(every))
+
+    def _show_notes(self, any_rows: bool) -> None:
+        state = self.gapp.state
         notes = list(state.process_notes)
         if self.last_action:
             notes.insert(0, self.last_action)
-        if not every and not notes:
+        if not any_rows and not notes:
             snap = state.snapshot
             if snap is not None and not snap.has_gpu:
                 notes.append("No GPU, so no GPU processes.")

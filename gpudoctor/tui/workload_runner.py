@@ -125,18 +125,20 @@ def _child_main(conn: Connection, target: str, options: dict[str, Any], quiet: b
 
     try:
         result = fn(**used, **{progress_name: report})
-    except ModuleNotFoundError as exc:
-        if exc.name == "torch":  # a sentence with the install command, not a traceback's last line
-            send("unavailable", {"message": NO_TORCH})
-            return
-        send("error", {"message": f"ModuleNotFoundError: {exc}", "traceback": traceback.format_exc(limit=8)})
-        return
     except BaseException as exc:  # SystemExit, KeyboardInterrupt from the library too
-        text = str(exc).strip()
-        message = type(exc).__name__ + (f": {text.splitlines()[0]}" if text else "")
-        send("error", {"message": message, "traceback": traceback.format_exc(limit=8)})
+        send(*_failure(exc))
         return
     send("done", result)
+
+
+def _failure(exc: BaseException) -> tuple[str, dict[str, str]]:
+    """The event for a sweep that raised: torch missing is a sentence with the install command
+    ("unavailable"), anything else its one-line error and traceback."""
+    if isinstance(exc, ModuleNotFoundError) and exc.name == "torch":
+        return "unavailable", {"message": NO_TORCH}
+    text = str(exc).strip()
+    message = type(exc).__name__ + (f": {text.splitlines()[0]}" if text else "")
+    return "error", {"message": message, "traceback": traceback.format_exc(limit=8)}
 
 
 class WorkloadProcess:
