@@ -37,9 +37,30 @@ def _wobble(value: float, index: int, spread: float) -> float:
     return value + spread * (2 * x - 1) if value else value
 
 
+class CountedInit(FakePynvml):
+    """nvmlInit and nvmlShutdown counted as the real library counts them: a second user in the
+    process (the TUI's start-up doctor beside its sampler) neither starts a new session nor ends
+    the first one's; handles stay valid until the last shutdown."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.users = 0
+
+    def nvmlInit(self) -> None:
+        if self.users == 0:
+            super().nvmlInit()
+        else:
+            self.init_calls += 1
+        self.users += 1
+
+    def nvmlShutdown(self) -> None:
+        super().nvmlShutdown()
+        self.users = max(0, self.users - 1)
+
+
 def node(count: int = 8) -> FakePynvml:
     """An HGX H100 node of ``count`` GPUs (profiles repeat past 8)."""
-    nvml = FakePynvml(count=count)
+    nvml = CountedInit(count=count)
     for i in range(count):
         u, mem, sm, tensor, watts, temp, procs = _PROFILES[i % len(_PROFILES)]
         nvml.devices[i].update({
