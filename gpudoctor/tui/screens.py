@@ -311,12 +311,11 @@ class OverviewScreen(BaseScreen):
     def _wanted(self, snap: Snapshot, compact: bool) -> list[str]:
         if compact:
             return ["compact"]
-        if snap.nvml_status is not None or not snap.devices:
-            return ["no-gpu", "host"]
         devices = snap.devices
-        if self.detail is not None:
+        if self.detail is not None and devices:
             devices = devices[min(self.detail, len(devices) - 1):][:1]
-        return [f"gpu-{d.index}" for d in devices] + ["host"]
+        no_gpu = ["no-gpu"] if snap.nvml_status is not None or not snap.devices else []
+        return no_gpu + [f"gpu-{d.index}" for d in devices] + ["host"]
 
     @staticmethod
     def _new_panel(ident: str) -> Any:
