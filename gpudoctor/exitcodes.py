@@ -15,8 +15,9 @@ code   name                meaning
 9      CANNOT_ATTACH       why: the process could not be sampled (no permission, a Python py-spy cannot read)
 10     PROCESS_ENDED       why: the process ended while it was sampled; what was sampled was reported
 129    HANGUP              stopped by SIGHUP (terminal closed); finished results were kept and written
+                           (not the exporter: SIGTERM and SIGHUP are its normal stop, exit 0)
 130    INTERRUPTED         stopped by Ctrl-C; finished results were kept and written
-143    TERMINATED          stopped by SIGTERM; finished results were kept and written
+143    TERMINATED          stopped by SIGTERM; finished results were kept and written (not the exporter)
 =====  ==================  ==========================================================
 """
 
@@ -47,9 +48,9 @@ DESCRIPTIONS = {
     UNREACHABLE: "fleet: Prometheus could not be reached",
     CANNOT_ATTACH: "why: the process could not be sampled (permission, Python version)",
     PROCESS_ENDED: "why: the process ended while sampled; what was sampled was reported",
-    HANGUP: "hung up (SIGHUP: the terminal closed); finished results were kept",
+    HANGUP: "hung up (SIGHUP: the terminal closed); finished results were kept (the exporter: 0)",
     INTERRUPTED: "interrupted; finished results were kept",
-    TERMINATED: "terminated by SIGTERM; finished results were kept",
+    TERMINATED: "terminated by SIGTERM; finished results were kept (the exporter: 0)",
 }
 
 

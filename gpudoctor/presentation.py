@@ -304,44 +304,79 @@ def watch_line(snap: Snapshot, dev: DeviceSnapshot, *, verbose: bool = True) -> 
 
 
 def watch_line_short(head: str, dev: DeviceSnapshot) -> str:
-    """``HEAD util 95% mem 20.5/24.0 GiB 74°C 338/350W sm 1860MHz throttle sw_power_cap``.
+    """``HEAD util 95% smact 9% mem 20.5/24.0 GiB 74°C 338/350W sm 1860MHz throttle sw_power_cap``.
 
-    GPU utilisation, memory used/total (whole GiB on boards of 64 GiB or more, where a tenth
-    is below a glance; ``-v`` keeps it), temperature,
-    power/limit, SM clock and the throttle reasons' short names; a reading not available is
-    ``n/a`` (``-v`` and ``--json`` say why). Throttle reasons that would pass the width become the
-    first and a count (``sw_power_cap+3``), or only the count (``+4``) on the widest lines.
+    GPU utilisation, SM activity (GPM, where read), memory used/total (whole GiB on boards of 64
+    GiB or more, where a tenth is below a glance; ``-v`` keeps it), temperature, power/limit, SM
+    clock and the throttle reasons' short names; a reading not available is ``n/a`` (``-v`` and
+    ``--json`` say why). Past :data:`WATCH_WIDTH` columns the throttle reasons become the first and
+    a count (``sw_power_cap+3``), or only the count (``+4``); then the readings give way whole by
+    their catalogue ``short_drop`` (SM clock first, SM activity last).
     """
-    texts: list[str] = []
-    optional: list[tuple[int, str]] = []
-    throttle_word, names, throttle = "", [], ""
+    parts = short_parts(dev)
+    throttle = next((p for p in parts if p.key == "throttle_reasons"), None)
+    if throttle is not None and throttle.names:
+        names = throttle.names
+        for shorter in ((f"{names[0]}+{len(names) - 1}",) if len(names) > 1 else ()) + (f"+{len(names)}",):
+            if len(" ".join([head, *(p.text for p in parts)])) <= WATCH_WIDTH:
+                break
+            throttle.text = f"{throttle.word} {shorter}"
+    kept = fit_ranked([(p.text, p.drop if p is not throttle else 0) for p in parts], WATCH_WIDTH - len(head) - 1)
+    return " ".join([head, *kept])
+
+
+@dataclass
+class ShortPart:
+    """One reading of the short line: its catalogue key, text (``util 95%``), how soon it gives way
+    (``short_drop``), and for the throttle reasons their word and short names."""
+
+    key: str
+    text: str
+    drop: int
+    word: str = ""
+    names: list[str] | None = None
+
+
+def short_parts(dev: DeviceSnapshot) -> list[ShortPart]:
+    """The readings of the short ``watch`` line and of the compact Overview, in catalogue order
+    (``placed("short")``); a GPM reading only where it is a number (a warming first read shows none)."""
+    parts: list[ShortPart] = []
     for reading in catalogue.placed("short"):
-        if reading.fmt == "throttle":  # last: its names are cut to keep the line's width
+        if reading.fmt == "throttle":
             reasons = dev.get(reading.key)
             names = (throttle_reason_names(reasons) or [f"0x{reasons:x}"]) if isinstance(reasons, int) and reasons else []
-            throttle = ",".join(names) if names else ("none" if isinstance(reasons, int) else "n/a")
-            throttle_word = reading.short_word
+            text = ",".join(names) if names else ("none" if isinstance(reasons, int) else "n/a")
+            parts.append(ShortPart(reading.key, f"{reading.short_word} {text}", reading.short_drop,
+                                   reading.short_word, names))
             continue
         text = _short_text(dev, reading)
-        if reading.gpm is not None:  # GPM (SM activity): only a number, and only where it fits
-            if text != "n/a":
-                optional.append((len(texts), f"{reading.short_word} {text}"))
+        if reading.gpm is not None and text == "n/a":
             continue
-        texts.append(f"{reading.short_word} {text}" if reading.short_word else text)
-    widest = len(" ".join([head, *texts])) + (len(f" {throttle_word} ") + len(throttle) if throttle_word else 0)
-    for place, text in reversed(optional):
-        if widest + 1 + len(text) <= WATCH_WIDTH:
-            texts.insert(place, text)
-            widest += 1 + len(text)
-    line = " ".join([head, *texts])
-    if not throttle_word:
-        return line
-    line += f" {throttle_word} "
-    for shorter in ((f"{names[0]}+{len(names) - 1}",) if len(names) > 1 else ()) + (f"+{len(names)}",):
-        if len(line) + len(throttle) <= WATCH_WIDTH:
+        parts.append(ShortPart(reading.key, f"{reading.short_word} {text}" if reading.short_word else text,
+                               reading.short_drop))
+    return parts
+
+
+def fit_ranked(parts: list[tuple[str, int]], width: int, sep: str = " ") -> list[str]:
+    """The texts of ``parts`` (text, rank) that fit ``width`` joined by ``sep``, in their order: the
+    highest rank (the later of equal ranks) gives way first, whole; rank 0 always stays."""
+    return [parts[i][0] for i in fit_indices([(len(t), r) for t, r in parts], width, len(sep))]
+
+
+def fit_indices(parts: list[tuple[int, int]], width: int, sep: int = 1) -> list[int]:
+    """Which of ``parts`` (length, rank) fit ``width`` with ``sep`` columns between two: the highest
+    rank (the later of equal ranks) gives way first; rank 0 always stays."""
+    kept = list(range(len(parts)))
+
+    def used() -> int:
+        return sum(parts[i][0] for i in kept) + sep * max(0, len(kept) - 1)
+
+    while kept and used() > width:
+        droppable = [i for i in kept if parts[i][1] > 0]
+        if not droppable:
             break
-        throttle = shorter
-    return line + throttle
+        kept.remove(max(droppable, key=lambda i: (parts[i][1], i)))
+    return kept
 
 
 def _short_text(dev: DeviceSnapshot, reading: catalogue.Reading) -> str:
@@ -364,6 +399,175 @@ def _short_text(dev: DeviceSnapshot, reading: catalogue.Reading) -> str:
         text = fmt_rate_kbps(dev.get(reading.key))
         return "n/a" if text.startswith("n/a") else text.replace(" ", "")
     return num(reading.key, reading.unit)
+
+
+# --------------------------------------------------------------------------- compact view
+#: The word of each "is the GPU really busy?" verdict (gpudoctor.backends.busy) in the compact view.
+WORK_WORDS = {"idle": "idle", "tensor_bound": "tensor", "busy_small_kernels": "small-kernels",
+              "memory_bound": "mem-bound", "sm_bound": "sm-bound", "waiting": "waiting", "partly_busy": "partly",
+              "warming": "warming", "no_gpm": "no-gpm", "no_reading": "n/a"}
+#: Ranks of the compact row's own parts (the readings' come from the catalogue's ``short_drop``).
+_WORK_DROP, _PROCS_DROP, _NAME_DROP = 1, 2, 6
+#: Columns between two columns of GPUs.
+COLUMN_GAP = 3
+
+
+@dataclass
+class CompactCell:
+    """One part of a GPU's compact row: its text, a style name ("index", "name", "value", "fault",
+    "work:<verdict code>") for front ends that colour, and how soon it gives way (0: never)."""
+
+    key: str
+    text: str
+    style: str = "value"
+    drop: int = 0
+
+
+def compact_cells(dev: DeviceSnapshot, processes: int | None = None) -> list[CompactCell]:
+    """A GPU's compact row: index, name, the short line's readings (utilisation, SM activity,
+    memory, temperature, power, SM clock, throttle), the ``work`` verdict's word and its processes."""
+    name = plain_text(dev.name, limit=40).removeprefix("NVIDIA ")
+    cells = [CompactCell("index", f"{dev.index:>2}", "index"), CompactCell("name", name, "name", _NAME_DROP)]
+    fault = dev.fault
+    if fault is not None:
+        return cells + [CompactCell("fault", f"FAULT {plain_text(fault.reason, limit=40)} (Enter: what to do)",
+                                    "fault")]
+    cells += [CompactCell(p.key, p.text, "value", p.drop) for p in short_parts(dev)]
+    verdict = busy_verdict(dev)
+    cells.append(CompactCell("work", f"work {WORK_WORDS.get(verdict.code, verdict.code)}", f"work:{verdict.code}",
+                             _WORK_DROP))
+    if processes is not None:
+        cells.append(CompactCell("procs", f"{processes} proc{'s' if processes != 1 else ''}", "value", _PROCS_DROP))
+    return cells
+
+
+def compact_rows(devices: list[DeviceSnapshot], width: int, processes: Mapping[int, int] | None = None
+                 ) -> list[list[CompactCell]]:
+    """Every GPU's compact row for ``width`` columns, aligned: a part is as wide as its widest value
+    across the GPUs, and the parts that give way (by rank) give way on every row, whole."""
+    rows = [compact_cells(d, None if processes is None else processes.get(d.index, 0)) for d in devices]
+    widths: dict[str, int] = {}
+    ranks: dict[str, int] = {}
+    order: list[str] = []
+    for row in rows:
+        for cell in row:
+            if cell.key not in widths:
+                order.append(cell.key)
+            widths[cell.key] = max(widths.get(cell.key, 0), len(cell.text) if cell.key != "fault" else 0)
+            ranks[cell.key] = cell.drop
+    keep = {order[i] for i in fit_indices([(widths[k], ranks[k]) for k in order], width)}
+    out: list[list[CompactCell]] = []
+    for row in rows:
+        cells = []
+        for cell in row:
+            if cell.key == "fault":
+                cells.append(cell)
+            elif cell.key in keep:
+                pad = cell.text.rjust if cell.key in ("index",) else cell.text.ljust
+                cells.append(CompactCell(cell.key, pad(widths[cell.key]), cell.style, cell.drop))
+        out.append(cells)
+    return out
+
+
+#: The compact row's parts a column of GPUs keeps (rank at most this): utilisation, SM activity,
+#: memory, power, temperature, the work word and the processes; the name and clocks give way.
+COLUMN_KEEPS = 3
+
+
+def compact_columns(count: int, width: int, column_width: int) -> int:
+    """How many columns of GPUs ``width`` holds, each ``column_width`` wide."""
+    if count < 2 or column_width <= 0:
+        return 1
+    return max(1, min(count, (width + COLUMN_GAP) // (column_width + COLUMN_GAP)))
+
+
+def compact_grid(devices: list[DeviceSnapshot], width: int, processes: Mapping[int, int] | None = None
+                 ) -> list[list[tuple[int, list[CompactCell]]]]:
+    """The compact rows laid out in as many columns as ``width`` holds with the parts a column keeps
+    (:data:`COLUMN_KEEPS`; GPUs run down the first column, then the next): one list per screen line
+    of (GPU index, cells)."""
+    full = compact_rows(devices, 10_000, processes)
+    kept = max((len(" ".join(c.text for c in row if c.drop <= COLUMN_KEEPS)) for row in full), default=0)
+    columns = compact_columns(len(devices), width, kept)
+    column_width = (width - COLUMN_GAP * (columns - 1)) // columns
+    rows = compact_rows(devices, column_width, processes)
+    per_column = -(-len(devices) // columns)
+    return [[(devices[i].index, rows[i]) for i in range(line, len(devices), per_column)]
+            for line in range(per_column)]
+
+
+def fmt_elapsed(seconds: object) -> str:
+    """How long a process has run, as ps's etime: ``42:07``, ``3:02:01``, ``2-03:04:05``."""
+    if not _is_number(seconds) or not math.isfinite(seconds) or seconds < 0:
+        return "n/a"
+    s = int(seconds)
+    days, s = divmod(s, 86400)
+    hours, s = divmod(s, 3600)
+    minutes, s = divmod(s, 60)
+    if days:
+        return f"{days}-{hours:02d}:{minutes:02d}:{s:02d}"
+    return f"{hours}:{minutes:02d}:{s:02d}" if hours else f"{minutes:02d}:{s:02d}"
+
+
+#: The compact process table's columns: (header, right-aligned, how soon it gives way: 0 never); the
+#: command takes the room left, at least :data:`COMMAND_MIN` columns of it.
+PROCESS_TABLE = (("GPU", True, 0), ("PID", True, 0), ("USER", False, 3), ("GPU-MEM", True, 0), ("SM%", True, 2),
+                 ("CPU%", True, 4), ("TIME", True, 1))
+COMMAND_MIN = 16
+
+
+def process_cells(row: ProcessRow, now: float) -> list[str]:
+    """A process's cells in the compact table (:data:`PROCESS_TABLE`), its command last."""
+    return [row.gpu_text, str(row.pid), plain_text(row.user or "-", limit=16),
+            fmt_bytes(row.gpu_memory_bytes) if row.gpu_memory_bytes is not None else "n/a",
+            str(row.sm_util_pct) if row.sm_util_pct is not None else "n/a",
+            f"{row.cpu_pct:.0f}" if _is_number(row.cpu_pct) else "n/a",
+            fmt_elapsed(now - row.started) if row.started is not None else "n/a",
+            plain_text(row.command)]
+
+
+def process_table(rows: list[list[str]], width: int) -> list[str]:
+    """The compact process table, header first, in ``width`` columns: each column as wide as its
+    widest cell, the columns that give way (by rank) left out whole, the command cut with "…" (a
+    command line is data, often longer than a line)."""
+    header = [h for h, _, _ in PROCESS_TABLE]
+    widths = [max(len(r[k]) for r in [header, *rows]) for k in range(len(header))]
+    kept = fit_indices([(w, rank) for w, (_, _, rank) in zip(widths, PROCESS_TABLE)], width - COMMAND_MIN - 1)
+    out = []
+    for cells in [header + ["COMMAND"], *rows]:
+        fixed = [cells[k].rjust(widths[k]) if PROCESS_TABLE[k][1] else cells[k].ljust(widths[k]) for k in kept]
+        line = " ".join(fixed + [cells[-1]])
+        out.append(line if len(line) <= width else line[:max(0, width - 1)] + "…")
+    return out
+
+
+def once_lines(snap: Snapshot, rows: list[ProcessRow], width: int, headline: str = "", reason: str = "") -> list[str]:
+    """``gpudoctor --once``: the compact view as plain lines of at most ``width`` columns: a title
+    (the doctor's verdict ``headline`` and the source kept, its ``reason`` and the rest where they
+    fit), every GPU's row, and every GPU process."""
+    width = max(40, width)
+    title = [("gpudoctor", 0), (_iso(snap.time), 2), (headline, 0), (reason, 1),
+             ("live" if snap.source == "live" else "replay", 0), (snap.source.partition(": ")[2], 3)]
+    if isinstance(snap.driver_version, str) and snap.driver_version:
+        title.append((f"driver {plain_text(snap.driver_version, limit=40)}", 4))
+    lines = [" · ".join(fit_ranked([(plain_text(t, limit=80), r) for t, r in title if t], width, " · "))]
+    if not snap.has_gpu:
+        reason = snap.nvml_status.reason if snap.nvml_status is not None else "NoDevices"
+        lines += wrap_hanging(f"No GPU: {no_gpu_words(reason)}.", width)
+        return lines
+    counts: dict[int, int] = {}
+    for r in rows:
+        counts[r.gpu] = counts.get(r.gpu, 0) + 1
+    gap = " " * COLUMN_GAP
+    for line in compact_grid(snap.devices, width, counts):
+        text = gap.join(" ".join(c.text for c in cells) for _, cells in line).rstrip()
+        lines.append(text if len(text) <= width else text[:width - 1] + "…")
+    lines.append("")
+    if rows:
+        lines += process_table([process_cells(r, snap.time) for r in rows], width)
+    else:
+        lines.append("No process holds a context on any GPU.")
+    return lines
 
 
 EVENT_WORDS = {
@@ -619,6 +823,9 @@ class ProcessRow:
     command: str = ""
     #: The MIG device the process runs on (``mig1.0``: GPU instance 1, compute instance 0), or "".
     mig: str = ""
+    #: When the process started (seconds since the epoch) and its real user id, where known.
+    started: float | None = None
+    uid: int | None = None
 
     def matches(self, text: str) -> bool:
         if not text:
@@ -654,6 +861,7 @@ def recorded_process_info(pid: int, recorded: Mapping[str, Any]) -> dict[str, An
         "cpu_pct": recorded.get("cpu_pct"),
         "host_memory_bytes": recorded.get("host_memory_bytes"),
         "command": recorded.get("command") or "(not recorded)",
+        "started": recorded.get("started"),
     }
 
 
@@ -697,8 +905,14 @@ def process_rows(snap: "Snapshot", info: Callable[[int, Mapping[str, Any]], dict
                 host_memory_bytes=extra.get("host_memory_bytes"),
                 command=str(extra.get("command") or ""),
                 mig=mig_of.get(pid, ""),
+                started=_number_or_none(extra.get("started")),
+                uid=extra.get("uid") if isinstance(extra.get("uid"), int) else None,
             ))
     return rows, notes
+
+
+def _number_or_none(value: object) -> float | None:
+    return float(value) if _is_number(value) and math.isfinite(value) else None
 
 
 def _mig_processes(migs: list[MigDeviceReading] | NA | None) -> list[tuple[str, int, Any]]:

@@ -82,9 +82,38 @@ def quick_verdict(replay: str | None = None, python: str | None = None,
     return verdict_of(quick_report(replay=replay, python=python, gpu=gpu))
 
 
+def once_lines(gpu: GpuBackend, width: int, replay: str | None = None, doctor: bool = True) -> list[str]:
+    """``gpudoctor --once``: the TUI's compact view once, as plain lines of at most ``width``
+    columns (:func:`gpudoctor.presentation.once_lines`), with the quick doctor's verdict.
+
+    GPM (SM activity) needs two samples at least 100 ms apart: where the first reading is still
+    warming, a live GPU is read again once the sampler's next full read is due."""
+    import time
+
+    from gpudoctor.backends.host import PsutilProcessInfo, default_host_sampler
+    from gpudoctor.presentation import busy_verdict, once_lines as lines_of, process_rows, recorded_process_info
+    from gpudoctor.sampling import Sampler, recorded_snapshot
+
+    sampler = Sampler(gpu, default_host_sampler())
+    snap = sampler.read()
+    if any(busy_verdict(d).code == "warming" for d in snap.devices):
+        if gpu.kind != "replay":
+            time.sleep(1.0)  # the sampler reads GPM in full reads, at most once a second
+        snap = sampler.read()
+    snap = recorded_snapshot(gpu, snap)
+    info = recorded_process_info if gpu.kind == "replay" else PsutilProcessInfo()
+    rows, _ = process_rows(snap, info)
+    headline = reason = ""
+    if doctor:
+        verdict = verdict_of(quick_report(replay=replay, gpu=gpu))
+        headline = f"Doctor: {verdict.status.value.upper()}"
+        reason = "" if verdict.status is Status.PASS else verdict.headline
+    return lines_of(snap, rows, width, headline, reason)
+
+
 def _one_line(text: str) -> str:
     line = "".join(ch for ch in " ".join(str(text).split()) if ch.isprintable())  # no escapes
     return line if len(line) <= HEADLINE_MAX else line[:HEADLINE_MAX - 1] + "…"
 
 
-__all__ = ["QuickVerdict", "quick_report", "quick_verdict", "verdict_of"]
+__all__ = ["QuickVerdict", "once_lines", "quick_report", "quick_verdict", "verdict_of"]

@@ -306,7 +306,10 @@ def status_word(status: Status | str) -> str:
 # --------------------------------------------------------------------------- markdown
 # What can change the meaning of a table cell or a line: emphasis, code, links, pipes, strike.
 # (<, > and & are HTML-escaped, so driver text cannot close the <details> block.)
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
+_MD_SPECIAL = re.compile(r"([\\*_\[\]|~])")
+#: Code spans (`nvidia-smi -r`): kept as code where they are balanced in a text; a lone backtick is
+#: escaped, so it cannot open a span that runs over the rest of a row.
+_CODE_SPAN = re.compile(r"`([^`]+)`")
 #: Measurements of the environment probe quoted as the versions line, in this order.
 MARKDOWN_VERSIONS = (("gpudoctor", None), ("python", "python"), ("os", "os"), ("driver", "nvidia_driver"),
                      ("driver CUDA", "driver_cuda_version"), ("torch", "torch"),
@@ -319,7 +322,17 @@ def md_text(value: object, limit: int = 500) -> str:
     import html
 
     text = html.escape(plain_text(value if value is not None else "", limit=limit), quote=False)
-    return _MD_SPECIAL.sub(r"\\\1", text)
+    text = _MD_SPECIAL.sub(r"\\\1", text)
+    return text if text.count("`") % 2 == 0 else text.replace("`", "\\`")
+
+
+def md_html(value: object, limit: int = 500) -> str:
+    """Text for an HTML element of the markdown (``<summary>``, where GitHub renders no markdown):
+    HTML-escaped, its code spans as ``<code>``, nothing backslash-escaped (it would show)."""
+    import html
+
+    text = html.escape(plain_text(value if value is not None else "", limit=limit), quote=False)
+    return _CODE_SPAN.sub(r"<code>\1</code>", text)
 
 
 def report_to_markdown(report: Report, anonymize: bool = True) -> str:
@@ -336,7 +349,7 @@ def report_to_markdown(report: Report, anonymize: bool = True) -> str:
     verdict = f"{status_word(status)}: {verdict_sentence(data)}" + (f" ({counts})" if counts else "")
     if data.get("interrupted"):
         verdict += " (interrupted: partial report)"
-    lines = ["<details>", f"<summary>gpudoctor report: {md_text(verdict)}</summary>", ""]
+    lines = ["<details>", f"<summary>gpudoctor report: {md_html(verdict)}</summary>", ""]
 
     env = next((r for r in data["results"] if r["probe"] == "environment"), None)
     values = {m["name"]: m["value"] for m in (env or {}).get("measurements", []) if m.get("device") is None}

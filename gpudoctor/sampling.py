@@ -28,10 +28,11 @@ No textual, no torch, no pynvml here.
 from __future__ import annotations
 
 import collections
+import math
 import threading
 import time
 from time import perf_counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Deque, Iterable, Iterator, Mapping
 
 from gpudoctor.backends import catalogue
@@ -146,6 +147,37 @@ class Snapshot:
     @property
     def has_gpu(self) -> bool:
         return self.nvml_status is None and bool(self.devices)
+
+
+#: A reading's ``t`` from this value on is a time since the epoch (2001-09-09), below it an offset.
+EPOCH_2001 = 1_000_000_000
+
+
+def recorded_snapshot(gpu: Any, snap: Snapshot) -> Snapshot:
+    """``snap`` stamped with the time its readings were recorded, where ``gpu`` replays a recording:
+    a device reading's ``t``, which ``gpudoctor record`` writes as seconds since the epoch, or in
+    hand-made recordings as seconds since ``meta.created``; a live snapshot, or a recording without
+    those, as it is. ``watch --replay`` and ``--once`` print it, so a replayed log says when things
+    happened."""
+    from gpudoctor.backends.replay import ReplayBackend
+
+    if not isinstance(gpu, ReplayBackend):
+        return snap
+    t = next((d.sample.get("t") for d in snap.devices if isinstance(d.sample.get("t"), (int, float))), None)
+    if t is not None and math.isfinite(t) and t >= EPOCH_2001:
+        return replace(snap, time=float(t))
+    created = gpu.meta.get("created")
+    try:
+        import datetime as dt
+
+        start = dt.datetime.fromisoformat(str(created).replace("Z", "+00:00"))
+        if start.tzinfo is None:
+            start = start.replace(tzinfo=dt.timezone.utc)
+    except ValueError:
+        return snap
+    if t is None or not math.isfinite(t):
+        return snap
+    return replace(snap, time=start.timestamp() + float(t))
 
 
 def bounded_call(fn: Callable[[], Any], wait_s: float | None = None) -> Any:

@@ -73,9 +73,21 @@ def test_markdown_is_one_collapsible_block_and_escapes_driver_text():
     assert "\x1b" not in md and "\x07" not in md
     rows = [line for line in md.splitlines() if line.startswith("| FAIL")]
     assert len(rows) == 1 and rows[0].count(" | ") == 3  # the pipe in the name is escaped
-    assert "\\| \\`code\\` \\*b\\* \\[l\\](u)" in rows[0]
+    assert "\\| `code` \\*b\\* \\[l\\](u)" in rows[0]  # a balanced code span stays code
     assert "| SKIP | workload |" in md and "temperatures fine" not in md  # passes are not listed
     assert "node-a" not in md  # anonymized by default
+
+
+def test_markdown_keeps_code_spans_and_escapes_a_lone_backtick():
+    """GitHub shows `\\`` literally: the fixes' commands (`nvidia-smi -r`) stay code spans; a lone
+    backtick from driver text is escaped so it opens no span; the <summary> (HTML, no markdown)
+    gets <code> and no backslashes."""
+    from gpudoctor.render import md_html, md_text
+
+    assert md_text("reset it (`nvidia-smi -r`), then reboot") == "reset it (`nvidia-smi -r`), then reboot"
+    assert md_text("odd ` tick") == "odd \\` tick"
+    assert md_html("FAIL: run `sudo modprobe nvidia`") == "FAIL: run <code>sudo modprobe nvidia</code>"
+    assert "\\" not in md_html("a_b *c* [d]")
 
 
 def test_cli_format_markdown_and_json_alias():

@@ -70,13 +70,11 @@ def assert_whole(values: list[str], lines: list[str], where: str) -> None:
 
 
 def assert_title_whole(app: Any, lines: list[str]) -> None:
-    """The title line holds its `·` parts whole: a narrow terminal drops the last ones, never
-    half of one (`· every` without its `3600 s`)."""
-    full = app.screen.query_one("#title")._shown.plain.rstrip()
-    shown = lines[0].rstrip()
-    assert full.startswith(shown), (shown, full)
-    rest = full[len(shown):]
-    assert not rest or rest.lstrip().startswith("·"), f"title cut inside a part: {shown!r} (of {full!r})"
+    """The title line holds its parts whole: a narrow terminal drops the least important ones
+    (`· every 3600 s`), never half of one, and never the doctor's verdict or the source marker."""
+    from tui_support import assert_title_parts_whole
+
+    assert_title_parts_whole(app, lines[0])
 
 
 # --------------------------------------------------------------------------- overview
@@ -105,11 +103,16 @@ def overview_values(app: Any) -> list[str]:
     return values
 
 
-async def _overview(path: Path, size: tuple[int, int]) -> tuple[list[str], list[str]]:
+async def _overview(path: Path, size: tuple[int, int], compact: bool = False) -> tuple[list[str], list[str]]:
+    """The Overview's detailed panels (``v`` where the screen chose the compact view), or its compact view."""
     app = make_test_app(path)
     async with app.run_test(size=size) as pilot:
         await take_samples(pilot, app, 3)
         await pilot.pause()
+        if app.screen.compact_shown() != compact:
+            await pilot.press("v")
+            await pilot.pause()
+        assert app.screen.compact_shown() == compact
         lines = screen_lines(app)
         values = overview_values(app)
         assert_title_whole(app, lines)
@@ -139,6 +142,10 @@ def test_xid_notice_shows_its_advice_to_the_last_word(tmp_path, size):
     assert "79 (critical), logged before start" in text
     assert f"{info.words}; {info.action}" in text, "the Xid advice is cut"
     assert_whole(values[:9], lines, "overview with an Xid (GPU 0)")
+    # the compact view holds the advice whole too (it lists no panel cells)
+    lines, _ = run_async(_overview)(recording(tmp_path, gpus=2, xid=True), size, True)
+    _show("compact overview with an Xid", size, lines)
+    assert f"{info.words}; {info.action}" in _joined(lines), "the Xid advice is cut in the compact view"
 
 
 # --------------------------------------------------------------------------- tables

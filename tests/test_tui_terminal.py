@@ -130,8 +130,9 @@ def test_tui_on_a_pseudo_terminal():
             since = app.mark()
             app.keys(key)
             app.wait_for(needle, since)
+        since = app.mark()
         app.keys("\x1b")  # Esc closes the help
-        time.sleep(0.5)
+        app.wait_for("x cancel", since)  # closed: the Workload screen again (Esc then o at once reads as Alt+o)
         since = app.mark()
         app.keys("o")
         app.wait_for("GPU 0: NVIDIA", since)
@@ -159,7 +160,7 @@ def test_tui_sleeps_while_nothing_happens():
     app = PtyApp([sys.executable, "-m", "gpudoctor", "tui", "--replay", str(STANDIN), "--interval", "60",
                   "--doctor-level", "quick"])
     with app:
-        app.wait_for("Doctor: ")  # the start-up doctor's verdict in the header: start-up is over
+        app.wait_for(" · d ")  # the start-up doctor's verdict (with its key) in the header: start-up is over
         time.sleep(TICK_FOR_S + 1.0)
         before = _voluntary_switches(app.proc.pid)
         time.sleep(3.0)

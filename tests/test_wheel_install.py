@@ -79,7 +79,8 @@ def _tree_files() -> set[str]:
     expected: set[str] = set()
     for folder, prefix in ((ROOT / "gpudoctor", "gpudoctor"), (ROOT / "probes", "gpudoctor/probes")):
         for path in folder.rglob("*"):
-            if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".tcss", ".typed"):
+            if path.is_file() and "__pycache__" not in path.parts and (
+                    path.suffix in (".py", ".tcss", ".typed") or path.parent.name == "demo" and path.suffix == ".json"):
                 expected.add(f"{prefix}/{path.relative_to(folder).as_posix()}")
     return expected
 
@@ -210,8 +211,29 @@ def test_tui_from_the_installed_wheel_on_a_terminal(light):
         since = app.mark()
         app.keys("?")
         app.wait_for("gpudoctor keys", since)
+        since = app.mark()
         app.keys("\x1b")
-        time.sleep(0.5)
+        app.wait_for("GPU 1: NVIDIA", since)  # the help closed: the Overview again
+        app.keys("q")
+        assert app.proc.wait(30) == 0
+    finally:
+        app.close()
+
+
+def test_demo_from_the_installed_wheel(light):
+    """`gpudoctor --demo` plays the recording the wheel ships (a fake 8-GPU node): `--once` prints
+    every GPU within COLUMNS, plain text; the TUI opens on it at 80x24 with the verdict and the
+    replay marker in its header."""
+    gpudoctor = light["bin"] / "gpudoctor"
+    once = _run([gpudoctor, "--demo", "--once"], cwd=light["cwd"], env=_user_env(COLUMNS="80"))
+    lines = once.stdout.splitlines()
+    assert "replay" in lines[0] and "Doctor: " in lines[0] and "\x1b" not in once.stdout
+    assert len([line for line in lines if re.match(r" ?\d util", line)]) == 8 and max(map(len, lines)) <= 80
+    app = PtyApp([str(gpudoctor), "--demo", "--interval", "0.5", "--doctor-level", "quick"], cols=80, rows=24,
+                 cwd=light["cwd"], env=_user_env())
+    try:
+        app.wait_for(" 7 util")
+        app.wait_for("· replay")
         app.keys("q")
         assert app.proc.wait(30) == 0
     finally:

@@ -47,6 +47,13 @@ async def test_a_publishing_process_shows_its_diagnosis():
 @run_async
 async def test_the_y_key_runs_why_on_the_selected_process_without_blocking(tmp_path):
     pytest.importorskip("torch")
+    from gpudoctor.errors import GpudoctorError
+    from gpudoctor.why.pyspy import find_py_spy
+
+    try:
+        find_py_spy()
+    except GpudoctorError:
+        pytest.skip("py-spy is not installed: `why` answers at once with its install hint")
     proc = start(tmp_path, "asleep", ASLEEP)
     _publish(proc.pid, "ok", f"python {tmp_path}/asleep.py")
     try:

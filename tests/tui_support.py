@@ -204,3 +204,21 @@ def assert_tui_header_fails(env: dict[str, str], cols: int = 160) -> None:
     with app:
         app.wait_for("Doctor: FAIL", timeout=60)
         assert app.quit(30) == 0
+
+
+def assert_title_parts_whole(app: Any, shown: str) -> None:
+    """``shown`` (the title row as on screen) is the title's parts that fit, each whole and in
+    their order, and holds every part that is never dropped: the verdict and the source marker."""
+    parts = app.screen.query_one("#title")._parts
+    assert parts, "no title"
+    shown = shown.rstrip()
+    rest = shown
+    for text, rank in parts:
+        piece = text.plain
+        if rest.startswith(piece):
+            rest = rest[len(piece):]
+        elif rest and rest == piece.rstrip():  # the last part shown, its trailing space trimmed
+            rest = ""
+        elif rank == 0:
+            raise AssertionError(f"title lost a part it must keep, {piece!r}: {shown!r}")
+    assert not rest, f"title cut inside a part: {shown!r} (parts {[t.plain for t, _ in parts]})"

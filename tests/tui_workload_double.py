@@ -71,3 +71,8 @@ def busy_sweep(progress, quick: bool = False):
     result = fake_sweep(progress, quick=quick)
     result["notes"] = [BUSY_NOTE]
     return result
+
+
+def torchless_sweep(progress, quick: bool = False):
+    """A sweep in an environment without PyTorch: its first import fails as torch's does."""
+    raise ModuleNotFoundError("No module named 'torch'", name="torch")

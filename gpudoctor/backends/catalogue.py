@@ -152,6 +152,10 @@ class Reading:
     #: Its label and place in the short ``watch`` line (0: not there; label "" shows the value alone).
     short_word: str = ""
     short: int = 0
+    #: How soon it gives way when the short line (and the TUI's compact Overview, ``--once``) runs
+    #: out of room: 0 never, higher sooner. SM activity stays longest after utilisation and memory:
+    #: it says whether a busy GPU really works.
+    short_drop: int = 0
     #: Its place in ``watch --json`` records (0: not there).
     watch: int = 0
     #: How people see it (gpudoctor.presentation): "" a number and its unit; "memory" used/total;
@@ -237,7 +241,7 @@ READINGS: tuple[Reading, ...] = (
             # drivers and bindings without it answer FunctionNotFound and the old call is used.
             nvml=_q("nvmlDeviceGetTemperatureV", "nvmlDeviceGetTemperature", args=(_c("NVML_TEMPERATURE_GPU", 0),)),
             history=True, label="temp", panel=3, spark_top=("temperature_slowdown_c", 100.0), word="temp",
-            line=3, short=4,
+            line=3, short=4, short_drop=3,
             watch=5, hooks=True, prometheus="gpudoctor_gpu_temperature_celsius", help="GPU core temperature",
             dcgm="DCGM_FI_DEV_GPU_TEMP", dcgm_unit="°C",
             dcgm_new=("DCGM_FI_DEV_GPU_TEMP_CELSIUS", "°C"), fleet="temperature_c"),
@@ -246,6 +250,7 @@ READINGS: tuple[Reading, ...] = (
     Reading("power_w", "W", "number", "fast", plausible=WATTS, smi="power.draw",
             nvml=_q("nvmlDeviceGetPowerUsage", divide=1000),
             history=True, label="power", panel=4, spark_top=("power_limit_w", None), word="power", line=4, short=5,
+            short_drop=2,
             watch=6, fmt="power", hooks=True, prometheus="gpudoctor_gpu_power_watts",
             help="Power draw as NVML reports it: averaged over 1 s on Ampere (except GA100) and later, "
                  "instantaneous on older GPUs (nvmlDeviceGetPowerUsage)",
@@ -267,7 +272,7 @@ READINGS: tuple[Reading, ...] = (
             nvml=_q("nvmlDeviceGetClockInfo", args=(_c("NVML_CLOCK_SM", 1),)),
             history=True, label="SM", panel=5, spark_top=("clock_sm_max_mhz", None), word="sm", line=5,
             short_word="sm",
-            short=6, watch=8, hooks=True, prometheus="gpudoctor_gpu_sm_clock_hertz", scale=1e6, help="SM clock",
+            short=6, short_drop=4, watch=8, hooks=True, prometheus="gpudoctor_gpu_sm_clock_hertz", scale=1e6, help="SM clock",
             dcgm="DCGM_FI_DEV_SM_CLOCK", dcgm_unit="MHz", dcgm_new=("DCGM_FI_DEV_SM_CLOCK_HERTZ", "Hz")),
     Reading("clock_mem_mhz", "MHz", "integer", "fast", plausible=MEM_MHZ, smi="clocks.mem",
             nvml=_q("nvmlDeviceGetClockInfo", args=(_c("NVML_CLOCK_MEM", 2),)),
@@ -280,7 +285,7 @@ READINGS: tuple[Reading, ...] = (
             prometheus="gpudoctor_gpu_graphics_clock_hertz", scale=1e6, help="Graphics clock"),
     Reading("throttle_reasons", "", "integer", "fast", smi="clocks_event_reasons.active",
             nvml=_q("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"),
-            word="throttle", line=10, fmt="throttle", short_word="throttle", short=7, watch=13,
+            word="throttle", line=10, fmt="throttle", short_word="throttle", short=7, short_drop=5, watch=13,
             prometheus="gpudoctor_gpu_clock_event_reasons",
             help="Clock event (throttle) reason bit mask, nvmlClocksEventReason*",
             dcgm="DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"),
@@ -360,7 +365,7 @@ READINGS: tuple[Reading, ...] = (
     # counterpart (gpudoctor.backends.nvml reads them; docs/utilisation.md says what they mean).
     Reading("sm_active_pct", "%", "number", "full", plausible=PCT, gpm=_g("NVML_GPM_METRIC_SM_UTIL", 2),
             history=True, label="SM", beside="gpu_util_pct", word="sm act", line=12,
-            short_word="smact", short=2, watch=20,
+            short_word="smact", short=2, short_drop=1, watch=20,
             prometheus="gpudoctor_gpu_sm_active_ratio", scale=0.01,
             help="Share of SM cycles with at least one warp resident, averaged over all SMs (NVML GPM SM "
                  "utilisation; Hopper and later): low beside a high utilization_ratio means small kernels",

@@ -201,6 +201,8 @@ class PsutilProcessInfo:
                     "cpu_pct": proc.cpu_percent(interval=None),
                     "host_memory_bytes": int(proc.memory_info().rss),
                     "command": " ".join(cmd) if cmd else proc.name(),
+                    "started": proc.create_time(),
+                    "uid": proc.uids().real if hasattr(proc, "uids") else None,
                 }
         except psutil.NoSuchProcess:
             self._procs.pop(pid, None)
@@ -215,3 +217,73 @@ class PsutilProcessInfo:
         for pid in list(self._procs):
             if pid not in pids:
                 del self._procs[pid]
+
+
+# --------------------------------------------------------------------------- process actions
+#: The signals the TUI sends to a process (nvitop's T, K, I).
+SIGNALS = ("SIGTERM", "SIGKILL", "SIGINT")
+
+
+def why_not_signal(pid: int, started: float | None = None) -> str | None:
+    """Why this user may not signal ``pid`` (None: it may): another user's process (unless this
+    user is root), a process that is gone, or a new process under a reused pid (its start time is
+    not ``started``). psutil reads the process's real user id, as kill(2) checks it."""
+    try:
+        import psutil
+    except ImportError:
+        return "psutil is not installed: cannot tell whose process it is"
+    if pid <= 1:
+        return f"pid {pid} is not a process to signal"
+    try:
+        proc = psutil.Process(pid)
+        uid = proc.uids().real
+        created = proc.create_time()
+    except psutil.NoSuchProcess:
+        return f"pid {pid} has exited"
+    except (psutil.AccessDenied, AttributeError) as exc:
+        return f"cannot read pid {pid}'s owner ({type(exc).__name__})"
+    if started is not None and abs(created - started) > 1.0:
+        return f"pid {pid} is now another process (started at another time)"
+    me = os.geteuid() if hasattr(os, "geteuid") else None
+    if me != 0 and uid != os.getuid():
+        return f"pid {pid} belongs to another user; only its owner or root may signal it"
+    return None
+
+
+def send_signal(pid: int, name: str, started: float | None = None) -> tuple[bool, str]:
+    """Send signal ``name`` (one of :data:`SIGNALS`) to ``pid`` where :func:`why_not_signal` allows
+    it: (sent, what happened in one line)."""
+    import signal
+
+    if name not in SIGNALS:
+        return False, f"{name} is not a signal gpudoctor sends"
+    refused = why_not_signal(pid, started)
+    if refused:
+        return False, refused
+    try:
+        os.kill(pid, getattr(signal, name))
+    except ProcessLookupError:
+        return False, f"pid {pid} has exited"
+    except PermissionError:
+        return False, f"no permission to signal pid {pid}"
+    except OSError as exc:
+        return False, f"could not signal pid {pid}: {exc.strerror or type(exc).__name__}"
+    return True, f"sent {name} to pid {pid}"
+
+
+def process_ancestors(pid: int, limit: int = 32) -> list[tuple[int, str]]:
+    """(pid, name) of ``pid``'s parents, the nearest first, up to (not including) pid 1: the process
+    tree view. Empty where psutil is missing or the process is gone."""
+    try:
+        import psutil
+    except ImportError:
+        return []
+    found: list[tuple[int, str]] = []
+    try:
+        proc = psutil.Process(pid).parent()
+        while proc is not None and proc.pid > 1 and len(found) < limit:
+            found.append((proc.pid, proc.name()))
+            proc = proc.parent()
+    except (psutil.Error, OSError):
+        pass
+    return found

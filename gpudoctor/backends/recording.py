@@ -449,3 +449,15 @@ __all__ = ["RECORDING_FORMAT", "RECORDING_FORMAT_VERSION", "RecordingError", "SC
            "sample_fields", "load_recording", "plain_strings", "finite_for_file", "NOT_FINITE", "schema_text",
            "validate", "MAX_RECORDING_BYTES", "MAX_DEVICES", "MAX_SAMPLES",
            "MAX_PROCESSES", "MAX_TEXT"]
+
+
+#: The demo recording shipped in the wheel (``gpudoctor --demo``): a fake 8-GPU node, recorded with
+#: ``gpudoctor record`` on the test fake NVML, "fake" in its name and ``meta.fake``.
+DEMO_RECORDING = "fake_hgx_8x_h100_demo.json"
+
+
+def demo_recording_path() -> str:
+    """The path of the shipped demo recording (package data under ``gpudoctor/demo/``)."""
+    from importlib import resources
+
+    return str(resources.files("gpudoctor") / "demo" / DEMO_RECORDING)

@@ -34,9 +34,21 @@ def register(subparsers: Subcommands) -> None:
                         default="overview", help="screen to open first (default overview; fleet needs --prometheus)")
     parser.add_argument("--prometheus", metavar="URL",
                         help="add the Fleet screen (n): every node's GPUs from this Prometheus, worst first")
+    parser.add_argument("--demo", action="store_true",
+                        help="play the demo recording shipped with gpudoctor (a fake 8-GPU H100 node, recorded on "
+                             "a fake NVML): the TUI without a GPU")
+    parser.add_argument("--once", action="store_true",
+                        help="print the compact view once as plain text (every GPU, its processes, the quick "
+                             "doctor's verdict) to the terminal's width (COLUMNS), and exit: for logs and issues")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.demo:
+        if args.replay:
+            raise UsageError("--demo plays the shipped recording; leave out --replay")
+        from gpudoctor.backends.recording import demo_recording_path
+
+        args.replay = demo_recording_path()
     check_recording(args.replay)
     if args.prometheus:
         from gpudoctor.fleet import FleetError, check_url
@@ -47,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(str(exc)) from None
     elif args.screen == "fleet":
         raise UsageError("--screen fleet needs --prometheus URL")
+    if args.once:
+        return _once(args)
     if not (is_terminal(sys.stdin) and is_terminal(sys.stdout)):
         raise UsageError("the TUI needs a terminal; for logs use `gpudoctor watch` (or --json)")
     from gpudoctor.tui.app import make_app
@@ -56,6 +70,23 @@ def run(args: argparse.Namespace) -> int:
     app.run()
     code = app.return_code
     return exitcodes.OK if code is None else int(code)
+
+
+def _once(args: argparse.Namespace) -> int:
+    """``gpudoctor --once``: the compact view once, plain text (no escape sequences), as wide as the
+    terminal (COLUMNS where set, 80 where there is no terminal)."""
+    import shutil
+
+    from gpudoctor.commands.args import open_backend
+    from gpudoctor.quick import once_lines
+
+    gpu = open_backend(args.replay)
+    try:
+        width = shutil.get_terminal_size((80, 24)).columns
+        print("\n".join(once_lines(gpu, width, replay=args.replay)), flush=True)
+    finally:
+        gpu.close()
+    return exitcodes.OK
 
 
 __all__ = ["register", "run"]

@@ -47,7 +47,7 @@ def register(subparsers: Subcommands) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from gpudoctor.presentation import mig_lines, mig_records, no_gpu_words, plain_text, watch_line, watch_record
-    from gpudoctor.sampling import Sampler
+    from gpudoctor.sampling import Sampler, recorded_snapshot
 
     gpu = open_backend(args.replay, loop=False)
     sampler = Sampler(gpu, host_sampler=None, with_processes=False, interval_s=args.interval)
@@ -70,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
         seen: dict[int, int] = {}
         critical: set[int] = set()
         for snap in itertools.chain([snap], reads):  # noqa: B020 (chain() holds the first snapshot already)
+            snap = recorded_snapshot(gpu, snap)  # a replay's lines carry the time it was recorded
             for dev in snap.devices:
                 # flushed per line: a log reader sees each interval as it happens
                 write_stdout_line(json.dumps(watch_record(snap, dev), allow_nan=False) if args.json

@@ -178,6 +178,13 @@ def start_resource_tracker() -> None:
         pass
 
 
+def not_recorded_host() -> Any:
+    """The host readings of a replay: recordings hold no host time series."""
+    from gpudoctor.backends.na import NA
+
+    return NA("NotRecorded")
+
+
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
@@ -425,7 +432,9 @@ class GpudoctorApp(App[int]):
                 if info is None:
                     info = recorded_process_info if gpu.kind == "replay" else PsutilProcessInfo()
                     self.process_info = info
-                self.sampler = Sampler(gpu, self.host_sampler or default_host_sampler())
+                # A replay's GPUs are another machine's: this machine's CPU and RAM are not shown beside them.
+                host = self.host_sampler or (not_recorded_host if gpu.kind == "replay" else default_host_sampler())
+                self.sampler = Sampler(gpu, host)
                 self._watch_events(gpu)
             snap = self.sampler.read()
             rows, notes = process_rows(snap, self.process_info)  # type: ignore[arg-type]

@@ -16,7 +16,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
+
+from gpudoctor.tui.screens import KeysFooter
 
 if TYPE_CHECKING:
     from gpudoctor.fleet import FleetView
@@ -75,7 +77,7 @@ class FleetScreen(Screen):
         yield Static(id="fleet-status")
         yield Static(id="fleet-idle")
         yield DataTable(id="fleet-table", zebra_stripes=True, cursor_type="row", cell_padding=0)
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self._fill(None)

@@ -15,50 +15,114 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
+from textual.geometry import Region
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets._footer import FooterKey
 
 from gpudoctor.backends.na import NA
 from gpudoctor.presentation import PROCESS_SORT_KEYS, ProcessRow
-from gpudoctor.presentation import fmt_bytes, plain_text, status_style, wrap_hanging
-from gpudoctor.tui.widgets import GpuPanel, HostPanel, NoGpuPanel, bar, doctor_renderable, workload_chart
+from gpudoctor.presentation import compact_grid, fmt_bytes, fmt_elapsed, plain_text, status_style, wrap_hanging
+from gpudoctor.tui.widgets import (
+    CompactView, GpuPanel, HostPanel, NoGpuPanel, bar, detailed_rows, doctor_renderable, workload_chart,
+)
 from gpudoctor.tui.workload_runner import field_of
 
 if TYPE_CHECKING:
+    from gpudoctor.sampling import Snapshot
     from gpudoctor.tui.app import GpudoctorApp
+
+def is_mine(row: ProcessRow) -> bool:
+    """Whether the process runs under this user's real user id (never for a recorded process)."""
+    import os
+
+    return row.uid is not None and hasattr(os, "getuid") and row.uid == os.getuid()
+
+
+def own_first(rows: list[ProcessRow]) -> list[ProcessRow]:
+    """The processes of this user first (nvitop's order), then by GPU and memory."""
+    return sorted(rows, key=lambda r: (not is_mine(r), r.gpu, -(r.gpu_memory_bytes or 0), r.pid))
 
 
 class TitleBar(Static):
-    """One line: screen name, data source, and anything wrong with the sampling."""
+    """One line: screen name, the doctor's verdict, the data source (live or replay), and anything
+    wrong with the sampling. Its parts have ranks: a narrow terminal drops the least important
+    part whole (``· every 1 s`` first), never the verdict or the source marker (rank 0), and
+    never half of a part."""
 
     _shown: Text | None = None
+    _parts: "list[tuple[Text, float]] | None" = None
 
-    def show(self, text: Text) -> None:
+    def show(self, parts: "list[tuple[Text, float]]") -> None:
         """Update only when the line changed: ``Static.update`` re-lays out the screen, and a
         re-layout repaints the whole terminal."""
+        text = Text("").join(part for part, _ in parts)
         old = self._shown
         if old is not None and old.plain == text.plain and old.spans == text.spans and old.style == text.style:
             return
-        self._shown = text
+        self._shown, self._parts = text, parts
         self.update(text)
 
     def render(self) -> Any:
-        """The line as wide as the terminal allows, cut between its `·` parts: a narrow terminal
-        loses the last parts whole (`· every 1 s`), never half of one (`· every`)."""
         text, width = self._shown, self.size.width
-        if text is None or width <= 0 or text.cell_len <= width:
+        if text is None or self._parts is None or width <= 0 or text.cell_len <= width:
             return super().render()
-        return fit_parts(text, width)
+        return fit_parts(self._parts, width)
 
 
-def fit_parts(text: Text, width: int) -> Text:
-    """``text`` cut to ``width`` at the start of a ` · ` part; with no such place, cut with "…"."""
-    cut = text.plain.rfind("·", 0, width + 1)
-    if cut > 0:
-        return text[:cut]
-    fitted = text.copy()
-    fitted.truncate(width, overflow="ellipsis")
+def fit_parts(parts: "list[tuple[Text, float]]", width: int) -> Text:
+    """The parts that fit ``width``, in their order: the part of the highest rank (the least
+    important; the later one of equal ranks) goes first, whole. Parts of rank 0 always stay; only
+    when they alone pass the width is the line cut, with "…"."""
+    kept = list(range(len(parts)))
+    while sum(parts[i][0].cell_len for i in kept) > width:
+        droppable = [i for i in kept if parts[i][1] > 0]
+        if not droppable:
+            break
+        kept.remove(max(droppable, key=lambda i: (parts[i][1], i)))
+    fitted = Text("").join(parts[i][0] for i in kept)
+    if fitted.cell_len > width:
+        fitted.truncate(width, overflow="ellipsis")
     return fitted
+
+
+class KeysFooter(Footer):
+    """The key footer with the keys that fit the terminal, each whole: one that would pass the
+    right edge (``q qu``) is left out with those after it, except help (``?`` lists every key)
+    and quit."""
+
+    _width = 0
+
+    #: Keys always shown (where the terminal holds them): help lists the others, and the way out.
+    KEEP = ("help", "quit_app")
+
+    def compose(self) -> ComposeResult:
+        self._width = self.app.size.width
+        widgets = list(super().compose())
+
+        def cost(widget: Any) -> int:
+            return len(widget.key_display) + len(widget.description) + 3  # its padding
+
+        keys = [w for w in widgets if isinstance(w, FooterKey)]
+        room = self._width - sum(cost(w) for w in keys if w.action.partition("(")[0] in self.KEEP)
+        shown = set()
+        for widget in keys:
+            if widget.action.partition("(")[0] in self.KEEP:
+                shown.add(id(widget))
+            elif cost(widget) <= room:
+                room -= cost(widget)
+                shown.add(id(widget))
+            else:
+                room = -1  # the keys after one left out are left out too: the order stays
+        yield from (w for w in widgets if not isinstance(w, FooterKey) or id(w) in shown)
+
+    def on_resize(self) -> None:
+        if self.app.size.width != self._width:
+            self.call_after_refresh(self.recompose)
+
+
+#: Ranks of the title's parts (0: never dropped; higher: dropped sooner).
+KEEP, TROUBLE, REASON, SCREEN_INFO, SOURCE_FILE, DOCTOR_KEY, DRIVER, INTERVAL = 0, 1, 2, 3, 5, 6, 7, 8
 
 
 class BaseScreen(Screen):
@@ -68,48 +132,63 @@ class BaseScreen(Screen):
     def gapp(self) -> "GpudoctorApp":
         return self.app  # type: ignore[return-value]
 
-    _title: tuple[tuple[Any, ...], Text] | None = None
+    _title: "tuple[tuple[Any, ...], list[tuple[Text, float]]] | None" = None
 
-    def title_text(self, extra: str = "") -> Text:
-        """The title line; built again only when what it shows changed (it is asked for on every
-        reading)."""
+    def title_text(self, extra: str = "") -> "list[tuple[Text, float]]":
+        """The title line's parts with their ranks (:func:`fit_parts`); built again only when
+        what it shows changed (it is asked for on every reading)."""
         state = self.gapp.state
         snap = state.snapshot
         key = (state.stalled_s, state.sample_error, getattr(self.gapp, "headline", None), extra,
                None if snap is None else (snap.source, snap.driver_version), self.gapp.interval)
         if self._title is not None and self._title[0] == key:
             return self._title[1]
-        text = self._title_text(extra)
-        self._title = (key, text)
-        return text
+        parts = self._title_parts(extra)
+        self._title = (key, parts)
+        return parts
 
-    def _title_text(self, extra: str) -> Text:
+    def _title_parts(self, extra: str) -> "list[tuple[Text, float]]":
         state = self.gapp.state
-        text = Text(" gpudoctor ", style="bold reverse")
-        text.append(f" {self.TITLE} ", style="bold")
-        # Trouble first: a narrow terminal cuts the end of this line.
+        parts: list[tuple[Text, float]] = [(Text(" gpudoctor ", style="bold reverse"), KEEP),
+                                           (Text(f" {self.TITLE} ", style="bold"), KEEP)]
         if state.stalled_s is not None:
-            text.append(f"· driver not answering for {state.stalled_s:.0f} s ", style="bold red")
+            parts.append((Text(f"· driver not answering for {state.stalled_s:.0f} s ", style="bold red"), TROUBLE))
         elif state.sample_error:
-            text.append(f"· {plain_text(state.sample_error, limit=120)} ", style="bold red")
+            parts.append((Text(f"· {plain_text(state.sample_error, limit=120)} ", style="bold red"), TROUBLE))
+        parts += self._verdict_parts()
+        # Screen facts (`· 3 of 5 · sorted by pid (s)`): each `·` part apart, the later ones dropped first.
+        for n, piece in enumerate(p for p in extra.split("· ") if p.strip()):
+            parts.append((Text(f"· {piece}"), SCREEN_INFO + n / 100))
+        parts += self._source_parts()
+        parts.append((Text(f"· every {self.gapp.interval:g} s ", style="dim"), INTERVAL))
+        return parts
+
+    def _verdict_parts(self) -> "list[tuple[Text, float]]":
+        """``· Doctor: FAIL`` (kept), ``: <the reason>`` and `` · d`` (dropped whole when short of room)."""
         headline = getattr(self.gapp, "headline", None)
-        if headline is not None and self.TITLE != "Doctor":  # the Doctor screen shows it in full
-            status, reason, _level = headline
-            word, style = status_style(status)
-            text.append("· Doctor: ", style="bold")
-            text.append(word, style=style)
-            if reason:
-                text.append(f": {plain_text(reason, limit=60)}")
-            text.append(" · d ", style="dim")
-        if extra:
-            text.append(extra)
-        snap = state.snapshot
-        if snap is not None:
-            text.append(f"· {plain_text(snap.source, limit=80)} ", style="dim")
-            if isinstance(snap.driver_version, str) and snap.driver_version:
-                text.append(f"· driver {plain_text(snap.driver_version, limit=40)} ", style="dim")
-        text.append(f"· every {self.gapp.interval:g} s ", style="dim")
-        return text
+        if headline is None:  # the start-up quick doctor has not answered yet, or does not run
+            waiting = "checking" if getattr(self.gapp, "startup_doctor", False) else "not run"
+            return [(Text("· Doctor: ", style="bold") + Text(f"{waiting} ", style="dim"), KEEP)]
+        status, reason, _level = headline
+        word, style = status_style(status)
+        parts = [(Text("· Doctor: ", style="bold") + Text(word, style=style), KEEP)]
+        if reason:  # the Doctor screen's own facts come first there: its page shows every finding
+            parts.append((Text(f": {plain_text(reason, limit=60)}"), REASON if self.TITLE != "Doctor" else SCREEN_INFO + 1))
+        parts.append((Text(" "), KEEP))
+        parts.append((Text("· d ", style="dim"), DOCTOR_KEY))
+        return parts
+
+    def _source_parts(self) -> "list[tuple[Text, float]]":
+        """``· live`` or ``· replay`` (kept), the recording's name and the driver version."""
+        snap = self.gapp.state.snapshot
+        replay = bool(self.gapp.replay) or (snap is not None and snap.source.startswith("replay"))
+        parts = [(Text("· replay " if replay else "· live ", style="bold magenta" if replay else "bold"), KEEP)]
+        if snap is not None and replay:
+            name = snap.source.partition(": ")[2] or "recording"
+            parts.append((Text(f"{plain_text(name, limit=80)} ", style="dim"), SOURCE_FILE))
+        if snap is not None and isinstance(snap.driver_version, str) and snap.driver_version:
+            parts.append((Text(f"· driver {plain_text(snap.driver_version, limit=40)} ", style="dim"), DRIVER))
+        return parts
 
     def on_screen_resume(self) -> None:
         self.refresh_view()
@@ -120,39 +199,94 @@ class BaseScreen(Screen):
 
 # --------------------------------------------------------------------------- overview
 class OverviewScreen(BaseScreen):
+    """A detailed panel per GPU while they fit the screen, else the compact view: a line per GPU
+    (columns on wide screens) and every GPU's processes below. ``v`` switches; Enter opens the
+    selected GPU's detailed panel, Esc goes back."""
+
     TITLE = "Overview"
+    BINDINGS = [
+        Binding("v", "switch_view", "view"),
+        Binding("enter", "open_gpu", "GPU details", show=False),
+        Binding("escape", "close_gpu", "back", show=False),
+        # Priority: the scrolling panels would take the arrows first.
+        Binding("down,j", "move(1)", "next GPU", show=False, priority=True),
+        Binding("up,k", "move(-1)", "previous GPU", show=False, priority=True),
+        Binding("right,l", "move_column(1)", "next column", show=False, priority=True),
+        Binding("left", "move_column(-1)", "previous column", show=False, priority=True),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: "auto" (compact when the detailed panels do not fit), "compact" or "detailed" (``v``).
+        self.view = "auto"
+        #: The GPU whose detailed panel is open alone (Enter), by its place in the snapshot.
+        self.detail: int | None = None
+        self.selected = 0
+        self._fits: tuple[tuple[int, int, int], bool] | None = None
 
     def compose(self) -> ComposeResult:
         yield TitleBar(id="title")
         yield VerticalScroll(id="panels")
-        yield Footer()
+        yield KeysFooter()
+
+    def compact_shown(self) -> bool:
+        """Whether the compact view is the one on screen (or about to be)."""
+        snap = self.gapp.state.snapshot
+        if snap is None or not snap.has_gpu or self.detail is not None:
+            return False
+        if self.view != "auto":
+            return self.view == "compact"
+        key = (self.size.width, self.size.height, len(snap.devices))
+        if self._fits is None or self._fits[0] != key:
+            state = self.gapp.state
+            need = detailed_rows(snap, state.history, state.events, self.size.width)
+            self._fits = (key, need <= max(0, self.size.height - 2))
+        return not self._fits[1]
+
+    def action_switch_view(self) -> None:
+        self.view = "detailed" if self.compact_shown() else "compact"
+        self.detail = None
+        self.refresh_view()
+
+    def action_open_gpu(self) -> None:
+        if self.compact_shown():
+            self.detail = self.selected
+            self.refresh_view()
+
+    def action_close_gpu(self) -> None:
+        if self.detail is not None:
+            self.detail = None
+            self.refresh_view()
+
+    def action_move(self, step: int) -> None:
+        snap = self.gapp.state.snapshot
+        if snap is None or not snap.devices or not self.compact_shown():
+            panels = self.query_one("#panels", VerticalScroll)
+            panels.scroll_relative(y=step, animate=False)  # the detailed panels scroll as before
+            return
+        self.selected = max(0, min(len(snap.devices) - 1, self.selected + step))
+        self.refresh_view()
+
+    def action_move_column(self, step: int) -> None:
+        views = self.query(CompactView)
+        self.action_move(step * (views.first().grid_lines if views else 1))
 
     def refresh_view(self) -> None:
         state = self.gapp.state
-        self.query_one("#title", TitleBar).show(self.title_text())
+        self.query_one("#title", TitleBar).show(self.title_text(self._view_info()))
         snap = state.snapshot
         if snap is None:
             return
         panels = self.query_one("#panels", VerticalScroll)
-        wanted: list[str] = []
-        if snap.nvml_status is not None:
-            wanted.append("no-gpu")
-        elif not snap.devices:
-            wanted.append("no-gpu")
-        wanted += [f"gpu-{d.index}" for d in snap.devices]
-        wanted.append("host")
+        compact = self.compact_shown()
+        wanted = self._wanted(snap, compact)
         have = [w.id for w in panels.children]
         if have != wanted:
             panels.remove_children()
-            new: list[Any] = []
-            for ident in wanted:
-                if ident == "no-gpu":
-                    new.append(NoGpuPanel())
-                elif ident == "host":
-                    new.append(HostPanel())
-                else:
-                    new.append(GpuPanel(int(ident.split("-")[1])))
-            panels.mount_all(new)
+            panels.mount_all([self._new_panel(ident) for ident in wanted])
+        if compact:
+            self._show_compact(panels, snap)
+            return
         by_id = {child.id: child for child in panels.children}  # mounted above, or earlier
         gpu_panels = []
         for dev in snap.devices:
@@ -168,6 +302,39 @@ class OverviewScreen(BaseScreen):
         if isinstance(host, HostPanel):
             host.show(snap, state.history)
         self._share_free_rows(panels, gpu_panels)
+
+    def _view_info(self) -> str:
+        if self.detail is not None:
+            return "· Esc: all GPUs "
+        return "· compact (v: detailed) " if self.compact_shown() else ""
+
+    def _wanted(self, snap: Snapshot, compact: bool) -> list[str]:
+        if compact:
+            return ["compact"]
+        devices = snap.devices
+        if self.detail is not None and devices:
+            devices = devices[min(self.detail, len(devices) - 1):][:1]
+        no_gpu = ["no-gpu"] if snap.nvml_status is not None or not snap.devices else []
+        return no_gpu + [f"gpu-{d.index}" for d in devices] + ["host"]
+
+    @staticmethod
+    def _new_panel(ident: str) -> Any:
+        if ident == "compact":
+            return CompactView()
+        if ident == "no-gpu":
+            return NoGpuPanel()
+        if ident == "host":
+            return HostPanel()
+        return GpuPanel(int(ident.split("-")[1]))
+
+    def _show_compact(self, panels: VerticalScroll, snap: Snapshot) -> None:
+        view = panels.query_one(CompactView)
+        state = self.gapp.state
+        self.selected = min(self.selected, len(snap.devices) - 1)
+        view.selected = snap.devices[self.selected].index
+        view.show(snap.devices, own_first(state.processes), snap.time, "; ".join(state.process_notes), state.events)
+        rows = max(1, len(compact_grid(snap.devices, max(20, panels.size.width), None)))
+        self.call_after_refresh(panels.scroll_to_region, Region(0, self.selected % rows, 1, 1), animate=False)
 
     def on_resize(self) -> None:
         self.refresh_view()
@@ -197,8 +364,10 @@ class OverviewScreen(BaseScreen):
 
 # --------------------------------------------------------------------------- processes
 PROCESS_COLUMNS = (("pid", "pid"), ("user", "user"), ("gpu", "GPU"), ("gpu memory", "GPU mem"),
-                   ("sm util", "SM %"), ("cpu", "CPU %"), ("host memory", "host mem"), ("diagnosis", "why"),
-                   ("command", "command"))
+                   ("sm util", "SM %"), ("cpu", "CPU %"), ("host memory", "host mem"), ("time", "time"),
+                   ("diagnosis", "why"), ("command", "command"))
+#: The keys that send a signal to the selected process after a confirmation (nvitop's).
+SIGNAL_KEYS = {"SIGTERM": "T", "SIGKILL": "K", "SIGINT": "I"}
 SORT_ORDER = [key for key, _ in PROCESS_COLUMNS if key in PROCESS_SORT_KEYS]  # "why" sorts by a header click
 
 
@@ -209,12 +378,23 @@ class ProcessesScreen(BaseScreen):
         Binding("slash", "focus_filter", "filter"),
         Binding("escape", "clear_filter", "clear filter", show=False),
         Binding("y", "why_selected", "why"),
+        Binding("T", "signal('SIGTERM')", "terminate"),
+        Binding("K", "signal('SIGKILL')", "kill"),
+        Binding("I", "signal('SIGINT')", "interrupt"),
+        Binding("t", "toggle_tree", "tree"),
+        Binding("u", "toggle_mine", "mine"),
     ]
 
     def __init__(self) -> None:
         super().__init__()
         self.sort_key = "gpu memory"
         self.filter_text = ""
+        #: the tree view (t): each process under its parents; only this user's processes (u)
+        self.tree_view = False
+        self.mine_only = False
+        #: what the last signal did, shown under the table
+        self.last_action = ""
+        self._ancestors: dict[int, list[tuple[int, str]]] = {}
 
     def compose(self) -> ComposeResult:
         yield TitleBar(id="title")
@@ -222,12 +402,13 @@ class ProcessesScreen(BaseScreen):
         table: DataTable[Any] = DataTable(id="procs", cursor_type="row", zebra_stripes=True)
         yield table
         yield Static(id="proc-notes")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         table = self.query_one("#procs", DataTable)
         for key, label in PROCESS_COLUMNS:
-            table.add_column(label, key=key)
+            if key != "time":  # added when a process's start time is known (refresh_view)
+                table.add_column(label, key=key)
         table.focus()
 
     def action_cycle_sort(self) -> None:
@@ -263,6 +444,91 @@ class ProcessesScreen(BaseScreen):
         key = str(table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value)
         self.gapp.start_why(int(key.rpartition(":")[2]))
 
+    def _selected_row(self) -> ProcessRow | None:
+        table = self.query_one("#procs", DataTable)
+        if not table.row_count or table.cursor_row is None:
+            return None
+        key = str(table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value)
+        pid = int(key.rpartition(":")[2])
+        return next((r for r in self._rows() if r.pid == pid), None)
+
+    def action_signal(self, name: str) -> None:
+        """Send ``name`` to the selected process once the user confirms; never to a recorded process,
+        nor to another user's unless this user is root (gpudoctor.backends.host.why_not_signal)."""
+        from gpudoctor.backends.host import send_signal, why_not_signal
+
+        row = self._selected_row()
+        if row is None:
+            self.app.notify("No process selected.", severity="warning")
+            return
+        if self.gapp.replay:
+            self._action_done(f"pid {row.pid} is a recorded process, not one of this machine's: nothing sent")
+            return
+        refused = why_not_signal(row.pid, row.started)
+        if refused:
+            self._action_done(f"{name} not sent: {refused}")
+            return
+        question = f"Send {name} to pid {row.pid} ({plain_text(row.user or '?', limit=32)}): " \
+                   f"{plain_text(row.command, limit=120)}?"
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                _sent, what = send_signal(row.pid, name, row.started)
+                self._action_done(what)
+                self.gapp.request_sample()
+            else:
+                self._action_done(f"{name} to pid {row.pid}: cancelled")
+
+        self.app.push_screen(ConfirmScreen(question), answered)
+
+    def _action_done(self, what: str) -> None:
+        self.last_action = what
+        self.app.notify(what)
+        self.refresh_view()
+
+    def action_toggle_tree(self) -> None:
+        self.tree_view = not self.tree_view
+        self.refresh_view()
+
+    def action_toggle_mine(self) -> None:
+        self.mine_only = not self.mine_only
+        self.refresh_view()
+
+    def _tree_rows(self, rows: list[ProcessRow]) -> list[tuple[ProcessRow, int]]:
+        """(row, depth): every process under its parents (read from this machine, not for a replay),
+        the parents without a GPU context listed by name."""
+        from gpudoctor.backends.host import process_ancestors
+
+        if self.gapp.replay:
+            return [(r, 0) for r in rows]
+        pids = {r.pid for r in rows}
+        self._ancestors = {pid: chain for pid, chain in self._ancestors.items() if pid in pids}
+        parent: dict[int, int | None] = {}
+        nodes: dict[int, ProcessRow] = {}
+        for r in rows:
+            chain = self._ancestors.get(r.pid)
+            if chain is None:
+                chain = self._ancestors[r.pid] = process_ancestors(r.pid)
+            nodes.setdefault(r.pid, r)
+            parent[r.pid] = chain[0][0] if chain else None
+            for (pid, name), up in zip(chain, [*chain[1:], None]):
+                nodes.setdefault(pid, ProcessRow(pid=pid, gpu=-1, gpu_memory_bytes=None, sm_util_pct=None,
+                                                 kind="parent", command=name))
+                parent.setdefault(pid, up[0] if up else None)
+        children: dict[int | None, list[int]] = {}
+        for pid, up in parent.items():
+            children.setdefault(up if up in nodes else None, []).append(pid)
+        out: list[tuple[ProcessRow, int]] = []
+
+        def walk(pid: int, depth: int) -> None:
+            out.append((nodes[pid], depth))
+            for child in sorted(children.get(pid, [])):
+                walk(child, depth + 1)
+
+        for root in sorted(children.get(None, [])):
+            walk(root, 0)
+        return out
+
     def _rows(self) -> list[Any]:
         """GPU processes, and the processes that publish a training summary without holding a GPU."""
         state = self.gapp.state
@@ -287,15 +553,45 @@ class ProcessesScreen(BaseScreen):
         verdict = str(record.get("verdict", ""))
         return "ok" if verdict == "ok" else verdict.replace("_", "-")
 
+    def _shown_rows(self, every: list[ProcessRow]) -> list[ProcessRow]:
+        """The rows the filters keep, sorted, this user's processes first."""
+        rows = [r for r in every if r.matches(self.filter_text)]
+        if self.mine_only:
+            rows = [r for r in rows if is_mine(r)]
+        rows.sort(key=PROCESS_SORT_KEYS.get(self.sort_key, lambda r: self._diagnosis(r.pid) or "~"))
+        rows.sort(key=lambda r: not is_mine(r))  # this user's processes first (a stable sort keeps the rest)
+        return rows
+
+    def _title_info(self, rows: list[ProcessRow], every: list[ProcessRow]) -> str:
+        shown = f"· {len(rows)} of {len(every)} · sorted by {self.sort_key} (s) "
+        if self.mine_only:
+            shown += "· mine only (u) "
+        if self.tree_view:
+            shown += "· tree (t) "
+        if self.filter_text:
+            shown += f"· filter {plain_text(self.filter_text, limit=40)!r} "
+        return shown
+
+    def _cells(self, r: ProcessRow, depth: int, now: float, timed: bool) -> tuple[str, ...]:
+        """A row's cells; a parent in the tree view (no GPU context) shows its pid, user and name."""
+        parent = r.kind == "parent"
+        cells = (
+            str(r.pid), plain_text(r.user or "-", limit=32), r.gpu_text,
+            "" if parent else fmt_bytes(r.gpu_memory_bytes) if r.gpu_memory_bytes is not None else "n/a",
+            "" if parent else f"{r.sm_util_pct}" if r.sm_util_pct is not None else "n/a",
+            "" if parent else f"{r.cpu_pct:.0f}" if isinstance(r.cpu_pct, (int, float)) else "n/a",
+            "" if parent else fmt_bytes(r.host_memory_bytes) if r.host_memory_bytes is not None else "n/a",
+            fmt_elapsed(now - r.started) if r.started is not None else ("" if parent else "n/a"),
+            plain_text(self._diagnosis(r.pid), limit=40),
+            ("  " * (depth - 1) + "└─ " if depth else "") + plain_text(r.command),
+        )
+        return cells if timed else cells[:7] + cells[8:]
+
     def refresh_view(self) -> None:
         state = self.gapp.state
         every = self._rows()
-        rows = [r for r in every if r.matches(self.filter_text)]
-        rows.sort(key=PROCESS_SORT_KEYS.get(self.sort_key, lambda r: self._diagnosis(r.pid) or "~"))
-        shown = f"· {len(rows)} of {len(every)} · sorted by {self.sort_key} (s) "
-        if self.filter_text:
-            shown += f"· filter {plain_text(self.filter_text, limit=40)!r} "
-        self.query_one("#title", TitleBar).show(self.title_text(shown))
+        rows = self._shown_rows(every)
+        self.query_one("#title", TitleBar).show(self.title_text(self._title_info(rows, every)))
         table = self.query_one("#procs", DataTable)
         if not table.columns:
             # A redraw between switch_screen and this screen's mount (a sample landing on a busy
@@ -307,27 +603,34 @@ class ProcessesScreen(BaseScreen):
                 selected = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
             except Exception:
                 selected = None
+        # The time column only where a start time is known (not for a recording's processes): at 80
+        # columns its room is the command's.
+        timed = any(r.started is not None for r in rows)
+        if timed != ("time" in table.columns):
+            table.clear(columns=True)
+            for key, label in PROCESS_COLUMNS:
+                if key != "time" or timed:
+                    table.add_column(label, key=key)
         table.clear()
-        for r in rows:
+        now = state.snapshot.time if state.snapshot is not None else 0.0
+        for r, depth in self._tree_rows(rows) if self.tree_view else [(r, 0) for r in rows]:
             # Cells are Text, never str: DataTable parses a str as markup, and a command line
             # such as `train.py data=[/data/a,/data/b]` is data, not markup.
-            cells = (
-                str(r.pid), plain_text(r.user or "-", limit=32), r.gpu_text,
-                fmt_bytes(r.gpu_memory_bytes) if r.gpu_memory_bytes is not None else "n/a",
-                f"{r.sm_util_pct}" if r.sm_util_pct is not None else "n/a",
-                f"{r.cpu_pct:.0f}" if isinstance(r.cpu_pct, (int, float)) else "n/a",
-                fmt_bytes(r.host_memory_bytes) if r.host_memory_bytes is not None else "n/a",
-                plain_text(self._diagnosis(r.pid), limit=40),
-                plain_text(r.command),
-            )
-            table.add_row(*(Text(c) for c in cells), key=f"{r.gpu}:{r.pid}")
+            style = "dim" if r.kind == "parent" else ""
+            table.add_row(*(Text(c, style=style) for c in self._cells(r, depth, now, timed)), key=f"{r.gpu}:{r.pid}")
         if selected is not None:
             try:
                 table.move_cursor(row=table.get_row_index(selected), animate=False)
             except Exception:
                 pass
+        self._show_notes(bool(every))
+
+    def _show_notes(self, any_rows: bool) -> None:
+        state = self.gapp.state
         notes = list(state.process_notes)
-        if not every and not notes:
+        if self.last_action:
+            notes.insert(0, self.last_action)
+        if not any_rows and not notes:
             snap = state.snapshot
             if snap is not None and not snap.has_gpu:
                 notes.append("No GPU, so no GPU processes.")
@@ -347,7 +650,7 @@ class PageScreen(BaseScreen):
         yield TitleBar(id="title")
         with VerticalScroll(id=f"{self.PAGE}-scroll"):
             yield Static(id=f"{self.PAGE}-body")
-        yield Footer()
+        yield KeysFooter()
 
     def page_width(self) -> int:
         """The width the page's text is laid out for (at least 30 columns)."""
@@ -425,8 +728,7 @@ class WorkloadScreen(PageScreen):
         width = self.page_width()
         parts: list[Any] = []
         if wl.unavailable:
-            parts.append(Text(wl.unavailable, style="bold yellow"))
-            parts.append(Text("The MNIST sweep (gpudoctor bench mnist) is not part of this build yet.", style="dim"))
+            parts.append(Text("\n".join(wrap_hanging(plain_text(wl.unavailable, limit=1000), width)), style="bold yellow"))
             self.show_page(parts)
             return
         parts.append(Text("The MNIST reference sweep runs in a separate process (all CUDA work happens there). "
@@ -474,24 +776,41 @@ class WorkloadScreen(PageScreen):
 
 # --------------------------------------------------------------------------- help
 HELP_KEYS = [
-    ("o  1", "Overview: a panel per GPU with history, host CPU and RAM"),
+    ("o  1", "Overview: a panel per GPU, or a line per GPU and processes"),
     ("p  2", "Processes: who uses the GPUs"),
     ("d  3", "Doctor: run the report's checks in the background"),
     ("w  4", "Workload: the MNIST reference sweep"),
-    ("n  5", "Fleet: every node's GPUs from Prometheus (with --prometheus URL)"),
+    ("n  5", "Fleet: every node's GPUs (with --prometheus URL)"),
     ("?  h  F1", "this help"),
     ("q", "quit"),
-    ("", ""),
+    ("r", "Doctor: run the checks again"),
+    ("s  f  x", "Workload: quick sweep, full sweep, cancel it"),
+    ("Overview", ""),
+    ("v  ↑↓←→", "compact or detailed view; arrows pick a GPU, Enter opens"),
     ("Processes", ""),
     ("s", "next sort column (or click a column header)"),
-    ("/", "type a filter (pid, user, command); Enter keeps, Esc clears"),
+    ("/", "filter (pid, user, command); Enter keeps, Esc clears"),
     ("y", "why: sample the selected process, say what holds it back"),
-    ("Doctor", ""),
-    ("r", "run the checks again"),
-    ("Workload", ""),
-    ("s / f", "start the quick / full sweep"),
-    ("x", "cancel the running sweep"),
+    ("T  K  I", "send SIGTERM / SIGKILL / SIGINT to it (asks first)"),
+    ("t  u", "tree view (parents) / only my processes (first anyway)"),
 ]
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """A question answered with y (or Enter) or n (or Esc): before a signal is sent."""
+
+    BINDINGS = [Binding("y,enter", "answer(True)", "yes"), Binding("n,escape", "answer(False)", "no")]
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        yield Static(Group(Text(self.question, style="bold"), Text(""), Text("y: yes   n or Esc: no", style="dim")),
+                     id="confirm-body")
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)
 
 
 class WhyScreen(ModalScreen[None]):
@@ -539,7 +858,8 @@ class HelpScreen(ModalScreen[None]):
                 table.add_row(key, what)
         body = Group(Text("gpudoctor keys", style="bold"), Text(""), table, Text(""),
                      Text("Esc or ? closes this help.", style="dim"))
-        yield Static(body, id="help-body")
+        with VerticalScroll(id="help-body"):  # scrolls (arrows) where the terminal is shorter than the keys
+            yield Static(body)
 
     def action_dismiss_help(self) -> None:
         self.dismiss(None)

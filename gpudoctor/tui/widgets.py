@@ -27,6 +27,7 @@ from gpudoctor.presentation import MIG_PANEL_NOTE, busy_verdict, fault_words, mi
 from gpudoctor.sampling import DeviceSnapshot, History, Snapshot
 from gpudoctor.model import ProbeResult
 from gpudoctor.presentation import (
+    COLUMN_GAP, ProcessRow, compact_grid, process_cells, process_table,
     fmt_bytes, fmt_memory, fmt_num, plain_text, reading_text, sparkline, status_style,
     throttle_text, tiny_na, wrap_hanging,
 )
@@ -340,9 +341,10 @@ class GpuPanel(_LinesPanel):
         style = "dim" if (isinstance(reasons, int) and reasons in (0, 1)) else "yellow"
         if is_na(reasons):
             style = "dim"
-        throttle = Text("clocks".ljust(LABEL_W), style="cyan") + Text(text, style=style)
-        throttle.truncate(width, overflow="ellipsis")
-        lines.append(throttle)
+        # Whole, on as many lines as it takes: a reason cut mid-word ("hardware slowdown…") hides
+        # the one a user must act on.
+        for n, part in enumerate(textwrap.wrap(text, max(10, width - LABEL_W)) or [""]):
+            lines.append(Text(("clocks" if n == 0 else "").ljust(LABEL_W), style="cyan") + Text(part, style=style))
         lines += self._verdict_lines(dev, width)
         lines += self._mig_lines(dev, width)
         lines += event_lines(self.events, width)
@@ -515,7 +517,9 @@ class HostPanel(_LinesPanel):
         host = snap.host
         if not isinstance(host, dict):
             reason = host.reason if is_na(host) else "Unknown"
-            text = Text(f"host readings not available ({plain_text(reason, limit=60)}; is psutil installed?)",
+            text = Text(f"host readings not available ({plain_text(reason, limit=60)}; is psutil installed?)"
+                        if reason != "NotRecorded" else
+                        "host readings are not in the recording (this machine's are not shown beside it)",
                         style="dim")
             text.truncate(width, overflow="ellipsis")
             return [text]
@@ -760,3 +764,84 @@ def workload_chart(runs: list[dict[str, Any]], width: int) -> Any:
                 line.append("n/a (no GPU reading)", style="dim")
             out.append(line)
     return Group(*out)
+
+
+# --------------------------------------------------------------------------- compact overview
+#: Styles of the compact row's parts (gpudoctor.presentation.CompactCell.style).
+COMPACT_STYLES = {"index": "bold", "name": "cyan", "value": "", "fault": "bold red"}
+
+
+def detailed_rows(snapshot: Snapshot, history: History, events: dict[int, Any], width: int) -> int:
+    """Rows the detailed GPU panels and the host panel take at ``width`` (borders included, no tall
+    graph): whether they fit the screen decides the Overview's view."""
+    host = HostPanel()
+    host.snapshot, host.history = snapshot, history
+    total = len(host.lines(max(20, width - 2))) + 2
+    for dev in snapshot.devices:
+        panel = GpuPanel(dev.index)
+        panel.device, panel.history, panel.events = dev, history, events.get(dev.index)
+        total += len(panel.lines(max(20, width - 2))) + 2
+    return total
+
+
+class CompactView(_LinesPanel):
+    """Every GPU on one or two lines (``gpudoctor.presentation.compact_grid``: columns on wide
+    screens), the selected one marked, and below them the processes of every GPU."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(id="compact", **kw)
+        self.devices: list[DeviceSnapshot] = []
+        self.processes: list[ProcessRow] = []
+        self.selected = 0
+        self.now = 0.0
+        self.note = ""
+        self.grid_lines = 0
+        self.events: dict[int, Any] = {}
+
+    def show(self, devices: list[DeviceSnapshot], processes: list[ProcessRow], now: float, note: str = "",
+             events: dict[int, Any] | None = None) -> None:
+        self.devices, self.processes, self.now, self.note = devices, processes, now, note
+        self.events = events or {}
+        self.refresh_sized()
+
+    def _event_lines(self, width: int) -> list[Line]:
+        """Critical events (Xid, ECC) of any GPU, with their advice whole: the compact rows cannot
+        hold them, and they matter most."""
+        out: list[Line] = []
+        for dev in self.devices:
+            lines = event_lines(self.events.get(dev.index), max(20, width - 4))
+            if lines:
+                out.append(Text(f"GPU {dev.index}: {plain_text(dev.name, limit=60)}", style="bold red"))
+                out += lines
+        return out
+
+    def lines(self, width: int) -> list[Line]:
+        width = max(20, width)
+        counts: dict[int, int] = {}
+        for r in self.processes:
+            counts[r.gpu] = counts.get(r.gpu, 0) + 1
+        out: list[Line] = []
+        for line in compact_grid(self.devices, width, counts):
+            runs: list[Run] = []
+            for n, (index, cells) in enumerate(line):
+                if n:
+                    runs.append((" " * COLUMN_GAP, ""))
+                for k, cell in enumerate(cells):
+                    if k:
+                        runs.append((" ", ""))
+                    style = COMPACT_STYLES.get(cell.style) or VERDICT_STYLES.get(cell.style.partition(":")[2], "")
+                    if cell.key == "index" and index == self.selected:
+                        style = "bold reverse"
+                    runs.append((cell.text, style))
+            out.append(Runs(runs))
+        self.grid_lines = len(out)
+        out += self._event_lines(width)
+        table = process_table([process_cells(r, self.now) for r in self.processes], width)
+        out.append(Runs(((table[0], "bold reverse"),)))
+        if self.note:
+            out.append(Text(plain_text(self.note), style="yellow"))
+        for r, line in zip(self.processes, table[1:]):
+            out.append(Runs(((line, "bold" if r.gpu == self.selected else ""),)))
+        if not self.processes:
+            out.append(Text("No process holds a context on any GPU.", style="dim"))
+        return out

@@ -40,6 +40,11 @@ DEFAULT_TARGET = "gpudoctor.workload:sweep_with_progress"
 PROGRESS_PARAMETERS = ("progress", "on_progress", "callback", "progress_callback")
 
 
+#: What the Workload screen says where PyTorch is missing (the sweep runs a real training loop).
+NO_TORCH = ("The MNIST sweep trains a small network with PyTorch, which is not installed in this environment. "
+            "Install it with: pip install 'gpudoctor[torch]'")
+
+
 def workload_available(target: str = DEFAULT_TARGET) -> str | None:
     """None when the target's module can be found, else why not.
 
@@ -49,10 +54,13 @@ def workload_available(target: str = DEFAULT_TARGET) -> str | None:
     module = target.split(":", 1)[0]
     try:
         spec = importlib.util.find_spec(module)
+        torch = importlib.util.find_spec("torch") if target == DEFAULT_TARGET else True
     except (ImportError, ValueError) as exc:
         return f"{module}: {type(exc).__name__}: {exc}"
     if spec is None:
         return f"workload module not available ({module} is not installed in this build)"
+    if torch is None:
+        return NO_TORCH
     return None
 
 
@@ -118,11 +126,19 @@ def _child_main(conn: Connection, target: str, options: dict[str, Any], quiet: b
     try:
         result = fn(**used, **{progress_name: report})
     except BaseException as exc:  # SystemExit, KeyboardInterrupt from the library too
-        text = str(exc).strip()
-        message = type(exc).__name__ + (f": {text.splitlines()[0]}" if text else "")
-        send("error", {"message": message, "traceback": traceback.format_exc(limit=8)})
+        send(*_failure(exc))
         return
     send("done", result)
+
+
+def _failure(exc: BaseException) -> tuple[str, dict[str, str]]:
+    """The event for a sweep that raised: torch missing is a sentence with the install command
+    ("unavailable"), anything else its one-line error and traceback."""
+    if isinstance(exc, ModuleNotFoundError) and exc.name == "torch":
+        return "unavailable", {"message": NO_TORCH}
+    text = str(exc).strip()
+    message = type(exc).__name__ + (f": {text.splitlines()[0]}" if text else "")
+    return "error", {"message": message, "traceback": traceback.format_exc(limit=8)}
 
 
 class WorkloadProcess:
