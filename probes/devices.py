@@ -132,10 +132,10 @@ def _visible_devices(r: ProbeResult, ctx: ProbeContext, torch_facts: dict[str, A
         enumerated = cuda_enumerated(visible, mig_modes)
         if enumerated != len(visible):
             r.measure("cuda_enumerates", enumerated,
-                      note="the GPUs in MIG mode give one MIG device between them: CUDA enumerates one per process")
+                      note="CUDA enumerates one MIG device per process, and then no GPU out of MIG mode")
         if enumerated != len(visible) and isinstance(torch_count, int) and torch_count > enumerated:
             r.findings.append(findings.finding("mig_one_device_per_process", torch_count=torch_count,
-                                               mig_gpus=len(visible) - enumerated + 1))
+                                               mig_gpus=sum(1 for n in visible if mig_modes.get(n) == 1)))
         else:
             _torch_agreement(r, ctx.gpu, torch_facts, torch_count, enumerated, cvd if changed else None)
 

@@ -225,7 +225,11 @@ def test_an_exclusive_gpu_held_by_another_process_fails_before_any_context():
 
 def test_gpus_in_mig_mode_give_cuda_one_device_between_them():
     assert cuda_enumerated([0, 1], {0: 1, 1: 1}) == 1
-    assert cuda_enumerated([0, 1, 2], {0: 1, 1: 0, 2: 1}) == 2
+    # NVIDIA's MIG user guide: once CUDA enumerates a MIG device it enumerates no GPU out of MIG mode
+    # (XuehaiPan/nvitop#8: GPU 0 out of MIG mode, GPUs 1-3 in it, a CUDA count of 1)
+    assert cuda_enumerated([0, 1, 2], {0: 1, 1: 0, 2: 1}) == 1
+    assert cuda_enumerated([0, 1, 2, 3], {0: 0, 1: 1, 2: 1, 3: 1}) == 1
+    assert cuda_enumerated([0], {0: 0, 1: 1}) == 1  # the GPU in MIG mode is hidden: GPU 0 alone counts
     assert cuda_enumerated([0, 1], {0: 0, 1: NA("NotSupported")}) == 2
 
 
@@ -336,9 +340,14 @@ def test_two_gpus_in_mig_mode_and_torch_seeing_one_is_no_count_mismatch(monkeypa
     result = run_devices(inputs, monkeypatch, tmp_path)
     assert "device_count_mismatch" not in {f.code for f in result.findings}
     assert [m.value for m in result.measurements if m.name == "cuda_enumerates"] == [1]
-    mixed = dict(inputs, gpus=[{"name": "NVIDIA H100 80GB HBM3", "mig_mode": 1}, {"name": "NVIDIA H100 80GB HBM3"}])
-    counted_one = run_devices(mixed, monkeypatch, tmp_path)  # a GPU out of MIG mode is still a device of its own
-    assert "device_count_mismatch" in {f.code for f in counted_one.findings}
+    # a GPU out of MIG mode beside one in it: CUDA enumerates the MIG device only (NVIDIA's MIG user guide)
+    mixed = dict(inputs, gpus=[{"name": "NVIDIA H100 80GB HBM3"}, {"name": "NVIDIA H100 80GB HBM3", "mig_mode": 1}])
+    counted_one = run_devices(mixed, monkeypatch, tmp_path)
+    assert "device_count_mismatch" not in {f.code for f in counted_one.findings}
+    assert [m.value for m in counted_one.measurements if m.name == "cuda_enumerates"] == [1]
+    counted_two = run_devices(dict(mixed, torch=dict(inputs["torch"], device_count=2)), monkeypatch, tmp_path)
+    [warned] = [f for f in counted_two.findings if f.code == "mig_one_device_per_process"]
+    assert "on 1 GPUs in MIG mode" in warned.summary  # the GPU out of MIG mode is not counted as one in it
 
 
 def test_hostile_files_and_variables_become_bounded_plain_text(tmp_path):

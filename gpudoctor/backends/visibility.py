@@ -88,11 +88,11 @@ def parse_visible(value: str | None, nvml_uuids: list[Any],
 
 def cuda_enumerated(visible: list[int], mig_modes: Mapping[int, object]) -> int:
     """How many devices a CUDA process enumerates of the NVML GPUs ``visible`` (``mig_modes``: NVML
-    index -> its MIG mode, 1 when on). A GPU out of MIG mode is one device; the GPUs in MIG mode give one
-    MIG device between them, whatever number of slices they hold: a CUDA process enumerates one MIG
-    device at most (the rule :func:`parse_visible` applies to a list of MIG UUIDs)."""
-    in_mig = [n for n in visible if mig_modes.get(n) == 1]
-    return len(visible) - len(in_mig) + (1 if in_mig else 0)
+    index -> its MIG mode, 1 when on). Without a GPU in MIG mode, each GPU is one device; with one, the
+    process gets one device in all: a CUDA process enumerates one MIG device at most (the rule
+    :func:`parse_visible` applies to a list of MIG UUIDs), and none of the GPUs out of MIG mode once it
+    enumerates a MIG device (NVIDIA's MIG user guide, CUDA device enumeration)."""
+    return 1 if any(mig_modes.get(n) == 1 for n in visible) else len(visible)
 
 
 def visible_nvml_indices(gpu: GpuBackend, env: Mapping[str, str] | None = None) -> list[int] | NA:
