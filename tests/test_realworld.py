@@ -244,7 +244,7 @@ class FakePrometheus:
 
     def query_history(self, expr: str, at: float | None = None) -> list[tuple[dict[str, str], list]]:
         self.queries += 1
-        return [(labels, samples) for labels, samples in self._history if expr.startswith(labels["__name__"])]
+        return [(labels, samples) for labels, samples in self._history if labels["__name__"] in _names(expr)]
 
     def query(self, expr: str, at: float | None = None) -> list[fleet.Series]:
         self.queries += 1
@@ -254,9 +254,15 @@ class FakePrometheus:
             return list(self._known)
         if expr.startswith("last_over_time("):
             return []
-        names = re.search(r'__name__=~"([^"]*)"', expr)
-        wanted = set(names.group(1).split("|")) if names else set()
+        wanted = _names(expr)
         return [s for s in self._series + self._known if s.labels["__name__"] in wanted]
+
+
+def _names(expr: str) -> set[str]:
+    """The metric names a PromQL selector asks for: its __name__ regex of alternatives, or the name
+    before its braces."""
+    names = re.search(r'__name__=~"([^"]*)"', expr)
+    return set(names.group(1).split("|")) if names else {expr.partition("{")[0]}
 
 
 def run_fleet(inputs: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> fleet.FleetView:
