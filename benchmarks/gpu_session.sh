@@ -71,29 +71,32 @@ big() { if [ "$MODE" = smoke ]; then echo "$2"; else echo "$1"; fi; }
 cmd_first() {
   setup 30 torch pynvml
   step nvidia_smi 10 nvidia-smi -q
-  step record 20 "$PY" -m gpudoctor record -o "$R/recording.json" --seconds "$(big 6 1)" --interval 0.5 --anonymize
+  step record 15 "$PY" -m gpudoctor record -o "$R/recording.json" --seconds "$(big 6 1)" --interval 0.5 --anonymize
   step report_quick 10 "$PY" -m gpudoctor report --quick --json --anonymize -o "$R/report_quick.json"
-  step report_standard 30 "$PY" -m gpudoctor report --json --anonymize -o "$R/report_standard.json"
+  step report_standard 25 "$PY" -m gpudoctor report --json --anonymize -o "$R/report_standard.json"
   # report --full --json, timed, with the measuring probes' figures against their ceilings
-  step report_full 70 "$PY" "$REPO/benchmarks/full_report.py" --out "$R/full" --anonymize
+  step report_full 85 "$PY" "$REPO/benchmarks/full_report.py" --out "$R/full" --anonymize
   # GPM against known answers: idle, a bf16 GEMM, a loop of tiny kernels, a memory-bound copy
   step gpm_truth 30 "$PY" "$REPO/benchmarks/gpm_truth.py" --seconds 4 --json "$R/gpm_truth.json" $(big "" "--smoke")
-  step cuinit 20 "$PY" "$REPO/benchmarks/cuinit_cost.py" --runs "$(big 5 2)" --json "$R/cuinit.json"
+  # raw NVML facts that settle the code's assumptions: GPM's real minimum interval, the NVLink
+  # version's raw value, instant against averaged power, the PID numbering of the process lists
+  step gpu_facts 20 "$PY" "$REPO/benchmarks/gpu_facts.py" --json "$R/gpu_facts.json" $(big "" "--smoke")
+  step cuinit 30 "$PY" "$REPO/benchmarks/cuinit_cost.py" --runs "$(big 3 2)" --json "$R/cuinit.json"
   if [ "$MODE" = smoke ]; then
     local sweep=(--device cpu --batch-sizes 100 --workers 0 --modes resident --train-samples 500 --test-samples 100)
   else  # the tutorials' loop against GPU-resident tensors at batch 64, 1000, 10000: 6 runs
     local sweep=(--device cuda --batch-sizes 64,1000,10000 --workers 0 --modes dataloader,resident
                  --train-samples 20000 --test-samples 2000)
   fi
-  step bench_mnist 35 bash -c "$RECORDED" bench_mnist "$PY" "$R" "$(big 15 1)" \
+  step bench_mnist 30 bash -c "$RECORDED" bench_mnist "$PY" "$R" "$(big 15 1)" \
     "$PY" -m gpudoctor bench mnist "${sweep[@]}" --json -o "$R/bench_mnist.json" --csv "$R/bench_mnist.csv"
-  step hooks_overhead 30 "$PY" "$REPO/benchmarks/hooks_overhead.py" --steps "$(big 20000 200)" \
-    --repeats "$(big 3 1)" --json "$R/hooks_overhead.json"
+  step hooks_overhead 20 "$PY" "$REPO/benchmarks/hooks_overhead.py" --steps "$(big 20000 200)" \
+    --repeats "$(big 2 1)" --json "$R/hooks_overhead.json"
   step distributed 20 "$PY" -m gpudoctor distributed --json -o "$R/distributed.json" --timeout 15 --anonymize \
     $(big "--backend nccl --nproc 1" "--backend gloo --nproc 2 --sizes 4K")
   # `why -- CMD` on the tutorials' loop training on the GPU (py-spy comes in the wheelhouse): it
   # waits for start-up, samples, then stops the job (the step's exit is then the job's, 143).
-  step why_gpu 25 "$PY" -m gpudoctor why --seconds "$(big 8 2)" --wait-start 8 --then stop --json \
+  step why_gpu 25 "$PY" -m gpudoctor why --seconds "$(big 6 2)" --wait-start 8 --then stop --json \
     -o "$R/why_gpu.json" -- "$PY" -m gpudoctor bench mnist --device "$(big cuda cpu)" --batch-sizes 64 \
     --workers 0 --modes dataloader --epochs 50
 }

@@ -47,7 +47,7 @@ CALL_LIMIT_S = {"first": 360, "rest": 300}
 # The first command's steps in order of value: the facts only a GPU gives, then the measuring
 # probes' ceilings (inside report_full), then the workload, the hooks, distributed and why.
 FIRST_STEPS = ["setup", "nvidia_smi", "record", "report_quick", "report_standard", "report_full", "gpm_truth",
-               "cuinit", "bench_mnist", "hooks_overhead", "distributed", "why_gpu"]
+               "gpu_facts", "cuinit", "bench_mnist", "hooks_overhead", "distributed", "why_gpu"]
 WAIT_S = 1500  # a smoke command's own bound: its budget at the smoke slack, and then some
 
 pytestmark = pytest.mark.timeout(WAIT_S + 300)
