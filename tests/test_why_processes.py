@@ -184,7 +184,11 @@ def test_ctrl_c_and_sigterm_report_what_was_sampled(tmp_path, sig, code):
     try:
         why = subprocess.Popen([sys.executable, "-m", "gpudoctor", "why", "--json", "--seconds", "60", str(proc.pid)],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(6.0)  # started, attached, sampling
+        deadline = time.monotonic() + 120  # started: its py-spy child is there (no event in another process)
+        while not _children(why.pid) and why.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _children(why.pid), "py-spy never started"
+        time.sleep(3.0)  # at 100 Hz, hundreds of chances of a sample: the test needs one
         why.send_signal(sig)
         out, err = why.communicate(timeout=120)
     finally:

@@ -69,18 +69,14 @@ def read_file(path: str, owner_uid: int | None) -> tuple[Any, float]:
             raise DumpError(f"owned by uid {info.st_uid}, not by the job's user (uid {owner_uid})")
         if info.st_size > MAX_DUMP_BYTES:
             raise DumpError(f"{info.st_size} bytes, over the {MAX_DUMP_BYTES >> 20} MiB read at most")
-        chunks, size = [], 0
-        while size <= MAX_DUMP_BYTES:
-            chunk = os.read(fd, min(1 << 20, MAX_DUMP_BYTES + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > MAX_DUMP_BYTES:
-            raise DumpError(f"grew past the {MAX_DUMP_BYTES >> 20} MiB read at most while read")
-    finally:
+    except BaseException:
         os.close(fd)
-    return loads(b"".join(chunks)), info.st_mtime
+        raise
+    try:
+        data = fileio.read_fd(fd, MAX_DUMP_BYTES)  # closes fd
+    except fileio.TooLargeError:
+        raise DumpError(f"grew past the {MAX_DUMP_BYTES >> 20} MiB read at most while read") from None
+    return loads(data), info.st_mtime
 
 
 def _int(value: object) -> int | None:
