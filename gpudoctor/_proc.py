@@ -151,27 +151,31 @@ def _signal_all(pids: list[int], group: int, signum: int) -> None:
             pass
 
 
-def tree(pid: int) -> list[int]:
-    """``pid``, its descendants and the members of the group it leads."""
-    members = [pid] + descendants(pid)
-    return members + [p for p in _group_members(pid) if p not in members]
+def tree(pid: int, leader: bool = True) -> list[int]:
+    """``pid``, its descendants and the members of the group it leads. With ``leader`` false
+    (a child already reaped, whose pid may since name another process), the group's members
+    only: what it left behind."""
+    members = [pid] + descendants(pid) if leader else []
+    return members + [p for p in _group_members(pid) if p not in members and (leader or p != pid)]
 
 
-def end_tree(pid: int, grace_s: float = 5.0) -> list[int]:
+def end_tree(pid: int, grace_s: float = 5.0, *, leader: bool = True) -> list[int]:
     """End ``pid`` and its whole tree, quietly: SIGTERM to all, SIGKILL to what is left after
     ``grace_s``. Returns the pids that were still running at the end (none, normally). The
-    caller still reaps its own direct child (``Popen.wait``, ``Process.join``)."""
+    caller still reaps its own direct child (``Popen.wait``, ``Process.join``). ``leader``
+    false: the child itself was reaped already; only the group it led is ended."""
     import time
 
-    members = [p for p in tree(pid) if p != os.getpid()]
+    me = os.getpid()
+    members = [p for p in tree(pid, leader) if p != me]
     _signal_all(members, pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
-        members = [p for p in members + descendants(pid) if p != os.getpid() and _alive(p)]
+        members = [p for p in members + (descendants(pid) if leader else []) if p != me and _alive(p)]
         if not members:
             return []
         time.sleep(0.02)
-    members = [p for p in set(members + tree(pid)) if p != os.getpid()]
+    members = [p for p in set(members + tree(pid, leader)) if p != me]
     _signal_all(members, pid, signal.SIGKILL)
     deadline = time.monotonic() + 5.0
     while time.monotonic() < deadline and any(_alive(p) for p in members):
@@ -206,8 +210,11 @@ def end_all() -> None:
     """End every registered child's tree (at exit); waits at most 10 s for a start in flight."""
     got = _registry_lock.acquire(timeout=10.0)
     try:
+        parents = _parents()
         for pid, grace in list(_tracked.items()):
-            end_tree(pid, grace)
+            # still our child (running, or ended and not reaped): its pid is its own; otherwise
+            # only the group it led is ended (a reaped pid may name another process by now)
+            end_tree(pid, grace, leader=parents.get(pid) == os.getpid())
             _tracked.pop(pid, None)
     finally:
         if got:
@@ -221,8 +228,7 @@ def stop_popen(proc: subprocess.Popen[bytes] | subprocess.Popen[str] | None, gra
 
     if proc is None:
         return
-    if proc.poll() is None or descendants(proc.pid) or _group_members(proc.pid):
-        end_tree(proc.pid, grace_s)
+    end_tree(proc.pid, grace_s, leader=proc.poll() is None)
     try:
         proc.wait(5)
     except subprocess.TimeoutExpired:
