@@ -7,7 +7,6 @@ leave behind when it ends is re-parented to the subreaper, which counts it. Zero
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
