@@ -151,6 +151,25 @@ def _signal_all(pids: list[int], group: int, signum: int) -> None:
             pass
 
 
+def alive(pid: int) -> bool:
+    """Running: not ended, not a zombie (public name of the check :func:`end_tree` uses)."""
+    return _alive(pid)
+
+
+def become_subreaper() -> bool:
+    """Linux: make this process the subreaper of its descendants (PR_SET_CHILD_SUBREAPER), so that
+    what a child leaves behind when it ends is re-parented here, not to PID 1, and is still found
+    by :func:`descendants`. False where it cannot be set."""
+    if not os.path.isdir("/proc"):
+        return False
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
 def tree(pid: int, leader: bool = True) -> list[int]:
     """``pid``, its descendants and the members of the group it leads. With ``leader`` false
     (a child already reaped, whose pid may since name another process), the group's members
