@@ -293,6 +293,11 @@ def _turns_grad_off(expr: ast.expr) -> bool:
     return name in _GRAD_OFF
 
 
+def _spans(node: ast.AST, line: int) -> bool:
+    first = getattr(node, "lineno", None)
+    return first is not None and first <= line <= (getattr(node, "end_lineno", None) or first)
+
+
 def no_grad_in_scope(tree: ast.Module, line: int) -> bool:
     """Whether ``line`` runs with autograd off in its own scope: inside a ``with no_grad()`` block
     of the function (or module) that holds the line, or in a function decorated with one. The
@@ -301,9 +306,7 @@ def no_grad_in_scope(tree: ast.Module, line: int) -> bool:
     node: ast.AST = tree
     off = False
     while True:
-        child = next((c for c in ast.iter_child_nodes(node)
-                      if getattr(c, "lineno", None) is not None and c.lineno <= line <= (c.end_lineno or c.lineno)),
-                     None)
+        child = next((c for c in ast.iter_child_nodes(node) if _spans(c, line)), None)
         if child is None:
             return off
         if isinstance(child, _SCOPES):
