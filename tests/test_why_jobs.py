@@ -13,7 +13,6 @@ import ast
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -89,6 +88,8 @@ def test_a_forward_after_a_no_grad_test_function_is_training(caller, mark):
 
 pytest.importorskip("torch")
 
+from test_why_styles import _kill  # noqa: E402  (the script and its children: the whole session)
+
 
 def _start(*argv: str, readies: int = 1) -> subprocess.Popen:
     """Start a script of tests/why_scripts in a session of its own; return once ``readies``
@@ -103,14 +104,6 @@ def _start(*argv: str, readies: int = 1) -> subprocess.Popen:
             return proc
     _kill(proc)
     raise AssertionError(f"{argv} did not reach its loop (exit {proc.returncode})")
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait(timeout=60)
 
 
 def _why_json(pid: int, capsys, seconds: str = "3") -> dict:
