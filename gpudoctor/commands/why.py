@@ -225,7 +225,7 @@ def _sample_command(child: subprocess.Popen, args: argparse.Namespace) -> int:
             say(_ended_words(child, "before it could be sampled"))
         elif not _deliver(diag, args, block=True):
             say("gpudoctor why: the diagnosis could not be written; waiting for the command")
-        elif _exited(child, 1.0):
+        elif _exited(child, 0.2):
             starting = "start" in str((diag.get("verdict") or {}).get("words", "")) or \
                 ((diag.get("verdict") or {}).get("startup") or {}).get("share", 0) >= 0.5
             say(_ended_words(child, "during start-up" if starting else "while it was sampled"))
@@ -255,12 +255,12 @@ def _exited(child: subprocess.Popen, wait_s: float = 5.0) -> bool:
 
 def _ended_words(child: subprocess.Popen, when: str) -> str:
     """'the command exited (code 1) after 2.4 s, during start-up': its stderr is above, unchanged."""
-
     code = child.poll()
     after = time.monotonic() - _began.get(child.pid, time.monotonic())
     how = "is still running" if code is None else (
         f"exited (code {code})" if code >= 0 else f"was killed by {_signal_name(-code)}")
-    return f"gpudoctor why: the command {how} after {after:.1f} s, {when}; its own output (above) says why"
+    why = "; its own output (above) says why" if code else ""
+    return f"gpudoctor why: the command {how} after {after:.1f} s, {when}{why}"
 
 
 def _signal_name(signum: int) -> str:
@@ -287,10 +287,12 @@ def _stop_tree(child: subprocess.Popen, why: str) -> int:
         left = _left(child)
         if not left:
             break
-        pids = ", ".join(map(str, left[:8])) + (", ..." if len(left) > 8 else "")
-        say(f"gpudoctor why: {why}: {signal.Signals(signum).name} to pid {child.pid}"
-            + (f" and the {len(left) - 1} process{'es' if len(left) != 2 else ''} it started ({pids})"
-               if len(left) > 1 else ""))
+        below = [p for p in left if p != child.pid]
+        pids = ", ".join(map(str, below[:8])) + (", ..." if len(below) > 8 else "")
+        them = f"the {len(below)} process{'es' if len(below) != 1 else ''} it started ({pids})"
+        say(f"gpudoctor why: {why}: {signal.Signals(signum).name} to "
+            + (f"pid {child.pid}" + (f" and {them}" if below else "") if child.pid in left
+               else f"{them} (pid {child.pid} has ended)"))
         for pid in left:
             try:
                 os.kill(pid, signum)
