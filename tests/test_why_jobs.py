@@ -355,3 +355,14 @@ def _kthreadd() -> bool:
 def test_why_on_a_kernel_thread_exits_2(capsys):
     assert main(["why", "--seconds", "1", "2"]) == exitcodes.USAGE
     assert "kernel thread" in capsys.readouterr().err
+
+
+def test_processes_seen_in_ddp_or_torch_distributed_are_ranks():
+    """The other side: a process group joined (DDP's forward, a collective) makes them ranks."""
+    ddp = ["<module> (/w/t.py:5)", f"DistributedDataParallel.forward ({SITE}/torch/nn/parallel/distributed.py:1600)",
+           f"Linear.forward ({SITE}/torch/nn/modules/linear.py:116)"]
+    lines = [f'process 1:"p";process {pid}:"t";thread ({pid}): MainThread;' + ";".join(ddp) + " 300" for pid in (2, 3)]
+    data = readings({2: None, 3: None}, {2: 100.0, 3: 100.0})
+    d = analysis.diagnose(list(parse_raw("\n".join(lines) + "\n")), data, lambda f, n: "", pid=2,
+                          meta={"sampled_s": 3.0, "rate_hz": 100, "ended": False, "interrupted": False})
+    assert sorted(d["ranks"]) == [2, 3]

@@ -138,9 +138,11 @@ def is_helper(stack: Stack) -> bool:
 
 
 def in_distributed(stack: Stack) -> bool:
-    """A torch.distributed frame (not torchrun's launcher): the process joined a process group."""
-    return any(_in(f, "torch/distributed/") and not _in(f, "torch/distributed/elastic/")
-               and not _in(f, "torch/distributed/run.py") for f in stack.frames)
+    """A torch.distributed frame (not torchrun's launcher) or DistributedDataParallel's: the
+    process joined a process group."""
+    return any((_in(f, "torch/distributed/") and not _in(f, "torch/distributed/elastic/")
+                and not _in(f, "torch/distributed/run.py")) or _in(f, "torch/nn/parallel/distributed.py")
+               for f in stack.frames)
 
 
 def _in_dataloader_next(stack: Stack) -> bool:
