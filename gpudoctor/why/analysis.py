@@ -568,9 +568,13 @@ _TRAINING_WORK = (rules.FORWARD, rules.BACKWARD, rules.OPTIMIZER, rules.EVALUATI
                   rules.DATA_LOADING, rules.HOST_SYNC, rules.COLLECTIVE, rules.CHECKPOINT_IO)
 
 
+SAW_TRAINING_SHARE = 0.25  # a process that ended having spent less than this in training work never ran its loop
+
+
 def saw_training(shares: dict[str, float]) -> bool:
-    """Whether the main thread was seen in any training work (a model, the data, a sync, a collective)."""
-    return any(shares.get(c, 0.0) > 0 for c in _TRAINING_WORK)
+    """Whether the main thread was seen in training work (a model, the data, a sync, a collective)
+    for a real part of the window: a few samples of an interpreter's teardown are not a loop."""
+    return sum(shares.get(c, 0.0) for c in _TRAINING_WORK) >= SAW_TRAINING_SHARE
 
 
 def ended_during_startup(verdict: dict[str, Any], sampled_s: float | None) -> dict[str, Any]:
@@ -580,8 +584,9 @@ def ended_during_startup(verdict: dict[str, Any], sampled_s: float | None) -> di
     lines = startup.get("lines") or []
     at = f", last seen at {_where(lines)}" if lines else ""
     return {"code": UNKNOWN, "words": ENDED_STARTING_WORDS, **({"pid": verdict["pid"]} if "pid" in verdict else {}),
-            "message": f"the process ended during start-up, before its loop ran{at}; its last "
-                       f"{sampled_s or 0:.1f} s sampled are its start-up and its exit",
+            "message": f"the process ended before its loop was seen running (start-up, or a loop with no "
+                       f"model, data or collective in it){at}; its last {sampled_s or 0:.1f} s sampled are its "
+                       "start-up and its exit",
             "fix": "see its own error output (a missing dataset, a failed download, a bad argument), fix that, "
                    "and run gpudoctor why again", "lines": lines}
 
