@@ -2,7 +2,7 @@
 alternating windows without and with py-spy attached at the default rate (the same command
 line `gpudoctor why` runs), so that drift in the machine's load hits both alike.
 
-    python benchmarks/why_overhead.py [--pairs 20] [--window 2] [--rate 100] [--pin LOOP,SPY] [--json]
+    python benchmarks/why_overhead.py [--pairs 20] [--window 2] [--rate 100] [--pin LOOP,SPY | --no-free-core CPU] [--json]
 
 Two figures, because on a shared machine the wall clock mostly measures the neighbours:
 
@@ -26,7 +26,9 @@ seconds after py-spy is continued, once it has caught up on the samples it misse
 
 ``--pin LOOP,SPY`` pins the loop and py-spy to CPUs: ``0,1`` is a job with a core free for
 py-spy (the common case: a training node has cores to spare), ``0,0`` the worst case, py-spy
-taking its share of the very core the job runs on.
+taking its share of the very core the job runs on. ``--no-free-core CPU`` is that worst case
+(``--pin CPU,CPU``, what ``taskset -c CPU`` does to both), and the result says so: on a fully
+loaded node the wall-clock slowdown, with its interval, is what sampling costs the job.
 
 ``--script PATH`` times one of the training scripts of tests/why_scripts/ (or any script that
 prints ``progress T STEP CPU`` lines with ``--progress``) instead of the built-in loop, with
@@ -241,6 +243,9 @@ def main() -> int:
     parser.add_argument("--settle", type=float, default=0.5,
                         help="with --toggle: seconds after py-spy is continued before a window (default 0.5)")
     parser.add_argument("--pin", metavar="LOOP,SPY", help="CPUs for the loop and for py-spy, e.g. 0,1 or 0,0")
+    parser.add_argument("--no-free-core", type=int, metavar="CPU", default=None,
+                        help="no core free: the job and py-spy both on CPU (as `taskset -c CPU` pins them); "
+                             "the same as --pin CPU,CPU, said so in the result")
     parser.add_argument("--script", metavar="PATH",
                         help="time this training script (run with --progress) instead of the built-in loop")
     parser.add_argument("--script-args", default="", metavar="ARGS", help="arguments for --script, one string")
@@ -251,6 +256,10 @@ def main() -> int:
         parser.error("--pairs and --rate take a whole number of at least 1, --window a positive number of seconds")
     if args.control is not None and not 0 < args.control <= 100:
         parser.error("--control takes a share of one CPU in percent, above 0 and at most 100")
+    if args.no_free_core is not None:
+        if args.pin:
+            parser.error("--no-free-core CPU is --pin CPU,CPU: give one of them")
+        args.pin = f"{args.no_free_core},{args.no_free_core}"
     if args.pin:
         try:
             args.loop_cpu, args.spy_cpu = (int(x) for x in args.pin.split(","))
@@ -290,6 +299,7 @@ def main() -> int:
     result = {"job": (os.path.basename(args.script) + (" " + args.script_args if args.script_args else "")
                       if args.script else "built-in MLP loop"),
               "rate_hz": args.rate, "window_s": args.window, "pin": args.pin, "control_pct": args.control,
+              "no_free_core": args.loop_cpu is not None and args.loop_cpu == args.spy_cpu,
               "toggle": args.toggle, "settle_s": args.settle if args.toggle else None,
               "pairs": rows,
               "cpus": os.cpu_count(), "machine": platform.processor() or platform.machine(),
@@ -314,7 +324,9 @@ def main() -> int:
                     f"median {result[key + '_median'] * 100:+.2f}%, sd {result[key + '_stdev'] * 100:.2f}%): "
                     f"target {result[key + '_target']}")
         print(f"{result['job']}: at {args.rate} Hz over {len(rows)} pairs of {args.window:g} s windows, {result['cpus']} CPUs"
-              f"{', pinned loop,spy = ' + args.pin if args.pin else ''}, load {result['load_average']}:\n"
+              f"{', pinned loop,spy = ' + args.pin if args.pin else ''}"
+              f"{' (no core free: py-spy shares the job' + chr(39) + 's one core)' if result['no_free_core'] else ''}"
+              f", load {result['load_average']}:\n"
               f"  slowdown per CPU-second of the loop: {pct('cpu_slowdown')}\n"
               f"  wall-clock slowdown: {pct('wall_slowdown')}\n"
               f"  py-spy: median {result['py_spy_cpu_pct_median']:.1f}% of a core")

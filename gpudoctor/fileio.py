@@ -60,6 +60,77 @@ def open_regular(path: str | os.PathLike[str]) -> tuple[int, os.stat_result]:
     return fd, info
 
 
+class TooLargeError(OSError):
+    """A file (or what it inflates to) larger than the bound its reader set."""
+
+
+_CHUNK = 1 << 20
+
+
+def read_fd(fd: int, max_bytes: int) -> bytes:
+    """At most ``max_bytes`` bytes of ``fd`` (closed after); :class:`TooLargeError` beyond."""
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        while size <= max_bytes:
+            chunk = os.read(fd, min(_CHUNK, max_bytes + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if size > max_bytes:
+        raise TooLargeError(errno.EFBIG, f"larger than the {_mib(max_bytes)} read at most")
+    return b"".join(chunks)
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):g} MiB" if n >= 1 << 20 else f"{n} bytes"
+
+
+def read_regular(path: str | os.PathLike[str], max_bytes: int) -> bytes:
+    """The content of the regular file ``path``, read through :func:`open_regular` (a FIFO or a
+    device is refused, never waited on), at most ``max_bytes`` bytes: :class:`TooLargeError`
+    beyond, however the file grows while read."""
+    fd, _info = open_regular(path)
+    return read_fd(fd, max_bytes)
+
+
+def read_gzip_regular(path: str | os.PathLike[str], max_bytes: int) -> bytes:
+    """The inflated content of the gzip file ``path`` (a regular file), at most ``max_bytes``
+    bytes inflated: the bound is checked while inflating, chunk by chunk, so a small file that
+    inflates to gigabytes costs at most ``max_bytes`` (plus one chunk) of memory. Raises
+    :class:`TooLargeError`, ``zlib.error`` or ``EOFError`` (a truncated stream)."""
+    import zlib
+
+    fd, _info = open_regular(path)
+    out: list[bytes] = []
+    size = 0
+    inflater = zlib.decompressobj(wbits=31)  # 31: with the gzip header and trailer
+    started = False
+    try:
+        while True:
+            if inflater.eof:  # a member ended: another may follow (gzip allows several)
+                data = inflater.unused_data or os.read(fd, _CHUNK)
+                if not data:
+                    break
+                inflater = zlib.decompressobj(wbits=31)
+            else:
+                data = inflater.unconsumed_tail or os.read(fd, _CHUNK)
+                if not data:
+                    raise EOFError("the gzip stream ends early" if started else "an empty file, not gzip")
+            started = True
+            piece = inflater.decompress(data, min(_CHUNK, max_bytes + 1 - size))  # memory: one chunk at a time
+            out.append(piece)
+            size += len(piece)
+            if size > max_bytes:
+                raise TooLargeError(errno.EFBIG, f"inflates to more than the {_mib(max_bytes)} read at most")
+    finally:
+        os.close(fd)
+    return b"".join(out)
+
+
 def _umask() -> int:
     """The process umask, read without changing it where the system says it."""
     try:

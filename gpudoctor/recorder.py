@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from gpudoctor import _version
+from gpudoctor import _proc, _version
 from gpudoctor.backends.na import NA, encode, is_na
 from gpudoctor.backends.replay import RECORDING_FORMAT, RECORDING_FORMAT_VERSION, torch_not_installed
 from gpudoctor.model import utc_now_iso
@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 def _torch_facts_child(conn: Connection) -> None:
     from gpudoctor.backends.torch_cuda import torch_facts
 
+    _proc.own_group()
+
     try:
         try:
             facts = encode(torch_facts())
@@ -43,7 +45,10 @@ def torch_facts_in_child(timeout: float = 120.0) -> Any:
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
     process = ctx.Process(target=_torch_facts_child, args=(child,), daemon=True)
-    process.start()
+    with _proc.starting():
+        process.start()
+        if process.pid is not None:
+            _proc.track(process.pid)
     child.close()
     try:
         if parent.poll(timeout):
@@ -53,8 +58,10 @@ def torch_facts_in_child(timeout: float = 120.0) -> Any:
         return NA(f"ChildDied:{process.exitcode}")
     finally:
         process.join(2)
-        if process.is_alive():
-            process.kill()
+        if process.pid is not None:  # the child and anything torch started in it
+            _proc.end_tree(process.pid, grace_s=1.0, leader=process.is_alive())
+            process.join(2)
+            _proc.untrack(process.pid)
         parent.close()
 
 

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 # multiprocessing and subprocess are imported where a child starts: `report --quick`
 # starts none, and their imports are a tenth of its run time.
 from gpudoctor import _version, findings, signals
+from gpudoctor import _proc
 from gpudoctor._proc import describe_exit, silence_stdio
 from gpudoctor.backends.nvml import STUCK_S, thread_blocked
 from gpudoctor.model import ProbeResult, Report, Status
@@ -139,6 +140,7 @@ def _child_main(conn: Connection, spec: RunSpec) -> None:
     run (the distributed probe's ranks and temporary directory); then the child ends
     quietly, as it does when the parent is gone (a broken pipe): never a traceback."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _proc.own_group()  # the parent ends this child with everything it starts (torch's ranks, workers)
     signals.install()
     if spec.quiet_child:
         silence_stdio()
@@ -281,10 +283,12 @@ def _start_interpreter_child(spec: RunSpec) -> tuple[Connection, _InterpreterPro
     package, probes, nvml = _installation_paths()
     try:
         quiet = subprocess.DEVNULL if spec.quiet_child else None  # the TUI owns the terminal
-        popen = subprocess.Popen(
-            [spec.python, "-c", _INTERPRETER_CHILD_BOOT, package, probes, nvml, str(child_conn.fileno())],
-            stdin=subprocess.DEVNULL, stdout=quiet, stderr=quiet, pass_fds=(child_conn.fileno(),),
-            close_fds=True)
+        with _proc.starting():
+            popen = subprocess.Popen(
+                [spec.python, "-c", _INTERPRETER_CHILD_BOOT, package, probes, nvml, str(child_conn.fileno())],
+                stdin=subprocess.DEVNULL, stdout=quiet, stderr=quiet, pass_fds=(child_conn.fileno(),),
+                close_fds=True, **_proc.NEW_GROUP)
+            _proc.track(popen.pid)
     finally:
         child_conn.close()
     parent_conn.send(spec)
@@ -306,7 +310,13 @@ class _Child:
         self.conn, child_conn = ctx.Pipe()
         self.process = ctx.Process(target=_child_main, args=(child_conn, spec), daemon=True,
                                    name="gpudoctor-probe")
-        self.process.start()
+        # Started under the registry's lock: a parent that quits meanwhile (the TUI's q) ends the
+        # child once its start is complete, where a child half started printed "EOFError: Ran out
+        # of input" over the restored terminal.
+        with _proc.starting():
+            self.process.start()
+            if self.process.pid is not None:
+                _proc.track(self.process.pid)
         child_conn.close()
         self.ready = False
 
@@ -346,12 +356,11 @@ class _Child:
             except (BrokenPipeError, OSError):
                 pass
             self.process.join(5)
-        if self.process.is_alive():
-            self.process.terminate()
+        pid = self.process.pid
+        if pid is not None:  # the child and whatever it started (ranks, workers), however it ended
+            _proc.end_tree(pid, grace_s=2.0, leader=self.process.is_alive())
             self.process.join(2)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join(2)
+            _proc.untrack(pid)
         self.conn.close()
 
 

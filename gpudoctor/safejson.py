@@ -54,29 +54,16 @@ def read_bounded(path: str | os.PathLike[str], max_bytes: int) -> bytes:
     is not a regular file. It is opened without blocking and checked by descriptor before a byte is
     read: a FIFO with no writer, a terminal or /dev/zero named as a report, recording or summary
     would otherwise hang the reader or feed it for ever."""
-    chunks: list[bytes] = []
-    total = 0
     try:
-        fd, _info = fileio.open_regular(path)
+        return fileio.read_regular(path, max_bytes)
     except FileNotFoundError:
         raise JsonFileError("no such file") from None
+    except fileio.TooLargeError:
+        raise JsonFileError(f"larger than the limit of {_size(max_bytes)}") from None
     except (IsADirectoryError, fileio.NotRegularFileError) as exc:
         raise JsonFileError(exc.strerror) from None
     except OSError as exc:
         raise JsonFileError(f"cannot read: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "rb") as fh:
-            while total <= max_bytes:
-                chunk = fh.read(min(1 * MiB, max_bytes + 1 - total))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                total += len(chunk)
-    except OSError as exc:
-        raise JsonFileError(f"cannot read: {exc.strerror or exc}") from None
-    if total > max_bytes:
-        raise JsonFileError(f"larger than the limit of {_size(max_bytes)}")
-    return b"".join(chunks)
 
 
 def _size(n: int) -> str:

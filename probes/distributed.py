@@ -38,6 +38,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from gpudoctor import _proc
 from gpudoctor._proc import describe_exit
 from gpudoctor.backends.nvml import nvlink_version_words
 from gpudoctor.model import ProbeResult, Status
@@ -198,8 +199,8 @@ def _read_ranks(procs: dict[int, "subprocess.Popen[bytes]"], workdir: Path, stil
 
 def _stop_ranks(procs: dict[int, "subprocess.Popen[bytes]"]) -> None:
     for p in procs.values():
-        if p.poll() is None:
-            p.kill()
+        if p.poll() is None:  # the rank and what it started (DataLoader workers, NCCL helpers)
+            _proc.end_tree(p.pid, grace_s=0.0)
     for p in procs.values():
         try:
             p.wait(5)  # gone before its folder is removed: a dead rank writes nothing more

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from functools import partial
@@ -90,16 +89,21 @@ def _context_in_fresh_process(device: _gpu.Device, timeout_s: float) -> dict[str
     # The same import path as this process, so the child finds this gpudoctor whatever the
     # working directory or install method.
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    try:
-        done = subprocess.run([sys.executable, "-c", code, str(device.index), str(device.nvml_index)],
-                              capture_output=True, text=True, timeout=timeout_s, env=env)
-    except subprocess.TimeoutExpired:
+    from gpudoctor import _proc
+
+    try:  # its own group, ended with its tree; its output bounded
+        returncode, out, err = _proc.run_bounded([sys.executable, "-c", code, str(device.index), str(device.nvml_index)],
+                                                 timeout_s=timeout_s, max_output=1 << 20, env=env)
+    except _proc.ChildTimeout:
         return {"error": f"fresh process did not finish in {timeout_s:.0f} s"}
-    if done.returncode != 0:
-        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+    except (_proc.ChildOutputTooLarge, OSError) as exc:
+        return {"error": f"fresh process failed: {exc}"}
+    stdout, stderr = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+    if returncode != 0:
+        tail = (stderr.strip().splitlines() or ["no output"])[-1][:300]
         return {"error": f"fresh process failed: {tail}"}
     try:
-        return json.loads(done.stdout.strip().splitlines()[-1])
+        return json.loads(stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         return {"error": "fresh process printed no result"}
 

@@ -70,3 +70,23 @@ def _waits(ctx):
 
 
 WAITS = Probe("waits", "waits in the child until stopped", _waits, uses_torch=True, timeout_s=600)
+
+
+def _starts_a_tree(ctx):
+    """A probe that starts processes as torchrun and DataLoader workers do: two in its own
+    group, one in a session of its own; then it waits, as a hung collective does."""
+    import subprocess
+    import sys
+
+    marker = os.environ.get("GPUDOCTOR_TEST_TREE_MARKER")
+    kids = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]) for _ in range(2)]
+    kids.append(subprocess.Popen(["sleep", "600"], start_new_session=True))
+    if marker:
+        with open(marker + ".tmp", "w") as fh:
+            fh.write(" ".join(str(k.pid) for k in kids))
+        os.replace(marker + ".tmp", marker)
+    time.sleep(3600)
+    return ProbeResult("tree")
+
+
+STARTS_A_TREE = Probe("tree", "starts a tree of processes", _starts_a_tree, uses_torch=True, timeout_s=300)

@@ -4,15 +4,43 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 
 import pytest
 
 torch = pytest.importorskip("torch")
 pl = pytest.importorskip("lightning.pytorch")
 
-from _hooks_loops import fast_collate, make_loader, mnist_mlp, single_thread, slow_collate  # noqa: E402
+from _hooks_loops import fast_collate, make_loader, mnist_mlp, single_thread  # noqa: E402
 
+from gpudoctor.hooks import lightning as callback_module  # noqa: E402
 from gpudoctor.hooks.lightning import GpudoctorCallback  # noqa: E402
+
+LEAP_S = 1000.0  # far beyond any real wait, however loaded the machine
+
+
+class LeapingClock:
+    """The callback's clock: real time plus LEAP_S for every batch a leaping loader collates.
+    "Slow" data then takes 1000 s by the clock the callback reads, whatever the machine's load:
+    a validation run counted as training data wait, or a slow loader not seen as one, shows by
+    three orders of magnitude, where 50 ms sleeps against a step slowed by a busy CPU did not."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.perf_counter() + self.offset
+
+    def collate(self, batch):
+        self.offset += LEAP_S
+        return batch
+
+
+@pytest.fixture
+def clock(monkeypatch) -> LeapingClock:
+    leaping = LeapingClock()
+    monkeypatch.setattr(callback_module, "_clock", leaping)
+    return leaping
 
 
 class DigitsModule(pl.LightningModule):
@@ -43,10 +71,10 @@ def _fit(collate, tmp_path, epochs=1, val=None, val_every=None, **callback_kwarg
     return callback
 
 
-def test_slow_data_under_lightning_is_input_bound(tmp_path, caplog):
+def test_slow_data_under_lightning_is_input_bound(tmp_path, caplog, clock):
     target = tmp_path / "summary.json"
     with caplog.at_level(logging.INFO, logger="gpudoctor.hooks"):
-        callback = _fit(slow_collate, tmp_path, path=str(target))
+        callback = _fit(clock.collate, tmp_path, path=str(target))
     summary = callback.summary
     assert summary.steps == 12 and summary.device == "cpu"
     assert summary.data_wait_share > 0.5 and "input_bound" in summary.codes
@@ -56,10 +84,10 @@ def test_slow_data_under_lightning_is_input_bound(tmp_path, caplog):
     assert any("[input_bound]" in r.getMessage() for r in caplog.records)
 
 
-def test_fast_data_under_lightning_is_not_input_bound(tmp_path):
+def test_fast_data_under_lightning_is_not_input_bound(tmp_path, clock):
     # a slow validation run in the middle of each epoch must not count as training data wait
     callback = _fit(fast_collate, tmp_path, epochs=2, val_every=6,
-                    val=make_loader(slow_collate, batch_size=64, n=64 * 4))
+                    val=make_loader(clock.collate, batch_size=64, n=64 * 4))
     summary = callback.summary
     assert summary.steps == 24
     assert "input_bound" not in summary.codes and summary.data_wait_share < 0.2
@@ -76,27 +104,27 @@ def test_missing_lightning_says_how_to_install(monkeypatch):
         importlib.import_module("gpudoctor.hooks.lightning")
 
 
-def test_mid_epoch_validation_restarts_the_data_wait_clock(tmp_path):
-    # validation after every 4th of 12 batches (each validation run sleeps 4 x 50 ms): every
-    # training batch still gets a measured data wait, and none of it is validation time
+def test_mid_epoch_validation_restarts_the_data_wait_clock(tmp_path, clock):
+    # validation after every 4th of 12 batches (each validation run leaps the clock 4 x 1000 s):
+    # every training batch still gets a measured data wait, and none of it is validation time
     callback = _fit(fast_collate, tmp_path, epochs=1, val_every=4,
-                    val=make_loader(slow_collate, batch_size=64, n=64 * 4))
+                    val=make_loader(clock.collate, batch_size=64, n=64 * 4))
     summary = callback.summary
     assert summary.steps == 12
     assert not [n for n in summary.notes if "data wait was not measured" in n], summary.notes
     waits = list(callback.monitor._waits)
     assert len(waits) == 12 and all(w == w for w in waits)  # no NaN: all measured
-    assert max(waits) < 0.15  # a validation run (>= 0.2 s) never counts as data wait
+    assert max(waits) < LEAP_S  # a validation run (>= 4000 s by the clock) never counts as data wait
     assert "input_bound" not in summary.codes
 
 
-def test_sanity_check_validation_does_not_start_the_clock(tmp_path):
+def test_sanity_check_validation_does_not_start_the_clock(tmp_path, clock):
     callback = GpudoctorCallback()
     trainer = pl.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=2,
                          default_root_dir=str(tmp_path), callbacks=[callback], limit_train_batches=4)
     with single_thread():
         trainer.fit(DigitsModule(), make_loader(fast_collate, batch_size=64, n=64 * 4),
-                    make_loader(slow_collate, batch_size=64, n=64 * 2))
+                    make_loader(clock.collate, batch_size=64, n=64 * 2))
     waits = list(callback.monitor._waits)
-    assert len(waits) == 4 and all(w == w for w in waits) and max(waits) < 0.1
+    assert len(waits) == 4 and all(w == w for w in waits) and max(waits) < LEAP_S

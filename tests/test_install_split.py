@@ -370,3 +370,37 @@ def test_a_python_child_that_cannot_load_gpudoctor_is_one_error_result(tmp_path,
     result = report.result("environment")
     assert isinstance(result, ProbeResult) and result.status == Status.ERROR
     assert "RuntimeError: broken install" in result.summary
+
+
+def test_a_torch_version_file_that_is_a_fifo_is_refused_not_waited_on(tmp_path):
+    """Before: read_build used a plain open(): a FIFO named torch/version.py hung `report --python`."""
+    import threading
+
+    from gpudoctor.backends.torch_build import read_build
+
+    torch_dir = tmp_path / "torch"
+    torch_dir.mkdir()
+    os.mkfifo(torch_dir / "version.py")
+    box: list = []
+    reader = threading.Thread(target=lambda: box.append(read_build(str(torch_dir), "python", "3.11")), daemon=True)
+    reader.start()
+    reader.join(60)
+    assert box, "reading a FIFO blocked"
+    assert box[0].error and "not a regular file" in box[0].error
+
+
+def test_an_interpreter_that_prints_without_end_is_stopped_at_the_bound(tmp_path):
+    """Before: all of the other interpreter's output was kept (300 MB printed, 1.4 GiB peak).
+    Now it is ended, with what it started, once it printed more than the bound."""
+    from gpudoctor import _proc
+    from gpudoctor.backends import torch_build
+
+    script = tmp_path / "python"
+    marker = tmp_path / "child.pid"
+    script.write_text(f"#!/bin/sh\nsleep 600 &\necho $! > {marker}\nexec yes GPUDOCTOR\n")
+    script.chmod(0o755)
+    with pytest.raises(InterpreterError, match="printed more than 1024 KiB"):
+        inspect_interpreter(str(script))
+    left = int(marker.read_text())
+    assert not _proc._alive(left), "the interpreter's own child outlived it"
+    assert torch_build.INSPECT_MAX_OUTPUT == 1 << 20

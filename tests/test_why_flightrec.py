@@ -194,3 +194,109 @@ def test_odd_numbers_in_a_dump_cost_nothing_but_themselves(tmp_path):
 
     words, record = hang._flight_words(found)
     assert isinstance(words, str) and record["dumps"] == found["dumps"]
+
+
+# --------------------------------------------------------------------------- bounded in work (issue 35)
+def _peak_bytes(action) -> int:
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        action()
+    except flightrec.DumpError:
+        pass
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return peak
+
+
+@pytest.mark.parametrize("data", [
+    b"\x80\x02N r\x00\x00\x00\x04.",        # LONG_BINPUT to memo slot 2**26: CPython allocated 512 MiB
+    b"Nr\x00\x00\x00\x04.",
+    b"Nr\xff\xff\xff\x7f.",                  # slot 2**31 - 1: 16 GiB asked of CPython's unpickler
+    b"N\x94" + b"0N\x94" * 3 + b"h\xff.",    # a memo index never stored
+])
+def test_a_ten_byte_dump_storing_a_far_memo_slot_allocates_nothing(data):
+    """Before: the unpickler with globals refused still sized its memo table to the index."""
+    assert _peak_bytes(lambda: flightrec.loads(data)) < 1 << 20
+    with pytest.raises(flightrec.DumpError) as caught:
+        flightrec.loads(data)
+    assert "\n" not in str(caught.value)
+
+
+def test_integer_keys_that_all_hash_alike_are_refused_not_hashed():
+    """Keys i * (2**61 - 1) all hash to 0: a 1 MB dump of them cost minutes of dict building.
+    Only keys whose hashes cannot be made to collide (strings, bytes, 32-bit integers) are read."""
+    colliding = pickle.dumps({"version": "2.10", "pg_status": {i * (2 ** 61 - 1): {} for i in range(1, 3000)},
+                              "entries": []})
+    with pytest.raises(flightrec.DumpError, match="dict key"):
+        flightrec.loads(colliding)
+    fine = pickle.dumps({"pg_status": {i: {} for i in range(3000)}, "entries": []})
+    assert len(flightrec.loads(fine)["pg_status"]) == 3000
+
+
+def test_cycles_deep_nesting_and_objects_are_refused_in_one_line():
+    cyclic: list = []
+    cyclic.append(cyclic)
+    deep: list = []
+    for _ in range(200):
+        deep = [deep]
+    for data, words in ((pickle.dumps(cyclic), "inside itself"), (pickle.dumps(deep), "nested more than"),
+                        (pickle.dumps({1, 2}), "refused: opcode EMPTY_SET"),
+                        (pickle.dumps(Evil(), protocol=2), "refused: it names a global")):
+        with pytest.raises(flightrec.DumpError, match=words) as caught:
+            flightrec.loads(data)
+        assert "\n" not in str(caught.value)
+
+
+class _CountedGroups(list):
+    """A dump's groups that count how often they are walked."""
+
+    walks = 0
+
+    def __iter__(self):
+        _CountedGroups.walks += 1
+        return super().__iter__()
+
+
+def test_comparing_the_dumps_walks_each_dumps_groups_once():
+    """Before: behind() searched every dump's groups for every process group (20,000 groups per
+    rank ran past 45 s). Now each dump's groups are indexed once: the walks do not grow with them."""
+    dumps = []
+    for rank in range(4):
+        groups = _CountedGroups({"pg_id": pg, "last": {"seq": 5}, "last_completed": None,
+                                 "status": {"enqueued": 5 + (rank == 2 and pg == 19_999)}}
+                                for pg in range(20_000))
+        dumps.append({"rank": rank, "groups": groups})
+    _CountedGroups.walks = 0
+    late = flightrec.behind(dumps)
+    assert late["pg_id"] == 19_999 and late["ahead"] == [2] and late["behind"] == [0, 1, 3]
+    assert _CountedGroups.walks <= 2 * len(dumps)
+
+
+_plain = st.recursive(
+    st.none() | st.booleans() | st.integers(-2 ** 70, 2 ** 70) | st.floats(allow_nan=False) | st.text(max_size=20)
+    | st.binary(max_size=20),
+    lambda inner: st.lists(inner, max_size=5) | st.tuples(inner, inner)
+    | st.dictionaries(st.text(max_size=8) | st.integers(-2 ** 31, 2 ** 31 - 1), inner, max_size=5),
+    max_leaves=30)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_plain, st.integers(3, 5))
+def test_plain_data_reads_back_as_pickle_wrote_it(value, protocol):
+    """Every shape plain data takes in Python's protocols 3-5 reads back the same (protocol 2
+    writes bytes as a call to codecs.encode: refused, and torch writes no bytes)."""
+    data = pickle.dumps(value, protocol=protocol)
+    assert flightrec.loads(data) == pickle.loads(data)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(0, len(GOOD) - 1), st.sampled_from([b"r", b"j", b"q", b"h", b"\x94", b"(", b"\x8b"]),
+       st.binary(min_size=4, max_size=4))
+def test_memo_and_size_opcodes_spliced_anywhere_cost_nothing(at, op, arg):
+    """A memo store or fetch, a mark or a long integer with any 32-bit argument, spliced into a
+    real dump: read or refused in one line, within 1 MiB."""
+    data = GOOD[:at] + op + arg + GOOD[at:]
+    assert _peak_bytes(lambda: flightrec.summarise(flightrec.loads(data), 0)) < 1 << 20

@@ -32,6 +32,7 @@ SCRIPTS = ROOT / "tests" / "why_scripts"
 SCHEMA = json.loads((ROOT / "docs" / "why.schema.json").read_text(encoding="utf-8"))
 SITE = "/venv/lib/python3.11/site-packages"
 WINDOW = "4"
+START_BOUND_S = 240  # an upper bound on a script's start-up, which `why -- CMD` waits out by condition
 
 
 def _stack(frames: list[str], pids: tuple[int, ...] = (100,)) -> Stack:
@@ -169,15 +170,18 @@ def _why_pid(name: str, capsys, monkeypatch, *args: str) -> tuple[dict, list[Sta
 def _why_cmd(name: str, tmp_path: Path, *args: str) -> tuple[dict, str]:
     """`gpudoctor why --then stop -o FILE -- python script.py`: the JSON document and stderr."""
     out = tmp_path / "why.json"
+    # --wait-start: start-up (importing torch, building a corpus) ends on the loop's condition,
+    # within 60 s on a quiet machine but not on a loaded one: then the window sampled start-up
     why = subprocess.Popen([sys.executable, "-m", "gpudoctor", "why", "--seconds", WINDOW, "--then", "stop",
-                            "-o", str(out), "--", sys.executable, str(SCRIPTS / f"{name}.py"), "--seconds", "240",
+                            "--wait-start", str(START_BOUND_S), "-o", str(out), "--", sys.executable, str(SCRIPTS / f"{name}.py"), "--seconds", "240",
                             *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        _, stderr = why.communicate(timeout=280)
+        _, stderr = why.communicate(timeout=START_BOUND_S + 120)
     finally:  # why, the script and its workers share why's session: none outlives the test
         _kill(why)
-    # stopped by SIGTERM; Lightning catches it and ends its fit cleanly (exit 0)
-    assert why.returncode in ((0, 128 + signal.SIGTERM) if name == "lightning_module" else (128 + signal.SIGTERM,)), \
+    # stopped by SIGINT first (--then stop, issue 36): a script ends by it (130); Lightning catches the
+    # KeyboardInterrupt, shuts its fit down gracefully and exits 1
+    assert why.returncode in ((1,) if name == "lightning_module" else (128 + signal.SIGINT,)), \
         stderr[-2000:]
     assert "gpudoctor why: verdict" in stderr and "stopping the command (--then stop)" in stderr
     data = json.loads(out.read_text(encoding="utf-8"))
@@ -273,6 +277,7 @@ def test_why_pid_names_each_scripts_bottleneck(name, capsys, monkeypatch):
 
 @pytest.mark.parametrize("name", [
     pytest.param(n, marks=pytest.mark.benchmark) if n not in DEFAULT_CMD else n for n in sorted(CHECKS)])
+@pytest.mark.timeout(START_BOUND_S + 300)
 def test_why_dash_dash_cmd_names_each_scripts_bottleneck(name, tmp_path):
     data, stderr = _why_cmd(name, tmp_path)
     CHECKS[name](data)

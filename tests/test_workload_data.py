@@ -150,3 +150,30 @@ def test_missing_files_and_folder_are_usage_errors(tmp_path):
         load_mnist(tmp_path / "d")
     with pytest.raises(UsageError, match="no such directory"):
         load_mnist(tmp_path / "nowhere")
+
+
+def test_a_gzip_that_inflates_past_any_mnist_stops_at_the_bound_while_inflating(tmp_path):
+    """Before: a 0.8 MB gzip was inflated whole (2.3 GiB peak) before its size was checked. The
+    bound is checked while inflating: memory stays near the bound (64 MiB), not the inflated size."""
+    import tracemalloc
+
+    from gpudoctor.workload import data as data_module
+
+    write_mnist(tmp_path / "d", compress=True)
+    bomb = tmp_path / "d" / "train-images-idx3-ubyte.gz"
+    header = struct.pack(">IIII", 0x803, 3_000_000, 28, 28)
+    with gzip.open(bomb, "wb", compresslevel=9) as fh:
+        fh.write(header)
+        zeros = b"\0" * (1 << 20)
+        for _ in range(256):  # 256 MiB inflated, a few hundred KB on disk
+            fh.write(zeros)
+    tracemalloc.start()
+    try:
+        with pytest.raises(WorkloadDataError, match="inflates to more than the 64 MiB") as err:
+            load_mnist(tmp_path / "d")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert str(bomb) in str(err.value) and "\n" not in str(err.value)
+    assert peak < data_module.MAX_IDX_BYTES + (16 << 20), peak
+

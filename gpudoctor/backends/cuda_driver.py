@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -34,6 +33,7 @@ if TYPE_CHECKING:
 TIMEOUT_S = 20.0
 #: The child prints one short JSON line; anything longer is not its answer.
 MAX_OUTPUT_BYTES = 4096
+CHILD_OUTPUT_BOUND = 1 << 20  # what the child may print in all (a driver's warnings on stderr too)
 LIBRARY = "libcuda.so.1"
 
 _CHILD = r"""
@@ -121,16 +121,18 @@ def cuda_start(timeout_s: float = TIMEOUT_S) -> CudaStart | NA:
     in time ("Timeout", itself a finding), or its answer was unreadable."""
     if not sys.platform.startswith("linux"):
         return NA("NotLinux")
-    try:
-        proc = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, timeout=timeout_s,
-                              env=dict(os.environ), stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
+    from gpudoctor import _proc
+
+    try:  # its own group, ended with its tree; what it prints is kept up to a bound
+        code, stdout, _ = _proc.run_bounded([sys.executable, "-c", _CHILD], timeout_s=timeout_s,
+                                            max_output=CHILD_OUTPUT_BOUND, env=dict(os.environ))
+    except _proc.ChildTimeout:
         return NA("Timeout")
-    except OSError:
+    except (_proc.ChildOutputTooLarge, OSError):
         return NA("ChildFailed")
-    if proc.returncode != 0:
+    if code != 0:
         return NA("ChildFailed")
-    return parse_answer(proc.stdout[:MAX_OUTPUT_BYTES].decode("utf-8", "replace"))
+    return parse_answer(stdout[:MAX_OUTPUT_BYTES].decode("utf-8", "replace"))
 
 
 #: CUDA_ERROR_SYSTEM_NOT_READY: on an NVSwitch board, the fabric manager has not registered the GPUs.

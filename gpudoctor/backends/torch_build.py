@@ -19,10 +19,13 @@ import os
 import sys
 from typing import Any
 
+from gpudoctor import fileio
+
 # Interpreters older than this cannot load gpudoctor's probes (pyproject's requires-python).
 MIN_PYTHON = (3, 10)
 # Seconds another interpreter gets to start and answer (it imports nothing heavy).
 INSPECT_TIMEOUT_S = 30.0
+INSPECT_MAX_OUTPUT = 1 << 20  # what the inspecting child may print (its answer is one short line)
 # version.py is a few hundred bytes; anything far larger is not torch's.
 MAX_VERSION_FILE_BYTES = 64 * 1024
 
@@ -118,8 +121,9 @@ def read_build(location: str | None, python: str, python_version: str) -> TorchB
     if location is None:
         return TorchBuild(python=python, python_version=python_version)
     path = os.path.join(location, "version.py")
-    try:
-        with open(path, "rb") as fh:
+    try:  # through the regular-file opener: a FIFO or a device there is refused, never waited on
+        fd, _info = fileio.open_regular(path)
+        with os.fdopen(fd, "rb") as fh:
             raw = fh.read(MAX_VERSION_FILE_BYTES)
     except OSError as exc:
         return TorchBuild(python=python, python_version=python_version, location=location,
@@ -208,25 +212,28 @@ def inspect_interpreter(python: str) -> TorchBuild:
         raise InterpreterError(f"--python {python}: no such file")
     if not os.access(path, os.X_OK):
         raise InterpreterError(f"--python {python}: not executable")
-    import subprocess
+    from gpudoctor import _proc
 
-    try:
-        proc = subprocess.run([path, "-c", _INSPECT_SCRIPT], stdin=subprocess.DEVNULL,
-                              capture_output=True, timeout=INSPECT_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
+    try:  # its own group, ended with its tree; output kept up to INSPECT_MAX_OUTPUT (a site hook may print)
+        returncode, stdout, _ = _proc.run_bounded([path, "-c", _INSPECT_SCRIPT], timeout_s=INSPECT_TIMEOUT_S,
+                                                  max_output=INSPECT_MAX_OUTPUT)
+    except _proc.ChildTimeout:
         raise InterpreterError(f"--python {python}: did not answer within {INSPECT_TIMEOUT_S:.0f} s") from None
+    except _proc.ChildOutputTooLarge:
+        raise InterpreterError(f"--python {python}: printed more than {INSPECT_MAX_OUTPUT >> 10} KiB where one "
+                               "line was asked for; not a Python interpreter gpudoctor can use") from None
     except OSError as exc:
         raise InterpreterError(f"--python {python}: cannot run it ({exc.strerror or type(exc).__name__})") from None
     answer = None
-    for line in proc.stdout.decode("utf-8", "replace").splitlines():
+    for line in stdout.decode("utf-8", "replace").splitlines():
         if line.startswith("GPUDOCTOR-INSPECT "):
             try:
                 answer = json.loads(line[len("GPUDOCTOR-INSPECT "):])
             except ValueError:
                 answer = None
-    if proc.returncode != 0 or not isinstance(answer, dict):
+    if returncode != 0 or not isinstance(answer, dict):
         raise InterpreterError(f"--python {python}: not a Python interpreter gpudoctor can use "
-                               f"(exit {proc.returncode})")
+                               f"(exit {returncode})")
     version_info = tuple(answer.get("version_info") or ())
     if version_info < MIN_PYTHON:
         raise InterpreterError(f"--python {python}: Python {answer.get('version')} is too old; gpudoctor's "

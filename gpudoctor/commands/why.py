@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import signal
 import subprocess
 import sys
 import threading
+import time
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Callable, TextIO
 
@@ -32,6 +34,10 @@ _seconds = bounded(float, minimum=1, maximum=3600, what="a number of seconds", u
 _wait = bounded(float, minimum=0, maximum=3600, what="a number of seconds", unit=" s")
 STOP_GRACE_S = 10.0
 CTRL_C_GRACE_S = 3.0   # a Ctrl-C typed in the terminal reached the command too: time to end by itself
+#: How the command is stopped (--then stop, or after a Ctrl-C): each signal to every process it
+#: started, at any depth, then the grace for all of them to end; SIGKILL to what is left after.
+STOP_STEPS = ((signal.SIGINT, STOP_GRACE_S), (signal.SIGTERM, STOP_GRACE_S))
+KILL_WAIT_S = 5.0
 
 
 def register(subparsers: Subcommands) -> None:
@@ -54,8 +60,9 @@ def register(subparsers: Subcommands) -> None:
                         help="stack samples per second (default 100)")
     parser.add_argument("--then", choices=("continue", "stop"), default="continue",
                         help="with -- CMD: after the verdict, let the command run on (continue, the default: "
-                             "a diagnosis never ends a job by itself) or stop it (SIGTERM, then SIGKILL after "
-                             "10 s); the exit code is the command's either way")
+                             "a diagnosis never ends a job by itself) or stop it and every process it started "
+                             "(SIGINT, SIGTERM after 10 s, SIGKILL after 10 s more); the exit code is the "
+                             "command's either way")
     parser.add_argument("--wait-start", type=_wait, default=60.0, metavar="N",
                         help="with -- CMD: wait at most N seconds (default 60, 0 = not at all) for start-up "
                              "(imports, building the model) to end before the sampled window")
@@ -179,8 +186,14 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_command(command: list[str], args: argparse.Namespace) -> int:
     """Start ``command``, diagnose it for --seconds (or until it ends), then pass its exit code on."""
+    from gpudoctor import _proc
+
+    _proc.become_subreaper()  # what the command leaves behind stays below gpudoctor, to be stopped with it
+    before = set(_proc.descendants(os.getpid()))
     try:
         child = subprocess.Popen(command)
+        _started[child.pid] = before
+        _began[child.pid] = time.monotonic()
     except OSError as exc:
         raise UsageError(f"why: cannot start {command[0]}: {exc.strerror or exc}") from None
     # reaped as soon as it ends, so the sampler sees it gone rather than a zombie
@@ -209,40 +222,97 @@ def _sample_command(child: subprocess.Popen, args: argparse.Namespace) -> int:
         pid = python_target(child.pid, lambda: child.poll() is not None)
         diag = _diagnose(pid, args, args.wait_start) if pid is not None else None
         if diag is None:
-            say("gpudoctor why: the command ended before it could be sampled")
+            say(_ended_words(child, "before it could be sampled"))
         elif not _deliver(diag, args, block=True):
             say("gpudoctor why: the diagnosis could not be written; waiting for the command")
+        elif _exited(child, 0.2):
+            starting = "start" in str((diag.get("verdict") or {}).get("words", "")) or \
+                ((diag.get("verdict") or {}).get("startup") or {}).get("share", 0) >= 0.5
+            say(_ended_words(child, "during start-up" if starting else "while it was sampled"))
     except WhyError as exc:
-        say(f"gpudoctor: error: {exc}")
+        # the command ended between its start and the sampling (no such process any more): say so,
+        # with its exit code, rather than an error about a PID the user never gave
+        say(_ended_words(child, "during start-up") if _exited(child) else f"gpudoctor: error: {exc}")
     if diag is not None and diag.get("interrupted") and child.poll() is None:
         return _stop_after_ctrl_c(child)
-    if args.then == "stop" and child.poll() is None:
-        say(f"gpudoctor why: stopping the command (--then stop): SIGTERM to pid {child.pid}")
-        child.terminate()
-        try:
-            return child.wait(timeout=STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            child.kill()
+    if args.then == "stop" and (child.poll() is None or _left(child)):
+        return _stop_tree(child, "stopping the command (--then stop)")
+    return child.wait()
+
+
+_started: dict[int, set[int]] = {}   # the command's pid -> gpudoctor's descendants before it started
+_began: dict[int, float] = {}        # the command's pid -> when it started (monotonic)
+
+
+def _exited(child: subprocess.Popen, wait_s: float = 5.0) -> bool:
+    """Whether the command has ended (waited for a moment: the reaping thread may be behind)."""
+    try:
+        child.wait(timeout=wait_s)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
+def _ended_words(child: subprocess.Popen, when: str) -> str:
+    """'the command exited (code 1) after 2.4 s, during start-up': its stderr is above, unchanged."""
+    code = child.poll()
+    after = time.monotonic() - _began.get(child.pid, time.monotonic())
+    how = "is still running" if code is None else (
+        f"exited (code {code})" if code >= 0 else f"was killed by {_signal_name(-code)}")
+    why = "; its own output (above) says why" if code else ""
+    return f"gpudoctor why: the command {how} after {after:.1f} s, {when}{why}"
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _left(child: subprocess.Popen) -> list[int]:
+    """Every process the command started that still runs: its tree, and what it left behind (re-
+    parented to gpudoctor, its subreaper), less what gpudoctor had started before it."""
+    from gpudoctor import _proc
+
+    before = _started.get(child.pid, set())
+    return [p for p in _proc.descendants(os.getpid()) if p not in before and _proc.alive(p)]
+
+
+def _stop_tree(child: subprocess.Popen, why: str) -> int:
+    """Stop the command and every process it started, at any depth: SIGINT to all, SIGTERM to all
+    after STOP_GRACE_S, SIGKILL to what is left after as long again (STOP_STEPS); the command's
+    exit status."""
+    for signum, grace in (*STOP_STEPS, (signal.SIGKILL, KILL_WAIT_S)):
+        left = _left(child)
+        if not left:
+            break
+        below = [p for p in left if p != child.pid]
+        pids = ", ".join(map(str, below[:8])) + (", ..." if len(below) > 8 else "")
+        them = f"the {len(below)} process{'es' if len(below) != 1 else ''} it started ({pids})"
+        say(f"gpudoctor why: {why}: {signal.Signals(signum).name} to "
+            + (f"pid {child.pid}" + (f" and {them}" if below else "") if child.pid in left
+               else f"{them} (pid {child.pid} has ended)"))
+        for pid in left:
+            try:
+                os.kill(pid, signum)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and _left(child):
+            time.sleep(0.05)
     return child.wait()
 
 
 def _stop_after_ctrl_c(child: subprocess.Popen) -> int:
     """Ctrl-C stopped the sampling: the command is stopped too, as any wrapper's is. A Ctrl-C typed
     in the terminal reached it already (one process group), so it gets a moment to end on its own;
-    a SIGINT sent to gpudoctor alone is passed on, then SIGTERM and SIGKILL if it goes on."""
+    then it and every process it started get SIGINT, SIGTERM and SIGKILL (STOP_STEPS)."""
     try:
-        return child.wait(timeout=CTRL_C_GRACE_S)
+        child.wait(timeout=CTRL_C_GRACE_S)
     except subprocess.TimeoutExpired:
         pass
-    for send, what in ((lambda: child.send_signal(signal.SIGINT), "SIGINT"), (child.terminate, "SIGTERM")):
-        say(f"gpudoctor why: interrupted; stopping the command: {what} to pid {child.pid}")
-        send()
-        try:
-            return child.wait(timeout=STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            continue
-    child.kill()
-    return child.wait()
+    return _stop_tree(child, "interrupted; stopping the command")
 
 
 __all__ = ["register", "run"]

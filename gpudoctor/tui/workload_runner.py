@@ -30,6 +30,7 @@ import signal
 import traceback
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+from gpudoctor import _proc
 from gpudoctor._proc import describe_exit, silence_stdio
 from gpudoctor.safejson import json_safe
 
@@ -80,6 +81,7 @@ def _child_main(conn: Connection, target: str, options: dict[str, Any], quiet: b
     import os
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent cancels by terminating us
+    _proc.own_group()  # cancel() ends this child with its DataLoader workers
     if quiet:
         # The parent's terminal belongs to the TUI: library warnings printed here would
         # land in the middle of its screen. Everything we report goes over the pipe.
@@ -160,7 +162,10 @@ class WorkloadProcess:
         # process may not have. cancel() (called on quit) terminates it instead.
         self.process = self._ctx.Process(target=_child_main, args=(child_conn, self.target, self.options, self.quiet),
                                          daemon=False, name="gpudoctor-workload")
-        self.process.start()
+        with _proc.starting():  # a parent that quits meanwhile ends it once started (_proc)
+            self.process.start()
+            if self.process.pid is not None:
+                _proc.track(self.process.pid, grace_s=3.0)
         child_conn.close()
 
     @property
@@ -196,14 +201,13 @@ class WorkloadProcess:
                 ready = True
 
     def cancel(self) -> None:
-        """Stop the child (terminate, then kill); its CUDA context dies with it."""
+        """Stop the child and its DataLoader workers (its tree: terminate, then kill); its CUDA
+        context dies with it."""
         self.finished = True
-        if self.process is not None and self.process.is_alive():
-            self.process.terminate()
-            self.process.join(3)
-            if self.process.is_alive():
-                self.process.kill()
-                self.process.join(2)
+        if self.process is not None and self.process.pid is not None:
+            _proc.end_tree(self.process.pid, grace_s=3.0, leader=self.process.is_alive())
+            self.process.join(2)
+            _proc.untrack(self.process.pid)
         if self.conn is not None:
             try:
                 self.conn.close()

@@ -18,7 +18,7 @@ from gpudoctor.hooks.summary import HOST_SYNC_BOUND, INPUT_BOUND, STRAGGLER, syn
 from gpudoctor.why import hang, rules
 from gpudoctor.why.rules import SourceLine
 from gpudoctor.why.stacks import Stack
-from gpudoctor.why.views import ProcessView, build_views
+from gpudoctor.why.views import ProcessView, build_views, children_of
 from gpudoctor.why.views import data_lines as _data_lines
 from gpudoctor.why.views import line_records as _line_records
 from gpudoctor.why.views import where as _where
@@ -47,6 +47,7 @@ STARTUP_SHARE = 0.50        # start-up this much of the main thread's window: no
 OVERLOADED_SHARE = 0.50     # other processes use this share of the job's usable CPUs: the host is overloaded
 WAITING_WORKER_CPU_PCT = 50.0  # a loading worker on less CPU than this waits for I/O, not computes
 QUIET_CPU_PCT = 25.0        # a main thread "computing" on less CPU than this is waiting outside Python
+QUIET_GPU_PCT = 10.0        # ... when it holds no GPU, or one busy less than this (or of unknown busy figure)
 GPU_BUSY_PCT = 85.0         # NVML's busy figure at or above this: the GPU is the bottleneck
 STRAGGLER_GAP = 0.15        # a rank waits this much less than the median rank: it is the straggler
 
@@ -146,7 +147,7 @@ def decide(view: ProcessView, views: dict[int, ProcessView], source: SourceLine,
         return _with_startup(view, views, source, gpu_util=gpu_util, on_gpu=on_gpu, idle_cpus=idle_cpus,
                              main_cpu_pct=main_cpu_pct, cpu_by_pid=cpu_by_pid, gpu_unknown=gpu_unknown,
                              window_s=window_s, gpm=gpm)
-    waiting = _waiting(view, source, main_cpu_pct, on_gpu)
+    waiting = _waiting(view, source, main_cpu_pct, on_gpu, gpu_util)
     if waiting is not None:
         return waiting
     return _steady(view, views, source, gpu_util=gpu_util, on_gpu=on_gpu, idle_cpus=idle_cpus,
@@ -181,9 +182,11 @@ _WAIT_FIX = ("nothing runs: if it should be training, see what it waits for (a s
              "another rank at a barrier, a file)")
 
 
-def _waiting(view: ProcessView, source: SourceLine, main_cpu_pct: float | None, on_gpu: bool | None) -> Decision | None:
+def _waiting(view: ProcessView, source: SourceLine, main_cpu_pct: float | None, on_gpu: bool | None,
+             gpu_util: float | None = None) -> Decision | None:
     """Idle: the main thread waits (in a collective, a sleep, a lock), or uses next to no CPU on
-    Python lines that then wait outside Python; None when it does not."""
+    Python lines that then wait outside Python (with no GPU, or one that is not busy: a process
+    asleep while it holds a GPU context is idle, not computing); None when it does not."""
     if view.share(rules.IDLE) + view.share(rules.COLLECTIVE) >= IDLE_SHARE:
         if view.share(rules.COLLECTIVE) >= view.share(rules.IDLE):
             lines = _line_records(view.lines[rules.COLLECTIVE], view.counts[rules.COLLECTIVE], source)
@@ -197,7 +200,8 @@ def _waiting(view: ProcessView, source: SourceLine, main_cpu_pct: float | None, 
         what = view.details[rules.IDLE].most_common(1)[0][0] or "a wait"
         return Decision(IDLE, f"{view.share(rules.IDLE):.0%} of the main thread's time waits ({what}) at {_where(lines)}",
                         _WAIT_FIX, lines)
-    quiet = main_cpu_pct is not None and main_cpu_pct < QUIET_CPU_PCT and on_gpu is False
+    gpu_quiet = on_gpu is False or (on_gpu is True and (gpu_util is None or gpu_util < QUIET_GPU_PCT))
+    quiet = main_cpu_pct is not None and main_cpu_pct < QUIET_CPU_PCT and gpu_quiet
     if not quiet or view.share(rules.OTHER) + view.share(rules.IDLE) < IDLE_SHARE:
         return None
     lines = _line_records(view.lines[rules.OTHER] + view.lines[rules.IDLE], view.main_samples, source)
@@ -207,8 +211,10 @@ def _waiting(view: ProcessView, source: SourceLine, main_cpu_pct: float | None, 
     view.counts[rules.OTHER] = 0
     view.details[rules.IDLE]["waiting outside Python"] += moved
     view.lines[rules.IDLE].update(view.lines.pop(rules.OTHER, Counter()))
+    held = "" if not on_gpu else ("; it holds a GPU, whose busy figure is unknown" if gpu_util is None
+                                  else f"; the GPU it holds is busy {gpu_util:.0f}% of the time")
     return Decision(IDLE, f"the main thread used {main_cpu_pct:.0f}% of a CPU: it sleeps or waits outside "
-                    f"Python (a sleep, a lock, a socket) at {_where(lines)}", _WAIT_FIX, lines)
+                    f"Python (a sleep, a lock, a socket) at {_where(lines)}{held}", _WAIT_FIX, lines)
 
 
 def _steady(view: ProcessView, views: dict[int, ProcessView], source: SourceLine, *, gpu_util: float | None,
@@ -471,6 +477,7 @@ def _across_ranks(decided: list[tuple[ProcessView, Decision]], views: dict[int, 
     processes = readings.get("processes") or {}
     gpu = readings.get("gpu") or {}
     ranks = []
+    decided = ranks_of(decided, views, processes)
     for view, _ in decided:
         info = processes.get(view.pid) or {}
         ranks.append(hang.Rank(view, info.get("rank"), (info.get("threads_cpu_pct") or {}).get(view.pid),
@@ -488,6 +495,18 @@ def _across_ranks(decided: list[tuple[ProcessView, Decision]], views: dict[int, 
                                                      "message": found.message, "fix": found.fix}
         return found, slow
     return None, straggler(decided, {r.view.pid: r.main_cpu_pct for r in ranks})
+
+
+def ranks_of(decided: list[tuple[ProcessView, Decision]], views: dict[int, ProcessView],
+             processes: dict[int, dict[str, Any]]) -> list[tuple[ProcessView, Decision]]:
+    """The trainers that are ranks: they joined a process group (torchrun's RANK in their
+    environment, a torch.distributed frame in their stacks), and the trainers one parent started
+    beside such a rank (mp.spawn's, whose rank is an argument). Hogwild's trainers, which share a
+    model and no process group, are none; two or more are needed for rank words."""
+    joined = {v.pid for v, _ in decided if v.distributed or (processes.get(v.pid) or {}).get("rank") is not None}
+    parents = {views[p].parent for p in joined}
+    found = [(v, d) for v, d in decided if v.pid in joined or (v.parent is not None and v.parent in parents)]
+    return found if len(found) > 1 else []
 
 
 def diagnose(stacks: Sequence[Stack], readings: dict[str, Any], source: SourceLine, *, pid: int,
@@ -528,18 +547,57 @@ def diagnose(stacks: Sequence[Stack], readings: dict[str, Any], source: SourceLi
             verdict.update(code=STRAGGLER, words=WORDS[STRAGGLER], message=lagging["message"],
                            lines=extra or decision.lines)
         shares = view.shares()
+        if asked is not None and asked.role == "parent" and view.pid != pid:
+            verdict["message"] = _parent_words(asked, views, view) + verdict["message"]
     util, on_gpu, held, why_so = _gpu_for(set(views), gpu, processes)
     return {"format": FORMAT, "format_version": FORMAT_VERSION, "pid": pid, **(meta or {}),
             "verdict": verdict, "shares": shares, "details": details,
             "samples": sum(v.samples for v in views.values()),
             "processes": [_process_record(v, next((d for w, d in decided if w is v), None), readings)
                           for v in sorted(views.values(), key=lambda v: v.pid)],
-            "ranks": [v.pid for v, _ in decided] if len(decided) > 1 else [],
+            "ranks": [v.pid for v, _ in ranks_of(decided, views, processes)],
             "straggler": lagging, "hang": hung.record if hung is not None else None,
             "gpu": {"available": bool(gpu.get("available")), "reason": gpu.get("reason"),
                     "in_use": _state(on_gpu), "evidence": why_so,
                     "util_mean_pct": util, "devices": held or gpu.get("devices", [])},
             "host": host}
+
+
+ENDED_STARTING_WORDS = "ended during start-up"
+_TRAINING_WORK = (rules.FORWARD, rules.BACKWARD, rules.OPTIMIZER, rules.EVALUATION, rules.DATA_WAIT,
+                  rules.DATA_LOADING, rules.HOST_SYNC, rules.COLLECTIVE, rules.CHECKPOINT_IO)
+
+
+SAW_TRAINING_SHARE = 0.25  # a process that ended having spent less than this in training work never ran its loop
+
+
+def saw_training(shares: dict[str, float]) -> bool:
+    """Whether the main thread was seen in training work (a model, the data, a sync, a collective)
+    for a real part of the window: a few samples of an interpreter's teardown are not a loop."""
+    return sum(shares.get(c, 0.0) for c in _TRAINING_WORK) >= SAW_TRAINING_SHARE
+
+
+def ended_during_startup(verdict: dict[str, Any], sampled_s: float | None) -> dict[str, Any]:
+    """The verdict of a process that ended before its loop ran: no steady-state words (its last
+    samples are its exit: a traceback printed, the interpreter ending), the start-up lines kept."""
+    startup = verdict.get("startup") or {}
+    lines = startup.get("lines") or []
+    at = f", last seen at {_where(lines)}" if lines else ""
+    return {"code": UNKNOWN, "words": ENDED_STARTING_WORDS, **({"pid": verdict["pid"]} if "pid" in verdict else {}),
+            "message": f"the process ended before its loop was seen running (start-up, or a loop with no "
+                       f"model, data or collective in it){at}; its last {sampled_s or 0:.1f} s sampled are its "
+                       "start-up and its exit",
+            "fix": "see its own error output (a missing dataset, a failed download, a bad argument), fix that, "
+                   "and run gpudoctor why again", "lines": lines}
+
+
+def _parent_words(parent: ProcessView, views: dict[int, ProcessView], chosen: ProcessView) -> str:
+    """pid P waits for the N trainers it started: whose verdict follows."""
+    trainers = children_of(parent, views)
+    pids = ", ".join(str(v.pid) for v in trainers[:8]) + (", ..." if len(trainers) > 8 else "")
+    which = "the busiest" if len(trainers) > 1 else "it"
+    return (f"pid {parent.pid} waits for the {len(trainers)} trainer process{'es' if len(trainers) != 1 else ''} "
+            f"it started (pids {pids}); {which}, pid {chosen.pid}: ")
 
 
 def _decide_trainers(views: dict[int, ProcessView], readings: dict[str, Any], gpu: dict[str, Any],

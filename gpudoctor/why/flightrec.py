@@ -14,19 +14,19 @@ each ``name``/``filename``/``line``), ``is_p2p`` ...
 
 A file found there is data from another process, perhaps another user's: it is opened as a
 regular file only (never a FIFO or a device), must belong to the job's user, is read up to
-:data:`MAX_DUMP_BYTES`, and is unpickled by an unpickler that refuses every global, so only
-dicts, lists, tuples, strings, numbers, booleans, None and bytes can come out of it. What is
-kept is bounded and checked field by field.
+:data:`MAX_DUMP_BYTES`, and is decoded by :mod:`gpudoctor._plainpickle`, a strict decoder of
+its own that accepts only the opcodes plain data needs (no globals: only dicts, lists, tuples,
+strings, numbers, booleans, None and bytes come out of it), with a bounded memo, nesting and
+dict keys whose hashes cannot collide, so its work is linear in the dump's size. What is kept
+is bounded and checked field by field, and comparing the ranks' dumps is linear too.
 """
 
 from __future__ import annotations
 
-import io
 import os
-import pickle
 from typing import Any
 
-from gpudoctor import fileio
+from gpudoctor import _plainpickle, fileio
 from gpudoctor._text import plain_text
 from gpudoctor.why import rules
 
@@ -49,33 +49,14 @@ class DumpError(ValueError):
     """A dump that was not read: the one-line reason."""
 
 
-class _PlainDataUnpickler(pickle.Unpickler):
-    """Builds only what pickle's own opcodes build (dict, list, tuple, set, str, bytes, int,
-    float, bool, None). Every global (a class, a function: what a malicious pickle calls) is
-    refused, and so are persistent ids."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(f"refused: it names a global ({plain_text(module, limit=80)}."
-                                     f"{plain_text(name, limit=80)}); a flight recorder dump holds plain data only")
-
-    def persistent_load(self, pid: object) -> Any:
-        raise pickle.UnpicklingError("refused: it holds a persistent id; a flight recorder dump holds plain data only")
-
-
 def loads(data: bytes) -> Any:
-    """Unpickle ``data`` with globals refused; :class:`DumpError` with one line otherwise."""
+    """The plain data of a dump, decoded by the strict decoder (:mod:`gpudoctor._plainpickle`:
+    no globals, bounded memo, depth and keys, work linear in its size); :class:`DumpError` with
+    one line otherwise."""
     try:
-        return _PlainDataUnpickler(io.BytesIO(data)).load()
-    except pickle.UnpicklingError as exc:
-        words = plain_text(str(exc), limit=200)
-        raise DumpError(words if words.startswith("refused") else f"not a whole pickle ({words or 'unreadable'})") \
-            from None
-    except EOFError:
-        raise DumpError("truncated: the pickle ends before its STOP") from None
-    except RecursionError:
-        raise DumpError("nested too deeply to be a flight recorder dump") from None
-    except Exception as exc:  # any malformed opcode argument: the file is not a whole pickle
-        raise DumpError(f"not a whole pickle ({type(exc).__name__})") from None
+        return _plainpickle.loads(data)
+    except _plainpickle.PlainPickleError as exc:
+        raise DumpError(plain_text(str(exc), limit=200)) from None
 
 
 def read_file(path: str, owner_uid: int | None) -> tuple[Any, float]:
@@ -88,18 +69,14 @@ def read_file(path: str, owner_uid: int | None) -> tuple[Any, float]:
             raise DumpError(f"owned by uid {info.st_uid}, not by the job's user (uid {owner_uid})")
         if info.st_size > MAX_DUMP_BYTES:
             raise DumpError(f"{info.st_size} bytes, over the {MAX_DUMP_BYTES >> 20} MiB read at most")
-        chunks, size = [], 0
-        while size <= MAX_DUMP_BYTES:
-            chunk = os.read(fd, min(1 << 20, MAX_DUMP_BYTES + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > MAX_DUMP_BYTES:
-            raise DumpError(f"grew past the {MAX_DUMP_BYTES >> 20} MiB read at most while read")
-    finally:
+    except BaseException:
         os.close(fd)
-    return loads(b"".join(chunks)), info.st_mtime
+        raise
+    try:
+        data = fileio.read_fd(fd, MAX_DUMP_BYTES)  # closes fd
+    except fileio.TooLargeError:
+        raise DumpError(f"grew past the {MAX_DUMP_BYTES >> 20} MiB read at most while read") from None
+    return loads(data), info.st_mtime
 
 
 def _int(value: object) -> int | None:
@@ -185,16 +162,18 @@ def _last_seq(group: dict[str, Any]) -> int | None:
 
 def behind(dumps: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The rank(s) whose last collective in a process group all the dumps share is behind the
-    others': they never issued the collective the others wait in. None when all agree."""
-    for pg in sorted({g["pg_id"] for d in dumps for g in d["groups"]}):
+    others': they never issued the collective the others wait in. None when all agree.
+    Linear in the dumps' groups: each dump's groups are indexed by process group once."""
+    indexed = [(dump["rank"], {g["pg_id"]: g for g in dump["groups"]}) for dump in dumps if dump["rank"] is not None]
+    for pg in sorted({pg for _, groups in indexed for pg in groups}):
         seqs = {}
         last = {}
-        for dump in dumps:
-            group = next((g for g in dump["groups"] if g["pg_id"] == pg), None)
+        for rank, groups in indexed:
+            group = groups.get(pg)
             seq = _last_seq(group) if group is not None else None
-            if seq is not None and dump["rank"] is not None:
-                seqs[dump["rank"]] = seq
-                last[dump["rank"]] = group["last"] if group else None
+            if seq is not None:
+                seqs[rank] = seq
+                last[rank] = group["last"] if group else None
         if len(seqs) < 2 or min(seqs.values()) == max(seqs.values()):
             continue
         top = max(seqs.values())

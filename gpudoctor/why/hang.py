@@ -14,6 +14,8 @@ samples show where a thread is, not since when.
 
 from __future__ import annotations
 
+import math
+
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -140,17 +142,24 @@ def _waited(waiters: list[Rank], op: str, window_s: float | None) -> tuple[float
         return None, "for the sampled window"
     waited = min(_in_op(r.view, op) for r in waiters) * window_s
     ages = [r.age_s for r in waiters if r.age_s is not None]
-    since = f"; the ranks started {min(ages):.0f} s ago" if ages else ""
+    if ages:  # a window that began before the ranks did: they cannot have waited longer than they ran
+        waited = min(waited, min(ages))
+    since = f"; the ranks started {math.ceil(min(ages)):.0f} s ago" if ages else ""
     return round(waited, 2), f"for at least {waited:.1f} s (all of the sampled window they were seen{since})"
 
 
-def _flight_words(found: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
-    """The flight recorder's part: what the dumps say, or the settings that give dumps next time."""
+def _flight_words(found: dict[str, Any] | None, on_gpu: bool | None = None) -> tuple[str, dict[str, Any]]:
+    """The flight recorder's part: what the dumps say, or the settings that give dumps next time.
+    NCCL keeps the flight recorder: ranks that use no GPU (gloo on the host) get no NCCL advice."""
+    looked = found is not None  # the ranks' environments were read (flightrec.find)
     found = found or {}
     dumps = found.get("dumps") or []
     record: dict[str, Any] = {"dumps": dumps, "errors": found.get("errors") or [],
                               "settings": found.get("settings") or {}, "behind": None, "advice": []}
     refused = "; ".join(f"rank {e['rank']}'s dump {e['path']}: {e['error']}" for e in record["errors"][:4])
+    if not dumps and looked and on_gpu is False and not any(record["settings"].values()):
+        # no GPU and none of its variables set in any rank: a gloo job on the host, no flight recorder
+        return "flight recorder: none (the ranks use no GPU: NCCL's flight recorder does not apply)", record
     if not dumps:
         record["advice"] = list(flightrec.ADVICE)
         return (f"flight recorder: no dump found{f' ({refused})' if refused else ''}; for the next run set "
@@ -197,7 +206,7 @@ def find(ranks: list[Rank], views: dict[int, ProcessView], source: SourceLine, *
     waited, waited_words = _waited(waiters, op, window_s)
     gpu = gpu_of({r.view.pid for r in waiters})
     names = ", ".join(r.name() for r in waiters)
-    flight_words, flight_record = _flight_words(flight)
+    flight_words, flight_record = _flight_words(flight, False if gpu.get("state") == "no_gpu" else None)
     flight_record["words"] = flight_words
     slow = all(d["kind"] == "slow" for d in doing)
     message = (f"{len(waiters)} of {len(ranks)} ranks ({names}) wait in torch.distributed {op} at "
@@ -211,8 +220,8 @@ def find(ranks: list[Rank], views: dict[int, ProcessView], source: SourceLine, *
                "CPU and GPU (another job there, throttling)")
     else:
         code, words = RANK_HANG, f"{who} holds the others in {op}"
-        fix = _hang_fix(first, op) + ("" if flight_record["dumps"] else
-                                      "; to see more next time: " + ", ".join(flightrec.ADVICE))
+        fix = _hang_fix(first, op) + ("; to see more next time: " + ", ".join(flight_record["advice"])
+                                      if flight_record["advice"] else "")
     record = {"collective": op, "waiting": [r.view.pid for r in waiters], "waiting_lines": wait_lines,
               "waited_s": waited, "waited_words": waited_words, "away": doing, "gpu": gpu,
               "flight_recorder": flight_record, "slow": slow}

@@ -36,6 +36,7 @@ other         anything else (the user's Python, the framework's)
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -71,7 +72,9 @@ _DECODE_MARKS = ("PIL/", "cv2", "imageio", "decode", "torchvision/io", "simplejp
 _TRANSFORM_MARKS = ("torchvision/transforms", "albumentations", "transforms")
 _READ_MARKS = ("read", "open", "load", "np.load", "numpy/lib/npyio", "h5py", "zipfile", "tarfile")
 _COMPILING = ("torch/_dynamo/convert_frame.py", "torch/_inductor/compile_fx.py")
-_BUILDING = (("torch/nn/", "the model"), ("torch/optim/", "the optimizer"), ("torch/utils/data/", "the dataset"))
+_BUILDING = (("torch/nn/", "the model"), ("torch/optim/", "the optimizer"), ("torch/utils/data/", "the dataset"),
+             ("torchvision/datasets/", "the dataset"), ("torchaudio/datasets/", "the dataset"),
+             ("torchtext/datasets/", "the dataset"))
 _NO_GRAD_MARKS = ("no_grad(", "inference_mode(")
 NO_GRAD_LOOKBACK = 120      # source lines read upward from a frame's line for an enclosing no_grad block
 _BUILDER_RE = re.compile(r"^(make|build|prepare|create|generate|load|setup|init)_?(\w*_)?"
@@ -122,6 +125,23 @@ def is_worker(stack: Stack) -> bool:
 
 def is_launcher(stack: Stack) -> bool:
     return any(_in(f, "torch/distributed/elastic/") or _in(f, "torch/distributed/run.py")
+               for f in stack.frames)
+
+
+_HELPERS = ("multiprocessing/resource_tracker.py", "multiprocessing/forkserver.py",
+            "multiprocessing/semaphore_tracker.py")
+
+
+def is_helper(stack: Stack) -> bool:
+    """multiprocessing's own helper processes (the resource tracker, the forkserver): never trainers."""
+    return any(_in(f, part) for f in stack.frames[:3] for part in _HELPERS)
+
+
+def in_distributed(stack: Stack) -> bool:
+    """A torch.distributed frame (not torchrun's launcher) or DistributedDataParallel's: the
+    process joined a process group."""
+    return any((_in(f, "torch/distributed/") and not _in(f, "torch/distributed/elastic/")
+                and not _in(f, "torch/distributed/run.py")) or _in(f, "torch/nn/parallel/distributed.py")
                for f in stack.frames)
 
 
@@ -260,11 +280,56 @@ def _indent(text: str) -> int:
     return len(text) - len(text.lstrip())
 
 
+_GRAD_OFF = ("no_grad", "inference_mode")
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
+def _turns_grad_off(expr: ast.expr) -> bool:
+    """``torch.no_grad()``, ``no_grad``, ``torch.inference_mode()``, ``torch.set_grad_enabled(False)``."""
+    call = expr if isinstance(expr, ast.Call) else None
+    func = call.func if call is not None else expr
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    if name == "set_grad_enabled" and call is not None and call.args:
+        first = call.args[0]
+        return isinstance(first, ast.Constant) and first.value is False
+    return name in _GRAD_OFF
+
+
+def _spans(node: ast.AST, line: int) -> bool:
+    first = getattr(node, "lineno", None)
+    return first is not None and first <= line <= (getattr(node, "end_lineno", None) or first)
+
+
+def no_grad_in_scope(tree: ast.Module, line: int) -> bool:
+    """Whether ``line`` runs with autograd off in its own scope: inside a ``with no_grad()`` block
+    of the function (or module) that holds the line, or in a function decorated with one. The
+    innermost function spanning the line is the frame's own code object: blocks of other
+    functions, before or around it, do not count."""
+    node: ast.AST = tree
+    off = False
+    while True:
+        child = next((c for c in ast.iter_child_nodes(node) if _spans(c, line)), None)
+        if child is None:
+            return off
+        if isinstance(child, _SCOPES):
+            decorators = getattr(child, "decorator_list", [])
+            off = not isinstance(child, (ast.ClassDef, ast.Lambda)) and any(_turns_grad_off(d) for d in decorators)
+        elif isinstance(child, (ast.With, ast.AsyncWith)) and child.body and line >= child.body[0].lineno:
+            off = off or any(_turns_grad_off(item.context_expr) for item in child.items)
+        node = child
+
+
 def _under_no_grad(frame: Frame, source: SourceLine) -> bool:
     """Whether the user's line runs inside ``with torch.no_grad():``/``inference_mode()`` or in a
-    function decorated with one: read upward from the line in its source, block by block."""
+    function decorated with one. From the file's syntax tree when the source reader parses it
+    (``source.tree(file)``: the frame's own function only); else read upward from the line,
+    block by block, up to its ``def``."""
     if frame.line is None or frame.line <= 1:
         return False
+    parse = getattr(source, "tree", None)
+    tree = parse(frame.file) if callable(parse) else None
+    if isinstance(tree, ast.Module):
+        return no_grad_in_scope(tree, frame.line)
     raw = source(frame.file, frame.line)
     if not raw:
         return False

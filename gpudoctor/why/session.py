@@ -3,6 +3,8 @@ of ``gpudoctor why``; the rules and the verdict are pure, in rules.py and analys
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import os
 import shutil
 import signal
@@ -17,6 +19,7 @@ import psutil
 
 import gpudoctor
 from gpudoctor import _published, fileio
+from gpudoctor._text import plain_text
 from gpudoctor.why import analysis, flightrec, pyspy, rules
 from gpudoctor.why.readings import Readings, process_exists
 from gpudoctor.why.stacks import Stack, parse_raw
@@ -116,7 +119,7 @@ def _read_source(candidate: str, top: str, who: Credentials) -> list[str] | None
     return data[:MAX_SOURCE_BYTES].decode("utf-8", errors="replace").splitlines()
 
 
-def source_reader(pid: int, credentials: Credentials | None = None) -> Callable[[str, int], str]:
+def source_reader(pid: int, credentials: Credentials | None = None) -> SourceReader:
     """(file, line) -> that line of the sampled process's source, read through /proc/PID/root
     (its own view of the files, a container's too), or the path itself when that view cannot
     be entered; "" when unreadable.
@@ -149,15 +152,36 @@ def source_reader(pid: int, credentials: Credentials | None = None) -> Callable[
         except OSError:
             return None
 
-    def line(path: str, number: int) -> str:
-        if not path or path.startswith("<") or not number:
-            return ""
+    def lines_of(path: str) -> list[str] | None:
+        if not path or path.startswith("<"):
+            return None
         if path not in cache:
             cache[path] = load(path)
-        lines = cache[path]
+        return cache[path]
+
+    return SourceReader(lines_of)
+
+
+class SourceReader:
+    """(file, line) -> the line's text, stripped; ``tree(file)``: the file's syntax tree (None
+    when unreadable or not Python), parsed once, so a rule can ask which function holds a line."""
+
+    def __init__(self, lines_of: Callable[[str], list[str] | None]) -> None:
+        self._lines_of = lines_of
+        self._trees: dict[str, ast.Module | None] = {}
+
+    def __call__(self, path: str, number: int) -> str:
+        lines = self._lines_of(path) if number else None
         return lines[number - 1].strip()[:300] if lines and 0 < number <= len(lines) else ""
 
-    return line
+    def tree(self, path: str) -> ast.Module | None:
+        if path not in self._trees:
+            lines = self._lines_of(path)
+            try:
+                self._trees[path] = ast.parse("\n".join(lines)) if lines else None
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                self._trees[path] = None
+        return self._trees[path]
 
 
 def _own_ancestors() -> dict[int, str]:
@@ -176,9 +200,29 @@ def _own_ancestors() -> dict[int, str]:
     return found
 
 
+PF_KTHREAD = 0x00200000  # /proc/PID/stat's flags: a kernel thread
+
+
+def kernel_thread(pid: int) -> str | None:
+    """The name of ``pid`` when it is a kernel thread (kthreadd, kworker/...), else None."""
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as handle:
+            stat = handle.read(4096)
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) > 6 and int(fields[6]) & PF_KTHREAD:
+            return stat[stat.find(b"(") + 1:stat.rfind(b")")].decode("ascii", "replace")[:64]
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 def _check_target(pid: int) -> None:
     if pid <= 0 or not process_exists(pid):
         raise pyspy.WhyError(pyspy.NO_SUCH_PROCESS, f"no process with PID {pid}")
+    kernel = kernel_thread(pid)
+    if kernel is not None:
+        raise pyspy.WhyError(pyspy.NOT_PYTHON, f"PID {pid} is a kernel thread ({plain_text(kernel, limit=64)}), "
+                             "not a Python process: give the training process's PID")
     ancestors = _own_ancestors()
     if pid in ancestors:
         who = "gpudoctor itself" if pid == os.getpid() else \
@@ -253,6 +297,41 @@ def _failure(binary: str, pid: int, stderr: str) -> pyspy.WhyError:
     return pyspy.error_from_stderr(dump_err or "", pid, alive=process_exists(pid)) if dump.returncode else error
 
 
+def namespace_ids(pid: int, proc_root: str = "/proc") -> dict[int, int]:
+    """The thread ids of ``pid`` as seen inside its own PID namespace -> as seen here (NSpid of
+    /proc/PID/task/TID/status: this namespace's id first, the innermost last). Empty when the
+    process shares this namespace or cannot be read."""
+    found: dict[int, int] = {}
+    try:
+        tasks = os.listdir(f"{proc_root}/{int(pid)}/task")[:4096]
+    except OSError:
+        return found
+    for task in tasks:
+        try:
+            with open(f"{proc_root}/{int(pid)}/task/{task}/status", encoding="ascii", errors="replace") as handle:
+                row = next((r for r in handle.read(64 << 10).splitlines() if r.startswith("NSpid:")), "")
+            ids = [int(word) for word in row.partition(":")[2].split()]
+        except (OSError, ValueError):
+            continue
+        if len(ids) > 1 and ids[-1] != ids[0]:
+            found[ids[-1]] = ids[0]
+    return found
+
+
+def to_this_namespace(stacks: list[Stack], proc_root: str = "/proc") -> list[Stack]:
+    """py-spy names a thread by its id inside the process's PID namespace (a container's main
+    thread is 1), while the process ids and the readings are this namespace's: the thread ids are
+    mapped here, so that the main thread (its id equal to its process's) is known as such."""
+    maps: dict[int, dict[int, int]] = {}
+    out = []
+    for stack in stacks:
+        if stack.pid not in maps:
+            maps[stack.pid] = namespace_ids(stack.pid, proc_root)
+        mapped = maps[stack.pid].get(stack.tid) if stack.tid is not None else None
+        out.append(dataclasses.replace(stack, tid=mapped) if mapped is not None else stack)
+    return out
+
+
 def sample(pid: int, seconds: float, *, rate: int = pyspy.DEFAULT_RATE_HZ,
            gpu_backend: GpuBackend | None = None) -> Sampled:
     """Sample ``pid`` and its subprocesses for ``seconds`` (less if it ends). Raises
@@ -286,7 +365,7 @@ def sample(pid: int, seconds: float, *, rate: int = pyspy.DEFAULT_RATE_HZ,
             pass
     result = readings.result() if readings is not None else {"processes": {}, "host": {}, "gpu": {
         "available": False, "reason": "no permission to read the process's figures", "devices": []}}
-    return Sampled(list(parse_raw(text)), result, round(min(elapsed, seconds), 2), rate, ended=ended,
+    return Sampled(to_this_namespace(list(parse_raw(text))), result, round(min(elapsed, seconds), 2), rate, ended=ended,
                    interrupted=interrupted)
 
 
@@ -311,6 +390,14 @@ def why(pid: int, seconds: float, *, rate: int = pyspy.DEFAULT_RATE_HZ, gpu_back
         sampled.readings["flight_recorder"] = flightrec.find(ranks)
     diagnosis = analysis.diagnose(sampled.stacks, sampled.readings, source_reader(pid, credentials), pid=pid,
                                   own=OWN_PREFIXES, meta=meta)
+    if sampled.ended or _gone(pid):
+        diagnosis["ended"] = True
+        # it ended while start-up was waited out, or with no training work seen (its last samples
+        # are a traceback being printed, the interpreter ending): there is no loop to judge
+        if (sampled is last and last.ended) or not analysis.saw_training(diagnosis["shares"]):
+            diagnosis["verdict"] = analysis.ended_during_startup(diagnosis["verdict"], sampled.seconds)
+            for record in diagnosis["processes"]:
+                record.pop("verdict", None)
     sampled_pids = {p["pid"] for p in diagnosis["processes"]} | {pid}
     diagnosis["published"] = {str(p): record for p, record in _published.read_all().items() if p in sampled_pids}
     return diagnosis

@@ -61,8 +61,12 @@ def _live_words(live: dict[str, Any]) -> str:
 
 def headline(d: dict[str, Any]) -> str:
     v = d["verdict"]
-    target = next((p for p in d.get("processes", []) if p["pid"] == v.get("pid", d["pid"])), None)
-    name = _name(target["command"]) if target and target.get("command") else "process"
+    processes = d.get("processes", [])
+    target = next((p for p in processes if p["pid"] == v.get("pid", d["pid"])), None)
+    parent = next((p for p in processes if target and p["pid"] == target.get("parent_pid") and p["role"] == "parent"),
+                  None)
+    named = parent or target  # a trainer that a parent started (hogwild's, mp.spawn's): the parent's script
+    name = _name(named["command"]) if named and named.get("command") else "process"
     devices = [f"GPU {dev['index']}" for dev in (d.get("gpu") or {}).get("devices", [])]
     where = ", ".join([f"pid {v.get('pid', d['pid'])}"] + devices)
     return plain_text(f"{name} ({where}): {v['words']}")

@@ -1,8 +1,9 @@
 """Each sampled process's main thread, counted by category: the views the verdicts are read from. Pure.
 
 A sampled process gets a role: a DataLoader ``worker`` (its stacks run ``_worker_loop``),
-torchrun's ``launcher`` (torch.distributed.elastic), or a ``trainer`` (any other Python
-process). The lines helpers name the user's lines behind a share of the time.
+torchrun's ``launcher`` (torch.distributed.elastic), a multiprocessing ``helper`` (the resource
+tracker, the forkserver), a ``parent`` that waits for trainers it started (hogwild's, mp.spawn's),
+or a ``trainer`` (any other Python process). The lines helpers name the user's lines behind a share of the time.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class ProcessView:
     counts: Counter = field(default_factory=Counter)                 # category -> main-thread samples
     details: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
     lines: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))  # category -> Frame
+    distributed: bool = False    # a torch.distributed frame was seen: it joined a process group
 
     def share(self, category: str) -> float:
         return self.counts[category] / self.main_samples if self.main_samples else 0.0
@@ -48,6 +50,9 @@ def build_views(stacks: Sequence[Stack], source: SourceLine, own: Sequence[str] 
             view.role = "worker"
         elif rules.is_launcher(stack) and view.role == "trainer":
             view.role = "launcher"
+        elif rules.is_helper(stack) and view.role == "trainer":
+            view.role = "helper"
+        view.distributed = view.distributed or rules.in_distributed(stack)
     for stack in stacks:
         view = views[stack.pid]
         view.samples += stack.count
@@ -59,7 +64,40 @@ def build_views(stacks: Sequence[Stack], source: SourceLine, own: Sequence[str] 
         view.details[verdict.category][verdict.detail] += stack.count
         if verdict.user is not None:
             view.lines[verdict.category][verdict.user] += stack.count
+    _mark_parents(views)
     return views
+
+
+PARENT_IDLE_SHARE = 0.5     # a process that waits this much for trainer children of its own is their parent
+
+
+def _mark_parents(views: dict[int, ProcessView]) -> None:
+    """A trainer whose main thread mostly waits while trainers it started run (multiprocessing's
+    ``p.join()``, ``torch.multiprocessing.spawn``'s join) is their ``parent``: the work, and the
+    verdict, are its children's."""
+    for view in views.values():
+        if view.role != "trainer" or view.share(rules.IDLE) + view.share(rules.STARTUP) < PARENT_IDLE_SHARE:
+            continue
+        if any(other.role == "trainer" and other is not view and _descends(other, view.pid, views)
+               for other in views.values()):
+            view.role = "parent"
+
+
+def _descends(view: ProcessView, ancestor: int, views: dict[int, ProcessView]) -> bool:
+    seen: set[int] = set()
+    parent = view.parent
+    while parent is not None and parent not in seen:
+        if parent == ancestor:
+            return True
+        seen.add(parent)
+        parent = views[parent].parent if parent in views else None
+    return False
+
+
+def children_of(view: ProcessView, views: dict[int, ProcessView], role: str = "trainer") -> list[ProcessView]:
+    """The processes of ``role`` below ``view`` (its trainers: hogwild's, mp.spawn's)."""
+    return sorted((v for v in views.values() if v.role == role and v is not view and _descends(v, view.pid, views)),
+                  key=lambda v: v.pid)
 
 
 def line_records(counter: Counter, total: int, source: SourceLine) -> list[dict[str, Any]]:
@@ -105,4 +143,4 @@ def where(lines: list[dict[str, Any]]) -> str:
     return ", ".join(f"{r['file'].rsplit('/', 1)[-1]}:{r['line']} {r['function']}" for r in kept) or "no line seen"
 
 
-__all__ = ["ProcessView", "build_views", "line_records", "workers_of", "data_lines", "where", "MAX_LINES"]
+__all__ = ["ProcessView", "build_views", "children_of", "line_records", "workers_of", "data_lines", "where", "MAX_LINES"]

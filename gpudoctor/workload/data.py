@@ -20,7 +20,6 @@ torch is imported inside the functions: importing this module stays cheap.
 
 from __future__ import annotations
 
-import gzip
 import os
 import shutil
 import struct
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpudoctor import fileio
 from gpudoctor.errors import UsageError
 
 if TYPE_CHECKING:
@@ -160,13 +160,21 @@ def _find_idx(directory: Path, name: str) -> Path | None:
     return None
 
 
+#: The most an IDX file is read or inflated to: MNIST's largest (60,000 training images)
+#: is 47,040,016 bytes; a file beyond this bound is not MNIST, however small it is compressed.
+MAX_IDX_BYTES = 64 << 20
+
+
 def _read_bytes(path: Path) -> bytes:
+    """An IDX file's bytes (inflated when it ends in .gz), bounded by :data:`MAX_IDX_BYTES` while
+    read or inflated: a 0.8 MB gzip that inflates to gigabytes stops at the bound."""
     try:
         if path.suffix == ".gz":
-            with gzip.open(path, "rb") as fh:
-                return fh.read()
-        return path.read_bytes()
-    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+            return fileio.read_gzip_regular(path, MAX_IDX_BYTES)
+        return fileio.read_regular(path, MAX_IDX_BYTES)
+    except fileio.TooLargeError as exc:
+        raise WorkloadDataError(f"{path}: {exc.strerror}; not an MNIST IDX file") from None
+    except (EOFError, zlib.error) as exc:
         raise WorkloadDataError(f"{path}: corrupt gzip file ({exc})") from None
     except OSError as exc:
         raise WorkloadDataError(f"{path}: cannot read ({exc.strerror or exc})") from None
