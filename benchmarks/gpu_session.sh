@@ -95,7 +95,7 @@ cmd_first() {
   step distributed 20 "$PY" -m gpudoctor distributed --json -o "$R/distributed.json" --timeout 15 --anonymize \
     $(big "--backend nccl --nproc 1" "--backend gloo --nproc 2 --sizes 4K")
   # `why -- CMD` on the tutorials' loop training on the GPU (py-spy comes in the wheelhouse): it
-  # waits for start-up, samples, then stops the job (the step's exit is then the job's, 143).
+  # waits for start-up, samples, then stops the job (the step's exit is then the job's: 130 for a Python job stopped by its SIGINT).
   step why_gpu 25 "$PY" -m gpudoctor why --seconds "$(big 6 2)" --wait-start 8 --then stop --json \
     -o "$R/why_gpu.json" -- "$PY" -m gpudoctor bench mnist --device "$(big cuda cpu)" --batch-sizes 64 \
     --workers 0 --modes dataloader --epochs 50
