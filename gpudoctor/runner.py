@@ -448,6 +448,8 @@ def run_probes(
     if spec.python and spec.level != "quick":
         isolate = True  # the other interpreter's torch can only be used in its own process
     ctx = build_context(spec, gpu, events)
+    if not isolate and any(p.asks_cuda_start for p in probes):
+        ctx.begin_cuda_start()  # the driver starts in a child while the NVML probes run
     report = _new_report(spec, ctx)
     no_torch = _torch_absence(probes, spec, ctx)
     child = _ProbeChild(spec)
@@ -469,6 +471,7 @@ def run_probes(
     except KeyboardInterrupt:
         report.interrupted = True
     finally:
+        ctx.cancel_cuda_start()
         if _close(child.child, ctx.gpu if gpu is None else None, graceful=not report.interrupted):
             report.interrupted = True
     return report

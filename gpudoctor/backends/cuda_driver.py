@@ -9,9 +9,16 @@ leaves cuInit answering CUDA_ERROR_UNKNOWN. Then nvidia-smi looks healthy and ev
 fails. The quick report (which never imports torch), the full report, the exporter and the TUI all
 judge this one fact with :func:`gpudoctor.backends.cuda_compat.cuda_start_findings`, so they agree.
 
-The call runs in a child (``sys.executable``) with a time limit: cuInit loads the driver into the
-calling process and can take seconds on a node without persistence mode, or hang on a faulty GPU;
-the monitor's own process stays free of it. Linux only (libcuda.so.1).
+The call runs in a child process with a time limit: cuInit loads the driver into the calling
+process and can take seconds on a node without persistence mode, or hang on a faulty GPU; the
+monitor's own process stays free of it. Linux only (libcuda.so.1).
+
+Two ways to ask: :func:`cuda_start` waits for the answer; :func:`begin_cuda_start` starts the child
+and returns at once, so the caller (the quick report) runs its NVML probes while the driver starts
+and pays the longer of the two, not their sum. A process with one thread forks the child (no new
+interpreter: about a millisecond, where starting Python costs tens); one with other threads starts
+``sys.executable`` instead, as forking a threaded process can deadlock in the child. Either child
+answers within :data:`TIMEOUT_S` or is killed, and the report says "not answered in N s".
 """
 
 from __future__ import annotations
@@ -19,21 +26,25 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
+import time
 from dataclasses import dataclass
 
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.model import Finding, Status
 
-#: Seconds the child gets: cuInit on 8 GPUs without persistence mode takes a few seconds.
-TIMEOUT_S = 20.0
+#: Seconds the child gets before the report goes on without it ("not answered in 5 s", a warning):
+#: a healthy driver answers in well under a second with persistence mode on; a report that waits
+#: longer only holds a provisioning script on a node that has a problem worth the warning.
+TIMEOUT_S = 5.0
 #: The child prints one short JSON line; anything longer is not its answer.
 MAX_OUTPUT_BYTES = 4096
 LIBRARY = "libcuda.so.1"
 
-_CHILD = r"""
-import ctypes, json
+# The child's work, as source: the forked child runs it in the process it copied; a started
+# interpreter gets it with -c. Nothing but ctypes (and time, json): no torch, no gpudoctor.
+_ASK = r"""
+import ctypes, json, time
 def ask():
     try:
         lib = ctypes.CDLL("libcuda.so.1")
@@ -48,7 +59,9 @@ def ask():
             pass
         return ""
     out = {"loaded": True}
+    began = time.perf_counter()
     code = lib.cuInit(0)
+    out["init_s"] = round(time.perf_counter() - began, 6)
     out["init_code"], out["init_name"] = code, name_of(code) if code else ""
     version = ctypes.c_int(0)
     if lib.cuDriverGetVersion(ctypes.byref(version)) == 0:
@@ -57,16 +70,19 @@ def ask():
         count = ctypes.c_int(-1)
         got = lib.cuDeviceGetCount(ctypes.byref(count))
         out["count_code"], out["device_count"] = got, count.value if got == 0 else None
+    out["done_at"] = time.monotonic()  # the system's one monotonic clock: the parent times the check by it
     return out
-print(json.dumps(ask()))
 """
+_CHILD = _ASK + "print(json.dumps(ask()))\n"
 
 
 @dataclass(frozen=True)
 class CudaStart:
     """The CUDA driver's answer. ``loaded``: libcuda could be loaded; ``code``/``name``: cuInit's
     CUresult (0: started); ``device_count``: what cuDeviceGetCount saw (after CUDA_VISIBLE_DEVICES);
-    ``driver_cuda``: cuDriverGetVersion (e.g. 13000); ``error``: the loader's message."""
+    ``driver_cuda``: cuDriverGetVersion (e.g. 13000); ``error``: the loader's message.
+    ``init_s``: seconds cuInit took in the child; ``elapsed_s``: seconds from starting the child to
+    its answer (what the check cost; the quick report runs its NVML probes meanwhile)."""
 
     loaded: bool
     code: int | None = None
@@ -74,6 +90,8 @@ class CudaStart:
     device_count: int | None = None
     driver_cuda: int | None = None
     error: str = ""
+    init_s: float | None = None
+    elapsed_s: float | None = None
 
     @property
     def started(self) -> bool:
@@ -81,7 +99,18 @@ class CudaStart:
 
     def to_dict(self) -> dict[str, object]:
         return {"loaded": self.loaded, "code": self.code, "name": self.name, "device_count": self.device_count,
-                "driver_cuda": self.driver_cuda, "error": self.error}
+                "driver_cuda": self.driver_cuda, "error": self.error, "init_s": self.init_s,
+                "elapsed_s": self.elapsed_s}
+
+
+class CudaTimeout(NA):
+    """No answer within ``limit_s`` seconds: NA("Timeout"), which says how long it was given."""
+
+    __slots__ = ("limit_s",)
+
+    def __init__(self, limit_s: float) -> None:
+        super().__init__("Timeout")
+        self.limit_s = limit_s
 
 
 def _int_or_none(value: object) -> int | None:
@@ -93,8 +122,13 @@ def _text(value: object, limit: int) -> str:
     return "".join(ch for ch in text if ch.isprintable())[:limit]
 
 
-def parse_answer(raw: str) -> CudaStart | NA:
-    """The child's JSON line, checked field by field (it is data from another process)."""
+def _seconds(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1e6 else None
+
+
+def parse_answer(raw: str, began: float | None = None) -> CudaStart | NA:
+    """The child's JSON line, checked field by field (it is data from another process). ``began``:
+    when the child was started (time.monotonic), to time the check by its answer's ``done_at``."""
     try:
         data = json.loads(raw.strip().splitlines()[-1]) if raw.strip() else None
     except (ValueError, IndexError):
@@ -107,26 +141,194 @@ def parse_answer(raw: str) -> CudaStart | NA:
     if code is None:
         return NA("BadAnswer")
     count = _int_or_none(data.get("device_count"))
+    done_at = _seconds(data.get("done_at"))
     return CudaStart(loaded=True, code=code, name=_text(data.get("init_name"), 80),
                      device_count=count if count is None or count >= 0 else None,
-                     driver_cuda=_int_or_none(data.get("driver_cuda")))
+                     driver_cuda=_int_or_none(data.get("driver_cuda")), init_s=_seconds(data.get("init_s")),
+                     elapsed_s=_seconds(round(done_at - began, 6)) if done_at is not None and began is not None
+                     else None)
 
 
 def cuda_start(timeout_s: float = TIMEOUT_S) -> CudaStart | NA:
-    """Ask the CUDA driver to start, in a child process. NA: not Linux, the child did not answer
-    in time ("Timeout", itself a finding), or its answer was unreadable."""
+    """Ask the CUDA driver to start, in a child interpreter, and wait for the answer. NA: not Linux,
+    the child did not answer in time (a :class:`CudaTimeout`, itself a finding), or its answer was
+    unreadable."""
     if not sys.platform.startswith("linux"):
         return NA("NotLinux")
+    return _Spawned(timeout_s).answer()
+
+
+def begin_cuda_start(timeout_s: float = TIMEOUT_S) -> PendingCudaStart:
+    """Start asking the CUDA driver and return at once; ``.answer()`` waits (at most until
+    ``timeout_s`` after this call) and gives what :func:`cuda_start` gives. Forks when this process
+    has one thread (no interpreter to start), else starts ``sys.executable``."""
+    if not sys.platform.startswith("linux"):
+        return Answered(NA("NotLinux"))
     try:
-        proc = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, timeout=timeout_s,
-                              env=dict(os.environ), stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        return NA("Timeout")
+        single = len(os.listdir("/proc/self/task")) == 1  # native threads count too, not only Python's
     except OSError:
-        return NA("ChildFailed")
-    if proc.returncode != 0:
-        return NA("ChildFailed")
-    return parse_answer(proc.stdout[:MAX_OUTPUT_BYTES].decode("utf-8", "replace"))
+        single = False
+    return _Forked(timeout_s) if single else _Spawned(timeout_s)
+
+
+class PendingCudaStart:
+    """A CUDA start asked and not yet read: :meth:`answer` waits for it (once; then cached)."""
+
+    def answer(self) -> CudaStart | NA:
+        raise NotImplementedError
+
+    def cancel(self) -> None:
+        """Stop the child if it still runs (the report was interrupted)."""
+
+
+class Answered(PendingCudaStart):
+    """An answer known already (not Linux, a test's preset)."""
+
+    def __init__(self, value: CudaStart | NA) -> None:
+        self.value = value
+
+    def answer(self) -> CudaStart | NA:
+        return self.value
+
+
+class _Forked(PendingCudaStart):
+    """The child is a fork of this (one-thread) process: it asks libcuda, writes one JSON line to a
+    pipe and leaves with os._exit, never returning into the caller's code."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.began = time.monotonic()
+        self.deadline = self.began + timeout_s
+        self.limit_s = timeout_s
+        self.value: CudaStart | NA | None = None
+        read_end, write_end = os.pipe()
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(read_end)
+            os.close(write_end)
+            self.pid, self.fd, self.value = 0, -1, NA("ChildFailed")
+            return
+        if pid == 0:  # the child: never returns
+            _forked_child(read_end, write_end)
+        os.close(write_end)
+        self.pid, self.fd = pid, read_end
+
+    def answer(self) -> CudaStart | NA:
+        if self.value is None:
+            raw, complete = _read_until(self.fd, self.deadline)
+            os.close(self.fd)
+            if not complete:
+                self.cancel()
+                self.value = CudaTimeout(self.limit_s)
+            else:
+                code = _reap(self.pid)
+                self.value = parse_answer(raw.decode("utf-8", "replace"), self.began) if code == 0 else NA("ChildFailed")
+            self.pid = 0
+        return self.value
+
+    def cancel(self) -> None:
+        if self.pid:
+            try:
+                os.kill(self.pid, 9)
+                os.waitpid(self.pid, os.WNOHANG)  # a child stuck in the driver is reaped at our exit
+            except OSError:
+                pass
+            self.pid = 0
+
+
+def _forked_child(read_end: int, write_end: int) -> None:
+    """The forked child's whole life: stdin/stdout/stderr on /dev/null (a shell reading our output
+    must not wait for a child stuck in the driver), ask, write, exit."""
+    code = 1
+    try:
+        os.close(read_end)
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.closerange(3, write_end)  # nothing the parent had open stays held by a stuck child
+        os.closerange(write_end + 1, 1 << 16)
+        namespace: dict[str, object] = {}
+        exec(_ASK, namespace)  # noqa: S102 (our own constant source)
+        answer = namespace["ask"]()  # type: ignore[operator]
+        line = (json.dumps(answer) + "\n").encode()[:MAX_OUTPUT_BYTES]
+        while line:
+            line = line[os.write(write_end, line):]
+        code = 0
+    finally:
+        os._exit(code)
+
+
+def _read_until(fd: int, deadline: float) -> tuple[bytes, bool]:
+    """What the child writes until it closes the pipe (True), or what came before ``deadline``
+    (False); at most MAX_OUTPUT_BYTES."""
+    import select
+
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return b"".join(chunks), False
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            continue
+        data = os.read(fd, 4096)
+        if not data:
+            return b"".join(chunks), True
+        if size < MAX_OUTPUT_BYTES:
+            chunks.append(data)
+            size += len(data)
+
+
+def _reap(pid: int) -> int:
+    """The exit code of a child that has closed its pipe (it is leaving: os._exit follows)."""
+    try:
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:
+        return 1
+    return os.waitstatus_to_exitcode(status)
+
+
+class _Spawned(PendingCudaStart):
+    """The child is a new ``sys.executable`` (this process has other threads, or a caller waits)."""
+
+    def __init__(self, timeout_s: float) -> None:
+        import subprocess
+
+        self.began = time.monotonic()
+        self.limit_s = timeout_s
+        self.value: CudaStart | NA | None = None
+        try:
+            self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(
+                [sys.executable, "-c", _CHILD], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL, env=dict(os.environ))
+        except OSError:
+            self.proc, self.value = None, NA("ChildFailed")
+
+    def answer(self) -> CudaStart | NA:
+        import subprocess
+
+        if self.value is None and self.proc is not None:
+            try:
+                out, _ = self.proc.communicate(timeout=max(0.0, self.began + self.limit_s - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.cancel()
+                self.value = CudaTimeout(self.limit_s)
+            else:
+                self.value = (parse_answer(out[:MAX_OUTPUT_BYTES].decode("utf-8", "replace"), self.began)
+                              if self.proc.returncode == 0 else NA("ChildFailed"))
+            self.proc = None
+        assert self.value is not None
+        return self.value
+
+    def cancel(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            try:
+                self.proc.communicate(timeout=2)
+            except Exception:  # noqa: BLE001 (a child stuck in the driver: reaped at our exit)
+                pass
+            self.proc = None
 
 
 #: CUDA_ERROR_SYSTEM_NOT_READY: on an NVSwitch board, the fabric manager has not registered the GPUs.
@@ -214,8 +416,9 @@ def cuda_start_findings(start: CudaStart | NA | None, visible: int, fabric: str 
            "torch.cuda.is_available() is False and code that asks for 'cuda' raises.")
     if is_na(start):
         if start.reason == "Timeout":
+            limit = start.limit_s if isinstance(start, CudaTimeout) else TIMEOUT_S
             return [Finding(Status.WARN, "cuda_start_hung",
-                            f"The CUDA driver did not finish starting within {TIMEOUT_S:g} s (cuInit).",
+                            f"The CUDA driver's start (cuInit) was not answered in {limit:g} s.",
                             why="A CUDA program here may hang at its first CUDA call.",
                             fix="Enable persistence mode (`nvidia-smi -pm 1`) if start-up is only slow; "
                                 "check `dmesg` for Xid errors if it hangs.")]
@@ -246,5 +449,5 @@ def cuda_start_findings(start: CudaStart | NA | None, visible: int, fabric: str 
     return []
 
 
-__all__ = ["CudaStart", "LIBRARY", "SYSTEM_NOT_READY", "TIMEOUT_S", "cause_of_error_text", "code_of_error_text",
+__all__ = ["Answered", "CudaStart", "CudaTimeout", "LIBRARY", "PendingCudaStart", "begin_cuda_start", "SYSTEM_NOT_READY", "TIMEOUT_S", "cause_of_error_text", "code_of_error_text",
            "cuda_start", "cuda_start_findings", "parse_answer"]
