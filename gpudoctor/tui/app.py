@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 MIN_INTERVAL_S = 0.25
 DEFAULT_INTERVAL_S = 1.0
 SCREEN_NAMES = ("overview", "processes", "doctor", "workload")
+_SCREENS: dict[str, Callable[[], Any]] = {"overview": OverviewScreen, "processes": ProcessesScreen,
+                                          "doctor": DoctorScreen, "workload": WorkloadScreen}
 
 
 # --------------------------------------------------------------------------- state
@@ -184,6 +186,10 @@ def _one_line(exc: BaseException) -> str:
 
 
 # --------------------------------------------------------------------------- app
+#: Seconds after the first reading at which the start-up objects are frozen (see below).
+FREEZE_AFTER_S = 3.0
+
+
 def _freeze_startup_objects() -> None:
     """What was built to start the app (modules, styles, screens, the first panels) lives as
     long as the app: moved out of the cyclic collector's reach once the first reading is on
@@ -287,23 +293,29 @@ class GpudoctorApp(App[int]):
 
     # -- lifecycle ------------------------------------------------------------------
     def on_mount(self) -> None:
-        self.install_screen(OverviewScreen(), "overview")
-        self.install_screen(ProcessesScreen(), "processes")
-        self.install_screen(DoctorScreen(), "doctor")
-        self.install_screen(WorkloadScreen(), "workload")
+        # The first frame needs its own screen only: the others are built when first shown.
+        if self.startup_doctor:
+            self._quick_verdict_worker()  # first: it runs beside the first frame, not after it
         if self.prometheus:
             from gpudoctor.tui.fleet import FleetScreen
 
             self.install_screen(FleetScreen(self.prometheus, interval=self.fleet_interval), "fleet")
+        self._install(self.start_screen)
         self.push_screen(self.start_screen)
-        why = self.workload_check()
-        if why:
-            self.workload.unavailable = why
-            self.workload.phase = "not available"
         self._tick()
         self.set_interval(self.interval, self._tick, name="sample")
-        if self.startup_doctor:
-            self._quick_verdict_worker()
+
+    def _install(self, name: str) -> None:
+        """Build screen ``name`` if it is not built yet (the Workload screen asks, once, whether
+        the workload can run here)."""
+        if name not in _SCREENS or self.is_screen_installed(name):
+            return
+        if name == "workload":
+            why = self.workload_check()
+            if why and not self.workload.running:
+                self.workload.unavailable = why
+                self.workload.phase = "not available"
+        self.install_screen(_SCREENS[name](), name)
 
     def _quick_verdict_worker(self) -> None:
         """The quick doctor (NVML and text only: no torch import, no CUDA context in this
@@ -358,6 +370,7 @@ class GpudoctorApp(App[int]):
             return
         if isinstance(self.screen, HelpScreen):
             self.pop_screen()
+        self._install(name)
         if self.screen is not self.get_screen(name):
             self.switch_screen(name)
 
@@ -474,7 +487,8 @@ class GpudoctorApp(App[int]):
             self._fail_header_on_critical_events()
         self._redraw("overview", "processes")
         if state.samples == 1 and not self.is_headless:
-            self.call_after_refresh(_freeze_startup_objects)
+            # a full collection takes tens of ms: after the first frame (and its verdict), not in it
+            self.set_timer(FREEZE_AFTER_S, _freeze_startup_objects)
 
     # -- why ------------------------------------------------------------------------
     def start_why(self, pid: int) -> None:
@@ -692,14 +706,16 @@ class GpudoctorApp(App[int]):
 def make_app(*, replay: str | None = None, interval: float = DEFAULT_INTERVAL_S, doctor_level: str = "standard",
              **kw: Any) -> GpudoctorApp:
     """The app on live NVML, or on a recording played in a loop."""
-    from gpudoctor.backends import NvmlBackend, ReplayBackend
-
     if replay:
+        from gpudoctor.backends.replay import ReplayBackend
+
         recording = ReplayBackend.from_file(replay, loop=True).recording  # validate now, before the screen opens
 
         def factory() -> Any:
             return ReplayBackend(recording, loop=True, source=str(replay))
     else:
+        from gpudoctor.backends.nvml import NvmlBackend
+
         factory = NvmlBackend
     kw.setdefault("startup_doctor", True)
     return GpudoctorApp(factory, interval=interval, doctor_level=doctor_level, replay=replay, **kw)
