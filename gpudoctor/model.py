@@ -9,8 +9,10 @@ from __future__ import annotations
 import time as _time
 import enum
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Iterable, Mapping
+
+from gpudoctor._record import record
 
 #: Version of the JSON report layout (docs/report.schema.json). Bump the major
 #: part when a field is removed or changes meaning; add fields freely.
@@ -67,7 +69,7 @@ def _clean_number(value: object) -> object:
     return value
 
 
-@dataclass
+@record
 class Measurement:
     """A measured or read value with its unit, e.g. ``pinned_h2d_bandwidth 24.1 GB/s``.
 
@@ -105,7 +107,7 @@ class Measurement:
         )
 
 
-@dataclass
+@record
 class Finding:
     """Something a probe saw: what (``summary``), why it matters, and what to do.
 
@@ -154,7 +156,7 @@ class Finding:
         )
 
 
-@dataclass
+@record
 class ProbeResult:
     """The outcome of one probe.
 
@@ -242,7 +244,7 @@ def utc_now_iso() -> str:
     return _time.strftime("%Y-%m-%dT%H:%M:%S+00:00", _time.gmtime())
 
 
-@dataclass
+@record
 class Report:
     """A whole run of probes on one machine, as written by ``gpudoctor report --json``."""
 

@@ -24,11 +24,12 @@ import os
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 # multiprocessing and subprocess are imported where a child starts: `report --quick`
 # starts none, and their imports are a tenth of its run time.
+from gpudoctor._record import record
 from gpudoctor import _version, findings, signals
 from gpudoctor._proc import describe_exit, silence_stdio
 from gpudoctor.backends.nvml import STUCK_S, thread_blocked
@@ -55,7 +56,7 @@ class ProbeSelectionError(ValueError):
     """Unknown probe name or level (a usage error)."""
 
 
-@dataclass
+@record
 class RunSpec:
     """Everything a (child) process needs to rebuild the probe context. Picklable."""
 

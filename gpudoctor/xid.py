@@ -23,15 +23,16 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from typing import Iterable
+
+from gpudoctor._record import record
 
 
 #: NVIDIA's Xid catalog (Ampere and newer GPUs).
 CATALOG_URL = "https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class XidInfo:
     code: int
     words: str
@@ -262,7 +263,7 @@ _FALLEN_OFF_WITHIN_LINES = 3  # the "fallen off" line follows the GPU's line wit
 KMSG_READ_LIMIT = 4 * 1024 * 1024  # never read more than this much of the log
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LoggedXid:
     pci_bus_id: str  # normalised 0000:3b:00.0
     code: int
@@ -271,7 +272,7 @@ class LoggedXid:
     text: str  # the log line, bounded, control characters removed
 
 
-@dataclass
+@record
 class KernelLog:
     xids: list[LoggedXid]
     readable: bool

@@ -27,9 +27,9 @@ import importlib
 import os
 import sys
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, TypedDict, cast
 
+from gpudoctor._record import record
 from gpudoctor.model import ProbeResult
 
 if TYPE_CHECKING:  # typing.Unpack is 3.11; these annotations are never evaluated at run time
@@ -77,7 +77,7 @@ class ProbeOptions(TypedDict, total=False):
     asks_cuda_start: bool
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Probe:
     name: str
     title: str

@@ -20,9 +20,9 @@ maximum clocks and PCIe link); the interpretation follows NVIDIA's documentation
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Iterable, SupportsFloat, SupportsIndex
 
+from gpudoctor._record import record
 from gpudoctor.backends.na import is_na
 from gpudoctor.backends.plausible import IMPLAUSIBLE, is_implausible
 from gpudoctor import findings
@@ -53,7 +53,7 @@ def _num(value: object) -> int | float | None:
         return None
 
 
-@dataclass
+@record
 class _Device:
     """One device's readings and where its measurements and findings go."""
 

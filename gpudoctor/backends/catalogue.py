@@ -23,8 +23,9 @@ This module sits in the backends layer and imports nothing of gpudoctor's.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
+
+from gpudoctor._record import record
 
 # --------------------------------------------------------------------------- plausible ranges
 # The wide bounds of what a reading can possibly be (gpudoctor.backends.plausible applies them):
@@ -85,7 +86,7 @@ STATIC_RANGES: dict[str, tuple[int, int]] = {
 
 
 # --------------------------------------------------------------------------- the records
-@dataclass(frozen=True)
+@record(frozen=True)
 class NvmlRead:
     """How the live backend reads a reading with NVML calls of its own: the first of
     ``functions`` that answers (an older driver names it differently), called with the device
@@ -101,7 +102,7 @@ class NvmlRead:
 
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Reading:
     """One per-GPU reading. Only ``key``, ``unit``, ``value`` and ``read`` are required; every
     other attribute says where the reading appears (left at its default: not there)."""

@@ -28,8 +28,8 @@ import os
 import re
 import sys
 import time
-from dataclasses import dataclass
 
+from gpudoctor._record import record
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.model import Finding, Status
 
@@ -76,7 +76,7 @@ def ask():
 _CHILD = _ASK + "print(json.dumps(ask()))\n"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CudaStart:
     """The CUDA driver's answer. ``loaded``: libcuda could be loaded; ``code``/``name``: cuInit's
     CUresult (0: started); ``device_count``: what cuDeviceGetCount saw (after CUDA_VISIBLE_DEVICES);

@@ -17,9 +17,10 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
 
+from gpudoctor._record import record
 from .na import NA, is_na
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ WATCHED_MASK = sum(EVENT_KINDS)
 SBE_STORM_PER_MINUTE = 10
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class GpuEvent:
     time: float  # Unix time
     kind: str  # a value of EVENT_KINDS
@@ -63,7 +64,7 @@ class GpuEvent:
         return {"time": self.time, "kind": self.kind, "code": self.code, "source": self.source}
 
 
-@dataclass
+@record
 class DeviceEvents:
     """What one GPU reported: counts per kind since watching began, and the last few events."""
 

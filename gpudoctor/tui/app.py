@@ -188,6 +188,8 @@ def _one_line(exc: BaseException) -> str:
 # --------------------------------------------------------------------------- app
 #: Seconds after the first reading at which the start-up objects are frozen (see below).
 FREEZE_AFTER_S = 3.0
+#: Seconds after the start at which the cyclic collector is on whatever happened (see gpudoctor.cli).
+COLLECTOR_ON_AFTER_S = 30.0
 
 
 def _freeze_startup_objects() -> None:
@@ -199,6 +201,14 @@ def _freeze_startup_objects() -> None:
 
     gc.collect()
     gc.freeze()
+    gc.enable()  # `gpudoctor` (gpudoctor.cli) starts with the collector off
+
+
+def _enable_collector() -> None:
+    """The collector on, even if no reading ever came to freeze the start-up objects."""
+    import gc
+
+    gc.enable()
 
 
 class GpudoctorApp(App[int]):
@@ -304,6 +314,7 @@ class GpudoctorApp(App[int]):
         self.push_screen(self.start_screen)
         self._tick()
         self.set_interval(self.interval, self._tick, name="sample")
+        self.set_timer(COLLECTOR_ON_AFTER_S, _enable_collector)
 
     def _install(self, name: str) -> None:
         """Build screen ``name`` if it is not built yet (the Workload screen asks, once, whether
