@@ -164,3 +164,17 @@ def test_quick_report_json_carries_the_cuda_check_times():
     timing = {m["name"]: m for m in devices["measurements"]}
     assert timing["cuda_init_s"]["unit"] == "s" and timing["cuda_init_s"]["value"] >= 0
     assert timing["cuda_start_check_s"]["value"] >= timing["cuda_init_s"]["value"]
+
+
+def test_quick_report_ends_at_once_with_its_output_and_file_complete(tmp_path):
+    """`report --quick` leaves without the interpreter's teardown (gpudoctor.cli._exit_now): its
+    stdout, its -o file and its exit code are whole all the same."""
+    out = tmp_path / "quick.json"
+    proc = subprocess.run([sys.executable, "-m", "gpudoctor", "report", "--quick", "--json", "-o", str(out),
+                           "--fail-on", "fail"], capture_output=True, text=True, env=_env(FAKE_CUDA_INIT="802"),
+                          cwd=ROOT, timeout=100)
+    assert proc.returncode == exitcodes.FAIL, proc.stderr[-2000:]
+    assert json.loads(proc.stdout) == json.loads(out.read_text())
+    text = subprocess.run([sys.executable, "-m", "gpudoctor", "report", "--quick"], capture_output=True, text=True,
+                          env=_env(), cwd=ROOT, timeout=100)
+    assert text.returncode == exitcodes.OK and text.stdout.rstrip().splitlines()[-1].startswith("Verdict: PASS")
