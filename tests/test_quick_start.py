@@ -178,3 +178,28 @@ def test_quick_report_ends_at_once_with_its_output_and_file_complete(tmp_path):
     text = subprocess.run([sys.executable, "-m", "gpudoctor", "report", "--quick"], capture_output=True, text=True,
                           env=_env(), cwd=ROOT, timeout=100)
     assert text.returncode == exitcodes.OK and text.stdout.rstrip().splitlines()[-1].startswith("Verdict: PASS")
+
+
+_EARLY = """
+    import json, threading
+    from gpudoctor.quick import begin_quick_report, quick_report, read_quick_report, verdict_of
+    early = begin_quick_report()
+    assert early is not None  # one thread: forked
+    forked = verdict_of(read_quick_report(early))
+    here = verdict_of(quick_report())
+    threading.Thread(target=threading.Event().wait, daemon=True).start()
+    print(json.dumps({"forked": [forked.status.value, forked.headline], "here": [here.status.value, here.headline],
+                      "with_threads": begin_quick_report() is None}))
+"""
+
+
+@pytest.mark.parametrize("fault", [{}, {"FAKE_CUDA": "missing"}, {"FAKE_CUDA_INIT": "802"}])
+def test_the_tuis_early_quick_report_gives_the_verdict_run_here_gives(fault):
+    """The TUI starts the quick report in a fork before it imports Textual (its header's verdict);
+    the verdict is the one the quick report run in-process gives. With other threads it does not
+    fork (the caller runs it itself)."""
+    proc = _child(_EARLY, **fault)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    answer = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert answer["forked"] == answer["here"] and answer["with_threads"]
+    assert answer["here"][0] == ("pass" if not fault else "fail")

@@ -164,11 +164,9 @@ def begin_cuda_start(timeout_s: float = TIMEOUT_S) -> PendingCudaStart:
     has one thread (no interpreter to start), else starts ``sys.executable``."""
     if not sys.platform.startswith("linux"):
         return Answered(NA("NotLinux"))
-    try:
-        single = len(os.listdir("/proc/self/task")) == 1  # native threads count too, not only Python's
-    except OSError:
-        single = False
-    return _Forked(timeout_s) if single else _Spawned(timeout_s)
+    from gpudoctor._fork import one_thread
+
+    return _Forked(timeout_s) if one_thread() else _Spawned(timeout_s)
 
 
 class PendingCudaStart:
@@ -192,101 +190,32 @@ class Answered(PendingCudaStart):
 
 
 class _Forked(PendingCudaStart):
-    """The child is a fork of this (one-thread) process: it asks libcuda, writes one JSON line to a
-    pipe and leaves with os._exit, never returning into the caller's code."""
+    """The child is a fork of this (one-thread) process (gpudoctor._fork): it asks libcuda and
+    writes one JSON line."""
 
     def __init__(self, timeout_s: float) -> None:
-        self.began = time.monotonic()
-        self.deadline = self.began + timeout_s
+        from gpudoctor._fork import ForkedCall
+
         self.limit_s = timeout_s
         self.value: CudaStart | NA | None = None
-        read_end, write_end = os.pipe()
-        try:
-            pid = os.fork()
-        except OSError:
-            os.close(read_end)
-            os.close(write_end)
-            self.pid, self.fd, self.value = 0, -1, NA("ChildFailed")
-            return
-        if pid == 0:  # the child: never returns
-            _forked_child(read_end, write_end)
-        os.close(write_end)
-        self.pid, self.fd = pid, read_end
+        self.call = ForkedCall(_ask_in_this_process, limit_s=timeout_s, max_bytes=MAX_OUTPUT_BYTES)
 
     def answer(self) -> CudaStart | NA:
         if self.value is None:
-            raw, complete = _read_until(self.fd, self.deadline)
-            os.close(self.fd)
-            if not complete:
-                self.cancel()
-                self.value = CudaTimeout(self.limit_s)
-            else:
-                code = _reap(self.pid)
-                self.value = parse_answer(raw.decode("utf-8", "replace"), self.began) if code == 0 else NA("ChildFailed")
-            self.pid = 0
+            text, why = self.call.answer()
+            self.value = (CudaTimeout(self.limit_s) if why == "Timeout" else NA(why) if why
+                          else parse_answer(text, self.call.began))
         return self.value
 
     def cancel(self) -> None:
-        if self.pid:
-            try:
-                os.kill(self.pid, 9)
-                os.waitpid(self.pid, os.WNOHANG)  # a child stuck in the driver is reaped at our exit
-            except OSError:
-                pass
-            self.pid = 0
+        self.call.cancel()
 
 
-def _forked_child(read_end: int, write_end: int) -> None:
-    """The forked child's whole life: stdin/stdout/stderr on /dev/null (a shell reading our output
-    must not wait for a child stuck in the driver), ask, write, exit."""
-    code = 1
-    try:
-        os.close(read_end)
-        null = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(null, fd)
-        os.closerange(3, write_end)  # nothing the parent had open stays held by a stuck child
-        os.closerange(write_end + 1, 1 << 16)
-        namespace: dict[str, object] = {}
-        exec(_ASK, namespace)  # noqa: S102 (our own constant source)
-        answer = namespace["ask"]()  # type: ignore[operator]
-        line = (json.dumps(answer) + "\n").encode()[:MAX_OUTPUT_BYTES]
-        while line:
-            line = line[os.write(write_end, line):]
-        code = 0
-    finally:
-        os._exit(code)
-
-
-def _read_until(fd: int, deadline: float) -> tuple[bytes, bool]:
-    """What the child writes until it closes the pipe (True), or what came before ``deadline``
-    (False); at most MAX_OUTPUT_BYTES."""
-    import select
-
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return b"".join(chunks), False
-        ready, _, _ = select.select([fd], [], [], left)
-        if not ready:
-            continue
-        data = os.read(fd, 4096)
-        if not data:
-            return b"".join(chunks), True
-        if size < MAX_OUTPUT_BYTES:
-            chunks.append(data)
-            size += len(data)
-
-
-def _reap(pid: int) -> int:
-    """The exit code of a child that has closed its pipe (it is leaving: os._exit follows)."""
-    try:
-        _, status = os.waitpid(pid, 0)
-    except ChildProcessError:
-        return 1
-    return os.waitstatus_to_exitcode(status)
+def _ask_in_this_process() -> str:
+    """The child's work, in the forked child."""
+    namespace: dict[str, object] = {}
+    exec(_ASK, namespace)  # noqa: S102 (our own constant source)
+    return json.dumps(namespace["ask"]()) + "\n"  # type: ignore[operator]
 
 
 class _Spawned(PendingCudaStart):

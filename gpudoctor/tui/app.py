@@ -37,6 +37,7 @@ from gpudoctor.tui.screens import DoctorScreen, HelpScreen, OverviewScreen, Proc
 from gpudoctor.tui.workload_runner import DEFAULT_TARGET, WorkloadProcess, field_of, workload_available
 
 if TYPE_CHECKING:
+    from gpudoctor._fork import ForkedCall
     from gpudoctor.backends.base import GpuBackend
 
 MIN_INTERVAL_S = 0.25
@@ -164,20 +165,31 @@ class WorkloadEvent(Message):
         self.kind, self.payload = kind, payload
 
 
+_TRACKER_LOCK = threading.Lock()
+
+
 def start_resource_tracker() -> None:
-    """Start multiprocessing's resource tracker now, while sys.stderr is the real one.
+    """Start multiprocessing's resource tracker with the terminal's own stderr.
 
     Spawning a child (the doctor's torch probes, the workload) starts the tracker on
     first use and passes it ``sys.stderr.fileno()``. Inside a running Textual app
     sys.stderr is a capture object whose fileno() is -1, and the spawn then fails with
-    "bad value(s) in fds_to_keep". Started before the app runs, the tracker is reused.
+    "bad value(s) in fds_to_keep"; so the real one (sys.__stderr__) stands in for the moment
+    the tracker takes to start. Called by the workers that spawn, not at start-up: importing
+    multiprocessing and starting the tracker cost the first frame tens of milliseconds.
     """
-    try:
-        from multiprocessing import resource_tracker
+    with _TRACKER_LOCK:
+        saved = sys.stderr
+        try:
+            from multiprocessing import resource_tracker
 
-        resource_tracker.ensure_running()
-    except Exception:  # no tracker on this platform: spawning works without it
-        pass
+            if sys.__stderr__ is not None:
+                sys.stderr = sys.__stderr__
+            resource_tracker.ensure_running()
+        except Exception:  # no tracker on this platform: spawning works without it
+            pass
+        finally:
+            sys.stderr = saved
 
 
 def _one_line(exc: BaseException) -> str:
@@ -267,6 +279,7 @@ class GpudoctorApp(App[int]):
         startup_doctor: bool = False,
         prometheus: str | None = None,
         fleet_interval: float = 15.0,
+        early_report: ForkedCall | None = None,
     ) -> None:
         super().__init__()
         if interval < MIN_INTERVAL_S:
@@ -282,6 +295,8 @@ class GpudoctorApp(App[int]):
         self.workload_check = workload_check or workload_available
         self.start_screen = start_screen
         self.startup_doctor = startup_doctor
+        #: the quick report started in a fork before the app (gpudoctor.quick.begin_quick_report)
+        self.early_report = early_report
         #: ``gpudoctor --prometheus URL``: the Fleet screen (f) reads every node from Prometheus.
         self.prometheus = prometheus
         self.fleet_interval = fleet_interval
@@ -299,7 +314,6 @@ class GpudoctorApp(App[int]):
         self._sample_wanted = threading.Event()
         self._workload_stop = threading.Event()
         self._quitting = False
-        start_resource_tracker()
 
     # -- lifecycle ------------------------------------------------------------------
     def on_mount(self) -> None:
@@ -336,10 +350,12 @@ class GpudoctorApp(App[int]):
         which can hang on a failing GPU, and Textual's exit (asyncio's executor shutdown) joins
         its worker threads, so `q` waited for the driver."""
         def run() -> None:
-            from gpudoctor.quick import quick_report
+            from gpudoctor.quick import quick_report, read_quick_report
 
             try:
-                report = quick_report(replay=self.replay, events=self.event_watcher)
+                report = read_quick_report(self.early_report) if self.early_report is not None else None
+                if report is None:
+                    report = quick_report(replay=self.replay, events=self.event_watcher)
             except Exception as exc:  # the header says the doctor could not run; the app goes on
                 headline = ("error", f"the quick doctor could not run: {_one_line(exc)}")
             else:
@@ -440,6 +456,8 @@ class GpudoctorApp(App[int]):
         sampling thread ends instead of waiting for a request that will not come."""
         self._quitting = True
         self._sample_wanted.set()
+        if self.early_report is not None:
+            self.early_report.cancel()
 
     def _read_sample(self) -> None:
         try:
@@ -558,6 +576,7 @@ class GpudoctorApp(App[int]):
         from gpudoctor import runner
         from gpudoctor.presentation import VERDICT
 
+        start_resource_tracker()  # before the runner spawns the torch probes' child
         worker = get_current_worker()
         try:
             probes = self.probe_source() if self.probe_source else runner.select_probes(None, level)
@@ -654,6 +673,7 @@ class GpudoctorApp(App[int]):
     @work(thread=True, exclusive=True, group="workload", exit_on_error=False)
     def _workload_worker(self, options: dict[str, Any]) -> None:
         worker = get_current_worker()
+        start_resource_tracker()  # before the workload's child is spawned
         try:
             proc = self.workload_factory(options)
             proc.start()
