@@ -188,7 +188,7 @@ class EventWatcher:
 
     def _read_kernel_log(self) -> None:
         if self._kernel_log is None:
-            from gpudoctor.xid import read_kernel_log
+            from gpudoctor.kernel_log import read_kernel_log
 
             log = read_kernel_log()
         else:
@@ -363,11 +363,15 @@ CRITICAL_KINDS = ("ecc_double_bit", "memory_retirement_failure")
 def critical_events(state: DeviceEvents) -> list[GpuEvent]:
     """The critical events among what one GPU reported (kernel log and NVML's stream), oldest
     first: the one judgement the events probe, the TUI header, watch and the exporter share."""
-    from gpudoctor import xid
-
     found = [e for e in state.logged_xids + state.recent
-             if e.kind in CRITICAL_KINDS or (e.kind == "xid" and xid.explain(int(e.code or 0)).severity == "critical")]
+             if e.kind in CRITICAL_KINDS or (e.kind == "xid" and _critical_xid(e.code))]
     return sorted(found, key=lambda e: e.time)
+
+
+def _critical_xid(code: int | None) -> bool:
+    from gpudoctor import xid  # the catalogue's tables, only when there is an Xid to judge
+
+    return xid.explain(int(code or 0)).severity == "critical"
 
 
 def describe_event(index: int, event: GpuEvent) -> str:
