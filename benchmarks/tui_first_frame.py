@@ -26,10 +26,7 @@ program did not draw its frame within the limit.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -40,10 +37,10 @@ from pathlib import Path
 import pyte
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _paired import paired_parser, program_env, run_facts  # noqa: E402
 from pty_terminal import end, read_until_closed, start_on_pty  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-FAKE_NVML = HERE / "fake_nvml"
 TARGET_RATIO = 2.5
 COLS, ROWS = 120, 40
 VERDICT_WORDS = ("PASS", "WARN", "FAIL", "ERROR", "SKIP")
@@ -87,12 +84,7 @@ def first_frame(argv: list[str], done, env: dict[str, str], gpu: str, limit_s: f
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-n", type=int, default=15, help="timed runs per program (default 15)")
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--bin", default=os.path.dirname(sys.executable),
-                        help="folder with the gpudoctor and nvitop commands (default: this Python's)")
-    parser.add_argument("--fake-nvml", action="store_true", help="use benchmarks/fake_nvml (no driver here)")
+    parser = paired_parser(__doc__, runs=15, warmup=2)
     parser.add_argument("--gpu", default="H100", help="text of the GPU's name both screens show (default H100)")
     parser.add_argument("--limit", type=float, default=30.0, help="seconds a program gets to draw (default 30)")
     parser.add_argument("--floor", action="store_true",
@@ -104,10 +96,7 @@ def main() -> int:
     bin_dir = Path(args.bin)
     programs = {"gpudoctor": ([str(bin_dir / "gpudoctor")], gpudoctor_frame),
                 "nvitop": ([str(bin_dir / "nvitop")], nvitop_frame)}
-    env = dict(os.environ)
-    env.pop("PYTHONDONTWRITEBYTECODE", None)  # an installed package has its bytecode
-    if args.fake_nvml:
-        env["PYTHONPATH"] = os.pathsep.join([str(FAKE_NVML)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env = program_env(args.fake_nvml)
     for argv, _ in programs.values():
         if not Path(argv[0]).exists():
             print(f"tui_first_frame: {argv[0]} not found (pip install nvitop into that venv)", file=sys.stderr)
@@ -132,10 +121,7 @@ def main() -> int:
     medians = {name: statistics.median(t) * 1000 for name, t in times.items()}
     ratio = medians["gpudoctor"] / medians["nvitop"]
     result = {
-        "date": time.strftime("%Y-%m-%d", time.gmtime()),
-        "machine": f"{platform.machine()} {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}, "
-                   f"Python {platform.python_version()}",
-        "nvml": "fake one-GPU H100 PCIe (benchmarks/fake_nvml)" if args.fake_nvml else "real driver",
+        **run_facts(args.fake_nvml),
         "terminal": f"{COLS}x{ROWS}", "runs": args.n,
         **{f"{name}_median_ms": round(m, 1) for name, m in medians.items()},
         **{f"{name}_runs_ms": [round(t * 1000, 1) for t in times[name]] for name in programs},

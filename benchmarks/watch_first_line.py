@@ -18,18 +18,16 @@ failed.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-FAKE_NVML = HERE / "fake_nvml"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _paired import paired_parser, program_env, run_facts  # noqa: E402
+
 SMI_QUERY = ["nvidia-smi", "--query-gpu=index,name,utilization.gpu,memory.used,memory.total,temperature.gpu,"
              "power.draw,clocks.sm", "--format=csv,noheader"]
 
@@ -54,12 +52,7 @@ def whole_run_s(argv: list[str], env: dict[str, str]) -> float | None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-n", type=int, default=15, help="timed runs per program (default 15)")
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--bin", default=os.path.dirname(sys.executable),
-                        help="folder with the gpudoctor and nvitop commands (default: this Python's)")
-    parser.add_argument("--fake-nvml", action="store_true", help="use benchmarks/fake_nvml (no driver here)")
+    parser = paired_parser(__doc__, runs=15, warmup=3)
     parser.add_argument("--smi", action="store_true", help="compare with nvidia-smi's query instead of nvitop -1")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -67,10 +60,7 @@ def main() -> int:
     bin_dir = Path(args.bin)
     ours = [str(bin_dir / "gpudoctor"), "watch", "-i", "1"]
     theirs, target = (SMI_QUERY, 1.0) if args.smi else ([str(bin_dir / "nvitop"), "-1"], 0.65)
-    env = dict(os.environ)
-    env.pop("PYTHONDONTWRITEBYTECODE", None)  # an installed package has its bytecode
-    if args.fake_nvml:
-        env["PYTHONPATH"] = os.pathsep.join([str(FAKE_NVML)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env = program_env(args.fake_nvml)
     runs = {"gpudoctor": (lambda: first_line_s(ours, env)), "other": (lambda: whole_run_s(theirs, env))}
     times: dict[str, list[float]] = {name: [] for name in runs}
     for i in range(args.warmup + args.n):
@@ -84,10 +74,7 @@ def main() -> int:
     medians = {name: statistics.median(t) * 1000 for name, t in times.items()}
     ratio = medians["gpudoctor"] / medians["other"]
     result = {
-        "date": time.strftime("%Y-%m-%d", time.gmtime()),
-        "machine": f"{platform.machine()} {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}, "
-                   f"Python {platform.python_version()}",
-        "nvml": "fake one-GPU H100 PCIe (benchmarks/fake_nvml)" if args.fake_nvml else "real driver",
+        **run_facts(args.fake_nvml),
         "ours": " ".join(ours[1:]) + " (first line)", "theirs": " ".join(Path(theirs[0]).name.split() + theirs[1:]),
         "runs": args.n, "gpudoctor_median_ms": round(medians["gpudoctor"], 1),
         "other_median_ms": round(medians["other"], 1), "ratio_of_medians": round(ratio, 3), "target": target,
