@@ -1,6 +1,7 @@
 """Benchmark: `gpudoctor report --quick --json` against `nvitop -1`, same machine, same GPU.
 
-Target (issue 12 item 8): gpudoctor's median wall time at most 0.8x nvitop's, one GPU.
+Target (issue 33, item 1; issue 12 asked 0.8x): gpudoctor's median wall time at most 0.65x
+nvitop's, one GPU, with the CUDA-start check in the report (its child runs beside the NVML probes).
 
 Both run as fresh processes, the way a script or a user runs them, interleaved (ours,
 theirs, theirs, ours, ...) so that load from other processes falls on both alike; wall
@@ -39,7 +40,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 FAKE_NVML = HERE / "fake_nvml"
-TARGET_RATIO = 0.8
+TARGET_RATIO = 0.65
 
 
 def _env(fake: bool) -> dict[str, str]:

@@ -8,9 +8,17 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 from typing import Any
 
+
+
+def _hostname() -> str:
+    """socket.gethostname() without importing socket (its import costs `report --quick` a millisecond)."""
+    if hasattr(os, "uname"):
+        return os.uname().nodename
+    import socket
+
+    return socket.gethostname()
 
 def anonymize_report_dict(data: dict[str, Any]) -> dict[str, Any]:
     """:func:`anonymize_dict`, also stripping every other host a result names
@@ -44,7 +52,7 @@ def anonymize_dict(data: object, hostname: str | None = None) -> Any:
     variable (of this process or recorded in ``data``)."""
     if hostname is None:
         found = _find_key(data, "hostname")
-        hostname = found if isinstance(found, str) and found else socket.gethostname()
+        hostname = found if isinstance(found, str) and found else _hostname()
     return _Anonymizer(hostname, _device_names(data), _home_patterns())(data)
 
 

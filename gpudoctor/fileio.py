@@ -22,10 +22,12 @@ from __future__ import annotations
 import errno
 import json
 import os
-import secrets
 import stat
 import time
-from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pathlib costs `report --quick` its import (urllib.parse, ipaddress...)
+    from pathlib import Path
 
 # Linux and macOS limit one path component to 255 bytes: the temporary name must fit
 # beside a target name that is itself legal.
@@ -152,7 +154,7 @@ def _temporary_name(target_name: str) -> str:
     stem = os.fsdecode(encoded)
     while len(os.fsencode(stem)) > room:  # a cut inside a multi-byte character
         stem = stem[:-1]
-    return f".{stem}.{secrets.token_hex(_TMP_RANDOM_CHARS // 2)}{_TMP_SUFFIX}"
+    return f".{stem}.{os.urandom(_TMP_RANDOM_CHARS // 2).hex()}{_TMP_SUFFIX}"
 
 
 #: How long an output FIFO may wait for its reader (a `cat FIFO` started a moment later).
@@ -234,6 +236,8 @@ def _write_atomically(target: str, data: bytes, mode: int, owner: tuple[int, int
 def write_bytes(path: str | os.PathLike[str], data: bytes, mode: int | None = None) -> Path:
     """Write ``data`` to ``path``: atomically for a regular file or a new path, directly otherwise.
     ``mode``: the file's mode bits (default: a replaced file keeps its mode, a new one follows the umask)."""
+    from pathlib import Path
+
     text_path = os.fspath(path)
     if not text_path:
         raise FileNotFoundError(2, "empty file name", text_path)

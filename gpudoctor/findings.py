@@ -18,14 +18,14 @@ Standard library and gpudoctor.model only: every layer may use it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from gpudoctor._record import record
 from gpudoctor._text import plain_text
 from gpudoctor.model import Finding, Status
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Wording:
     """One finding code's status and words, as templates. A ``summary`` that speaks of one GPU
     starts with ``{label}`` (``"{label} failed to remap a memory row"``) and has no final period:
@@ -38,7 +38,7 @@ class Wording:
     fix: str = ""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ClockEvent:
     """A clock-event reason in words: ``words`` in full (the TUI, ``watch``, the health
     probe), ``short`` where several are listed on one line (fleet)."""

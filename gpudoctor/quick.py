@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from gpudoctor.model import Report, Status
 
 if TYPE_CHECKING:
+    from gpudoctor._fork import ForkedCall
     from gpudoctor.backends.base import GpuBackend
     from gpudoctor.backends.events import EventSource
 
@@ -59,6 +60,33 @@ def quick_report(replay: str | None = None, python: str | None = None, gpu: GpuB
     probes = runner.select_probes(None, "quick")
     spec = runner.RunSpec(level="quick", replay=replay, python=python)
     return runner.run_probes(probes, spec, gpu=gpu, isolate=False, events=events)
+
+
+def begin_quick_report(replay: str | None = None) -> ForkedCall | None:
+    """Start the quick report in a fork of this process, to read later with :func:`read_quick_report`:
+    the TUI starts it before it imports Textual, so the header's verdict is worked out on another
+    core while the first frame is built. None where forking is not safe (other threads) or
+    possible (not Linux): the caller runs :func:`quick_report` itself."""
+    import sys
+
+    from gpudoctor._fork import ForkedCall, one_thread
+
+    if not sys.platform.startswith("linux") or not one_thread():
+        return None
+    return ForkedCall(lambda: quick_report(replay=replay).to_json(indent=None))
+
+
+def read_quick_report(call: ForkedCall) -> Report | None:
+    """The report a :func:`begin_quick_report` child made (waits for it); None if it made none."""
+    import json
+
+    text, why = call.answer()
+    if why:
+        return None
+    try:
+        return Report.from_dict(json.loads(text))
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
 
 
 def verdict_of(report: Report) -> QuickVerdict:
@@ -116,4 +144,5 @@ def _one_line(text: str) -> str:
     return line if len(line) <= HEADLINE_MAX else line[:HEADLINE_MAX - 1] + "…"
 
 
-__all__ = ["QuickVerdict", "once_lines", "quick_report", "quick_verdict", "verdict_of"]
+__all__ = ["QuickVerdict", "begin_quick_report", "once_lines", "quick_report", "quick_verdict", "read_quick_report",
+           "verdict_of"]

@@ -5,7 +5,6 @@ Rendering only reads a :class:`~gpudoctor.model.Report`; it never runs probes.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from typing import Any, TextIO
@@ -19,10 +18,7 @@ from gpudoctor.presentation import status_word as _status_word
 
 
 def report_to_json(report: Report, anonymize: bool = False, indent: int | None = 2) -> str:
-    data = report.to_dict()
-    if anonymize:
-        data = anonymize_report_dict(data)
-    return json.dumps(data, indent=indent, allow_nan=False, default=str)
+    return report.to_json(anonymize=anonymize, indent=indent)
 
 
 # --------------------------------------------------------------------------- text

@@ -24,11 +24,12 @@ import os
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 # multiprocessing and subprocess are imported where a child starts: `report --quick`
 # starts none, and their imports are a tenth of its run time.
+from gpudoctor._record import record
 from gpudoctor import _version, findings, signals
 from gpudoctor import _proc
 from gpudoctor._proc import describe_exit, silence_stdio
@@ -56,7 +57,7 @@ class ProbeSelectionError(ValueError):
     """Unknown probe name or level (a usage error)."""
 
 
-@dataclass
+@record
 class RunSpec:
     """Everything a (child) process needs to rebuild the probe context. Picklable."""
 
@@ -457,6 +458,8 @@ def run_probes(
     if spec.python and spec.level != "quick":
         isolate = True  # the other interpreter's torch can only be used in its own process
     ctx = build_context(spec, gpu, events)
+    if not isolate and any(p.asks_cuda_start for p in probes):
+        ctx.begin_cuda_start()  # the driver starts in a child while the NVML probes run
     report = _new_report(spec, ctx)
     no_torch = _torch_absence(probes, spec, ctx)
     child = _ProbeChild(spec)
@@ -478,6 +481,7 @@ def run_probes(
     except KeyboardInterrupt:
         report.interrupted = True
     finally:
+        ctx.cancel_cuda_start()
         if _close(child.child, ctx.gpu if gpu is None else None, graceful=not report.interrupted):
             report.interrupted = True
     return report

@@ -27,16 +27,16 @@ import importlib
 import os
 import sys
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, TypedDict, cast
 
+from gpudoctor._record import record
 from gpudoctor.model import ProbeResult
 
 if TYPE_CHECKING:  # typing.Unpack is 3.11; these annotations are never evaluated at run time
     from typing_extensions import Unpack
 
     from gpudoctor.backends.base import GpuBackend
-    from gpudoctor.backends.cuda_driver import CudaStart
+    from gpudoctor.backends.cuda_driver import CudaStart, PendingCudaStart
     from gpudoctor.backends.events import EventWatcher, ReplayEvents
     from gpudoctor.backends.fatbin import ExtensionScan
     from gpudoctor.backends.na import NA
@@ -76,9 +76,10 @@ class ProbeOptions(TypedDict, total=False):
     timeout_s: float
     order: int
     description: str
+    asks_cuda_start: bool
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Probe:
     name: str
     title: str
@@ -88,6 +89,8 @@ class Probe:
     timeout_s: float = 60.0
     order: int = 100
     description: str = ""
+    #: it reads ProbeContext.cuda_start(): a runner that runs it in-process starts the check first
+    asks_cuda_start: bool = False
 
     @classmethod
     def define(cls, module: str, run: Callable[["ProbeContext"], ProbeResult], title: str,
@@ -136,6 +139,7 @@ class ProbeContext:
         self._host_facts = _host_facts
         self._torch_build = _torch_build
         self._cuda_start = _cuda_start
+        self._cuda_pending: PendingCudaStart | None = None
         self._extensions = _extensions
         self._stack = _stack
         # torch or host facts handed in describe another machine than this one's files
@@ -195,7 +199,12 @@ class ProbeContext:
             from gpudoctor.backends import cuda_driver
             from gpudoctor.backends.na import NA
 
-            self._cuda_start = NA("NotRecorded") if self.replay else cuda_driver.cuda_start()
+            if self.replay:
+                self._cuda_start = NA("NotRecorded")
+            elif self._cuda_pending is not None:
+                self._cuda_start, self._cuda_pending = self._cuda_pending.answer(), None
+            else:
+                self._cuda_start = cuda_driver.cuda_start()
         return self._cuda_start
 
     def stack(self) -> Stack | NA:
@@ -209,6 +218,20 @@ class ProbeContext:
             self._stack = (NA("NotRecorded") if self.replay or self._facts_given
                            else stack.read_stack(stack.live_root()))
         return self._stack
+
+    def begin_cuda_start(self) -> None:
+        """Start the CUDA driver's check now, so that it runs while the other probes do;
+        :meth:`cuda_start` then waits for its answer (nothing to start for a replay)."""
+        if self._cuda_start is None and self._cuda_pending is None and not self.replay:
+            from gpudoctor.backends import cuda_driver
+
+            self._cuda_pending = cuda_driver.begin_cuda_start()
+
+    def cancel_cuda_start(self) -> None:
+        """Stop a started check that nobody read (the report was interrupted)."""
+        if self._cuda_pending is not None:
+            self._cuda_pending.cancel()
+            self._cuda_pending = None
 
     def extensions(self) -> ExtensionScan | NA:
         """The compiled CUDA extensions installed beside the checked torch (their fat binaries' headers

@@ -119,6 +119,7 @@ def _visible_devices(r: ProbeResult, ctx: ProbeContext, torch_facts: dict[str, A
     # The CUDA driver's own start, asked at every level (no torch), so --quick, the exporter,
     # the TUI header and the full report judge the same fact the same way.
     start = ctx.cuda_start()
+    _cuda_start_time(r, start)
     # error 802 on an NVSwitch board: what NVML says of the fabric registration names the cause
     fabric = (fabric_not_completed(ctx.gpu.static(n) for n in visible)
               if visible and isinstance(start, CudaStart) and start.code == SYSTEM_NOT_READY else "")
@@ -138,6 +139,19 @@ def _visible_devices(r: ProbeResult, ctx: ProbeContext, torch_facts: dict[str, A
                                                mig_gpus=sum(1 for n in visible if mig_modes.get(n) == 1)))
         else:
             _torch_agreement(r, ctx.gpu, torch_facts, torch_count, enumerated, cvd if changed else None)
+
+
+def _cuda_start_time(r: ProbeResult, start: CudaStart | NA) -> None:
+    """How long the CUDA driver's start took (cuInit in the child), and what the check cost from
+    starting its child to the answer: what the GPU kit records for cuInit on a real node."""
+    if isinstance(start, CudaStart):
+        if start.init_s is not None:
+            r.measure("cuda_init_s", start.init_s, "s", note="cuInit in a child process")
+        if start.elapsed_s is not None:
+            r.measure("cuda_start_check_s", start.elapsed_s, "s",
+                      note="from starting the child to its answer (cuInit, cuDeviceGetCount)")
+    elif start.reason == "Timeout":
+        r.measure("cuda_init_s", None, "s", note=f"not answered in {getattr(start, 'limit_s', 0):g} s")
 
 
 def _describe_devices(r: ProbeResult, wanted: list[int], mapping: dict[int, int | None],
@@ -369,4 +383,4 @@ def _mig_slices(r: ProbeResult, gpu: GpuBackend, dev: int, n_index: int) -> None
 
 
 PROBE = Probe.define(__name__, run, "GPUs seen by NVML and by torch, and how their indices map",
-                     level="quick", uses_torch=True, timeout_s=60, order=20)
+                     level="quick", uses_torch=True, timeout_s=60, order=20, asks_cuda_start=True)

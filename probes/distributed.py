@@ -724,5 +724,5 @@ def _unseen_gpus(result: ProbeResult, ctx: ProbeContext, gpus: int, backend: str
 
 
 PROBE = Probe.define(__name__, run, "Distributed: all-reduce bandwidth, DDP agreement, stragglers, peers",
-                     level="full", uses_torch=True, timeout_s=DEFAULT_TIMEOUT_S + 60.0, order=900,
+                     level="full", uses_torch=True, timeout_s=DEFAULT_TIMEOUT_S + 60.0, order=900, asks_cuda_start=True,
                      description="torch.distributed on N ranks: NCCL on GPUs, gloo on CPU.")

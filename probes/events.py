@@ -40,8 +40,6 @@ if TYPE_CHECKING:
 
 
 def _judge_gpu(r: ProbeResult, index: int, state: DeviceEvents) -> None:
-    from gpudoctor import xid
-
     label = f"GPU {index}"
     xids = sorted(state.logged_xids + [e for e in state.recent if e.kind == "xid"], key=lambda e: e.time)
     r.measure("xid_since_boot", len(xids), device=index)
@@ -52,6 +50,8 @@ def _judge_gpu(r: ProbeResult, index: int, state: DeviceEvents) -> None:
     for event in xids:
         by_code.setdefault(int(event.code or 0), []).append(event)
     for code, events in sorted(by_code.items()):
+        from gpudoctor import xid  # the catalogue's tables, only when there is an Xid to judge
+
         info = xid.explain(code)
         times = f"{len(events)} time(s)" if len(events) > 1 else "once"
         summary = f"{label}: Xid {code} {times} since boot: {info.words}."
@@ -108,10 +108,10 @@ def _judge_node(r: ProbeResult, states: dict[int, DeviceEvents], judged: list[in
     """What only the node's GPUs side by side show: one GPU that keeps faulting while its
     neighbours do not, and an MMU fault on every GPU at once. ``states`` holds every GPU of the
     node (the comparison needs them all); findings about one GPU are made for ``judged`` only."""
-    from gpudoctor import xid
-
     if len(states) < 2:
         return  # nothing to compare with: one GPU cannot stand out from itself
+    from gpudoctor import xid
+
     counts: dict[int, dict[int, int]] = {}
     for index, state in states.items():
         for event in _xids(state):

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
 from typing import Any, Iterable, SupportsFloat, SupportsIndex
 
+from gpudoctor._record import record
 from gpudoctor.backends import busy
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.backends.plausible import IMPLAUSIBLE, is_implausible
@@ -62,7 +62,7 @@ def _num(value: object) -> int | float | None:
         return None
 
 
-@dataclass
+@record
 class _Device:
     """One device's readings and where its measurements and findings go."""
 

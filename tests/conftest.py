@@ -143,6 +143,9 @@ def _cuda_driver_beside_the_fake_nvml(request, monkeypatch):
         return
     from gpudoctor.backends import cuda_driver
 
+    # the runner's early start answers what cuda_start (as a test may patch it) answers
+    monkeypatch.setattr(cuda_driver, "begin_cuda_start",
+                        lambda timeout_s=cuda_driver.TIMEOUT_S: cuda_driver.Answered(cuda_driver.cuda_start()))
     monkeypatch.setattr(cuda_driver, "cuda_start",
                         lambda timeout_s=cuda_driver.TIMEOUT_S: cuda_driver.CudaStart(loaded=True, code=0,
                                                                                      device_count=1))

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("gpudoctor", "gpudoctor._[!_]*", "gpudoctor.model", "gpudoctor.errors", "gpudoctor.exitcodes",
                     "gpudoctor.fileio", "gpudoctor.safejson", "gpudoctor.anonymize", "gpudoctor.signals",
-                    "gpudoctor.stats", "gpudoctor.xid", "gpudoctor.baseline", "gpudoctor.findings")),
+                    "gpudoctor.stats", "gpudoctor.xid", "gpudoctor.kernel_log", "gpudoctor.baseline", "gpudoctor.findings")),
     ("backends", ("gpudoctor.backends", "gpudoctor.backends.*")),
     ("sampling", ("gpudoctor.sampling", "gpudoctor.presentation")),
     ("producers", ("gpudoctor.probes", "gpudoctor.probes.*", "gpudoctor.workload", "gpudoctor.workload.*",

@@ -19,7 +19,8 @@ Environment:
   ``FAKE_NVML_CALLS``: a file to which the name of every symbol called is appended, once per
   name and process (which symbols a program calls: the hang guard test's list).
 - ``FAKE_CUDA_INIT``: the CUresult the fake CUDA driver's cuInit answers (default 0: it starts and
-  counts one device; e.g. 802 for a fabric manager that is not running); ``FAKE_CUDA=missing``: no
+  counts one device; e.g. 802 for a fabric manager that is not running; ``hang``: cuInit never
+  returns, as on a faulty GPU); ``FAKE_CUDA=missing``: no
   libcuda at all, as in a container given only the driver's utility capability.
 - ``FAKE_NVML_BUSY=1``: a training board instead of an idle one: utilisation, memory, power,
   temperature, SM clock and PCIe traffic change every second (the same values for every
@@ -578,9 +579,13 @@ class FakeCudaLibrary:
     ``FAKE_CUDA_INIT`` (default 0: started) and one device is counted."""
 
     def __init__(self) -> None:
-        self._init = int(os.environ.get("FAKE_CUDA_INIT", "0"))
+        answer = os.environ.get("FAKE_CUDA_INIT", "0")
+        self._hang = answer == "hang"
+        self._init = 0 if self._hang else int(answer)
 
     def cuInit(self, flags):
+        while self._hang:  # a driver that never finishes starting (a faulty GPU)
+            time.sleep(3600)
         return self._init
 
     def cuGetErrorName(self, code, out):

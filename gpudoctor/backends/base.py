@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, TypedDict, Union, runtime_checkable
 
+from gpudoctor._record import record
 from .na import NA
 
 #: A number the driver gave, or why it gave none.
@@ -59,7 +59,7 @@ class Reading(Mapping[str, Any]):
         return {name: getattr(self, name) for name in self._names()}
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class MemoryReading(Reading):
     """Device (framebuffer) memory, as nvidia-smi shows it.
 
@@ -75,7 +75,7 @@ class MemoryReading(Reading):
     memory_reserved_bytes: IntOrNA
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class UtilizationReading(Reading):
     """NVML utilization rates: the share of the last sample period a kernel ran / memory was used."""
 
@@ -84,7 +84,7 @@ class UtilizationReading(Reading):
     mem_util_pct: IntOrNA
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class ProcessReading(Reading):
     """One process holding a context on a device (NVML running processes)."""
 
@@ -134,7 +134,7 @@ P2P_KEYS = ("topology", "read", "write", "nvlink", "atomics")
 MIG_NO_UTILISATION = "not given in MIG mode (no NVML utilisation rates, per slice or whole GPU); see SM activity"
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class MigDeviceReading(Reading):
     """One MIG device (a compute instance of a GPU instance) of a GPU in MIG mode, read on its own
     MIG handle.

@@ -23,8 +23,9 @@ This module sits in the backends layer and imports nothing of gpudoctor's.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
+
+from gpudoctor._record import record
 
 # --------------------------------------------------------------------------- plausible ranges
 # The wide bounds of what a reading can possibly be (gpudoctor.backends.plausible applies them):
@@ -85,7 +86,7 @@ STATIC_RANGES: dict[str, tuple[int, int]] = {
 
 
 # --------------------------------------------------------------------------- the records
-@dataclass(frozen=True)
+@record(frozen=True)
 class NvmlRead:
     """How the live backend reads a reading with NVML calls of its own: the first of
     ``functions`` that answers (an older driver names it differently), called with the device
@@ -103,7 +104,7 @@ class NvmlRead:
 
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Reading:
     """One per-GPU reading. Only ``key``, ``unit``, ``value`` and ``read`` are required; every
     other attribute says where the reading appears (left at its default: not there)."""
@@ -509,7 +510,7 @@ DCGM_UNITS: dict[str, float] = {"%": 0.01, "ratio": 1.0, "MiB": float(2 ** 20), 
 DCGM_OLD, DCGM_NEW = "4.8 and earlier", "4.9 and later"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DcgmField:
     """One DCGM field name fleet may find in Prometheus for a reading: the reading's key, the
     name, its unit, the dcgm-exporter releases that export it, and the factor to gpudoctor's unit

@@ -9,9 +9,16 @@ leaves cuInit answering CUDA_ERROR_UNKNOWN. Then nvidia-smi looks healthy and ev
 fails. The quick report (which never imports torch), the full report, the exporter and the TUI all
 judge this one fact with :func:`gpudoctor.backends.cuda_compat.cuda_start_findings`, so they agree.
 
-The call runs in a child (``sys.executable``) with a time limit: cuInit loads the driver into the
-calling process and can take seconds on a node without persistence mode, or hang on a faulty GPU;
-the monitor's own process stays free of it. Linux only (libcuda.so.1).
+The call runs in a child process with a time limit: cuInit loads the driver into the calling
+process and can take seconds on a node without persistence mode, or hang on a faulty GPU; the
+monitor's own process stays free of it. Linux only (libcuda.so.1).
+
+Two ways to ask: :func:`cuda_start` waits for the answer; :func:`begin_cuda_start` starts the child
+and returns at once, so the caller (the quick report) runs its NVML probes while the driver starts
+and pays the longer of the two, not their sum. A process with one thread forks the child (no new
+interpreter: about a millisecond, where starting Python costs tens); one with other threads starts
+``sys.executable`` instead, as forking a threaded process can deadlock in the child. Either child
+answers within :data:`TIMEOUT_S` or is killed, and the report says "not answered in N s".
 """
 
 from __future__ import annotations
@@ -20,24 +27,28 @@ import json
 import os
 import re
 import sys
-from dataclasses import dataclass
+import time
 from typing import TYPE_CHECKING
 
+from gpudoctor._record import record
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.model import Finding, Status
 
 if TYPE_CHECKING:
     from .stack import Container
 
-#: Seconds the child gets: cuInit on 8 GPUs without persistence mode takes a few seconds.
-TIMEOUT_S = 20.0
+#: Seconds the child gets before the report goes on without it ("not answered in 5 s", a warning):
+#: a healthy driver answers in well under a second with persistence mode on; a report that waits
+#: longer only holds a provisioning script on a node that has a problem worth the warning.
+TIMEOUT_S = 5.0
 #: The child prints one short JSON line; anything longer is not its answer.
 MAX_OUTPUT_BYTES = 4096
-CHILD_OUTPUT_BOUND = 1 << 20  # what the child may print in all (a driver's warnings on stderr too)
 LIBRARY = "libcuda.so.1"
 
-_CHILD = r"""
-import ctypes, json
+# The child's work, as source: the forked child runs it in the process it copied; a started
+# interpreter gets it with -c. Nothing but ctypes (and time, json): no torch, no gpudoctor.
+_ASK = r"""
+import ctypes, json, time
 def ask():
     try:
         lib = ctypes.CDLL("libcuda.so.1")
@@ -52,7 +63,9 @@ def ask():
             pass
         return ""
     out = {"loaded": True}
+    began = time.perf_counter()
     code = lib.cuInit(0)
+    out["init_s"] = round(time.perf_counter() - began, 6)
     out["init_code"], out["init_name"] = code, name_of(code) if code else ""
     version = ctypes.c_int(0)
     if lib.cuDriverGetVersion(ctypes.byref(version)) == 0:
@@ -61,16 +74,19 @@ def ask():
         count = ctypes.c_int(-1)
         got = lib.cuDeviceGetCount(ctypes.byref(count))
         out["count_code"], out["device_count"] = got, count.value if got == 0 else None
+    out["done_at"] = time.monotonic()  # the system's one monotonic clock: the parent times the check by it
     return out
-print(json.dumps(ask()))
 """
+_CHILD = _ASK + "print(json.dumps(ask()))\n"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CudaStart:
     """The CUDA driver's answer. ``loaded``: libcuda could be loaded; ``code``/``name``: cuInit's
     CUresult (0: started); ``device_count``: what cuDeviceGetCount saw (after CUDA_VISIBLE_DEVICES);
-    ``driver_cuda``: cuDriverGetVersion (e.g. 13000); ``error``: the loader's message."""
+    ``driver_cuda``: cuDriverGetVersion (e.g. 13000); ``error``: the loader's message.
+    ``init_s``: seconds cuInit took in the child; ``elapsed_s``: seconds from starting the child to
+    its answer (what the check cost; the quick report runs its NVML probes meanwhile)."""
 
     loaded: bool
     code: int | None = None
@@ -78,6 +94,8 @@ class CudaStart:
     device_count: int | None = None
     driver_cuda: int | None = None
     error: str = ""
+    init_s: float | None = None
+    elapsed_s: float | None = None
 
     @property
     def started(self) -> bool:
@@ -85,7 +103,18 @@ class CudaStart:
 
     def to_dict(self) -> dict[str, object]:
         return {"loaded": self.loaded, "code": self.code, "name": self.name, "device_count": self.device_count,
-                "driver_cuda": self.driver_cuda, "error": self.error}
+                "driver_cuda": self.driver_cuda, "error": self.error, "init_s": self.init_s,
+                "elapsed_s": self.elapsed_s}
+
+
+class CudaTimeout(NA):
+    """No answer within ``limit_s`` seconds: NA("Timeout"), which says how long it was given."""
+
+    __slots__ = ("limit_s",)
+
+    def __init__(self, limit_s: float) -> None:
+        super().__init__("Timeout")
+        self.limit_s = limit_s
 
 
 def _int_or_none(value: object) -> int | None:
@@ -97,8 +126,13 @@ def _text(value: object, limit: int) -> str:
     return "".join(ch for ch in text if ch.isprintable())[:limit]
 
 
-def parse_answer(raw: str) -> CudaStart | NA:
-    """The child's JSON line, checked field by field (it is data from another process)."""
+def _seconds(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1e6 else None
+
+
+def parse_answer(raw: str, began: float | None = None) -> CudaStart | NA:
+    """The child's JSON line, checked field by field (it is data from another process). ``began``:
+    when the child was started (time.monotonic), to time the check by its answer's ``done_at``."""
     try:
         data = json.loads(raw.strip().splitlines()[-1]) if raw.strip() else None
     except (ValueError, IndexError):
@@ -111,28 +145,128 @@ def parse_answer(raw: str) -> CudaStart | NA:
     if code is None:
         return NA("BadAnswer")
     count = _int_or_none(data.get("device_count"))
+    done_at = _seconds(data.get("done_at"))
     return CudaStart(loaded=True, code=code, name=_text(data.get("init_name"), 80),
                      device_count=count if count is None or count >= 0 else None,
-                     driver_cuda=_int_or_none(data.get("driver_cuda")))
+                     driver_cuda=_int_or_none(data.get("driver_cuda")), init_s=_seconds(data.get("init_s")),
+                     elapsed_s=_seconds(round(done_at - began, 6)) if done_at is not None and began is not None
+                     else None)
 
 
 def cuda_start(timeout_s: float = TIMEOUT_S) -> CudaStart | NA:
-    """Ask the CUDA driver to start, in a child process. NA: not Linux, the child did not answer
-    in time ("Timeout", itself a finding), or its answer was unreadable."""
+    """Ask the CUDA driver to start, in a child interpreter, and wait for the answer. NA: not Linux,
+    the child did not answer in time (a :class:`CudaTimeout`, itself a finding), or its answer was
+    unreadable."""
     if not sys.platform.startswith("linux"):
         return NA("NotLinux")
-    from gpudoctor import _proc
+    return _Spawned(timeout_s).answer()
 
-    try:  # its own group, ended with its tree; what it prints is kept up to a bound
-        code, stdout, _ = _proc.run_bounded([sys.executable, "-c", _CHILD], timeout_s=timeout_s,
-                                            max_output=CHILD_OUTPUT_BOUND, env=dict(os.environ))
-    except _proc.ChildTimeout:
-        return NA("Timeout")
-    except (_proc.ChildOutputTooLarge, OSError):
-        return NA("ChildFailed")
-    if code != 0:
-        return NA("ChildFailed")
-    return parse_answer(stdout[:MAX_OUTPUT_BYTES].decode("utf-8", "replace"))
+
+def begin_cuda_start(timeout_s: float = TIMEOUT_S) -> PendingCudaStart:
+    """Start asking the CUDA driver and return at once; ``.answer()`` waits (at most until
+    ``timeout_s`` after this call) and gives what :func:`cuda_start` gives. Forks when this process
+    has one thread (no interpreter to start), else starts ``sys.executable``."""
+    if not sys.platform.startswith("linux"):
+        return Answered(NA("NotLinux"))
+    from gpudoctor._fork import one_thread
+
+    return _Forked(timeout_s) if one_thread() else _Spawned(timeout_s)
+
+
+class PendingCudaStart:
+    """A CUDA start asked and not yet read: :meth:`answer` waits for it (once; then cached)."""
+
+    def answer(self) -> CudaStart | NA:
+        raise NotImplementedError
+
+    def cancel(self) -> None:
+        """Stop the child if it still runs (the report was interrupted)."""
+
+
+class Answered(PendingCudaStart):
+    """An answer known already (not Linux, a test's preset)."""
+
+    def __init__(self, value: CudaStart | NA) -> None:
+        self.value = value
+
+    def answer(self) -> CudaStart | NA:
+        return self.value
+
+
+class _Forked(PendingCudaStart):
+    """The child is a fork of this (one-thread) process (gpudoctor._fork): it asks libcuda and
+    writes one JSON line."""
+
+    def __init__(self, timeout_s: float) -> None:
+        from gpudoctor._fork import ForkedCall
+
+        self.limit_s = timeout_s
+        self.value: CudaStart | NA | None = None
+        self.call = ForkedCall(_ask_in_this_process, limit_s=timeout_s, max_bytes=MAX_OUTPUT_BYTES)
+
+    def answer(self) -> CudaStart | NA:
+        if self.value is None:
+            text, why = self.call.answer()
+            self.value = (CudaTimeout(self.limit_s) if why == "Timeout" else NA(why) if why
+                          else parse_answer(text, self.call.began))
+        return self.value
+
+    def cancel(self) -> None:
+        self.call.cancel()
+
+
+def _ask_in_this_process() -> str:
+    """The child's work, in the forked child."""
+    namespace: dict[str, object] = {}
+    exec(_ASK, namespace)  # noqa: S102 (our own constant source)
+    return json.dumps(namespace["ask"]()) + "\n"  # type: ignore[operator]
+
+
+class _Spawned(PendingCudaStart):
+    """The child is a new ``sys.executable`` (this process has other threads, or a caller waits)."""
+
+    def __init__(self, timeout_s: float) -> None:
+        import subprocess
+
+        from gpudoctor import _proc
+
+        self.began = time.monotonic()
+        self.limit_s = timeout_s
+        self.value: CudaStart | NA | None = None
+        try:  # its own process group, registered so an exit ends it with its tree (gpudoctor._proc)
+            with _proc.starting():
+                self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(
+                    [sys.executable, "-c", _CHILD], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                    stdin=subprocess.DEVNULL, env=dict(os.environ), **_proc.NEW_GROUP)
+                _proc.track(self.proc.pid)
+        except OSError:
+            self.proc, self.value = None, NA("ChildFailed")
+
+    def answer(self) -> CudaStart | NA:
+        import subprocess
+
+        if self.value is None and self.proc is not None:
+            try:
+                out, _ = self.proc.communicate(timeout=max(0.0, self.began + self.limit_s - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.cancel()
+                self.value = CudaTimeout(self.limit_s)
+            else:
+                self.value = (parse_answer(out[:MAX_OUTPUT_BYTES].decode("utf-8", "replace"), self.began)
+                              if self.proc.returncode == 0 else NA("ChildFailed"))
+                from gpudoctor import _proc
+
+                _proc.untrack(self.proc.pid)
+            self.proc = None
+        assert self.value is not None
+        return self.value
+
+    def cancel(self) -> None:
+        if self.proc is not None:
+            from gpudoctor import _proc
+
+            _proc.stop_popen(self.proc, grace_s=0.5)  # its group and tree; reaped, untracked
+            self.proc = None
 
 
 #: CUDA_ERROR_SYSTEM_NOT_READY: on an NVSwitch board, the fabric manager has not registered the GPUs.
@@ -223,8 +357,9 @@ def cuda_start_findings(start: CudaStart | NA | None, visible: int, fabric: str 
            "torch.cuda.is_available() is False and code that asks for 'cuda' raises.")
     if is_na(start):
         if start.reason == "Timeout":
+            limit = start.limit_s if isinstance(start, CudaTimeout) else TIMEOUT_S
             return [Finding(Status.WARN, "cuda_start_hung",
-                            f"The CUDA driver did not finish starting within {TIMEOUT_S:g} s (cuInit).",
+                            f"The CUDA driver's start (cuInit) was not answered in {limit:g} s.",
                             why="A CUDA program here may hang at its first CUDA call.",
                             fix="Enable persistence mode (`nvidia-smi -pm 1`) if start-up is only slow; "
                                 "check `dmesg` for Xid errors if it hangs.")]
@@ -270,5 +405,6 @@ def _no_libcuda(start: CudaStart, visible: int, why: str, box: Container | None)
     return Finding(Status.FAIL, "cuda_cannot_start", summary, why=why, fix=fix)
 
 
-__all__ = ["CudaStart", "LIBRARY", "SYSTEM_NOT_READY", "TIMEOUT_S", "cause_of_error_text", "code_of_error_text",
+__all__ = ["Answered", "CudaStart", "CudaTimeout", "LIBRARY", "PendingCudaStart", "begin_cuda_start",
+           "SYSTEM_NOT_READY", "TIMEOUT_S", "cause_of_error_text", "code_of_error_text",
            "cuda_start", "cuda_start_findings", "parse_answer"]

@@ -17,9 +17,10 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
 
+from gpudoctor._record import record
 from .na import NA, is_na
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ WATCHED_MASK = sum(EVENT_KINDS)
 SBE_STORM_PER_MINUTE = 10
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class GpuEvent:
     time: float  # Unix time
     kind: str  # a value of EVENT_KINDS
@@ -63,7 +64,7 @@ class GpuEvent:
         return {"time": self.time, "kind": self.kind, "code": self.code, "source": self.source}
 
 
-@dataclass
+@record
 class DeviceEvents:
     """What one GPU reported: counts per kind since watching began, and the last few events."""
 
@@ -187,14 +188,14 @@ class EventWatcher:
 
     def _read_kernel_log(self) -> None:
         if self._kernel_log is None:
-            from gpudoctor.xid import read_kernel_log
+            from gpudoctor.kernel_log import read_kernel_log
 
             log = read_kernel_log()
         else:
             log = self._kernel_log()
         self.kernel_log_readable, self.kernel_log_reason = log.readable, log.reason
         by_bus = {bus.lower(): index for index, bus in self.bus_ids.items() if bus}
-        from gpudoctor.xid import with_named_causes
+        from gpudoctor.kernel_log import with_named_causes
 
         with self._lock:
             for entry in with_named_causes(log.xids):
@@ -364,11 +365,15 @@ CRITICAL_KINDS = ("ecc_double_bit", "memory_retirement_failure")
 def critical_events(state: DeviceEvents) -> list[GpuEvent]:
     """The critical events among what one GPU reported (kernel log and NVML's stream), oldest
     first: the one judgement the events probe, the TUI header, watch and the exporter share."""
-    from gpudoctor import xid
-
     found = [e for e in state.logged_xids + state.recent
-             if e.kind in CRITICAL_KINDS or (e.kind == "xid" and xid.explain(int(e.code or 0)).severity == "critical")]
+             if e.kind in CRITICAL_KINDS or (e.kind == "xid" and _critical_xid(e.code))]
     return sorted(found, key=lambda e: e.time)
+
+
+def _critical_xid(code: int | None) -> bool:
+    from gpudoctor import xid  # the catalogue's tables, only when there is an Xid to judge
+
+    return xid.explain(int(code or 0)).severity == "critical"
 
 
 def describe_event(index: int, event: GpuEvent) -> str:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import platform
-import socket
 import sys
 from typing import Any, Callable, Mapping
 
@@ -19,6 +17,8 @@ def _cpu_model() -> str:
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    import platform
+
     return platform.processor() or platform.machine()
 
 
@@ -26,7 +26,7 @@ def _platform_text() -> str:
     """``platform.platform()``'s text without its cost: on Linux it runs ``uname -p`` in a
     subprocess and scans the Python binary for the libc version (milliseconds of every
     ``report --quick``). glibc names itself through confstr; elsewhere ask platform."""
-    system = platform.system()
+    system, _, release, _, machine = _uname()
     if system == "Linux":
         try:
             libc = os.confstr("CS_GNU_LIBC_VERSION") or ""  # "glibc 2.36"
@@ -34,8 +34,34 @@ def _platform_text() -> str:
             libc = ""
         name, _, version = libc.partition(" ")
         if name and version:
-            return f"{system}-{platform.release()}-{platform.machine()}-with-{name}{version}"
+            return f"{system}-{release}-{machine}-with-{name}{version}"
+    import platform
+
     return platform.platform()
+
+
+def _uname() -> tuple[str, str, str, str, str]:
+    """(system, node, release, version, machine) as platform.uname() and socket.gethostname() give
+    them, from os.uname where there is one (importing platform and socket costs `report --quick`
+    two milliseconds)."""
+    if hasattr(os, "uname"):
+        u = os.uname()
+        return u.sysname, u.nodename, u.release, u.version, u.machine
+    import platform
+
+    p = platform.uname()
+    return p.system, p.node, p.release, p.version, p.machine
+
+
+def _implementation() -> str:
+    """platform.python_implementation() without importing platform."""
+    known = {"cpython": "CPython", "pypy": "PyPy", "ironpython": "IronPython", "jython": "Jython"}
+    name = sys.implementation.name
+    if name in known:
+        return known[name]
+    import platform
+
+    return platform.python_implementation()
 
 
 def _linux_cores_and_memory() -> tuple[int, int, int] | None:
@@ -72,13 +98,14 @@ def _linux_cores_and_memory() -> tuple[int, int, int] | None:
 
 def host_facts() -> dict[str, Any]:
     """Static-ish facts about the host: OS, Python, CPU, RAM."""
+    system, node, release, _, machine = _uname()
     facts: dict[str, Any] = {
-        "hostname": socket.gethostname(),
-        "os": f"{platform.system()} {platform.release()}",
+        "hostname": node,
+        "os": f"{system} {release}",
         "platform": _platform_text(),
-        "machine": platform.machine(),
+        "machine": machine,
         "python": sys.version.split()[0],
-        "python_implementation": platform.python_implementation(),
+        "python_implementation": _implementation(),
         "cpu_model": _cpu_model(),
         "cpu_logical": os.cpu_count(),
     }

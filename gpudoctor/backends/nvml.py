@@ -15,7 +15,6 @@ recording, so probes and front ends cannot tell the two apart.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import threading
 import time
@@ -30,7 +29,18 @@ from .base import P2P_KEYS, GpuSample, MemoryReading, MigDeviceReading, ProcessR
 from .na import NA, is_na
 from .plausible import check, screen
 
-log = logging.getLogger(__name__)
+
+class _LazyLog:
+    """The module's logger, imported at its first message (`report --quick` need not pay for
+    logging: it seldom has anything to log)."""
+
+    def __getattr__(self, name: str) -> Any:
+        import logging
+
+        return getattr(logging.getLogger(__name__), name)
+
+
+log = _LazyLog()
 
 # Clock-event ("throttle") reason bits, from nvml.h (nvmlClocksEventReason*), with their words
 # (kept once, in gpudoctor.findings.CLOCK_EVENTS).

@@ -202,8 +202,6 @@ def emit_report(report: Report, args: argparse.Namespace, *, title: str = "gpudo
     ``args`` needs ``json``, ``output``, ``anonymize``, ``verbose`` and ``fail_on``. Under
     torchrun every rank runs the checks; rank 0 alone prints and writes.
     """
-    from gpudoctor.render import render_text, report_to_json, report_to_markdown
-
     rank = torchrun_rank()
     if rank not in (None, 0):
         say(f"gpudoctor: rank {rank}: done ({report.status.value}); rank 0 writes the report")
@@ -211,12 +209,15 @@ def emit_report(report: Report, args: argparse.Namespace, *, title: str = "gpudo
         # exits non-zero, which could kill rank 0 before it has written the report.
         return exitcodes.PROBE_ERROR if report.status.value == "error" else exitcodes.OK
     anonymize = bool(args.anonymize)  # None (not given): off, except for markdown (--no-anonymize there)
-    text = report_to_json(report, anonymize=anonymize) + "\n"
+    text = report.to_json(anonymize=anonymize) + "\n"
 
     def show(out: TextIO) -> None:
         if args.json:
             out.write(text)
-        elif getattr(args, "format", "text") == "markdown":
+            return
+        from gpudoctor.render import render_text, report_to_markdown  # the text report's imports: not for --json
+
+        if getattr(args, "format", "text") == "markdown":
             out.write(report_to_markdown(report, anonymize=args.anonymize is not False))
         else:
             render_text(report, out, verbose=args.verbose, anonymize=anonymize, title=title)

@@ -63,10 +63,14 @@ def run(args: argparse.Namespace) -> int:
         return _once(args)
     if not (is_terminal(sys.stdin) and is_terminal(sys.stdout)):
         raise UsageError("the TUI needs a terminal; for logs use `gpudoctor watch` (or --json)")
+    from gpudoctor.quick import begin_quick_report
+
+    # The header's verdict, worked out in a fork while this process imports Textual and draws.
+    early = begin_quick_report(args.replay)
     from gpudoctor.tui.app import make_app
 
     app = make_app(replay=args.replay, interval=args.interval, doctor_level=args.doctor_level,
-                   start_screen=args.screen, prometheus=args.prometheus)
+                   start_screen=args.screen, prometheus=args.prometheus, early_report=early)
     app.run()
     code = app.return_code
     return exitcodes.OK if code is None else int(code)

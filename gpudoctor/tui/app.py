@@ -37,11 +37,14 @@ from gpudoctor.tui.screens import DoctorScreen, HelpScreen, OverviewScreen, Proc
 from gpudoctor.tui.workload_runner import DEFAULT_TARGET, WorkloadProcess, field_of, workload_available
 
 if TYPE_CHECKING:
+    from gpudoctor._fork import ForkedCall
     from gpudoctor.backends.base import GpuBackend
 
 MIN_INTERVAL_S = 0.25
 DEFAULT_INTERVAL_S = 1.0
 SCREEN_NAMES = ("overview", "processes", "doctor", "workload")
+_SCREENS: dict[str, Callable[[], Any]] = {"overview": OverviewScreen, "processes": ProcessesScreen,
+                                          "doctor": DoctorScreen, "workload": WorkloadScreen}
 
 
 # --------------------------------------------------------------------------- state
@@ -162,20 +165,31 @@ class WorkloadEvent(Message):
         self.kind, self.payload = kind, payload
 
 
+_TRACKER_LOCK = threading.Lock()
+
+
 def start_resource_tracker() -> None:
-    """Start multiprocessing's resource tracker now, while sys.stderr is the real one.
+    """Start multiprocessing's resource tracker with the terminal's own stderr.
 
     Spawning a child (the doctor's torch probes, the workload) starts the tracker on
     first use and passes it ``sys.stderr.fileno()``. Inside a running Textual app
     sys.stderr is a capture object whose fileno() is -1, and the spawn then fails with
-    "bad value(s) in fds_to_keep". Started before the app runs, the tracker is reused.
+    "bad value(s) in fds_to_keep"; so the real one (sys.__stderr__) stands in for the moment
+    the tracker takes to start. Called by the workers that spawn, not at start-up: importing
+    multiprocessing and starting the tracker cost the first frame tens of milliseconds.
     """
-    try:
-        from multiprocessing import resource_tracker
+    with _TRACKER_LOCK:
+        saved = sys.stderr
+        try:
+            from multiprocessing import resource_tracker
 
-        resource_tracker.ensure_running()
-    except Exception:  # no tracker on this platform: spawning works without it
-        pass
+            if sys.__stderr__ is not None:
+                sys.stderr = sys.__stderr__
+            resource_tracker.ensure_running()
+        except Exception:  # no tracker on this platform: spawning works without it
+            pass
+        finally:
+            sys.stderr = saved
 
 
 def not_recorded_host() -> Any:
@@ -191,6 +205,12 @@ def _one_line(exc: BaseException) -> str:
 
 
 # --------------------------------------------------------------------------- app
+#: Seconds after the first reading at which the start-up objects are frozen (see below).
+FREEZE_AFTER_S = 3.0
+#: Seconds after the start at which the cyclic collector is on whatever happened (see gpudoctor.cli).
+COLLECTOR_ON_AFTER_S = 30.0
+
+
 def _freeze_startup_objects() -> None:
     """What was built to start the app (modules, styles, screens, the first panels) lives as
     long as the app: moved out of the cyclic collector's reach once the first reading is on
@@ -200,6 +220,14 @@ def _freeze_startup_objects() -> None:
 
     gc.collect()
     gc.freeze()
+    gc.enable()  # `gpudoctor` (gpudoctor.cli) starts with the collector off
+
+
+def _enable_collector() -> None:
+    """The collector on, even if no reading ever came to freeze the start-up objects."""
+    import gc
+
+    gc.enable()
 
 
 class GpudoctorApp(App[int]):
@@ -258,6 +286,7 @@ class GpudoctorApp(App[int]):
         startup_doctor: bool = False,
         prometheus: str | None = None,
         fleet_interval: float = 15.0,
+        early_report: ForkedCall | None = None,
     ) -> None:
         super().__init__()
         if interval < MIN_INTERVAL_S:
@@ -273,6 +302,8 @@ class GpudoctorApp(App[int]):
         self.workload_check = workload_check or workload_available
         self.start_screen = start_screen
         self.startup_doctor = startup_doctor
+        #: the quick report started in a fork before the app (gpudoctor.quick.begin_quick_report)
+        self.early_report = early_report
         #: ``gpudoctor --prometheus URL``: the Fleet screen (f) reads every node from Prometheus.
         self.prometheus = prometheus
         self.fleet_interval = fleet_interval
@@ -290,27 +321,33 @@ class GpudoctorApp(App[int]):
         self._sample_wanted = threading.Event()
         self._workload_stop = threading.Event()
         self._quitting = False
-        start_resource_tracker()
 
     # -- lifecycle ------------------------------------------------------------------
     def on_mount(self) -> None:
-        self.install_screen(OverviewScreen(), "overview")
-        self.install_screen(ProcessesScreen(), "processes")
-        self.install_screen(DoctorScreen(), "doctor")
-        self.install_screen(WorkloadScreen(), "workload")
+        # The first frame needs its own screen only: the others are built when first shown.
+        if self.startup_doctor:
+            self._quick_verdict_worker()  # first: it runs beside the first frame, not after it
         if self.prometheus:
             from gpudoctor.tui.fleet import FleetScreen
 
             self.install_screen(FleetScreen(self.prometheus, interval=self.fleet_interval), "fleet")
+        self._install(self.start_screen)
         self.push_screen(self.start_screen)
-        why = self.workload_check()
-        if why:
-            self.workload.unavailable = why
-            self.workload.phase = "not available"
         self._tick()
         self.set_interval(self.interval, self._tick, name="sample")
-        if self.startup_doctor:
-            self._quick_verdict_worker()
+        self.set_timer(COLLECTOR_ON_AFTER_S, _enable_collector)
+
+    def _install(self, name: str) -> None:
+        """Build screen ``name`` if it is not built yet (the Workload screen asks, once, whether
+        the workload can run here)."""
+        if name not in _SCREENS or self.is_screen_installed(name):
+            return
+        if name == "workload":
+            why = self.workload_check()
+            if why and not self.workload.running:
+                self.workload.unavailable = why
+                self.workload.phase = "not available"
+        self.install_screen(_SCREENS[name](), name)
 
     def _quick_verdict_worker(self) -> None:
         """The quick doctor (NVML and text only: no torch import, no CUDA context in this
@@ -320,10 +357,12 @@ class GpudoctorApp(App[int]):
         which can hang on a failing GPU, and Textual's exit (asyncio's executor shutdown) joins
         its worker threads, so `q` waited for the driver."""
         def run() -> None:
-            from gpudoctor.quick import quick_report
+            from gpudoctor.quick import quick_report, read_quick_report
 
             try:
-                report = quick_report(replay=self.replay, events=self.event_watcher)
+                report = read_quick_report(self.early_report) if self.early_report is not None else None
+                if report is None:
+                    report = quick_report(replay=self.replay, events=self.event_watcher)
             except Exception as exc:  # the header says the doctor could not run; the app goes on
                 headline = ("error", f"the quick doctor could not run: {_one_line(exc)}")
             else:
@@ -365,6 +404,7 @@ class GpudoctorApp(App[int]):
             return
         if isinstance(self.screen, HelpScreen):
             self.pop_screen()
+        self._install(name)
         if self.screen is not self.get_screen(name):
             self.switch_screen(name)
 
@@ -423,6 +463,8 @@ class GpudoctorApp(App[int]):
         sampling thread ends instead of waiting for a request that will not come."""
         self._quitting = True
         self._sample_wanted.set()
+        if self.early_report is not None:
+            self.early_report.cancel()
 
     def _read_sample(self) -> None:
         try:
@@ -483,7 +525,8 @@ class GpudoctorApp(App[int]):
             self._fail_header_on_critical_events()
         self._redraw("overview", "processes")
         if state.samples == 1 and not self.is_headless:
-            self.call_after_refresh(_freeze_startup_objects)
+            # a full collection takes tens of ms: after the first frame (and its verdict), not in it
+            self.set_timer(FREEZE_AFTER_S, _freeze_startup_objects)
 
     # -- why ------------------------------------------------------------------------
     def start_why(self, pid: int) -> None:
@@ -542,6 +585,7 @@ class GpudoctorApp(App[int]):
         from gpudoctor import runner
         from gpudoctor.presentation import VERDICT
 
+        start_resource_tracker()  # before the runner spawns the torch probes' child
         worker = get_current_worker()
         try:
             probes = self.probe_source() if self.probe_source else runner.select_probes(None, level)
@@ -638,6 +682,7 @@ class GpudoctorApp(App[int]):
     @work(thread=True, exclusive=True, group="workload", exit_on_error=False)
     def _workload_worker(self, options: dict[str, Any]) -> None:
         worker = get_current_worker()
+        start_resource_tracker()  # before the workload's child is spawned
         try:
             proc = self.workload_factory(options)
             proc.start()
@@ -701,14 +746,16 @@ class GpudoctorApp(App[int]):
 def make_app(*, replay: str | None = None, interval: float = DEFAULT_INTERVAL_S, doctor_level: str = "standard",
              **kw: Any) -> GpudoctorApp:
     """The app on live NVML, or on a recording played in a loop."""
-    from gpudoctor.backends import NvmlBackend, ReplayBackend
-
     if replay:
+        from gpudoctor.backends.replay import ReplayBackend
+
         recording = ReplayBackend.from_file(replay, loop=True).recording  # validate now, before the screen opens
 
         def factory() -> Any:
             return ReplayBackend(recording, loop=True, source=str(replay))
     else:
+        from gpudoctor.backends.nvml import NvmlBackend
+
         factory = NvmlBackend
     kw.setdefault("startup_doctor", True)
     return GpudoctorApp(factory, interval=interval, doctor_level=doctor_level, replay=replay, **kw)

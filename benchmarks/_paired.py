@@ -1,0 +1,42 @@
+"""What the paired start-up benchmarks share (quick_vs_nvitop, tui_first_frame, watch_first_line):
+the environment both programs run in, and the facts a result names (date, machine, NVML)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+FAKE_NVML = Path(__file__).resolve().parent / "fake_nvml"
+
+
+def program_env(fake_nvml: bool) -> dict[str, str]:
+    """This environment, with bytecode written and used as an installed package has it, and with
+    benchmarks/fake_nvml on PYTHONPATH when there is no driver (``fake_nvml``)."""
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    if fake_nvml:
+        env["PYTHONPATH"] = os.pathsep.join([str(FAKE_NVML)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return env
+
+
+def run_facts(fake_nvml: bool) -> dict[str, str]:
+    """The date, the machine (with its load now) and the NVML a result was measured on."""
+    return {"date": time.strftime("%Y-%m-%d", time.gmtime()),
+            "machine": f"{platform.machine()} {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}, "
+                       f"Python {platform.python_version()}",
+            "nvml": "fake one-GPU H100 PCIe (benchmarks/fake_nvml)" if fake_nvml else "real driver"}
+
+
+def paired_parser(doc: str, runs: int, warmup: int) -> argparse.ArgumentParser:
+    """The options every paired benchmark takes: -n, --warmup, --bin, --fake-nvml."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("-n", type=int, default=runs, help=f"timed runs per program (default {runs})")
+    parser.add_argument("--warmup", type=int, default=warmup)
+    parser.add_argument("--bin", default=os.path.dirname(sys.executable),
+                        help="folder with the gpudoctor and nvitop commands (default: this Python's)")
+    parser.add_argument("--fake-nvml", action="store_true", help="use benchmarks/fake_nvml (no driver here)")
+    return parser

@@ -1,0 +1,127 @@
+"""A function run in a fork of this process, its text answer read back through a pipe.
+
+For work that should run beside the caller rather than before it, without starting another
+Python: the CUDA driver's start (gpudoctor.backends.cuda_driver) and the TUI's quick verdict.
+Forking is safe only while the process has one thread (a lock held by another thread stays
+held in the child): callers check :func:`one_thread` and do otherwise when it says no.
+
+The child's stdin, stdout and stderr are /dev/null and it holds no other descriptor of the
+parent's (a shell reading the parent's output must not wait for a child stuck in a driver);
+it runs the function, writes its answer and leaves with ``os._exit``, never returning into
+the caller's code. Linux and other POSIX systems only.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable
+
+
+def one_thread() -> bool:
+    """Whether this process has a single thread, native threads included (Linux: /proc)."""
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:
+        return False
+
+
+class ForkedCall:
+    """``work()`` in a forked child; :meth:`answer` waits for its text (once; then cached).
+
+    ``limit_s``: seconds from the fork after which the child is killed and the answer is
+    "Timeout" (None: no limit). ``max_bytes``: the most of its answer that is kept."""
+
+    def __init__(self, work: Callable[[], str], limit_s: float | None = None, max_bytes: int = 1 << 20) -> None:
+        self.began = time.monotonic()
+        self.deadline = None if limit_s is None else self.began + limit_s
+        self.max_bytes = max_bytes
+        self._answer: tuple[str, str] | None = None
+        read_end, write_end = os.pipe()
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(read_end)
+            os.close(write_end)
+            self.pid, self.fd, self._answer = 0, -1, ("", "ChildFailed")
+            return
+        if pid == 0:  # the child: never returns
+            _child(work, read_end, write_end, max_bytes)
+        os.close(write_end)
+        self.pid, self.fd = pid, read_end
+
+    def answer(self) -> tuple[str, str]:
+        """(text, why): why is "" when the child answered, "Timeout" when it did not within the
+        limit (it is then killed), "ChildFailed" when it ended without an answer."""
+        if self._answer is None:
+            raw, complete = _read_until(self.fd, self.deadline, self.max_bytes)
+            os.close(self.fd)
+            if not complete:
+                self.cancel()
+                self._answer = ("", "Timeout")
+            else:
+                pid, self.pid = self.pid, 0
+                code = _reap(pid) if pid else 1  # 0: cancelled meanwhile (never waitpid(0): any child)
+                self._answer = (raw.decode("utf-8", "replace"), "") if code == 0 else ("", "ChildFailed")
+        return self._answer
+
+    def cancel(self) -> None:
+        """Kill the child if it still runs (nobody will read its answer)."""
+        if self.pid:
+            try:
+                os.kill(self.pid, 9)
+                os.waitpid(self.pid, os.WNOHANG)  # a child stuck in a driver is reaped at our exit
+            except OSError:
+                pass
+            self.pid = 0
+
+
+def _child(work: Callable[[], str], read_end: int, write_end: int, max_bytes: int) -> None:
+    code = 1
+    try:
+        os.close(read_end)
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.closerange(3, write_end)  # nothing the parent had open stays held by a stuck child
+        os.closerange(write_end + 1, 1 << 16)
+        data = work().encode()[:max_bytes]
+        while data:
+            data = data[os.write(write_end, data):]
+        code = 0
+    finally:
+        os._exit(code)
+
+
+def _read_until(fd: int, deadline: float | None, max_bytes: int) -> tuple[bytes, bool]:
+    """What the child writes until it closes the pipe (True), or what came before ``deadline``
+    (False); at most ``max_bytes``."""
+    import select
+
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return b"".join(chunks), False
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            continue
+        data = os.read(fd, 65536)
+        if not data:
+            return b"".join(chunks), True
+        if size < max_bytes:
+            chunks.append(data)
+            size += len(data)
+
+
+def _reap(pid: int) -> int:
+    """The exit code of a child that has closed its pipe (os._exit follows at once)."""
+    try:
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:
+        return 1
+    return os.waitstatus_to_exitcode(status)
+
+
+__all__ = ["ForkedCall", "one_thread"]

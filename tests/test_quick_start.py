@@ -1,0 +1,205 @@
+"""`report --quick` as provisioning scripts run it (issue 33): the CUDA driver's start is asked in a
+child started before the NVML probes and read after them, with a time limit; the quick path
+imports only what it needs (a budget of modules, counted in a child process: no timing here;
+the speed itself is measured by benchmarks/quick_vs_nvitop.py).
+
+The CUDA child runs against benchmarks/fake_nvml's fake libcuda (FAKE_CUDA_INIT, FAKE_CUDA)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from gpudoctor import exitcodes
+from gpudoctor.backends.cuda_driver import CudaTimeout, cuda_start_findings
+from gpudoctor.model import Status
+
+ROOT = Path(__file__).resolve().parent.parent
+FAKE_NVML = ROOT / "benchmarks" / "fake_nvml"
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FAKE_CUDA", "FAKE_NVML", "PYTEST"))}
+    env.update(PYTHONPATH=str(FAKE_NVML), **extra)
+    return env
+
+
+def _child(code: str, **extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          env=_env(**extra), cwd=ROOT, timeout=120)
+
+
+# --------------------------------------------------------------------------- the import budget
+# What `report --quick --json` may load. These were loaded before issue 33 and are not needed
+# for it: the text report (render, presentation), psutil, logging, pathlib (urllib, ipaddress),
+# datetime, socket, platform, secrets (hashlib); torch, textual and the child-process machinery
+# of the full report never.
+NOT_ON_THE_QUICK_PATH = {
+    "torch", "textual", "multiprocessing", "gpudoctor.workload", "gpudoctor.render", "gpudoctor.presentation",
+    "gpudoctor.backends.busy", "gpudoctor.backends.replay", "gpudoctor.backends.recording", "psutil", "logging",
+    "pathlib", "urllib", "ipaddress", "datetime", "socket", "platform", "secrets", "hashlib", "textwrap",
+}
+# The number of modules (standard library included) that the quick path adds to the interpreter's
+# start: 89 on 2026-11-27 in the development venv, 37 of them gpudoctor's (121 and 43 before
+# issue 33), with a little room: a change that pulls a new import tree into the quick path fails
+# here and has to say why it is worth every provisioning script's time.
+MODULE_BUDGET = 95
+GPUDOCTOR_MODULE_BUDGET = 40
+
+_LOADED = """
+    import io, json, sys, contextlib
+    at_start = set(sys.modules)  # the interpreter's own start (an editable install's finder loads pathlib)
+    from gpudoctor.cli import main
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = main(["report", "--quick", "--json"])
+    document = json.loads(out.getvalue())
+    print(json.dumps({"rc": rc, "modules": sorted(set(sys.modules) - at_start), "status": document["status"]}))
+"""
+
+
+def test_report_quick_json_stays_within_its_import_budget():
+    proc = _child(_LOADED)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    answer = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert answer["rc"] == exitcodes.OK and answer["status"] == "pass", answer
+    loaded = set(answer["modules"])
+    assert "pynvml" in loaded and "gpudoctor.probes.devices" in loaded  # it did run the NVML probes
+    roots = {name.split(".")[0] for name in loaded} | loaded
+    assert not roots & NOT_ON_THE_QUICK_PATH, sorted(roots & NOT_ON_THE_QUICK_PATH)
+    ours = sorted(m for m in loaded if m.startswith("gpudoctor"))
+    assert len(ours) <= GPUDOCTOR_MODULE_BUDGET, ours
+    assert len(loaded) <= MODULE_BUDGET, sorted(loaded)
+
+
+# --------------------------------------------------------------------------- the early CUDA check
+_BEGIN = """
+    import json, threading, sys
+    from gpudoctor.backends import cuda_driver
+    if {threaded}:  # another thread: the check starts an interpreter instead of forking
+        stop = threading.Event()
+        threading.Thread(target=stop.wait, daemon=True).start()
+    pending = cuda_driver.begin_cuda_start({limit})
+    kind = type(pending).__name__
+    answer = pending.answer()
+    again = pending.answer()
+    print(json.dumps({{"kind": kind, "same": answer == again, "na": getattr(answer, "reason", None),
+                      "limit": getattr(answer, "limit_s", None),
+                      "answer": None if getattr(answer, "reason", None) else answer.to_dict()}}))
+"""
+
+
+def _begin(threaded: bool, limit: float = 60.0, **extra: str) -> dict:
+    proc = _child(_BEGIN.format(threaded=threaded, limit=limit), **extra)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("threaded, kind", [(False, "_Forked"), (True, "_Spawned")])
+@pytest.mark.parametrize("fault, expected", [
+    ({}, {"loaded": True, "code": 0, "device_count": 1}),
+    ({"FAKE_CUDA_INIT": "802"}, {"loaded": True, "code": 802, "name": "CUDA_ERROR_SYSTEM_NOT_READY"}),
+    ({"FAKE_CUDA": "missing"}, {"loaded": False}),
+])
+def test_both_children_give_the_answer_the_waiting_check_gives(threaded, kind, fault, expected):
+    """The forked child (one-thread process) and the started interpreter (threads) answer alike,
+    and alike to cuda_start(), which every other caller uses."""
+    started = _begin(threaded, **fault)
+    assert started["kind"] == kind and started["same"]
+    answer = started["answer"]
+    assert {k: answer[k] for k in expected} == expected, answer
+    waited = _child("""
+        import json
+        from gpudoctor.backends.cuda_driver import cuda_start
+        print(json.dumps(cuda_start(60).to_dict()))
+    """, **fault)
+    assert waited.returncode == 0, waited.stderr[-2000:]
+    plain = json.loads(waited.stdout.strip().splitlines()[-1])
+    timing = ("init_s", "elapsed_s")
+    assert {k: v for k, v in answer.items() if k not in timing} == {k: v for k, v in plain.items() if k not in timing}
+    if answer["loaded"]:  # the times the kit records: cuInit in the child, and the whole check
+        assert isinstance(answer["init_s"], float) and isinstance(answer["elapsed_s"], float)
+        assert 0 <= answer["init_s"] <= answer["elapsed_s"]
+
+
+@pytest.mark.parametrize("threaded", [False, True])
+def test_a_driver_that_never_answers_is_not_answered_in_the_limit(threaded):
+    started = _begin(threaded, limit=0.5, FAKE_CUDA_INIT="hang")
+    assert started["na"] == "Timeout" and started["limit"] == 0.5 and started["same"]
+
+
+def test_the_hung_check_is_a_warning_that_names_its_limit():
+    [finding] = cuda_start_findings(CudaTimeout(5.0), visible=1)
+    assert (finding.status, finding.code) == (Status.WARN, "cuda_start_hung")
+    assert "not answered in 5 s" in finding.summary
+
+
+@pytest.mark.timeout(120)
+def test_quick_report_with_a_hung_cuda_start_finishes_with_the_warning():
+    """cuInit that never returns costs the quick report its time limit, then a warning; the
+    report and its exit code still come, and the child does not outlive it."""
+    proc = subprocess.run([sys.executable, "-m", "gpudoctor", "report", "--quick", "--json"], capture_output=True,
+                          text=True, env=_env(FAKE_CUDA_INIT="hang"), cwd=ROOT, timeout=100)
+    assert proc.returncode == exitcodes.WARN, proc.stderr[-2000:]
+    document = json.loads(proc.stdout)
+    devices = next(r for r in document["results"] if r["probe"] == "devices")
+    [hung] = [f for f in devices["findings"] if f["code"] == "cuda_start_hung"]
+    assert hung["status"] == "warn" and "not answered in 5 s" in hung["summary"]
+    timing = {m["name"]: m for m in devices["measurements"]}
+    assert timing["cuda_init_s"]["value"] is None and "not answered" in timing["cuda_init_s"]["note"]
+
+
+def test_quick_report_json_carries_the_cuda_check_times():
+    """What the GPU kit reads: devices' cuda_init_s (cuInit in the child) and cuda_start_check_s."""
+    proc = subprocess.run([sys.executable, "-m", "gpudoctor", "report", "--quick", "--json"], capture_output=True,
+                          text=True, env=_env(), cwd=ROOT, timeout=100)
+    assert proc.returncode == exitcodes.OK, proc.stderr[-2000:]
+    devices = next(r for r in json.loads(proc.stdout)["results"] if r["probe"] == "devices")
+    timing = {m["name"]: m for m in devices["measurements"]}
+    assert timing["cuda_init_s"]["unit"] == "s" and timing["cuda_init_s"]["value"] >= 0
+    assert timing["cuda_start_check_s"]["value"] >= timing["cuda_init_s"]["value"]
+
+
+def test_quick_report_ends_at_once_with_its_output_and_file_complete(tmp_path):
+    """`report --quick` leaves without the interpreter's teardown (gpudoctor.cli._exit_now): its
+    stdout, its -o file and its exit code are whole all the same."""
+    out = tmp_path / "quick.json"
+    proc = subprocess.run([sys.executable, "-m", "gpudoctor", "report", "--quick", "--json", "-o", str(out),
+                           "--fail-on", "fail"], capture_output=True, text=True, env=_env(FAKE_CUDA_INIT="802"),
+                          cwd=ROOT, timeout=100)
+    assert proc.returncode == exitcodes.FAIL, proc.stderr[-2000:]
+    assert json.loads(proc.stdout) == json.loads(out.read_text())
+    text = subprocess.run([sys.executable, "-m", "gpudoctor", "report", "--quick"], capture_output=True, text=True,
+                          env=_env(), cwd=ROOT, timeout=100)
+    assert text.returncode == exitcodes.OK and text.stdout.rstrip().splitlines()[-1].startswith("Verdict: PASS")
+
+
+_EARLY = """
+    import json, threading
+    from gpudoctor.quick import begin_quick_report, quick_report, read_quick_report, verdict_of
+    early = begin_quick_report()
+    assert early is not None  # one thread: forked
+    forked = verdict_of(read_quick_report(early))
+    here = verdict_of(quick_report())
+    threading.Thread(target=threading.Event().wait, daemon=True).start()
+    print(json.dumps({"forked": [forked.status.value, forked.headline], "here": [here.status.value, here.headline],
+                      "with_threads": begin_quick_report() is None}))
+"""
+
+
+@pytest.mark.parametrize("fault", [{}, {"FAKE_CUDA": "missing"}, {"FAKE_CUDA_INIT": "802"}])
+def test_the_tuis_early_quick_report_gives_the_verdict_run_here_gives(fault):
+    """The TUI starts the quick report in a fork before it imports Textual (its header's verdict);
+    the verdict is the one the quick report run in-process gives. With other threads it does not
+    fork (the caller runs it itself)."""
+    proc = _child(_EARLY, **fault)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    answer = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert answer["forked"] == answer["here"] and answer["with_threads"]
+    assert answer["here"][0] == ("pass" if not fault else "fail")
