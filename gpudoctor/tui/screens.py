@@ -202,6 +202,18 @@ PROCESS_COLUMNS = (("pid", "pid"), ("user", "user"), ("gpu", "GPU"), ("gpu memor
 SORT_ORDER = [key for key, _ in PROCESS_COLUMNS if key in PROCESS_SORT_KEYS]  # "why" sorts by a header click
 
 
+
+def _row_key(row: ProcessRow, taken: set[str]) -> str:
+    """A row key unique in the table: GPU, MIG slice and PID (one PID may be listed on two slices,
+    or twice by a driver), numbered when it repeats; DataTable refuses a key twice."""
+    base = f"{row.gpu}:{row.mig}:{row.pid}"
+    key, n = base, 1
+    while key in taken:
+        n += 1
+        key = f"{base}#{n}"
+    taken.add(key)
+    return key
+
 class ProcessesScreen(BaseScreen):
     TITLE = "Processes"
     BINDINGS = [
@@ -308,6 +320,7 @@ class ProcessesScreen(BaseScreen):
             except Exception:
                 selected = None
         table.clear()
+        keys: set[str] = set()
         for r in rows:
             # Cells are Text, never str: DataTable parses a str as markup, and a command line
             # such as `train.py data=[/data/a,/data/b]` is data, not markup.
@@ -320,7 +333,7 @@ class ProcessesScreen(BaseScreen):
                 plain_text(self._diagnosis(r.pid), limit=40),
                 plain_text(r.command),
             )
-            table.add_row(*(Text(c) for c in cells), key=f"{r.gpu}:{r.pid}")
+            table.add_row(*(Text(c) for c in cells), key=_row_key(r, keys))
         if selected is not None:
             try:
                 table.move_cursor(row=table.get_row_index(selected), animate=False)
