@@ -156,3 +156,29 @@ def test_a_lost_gpu_without_gpm_reads_as_lost_too():
     assert backend.gpm(0)["sm_active_pct"] == NA("needs Hopper or later")
     nvml.lost.add(0)
     assert backend.gpm(0)["sm_active_pct"] == NA("GpuIsLost")  # the device's fault, not its generation
+
+
+def test_one_failed_support_query_is_asked_again_after_a_back_off():
+    """Before: one failed GPM support query (a driver hiccup: Unknown) was cached as the answer for
+    the process's life; an exporter running for weeks said SM activity Unknown after it. A transient
+    failure is asked again after a back-off (5 s, then doubling); NotSupported stays cached."""
+    from gpudoctor.backends import nvml as nvml_module
+
+    nvml = FakePynvml(readings=hopper(sm=9.0, tensor=0.0))
+    nvml.devices[0]["nvmlGpmQueryDeviceSupport"] = nvml_error("Unknown")
+    backend, clock = _backend(nvml)
+    assert backend.gpm(0)["sm_active_pct"] == NA("Unknown")
+    clock[0] += 1.0
+    assert backend.gpm(0)["sm_active_pct"] == NA("Unknown")
+    assert nvml.calls["nvmlGpmQueryDeviceSupport"] == 1  # within the back-off: not asked again
+    clock[0] += nvml_module.GPM_RETRY_FIRST_S
+    backend.gpm(0)
+    assert nvml.calls["nvmlGpmQueryDeviceSupport"] == 2  # asked again, failed again: the wait doubles
+    clock[0] += nvml_module.GPM_RETRY_FIRST_S + 0.5
+    backend.gpm(0)
+    assert nvml.calls["nvmlGpmQueryDeviceSupport"] == 2
+    del nvml.devices[0]["nvmlGpmQueryDeviceSupport"]  # the driver answers again
+    clock[0] += nvml_module.GPM_RETRY_FIRST_S
+    assert backend.gpm(0)["sm_active_pct"] == NA("Warming")
+    clock[0] += 1.0
+    assert backend.gpm(0)["sm_active_pct"] == 9.0
