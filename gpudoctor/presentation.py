@@ -875,19 +875,15 @@ def process_rows(snap: "Snapshot", info: Callable[[int, Mapping[str, Any]], dict
     for dev in snap.devices:
         procs = dev.processes
         on_slices = _mig_processes(dev.mig)
-        mig_of = {pid: label for label, pid, _ in on_slices}
         if is_na(procs) and not on_slices:
             notes.append(f"GPU {dev.index}: process list {short_na(procs)}")
             continue
-        listed = list(procs) if isinstance(procs, list) else []
-        known = set()
-        for p in listed:
-            try:
-                known.add(int(p["pid"]))
-            except (KeyError, TypeError, ValueError):
-                continue
-        listed += [p for _, pid, p in on_slices if pid not in known]
-        for p in listed:
+        # a process on a MIG slice is a row per slice (one PID may be listed on two); the GPU's
+        # own list adds the processes no slice lists
+        on_a_slice = {pid for _, pid, _ in on_slices}
+        listed = [("", p) for p in (procs if isinstance(procs, list) else [])
+                  if not isinstance(p, Mapping) or p.get("pid") not in on_a_slice]
+        for label, p in listed + [(label, p) for label, _, p in on_slices]:
             try:
                 pid = int(p["pid"])
             except (KeyError, TypeError, ValueError):
@@ -904,7 +900,7 @@ def process_rows(snap: "Snapshot", info: Callable[[int, Mapping[str, Any]], dict
                 cpu_pct=extra.get("cpu_pct"),
                 host_memory_bytes=extra.get("host_memory_bytes"),
                 command=str(extra.get("command") or ""),
-                mig=mig_of.get(pid, ""),
+                mig=label,
                 started=_number_or_none(extra.get("started")),
                 uid=extra.get("uid") if isinstance(extra.get("uid"), int) else None,
             ))

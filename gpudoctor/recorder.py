@@ -107,7 +107,7 @@ def _header(gpu: GpuBackend, interval: float) -> tuple[dict[str, Any], int]:
     return recording, n
 
 
-def _sample_into(samples: list[dict[str, Any]], gpu: GpuBackend, n: int, *, seconds: float,
+def _sample_into(keep_sample: Callable[[dict[str, Any]], None], gpu: GpuBackend, n: int, *, seconds: float,
                  interval: float) -> None:
     """Append a sample of the first ``n`` devices (readings, processes, and the MIG devices of a GPU
     in MIG mode) every ``interval`` for ``seconds``, timed from the first."""
@@ -119,7 +119,7 @@ def _sample_into(samples: list[dict[str, Any]], gpu: GpuBackend, n: int, *, seco
         if any(d.mig is not None for d in snap.devices[:n]):  # a GPU in MIG mode: its MIG devices
             sample["mig"] = [d.mig if d.mig is None or is_na(d.mig) else [m.to_dict() for m in d.mig]
                              for d in snap.devices[:n]]
-        samples.append(sample)
+        keep_sample(sample)
 
     for _snap in Sampler(gpu, None, with_processes=True, reads="full", interval_s=interval, history_length=1,
                          on_sample=keep).paced(seconds=seconds):
@@ -127,8 +127,12 @@ def _sample_into(samples: list[dict[str, Any]], gpu: GpuBackend, n: int, *, seco
 
 
 def capture(gpu: GpuBackend, *, seconds: float, interval: float, with_torch: bool = True,
-            log: Callable[[str], None] | None = None) -> tuple[dict[str, Any], bool]:
-    """Sample ``gpu`` for ``seconds``; returns (recording, interrupted)."""
+            log: Callable[[str], None] | None = None,
+            stream: Callable[[dict[str, Any], Callable[[], dict[str, Any]]], Callable[[dict[str, Any]], None]]
+            | None = None) -> tuple[dict[str, Any], bool]:
+    """Sample ``gpu`` for ``seconds``; returns (recording, interrupted). With ``stream``, each
+    sample goes to ``stream(header, so_far)``'s answer as it is taken (the recording's samples
+    stay empty; ``so_far()`` gives the events and the duration at that moment)."""
     from gpudoctor.backends.events import open_event_watcher
     from gpudoctor.sampling import bounded_call
 
@@ -147,30 +151,52 @@ def capture(gpu: GpuBackend, *, seconds: float, interval: float, with_torch: boo
             recording["torch"] = None if torch_not_installed(facts) else facts
         if log:
             log(f"gpudoctor: sampling {n} device(s) every {interval:g} s for {seconds:g} s ...")
-        _sample_into(recording["nvml"]["samples"], gpu, n, seconds=seconds, interval=interval)
+        def so_far() -> dict[str, Any]:
+            return _tail(events, n, start)
+
+        keep = stream(recording, so_far) if stream is not None else recording["nvml"]["samples"].append
+        _sample_into(keep, gpu, n, seconds=seconds, interval=interval)
     except KeyboardInterrupt:
         interrupted = True
     finally:
         events.stop(join_s=1.0)
-    recording["nvml"]["events"] = [[dict(e.to_dict(), source="kernel_log" if e.source == "kernel_log" else "nvml")
-                                    for e in _events_of(events.snapshot(i))] for i in range(n)]
-    recording["nvml"]["kernel_log"] = {"readable": getattr(events, "kernel_log_readable", None),
-                                       "reason": getattr(events, "kernel_log_reason", "")}
-    recording["meta"]["duration_s"] = round(time.monotonic() - start, 3)
+    tail = _tail(events, n, start)
+    recording["nvml"].update(tail["nvml"])
+    recording["meta"].update(tail["meta"])
     return recording, interrupted
 
 
+def _tail(events: Any, n: int, start: float) -> dict[str, Any]:
+    """What a recording knows only as it goes: the events seen so far and the duration."""
+    return {"nvml": {"events": [[dict(e.to_dict(), source="kernel_log" if e.source == "kernel_log" else "nvml")
+                                 for e in _events_of(events.snapshot(i))] for i in range(n)],
+                     "kernel_log": {"readable": getattr(events, "kernel_log_readable", None),
+                                    "reason": getattr(events, "kernel_log_reason", "")}},
+            "meta": {"duration_s": round(time.monotonic() - start, 3)}}
+
+
 def _valid_processes(data: dict[str, Any]) -> dict[str, Any]:
-    """Process entries whose PID no process can have (negative, not an integer, past 2^31) removed."""
+    """Process entries replay would refuse (a PID of -1, or past any PID a process can have)
+    removed from every sample: a GPU's list and each MIG slice's, by the recording schema's own
+    validator (:func:`gpudoctor.backends.recording.valid_process`)."""
     for sample in data.get("nvml", {}).get("samples", []):
-        per_device = sample.get("processes")
-        if not isinstance(per_device, list):
-            continue
-        sample["processes"] = [
-            [p for p in procs if isinstance(p, dict) and isinstance(p.get("pid"), int)
-             and not isinstance(p.get("pid"), bool) and 0 <= p["pid"] < 2**31] if isinstance(procs, list) else procs
-            for procs in per_device]
+        _clean_sample(sample)
     return data
+
+
+def _clean_sample(sample: dict[str, Any]) -> dict[str, Any]:
+    from gpudoctor.backends.recording import valid_process
+
+    def kept(procs: object) -> object:
+        return [p for p in procs if valid_process(p)] if isinstance(procs, list) else procs
+
+    if isinstance(sample.get("processes"), list):
+        sample["processes"] = [kept(procs) for procs in sample["processes"]]
+    for slices in sample.get("mig") or []:
+        for mig in slices if isinstance(slices, list) else []:
+            if isinstance(mig, dict) and "processes" in mig:
+                mig["processes"] = kept(mig["processes"])
+    return sample
 
 
 # A part of a recording stays below what --replay reads (64 MiB, 100,000 samples), with room for
@@ -237,29 +263,131 @@ def record(gpu: GpuBackend, *, seconds: float = 5.0, interval: float = 0.5, with
     return data, interrupted
 
 
+#: A recording written as it is taken is cut into parts of at most this much JSON, and the
+#: part being taken is written again (atomically) every FLUSH_S seconds at least: a record that
+#: is killed keeps what it took up to its last write, and memory holds one part at most.
+STREAM_PART_BYTES = 16 * 1024 * 1024
+FLUSH_S = 5.0
+
+
+class PartWriter:
+    """Writes a recording while it is taken: each sample cleaned and checked by the schema replay
+    applies (one validator), then kept in the part being taken; a part that is full is written and
+    let go, the part being taken is written again at least every ``flush_s`` (each write atomic,
+    so a file on disk always replays). Parts: FILE, then FILE's stem -2, -3 ... (:func:`part_paths`);
+    a part of several says which it is (``meta.part``), and the last how many there are
+    (``meta.parts``)."""
+
+    def __init__(self, path: str | Path, header: dict[str, Any], so_far: Callable[[], dict[str, Any]], *,
+                 anonymize: bool = False, max_bytes: int = STREAM_PART_BYTES, max_samples: int = PART_SAMPLES,
+                 flush_s: float = FLUSH_S) -> None:
+        self.path, self.so_far, self.anonymize = Path(path), so_far, anonymize
+        self.max_bytes, self.max_samples, self.flush_s = max_bytes, max_samples, flush_s
+        self.hostname = header.get("host", {}).get("hostname")
+        self.header = self._encoded(header)
+        self.samples: list[dict[str, Any]] = []
+        self.size = 0
+        self.part = 1
+        self.cut = False  # a part was cut: every part says its number
+        self.refused = 0
+        self.paths: list[Path] = []
+        self.last_write = time.monotonic()
+
+    def _encoded(self, value: dict[str, Any]) -> dict[str, Any]:
+        from gpudoctor.backends.recording import finite_for_file, plain_strings
+
+        data: dict[str, Any] = plain_strings(finite_for_file(encode(value)))
+        if self.anonymize:
+            from gpudoctor.anonymize import anonymize_dict
+
+            data = anonymize_dict(data, hostname=self.hostname)
+        return data
+
+    def add(self, sample: dict[str, Any]) -> None:
+        import json
+
+        from gpudoctor.backends.recording import SchemaError, validate_sample
+
+        try:
+            checked = validate_sample(_clean_sample(self._encoded(sample)))
+        except SchemaError:
+            self.refused += 1  # said in meta.samples_refused: never a file replay refuses
+            return
+        length = len(json.dumps(checked, separators=(",", ":"))) + 1
+        if self.samples and (self.size + length > self.max_bytes or len(self.samples) >= self.max_samples):
+            self.cut = True
+            self._write(last=False)
+            self.part += 1
+            self.samples, self.size = [], 0
+        self.samples.append(checked)
+        self.size += length
+        if time.monotonic() - self.last_write >= self.flush_s:
+            self._write(last=False)
+
+    def _write(self, last: bool, tail: dict[str, Any] | None = None) -> None:
+        from gpudoctor.fileio import write_json
+
+        tail = self._encoded(tail if tail is not None else self.so_far())
+        meta = {**self.header["meta"], **tail["meta"]}
+        if self.anonymize:
+            from gpudoctor.anonymize import REDACTED
+
+            meta["host"] = REDACTED
+        if self.cut:
+            meta["part"] = self.part
+            if last:
+                meta["parts"] = self.part
+        if self.refused:
+            meta["samples_refused"] = self.refused
+        data = {**self.header, "meta": meta, "nvml": {**self.header["nvml"], **tail["nvml"], "samples": self.samples}}
+        where = part_paths(self.path, self.part)[-1]
+        write_json(where, data)
+        if where not in self.paths:
+            self.paths.append(where)
+        self.last_write = time.monotonic()
+
+    def finish(self, recording: dict[str, Any]) -> list[Path]:
+        """Write the last part with what the recording knew at its end; the paths written."""
+        self._write(last=True, tail={"nvml": {k: recording["nvml"][k] for k in ("events", "kernel_log")},
+                                     "meta": {"duration_s": recording["meta"].get("duration_s")}})
+        return self.paths
+
+
 def record_to_file(path: str | Path, *, seconds: float = 5.0, interval: float = 0.5,
                    with_torch: bool = True, anonymize: bool = False, gpu: GpuBackend | None = None,
                    log: Callable[[str], None] | None = None) -> tuple[Path, bool]:
-    """:func:`record`, then write the recording to ``path`` (a long one in parts: :func:`part_paths`);
-    returns (path, interrupted).
-
-    A write that fails raises ``OSError``.
-    """
-    from gpudoctor.backends import NvmlBackend
-    from gpudoctor.fileio import write_json
-
-    own = gpu is None
-    gpu = gpu or NvmlBackend()
-    try:
-        data, interrupted = record(gpu, seconds=seconds, interval=interval, with_torch=with_torch,
-                                   anonymize=anonymize, log=log)
-    finally:
-        if own:
-            gpu.close()
-    parts = split_recording(data)
-    for part, where in zip(parts, part_paths(path, len(parts))):
-        write_json(where, part)
+    """:func:`record_parts` into ``path``; returns (``path``, interrupted)."""
+    _paths, interrupted = record_parts(path, seconds=seconds, interval=interval, with_torch=with_torch,
+                                       anonymize=anonymize, gpu=gpu, log=log)
     return Path(path), interrupted
 
 
-__all__ = ["capture", "record", "record_to_file", "torch_facts_in_child", "is_na"]
+def record_parts(path: str | Path, *, seconds: float = 5.0, interval: float = 0.5,
+                 with_torch: bool = True, anonymize: bool = False, gpu: GpuBackend | None = None,
+                 log: Callable[[str], None] | None = None) -> tuple[list[Path], bool]:
+    """Record ``gpu`` into ``path`` while sampling (:class:`PartWriter`: parts written as they
+    fill, the part being taken written again every few seconds); returns (the paths written,
+    interrupted). A write that fails raises ``OSError``."""
+    from gpudoctor.backends import NvmlBackend
+
+    own = gpu is None
+    gpu = gpu or NvmlBackend()
+    writers: list[PartWriter] = []
+
+    def stream(header: dict[str, Any], so_far: Callable[[], dict[str, Any]]) -> Callable[[dict[str, Any]], None]:
+        writers.append(PartWriter(path, header, so_far, anonymize=anonymize))
+        writers[0]._write(last=False)  # the file exists, and replays, before the first sample
+        return writers[0].add
+
+    try:
+        recording, interrupted = capture(gpu, seconds=seconds, interval=interval, with_torch=with_torch, log=log,
+                                         stream=stream)
+    finally:
+        if own:
+            gpu.close()
+    if not writers:  # the sampling never started (Ctrl-C while reading torch): the header alone
+        writers.append(PartWriter(path, recording, lambda: {"nvml": {}, "meta": {}}, anonymize=anonymize))
+    return writers[0].finish(recording), interrupted
+
+
+__all__ = ["capture", "record", "record_to_file", "record_parts", "PartWriter", "torch_facts_in_child", "is_na"]

@@ -156,3 +156,60 @@ def test_a_lost_gpu_without_gpm_reads_as_lost_too():
     assert backend.gpm(0)["sm_active_pct"] == NA("needs Hopper or later")
     nvml.lost.add(0)
     assert backend.gpm(0)["sm_active_pct"] == NA("GpuIsLost")  # the device's fault, not its generation
+
+
+def test_one_failed_support_query_is_asked_again_after_a_back_off():
+    """Before: one failed GPM support query (a driver hiccup: Unknown) was cached as the answer for
+    the process's life; an exporter running for weeks said SM activity Unknown after it. A transient
+    failure is asked again after a back-off (5 s, then doubling); NotSupported stays cached."""
+    from gpudoctor.backends import nvml as nvml_module
+
+    nvml = FakePynvml(readings=hopper(sm=9.0, tensor=0.0))
+    nvml.devices[0]["nvmlGpmQueryDeviceSupport"] = nvml_error("Unknown")
+    backend, clock = _backend(nvml)
+    assert backend.gpm(0)["sm_active_pct"] == NA("Unknown")
+    clock[0] += 1.0
+    assert backend.gpm(0)["sm_active_pct"] == NA("Unknown")
+    assert nvml.calls["nvmlGpmQueryDeviceSupport"] == 1  # within the back-off: not asked again
+    clock[0] += nvml_module.GPM_RETRY_FIRST_S
+    backend.gpm(0)
+    assert nvml.calls["nvmlGpmQueryDeviceSupport"] == 2  # asked again, failed again: the wait doubles
+    clock[0] += nvml_module.GPM_RETRY_FIRST_S + 0.5
+    backend.gpm(0)
+    assert nvml.calls["nvmlGpmQueryDeviceSupport"] == 2
+    del nvml.devices[0]["nvmlGpmQueryDeviceSupport"]  # the driver answers again
+    clock[0] += nvml_module.GPM_RETRY_FIRST_S
+    assert backend.gpm(0)["sm_active_pct"] == NA("Warming")
+    clock[0] += 1.0
+    assert backend.gpm(0)["sm_active_pct"] == 9.0
+
+
+def test_tensor_activity_above_sm_activity_is_said_not_judged():
+    """Before: tensor 60% with SM activity 10% (a tensor-core cycle is an SM cycle: impossible) got
+    a confident tensor_bound. Now both readings are NA with the two numbers, and no verdict is
+    drawn from them."""
+    from gpudoctor.backends import busy
+    from gpudoctor.backends.plausible import is_implausible
+
+    nvml = FakePynvml(readings=hopper(sm=10.0, tensor=60.0))
+    backend, clock = _backend(nvml)
+    backend.sample(0)
+    clock[0] += 1.0
+    sample = backend.sample(0)
+    assert is_implausible(sample["tensor_active_pct"]) and is_implausible(sample["sm_active_pct"])
+    assert "tensor activity 60% above SM activity 10%" in sample["sm_active_pct"].reason
+    assert busy.verdict(sample).code != "tensor_bound"
+    assert busy.verdict({"gpu_util_pct": 100.0, "sm_active_pct": 10.0, "tensor_active_pct": 60.0}).code \
+        == "tensor_bound"  # the judgement alone would still say it: the check comes first
+
+
+def test_memory_and_power_are_checked_against_their_totals():
+    from gpudoctor.backends.plausible import cross_check, is_implausible
+
+    read = cross_check({"memory_used_bytes": 90 << 30, "memory_free_bytes": 0, "memory_total_bytes": 80 << 30,
+                        "power_w": 2500.0, "power_limit_w": 700.0})
+    assert is_implausible(read["memory_used_bytes"]) and is_implausible(read["memory_free_bytes"])
+    assert read["memory_total_bytes"] == 80 << 30 and is_implausible(read["power_w"])
+    fine = cross_check({"memory_used_bytes": 1 << 30, "memory_total_bytes": 80 << 30, "power_w": 900.0,
+                        "power_limit_w": 700.0, "tensor_active_pct": 12.0, "sm_active_pct": 10.0})
+    assert fine["power_w"] == 900.0 and fine["tensor_active_pct"] == 12.0  # a spike, rounding: kept

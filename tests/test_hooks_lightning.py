@@ -128,3 +128,29 @@ def test_sanity_check_validation_does_not_start_the_clock(tmp_path, clock):
                     make_loader(clock.collate, batch_size=64, n=64 * 2))
     waits = list(callback.monitor._waits)
     assert len(waits) == 4 and all(w == w for w in waits) and max(waits) < LEAP_S
+
+
+class InterruptedModule(DigitsModule):
+    """Ctrl-C arrives during the 6th training step."""
+
+    def training_step(self, batch, batch_idx):
+        if batch_idx == 5:
+            raise KeyboardInterrupt
+        return super().training_step(batch, batch_idx)
+
+
+def test_ctrl_c_in_a_fit_keeps_the_summary(tmp_path, caplog):
+    """Before: on_exception closed the monitor without summarising: Ctrl-C lost the summary."""
+    target = tmp_path / "summary.json"
+    callback = GpudoctorCallback(path=str(target))
+    trainer = pl.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                         default_root_dir=str(tmp_path), callbacks=[callback])
+    with caplog.at_level(logging.INFO, logger="gpudoctor.hooks"), single_thread():
+        try:
+            trainer.fit(InterruptedModule(), make_loader(fast_collate, batch_size=64, n=64 * 12))
+        except (KeyboardInterrupt, SystemExit):
+            pass  # Lightning ends the fit itself (and exits, in some releases)
+    assert callback.summary is not None and callback.summary.steps == 5
+    assert json.loads(target.read_text())["steps"] == 5
+    assert any("steps" in r.getMessage() or "gpudoctor" in r.getMessage() for r in caplog.records)

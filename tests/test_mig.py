@@ -385,3 +385,30 @@ def test_resolving_cuda_visible_devices_reads_only_the_slices_names():
     assert read and not read & {"nvmlDeviceGetMemoryInfo", "nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetAttributes",
                                 "nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v3",
                                 "nvmlGpmMigSampleGet"}, read
+
+
+@pytest.mark.timeout(120)
+def test_one_pid_on_two_slices_is_two_rows_not_a_crash(tmp_path):
+    """Before: the process table keyed rows by GPU and PID, and one PID listed on two MIG slices
+    of the same GPU ended the TUI with Textual's DuplicateKey."""
+    from tui_support import make_test_app, open_processes, run_async
+
+    data = json.loads(MIG.read_text())
+    for sample in data["nvml"]["samples"]:
+        slices = sample["mig"][0]
+        slices[1]["processes"] = [dict(p) for p in slices[0]["processes"]]
+    both = tmp_path / "same_pid_two_slices.json"
+    both.write_text(json.dumps(data))
+
+    @run_async
+    async def run() -> None:
+        app = make_test_app(both)
+        async with app.run_test(size=(110, 24)) as pilot:
+            _, table = await open_processes(pilot, app)
+            cells = sorted((str(table.get_row_at(i)[0]), str(table.get_row_at(i)[2])) for i in range(table.row_count))
+            pids = sorted({pid for pid, _ in cells})
+            assert pids and all(sorted(where for p, where in cells if p == pid) == ["0 mig1.0", "0 mig2.0"]
+                                for pid in pids), cells
+            await pilot.press("q")
+
+    run()

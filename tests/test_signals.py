@@ -210,17 +210,28 @@ RECORD_ON_REPLAY = f"""
 from gpudoctor.backends import ReplayBackend
 import gpudoctor.backends
 gpudoctor.backends.NvmlBackend = lambda: ReplayBackend.from_file({HEALTHY!r}, loop=True)
+import gpudoctor.recorder
+gpudoctor.recorder.FLUSH_S = 0.2  # the part being taken reaches the file quickly: the test waits on it
 sys.argv = ["gpudoctor", "record", "-o", os.environ["OUT_FILE"], "--seconds", "600", "--interval", "0.1",
             "--no-torch"]
 raise SystemExit(cli.main())
 """
 
 
+def _samples_in(path: Path) -> int:
+    from gpudoctor.backends.recording import RecordingError, load_recording
+
+    try:
+        return len(load_recording(path)["nvml"]["samples"])
+    except RecordingError:
+        return 0
+
+
 def test_sigterm_during_record_writes_the_samples_taken_and_exits_143(tmp_path):
     out_file = tmp_path / "rec.json"
     proc = _start(RECORD_ON_REPLAY, tmp_path, OUT_FILE=str(out_file))
     _wait_for(lambda: "sampling" in proc.stderr.readline(), proc, "start of the sampling")
-    time.sleep(1.0)
+    _wait_for(lambda: _samples_in(out_file) >= 1, proc, "a sample in the file")  # taken: a condition, not a guess
     os.kill(proc.pid, signal.SIGTERM)
     code, out, err = _finish(proc)
     assert code == exitcodes.TERMINATED, err

@@ -322,6 +322,24 @@ GPM_MIG = "MIG mode: GPM is read per GPU instance"
 _NO_MIG_REASONS = frozenset({"NotSupported", "FunctionNotFound", "InvalidArgument"})
 
 
+# NVML's answers to "is GPM supported" that hold for the life of the driver: cached for good.
+# Any other failure (Unknown, Timeout, DriverNotAnswering, InsufficientResources, GpuIsLost...)
+# may pass: it is asked again after a back-off that doubles from GPM_RETRY_FIRST_S up to
+# GPM_RETRY_MAX_S, so that one hiccup does not say "SM activity: Unknown" for weeks.
+GPM_PERMANENT = frozenset({"FunctionNotFound", "NotSupported"})
+GPM_RETRY_FIRST_S = 5.0
+GPM_RETRY_MAX_S = 300.0
+
+
+class _GpmRetry:
+    """A transient GPM failure: what to answer until ``at`` (monotonic), then ask NVML again."""
+
+    __slots__ = ("na", "at", "wait_s")
+
+    def __init__(self, na: NA, at: float, wait_s: float) -> None:
+        self.na, self.at, self.wait_s = na, at, wait_s
+
+
 class _GpmState:
     """One device's (or one MIG GPU instance's) GPM samples: two buffers allocated once and used
     in turn, the time the newer was taken, and the last metrics computed from them."""
@@ -504,7 +522,7 @@ class NvmlBackend:
         self._memory_v2 = True  # until the driver or the binding says it has no v2 memory call
         # GPM per device (index) or MIG GPU instance ((index, gpu instance id)): its samples, or
         # the NA that says why it cannot be read; freed before NVML shuts down or restarts.
-        self._gpm: dict[GpmKey, _GpmState | NA] = {}
+        self._gpm: dict[GpmKey, _GpmState | _GpmRetry | NA] = {}
         self._clock: Callable[[], float] = time.monotonic
 
     # -- system ---------------------------------------------------------------------
@@ -1016,13 +1034,19 @@ class NvmlBackend:
 
     def _gpm_state(self, key: GpmKey, handle: NvmlHandle) -> "_GpmState | NA":
         state = self._gpm.get(key)
-        if state is not None:
+        if state is not None and not isinstance(state, _GpmRetry):
             return state
+        retry = state
+        if retry is not None and self._clock() < retry.at:
+            return retry.na
         support = self.gate.query("nvmlGpmQueryDeviceSupport", handle)
         found: _GpmState | NA
+        if is_na(support) and support.reason not in GPM_PERMANENT:  # may pass: asked again later
+            wait = GPM_RETRY_FIRST_S if retry is None else min(GPM_RETRY_MAX_S, retry.wait_s * 2)
+            self._gpm[key] = _GpmRetry(support, self._clock() + wait, wait)
+            return support
         if is_na(support):
-            found = NA(GPM_OLD_DRIVER if support.reason == "FunctionNotFound"
-                       else GPM_NEEDS_HOPPER if support.reason == "NotSupported" else support.reason)
+            found = NA(GPM_OLD_DRIVER if support.reason == "FunctionNotFound" else GPM_NEEDS_HOPPER)
         elif not int(getattr(support, "isSupportedDevice", 0)):
             found = NA(GPM_NEEDS_HOPPER)
         else:

@@ -113,8 +113,9 @@ _EVENT_FIELDS = {
     "source": {"enum": ["nvml", "kernel_log", "derived", "replay"]},
 }
 
+MAX_PID = 2 ** 31 - 1  # pid_t: no process has a PID past it (Linux's own limit is 2**22)
 _PROCESS_FIELDS = {
-    "pid": {"type": "integer", "minimum": 0},
+    "pid": {"type": "integer", "minimum": 0, "maximum": MAX_PID},
     "type": _text(64),
     "gpu_memory_bytes": _OPT_INT, "sm_util_pct": {"$ref": "#/$defs/optional_number"},
     "user": _OPT_TEXT, "command": _OPT_TEXT, "cpu_pct": {"$ref": "#/$defs/optional_number"},
@@ -394,6 +395,23 @@ def _type_of(value: object) -> str:
     return "unknown"
 
 
+def valid_process(entry: object) -> bool:
+    """Whether one process entry passes the schema replay applies (what ``record`` keeps)."""
+    try:
+        validate(entry, {"type": "object", "required": ["pid"], "properties": _PROCESS_FIELDS})
+    except SchemaError:
+        return False
+    return True
+
+
+def validate_sample(sample: object) -> dict[str, Any]:
+    """One recorded sample checked by the schema replay applies; :class:`SchemaError` otherwise."""
+    root = current_schema()
+    checked: dict[str, Any] = validate(sample, root["properties"]["nvml"]["properties"]["samples"]["items"],
+                                       path="sample", root=root)
+    return checked
+
+
 # --------------------------------------------------------------------------- the loader
 def load_recording(path: str | Path) -> dict[str, Any]:
     """The recording in ``path``, validated and with NA values decoded; else :class:`RecordingError`."""
@@ -445,7 +463,7 @@ def plain_strings(value: object) -> Any:
     return _plain_strings(value, MAX_TEXT)
 
 
-__all__ = ["RECORDING_FORMAT", "RECORDING_FORMAT_VERSION", "RecordingError", "SCHEMA", "SchemaError", "current_schema",
+__all__ = ["RECORDING_FORMAT", "RECORDING_FORMAT_VERSION", "RecordingError", "SCHEMA", "SchemaError", "current_schema", "valid_process", "validate_sample", "MAX_PID",
            "sample_fields", "load_recording", "plain_strings", "finite_for_file", "NOT_FINITE", "schema_text",
            "validate", "MAX_RECORDING_BYTES", "MAX_DEVICES", "MAX_SAMPLES",
            "MAX_PROCESSES", "MAX_TEXT"]

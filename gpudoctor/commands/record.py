@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from gpudoctor import exitcodes
 from gpudoctor.commands.args import add_command, add_output, check_writable, seconds
-from gpudoctor.commands.output import deliver, say
+from gpudoctor.commands.output import say
 
 if TYPE_CHECKING:
     from gpudoctor.backends.base import GpuBackend
@@ -43,9 +43,9 @@ def no_gpu_reason(gpu: GpuBackend) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpudoctor import fileio
     from gpudoctor.backends import NvmlBackend
-    from gpudoctor.recorder import part_paths, record, split_recording
+    from gpudoctor.errors import first_line
+    from gpudoctor.recorder import record_parts
 
     check_writable(args.output)
     gpu = NvmlBackend()
@@ -56,19 +56,20 @@ def run(args: argparse.Namespace) -> int:
         if reason is not None:
             say(f"gpudoctor record: nothing to record: {reason}. `gpudoctor report` says why.")
             return exitcodes.NO_GPU
-        data, interrupted = record(gpu, seconds=args.seconds, interval=args.interval, with_torch=not args.no_torch,
-                                   anonymize=args.anonymize, log=say)
+        # written as it is taken: parts as they fill, the part being taken every few seconds
+        try:
+            paths, interrupted = record_parts(args.output, seconds=args.seconds, interval=args.interval,
+                                              with_torch=not args.no_torch, anonymize=args.anonymize, gpu=gpu,
+                                              log=say)
+        except OSError as exc:
+            say(f"gpudoctor: error: cannot write {args.output}: {exc.strerror or first_line(exc)}")
+            return exitcodes.WRITE_FAILED
     finally:
         gpu.close()
-    parts = split_recording(data)  # a long recording in parts, each of which --replay reads
-    paths = part_paths(args.output, len(parts))
-    if not deliver(None, [(str(where), lambda path, part=part: fileio.write_json(path, part))
-                          for part, where in zip(parts, paths)]):
-        return exitcodes.WRITE_FAILED
-    if len(parts) == 1:
+    if len(paths) == 1:
         say(f"gpudoctor: recording written to {args.output}")
     else:
-        say(f"gpudoctor: recording written in {len(parts)} parts (each replays on its own): "
+        say(f"gpudoctor: recording written in {len(paths)} parts (each replays on its own): "
             + ", ".join(str(p) for p in paths))
     return exitcodes.INTERRUPTED if interrupted else exitcodes.OK
 

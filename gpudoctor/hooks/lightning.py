@@ -63,6 +63,7 @@ class GpudoctorCallback(_pl.Callback):
         kwargs = dict(self.monitor_kwargs)
         kwargs.setdefault("device", pl_module.device)
         kwargs.setdefault("model", pl_module)
+        self.summary = None
         self.monitor = TrainingMonitor(**kwargs)
 
     def on_train_epoch_start(self, trainer: _pl.Trainer, pl_module: _pl.LightningModule) -> None:
@@ -110,14 +111,24 @@ class GpudoctorCallback(_pl.Callback):
         words = explain_device_error(exception, pl_module)
         if words:
             log.error("gpudoctor: %s", words)
-        if self.monitor is not None:
-            self.monitor.close()
+        # Ctrl-C (Lightning ends the fit gracefully) or an error: what was measured up to it is
+        # summarised, written and logged as at the end of a fit; this rank's own figures only,
+        # since the other ranks may never reach a gather.
+        if self.monitor is not None and self.summary is None:
+            try:
+                self._summarise(trainer, gather=False)
+            except Exception as exc:  # the run's own exception is the one Lightning reports
+                log.warning("gpudoctor: no summary after the interruption: %s", exc)
+                self.monitor.close()
 
     def on_train_end(self, trainer: _pl.Trainer, pl_module: _pl.LightningModule) -> None:
-        if self.monitor is None:
+        if self.monitor is None or self.summary is not None:  # summarised already (on_exception)
             return
         world = int(getattr(trainer, "world_size", 1) or 1)
-        gather = self.gather if self.gather is not None else world > 1
+        self._summarise(trainer, gather=self.gather if self.gather is not None else world > 1)
+
+    def _summarise(self, trainer: _pl.Trainer, gather: bool) -> None:
+        assert self.monitor is not None
         self.summary = self.monitor.summary(gather=gather)
         self.monitor.close()
         rank = int(getattr(trainer, "global_rank", 0) or 0)

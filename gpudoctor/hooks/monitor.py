@@ -270,6 +270,7 @@ class TrainingMonitor:
             log.warning("gpudoctor: could not build the summary: %s: %s", type(exc).__name__, exc)
             summary = Summary(steps=self.steps, device=self._device,
                               notes=[f"summary failed inside gpudoctor: {type(exc).__name__}: {exc}"])
+        publish.stop(self._publisher)  # the live record ends with the summary (a next step starts it again)
         if gather:
             summary = self._gather(summary)
         return summary

@@ -15,6 +15,7 @@ import math
 import os
 import sys
 import threading
+import weakref
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -65,16 +66,28 @@ def live_record(monitor: TrainingMonitor) -> dict[str, Any]:
 
 
 class Publisher:
-    """The thread that publishes one monitor's live record until :meth:`stop`."""
+    """The thread that publishes one monitor's live record until :meth:`stop`.
+
+    Its lifetime is the monitor's: the thread holds the monitor only weakly, and ends when the
+    monitor is dropped (a ``weakref.finalize`` wakes it), when the monitor is summarised or
+    closed (:func:`stop`), or at exit (one exit hook for all publishers, holding none of them).
+    Following docs/hooks.md without ``close()`` leaves no thread behind."""
 
     def __init__(self, monitor: TrainingMonitor, directory: str, interval_s: float = INTERVAL_S) -> None:
-        self.monitor = monitor
+        self._monitor = weakref.ref(monitor)
         self.directory = directory
         self.interval_s = interval_s
         self.pid = os.getpid()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="gpudoctor-publish", daemon=True)
-        atexit.register(self.stop)
+        # the thread's target holds the event and the weak reference, not this object
+        self._thread = threading.Thread(target=_run, args=(self._monitor, self._stop, directory, interval_s, self.pid),
+                                        name="gpudoctor-publish", daemon=True)
+        weakref.finalize(monitor, _end, self._stop, directory, self.pid)
+        _LIVE.add(self)
+
+    @property
+    def monitor(self) -> TrainingMonitor | None:
+        return self._monitor()
 
     def start(self) -> "Publisher":
         self._thread.start()
@@ -84,22 +97,44 @@ class Publisher:
         return self._thread.is_alive() and os.getpid() == self.pid
 
     def publish_once(self) -> None:
-        _published.write(live_record(self.monitor), self.directory)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            if os.getpid() != self.pid:  # a forked child (a DataLoader worker) publishes nothing
-                return
-            try:
-                if len(self.monitor.raw_timings().ends) > self.monitor.warmup_steps:
-                    self.publish_once()
-            except Exception as exc:  # publishing must never disturb training
-                log.debug("gpudoctor: live summary not published: %s: %s", type(exc).__name__, exc)
+        monitor = self._monitor()
+        if monitor is not None:
+            _published.write(live_record(monitor), self.directory)
 
     def stop(self) -> None:
-        self._stop.set()
-        if os.getpid() == self.pid:
-            _published.remove(self.pid, self.directory)
+        _end(self._stop, self.directory, self.pid)
+        _LIVE.discard(self)
+
+
+_LIVE: weakref.WeakSet[Publisher] = weakref.WeakSet()
+
+
+def _end(stop_event: threading.Event, directory: str, pid: int) -> None:
+    stop_event.set()
+    if os.getpid() == pid:
+        _published.remove(pid, directory)
+
+
+def _run(monitor_ref: weakref.ref[TrainingMonitor], stop_event: threading.Event, directory: str, interval_s: float,
+         pid: int) -> None:
+    while not stop_event.wait(interval_s):
+        if os.getpid() != pid:  # a forked child (a DataLoader worker) publishes nothing
+            return
+        monitor = monitor_ref()
+        if monitor is None:  # dropped without close(): the thread ends with it
+            return
+        try:
+            if len(monitor.raw_timings().ends) > monitor.warmup_steps:
+                _published.write(live_record(monitor), directory)
+        except Exception as exc:  # publishing must never disturb training
+            log.debug("gpudoctor: live summary not published: %s: %s", type(exc).__name__, exc)
+        del monitor  # not held while waiting
+
+
+@atexit.register
+def _stop_all() -> None:
+    for publisher in list(_LIVE):
+        publisher.stop()
 
 
 def start(monitor: TrainingMonitor, current: Publisher | None, enabled: bool | None) -> Publisher | None:

@@ -371,6 +371,23 @@ SIGNAL_KEYS = {"SIGTERM": "T", "SIGKILL": "K", "SIGINT": "I"}
 SORT_ORDER = [key for key, _ in PROCESS_COLUMNS if key in PROCESS_SORT_KEYS]  # "why" sorts by a header click
 
 
+
+def _row_key(row: ProcessRow, taken: set[str]) -> str:
+    """A row key unique in the table: GPU, MIG slice and PID (one PID may be listed on two slices,
+    or twice by a driver), numbered when it repeats; DataTable refuses a key twice."""
+    base = f"{row.gpu}:{row.mig}:{row.pid}"
+    key, n = base, 1
+    while key in taken:
+        n += 1
+        key = f"{base}#{n}"
+    taken.add(key)
+    return key
+
+
+def _pid_of_key(key: object) -> int:
+    """The PID a :func:`_row_key` names ("0:MIG 1g.10gb:4242#2" -> 4242)."""
+    return int(str(key).rpartition(":")[2].partition("#")[0])
+
 class ProcessesScreen(BaseScreen):
     TITLE = "Processes"
     BINDINGS = [
@@ -441,15 +458,13 @@ class ProcessesScreen(BaseScreen):
         if not table.row_count or table.cursor_row is None:
             self.app.notify("No process selected.", severity="warning")
             return
-        key = str(table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value)
-        self.gapp.start_why(int(key.rpartition(":")[2]))
+        self.gapp.start_why(_pid_of_key(table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value))
 
     def _selected_row(self) -> ProcessRow | None:
         table = self.query_one("#procs", DataTable)
         if not table.row_count or table.cursor_row is None:
             return None
-        key = str(table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value)
-        pid = int(key.rpartition(":")[2])
+        pid = _pid_of_key(table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value)
         return next((r for r in self._rows() if r.pid == pid), None)
 
     def action_signal(self, name: str) -> None:
@@ -613,11 +628,12 @@ class ProcessesScreen(BaseScreen):
                     table.add_column(label, key=key)
         table.clear()
         now = state.snapshot.time if state.snapshot is not None else 0.0
+        keys: set[str] = set()
         for r, depth in self._tree_rows(rows) if self.tree_view else [(r, 0) for r in rows]:
             # Cells are Text, never str: DataTable parses a str as markup, and a command line
             # such as `train.py data=[/data/a,/data/b]` is data, not markup.
             style = "dim" if r.kind == "parent" else ""
-            table.add_row(*(Text(c, style=style) for c in self._cells(r, depth, now, timed)), key=f"{r.gpu}:{r.pid}")
+            table.add_row(*(Text(c, style=style) for c in self._cells(r, depth, now, timed)), key=_row_key(r, keys))
         if selected is not None:
             try:
                 table.move_cursor(row=table.get_row_index(selected), animate=False)
