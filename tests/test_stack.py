@@ -207,6 +207,19 @@ def test_utility_only_names_the_containers_capabilities(tmp_path):
     assert "NVIDIA_DRIVER_CAPABILITIES=utility" in f.summary and "compute,utility" in f.fix
 
 
+@pytest.mark.parametrize("value", ["", "  ", ","])
+def test_an_empty_capability_list_is_the_toolkits_default(tmp_path, value):
+    """The NVIDIA container toolkit: NVIDIA_DRIVER_CAPABILITIES "empty or unset: use default driver
+    capability" (utility, compute), so an empty value neither lacks compute nor lacks utility."""
+    lay_out(tmp_path, {".dockerenv": {"file": True}})
+    box = stack.container(str(tmp_path), {"NVIDIA_DRIVER_CAPABILITIES": value})
+    assert box.capabilities == value and box.capability_list() is None and box.may_use_compute() is None
+    files = {".dockerenv": {"file": True}, **NVIDIA_BUS, "dev/nvidia0": {"file": True}, "dev/nvidiactl": {"file": True}}
+    f = lead(judge("LibraryNotFound", files, {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": value},
+                   tmp_path / "judged"))
+    assert f.code != "container_without_utility", f
+
+
 # --------------------------------------------------------------------------- compute mode and MIG
 def test_an_exclusive_gpu_held_by_another_process_fails_before_any_context():
     from gpudoctor.probes import health

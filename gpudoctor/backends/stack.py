@@ -188,12 +188,14 @@ class Container:
         return self.kind is not None
 
     def capability_list(self) -> set[str] | None:
-        if self.capabilities is None:
+        """The capabilities asked for; None where the toolkit's default applies (utility, compute): the
+        NVIDIA container toolkit documents an empty or unset NVIDIA_DRIVER_CAPABILITIES as the default."""
+        if self.capabilities is None or not self.capabilities.strip(" ,\t\n"):
             return None
         return {c.strip().lower() for c in self.capabilities.split(",") if c.strip()}
 
     def may_use_compute(self) -> bool | None:
-        """Whether NVIDIA_DRIVER_CAPABILITIES lets CUDA in (None: unset, the image's default applies)."""
+        """Whether NVIDIA_DRIVER_CAPABILITIES lets CUDA in (None: unset or empty, the default applies)."""
         caps = self.capability_list()
         return None if caps is None else bool(caps & {"compute", "all"})
 
