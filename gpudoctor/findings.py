@@ -312,6 +312,32 @@ WORDING: dict[str, Wording] = {
         "there is no NVML (nvidia-smi, monitoring), without `compute` no libcuda.",
         "Start the container with NVIDIA_DRIVER_CAPABILITIES=compute,utility (`docker run -e "
         "NVIDIA_DRIVER_CAPABILITIES=compute,utility --gpus all`, or the pod spec's env)."),
+    # -- CUDA cannot start where NVML answers: libcuda.so.1 cannot be loaded (backends/cuda_driver.py) --------
+    "cuda_cannot_start:no_libcuda": Wording(
+        Status.FAIL, "NVML sees {visible} GPU(s) but the CUDA driver library ({library}) cannot be loaded: {error}",
+        "{why}",
+        "In a container, give it the driver's compute capability (NVIDIA_DRIVER_CAPABILITIES=compute,utility, or "
+        "`docker run --gpus all`); on a host, reinstall the driver's user-space libraries (libcuda.so.1 comes "
+        "with the driver, not with the toolkit)."),
+    "cuda_cannot_start:container_without_compute": Wording(
+        Status.FAIL, "NVML sees {visible} GPU(s) but the CUDA driver library ({library}) cannot be loaded: {error}. "
+        "This {engine} container was given the driver's libraries for NVML (utility) but not for CUDA: "
+        "NVIDIA_DRIVER_CAPABILITIES={capabilities}, without `compute`",
+        "{why}",
+        "Start the container with NVIDIA_DRIVER_CAPABILITIES=compute,utility (`docker run --gpus all -e "
+        "NVIDIA_DRIVER_CAPABILITIES=compute,utility`, the `environment:` of a Compose service, or the env of the "
+        "pod spec's container); the NVIDIA runtime then mounts libcuda from the host. Installing a driver inside "
+        "the container does not help."),
+    "cuda_cannot_start:libcuda_not_mounted": Wording(
+        Status.FAIL, "NVML sees {visible} GPU(s) but the CUDA driver library ({library}) cannot be loaded: {error}. "
+        "This {engine} container asks for the driver's compute capability ({asked}), yet libcuda was not "
+        "mounted into it",
+        "{why} The runtime that gave the container its GPUs mounted libnvidia-ml but not libcuda: a CDI spec "
+        "written without libcuda (or for another driver version), a hook that failed, or a mount that broke.",
+        "Regenerate the CDI spec on the host after the driver's install (`sudo nvidia-ctk cdi generate "
+        "--output=/etc/cdi/nvidia.yaml`) and restart the container, or start it with the NVIDIA runtime "
+        "(`docker run --gpus all`); check `nvidia-ctk cdi list` and the runtime's log for a failed mount. "
+        "Installing a driver inside the container does not help."),
     "no_nvidia_gpu": Wording(
         Status.FAIL, "This machine has no NVIDIA GPU: none of the {count} devices on its PCI bus is NVIDIA's "
         "(vendor 0x10de)",

@@ -207,6 +207,21 @@ def test_utility_only_names_the_containers_capabilities(tmp_path):
     assert "NVIDIA_DRIVER_CAPABILITIES=utility" in f.summary and "compute,utility" in f.fix
 
 
+@pytest.mark.parametrize("caps", ["all", "compute,utility", "utility, COMPUTE", "", None])
+def test_no_libcuda_where_compute_was_asked_names_the_missing_mount_not_the_capability(tmp_path, caps):
+    """Where the container asked for compute (or `all`, or left the default), the runtime should have mounted
+    libcuda: the finding says it was not (a CDI spec without it, a broken mount), never "without compute"."""
+    from gpudoctor.backends.cuda_driver import CudaStart, cuda_start_findings
+
+    lay_out(tmp_path, {".dockerenv": {"file": True}})
+    env = {} if caps is None else {"NVIDIA_DRIVER_CAPABILITIES": caps}
+    box = stack.container(str(tmp_path), env)
+    [f] = cuda_start_findings(CudaStart(loaded=False, error="libcuda.so.1: cannot open"), 1, box=box)
+    assert f.code == "cuda_cannot_start" and "without `compute`" not in f.summary, f.summary
+    assert "libcuda was not mounted" in f.summary and "nvidia-ctk cdi generate" in f.fix
+    assert f.summary.endswith(".") and "libcuda.so.1: cannot open" in f.summary
+
+
 @pytest.mark.parametrize("value", ["", "  ", ","])
 def test_an_empty_capability_list_is_the_toolkits_default(tmp_path, value):
     """The NVIDIA container toolkit: NVIDIA_DRIVER_CAPABILITIES "empty or unset: use default driver

@@ -24,6 +24,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gpudoctor import findings
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.model import Finding, Status
 
@@ -249,23 +250,20 @@ def cuda_start_findings(start: CudaStart | NA | None, visible: int, fabric: str 
 
 
 def _no_libcuda(start: CudaStart, visible: int, why: str, box: Container | None) -> Finding:
-    """libcuda cannot be loaded where NVML answers: in a container, the driver capabilities it was given."""
-    summary = (f"NVML sees {visible} GPU(s) but the CUDA driver library ({LIBRARY}) cannot be loaded: "
-               f"{start.error or 'not found'}.")
-    fix = ("In a container, give it the driver's compute capability (NVIDIA_DRIVER_CAPABILITIES="
-           "compute,utility, or `docker run --gpus all`); on a host, reinstall the driver's "
-           "user-space libraries (libcuda.so.1 comes with the driver, not with the toolkit).")
-    if box is not None and box.inside:
-        caps = box.capabilities
-        given = (f"NVIDIA_DRIVER_CAPABILITIES={caps.strip()[:60]}, without `compute`" if caps is not None
-                 else "NVIDIA_DRIVER_CAPABILITIES is unset, so the image's or the runtime's default applies")
-        summary += (f" This {box.kind} container was given the driver's libraries for NVML (utility) but not "
-                    f"for CUDA: {given}.")
-        fix = ("Start the container with NVIDIA_DRIVER_CAPABILITIES=compute,utility (`docker run --gpus all -e "
-               "NVIDIA_DRIVER_CAPABILITIES=compute,utility`, the `environment:` of a Compose service, or the env "
-               "of the pod spec's container); the NVIDIA runtime then mounts libcuda from the host. Installing a "
-               "driver inside the container does not help.")
-    return Finding(Status.FAIL, "cuda_cannot_start", summary, why=why, fix=fix)
+    """libcuda cannot be loaded where NVML answers. In a container: its driver capabilities lacked
+    `compute` (the runtime mounted no libcuda), or compute was asked for (or left to the default) and
+    libcuda was still not mounted (a CDI spec without it, a failed hook or mount)."""
+    fields = {"visible": visible, "library": LIBRARY, "error": start.error or "not found", "why": why}
+    if box is None or not box.inside:
+        return findings.finding("cuda_cannot_start:no_libcuda", label="", **fields)
+    caps = box.capability_list()
+    if caps is not None and not caps & {"compute", "all"}:
+        return findings.finding("cuda_cannot_start:container_without_compute", label="", engine=box.kind,
+                                capabilities=(box.capabilities or "").strip()[:60], **fields)
+    asked = ("NVIDIA_DRIVER_CAPABILITIES is unset or empty, so the default (utility, compute) applies"
+             if caps is None else f"NVIDIA_DRIVER_CAPABILITIES={(box.capabilities or '').strip()[:60]}")
+    return findings.finding("cuda_cannot_start:libcuda_not_mounted", label="", engine=box.kind, asked=asked,
+                            **fields)
 
 
 __all__ = ["CudaStart", "LIBRARY", "SYSTEM_NOT_READY", "TIMEOUT_S", "cause_of_error_text", "code_of_error_text",
