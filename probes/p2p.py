@@ -87,7 +87,10 @@ def _copies(ctx: ProbeContext, r: ProbeResult, pairs: list[_p2p.PairPath]) -> No
                                      wait=_cuda_wait(torch, where), clock_s=time.perf_counter)
             _p2p.judge_copy(r, pair, copy, link, f"cuda:{src.index} -> cuda:{dst.index}")
             if copy.seconds is None:
-                return  # a stuck copy holds the devices: no further copy would finish
+                # a stuck copy holds both devices' streams: no further copy, nor any later probe's work on
+                # them, would finish in this process
+                r.poison_process(f"a peer copy cuda:{src.index} -> cuda:{dst.index} never finished")
+                return
 
 
 def _summary(r: ProbeResult, pairs: list[_p2p.PairPath]) -> str:

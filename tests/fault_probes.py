@@ -70,3 +70,14 @@ def _waits(ctx):
 
 
 WAITS = Probe("waits", "waits in the child until stopped", _waits, uses_torch=True, timeout_s=600)
+
+
+def _poisons(ctx):
+    """Returns normally but says its process must not run another probe (as a hung peer copy does)."""
+    r = ProbeResult("poisons")
+    r.measure("pid", os.getpid())
+    r.poison_process("a peer copy never finished")
+    return r.settle("returned, process poisoned")
+
+
+POISONS = Probe("poisons", "returns but poisons its child", _poisons, uses_torch=True, timeout_s=30)

@@ -13,7 +13,7 @@ import pytest
 
 from gpudoctor.backends import NvmlBackend, NvmlGate, pcie_paths
 from gpudoctor.backends.na import NA, is_na
-from gpudoctor.model import ProbeResult, Status
+from gpudoctor.model import POISONED, ProbeResult, Status
 from gpudoctor.probes import ProbeContext, _p2p
 from nvml_fake import FakePynvml, nvml_error, peer_paths
 from pcie_tree import DOWNSTREAM, GPUS, ROOT_PORT, SWITCH_UP, config_space, lay_out
@@ -283,9 +283,11 @@ def test_full_copies_each_way_between_every_pair_with_stubs(tmp_path, monkeypatc
         assert {f.code for f in copies} <= {"p2p_copy_ok", "p2p_copy_slow"}
         assert all("PCIe gen 4 x16" in f.summary for f in copies)
         assert [m.name for m in r.measurements] == ["p2p_bandwidth", "p2p_bandwidth"]
-    else:  # the first copy never finishes: one hang, and no copy after it
+        assert POISONED not in r.details
+    else:  # the first copy never finishes: one hang, no copy after it, and the runner told to end the process
         assert [(f.code, f.status) for f in copies] == [("p2p_copy_hung", Status.FAIL)]
         assert r.status == Status.FAIL
+        assert "cuda:0 -> cuda:1 never finished" in r.details[POISONED]
 
 
 @pytest.mark.gpu
