@@ -7,6 +7,7 @@ the host's PCIe bridges between them with their ACS control, and the IOMMU's mod
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -269,28 +270,67 @@ def judge_copy(r: ProbeResult, pair: PairPath, copy: PeerCopy, link: Link, direc
         r.findings.append(findings.finding("p2p_copy_ok", label=label, gbs=gbs, link=link.label))
 
 
+#: A timed batch of copies lasts at least this long at the link's ceiling (seconds): long against the
+#: GPU's clock and the launch of the first copy (CUDA events time it, not the host's clock).
+BATCH_S = 0.020
+#: The fewest and the most copies in a timed batch.
+MIN_REPEATS, MAX_REPEATS = 5, 2000
+
+
+def batch_repeats(nbytes: int, ceiling_gbs: float | None, first_s: float) -> int:
+    """How many copies of ``nbytes`` make a batch of >= BATCH_S at ``ceiling_gbs`` (or, where the
+    ceiling is not known, at the rate of the first copy, ``first_s``)."""
+    rate = ceiling_gbs * 1e9 if ceiling_gbs else nbytes / max(first_s, 1e-9)
+    return max(MIN_REPEATS, min(MAX_REPEATS, -(-int(BATCH_S * rate) // nbytes)))
+
+
+def _timed(torch: Any, stream: Any, launch: Callable[[], None], deadline: float,
+           clock_s: Callable[[], float], pause: Callable[[], None]) -> float | None:
+    """Seconds the GPU took for the work ``launch`` queues on ``stream``, between two CUDA timing
+    events recorded there (None: the second event did not complete by ``deadline``: a hang)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record(stream)
+    launch()
+    end.record(stream)
+    while not end.query():
+        if clock_s() > deadline:
+            return None
+        pause()
+    return max(float(start.elapsed_time(end)) / 1e3, 1e-9)
+
+
 def copy_between(torch: Any, src_device: Any, dst_device: Any, nbytes: int, *, timeout_s: float,
-                 wait: Callable[[float], bool], clock_s: Callable[[], float],
-                 copy: Callable[[Any, Any], Any] | None = None) -> PeerCopy:
+                 wait: Callable[[float], bool], clock_s: Callable[[], float], ceiling_gbs: float | None = None,
+                 copy: Callable[[Any, Any], Any] | None = None,
+                 pause: Callable[[], None] = lambda: time.sleep(0.001)) -> PeerCopy:
     """Copy ``nbytes`` of random bytes from one device to the other (``copy(dst, src)``, by default
     ``dst.copy_(src, non_blocking=True)``: a direct peer copy where the driver allows it), wait for it
-    with ``wait(deadline)`` (False: not done by the deadline: a hang), then compare the bytes on the
-    host (through host memory, not the peer path) and time a few more copies."""
+    with ``wait(deadline)`` (False: not done by the deadline: a hang), compare the bytes on the host
+    (through host memory, not the peer path), then time a batch of copies with CUDA events on the
+    source device's current stream (where torch runs a peer copy), sized to last >= BATCH_S at
+    ``ceiling_gbs``. ``clock_s`` (the host's) only sets the deadlines."""
     do_copy = copy or (lambda dst, src: dst.copy_(src, non_blocking=True))
     generator = torch.Generator().manual_seed(0x9E37)
     src = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, generator=generator).to(src_device)
     dst = torch.zeros(nbytes, dtype=torch.uint8, device=dst_device)
+    stream = torch.cuda.current_stream(src_device)
     start = clock_s()
+    first = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    first[0].record(stream)
     do_copy(dst, src)
+    first[1].record(stream)
     if not wait(start + timeout_s):
         return PeerCopy(nbytes, None, 0, nbytes, clock_s() - start)
     wrong = int((dst.cpu() != src.cpu()).sum())
     if wrong:
         return PeerCopy(nbytes, clock_s() - start, wrong, nbytes)
-    repeats = 5
+    repeats = batch_repeats(nbytes, ceiling_gbs, float(first[0].elapsed_time(first[1])) / 1e3)
+
+    def batch() -> None:
+        for _ in range(repeats):
+            do_copy(dst, src)
     start = clock_s()
-    for _ in range(repeats):
-        do_copy(dst, src)
-    if not wait(start + timeout_s):
+    seconds = _timed(torch, stream, batch, start + timeout_s, clock_s, pause)
+    if seconds is None:
         return PeerCopy(nbytes, None, 0, nbytes, clock_s() - start)
-    return PeerCopy(nbytes, max((clock_s() - start) / repeats, 1e-9), 0, nbytes)
+    return PeerCopy(nbytes, seconds / repeats, 0, nbytes)
