@@ -29,9 +29,11 @@ TOPOLOGY = {0: "the same board", 10: "one PCIe switch (PIX)", 20: "several PCIe 
 P2P_STATUS = {0: "OK", 1: "the chipset does not support it", 2: "the GPU does not support it",
               3: "the I/O hub topology does not support it", 4: "disabled by the driver's registry key",
               5: "not supported", 6: "unknown"}
-#: NVLink's rate per link and direction by version (GB/s): NVIDIA's NVLink generations (1.0: 20;
-#: 2.0 to 4.0: 25; 5.0: 50).
-NVLINK_LINK_GBS = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 50.0}
+#: NVLink's rate per link and direction by version, "major.minor" as NVML names it (its
+#: NVML_NVLINK_VERSION_* constants), in GB/s: NVIDIA's NVLink generations (1.0: 20; 2.0 to 4.0: 25;
+#: 5.0: 50). 3.1 is GA102's (RTX 3090, RTX A6000, A40 bridges): 112.5 GB/s both ways over 4 links,
+#: 14.0625 per link and direction. 2.2 (Turing's bridges): 25. Another minor version: not known.
+NVLINK_LINK_GBS = {"1.0": 20.0, "2.0": 25.0, "2.2": 25.0, "3.0": 25.0, "3.1": 14.0625, "4.0": 25.0, "5.0": 50.0}
 # Ours: a peer copy below this share of its link is slow. A direct copy reaches 70-90 % of the
 # link; one sent through the root complex (ACS redirect, or GPUs on different sockets) far less.
 SLOW_PCT = 40.0
@@ -225,6 +227,12 @@ class Link:
     gb_per_s: float | None
 
 
+def _nvlink_version(name: object) -> str:
+    """An NVLink version as NVLINK_LINK_GBS keys it: "4.0" (a bare "4" read as "4.0"), "" if none."""
+    text = str(name or "").strip()
+    return f"{text}.0" if text.isdigit() else text
+
+
 def link_of(pair: PairPath, static_a: dict[str, Any], static_b: dict[str, Any],
             nvlinks: Any = None) -> Link:
     """The link a copy between the pair runs over: NVLink (active links to the peer or to a switch,
@@ -234,8 +242,8 @@ def link_of(pair: PairPath, static_a: dict[str, Any], static_b: dict[str, Any],
         peer = pair.bus_ids[1]
         used = [link for link in nvlinks if link.get("active") and
                 (link.get("remote_type") == "switch" or link.get("remote_pci_bus_id") == peer)]
-        versions = {str(link.get("version_name") or "").partition(".")[0] for link in used}
-        rate = NVLINK_LINK_GBS.get(int(versions.pop())) if len(versions) == 1 and "" not in versions else None
+        versions = {_nvlink_version(link.get("version_name")) for link in used}
+        rate = NVLINK_LINK_GBS.get(versions.pop()) if len(versions) == 1 else None
         if used:
             return Link(f"NVLink ({len(used)} link(s))", rate * len(used) if rate else None)
     if pair.over_nvlink:

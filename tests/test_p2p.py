@@ -246,6 +246,17 @@ def test_the_rate_is_judged_against_the_link():
     assert over.label == "NVLink (18 link(s))" and over.gb_per_s == 450.0
 
 
+@pytest.mark.parametrize("version, links, ceiling", [
+    ("3.1", 4, 56.25),    # GA102 bridges (RTX 3090, A6000, A40): 112.5 GB/s both ways over 4 links
+    ("3.0", 12, 300.0),   # A100 SXM: 600 GB/s both ways over 12 links
+    ("4.0", 18, 450.0), ("5.0", 18, 900.0), ("4", 18, 450.0),
+    ("9.7", 4, None),     # a version not known: no ceiling to judge against, rather than a guess
+])
+def test_the_nvlink_ceiling_is_keyed_on_the_full_version(version, links, ceiling):
+    nvlinks = [{"link": i, "active": True, "version_name": version, "remote_type": "switch"} for i in range(links)]
+    assert _p2p.link_of(_pair(nvlink=0), {}, {}, nvlinks).gb_per_s == ceiling
+
+
 def _coarse_clock():
     """A host clock that moves a millisecond at each reading: far too coarse to time a peer copy."""
     ticks = iter(range(1_000_000))
