@@ -207,6 +207,27 @@ def test_utility_only_names_the_containers_capabilities(tmp_path):
     assert "NVIDIA_DRIVER_CAPABILITIES=utility" in f.summary and "compute,utility" in f.fix
 
 
+def test_a_32_bit_driver_library_first_in_the_loaders_order_is_passed_over(tmp_path):
+    """Ubuntu's ld.so.conf.d/i386-linux-gnu.conf sorts before x86_64-linux-gnu.conf: with
+    libnvidia-compute-XXX:i386 installed, a 32-bit libnvidia-ml.so.1 comes first in the search. The
+    loader skips a library of the other ELF class (byte 4 of its header), and so does the lookup."""
+    lay_out(tmp_path, {**driver_library("usr/lib/i386-linux-gnu", "libnvidia-ml", "535.183.01", bits=32),
+                       **driver_library(LIB, "libnvidia-ml", "550.107.02", bits=64),
+                       **driver_library("usr/lib/i386-linux-gnu", "libcuda", "535.183.01", bits=32),
+                       "etc/ld.so.conf": "include /etc/ld.so.conf.d/*.conf\n",
+                       "etc/ld.so.conf.d/i386-linux-gnu.conf": "/lib/i386-linux-gnu\n/usr/lib/i386-linux-gnu\n",
+                       "etc/ld.so.conf.d/x86_64-linux-gnu.conf": f"/lib/x86_64-linux-gnu\n/{LIB}\n"})
+    root = str(tmp_path)
+    ours = 64 if sys.maxsize > 2**32 else 32
+    assert stack.library_dirs(root, {})[:2] == ["/lib/i386-linux-gnu", "/usr/lib/i386-linux-gnu"]
+    nvml = stack.find_library("libnvidia-ml.so.1", root, {})
+    if ours == 64:
+        assert nvml.path == f"/{LIB}/libnvidia-ml.so.1" and nvml.version == "550.107.02"
+        assert stack.find_library("libcuda.so.1", root, {}).path == NA("NotFound")  # only the 32-bit one
+    else:
+        assert nvml.version == "535.183.01"
+
+
 @pytest.mark.parametrize("caps", ["all", "compute,utility", "utility, COMPUTE", "", None])
 def test_no_libcuda_where_compute_was_asked_names_the_missing_mount_not_the_capability(tmp_path, caps):
     """Where the container asked for compute (or `all`, or left the default), the runtime should have mounted
