@@ -328,10 +328,23 @@ WORDING: dict[str, Wording] = {
         "NVIDIA_DRIVER_CAPABILITIES=compute,utility`, the `environment:` of a Compose service, or the env of the "
         "pod spec's container); the NVIDIA runtime then mounts libcuda from the host. Installing a driver inside "
         "the container does not help."),
+    "cuda_cannot_start:container_default_capabilities": Wording(
+        Status.FAIL, "NVML sees {visible} GPU(s) but the CUDA driver library ({library}) cannot be loaded: {error}. "
+        "This {engine} container was given the driver's libraries for NVML (utility) but not for CUDA: "
+        "NVIDIA_DRIVER_CAPABILITIES is unset or empty, so the runtime's default applied, and not every "
+        "runtime's default has `compute`",
+        "{why} The NVIDIA container toolkit documents utility,compute as its default; older toolkits and "
+        "enroot's hook give `utility` alone (nvidia/cuda images set compute,utility themselves, a plain base "
+        "image does not). Where compute was given and libcuda still is not here, a CDI spec written without "
+        "libcuda or a failed mount is the cause.",
+        "Start the container with NVIDIA_DRIVER_CAPABILITIES=compute,utility set explicitly (`docker run --gpus all "
+        "-e NVIDIA_DRIVER_CAPABILITIES=compute,utility`, the `environment:` of a Compose service, or the env of the "
+        "pod spec's container). If libcuda is still missing, regenerate the host's CDI spec (`sudo nvidia-ctk cdi "
+        "generate --output=/etc/cdi/nvidia.yaml`). Installing a driver inside the container does not help."),
     "cuda_cannot_start:libcuda_not_mounted": Wording(
         Status.FAIL, "NVML sees {visible} GPU(s) but the CUDA driver library ({library}) cannot be loaded: {error}. "
-        "This {engine} container asks for the driver's compute capability ({asked}), yet libcuda was not "
-        "mounted into it",
+        "This {engine} container asks for the driver's compute capability (NVIDIA_DRIVER_CAPABILITIES={capabilities}), "
+        "yet libcuda was not mounted into it",
         "{why} The runtime that gave the container its GPUs mounted libnvidia-ml but not libcuda: a CDI spec "
         "written without libcuda (or for another driver version), a hook that failed, or a mount that broke.",
         "Regenerate the CDI spec on the host after the driver's install (`sudo nvidia-ctk cdi generate "

@@ -228,19 +228,32 @@ def test_a_32_bit_driver_library_first_in_the_loaders_order_is_passed_over(tmp_p
         assert nvml.version == "535.183.01"
 
 
-@pytest.mark.parametrize("caps", ["all", "compute,utility", "utility, COMPUTE", "", None])
+@pytest.mark.parametrize("caps", ["all", "compute,utility", "utility, COMPUTE"])
 def test_no_libcuda_where_compute_was_asked_names_the_missing_mount_not_the_capability(tmp_path, caps):
-    """Where the container asked for compute (or `all`, or left the default), the runtime should have mounted
-    libcuda: the finding says it was not (a CDI spec without it, a broken mount), never "without compute"."""
+    """Where the container asked for compute (or `all`), the runtime should have mounted libcuda: the finding
+    says it was not (a CDI spec without it, a broken mount), never "without compute"."""
     from gpudoctor.backends.cuda_driver import CudaStart, cuda_start_findings
 
     lay_out(tmp_path, {".dockerenv": {"file": True}})
-    env = {} if caps is None else {"NVIDIA_DRIVER_CAPABILITIES": caps}
-    box = stack.container(str(tmp_path), env)
+    box = stack.container(str(tmp_path), {"NVIDIA_DRIVER_CAPABILITIES": caps})
     [f] = cuda_start_findings(CudaStart(loaded=False, error="libcuda.so.1: cannot open"), 1, box=box)
     assert f.code == "cuda_cannot_start" and "without `compute`" not in f.summary, f.summary
     assert "libcuda was not mounted" in f.summary and "nvidia-ctk cdi generate" in f.fix
     assert f.summary.endswith(".") and "libcuda.so.1: cannot open" in f.summary
+
+
+@pytest.mark.parametrize("caps", ["", " ", None])
+def test_no_libcuda_with_the_default_capabilities_says_the_default_may_lack_compute(tmp_path, caps):
+    """Unset or empty: the runtime's default applies: utility,compute as the toolkit documents it, `utility`
+    alone in older toolkits and enroot (the corpus's cases: a plain base image, a pod without the variable).
+    Not "without compute", not an unexplained missing mount: set it explicitly."""
+    from gpudoctor.backends.cuda_driver import CudaStart, cuda_start_findings
+
+    lay_out(tmp_path, {".dockerenv": {"file": True}})
+    box = stack.container(str(tmp_path), {} if caps is None else {"NVIDIA_DRIVER_CAPABILITIES": caps})
+    [f] = cuda_start_findings(CudaStart(loaded=False, error="libcuda.so.1: cannot open"), 1, box=box)
+    assert "without `compute`" not in f.summary and "unset or empty" in f.summary, f.summary
+    assert "NVIDIA_DRIVER_CAPABILITIES=compute,utility set explicitly" in f.fix
 
 
 @pytest.mark.parametrize("value", ["", "  ", ","])

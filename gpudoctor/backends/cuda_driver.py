@@ -251,19 +251,19 @@ def cuda_start_findings(start: CudaStart | NA | None, visible: int, fabric: str 
 
 def _no_libcuda(start: CudaStart, visible: int, why: str, box: Container | None) -> Finding:
     """libcuda cannot be loaded where NVML answers. In a container: its driver capabilities lacked
-    `compute` (the runtime mounted no libcuda), or compute was asked for (or left to the default) and
-    libcuda was still not mounted (a CDI spec without it, a failed hook or mount)."""
+    `compute` (the runtime mounted no libcuda); were left to the runtime's default (documented as
+    utility,compute, `utility` alone in older toolkits and enroot); or asked for compute and libcuda
+    was still not mounted (a CDI spec without it, a failed hook or mount)."""
     fields = {"visible": visible, "library": LIBRARY, "error": start.error or "not found", "why": why}
     if box is None or not box.inside:
         return findings.finding("cuda_cannot_start:no_libcuda", label="", **fields)
     caps = box.capability_list()
-    if caps is not None and not caps & {"compute", "all"}:
-        return findings.finding("cuda_cannot_start:container_without_compute", label="", engine=box.kind,
-                                capabilities=(box.capabilities or "").strip()[:60], **fields)
-    asked = ("NVIDIA_DRIVER_CAPABILITIES is unset or empty, so the default (utility, compute) applies"
-             if caps is None else f"NVIDIA_DRIVER_CAPABILITIES={(box.capabilities or '').strip()[:60]}")
-    return findings.finding("cuda_cannot_start:libcuda_not_mounted", label="", engine=box.kind, asked=asked,
-                            **fields)
+    if caps is None:  # unset or empty: the runtime's default, `utility` alone in older toolkits and enroot
+        return findings.finding("cuda_cannot_start:container_default_capabilities", label="", engine=box.kind,
+                                **fields)
+    code = "libcuda_not_mounted" if caps & {"compute", "all"} else "container_without_compute"
+    return findings.finding(f"cuda_cannot_start:{code}", label="", engine=box.kind,
+                            capabilities=(box.capabilities or "").strip()[:60], **fields)
 
 
 __all__ = ["CudaStart", "LIBRARY", "SYSTEM_NOT_READY", "TIMEOUT_S", "cause_of_error_text", "code_of_error_text",
