@@ -295,6 +295,20 @@ WORDING: dict[str, Wording] = {
         "Compose a `deploy.resources.reservations.devices` entry with `driver: nvidia`, in Kubernetes a "
         "`resources.limits: nvidia.com/gpu: 1` in the pod spec (and `runtimeClassName: nvidia` where the "
         "cluster has one)."),
+    "container_libraries_missing": Wording(
+        Status.FAIL, "This {engine} container has the GPU devices ({nodes}) but not the driver's libraries "
+        "(no libnvidia-ml.so.1{variables})",
+        "Its devices were given to it without the host's driver libraries. CDI injection (`--device "
+        "nvidia.com/gpu=all`, podman, containerd, the device plugin in CDI mode) adds the devices and mounts "
+        "the libraries the CDI spec lists, without any NVIDIA_* variable; a spec written before the driver's "
+        "install or upgrade, or by hand, lists none or the old ones. Passing /dev/nvidia* by hand "
+        "(`--device /dev/nvidia0`) adds no libraries either. A driver installed inside the container does "
+        "not help: the host's driver serves it.",
+        "Regenerate the CDI spec on the host after each driver install or upgrade (`sudo nvidia-ctk cdi "
+        "generate --output=/etc/cdi/nvidia.yaml`; `nvidia-ctk cdi list` shows the devices it names) and "
+        "restart the container with `--device nvidia.com/gpu=all`; or start it with the NVIDIA runtime "
+        "(`docker run --gpus all`, `--runtime=nvidia`; in Kubernetes `runtimeClassName: nvidia` and an "
+        "`nvidia.com/gpu` limit), which mounts the libraries itself."),
     "container_runtime_not_used": Wording(
         Status.FAIL, "This {engine} container asks for GPUs (NVIDIA_VISIBLE_DEVICES={visible}) but the NVIDIA "
         "runtime did not give it any: {missing}",

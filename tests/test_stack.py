@@ -181,6 +181,20 @@ def test_a_container_without_its_gpus_says_what_the_host_or_pod_must_change(tmp_
     assert "install the nvidia driver" not in f.fix.lower() and ("--gpus" in f.fix or "CAPABILITIES" in f.fix)
 
 
+@pytest.mark.parametrize("env", [{}, {"NVIDIA_VISIBLE_DEVICES": "all"}])
+def test_device_nodes_without_driver_libraries_name_the_libraries_not_a_container_without_gpus(tmp_path, env):
+    """CDI injection (`--device nvidia.com/gpu=all`) gives a container its /dev/nvidia* nodes and no NVIDIA_*
+    variable; a CDI spec that lists no driver library (written before the driver's install) leaves NVML
+    without its library. That container has its GPUs: the libraries are what is missing."""
+    files = {".dockerenv": {"file": True}, **NVIDIA_BUS, "dev/nvidia0": {"file": True}, "dev/nvidiactl": {"file": True},
+             "dev/nvidia-uvm": {"file": True}}
+    f = lead(judge("LibraryNotFound", files, env, tmp_path))
+    assert f.code == "container_libraries_missing", f
+    assert "started without GPUs" not in f.summary and "nvidia0" in f.summary and "libnvidia-ml" in f.summary
+    assert "nvidia-ctk cdi generate" in f.fix and "install the nvidia driver" not in f.fix.lower()
+    assert ("no NVIDIA_* variable" in f.summary) == (not env)
+
+
 def test_no_nvidia_device_on_the_bus_is_said_and_nothing_is_to_install(tmp_path):
     files = {**pci_device("0000:00:00.0", "0x8086"), **pci_device("0000:00:01.0", "0x1af4")}
     f = lead(judge("LibraryNotFound", files, {}, tmp_path))
