@@ -254,16 +254,17 @@ def _no_libcuda(start: CudaStart, visible: int, why: str, box: Container | None)
     `compute` (the runtime mounted no libcuda); were left to the runtime's default (documented as
     utility,compute, `utility` alone in older toolkits and enroot); or asked for compute and libcuda
     was still not mounted (a CDI spec without it, a failed hook or mount)."""
-    fields = {"visible": visible, "library": LIBRARY, "error": start.error or "not found", "why": why}
+    def said(code: str, engine: str = "", capabilities: str = "") -> Finding:
+        return findings.finding(f"cuda_cannot_start:{code}", label="", visible=visible, library=LIBRARY,
+                                error=start.error or "not found", why=why, engine=engine, capabilities=capabilities)
+
     if box is None or not box.inside:
-        return findings.finding("cuda_cannot_start:no_libcuda", label="", **fields)
+        return said("no_libcuda")
     caps = box.capability_list()
     if caps is None:  # unset or empty: the runtime's default, `utility` alone in older toolkits and enroot
-        return findings.finding("cuda_cannot_start:container_default_capabilities", label="", engine=box.kind,
-                                **fields)
-    code = "libcuda_not_mounted" if caps & {"compute", "all"} else "container_without_compute"
-    return findings.finding(f"cuda_cannot_start:{code}", label="", engine=box.kind,
-                            capabilities=(box.capabilities or "").strip()[:60], **fields)
+        return said("container_default_capabilities", engine=box.kind or "")
+    return said("libcuda_not_mounted" if caps & {"compute", "all"} else "container_without_compute",
+                engine=box.kind or "", capabilities=(box.capabilities or "").strip()[:60])
 
 
 __all__ = ["CudaStart", "LIBRARY", "SYSTEM_NOT_READY", "TIMEOUT_S", "cause_of_error_text", "code_of_error_text",
