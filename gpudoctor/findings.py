@@ -295,6 +295,20 @@ WORDING: dict[str, Wording] = {
         "Compose a `deploy.resources.reservations.devices` entry with `driver: nvidia`, in Kubernetes a "
         "`resources.limits: nvidia.com/gpu: 1` in the pod spec (and `runtimeClassName: nvidia` where the "
         "cluster has one)."),
+    "container_libraries_missing": Wording(
+        Status.FAIL, "This {engine} container has the GPU devices ({nodes}) but not the driver's libraries "
+        "(no libnvidia-ml.so.1{variables})",
+        "Its devices were given to it without the host's driver libraries. CDI injection (`--device "
+        "nvidia.com/gpu=all`, podman, containerd, the device plugin in CDI mode) adds the devices and mounts "
+        "the libraries the CDI spec lists, without any NVIDIA_* variable; a spec written before the driver's "
+        "install or upgrade, or by hand, lists none or the old ones. Passing /dev/nvidia* by hand "
+        "(`--device /dev/nvidia0`) adds no libraries either. A driver installed inside the container does "
+        "not help: the host's driver serves it.",
+        "Regenerate the CDI spec on the host after each driver install or upgrade (`sudo nvidia-ctk cdi "
+        "generate --output=/etc/cdi/nvidia.yaml`; `nvidia-ctk cdi list` shows the devices it names) and "
+        "restart the container with `--device nvidia.com/gpu=all`; or start it with the NVIDIA runtime "
+        "(`docker run --gpus all`, `--runtime=nvidia`; in Kubernetes `runtimeClassName: nvidia` and an "
+        "`nvidia.com/gpu` limit), which mounts the libraries itself."),
     "container_runtime_not_used": Wording(
         Status.FAIL, "This {engine} container asks for GPUs (NVIDIA_VISIBLE_DEVICES={visible}) but the NVIDIA "
         "runtime did not give it any: {missing}",
@@ -312,6 +326,45 @@ WORDING: dict[str, Wording] = {
         "there is no NVML (nvidia-smi, monitoring), without `compute` no libcuda.",
         "Start the container with NVIDIA_DRIVER_CAPABILITIES=compute,utility (`docker run -e "
         "NVIDIA_DRIVER_CAPABILITIES=compute,utility --gpus all`, or the pod spec's env)."),
+    # -- CUDA cannot start where NVML answers: libcuda.so.1 cannot be loaded (backends/cuda_driver.py) --------
+    "cuda_cannot_start:no_libcuda": Wording(
+        Status.FAIL, "NVML sees {visible} GPU(s) but the CUDA driver library ({library}) cannot be loaded: {error}",
+        "{why}",
+        "In a container, give it the driver's compute capability (NVIDIA_DRIVER_CAPABILITIES=compute,utility, or "
+        "`docker run --gpus all`); on a host, reinstall the driver's user-space libraries (libcuda.so.1 comes "
+        "with the driver, not with the toolkit)."),
+    "cuda_cannot_start:container_without_compute": Wording(
+        Status.FAIL, "NVML sees {visible} GPU(s) but the CUDA driver library ({library}) cannot be loaded: {error}. "
+        "This {engine} container was given the driver's libraries for NVML (utility) but not for CUDA: "
+        "NVIDIA_DRIVER_CAPABILITIES={capabilities}, without `compute`",
+        "{why}",
+        "Start the container with NVIDIA_DRIVER_CAPABILITIES=compute,utility (`docker run --gpus all -e "
+        "NVIDIA_DRIVER_CAPABILITIES=compute,utility`, the `environment:` of a Compose service, or the env of the "
+        "pod spec's container); the NVIDIA runtime then mounts libcuda from the host. Installing a driver inside "
+        "the container does not help."),
+    "cuda_cannot_start:container_default_capabilities": Wording(
+        Status.FAIL, "NVML sees {visible} GPU(s) but the CUDA driver library ({library}) cannot be loaded: {error}. "
+        "This {engine} container was given the driver's libraries for NVML (utility) but not for CUDA: "
+        "NVIDIA_DRIVER_CAPABILITIES is unset or empty, so the runtime's default applied, and not every "
+        "runtime's default has `compute`",
+        "{why} The NVIDIA container toolkit documents utility,compute as its default; older toolkits and "
+        "enroot's hook give `utility` alone (nvidia/cuda images set compute,utility themselves, a plain base "
+        "image does not). Where compute was given and libcuda still is not here, a CDI spec written without "
+        "libcuda or a failed mount is the cause.",
+        "Start the container with NVIDIA_DRIVER_CAPABILITIES=compute,utility set explicitly (`docker run --gpus all "
+        "-e NVIDIA_DRIVER_CAPABILITIES=compute,utility`, the `environment:` of a Compose service, or the env of the "
+        "pod spec's container). If libcuda is still missing, regenerate the host's CDI spec (`sudo nvidia-ctk cdi "
+        "generate --output=/etc/cdi/nvidia.yaml`). Installing a driver inside the container does not help."),
+    "cuda_cannot_start:libcuda_not_mounted": Wording(
+        Status.FAIL, "NVML sees {visible} GPU(s) but the CUDA driver library ({library}) cannot be loaded: {error}. "
+        "This {engine} container asks for the driver's compute capability (NVIDIA_DRIVER_CAPABILITIES={capabilities}), "
+        "yet libcuda was not mounted into it",
+        "{why} The runtime that gave the container its GPUs mounted libnvidia-ml but not libcuda: a CDI spec "
+        "written without libcuda (or for another driver version), a hook that failed, or a mount that broke.",
+        "Regenerate the CDI spec on the host after the driver's install (`sudo nvidia-ctk cdi generate "
+        "--output=/etc/cdi/nvidia.yaml`) and restart the container, or start it with the NVIDIA runtime "
+        "(`docker run --gpus all`); check `nvidia-ctk cdi list` and the runtime's log for a failed mount. "
+        "Installing a driver inside the container does not help."),
     "no_nvidia_gpu": Wording(
         Status.FAIL, "This machine has no NVIDIA GPU: none of the {count} devices on its PCI bus is NVIDIA's "
         "(vendor 0x10de)",

@@ -156,6 +156,11 @@ class Finding:
         )
 
 
+#: The ``details`` key by which a probe says its process must not run another probe (see
+#: :meth:`ProbeResult.poison_process`).
+POISONED = "process_poisoned"
+
+
 @record
 class ProbeResult:
     """The outcome of one probe.
@@ -190,6 +195,12 @@ class ProbeResult:
         f = Finding(Status(status), code, summary, why, fix, device)
         self.findings.append(f)
         return f
+
+    def poison_process(self, why: str) -> None:
+        """Say that the process this probe ran in cannot be trusted with another probe (a peer copy
+        that never finished still holds both devices' streams): the runner ends that probe child and
+        starts a fresh one for the next probe. ``details[POISONED]`` holds ``why``."""
+        self.details[POISONED] = why
 
     def settle(self, summary: str | None = None) -> "ProbeResult":
         """Recompute status from findings (call after adding findings)."""

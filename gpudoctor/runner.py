@@ -34,7 +34,7 @@ from gpudoctor import _version, findings, signals
 from gpudoctor import _proc
 from gpudoctor._proc import describe_exit, silence_stdio
 from gpudoctor.backends.nvml import STUCK_S, thread_blocked
-from gpudoctor.model import ProbeResult, Report, Status
+from gpudoctor.model import POISONED, ProbeResult, Report, Status
 from gpudoctor.safejson import json_safe
 
 if TYPE_CHECKING:
@@ -399,7 +399,8 @@ def _driver_not_answering(probe: str, duration_s: float) -> ProbeResult:
 
 class _ProbeChild:
     """The child process the torch probes run in: started at the first one, and again at the
-    next one after a probe cost it (a crash, a time-out)."""
+    next one after a probe cost it (a crash, a time-out) or said its process is poisoned
+    (:meth:`ProbeResult.poison_process`: GPU work it queued never finished)."""
 
     def __init__(self, spec: RunSpec) -> None:
         self.spec = spec
@@ -419,7 +420,13 @@ class _ProbeChild:
             self.child.stop(graceful=False)
             self.child = None
             return ProbeResult.error(probe.name, why or "probe process failed", duration_s=time.monotonic() - start)
-        return ProbeResult.from_dict(json.loads(payload))
+        result = ProbeResult.from_dict(json.loads(payload))
+        if result.details.get(POISONED):
+            # work it queued never finished (a hung peer copy blocks both devices' streams): every
+            # later probe in this process would wait on it to its own time limit
+            self.child.stop(graceful=False)
+            self.child = None
+        return result
 
 
 def _new_report(spec: RunSpec, ctx: ProbeContext) -> Report:

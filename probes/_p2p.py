@@ -7,6 +7,7 @@ the host's PCIe bridges between them with their ACS control, and the IOMMU's mod
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -28,9 +29,11 @@ TOPOLOGY = {0: "the same board", 10: "one PCIe switch (PIX)", 20: "several PCIe 
 P2P_STATUS = {0: "OK", 1: "the chipset does not support it", 2: "the GPU does not support it",
               3: "the I/O hub topology does not support it", 4: "disabled by the driver's registry key",
               5: "not supported", 6: "unknown"}
-#: NVLink's rate per link and direction by version (GB/s): NVIDIA's NVLink generations (1.0: 20;
-#: 2.0 to 4.0: 25; 5.0: 50).
-NVLINK_LINK_GBS = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 50.0}
+#: NVLink's rate per link and direction by version, "major.minor" as NVML names it (its
+#: NVML_NVLINK_VERSION_* constants), in GB/s: NVIDIA's NVLink generations (1.0: 20; 2.0 to 4.0: 25;
+#: 5.0: 50). 3.1 is GA102's (RTX 3090, RTX A6000, A40 bridges): 112.5 GB/s both ways over 4 links,
+#: 14.0625 per link and direction. 2.2 (Turing's bridges): 25. Another minor version: not known.
+NVLINK_LINK_GBS = {"1.0": 20.0, "2.0": 25.0, "2.2": 25.0, "3.0": 25.0, "3.1": 14.0625, "4.0": 25.0, "5.0": 50.0}
 # Ours: a peer copy below this share of its link is slow. A direct copy reaches 70-90 % of the
 # link; one sent through the root complex (ACS redirect, or GPUs on different sockets) far less.
 SLOW_PCT = 40.0
@@ -224,6 +227,12 @@ class Link:
     gb_per_s: float | None
 
 
+def _nvlink_version(name: object) -> str:
+    """An NVLink version as NVLINK_LINK_GBS keys it: "4.0" (a bare "4" read as "4.0"), "" if none."""
+    text = str(name or "").strip()
+    return f"{text}.0" if text.isdigit() else text
+
+
 def link_of(pair: PairPath, static_a: dict[str, Any], static_b: dict[str, Any],
             nvlinks: Any = None) -> Link:
     """The link a copy between the pair runs over: NVLink (active links to the peer or to a switch,
@@ -233,8 +242,8 @@ def link_of(pair: PairPath, static_a: dict[str, Any], static_b: dict[str, Any],
         peer = pair.bus_ids[1]
         used = [link for link in nvlinks if link.get("active") and
                 (link.get("remote_type") == "switch" or link.get("remote_pci_bus_id") == peer)]
-        versions = {str(link.get("version_name") or "").partition(".")[0] for link in used}
-        rate = NVLINK_LINK_GBS.get(int(versions.pop())) if len(versions) == 1 and "" not in versions else None
+        versions = {_nvlink_version(link.get("version_name")) for link in used}
+        rate = NVLINK_LINK_GBS.get(versions.pop()) if len(versions) == 1 else None
         if used:
             return Link(f"NVLink ({len(used)} link(s))", rate * len(used) if rate else None)
     if pair.over_nvlink:
@@ -269,28 +278,67 @@ def judge_copy(r: ProbeResult, pair: PairPath, copy: PeerCopy, link: Link, direc
         r.findings.append(findings.finding("p2p_copy_ok", label=label, gbs=gbs, link=link.label))
 
 
+#: A timed batch of copies lasts at least this long at the link's ceiling (seconds): long against the
+#: GPU's clock and the launch of the first copy (CUDA events time it, not the host's clock).
+BATCH_S = 0.020
+#: The fewest and the most copies in a timed batch.
+MIN_REPEATS, MAX_REPEATS = 5, 2000
+
+
+def batch_repeats(nbytes: int, ceiling_gbs: float | None, first_s: float) -> int:
+    """How many copies of ``nbytes`` make a batch of >= BATCH_S at ``ceiling_gbs`` (or, where the
+    ceiling is not known, at the rate of the first copy, ``first_s``)."""
+    rate = ceiling_gbs * 1e9 if ceiling_gbs else nbytes / max(first_s, 1e-9)
+    return max(MIN_REPEATS, min(MAX_REPEATS, -(-int(BATCH_S * rate) // nbytes)))
+
+
+def _timed(torch: Any, stream: Any, launch: Callable[[], None], deadline: float,
+           clock_s: Callable[[], float], pause: Callable[[], None]) -> float | None:
+    """Seconds the GPU took for the work ``launch`` queues on ``stream``, between two CUDA timing
+    events recorded there (None: the second event did not complete by ``deadline``: a hang)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record(stream)
+    launch()
+    end.record(stream)
+    while not end.query():
+        if clock_s() > deadline:
+            return None
+        pause()
+    return max(float(start.elapsed_time(end)) / 1e3, 1e-9)
+
+
 def copy_between(torch: Any, src_device: Any, dst_device: Any, nbytes: int, *, timeout_s: float,
-                 wait: Callable[[float], bool], clock_s: Callable[[], float],
-                 copy: Callable[[Any, Any], Any] | None = None) -> PeerCopy:
+                 wait: Callable[[float], bool], clock_s: Callable[[], float], ceiling_gbs: float | None = None,
+                 copy: Callable[[Any, Any], Any] | None = None,
+                 pause: Callable[[], None] = lambda: time.sleep(0.001)) -> PeerCopy:
     """Copy ``nbytes`` of random bytes from one device to the other (``copy(dst, src)``, by default
     ``dst.copy_(src, non_blocking=True)``: a direct peer copy where the driver allows it), wait for it
-    with ``wait(deadline)`` (False: not done by the deadline: a hang), then compare the bytes on the
-    host (through host memory, not the peer path) and time a few more copies."""
+    with ``wait(deadline)`` (False: not done by the deadline: a hang), compare the bytes on the host
+    (through host memory, not the peer path), then time a batch of copies with CUDA events on the
+    source device's current stream (where torch runs a peer copy), sized to last >= BATCH_S at
+    ``ceiling_gbs``. ``clock_s`` (the host's) only sets the deadlines."""
     do_copy = copy or (lambda dst, src: dst.copy_(src, non_blocking=True))
     generator = torch.Generator().manual_seed(0x9E37)
     src = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, generator=generator).to(src_device)
     dst = torch.zeros(nbytes, dtype=torch.uint8, device=dst_device)
+    stream = torch.cuda.current_stream(src_device)
     start = clock_s()
+    first = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    first[0].record(stream)
     do_copy(dst, src)
+    first[1].record(stream)
     if not wait(start + timeout_s):
         return PeerCopy(nbytes, None, 0, nbytes, clock_s() - start)
     wrong = int((dst.cpu() != src.cpu()).sum())
     if wrong:
         return PeerCopy(nbytes, clock_s() - start, wrong, nbytes)
-    repeats = 5
+    repeats = batch_repeats(nbytes, ceiling_gbs, float(first[0].elapsed_time(first[1])) / 1e3)
+
+    def batch() -> None:
+        for _ in range(repeats):
+            do_copy(dst, src)
     start = clock_s()
-    for _ in range(repeats):
-        do_copy(dst, src)
-    if not wait(start + timeout_s):
+    seconds = _timed(torch, stream, batch, start + timeout_s, clock_s, pause)
+    if seconds is None:
         return PeerCopy(nbytes, None, 0, nbytes, clock_s() - start)
-    return PeerCopy(nbytes, max((clock_s() - start) / repeats, 1e-9), 0, nbytes)
+    return PeerCopy(nbytes, seconds / repeats, 0, nbytes)

@@ -105,6 +105,11 @@ def _container_without(stack: Stack) -> Finding:
     if box.device_nodes and is_na(nml.path) and caps is not None and not caps & {"utility", "all"}:
         return findings.finding("container_without_utility", engine=engine, nodes=", ".join(box.device_nodes[:4]),
                                 capabilities=(box.capabilities or "")[:60], evidence=evidence)
+    if box.device_nodes and is_na(nml.path):  # devices without libraries: CDI, or nodes passed by hand
+        unset = visible is None and box.capabilities is None
+        return findings.finding("container_libraries_missing", engine=engine, nodes=", ".join(box.device_nodes[:4]),
+                                variables=", and no NVIDIA_* variable, as with CDI" if unset else "",
+                                evidence=evidence)
     if visible is not None and visible.strip().lower() not in NO_DEVICES and not box.device_nodes:
         return findings.finding("container_runtime_not_used", engine=engine, visible=visible.strip()[:60],
                                 missing=", ".join(missing), evidence=evidence)

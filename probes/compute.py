@@ -194,11 +194,28 @@ TENSOR_WINDOW_S = max(0.5, 5 * GPM_MIN_INTERVAL_S)
 TENSOR_LEAD_S = 1.5 * GPM_MIN_INTERVAL_S
 
 
+# Ours: each group of GEMMs between two waits for the GPU lasts at least this long at the GPU's
+# measured rate, so the wait's gap (the GPU drained, the next launch) is under ~1 % of the window:
+# groups of 4 at n = 1024-2048 were ~16 us of work per wait and left the SMs idle (a false
+# tensor_cores_idle where free memory forced n down).
+TENSOR_GROUP_S = 0.005
+TENSOR_GROUP_MAX = 20_000
+
+
+def gemms_per_wait(n: int, gemm_s: float | None) -> int:
+    """How many n x n GEMMs make a group of >= TENSOR_GROUP_S, at ``gemm_s`` seconds each (the timed
+    matmul's median on this GPU); without it, at a rate above any GPU's (2 PFLOP/s, dense bf16)."""
+    each = gemm_s if gemm_s and gemm_s > 0 else 2.0 * n ** 3 / 2e15
+    return max(4, min(TENSOR_GROUP_MAX, math.ceil(TENSOR_GROUP_S / each)))
+
+
 def tensor_window(torch: ModuleType, device: _torch.device, n: int, generator: _torch.Generator | None,
-                  gpm: GpmReader, seconds: float = TENSOR_WINDOW_S) -> dict[str, Any]:
+                  gpm: GpmReader, seconds: float = TENSOR_WINDOW_S, gemm_s: float | None = None) -> dict[str, Any]:
     """GPM readings over ``seconds`` of back-to-back bf16 n x n GEMMs on ``device``: the two GPM samples
     bracket that work and nothing else (a GEMM is in flight at each sample, the lead-in covers a read
-    that returns the previous sample). Adds ``gpm_window_s`` and ``gpm_window_matmuls``."""
+    that returns the previous sample). The GEMMs are queued in groups of >= TENSOR_GROUP_S of work at
+    ``gemm_s`` seconds each (:func:`gemms_per_wait`) between waits, so the SMs do not idle at the
+    waits. Adds ``gpm_window_s`` and ``gpm_window_matmuls``."""
     import time
 
     from gpudoctor.backends.na import is_na
@@ -209,15 +226,17 @@ def tensor_window(torch: ModuleType, device: _torch.device, n: int, generator: _
     a = torch.randn(n, n, generator=generator, device=device, dtype=torch.bfloat16)
     b = torch.randn(n, n, generator=generator, device=device, dtype=torch.bfloat16)
     out = torch.empty(n, n, device=device, dtype=torch.bfloat16)
-    runs = 0
+    runs, group = 0, gemms_per_wait(n, gemm_s)
 
     def run_for(span: float) -> None:
         nonlocal runs
         end = time.monotonic() + span
         while True:
-            for _ in range(4):
+            for _ in range(group):  # queued ahead of the GPU; the host stops launching at the end
                 torch.matmul(a, b, out=out)
-            runs += 4
+                runs += 1
+                if time.monotonic() >= end:
+                    break
             torch.cuda.synchronize(device)
             if time.monotonic() >= end:
                 return
@@ -270,8 +289,8 @@ def _time_modes(torch: ModuleType, dev: _gpu.Device, device: _torch.device, spec
             while n > 1024 and 7 * n * n * size > free // 2:  # 3 input pairs + output, half the free memory
                 n //= 2
             timing = matmul_timing(torch, device, dtype, n, clock, budget_s=budget_s / len(MODES), generator=gen)
-            activity = (_gpm_row(tensor_window(torch, device, n, gen, gpm)) if gpm is not None and mode == "bf16"
-                        else {})
+            activity = (_gpm_row(tensor_window(torch, device, n, gen, gpm, gemm_s=timing.seconds))
+                        if gpm is not None and mode == "bf16" else {})
             tflops = matmul_tflops(n, n, n, timing.seconds)
             peak = spec.peak_tflops(mode) if spec else None
             if (mode == "tf32" and tf32_env.tf32_disabled) or (mode == "fp32" and tf32_env.fp32_runs_as_tf32):

@@ -16,7 +16,9 @@ copy over PCIe: fail (``p2p_acs_redirect``); the IOMMU translating their DMA: wa
 memory: correct, slower); anything that cannot be read (not root, a VM, no sysfs, a replay): a
 skip that says what and why (``p2p_unreadable``), never a pass. Pairs over NVLink have no PCIe
 bridge or IOMMU on the way. With ``--full`` a 64 MiB copy between each pair (torch, in the runner's
-child process) checks the bytes and the rate against the link (NVLink, or the narrower PCIe link).
+child process) checks the bytes, then a batch of copies timed by CUDA events on the source GPU's
+stream (>= 20 ms at the link's ceiling) checks the rate against the link (NVLink, or the narrower
+PCIe link). A copy that never finishes leaves the child process poisoned: the runner starts another.
 """
 
 from __future__ import annotations
@@ -84,10 +86,14 @@ def _copies(ctx: ProbeContext, r: ProbeResult, pairs: list[_p2p.PairPath]) -> No
             link = (_p2p.link_of(pair, ctx.gpu.static(pair.a), ctx.gpu.static(pair.b), ctx.gpu.nvlink(pair.a))
                     if peer else _p2p.Link("host memory (torch has no peer access between them)", None))
             copy = _p2p.copy_between(torch, where[0], where[1], COPY_BYTES, timeout_s=COPY_TIMEOUT_S,
-                                     wait=_cuda_wait(torch, where), clock_s=time.perf_counter)
+                                     wait=_cuda_wait(torch, where), clock_s=time.perf_counter,
+                                     ceiling_gbs=link.gb_per_s)
             _p2p.judge_copy(r, pair, copy, link, f"cuda:{src.index} -> cuda:{dst.index}")
             if copy.seconds is None:
-                return  # a stuck copy holds the devices: no further copy would finish
+                # a stuck copy holds both devices' streams: no further copy, nor any later probe's work on
+                # them, would finish in this process
+                r.poison_process(f"a peer copy cuda:{src.index} -> cuda:{dst.index} never finished")
+                return
 
 
 def _summary(r: ProbeResult, pairs: list[_p2p.PairPath]) -> str:

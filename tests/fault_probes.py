@@ -90,3 +90,14 @@ def _starts_a_tree(ctx):
 
 
 STARTS_A_TREE = Probe("tree", "starts a tree of processes", _starts_a_tree, uses_torch=True, timeout_s=300)
+
+
+def _poisons(ctx):
+    """Returns normally but says its process must not run another probe (as a hung peer copy does)."""
+    r = ProbeResult("poisons")
+    r.measure("pid", os.getpid())
+    r.poison_process("a peer copy never finished")
+    return r.settle("returned, process poisoned")
+
+
+POISONS = Probe("poisons", "returns but poisons its child", _poisons, uses_torch=True, timeout_s=30)

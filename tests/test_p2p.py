@@ -13,7 +13,7 @@ import pytest
 
 from gpudoctor.backends import NvmlBackend, NvmlGate, pcie_paths
 from gpudoctor.backends.na import NA, is_na
-from gpudoctor.model import ProbeResult, Status
+from gpudoctor.model import POISONED, ProbeResult, Status
 from gpudoctor.probes import ProbeContext, _p2p
 from nvml_fake import FakePynvml, nvml_error, peer_paths
 from pcie_tree import DOWNSTREAM, GPUS, ROOT_PORT, SWITCH_UP, config_space, lay_out
@@ -182,11 +182,10 @@ def _pair(nvlink: int = 5) -> _p2p.PairPath:
 
 
 def test_a_copy_checks_every_byte_and_times_the_rate():
-    torch = pytest.importorskip("torch")
-    ticks = iter(range(100))
+    torch = _StubTorch(gbs=25.0)
     copy = _p2p.copy_between(torch, "cpu", "cpu", 1 << 20, timeout_s=5, wait=lambda deadline: True,
-                             clock_s=lambda: float(next(ticks)) * 1e-3)
-    assert copy.wrong == 0 and copy.seconds == pytest.approx(1e-3 / 5)  # one tick over the five timed copies
+                             clock_s=_coarse_clock(), ceiling_gbs=25.0, copy=torch.cuda.copy)
+    assert copy.wrong == 0 and copy.gb_per_s == pytest.approx(25.0)
 
     def corrupting(dst, src):
         dst.copy_(src)
@@ -199,13 +198,36 @@ def test_a_copy_checks_every_byte_and_times_the_rate():
     assert _codes(r) == {"p2p_copy_corrupt": Status.FAIL} and "256 of 1048576" in r.findings[0].summary
 
 
+@pytest.mark.parametrize("ceiling, true_gbs", [(900.0, 810.0), (450.0, 400.0), (31.5, 26.0), (None, 20.0)])
+def test_nvlink_rates_are_timed_by_cuda_events_over_a_batch_long_enough(ceiling, true_gbs):
+    """A host clock that ticks a millisecond a call (launches, 1 ms polls) cannot time a 64 MiB copy at
+    NVLink 5's 900 GB/s (75 us): the rate comes from timing events on the source device's stream, over a
+    batch of >= 20 ms at the link's ceiling, and a copy at 90 % of NVLink 5 is not called slow."""
+    torch = _StubTorch(gbs=true_gbs)
+    nbytes = 64 << 20
+    copy = _p2p.copy_between(torch, "cpu", "cpu", nbytes, timeout_s=10, wait=lambda deadline: True,
+                             clock_s=_coarse_clock(), ceiling_gbs=ceiling, copy=torch.cuda.copy, pause=lambda: None)
+    assert copy.gb_per_s == pytest.approx(true_gbs, rel=1e-6)
+    batch = torch.cuda.timed[-1]
+    assert batch["stream"] == ("stream of", "cpu")  # the source device's current stream
+    assert batch["copies"] >= _p2p.MIN_REPEATS and batch["copies"] * nbytes / ((ceiling or true_gbs) * 1e9) >= 0.0199
+    r = ProbeResult("p2p")
+    _p2p.judge_copy(r, _pair(), copy, _p2p.Link("NVLink (18 link(s))", ceiling), "cuda:0 -> cuda:1")
+    assert _codes(r) == {"p2p_copy_ok": Status.PASS}
+
+
 def test_a_copy_that_never_finishes_is_a_hang():
-    torch = pytest.importorskip("torch")
+    torch = _StubTorch()
     hung = _p2p.copy_between(torch, "cpu", "cpu", 4096, timeout_s=10, wait=lambda deadline: False,
                              clock_s=lambda: 0.0)
     r = ProbeResult("p2p")
     _p2p.judge_copy(r, _pair(), hung, _p2p.Link("PCIe gen 4 x16", 31.5), "cuda:0 -> cuda:1")
     assert _codes(r) == {"p2p_copy_hung": Status.FAIL}
+    # the first copy finished, the timed batch never does: a hang too, found by polling the event to a deadline
+    stuck = _StubTorch(gbs=25.0, hang_after=1)
+    later = _p2p.copy_between(stuck, "cpu", "cpu", 4096, timeout_s=10, wait=lambda deadline: True,
+                              clock_s=_coarse_clock(), ceiling_gbs=25.0, copy=stuck.cuda.copy, pause=lambda: None)
+    assert later.seconds is None and later.waited_s > 10
 
 
 def test_the_rate_is_judged_against_the_link():
@@ -224,39 +246,77 @@ def test_the_rate_is_judged_against_the_link():
     assert over.label == "NVLink (18 link(s))" and over.gb_per_s == 450.0
 
 
-class _StubCuda:
-    """torch.cuda as the probe's copies use it, over CPU tensors: peer access, and events whose
-    ``query`` says whether the copy finished (``done``)."""
+@pytest.mark.parametrize("version, links, ceiling", [
+    ("3.1", 4, 56.25),    # GA102 bridges (RTX 3090, A6000, A40): 112.5 GB/s both ways over 4 links
+    ("3.0", 12, 300.0),   # A100 SXM: 600 GB/s both ways over 12 links
+    ("4.0", 18, 450.0), ("5.0", 18, 900.0), ("4", 18, 450.0),
+    ("9.7", 4, None),     # a version not known: no ceiling to judge against, rather than a guess
+])
+def test_the_nvlink_ceiling_is_keyed_on_the_full_version(version, links, ceiling):
+    nvlinks = [{"link": i, "active": True, "version_name": version, "remote_type": "switch"} for i in range(links)]
+    assert _p2p.link_of(_pair(nvlink=0), {}, {}, nvlinks).gb_per_s == ceiling
 
-    def __init__(self, done: bool) -> None:
-        done_now = done
+
+def _coarse_clock():
+    """A host clock that moves a millisecond at each reading: far too coarse to time a peer copy."""
+    ticks = iter(range(1_000_000))
+    return lambda: next(ticks) * 1e-3
+
+
+class _StubCuda:
+    """torch.cuda as the probe's copies use it, over CPU tensors: peer access, current streams, and
+    events on a modelled GPU timeline. ``copy`` is a peer copy that takes nbytes / ``gbs`` of GPU time;
+    an event recorded on a stream stamps the time its queued work ends; ``query`` says whether the
+    stream got there (never, with ``done`` False, or for events after ``hang_after`` copies);
+    ``elapsed_time`` is in milliseconds, as CUDA's. ``timed``: each start-end pair of timing events."""
+
+    def __init__(self, done: bool = True, gbs: float = 25.0, hang_after: int | None = None) -> None:
+        cuda = self
+        self.gpu_s = 0.0
+        self.copies = 0
+        self.timed: list[dict] = []
 
         class Event:
+            def __init__(self, enable_timing: bool = False) -> None:
+                self.timing = enable_timing
+                self.at: float | None = None
+
             def record(self, stream: object) -> None:
-                pass
+                self.at, self.stream, self.after = cuda.gpu_s, stream, cuda.copies
 
             def query(self) -> bool:
-                return done_now
+                return done and (hang_after is None or self.after <= hang_after)
+
+            def elapsed_time(self, end: "Event") -> float:
+                assert self.timing and end.timing and self.stream == end.stream and end.query()
+                cuda.timed.append({"stream": end.stream, "copies": end.after - self.after})
+                return (end.at - self.at) * 1e3
 
         self.Event = Event
+        self.gbs = gbs
+
+    def copy(self, dst, src) -> None:
+        dst.copy_(src)
+        self.copies += 1
+        self.gpu_s += src.numel() / (self.gbs * 1e9)
 
     @staticmethod
     def can_device_access_peer(a: int, b: int) -> bool:
         return True
 
     @staticmethod
-    def current_stream(device: object) -> None:
-        return None
+    def current_stream(device: object) -> tuple[str, object]:
+        return ("stream of", device)
 
 
 class _StubTorch:
     """Real torch (CPU tensors) with a stub ``cuda``: the probe's --full copies run end to end here."""
 
-    def __init__(self, done: bool = True) -> None:
+    def __init__(self, done: bool = True, gbs: float = 25.0, hang_after: int | None = None) -> None:
         import torch
 
         self._torch = torch
-        self.cuda = _StubCuda(done)
+        self.cuda = _StubCuda(done, gbs, hang_after)
 
     def __getattr__(self, name: str):
         return getattr(self._torch, name)
@@ -283,9 +343,11 @@ def test_full_copies_each_way_between_every_pair_with_stubs(tmp_path, monkeypatc
         assert {f.code for f in copies} <= {"p2p_copy_ok", "p2p_copy_slow"}
         assert all("PCIe gen 4 x16" in f.summary for f in copies)
         assert [m.name for m in r.measurements] == ["p2p_bandwidth", "p2p_bandwidth"]
-    else:  # the first copy never finishes: one hang, and no copy after it
+        assert POISONED not in r.details
+    else:  # the first copy never finishes: one hang, no copy after it, and the runner told to end the process
         assert [(f.code, f.status) for f in copies] == [("p2p_copy_hung", Status.FAIL)]
         assert r.status == Status.FAIL
+        assert "cuda:0 -> cuda:1 never finished" in r.details[POISONED]
 
 
 @pytest.mark.gpu

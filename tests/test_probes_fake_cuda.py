@@ -388,3 +388,24 @@ def test_tensor_activity_without_sm_activity_states_no_sm_figure():
     compute._tensor_activity(r, dev, {"tflops": 700.0, "tensor_active_pct": 64.0})
     [finding] = r.findings
     assert finding.code == "tensor_cores_used" and "SM activity" not in finding.summary
+
+
+@pytest.mark.parametrize("n", [1024, 2048, 8192])
+def test_the_bf16_window_queues_enough_work_between_waits(n):
+    """Issue: the bf16 window waited for the GPU after every 4 GEMMs; at n = 1024-2048 (free memory forcing
+    n down) that is ~16 us of an H100's work per wait, and the SMs idled at each: a false tensor_cores_idle.
+    A stub torch counts the GEMMs queued between waits; the GPU modelled at 700 TFLOP/s dense bf16 (the
+    timed matmul's seconds per GEMM): every group but a run's last holds >= TENSOR_GROUP_S of work."""
+    groups: list[int] = [0]
+    stub = SimpleNamespace(
+        bfloat16="bf16", randn=lambda *a, **k: None, empty=lambda *a, **k: None,
+        matmul=lambda a, b, out=None: groups.__setitem__(-1, groups[-1] + 1),
+        cuda=SimpleNamespace(synchronize=lambda device=None: groups.append(0)))
+    gemm_s = 2.0 * n ** 3 / 700e12
+    found = compute.tensor_window(stub, "cuda:0", n, None, lambda: {"tensor_active_pct": 90.0}, seconds=0.05,
+                                  gemm_s=gemm_s)
+    waited = groups[:-1]  # the GEMMs queued before each wait (the last entry: none queued after the last)
+    short = [g for g in waited if g * gemm_s < compute.TENSOR_GROUP_S * 0.999]
+    # short only where a run (the lead-in, the window) stopped at its end, and the closing in-flight GEMM
+    assert len(short) <= 3 and len(waited) - len(short) >= 2, (n, waited[:5], short)
+    assert found["gpm_window_matmuls"] >= 2 and compute.gemms_per_wait(n, None) * 2.0 * n ** 3 / 2e15 >= 0.005

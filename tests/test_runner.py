@@ -38,6 +38,17 @@ def test_crashing_hanging_and_aborting_probes_each_cost_one_result():
     report.to_dict()  # schema-validated by conftest
 
 
+def test_a_probe_that_poisons_its_child_is_kept_and_the_next_probe_runs_in_a_fresh_child():
+    """A probe that returns but leaves GPU work that never finishes (a hung peer copy) says so; the runner
+    keeps its result, ends that child and starts another, so later probes do not wait on the stuck work."""
+    report = runner.run_probes([fp.OK, fp.POISONS, fp.OK, fp.OK], _spec())
+    assert [r.status for r in report.results] == [Status.PASS] * 4
+    pids = [r.measurements[0].value for r in report.results]
+    assert pids[0] == pids[1], "a probe that poisons its child still ran in the running child"
+    assert pids[2] != pids[1] and pids[2] == pids[3] and os.getpid() not in pids
+    assert report.results[1].details["process_poisoned"] == "a peer copy never finished"
+
+
 def test_in_process_probe_time_limit_and_bad_return_type():
     report = runner.run_probes([fp.HANGS_INPROC, fp.WRONG_TYPE, fp.RAISES_INPROC, fp.OK_INPROC], _spec())
     hangs, wrong, raises, ok = report.results

@@ -181,6 +181,20 @@ def test_a_container_without_its_gpus_says_what_the_host_or_pod_must_change(tmp_
     assert "install the nvidia driver" not in f.fix.lower() and ("--gpus" in f.fix or "CAPABILITIES" in f.fix)
 
 
+@pytest.mark.parametrize("env", [{}, {"NVIDIA_VISIBLE_DEVICES": "all"}])
+def test_device_nodes_without_driver_libraries_name_the_libraries_not_a_container_without_gpus(tmp_path, env):
+    """CDI injection (`--device nvidia.com/gpu=all`) gives a container its /dev/nvidia* nodes and no NVIDIA_*
+    variable; a CDI spec that lists no driver library (written before the driver's install) leaves NVML
+    without its library. That container has its GPUs: the libraries are what is missing."""
+    files = {".dockerenv": {"file": True}, **NVIDIA_BUS, "dev/nvidia0": {"file": True}, "dev/nvidiactl": {"file": True},
+             "dev/nvidia-uvm": {"file": True}}
+    f = lead(judge("LibraryNotFound", files, env, tmp_path))
+    assert f.code == "container_libraries_missing", f
+    assert "started without GPUs" not in f.summary and "nvidia0" in f.summary and "libnvidia-ml" in f.summary
+    assert "nvidia-ctk cdi generate" in f.fix and "install the nvidia driver" not in f.fix.lower()
+    assert ("no NVIDIA_* variable" in f.summary) == (not env)
+
+
 def test_no_nvidia_device_on_the_bus_is_said_and_nothing_is_to_install(tmp_path):
     files = {**pci_device("0000:00:00.0", "0x8086"), **pci_device("0000:00:01.0", "0x1af4")}
     f = lead(judge("LibraryNotFound", files, {}, tmp_path))
@@ -205,6 +219,68 @@ def test_utility_only_names_the_containers_capabilities(tmp_path):
     box = stack.container(str(tmp_path), {"NVIDIA_DRIVER_CAPABILITIES": "utility"})
     [f] = cuda_start_findings(CudaStart(loaded=False, error="libcuda.so.1: cannot open"), 1, box=box)
     assert "NVIDIA_DRIVER_CAPABILITIES=utility" in f.summary and "compute,utility" in f.fix
+
+
+def test_a_32_bit_driver_library_first_in_the_loaders_order_is_passed_over(tmp_path):
+    """Ubuntu's ld.so.conf.d/i386-linux-gnu.conf sorts before x86_64-linux-gnu.conf: with
+    libnvidia-compute-XXX:i386 installed, a 32-bit libnvidia-ml.so.1 comes first in the search. The
+    loader skips a library of the other ELF class (byte 4 of its header), and so does the lookup."""
+    lay_out(tmp_path, {**driver_library("usr/lib/i386-linux-gnu", "libnvidia-ml", "535.183.01", bits=32),
+                       **driver_library(LIB, "libnvidia-ml", "550.107.02", bits=64),
+                       **driver_library("usr/lib/i386-linux-gnu", "libcuda", "535.183.01", bits=32),
+                       "etc/ld.so.conf": "include /etc/ld.so.conf.d/*.conf\n",
+                       "etc/ld.so.conf.d/i386-linux-gnu.conf": "/lib/i386-linux-gnu\n/usr/lib/i386-linux-gnu\n",
+                       "etc/ld.so.conf.d/x86_64-linux-gnu.conf": f"/lib/x86_64-linux-gnu\n/{LIB}\n"})
+    root = str(tmp_path)
+    ours = 64 if sys.maxsize > 2**32 else 32
+    assert stack.library_dirs(root, {})[:2] == ["/lib/i386-linux-gnu", "/usr/lib/i386-linux-gnu"]
+    nvml = stack.find_library("libnvidia-ml.so.1", root, {})
+    if ours == 64:
+        assert nvml.path == f"/{LIB}/libnvidia-ml.so.1" and nvml.version == "550.107.02"
+        assert stack.find_library("libcuda.so.1", root, {}).path == NA("NotFound")  # only the 32-bit one
+    else:
+        assert nvml.version == "535.183.01"
+
+
+@pytest.mark.parametrize("caps", ["all", "compute,utility", "utility, COMPUTE"])
+def test_no_libcuda_where_compute_was_asked_names_the_missing_mount_not_the_capability(tmp_path, caps):
+    """Where the container asked for compute (or `all`), the runtime should have mounted libcuda: the finding
+    says it was not (a CDI spec without it, a broken mount), never "without compute"."""
+    from gpudoctor.backends.cuda_driver import CudaStart, cuda_start_findings
+
+    lay_out(tmp_path, {".dockerenv": {"file": True}})
+    box = stack.container(str(tmp_path), {"NVIDIA_DRIVER_CAPABILITIES": caps})
+    [f] = cuda_start_findings(CudaStart(loaded=False, error="libcuda.so.1: cannot open"), 1, box=box)
+    assert f.code == "cuda_cannot_start" and "without `compute`" not in f.summary, f.summary
+    assert "libcuda was not mounted" in f.summary and "nvidia-ctk cdi generate" in f.fix
+    assert f.summary.endswith(".") and "libcuda.so.1: cannot open" in f.summary
+
+
+@pytest.mark.parametrize("caps", ["", " ", None])
+def test_no_libcuda_with_the_default_capabilities_says_the_default_may_lack_compute(tmp_path, caps):
+    """Unset or empty: the runtime's default applies: utility,compute as the toolkit documents it, `utility`
+    alone in older toolkits and enroot (the corpus's cases: a plain base image, a pod without the variable).
+    Not "without compute", not an unexplained missing mount: set it explicitly."""
+    from gpudoctor.backends.cuda_driver import CudaStart, cuda_start_findings
+
+    lay_out(tmp_path, {".dockerenv": {"file": True}})
+    box = stack.container(str(tmp_path), {} if caps is None else {"NVIDIA_DRIVER_CAPABILITIES": caps})
+    [f] = cuda_start_findings(CudaStart(loaded=False, error="libcuda.so.1: cannot open"), 1, box=box)
+    assert "without `compute`" not in f.summary and "unset or empty" in f.summary, f.summary
+    assert "NVIDIA_DRIVER_CAPABILITIES=compute,utility set explicitly" in f.fix
+
+
+@pytest.mark.parametrize("value", ["", "  ", ","])
+def test_an_empty_capability_list_is_the_toolkits_default(tmp_path, value):
+    """The NVIDIA container toolkit: NVIDIA_DRIVER_CAPABILITIES "empty or unset: use default driver
+    capability" (utility, compute), so an empty value neither lacks compute nor lacks utility."""
+    lay_out(tmp_path, {".dockerenv": {"file": True}})
+    box = stack.container(str(tmp_path), {"NVIDIA_DRIVER_CAPABILITIES": value})
+    assert box.capabilities == value and box.capability_list() is None and box.may_use_compute() is None
+    files = {".dockerenv": {"file": True}, **NVIDIA_BUS, "dev/nvidia0": {"file": True}, "dev/nvidiactl": {"file": True}}
+    f = lead(judge("LibraryNotFound", files, {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": value},
+                   tmp_path / "judged"))
+    assert f.code != "container_without_utility", f
 
 
 # --------------------------------------------------------------------------- compute mode and MIG

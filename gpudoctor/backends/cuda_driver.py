@@ -30,6 +30,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from gpudoctor import findings
 from gpudoctor._record import record
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.model import Finding, Status
@@ -386,23 +387,21 @@ def cuda_start_findings(start: CudaStart | NA | None, visible: int, fabric: str 
 
 
 def _no_libcuda(start: CudaStart, visible: int, why: str, box: Container | None) -> Finding:
-    """libcuda cannot be loaded where NVML answers: in a container, the driver capabilities it was given."""
-    summary = (f"NVML sees {visible} GPU(s) but the CUDA driver library ({LIBRARY}) cannot be loaded: "
-               f"{start.error or 'not found'}.")
-    fix = ("In a container, give it the driver's compute capability (NVIDIA_DRIVER_CAPABILITIES="
-           "compute,utility, or `docker run --gpus all`); on a host, reinstall the driver's "
-           "user-space libraries (libcuda.so.1 comes with the driver, not with the toolkit).")
-    if box is not None and box.inside:
-        caps = box.capabilities
-        given = (f"NVIDIA_DRIVER_CAPABILITIES={caps.strip()[:60]}, without `compute`" if caps is not None
-                 else "NVIDIA_DRIVER_CAPABILITIES is unset, so the image's or the runtime's default applies")
-        summary += (f" This {box.kind} container was given the driver's libraries for NVML (utility) but not "
-                    f"for CUDA: {given}.")
-        fix = ("Start the container with NVIDIA_DRIVER_CAPABILITIES=compute,utility (`docker run --gpus all -e "
-               "NVIDIA_DRIVER_CAPABILITIES=compute,utility`, the `environment:` of a Compose service, or the env "
-               "of the pod spec's container); the NVIDIA runtime then mounts libcuda from the host. Installing a "
-               "driver inside the container does not help.")
-    return Finding(Status.FAIL, "cuda_cannot_start", summary, why=why, fix=fix)
+    """libcuda cannot be loaded where NVML answers. In a container: its driver capabilities lacked
+    `compute` (the runtime mounted no libcuda); were left to the runtime's default (documented as
+    utility,compute, `utility` alone in older toolkits and enroot); or asked for compute and libcuda
+    was still not mounted (a CDI spec without it, a failed hook or mount)."""
+    def said(code: str, engine: str = "", capabilities: str = "") -> Finding:
+        return findings.finding(f"cuda_cannot_start:{code}", label="", visible=visible, library=LIBRARY,
+                                error=start.error or "not found", why=why, engine=engine, capabilities=capabilities)
+
+    if box is None or not box.inside:
+        return said("no_libcuda")
+    caps = box.capability_list()
+    if caps is None:  # unset or empty: the runtime's default, `utility` alone in older toolkits and enroot
+        return said("container_default_capabilities", engine=box.kind or "")
+    return said("libcuda_not_mounted" if caps & {"compute", "all"} else "container_without_compute",
+                engine=box.kind or "", capabilities=(box.capabilities or "").strip()[:60])
 
 
 __all__ = ["Answered", "CudaStart", "CudaTimeout", "LIBRARY", "PendingCudaStart", "begin_cuda_start",

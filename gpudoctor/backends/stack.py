@@ -26,6 +26,7 @@ from __future__ import annotations
 import glob
 import os
 import re
+import struct
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -147,14 +148,34 @@ class Library:
     version: str | NA
 
 
+#: This interpreter's ELF class (e_ident[EI_CLASS]: 1 = 32-bit, 2 = 64-bit): the loader skips a
+#: library of the other class and searches on.
+ELF_CLASS = 2 if struct.calcsize("P") == 8 else 1
+
+
+def _other_elf_class(root: str, path: str) -> bool:
+    """Whether the file at ``path`` (inside root) is an ELF object of the other class than this
+    interpreter's (libnvidia-compute-XXX:i386's libraries in /usr/lib/i386-linux-gnu, whose
+    ld.so.conf.d file sorts before x86_64's). A file that cannot be read or is not ELF: False."""
+    try:
+        with open(_path(root, path), "rb") as f:
+            ident = f.read(5)
+    except OSError:
+        return False
+    return len(ident) == 5 and ident[:4] == b"\x7fELF" and ident[4] in (1, 2) and ident[4] != ELF_CLASS
+
+
 def find_library(name: str, root: str = "/", env: Mapping[str, str] | None = None) -> Library:
     """Where the loader finds ``name`` (libnvidia-ml.so.1, libcuda.so.1) and the version its real
-    name carries."""
+    name carries; as the loader does, a library of the other ELF class (32-bit beside 64-bit) is
+    passed over."""
     for d in library_dirs(root, env):
         candidate = os.path.join(d, name)
         if not os.path.lexists(_path(root, candidate)):
             continue
         real = _resolve(root, candidate)
+        if real is not None and _other_elf_class(root, real):
+            continue
         if real is None:
             return Library(name, plain_text(candidate, limit=300), NA("BrokenLink"), NA("BrokenLink"))
         stem = name.split(".so")[0] + ".so."
@@ -188,12 +209,14 @@ class Container:
         return self.kind is not None
 
     def capability_list(self) -> set[str] | None:
-        if self.capabilities is None:
+        """The capabilities asked for; None where the toolkit's default applies (utility, compute): the
+        NVIDIA container toolkit documents an empty or unset NVIDIA_DRIVER_CAPABILITIES as the default."""
+        if self.capabilities is None or not self.capabilities.strip(" ,\t\n"):
             return None
         return {c.strip().lower() for c in self.capabilities.split(",") if c.strip()}
 
     def may_use_compute(self) -> bool | None:
-        """Whether NVIDIA_DRIVER_CAPABILITIES lets CUDA in (None: unset, the image's default applies)."""
+        """Whether NVIDIA_DRIVER_CAPABILITIES lets CUDA in (None: unset or empty, the default applies)."""
         caps = self.capability_list()
         return None if caps is None else bool(caps & {"compute", "all"})
 
