@@ -28,7 +28,6 @@ import time
 from typing import Any, Iterable, SupportsFloat, SupportsIndex
 
 from gpudoctor._record import record
-from gpudoctor.backends import busy
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.backends.plausible import IMPLAUSIBLE, is_implausible
 from gpudoctor import findings
@@ -122,6 +121,8 @@ def _check_busy(d: _Device) -> None:
     d.m("tensor_activity", x.get("tensor_active_pct"), "%")
     if is_na(sm) and sm.reason == NOT_AT_QUICK:
         return
+    from gpudoctor.backends import busy  # only where GPM was read: not on the --quick path
+
     verdict = busy.verdict(x)
     d.r.details.setdefault("busy", {})[str(d.dev)] = {**verdict.to_dict(), "gpm_window_s": x.get(GPM_WINDOW_KEY)}
     d.say("busy_small_kernels" if verdict.code == "busy_small_kernels" else "busy_verdict", words=verdict.text())

@@ -56,6 +56,8 @@ def open_gpu_backend(replay: str | Path | None = None, *, loop: bool = False) ->
         from .replay import ReplayBackend
 
         return ReplayBackend.from_file(replay, loop=loop)
-    from .nvml import NvmlBackend
+    import sys
 
-    return NvmlBackend()
+    # through the package's attribute (lazy: __getattr__ above), which tests may replace
+    backend: type[GpuBackend] = sys.modules[__name__].NvmlBackend
+    return backend()

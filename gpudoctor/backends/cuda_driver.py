@@ -238,7 +238,8 @@ class _Spawned(PendingCudaStart):
             with _proc.starting():
                 self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(
                     [sys.executable, "-c", _CHILD], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                    stdin=subprocess.DEVNULL, env=dict(os.environ), **_proc.NEW_GROUP)
+                    stdin=subprocess.DEVNULL, env=dict(os.environ),
+                    start_new_session=_proc.NEW_GROUP["start_new_session"])
                 _proc.track(self.proc.pid)
         except OSError:
             self.proc, self.value = None, NA("ChildFailed")
