@@ -81,7 +81,7 @@ class TinyLM(nn.Module):
 
 
 def main():
-    parser = harness_parser(__doc__, batch_size=8)
+    parser = harness_parser(__doc__, batch_size=32)
     parser.add_argument("--context", type=int, default=32)
     args = parser.parse_args()
 
