@@ -8,8 +8,10 @@ the host's PCIe bridges between them with their ACS control, and the IOMMU's mod
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Callable
+
+from gpudoctor._record import record
 
 from gpudoctor import findings
 from gpudoctor.backends import pcie_paths
@@ -41,7 +43,7 @@ SLOW_PCT = 40.0
 PAIRS_NAMED = 6
 
 
-@dataclass
+@record
 class HostPaths:
     """What the host says of the PCIe paths: sysfs readable, a virtual machine, the IOMMU."""
 
@@ -51,7 +53,7 @@ class HostPaths:
     iommu: pcie_paths.IommuState | None = None
 
 
-@dataclass
+@record
 class PairPath:
     """Two GPUs (NVML indices), NVML's answer for them (``GpuBackend.p2p``), the PCIe bridges
     between them (None: not known here) and each bridge's ACS control (an AcsControl, None for a
@@ -205,7 +207,7 @@ def judge(r: ProbeResult, pairs: list[PairPath], host: HostPaths) -> None:
 
 
 # --------------------------------------------------------------------------- --full: copies
-@dataclass(frozen=True)
+@record(frozen=True)
 class PeerCopy:
     """One direct copy between two GPUs: ``seconds`` per copy (None: it did not finish in time),
     ``wrong`` bytes of ``total`` that differ from the source."""
@@ -221,7 +223,7 @@ class PeerCopy:
         return self.nbytes / self.seconds / 1e9 if self.seconds else None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Link:
     label: str
     gb_per_s: float | None

@@ -25,19 +25,25 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from gpudoctor.backends import pcie_paths
 from gpudoctor.backends.nvml import normalise_bus_id
 from gpudoctor.model import ProbeResult, Status
 
-from . import Probe, ProbeContext, _gpu, _p2p
+from . import Probe, ProbeContext, _gpu
+
+if TYPE_CHECKING:
+    from . import _p2p
 
 COPY_BYTES = 64 * 1024 * 1024
 COPY_TIMEOUT_S = 10.0
 
 
 def host_paths(ctx: ProbeContext, root: str) -> _p2p.HostPaths:
+    from gpudoctor.backends import pcie_paths
+
+    from . import _p2p
+
     """What this machine's sysfs says of the PCIe paths (nothing for a replay: not this machine's)."""
     if ctx.replay:
         return _p2p.HostPaths(False, "a replayed recording holds no sysfs readings")
@@ -64,6 +70,8 @@ def _cuda_wait(torch: Any, devices: list[Any]) -> Callable[[float], bool]:
 
 
 def _copies(ctx: ProbeContext, r: ProbeResult, pairs: list[_p2p.PairPath]) -> None:
+    from . import _p2p
+
     """--full: a direct copy each way between every pair, bytes checked, rate against the link."""
     from ._measuring import torch_and_devices
 
@@ -113,6 +121,11 @@ def run(ctx: ProbeContext) -> ProbeResult:
     count = gpu.device_count()
     if not isinstance(count, int) or count < 2:
         return ProbeResult.skip("p2p", "fewer than two GPUs: no peer-to-peer path to check", code="p2p_single_gpu")
+    # the path readers only where there is a pair (a one-GPU node's --quick loads neither)
+    from gpudoctor.backends import pcie_paths
+
+    from . import _p2p
+
     indices = list(range(count))
     bus_ids = {i: normalise_bus_id(gpu.identity(i).get("pci_bus_id")) for i in indices}
     root = pcie_paths.ROOT

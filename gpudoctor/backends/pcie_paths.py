@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from gpudoctor._record import record
 
 #: The file system root the live probe reads (benchmarks/fake_nvml points it at a laid-out tree).
 ROOT = "/"
@@ -45,7 +47,7 @@ _BDF = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 _ACSCTL = re.compile(r"ACSCtl:\s*((?:\w+[+-]\s*)+)")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class AcsControl:
     """One bridge's ACS control: ``bits`` maps each of :data:`ACS_BITS` to on/off; ``raw`` the register."""
 
@@ -131,7 +133,7 @@ def read_acs(bdf: str, root: str = "/") -> AcsControl | None | str:
     return acs_from_config(bdf, config)
 
 
-@dataclass
+@record
 class IommuState:
     """The IOMMU as the kernel set it up. ``units``: /sys/class/iommu entries (empty: no IOMMU
     driver active); ``cmdline``: the IOMMU-related words of /proc/cmdline; ``group_types``: each

@@ -27,8 +27,10 @@ import glob
 import os
 import re
 import struct
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Mapping
+
+from gpudoctor._record import record
 
 from gpudoctor._text import plain_text
 
@@ -136,7 +138,7 @@ def _resolve(root: str, path: str) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Library:
     """One user-space driver library as the loader finds it: ``path`` (the name asked for, in the
     first directory that has it), ``real`` (where its symlinks end), ``version`` (from the real
@@ -187,7 +189,7 @@ def find_library(name: str, root: str = "/", env: Mapping[str, str] | None = Non
 
 
 # --------------------------------------------------------------------------- a container
-@dataclass(frozen=True)
+@record(frozen=True)
 class Container:
     """Whether this process runs in a container, and what the NVIDIA container runtime gave it.
 
@@ -291,7 +293,7 @@ def nvidia_pci_devices(root: str = "/") -> list[str] | NA:
 
 
 # --------------------------------------------------------------------------- all of it
-@dataclass(frozen=True)
+@record(frozen=True)
 class Stack:
     """The stack's facts in one record: what the probes judge NVML's failures by."""
 
