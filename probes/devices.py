@@ -21,7 +21,6 @@ from gpudoctor.findings import fabric_not_completed
 from gpudoctor.model import ProbeResult, Status
 
 from . import Probe, ProbeContext
-from ._stack import nvml_failure
 
 if TYPE_CHECKING:
     from gpudoctor.backends.base import GpuBackend
@@ -183,6 +182,8 @@ def _no_device(r: ProbeResult, nvml_na: NA | None, facts: dict[str, Any], stack:
     if facts.get("cuda_init_error"):
         why_none += f"; torch: {facts['cuda_init_error']}"
     # the cause the stack's files name (no NVIDIA device on the bus, a container without its GPUs...)
+    from ._stack import nvml_failure
+
     named = nvml_failure(nvml_na.reason, stack) if nvml_na is not None else None
     r.find(Status.FAIL, "no_cuda_device", f"No NVIDIA GPU is visible ({why_none}).",
            why="PyTorch code written as torch.device('cuda' if torch.cuda.is_available() else 'cpu') "

@@ -25,7 +25,6 @@ from gpudoctor.backends.cuda_compat import cuda_started, driver_build_findings, 
 from gpudoctor.model import Finding, ProbeResult, Status
 
 from . import Probe, ProbeContext
-from ._stack import nvml_failure
 
 if TYPE_CHECKING:
     from gpudoctor.backends.base import GpuBackend
@@ -279,6 +278,8 @@ def _driver(r: ProbeResult, ctx: ProbeContext) -> tuple[NA | None, str | NA, str
 def _driver_unavailable(reason: str, stack: Stack | NA) -> Finding:
     """Why NVML cannot start: the cause the stack's files name (probes/_stack.py), else NVML's reason
     in words, with what the PCI bus says of an NVIDIA device where that matters."""
+    from ._stack import nvml_failure  # only where NVML failed: not on a working node's --quick path
+
     named = nvml_failure(reason, stack)
     if named is not None:
         return named
