@@ -1,5 +1,6 @@
 """What the paired start-up benchmarks share (quick_vs_nvitop, tui_first_frame, watch_first_line):
-the environment both programs run in, and the facts a result names (date, machine, NVML)."""
+the environment both programs run in, the interleaved timing rounds, and the facts a result names
+(date, machine, NVML)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import platform
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 FAKE_NVML = Path(__file__).resolve().parent / "fake_nvml"
 
@@ -40,3 +42,24 @@ def paired_parser(doc: str, runs: int, warmup: int) -> argparse.ArgumentParser:
                         help="folder with the gpudoctor and nvitop commands (default: this Python's)")
     parser.add_argument("--fake-nvml", action="store_true", help="use benchmarks/fake_nvml (no driver here)")
     return parser
+
+
+def interleaved(runs: dict[str, Callable[[], float | None]], n: int, warmup: int,
+                before: Callable[[], float] | None = None) -> tuple[dict[str, list[float]], list[float]] | str:
+    """``warmup`` + ``n`` rounds, each timing every run once, in alternating order (ours, theirs,
+    theirs, ours...) so that the machine's drift and load fall on both alike; ``before`` (if any) is
+    timed first in every round. The timed rounds' seconds per run and ``before``'s, or the name of
+    the first run that gave no time (None)."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    first: list[float] = []
+    for i in range(warmup + n):
+        took_before = before() if before is not None else None
+        if took_before is not None and i >= warmup:
+            first.append(took_before)
+        for name in (list(runs) if i % 2 == 0 else list(reversed(runs))):
+            took = runs[name]()
+            if took is None:
+                return name
+            if i >= warmup:
+                times[name].append(took)
+    return times, first

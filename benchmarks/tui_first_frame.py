@@ -33,11 +33,12 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 import pyte
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _paired import paired_parser, program_env, run_facts  # noqa: E402
+from _paired import interleaved, paired_parser, program_env, run_facts  # noqa: E402
 from pty_terminal import end, read_until_closed, start_on_pty  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -101,23 +102,20 @@ def main() -> int:
         if not Path(argv[0]).exists():
             print(f"tui_first_frame: {argv[0]} not found (pip install nvitop into that venv)", file=sys.stderr)
             return 2
-    times: dict[str, list[float]] = {name: [] for name in programs}
-    floor: list[float] = []
-    for i in range(args.warmup + args.n):
-        order = list(programs) if i % 2 == 0 else list(reversed(programs))
-        if args.floor:
-            began = time.perf_counter()
-            subprocess.run([str(bin_dir / "python"), "-c", "import textual.app"], env=env, check=True)
-            if i >= args.warmup:
-                floor.append(time.perf_counter() - began)
-        for name in order:
-            argv, done = programs[name]
-            took = first_frame(argv, done, env, args.gpu, args.limit)
-            if took is None:
-                print(f"tui_first_frame: {name} drew no full frame within {args.limit:g} s", file=sys.stderr)
-                return 2
-            if i >= args.warmup:
-                times[name].append(took)
+    def import_textual() -> float:
+        began = time.perf_counter()
+        subprocess.run([str(bin_dir / "python"), "-c", "import textual.app"], env=env, check=True)
+        return time.perf_counter() - began
+
+    def frame(name: str) -> Callable[[], float | None]:
+        return lambda: first_frame(*programs[name], env, args.gpu, args.limit)
+
+    rounds = interleaved({name: frame(name) for name in programs}, args.n, args.warmup,
+                         before=import_textual if args.floor else None)
+    if isinstance(rounds, str):
+        print(f"tui_first_frame: {rounds} drew no full frame within {args.limit:g} s", file=sys.stderr)
+        return 2
+    times, floor = rounds
     medians = {name: statistics.median(t) * 1000 for name, t in times.items()}
     ratio = medians["gpudoctor"] / medians["nvitop"]
     result = {

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _paired import paired_parser, program_env, run_facts  # noqa: E402
+from _paired import interleaved, paired_parser, program_env, run_facts  # noqa: E402
 
 SMI_QUERY = ["nvidia-smi", "--query-gpu=index,name,utilization.gpu,memory.used,memory.total,temperature.gpu,"
              "power.draw,clocks.sm", "--format=csv,noheader"]
@@ -62,15 +62,11 @@ def main() -> int:
     theirs, target = (SMI_QUERY, 1.0) if args.smi else ([str(bin_dir / "nvitop"), "-1"], 0.65)
     env = program_env(args.fake_nvml)
     runs = {"gpudoctor": (lambda: first_line_s(ours, env)), "other": (lambda: whole_run_s(theirs, env))}
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for i in range(args.warmup + args.n):
-        for name in (list(runs) if i % 2 == 0 else list(reversed(runs))):
-            took = runs[name]()
-            if took is None:
-                print(f"watch_first_line: {name} failed", file=sys.stderr)
-                return 2
-            if i >= args.warmup:
-                times[name].append(took)
+    rounds = interleaved(runs, args.n, args.warmup)
+    if isinstance(rounds, str):
+        print(f"watch_first_line: {rounds} failed", file=sys.stderr)
+        return 2
+    times, _ = rounds
     medians = {name: statistics.median(t) * 1000 for name, t in times.items()}
     ratio = medians["gpudoctor"] / medians["other"]
     result = {
