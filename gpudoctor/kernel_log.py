@@ -136,9 +136,6 @@ def read_kernel_log(path: str = "/dev/kmsg", boot_time: float | None = None) -> 
     return KernelLog(parse_kmsg(lines, boot_time), True, "")
 
 
-__all__ = ["FALLEN_OFF_BUS_XID", "KMSG_READ_LIMIT", "KernelLog", "LoggedXid", "parse_kmsg", "read_kernel_log"]
-
-
 # --------------------------------------------------------------------------- follow-ups
 # Xids the driver logs after another error, about that error's clean-up: Xid 45 (preemptive
 # clean-up: it stopped the channels of a process that was killed or that hit an earlier Xid).
@@ -167,3 +164,7 @@ def with_named_causes(found: list[LoggedXid]) -> list[LoggedXid]:
         out.append(entry)
         codes.add(entry.code)
     return out
+
+
+__all__ = ["FALLEN_OFF_BUS_XID", "FOLLOW_UP_XIDS", "KMSG_READ_LIMIT", "KernelLog", "LoggedXid", "parse_kmsg",
+           "read_kernel_log", "with_named_causes"]

@@ -27,11 +27,8 @@ from typing import Iterable
 from gpudoctor._record import record
 # The kernel log's reader (gpudoctor.kernel_log), reachable here as before.
 from gpudoctor.kernel_log import (  # noqa: F401
-    _GPU_NAMED, _XID_LINE, FALLEN_OFF_BUS_XID, KMSG_READ_LIMIT, KernelLog, LoggedXid, _boot_time, parse_kmsg,
-    read_kernel_log,
-)
-from gpudoctor.kernel_log import (  # noqa: F401
-    FOLLOW_UP_XIDS, with_named_causes,
+    _GPU_NAMED, _XID_LINE, FALLEN_OFF_BUS_XID, FOLLOW_UP_XIDS, KMSG_READ_LIMIT, KernelLog, LoggedXid, _boot_time,
+    parse_kmsg, read_kernel_log, with_named_causes,
 )
 
 
