@@ -4,6 +4,7 @@ verdict's thresholds and the meaning of py-spy's errors (no process is sampled h
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter
 from types import SimpleNamespace
 
@@ -493,3 +494,17 @@ def test_the_scripts_own_python_in_the_loop_gets_its_own_fix_not_a_gpu():
                        stack_line([LOOP, f"Linear.forward ({SITE}/torch/nn/modules/linear.py:116)"], 80, pids=(1,))])
     d = analysis.decide(views[1], views, src({}), gpu_util=None, on_gpu=False, idle_cpus=0)
     assert d.code == "cpu_bound" and "train on a GPU" in d.fix
+
+
+def test_a_process_age_is_as_of_the_last_reading_not_the_first(monkeypatch):
+    """The hang verdict caps a rank's wait by its age: that age must be the one at the window's end.
+    Taken once when the process is first seen, a rank 2 s old when `why` began was said to have
+    waited 2 s of a 3 s window it spent entirely in the collective."""
+    import gpudoctor.why.readings as readings_module
+
+    readings = readings_module.Readings(os.getpid())
+    first = readings.names[os.getpid()]["age_s"]
+    later = time.time() + 5.0
+    monkeypatch.setattr(readings_module.time, "time", lambda: later)
+    readings.poll()
+    assert readings.names[os.getpid()]["age_s"] == pytest.approx(first + 5.0, abs=0.3)

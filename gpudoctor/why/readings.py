@@ -196,6 +196,10 @@ class Readings:
             self.last[proc.pid] = reading
             if proc.pid not in self.names:
                 self.names[proc.pid] = _describe(proc)
+            else:  # its age as of this reading: the hang verdict caps the wait by it at the window's end
+                info = self.names[proc.pid]
+                if info.get("create_time") is not None:
+                    info["age_s"] = round(time.time() - info["create_time"], 1)
             self._note_evidence(proc.pid)
         self.t_last = now
         self.host1 = _host_idle_seconds()
