@@ -33,7 +33,9 @@ from gpudoctor.presentation import ProcessRow, process_rows, recorded_process_in
 from gpudoctor.sampling import History, Sampler, Snapshot
 from gpudoctor.model import ProbeResult, Report
 from gpudoctor import _published
-from gpudoctor.tui.screens import DoctorScreen, HelpScreen, OverviewScreen, ProcessesScreen, WhyScreen, WorkloadScreen
+from gpudoctor.tui.screens import (
+    DoctorScreen, HelpScreen, OverviewScreen, PopUp, ProcessesScreen, WhyScreen, WorkloadScreen,
+)
 from gpudoctor.tui.workload_runner import DEFAULT_TARGET, WorkloadProcess, field_of, workload_available
 
 if TYPE_CHECKING:
@@ -393,7 +395,14 @@ class GpudoctorApp(App[int]):
         self._redraw(*SCREEN_NAMES)
 
     def _redraw(self, *names: str) -> None:
+        """Refresh the screen in front if it is one of ``names``; a pop-up's header (and the Fleet
+        screen's, when the header is asked for: all of SCREEN_NAMES) follows the verdict and the
+        source as every screen's does."""
         screen = self.screen
+        if isinstance(screen, PopUp) or (names == SCREEN_NAMES and self.is_screen_installed("fleet")
+                                         and screen is self.get_screen("fleet")):
+            screen.refresh_view()  # type: ignore[attr-defined]
+            return
         for name in names:
             if self.is_screen_installed(name) and screen is self.get_screen(name):
                 screen.refresh_view()  # type: ignore[attr-defined]

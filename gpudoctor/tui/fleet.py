@@ -18,7 +18,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
-from gpudoctor.tui.screens import KeysFooter
+from gpudoctor.tui.screens import KeysFooter, TitleBar, Titled
 
 if TYPE_CHECKING:
     from gpudoctor.fleet import FleetView
@@ -49,12 +49,13 @@ class FleetFailed(Message):
         self.error = error
 
 
-class FleetScreen(Screen):
-    """Rows of ``gpudoctor.fleet.collect`` in a DataTable, refreshed every ``interval`` seconds."""
+class FleetScreen(Titled, Screen):
+    """Rows of ``gpudoctor.fleet.collect`` in a DataTable, refreshed every ``interval`` seconds,
+    under the header every screen has (the doctor's verdict, the live/replay marker)."""
 
+    TITLE = "Fleet"
     BINDINGS = [Binding("r", "refresh_now", "Refresh")]
     DEFAULT_CSS = """
-    FleetScreen #fleet-title { height: 1; }
     FleetScreen #fleet-status { height: 1; }
     FleetScreen #fleet-idle { height: auto; max-height: 7; }
     FleetScreen DataTable { height: 1fr; }
@@ -71,9 +72,10 @@ class FleetScreen(Screen):
         self.error = ""
         self.updated_at: float | None = None
         self._busy = False
+        self._answered = ""
 
     def compose(self) -> ComposeResult:
-        yield Static(id="fleet-title")
+        yield TitleBar(id="title")
         yield Static(id="fleet-status")
         yield Static(id="fleet-idle")
         yield DataTable(id="fleet-table", zebra_stripes=True, cursor_type="row", cell_padding=0)
@@ -87,6 +89,16 @@ class FleetScreen(Screen):
 
     def on_resize(self) -> None:
         self._fill(self.view)
+
+    def every_s(self) -> float:
+        return self.interval
+
+    def on_screen_resume(self) -> None:
+        self.refresh_view()
+
+    def refresh_view(self) -> None:
+        """The header again (the app asks when the verdict or the source changed)."""
+        self._show_title(self._answered)
 
     def _query(self) -> Any:
         from gpudoctor import fleet
@@ -137,11 +149,8 @@ class FleetScreen(Screen):
         self._show_title()
 
     def _show_title(self, extra: str = "") -> None:
-        title = Text(" gpudoctor ", style="bold reverse")
-        title.append(" Fleet ", style="bold")
-        title.append(f"· {self.url} ", style="dim")
-        title.append(f"· every {self.interval:g} s ", style="dim")
-        self.query_one("#fleet-title", Static).update(title)
+        self._answered = extra
+        self.show_title(f"{self.url} ")
         status = Text()
         if self.error:
             status.append(self.error[:300], style="bold red")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
+from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -17,8 +18,9 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.geometry import Region
 from textual.screen import ModalScreen, Screen
-from textual.widgets import DataTable, Footer, Input, Static
-from textual.widgets._footer import FooterKey
+from textual.events import Click
+from textual.widget import Widget
+from textual.widgets import DataTable, Input, Static
 
 from gpudoctor.backends.na import NA
 from gpudoctor.presentation import PROCESS_SORT_KEYS, ProcessRow
@@ -86,69 +88,129 @@ def fit_parts(parts: "list[tuple[Text, float]]", width: int) -> Text:
     return fitted
 
 
-class KeysFooter(Footer):
-    """The key footer with the keys that fit the terminal, each whole: one that would pass the
-    right edge (``q qu``) is left out with those after it, except help (``?`` lists every key)
-    and quit."""
+class KeysFooter(Widget):
+    """The key footer (`` v view  o overview ...``): the shown keys of the screen's active
+    bindings, each whole. One that would pass the right edge (``q qu``) is left out with those
+    after it, except help (``?`` lists every key) and quit. A click on a key presses it. Built
+    on Textual's public API only (``Screen.active_bindings``, ``App.get_key_display``)."""
 
-    _width = 0
+    DEFAULT_CSS = """
+    KeysFooter {
+        dock: bottom;
+        height: 1;
+        color: $footer-foreground;
+        background: $footer-background;
+    }
+    KeysFooter > .keys-footer--key {
+        color: $footer-key-foreground;
+        background: $footer-key-background;
+        text-style: bold;
+    }
+    KeysFooter > .keys-footer--description {
+        color: $footer-description-foreground;
+        background: $footer-description-background;
+    }
+    """
+    COMPONENT_CLASSES = {"keys-footer--key", "keys-footer--description"}
 
     #: Keys always shown (where the terminal holds them): help lists the others, and the way out.
     KEEP = ("help", "quit_app")
 
-    def compose(self) -> ComposeResult:
-        self._width = self.app.size.width
-        widgets = list(super().compose())
+    #: The keys shown at the last render: (first column, past the last column, key).
+    _spans: "list[tuple[int, int, str]]" = []
 
-        def cost(widget: Any) -> int:
-            return len(widget.key_display) + len(widget.description) + 3  # its padding
+    def on_mount(self) -> None:
+        self.screen.bindings_updated_signal.subscribe(self, self._bindings_changed)
 
-        keys = [w for w in widgets if isinstance(w, FooterKey)]
-        room = self._width - sum(cost(w) for w in keys if w.action.partition("(")[0] in self.KEEP)
-        shown = set()
-        for widget in keys:
-            if widget.action.partition("(")[0] in self.KEEP:
-                shown.add(id(widget))
-            elif cost(widget) <= room:
-                room -= cost(widget)
-                shown.add(id(widget))
-            else:
+    def _bindings_changed(self, _screen: Any) -> None:
+        self.refresh()
+
+    def keys(self) -> "list[tuple[str, str, str, bool]]":
+        """(key, what it shows, description, enabled) of each shown binding that fits, one per
+        action, in their order."""
+        seen: set[str] = set()
+        keys = []
+        for _node, binding, enabled, _tooltip in self.screen.active_bindings.values():
+            if binding.show and binding.action not in seen:
+                seen.add(binding.action)
+                keys.append((binding.key, self.app.get_key_display(binding), binding.description, enabled,
+                             binding.action.partition("(")[0] in self.KEEP))
+        room = (self.size.width or self.app.size.width) - sum(len(k[1]) + len(k[2]) + 3 for k in keys if k[4])
+        kept = []
+        for key, shown, what, enabled, keep in keys:
+            cost = len(shown) + len(what) + 3  # " k what "
+            if not keep and cost > room:
                 room = -1  # the keys after one left out are left out too: the order stays
-        yield from (w for w in widgets if not isinstance(w, FooterKey) or id(w) in shown)
+                continue
+            room -= 0 if keep else cost
+            kept.append((key, shown, what, enabled))
+        return kept
 
-    def on_resize(self) -> None:
-        if self.app.size.width != self._width:
-            self.call_after_refresh(self.recompose)
+    def render(self) -> Text:
+        key_style = self.get_component_rich_style("keys-footer--key")
+        what_style = self.get_component_rich_style("keys-footer--description")
+        line, spans = Text(no_wrap=True, overflow="crop"), []
+        for key, shown, what, enabled in self.keys():
+            start = line.cell_len
+            line.append(f" {shown} ", key_style if enabled else key_style + Style(dim=True))
+            line.append(f"{what} ", what_style if enabled else what_style + Style(dim=True))
+            spans.append((start, line.cell_len, key))
+        self._spans = spans
+        return line
+
+    def on_click(self, event: Click) -> None:
+        for start, end, key in self._spans:
+            if start <= event.x < end:
+                self.app.simulate_key(key)
+                return
 
 
 #: Ranks of the title's parts (0: never dropped; higher: dropped sooner).
 KEEP, TROUBLE, REASON, SCREEN_INFO, SOURCE_FILE, DOCTOR_KEY, DRIVER, INTERVAL = 0, 1, 2, 3, 5, 6, 7, 8
 
 
-class BaseScreen(Screen):
+class Titled:
+    """The header line of every screen and pop-up: the screen's name, the doctor's verdict and
+    the live/replay marker (kept whole at every width), then what gives way first. A screen
+    yields a :class:`TitleBar` with id ``title`` and calls :meth:`show_title`."""
+
     TITLE = ""
+    app: Any
 
     @property
     def gapp(self) -> "GpudoctorApp":
-        return self.app  # type: ignore[return-value]
+        return self.app  # type: ignore[no-any-return]
+
+    def every_s(self) -> float:
+        """How often this screen's data is read (the header's ``· every N s``)."""
+        return float(getattr(self.gapp, "interval", 0.0))
+
+    def show_title(self, extra: str = "") -> None:
+        self.query_one("#title", TitleBar).show(self.title_text(extra))  # type: ignore[attr-defined]
 
     _title: "tuple[tuple[Any, ...], list[tuple[Text, float]]] | None" = None
 
     def title_text(self, extra: str = "") -> "list[tuple[Text, float]]":
         """The title line's parts with their ranks (:func:`fit_parts`); built again only when
         what it shows changed (it is asked for on every reading)."""
-        state = self.gapp.state
+        state = self._state()
         snap = state.snapshot
         key = (state.stalled_s, state.sample_error, getattr(self.gapp, "headline", None), extra,
-               None if snap is None else (snap.source, snap.driver_version), self.gapp.interval)
+               None if snap is None else (snap.source, snap.driver_version), self.every_s())
         if self._title is not None and self._title[0] == key:
             return self._title[1]
         parts = self._title_parts(extra)
         self._title = (key, parts)
         return parts
 
+    def _state(self) -> Any:
+        """The app's state (an empty one in an app that has none: a screen tried on its own)."""
+        from gpudoctor.tui.app import AppState
+
+        return getattr(self.gapp, "state", None) or AppState()
+
     def _title_parts(self, extra: str) -> "list[tuple[Text, float]]":
-        state = self.gapp.state
+        state = self._state()
         parts: list[tuple[Text, float]] = [(Text(" gpudoctor ", style="bold reverse"), KEEP),
                                            (Text(f" {self.TITLE} ", style="bold"), KEEP)]
         if state.stalled_s is not None:
@@ -160,7 +222,7 @@ class BaseScreen(Screen):
         for n, piece in enumerate(p for p in extra.split("· ") if p.strip()):
             parts.append((Text(f"· {piece}"), SCREEN_INFO + n / 100))
         parts += self._source_parts()
-        parts.append((Text(f"· every {self.gapp.interval:g} s ", style="dim"), INTERVAL))
+        parts.append((Text(f"· every {self.every_s():g} s ", style="dim"), INTERVAL))
         return parts
 
     def _verdict_parts(self) -> "list[tuple[Text, float]]":
@@ -180,8 +242,8 @@ class BaseScreen(Screen):
 
     def _source_parts(self) -> "list[tuple[Text, float]]":
         """``· live`` or ``· replay`` (kept), the recording's name and the driver version."""
-        snap = self.gapp.state.snapshot
-        replay = bool(self.gapp.replay) or (snap is not None and snap.source.startswith("replay"))
+        snap = self._state().snapshot
+        replay = bool(getattr(self.gapp, "replay", None)) or (snap is not None and snap.source.startswith("replay"))
         parts = [(Text("· replay " if replay else "· live ", style="bold magenta" if replay else "bold"), KEEP)]
         if snap is not None and replay:
             name = snap.source.partition(": ")[2] or "recording"
@@ -190,11 +252,13 @@ class BaseScreen(Screen):
             parts.append((Text(f"· driver {plain_text(snap.driver_version, limit=40)} ", style="dim"), DRIVER))
         return parts
 
-    def on_screen_resume(self) -> None:
-        self.refresh_view()
-
     def refresh_view(self) -> None:  # pragma: no cover - overridden
         pass
+
+
+class BaseScreen(Titled, Screen):
+    def on_screen_resume(self) -> None:
+        self.refresh_view()
 
 
 # --------------------------------------------------------------------------- overview
@@ -273,7 +337,7 @@ class OverviewScreen(BaseScreen):
 
     def refresh_view(self) -> None:
         state = self.gapp.state
-        self.query_one("#title", TitleBar).show(self.title_text(self._view_info()))
+        self.show_title(self._view_info())
         snap = state.snapshot
         if snap is None:
             return
@@ -606,7 +670,7 @@ class ProcessesScreen(BaseScreen):
         state = self.gapp.state
         every = self._rows()
         rows = self._shown_rows(every)
-        self.query_one("#title", TitleBar).show(self.title_text(self._title_info(rows, every)))
+        self.show_title(self._title_info(rows, every))
         table = self.query_one("#procs", DataTable)
         if not table.columns:
             # A redraw between switch_screen and this screen's mount (a sample landing on a busy
@@ -701,7 +765,7 @@ class DoctorScreen(PageScreen):
             extra = f"· level {doc.level} · done: " + ", ".join(f"{n} {k}" for k, n in counts.items()) + " · r re-run "
         else:
             extra = f"· level {doc.level} "
-        self.query_one("#title", TitleBar).show(self.title_text(extra))
+        self.show_title(extra)
         width = self.page_width()
         parts: list[Any] = []
         if doc.error:
@@ -740,7 +804,7 @@ class WorkloadScreen(PageScreen):
     def refresh_view(self) -> None:
         wl = self.gapp.workload
         extra = f"· {wl.phase} "
-        self.query_one("#title", TitleBar).show(self.title_text(extra))
+        self.show_title(extra)
         width = self.page_width()
         parts: list[Any] = []
         if wl.unavailable:
@@ -812,8 +876,21 @@ HELP_KEYS = [
 ]
 
 
-class ConfirmScreen(ModalScreen[bool]):
+class PopUp(Titled):
+    """A pop-up over a screen keeps the header (the verdict and the live/replay marker) in view:
+    it yields its own :class:`TitleBar` first, which the app refreshes as it does a screen's."""
+
+    def on_mount(self) -> None:
+        self.refresh_view()
+
+    def refresh_view(self) -> None:
+        self.show_title()
+
+
+class ConfirmScreen(PopUp, ModalScreen[bool]):
     """A question answered with y (or Enter) or n (or Esc): before a signal is sent."""
+
+    TITLE = "Confirm"
 
     BINDINGS = [Binding("y,enter", "answer(True)", "yes"), Binding("n,escape", "answer(False)", "no")]
 
@@ -822,6 +899,7 @@ class ConfirmScreen(ModalScreen[bool]):
         self.question = question
 
     def compose(self) -> ComposeResult:
+        yield TitleBar(id="title")
         yield Static(Group(Text(self.question, style="bold"), Text(""), Text("y: yes   n or Esc: no", style="dim")),
                      id="confirm-body")
 
@@ -829,8 +907,10 @@ class ConfirmScreen(ModalScreen[bool]):
         self.dismiss(yes)
 
 
-class WhyScreen(ModalScreen[None]):
+class WhyScreen(PopUp, ModalScreen[None]):
     """The answer of `gpudoctor why` for one process (or its one-line error)."""
+
+    TITLE = "Why"
 
     BINDINGS = [Binding("escape", "close", "close"), Binding("y", "close", "close", show=False),
                 Binding("q", "close", "close", show=False)]
@@ -847,6 +927,7 @@ class WhyScreen(ModalScreen[None]):
             body = Text(render_text(self.answer, width=74).rstrip())
         else:
             body = Text(plain_text(f"pid {self.pid}: {self.answer}", limit=600), style="yellow")
+        yield TitleBar(id="title")
         yield Static(Group(Text(f"gpudoctor why {self.pid}", style="bold"), Text(""), body, Text(""),
                            Text("Esc closes this.", style="dim")), id="why-body")
 
@@ -854,7 +935,8 @@ class WhyScreen(ModalScreen[None]):
         self.dismiss(None)
 
 
-class HelpScreen(ModalScreen[None]):
+class HelpScreen(PopUp, ModalScreen[None]):
+    TITLE = "Help"
     BINDINGS = [
         Binding("escape", "dismiss_help", "close"),
         Binding("question_mark", "dismiss_help", "close", show=False),
@@ -874,6 +956,7 @@ class HelpScreen(ModalScreen[None]):
                 table.add_row(key, what)
         body = Group(Text("gpudoctor keys", style="bold"), Text(""), table, Text(""),
                      Text("Esc or ? closes this help.", style="dim"))
+        yield TitleBar(id="title")
         with VerticalScroll(id="help-body"):  # scrolls (arrows) where the terminal is shorter than the keys
             yield Static(body)
 
