@@ -38,7 +38,8 @@ def anonymize_report_dict(data: dict[str, Any]) -> dict[str, Any]:
 _UUID_RE = re.compile(r"\b(GPU|MIG)-[0-9a-f]+(-[0-9a-f]+)*\b", re.IGNORECASE)
 # The same UUID without its prefix (nvidia-container-toolkit and some schedulers write it so).
 _BARE_UUID_RE = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.IGNORECASE)
-_SECRET_KEYS = {"uuid", "serial", "hostname", "host_name", "board_serial"}
+#: ``user``: the account of a process in a recording, as a home directory names it.
+_SECRET_KEYS = {"uuid", "serial", "hostname", "host_name", "board_serial", "user"}
 # Variables whose entries name devices: every entry that is not a plain index is an identifier,
 # whatever its spelling, and is struck out wherever it appears.
 _DEVICE_LIST_VARS = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",

@@ -107,15 +107,49 @@ def _header(gpu: GpuBackend, interval: float) -> tuple[dict[str, Any], int]:
     return recording, n
 
 
+#: What a recording keeps of each GPU process besides NVML's readings: the host's facts (the
+#: recording schema's process fields), so that a replay shows who ran what.
+PROCESS_FACTS = ("user", "command", "cpu_pct", "host_memory_bytes")
+
+
+class _ProcessFacts:
+    """Adds the user, command line, CPU % and resident memory of each process NVML lists (read
+    through ``info``, the TUI's process reader) to its recorded entry; a process the host cannot
+    show (another container, access denied) keeps NVML's readings alone."""
+
+    def __init__(self, info: Callable[[int, Any], dict[str, Any]]) -> None:
+        self.info = info
+
+    def add(self, procs: Any) -> Any:
+        if not isinstance(procs, list):
+            return procs
+        import dataclasses
+
+        from gpudoctor.backends.base import ProcessReading
+
+        out = []
+        for proc in procs:
+            if isinstance(proc, ProcessReading):
+                found = self.info(proc.pid, proc.recorded)
+                if found.get("user") not in (None, "", "?"):
+                    facts = {k: found[k] for k in PROCESS_FACTS if found.get(k) is not None}
+                    proc = dataclasses.replace(proc, recorded={**proc.recorded, **facts})
+            out.append(proc)
+        return out
+
+
 def _sample_into(keep_sample: Callable[[dict[str, Any]], None], gpu: GpuBackend, n: int, *, seconds: float,
                  interval: float) -> None:
     """Append a sample of the first ``n`` devices (readings, processes, and the MIG devices of a GPU
     in MIG mode) every ``interval`` for ``seconds``, timed from the first."""
+    from gpudoctor.backends.host import PsutilProcessInfo
+
     t0 = time.perf_counter()
+    facts = _ProcessFacts(PsutilProcessInfo())
 
     def keep(snap: Snapshot) -> None:
         sample: dict[str, Any] = {"t": round(snap.t_mono - t0, 3), "devices": [d.sample for d in snap.devices[:n]],
-                                  "processes": [d.processes for d in snap.devices[:n]]}
+                                  "processes": [facts.add(d.processes) for d in snap.devices[:n]]}
         if any(d.mig is not None for d in snap.devices[:n]):  # a GPU in MIG mode: its MIG devices
             sample["mig"] = [d.mig if d.mig is None or is_na(d.mig) else [m.to_dict() for m in d.mig]
                              for d in snap.devices[:n]]

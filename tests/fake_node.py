@@ -31,6 +31,25 @@ _PROFILES = (
     (98, 71.1, 87.0, 63.0, 648, 72, ((41028, 70.0),)),
 )
 
+#: Who runs each fake process (user, command line, CPU %, resident memory in GiB): a torchrun job of
+#: alice's on six GPUs, bob's two small-batch inference servers, carol's fine-tuning. Made up.
+_OWNERS = {
+    **{pid: ("alice", f"python -u train.py --config configs/llama3_8b.yaml --local-rank {rank}", 101.0, 14.2)
+       for rank, pid in enumerate((41021, 41022, 41023, 41024, 41028))},
+    52210: ("bob", "python serve.py --model mistral-7b --max-batch 1 --port 8001", 98.0, 6.1),
+    52211: ("bob", "python serve.py --model mistral-7b --max-batch 1 --port 8002", 97.0, 6.0),
+    52990: ("carol", "python finetune_lora.py --base llama3_8b --rank 16", 100.0, 11.3),
+}
+
+
+def process_info(pid: int, recorded: Any = None) -> dict[str, Any] | None:
+    """The host's facts of a fake process (gpudoctor.backends.host.PsutilProcessInfo's answer), or
+    None for a pid that is not one of the fake node's."""
+    if pid not in _OWNERS:
+        return None
+    user, command, cpu, rss = _OWNERS[pid]
+    return {"user": user, "command": command, "cpu_pct": cpu, "host_memory_bytes": int(rss * GiB), "uid": None}
+
 
 def _wobble(value: float, index: int, spread: float) -> float:
     """``value`` moved by up to ``spread`` each second, the same for every reader in that second."""
@@ -91,9 +110,19 @@ def node(count: int = 8) -> FakePynvml:
 
 
 def install(count: int = 8) -> FakePynvml:
-    """Make ``import pynvml`` give this node (before gpudoctor reads NVML)."""
+    """Make ``import pynvml`` give this node (before gpudoctor reads NVML), and the host's process
+    reader answer for the node's fake pids (which are no processes of this machine) with their
+    user and command, as it would on the node: the TUI, ``--once`` and ``record`` show them."""
+    from gpudoctor.backends import host
+
     fake = node(count)
     sys.modules["pynvml"] = fake  # type: ignore[assignment]
+
+    class NodeProcessInfo(host.PsutilProcessInfo):
+        def __call__(self, pid: int, recorded: Any) -> dict[str, Any]:
+            return process_info(pid) or super().__call__(pid, recorded)
+
+    host.PsutilProcessInfo = NodeProcessInfo  # type: ignore[misc]
     return fake
 
 
