@@ -47,3 +47,32 @@ def test_no_gpudoctor_module_imports_private_textual_code():
     found = {(str(f.relative_to(ROOT)), name) for f in files
              for name in private_textual_imports(f.read_text(encoding="utf-8"))}
     assert found - ALLOWED == set(), f"private Textual imports (use the public API): {sorted(found - ALLOWED)}"
+
+
+def test_the_key_footer_keeps_help_and_quit_whole_and_a_click_presses_a_key():
+    """The own key footer (no private Textual widget): each key whole, help and quit kept on a
+    narrow screen, and a click on a key does what the key does."""
+    from tui_support import make_test_app, run_async, screen_lines, take_samples, wait_for
+
+    @run_async
+    async def run() -> tuple[str, str, str]:
+        app = make_test_app()
+        async with app.run_test(size=(60, 20)) as pilot:
+            await take_samples(pilot, app, 1)
+            narrow = screen_lines(app)[-1].rstrip()
+            footer = app.screen.query_one("KeysFooter")
+            await pilot.resize_terminal(120, 30)
+            await wait_for(pilot, lambda: "w workload" in screen_lines(app)[-1])
+            wide = screen_lines(app)[-1].rstrip()
+            start = wide.index(" p processes")
+            await pilot.click(footer, offset=(start + 2, 0))
+            await wait_for(pilot, lambda: app.screen.TITLE == "Processes")
+            title = app.screen.TITLE
+            await pilot.press("q")
+        return narrow, wide, title
+
+    narrow, wide, title = run()
+    assert narrow.endswith("? help  q quit") and len(narrow) <= 60, narrow
+    assert "w workload" not in narrow and "w wor" not in narrow  # left out whole
+    assert wide.startswith(" v view  o overview  p processes  d doctor  w workload"), wide
+    assert title == "Processes"

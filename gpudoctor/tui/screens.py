@@ -346,8 +346,13 @@ class OverviewScreen(BaseScreen):
         wanted = self._wanted(snap, compact)
         have = [w.id for w in panels.children]
         if have != wanted:
-            panels.remove_children()
-            panels.mount_all([self._new_panel(ident) for ident in wanted])
+            # Removing is not done when remove_children returns: panels mounted at once beside the
+            # old ones clashed in their ids when a second redraw came first (a resize from 60x20 to
+            # 120x30 ended the TUI with DuplicateIds). One swap at a time, awaited; it redraws after.
+            if not self._swapping:
+                self._swapping = True
+                self.run_worker(self._swap_panels(panels, wanted), group="panels")
+            return
         if compact:
             self._show_compact(panels, snap)
             return
@@ -366,6 +371,16 @@ class OverviewScreen(BaseScreen):
         if isinstance(host, HostPanel):
             host.show(snap, state.history)
         self._share_free_rows(panels, gpu_panels)
+
+    _swapping = False
+
+    async def _swap_panels(self, panels: VerticalScroll, wanted: list[str]) -> None:
+        try:
+            await panels.remove_children()
+            await panels.mount_all([self._new_panel(ident) for ident in wanted])
+        finally:
+            self._swapping = False
+        self.refresh_view()
 
     def _view_info(self) -> str:
         if self.detail is not None:
