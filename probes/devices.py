@@ -226,7 +226,7 @@ def _visibility(r: ProbeResult, cvd: str | None, visible: list[int], count: int,
                f"CUDA_VISIBLE_DEVICES={cvd!r} hides every GPU ({count} present).",
                why="CUDA stops reading the list at the first entry that is not a valid device, so torch sees none.",
                fix=f"Use indices 0..{count - 1} or GPU UUIDs from `nvidia-smi -L`, or unset CUDA_VISIBLE_DEVICES.")
-    elif len(visible) < named:
+    elif len(visible) < named and "MIG-" not in cvd:  # a MIG device ends the list: the MIG count check says so
         r.find(Status.WARN, "cuda_visible_devices_truncated",
                f"CUDA_VISIBLE_DEVICES={cvd!r} names {named} devices but only the first {len(visible)} are valid.",
                why="CUDA ignores everything after the first invalid or repeated entry.",

@@ -71,7 +71,7 @@ def test_quick_json_says_two_mig_devices_give_cuda_one(monkeypatch, capsys):
     assert "CUDA counts 1 device(s) where NVML shows 2 MIG devices" in summary
     # the why and fix are the torch path's, from the one table
     assert (why, fix) == findings.words(CODE, torch_count=2, mig_gpus=1)[1:]
-    assert "device_count_mismatch" not in found
+    assert "device_count_mismatch" not in found and "cuda_visible_devices_truncated" not in found
 
 
 def test_the_same_with_cuda_visible_devices_unset(monkeypatch, capsys):
