@@ -140,7 +140,7 @@ def test_the_exporters_quick_report_says_it(monkeypatch):
 
 
 @run_async
-async def test_the_tui_doctor_says_it(monkeypatch):
+async def test_the_tui_header_and_doctor_say_it(monkeypatch):
     from gpudoctor import runner
     from gpudoctor.tui.app import GpudoctorApp
     from tui_support import fixed_host, screen_text, take_samples, wait_for
@@ -149,9 +149,13 @@ async def test_the_tui_doctor_says_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     app = GpudoctorApp(lambda: NvmlBackend(NvmlGate(fake)), interval=3600.0, host_sampler=fixed_host,
                        doctor_level="quick", probe_source=lambda: runner.select_probes(["devices"], "quick"),
+                       startup_doctor=True,
                        workload_check=lambda: "workload module not available (test: not wired)")
     async with app.run_test(size=(200, 60)) as pilot:
         await take_samples(pilot, app, 1)
+        # the header: the start-up quick doctor's verdict names it (the worst finding, in report order)
+        await wait_for(pilot, lambda: app.headline is not None, timeout=60)
+        assert app.headline[0] == "warn" and app.headline[1].startswith("CUDA counts 1 device(s)"), app.headline
         await pilot.press("d")
         await wait_for(pilot, lambda: app.doctor.finished)
         await pilot.pause()
