@@ -129,12 +129,11 @@ def test_the_exporters_quick_report_says_it(monkeypatch):
     from gpudoctor.exporter import GpudoctorCollector, GpuSampler, ReportStatus, build_registry, quick_report_producer
     from prometheus_client import generate_latest
 
-    fake = FakePynvml(readings=h100_mig())
-    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setitem(sys.modules, "pynvml", FakePynvml(readings=h100_mig()))
     reports = ReportStatus(produce=quick_report_producer(None))
     reports.refresh()
     assert reports.up == 1 and CODE in _devices_findings(reports.report)
-    sampler = GpuSampler(NvmlBackend(NvmlGate(fake)), interval=1.0)
+    sampler = GpuSampler(NvmlBackend(NvmlGate(FakePynvml(readings=h100_mig()))), interval=1.0)
     body = generate_latest(build_registry(GpudoctorCollector(sampler, reports, source="nvml"))).decode()
     assert 'gpudoctor_probe_status{probe="devices",status="warn"} 1.0' in body
 
@@ -145,9 +144,10 @@ async def test_the_tui_header_and_doctor_say_it(monkeypatch):
     from gpudoctor.tui.app import GpudoctorApp
     from tui_support import fixed_host, screen_text, take_samples, wait_for
 
-    fake = FakePynvml(readings=h100_mig())
-    monkeypatch.setitem(sys.modules, "pynvml", fake)
-    app = GpudoctorApp(lambda: NvmlBackend(NvmlGate(fake)), interval=3600.0, host_sampler=fixed_host,
+    # the app's sampler and the quick doctor's own backend each on a fake of their own (the fake's
+    # init and shutdown are not counted as NVML's are: one's shutdown would leave the other uninitialised)
+    monkeypatch.setitem(sys.modules, "pynvml", FakePynvml(readings=h100_mig()))
+    app = GpudoctorApp(lambda: NvmlBackend(NvmlGate(FakePynvml(readings=h100_mig()))), interval=3600.0, host_sampler=fixed_host,
                        doctor_level="quick", probe_source=lambda: runner.select_probes(["devices"], "quick"),
                        startup_doctor=True,
                        workload_check=lambda: "workload module not available (test: not wired)")
