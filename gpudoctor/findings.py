@@ -95,6 +95,14 @@ _FABRIC_FIX = ("Start the fabric manager: `sudo systemctl enable --now nvidia-fa
                "(/var/log/fabricmanager.log) says why it stopped; then check that `nvidia-smi -q` shows the "
                "Fabric State as Completed.")
 
+_MIG_ONE_WHY = (
+    "NVIDIA's MIG user guide: with CUDA 11/R450 and CUDA 12/R525 a CUDA process enumerates a single MIG device, "
+    "however many exist or are given to the container; torch's count comes from NVML, so using the second "
+    "device then fails ('device >= 0 && device < num_gpus INTERNAL ASSERT FAILED', invalid device ordinal). "
+    "Newer drivers have been seen to enumerate MIG devices of different GPUs together.")
+_MIG_ONE_FIX = ("If cuda:1 fails, run one process per MIG device, each started with CUDA_VISIBLE_DEVICES=MIG-<uuid> "
+                "(`nvidia-smi -L` lists them).")
+
 #: The words of each finding code. A code worded in more than one way (a straggler by its data wait or
 #: by its steps) has an entry per way, keyed ``code:way``.
 _BUSY_WHY = ("NVML's utilisation is the share of time any kernel ran, so a loop of tiny kernels reads 100 %; "
@@ -228,13 +236,12 @@ WORDING: dict[str, Wording] = {
         "script that touch CUDA count as other processes."),
     "mig_one_device_per_process": Wording(
         Status.WARN, "torch counts {torch_count} device(s) on {mig_gpus} GPUs in MIG mode, where a CUDA process may "
-        "enumerate one MIG device only",
-        "NVIDIA's MIG user guide: with CUDA 11/R450 and CUDA 12/R525 a CUDA process enumerates a single MIG device, "
-        "however many exist or are given to the container; torch's count comes from NVML, so using the second "
-        "device then fails ('device >= 0 && device < num_gpus INTERNAL ASSERT FAILED', invalid device ordinal). "
-        "Newer drivers have been seen to enumerate MIG devices of different GPUs together.",
-        "If cuda:1 fails, run one process per MIG device, each started with CUDA_VISIBLE_DEVICES=MIG-<uuid> "
-        "(`nvidia-smi -L` lists them)."),
+        "enumerate one MIG device only", _MIG_ONE_WHY, _MIG_ONE_FIX),
+    # the same fact without torch: the CUDA start check's cuDeviceGetCount against NVML's MIG devices
+    "mig_one_device_per_process:cuda_count": Wording(
+        Status.WARN, "CUDA counts {cuda_count} device(s) where NVML shows {mig_devices} MIG devices visible to this "
+        "process (on {mig_gpus} GPU(s) in MIG mode): a CUDA process may enumerate one MIG device only",
+        _MIG_ONE_WHY, _MIG_ONE_FIX),
     # -- the stack below NVML: driver and libraries, containers, the PCI bus ------------------------
     "driver_library_mismatch:upgraded": Wording(
         Status.FAIL, "NVML cannot start: the driver's libraries are version {library} but the loaded kernel "

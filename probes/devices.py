@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from gpudoctor.backends.cuda_driver import SYSTEM_NOT_READY, CudaStart, cuda_start_findings
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.backends.nvml import DRIVER_NOT_ANSWERING, STUCK_S
-from gpudoctor.backends.visibility import cuda_enumerated, match_torch_to_nvml, order_caveat, visible_mig_devices, visible_nvml_indices
+from gpudoctor.backends.visibility import (cuda_enumerated, match_torch_to_nvml, order_caveat, visible_mig_count,
+                                           visible_mig_devices, visible_nvml_indices)
 from gpudoctor.backends.cuda_compat import driver_build_findings
 from gpudoctor import findings
 from gpudoctor.findings import fabric_not_completed
@@ -133,11 +134,30 @@ def _visible_devices(r: ProbeResult, ctx: ProbeContext, torch_facts: dict[str, A
         if enumerated != len(visible):
             r.measure("cuda_enumerates", enumerated,
                       note="CUDA enumerates one MIG device per process, and then no GPU out of MIG mode")
-        if enumerated != len(visible) and isinstance(torch_count, int) and torch_count > enumerated:
+        # one GPU in MIG mode is one enumerated device too, though torch may count each of its MIG devices
+        if any(mig_modes.get(n) == 1 for n in visible) and torch_count > enumerated:
             r.findings.append(findings.finding("mig_one_device_per_process", torch_count=torch_count,
                                                mig_gpus=sum(1 for n in visible if mig_modes.get(n) == 1)))
         else:
             _torch_agreement(r, ctx.gpu, torch_facts, torch_count, enumerated, cvd if changed else None)
+    _cuda_mig_count(r, ctx.gpu, start, visible, mig_modes)
+
+
+def _cuda_mig_count(r: ProbeResult, gpu: GpuBackend, start: CudaStart | NA, visible: list[int],
+                    mig_modes: dict[int, Any]) -> None:
+    """The CUDA start check's device count (cuDeviceGetCount in its child, at every level) against
+    the MIG devices NVML shows visible to this process: fewer is CUDA's one-MIG-device rule, said with
+    the torch path's finding code (once: the full report's torch count may have said it already).
+    Nothing when the child did not answer, CUDA did not start, or no GPU in MIG mode is visible."""
+    if not isinstance(start, CudaStart) or not start.started or start.device_count is None:
+        return
+    shown = visible_mig_count(gpu, visible, mig_modes)
+    if is_na(shown):
+        return
+    r.measure("mig_devices_visible", shown, note="MIG devices NVML shows for CUDA_VISIBLE_DEVICES")
+    if shown > start.device_count and not any(f.code == "mig_one_device_per_process" for f in r.findings):
+        r.findings.append(findings.finding("mig_one_device_per_process:cuda_count", cuda_count=start.device_count,
+                                           mig_devices=shown, mig_gpus=sum(1 for n in visible if mig_modes.get(n) == 1)))
 
 
 def _cuda_start_time(r: ProbeResult, start: CudaStart | NA) -> None:
@@ -206,7 +226,7 @@ def _visibility(r: ProbeResult, cvd: str | None, visible: list[int], count: int,
                f"CUDA_VISIBLE_DEVICES={cvd!r} hides every GPU ({count} present).",
                why="CUDA stops reading the list at the first entry that is not a valid device, so torch sees none.",
                fix=f"Use indices 0..{count - 1} or GPU UUIDs from `nvidia-smi -L`, or unset CUDA_VISIBLE_DEVICES.")
-    elif len(visible) < named:
+    elif len(visible) < named and "MIG-" not in cvd:  # a MIG device ends the list: the MIG count check says so
         r.find(Status.WARN, "cuda_visible_devices_truncated",
                f"CUDA_VISIBLE_DEVICES={cvd!r} names {named} devices but only the first {len(visible)} are valid.",
                why="CUDA ignores everything after the first invalid or repeated entry.",

@@ -40,6 +40,7 @@ import pytest
 from gpudoctor import fleet, xid
 from gpudoctor.backends import fatbin, stack
 from gpudoctor.backends.cuda_driver import CudaStart
+from gpudoctor.backends.base import MigDeviceReading
 from gpudoctor.backends.stack import Stack
 from gpudoctor.backends.events import DeviceEvents, GpuEvent
 from gpudoctor.backends.na import NA
@@ -77,6 +78,7 @@ class FakeGpu:
         self._driver = inputs.get("driver")
         self._driver_cuda = inputs.get("driver_cuda")
         self._gpus = inputs.get("gpus") or []
+        self._mig = inputs.get("mig_devices")
         # NVML's failure to start as posted ("Failed to initialize NVML: ..." -> its NVML error name)
         self._failed = NA(inputs["nvml_status"]) if inputs.get("nvml_status") else None
 
@@ -107,8 +109,19 @@ class FakeGpu:
         return {k: self.static(index).get(k) for k in ("pci_bus_id", "uuid")}
 
     def mig_devices(self, index: int, readings: bool = True) -> Any:
-        """No thread posts NVML's MIG device list: a GPU in MIG mode says so, one not in it too."""
-        return NA("NotPosted") if self.static(index).get("mig_mode") == 1 else NA("MigDisabled")
+        """NVML's MIG devices of GPU ``index`` where the thread posted them (``nvidia-smi -L``: their
+        UUIDs, in ``inputs["mig_devices"]`` by GPU index), else NA: a GPU in MIG mode says none was
+        posted, one not in it that it has none."""
+        if self.static(index).get("mig_mode") != 1:
+            return NA("MigDisabled")
+        posted = (self._mig or {}).get(str(index))
+        if not posted:
+            return NA("NotPosted")
+        unposted = NA("NotPosted")  # a reading the thread did not post
+        return [MigDeviceReading.from_mapping({"parent": index, "slot": slot, **{k: unposted for k in (
+                    "gpu_instance_id", "compute_instance_id", "name", "profile", "sm_count", "memory_size_bytes",
+                    "memory_used_bytes", "memory_total_bytes", "gpu_util_pct", "energy_mj", "sm_active_pct",
+                    "processes")}, **m}) for slot, m in enumerate(posted)]
 
 
 HOST = {"python": "3.12", "os": "Linux", "cpu_model": "(not posted)", "cpu_logical": 8,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from .na import NA, is_na
 from .nvml import normalise_bus_id
@@ -38,6 +38,50 @@ def _mig_match(token: str, nvml_uuids: list[Any], mig_slices: list[tuple[Any, in
             if isinstance(uuid, str) and uuid.lower().startswith(lower)]
 
 
+def _entries(value: str, nvml_uuids: list[Any],
+             mig_slices: list[tuple[Any, int, Any, Any]] | None) -> Iterator[tuple[str, int, Any]]:
+    """The entries of a CUDA_VISIBLE_DEVICES value as CUDA reads the list, up to where it stops (an
+    empty, invalid or repeated entry): ("gpu", NVML index, None) or ("mig", parent NVML index, MIG
+    UUID); ("mig?", -1, None) for a ``MIG-...`` entry NVML cannot resolve (``mig_slices`` None)."""
+    count = len(nvml_uuids)
+    seen: set[Any] = set()
+    for raw in value.split(","):
+        token = raw.strip()
+        if not token:
+            return
+        if token.startswith("MIG-"):
+            if mig_slices is None:
+                yield "mig?", -1, None
+                return
+            slices = _mig_match(token, nvml_uuids, mig_slices)
+            if len(slices) != 1:
+                return
+            key = ("mig", slices[0][0], str(slices[0][1]))  # a UUID NVML could not read is an NA
+            if key in seen:
+                return
+            seen.add(key)
+            yield "mig", slices[0][0], slices[0][1]
+            continue
+        index: int | None = None
+        if token.startswith("GPU-") or not _INDEX.fullmatch(token):
+            prefix = token if token.startswith("GPU-") else "GPU-" + token
+            matches = [i for i, u in enumerate(nvml_uuids)
+                       if isinstance(u, str) and u.lower().startswith(prefix.lower())]
+            if len(matches) != 1:
+                return
+            index = matches[0]
+        else:
+            if len(token) > 12:  # 5,000 digits name no device (and int() refuses them)
+                return
+            index = int(token)
+            if index < 0 or index >= count:
+                return
+        if index in seen:
+            return
+        seen.add(index)
+        yield "gpu", index, None
+
+
 def parse_visible(value: str | None, nvml_uuids: list[Any],
                   mig_slices: list[tuple[Any, int, Any, Any]] | None = None) -> list[int] | NA:
     """NVML indices visible to CUDA, in CUDA's order (before CUDA_DEVICE_ORDER sorting).
@@ -47,43 +91,44 @@ def parse_visible(value: str | None, nvml_uuids: list[Any],
     device NVML enumerates); without them it is NA("MigInstancesSelected"), as NVML cannot say.
     A CUDA process enumerates one MIG device at most (NVIDIA's MIG user guide, CUDA device
     enumeration): the list ends after the first one."""
-    count = len(nvml_uuids)
     if value is None:
-        return list(range(count))
+        return list(range(len(nvml_uuids)))
     chosen: list[int] = []
-    seen: set[Any] = set()
-    for raw in value.split(","):
-        token = raw.strip()
-        if not token:
+    for kind, index, _ in _entries(value, nvml_uuids, mig_slices):
+        if kind == "mig?":
+            return NA("MigInstancesSelected")
+        if kind == "mig":
+            if index not in chosen:
+                chosen.append(index)
             break
-        if token.startswith("MIG-"):
-            if mig_slices is None:
-                return NA("MigInstancesSelected")
-            slices = _mig_match(token, nvml_uuids, mig_slices)
-            if len(slices) == 1 and slices[0][0] not in seen:
-                chosen.append(slices[0][0])
-            break
-        index: int | None = None
-        number_like = _INDEX.fullmatch(token)
-        if token.startswith("GPU-") or not number_like:
-            prefix = token if token.startswith("GPU-") else "GPU-" + token
-            matches = [i for i, u in enumerate(nvml_uuids)
-                       if isinstance(u, str) and u.lower().startswith(prefix.lower())]
-            if len(matches) != 1:
-                break
-            index = matches[0]
-        else:
-            if len(token) > 12:  # 5,000 digits name no device (and int() refuses them)
-                break
-            number = int(token)
-            if number < 0 or number >= count:
-                break
-            index = number
-        if index in seen:
-            break
-        seen.add(index)
         chosen.append(index)
     return chosen
+
+
+def visible_mig_count(gpu: GpuBackend, visible: list[int], mig_modes: Mapping[int, object],
+                      env: Mapping[str, str] | None = None) -> int | NA:
+    """How many MIG devices NVML shows as visible to this process: every MIG device of the GPUs in
+    MIG mode CUDA_VISIBLE_DEVICES leaves (``visible``, ``mig_modes`` as for :func:`cuda_enumerated`),
+    or, where the variable lists MIG devices, each one it names before CUDA stops reading it. Before
+    the rule that a CUDA process enumerates one of them. NA("NoMigGpu") without a GPU in MIG mode
+    (nothing is read), NA("MigNotEnumerated") when NVML lists no MIG device."""
+    if not any(mig_modes.get(n) == 1 for n in visible):
+        return NA("NoMigGpu")
+    env = os.environ if env is None else env
+    count = gpu.device_count()
+    if is_na(count):
+        return count
+    table = mig_slices(gpu, count)
+    if table is None:
+        return NA("MigNotEnumerated")
+    value = env.get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return len(table)
+    uuids = [gpu.identity(i).get("uuid") for i in range(count)]
+    named: set[tuple[int, str]] = set()
+    for kind, index, uuid in _entries(value, uuids, table):
+        named.update([(index, str(uuid))] if kind == "mig" else [(m[1], str(m[0])) for m in table if m[1] == index])
+    return len(named)
 
 
 def cuda_enumerated(visible: list[int], mig_modes: Mapping[int, object]) -> int:
