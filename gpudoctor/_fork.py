@@ -32,18 +32,18 @@ class ForkedCall:
     ``limit_s``: seconds from the fork after which the child is killed and the answer is
     "Timeout" (None: no limit). ``max_bytes``: the most of its answer that is kept."""
 
-    def __init__(self, work: Callable[[], str], limit_s: float | None = None, max_bytes: int = 1 << 20) -> None:
+    def __init__(self, work: Callable[[], str | bytes], limit_s: float | None = None, max_bytes: int = 1 << 20) -> None:
         self.began = time.monotonic()
         self.deadline = None if limit_s is None else self.began + limit_s
         self.max_bytes = max_bytes
-        self._answer: tuple[str, str] | None = None
+        self._answer: tuple[bytes, str] | None = None
         read_end, write_end = os.pipe()
         try:
             pid = os.fork()
         except OSError:
             os.close(read_end)
             os.close(write_end)
-            self.pid, self.fd, self._answer = 0, -1, ("", "ChildFailed")
+            self.pid, self.fd, self._answer = 0, -1, (b"", "ChildFailed")
             return
         if pid == 0:  # the child: never returns
             _child(work, read_end, write_end, max_bytes)
@@ -53,17 +53,31 @@ class ForkedCall:
     def answer(self) -> tuple[str, str]:
         """(text, why): why is "" when the child answered, "Timeout" when it did not within the
         limit (it is then killed), "ChildFailed" when it ended without an answer."""
+        raw, why = self.answer_bytes()
+        return raw.decode("utf-8", "replace"), why
+
+    def answer_bytes(self) -> tuple[bytes, str]:
+        """:meth:`answer` as the bytes the child wrote (work that returns bytes)."""
         if self._answer is None:
             raw, complete = _read_until(self.fd, self.deadline, self.max_bytes)
             os.close(self.fd)
             if not complete:
                 self.cancel()
-                self._answer = ("", "Timeout")
+                self._answer = (b"", "Timeout")
             else:
                 pid, self.pid = self.pid, 0
                 code = _reap(pid) if pid else 1  # 0: cancelled meanwhile (never waitpid(0): any child)
-                self._answer = (raw.decode("utf-8", "replace"), "") if code == 0 else ("", "ChildFailed")
+                self._answer = (raw, "") if code == 0 else (b"", "ChildFailed")
         return self._answer
+
+    def ready(self) -> bool:
+        """Whether :meth:`answer` would not wait for the child's work: the child has written
+        (or ended, or the answer is read already). It does not wait itself."""
+        if self._answer is not None:
+            return True
+        import select
+
+        return bool(select.select([self.fd], [], [], 0)[0])
 
     def cancel(self) -> None:
         """Kill the child if it still runs (nobody will read its answer)."""
@@ -85,7 +99,8 @@ def _child(work: Callable[[], str], read_end: int, write_end: int, max_bytes: in
             os.dup2(null, fd)
         os.closerange(3, write_end)  # nothing the parent had open stays held by a stuck child
         os.closerange(write_end + 1, 1 << 16)
-        data = work().encode()[:max_bytes]
+        answer = work()
+        data = (answer.encode() if isinstance(answer, str) else answer)[:max_bytes]
         while data:
             data = data[os.write(write_end, data):]
         code = 0

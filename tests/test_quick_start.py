@@ -206,3 +206,69 @@ def test_the_tuis_early_quick_report_gives_the_verdict_run_here_gives(fault):
     answer = json.loads(proc.stdout.strip().splitlines()[-1])
     assert answer["forked"] == answer["here"] and answer["with_threads"]
     assert answer["here"][0] == ("pass" if not fault else "fail")
+
+
+# --------------------------------------------------------------------------- the TUI's start
+_FIRST_READING = """
+    import json, threading
+    from gpudoctor.backends.host import PsutilProcessInfo
+    from gpudoctor.backends.nvml import NvmlBackend
+    from gpudoctor.sampling import Sampler
+    from gpudoctor.tui.early import begin_first_reading, read_first_reading, take_reading
+    fork = begin_first_reading()
+    assert fork is not None  # one thread: forked
+    forked = read_first_reading(fork)
+    here = take_reading(Sampler(NvmlBackend(), lambda: {}), PsutilProcessInfo())
+
+    def facts(reading):
+        snap, rows, notes, published = reading
+        return {"status": repr(snap.nvml_status), "driver": snap.driver_version, "count": snap.count,
+                "gpus": [[d.index, d.static.get("name"), d.static.get("uuid")] for d in snap.devices],
+                "pids": sorted(r.pid for r in rows), "source": snap.source}
+    threading.Thread(target=threading.Event().wait, daemon=True).start()
+    print(json.dumps({"forked": facts(forked), "here": facts(here), "with_threads": begin_first_reading() is None}))
+"""
+
+
+@pytest.mark.parametrize("board", [{}, {"FAKE_NVML_BUSY": "1"}])
+def test_the_tuis_forked_first_reading_is_the_reading_the_app_takes_itself(board):
+    """`gpudoctor` takes its first reading in a fork while it imports Textual (gpudoctor.tui.early):
+    the same GPUs, driver and processes as the app's own reading; with other threads it does not
+    fork (the app reads itself)."""
+    proc = _child(_FIRST_READING, **board)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    answer = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert answer["forked"] == answer["here"] and answer["with_threads"]
+    assert answer["here"]["gpus"] and answer["here"]["driver"]
+
+
+# What the TUI's first frame loads besides Textual: the readings are taken in forks
+# (gpudoctor.tui.early, gpudoctor.quick), so NVML's and psutil's modules, the probes and the
+# workload's process machinery load after the first frame, if ever.
+NOT_BEFORE_THE_TUIS_FIRST_FRAME = {
+    "torch", "pynvml", "psutil", "multiprocessing", "gpudoctor.probes", "gpudoctor.runner", "gpudoctor.workload",
+    "gpudoctor.backends.events", "gpudoctor.backends.replay", "gpudoctor.backends.recording", "gpudoctor.why",
+    "gpudoctor.fleet", "gpudoctor.render",
+}
+
+_TUI_START = """
+    import json, sys
+    from gpudoctor.cli import build_parser
+    args = build_parser(("tui",)).parse_args(["tui"])  # as `gpudoctor` registers it (gpudoctor.cli)
+    from gpudoctor.quick import begin_quick_report
+    from gpudoctor.tui.early import begin_first_reading
+    early, first = begin_quick_report(), begin_first_reading()
+    from gpudoctor.tui.app import make_app
+    app = make_app(early_report=early, first_reading=first)
+    early.answer(), first.answer()
+    print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def test_the_tuis_first_frame_loads_no_nvml_psutil_or_probes():
+    proc = _child(_TUI_START)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    loaded = set(json.loads(proc.stdout.strip().splitlines()[-1]))
+    assert "textual.app" in loaded and "gpudoctor.tui.screens" in loaded
+    roots = {name.split(".")[0] for name in loaded} | loaded
+    assert not roots & NOT_BEFORE_THE_TUIS_FIRST_FRAME, sorted(roots & NOT_BEFORE_THE_TUIS_FIRST_FRAME)

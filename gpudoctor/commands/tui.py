@@ -64,13 +64,17 @@ def run(args: argparse.Namespace) -> int:
     if not (is_terminal(sys.stdin) and is_terminal(sys.stdout)):
         raise UsageError("the TUI needs a terminal; for logs use `gpudoctor watch` (or --json)")
     from gpudoctor.quick import begin_quick_report
+    from gpudoctor.tui.early import begin_first_reading
 
-    # The header's verdict, worked out in a fork while this process imports Textual and draws.
+    # The header's verdict and the first live reading, each worked out in a fork while this
+    # process imports Textual (another core): the first frame shows both as soon as it is drawn.
     early = begin_quick_report(args.replay)
+    first = None if args.replay else begin_first_reading()
     from gpudoctor.tui.app import make_app
 
     app = make_app(replay=args.replay, interval=args.interval, doctor_level=args.doctor_level,
-                   start_screen=args.screen, prometheus=args.prometheus, early_report=early)
+                   start_screen=args.screen, prometheus=args.prometheus, early_report=early,
+                   first_reading=first)
     app.run()
     code = app.return_code
     return exitcodes.OK if code is None else int(code)

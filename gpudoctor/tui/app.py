@@ -29,10 +29,10 @@ from textual.message import Message
 from textual.worker import get_current_worker
 
 from gpudoctor.backends.host import PsutilProcessInfo, default_host_sampler
-from gpudoctor.presentation import ProcessRow, process_rows, recorded_process_info
+from gpudoctor.presentation import ProcessRow, recorded_process_info
 from gpudoctor.sampling import History, Sampler, Snapshot
 from gpudoctor.model import ProbeResult, Report
-from gpudoctor import _published
+from gpudoctor.tui.early import take_reading
 from gpudoctor.tui.screens import (
     DoctorScreen, HelpScreen, OverviewScreen, PopUp, ProcessesScreen, WhyScreen, WorkloadScreen,
 )
@@ -289,6 +289,7 @@ class GpudoctorApp(App[int]):
         prometheus: str | None = None,
         fleet_interval: float = 15.0,
         early_report: ForkedCall | None = None,
+        first_reading: ForkedCall | None = None,
     ) -> None:
         super().__init__()
         if interval < MIN_INTERVAL_S:
@@ -306,6 +307,8 @@ class GpudoctorApp(App[int]):
         self.startup_doctor = startup_doctor
         #: the quick report started in a fork before the app (gpudoctor.quick.begin_quick_report)
         self.early_report = early_report
+        #: the first GPU reading taken in a fork before the app (gpudoctor.tui.early.begin_first_reading)
+        self.first_reading = first_reading
         #: ``gpudoctor --prometheus URL``: the Fleet screen (f) reads every node from Prometheus.
         self.prometheus = prometheus
         self.fleet_interval = fleet_interval
@@ -327,7 +330,8 @@ class GpudoctorApp(App[int]):
     # -- lifecycle ------------------------------------------------------------------
     def on_mount(self) -> None:
         # The first frame needs its own screen only: the others are built when first shown.
-        if self.startup_doctor:
+        early = self._take_early_answers()
+        if self.startup_doctor and self.headline is None:
             self._quick_verdict_worker()  # first: it runs beside the first frame, not after it
         if self.prometheus:
             from gpudoctor.tui.fleet import FleetScreen
@@ -335,9 +339,34 @@ class GpudoctorApp(App[int]):
             self.install_screen(FleetScreen(self.prometheus, interval=self.fleet_interval), "fleet")
         self._install(self.start_screen)
         self.push_screen(self.start_screen)
-        self._tick()
+        if early:  # the first frame shows the forked reading; this process opens NVML after it
+            self.call_after_refresh(self._tick)
+        else:
+            self._tick()
         self.set_interval(self.interval, self._tick, name="sample")
         self.set_timer(COLLECTOR_ON_AFTER_S, _enable_collector)
+
+    def _take_early_answers(self) -> bool:
+        """What the forks started before Textual's import (the first reading, the quick report)
+        have answered by now goes into the first frame itself, without waiting for them; True
+        when the first reading did. What has not answered yet is read by the threads."""
+        first, report = self.first_reading, self.early_report
+        taken = False
+        if first is not None and first.ready():
+            from gpudoctor.tui.early import read_first_reading
+
+            self.first_reading = None
+            reading = read_first_reading(first)
+            if reading is not None:
+                self._keep_reading(*reading)
+                taken = True
+        if self.startup_doctor and report is not None and report.ready():
+            from gpudoctor.quick import read_quick_report
+
+            quick = read_quick_report(report)
+            if quick is not None:
+                self.headline = (*report_headline(quick), "quick")
+        return taken
 
     def _install(self, name: str) -> None:
         """Build screen ``name`` if it is not built yet (the Workload screen asks, once, whether
@@ -472,10 +501,20 @@ class GpudoctorApp(App[int]):
         sampling thread ends instead of waiting for a request that will not come."""
         self._quitting = True
         self._sample_wanted.set()
-        if self.early_report is not None:
-            self.early_report.cancel()
+        for early in (self.early_report, self.first_reading):
+            if early is not None:
+                early.cancel()
 
     def _read_sample(self) -> None:
+        first = self.first_reading
+        if first is not None:  # the fork's reading came after the app was mounted
+            from gpudoctor.tui.early import read_first_reading
+
+            self.first_reading = None
+            reading = read_first_reading(first)
+            if reading is not None and not self._quitting:
+                self.post_message(SampleReady(*reading))  # then this process's own, as after the mount
+        opened = self.sampler is None
         try:
             if self.sampler is None:
                 info = self.process_info
@@ -486,22 +525,15 @@ class GpudoctorApp(App[int]):
                 # A replay's GPUs are another machine's: this machine's CPU and RAM are not shown beside them.
                 host = self.host_sampler or (not_recorded_host if gpu.kind == "replay" else default_host_sampler())
                 self.sampler = Sampler(gpu, host)
-                self._watch_events(gpu)
-            snap = self.sampler.read()
-            rows, notes = process_rows(snap, self.process_info)  # type: ignore[arg-type]
-            forget = getattr(self.process_info, "forget_except", None)
-            if forget is not None:
-                forget({r.pid for r in rows})
+            reading = take_reading(self.sampler, self.process_info)  # type: ignore[arg-type]
         except Exception as exc:  # a backend is not supposed to raise; if it does, say so and go on
             if not self._quitting:
                 self.post_message(SampleFailed(f"reading failed: {_one_line(exc)}"))
             return
-        try:
-            published = _published.read_all()
-        except Exception:  # a summary file we cannot read costs its column, not the screen
-            published = {}
         if not self._quitting:
-            self.post_message(SampleReady(snap, rows, notes, published))
+            self.post_message(SampleReady(*reading))
+        if opened:  # after the first reading is on its way: it does not wait for the event set
+            self._watch_events(self.sampler.gpu)
 
     def _watch_events(self, gpu: GpuBackend) -> None:
         """Watch NVML's event set (Xid, ECC) for the GPU panels; without it the panels go on."""
@@ -519,20 +551,24 @@ class GpudoctorApp(App[int]):
 
     def on_sample_ready(self, message: SampleReady) -> None:
         self._sample_started = None
+        self._keep_reading(message.snapshot, message.rows, message.notes, message.published)
+        self._redraw("overview", "processes")
+
+    def _keep_reading(self, snapshot: Snapshot, rows: list[ProcessRow], notes: list[str],
+                      published: dict[int, dict[str, Any]]) -> None:
         state = self.state
-        state.snapshot = message.snapshot
-        state.history.add(message.snapshot)
-        state.processes = message.rows
-        state.process_notes = message.notes
-        state.published = message.published
+        state.snapshot = snapshot
+        state.history.add(snapshot)
+        state.processes = rows
+        state.process_notes = notes
+        state.published = published
         state.sample_error = ""
         state.stalled_s = None
         state.samples += 1
         watcher = self.event_watcher
         if watcher is not None:
-            state.events = {d.index: watcher.snapshot(d.index) for d in message.snapshot.devices}
+            state.events = {d.index: watcher.snapshot(d.index) for d in snapshot.devices}
             self._fail_header_on_critical_events()
-        self._redraw("overview", "processes")
         if state.samples == 1 and not self.is_headless:
             # a full collection takes tens of ms: after the first frame (and its verdict), not in it
             self.set_timer(FREEZE_AFTER_S, _freeze_startup_objects)

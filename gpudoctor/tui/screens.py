@@ -290,7 +290,10 @@ class OverviewScreen(BaseScreen):
 
     def compose(self) -> ComposeResult:
         yield TitleBar(id="title")
-        yield VerticalScroll(id="panels")
+        # A reading there already (the TUI's forked first reading): its detailed panels are laid out
+        # with the screen, not mounted after it (a second layout); refresh_view fills them.
+        snap = self.gapp.state.snapshot
+        yield VerticalScroll(*(self._new_panel(i) for i in self._wanted(snap, False)) if snap else (), id="panels")
         yield KeysFooter()
 
     def compact_shown(self) -> bool:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
-import multiprocessing as mp
 import signal
 import traceback
 from typing import TYPE_CHECKING, Any, Callable, Iterator
@@ -151,7 +150,9 @@ class WorkloadProcess:
         self.target = target
         self.quiet = quiet
         self.options = dict(options or {})
-        self._ctx = mp.get_context("spawn")
+        import multiprocessing  # here: the TUI's start does not load it for a sweep that may never run
+
+        self._ctx = multiprocessing.get_context("spawn")
         self.conn: Any = None
         self.process: Any = None
         self.finished = False
