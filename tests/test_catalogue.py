@@ -11,7 +11,6 @@ checkers, fleet's row fields) says the same as the catalogue.
 from __future__ import annotations
 
 import json
-from dataclasses import fields as dataclass_fields
 from dataclasses import replace
 from typing import get_type_hints
 
@@ -157,20 +156,19 @@ def test_the_panel_lays_out_an_odd_or_even_number_of_cells(monkeypatch):
 
 def test_what_keeps_a_list_of_its_own_matches_the_catalogue():
     from gpudoctor.backends.base import GpuSample
-    from gpudoctor.backends.plausible import PLAUSIBLE
+    from gpudoctor.backends.plausible import plausible_ranges
     from gpudoctor.fleet import FleetRow
-    from gpudoctor.presentation import WATCH_FIELDS
     from gpudoctor.backends.recording import sample_fields
 
     keys = catalogue.keys()
     assert list(get_type_hints(GpuSample)) == list(keys)  # the type for type checkers
     assert list(sample_fields()) == list(keys)
     assert len(set(keys)) == len(keys)
-    row_fields = {f.name for f in dataclass_fields(FleetRow)}
+    row_fields = set(FleetRow("node:9400", "0").to_dict())
     assert {r.fleet for r in catalogue.fleet_readings()} <= row_fields
-    assert set(WATCH_FIELDS) <= set(keys)
+    assert set(catalogue.watch_keys()) <= set(keys)
     # one table of ranges: every bounded reading's range is the catalogue's
-    assert all(PLAUSIBLE[r.key] == r.plausible for r in catalogue.READINGS if r.plausible)
+    assert all(plausible_ranges()[r.key] == r.plausible for r in catalogue.READINGS if r.plausible)
 
 
 def test_every_reading_is_well_formed():

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from gpudoctor.presentation import fmt_age
 
 from .model import STATUS_ORDER, FleetError, FleetRow, FleetView
+
+if TYPE_CHECKING:
+    from gpudoctor.backends.catalogue import Reading
 
 
 def exit_code(view: FleetView, fail_on: str = "warn") -> int:
@@ -44,14 +48,30 @@ def fmt_mem(row: FleetRow) -> str:
     return f"{used:.0f}G"
 
 
+def reading_cell(row: FleetRow, reading: Reading) -> str:
+    """A row's reading as fleet's table shows it: in the reading's own unit ("93%", "61C"), or
+    used/total GiB for memory."""
+    if reading.fmt == "memory":
+        return fmt_mem(row)
+    return fmt_number(getattr(row, reading.fleet), 1.0 / reading.scale, reading.unit.replace("°", ""))
+
+
+def reading_columns() -> tuple[Reading, ...]:
+    """The readings shown as columns (header, place and width from the catalogue's ``column``)."""
+    from gpudoctor.backends import catalogue
+
+    return catalogue.fleet_columns()
+
+
 def render_text(view: FleetView, width: int = 120) -> str:
     counts = view.counts()
     nodes = len({row.instance for row in view.rows})
     lines = [f"fleet: {len(view.rows)} GPU row(s) on {nodes} node(s) from {view.prometheus}"
              + (f" {view.selector}" if view.selector != "{}" else "")
              + " · " + ", ".join(f"{counts[s]} {s}" for s in STATUS_ORDER)]
-    header = f"{'STATUS':<6} {'INSTANCE':<24} {'GPU':>3} {'UTIL':>5} {'MEM':>9} {'TEMP':>5} {'POWER':>6} " \
-             f"{'XID':>4} {'REPORT':<11} REASON"
+    columns = reading_columns()
+    header = f"{'STATUS':<6} {'INSTANCE':<24} {'GPU':>3} " + "".join(f"{r.column[0]:>{r.column[2]}} " for r in columns) \
+        + f"{'XID':>4} {'REPORT':<11} REASON"
     lines.append(header)
     fixed = len(header) - len("REASON")
     for row in view.rows:
@@ -60,9 +80,9 @@ def render_text(view: FleetView, width: int = 120) -> str:
             report += f" {fmt_age(row.report_age_s).replace(' ', '')}"
         instance = row.instance if len(row.instance) <= 24 else row.instance[:23] + "…"
         xid_text = "-" if row.xid_last is None else str(row.xid_last)
-        line = (f"{row.status.upper():<6} {instance:<24} {row.gpu or '-':>3} {fmt_number(row.utilization, 100, '%'):>5} "
-                f"{fmt_mem(row):>9} {fmt_number(row.temperature_c, 1, 'C'):>5} {fmt_number(row.power_w, 1, 'W'):>6} "
-                f"{xid_text:>4} {report:<11} ")
+        line = (f"{row.status.upper():<6} {instance:<24} {row.gpu or '-':>3} "
+                + "".join(f"{reading_cell(row, r):>{r.column[2]}} " for r in columns)
+                + f"{xid_text:>4} {report:<11} ")
         lines.extend(_wrap_reason(line, row.reason, fixed, width))
     lines.extend(held_idle_lines(view))
     return "\n".join(lines) + "\n"
