@@ -188,6 +188,8 @@ class Reading:
     #: The value is shown in the reading's own unit (the gauge's value divided by ``scale``), or as
     #: used/total GiB where ``fmt`` is "memory".
     column: tuple[str, int, int] = ("", 0, 0)
+    #: More words for docs/fleet.md's metric table, after ``help`` (where it is absent, since when).
+    doc: str = ""
     #: The health probe's measurement name in ``gpudoctor report`` ("": not measured there). The
     #: report's JSON kept its names when the catalogue came: ``gpu_utilization`` for ``gpu_util_pct``.
     report: str = ""
@@ -231,6 +233,7 @@ READINGS: tuple[Reading, ...] = (
             label="mem", panel=2, spark="memory_used_pct", spark_top=("", 100.0), word="mem", line=2,
             short_word="mem", short=3, watch=3, fmt="memory",
             hooks=True, prometheus="gpudoctor_gpu_memory_used_bytes", help="Device memory in use",
+            doc="as nvidia-smi shows it: without the reserved memory",
             dcgm="DCGM_FI_DEV_FB_USED", dcgm_unit="MiB",
             dcgm_new=("DCGM_FI_DEV_FB_USED_BYTES", "B"), fleet="memory_used_bytes"),
     Reading("memory_free_bytes", "B", "integer", "fast", plausible=BYTES, smi="memory.free",
@@ -243,6 +246,7 @@ READINGS: tuple[Reading, ...] = (
     Reading("memory_reserved_bytes", "B", "integer", "fast", plausible=BYTES, smi="memory.reserved",
             prometheus="gpudoctor_gpu_memory_reserved_bytes",
             help="Device memory the driver reserves for itself, in neither used nor free (NVML v2 memory info)",
+            doc="absent where the driver has no v2 call",
             dcgm="DCGM_FI_DEV_FB_RESERVED", dcgm_unit="MiB",
             dcgm_new=("DCGM_FI_DEV_FB_RESERVED_BYTES", "B")),
     Reading("temperature_c", "°C", "number", "fast", plausible=C_SENSOR, smi="temperature.gpu", report="temperature",
@@ -272,7 +276,7 @@ READINGS: tuple[Reading, ...] = (
                     divide=1000),
             prometheus="gpudoctor_gpu_power_instant_watts",
             help="Power draw at the instant of the sample (NVML field NVML_FI_DEV_POWER_INSTANT): the spikes "
-                 "a 1-second average smooths out",
+                 "a 1-second average smooths out", doc="absent where the driver does not give it",
             dcgm="DCGM_FI_DEV_POWER_USAGE_INSTANT"),
     Reading("power_limit_w", "W", "number", "fast", plausible=WATTS, smi="enforced.power.limit",
             nvml=_q("nvmlDeviceGetEnforcedPowerLimit", divide=1000), watch=7, hooks=True,
@@ -327,12 +331,15 @@ READINGS: tuple[Reading, ...] = (
             report="fan_speed",
             history=True, label="fan", panel=9, spark_top=("", 100.0), word="fan", line=9, watch=12,
             prometheus="gpudoctor_gpu_fan_speed_ratio", scale=0.01, help="Fan speed as a share of its maximum",
+            doc="absent on boards without fans",
             dcgm="DCGM_FI_DEV_FAN_SPEED"),
     # ECC error counts since the driver loaded (volatile) and over the board's life (aggregate):
     # one exporter counter, told apart by its labels.
     *(Reading(f"ecc_{counter}_{kind}", "", "integer", "full", "counter", ERROR_COUNT,
               _q("nvmlDeviceGetTotalEccErrors", args=(error_type, counter_type)),
               smi=f"ecc.errors.{kind}.{counter}.total", prometheus=_ECC, help=_ECC_HELP, report=f"ecc_{counter}_{kind}",
+              doc="`error_type` corrected or uncorrected, `counter` volatile (since the driver loaded) or aggregate "
+                  "(lifetime)",
               labels=(("error_type", kind), ("counter", counter)), dcgm=dcgm)
       for counter, counter_type, kind, error_type, dcgm in (
           ("volatile", _ECC_VOLATILE, "corrected", _ECC_CORRECTED, "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"),
@@ -343,13 +350,13 @@ READINGS: tuple[Reading, ...] = (
             nvml=_q("nvmlDeviceGetRetiredPages",
                     args=(_c("NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS", 0),), convert="len"),
             smi="retired_pages.sbe", prometheus="gpudoctor_gpu_retired_pages_single_bit",
-            help="Pages retired for repeated single-bit ECC errors", dcgm="DCGM_FI_DEV_RETIRED_SBE",
+            help="Pages retired for repeated single-bit ECC errors", doc="before Ampere", dcgm="DCGM_FI_DEV_RETIRED_SBE",
             dcgm_new=("DCGM_FI_DEV_PAGE_RETIRED_SBE_TOTAL", "")),
     Reading("retired_pages_dbe", "", "integer", "full",
             nvml=_q("nvmlDeviceGetRetiredPages", args=(_c("NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR", 1),),
                     convert="len"),
             smi="retired_pages.dbe", prometheus="gpudoctor_gpu_retired_pages_double_bit",
-            help="Pages retired for double-bit ECC errors", dcgm="DCGM_FI_DEV_RETIRED_DBE",
+            help="Pages retired for double-bit ECC errors", doc="before Ampere", dcgm="DCGM_FI_DEV_RETIRED_DBE",
             dcgm_new=("DCGM_FI_DEV_PAGE_RETIRED_DBE_TOTAL", "")),
     Reading("retired_pages_pending", "", "flag", "full", nvml=_q("nvmlDeviceGetRetiredPagesPendingStatus"),
             smi="retired_pages.pending", prometheus="gpudoctor_gpu_retired_pages_pending",
@@ -359,6 +366,7 @@ READINGS: tuple[Reading, ...] = (
             _q("nvmlDeviceGetRemappedRows", item=0, convert="int"), smi="remapped_rows.correctable",
             report="remapped_rows_correctable",
             prometheus="gpudoctor_gpu_remapped_rows_correctable", help="Rows remapped for correctable errors",
+            doc="Ampere and later",
             dcgm="DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
             dcgm_new=("DCGM_FI_DEV_ROW_REMAP_CORRECTABLE_TOTAL", "")),
     Reading("remapped_rows_uncorrectable", "", "integer", "full", "gauge", ROWS,
@@ -387,6 +395,7 @@ READINGS: tuple[Reading, ...] = (
             prometheus="gpudoctor_gpu_sm_active_ratio", scale=0.01,
             help="Share of SM cycles with at least one warp resident, averaged over all SMs (NVML GPM SM "
                  "utilisation; Hopper and later): low beside a high utilization_ratio means small kernels",
+            doc="absent before Hopper, n/a on the first sample; see [utilisation.md](utilisation.md)",
             dcgm="DCGM_FI_PROF_SM_ACTIVE", dcgm_unit="ratio",
             dcgm_new=("DCGM_FI_PROF_SM_UTIL_RATIO", "ratio"), fleet="sm_active"),
     Reading("sm_occupancy_pct", "%", "number", "full", plausible=PCT, gpm=_g("NVML_GPM_METRIC_SM_OCCUPANCY", 3),
@@ -432,6 +441,7 @@ READINGS: tuple[Reading, ...] = (
             _q("nvmlDeviceGetTotalEnergyConsumption"), smi="total_energy_consumption",
             prometheus="gpudoctor_gpu_energy_joules_total", scale=1e-3,
             help="Energy the GPU used since the driver loaded (NVML total energy consumption; Volta and newer)",
+            doc="absent where unsupported; `rate(...[5m])` is the average power",
             dcgm="DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", dcgm_unit="mJ",
             dcgm_new=("DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL", "J")),
 )

@@ -156,5 +156,43 @@ def dcgm_names_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+def gpu_metrics_table() -> str:
+    """The Markdown table of docs/fleet.md of every per-GPU metric the exporter writes from the
+    catalogue: its name, meaning (the help, then the reading's ``doc``), unit and DCGM counterpart.
+    Readings that share a metric (the ECC counts) are one row, their labels and DCGM fields joined."""
+    from gpudoctor.backends import catalogue
+
+    lines = ["| metric | meaning | unit | dcgm-exporter counterpart |", "|--------|---------|------|---------------------------|"]
+    by_metric: dict[str, list[Reading]] = {}
+    for r in catalogue.exported():
+        by_metric.setdefault(r.prometheus, []).append(r)
+    for name, shared in by_metric.items():
+        first = shared[0]
+        meaning = first.help + "".join(f"; {r.doc}" for r in shared[:1] if r.doc)
+        unit = _base_unit(name)
+        dcgm_scale = catalogue.DCGM_UNITS.get(first.dcgm_unit)
+        if first.dcgm_unit and dcgm_scale != 1.0:
+            unit += f" (DCGM: {first.dcgm_unit})"
+        dcgm = ", ".join(r.dcgm for r in shared if r.dcgm) or "none"
+        lines.append(f"| `{name}` | {meaning} | {unit} | {dcgm} |")
+    return "\n".join(lines) + "\n"
+
+
+def mig_metrics_table() -> str:
+    """The Markdown table of docs/fleet.md of the per-MIG-device gauges from the catalogue's MIG
+    readings (the info series and the process count, which are no readings, first and last)."""
+    from gpudoctor.backends import catalogue
+
+    lines = ["| metric | what | unit | DCGM |", "| --- | --- | --- | --- |",
+             "| `gpudoctor_mig_info` | 1 per MIG device; labels as above and `profile` (`3g.40gb`) | 1 | "
+             "dcgm-exporter labels its series with `GPU_I_PROFILE`, `GPU_I_ID` |"]
+    for r in catalogue.mig_readings():
+        if r.prometheus:
+            lines.append(f"| `{r.prometheus}` | {r.help} | {_base_unit(r.prometheus)} | {r.dcgm} |")
+    lines.append("| `gpudoctor_mig_processes` | compute processes on the MIG device; absent where NVML refuses the "
+                 "list (NoPermission: in MIG mode NVML asks for privileges to list processes) | count | none |")
+    return "\n".join(lines) + "\n"
+
+
 _JUDGED = ("ecc_volatile_uncorrected", "remapped_rows_failure", "remapped_rows_pending", "throttle_reasons",
            "memory_free_bytes")
