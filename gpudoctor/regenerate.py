@@ -12,7 +12,7 @@ What it writes, whole or between its markers:
   DCGM name table (``dcgm-names``), from gpudoctor.fleet.text;
 - deploy/prometheus/gpudoctor-held-idle.rules.yml (gpudoctor.fleet.idle.rule_file);
 - gpudoctor/backends/base.py: the fields of ``GpuSample`` (``gpu-sample``), the sample type for
-  type checkers.
+  type checkers, and the reading fields of ``MigDeviceReading`` (``mig-reading``).
 
 tests/test_catalogue.py fails while one of them is not current. Run from a source checkout: the
 paths are the repository's.
@@ -88,8 +88,16 @@ def gpu_sample_fields() -> str:
     return "".join(f"    {r.key}: {'float' if r.key == 't' else _PY_TYPES[r.value]}\n" for r in catalogue.readings())
 
 
+def mig_reading_fields() -> str:
+    """The reading fields of ``MigDeviceReading`` (gpudoctor/backends/base.py), from MIG_READINGS."""
+    from gpudoctor.backends import catalogue
+
+    return "".join(f"    {r.key}: {_PY_TYPES[r.value]}\n" for r in catalogue.mig_readings())
+
+
 def base_text(old: str) -> str:
-    return between(old, "gpu-sample", gpu_sample_fields(), comment="# {}")
+    old = between(old, "gpu-sample", gpu_sample_fields(), comment="# {}")
+    return between(old, "mig-reading", mig_reading_fields(), comment="# {}")
 
 
 def generated() -> dict[str, Callable[[str], str]]:
@@ -136,7 +144,8 @@ def main(argv: list[str] | None = None, root: Path = ROOT) -> int:
     return exitcodes.OK
 
 
-__all__ = ["between", "fleet_schema_text", "fleet_md_text", "gpu_sample_fields", "generated", "stale", "main"]
+__all__ = ["between", "fleet_schema_text", "fleet_md_text", "gpu_sample_fields", "mig_reading_fields", "generated",
+           "stale", "main"]
 
 if __name__ == "__main__":
     sys.exit(main())

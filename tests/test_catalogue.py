@@ -336,9 +336,9 @@ def test_regenerate_rewrites_what_is_behind_and_checks(tmp_path, capsys):
 
 
 def test_mig_readings_are_the_catalogues():
-    """A MIG device's readings (MigDeviceReading's fields besides its identity and processes) are
-    the catalogue's MIG readings, and the exporter's per-slice gauges and the recording schema's MIG
-    properties are made from them."""
+    """A MIG device's readings (MigDeviceReading's fields besides its identity and processes, written
+    by gpudoctor.regenerate) are the catalogue's MIG readings, and the exporter's per-slice gauges and
+    the recording schema's MIG properties are made from them; a device not read has each as NotRead."""
     from gpudoctor.backends.base import MigDeviceReading
     from gpudoctor.backends.recording import mig_fields
     from gpudoctor.exporter import all_metric_names, mig_metrics
@@ -349,3 +349,7 @@ def test_mig_readings_are_the_catalogues():
     assert list(mig_fields()) == [*identity, *readings, "processes"]
     assert {r.prometheus for r in mig_metrics()} <= set(all_metric_names())
     assert all(r.prometheus.startswith("gpudoctor_mig_") and r.help for r in mig_metrics())
+    from nvml_fake import h100_mig
+
+    [named, _] = NvmlBackend(NvmlGate(FakePynvml(readings=h100_mig()))).mig_devices(0, readings=False)
+    assert all(named[key] == NA("NotRead") for key in readings)

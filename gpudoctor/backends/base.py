@@ -157,6 +157,8 @@ class MigDeviceReading(Reading):
     uuid: Union[str, NA]
     name: Union[str, NA]
     profile: Union[str, NA]
+    # The readings: the catalogue's MIG_READINGS, written out by python -m gpudoctor.regenerate.
+    # mig-reading:begin
     sm_count: IntOrNA
     memory_size_bytes: IntOrNA
     memory_used_bytes: IntOrNA
@@ -164,6 +166,7 @@ class MigDeviceReading(Reading):
     gpu_util_pct: IntOrNA
     energy_mj: IntOrNA
     sm_active_pct: FloatOrNA
+    # mig-reading:end
     processes: Union[list[ProcessReading], NA]
 
     @classmethod
