@@ -51,10 +51,12 @@ def mig_metrics() -> tuple[catalogue.MigReading, ...]:
     return tuple(r for r in catalogue.mig_readings() if r.prometheus)
 
 
-# ECC counters: (error type, counter kind) -> sample key, DCGM field (from the catalogue).
-ECC_COUNTERS: dict[tuple[str, str], tuple[str, str]] = {
-    (dict(r.labels)["error_type"], dict(r.labels)["counter"]): (r.key, r.dcgm)
-    for r in counter_metrics().get("gpudoctor_gpu_ecc_errors_total", ())}
+@catalogue.per_catalogue
+def ecc_counters() -> dict[tuple[str, str], tuple[str, str]]:
+    """The ECC counters: (error type, counter kind) -> sample key, DCGM field (from the catalogue)."""
+    return {(dict(r.labels)["error_type"], dict(r.labels)["counter"]): (r.key, r.dcgm)
+            for r in counter_metrics().get("gpudoctor_gpu_ecc_errors_total", ())}
+
 
 # Every other metric this exporter writes (name -> help), for the docs check: the readings' own
 # metrics are in the catalogue.
