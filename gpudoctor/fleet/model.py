@@ -111,8 +111,8 @@ class FleetRow:
             if key == "readings":
                 continue
             data[key] = value
-            if key == "job":
-                data.update({name: self.readings.get(name) for name in fleet_names()})
+            if key == "job":  # the readings, in the catalogue's order
+                data.update({r.fleet: self.readings.get(r.fleet) for r in catalogue.fleet_readings()})
         data.pop("findings")
         for key, value in data.items():
             if isinstance(value, float) and not math.isfinite(value):
@@ -120,9 +120,10 @@ class FleetRow:
         return data
 
 
-def fleet_names() -> tuple[str, ...]:
-    """The row fields that hold readings: the catalogue's fleet readings' names, in its order."""
-    return tuple(r.fleet for r in catalogue.fleet_readings())
+@catalogue.per_catalogue
+def fleet_names() -> frozenset[str]:
+    """The row fields that hold readings: the catalogue's fleet readings' names."""
+    return frozenset(r.fleet for r in catalogue.fleet_readings())
 
 
 @dataclass
