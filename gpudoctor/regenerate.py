@@ -130,6 +130,10 @@ def main(argv: list[str] | None = None, root: Path = ROOT) -> int:
     if args not in ([], ["--check"]):
         print("usage: python -m gpudoctor.regenerate [--check]", file=sys.stderr)
         return exitcodes.USAGE
+    missing = [path for path in generated() if not (root / path).is_file()]
+    if missing:
+        print(f"gpudoctor.regenerate: {root / missing[0]} not found: run it in a source checkout", file=sys.stderr)
+        return exitcodes.USAGE
     if args == ["--check"]:
         behind = stale(root)
         for path in behind:

@@ -333,6 +333,11 @@ def test_regenerate_rewrites_what_is_behind_and_checks(tmp_path, capsys):
     assert "    fan_pct: FloatOrNA\n" in base.read_text()
     assert regenerate.main(["--check"], root=tmp_path) == 0
     assert regenerate.main(["--bogus"], root=tmp_path) == 2
+    capsys.readouterr()
+    (tmp_path / "docs" / "fleet.md").unlink()  # an installed package has no docs/: one line, exit 2
+    assert regenerate.main([], root=tmp_path) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "fleet.md not found: run it in a source checkout" in err
 
 
 def test_mig_readings_are_the_catalogues():
