@@ -236,11 +236,6 @@ def throttle_text(value: object, *, words: bool = True) -> str:
 
 
 # --------------------------------------------------------------------------- watch lines
-#: The readings of a ``watch --json`` record, as the catalogue stood at import (watch_record reads
-#: gpudoctor.backends.catalogue.watch_keys()).
-WATCH_FIELDS = catalogue.watch_keys()
-
-
 def reading_text(dev: DeviceSnapshot, reading: catalogue.Reading) -> str:
     """One reading of a device snapshot for people, by its catalogue ``fmt``: ``87%``,
     ``31.2/40.0 GiB +0.5 reserved``, ``338/350 W``, ``1.2 GiB/s``, ``1860 MHz``; NA in words."""
@@ -928,7 +923,7 @@ def _mig_processes(migs: list[MigDeviceReading] | NA | None) -> list[tuple[str, 
 
 
 __all__ = [
-    "busy_verdict", "EVENT_WORDS", "event_line", "event_record", "fmt_age", "MAX_TEXT", "SPARK_CHARS", "STATUS_STYLE", "VERDICT", "WATCH_FIELDS", "fmt_bytes", "fmt_memory",
+    "busy_verdict", "EVENT_WORDS", "event_line", "event_record", "fmt_age", "MAX_TEXT", "SPARK_CHARS", "STATUS_STYLE", "VERDICT", "fmt_bytes", "fmt_memory",
     "fmt_num", "fmt_power", "fmt_rate_kbps", "plain_text", "short_na", "sparkline", "status_style",
     "status_word", "throttle_text", "tiny_na", "WATCH_WIDTH", "watch_line", "watch_line_short", "watch_record", "reading_text", "wrap_hanging",
     "FAULT_WORDS", "NO_NVML_REASONS", "fault_words", "no_gpu_words", "ProcessRow", "PROCESS_SORT_KEYS",

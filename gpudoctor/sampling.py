@@ -244,13 +244,6 @@ def _mem_pct(dev: DeviceSnapshot) -> float | None:
 #: Series kept besides the catalogue's history readings: the share of memory in use, in %.
 DERIVED_HISTORY: dict[str, Callable[[DeviceSnapshot], float | None]] = {"memory_used_pct": _mem_pct}
 
-#: The short names the TUI and its tests used for the series before the catalogue; a series is
-#: kept under its reading's key (gpudoctor.backends.catalogue) and found by either.
-OLD_SERIES_NAMES = {"util": "gpu_util_pct", "mem": "memory_used_pct", "temp": "temperature_c", "power": "power_w",
-                    "sm_clock": "clock_sm_mhz", "mem_clock": "clock_mem_mhz", "pcie_rx": "pcie_rx_kbps",
-                    "pcie_tx": "pcie_tx_kbps", "fan": "fan_pct"}
-
-
 def _reading(key: str) -> Callable[[DeviceSnapshot], float | None]:
     return lambda dev: _number(dev, key)
 
@@ -260,10 +253,6 @@ def device_metrics() -> dict[str, Callable[[DeviceSnapshot], float | None]]:
     """The series kept per device: name -> function(DeviceSnapshot) -> float | None: every
     reading the catalogue keeps a history of, under its key, and :data:`DERIVED_HISTORY`."""
     return {**{key: _reading(key) for key in catalogue.history_keys()}, **DERIVED_HISTORY}
-
-
-#: The series kept per device, as the catalogue stood at import (History reads device_metrics()).
-DEVICE_METRICS = device_metrics()
 
 
 class History:
@@ -292,8 +281,8 @@ class History:
             self.host["ram"].append(None)
 
     def series(self, index: int, metric: str) -> list[float | None]:
-        """The series ``metric`` (a reading's key, or its old short name) of device ``index``."""
-        return list(self.devices.get(index, {}).get(OLD_SERIES_NAMES.get(metric, metric), ()))
+        """The series ``metric`` (a reading's key, or a derived series' name) of device ``index``."""
+        return list(self.devices.get(index, {}).get(metric, ()))
 
 
 # --------------------------------------------------------------------------- the sampler
@@ -563,5 +552,5 @@ class Sampler:
 
 
 __all__ = ["Sampler", "Snapshot", "DeviceSnapshot", "History", "device_fault", "recoverable_trouble",
-           "failed_snapshot", "all_lost", "DEVICE_METRICS", "DERIVED_HISTORY", "OLD_SERIES_NAMES", "device_metrics", "HISTORY_LENGTH", "SLOW_READ_INTERVAL_S", "READS",
+           "failed_snapshot", "all_lost", "DERIVED_HISTORY", "device_metrics", "HISTORY_LENGTH", "SLOW_READ_INTERVAL_S", "READS",
            "RECOVERABLE_NVML_REASONS"]

@@ -31,6 +31,7 @@ from gpudoctor._record import record
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.backends.plausible import IMPLAUSIBLE, is_implausible
 from gpudoctor import findings
+from gpudoctor.backends import catalogue
 from gpudoctor.backends.nvml import (GPM_MIG, GPM_MIN_INTERVAL_S, GPM_NEEDS_HOPPER, GPM_OLD_DRIVER, GPM_WARMING,
                                      power_usage_is_average, throttle_reason_names)
 from gpudoctor.backends.visibility import visible_nvml_indices
@@ -94,7 +95,7 @@ def check_device(r: ProbeResult, dev: int, s: dict[str, Any], x: dict[str, Any],
     if _check_lost(d):
         return
     first = len(r.measurements)
-    d.m("gpu_utilization", x.get("gpu_util_pct"), "%")
+    d.m(_name("gpu_util_pct"), x.get("gpu_util_pct"), "%")
     _check_busy(d)
     _check_temperature(d)
     _check_power(d)
@@ -104,9 +105,34 @@ def check_device(r: ProbeResult, dev: int, s: dict[str, Any], x: dict[str, Any],
     _check_remapped_rows(d)
     _check_pcie(d)
     _check_modes(d)
-    d.m("fan_speed", x.get("fan_pct"), "%")
+    d.m(_name("fan_pct"), x.get("fan_pct"), "%")
+    _measure_the_rest(d)
     _check_unread(d, r.measurements[first:])
     _check_fabric(d)
+
+
+def _name(key: str) -> str:
+    """The report's name of the reading ``key``: its catalogue entry's ``report`` (the JSON report
+    kept its names when the catalogue came: ``gpu_utilization`` for ``gpu_util_pct``)."""
+    return catalogue.by_key()[key].report
+
+
+#: The readings a check of this probe measures itself (with a reference, words, or only where the
+#: GPU has the feature); every other reading the catalogue names for the report is measured as the
+#: sample has it, in the catalogue's unit (:func:`_measure_the_rest`).
+CHECKED = frozenset({
+    "gpu_util_pct", "fan_pct", "sm_active_pct", "tensor_active_pct", "temperature_c", "power_w", "power_instant_w",
+    "clock_sm_mhz", "clock_mem_mhz", "throttle_reasons", "ecc_volatile_corrected", "ecc_volatile_uncorrected",
+    "ecc_aggregate_corrected", "ecc_aggregate_uncorrected", "remapped_rows_uncorrectable",
+    "remapped_rows_correctable", "pcie_gen_current", "pcie_width_current", "persistence_mode", "compute_mode"})
+
+
+def _measure_the_rest(d: _Device) -> None:
+    """Every reading of the catalogue with a report name that no check here measures: a reading
+    added to the catalogue with ``report=`` shows in the report with no change to this probe."""
+    for r in catalogue.report_readings():
+        if r.key not in CHECKED and r.key in d.x:
+            d.m(r.report, d.x[r.key], r.unit)
 
 
 def _check_busy(d: _Device) -> None:
@@ -117,8 +143,8 @@ def _check_busy(d: _Device) -> None:
     if "sm_active_pct" not in x:
         return
     sm = x.get("sm_active_pct")
-    d.m("sm_activity", sm, "%")
-    d.m("tensor_activity", x.get("tensor_active_pct"), "%")
+    d.m(_name("sm_active_pct"), sm, "%")
+    d.m(_name("tensor_active_pct"), x.get("tensor_active_pct"), "%")
     if is_na(sm) and sm.reason == NOT_AT_QUICK:
         return
     from gpudoctor.backends import busy  # only where GPM was read: not on the --quick path
@@ -165,7 +191,7 @@ def _check_lost(d: _Device) -> bool:
 def _check_temperature(d: _Device) -> None:
     s, x = d.s, d.x
     temp, slow, shut = _num(x.get("temperature_c")), _num(s.get("temperature_slowdown_c")), _num(s.get("temperature_shutdown_c"))
-    d.m("temperature", x.get("temperature_c"), "C", reference=s.get("temperature_slowdown_c"))
+    d.m(_name("temperature_c"), x.get("temperature_c"), "C", reference=s.get("temperature_slowdown_c"))
     if temp is None:
         return
     if shut is not None and temp >= shut - SHUTDOWN_MARGIN_C:
@@ -177,11 +203,11 @@ def _check_temperature(d: _Device) -> None:
 def _check_power(d: _Device) -> None:
     limit = _num(d.x.get("power_limit_w")) or _num(d.s.get("power_limit_w"))
     average = power_usage_is_average(d.s.get("architecture"), d.s.get("compute_capability"))
-    d.m("power_draw", d.x.get("power_w"), "W", reference=limit,
+    d.m(_name("power_w"), d.x.get("power_w"), "W", reference=limit,
         note="" if average is None else POWER_AVERAGE_NOTE if average else "instantaneous")
     instant = d.x.get("power_instant_w")
     if _num(instant) is not None:  # NVML_FI_DEV_POWER_INSTANT, where the driver gives it
-        d.m("power_instant", instant, "W", reference=limit)
+        d.m(_name("power_instant_w"), instant, "W", reference=limit)
     default_limit = _num(d.s.get("power_default_limit_w"))
     if limit is not None and default_limit is not None and limit < 0.9 * default_limit:
         d.say("power_limit_lowered", limit=limit, default=default_limit)
@@ -189,14 +215,14 @@ def _check_power(d: _Device) -> None:
 
 def _check_clocks(d: _Device) -> None:
     """Clocks against their maximum, and one finding per clock-event reason that matters."""
-    d.m("sm_clock", d.x.get("clock_sm_mhz"), "MHz", reference=d.s.get("clock_sm_max_mhz"))
-    d.m("memory_clock", d.x.get("clock_mem_mhz"), "MHz", reference=d.s.get("clock_mem_max_mhz"))
+    d.m(_name("clock_sm_mhz"), d.x.get("clock_sm_mhz"), "MHz", reference=d.s.get("clock_sm_max_mhz"))
+    d.m(_name("clock_mem_mhz"), d.x.get("clock_mem_mhz"), "MHz", reference=d.s.get("clock_mem_max_mhz"))
     reasons = d.x.get("throttle_reasons")
     if not isinstance(reasons, int):
-        d.r.measure("throttle_reasons", None, device=d.dev, note=getattr(reasons, "reason", ""))
+        d.r.measure(_name("throttle_reasons"), None, device=d.dev, note=getattr(reasons, "reason", ""))
         return
     names = throttle_reason_names(reasons)
-    d.r.measure("throttle_reasons", ", ".join(names) if names else "none", device=d.dev)
+    d.r.measure(_name("throttle_reasons"), ", ".join(names) if names else "none", device=d.dev)
     d.add(findings.clock_event_findings(names, label=d.label, device=d.dev))
 
 
@@ -208,7 +234,7 @@ def _check_ecc(d: _Device) -> None:
     d.m("ecc_mode", ("enabled" if ecc_mode else "disabled") if isinstance(ecc_mode, int) else ecc_mode)
     for key in ("ecc_volatile_corrected", "ecc_volatile_uncorrected", "ecc_aggregate_corrected",
                 "ecc_aggregate_uncorrected"):
-        d.m(key, x.get(key))
+        d.m(_name(key), x.get(key))
     d.add([findings.ecc_finding(vol_unc, agg_unc, vol_cor, label=d.label, device=d.dev)])
 
 
@@ -229,8 +255,8 @@ def _check_remapped_rows(d: _Device) -> None:
     uncorrectable = x.get("remapped_rows_uncorrectable", None)
     if is_na(uncorrectable) or uncorrectable is None:
         return
-    d.m("remapped_rows_uncorrectable", uncorrectable)
-    d.m("remapped_rows_correctable", x.get("remapped_rows_correctable"))
+    d.m(_name("remapped_rows_uncorrectable"), uncorrectable)
+    d.m(_name("remapped_rows_correctable"), x.get("remapped_rows_correctable"))
     d.add(findings.row_remap_findings(x.get("remapped_rows_failure") is True, x.get("remapped_rows_pending") is True,
                                       label=d.label, device=d.dev))
 
@@ -241,8 +267,8 @@ def _check_pcie(d: _Device) -> None:
     s, x = d.s, d.x
     gen, gen_max = _num(x.get("pcie_gen_current")), _num(s.get("pcie_gen_max"))
     width, width_max = _num(x.get("pcie_width_current")), _num(s.get("pcie_width_max"))
-    d.m("pcie_link_gen", x.get("pcie_gen_current"), reference=s.get("pcie_gen_max"))
-    d.m("pcie_link_width", x.get("pcie_width_current"), "lanes", reference=s.get("pcie_width_max"))
+    d.m(_name("pcie_gen_current"), x.get("pcie_gen_current"), reference=s.get("pcie_gen_max"))
+    d.m(_name("pcie_width_current"), x.get("pcie_width_current"), "lanes", reference=s.get("pcie_width_max"))
     reasons = x.get("throttle_reasons")
     idle = (isinstance(reasons, int) and reasons & GPU_IDLE) or (_num(x.get("gpu_util_pct")) == 0)
     if gen is not None and gen_max is not None and gen < gen_max:
@@ -264,11 +290,11 @@ def _check_fabric(d: _Device) -> None:
 def _check_modes(d: _Device) -> None:
     """Persistence mode and compute mode."""
     persistence = d.x.get("persistence_mode")
-    d.m("persistence_mode", ("on" if persistence else "off") if isinstance(persistence, int) else persistence)
+    d.m(_name("persistence_mode"), ("on" if persistence else "off") if isinstance(persistence, int) else persistence)
     if persistence == 0:
         d.say("persistence_off")
     mode = d.x.get("compute_mode")
-    d.m("compute_mode", COMPUTE_MODES.get(mode, mode) if isinstance(mode, int) else mode)
+    d.m(_name("compute_mode"), COMPUTE_MODES.get(mode, mode) if isinstance(mode, int) else mode)
     if mode == 2:
         d.say("compute_prohibited")
     elif mode == 3:

@@ -35,7 +35,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("sampling", ("gpudoctor.sampling", "gpudoctor.presentation")),
     ("producers", ("gpudoctor.probes", "gpudoctor.probes.*", "gpudoctor.workload", "gpudoctor.workload.*",
                    "gpudoctor.hooks", "gpudoctor.hooks.*", "gpudoctor.recorder", "gpudoctor.fleet", "gpudoctor.fleet.*",
-                   "gpudoctor.why", "gpudoctor.why.*")),
+                   "gpudoctor.why", "gpudoctor.why.*", "gpudoctor.regenerate")),
     ("runner", ("gpudoctor.runner", "gpudoctor.quick")),
     ("front ends", ("gpudoctor.render", "gpudoctor.tui", "gpudoctor.tui.*", "gpudoctor.exporter", "gpudoctor.exporter.*")),
     ("commands", ("gpudoctor.commands", "gpudoctor.commands.*")),

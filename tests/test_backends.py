@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from gpudoctor.backends import NA, NvmlBackend, NvmlGate, RecordingError, ReplayBackend, is_na, load_recording
+from gpudoctor.backends import NA, NvmlBackend, NvmlGate, RecordingError, ReplayBackend, catalogue, is_na, load_recording
 from gpudoctor.backends.na import decode, encode
 from gpudoctor.backends.nvml import normalise_bus_id, throttle_reason_names, throttle_reason_words
 from gpudoctor.backends.visibility import parse_visible
@@ -219,7 +219,7 @@ def test_both_backends_give_the_same_record_types(data_dir):
         assert isinstance(backend.static(0), dict)
         procs = backend.processes(0)
         assert isinstance(procs, list) and all(isinstance(p, ProcessReading) for p in procs)
-        assert set(backend.fast_sample(0)) == set(type(replay)._FAST_KEYS)
+        assert set(backend.fast_sample(0)) == set(catalogue.fast_keys())
         assert backend.compute_mode(0) is not None
         backend.reset()  # both can start again; the replay has nothing to redo
     assert live.utilization(0).gpu_util_pct == 55
@@ -291,7 +291,7 @@ def test_sample_fields_are_one_list_for_nvml_replay_and_the_recording_schema():
     assert fields == set(_SAMPLE_FIELDS)  # what a recording may hold is what a backend gives
     mod = fake_pynvml()
     assert set(NvmlBackend(NvmlGate(mod)).sample(0)) == fields
-    assert set(ReplayBackend._FAST_KEYS) == set(NvmlBackend(NvmlGate(fake_pynvml())).fast_sample(0)) < fields
+    assert set(catalogue.fast_keys()) == set(NvmlBackend(NvmlGate(fake_pynvml())).fast_sample(0)) < fields
 
 
 def test_host_sample_reads_ram_from_meminfo_and_cpu_as_the_mean_of_cores(tmp_path, monkeypatch):

@@ -15,8 +15,8 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpudoctor.backends import ReplayBackend
-from gpudoctor.exporter import (ECC_COUNTERS, GPU_METRICS, GpudoctorCollector, GpuSampler, ReportStatus,
-                                all_metric_names, build_registry)
+from gpudoctor.exporter import (GpudoctorCollector, GpuSampler, ReportStatus,
+                                all_metric_names, build_registry, ecc_counters, gpu_metrics)
 from gpudoctor.model import ProbeResult, Report, Status
 from prom_support import one_value as value, parse_samples
 
@@ -134,10 +134,10 @@ def test_docs_name_every_metric_and_its_dcgm_counterpart():
     doc = (ROOT / "docs" / "fleet.md").read_text(encoding="utf-8")
     for name in all_metric_names():
         assert f"`{name}`" in doc, f"{name} is not documented in docs/fleet.md"
-    for metric in GPU_METRICS:
+    for metric in gpu_metrics():
         if metric.dcgm:
             assert re.search(rf"`{metric.name}`.*{metric.dcgm}", doc), f"{metric.name}: DCGM name missing"
-    for _key, dcgm in ECC_COUNTERS.values():
+    for _key, dcgm in ecc_counters().values():
         assert dcgm in doc
 
 

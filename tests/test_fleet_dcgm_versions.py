@@ -51,7 +51,7 @@ def test_every_reading_fleet_shows_is_read_under_both_releases_names_in_one_unit
             assert not fields
             continue
         assert {f.exporters for f in fields} == {catalogue.DCGM_OLD, catalogue.DCGM_NEW}, r.key
-        assert all(f.name in rules.DCGM_METRICS for f in fields), r.key
+        assert all(f.name in rules.dcgm_metrics() for f in fields), r.key
     # the units dcgm-exporter 4.9 changed, each scaled to gpudoctor's
     assert {f.name: f.scale for f in catalogue.dcgm_read("gpu_util_pct")} == {
         "DCGM_FI_DEV_GPU_UTIL": 0.01, "DCGM_FI_DEV_GPU_UTIL_RATIO": 1.0}
@@ -207,8 +207,10 @@ def test_a_fleet_that_does_not_know_the_new_names_lists_the_node_instead_of_drop
     server, target = serve((DATA / "scenario_node_4_9.prom").read_text())
     old = [f.name for f in __import__("gpudoctor.backends.catalogue", fromlist=["x"]).dcgm_fields()
            if f.exporters.startswith("4.8")]
-    monkeypatch.setattr(rules, "DCGM_GPU_NAMES", tuple(n for n in rules.DCGM_GPU_NAMES if n in old))
-    monkeypatch.setattr(rules, "DCGM_METRICS", tuple(n for n in rules.DCGM_METRICS if n in old or "EXP" in n))
+    gpu_names = tuple(n for n in rules.dcgm_gpu_names() if n in old)
+    metrics = tuple(n for n in rules.dcgm_metrics() if n in old or "EXP" in n)
+    monkeypatch.setattr(rules, "dcgm_gpu_names", lambda: gpu_names)
+    monkeypatch.setattr(rules, "dcgm_metrics", lambda: metrics)
     prometheus, port = start_prometheus(tmp_path, [target])
     try:
         wait_for(lambda: query(port, "DCGM_FI_DEV_XID_ERROR"), 60, "the 4.9 node scraped")

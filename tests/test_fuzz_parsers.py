@@ -211,7 +211,7 @@ def test_recording_loading_parses_or_says_why(tmp_path_factory, data):
 label_values = st.one_of(text, st.sampled_from(["0", "1", "²", "١", "9" * 200]), json_values)
 sample_values = st.one_of(st.sampled_from(["NaN", "+Inf", "-Inf", "1e400", "1", "0", "79", "1e300", "-1e300", "",
                                            "0x10", "1_0"]), text, json_values)
-metric_names = st.sampled_from(list(fleet.GPUDOCTOR_METRICS + fleet.DCGM_METRICS))
+metric_names = st.sampled_from(list(fleet.gpudoctor_metrics() + fleet.dcgm_metrics()))
 series_items = st.one_of(
     st.fixed_dictionaries({"metric": st.fixed_dictionaries(
         {"__name__": metric_names, "instance": st.sampled_from(["n1:9402", "n2:9402"]), "gpu": label_values},

@@ -53,7 +53,7 @@ def test_fault_state_per_gpu_and_bounded_history():
     for _ in range(4):
         sampler.read()  # the recording holds its last sample
     assert sampler.faults == {1: NA("GpuIsLost")}  # GPU 1 fell off the bus; GPU 0 carries on
-    assert len(sampler.history.series(0, "util")) == 3 and sampler.history.series(1, "util")[-1] is None
+    assert len(sampler.history.series(0, "gpu_util_pct")) == 3 and sampler.history.series(1, "gpu_util_pct")[-1] is None
 
 
 def test_nvml_restart_with_back_off_belongs_to_the_core():

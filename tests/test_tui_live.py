@@ -68,10 +68,10 @@ def test_standin_two_gpus_readings_and_history():
     assert snap.has_gpu and len(snap.devices) == 2
     busy, idle = snap.devices
     assert busy.fault is None and busy.name == "NVIDIA A100-SXM4-40GB"
-    assert len(history.series(0, "util")) == 5  # bounded
-    assert all(v is not None and v > 70 for v in history.series(0, "util"))
-    assert history.series(1, "util") == [0.0] * 5
-    assert history.series(0, "fan") == [None] * 5  # NotSupported: a gap, not a zero
+    assert len(history.series(0, "gpu_util_pct")) == 5  # bounded
+    assert all(v is not None and v > 70 for v in history.series(0, "gpu_util_pct"))
+    assert history.series(1, "gpu_util_pct") == [0.0] * 5
+    assert history.series(0, "fan_pct") == [None] * 5  # NotSupported: a gap, not a zero
     assert history.host["ram"][-1] == pytest.approx(37.5)
     assert "GPU idle" in throttle_text(idle.get("throttle_reasons"))
 

@@ -81,9 +81,9 @@ def test_recordings_are_read_in_full_every_time():
 
 
 def test_pcie_rate_is_kib_per_second_like_the_exporter():
-    from gpudoctor.exporter import GPU_METRICS
+    from gpudoctor.exporter import gpu_metrics
 
-    scale = {m.key: m.scale for m in GPU_METRICS}
+    scale = {m.key: m.scale for m in gpu_metrics()}
     assert scale["pcie_rx_kbps"] == scale["pcie_tx_kbps"] == 1024.0
     assert fmt_rate_kbps(512) == "512 KiB/s"
     assert fmt_rate_kbps(1024) == "1.0 MiB/s"           # 1024 KiB/s, not 1.0 MB/s (1.024 MB/s)

@@ -229,8 +229,9 @@ async def _fleet(size: tuple[int, int]) -> tuple[list[str], Any]:
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_fleet_table_is_whole(size):
     from gpudoctor.fleet import fmt_mem, fmt_number
-    from gpudoctor.tui.fleet import COLUMNS
+    from gpudoctor.tui.fleet import columns
 
+    COLUMNS = columns()
     lines, view = run_async(_fleet)(size)
     _show("fleet", size, lines)
     assert_headers_whole(lines, [label for label, _ in COLUMNS], "fleet")

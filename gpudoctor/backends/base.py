@@ -77,11 +77,12 @@ class MemoryReading(Reading):
 
 @record(frozen=True, eq=False)
 class UtilizationReading(Reading):
-    """NVML utilization rates: the share of the last sample period a kernel ran / memory was used."""
+    """NVML utilization rates: the share of the last sample period a kernel ran / memory was used
+    (NVML answers whole percents; a recording may hold any number, as the schema says)."""
 
     t: float
-    gpu_util_pct: IntOrNA
-    mem_util_pct: IntOrNA
+    gpu_util_pct: FloatOrNA
+    mem_util_pct: FloatOrNA
 
 
 @record(frozen=True, eq=False)
@@ -156,6 +157,8 @@ class MigDeviceReading(Reading):
     uuid: Union[str, NA]
     name: Union[str, NA]
     profile: Union[str, NA]
+    # The readings: the catalogue's MIG_READINGS, written out by python -m gpudoctor.regenerate.
+    # mig-reading:begin
     sm_count: IntOrNA
     memory_size_bytes: IntOrNA
     memory_used_bytes: IntOrNA
@@ -163,6 +166,7 @@ class MigDeviceReading(Reading):
     gpu_util_pct: IntOrNA
     energy_mj: IntOrNA
     sm_active_pct: FloatOrNA
+    # mig-reading:end
     processes: Union[list[ProcessReading], NA]
 
     @classmethod
@@ -185,18 +189,20 @@ class GpuSample(TypedDict, total=False):
     """One device's readings (``sample``; ``fast_sample`` gives the first group only).
 
     Keyed by the readings of gpudoctor.backends.catalogue, where each is defined (and from which
-    the recording schema is made); written out here for type checkers, and kept the same as the
-    catalogue by tests/test_catalogue.py. A recording may hold any subset; an absent key reads as NA.
+    the recording schema is made); its fields are written out here for type checkers by
+    ``python -m gpudoctor.regenerate`` (tests/test_catalogue.py fails while they are not current).
+    A recording may hold any subset; an absent key reads as NA.
     """
 
+    # gpu-sample:begin
     t: float
-    gpu_util_pct: IntOrNA
-    mem_util_pct: IntOrNA
+    gpu_util_pct: FloatOrNA
+    mem_util_pct: FloatOrNA
     memory_used_bytes: IntOrNA
     memory_free_bytes: IntOrNA
     memory_total_bytes: IntOrNA
     memory_reserved_bytes: IntOrNA
-    temperature_c: IntOrNA
+    temperature_c: FloatOrNA
     power_w: FloatOrNA
     power_instant_w: FloatOrNA
     power_limit_w: FloatOrNA
@@ -205,12 +211,11 @@ class GpuSample(TypedDict, total=False):
     clock_graphics_mhz: IntOrNA
     throttle_reasons: IntOrNA
     performance_state: IntOrNA
-    # full reads only
     pcie_gen_current: IntOrNA
     pcie_width_current: IntOrNA
-    pcie_tx_kbps: IntOrNA
-    pcie_rx_kbps: IntOrNA
-    fan_pct: IntOrNA
+    pcie_tx_kbps: FloatOrNA
+    pcie_rx_kbps: FloatOrNA
+    fan_pct: FloatOrNA
     ecc_volatile_corrected: IntOrNA
     ecc_volatile_uncorrected: IntOrNA
     ecc_aggregate_corrected: IntOrNA
@@ -220,11 +225,10 @@ class GpuSample(TypedDict, total=False):
     retired_pages_pending: Union[int, bool, NA]
     remapped_rows_correctable: IntOrNA
     remapped_rows_uncorrectable: IntOrNA
-    remapped_rows_pending: Union[bool, NA]
-    remapped_rows_failure: Union[bool, NA]
+    remapped_rows_pending: Union[int, bool, NA]
+    remapped_rows_failure: Union[int, bool, NA]
     persistence_mode: IntOrNA
     compute_mode: IntOrNA
-    # NVML GPM (Hopper and later), see gpudoctor.backends.catalogue
     sm_active_pct: FloatOrNA
     sm_occupancy_pct: FloatOrNA
     tensor_active_pct: FloatOrNA
@@ -238,6 +242,7 @@ class GpuSample(TypedDict, total=False):
     nvlink_rx_mibps: FloatOrNA
     nvlink_tx_mibps: FloatOrNA
     energy_mj: IntOrNA
+    # gpu-sample:end
 
 
 @runtime_checkable

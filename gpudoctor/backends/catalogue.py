@@ -184,6 +184,15 @@ class Reading:
     #: the gpudoctor gauge, and the DCGM fields above where their unit is known, each scaled to the
     #: gauge's unit (:func:`dcgm_fields`).
     fleet: str = ""
+    #: Its column in fleet's table and the TUI's Fleet screen: (header, place, width); place 0: none.
+    #: The value is shown in the reading's own unit (the gauge's value divided by ``scale``), or as
+    #: used/total GiB where ``fmt`` is "memory".
+    column: tuple[str, int, int] = ("", 0, 0)
+    #: More words for docs/fleet.md's metric table, after ``help`` (where it is absent, since when).
+    doc: str = ""
+    #: The health probe's measurement name in ``gpudoctor report`` ("": not measured there). The
+    #: report's JSON kept its names when the catalogue came: ``gpu_utilization`` for ``gpu_util_pct``.
+    report: str = ""
 
 
 def _c(name: str, value: int) -> tuple[str, int]:
@@ -207,7 +216,8 @@ _PCIE_HELP = "throughput over NVML's 20 ms window (NVML reports KiB/s)"
 #: Every per-GPU reading, in the order of a sample (and of the recording schema).
 READINGS: tuple[Reading, ...] = (
     Reading("t", "s", "number", "fast"),
-    Reading("gpu_util_pct", "%", "number", "fast", plausible=PCT, smi="utilization.gpu",
+    Reading("gpu_util_pct", "%", "number", "fast", plausible=PCT, smi="utilization.gpu", report="gpu_utilization",
+            column=("UTIL", 1, 5),
             history=True, label="util", panel=1, spark_top=("", 100.0), word="util", line=1,
             short_word="util", short=1,
             watch=1, hooks=True,
@@ -219,10 +229,11 @@ READINGS: tuple[Reading, ...] = (
             prometheus="gpudoctor_gpu_memory_utilization_ratio", scale=0.01,
             help="Share of the last sample period in which device memory was read or written",
             dcgm="DCGM_FI_DEV_MEM_COPY_UTIL", dcgm_unit="%", dcgm_new=("DCGM_FI_DEV_MEMORY_UTIL_RATIO", "ratio")),
-    Reading("memory_used_bytes", "B", "integer", "fast", plausible=BYTES, smi="memory.used",
+    Reading("memory_used_bytes", "B", "integer", "fast", plausible=BYTES, smi="memory.used", column=("MEM", 2, 9),
             label="mem", panel=2, spark="memory_used_pct", spark_top=("", 100.0), word="mem", line=2,
             short_word="mem", short=3, watch=3, fmt="memory",
             hooks=True, prometheus="gpudoctor_gpu_memory_used_bytes", help="Device memory in use",
+            doc="as nvidia-smi shows it: without the reserved memory",
             dcgm="DCGM_FI_DEV_FB_USED", dcgm_unit="MiB",
             dcgm_new=("DCGM_FI_DEV_FB_USED_BYTES", "B"), fleet="memory_used_bytes"),
     Reading("memory_free_bytes", "B", "integer", "fast", plausible=BYTES, smi="memory.free",
@@ -235,9 +246,11 @@ READINGS: tuple[Reading, ...] = (
     Reading("memory_reserved_bytes", "B", "integer", "fast", plausible=BYTES, smi="memory.reserved",
             prometheus="gpudoctor_gpu_memory_reserved_bytes",
             help="Device memory the driver reserves for itself, in neither used nor free (NVML v2 memory info)",
+            doc="absent where the driver has no v2 call",
             dcgm="DCGM_FI_DEV_FB_RESERVED", dcgm_unit="MiB",
             dcgm_new=("DCGM_FI_DEV_FB_RESERVED_BYTES", "B")),
-    Reading("temperature_c", "°C", "number", "fast", plausible=C_SENSOR, smi="temperature.gpu",
+    Reading("temperature_c", "°C", "number", "fast", plausible=C_SENSOR, smi="temperature.gpu", report="temperature",
+            column=("TEMP", 3, 5),
             # The versioned call first (nvmlDeviceGetTemperature is deprecated, marked for removal);
             # drivers and bindings without it answer FunctionNotFound and the old call is used.
             nvml=_q("nvmlDeviceGetTemperatureV", "nvmlDeviceGetTemperature", args=(_c("NVML_TEMPERATURE_GPU", 0),)),
@@ -248,7 +261,8 @@ READINGS: tuple[Reading, ...] = (
             dcgm_new=("DCGM_FI_DEV_GPU_TEMP_CELSIUS", "°C"), fleet="temperature_c"),
     # nvmlDeviceGetPowerUsage is a 1-second average on Ampere (except GA100) and later, the power at that
     # instant before (nvml.h); the instant power of every architecture is the field NVML_FI_DEV_POWER_INSTANT.
-    Reading("power_w", "W", "number", "fast", plausible=WATTS, smi="power.draw",
+    Reading("power_w", "W", "number", "fast", plausible=WATTS, smi="power.draw", report="power_draw",
+            column=("POWER", 4, 6),
             nvml=_q("nvmlDeviceGetPowerUsage", divide=1000),
             history=True, label="power", panel=4, spark_top=("power_limit_w", None), word="power", line=4, short=5,
             short_drop=2,
@@ -257,25 +271,25 @@ READINGS: tuple[Reading, ...] = (
                  "instantaneous on older GPUs (nvmlDeviceGetPowerUsage)",
             dcgm="DCGM_FI_DEV_POWER_USAGE", dcgm_unit="W",
             dcgm_new=("DCGM_FI_DEV_BOARD_POWER_WATTS", "W"), fleet="power_w"),
-    Reading("power_instant_w", "W", "number", "fast", plausible=WATTS, smi="power.draw.instant",
+    Reading("power_instant_w", "W", "number", "fast", plausible=WATTS, smi="power.draw.instant", report="power_instant",
             nvml=_q("nvmlDeviceGetFieldValues", args=(_c("NVML_FI_DEV_POWER_INSTANT", 186),), convert="field",
                     divide=1000),
             prometheus="gpudoctor_gpu_power_instant_watts",
             help="Power draw at the instant of the sample (NVML field NVML_FI_DEV_POWER_INSTANT): the spikes "
-                 "a 1-second average smooths out",
+                 "a 1-second average smooths out", doc="absent where the driver does not give it",
             dcgm="DCGM_FI_DEV_POWER_USAGE_INSTANT"),
     Reading("power_limit_w", "W", "number", "fast", plausible=WATTS, smi="enforced.power.limit",
             nvml=_q("nvmlDeviceGetEnforcedPowerLimit", divide=1000), watch=7, hooks=True,
             prometheus="gpudoctor_gpu_power_limit_watts", help="Enforced power limit",
             dcgm="DCGM_FI_DEV_POWER_MGMT_LIMIT",
             dcgm_new=("DCGM_FI_DEV_BOARD_POWER_LIMIT_REQUESTED_WATTS", "W"), fleet="power_limit_w"),
-    Reading("clock_sm_mhz", "MHz", "integer", "fast", plausible=SM_MHZ, smi="clocks.sm",
+    Reading("clock_sm_mhz", "MHz", "integer", "fast", plausible=SM_MHZ, smi="clocks.sm", report="sm_clock",
             nvml=_q("nvmlDeviceGetClockInfo", args=(_c("NVML_CLOCK_SM", 1),)),
             history=True, label="SM", panel=5, spark_top=("clock_sm_max_mhz", None), word="sm", line=5,
             short_word="sm",
             short=6, short_drop=4, watch=8, hooks=True, prometheus="gpudoctor_gpu_sm_clock_hertz", scale=1e6, help="SM clock",
             dcgm="DCGM_FI_DEV_SM_CLOCK", dcgm_unit="MHz", dcgm_new=("DCGM_FI_DEV_SM_CLOCK_HERTZ", "Hz")),
-    Reading("clock_mem_mhz", "MHz", "integer", "fast", plausible=MEM_MHZ, smi="clocks.mem",
+    Reading("clock_mem_mhz", "MHz", "integer", "fast", plausible=MEM_MHZ, smi="clocks.mem", report="memory_clock",
             nvml=_q("nvmlDeviceGetClockInfo", args=(_c("NVML_CLOCK_MEM", 2),)),
             history=True, label="memclk", panel=6, spark_top=("clock_mem_max_mhz", None), word="memclk",
             line=6, watch=9,
@@ -284,7 +298,7 @@ READINGS: tuple[Reading, ...] = (
     Reading("clock_graphics_mhz", "MHz", "integer", "fast", plausible=SM_MHZ, smi="clocks.gr",
             nvml=_q("nvmlDeviceGetClockInfo", args=(_c("NVML_CLOCK_GRAPHICS", 0),)),
             prometheus="gpudoctor_gpu_graphics_clock_hertz", scale=1e6, help="Graphics clock"),
-    Reading("throttle_reasons", "", "integer", "fast", smi="clocks_event_reasons.active",
+    Reading("throttle_reasons", "", "integer", "fast", smi="clocks_event_reasons.active", report="throttle_reasons",
             nvml=_q("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"),
             word="throttle", line=10, fmt="throttle", short_word="throttle", short=7, short_drop=5, watch=13,
             prometheus="gpudoctor_gpu_clock_event_reasons",
@@ -296,9 +310,11 @@ READINGS: tuple[Reading, ...] = (
             dcgm_new=("DCGM_FI_DEV_GPU_PSTATE", "")),
     # full reads only
     Reading("pcie_gen_current", "", "integer", "full", plausible=PCIE_GEN, smi="pcie.link.gen.current",
+            report="pcie_link_gen",
             nvml=_q("nvmlDeviceGetCurrPcieLinkGeneration"), prometheus="gpudoctor_gpu_pcie_link_generation",
             help="Current PCIe link generation (idle GPUs lower it)", dcgm="DCGM_FI_DEV_PCIE_LINK_GEN"),
     Reading("pcie_width_current", "", "integer", "full", plausible=PCIE_WIDTH, smi="pcie.link.width.current",
+            report="pcie_link_width",
             nvml=_q("nvmlDeviceGetCurrPcieLinkWidth"), prometheus="gpudoctor_gpu_pcie_link_width",
             help="Current PCIe link width (lanes)", dcgm="DCGM_FI_DEV_PCIE_LINK_WIDTH"),
     Reading("pcie_tx_kbps", "KiB/s", "number", "full", plausible=PCIE_KBPS,
@@ -312,14 +328,18 @@ READINGS: tuple[Reading, ...] = (
             prometheus="gpudoctor_gpu_pcie_rx_bytes_per_second", scale=1024.0, help="PCIe receive " + _PCIE_HELP,
             dcgm="DCGM_FI_DEV_PCIE_RX_THROUGHPUT"),
     Reading("fan_pct", "%", "number", "full", plausible=FAN_PCT, smi="fan.speed", nvml=_q("nvmlDeviceGetFanSpeed"),
+            report="fan_speed",
             history=True, label="fan", panel=9, spark_top=("", 100.0), word="fan", line=9, watch=12,
             prometheus="gpudoctor_gpu_fan_speed_ratio", scale=0.01, help="Fan speed as a share of its maximum",
+            doc="absent on boards without fans",
             dcgm="DCGM_FI_DEV_FAN_SPEED"),
     # ECC error counts since the driver loaded (volatile) and over the board's life (aggregate):
     # one exporter counter, told apart by its labels.
     *(Reading(f"ecc_{counter}_{kind}", "", "integer", "full", "counter", ERROR_COUNT,
               _q("nvmlDeviceGetTotalEccErrors", args=(error_type, counter_type)),
-              smi=f"ecc.errors.{kind}.{counter}.total", prometheus=_ECC, help=_ECC_HELP,
+              smi=f"ecc.errors.{kind}.{counter}.total", prometheus=_ECC, help=_ECC_HELP, report=f"ecc_{counter}_{kind}",
+              doc="`error_type` corrected or uncorrected, `counter` volatile (since the driver loaded) or aggregate "
+                  "(lifetime)",
               labels=(("error_type", kind), ("counter", counter)), dcgm=dcgm)
       for counter, counter_type, kind, error_type, dcgm in (
           ("volatile", _ECC_VOLATILE, "corrected", _ECC_CORRECTED, "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"),
@@ -330,13 +350,13 @@ READINGS: tuple[Reading, ...] = (
             nvml=_q("nvmlDeviceGetRetiredPages",
                     args=(_c("NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS", 0),), convert="len"),
             smi="retired_pages.sbe", prometheus="gpudoctor_gpu_retired_pages_single_bit",
-            help="Pages retired for repeated single-bit ECC errors", dcgm="DCGM_FI_DEV_RETIRED_SBE",
+            help="Pages retired for repeated single-bit ECC errors", doc="before Ampere", dcgm="DCGM_FI_DEV_RETIRED_SBE",
             dcgm_new=("DCGM_FI_DEV_PAGE_RETIRED_SBE_TOTAL", "")),
     Reading("retired_pages_dbe", "", "integer", "full",
             nvml=_q("nvmlDeviceGetRetiredPages", args=(_c("NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR", 1),),
                     convert="len"),
             smi="retired_pages.dbe", prometheus="gpudoctor_gpu_retired_pages_double_bit",
-            help="Pages retired for double-bit ECC errors", dcgm="DCGM_FI_DEV_RETIRED_DBE",
+            help="Pages retired for double-bit ECC errors", doc="before Ampere", dcgm="DCGM_FI_DEV_RETIRED_DBE",
             dcgm_new=("DCGM_FI_DEV_PAGE_RETIRED_DBE_TOTAL", "")),
     Reading("retired_pages_pending", "", "flag", "full", nvml=_q("nvmlDeviceGetRetiredPagesPendingStatus"),
             smi="retired_pages.pending", prometheus="gpudoctor_gpu_retired_pages_pending",
@@ -344,11 +364,14 @@ READINGS: tuple[Reading, ...] = (
             dcgm_new=("DCGM_FI_DEV_PAGE_RETIRED_PENDING", "")),
     Reading("remapped_rows_correctable", "", "integer", "full", "gauge", ROWS,
             _q("nvmlDeviceGetRemappedRows", item=0, convert="int"), smi="remapped_rows.correctable",
+            report="remapped_rows_correctable",
             prometheus="gpudoctor_gpu_remapped_rows_correctable", help="Rows remapped for correctable errors",
+            doc="Ampere and later",
             dcgm="DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
             dcgm_new=("DCGM_FI_DEV_ROW_REMAP_CORRECTABLE_TOTAL", "")),
     Reading("remapped_rows_uncorrectable", "", "integer", "full", "gauge", ROWS,
             _q("nvmlDeviceGetRemappedRows", item=1, convert="int"), smi="remapped_rows.uncorrectable",
+            report="remapped_rows_uncorrectable",
             prometheus="gpudoctor_gpu_remapped_rows_uncorrectable", help="Rows remapped for uncorrectable errors",
             dcgm="DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
             dcgm_new=("DCGM_FI_DEV_ROW_REMAP_UNCORRECTABLE_TOTAL", "")),
@@ -359,17 +382,20 @@ READINGS: tuple[Reading, ...] = (
             smi="remapped_rows.failure", prometheus="gpudoctor_gpu_remapped_rows_failure",
             help="1 when row remapping failed (replace the GPU)", dcgm="DCGM_FI_DEV_ROW_REMAP_FAILURE", dcgm_new=("DCGM_FI_DEV_ROW_REMAP_FAILED", "")),
     Reading("persistence_mode", "", "integer", "full", nvml=_q("nvmlDeviceGetPersistenceMode"),
-            smi="persistence_mode"),
-    Reading("compute_mode", "", "integer", "full", nvml=_q("nvmlDeviceGetComputeMode"), smi="compute_mode"),
+            smi="persistence_mode", report="persistence_mode"),
+    Reading("compute_mode", "", "integer", "full", nvml=_q("nvmlDeviceGetComputeMode"), smi="compute_mode",
+            report="compute_mode"),
     # GPM (GPU performance monitoring, Hopper and later): shares of the time between two GPM samples
     # (at least nvml.GPM_MIN_INTERVAL_S apart), read in full reads only, each reading the DCGM profiling field's
     # counterpart (gpudoctor.backends.nvml reads them; docs/utilisation.md says what they mean).
     Reading("sm_active_pct", "%", "number", "full", plausible=PCT, gpm=_g("NVML_GPM_METRIC_SM_UTIL", 2),
+            report="sm_activity",
             history=True, label="SM", beside="gpu_util_pct", word="sm act", line=12,
             short_word="smact", short=2, short_drop=1, watch=20,
             prometheus="gpudoctor_gpu_sm_active_ratio", scale=0.01,
             help="Share of SM cycles with at least one warp resident, averaged over all SMs (NVML GPM SM "
                  "utilisation; Hopper and later): low beside a high utilization_ratio means small kernels",
+            doc="absent before Hopper, n/a on the first sample; see [utilisation.md](utilisation.md)",
             dcgm="DCGM_FI_PROF_SM_ACTIVE", dcgm_unit="ratio",
             dcgm_new=("DCGM_FI_PROF_SM_UTIL_RATIO", "ratio"), fleet="sm_active"),
     Reading("sm_occupancy_pct", "%", "number", "full", plausible=PCT, gpm=_g("NVML_GPM_METRIC_SM_OCCUPANCY", 3),
@@ -377,7 +403,7 @@ READINGS: tuple[Reading, ...] = (
             help="Resident warps as a share of the SMs' maximum (NVML GPM SM occupancy; Hopper and later)",
             dcgm="DCGM_FI_PROF_SM_OCCUPANCY", dcgm_unit="ratio",
             dcgm_new=("DCGM_FI_PROF_SM_OCCUPANCY_RATIO", "ratio")),
-    Reading("tensor_active_pct", "%", "number", "full", plausible=PCT,
+    Reading("tensor_active_pct", "%", "number", "full", plausible=PCT, report="tensor_activity",
             gpm=_g("NVML_GPM_METRIC_ANY_TENSOR_UTIL", 5), word="tensor", line=14, watch=22,
             prometheus="gpudoctor_gpu_tensor_active_ratio", scale=0.01,
             help="Share of cycles the tensor cores were busy, any precision (NVML GPM; Hopper and later)",
@@ -415,8 +441,49 @@ READINGS: tuple[Reading, ...] = (
             _q("nvmlDeviceGetTotalEnergyConsumption"), smi="total_energy_consumption",
             prometheus="gpudoctor_gpu_energy_joules_total", scale=1e-3,
             help="Energy the GPU used since the driver loaded (NVML total energy consumption; Volta and newer)",
+            doc="absent where unsupported; `rate(...[5m])` is the average power",
             dcgm="DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", dcgm_unit="mJ",
             dcgm_new=("DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL", "J")),
+)
+
+
+# --------------------------------------------------------------------------- MIG devices
+@record(frozen=True)
+class MigReading:
+    """One reading of a MIG device (a compute instance of a GPU in MIG mode), read on its own MIG
+    handle: a field of :class:`~gpudoctor.backends.base.MigDeviceReading` and of the recording's
+    ``mig`` entries, by ``key``. ``value`` is its JSON type in recordings ("number", "integer");
+    ``prometheus`` its exporter gauge (labels gpu, gpu_instance, compute_instance, uuid; "": not
+    exported), ``scale`` the factor to the gauge's unit, ``help`` its help and ``dcgm`` the words
+    of docs/fleet.md's DCGM column."""
+
+    key: str
+    unit: str
+    value: str
+    prometheus: str = ""
+    scale: float = 1.0
+    help: str = ""
+    dcgm: str = "none"
+
+
+#: Every per-MIG-device reading, in recording order. NVML gives power and energy for the whole GPU
+#: only (NotSupported on a MIG handle) and no utilisation rates in MIG mode: ``gpu_util_pct`` and
+#: ``energy_mj`` are recorded as NVML answers them (NA) and never exported per slice.
+MIG_READINGS: tuple[MigReading, ...] = (
+    MigReading("sm_count", "", "integer", "gpudoctor_mig_sm_count",
+               help="Streaming multiprocessors of the MIG device (its attributes)"),
+    MigReading("memory_size_bytes", "B", "integer"),
+    MigReading("memory_used_bytes", "B", "integer", "gpudoctor_mig_memory_used_bytes",
+               help="Memory in use on the MIG device (its own figure, per slice)",
+               dcgm="DCGM_FI_DEV_FB_USED per GPU instance"),
+    MigReading("memory_total_bytes", "B", "integer", "gpudoctor_mig_memory_total_bytes",
+               help="Memory of the MIG device (its own figure, per slice)", dcgm="DCGM_FI_DEV_FB_TOTAL per GPU instance"),
+    MigReading("gpu_util_pct", "%", "integer"),
+    MigReading("energy_mj", "mJ", "integer"),
+    MigReading("sm_active_pct", "%", "number", "gpudoctor_mig_sm_active_ratio", 0.01,
+               help="SM activity of the MIG device's GPU instance, 0-1 (GPM per GPU instance, Hopper and later; "
+                    "shared by the compute instances of one GPU instance)",
+               dcgm="DCGM_FI_PROF_SM_ACTIVE per GPU instance"),
 )
 
 
@@ -502,6 +569,23 @@ def fleet_readings() -> tuple[Reading, ...]:
     return tuple(r for r in READINGS if r.fleet)
 
 
+@per_catalogue
+def report_readings() -> tuple[Reading, ...]:
+    """The readings the health probe measures in ``gpudoctor report``, each under its ``report`` name."""
+    return tuple(r for r in READINGS if r.report)
+
+
+@per_catalogue
+def fleet_columns() -> tuple[Reading, ...]:
+    """The readings fleet's table and the TUI's Fleet screen show as columns, in their order."""
+    return tuple(sorted((r for r in READINGS if r.column[1] and r.fleet), key=lambda r: r.column[1]))
+
+
+def mig_readings() -> tuple[MigReading, ...]:
+    """Every per-MIG-device reading (read at call time, as :func:`readings`)."""
+    return MIG_READINGS
+
+
 #: A DCGM field's unit -> the factor to the unit of gpudoctor's exporter gauges (Prometheus base
 #: units: ratio, bytes, hertz, joules, celsius, watts), which are fleet's units too.
 DCGM_UNITS: dict[str, float] = {"%": 0.01, "ratio": 1.0, "MiB": float(2 ** 20), "B": 1.0, "MHz": 1e6, "Hz": 1.0,
@@ -559,4 +643,5 @@ def plausible_ranges() -> dict[str, tuple[int, int]]:
 
 __all__ = ["Reading", "NvmlRead", "READINGS", "STATIC_RANGES", "readings", "by_key", "keys", "fast_keys",
            "history_keys", "per_catalogue", "DcgmField", "DCGM_UNITS", "DCGM_LABELS", "dcgm_fields", "dcgm_read", "gpm_readings", "watch_keys", "hooks_keys", "placed", "exported", "fleet_readings",
+           "report_readings", "fleet_columns", "MigReading", "MIG_READINGS", "mig_readings",
            "plausible_ranges"]

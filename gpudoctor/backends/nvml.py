@@ -973,13 +973,11 @@ class NvmlBackend:
         q = self.gate.query
         gi, ci, name = q("nvmlDeviceGetGpuInstanceId", mig), q("nvmlDeviceGetComputeInstanceId", mig), \
             q("nvmlDeviceGetName", mig)
-        skipped = NA("NotRead")
+        skipped: dict[str, Any] = {r.key: NA("NotRead") for r in catalogue.mig_readings()}
         return MigDeviceReading(
             parent=index, slot=slot, gpu_instance_id=gi if is_na(gi) else int(gi),
             compute_instance_id=ci if is_na(ci) else int(ci), uuid=q("nvmlDeviceGetUUID", mig), name=name,
-            profile=_mig_profile(name), sm_count=skipped, memory_size_bytes=skipped, memory_used_bytes=skipped,
-            memory_total_bytes=skipped, gpu_util_pct=skipped, energy_mj=skipped, sm_active_pct=skipped,
-            processes=skipped)
+            profile=_mig_profile(name), processes=NA("NotRead"), **skipped)
 
     def _mig_device(self, index: int, slot: int, mig: NvmlHandle, sm_active: dict[int, Any]) -> MigDeviceReading:
         """A MIG device's names (:meth:`_mig_identity`) with its readings."""

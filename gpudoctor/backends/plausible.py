@@ -24,10 +24,9 @@ _T = TypeVar("_T")
 #: A prefix every "implausible" NA reason starts with (the health probe looks for it).
 IMPLAUSIBLE = "implausible value"
 
-#: reading key (or static fact) -> (lowest, highest) plausible value, both included. The ranges
-#: and their reasons are defined with the readings, in gpudoctor.backends.catalogue; this is
-#: the table as it stood at import (``check`` reads the catalogue itself).
-PLAUSIBLE: dict[str, tuple[int, int]] = plausible_ranges()
+# The ranges (reading key or static fact -> (lowest, highest) plausible value, both included) and
+# their reasons are defined with the readings, in gpudoctor.backends.catalogue:
+# catalogue.plausible_ranges(), which ``check`` reads at each call.
 
 
 def implausible(value: object) -> NA:
@@ -96,4 +95,4 @@ def is_implausible(value: object) -> bool:
     return isinstance(value, NA) and value.reason.startswith(IMPLAUSIBLE)
 
 
-__all__ = ["PLAUSIBLE", "IMPLAUSIBLE", "check", "screen", "implausible", "is_implausible"]
+__all__ = ["IMPLAUSIBLE", "check", "screen", "implausible", "is_implausible"]

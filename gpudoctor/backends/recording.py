@@ -89,13 +89,15 @@ _STATIC_FIELDS = {
 
 #: The MIG devices a MIG-mode GPU had in a sample (gpudoctor.backends.base.MigDeviceReading).
 MAX_MIG_DEVICES = 64
-_MIG_FIELDS = {
+# Its identity; then a property per reading of the catalogue's MIG_READINGS (filled by
+# current_schema, as the samples' properties), then its processes.
+_MIG_IDENTITY = {
     "parent": {"type": "integer", "minimum": 0, "maximum": MAX_DEVICES - 1},
     "slot": {"type": "integer", "minimum": 0, "maximum": MAX_MIG_DEVICES - 1},
     "gpu_instance_id": _INT_NA, "compute_instance_id": _INT_NA, "uuid": _TEXT_NA, "name": _TEXT_NA,
-    "profile": _TEXT_NA, "sm_count": _INT_NA, "memory_size_bytes": _INT_NA, "memory_used_bytes": _INT_NA,
-    "memory_total_bytes": _INT_NA, "gpu_util_pct": _INT_NA, "energy_mj": _INT_NA, "sm_active_pct": _NUM_NA,
+    "profile": _TEXT_NA,
 }
+_MIG_PROPERTIES: dict[str, Any] = {}
 
 # A sample's per-device properties: one per reading of gpudoctor.backends.catalogue, by its
 # recorded type. Filled by :func:`schema` (the catalogue is imported there, not here: the
@@ -194,10 +196,7 @@ _SCHEMA: dict[str, Any] = {
                                            "a list of processes or NA"), MAX_DEVICES),
                 "mig": _array({"title": "the MIG devices of a GPU in MIG mode, NA, or null (not in MIG mode)",
                                "anyOf": [{"type": "null"}, {"$ref": "#/$defs/na"}, _array(
-                                   {"type": "object", "required": ["slot"], "properties": dict(
-                                       _MIG_FIELDS, processes=_or_na(_array(
-                                           {"type": "object", "required": ["pid"], "properties": _PROCESS_FIELDS},
-                                           MAX_PROCESSES), "a list of processes or NA"))},
+                                   {"type": "object", "required": ["slot"], "properties": _MIG_PROPERTIES},
                                    MAX_MIG_DEVICES)]}, MAX_DEVICES),
             }}, MAX_SAMPLES),
             "nvlink": _array(_or_na(_array({"type": "object", "properties": _NVLINK_FIELDS}, MAX_NVLINKS),
@@ -234,12 +233,25 @@ def sample_fields() -> dict[str, Any]:
     return {r.key: _RECORDED_TYPES[r.value] for r in readings()}
 
 
+_MIG_PROCESSES = _or_na(_array({"type": "object", "required": ["pid"], "properties": _PROCESS_FIELDS}, MAX_PROCESSES),
+                        "a list of processes or NA")
+
+
+def mig_fields() -> dict[str, Any]:
+    """The schema of one recorded MIG device: its identity, a property per MIG reading of the
+    catalogue, its processes."""
+    from gpudoctor.backends.catalogue import mig_readings
+
+    return {**_MIG_IDENTITY, **{r.key: _RECORDED_TYPES[r.value] for r in mig_readings()}, "processes": _MIG_PROCESSES}
+
+
 def current_schema() -> dict[str, Any]:
-    """The recording schema (:data:`SCHEMA`), its samples' properties as the catalogue has them now."""
-    fields = sample_fields()
-    if fields != _SAMPLE_PROPERTIES:
-        _SAMPLE_PROPERTIES.clear()
-        _SAMPLE_PROPERTIES.update(fields)
+    """The recording schema (:data:`SCHEMA`), its samples' and MIG devices' properties as the
+    catalogue has them now."""
+    for now, fields in ((_SAMPLE_PROPERTIES, sample_fields()), (_MIG_PROPERTIES, mig_fields())):
+        if fields != now or list(fields) != list(now):
+            now.clear()
+            now.update(fields)
     return _SCHEMA
 
 

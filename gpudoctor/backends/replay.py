@@ -134,8 +134,7 @@ class ReplayBackend:
         return cast(GpuSample, screen(dict(devices[index])))
 
     # Recordings hold whole samples; the cheaper views are cuts of the next one: the catalogue's
-    # "fast" readings (read from it at each call; this is the list as it stood at import).
-    _FAST_KEYS = catalogue.fast_keys()
+    # "fast" readings (catalogue.fast_keys(), read at each call).
 
     @staticmethod
     def _missing(full: Mapping[str, Any]) -> NA:

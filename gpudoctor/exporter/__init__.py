@@ -29,7 +29,7 @@ reading catalogue), :mod:`~gpudoctor.exporter.sampler` (the view on the one samp
 here: ``from gpudoctor.exporter import X`` is the way in.
 
 Metric names, units and their dcgm-exporter counterparts: docs/fleet.md (the table there
-is checked against :data:`GPU_METRICS` by a test). Units are Prometheus base units
+is generated from the catalogue by gpudoctor.regenerate). Units are Prometheus base units
 (bytes, watts, hertz, ratios 0-1); dcgm-exporter uses MiB, MHz and percent.
 
 Front end: never imports torch or pynvml (NVML goes through gpudoctor.backends).
@@ -38,8 +38,8 @@ Front end: never imports torch or pynvml (NVML goes through gpudoctor.backends).
 from __future__ import annotations
 
 from gpudoctor.exporter.collector import GpudoctorCollector, build_registry
-from gpudoctor.exporter.metrics import (ECC_COUNTERS, GPU_LABELS, GPU_METRICS, OTHER_METRICS, GpuMetric,
-                                        all_metric_names, counter_metrics, gpu_metrics)
+from gpudoctor.exporter.metrics import (GPU_LABELS, OTHER_METRICS, GpuMetric, all_metric_names, counter_metrics,
+                                        ecc_counters, gpu_metrics, mig_metrics)
 from gpudoctor.exporter.report_status import (DEFAULT_REPORT_INTERVAL_S, REPORT_FILE_MAX_BYTES,
                                               REPORT_FILE_MAX_DEPTH, REPORT_FILE_MAX_RESULTS, STATUSES,
                                               ReportStatus, quick_report_producer)
@@ -49,8 +49,8 @@ from gpudoctor.exporter.server import (DEFAULT_MAX_CONNECTIONS, DEFAULT_PORT, DE
                                        serve_metrics)
 
 __all__ = ["GpuSampler", "ReportStatus", "serve_metrics", "stop_sampler_then_close", "recoverable_trouble",
-           "GpudoctorCollector", "build_registry", "GPU_METRICS", "ECC_COUNTERS", "OTHER_METRICS", "all_metric_names",
-           "gpu_metrics", "counter_metrics",
+           "GpudoctorCollector", "build_registry", "ecc_counters", "OTHER_METRICS", "all_metric_names",
+           "gpu_metrics", "counter_metrics", "mig_metrics",
            # the constants and the rest the command and the tests import
            "GpuMetric", "GPU_LABELS", "STATUSES", "DEFAULT_PORT", "LOOPBACK", "DEFAULT_INTERVAL_S",
            "STALE_AFTER_INTERVALS", "RETRY_FIRST_S", "RETRY_MAX_S", "DEFAULT_REPORT_INTERVAL_S",

@@ -7,7 +7,8 @@ import time
 from typing import TYPE_CHECKING, Any, Iterable
 
 from gpudoctor.backends.na import is_na
-from gpudoctor.exporter.metrics import GPU_LABELS, MIG_LABELS, OTHER_METRICS, counter_metrics, gpu_metrics
+from gpudoctor.exporter.metrics import (GPU_LABELS, MIG_LABELS, OTHER_METRICS, counter_metrics, gpu_metrics,
+                                       mig_metrics)
 from gpudoctor.exporter.report_status import STATUSES, ReportStatus
 from gpudoctor.exporter.sampler import STALE_AFTER_INTERVALS, GpuSampler
 
@@ -17,11 +18,12 @@ if TYPE_CHECKING:  # prometheus_client is imported at scrape time, not with the 
     from gpudoctor.backends.events import EventSource
 
 
-def _gauge(name: str, labels: list[str] | None = None, value: float | None = None) -> Any:
-    """A gauge family of one of the exporter's own metrics (its help from :data:`OTHER_METRICS`)."""
+def _gauge(name: str, labels: list[str] | None = None, value: float | None = None, help_text: str = "") -> Any:
+    """A gauge family of one of the exporter's own metrics (its help from :data:`OTHER_METRICS`
+    unless given: a catalogue reading's)."""
     from prometheus_client.core import GaugeMetricFamily
 
-    return GaugeMetricFamily(name, OTHER_METRICS[name], value=value, labels=labels)
+    return GaugeMetricFamily(name, help_text or OTHER_METRICS[name], value=value, labels=labels)
 
 
 def _counter(name: str, labels: list[str] | None = None, value: float | None = None) -> Any:
@@ -273,22 +275,19 @@ def _mig_metrics(devices: list[dict[str, Any]]) -> Iterable[Any]:
         return
     labels = list(MIG_LABELS)
     info = _gauge("gpudoctor_mig_info", labels=labels + ["profile"])
-    families = {key: _gauge(name, labels=labels) for key, name in (
-        ("memory_used_bytes", "gpudoctor_mig_memory_used_bytes"),
-        ("memory_total_bytes", "gpudoctor_mig_memory_total_bytes"),
-        ("sm_count", "gpudoctor_mig_sm_count"),
-        ("processes", "gpudoctor_mig_processes"),
-        ("sm_active_pct", "gpudoctor_mig_sm_active_ratio"))}
+    # the catalogue's MIG readings (gpudoctor.backends.catalogue.MIG_READINGS), then the process count
+    families = {r.key: (_gauge(r.prometheus, help_text=r.help, labels=labels), r.scale) for r in mig_metrics()}
+    families["processes"] = (_gauge("gpudoctor_mig_processes", labels=labels), 1.0)
     for index, mig in slices:
         values = [str(index), _label(mig.gpu_instance_id), _label(mig.compute_instance_id), _label(mig.uuid)]
         info.add_metric(values + [_label(mig.profile)], 1.0)
-        for key, family in families.items():
+        for key, (family, scale) in families.items():
             raw = mig.get(key)
             value = float(len(raw)) if key == "processes" and isinstance(raw, list) else _number(raw)
             if value is not None:
-                family.add_metric(values, value / 100.0 if key == "sm_active_pct" else value)
+                family.add_metric(values, value * scale)
     yield info
-    yield from families.values()
+    yield from (family for family, _scale in families.values())
 
 
 def _label(value: object) -> str:

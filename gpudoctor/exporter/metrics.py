@@ -2,7 +2,7 @@
 :mod:`gpudoctor.backends.catalogue`) and every other metric it writes, with its help text.
 
 Metric names, units and their dcgm-exporter counterparts: docs/fleet.md (the table there
-is checked against :data:`GPU_METRICS` by a test). Units are Prometheus base units
+is generated from the catalogue: gpudoctor.regenerate). Units are Prometheus base units
 (bytes, watts, hertz, ratios 0-1); dcgm-exporter uses MiB, MHz and percent.
 """
 
@@ -46,13 +46,17 @@ def counter_metrics() -> dict[str, tuple[catalogue.Reading, ...]]:
     return names
 
 
-#: The per-GPU gauges as the catalogue stood at import (the collector reads gpu_metrics()).
-GPU_METRICS: tuple[GpuMetric, ...] = gpu_metrics()
+def mig_metrics() -> tuple[catalogue.MigReading, ...]:
+    """The per-MIG-device gauges (gpudoctor_mig_*): the catalogue's MIG readings with a Prometheus name."""
+    return tuple(r for r in catalogue.mig_readings() if r.prometheus)
 
-# ECC counters: (error type, counter kind) -> sample key, DCGM field (from the catalogue).
-ECC_COUNTERS: dict[tuple[str, str], tuple[str, str]] = {
-    (dict(r.labels)["error_type"], dict(r.labels)["counter"]): (r.key, r.dcgm)
-    for r in counter_metrics().get("gpudoctor_gpu_ecc_errors_total", ())}
+
+@catalogue.per_catalogue
+def ecc_counters() -> dict[tuple[str, str], tuple[str, str]]:
+    """The ECC counters: (error type, counter kind) -> sample key, DCGM field (from the catalogue)."""
+    return {(dict(r.labels)["error_type"], dict(r.labels)["counter"]): (r.key, r.dcgm)
+            for r in counter_metrics().get("gpudoctor_gpu_ecc_errors_total", ())}
+
 
 # Every other metric this exporter writes (name -> help), for the docs check: the readings' own
 # metrics are in the catalogue.
@@ -95,13 +99,8 @@ OTHER_METRICS: dict[str, str] = {
     "gpudoctor_kernel_log_error_info": "Why the kernel log could not be read (label reason)",
     "gpudoctor_mig_info": "1 per MIG device of a GPU in MIG mode, with labels gpu, gpu_instance, compute_instance, "
                           "uuid (MIG-...), profile (3g.40gb)",
-    "gpudoctor_mig_memory_used_bytes": "Memory in use on the MIG device (its own figure, per slice)",
-    "gpudoctor_mig_memory_total_bytes": "Memory of the MIG device (its own figure, per slice)",
-    "gpudoctor_mig_sm_count": "Streaming multiprocessors of the MIG device (its attributes)",
     "gpudoctor_mig_processes": "Compute processes on the MIG device (absent where NVML refuses the list: "
                                "NoPermission without root)",
-    "gpudoctor_mig_sm_active_ratio": "SM activity of the MIG device's GPU instance, 0-1 (GPM per GPU instance, "
-                                     "Hopper and later; shared by the compute instances of one GPU instance)",
 }
 
 #: The labels of the per-MIG-device series (gpudoctor_mig_*). Power and energy have no per-slice
@@ -113,5 +112,6 @@ GPU_LABELS = ("gpu", "uuid", "name", "pci_bus_id")
 
 
 def all_metric_names() -> list[str]:
-    return [m.name for m in gpu_metrics()] + list(counter_metrics()) + list(OTHER_METRICS)
+    return ([m.name for m in gpu_metrics()] + list(counter_metrics()) + [r.prometheus for r in mig_metrics()]
+            + list(OTHER_METRICS))
 

@@ -40,14 +40,14 @@ from .client import LABEL_MAX, MAX_ANSWER_BYTES, MAX_SERIES, Prometheus, parse_a
 from .gather import collect
 from .model import (DEFAULT_LOOKBACK, DEFAULT_REPORT_MAX_AGE_S, DEFAULT_STALE_AFTER_S, DEFAULT_TIMEOUT_S,
                     SCHEMA_VERSION, STATUS_ORDER, FleetError, FleetRow, FleetView, Series)
-from .rules import DCGM_METRICS, GPUDOCTOR_METRICS, LAST_KNOWN_METRICS, judge_clocks
+from .rules import dcgm_metrics, gpudoctor_metrics, judge_clocks, last_known_metrics
 from .selector import Matcher, check_url, parse_match
-from .text import error_exit_code, exit_code, fmt_mem, fmt_number, render_text
+from .text import error_exit_code, exit_code, fmt_mem, fmt_number, reading_cell, reading_columns, render_text
 
 _judge_clocks = judge_clocks  # the name a test imports
 
-__all__ = ["DCGM_METRICS", "DEFAULT_LOOKBACK", "DEFAULT_REPORT_MAX_AGE_S", "DEFAULT_STALE_AFTER_S",
-           "DEFAULT_TIMEOUT_S", "GPUDOCTOR_METRICS", "LABEL_MAX", "LAST_KNOWN_METRICS", "MAX_ANSWER_BYTES",
+__all__ = ["dcgm_metrics", "DEFAULT_LOOKBACK", "DEFAULT_REPORT_MAX_AGE_S", "DEFAULT_STALE_AFTER_S",
+           "DEFAULT_TIMEOUT_S", "gpudoctor_metrics", "LABEL_MAX", "last_known_metrics", "MAX_ANSWER_BYTES",
            "MAX_SERIES", "SCHEMA_VERSION", "STATUS_ORDER", "FleetError", "FleetRow", "FleetView", "Matcher",
            "Prometheus", "Series", "check_url", "collect", "error_exit_code", "exit_code", "fmt_mem", "fmt_number",
-           "judge_clocks", "parse_answer", "parse_match", "render_text"]
+           "judge_clocks", "parse_answer", "parse_match", "reading_cell", "reading_columns", "render_text"]

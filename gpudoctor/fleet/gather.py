@@ -28,7 +28,7 @@ def collect(client: Prometheus, matchers: Sequence[Matcher] = (), *, stale_after
     now = time.time() if now is None else now
     selector = _selector(matchers)
     up = client.query("up" + selector, at=now)
-    current = client.query(_selector(matchers, names_regex(rules.GPUDOCTOR_METRICS + rules.DCGM_METRICS)), at=now)
+    current = client.query(_selector(matchers, names_regex(rules.gpudoctor_metrics() + rules.dcgm_metrics())), at=now)
     targets = {s.labels.get("instance", ""): int(s.value) for s in up}
     by_metric: rules.ByMetric = {}
     for s in current:
@@ -39,7 +39,7 @@ def collect(client: Prometheus, matchers: Sequence[Matcher] = (), *, stale_after
         nodes = Matcher("instance", "=~", "|".join(sorted({re.escape(key[0]) for key in gone})))
         # The last value of every kept series (last_over_time keeps the metric name), and when each
         # GPU was last exported (the scrape time of its info series).
-        last_known = client.query(f"last_over_time({_selector([*matchers, nodes], names_regex(rules.LAST_KNOWN_METRICS))}"
+        last_known = client.query(f"last_over_time({_selector([*matchers, nodes], names_regex(rules.last_known_metrics()))}"
                                   f"[{lookback}])", at=now)
         last_seen = client.query(f"last_over_time(timestamp(gpudoctor_gpu_info{_selector([*matchers, nodes])})"
                                  f"[{lookback}:])", at=now)
@@ -71,7 +71,7 @@ def _known_rows(client: Prometheus, matchers: Sequence[Matcher], lookback: str,
     selector = _selector(matchers)
     known = client.query(f"last_over_time(gpudoctor_gpu_info{selector}[{lookback}])", at=now)
     # a GPU of dcgm-exporter: any reading fleet shows, under the names of any exporter release
-    known_dcgm = client.query(f"last_over_time({_selector(matchers, names_regex(rules.DCGM_GPU_NAMES))}[{lookback}])",
+    known_dcgm = client.query(f"last_over_time({_selector(matchers, names_regex(rules.dcgm_gpu_names()))}[{lookback}])",
                               at=now)
     last_sample = client.query(f"last_over_time(gpudoctor_sample_timestamp_seconds{selector}[{lookback}])", at=now)
     rows: dict[Key, FleetRow] = {}
@@ -191,7 +191,7 @@ def _unreadable_targets(client: Prometheus, matchers: Sequence[Matcher], rows: d
     for group in _instance_groups(uncovered):
         selector = _selector([*matchers, Matcher("instance", "=~", group)], GPU_LIKE)
         found += client.query(f"group by (instance, __name__) ({selector})", at=now)
-    known = set(rules.GPUDOCTOR_METRICS + rules.DCGM_METRICS)
+    known = set(rules.gpudoctor_metrics() + rules.dcgm_metrics())
     unknown: dict[str, set[str]] = {}
     for s in found:
         instance, name = s.labels.get("instance", ""), s.labels.get("__name__", "")

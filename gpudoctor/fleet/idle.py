@@ -66,7 +66,7 @@ def reading(key: str, selector: str = "", offset: str = "") -> str:
 def holders(matchers: Sequence[Matcher] = (), offset: str = "") -> str:
     """One series per GPU and holder (value 1), from either exporter's labels."""
     at = f" offset {offset}" if offset else ""
-    names = names_regex((*rules.DCGM_GPU_NAMES, rules.GPUDOCTOR_HOLDER))
+    names = names_regex((*rules.dcgm_gpu_names(), rules.GPUDOCTOR_HOLDER))
     alternatives = " or ".join(f"{_selector([*matchers, Matcher(label, '!=', '')], names)}{at}"
                                for label in ("pod", "hpc_job", "slurm_job", "pod_uid"))
     return f"group by (instance, gpu, {', '.join(HOLDER_LABELS)}) ({alternatives})"

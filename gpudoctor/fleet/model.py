@@ -12,6 +12,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gpudoctor.backends import catalogue
 from gpudoctor.findings import one_line
 from gpudoctor.model import Finding, Status
 
@@ -58,16 +59,10 @@ class FleetRow:
     name: str = ""
     uuid: str = ""
     job: str = ""
-    # The readings (gpudoctor.backends.catalogue's fleet readings: a test keeps the two the same),
-    # in the exporter's units.
-    utilization: float | None = None  # ratio 0-1
-    memory_used_bytes: float | None = None
-    memory_total_bytes: float | None = None
-    temperature_c: float | None = None
-    power_w: float | None = None
-    power_limit_w: float | None = None
-    sm_active: float | None = None  # ratio 0-1 (NVML GPM / DCGM_FI_PROF_SM_ACTIVE)
-    tensor_active: float | None = None  # ratio 0-1 (NVML GPM / DCGM_FI_PROF_PIPE_TENSOR_ACTIVE)
+    # The readings are the catalogue's fleet readings (gpudoctor.backends.catalogue: ``Reading.fleet``
+    # names each), in the exporter's units (ratios 0-1, bytes, watts): ``row.utilization`` reads
+    # ``readings["utilization"]``, None until a source gives it. to_dict writes them after ``job``.
+    readings: dict[str, float | None] = field(default_factory=dict)
     xid_count: int | None = None
     xid_last: int | None = None
     xid_last_words: str | None = None
@@ -98,13 +93,37 @@ class FleetRow:
         self.status = FLEET_STATUS[ordered[0].status] if ordered else "pass"
         self.reason = "; ".join(one_line(f) for f in ordered) if ordered else "no problem seen"
 
+    def __getattr__(self, name: str) -> float | None:
+        # only for names that are not fields: a fleet reading of the catalogue reads as its value
+        if name in fleet_names():
+            return self.__dict__.get("readings", {}).get(name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in fleet_names():
+            self.readings[name] = value
+        else:
+            object.__setattr__(self, name, value)
+
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        data: dict[str, Any] = {}
+        for key, value in asdict(self).items():
+            if key == "readings":
+                continue
+            data[key] = value
+            if key == "job":  # the readings, in the catalogue's order
+                data.update({r.fleet: self.readings.get(r.fleet) for r in catalogue.fleet_readings()})
         data.pop("findings")
         for key, value in data.items():
             if isinstance(value, float) and not math.isfinite(value):
                 data[key] = None
         return data
+
+
+@catalogue.per_catalogue
+def fleet_names() -> frozenset[str]:
+    """The row fields that hold readings: the catalogue's fleet readings' names."""
+    return frozenset(r.fleet for r in catalogue.fleet_readings())
 
 
 @dataclass

@@ -20,17 +20,21 @@ from .model import FleetRow, Key, Series, key_of
 
 # The series read, by source. Each query is one HTTP request; the selector is the user's --match.
 # The readings a row shows are the catalogue's fleet readings (gpudoctor.backends.catalogue): their
-# gauges, and the DCGM fields of those fleet reads from dcgm-exporter too.
-GPUDOCTOR_METRICS = (
-    "gpudoctor_gpu_info", "gpudoctor_gpu_up", "gpudoctor_gpu_error_info",
-    *(r.prometheus for r in catalogue.fleet_readings()), "gpudoctor_gpu_throttled",
-    "gpudoctor_gpu_ecc_errors_total", "gpudoctor_gpu_remapped_rows_failure", "gpudoctor_gpu_remapped_rows_pending",
-    "gpudoctor_gpu_retired_pages_pending", "gpudoctor_gpu_xid_errors_total", "gpudoctor_gpu_kernel_log_xids",
-    "gpudoctor_gpu_last_xid",
-    "gpudoctor_gpu_last_xid_timestamp_seconds", "gpudoctor_nvml_up", "gpudoctor_nvml_error_info",
-    "gpudoctor_sample_age_seconds", "gpudoctor_report_status", "gpudoctor_report_timestamp_seconds",
-    "gpudoctor_gpu_holder_info",
-)
+# gauges, and the DCGM fields of those fleet reads from dcgm-exporter too. The lists are made from
+# the catalogue when asked for (once per catalogue), so a reading added there is read here.
+@catalogue.per_catalogue
+def gpudoctor_metrics() -> tuple[str, ...]:
+    """Every gpudoctor exporter series fleet reads."""
+    return (
+        "gpudoctor_gpu_info", "gpudoctor_gpu_up", "gpudoctor_gpu_error_info",
+        *(r.prometheus for r in catalogue.fleet_readings()), "gpudoctor_gpu_throttled",
+        "gpudoctor_gpu_ecc_errors_total", "gpudoctor_gpu_remapped_rows_failure", "gpudoctor_gpu_remapped_rows_pending",
+        "gpudoctor_gpu_retired_pages_pending", "gpudoctor_gpu_xid_errors_total", "gpudoctor_gpu_kernel_log_xids",
+        "gpudoctor_gpu_last_xid",
+        "gpudoctor_gpu_last_xid_timestamp_seconds", "gpudoctor_nvml_up", "gpudoctor_nvml_error_info",
+        "gpudoctor_sample_age_seconds", "gpudoctor_report_status", "gpudoctor_report_timestamp_seconds",
+        "gpudoctor_gpu_holder_info",
+    )
 
 
 def dcgm_names(key: str) -> tuple[str, ...]:
@@ -42,15 +46,26 @@ def dcgm_names(key: str) -> tuple[str, ...]:
 # dcgm-exporter's last Xid gauge, before and after dcgm-exporter 4.9.0 (DCGM 4.7's name); the
 # value (the last Xid's code) is the same under both.
 DCGM_XID = ("DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_XID_ERROR")
-# The names that make a DCGM GPU a row: every name of the readings fleet shows, temperature first.
-DCGM_GPU_NAMES = tuple(dict.fromkeys(f.name for key in ("temperature_c", *(r.key for r in catalogue.fleet_readings()))
-                                     for f in catalogue.dcgm_read(key)))
-DCGM_METRICS = (
-    *dict.fromkeys(DCGM_GPU_NAMES), *(f.name for f in catalogue.dcgm_read("memory_free_bytes")),
-    *DCGM_XID, "DCGM_EXP_XID_ERRORS_COUNT", *dcgm_names("ecc_volatile_uncorrected"),
-    *dcgm_names("remapped_rows_failure"), *dcgm_names("remapped_rows_pending"), *dcgm_names("throttle_reasons"),
-    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_EXP_CLOCK_EVENTS_COUNT",
-)
+
+
+@catalogue.per_catalogue
+def dcgm_gpu_names() -> tuple[str, ...]:
+    """The names that make a DCGM GPU a row: every name of the readings fleet shows, temperature first."""
+    return tuple(dict.fromkeys(f.name for key in ("temperature_c", *(r.key for r in catalogue.fleet_readings()))
+                               for f in catalogue.dcgm_read(key)))
+
+
+@catalogue.per_catalogue
+def dcgm_metrics() -> tuple[str, ...]:
+    """Every dcgm-exporter series fleet reads."""
+    return (
+        *dict.fromkeys(dcgm_gpu_names()), *(f.name for f in catalogue.dcgm_read("memory_free_bytes")),
+        *DCGM_XID, "DCGM_EXP_XID_ERRORS_COUNT", *dcgm_names("ecc_volatile_uncorrected"),
+        *dcgm_names("remapped_rows_failure"), *dcgm_names("remapped_rows_pending"), *dcgm_names("throttle_reasons"),
+        "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_EXP_CLOCK_EVENTS_COUNT",
+    )
+
+
 # dcgm-exporter's labels that say who holds a GPU: the Kubernetes pod (from the kubelet's
 # pod-resources socket) and the HPC job (from its --hpc-job-mapping-dir files).
 DCGM_HOLDER_LABELS = ("namespace", "pod", "container", "hpc_job")
@@ -61,10 +76,14 @@ GPUDOCTOR_HOLDER = "gpudoctor_gpu_holder_info"
 # live exporter): the last value of each of these in the look-back window. Not the moment's state
 # (throttling, clock events in the last minutes, NVML up, sample age), which says nothing once the
 # node is silent.
-LAST_KNOWN_METRICS = tuple(name for name in GPUDOCTOR_METRICS + DCGM_METRICS if name not in (
-    "gpudoctor_gpu_info", "gpudoctor_gpu_throttled", "gpudoctor_nvml_up", "gpudoctor_nvml_error_info",
-    "gpudoctor_sample_age_seconds", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
-    "DCGM_EXP_CLOCK_EVENTS_COUNT"))
+_NOT_KEPT = ("gpudoctor_gpu_info", "gpudoctor_gpu_throttled", "gpudoctor_nvml_up", "gpudoctor_nvml_error_info",
+             "gpudoctor_sample_age_seconds", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+             "DCGM_EXP_CLOCK_EVENTS_COUNT")
+
+
+def last_known_metrics() -> tuple[str, ...]:
+    return tuple(name for name in gpudoctor_metrics() + dcgm_metrics() if name not in _NOT_KEPT)
+
 
 # dcgm-exporter's ``clock_event`` label (its clock-events collector) by NVML's reason code.
 DCGM_CLOCK_EVENTS = {"gpu_idle": "gpu_idle", "clocks_setting": "applications_clocks", "power_cap": "sw_power_cap",
@@ -312,7 +331,7 @@ def read_labels(rows: Rows, m: ByMetric) -> None:
     """Each row's host name, driver version (dcgm-exporter's labels, either spelling: catalogue.DCGM_LABELS)
     and holders (dcgm-exporter's pod and HPC job labels, gpudoctor's holder series), at most four shown."""
     holders: dict[Key, list[str]] = {}
-    for name in (*DCGM_GPU_NAMES, GPUDOCTOR_HOLDER):
+    for name in (*dcgm_gpu_names(), GPUDOCTOR_HOLDER):
         for s in m.get(name, []):
             row = rows.get(key_of(s.labels))
             if row is None:

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from gpudoctor.presentation import fmt_age
 
 from .model import STATUS_ORDER, FleetError, FleetRow, FleetView
+
+if TYPE_CHECKING:
+    from gpudoctor.backends.catalogue import Reading
 
 
 def exit_code(view: FleetView, fail_on: str = "warn") -> int:
@@ -44,14 +48,30 @@ def fmt_mem(row: FleetRow) -> str:
     return f"{used:.0f}G"
 
 
+def reading_cell(row: FleetRow, reading: Reading) -> str:
+    """A row's reading as fleet's table shows it: in the reading's own unit ("93%", "61C"), or
+    used/total GiB for memory."""
+    if reading.fmt == "memory":
+        return fmt_mem(row)
+    return fmt_number(getattr(row, reading.fleet), 1.0 / reading.scale, reading.unit.replace("°", ""))
+
+
+def reading_columns() -> tuple[Reading, ...]:
+    """The readings shown as columns (header, place and width from the catalogue's ``column``)."""
+    from gpudoctor.backends import catalogue
+
+    return catalogue.fleet_columns()
+
+
 def render_text(view: FleetView, width: int = 120) -> str:
     counts = view.counts()
     nodes = len({row.instance for row in view.rows})
     lines = [f"fleet: {len(view.rows)} GPU row(s) on {nodes} node(s) from {view.prometheus}"
              + (f" {view.selector}" if view.selector != "{}" else "")
              + " · " + ", ".join(f"{counts[s]} {s}" for s in STATUS_ORDER)]
-    header = f"{'STATUS':<6} {'INSTANCE':<24} {'GPU':>3} {'UTIL':>5} {'MEM':>9} {'TEMP':>5} {'POWER':>6} " \
-             f"{'XID':>4} {'REPORT':<11} REASON"
+    columns = reading_columns()
+    header = f"{'STATUS':<6} {'INSTANCE':<24} {'GPU':>3} " + "".join(f"{r.column[0]:>{r.column[2]}} " for r in columns) \
+        + f"{'XID':>4} {'REPORT':<11} REASON"
     lines.append(header)
     fixed = len(header) - len("REASON")
     for row in view.rows:
@@ -60,9 +80,9 @@ def render_text(view: FleetView, width: int = 120) -> str:
             report += f" {fmt_age(row.report_age_s).replace(' ', '')}"
         instance = row.instance if len(row.instance) <= 24 else row.instance[:23] + "…"
         xid_text = "-" if row.xid_last is None else str(row.xid_last)
-        line = (f"{row.status.upper():<6} {instance:<24} {row.gpu or '-':>3} {fmt_number(row.utilization, 100, '%'):>5} "
-                f"{fmt_mem(row):>9} {fmt_number(row.temperature_c, 1, 'C'):>5} {fmt_number(row.power_w, 1, 'W'):>6} "
-                f"{xid_text:>4} {report:<11} ")
+        line = (f"{row.status.upper():<6} {instance:<24} {row.gpu or '-':>3} "
+                + "".join(f"{reading_cell(row, r):>{r.column[2]}} " for r in columns)
+                + f"{xid_text:>4} {report:<11} ")
         lines.extend(_wrap_reason(line, row.reason, fixed, width))
     lines.extend(held_idle_lines(view))
     return "\n".join(lines) + "\n"
@@ -133,6 +153,44 @@ def dcgm_names_table() -> str:
     lines.append(f"| last Xid | `gpudoctor_gpu_last_xid` (code) | `{DCGM_XID[0]}` (code) | `{DCGM_XID[1]}` (code) | judges it |")
     for old, new, since in catalogue.DCGM_LABELS:
         lines.append(f"| label | | `{old}` | `{new}` (renamed in {since}) | reads both |")
+    return "\n".join(lines) + "\n"
+
+
+def gpu_metrics_table() -> str:
+    """The Markdown table of docs/fleet.md of every per-GPU metric the exporter writes from the
+    catalogue: its name, meaning (the help, then the reading's ``doc``), unit and DCGM counterpart.
+    Readings that share a metric (the ECC counts) are one row, their labels and DCGM fields joined."""
+    from gpudoctor.backends import catalogue
+
+    lines = ["| metric | meaning | unit | dcgm-exporter counterpart |", "|--------|---------|------|---------------------------|"]
+    by_metric: dict[str, list[Reading]] = {}
+    for r in catalogue.exported():
+        by_metric.setdefault(r.prometheus, []).append(r)
+    for name, shared in by_metric.items():
+        first = shared[0]
+        meaning = first.help + "".join(f"; {r.doc}" for r in shared[:1] if r.doc)
+        unit = _base_unit(name)
+        dcgm_scale = catalogue.DCGM_UNITS.get(first.dcgm_unit)
+        if first.dcgm_unit and dcgm_scale != 1.0:
+            unit += f" (DCGM: {first.dcgm_unit})"
+        dcgm = ", ".join(r.dcgm for r in shared if r.dcgm) or "none"
+        lines.append(f"| `{name}` | {meaning} | {unit} | {dcgm} |")
+    return "\n".join(lines) + "\n"
+
+
+def mig_metrics_table() -> str:
+    """The Markdown table of docs/fleet.md of the per-MIG-device gauges from the catalogue's MIG
+    readings (the info series and the process count, which are no readings, first and last)."""
+    from gpudoctor.backends import catalogue
+
+    lines = ["| metric | what | unit | DCGM |", "| --- | --- | --- | --- |",
+             "| `gpudoctor_mig_info` | 1 per MIG device; labels as above and `profile` (`3g.40gb`) | 1 | "
+             "dcgm-exporter labels its series with `GPU_I_PROFILE`, `GPU_I_ID` |"]
+    for r in catalogue.mig_readings():
+        if r.prometheus:
+            lines.append(f"| `{r.prometheus}` | {r.help} | {_base_unit(r.prometheus)} | {r.dcgm} |")
+    lines.append("| `gpudoctor_mig_processes` | compute processes on the MIG device; absent where NVML refuses the "
+                 "list (NoPermission: in MIG mode NVML asks for privileges to list processes) | count | none |")
     return "\n".join(lines) + "\n"
 
 

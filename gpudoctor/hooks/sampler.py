@@ -29,11 +29,7 @@ log = logging.getLogger("gpudoctor.hooks")
 GPM_FIELDS = ("sm_active_pct", "tensor_active_pct")
 GPM_EVERY_S = 1.0
 
-#: The readings kept per sample for the diagnosis: the catalogue's ``hooks`` readings, as it
-#: stood at import (each sample reads gpudoctor.backends.catalogue.hooks_keys()).
-KEPT_FIELDS = catalogue.hooks_keys()
-
-__all__ = ["GpuSampler", "nvml_index_for", "KEPT_FIELDS"]
+__all__ = ["GpuSampler", "nvml_index_for"]
 
 
 class GpuSampler:

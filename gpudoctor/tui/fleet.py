@@ -24,10 +24,18 @@ if TYPE_CHECKING:
     from gpudoctor.fleet import FleetView
 
 STATUS_STYLES = {"fail": "bold red", "stale": "bold magenta", "warn": "yellow", "pass": "green"}
-#: The columns and the most each may take (the instance is cut with "…" beyond it); each is as
-#: wide as its header or its widest value, and REASON takes the rest of the screen, wrapped.
-COLUMNS = (("STATUS", 6), ("INSTANCE", 24), ("GPU", 3), ("UTIL", 5), ("MEM", 9), ("TEMP", 5), ("POWER", 6),
-           ("XID", 4), ("REPORT", 11), ("REASON", 0))
+
+
+def columns() -> tuple[tuple[str, int], ...]:
+    """The columns and the most each may take (the instance is cut with "…" beyond it): the
+    readings' columns are the catalogue's (fleet's table shows the same); each is as wide as its
+    header or its widest value, and REASON takes the rest of the screen, wrapped."""
+    from gpudoctor.fleet import reading_columns
+
+    return (("STATUS", 6), ("INSTANCE", 24), ("GPU", 3), *((r.column[0], r.column[2]) for r in reading_columns()),
+            ("XID", 4), ("REPORT", 11), ("REASON", 0))
+
+
 #: The held-but-idle GPUs listed above the table at most (then "... and N more").
 IDLE_LINES = 5
 #: REASON is never narrower than this: below it the table scrolls sideways instead.
@@ -174,25 +182,25 @@ class FleetScreen(Titled, Screen):
         at 80 columns as at 200."""
         import textwrap
 
-        from gpudoctor.fleet import fmt_mem, fmt_number
+        from gpudoctor.fleet import reading_cell, reading_columns
 
         rows = []
         for row in (view.rows if view is not None else []):
             instance = row.instance if len(row.instance) <= 24 else row.instance[:23] + "…"
             rows.append((row, [
-                row.status.upper(), instance, row.gpu or "-", fmt_number(row.utilization, 100, "%"), fmt_mem(row),
-                fmt_number(row.temperature_c, 1, "C"), fmt_number(row.power_w, 1, "W"),
+                row.status.upper(), instance, row.gpu or "-", *(reading_cell(row, r) for r in reading_columns()),
                 "-" if row.xid_last is None else str(row.xid_last),
                 "-" if row.report_status is None else row.report_status,
             ]))
+        shown = columns()
         widths = [max([len(label)] + [len(cells[k]) for _, cells in rows]) + GAP
-                  for k, (label, _) in enumerate(COLUMNS[:-1])]
+                  for k, (label, _) in enumerate(shown[:-1])]
         table = self.query_one(DataTable)
         # the vertical scrollbar's two columns, and the row cursor's own
         room = (table.size.width or self.size.width) - sum(widths) - 2
         reason_w = max(REASON_MIN, room)
         table.clear(columns=True)
-        for (label, _), width in zip(COLUMNS, widths + [reason_w]):
+        for (label, _), width in zip(shown, widths + [reason_w]):
             table.add_column(label, width=width)
         for row, cells in rows:
             reason = textwrap.wrap(row.reason, reason_w) or [""]
