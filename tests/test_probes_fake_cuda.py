@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from types import SimpleNamespace
 
 import pytest
@@ -261,15 +262,22 @@ def test_correctness_mismatch_is_a_fail(fake_cuda, monkeypatch):
 def test_compute_reads_throttling_during_the_load(fake_cuda, monkeypatch):
     busy = [True]  # throttles (HW thermal slowdown) while busy; reads idle once the load stops
     gpu = fake_gpu(fake_cuda["name"], throttle=lambda: 0x40 if busy[0] else 0x1)
-    real_spin_up = compute.spin_up
+    # The matmuls start once the load sampler has kept a reading, however long its thread
+    # waits for the CPU: a guessed sleep gave it time before, and not before the load at that.
+    kept = threading.Event()
+    real_keep, real_time_modes = _gpu.LoadSampler._keep, compute._time_modes
 
-    def spin_up_slowly(*args, **kwargs):  # give the sampler thread time to read while "busy"
-        import time
+    def keep(self, snap):
+        real_keep(self, snap)
+        if self.samples:
+            kept.set()
 
-        time.sleep(0.3)
-        return real_spin_up(*args, **kwargs)
+    def time_modes_once_sampled(*args, **kwargs):
+        assert kept.wait(120), "the load sampler never read the GPU"
+        return real_time_modes(*args, **kwargs)
 
-    monkeypatch.setattr(compute, "spin_up", spin_up_slowly)
+    monkeypatch.setattr(_gpu.LoadSampler, "_keep", keep)
+    monkeypatch.setattr(compute, "_time_modes", time_modes_once_sampled)
     original_nvml_sample = _gpu.nvml_sample
 
     def after_load(ctx, dev):
