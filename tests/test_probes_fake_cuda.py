@@ -163,8 +163,24 @@ def test_transfer_device_path_with_ceilings(fake_cuda):
     assert _codes(result) & {"d2d_slow", "d2d_ok"}
 
 
-def test_transfer_above_the_ceiling_is_a_misreported_link_unless_c2c(fake_cuda):
-    # gen 1 x1 (0.25 GB/s), as a VM's virtual root port may report: CPU copies beat it by far
+class _TwoMillisecondClock:
+    """Every timed copy sample lasts 2 ms, whatever the machine's load: a copy of N bytes reads
+    N / 2 ms (1 MiB: 0.52 GB/s), a rate this test needs and a busy CPU could not promise."""
+
+    kind = "fixed"
+
+    def start(self) -> None:
+        return None
+
+    def stop(self, token: None) -> float:
+        return 0.002
+
+
+def test_transfer_above_the_ceiling_is_a_misreported_link_unless_c2c(fake_cuda, monkeypatch):
+    # gen 1 x1 (0.25 GB/s), as a VM's virtual root port may report: the copies beat it by far
+    real_copy_timing = transfer.copy_timing
+    monkeypatch.setattr(transfer, "copy_timing", lambda dst, src, nbytes, clock, **kw:
+                        real_copy_timing(dst, src, nbytes, _TwoMillisecondClock(), **kw))
     result = transfer.run(ProbeContext(gpu=fake_gpu(fake_cuda["name"], link=(1, 1, 1, 1)), level="full"))
     _valid(result)
     finding = next(f for f in result.findings if f.code == "pcie_link_misreported")

@@ -113,6 +113,8 @@ def test_why_dash_dash_command_passes_the_exit_code_on(tmp_path):
         out = subprocess.run([sys.executable, "-m", "gpudoctor", "why", "--json", "--seconds", str(4 * seconds), "--",
                               sys.executable, str(script)], capture_output=True, text=True, timeout=300)
         assert out.returncode == 7, out.stderr
+        if not out.stdout.strip() and "during start-up" in out.stderr:
+            return {"samples": 0}  # ended before its loop was seen: said in one line; a longer run next
         data = json.loads(out.stdout)
         jsonschema.validate(data, SCHEMA)
         assert data["ended"] is True
