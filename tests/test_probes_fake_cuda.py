@@ -223,7 +223,28 @@ def test_transfer_device_path_without_pcie_or_datasheet(fake_cuda):
     assert all(m.get("reference") is None for m in data["measurements"])
 
 
-def test_compute_device_path(fake_cuda):
+def _matmuls_after_a_load_reading(monkeypatch) -> None:
+    """The matmuls start once the load sampler has kept a reading, however long its thread waits
+    for the CPU (a guessed sleep gave it time before, and not before the load at that; the device
+    test found no throttling when the CPU matmuls ended before the sampler's first reading)."""
+    kept = threading.Event()
+    real_keep, real_time_modes = _gpu.LoadSampler._keep, compute._time_modes
+
+    def keep(self, snap):
+        real_keep(self, snap)
+        if self.samples:
+            kept.set()
+
+    def time_modes_once_sampled(*args, **kwargs):
+        assert kept.wait(120), "the load sampler never read the GPU"
+        return real_time_modes(*args, **kwargs)
+
+    monkeypatch.setattr(_gpu.LoadSampler, "_keep", keep)
+    monkeypatch.setattr(compute, "_time_modes", time_modes_once_sampled)
+
+
+def test_compute_device_path(fake_cuda, monkeypatch):
+    _matmuls_after_a_load_reading(monkeypatch)
     result = compute.run(ProbeContext(gpu=fake_gpu(fake_cuda["name"], throttle=0x20), level="full"))
     data = _valid(result)
     names = [m["name"] for m in data["measurements"]]
@@ -278,22 +299,7 @@ def test_correctness_mismatch_is_a_fail(fake_cuda, monkeypatch):
 def test_compute_reads_throttling_during_the_load(fake_cuda, monkeypatch):
     busy = [True]  # throttles (HW thermal slowdown) while busy; reads idle once the load stops
     gpu = fake_gpu(fake_cuda["name"], throttle=lambda: 0x40 if busy[0] else 0x1)
-    # The matmuls start once the load sampler has kept a reading, however long its thread
-    # waits for the CPU: a guessed sleep gave it time before, and not before the load at that.
-    kept = threading.Event()
-    real_keep, real_time_modes = _gpu.LoadSampler._keep, compute._time_modes
-
-    def keep(self, snap):
-        real_keep(self, snap)
-        if self.samples:
-            kept.set()
-
-    def time_modes_once_sampled(*args, **kwargs):
-        assert kept.wait(120), "the load sampler never read the GPU"
-        return real_time_modes(*args, **kwargs)
-
-    monkeypatch.setattr(_gpu.LoadSampler, "_keep", keep)
-    monkeypatch.setattr(compute, "_time_modes", time_modes_once_sampled)
+    _matmuls_after_a_load_reading(monkeypatch)
     original_nvml_sample = _gpu.nvml_sample
 
     def after_load(ctx, dev):
