@@ -65,18 +65,24 @@ while True:
 
 
 # A loop under TrainingMonitor over a slow dataset; it publishes every 0.5 s and stops when the
-# file named by its first argument exists.
+# file named by its first argument exists. The monitor reads a clock that leaps 1000 s per sample
+# loaded: the data wait dominates by orders of magnitude whatever the machine's load (a 4 ms sleep
+# against a step that a busy CPU preempts did not).
 MONITORED_LOOP = '''
 import os, sys, time, torch
 from torch.utils.data import DataLoader, Dataset
 from gpudoctor.hooks import TrainingMonitor, publish
+from gpudoctor.hooks import monitor as monitor_module
 publish.INTERVAL_S = 0.5
+leap = [0.0]
+monitor_module._clock = lambda: time.perf_counter() + leap[0]
 
 class Slow(Dataset):
     def __len__(self):
         return 1_000_000
     def __getitem__(self, i):
         time.sleep(0.004)
+        leap[0] += 1000.0
         return torch.zeros(8), 0
 
 mon = TrainingMonitor()

@@ -38,7 +38,7 @@ def test_tui_quits_on_q_while_an_nvml_call_hangs():
                  env=fake_nvml_env(FAKE_NVML_HANG="nvmlDeviceGetTemperatureV"))
     with app:
         app.wait_for("driver not answering", timeout=60)
-        assert app.quit(8) == 0
+        assert app.quit(60) == 0
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pseudo-terminal and fake libnvidia-ml")
@@ -47,7 +47,7 @@ def test_ctrl_c_quits_the_tui_with_130():
     try:
         app.wait_for("GPU 0: NVIDIA H100", timeout=60)
         app.keys("\x03")  # what the terminal sends for Ctrl-C in raw mode
-        assert app.proc.wait(8) == 130
+        assert app.proc.wait(60) == 130
     finally:
         app.close()
 
@@ -62,7 +62,7 @@ def _hanging_gate(monkeypatch: pytest.MonkeyPatch):
 
     def hang(*args):
         entered.set()
-        release.wait(30)
+        release.wait(300)  # far past any bound below: answering at once is told from waiting behind it
         return 41
 
     fake = FakePynvml(readings={"nvmlDeviceGetTemperature": hang})
@@ -80,11 +80,11 @@ def test_a_call_stuck_in_the_driver_makes_the_others_answer_at_once(monkeypatch)
         time.sleep(0.3)  # past STUCK_S: being stuck is a matter of time, there is no event for it
         started = time.monotonic()
         answer = gate.query("nvmlDeviceGetName", handle)
-        assert time.monotonic() - started < 1.0
+        assert time.monotonic() - started < 30  # waiting behind the hung call would take 300 s
         assert getattr(answer, "reason", None) == "DriverNotAnswering"
         started = time.monotonic()
         gate.shutdown()  # closing never waits behind the hung call
-        assert time.monotonic() - started < 1.0
+        assert time.monotonic() - started < 30
     finally:
         release.set()
 
@@ -100,7 +100,7 @@ def test_a_hung_nvml_init_does_not_hold_the_other_callers(monkeypatch):
     class SlowInit(FakePynvml):
         def nvmlInit(self) -> None:
             entered.set()
-            release.wait(30)
+            release.wait(300)
             super().nvmlInit()
 
     gate = NvmlGate(SlowInit())
@@ -110,7 +110,7 @@ def test_a_hung_nvml_init_does_not_hold_the_other_callers(monkeypatch):
         started = time.monotonic()
         assert getattr(gate.query("nvmlDeviceGetCount"), "reason", None) == "DriverNotAnswering"
         gate.shutdown()
-        assert time.monotonic() - started < 2.0
+        assert time.monotonic() - started < 30  # the init hangs for 300 s
     finally:
         release.set()
 
@@ -157,7 +157,7 @@ def test_the_exporter_serves_while_the_device_count_hangs():
         body = urllib.request.urlopen(url, timeout=10).read().decode()
         assert "gpudoctor_nvml_up 0" in body
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(8) == 0
+        assert proc.wait(60) == 0
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -261,10 +261,12 @@ def test_fleet_timeout_is_one_deadline_for_the_whole_run():
     try:
         started = time.monotonic()
         proc = subprocess.run([sys.executable, "-m", "gpudoctor", "fleet", "--prometheus", server.url, "--timeout", "3"],
-                              capture_output=True, text=True, cwd=ROOT, timeout=60)
+                              capture_output=True, text=True, cwd=ROOT, timeout=240)
         took = time.monotonic() - started
     finally:
         server.close()
     assert proc.returncode == exitcodes.UNREACHABLE, proc.stderr
-    assert took < 10, f"fleet --timeout 3 took {took:.0f} s"
+    # the trickle never ends: a deadline per read would run to the 240 s limit; 3 s in all plus a
+    # start-up that a busy machine may stretch stays far below
+    assert took < 120, f"fleet --timeout 3 took {took:.0f} s"
     assert "within the 3 s allowed" in proc.stderr

@@ -166,7 +166,7 @@ def test_exporter_command_serves_on_loopback_and_stops_by_itself():
         assert value(samples, "gpudoctor_exporter_info", source="replay:exporter_gpu_lost_handmade.json") == 1.0
         assert value(samples, "gpudoctor_report_up") in (0.0, 1.0)
         # the replay holds its last sample (GPU 1 lost) once the sampler has passed it
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
                 if 'gpudoctor_gpu_up{gpu="1"} 0.0' in response.read().decode():

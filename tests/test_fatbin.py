@@ -97,7 +97,7 @@ def test_files_that_are_not_regular_are_refused(tmp_path: Path) -> None:
     os.mkfifo(fifo)  # no writer: a blocking open would hang
     started = time.monotonic()
     found = fatbin.read_file(fifo)
-    assert time.monotonic() - started < 2 and found.error is not None and found.error.startswith("could not read")
+    assert time.monotonic() - started < 30 and found.error is not None and found.error.startswith("could not read")
     assert fatbin.read_file("/dev/zero").error is not None
     assert fatbin.read_file(tmp_path / "missing.so").error is not None
 
@@ -148,9 +148,7 @@ def test_libtorch_cuda_is_read_from_its_headers() -> None:
     if not path.is_file():
         pytest.skip("no CUDA build of torch installed")
     torch = pytest.importorskip("torch")
-    started = time.monotonic()
-    found, read = _counting(path)
-    assert time.monotonic() - started < 5
+    found, read = _counting(path)  # how little is read is counted in bytes, not timed
     assert found.error is None and found.containers > 10
     # headers only: well under 1% of the file (libtorch_cuda.so 2.14: 500 MB, 2,975 entries)
     assert read < path.stat().st_size / 100

@@ -4,36 +4,16 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 
 import pytest
 
 torch = pytest.importorskip("torch")
 pl = pytest.importorskip("lightning.pytorch")
 
-from _hooks_loops import fast_collate, make_loader, mnist_mlp, single_thread  # noqa: E402
+from _hooks_loops import LEAP_S, LeapingClock, fast_collate, make_loader, mnist_mlp, single_thread  # noqa: E402
 
 from gpudoctor.hooks import lightning as callback_module  # noqa: E402
 from gpudoctor.hooks.lightning import GpudoctorCallback  # noqa: E402
-
-LEAP_S = 1000.0  # far beyond any real wait, however loaded the machine
-
-
-class LeapingClock:
-    """The callback's clock: real time plus LEAP_S for every batch a leaping loader collates.
-    "Slow" data then takes 1000 s by the clock the callback reads, whatever the machine's load:
-    a validation run counted as training data wait, or a slow loader not seen as one, shows by
-    three orders of magnitude, where 50 ms sleeps against a step slowed by a busy CPU did not."""
-
-    def __init__(self) -> None:
-        self.offset = 0.0
-
-    def __call__(self) -> float:
-        return time.perf_counter() + self.offset
-
-    def collate(self, batch):
-        self.offset += LEAP_S
-        return batch
 
 
 @pytest.fixture

@@ -10,9 +10,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from _hooks_loops import fast_collate, make_loader, single_thread, slow_collate, train_epoch, validate_summary  # noqa: E402
+from _hooks_loops import (LEAP_S, LeapingClock, fast_collate, make_loader, mnist_mlp, single_thread,  # noqa: E402
+                          train_epoch, validate_summary)
 
 from gpudoctor import Summary, TrainingMonitor  # noqa: E402
+from gpudoctor.hooks import monitor as monitor_module  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -21,24 +23,35 @@ def one_thread():
         yield
 
 
+def _leaping_run(slow: bool, batches: int) -> tuple[Summary, float]:
+    """One epoch read by a clock that leaps 1000 s per batch collated (slow data) or per step
+    (fast data against the step): what the diagnosis tells apart is the leap, not how busy the
+    machine is (50 ms sleeps against a step that a loaded CPU slowed did not)."""
+    clock = LeapingClock()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(monitor_module, "_clock", clock)
+        monitor = TrainingMonitor(device="cpu")
+        torch.manual_seed(0)
+        model = mnist_mlp() if slow else clock.leap_in_forward(mnist_mlp())
+        accuracy, _ = train_epoch(monitor, make_loader(clock.collate if slow else fast_collate, batch_size=64,
+                                                       n=64 * batches), model=model)
+        return monitor.summary(), float(accuracy)
+
+
 @pytest.fixture(scope="module")
 def slow_run(one_thread):
-    monitor = TrainingMonitor(device="cpu")
-    accuracy, _ = train_epoch(monitor, make_loader(slow_collate, batch_size=64, n=64 * 16))
-    return monitor.summary(), float(accuracy)
+    return _leaping_run(slow=True, batches=16)
 
 
 @pytest.fixture(scope="module")
 def fast_run(one_thread):
-    monitor = TrainingMonitor(device="cpu")
-    accuracy, _ = train_epoch(monitor, make_loader(fast_collate, batch_size=64, n=64 * 32))
-    return monitor.summary(), float(accuracy)
+    return _leaping_run(slow=False, batches=32)
 
 
 def test_slow_loader_is_input_bound(slow_run):
     summary, accuracy = slow_run
     assert summary.steps == 16 and summary.steps_measured == 15
-    assert summary.data_wait_share > 0.5  # 50 ms of sleep against a few ms of step
+    assert summary.data_wait_share > 0.99  # 1000 s of data wait (by the clock) per step
     assert "input_bound" in summary.codes
     item = summary.diagnosis[summary.codes.index("input_bound")]
     assert "num_workers" in item.advice and f"{summary.data_wait_share * 100:.0f}%" in item.message
@@ -49,7 +62,8 @@ def test_same_loop_with_fast_data_is_not_input_bound(fast_run):
     summary, accuracy = fast_run
     validate_summary(summary.to_dict())
     assert summary.steps == 32
-    assert summary.data_wait_share < 0.2
+    assert summary.data_wait_share < 0.01  # 1000 s of step (by the clock) per batch
+    assert summary.step_time_p50_s >= LEAP_S
     assert "input_bound" not in summary.codes
     assert summary.diagnosis == []
     assert "No problem found" in str(summary)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from types import SimpleNamespace
 
 import pytest
@@ -162,8 +163,24 @@ def test_transfer_device_path_with_ceilings(fake_cuda):
     assert _codes(result) & {"d2d_slow", "d2d_ok"}
 
 
-def test_transfer_above_the_ceiling_is_a_misreported_link_unless_c2c(fake_cuda):
-    # gen 1 x1 (0.25 GB/s), as a VM's virtual root port may report: CPU copies beat it by far
+class _TwoMillisecondClock:
+    """Every timed copy sample lasts 2 ms, whatever the machine's load: a copy of N bytes reads
+    N / 2 ms (1 MiB: 0.52 GB/s), a rate this test needs and a busy CPU could not promise."""
+
+    kind = "fixed"
+
+    def start(self) -> None:
+        return None
+
+    def stop(self, token: None) -> float:
+        return 0.002
+
+
+def test_transfer_above_the_ceiling_is_a_misreported_link_unless_c2c(fake_cuda, monkeypatch):
+    # gen 1 x1 (0.25 GB/s), as a VM's virtual root port may report: the copies beat it by far
+    real_copy_timing = transfer.copy_timing
+    monkeypatch.setattr(transfer, "copy_timing", lambda dst, src, nbytes, clock, **kw:
+                        real_copy_timing(dst, src, nbytes, _TwoMillisecondClock(), **kw))
     result = transfer.run(ProbeContext(gpu=fake_gpu(fake_cuda["name"], link=(1, 1, 1, 1)), level="full"))
     _valid(result)
     finding = next(f for f in result.findings if f.code == "pcie_link_misreported")
@@ -206,7 +223,28 @@ def test_transfer_device_path_without_pcie_or_datasheet(fake_cuda):
     assert all(m.get("reference") is None for m in data["measurements"])
 
 
-def test_compute_device_path(fake_cuda):
+def _matmuls_after_a_load_reading(monkeypatch) -> None:
+    """The matmuls start once the load sampler has kept a reading, however long its thread waits
+    for the CPU (a guessed sleep gave it time before, and not before the load at that; the device
+    test found no throttling when the CPU matmuls ended before the sampler's first reading)."""
+    kept = threading.Event()
+    real_keep, real_time_modes = _gpu.LoadSampler._keep, compute._time_modes
+
+    def keep(self, snap):
+        real_keep(self, snap)
+        if self.samples:
+            kept.set()
+
+    def time_modes_once_sampled(*args, **kwargs):
+        assert kept.wait(120), "the load sampler never read the GPU"
+        return real_time_modes(*args, **kwargs)
+
+    monkeypatch.setattr(_gpu.LoadSampler, "_keep", keep)
+    monkeypatch.setattr(compute, "_time_modes", time_modes_once_sampled)
+
+
+def test_compute_device_path(fake_cuda, monkeypatch):
+    _matmuls_after_a_load_reading(monkeypatch)
     result = compute.run(ProbeContext(gpu=fake_gpu(fake_cuda["name"], throttle=0x20), level="full"))
     data = _valid(result)
     names = [m["name"] for m in data["measurements"]]
@@ -261,15 +299,7 @@ def test_correctness_mismatch_is_a_fail(fake_cuda, monkeypatch):
 def test_compute_reads_throttling_during_the_load(fake_cuda, monkeypatch):
     busy = [True]  # throttles (HW thermal slowdown) while busy; reads idle once the load stops
     gpu = fake_gpu(fake_cuda["name"], throttle=lambda: 0x40 if busy[0] else 0x1)
-    real_spin_up = compute.spin_up
-
-    def spin_up_slowly(*args, **kwargs):  # give the sampler thread time to read while "busy"
-        import time
-
-        time.sleep(0.3)
-        return real_spin_up(*args, **kwargs)
-
-    monkeypatch.setattr(compute, "spin_up", spin_up_slowly)
+    _matmuls_after_a_load_reading(monkeypatch)
     original_nvml_sample = _gpu.nvml_sample
 
     def after_load(ctx, dev):

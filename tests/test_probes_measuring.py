@@ -57,16 +57,62 @@ def test_probe_modules_do_not_import_torch_at_top_level():
 
 
 # --------------------------------------------------------------------------- loops on CPU
+class StepClock:
+    """A clock the test controls: every timed sample lasts ``step_s`` per start/stop pair,
+    whatever the machine's load."""
+
+    kind = "step"
+
+    def __init__(self, step_s: float) -> None:
+        self.step_s, self.pairs = step_s, 0
+
+    def start(self) -> int:
+        return self.pairs
+
+    def stop(self, token: int) -> float:
+        self.pairs += 1
+        return self.step_s
+
+
 def test_copy_timing_on_cpu_buffers():
+    """What copy_timing does, not how fast this machine copies: the copies are real and land in
+    the right slots, the timing's figures agree with each other (quartiles in order, the median
+    is the figure, bytes / seconds is the rate reported) and their units are seconds per copy."""
     src = torch.empty(8 * MiB, dtype=torch.uint8)
-    dst = torch.empty(8 * MiB, dtype=torch.uint8)
+    dst = torch.zeros(8 * MiB, dtype=torch.uint8)
     transfer.fill_random(torch, src, torch.Generator().manual_seed(1))
     assert int((src == 0).sum()) == 0  # never zeros as data
-    timing = transfer.copy_timing(dst, src, 2 * MiB, CpuClock(), budget_s=1.0, repeats=5)
-    assert torch.equal(dst[: 2 * MiB], src[: 2 * MiB])
+    clock = CpuClock()
+    timing = transfer.copy_timing(dst, src, 2 * MiB, clock, budget_s=1.0, repeats=5)
+    # every slot of the rotation (4 of 2 MiB fit in 8 MiB) was copied, nothing beyond was touched
+    assert torch.equal(dst, src)
+    stats = timing.stats
+    assert timing.clock == "perf_counter" and 1 <= timing.inner <= 64 and timing.warmup == 1
+    assert 3 <= timing.repeats <= 5 and stats.count == timing.repeats  # min_repeats, even when the budget ran out
+    assert 0 < stats.minimum <= stats.q1 <= stats.median <= stats.q3 <= stats.maximum
+    assert timing.seconds == stats.median
     gbs = bandwidth_gbs(2 * MiB, timing.seconds)
-    assert 0.05 < gbs < 1000
-    assert timing.repeats >= 3 and timing.inner >= 1
+    assert gbs > 0 and gbs * 1e9 * timing.seconds == pytest.approx(2 * MiB, rel=1e-9)
+    row = transfer._row("h2d_pinned", 2 * MiB, timing, 2 * MiB)
+    assert row["gb_per_s"] == round(gbs, 3) and row["bytes"] == 2 * MiB and row["median_s"] == timing.seconds
+    assert {"minimum_s", "q1_s", "q3_s", "maximum_s", "repeats", "inner", "clock"} <= set(row)
+
+
+def test_copy_timing_reports_seconds_per_copy_by_the_clock_it_was_given():
+    """With a clock the test controls, the figures are exact: a timed sample covers ``inner``
+    copies, so seconds per copy is the sample's time over ``inner``."""
+    src = torch.ones(4 * MiB, dtype=torch.uint8)
+    dst = torch.zeros(4 * MiB, dtype=torch.uint8)
+    clock = StepClock(0.008)
+    timing = transfer.copy_timing(dst, src, 1 * MiB, clock, budget_s=None, repeats=5)
+    assert torch.equal(dst, src)
+    # the untimed first copy took 8 ms by this clock: one copy per 2 ms sample window
+    assert timing.inner == 1 and timing.repeats == 5 and timing.clock == "step"
+    assert clock.pairs == 1 + 5  # the sizing copy, then one pair per timed sample
+    assert timing.seconds == pytest.approx(0.008)
+    assert bandwidth_gbs(1 * MiB, timing.seconds) == pytest.approx(MiB / 0.008 / 1e9)
+    fast = transfer.copy_timing(dst, src, 1 * MiB, StepClock(0.0005), budget_s=None, repeats=3)
+    assert fast.inner == 4 and fast.seconds == pytest.approx(0.0005 / 4)  # 4 copies per 2 ms window
 
 
 def test_fill_random_odd_sizes():

@@ -46,4 +46,4 @@ async def test_a_5000_character_gpu_name_is_drawn_within_the_screen_and_q_quits(
         started = time.monotonic()
         await pilot.press("q")
     assert app.return_code == 0
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 60  # a q that was not taken never returns

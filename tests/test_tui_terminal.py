@@ -162,10 +162,18 @@ def test_tui_sleeps_while_nothing_happens():
     with app:
         app.wait_for(" · d ")  # the start-up doctor's verdict (with its key) in the header: start-up is over
         time.sleep(TICK_FOR_S + 1.0)
-        before = _voluntary_switches(app.proc.pid)
-        time.sleep(3.0)
-        woke = _voluntary_switches(app.proc.pid) - before
-        assert woke <= 3, f"the TUI's threads woke {woke} times in 3 s with nothing to do"
+        # Start-up's last work (the doctor's child ending, a repaint) can run late on a busy
+        # machine and wake threads on its way: look at 3 s windows until one is quiet, up to a
+        # generous bound. A TUI that polls is never quiet, however long it is watched.
+        wakes: list[int] = []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            before = _voluntary_switches(app.proc.pid)
+            time.sleep(3.0)
+            wakes.append(_voluntary_switches(app.proc.pid) - before)
+            if wakes[-1] <= 3:
+                break
+        assert wakes[-1] <= 3, f"the TUI's threads woke {wakes} times in each 3 s window with nothing to do"
         assert app.quit(30) == 0
 
 
@@ -184,5 +192,5 @@ def test_a_lone_escape_arrives_after_a_quiet_spell():
         time.sleep(TICK_FOR_S + 1.0)  # the input thread waits without a timeout now
         since = app.mark()
         app.keys("\x1b")
-        app.wait_for("GPU 0: NVIDIA", since, timeout=10)  # the help closed: the Overview again
+        app.wait_for("GPU 0: NVIDIA", since, timeout=60)  # the help closed: the Overview again
         assert app.quit(30) == 0

@@ -80,7 +80,7 @@ def test_a_running_exporter_serves_a_monitored_loops_metrics(tmp_path):
             time.sleep(0.5)
         samples = _samples(body)
         share = _value(samples, "gpudoctor_training_data_wait_share", pid=str(trainer.pid))
-        assert 0.3 < share <= 1.0
+        assert 0.99 < share <= 1.0  # 4000 s of data wait per batch by the loop's clock
         assert _value(samples, "gpudoctor_training_samples_per_second", pid=str(trainer.pid)) > 0
         assert _value(samples, "gpudoctor_training_diagnosis_info", pid=str(trainer.pid), code="input_bound") == 1
     finally:

@@ -48,7 +48,7 @@ def test_a_monitored_loop_publishes_its_live_summary_and_removes_it_at_exit(tmp_
         record = _wait_for(lambda: _published.read_all().get(proc.pid))
         assert record is not None
         assert record["format"] == "gpudoctor-live" and record["command"].endswith("train.py " + str(stop_file))
-        assert record["verdict"] == "input_bound" and record["data_wait_share"] > 0.5
+        assert record["verdict"] == "input_bound" and record["data_wait_share"] > 0.99
         assert record["steps"] > 5 and record["samples_per_s"] == pytest.approx(record["steps_per_s"] * 4)
         assert record["step_time_p50_s"] > 0.01
         assert not (directory / f"{proc.pid}.json").stat().st_mode & 0o022
