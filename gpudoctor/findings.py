@@ -18,6 +18,7 @@ Standard library and gpudoctor.model only: every layer may use it.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any, Iterable, Mapping
 
 from gpudoctor._record import record
@@ -552,6 +553,31 @@ PCI_UNREADABLE_FIX = ("First check that this machine has an NVIDIA GPU (`lspci -
 PCI_NVIDIA_SEEN = " The PCI bus shows {count} NVIDIA device(s) ({where}), so the GPU is there."
 
 
+#: Every wording table, by module name, each a module-level ``WORDING`` (code -> :class:`Wording`):
+#: this module's first, then one per package that words its own codes. Registering a package's table
+#: is one line here. Tables are imported when a code is first looked up (by name, so this module
+#: imports nothing above the foundation layer); a code lives in exactly one table.
+_TABLES: tuple[str, ...] = (
+    __name__,
+)
+
+
+def tables() -> dict[str, Mapping[str, Wording]]:
+    """Every registered wording table, by module name."""
+    return {name: importlib.import_module(name).WORDING for name in _TABLES}
+
+
+def wording(code: str) -> Wording:
+    """The words of ``code`` (or ``code:way``), from whichever registered table holds it."""
+    if code in WORDING:
+        return WORDING[code]
+    for name in _TABLES[1:]:
+        table = importlib.import_module(name).WORDING
+        if code in table:
+            return table[code]
+    raise KeyError(f"finding code {code!r} has no words in any table of gpudoctor.findings._TABLES")
+
+
 def finding(code: str, *, label: str | None = None, device: int | None = None, status: Status | None = None,
             evidence: dict[str, Any] | None = None, **fields: object) -> Finding:
     """The finding ``code`` in :data:`WORDING`'s words, its templates filled from ``fields``.
@@ -560,18 +586,18 @@ def finding(code: str, *, label: str | None = None, device: int | None = None, s
     (``"GPU 0 (NVIDIA H100) failed to remap a memory row."``); without, the phrase after the label
     (``"failed to remap a memory row"``: a fleet row names its GPU)."""
     summary, why, fix = words(code, label=label, **fields)
-    return Finding(status or WORDING[code].status, code.partition(":")[0], summary, why, fix, device,
+    return Finding(status or wording(code).status, code.partition(":")[0], summary, why, fix, device,
                    dict(evidence or {}))
 
 
 def words(code: str, *, label: str | None = None, **fields: object) -> tuple[str, str, str]:
     """(summary, why, fix) of the finding ``code``, its templates filled (see :func:`finding`)."""
-    wording = WORDING[code]
+    worded = wording(code)
     if label is None:
-        summary = wording.summary.format(label="", **fields).lstrip(": ")
+        summary = worded.summary.format(label="", **fields).lstrip(": ")
     else:
-        summary = wording.summary.format(label=label, **fields) + "."
-    return summary, wording.why.format(**fields), wording.fix.format(**fields)
+        summary = worded.summary.format(label=label, **fields) + "."
+    return summary, worded.why.format(**fields), worded.fix.format(**fields)
 
 
 def one_line(f: Finding) -> str:

@@ -83,7 +83,7 @@ class DiagnosisItem(Finding):
     def worded(cls, key: str, evidence: dict[str, Any], **fields: object) -> "DiagnosisItem":
         """The item for ``key`` (a code, or ``code:way``) in gpudoctor.findings' words."""
         message, _why, advice = findings.words(key, label=None, **fields)
-        return cls(key.partition(":")[0], message, advice, findings.WORDING[key].status, evidence)
+        return cls(key.partition(":")[0], message, advice, findings.wording(key).status, evidence)
 
     @property
     def message(self) -> str:
