@@ -76,9 +76,10 @@ def test_rewording_a_training_loop_finding_changes_the_hooks_summary(monkeypatch
     monkeypatch.setitem(findings.WORDING, "fragmentation",
                         Wording(Status.WARN, "Shattered memory (test words): {seen}.", "", "Defragment (test words)."))
     summary = Summary(steps=10, device="cuda:0", memory={"peak_allocated_bytes": 1, "alloc_retries": 2})
-    item = next(i for i in diagnose(summary) if i.code == "fragmentation")
-    assert item.message.startswith("Shattered memory (test words): the allocator had to free its cache and retry 2")
-    assert item.to_dict()["advice"] == "Defragment (test words)." and item.severity == Status.WARN
+    summary.diagnosis = diagnose(summary)
+    item = next(i for i in summary.to_dict()["diagnosis"] if i["code"] == "fragmentation")
+    assert item["message"].startswith("Shattered memory (test words): the allocator had to free its cache and retry 2")
+    assert item["advice"] == "Defragment (test words)." and item["severity"] == Status.WARN
 
 
 def test_the_index_finds_a_code_in_any_registered_table_and_no_code_twice(monkeypatch):
