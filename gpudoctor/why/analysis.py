@@ -260,9 +260,9 @@ def _gpu_busy(gpu_util: float, gpm: dict[str, Any]) -> Decision:
     found = verdict({"gpu_util_pct": gpu_util, "sm_active_pct": sm,
                      "tensor_active_pct": gpm.get("tensor_active_mean_pct")})
     if found.code == "busy_small_kernels":
-        return Decision(LAUNCH_BOUND, found.words, found.fix + "; fewer, larger operations (torch.compile)",
+        return Decision(LAUNCH_BOUND, found.summary, found.fix + "; fewer, larger operations (torch.compile)",
                         words_text="launch-bound")
-    return Decision(GPU_BOUND, f"{found.words}: the GPU is the bottleneck",
+    return Decision(GPU_BOUND, f"{found.summary}: the GPU is the bottleneck",
                     found.fix or "faster GPU work: mixed precision (torch.autocast), channels_last, torch.compile, "
                     "larger batches if memory allows")
 

@@ -143,7 +143,7 @@ def _really_busy(run: Run, util: float) -> list[str]:
     if sm is None:
         return []
     found = verdict({"gpu_util_pct": util, "sm_active_pct": sm, "tensor_active_pct": _get(run, "gpu_tensor_active_pct")})
-    return [f"GPM: {found.words}" + (f" ({found.fix})" if found.fix else "")]
+    return [f"GPM: {found.summary}" + (f" ({found.fix})" if found.fix else "")]
 
 
 def _tutorial_baseline(ok: list[Run]) -> Run | None:
