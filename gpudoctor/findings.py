@@ -545,6 +545,10 @@ WORDING: dict[str, Wording] = {
         "Compare with `nvidia-smi topo -m`; check ACS on the bridges (`sudo lspci -vvv | grep ACSCtl`) and the "
         "slot each GPU sits in; place the ranks that talk most on GPUs under one PCIe switch or NVLink."),
     "p2p_copy_ok": Wording(Status.PASS, "{label}: peer-to-peer copies reach {gbs:.1f} GB/s over {link}, every byte intact"),
+    # -- the quick check's verdict (report --quick, the TUI's header, the exporter) -------------
+    "quick_all_clear": Wording(Status.PASS, "no problem found by the quick check"),
+    "quick_result": Wording(Status.WARN, "{summary}"),
+    "quick_nothing_checked": Wording(Status.ERROR, "nothing could be checked"),
     # -- the work verdict: is the GPU really busy (gpudoctor.backends.busy; the TUI, watch, the exporter,
     # fleet, why, the hooks). Its codes (idle, waiting...) are keyed ``work:<code>``, ``work:<code>:<way>``;
     # ``short`` is its headline (watch's line, the TUI's panel when the sentence does not fit) ------
