@@ -610,6 +610,7 @@ PCI_NVIDIA_SEEN = " The PCI bus shows {count} NVIDIA device(s) ({where}), so the
 #: imports nothing above the foundation layer); a code lives in exactly one table.
 _TABLES: tuple[str, ...] = (
     __name__,
+    "gpudoctor.why.wording",
 )
 
 

@@ -17,13 +17,14 @@ from __future__ import annotations
 import math
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
-from gpudoctor.hooks.summary import STRAGGLER
+from gpudoctor.model import Finding
 from gpudoctor.why import flightrec, rules
 from gpudoctor.why.rules import SourceLine
 from gpudoctor.why.views import ProcessView, data_lines, line_records, where, workers_of
+from gpudoctor.why.wording import phrase, said
 
 RANK_HANG = "rank_hang"
 WHOLE_WINDOW = 0.90      # a rank in one collective this share of its samples waits in it all the window
@@ -51,15 +52,10 @@ class Rank:
         return f"rank {self.rank} (pid {self.view.pid})" if self.rank is not None else f"pid {self.view.pid}"
 
 
-@dataclass
-class Hang:
-    code: str
-    words: str
-    message: str
-    fix: str
-    pid: int
-    lines: list[dict[str, Any]]
-    record: dict[str, Any] = field(default_factory=dict)   # the JSON's "hang" object
+#: The hang (or slow-rank) verdict is a :class:`~gpudoctor.model.Finding` in gpudoctor.why.wording's
+#: words; its ``evidence`` holds the user's ``lines``, its ``words``, the ``pid`` of the rank named
+#: and the JSON's ``hang`` object (``record``).
+Hang = Finding
 
 
 def _collective(view: ProcessView) -> tuple[str, float]:
@@ -209,37 +205,23 @@ def find(ranks: list[Rank], views: dict[int, ProcessView], source: SourceLine, *
     flight_words, flight_record = _flight_words(flight, False if gpu.get("state") == "no_gpu" else None)
     flight_record["words"] = flight_words
     slow = all(d["kind"] == "slow" for d in doing)
-    message = (f"{len(waiters)} of {len(ranks)} ranks ({names}) wait in torch.distributed {op} at "
-               f"{where(wait_lines)} {waited_words}; " + "; ".join(d["words"] for d in doing))
     first = doing[0]
     who = ", ".join(f"rank {d['rank']}" if d["rank"] is not None else f"pid {d['pid']}" for d in doing)
-    if slow:
-        code, words = STRAGGLER, f"straggler: {who} {first['doing']}"
-        fix = (f"{who} computes while the others wait: give it no more work than the others (an uneven "
-               f"batch, a model part or a loop only it runs, at {where(first['lines'])}), or look at its "
-               "CPU and GPU (another job there, throttling)")
-    else:
-        code, words = RANK_HANG, f"{who} holds the others in {op}"
-        fix = _hang_fix(first, op) + ("; to see more next time: " + ", ".join(flight_record["advice"])
-                                      if flight_record["advice"] else "")
-    record = {"collective": op, "waiting": [r.view.pid for r in waiters], "waiting_lines": wait_lines,
-              "waited_s": waited, "waited_words": waited_words, "away": doing, "gpu": gpu,
-              "flight_recorder": flight_record, "slow": slow}
-    return Hang(code, words, message, fix, first["pid"], first["lines"] + wait_lines[:1], record)
+    more = phrase("flight_advice", advice=", ".join(flight_record["advice"])) if flight_record["advice"] else ""
+    way = "straggler:hang_slow" if slow else f"rank_hang:{_HANG_WAYS.get(first['kind'], 'elsewhere')}"
+    found = said(way, lines=first["lines"] + wait_lines[:1], waiting=len(waiters), ranks=len(ranks), names=names,
+                 op=op, at=where(wait_lines), waited=waited_words, doing="; ".join(d["words"] for d in doing),
+                 who=who, first_doing=first["doing"], at_first=where(first["lines"]), more=more,
+                 other=first["doing"].removeprefix("in another collective, "))
+    found.evidence.update(pid=first["pid"], record={
+        "collective": op, "waiting": [r.view.pid for r in waiters], "waiting_lines": wait_lines, "waited_s": waited,
+        "waited_words": waited_words, "away": doing, "gpu": gpu, "flight_recorder": flight_record, "slow": slow})
+    return found
 
 
-def _hang_fix(first: dict[str, Any], op: str) -> str:
-    at = where(first["lines"])
-    return {
-        "other_collective": f"the ranks call collectives in different orders ({first['doing'][len('in another collective, '):]}"
-                            f" on one, {op} on the others): every rank must issue the same collectives in the same "
-                            f"order; see the branch around {at}",
-        "data_wait": f"its DataLoader never delivers: see what the dataset waits for at {at} (a file, a socket, a "
-                     "lock, a dead worker)",
-        "waiting": f"it waits at {at} instead of joining {op}: see what it waits for (a sleep, a lock, a file)",
-        "starting": f"it has not finished starting up (at {at}) while the others are in {op}",
-    }.get(first["kind"], f"it runs at {at} and does not reach {op}: a loop that does not end, or a branch only "
-                         "this rank takes")
+#: How a rank away from the collective holds the others: the ``rank_hang:<way>`` its fix is worded by.
+_HANG_WAYS = {"other_collective": "other_collective", "data_wait": "data_wait", "waiting": "waiting",
+              "starting": "starting"}
 
 
 __all__ = ["Rank", "Hang", "find", "gpu_state", "RANK_HANG", "WHOLE_WINDOW", "AWAY_SHARE"]
