@@ -183,6 +183,48 @@ PHRASES = {
     "worker_ask_unknown": "gpudoctor why <the training process's PID>",
     "last_seen_at": ", last seen at {at}",
     "flight_advice": "; to see more next time: {advice}",
+    # -- a rank away from the collective the others wait in (hang.py)
+    "away_other_collective": "in another collective, {other}",
+    "another_collective": "another collective",
+    "away_data_wait": "waiting for data (DataLoader, {detail})",
+    "waiting_for_workers": "waiting for workers",
+    "away_sleeping": "sleeping",
+    "away_waiting": "waiting ({what})",
+    "away_slow": "slow in {category}",
+    "away_outside_python": "waiting outside Python",
+    "away_starting": "still starting up ({detail})",
+    "start_up": "start-up",
+    "away_computing": "computing ({category})",
+    "cpu_unknown": "unknown",
+    "away_rank": "{rank} is {words} at {at} (main thread {cpu} of a CPU)",
+    # -- the waiting ranks' GPUs
+    "gpu_no_gpu": "no GPU in use (a CPU job: gloo waits on the host)",
+    "gpu_unknown": "GPU state not read ({reason})",
+    "gpu_unlisted": "NVML lists none of the ranks",
+    "gpu_idle": "GPU idle (utilisation {util:.0f}%): nothing runs on it; the ranks wait on the host",
+    "gpu_spinning": "GPU spinning (utilisation {util:.0f}%, SM activity {sm:.0f}%): NCCL kernels wait on the GPU for "
+                    "the rank that is missing",
+    "gpu_busy_unknown": "GPU busy {util:.0f}% by utilisation; NCCL kernels that spin and real work read the same "
+                        "there, and without SM activity (GPM: {note}) they cannot be told apart",
+    "gpu_working": "GPU working (utilisation {util:.0f}%{sm}): kernels run while ranks wait",
+    "gpu_sm": ", SM activity {sm:.0f}%",
+    # -- how long the others waited
+    "waited_window": "for the sampled window",
+    "waited_since": "; the ranks started {age:.0f} s ago",
+    "waited": "for at least {waited:.1f} s (all of the sampled window they were seen{since})",
+    # -- the flight recorder
+    "flight_no_gpu": "flight recorder: none (the ranks use no GPU: NCCL's flight recorder does not apply)",
+    "flight_no_dump": "flight recorder: no dump found{refused}; for the next run set {settings} (and a shorter "
+                      "timeout)",
+    "flight_agree": "flight recorder dumps of ranks {ranks} agree: last {what}",
+    "flight_no_collective": "no collective",
+    "flight_behind": "flight recorder (process group {pg}): {behind}; {ahead} at {at}",
+    "flight_rank_behind_at": "rank {rank} is behind at #{seq} {op} ({state})",
+    "flight_rank_behind": "rank {rank} is behind",
+    "flight_later": "a later collective",
+    "flight_enqueued": ", enqueued {seconds:.0f} s before its dump was written",
+    "flight_rank_ahead": "rank {rank} is",
+    "flight_ranks_ahead": "ranks {ranks} are",
 }
 
 
