@@ -18,6 +18,7 @@ Standard library and gpudoctor.model only: every layer may use it.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any, Iterable, Mapping
 
 from gpudoctor._record import record
@@ -36,6 +37,8 @@ class Wording:
     summary: str
     why: str = ""
     fix: str = ""
+    #: A few words for a log line or a panel's header (the work verdict's headline); "" for most codes.
+    short: str = ""
 
 
 @record(frozen=True)
@@ -549,6 +552,55 @@ WORDING: dict[str, Wording] = {
         "Compare with `nvidia-smi topo -m`; check ACS on the bridges (`sudo lspci -vvv | grep ACSCtl`) and the "
         "slot each GPU sits in; place the ranks that talk most on GPUs under one PCIe switch or NVLink."),
     "p2p_copy_ok": Wording(Status.PASS, "{label}: peer-to-peer copies reach {gbs:.1f} GB/s over {link}, every byte intact"),
+    # -- the quick check's verdict (report --quick, the TUI's header, the exporter) -------------
+    "quick_all_clear": Wording(Status.PASS, "no problem found by the quick check"),
+    "quick_result": Wording(Status.WARN, "{summary}"),
+    "quick_nothing_checked": Wording(Status.ERROR, "nothing could be checked"),
+    # -- the work verdict: is the GPU really busy (gpudoctor.backends.busy; the TUI, watch, the exporter,
+    # fleet, why, the hooks). Its codes (idle, waiting...) are keyed ``work:<code>``, ``work:<code>:<way>``;
+    # ``short`` is its headline (watch's line, the TUI's panel when the sentence does not fit) ------
+    "work:no_reading": Wording(Status.SKIP, "no utilisation reading: nothing to judge", short="no reading"),
+    "work:warming": Wording(Status.SKIP, "not enough to judge yet: SM activity needs two GPM samples (next reading)",
+                            short="not enough to judge yet"),
+    "work:idle": Wording(Status.PASS, "idle: kernels ran {util:.0f}% of the time, SM activity {sm:.0f}%", short="idle"),
+    "work:idle:by_utilisation": Wording(Status.PASS, "idle: kernels ran {util:.0f}% of the time", short="idle"),
+    "work:tensor_bound": Wording(
+        Status.PASS, "tensor cores {tensor:.0f}% active (SM activity {sm:.0f}%): the GPU is the bottleneck, doing the "
+        "right kind of work", short="tensor cores {tensor:.0f}% active: GPU-bound"),
+    "work:memory_bound": Wording(
+        Status.WARN, "memory-bound: DRAM bandwidth {dram:.0f}% used, SM activity {sm:.0f}%", "",
+        "fuse elementwise work (torch.compile), use bf16 to halve the bytes moved, or larger batches for more math "
+        "per byte", short="memory-bound: DRAM {dram:.0f}%, SM {sm:.0f}%"),
+    "work:busy_small_kernels": Wording(
+        Status.WARN, "{util_text}, but only {sm:.0f}% of SM cycles active and {tensor_text}: small kernels or fp32 math",
+        "", "try larger batches, bf16/TF32 autocast or CUDA graphs",
+        short="busy {util:.0f}% but SM only {sm:.0f}%: small kernels"),
+    "work:sm_bound": Wording(Status.PASS, "SMs {sm:.0f}% active, tensor cores {tensor:.0f}% active: the GPU is the "
+                             "bottleneck", short="SMs {sm:.0f}% active: GPU-bound"),
+    "work:sm_bound:no_tensor": Wording(
+        Status.PASS, "SMs {sm:.0f}% active with no tensor work: the GPU is the bottleneck on CUDA cores", "",
+        "bf16 or TF32 autocast moves matrix math onto the tensor cores", short="SMs {sm:.0f}% active, no tensor work"),
+    "work:waiting": Wording(
+        Status.WARN, "kernels ran only {util:.0f}% of the time (SM activity {sm:.0f}%): the GPU waits on the host", "",
+        "feed it faster: DataLoader workers, pinned memory, fewer host syncs (.item())",
+        short="kernels ran {util:.0f}%: GPU waits on the host"),
+    "work:partly_busy": Wording(
+        Status.PASS, "{util_text}, SM activity {sm:.0f}% with {tensor_text}: part of the GPU works", "",
+        "larger batches or bf16 autocast give the SMs more to do", short="SM {sm:.0f}% active: partly working"),
+    "work:no_gpm": Wording(
+        Status.SKIP, "kernels ran {util:.0f}% of the time; how much of the GPU worked cannot be told (SM activity: "
+        "{reason}){power}", short="kernels ran {util:.0f}% of the time; SM activity {reason}"),
+    "work:no_gpm:no_util": Wording(
+        Status.SKIP, "no reading of how often kernels ran; how much of the GPU worked cannot be told (SM activity: "
+        "{reason}){power}", short="no reading of how often kernels ran; SM activity {reason}"),
+}
+#: Phrases the work verdict's words are built from (``{util_text}``, ``{tensor_text}``, ``{power}``).
+WORK_PHRASES = {
+    "util": "busy {util:.0f}% of the time", "util_unknown": "utilisation unknown",
+    "tensor": "tensor cores {tensor:.0f}% active", "no_tensor": "no tensor work",
+    "power": "; weaker evidence: power {power:.0f}/{limit:.0f} W ({share:.0%} of the limit)",
+    "power_low": ", low for a busy GPU: perhaps small kernels",
+    "not_recorded": "not recorded",
 }
 #: What the driver finding adds when the PCI bus cannot be read (a VM or a sandbox).
 PCI_UNREADABLE = (" Whether this machine has an NVIDIA GPU at all cannot be told here: its PCI bus "
@@ -559,6 +611,32 @@ PCI_UNREADABLE_FIX = ("First check that this machine has an NVIDIA GPU (`lspci -
 PCI_NVIDIA_SEEN = " The PCI bus shows {count} NVIDIA device(s) ({where}), so the GPU is there."
 
 
+#: Every wording table, by module name, each a module-level ``WORDING`` (code -> :class:`Wording`):
+#: this module's first, then one per package that words its own codes. Registering a package's table
+#: is one line here. Tables are imported when a code is first looked up (by name, so this module
+#: imports nothing above the foundation layer); a code lives in exactly one table.
+_TABLES: tuple[str, ...] = (
+    __name__,
+    "gpudoctor.why.wording",
+)
+
+
+def tables() -> dict[str, Mapping[str, Wording]]:
+    """Every registered wording table, by module name."""
+    return {name: importlib.import_module(name).WORDING for name in _TABLES}
+
+
+def wording(code: str) -> Wording:
+    """The words of ``code`` (or ``code:way``), from whichever registered table holds it."""
+    if code in WORDING:
+        return WORDING[code]
+    for name in _TABLES[1:]:
+        table = importlib.import_module(name).WORDING
+        if code in table:
+            return table[code]
+    raise KeyError(f"finding code {code!r} has no words in any table of gpudoctor.findings._TABLES")
+
+
 def finding(code: str, *, label: str | None = None, device: int | None = None, status: Status | None = None,
             evidence: dict[str, Any] | None = None, **fields: object) -> Finding:
     """The finding ``code`` in :data:`WORDING`'s words, its templates filled from ``fields``.
@@ -567,18 +645,18 @@ def finding(code: str, *, label: str | None = None, device: int | None = None, s
     (``"GPU 0 (NVIDIA H100) failed to remap a memory row."``); without, the phrase after the label
     (``"failed to remap a memory row"``: a fleet row names its GPU)."""
     summary, why, fix = words(code, label=label, **fields)
-    return Finding(status or WORDING[code].status, code.partition(":")[0], summary, why, fix, device,
+    return Finding(status or wording(code).status, code.partition(":")[0], summary, why, fix, device,
                    dict(evidence or {}))
 
 
 def words(code: str, *, label: str | None = None, **fields: object) -> tuple[str, str, str]:
     """(summary, why, fix) of the finding ``code``, its templates filled (see :func:`finding`)."""
-    wording = WORDING[code]
+    worded = wording(code)
     if label is None:
-        summary = wording.summary.format(label="", **fields).lstrip(": ")
+        summary = worded.summary.format(label="", **fields).lstrip(": ")
     else:
-        summary = wording.summary.format(label=label, **fields) + "."
-    return summary, wording.why.format(**fields), wording.fix.format(**fields)
+        summary = worded.summary.format(label=label, **fields) + "."
+    return summary, worded.why.format(**fields), worded.fix.format(**fields)
 
 
 def one_line(f: Finding) -> str:

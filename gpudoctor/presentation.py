@@ -24,6 +24,7 @@ from gpudoctor.backends import busy, catalogue
 from gpudoctor.backends.base import MIG_NO_UTILISATION, WHOLE_GPU_ONLY
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.backends.nvml import throttle_reason_names, throttle_reason_words
+from gpudoctor.model import Finding
 
 if TYPE_CHECKING:
     from gpudoctor.backends.base import MigDeviceReading
@@ -251,7 +252,7 @@ def reading_text(dev: DeviceSnapshot, reading: catalogue.Reading) -> str:
     return fmt_num(value, reading.unit)
 
 
-def busy_verdict(dev: DeviceSnapshot) -> busy.Verdict:
+def busy_verdict(dev: DeviceSnapshot) -> Finding:
     """Is this device snapshot's GPU really busy (gpudoctor.backends.busy), from its readings."""
     return busy.verdict({key: dev.get(key) for key in busy.READS})
 
@@ -294,7 +295,7 @@ def watch_line(snap: Snapshot, dev: DeviceSnapshot, *, verbose: bool = True) -> 
             parts[-1] += f" {reading.word[1:]} {text}"
         else:
             parts.append(f"{reading.word} {text}")
-    parts.append(f"verdict {busy_verdict(dev).headline}")
+    parts.append(f"verdict {busy.headline(busy_verdict(dev))}")
     return head + " " + " | ".join(parts)
 
 
@@ -620,7 +621,7 @@ def watch_record(snap: Snapshot, dev: DeviceSnapshot) -> dict[str, Any]:
             na["memory_reserved_bytes"] = reserved.reason
     reasons = dev.get("throttle_reasons")
     record["throttle"] = throttle_reason_names(reasons) if isinstance(reasons, int) else None
-    record["verdict"] = busy_verdict(dev).to_dict() if fault is None else None
+    record["verdict"] = busy.record(busy_verdict(dev)) if fault is None else None
     record["na"] = na
     return record
 

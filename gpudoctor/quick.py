@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpudoctor.model import Report, Status
+from gpudoctor.model import Finding, Report, Status
 
 if TYPE_CHECKING:
     from gpudoctor._fork import ForkedCall
@@ -29,14 +29,21 @@ HEADLINE_MAX = 160
 
 @dataclass(frozen=True)
 class QuickVerdict:
-    """``status``: the quick report's overall status. ``headline``: the worst finding's summary
-    (one line, bounded), or a short all-clear. ``probe``: the probe that said it (None: all clear).
-    ``report``: the whole quick report, for a screen that shows more."""
+    """``finding``: the worst finding, its summary on one line and bounded (``headline``), its status
+    the quick report's overall status; or the all-clear (``quick_all_clear``). ``probe``: the probe
+    that said it (None: all clear). ``report``: the whole quick report, for a screen that shows more."""
 
-    status: Status
-    headline: str
+    finding: Finding
     probe: str | None
     report: Report
+
+    @property
+    def status(self) -> Status:
+        return self.finding.status
+
+    @property
+    def headline(self) -> str:
+        return self.finding.summary
 
     def line(self, width: int | None = None) -> str:
         """'FAIL: <headline>', cut to ``width`` characters with an ellipsis."""
@@ -91,17 +98,21 @@ def read_quick_report(call: ForkedCall) -> Report | None:
 
 def verdict_of(report: Report) -> QuickVerdict:
     """The headline of a finished report (quick or not): its worst finding, in report order."""
+    from gpudoctor import findings
+
     status = report.status
     if status in (Status.PASS,):
-        return QuickVerdict(status, "no problem found by the quick check", None, report)
+        return QuickVerdict(findings.finding("quick_all_clear"), None, report)
     for result in report.results:
         if result.status != status:
             continue
-        for finding in result.findings:
-            if finding.status == status:
-                return QuickVerdict(status, _one_line(finding.summary), result.probe, report)
-        return QuickVerdict(status, _one_line(result.summary), result.probe, report)
-    return QuickVerdict(status, "nothing could be checked", None, report)
+        for f in result.findings:
+            if f.status == status:
+                return QuickVerdict(Finding(status, f.code, _one_line(f.summary), f.why, f.fix, f.device, f.evidence),
+                                    result.probe, report)
+        return QuickVerdict(findings.finding("quick_result", status=status, summary=_one_line(result.summary)),
+                            result.probe, report)
+    return QuickVerdict(findings.finding("quick_nothing_checked", status=status), None, report)
 
 
 def quick_verdict(replay: str | None = None, python: str | None = None,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 from gpudoctor.backends.na import is_na
 from gpudoctor.backends.nvml import THROTTLE_REASONS
 from gpudoctor.errors import first_sentence as _first_line
-from gpudoctor.model import ProbeResult
+from gpudoctor.model import Finding, ProbeResult, Status
 
 if TYPE_CHECKING:  # torch is an optional extra: imported for its types only, never at run time here
     import torch as _torch
@@ -45,30 +45,24 @@ class Device:
         return f"cuda:{self.index} ({self.name})"
 
 
-@dataclass
-class NoDevice:
-    """Why there is nothing to measure: becomes the probe's ``skip`` result."""
-
-    code: str
-    summary: str
-    why: str = ""
-    fix: str = ""
-
-    def result(self, probe: str) -> ProbeResult:
-        return ProbeResult.skip(probe, self.summary, code=self.code, why=self.why, fix=self.fix)
+#: Why there is nothing to measure: a ``skip`` finding, which :func:`skipped` makes the probe's result.
+NoDevice = Finding
 
 
+def skipped(reason: Finding, probe: str) -> ProbeResult:
+    """The probe's ``skip`` result for the finding that says why nothing was measured."""
+    return ProbeResult.skip(probe, reason.summary, code=reason.code, why=reason.why, fix=reason.fix)
 
 
 def precheck(ctx: ProbeContext) -> NoDevice | None:
     """Reasons not to measure that need no torch import (--quick must never load torch)."""
     if ctx.replay:
-        return NoDevice("replay_no_device", "Not measured: a replayed report has no live GPU to exercise.",
-                        "Bandwidth, compute and memory figures need the device itself.",
-                        "Run `gpudoctor report --full` on the machine with the GPU.")
+        return Finding(Status.SKIP, "replay_no_device", "Not measured: a replayed report has no live GPU to exercise.",
+                       "Bandwidth, compute and memory figures need the device itself.",
+                       "Run `gpudoctor report --full` on the machine with the GPU.")
     if not ctx.torch_allowed():
-        return NoDevice("quick_mode", "Not measured at --quick (no torch import, no CUDA context).",
-                        fix="Run `gpudoctor report --full` to measure.")
+        return Finding(Status.SKIP, "quick_mode", "Not measured at --quick (no torch import, no CUDA context).",
+                       fix="Run `gpudoctor report --full` to measure.")
     return None
 
 
@@ -78,9 +72,9 @@ def import_torch_or_reason() -> ModuleType | NoDevice:
 
     torch = import_torch()
     if is_na(torch):
-        return NoDevice("torch_unavailable", f"torch cannot be imported ({torch.reason}).",
-                        "Nothing can be measured without torch.",
-                        "Install a torch build for this machine (pip install torch).")
+        return Finding(Status.SKIP, "torch_unavailable", f"torch cannot be imported ({torch.reason}).",
+                       "Nothing can be measured without torch.",
+                       "Install a torch build for this machine (pip install torch).")
     return torch
 
 
@@ -90,9 +84,9 @@ def cuda_devices(ctx: ProbeContext, torch: ModuleType) -> list[Device] | NoDevic
     if early is not None:
         return early
     if not getattr(torch.version, "cuda", None):
-        return NoDevice("torch_without_cuda", f"This torch build ({torch.__version__}) has no CUDA support.",
-                        "GPU measurements need a CUDA build of torch.",
-                        "Install a CUDA build: see the selector at https://pytorch.org/get-started/locally/.")
+        return Finding(Status.SKIP, "torch_without_cuda", f"This torch build ({torch.__version__}) has no CUDA support.",
+                       "GPU measurements need a CUDA build of torch.",
+                       "Install a CUDA build: see the selector at https://pytorch.org/get-started/locally/.")
     try:
         available = torch.cuda.is_available()
     except Exception as exc:  # pragma: no cover - is_available does not raise in practice
@@ -106,13 +100,13 @@ def cuda_devices(ctx: ProbeContext, torch: ModuleType) -> list[Device] | NoDevic
                 reason = "torch sees no CUDA device"
             except Exception as exc:
                 reason = _first_line(exc)
-        return NoDevice("no_cuda_device", f"No CUDA device to measure ({reason}).",
-                        "These checks exercise the GPU itself; the devices and environment probes say why "
-                        "none is usable.",
-                        "Fix the failures the devices and environment checks list first.")
+        return Finding(Status.SKIP, "no_cuda_device", f"No CUDA device to measure ({reason}).",
+                       "These checks exercise the GPU itself; the devices and environment probes say why "
+                       "none is usable.",
+                       "Fix the failures the devices and environment checks list first.")
     count = torch.cuda.device_count()
     if ctx.device is not None and not 0 <= ctx.device < count:
-        return NoDevice("device_out_of_range", f"--device {ctx.device} does not exist (torch sees {count}).")
+        return Finding(Status.SKIP, "device_out_of_range", f"--device {ctx.device} does not exist (torch sees {count}).")
     indices = [ctx.device] if ctx.device is not None else list(range(count))
     nvml_map = _nvml_indices(ctx.gpu, torch, indices)
     devices = []

@@ -24,13 +24,13 @@ def torch_and_devices(ctx: ProbeContext, probe: str) -> tuple[ModuleType, list[_
     (a replay, ``--quick``, no torch, no CUDA device)."""
     early = _gpu.precheck(ctx)
     if early is not None:
-        return early.result(probe)
+        return _gpu.skipped(early, probe)
     torch = _gpu.import_torch_or_reason()
     if isinstance(torch, _gpu.NoDevice):
-        return torch.result(probe)
+        return _gpu.skipped(torch, probe)
     devices = _gpu.cuda_devices(ctx, torch)
     if isinstance(devices, _gpu.NoDevice):
-        return devices.result(probe)
+        return _gpu.skipped(devices, probe)
     return torch, devices
 
 

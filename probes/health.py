@@ -150,8 +150,8 @@ def _check_busy(d: _Device) -> None:
     from gpudoctor.backends import busy  # only where GPM was read: not on the --quick path
 
     verdict = busy.verdict(x)
-    d.r.details.setdefault("busy", {})[str(d.dev)] = {**verdict.to_dict(), "gpm_window_s": x.get(GPM_WINDOW_KEY)}
-    d.say("busy_small_kernels" if verdict.code == "busy_small_kernels" else "busy_verdict", words=verdict.text())
+    d.r.details.setdefault("busy", {})[str(d.dev)] = {**busy.record(verdict), "gpm_window_s": x.get(GPM_WINDOW_KEY)}
+    d.say("busy_small_kernels" if verdict.code == "busy_small_kernels" else "busy_verdict", words=busy.text(verdict))
 
 
 def _check_unread(d: _Device, measured: list[Any]) -> None:

@@ -7,6 +7,7 @@ show: no other file holds a copy that would keep the old words.
 
 from __future__ import annotations
 
+import pytest
 from test_fleet_unit import NOW, gpu, make, view_of
 
 from gpudoctor import findings
@@ -75,6 +76,29 @@ def test_rewording_a_training_loop_finding_changes_the_hooks_summary(monkeypatch
     monkeypatch.setitem(findings.WORDING, "fragmentation",
                         Wording(Status.WARN, "Shattered memory (test words): {seen}.", "", "Defragment (test words)."))
     summary = Summary(steps=10, device="cuda:0", memory={"peak_allocated_bytes": 1, "alloc_retries": 2})
-    item = next(i for i in diagnose(summary) if i.code == "fragmentation")
-    assert item.message.startswith("Shattered memory (test words): the allocator had to free its cache and retry 2")
-    assert item.to_dict()["advice"] == "Defragment (test words)." and item.severity == Status.WARN
+    summary.diagnosis = diagnose(summary)
+    item = next(i for i in summary.to_dict()["diagnosis"] if i["code"] == "fragmentation")
+    assert item["message"].startswith("Shattered memory (test words): the allocator had to free its cache and retry 2")
+    assert item["advice"] == "Defragment (test words)." and item["severity"] == Status.WARN
+
+
+def test_the_index_finds_a_code_in_any_registered_table_and_no_code_twice(monkeypatch):
+    """A package's table is registered with one line in findings._TABLES; findings.wording() and
+    findings.finding() then find its codes, and no code is worded in two tables."""
+    import sys
+    import types
+
+    table = types.ModuleType("gpudoctor_test_wording_table")
+    table.WORDING = {"test_only_code": Wording(Status.WARN, "{label} is a test ({n})", "Why.", "Fix.")}
+    monkeypatch.setitem(sys.modules, table.__name__, table)
+    monkeypatch.setattr(findings, "_TABLES", (*findings._TABLES, table.__name__))
+    assert findings.wording("test_only_code") is table.WORDING["test_only_code"]
+    made = findings.finding("test_only_code", label="GPU 0", n=3)
+    assert (made.code, made.summary, made.status) == ("test_only_code", "GPU 0 is a test (3).", Status.WARN)
+    seen: dict[str, str] = {}
+    for name, words in findings.tables().items():
+        for code in words:
+            assert code not in seen, f"{code} is worded in {seen[code]} and in {name}"
+            seen[code] = name
+    with pytest.raises(KeyError, match="no_such_code_anywhere"):
+        findings.wording("no_such_code_anywhere")

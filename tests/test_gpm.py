@@ -107,30 +107,30 @@ def test_a_lost_gpu_reads_as_lost_not_as_a_traceback():
 
 # --------------------------------------------------------------------------- the verdict
 def test_the_verdict_in_words():
-    from gpudoctor.backends.busy import verdict
+    from gpudoctor.backends.busy import basis as busy_basis, text as busy_text, verdict
 
     small = verdict({"gpu_util_pct": 100, "sm_active_pct": 9.0, "tensor_active_pct": 0.0})
     assert small.code == "busy_small_kernels"
-    assert small.text() == ("busy 100% of the time, but only 9% of SM cycles active and no tensor work: small "
+    assert busy_text(small) == ("busy 100% of the time, but only 9% of SM cycles active and no tensor work: small "
                             "kernels or fp32 math; try larger batches, bf16/TF32 autocast or CUDA graphs")
     tensor = verdict({"gpu_util_pct": 99, "sm_active_pct": 88.0, "tensor_active_pct": 70.0})
-    assert tensor.code == "tensor_bound" and tensor.words.startswith("tensor cores 70% active")
-    assert "bottleneck" in tensor.words and not tensor.fix
+    assert tensor.code == "tensor_bound" and tensor.summary.startswith("tensor cores 70% active")
+    assert "bottleneck" in tensor.summary and not tensor.fix
     assert verdict({"gpu_util_pct": 0, "sm_active_pct": 0.0}).code == "idle"
     memory = verdict({"gpu_util_pct": 95, "sm_active_pct": 45.0, "tensor_active_pct": 3.0, "dram_active_pct": 82.0})
-    assert memory.code == "memory_bound" and "DRAM bandwidth 82%" in memory.words
+    assert memory.code == "memory_bound" and "DRAM bandwidth 82%" in memory.summary
     assert verdict({"gpu_util_pct": 97, "sm_active_pct": 90.0, "tensor_active_pct": 0.0}).code == "sm_bound"
     assert verdict({"gpu_util_pct": 45, "sm_active_pct": 35.0}).code == "waiting"
     assert verdict({"gpu_util_pct": 90, "sm_active_pct": 50.0, "tensor_active_pct": 10.0}).code == "partly_busy"
     # not enough to judge: the first GPM read
     warming = verdict({"gpu_util_pct": 100, "sm_active_pct": NA("Warming")})
-    assert warming.code == "warming" and "not enough to judge" in warming.words
+    assert warming.code == "warming" and "not enough to judge" in warming.summary
     # without GPM: what cannot be told, and power as the weaker evidence, labelled so
     old = verdict({"gpu_util_pct": 100, "sm_active_pct": NA("needs Hopper or later"), "power_w": 90.0,
                    "power_limit_w": 400.0})
-    assert old.code == "no_gpm" and old.evidence == "power"
-    assert "cannot be told (SM activity: needs Hopper or later)" in old.words
-    assert "weaker evidence: power 90/400 W (22% of the limit), low for a busy GPU" in old.words
+    assert old.code == "no_gpm" and busy_basis(old) == "power"
+    assert "cannot be told (SM activity: needs Hopper or later)" in old.summary
+    assert "weaker evidence: power 90/400 W (22% of the limit), low for a busy GPU" in old.summary
     assert verdict({"gpu_util_pct": 0, "sm_active_pct": NA("NotRecorded")}).code == "idle"  # util bounds it
     assert verdict({}).code == "no_reading"
 

@@ -33,7 +33,7 @@ def _sample(util, used=10 * GiB, total=80 * GiB):
 def test_underused_gpu_from_nvml_samples():
     summary = build_summary(_raw(gpu_samples=[_sample(35), _sample(40), _sample(45)]))
     assert summary.codes == ["gpu_underutilised"]
-    assert "40% of the training time" in summary.diagnosis[0].message
+    assert "40% of the training time" in summary.diagnosis[0].summary
     assert summary.gpu["util_mean_pct"] == 40 and summary.gpu["samples"] == 3
 
 
@@ -81,12 +81,12 @@ def test_memory_near_limit_from_the_allocator():
               "alloc_retries": 0}
     summary = build_summary(_raw(memory=memory))
     assert summary.codes == ["memory_near_limit"]
-    assert "76.0 GiB of the GPU's 80.0 GiB (95%)" in summary.diagnosis[0].message
+    assert "76.0 GiB of the GPU's 80.0 GiB (95%)" in summary.diagnosis[0].summary
 
 
 def test_memory_near_limit_from_nvml_whole_device():
     summary = build_summary(_raw(gpu_samples=[_sample(95, used=78 * GiB)] * 3))
-    assert summary.codes == ["memory_near_limit"] and "all processes" in summary.diagnosis[0].message
+    assert summary.codes == ["memory_near_limit"] and "all processes" in summary.diagnosis[0].summary
 
 
 def test_fragmentation_from_alloc_retries_and_split_blocks():
@@ -94,9 +94,9 @@ def test_fragmentation_from_alloc_retries_and_split_blocks():
               "allocated_bytes": 12 * GiB, "inactive_split_bytes": 12 * GiB, "alloc_retries": 3}
     summary = build_summary(_raw(memory=memory))
     assert summary.codes == ["fragmentation"]
-    message = summary.diagnosis[0].message
+    message = summary.diagnosis[0].summary
     assert "retry 3 time(s)" in message and "12.0 GiB of the 30.0 GiB" in message
-    assert "expandable_segments:True" in summary.diagnosis[0].advice
+    assert "expandable_segments:True" in summary.diagnosis[0].fix
 
 
 def test_input_bound_needs_an_idle_gpu_on_cuda():
@@ -117,8 +117,8 @@ def test_input_bound_on_cuda_judges_gpu_activity_by_nvml_not_event_spans():
     summary = build_summary(raw)
     assert "input_bound" in summary.codes
     item = summary.diagnosis[summary.codes.index("input_bound")]
-    assert "NVML saw a kernel running 50% of the training time" in item.message
-    assert "busy" not in item.message and item.evidence["gpu_util_mean_pct"] == 50
+    assert "NVML saw a kernel running 50% of the training time" in item.summary
+    assert "busy" not in item.summary and item.evidence["gpu_util_mean_pct"] == 50
     # short spans, but NVML saw the GPU busy through the waits: not input-bound
     raw = _raw(n=40, step=0.007, wait=0.003, gpu_samples=[_sample(95)] * 4)
     raw.device_steps = [0.004] * 40
@@ -131,10 +131,10 @@ def test_host_sync_text_quotes_nvml_not_event_spans():
                         "origin": "user", "count": 50, "raised_in": None}]}
     summary = build_summary(_raw(host_syncs=syncs, gpu_samples=[_sample(92)] * 3))
     item = summary.diagnosis[summary.codes.index("host_sync_bound")]
-    assert "NVML saw a kernel running 92% of the training time" in item.message
-    assert "busy" not in item.message
+    assert "NVML saw a kernel running 92% of the training time" in item.summary
+    assert "busy" not in item.summary
     summary = build_summary(_raw(host_syncs=syncs))
-    assert "busy" not in summary.diagnosis[summary.codes.index("host_sync_bound")].message
+    assert "busy" not in summary.diagnosis[summary.codes.index("host_sync_bound")].summary
 
 
 def test_framework_sync_sites_get_framework_advice():
@@ -142,8 +142,8 @@ def test_framework_sync_sites_get_framework_advice():
             "pattern": "item", "origin": "framework", "count": 50, "raised_in": None}
     syncs = {"total": 50, "status": "counted", "outside_loop": 0, "sites": [site]}
     item = build_summary(_raw(host_syncs=syncs)).diagnosis[0]
-    assert item.code == "host_sync_bound" and "inside framework code" in item.message
-    assert "log_every_n_steps" in item.advice and "running_loss" not in item.advice
+    assert item.code == "host_sync_bound" and "inside framework code" in item.summary
+    assert "log_every_n_steps" in item.fix and "running_loss" not in item.fix
 
 
 def test_nvml_samples_outside_the_steps_do_not_count_as_idle_training():
@@ -173,7 +173,7 @@ def test_stragglers_are_named():
              {"rank": 3, "data_wait_p50_s": 0.003, "step_time_p50_s": 0.087}]
     items = find_stragglers(ranks)
     assert [(i.code, i.evidence["rank"]) for i in items] == [("straggler", 1)]
-    assert "Rank 1 is a straggler: it waits for data 40.0 ms" in items[0].message
+    assert "Rank 1 is a straggler: it waits for data 40.0 ms" in items[0].summary
     assert find_stragglers(ranks[:1]) == []
 
 
@@ -183,7 +183,7 @@ def test_slow_steps_name_a_rank_only_when_its_iteration_is_longer():
              {"rank": 1, "data_wait_p50_s": 0.001, "step_time_p50_s": 0.051},
              {"rank": 2, "data_wait_p50_s": 0.001, "step_time_p50_s": 0.090}]
     items = find_stragglers(ranks)
-    assert [(i.evidence["rank"], "steps take 90.0 ms" in i.message) for i in items] == [(2, True)]
+    assert [(i.evidence["rank"], "steps take 90.0 ms" in i.summary) for i in items] == [(2, True)]
 
 
 def test_summary_round_trip_keeps_everything():
@@ -261,7 +261,7 @@ def test_busy_by_utilisation_idle_by_sm_activity_is_launch_bound():
     summary = build_summary(_raw(gpu_samples=gpm))
     assert summary.codes == ["launch_bound"]
     item = summary.diagnosis[0]
-    assert "only 7% of SM cycles active" in item.message and "CUDA graphs" in item.advice
+    assert "only 7% of SM cycles active" in item.summary and "CUDA graphs" in item.fix
     assert summary.gpu["sm_active_p50_pct"] == 7.0 and summary.gpu["gpm_samples"] == 5
     saturated = [dict(_sample(98), sm_active_pct=85.0, tensor_active_pct=60.0) for _ in range(5)]
     assert build_summary(_raw(gpu_samples=saturated)).codes == []  # the GPU is the bottleneck: fine

@@ -54,7 +54,7 @@ def test_slow_loader_is_input_bound(slow_run):
     assert summary.data_wait_share > 0.99  # 1000 s of data wait (by the clock) per step
     assert "input_bound" in summary.codes
     item = summary.diagnosis[summary.codes.index("input_bound")]
-    assert "num_workers" in item.advice and f"{summary.data_wait_share * 100:.0f}%" in item.message
+    assert "num_workers" in item.fix and f"{summary.data_wait_share * 100:.0f}%" in item.summary
     assert accuracy > 0.25  # the loop really trained (chance is 0.1)
 
 

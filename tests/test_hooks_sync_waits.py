@@ -129,7 +129,7 @@ def test_a_loop_that_waits_every_step_is_host_sync_bound(device, wait):
         ends=[(i + 1) * 0.01 for i in range(steps)], passes=[1] * steps, device_steps=None, device="cuda:0",
         warmup_steps=0, host_syncs=snap))
     assert "host_sync_bound" in summary.codes
-    message = next(d for d in summary.diagnosis if d.code == "host_sync_bound").message
+    message = next(d for d in summary.diagnosis if d.code == "host_sync_bound").summary
     assert "calls[wait]()" in message and HERE in message
 
 

@@ -108,9 +108,9 @@ def test_a_sync_every_step_is_diagnosed_with_its_line():
 
     validate_summary(summary.to_dict())
     assert summary.codes[0] == "host_sync_bound"
-    message = summary.diagnosis[0].message
+    message = summary.diagnosis[0].summary
     assert "`.item()`" in message and "test_hooks_syncs.py:" in message and "1.0 times per step" in message
-    assert "loss.detach()" in summary.diagnosis[0].advice
+    assert "loss.detach()" in summary.diagnosis[0].fix
     assert summary.host_syncs["per_step"] == 1.0
 
 
@@ -336,7 +336,7 @@ def test_explicit_synchronize_every_step_is_counted_and_diagnosed():
         ends=[(i + 1) * 0.01 for i in range(n)], passes=[1] * n, device_steps=None, device="cuda:0",
         warmup_steps=0, host_syncs=snap))
     assert "host_sync_bound" in summary.codes
-    assert "torch.cuda.synchronize()" in next(d for d in summary.diagnosis if d.code == "host_sync_bound").message
+    assert "torch.cuda.synchronize()" in next(d for d in summary.diagnosis if d.code == "host_sync_bound").summary
 
 
 def test_a_warning_raised_inside_an_explicit_wait_counts_once():

@@ -11,6 +11,7 @@ import jsonschema
 
 from gpudoctor.why import analysis, hang, rules
 from gpudoctor.why.stacks import parse_raw
+from gpudoctor.model import Finding, Status
 from gpudoctor.why.text import render_text
 
 SITE = "/venv/lib/python3.11/site-packages"
@@ -126,7 +127,7 @@ def test_backward_counts_as_work_as_far_as_the_cpu_was_used():
     for pid, backward in ((11, 80), (12, 80), (13, 95)):
         view = analysis.ProcessView(pid, main_samples=100, counts=Counter(
             {rules.BACKWARD: backward, rules.FORWARD: 100 - backward}))
-        ranks.append((view, analysis.Decision("cpu_bound", "m", "f")))
+        ranks.append((view, Finding(Status.WARN, "cpu_bound", "m", fix="f")))
     # without CPU figures backward is where DDP's fast ranks wait: nobody stands out
     assert analysis.straggler(ranks) is None
     # rank 13 used its core all the window, the others a third of one: 13 is slow inside backward

@@ -13,6 +13,8 @@ import pytest
 from gpudoctor import exitcodes
 from gpudoctor.why import analysis, pyspy, rules
 from gpudoctor.why.stacks import MAX_FRAMES, Frame, parse_line, parse_raw
+from gpudoctor.why.wording import lines_of, words_of
+from gpudoctor.model import Finding, Status
 
 SITE = "/venv/lib/python3.11/site-packages"
 STDLIB = "/usr/lib/python3.11"
@@ -112,10 +114,10 @@ def test_input_bound_names_the_workers_dataset_line_and_the_idle_cpus():
                        stack_line([LOOP, f"Linear.forward ({SITE}/torch/nn/modules/linear.py:116)"], 40, pids=(1,)),
                        stack_line(worker, 95, pids=(1, 2)), stack_line(worker, 95, pids=(1, 3))])
     d = analysis.decide(views[1], views, src({}), gpu_util=28.0, on_gpu=True, idle_cpus=16.0)
-    assert d.code == "input_bound" and d.words == "input-bound"
-    assert "60%" in d.message and "2 workers" in d.message and "data.py:41" in d.message and "28%" in d.message
+    assert d.code == "input_bound" and words_of(d) == "input-bound"
+    assert "60%" in d.summary and "2 workers" in d.summary and "data.py:41" in d.summary and "28%" in d.summary
     assert "more DataLoader workers" in d.fix and "16 CPUs idle" in d.fix and "2 of 2 workers busy" in d.fix
-    assert d.lines[0]["file"] == "/w/data.py" and d.lines[0]["line"] == 41
+    assert lines_of(d)[0]["file"] == "/w/data.py" and lines_of(d)[0]["line"] == 41
 
 
 def test_a_busy_gpu_is_gpu_bound_even_with_some_data_wait():
@@ -133,7 +135,7 @@ def test_host_syncs_and_too_few_samples():
              stack_line([LOOP], 3, pids=(2,))]
     views = analysis.build_views(list(parse_raw("\n".join(lines) + "\n")), source)
     d = analysis.decide(views[1], views, source, gpu_util=40.0, on_gpu=True, idle_cpus=1)
-    assert d.code == "host_sync_bound" and "`.item()`" in d.message and "train.py:20" in d.message
+    assert d.code == "host_sync_bound" and "`.item()`" in d.summary and "train.py:20" in d.summary
     assert analysis.decide(views[2], views, source, gpu_util=None, on_gpu=False, idle_cpus=1).code == "unknown"
 
 
@@ -143,7 +145,7 @@ def test_the_straggler_is_the_rank_the_others_wait_for():
     for pid, waiting, other in ((11, 45, 10), (12, 47, 8), (13, 12, 43)):
         view = analysis.ProcessView(pid, main_samples=100, counts=Counter(
             {rules.BACKWARD: waiting, rules.OTHER: other, rules.FORWARD: 100 - waiting - other}))
-        ranks.append((view, analysis.Decision("cpu_bound", "m", "f")))
+        ranks.append((view, Finding(Status.WARN, "cpu_bound", "m", fix="f")))
     found = analysis.straggler(ranks)
     assert found["pid"] == 13 and found["code"] == "straggler"
     assert "works 88%" in found["message"] and "median rank works 55%" in found["message"]
@@ -277,8 +279,8 @@ def test_a_program_still_importing_is_starting_up_not_idle():
     source = src({("/w/train.py", 1): "import time, torch"})
     d = analysis.decide(views[1], views, source, gpu_util=None, on_gpu=False, idle_cpus=1, main_cpu_pct=11.0)
     # (the message is the "starting up: N% of the window was ...; sample again in N s")
-    assert d.code == "unknown" and d.words == "starting up" and "train.py:1 <module>" in d.message
-    assert "80%" in d.message and "sample again" in d.fix
+    assert d.code == "unknown" and words_of(d) == "starting up" and "train.py:1 <module>" in d.summary
+    assert "80%" in d.summary and "sample again" in d.fix
     # the same loop without the import: not start-up
     views, _ = _views([stack_line([LOOP, "helper (/w/train.py:5)"], 80, pids=(1,)),
                        stack_line([LOOP, *NEXT, QUEUE_GET], 20, pids=(1,))])
@@ -303,15 +305,15 @@ def test_start_up_is_recognised_and_a_window_of_it_gives_no_steady_state_verdict
     views, _ = _views([stack_line(IMPORT, 40, pids=(1,)), stack_line(OPT_INIT, 15, pids=(1,)),
                        stack_line(MODEL_INIT, 10, pids=(1,)), stack_line(COMPUTE, 35, pids=(1,))])
     d = analysis.decide(views[1], views, source, gpu_util=None, on_gpu=False, idle_cpus=0, window_s=10.0)
-    assert d.code == "unknown" and d.words == "starting up"
-    assert d.message.startswith("starting up: 65% of the window was imports and building the optimizer/model")
-    assert "sample again in 7 s" in d.message
+    assert d.code == "unknown" and words_of(d) == "starting up"
+    assert d.summary.startswith("starting up: 65% of the window was imports and building the optimizer/model")
+    assert "sample again in 7 s" in d.summary
     # mostly the loop: the verdict judges the loop alone, and the start-up is reported apart
     views, _ = _views([stack_line(IMPORT, 20, pids=(1,)), stack_line(COMPUTE, 80, pids=(1,))])
     d = analysis.decide(views[1], views, source, gpu_util=None, on_gpu=False, idle_cpus=0, window_s=10.0)
-    assert d.code == "cpu_bound" and "100% of the main thread's time is computing" in d.message
-    assert d.extra["startup"]["share"] == 0.2 and d.extra["startup"]["seconds"] == 2.0
-    assert all(r["line"] != 1 for r in d.lines)
+    assert d.code == "cpu_bound" and "100% of the main thread's time is computing" in d.summary
+    assert d.evidence["startup"]["share"] == 0.2 and d.evidence["startup"]["seconds"] == 2.0
+    assert all(r["line"] != 1 for r in lines_of(d))
 
 
 @pytest.mark.parametrize("frames, detail", [
@@ -334,7 +336,7 @@ def test_a_data_wait_near_the_threshold_is_borderline_in_consecutive_windows():
                            stack_line(COMPUTE, 100 - wait, pids=(1,))])
         d = analysis.decide(views[1], views, src({}), gpu_util=None, on_gpu=False, idle_cpus=0)
         codes.add(d.code)
-        assert d.words == "borderline: input-bound / CPU-bound" and d.extra["causes"] == ["input_bound", "cpu_bound"]
+        assert words_of(d) == "borderline: input-bound / CPU-bound" and d.evidence["causes"] == ["input_bound", "cpu_bound"]
     assert codes == {"borderline"}
 
 
@@ -363,7 +365,7 @@ def test_a_library_datasets_getitem_is_named_not_the_for_line():
     views, _ = _views([stack_line([LOOP, *NEXT, QUEUE_GET], 90, pids=(1,)), stack_line(worker, 95, pids=(1, 2))])
     d = analysis.decide(views[1], views, src({}), gpu_util=None, on_gpu=False, idle_cpus=0,
                         cpu_by_pid={2: 99.0})
-    assert d.lines[0]["function"] == "MNIST.__getitem__" and "mnist.py:142" in d.message
+    assert lines_of(d)[0]["function"] == "MNIST.__getitem__" and "mnist.py:142" in d.summary
 
 
 def test_evaluation_under_no_grad_and_forward_inside_an_optimizer_closure():
@@ -374,7 +376,7 @@ def test_evaluation_under_no_grad_and_forward_inside_an_optimizer_closure():
     assert rules.classify(parse_line(stack_line(evaluating)), source).category == rules.EVALUATION
     views = analysis.build_views(list(parse_raw(stack_line(evaluating, 100, pids=(1,)) + "\n")), source)
     d = analysis.decide(views[1], views, source, gpu_util=None, on_gpu=False, idle_cpus=0)
-    assert "evaluation 100%" in d.message and "()" not in d.message and d.lines[0]["line"] == 42
+    assert "evaluation 100%" in d.summary and "()" not in d.summary and lines_of(d)[0]["line"] == 42
     closure = [LOOP, f"LBFGS.step ({SITE}/torch/optim/lbfgs.py:330)",
                f"decorate_context ({SITE}/torch/utils/_contextlib.py:116)", "closure (/w/train.py:60)",
                f"Linear.forward ({SITE}/torch/nn/modules/linear.py:116)"]
@@ -389,8 +391,8 @@ def test_a_ddp_rank_in_all_reduce_waits_in_a_collective():
                  f"wrapper ({SITE}/torch/distributed/c10d_logger.py:80)"]
     views, _ = _views([stack_line(allreduce, 70, pids=(1,)), stack_line(COMPUTE, 30, pids=(1,))])
     d = analysis.decide(views[1], views, src({}), gpu_util=None, on_gpu=True, idle_cpus=0)
-    assert d.code == "idle" and d.words == "waiting in a collective" and "all_reduce" in d.message
-    assert "computing" not in d.message
+    assert d.code == "idle" and words_of(d) == "waiting in a collective" and "all_reduce" in d.summary
+    assert "computing" not in d.summary
 
 
 def test_an_overloaded_host_qualifies_the_verdict():
@@ -448,13 +450,13 @@ def test_busy_by_utilisation_is_gpu_bound_only_with_sm_evidence():
         return analysis.decide(views[1], views, src({}), gpu_util=97.0, on_gpu=True, idle_cpus=4, gpm=gpm)
 
     small = decide(sm_active_mean_pct=6.0, tensor_active_mean_pct=0.0)
-    assert small.code == "launch_bound" and small.words == "launch-bound"
-    assert "only 6% of SM cycles active" in small.message and "CUDA graphs" in small.fix and "autocast" in small.fix
+    assert small.code == "launch_bound" and words_of(small) == "launch-bound"
+    assert "only 6% of SM cycles active" in small.summary and "CUDA graphs" in small.fix and "autocast" in small.fix
     full = decide(sm_active_mean_pct=90.0, tensor_active_mean_pct=70.0)
-    assert full.code == "gpu_bound" and "tensor cores 70% active" in full.message
+    assert full.code == "gpu_bound" and "tensor cores 70% active" in full.summary
     unknown = decide(gpm_note="needs Hopper or later")
-    assert unknown.code == "gpu_bound" and unknown.words == "GPU-bound (by utilisation alone)"
-    assert "cannot be told without SM activity (GPM: needs Hopper or later)" in unknown.message
+    assert unknown.code == "gpu_bound" and words_of(unknown) == "GPU-bound (by utilisation alone)"
+    assert "cannot be told without SM activity (GPM: needs Hopper or later)" in unknown.summary
     assert "CUDA graphs" in unknown.fix and "autocast" in unknown.fix
 
 
@@ -488,7 +490,7 @@ def test_the_scripts_own_python_in_the_loop_gets_its_own_fix_not_a_gpu():
     views, _ = _views([stack_line(tokenize, 70, pids=(1,)),
                        stack_line([LOOP, f"Linear.forward ({SITE}/torch/nn/modules/linear.py:116)"], 30, pids=(1,))])
     d = analysis.decide(views[1], views, src({}), gpu_util=None, on_gpu=False, idle_cpus=0)
-    assert d.code == "cpu_bound" and "own Python" in d.message
+    assert d.code == "cpu_bound" and "own Python" in d.summary
     assert "train on a GPU" not in d.fix and "/w/lm.py:31" in d.fix and "__getitem__" in d.fix
     views, _ = _views([stack_line(tokenize, 20, pids=(1,)),
                        stack_line([LOOP, f"Linear.forward ({SITE}/torch/nn/modules/linear.py:116)"], 80, pids=(1,))])

@@ -17,8 +17,10 @@ This module sits in the backends layer and imports nothing above it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, Mapping
+
+from gpudoctor import findings
+from gpudoctor.model import Finding
 
 from .na import NA, is_na
 
@@ -52,25 +54,44 @@ LOW_POWER_SHARE = 0.4
 _WARMING = {"Warming"}
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """``code`` (one word for machines), ``headline`` (a few words for a log line), ``words``
-    (the whole sentence with its numbers), ``fix`` (what to try; "" when nothing), ``evidence``
-    ("gpm": SM activity read; "utilisation": idle by utilisation alone, which bounds activity from
-    above; "power": only the weaker evidence; "none")."""
+#: The verdict is a :class:`~gpudoctor.model.Finding`: ``code`` (one of :data:`CODES`), ``summary``
+#: (the whole sentence with its numbers), ``fix`` (what to try; "" when nothing), and in
+#: ``evidence`` its ``headline`` (a few words for a log line), its ``basis`` ("gpm": SM activity read;
+#: "utilisation": idle by utilisation alone, which bounds activity from above; "power": only the
+#: weaker evidence; "none") and the readings it was judged on. Its words are gpudoctor.findings'
+#: ``work:<code>`` entries.
+Verdict = Finding
 
-    code: str
-    headline: str
-    words: str
-    fix: str = ""
-    evidence: str = "gpm"
 
-    def text(self) -> str:
-        return f"{self.words}; {self.fix}" if self.fix else self.words
+def headline(found: Finding) -> str:
+    """The verdict in a few words (``watch``'s line)."""
+    return str(found.evidence.get("headline") or found.summary)
 
-    def to_dict(self) -> dict[str, str]:
-        return {"code": self.code, "headline": self.headline, "words": self.words, "fix": self.fix,
-                "evidence": self.evidence}
+
+def basis(found: Finding) -> str:
+    """What the verdict rests on: "gpm", "utilisation", "power" or "none"."""
+    return str(found.evidence.get("basis", "gpm"))
+
+
+def text(found: Finding) -> str:
+    """The verdict and its fix on one line."""
+    return f"{found.summary}; {found.fix}" if found.fix else found.summary
+
+
+def record(found: Finding) -> dict[str, str]:
+    """The verdict as ``watch --json`` and the health probe's details write it (docs/watch.schema.json)."""
+    return {"code": found.code, "headline": headline(found), "words": found.summary, "fix": found.fix,
+            "evidence": basis(found)}
+
+
+def _said(code: str, way: str = "", *, basis: str = "gpm", **fields: Any) -> Finding:
+    """The verdict ``code`` in its words (``work:code`` or ``work:code:way``), filled from ``fields``."""
+    key = f"work:{code}" + (f":{way}" if way else "")
+    worded = findings.wording(key)
+    summary, _why, fix = findings.words(key, **fields)
+    figures = {k: v for k, v in fields.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return Finding(worded.status, code, summary, "", fix,
+                   evidence={"basis": basis, "headline": worded.short.format(**fields), **figures})
 
 
 #: The readings the verdict reads (a front end hands these over, from a sample or a snapshot).
@@ -87,11 +108,11 @@ def _num(value: object) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def _pct(value: float) -> str:
-    return f"{value:.0f}%"
+def _phrase(name: str, **fields: Any) -> str:
+    return findings.WORK_PHRASES[name].format(**fields)
 
 
-def verdict(readings: Mapping[str, Any]) -> Verdict:
+def verdict(readings: Mapping[str, Any]) -> Finding:
     """Whether the GPU really works, in words, from a sample's readings (``gpu_util_pct``,
     ``sm_active_pct``, ``tensor_active_pct``, ``dram_active_pct``, ``fp32_active_pct``,
     ``power_w``, ``power_limit_w``): percent, NA where not read."""
@@ -99,68 +120,49 @@ def verdict(readings: Mapping[str, Any]) -> Verdict:
     sm_raw = readings.get("sm_active_pct", NA("NotRecorded"))
     sm = _num(sm_raw)
     if util is None and sm is None:
-        return Verdict("no_reading", "no reading", "no utilisation reading: nothing to judge", evidence="none")
+        return _said("no_reading", basis="none")
     if sm is None:
         reason = sm_raw.reason if isinstance(sm_raw, NA) else "not read"
         if reason in _WARMING:
-            return Verdict("warming", "not enough to judge yet",
-                           "not enough to judge yet: SM activity needs two GPM samples (next reading)",
-                           evidence="none")
+            return _said("warming", basis="none")
         if util is not None and util < IDLE_PCT:  # utilisation bounds activity from above: certain
-            return Verdict("idle", "idle", f"idle: kernels ran {_pct(util)} of the time", evidence="utilisation")
+            return _said("idle", "by_utilisation", basis="utilisation", util=util)
         return _without_gpm(util, reason, readings)
     tensor = _num(readings.get("tensor_active_pct"))
     dram = _num(readings.get("dram_active_pct"))
-    util_text = f"busy {_pct(util)} of the time" if util is not None else "utilisation unknown"
+    util_text = _phrase("util", util=util) if util is not None else _phrase("util_unknown")
     if (util is None or util < IDLE_PCT) and sm < IDLE_PCT:
-        return Verdict("idle", "idle", f"idle: kernels ran {_pct(util or 0.0)} of the time, SM activity {_pct(sm)}")
+        return _said("idle", util=util or 0.0, sm=sm)
     if tensor is not None and tensor >= TENSOR_BUSY_PCT:
-        return Verdict("tensor_bound", f"tensor cores {_pct(tensor)} active: GPU-bound",
-                       f"tensor cores {_pct(tensor)} active (SM activity {_pct(sm)}): the GPU is the bottleneck, "
-                       "doing the right kind of work")
+        return _said("tensor_bound", tensor=tensor, sm=sm)
     if dram is not None and dram >= DRAM_BOUND_PCT:
-        return Verdict("memory_bound", f"memory-bound: DRAM {_pct(dram)}, SM {_pct(sm)}",
-                       f"memory-bound: DRAM bandwidth {_pct(dram)} used, SM activity {_pct(sm)}",
-                       "fuse elementwise work (torch.compile), use bf16 to halve the bytes moved, "
-                       "or larger batches for more math per byte")
+        return _said("memory_bound", dram=dram, sm=sm)
     no_tensor = tensor is None or tensor < TENSOR_NONE_PCT
-    tensor_text = "no tensor work" if no_tensor or tensor is None else f"tensor cores {_pct(tensor)} active"
+    tensor_text = _phrase("no_tensor") if no_tensor or tensor is None else _phrase("tensor", tensor=tensor)
     if util is not None and util >= BUSY_UTIL_PCT and sm < SM_LOW_PCT:
-        return Verdict("busy_small_kernels", f"busy {_pct(util)} but SM only {_pct(sm)}: small kernels",
-                       f"{util_text}, but only {_pct(sm)} of SM cycles active and {tensor_text}: "
-                       "small kernels or fp32 math",
-                       "try larger batches, bf16/TF32 autocast or CUDA graphs")
+        return _said("busy_small_kernels", util=util, sm=sm, util_text=util_text, tensor_text=tensor_text)
     if sm >= SM_HIGH_PCT:
-        if no_tensor:
-            return Verdict("sm_bound", f"SMs {_pct(sm)} active, no tensor work",
-                           f"SMs {_pct(sm)} active with {tensor_text}: the GPU is the bottleneck on CUDA cores",
-                           "bf16 or TF32 autocast moves matrix math onto the tensor cores")
-        return Verdict("sm_bound", f"SMs {_pct(sm)} active: GPU-bound",
-                       f"SMs {_pct(sm)} active, {tensor_text}: the GPU is the bottleneck")
+        if no_tensor or tensor is None:
+            return _said("sm_bound", "no_tensor", sm=sm)
+        return _said("sm_bound", sm=sm, tensor=tensor)
     if util is not None and util < BUSY_UTIL_PCT:
-        return Verdict("waiting", f"kernels ran {_pct(util)}: GPU waits on the host",
-                       f"kernels ran only {_pct(util)} of the time (SM activity {_pct(sm)}): the GPU waits on "
-                       "the host", "feed it faster: DataLoader workers, pinned memory, fewer host syncs (.item())")
-    return Verdict("partly_busy", f"SM {_pct(sm)} active: partly working",
-                   f"{util_text}, SM activity {_pct(sm)} with {tensor_text}: part of the GPU works",
-                   "larger batches or bf16 autocast give the SMs more to do")
+        return _said("waiting", util=util, sm=sm)
+    return _said("partly_busy", sm=sm, util_text=util_text, tensor_text=tensor_text)
 
 
-def _without_gpm(util: float | None, reason: str, readings: Mapping[str, Any]) -> Verdict:
+def _without_gpm(util: float | None, reason: str, readings: Mapping[str, Any]) -> Finding:
     """What can be said without SM activity: that it cannot be told, and power as weaker evidence."""
-    why = {"NotRecorded": "not recorded"}.get(reason, reason)
-    head = (f"kernels ran {_pct(util)} of the time" if util is not None else "no reading of how often kernels ran")
-    words = f"{head}; how much of the GPU worked cannot be told (SM activity: {why})"
-    headline = f"{head}; SM activity {why}"
+    why = _phrase("not_recorded") if reason == "NotRecorded" else reason
+    way = "" if util is not None else "no_util"
     power, limit = _num(readings.get("power_w")), _num(readings.get("power_limit_w"))
     if power is None or limit is None or limit <= 0:
-        return Verdict("no_gpm", headline, words, evidence="none")
+        return _said("no_gpm", way, basis="none", util=util, reason=why, power="")
     share = power / limit
-    hint = f"weaker evidence: power {power:.0f}/{limit:.0f} W ({share:.0%} of the limit)"
+    hint = _phrase("power", power=power, limit=limit, share=share)
     if util is not None and util >= BUSY_UTIL_PCT and share < LOW_POWER_SHARE:
-        hint += ", low for a busy GPU: perhaps small kernels"
-    return Verdict("no_gpm", headline, f"{words}; {hint}", evidence="power")
+        hint += _phrase("power_low")
+    return _said("no_gpm", way, basis="power", util=util, reason=why, power=hint)
 
 
-__all__ = ["Verdict", "verdict", "CODES", "READS", "BUSY_UTIL_PCT", "IDLE_PCT", "SM_LOW_PCT", "SM_HIGH_PCT",
+__all__ = ["Verdict", "verdict", "headline", "basis", "text", "record", "CODES", "READS", "BUSY_UTIL_PCT", "IDLE_PCT", "SM_LOW_PCT", "SM_HIGH_PCT",
            "TENSOR_BUSY_PCT", "TENSOR_NONE_PCT", "DRAM_BOUND_PCT", "LOW_POWER_SHARE"]

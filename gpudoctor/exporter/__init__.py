@@ -15,7 +15,8 @@ How it works:
   in a background thread. ``--report-file FILE`` exposes instead a report written by
   someone else (e.g. a nightly ``gpudoctor report --full -o FILE``), re-read when it
   changes. Each probe's status is ``gpudoctor_probe_status{probe, status}`` (a state set:
-  1 for the current status, 0 for the others).
+  1 for the current status, 0 for the others); each warn, fail or error finding is
+  ``gpudoctor_report_finding_info{probe, code, status, summary}``, in its own words.
 
 * The HTTP server (:func:`serve_metrics`) gives each connection at most 10 s and serves at
   most 128 at once (more are answered 503 and closed), so idle or half-sent requests cannot

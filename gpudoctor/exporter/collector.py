@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Iterable
 
+from gpudoctor._text import plain_text
 from gpudoctor.backends.na import is_na
 from gpudoctor.exporter.metrics import (GPU_LABELS, MIG_LABELS, OTHER_METRICS, counter_metrics, gpu_metrics,
                                        mig_metrics)
@@ -207,6 +208,7 @@ class GpudoctorCollector:
             probe_now = "fail" if critical and result.get("probe") == "events" else result.get("status")
             _state_set(probes, [str(result.get("probe"))], probe_now)
         yield probes
+        yield _report_findings(report)
         if self.reports.finished_at is not None:
             yield _gauge("gpudoctor_report_timestamp_seconds", value=self.reports.finished_at)
         if self.reports.duration_s is not None:
@@ -288,6 +290,30 @@ def _mig_metrics(devices: list[dict[str, Any]]) -> Iterable[Any]:
                 family.add_metric(values, value * scale)
     yield info
     yield from (family for family, _scale in families.values())
+
+
+#: The findings of the last report shown as series, at most (a report file is someone else's data).
+REPORT_FINDINGS_MAX = 100
+#: A finding's summary as a label value, at most this long.
+FINDING_LABEL_MAX = 200
+
+
+def _report_findings(report: dict[str, Any]) -> Any:
+    """gpudoctor_report_finding_info: the last report's warn, fail and error findings in their own
+    words (the finding's summary, plain text and bounded), so an alert can say what is wrong."""
+    family = _gauge("gpudoctor_report_finding_info", labels=["probe", "code", "status", "summary"])
+    shown = 0
+    for result in report.get("results", []):
+        for found in result.get("findings") or []:
+            if shown >= REPORT_FINDINGS_MAX:
+                return family
+            if not isinstance(found, dict) or found.get("status") not in ("warn", "fail", "error"):
+                continue
+            family.add_metric([plain_text(str(result.get("probe")), limit=200),
+                               plain_text(_label(found.get("code")), limit=200), str(found["status"]),
+                               plain_text(_label(found.get("summary")), limit=FINDING_LABEL_MAX)], 1.0)
+            shown += 1
+    return family
 
 
 def _label(value: object) -> str:

@@ -83,6 +83,8 @@ OTHER_METRICS: dict[str, str] = {
     "gpudoctor_report_up": "1 when the last report ran (or the report file was read), else 0",
     "gpudoctor_report_status": "Overall status of the last report, as a state set (label status)",
     "gpudoctor_probe_status": "Each probe's status in the last report, as a state set (labels probe, status)",
+    "gpudoctor_report_finding_info": "1 per warn, fail or error finding of the last report, in its words (labels "
+                                     "probe, code, status, summary)",
     "gpudoctor_report_timestamp_seconds": "Unix time the last report finished (or the file was written)",
     "gpudoctor_report_duration_seconds": "How long the last report took",
     "gpudoctor_gpu_xid_errors_total": "Xid errors NVML reported for the GPU since the exporter started watching",

@@ -409,7 +409,7 @@ def judge_dcgm_clocks(rows: Rows, m: ByMetric) -> None:
 
 
 # --------------------------------------------------------------------------- every source
-def busy_verdict(row: FleetRow) -> busy.Verdict | None:
+def busy_verdict(row: FleetRow) -> Finding | None:
     """The verdict of gpudoctor.backends.busy over a row's ratios (None without SM activity:
     fleet does not repeat "cannot tell" on every pre-Hopper row)."""
     if row.sm_active is None or row.utilization is None:
@@ -425,7 +425,7 @@ def judge_busy(rows: Rows) -> None:
     for row in rows.values():
         verdict = busy_verdict(row)
         if verdict is not None and verdict.code == "busy_small_kernels":
-            row.add(findings.finding("busy_small_kernels", words=verdict.text()))
+            row.add(findings.finding("busy_small_kernels", words=busy.text(verdict)))
 
 
 def not_working_first(row: FleetRow) -> tuple[int, float]:

@@ -61,7 +61,7 @@ def live_record(monitor: TrainingMonitor) -> dict[str, Any]:
             "step_time_p50_s": live.step_time_p50_s, "data_wait_share": live.data_wait_share,
             "steps_per_s": steps_per_s, "samples_per_s": sum(counts) / span if known and span > 0 else None,
             "host_syncs_per_step": per_step,
-            "diagnosis": [{"code": i.code, "message": i.message[:500]} for i in items],
+            "diagnosis": [{"code": i.code, "message": i.summary[:500]} for i in items],
             "verdict": items[0].code if items else "ok"}
 
 

@@ -1,8 +1,8 @@
 """What a :class:`~gpudoctor.hooks.TrainingMonitor` found: the figures, and a diagnosis in words.
 
 Plain data (no torch): a :class:`Summary` is built from the monitor's raw timings by
-:func:`build_summary`, and :func:`diagnose` turns its figures into :class:`DiagnosisItem`
-entries with stable codes. The thresholds are named constants below, each with the
+:func:`build_summary`, and :func:`diagnose` turns its figures into findings
+(:class:`~gpudoctor.model.Finding`) with stable codes. The thresholds are named constants below, each with the
 reason for its value.
 """
 
@@ -69,42 +69,26 @@ STRAGGLER_MIN_EXCESS_S = 0.001
 STRAGGLER_MIN_EXCESS_SHARE = 0.05
 
 
-class DiagnosisItem(Finding):
-    """One problem found: a :class:`~gpudoctor.model.Finding` with a stable ``code``, what was seen
-    (``message``, the finding's summary), what to do (``advice``, its fix), its severity (its
-    status) and the figures it was judged on (``evidence``). ``to_dict()`` keeps the training
-    summary's published keys (code, severity, message, advice, evidence)."""
+#: A training loop's finding is gpudoctor's one :class:`~gpudoctor.model.Finding` (its summary the
+#: message, its fix the advice); the name stays for the hooks' public surface.
+DiagnosisItem = Finding
 
-    def __init__(self, code: str, message: str, advice: str, severity: Status | str = Status.WARN,
-                 evidence: dict[str, Any] | None = None) -> None:
-        super().__init__(Status(severity), code, message, fix=advice, evidence=dict(evidence or {}))
 
-    @classmethod
-    def worded(cls, key: str, evidence: dict[str, Any], **fields: object) -> "DiagnosisItem":
-        """The item for ``key`` (a code, or ``code:way``) in gpudoctor.findings' words."""
-        message, _why, advice = findings.words(key, label=None, **fields)
-        return cls(key.partition(":")[0], message, advice, findings.WORDING[key].status, evidence)
+def worded(key: str, evidence: dict[str, Any], **fields: object) -> Finding:
+    """The finding for ``key`` (a code, or ``code:way``) in its wording table's words."""
+    return findings.finding(key, evidence=evidence, **fields)
 
-    @property
-    def message(self) -> str:
-        return self.summary
 
-    @property
-    def advice(self) -> str:
-        return self.fix
+def diagnosis_record(item: Finding) -> dict[str, Any]:
+    """A finding as the training summary publishes it (code, severity, message, advice, evidence)."""
+    return {"code": item.code, "severity": item.status.value, "message": item.summary,
+            "advice": item.fix, "evidence": json_safe(item.evidence)}
 
-    @property
-    def severity(self) -> Status:
-        return self.status
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "severity": self.status.value, "message": self.summary,
-                "advice": self.fix, "evidence": json_safe(self.evidence)}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "DiagnosisItem":
-        return cls(code=data["code"], message=data["message"], advice=data["advice"],
-                   severity=data.get("severity", "warn"), evidence=dict(data.get("evidence") or {}))
+def diagnosis_from_record(data: Mapping[str, Any]) -> Finding:
+    """A finding read back from :func:`diagnosis_record`'s shape."""
+    return Finding(Status(data.get("severity", "warn")), data["code"], data["message"], fix=data["advice"],
+                   evidence=dict(data.get("evidence") or {}))
 
 
 @dataclass
@@ -133,7 +117,7 @@ class Summary:
     energy: dict[str, Any] | None = None
     memory: dict[str, Any] | None = None
     host_syncs: dict[str, Any] | None = None
-    diagnosis: list[DiagnosisItem] = field(default_factory=list)
+    diagnosis: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     ranks: list[dict[str, Any]] | None = None
 
@@ -155,7 +139,7 @@ class Summary:
                      "host_syncs"):
             out[name] = json_safe(getattr(self, name))
         out["device_busy_share"] = out["device_span_share"]  # deprecated copy, for old readers
-        out["diagnosis"] = [item.to_dict() for item in self.diagnosis]
+        out["diagnosis"] = [diagnosis_record(item) for item in self.diagnosis]
         out["notes"] = list(self.notes)
         if self.ranks is not None:
             out["ranks"] = json_safe(self.ranks)
@@ -167,7 +151,7 @@ class Summary:
         if "device_span_share" not in data and "device_busy_share" in data:  # written before the rename
             kwargs["device_span_share"] = data["device_busy_share"]
         summary = cls(**kwargs)
-        summary.diagnosis = [DiagnosisItem.from_dict(d) for d in data.get("diagnosis", [])]
+        summary.diagnosis = [diagnosis_from_record(d) for d in data.get("diagnosis", [])]
         return summary
 
     def to_json(self, path: str | os.PathLike[str] | None = None, indent: int | None = 2) -> str:
@@ -444,7 +428,7 @@ def sync_site_words(site: dict[str, Any]) -> tuple[str, str]:
     return what, advice
 
 
-def diagnose(s: Summary) -> list[DiagnosisItem]:
+def diagnose(s: Summary) -> list[Finding]:
     """The problems these figures show, most important first (one function per problem)."""
     on_cuda = s.device.startswith("cuda")
     gpu = s.gpu or {}
@@ -460,13 +444,13 @@ def diagnose(s: Summary) -> list[DiagnosisItem]:
     return [item for item in found if item is not None]
 
 
-def _input_bound(s: Summary, on_cuda: bool, util: float | None) -> DiagnosisItem | None:
+def _input_bound(s: Summary, on_cuda: bool, util: float | None) -> Finding | None:
     if on_cuda and util is not None:
         gpu_idle_too = util < INPUT_BOUND_MAX_GPU_UTIL_PCT
     else:
         gpu_idle_too = s.device_span_share is None or s.device_span_share < INPUT_BOUND_MAX_DEVICE_SPAN
     if s.data_wait_share is not None and s.data_wait_share >= INPUT_BOUND_SHARE and gpu_idle_too:
-        return DiagnosisItem.worded(
+        return worded(
             INPUT_BOUND,
             {"data_wait_share": s.data_wait_share, "data_wait_p50_s": s.data_wait_p50_s,
              "step_time_p50_s": s.step_time_p50_s, "gpu_util_mean_pct": util if on_cuda else None,
@@ -478,7 +462,7 @@ def _input_bound(s: Summary, on_cuda: bool, util: float | None) -> DiagnosisItem
     return None
 
 
-def _host_sync_bound(s: Summary, on_cuda: bool, util: float | None) -> DiagnosisItem | None:
+def _host_sync_bound(s: Summary, on_cuda: bool, util: float | None) -> Finding | None:
     syncs = s.host_syncs or {}
     steps = max(s.steps, 1)
     frequent = [site for site in syncs.get("sites", []) if site["count"] >= SYNC_SITE_STEP_SHARE * steps]
@@ -491,7 +475,7 @@ def _host_sync_bound(s: Summary, on_cuda: bool, util: float | None) -> Diagnosis
         if len(frequent) > 1:
             others = " Also every step: " + "; ".join(
                 f"{site['file']}:{site['line']} ({sync_site_words(site)[0]})" for site in frequent[1:4]) + "."
-        return DiagnosisItem.worded(
+        return worded(
             HOST_SYNC_BOUND, {"per_step": syncs.get("per_step"), "sites": frequent[:4]},
             per_step=syncs.get("per_step", 0), what=what, where=where, code_text=code_text,
             site_per_step=top["count"] / steps, busy=_kernel_running(on_cuda, util), others=others, advice=advice)
@@ -504,16 +488,16 @@ def _kernel_running(on_cuda: bool, util: float | None) -> str:
     return findings.KERNEL_RUNNING.format(util=util) if on_cuda and util is not None else ""
 
 
-def _gpu_underused(s: Summary, gpu: dict[str, Any], util: float | None) -> DiagnosisItem | None:
+def _gpu_underused(s: Summary, gpu: dict[str, Any], util: float | None) -> Finding | None:
     counted = gpu.get("util_samples", gpu.get("samples", 0))
     if util is not None and counted >= GPU_UNDERUTILISED_MIN_SAMPLES \
             and util < GPU_UNDERUTILISED_PCT:
-        return DiagnosisItem.worded(GPU_UNDERUTILISED, {"util_mean_pct": util}, util=util, samples=counted)
+        return worded(GPU_UNDERUTILISED, {"util_mean_pct": util}, util=util, samples=counted)
 
     return None
 
 
-def _launch_bound(gpu: dict[str, Any], util: float | None) -> DiagnosisItem | None:
+def _launch_bound(gpu: dict[str, Any], util: float | None) -> Finding | None:
     """Busy by utilisation, idle by SM activity (GPM, Hopper and later): the loop is launch-bound,
     its kernels too small to fill the GPU. The judgement is gpudoctor's one verdict on "is the GPU
     really busy" (gpudoctor.backends.busy), here on the medians of the samples taken in the steps."""
@@ -525,30 +509,30 @@ def _launch_bound(gpu: dict[str, Any], util: float | None) -> DiagnosisItem | No
                      "tensor_active_pct": gpu.get("tensor_active_p50_pct")})
     if found.code != "busy_small_kernels":
         return None
-    return DiagnosisItem.worded(
+    return worded(
         LAUNCH_BOUND, {"util_mean_pct": util, "sm_active_p50_pct": gpu.get("sm_active_p50_pct"),
                        "tensor_active_p50_pct": gpu.get("tensor_active_p50_pct")},
-        words=found.words, samples=gpu["gpm_samples"], verdict_fix=f"{found.fix[:1].upper()}{found.fix[1:]}")
+        words=found.summary, samples=gpu["gpm_samples"], verdict_fix=f"{found.fix[:1].upper()}{found.fix[1:]}")
 
 
-def _memory_near_limit(s: Summary, gpu: dict[str, Any]) -> DiagnosisItem | None:
+def _memory_near_limit(s: Summary, gpu: dict[str, Any]) -> Finding | None:
     mem = s.memory or {}
     total = mem.get("total_bytes") or gpu.get("memory_total_bytes")
     peak = mem.get("peak_reserved_bytes")
     if total and peak is not None and peak >= MEMORY_NEAR_LIMIT_SHARE * total:
-        return DiagnosisItem.worded(f"{MEMORY_NEAR_LIMIT}:allocator", {"peak_reserved_bytes": peak, "total_bytes": total},
+        return worded(f"{MEMORY_NEAR_LIMIT}:allocator", {"peak_reserved_bytes": peak, "total_bytes": total},
                                     peak=_gib(peak), total=_gib(total), share=_pct(peak / total))
     elif gpu.get("memory_used_max_bytes") and gpu.get("memory_total_bytes") and \
             gpu["memory_used_max_bytes"] >= MEMORY_NEAR_LIMIT_DEVICE_SHARE * gpu["memory_total_bytes"]:
         used, dev_total = gpu["memory_used_max_bytes"], gpu["memory_total_bytes"]
-        return DiagnosisItem.worded(f"{MEMORY_NEAR_LIMIT}:device",
+        return worded(f"{MEMORY_NEAR_LIMIT}:device",
                                     {"memory_used_max_bytes": used, "memory_total_bytes": dev_total},
                                     share=_pct(used / dev_total), used=_gib(used), total=_gib(dev_total))
 
     return None
 
 
-def _fragmentation(s: Summary) -> DiagnosisItem | None:
+def _fragmentation(s: Summary) -> Finding | None:
     mem = s.memory or {}
     retries = mem.get("alloc_retries") or 0
     reserved = mem.get("reserved_bytes") or 0
@@ -559,7 +543,7 @@ def _fragmentation(s: Summary) -> DiagnosisItem | None:
             seen.append(findings.FRAGMENTED_RETRIES.format(retries=retries))
         if reserved and inactive >= FRAGMENTED_SHARE * reserved:
             seen.append(findings.FRAGMENTED_SPLIT.format(inactive=_gib(inactive), reserved=_gib(reserved)))
-        return DiagnosisItem.worded(
+        return worded(
             FRAGMENTATION, {"alloc_retries": retries, "inactive_split_bytes": inactive, "reserved_bytes": reserved},
             seen="; ".join(seen))
     return None
@@ -567,7 +551,7 @@ def _fragmentation(s: Summary) -> DiagnosisItem | None:
 
 # -- across ranks -------------------------------------------------------------------------------
 
-def find_stragglers(ranks: Sequence[dict[str, Any]]) -> list[DiagnosisItem]:
+def find_stragglers(ranks: Sequence[dict[str, Any]]) -> list[Finding]:
     """Ranks much slower than the median rank, and why.
 
     Under DistributedDataParallel the ranks run in lockstep: every rank waits at each
@@ -580,7 +564,7 @@ def find_stragglers(ranks: Sequence[dict[str, Any]]) -> list[DiagnosisItem]:
     "The median rank" is a real rank's figure (``statistics.median_low``: of an even count the
     lower middle one), so with two ranks the faster one is the yardstick, not their mean.
     """
-    items: list[DiagnosisItem] = []
+    items: list[Finding] = []
     if len(ranks) < 2:
         return items
 
@@ -605,13 +589,13 @@ def find_stragglers(ranks: Sequence[dict[str, Any]]) -> list[DiagnosisItem]:
         median_wait = statistics.median_low(known_waits)
         for rank, wait in waits.items():
             if slower(wait, median_wait):
-                items.append(DiagnosisItem.worded(
+                items.append(worded(
                     f"{STRAGGLER}:data", {"rank": rank, "data_wait_p50_s": wait, "median_data_wait_p50_s": median_wait},
                     rank=rank, wait=_ms(wait), median=_ms(median_wait)))
     median_step = statistics.median_low(known_steps)
     for rank, step in steps.items():
         if slower(step, median_step) and slower(iterations.get(rank), median_iteration):
-            items.append(DiagnosisItem.worded(
+            items.append(worded(
                 f"{STRAGGLER}:steps", {"rank": rank, "step_time_p50_s": step, "median_step_time_p50_s": median_step},
                 rank=rank, step=_ms(step), median=_ms(median_step)))
     return items
@@ -651,8 +635,8 @@ def render_text(s: Summary) -> str:
         lines.append("  " + "; ".join(facts) + ".")
     if s.diagnosis:
         for item in s.diagnosis:
-            lines.append(f"[{item.code}] {item.message}")
-            lines.append(f"  What to do: {item.advice}")
+            lines.append(f"[{item.code}] {item.summary}")
+            lines.append(f"  What to do: {item.fix}")
     else:
         lines.append("No problem found: the loop is not waiting on data"
                      + (", host syncs or memory." if s.device.startswith("cuda") else "."))

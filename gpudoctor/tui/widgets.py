@@ -20,7 +20,7 @@ from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.widget import Widget
 
-from gpudoctor.backends import catalogue, throttle_reason_names
+from gpudoctor.backends import busy, catalogue, throttle_reason_names
 from gpudoctor.findings import CLOCK_EVENTS, CLOCKS_FREE, IDLE_BETWEEN_KERNELS
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.presentation import MIG_PANEL_NOTE, busy_verdict, fault_words, mig_summary, no_gpu_words
@@ -366,11 +366,11 @@ class GpuPanel(_LinesPanel):
         its fix where they fit, else the verdict, else its headline."""
         verdict = busy_verdict(dev)
         style = VERDICT_STYLES.get(verdict.code, "")
-        if verdict.evidence in ("none", "power"):
+        if busy.basis(verdict) in ("none", "power"):
             style = "dim"
         room = max(10, width - LABEL_W)
-        text = next((t for t in (verdict.text(), verdict.words, verdict.headline) if len(t) <= room),
-                    verdict.headline)
+        text = next((t for t in (busy.text(verdict), verdict.summary, busy.headline(verdict)) if len(t) <= room),
+                    busy.headline(verdict))
         line = Text("work".ljust(LABEL_W), style="cyan") + Text(plain_text(text), style=style)
         line.truncate(width, overflow="ellipsis")
         return [line]

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from gpudoctor.hooks.summary import HOST_SYNC_BOUND, INPUT_BOUND, STRAGGLER, sync_pattern_words
+from gpudoctor.model import Finding
 from gpudoctor.why import hang, rules
 from gpudoctor.why.rules import SourceLine
 from gpudoctor.why.stacks import Stack
@@ -23,6 +23,7 @@ from gpudoctor.why.views import data_lines as _data_lines
 from gpudoctor.why.views import line_records as _line_records
 from gpudoctor.why.views import where as _where
 from gpudoctor.why.views import workers_of as _workers_of
+from gpudoctor.why.wording import WORDS, extra_of, lines_of, phrase, said, words_of
 
 FORMAT = "gpudoctor-why"
 FORMAT_VERSION = 1
@@ -51,46 +52,28 @@ QUIET_GPU_PCT = 10.0        # ... when it holds no GPU, or one busy less than th
 GPU_BUSY_PCT = 85.0         # NVML's busy figure at or above this: the GPU is the bottleneck
 STRAGGLER_GAP = 0.15        # a rank waits this much less than the median rank: it is the straggler
 
-WORDS = {INPUT_BOUND: "input-bound", HOST_SYNC_BOUND: "host-sync-bound", IO_BOUND: "I/O-bound",
-         CPU_BOUND: "CPU-bound", GPU_BOUND: "GPU-bound", LAUNCH_BOUND: "launch-bound", IDLE: "idle",
-         STRAGGLER: "straggler", RANK_HANG: "a rank holds the others in a collective",
-         BORDERLINE: "borderline", WORKER: "a DataLoader worker", UNKNOWN: "not enough samples"}
-STARTING_WORDS = "starting up"
-
-
-@dataclass
-class Decision:
-    code: str
-    message: str
-    fix: str
-    lines: list[dict[str, Any]] = field(default_factory=list)
-    words_text: str = ""                     # words other than the code's own ("starting up", "borderline: ...")
-    extra: dict[str, Any] = field(default_factory=dict)  # causes, startup, host_overloaded
-
-    @property
-    def words(self) -> str:
-        return self.words_text or WORDS[self.code]
+#: A trainer's verdict is a :class:`~gpudoctor.model.Finding` in gpudoctor.why.wording's words (its
+#: lines, its own few words and its other JSON fields in ``evidence``: :func:`~.wording.said`).
+Decision = Finding
 
 
 def _input_fix(workers: list[ProcessView], idle_cpus: float | None, lines: list[dict[str, Any]],
                cpu_by_pid: dict[int, float | None], view_pid: int | None = None) -> str:
-    idle = (f"{idle_cpus:.0f} CPUs idle" if idle_cpus is None or idle_cpus >= 1 or idle_cpus == 0
-            else f"{idle_cpus:.1f} CPUs idle") if idle_cpus is not None else "idle CPUs unknown"
+    idle = (phrase("cpus_idle_unknown") if idle_cpus is None
+            else phrase("cpus_idle", idle=idle_cpus) if idle_cpus >= 1 or idle_cpus == 0
+            else phrase("cpus_idle_fraction", idle=idle_cpus))
     busy = [w for w in workers if w.share(rules.DATA_LOADING) >= 0.5]
-    cheaper = f"make the per-sample work at {_where(lines) if lines else 'the dataset'} cheaper (decode once, cache, move augmentation to the GPU)"
+    cheaper = phrase("cheaper", at=_where(lines) if lines else phrase("the_dataset"))
     main_cpu = cpu_by_pid.get(view_pid) if view_pid is not None else None
     if not workers and main_cpu is not None and main_cpu < WAITING_WORKER_CPU_PCT:
-        return (f"load in parallel: DataLoader(num_workers=N, persistent_workers=True, pin_memory=True): the "
-                f"loading waits (the process used {main_cpu:.0f}% of a CPU), so workers overlap the waits even "
-                f"with no CPU free ({idle}); or {cheaper}")
+        return phrase("fix_parallel_waiting", cpu=main_cpu, idle=idle, cheaper=cheaper)
     if not workers and idle_cpus is not None and idle_cpus < 1:
-        return f"no CPU is free for DataLoader workers ({idle}): {cheaper}"
+        return phrase("fix_no_cpu_free", idle=idle, cheaper=cheaper)
     if not workers:
-        return (f"load in parallel: DataLoader(num_workers=N, persistent_workers=True, pin_memory=True) ({idle}); "
-                f"or {cheaper}")
+        return phrase("fix_parallel", idle=idle, cheaper=cheaper)
     cpus = [cpu_by_pid.get(w.pid) for w in busy]
     waiting = bool(cpus) and all(c is not None and c < WAITING_WORKER_CPU_PCT for c in cpus)
-    state = f"{len(busy)} of {len(workers)} workers busy loading"
+    state = phrase("workers_busy", busy=len(busy), workers=len(workers))
     kinds: Counter = Counter()
     for w in busy:
         kinds.update(w.details[rules.DATA_LOADING])
@@ -98,15 +81,13 @@ def _input_fix(workers: list[ProcessView], idle_cpus: float | None, lines: list[
     if waiting and kind in ("decode", "transforms") and idle_cpus is not None and idle_cpus < 0.5:
         # in decode or augmentation code with no CPU idle: the workers compute but are starved of
         # CPU (a busy host), they do not wait on I/O; more of them would only share the same CPUs
-        return (f"no CPU is idle for more workers ({state}: they compute ({kind}) but get "
-                f"{max(c or 0.0 for c in cpus):.0f}% of a core at most, the CPUs being taken; {idle}): {cheaper}")
+        return phrase("fix_starved", state=state, kind=kind, most=max(c or 0.0 for c in cpus), idle=idle,
+                      cheaper=cheaper)
     if waiting:  # the workers wait (disk, network, a sleep): more of them overlap the waits
-        return (f"more DataLoader workers: they load but use little CPU ({max(cpus):.0f}% of a core at most), "
-                f"so they wait on disk or network and more of them overlap the waits ({state}; {idle}); "
-                f"or {cheaper}")
+        return phrase("fix_more_waiting", most=max(c or 0.0 for c in cpus), state=state, idle=idle, cheaper=cheaper)
     if idle_cpus is not None and idle_cpus < 1:
-        return f"no CPU is idle for more workers ({state}): {cheaper}"
-    return f"more DataLoader workers ({state}; {idle}), prefetch_factor 2-4; or {cheaper}"
+        return phrase("fix_no_idle_cpu", state=state, cheaper=cheaper)
+    return phrase("fix_more_workers", state=state, idle=idle, cheaper=cheaper)
 
 
 def _without_startup(view: ProcessView) -> ProcessView:
@@ -142,7 +123,7 @@ def decide(view: ProcessView, views: dict[int, ProcessView], source: SourceLine,
     less what runs there)."""
     n = view.main_samples
     if n < MIN_SAMPLES:
-        return Decision(UNKNOWN, f"only {n} samples of the main thread: sample longer (--seconds)", "sample longer")
+        return said("unknown:few_samples", n=n)
     if view.counts[rules.STARTUP]:
         return _with_startup(view, views, source, gpu_util=gpu_util, on_gpu=on_gpu, idle_cpus=idle_cpus,
                              main_cpu_pct=main_cpu_pct, cpu_by_pid=cpu_by_pid, gpu_unknown=gpu_unknown,
@@ -167,19 +148,14 @@ def _with_startup(view: ProcessView, views: dict[int, ProcessView], source: Sour
                "what": what, "lines": lines}
     if share >= STARTUP_SHARE or n - starting < MIN_SAMPLES:
         again = max(5, math.ceil(seconds)) if seconds is not None else 10
-        return Decision(UNKNOWN, f"starting up: {share:.0%} of the window was {what} (at {_where(lines)}); "
-                        f"sample again in {again} s", f"sample again in {again} s, once the loop runs "
-                        "(gpudoctor why -- CMD waits for it)", lines, words_text=STARTING_WORDS,
-                        extra={"startup": startup})
+        starting = said("unknown:starting", lines=lines, share=share, what=what, at=_where(lines), again=again)
+        starting.evidence["startup"] = startup
+        return starting
     decision = decide(_without_startup(view), views, source, **figures)
-    took = f" ({seconds:.1f} s)" if seconds is not None else ""
-    decision.message += f"; start-up left out: {share:.0%} of the window{took} was {what}"
-    decision.extra["startup"] = startup
+    took = phrase("startup_took", seconds=seconds) if seconds is not None else ""
+    decision.summary += phrase("startup_left_out", share=share, took=took, what=what)
+    decision.evidence["startup"] = startup
     return decision
-
-
-_WAIT_FIX = ("nothing runs: if it should be training, see what it waits for (a sleep, a lock, "
-             "another rank at a barrier, a file)")
 
 
 def _waiting(view: ProcessView, source: SourceLine, main_cpu_pct: float | None, on_gpu: bool | None,
@@ -191,15 +167,11 @@ def _waiting(view: ProcessView, source: SourceLine, main_cpu_pct: float | None, 
         if view.share(rules.COLLECTIVE) >= view.share(rules.IDLE):
             lines = _line_records(view.lines[rules.COLLECTIVE], view.counts[rules.COLLECTIVE], source)
             what = view.details[rules.COLLECTIVE].most_common(1)[0][0]
-            return Decision(IDLE, f"waiting in a collective: {view.share(rules.COLLECTIVE):.0%} of the main thread's "
-                            f"time is in torch.distributed {what} at {_where(lines)}, waiting for the other ranks",
-                            "a slower rank holds the others: run gpudoctor why on the torchrun launcher's PID to "
-                            "sample every rank and name the straggler (or a rank that hangs)", lines,
-                            words_text="waiting in a collective")
+            return said("idle:collective", lines=lines, share=view.share(rules.COLLECTIVE), what=what,
+                        at=_where(lines))
         lines = _line_records(view.lines[rules.IDLE], view.counts[rules.IDLE], source)
-        what = view.details[rules.IDLE].most_common(1)[0][0] or "a wait"
-        return Decision(IDLE, f"{view.share(rules.IDLE):.0%} of the main thread's time waits ({what}) at {_where(lines)}",
-                        _WAIT_FIX, lines)
+        what = view.details[rules.IDLE].most_common(1)[0][0] or phrase("a_wait")
+        return said("idle:waits", lines=lines, share=view.share(rules.IDLE), what=what, at=_where(lines))
     gpu_quiet = on_gpu is False or (on_gpu is True and (gpu_util is None or gpu_util < QUIET_GPU_PCT))
     quiet = main_cpu_pct is not None and main_cpu_pct < QUIET_CPU_PCT and gpu_quiet
     if not quiet or view.share(rules.OTHER) + view.share(rules.IDLE) < IDLE_SHARE:
@@ -211,10 +183,9 @@ def _waiting(view: ProcessView, source: SourceLine, main_cpu_pct: float | None, 
     view.counts[rules.OTHER] = 0
     view.details[rules.IDLE]["waiting outside Python"] += moved
     view.lines[rules.IDLE].update(view.lines.pop(rules.OTHER, Counter()))
-    held = "" if not on_gpu else ("; it holds a GPU, whose busy figure is unknown" if gpu_util is None
-                                  else f"; the GPU it holds is busy {gpu_util:.0f}% of the time")
-    return Decision(IDLE, f"the main thread used {main_cpu_pct:.0f}% of a CPU: it sleeps or waits outside "
-                    f"Python (a sleep, a lock, a socket) at {_where(lines)}{held}", _WAIT_FIX, lines)
+    held = "" if not on_gpu else (phrase("holds_gpu_unknown") if gpu_util is None
+                                  else phrase("holds_gpu_busy", util=gpu_util))
+    return said("idle:outside_python", lines=lines, cpu=main_cpu_pct, at=_where(lines), held=held)
 
 
 def _steady(view: ProcessView, views: dict[int, ProcessView], source: SourceLine, *, gpu_util: float | None,
@@ -226,7 +197,7 @@ def _steady(view: ProcessView, views: dict[int, ProcessView], source: SourceLine
                   (view.share(rules.CHECKPOINT_IO), IO_BOUND)]
     share, code = max(candidates)
     gpu_busy = gpu_util is not None and gpu_util >= GPU_BUSY_PCT
-    gpu_words = f"; the GPU is busy {gpu_util:.0f}% of the time" if gpu_util is not None else ""
+    gpu_words = phrase("gpu_busy", util=gpu_util) if gpu_util is not None else ""
     if share >= PROBLEM_SHARE + BORDERLINE_MARGIN and not gpu_busy:
         return _problem(code, share, view, views, source, gpu_words, idle_cpus, cpu_by_pid)
     if gpu_busy and gpu_util is not None:
@@ -234,12 +205,12 @@ def _steady(view: ProcessView, views: dict[int, ProcessView], source: SourceLine
     base = _compute(view, source, on_gpu, gpu_words, gpu_unknown)
     if share >= PROBLEM_SHARE - BORDERLINE_MARGIN:  # near the threshold: name both, so windows do not flip
         problem = _problem(code, share, view, views, source, gpu_words, idle_cpus, cpu_by_pid)
-        return Decision(BORDERLINE, f"on the line between {problem.words} and {base.words} "
-                        f"({PROBLEM_SHARE - BORDERLINE_MARGIN:.0%}-{PROBLEM_SHARE + BORDERLINE_MARGIN:.0%} "
-                        f"is the margin): {problem.message}; and {base.message}",
-                        f"{problem.fix}; and {base.fix}", problem.lines + base.lines[:2],
-                        words_text=f"borderline: {problem.words} / {base.words}",
-                        extra={"causes": [problem.code, base.code]})
+        both = said("borderline:both", lines=lines_of(problem) + lines_of(base)[:2], problem=words_of(problem),
+                    base=words_of(base), low=PROBLEM_SHARE - BORDERLINE_MARGIN, high=PROBLEM_SHARE + BORDERLINE_MARGIN,
+                    problem_message=problem.summary, base_message=base.summary, problem_fix=problem.fix,
+                    base_fix=base.fix)
+        both.evidence["causes"] = [problem.code, base.code]
+        return both
     return base
 
 
@@ -251,20 +222,13 @@ def _gpu_busy(gpu_util: float, gpm: dict[str, Any]) -> Decision:
 
     sm = gpm.get("sm_active_mean_pct")
     if sm is None:
-        note = gpm.get("gpm_note") or "not read"
-        return Decision(GPU_BOUND, f"the GPU is busy {gpu_util:.0f}% of the time by NVML utilisation; whether its "
-                        f"kernels fill it cannot be told without SM activity (GPM: {note})",
-                        "if the loop runs many small operations, larger batches or CUDA graphs (torch.compile "
-                        "mode='reduce-overhead'); if its kernels are large, mixed precision (torch.autocast), "
-                        "channels_last, torch.compile", words_text="GPU-bound (by utilisation alone)")
+        note = gpm.get("gpm_note") or phrase("not_read")
+        return said("gpu_bound:utilisation_only", util=gpu_util, note=note)
     found = verdict({"gpu_util_pct": gpu_util, "sm_active_pct": sm,
                      "tensor_active_pct": gpm.get("tensor_active_mean_pct")})
     if found.code == "busy_small_kernels":
-        return Decision(LAUNCH_BOUND, found.words, found.fix + "; fewer, larger operations (torch.compile)",
-                        words_text="launch-bound")
-    return Decision(GPU_BOUND, f"{found.words}: the GPU is the bottleneck",
-                    found.fix or "faster GPU work: mixed precision (torch.autocast), channels_last, torch.compile, "
-                    "larger batches if memory allows")
+        return said("launch_bound:small_kernels", words=found.summary, fix=found.fix)
+    return said("gpu_bound:gpm" if found.fix else "gpu_bound:gpm_no_fix", words=found.summary, fix=found.fix)
 
 
 _COMPUTING = (rules.FORWARD, rules.BACKWARD, rules.OPTIMIZER, rules.EVALUATION, rules.OTHER)
@@ -276,31 +240,20 @@ def _compute(view: ProcessView, source: SourceLine, on_gpu: bool | None, gpu_wor
     n = view.main_samples
     compute = sum(view.share(c) for c in _COMPUTING)
     lines = _line_records(sum((view.lines[c] for c in _COMPUTING), Counter()), n, source)
-    split = ", ".join(f"{c} {view.share(c):.0%}" for c in _COMPUTING if view.share(c) >= 0.05) or "no one part"
+    split = ", ".join(f"{c} {view.share(c):.0%}" for c in _COMPUTING if view.share(c) >= 0.05) or phrase("no_one_part")
     if view.share(rules.COLLECTIVE) >= 0.05:
-        split += f"; {view.share(rules.COLLECTIVE):.0%} waits in collectives"
+        split += phrase("in_collectives", share=view.share(rules.COLLECTIVE))
     if view.share(rules.EVALUATION) >= max(view.share(c) for c in _COMPUTING):
-        split += "; most of it evaluation (no_grad/inference_mode or an eval function): sample during training " \
-                 "for the training verdict"
-    own = _own_python_fix(view, lines)
-    if own is not None:  # the user's own Python outside the model: neither a GPU nor fewer launches speed it up
-        return Decision(CPU_BOUND, f"{compute:.0%} of the main thread's time is computing on the CPU ({split}), "
-                        f"most of it the script's own Python outside the model{gpu_words}", own, lines)
+        split += phrase("mostly_evaluation")
+    figures = {"compute": compute, "split": split, "gpu_words": gpu_words}
+    if _own_python(view):  # the user's own Python outside the model: neither a GPU nor fewer launches speed it up
+        where = phrase("own_python_at", file=lines[0]["file"], line=lines[0]["line"]) if lines else ""
+        return said("cpu_bound:own_python", lines=lines, where=where, **figures)
     if on_gpu:
-        return Decision(CPU_BOUND, f"{compute:.0%} of the main thread's time is Python and kernel launches "
-                        f"({split}){gpu_words}: the host cannot keep the GPU busy",
-                        "less Python per step: larger batches, torch.compile or CUDA graphs, fused optimizers "
-                        "(foreach/fused=True), fewer small tensor ops", lines)
+        return said("cpu_bound:on_gpu", lines=lines, **figures)
     if on_gpu is None:
-        return Decision(CPU_BOUND, f"{compute:.0%} of the main thread's time is Python, CPU work and kernel launches "
-                        f"({split}){gpu_words}; whether it uses a GPU is unknown ({gpu_unknown or 'not read'})",
-                        "on a GPU: less Python per step (larger batches, torch.compile or CUDA graphs, fused "
-                        "optimizers); on the CPU: train on a GPU, or torch.set_num_threads to the cores left free "
-                        "by the loader", lines)
-    return Decision(CPU_BOUND, f"{compute:.0%} of the main thread's time is computing on the CPU ({split}); "
-                    f"no GPU in use{gpu_words}",
-                    "train on a GPU (model.to('cuda') and each batch .to('cuda')); on the CPU, "
-                    "torch.set_num_threads to the cores left free by the loader", lines)
+        return said("cpu_bound:gpu_unknown", lines=lines, unknown=gpu_unknown or phrase("not_read"), **figures)
+    return said("cpu_bound:no_gpu", lines=lines, **figures)
 
 
 #: The share of the main thread's computing time in the user's own Python outside forward,
@@ -309,16 +262,11 @@ def _compute(view: ProcessView, source: SourceLine, on_gpu: bool | None, gpu_wor
 OWN_PYTHON_SHARE = 0.5
 
 
-def _own_python_fix(view: ProcessView, lines: list[dict[str, Any]]) -> str | None:
-    """The fix when most of the computing is the script's own Python in the loop (a tokenizer run
-    on each batch, record parsing): a GPU would not run it, so say where it should go instead."""
+def _own_python(view: ProcessView) -> bool:
+    """Whether most of the computing is the script's own Python in the loop (a tokenizer run on
+    each batch, record parsing): a GPU would not run it, so the fix says where it should go instead."""
     compute = sum(view.share(c) for c in _COMPUTING)
-    if compute <= 0 or view.share(rules.OTHER) < OWN_PYTHON_SHARE * compute:
-        return None
-    where = f" at {lines[0]['file']}:{lines[0]['line']}" if lines else ""
-    return (f"make the per-batch Python{where} cheaper or take it out of the loop: do per-sample work (tokenising, "
-            "parsing, augmenting) in the Dataset's __getitem__ so DataLoader workers run it in parallel, or do it "
-            "once before training and keep the result; moving the model to a GPU would not speed this part up")
+    return compute > 0 and view.share(rules.OTHER) >= OWN_PYTHON_SHARE * compute
 
 
 def _problem(code: str, share: float, view: ProcessView, views: dict[int, ProcessView], source: SourceLine,
@@ -326,26 +274,22 @@ def _problem(code: str, share: float, view: ProcessView, views: dict[int, Proces
     if code == INPUT_BOUND:
         workers = _workers_of(view, views)
         lines = _data_lines(view, workers, source)
-        how = (f"{len(workers)} workers" if workers else "no workers: loading in the main process")
-        detail = Counter()
+        how = phrase("workers", n=len(workers)) if workers else phrase("no_workers")
+        detail: Counter = Counter()
         for w in workers:
             detail.update(w.details[rules.DATA_LOADING])
-        doing = (f", busy in {_where(lines)}" if lines else ", the dataset's line was not seen") + \
-            (f" -> {detail.most_common(1)[0][0]}" if detail else "")
-        return Decision(INPUT_BOUND, f"{share:.0%} of the main thread's time waits for the next batch "
-                        f"(torch DataLoader, {how}{doing}){gpu_words}", _input_fix(workers, idle_cpus, lines, cpu_by_pid, view.pid),
-                        lines)
+        doing = (phrase("busy_in", at=_where(lines)) if lines else phrase("dataset_unseen")) + \
+            (phrase("loading_kind", kind=detail.most_common(1)[0][0]) if detail else "")
+        return said("input_bound:loader", lines=lines, share=share, how=how, doing=doing, gpu_words=gpu_words,
+                    fix=_input_fix(workers, idle_cpus, lines, cpu_by_pid, view.pid))
     if code == HOST_SYNC_BOUND:
         lines = _line_records(view.lines[rules.HOST_SYNC], view.counts[rules.HOST_SYNC], source)
         pattern = view.details[rules.HOST_SYNC].most_common(1)[0][0]
         what, advice = sync_pattern_words(pattern)
-        return Decision(HOST_SYNC_BOUND, f"{share:.0%} of the main thread's time waits for the GPU in {what} "
-                        f"at {_where(lines)}{gpu_words}", advice, lines)
+        return said("host_sync_bound:sync", lines=lines, share=share, what=what, at=_where(lines), gpu_words=gpu_words,
+                    fix=advice)
     lines = _line_records(view.lines[rules.CHECKPOINT_IO], view.counts[rules.CHECKPOINT_IO], source)
-    return Decision(IO_BOUND, f"{share:.0%} of the main thread's time saves or loads (torch.save/load, pickle) "
-                    f"at {_where(lines)}{gpu_words}",
-                    "checkpoint less often, or in a background thread/process (torch.distributed.checkpoint "
-                    "async_save); write to local disk, not a network share", lines)
+    return said("io_bound:checkpoint", lines=lines, share=share, at=_where(lines), gpu_words=gpu_words)
 
 
 YES, NO, UNKNOWN_STATE = "yes", "no", "unknown"
@@ -405,8 +349,8 @@ def _process_record(view: ProcessView, decision: Decision | None, readings: dict
     if evidence is not None:
         out["gpu_evidence"] = evidence
     if decision is not None:
-        out["verdict"] = {"code": decision.code, "words": decision.words, "message": decision.message,
-                          "fix": decision.fix, "lines": decision.lines}
+        out["verdict"] = {"code": decision.code, "words": words_of(decision), "message": decision.summary,
+                          "fix": decision.fix, "lines": lines_of(decision)}
     return out
 
 
@@ -461,12 +405,10 @@ def straggler(ranks: list[tuple[ProcessView, Decision]],
     excess = {c: view.share(c) - sum(o.share(c) for o in others) / len(others)
               for c in rules.CATEGORIES if c not in waiting}
     where = max(excess, key=lambda c: excess[c])
-    return {"pid": view.pid, "code": STRAGGLER, "words": WORDS[STRAGGLER], "category": where,
-            "message": f"pid {view.pid} works {work(view):.0%} of its time where the median rank works "
-                       f"{median:.0%} and waits for it (in collectives, or in backward with its CPU idle); "
-                       f"the extra time is in {where} (+{excess[where]:.0%}); on its own it is {decision.words}: "
-                       f"{decision.message}",
-            "fix": decision.fix}
+    found = said("straggler:ranks", pid=view.pid, work=work(view), median=median, where=where, excess=excess[where],
+                 words=words_of(decision), message=decision.summary, fix=decision.fix)
+    return {"pid": view.pid, "code": STRAGGLER, "words": words_of(found), "category": where,
+            "message": found.summary, "fix": found.fix}
 
 
 def _across_ranks(decided: list[tuple[ProcessView, Decision]], views: dict[int, ProcessView],
@@ -491,8 +433,9 @@ def _across_ranks(decided: list[tuple[ProcessView, Decision]], views: dict[int, 
 
     found = hang.find(ranks, views, source, window_s=window_s, gpu_of=gpu_of, flight=readings.get("flight_recorder"))
     if found is not None:
-        slow = None if found.code != STRAGGLER else {"pid": found.pid, "code": STRAGGLER, "words": found.words,
-                                                     "message": found.message, "fix": found.fix}
+        slow = None if found.code != STRAGGLER else {"pid": found.evidence["pid"], "code": STRAGGLER,
+                                                     "words": words_of(found), "message": found.summary,
+                                                     "fix": found.fix}
         return found, slow
     return None, straggler(decided, {r.view.pid: r.main_cpu_pct for r in ranks})
 
@@ -521,7 +464,7 @@ def diagnose(stacks: Sequence[Stack], readings: dict[str, Any], source: SourceLi
     hung, lagging = _across_ranks(decided, views, readings, source, window_s)
     main = next((d for d in decided if d[0].pid == pid), None) or (max(decided, key=lambda d: d[0].main_samples)
                                                                     if decided else None)
-    named = hung.pid if hung is not None else lagging["pid"] if lagging is not None else None
+    named = hung.evidence["pid"] if hung is not None else lagging["pid"] if lagging is not None else None
     if named is not None and (main is None or main[0].pid != pid or hung is not None):  # the launcher was asked
         main = next(d for d in decided if d[0].pid == named)
     asked = views.get(pid)
@@ -530,22 +473,23 @@ def diagnose(stacks: Sequence[Stack], readings: dict[str, Any], source: SourceLi
         verdict = _worker_verdict(asked, readings, source)
         shares: dict[str, float] = asked.shares()
     elif main is None:
-        verdict = {"code": UNKNOWN, "words": WORDS[UNKNOWN], "message": "no training process was sampled",
-                   "fix": "sample longer, or give the PID of the training process", "lines": []}
+        nothing = said("unknown:nothing_sampled")
+        verdict = {"code": UNKNOWN, "words": WORDS[UNKNOWN], "message": nothing.summary, "fix": nothing.fix, "lines": []}
         shares = {c: 0.0 for c in rules.CATEGORIES}
     else:
         view, decision = main
-        verdict = {"code": decision.code, "words": decision.words, "message": decision.message,
-                   "fix": decision.fix, "lines": decision.lines, "pid": view.pid, **decision.extra}
+        verdict = {"code": decision.code, "words": words_of(decision), "message": decision.summary,
+                   "fix": decision.fix, "lines": lines_of(decision), "pid": view.pid, **extra_of(decision)}
         details = {c: d.most_common(1)[0][0] for c, d in view.details.items() if d and d.most_common(1)[0][0]}
         if hung is not None:
-            verdict.update(code=hung.code, words=hung.words, message=hung.message, fix=hung.fix, lines=hung.lines)
+            verdict.update(code=hung.code, words=words_of(hung), message=hung.summary, fix=hung.fix,
+                           lines=lines_of(hung))
         elif lagging is not None and lagging["pid"] == view.pid:
             # its lines are where its extra time is (a slow rank also waits in backward's all-reduce
             # for a rank the machine delayed: those lines are not why the others wait for it)
             extra = _line_records(view.lines[lagging["category"]], view.main_samples, source)
             verdict.update(code=STRAGGLER, words=WORDS[STRAGGLER], message=lagging["message"],
-                           lines=extra or decision.lines)
+                           lines=extra or lines_of(decision))
         shares = view.shares()
         if asked is not None and asked.role == "parent" and view.pid != pid:
             verdict["message"] = _parent_words(asked, views, view) + verdict["message"]
@@ -556,14 +500,13 @@ def diagnose(stacks: Sequence[Stack], readings: dict[str, Any], source: SourceLi
             "processes": [_process_record(v, next((d for w, d in decided if w is v), None), readings)
                           for v in sorted(views.values(), key=lambda v: v.pid)],
             "ranks": [v.pid for v, _ in ranks_of(decided, views, processes)],
-            "straggler": lagging, "hang": hung.record if hung is not None else None,
+            "straggler": lagging, "hang": hung.evidence["record"] if hung is not None else None,
             "gpu": {"available": bool(gpu.get("available")), "reason": gpu.get("reason"),
                     "in_use": _state(on_gpu), "evidence": why_so,
                     "util_mean_pct": util, "devices": held or gpu.get("devices", [])},
             "host": host}
 
 
-ENDED_STARTING_WORDS = "ended during start-up"
 _TRAINING_WORK = (rules.FORWARD, rules.BACKWARD, rules.OPTIMIZER, rules.EVALUATION, rules.DATA_WAIT,
                   rules.DATA_LOADING, rules.HOST_SYNC, rules.COLLECTIVE, rules.CHECKPOINT_IO)
 
@@ -582,22 +525,19 @@ def ended_during_startup(verdict: dict[str, Any], sampled_s: float | None) -> di
     samples are its exit: a traceback printed, the interpreter ending), the start-up lines kept."""
     startup = verdict.get("startup") or {}
     lines = startup.get("lines") or []
-    at = f", last seen at {_where(lines)}" if lines else ""
-    return {"code": UNKNOWN, "words": ENDED_STARTING_WORDS, **({"pid": verdict["pid"]} if "pid" in verdict else {}),
-            "message": f"the process ended before its loop was seen running (start-up, or a loop with no "
-                       f"model, data or collective in it){at}; its last {sampled_s or 0:.1f} s sampled are its "
-                       "start-up and its exit",
-            "fix": "see its own error output (a missing dataset, a failed download, a bad argument), fix that, "
-                   "and run gpudoctor why again", "lines": lines}
+    at = phrase("last_seen_at", at=_where(lines)) if lines else ""
+    ended = said("unknown:ended", lines=lines, at=at, sampled=sampled_s or 0)
+    return {"code": UNKNOWN, "words": words_of(ended), **({"pid": verdict["pid"]} if "pid" in verdict else {}),
+            "message": ended.summary, "fix": ended.fix, "lines": lines}
 
 
 def _parent_words(parent: ProcessView, views: dict[int, ProcessView], chosen: ProcessView) -> str:
     """pid P waits for the N trainers it started: whose verdict follows."""
     trainers = children_of(parent, views)
     pids = ", ".join(str(v.pid) for v in trainers[:8]) + (", ..." if len(trainers) > 8 else "")
-    which = "the busiest" if len(trainers) > 1 else "it"
-    return (f"pid {parent.pid} waits for the {len(trainers)} trainer process{'es' if len(trainers) != 1 else ''} "
-            f"it started (pids {pids}); {which}, pid {chosen.pid}: ")
+    which = phrase("parent_busiest") if len(trainers) > 1 else phrase("parent_it")
+    return phrase("parent", pid=parent.pid, n=len(trainers), plural="es" if len(trainers) != 1 else "", pids=pids,
+                  which=which, chosen=chosen.pid)
 
 
 def _decide_trainers(views: dict[int, ProcessView], readings: dict[str, Any], gpu: dict[str, Any],
@@ -645,18 +585,17 @@ def overloaded(decision: Decision, host: dict[str, Any]) -> Decision:
         return decision
     count = host.get("others_count") or len(host.get("others") or [])
     top = ", ".join(f"{e['name']} (pid {e['pid']}) {e['cpu_pct']:.0f}%" for e in (host.get("others") or [])[:3])
-    load = f", load {host['load_1m']:.1f}" if host.get("load_1m") is not None else ""
-    words = (f"{count} other process{'es' if count != 1 else ''} use {others:.0f}% of {cpus:g} "
-             f"core{'s' if cpus != 1 else ''}{load}")
+    load = phrase("load_1m", load=host["load_1m"]) if host.get("load_1m") is not None else ""
+    words = phrase("overloaded_load", count=count, plural="es" if count != 1 else "", others=others, cpus=cpus,
+                   cores="s" if cpus != 1 else "", load=load)
     if steal >= 10.0:
-        words += f", and the hypervisor gives {steal:.0f}% of a core to other machines (steal)"
-    decision.words_text = f"{decision.words}, but the host is overloaded"
-    decision.message = f"{decision.message}; but the host is overloaded: {words} ({top})"
+        words += phrase("steal", steal=steal)
+    decision.evidence["words"] = phrase("overloaded_words", words=words_of(decision))
+    decision.summary = phrase("overloaded_message", message=decision.summary, load=words, top=top)
     first = (host.get("others") or [None])[0]
-    busiest = f"{first['name']} (pid {first['pid']})" if first else "the other processes"
-    decision.fix = (f"free the CPUs first (stop or move {busiest}, "
-                    f"or run on a quieter node), then judge again; {decision.fix}")
-    decision.extra["host_overloaded"] = {"others_cpu_pct": others, "cpus": cpus, "others": host.get("others") or [],
+    busiest = f"{first['name']} (pid {first['pid']})" if first else phrase("other_processes")
+    decision.fix = phrase("overloaded_fix", busiest=busiest, fix=decision.fix)
+    decision.evidence["host_overloaded"] = {"others_cpu_pct": others, "cpus": cpus, "others": host.get("others") or [],
                                          "steal_cpus": host.get("steal_cpus")}
     return decision
 
@@ -665,9 +604,9 @@ def _worker_verdict(view: ProcessView, readings: dict[str, Any], source: SourceL
     """`why` was asked about a DataLoader worker: what it loads, and the parent to ask about."""
     parent = view.parent or ((readings.get("processes") or {}).get(view.pid) or {}).get("ppid")
     lines = _line_records(view.lines[rules.DATA_LOADING], view.counts[rules.DATA_LOADING], source)
-    ask = f"gpudoctor why {parent}" if parent else "gpudoctor why <the training process's PID>"
-    doing = f"{view.share(rules.DATA_LOADING):.0%} of its time loads samples" + (f" at {_where(lines)}" if lines else "")
-    return {"code": WORKER, "words": WORDS[WORKER], "pid": view.pid,
-            "message": f"pid {view.pid} is a DataLoader worker of pid {parent or 'unknown'}: {doing}; whether the "
-                       f"training is input-bound is told by the training process, pid {parent or 'unknown'}",
-            "fix": f"ask about the training process: {ask}", "lines": lines, "parent_pid": parent}
+    ask = phrase("worker_ask", parent=parent) if parent else phrase("worker_ask_unknown")
+    doing = phrase("worker_doing", share=view.share(rules.DATA_LOADING)) + \
+        (phrase("worker_at", at=_where(lines)) if lines else "")
+    worker = said("dataloader_worker:asked", pid=view.pid, parent=parent or "unknown", doing=doing, ask=ask)
+    return {"code": WORKER, "words": WORDS[WORKER], "pid": view.pid, "message": worker.summary,
+            "fix": worker.fix, "lines": lines, "parent_pid": parent}

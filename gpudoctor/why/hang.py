@@ -17,13 +17,14 @@ from __future__ import annotations
 import math
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
-from gpudoctor.hooks.summary import STRAGGLER
+from gpudoctor.model import Finding
 from gpudoctor.why import flightrec, rules
 from gpudoctor.why.rules import SourceLine
 from gpudoctor.why.views import ProcessView, data_lines, line_records, where, workers_of
+from gpudoctor.why.wording import phrase, said
 
 RANK_HANG = "rank_hang"
 WHOLE_WINDOW = 0.90      # a rank in one collective this share of its samples waits in it all the window
@@ -51,15 +52,10 @@ class Rank:
         return f"rank {self.rank} (pid {self.view.pid})" if self.rank is not None else f"pid {self.view.pid}"
 
 
-@dataclass
-class Hang:
-    code: str
-    words: str
-    message: str
-    fix: str
-    pid: int
-    lines: list[dict[str, Any]]
-    record: dict[str, Any] = field(default_factory=dict)   # the JSON's "hang" object
+#: The hang (or slow-rank) verdict is a :class:`~gpudoctor.model.Finding` in gpudoctor.why.wording's
+#: words; its ``evidence`` holds the user's ``lines``, its ``words``, the ``pid`` of the rank named
+#: and the JSON's ``hang`` object (``record``).
+Hang = Finding
 
 
 def _collective(view: ProcessView) -> tuple[str, float]:
@@ -86,29 +82,30 @@ def _doing(rank: Rank, op: str, views: dict[int, ProcessView], source: SourceLin
     detail = view.details[category].most_common(1)[0][0] if view.details[category] else ""
     quiet = rank.main_cpu_pct is not None and rank.main_cpu_pct < QUIET_CPU_PCT
     if category == rules.COLLECTIVE:
-        other = next((d for d, _ in view.details[rules.COLLECTIVE].most_common() if d != op), "another collective")
-        words, kind = f"in another collective, {other}", "other_collective"
+        other = next((d for d, _ in view.details[rules.COLLECTIVE].most_common() if d != op),
+                     phrase("another_collective"))
+        words, kind = phrase("away_other_collective", other=other), "other_collective"
     elif category == rules.DATA_WAIT:
         found = data_lines(view, workers_of(view, views), source)
         lines = found or lines
-        words, kind = f"waiting for data (DataLoader, {detail or 'waiting for workers'})", "data_wait"
+        words, kind = phrase("away_data_wait", detail=detail or phrase("waiting_for_workers")), "data_wait"
     elif category == rules.IDLE:
         text = lines[0]["code"] if lines else ""
         asleep = detail == "sleep" or "sleep(" in text.replace(" ", "")
-        what = detail if detail and not detail.startswith("<") else "a wait"
-        words, kind = ("sleeping" if asleep else f"waiting ({what})"), "waiting"
+        what = detail if detail and not detail.startswith("<") else phrase("a_wait")
+        words, kind = (phrase("away_sleeping") if asleep else phrase("away_waiting", what=what)), "waiting"
     elif category in _COMPUTE and not (rank.main_cpu_pct is not None and rank.main_cpu_pct < STILL_CPU_PCT):
-        words, kind = f"slow in {category}", "slow"
+        words, kind = phrase("away_slow", category=category), "slow"
     elif category == rules.OTHER and quiet:
-        words, kind = "waiting outside Python", "waiting"
+        words, kind = phrase("away_outside_python"), "waiting"
     elif category == rules.STARTUP:
-        words, kind = f"still starting up ({detail or 'start-up'})", "starting"
+        words, kind = phrase("away_starting", detail=detail or phrase("start_up")), "starting"
     else:
-        words, kind = f"computing ({category.replace('_', ' ')})", "computing"
-    cpu = f"{rank.main_cpu_pct:.0f}%" if rank.main_cpu_pct is not None else "unknown"
+        words, kind = phrase("away_computing", category=category.replace("_", " ")), "computing"
+    cpu = f"{rank.main_cpu_pct:.0f}%" if rank.main_cpu_pct is not None else phrase("cpu_unknown")
     return {"pid": view.pid, "rank": rank.rank, "category": category, "kind": kind, "doing": words,
             "share": round(view.share(category), 4), "main_thread_cpu_pct": rank.main_cpu_pct,
-            "lines": lines, "words": f"{rank.name()} is {words} at {where(lines)} (main thread {cpu} of a CPU)"}
+            "lines": lines, "words": phrase("away_rank", rank=rank.name(), words=words, at=where(lines), cpu=cpu)}
 
 
 def gpu_state(util: float | None, sm: float | None, gpm_note: str | None, on_gpu: bool | None,
@@ -118,34 +115,30 @@ def gpu_state(util: float | None, sm: float | None, gpm_note: str | None, on_gpu
     cannot be told."""
     out: dict[str, Any] = {"util_pct": util, "sm_active_pct": sm}
     if on_gpu is False:
-        out.update(state="no_gpu", words="no GPU in use (a CPU job: gloo waits on the host)")
+        out.update(state="no_gpu", words=phrase("gpu_no_gpu"))
     elif util is None:
-        out.update(state="unknown", words=f"GPU state not read ({reason or 'NVML lists none of the ranks'})")
+        out.update(state="unknown", words=phrase("gpu_unknown", reason=reason or phrase("gpu_unlisted")))
     elif util <= IDLE_UTIL_PCT:
-        out.update(state="idle", words=f"GPU idle (utilisation {util:.0f}%): nothing runs on it; the ranks wait on "
-                                       "the host")
+        out.update(state="idle", words=phrase("gpu_idle", util=util))
     elif util >= SPIN_UTIL_PCT and sm is not None and sm < SPIN_SM_PCT:
-        out.update(state="spinning", words=f"GPU spinning (utilisation {util:.0f}%, SM activity {sm:.0f}%): NCCL "
-                                           "kernels wait on the GPU for the rank that is missing")
+        out.update(state="spinning", words=phrase("gpu_spinning", util=util, sm=sm))
     elif util >= SPIN_UTIL_PCT and sm is None:
-        out.update(state="busy_unknown", words=f"GPU busy {util:.0f}% by utilisation; NCCL kernels that spin and "
-                                               "real work read the same there, and without SM activity (GPM: "
-                                               f"{gpm_note or 'not read'}) they cannot be told apart")
+        out.update(state="busy_unknown", words=phrase("gpu_busy_unknown", util=util, note=gpm_note or phrase("not_read")))
     else:
-        smw = f", SM activity {sm:.0f}%" if sm is not None else ""
-        out.update(state="busy", words=f"GPU working (utilisation {util:.0f}%{smw}): kernels run while ranks wait")
+        smw = phrase("gpu_sm", sm=sm) if sm is not None else ""
+        out.update(state="busy", words=phrase("gpu_working", util=util, sm=smw))
     return out
 
 
 def _waited(waiters: list[Rank], op: str, window_s: float | None) -> tuple[float | None, str]:
     if not window_s:
-        return None, "for the sampled window"
+        return None, phrase("waited_window")
     waited = min(_in_op(r.view, op) for r in waiters) * window_s
     ages = [r.age_s for r in waiters if r.age_s is not None]
     if ages:  # a window that began before the ranks did: they cannot have waited longer than they ran
         waited = min(waited, min(ages))
-    since = f"; the ranks started {math.ceil(min(ages)):.0f} s ago" if ages else ""
-    return round(waited, 2), f"for at least {waited:.1f} s (all of the sampled window they were seen{since})"
+    since = phrase("waited_since", age=math.ceil(min(ages))) if ages else ""
+    return round(waited, 2), phrase("waited", waited=waited, since=since)
 
 
 def _flight_words(found: dict[str, Any] | None, on_gpu: bool | None = None) -> tuple[str, dict[str, Any]]:
@@ -159,29 +152,30 @@ def _flight_words(found: dict[str, Any] | None, on_gpu: bool | None = None) -> t
     refused = "; ".join(f"rank {e['rank']}'s dump {e['path']}: {e['error']}" for e in record["errors"][:4])
     if not dumps and looked and on_gpu is False and not any(record["settings"].values()):
         # no GPU and none of its variables set in any rank: a gloo job on the host, no flight recorder
-        return "flight recorder: none (the ranks use no GPU: NCCL's flight recorder does not apply)", record
+        return phrase("flight_no_gpu"), record
     if not dumps:
         record["advice"] = list(flightrec.ADVICE)
-        return (f"flight recorder: no dump found{f' ({refused})' if refused else ''}; for the next run set "
-                f"{', '.join(flightrec.ADVICE[:3])} (and a shorter timeout)"), record
+        return phrase("flight_no_dump", refused=f" ({refused})" if refused else "",
+                      settings=", ".join(flightrec.ADVICE[:3])), record
     late = flightrec.behind(dumps)
     record["behind"] = late
     if late is None:
         last = dumps[0]["groups"][0]["last"] if dumps[0]["groups"] and dumps[0]["groups"][0]["last"] else None
-        what = f"#{last['seq']} {last['op']} ({last['state']})" if last else "no collective"
-        return f"flight recorder dumps of ranks {', '.join(str(d['rank']) for d in dumps)} agree: last {what}", record
+        what = f"#{last['seq']} {last['op']} ({last['state']})" if last else phrase("flight_no_collective")
+        return phrase("flight_agree", ranks=", ".join(str(d["rank"]) for d in dumps), what=what), record
     waiting = late["waiting_in"] or {}
-    behind = "; ".join(f"rank {r} is behind at #{e['seq']} {e['op']} ({e['state']})" if e else f"rank {r} is behind"
-                       for r, e in late["last_of"].items())
-    at = f"#{waiting.get('seq')} {waiting.get('op')} ({waiting.get('state')})" if waiting else "a later collective"
+    behind = "; ".join(phrase("flight_rank_behind_at", rank=r, seq=e["seq"], op=e["op"], state=e["state"]) if e
+                       else phrase("flight_rank_behind", rank=r) for r, e in late["last_of"].items())
+    at = (f"#{waiting.get('seq')} {waiting.get('op')} ({waiting.get('state')})" if waiting
+          else phrase("flight_later"))
     written = next((d.get("written") for d in dumps if d["rank"] == late["ahead"][0]), None)
     created = waiting.get("created_ns")
     if isinstance(written, (int, float)) and isinstance(created, int) and 0 < created / 1e9 <= written + 1:
         late["waited_at_dump_s"] = round(max(0.0, written - created / 1e9), 1)  # the clocks: wall time, both
-        at += f", enqueued {late['waited_at_dump_s']:.0f} s before its dump was written"
-    ahead = (f"rank {late['ahead'][0]} is" if len(late["ahead"]) == 1
-             else f"ranks {', '.join(map(str, late['ahead']))} are")
-    return f"flight recorder (process group {late['pg_id']}): {behind}; {ahead} at {at}", record
+        at += phrase("flight_enqueued", seconds=late["waited_at_dump_s"])
+    ahead = (phrase("flight_rank_ahead", rank=late["ahead"][0]) if len(late["ahead"]) == 1
+             else phrase("flight_ranks_ahead", ranks=", ".join(map(str, late["ahead"]))))
+    return phrase("flight_behind", pg=late["pg_id"], behind=behind, ahead=ahead, at=at), record
 
 
 def find(ranks: list[Rank], views: dict[int, ProcessView], source: SourceLine, *, window_s: float | None,
@@ -209,37 +203,23 @@ def find(ranks: list[Rank], views: dict[int, ProcessView], source: SourceLine, *
     flight_words, flight_record = _flight_words(flight, False if gpu.get("state") == "no_gpu" else None)
     flight_record["words"] = flight_words
     slow = all(d["kind"] == "slow" for d in doing)
-    message = (f"{len(waiters)} of {len(ranks)} ranks ({names}) wait in torch.distributed {op} at "
-               f"{where(wait_lines)} {waited_words}; " + "; ".join(d["words"] for d in doing))
     first = doing[0]
     who = ", ".join(f"rank {d['rank']}" if d["rank"] is not None else f"pid {d['pid']}" for d in doing)
-    if slow:
-        code, words = STRAGGLER, f"straggler: {who} {first['doing']}"
-        fix = (f"{who} computes while the others wait: give it no more work than the others (an uneven "
-               f"batch, a model part or a loop only it runs, at {where(first['lines'])}), or look at its "
-               "CPU and GPU (another job there, throttling)")
-    else:
-        code, words = RANK_HANG, f"{who} holds the others in {op}"
-        fix = _hang_fix(first, op) + ("; to see more next time: " + ", ".join(flight_record["advice"])
-                                      if flight_record["advice"] else "")
-    record = {"collective": op, "waiting": [r.view.pid for r in waiters], "waiting_lines": wait_lines,
-              "waited_s": waited, "waited_words": waited_words, "away": doing, "gpu": gpu,
-              "flight_recorder": flight_record, "slow": slow}
-    return Hang(code, words, message, fix, first["pid"], first["lines"] + wait_lines[:1], record)
+    more = phrase("flight_advice", advice=", ".join(flight_record["advice"])) if flight_record["advice"] else ""
+    way = "straggler:hang_slow" if slow else f"rank_hang:{_HANG_WAYS.get(first['kind'], 'elsewhere')}"
+    found = said(way, lines=first["lines"] + wait_lines[:1], waiting=len(waiters), ranks=len(ranks), names=names,
+                 op=op, at=where(wait_lines), waited=waited_words, doing="; ".join(d["words"] for d in doing),
+                 who=who, first_doing=first["doing"], at_first=where(first["lines"]), more=more,
+                 other=first["doing"].removeprefix("in another collective, "))
+    found.evidence.update(pid=first["pid"], record={
+        "collective": op, "waiting": [r.view.pid for r in waiters], "waiting_lines": wait_lines, "waited_s": waited,
+        "waited_words": waited_words, "away": doing, "gpu": gpu, "flight_recorder": flight_record, "slow": slow})
+    return found
 
 
-def _hang_fix(first: dict[str, Any], op: str) -> str:
-    at = where(first["lines"])
-    return {
-        "other_collective": f"the ranks call collectives in different orders ({first['doing'][len('in another collective, '):]}"
-                            f" on one, {op} on the others): every rank must issue the same collectives in the same "
-                            f"order; see the branch around {at}",
-        "data_wait": f"its DataLoader never delivers: see what the dataset waits for at {at} (a file, a socket, a "
-                     "lock, a dead worker)",
-        "waiting": f"it waits at {at} instead of joining {op}: see what it waits for (a sleep, a lock, a file)",
-        "starting": f"it has not finished starting up (at {at}) while the others are in {op}",
-    }.get(first["kind"], f"it runs at {at} and does not reach {op}: a loop that does not end, or a branch only "
-                         "this rank takes")
+#: How a rank away from the collective holds the others: the ``rank_hang:<way>`` its fix is worded by.
+_HANG_WAYS = {"other_collective": "other_collective", "data_wait": "data_wait", "waiting": "waiting",
+              "starting": "starting"}
 
 
 __all__ = ["Rank", "Hang", "find", "gpu_state", "RANK_HANG", "WHOLE_WINDOW", "AWAY_SHARE"]

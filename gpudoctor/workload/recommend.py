@@ -32,6 +32,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Union
 
+from gpudoctor.workload.wording import advice as _advice
+
 if TYPE_CHECKING:
     from gpudoctor.workload.run import RunResult
 
@@ -143,7 +145,7 @@ def _really_busy(run: Run, util: float) -> list[str]:
     if sm is None:
         return []
     found = verdict({"gpu_util_pct": util, "sm_active_pct": sm, "tensor_active_pct": _get(run, "gpu_tensor_active_pct")})
-    return [f"GPM: {found.words}" + (f" ({found.fix})" if found.fix else "")]
+    return [f"GPM: {found.summary}" + (f" ({found.fix})" if found.fix else "")]
 
 
 def _tutorial_baseline(ok: list[Run]) -> Run | None:
@@ -159,7 +161,7 @@ def _starvation(ok: list[Run], device: str) -> dict[str, Any]:
     pipeline = [r for r in ok if _get(r, "mode") != "resident"]
     resident = {_get(r, "batch_size"): r for r in ok if _get(r, "mode") == "resident"}
     if not pipeline:
-        return {"starved": None, "reasons": ["no DataLoader run finished, so the input pipeline was not measured"]}
+        return {"starved": None, "reasons": [_advice("no_pipeline_run")]}
     # One verdict per configuration: with --repeat, the median of its runs (a configuration is
     # never called starved by one repeat and keeping up by another).
     resident_sps = {batch: _median([_get(r, "samples_per_s") for r in ok
@@ -178,36 +180,31 @@ def _starvation(ok: list[Run], device: str) -> dict[str, Any]:
         wait = _median([_get(r, "data_wait_share") or 0.0 for r in group])
         evidence.append((starved_by_wait(wait), ratio, wait, run, ref))
     hits = [e for e in evidence if e[0]]
-    where = "the GPU" if device == "cuda" else "the training loop (on the CPU both share the cores)"
+    where = _advice("waits_for_gpu") if device == "cuda" else _advice("waits_for_loop")
     if not hits:
         worst = min(evidence, key=lambda e: e[1] if e[1] is not None else 1.0)
         most_wait = max(e[2] for e in evidence)
-        reasons = [f"the input pipeline keeps up: no DataLoader run waits for data {STARVED_WAIT_SHARE:.0%} "
-                   f"of the time or more (most: {most_wait:.0%})"]
+        reasons = [_advice("keeps_up", threshold=STARVED_WAIT_SHARE, most=most_wait)]
         if worst[1] is not None and worst[1] < 1.0:
-            reasons.append(f"{describe(worst[3])} is {speed_phrase(worst[1])} than with the data already "
-                           f"on the device while waiting {worst[2]:.0%} of the time: the cost is in the "
-                           f"copies or per-step syncs, not in waiting for input")
+            reasons.append(_advice("slower_not_starved", run=describe(worst[3]), speed=speed_phrase(worst[1]),
+                                 wait=worst[2]))
         return {"starved": False, "reasons": reasons}
     # Show the clearest case: the largest wait share.
     _, ratio, wait, run, ref = max(hits, key=lambda e: e[2])
-    text = (f"{describe(run)}: {wait:.0%} of the loop's time is spent waiting for the next batch "
-            f"(starved: {STARVED_WAIT_SHARE:.0%} or more)")
+    text = _advice("starved", run=describe(run), wait=wait, threshold=STARVED_WAIT_SHARE)
     util = _get(run, "gpu_util_mean_pct")
     if util is not None:
-        text += f", GPU busy {util:.0f}% on average"
+        text += _advice("starved_gpu_busy", util=util)
     if ratio is not None and ratio < 1.0:
-        text += f"; with the data already on the device the same batch runs {speed_phrase(1 / ratio)}"
-    text += f": {where} waits for the input pipeline"
+        text += _advice("starved_resident", speed=speed_phrase(1 / ratio))
+    text += _advice("starved_waits", where=where)
     reasons = [text]
     starved_configs = {(_get(e[3], "mode"), _get(e[3], "batch_size")) for e in hits}
     fed = [e for e in evidence if not e[0]]
     if fed:
         best_fed = max(fed, key=lambda e: _get(e[3], "samples_per_s"))
-        reasons.append(f"{describe(best_fed[3])} keeps up (waits {best_fed[2]:.0%} of the time, "
-                       f"below {STARVED_WAIT_SHARE:.0%})")
-    reasons.append("fix: keep the data on the device (resident) when it fits, or larger batches, "
-                   "DataLoader workers, pin_memory=True with non_blocking copies; avoid loss.item() every step")
+        reasons.append(_advice("run_keeps_up", run=describe(best_fed[3]), wait=best_fed[2], threshold=STARVED_WAIT_SHARE))
+    reasons.append(_advice("starved_fix"))
     return {"starved": True, "reasons": reasons,
             "starved_runs": sorted(f"{m} batch {b}" for m, b in starved_configs)}
 
@@ -216,15 +213,11 @@ def _headroom(best: Run) -> dict[str, Any]:
     total = _get(best, "device_memory_total_bytes")
     reserved = _get(best, "peak_reserved_bytes")
     if _get(best, "device") != "cuda" or not total or reserved is None:
-        return {"free_fraction": None, "text": "not measured (CPU run: host memory is not tracked)"}
+        return {"free_fraction": None, "text": _advice("headroom_cpu")}
     free = 1.0 - reserved / total
-    text = (f"at batch {_get(best, 'batch_size')} the run peaked at {reserved / GIB:.2f} GiB reserved "
-            f"({(_get(best, 'peak_allocated_bytes') or 0) / GIB:.2f} GiB allocated) of "
-            f"{total / GIB:.1f} GiB: {free:.0%} free")
-    if free < LOW_HEADROOM:
-        text += "; close to the limit: a larger batch or another process on the GPU may run out of memory"
-    else:
-        text += "; room for larger batches or a larger model"
+    text = _advice("headroom", batch=_get(best, "batch_size"), reserved=reserved / GIB,
+                 allocated=(_get(best, "peak_allocated_bytes") or 0) / GIB, total=total / GIB, free=free)
+    text += _advice("headroom_low") if free < LOW_HEADROOM else _advice("headroom_room")
     return {"free_fraction": round(free, 4), "peak_reserved_bytes": reserved,
             "total_bytes": total, "text": text}
 
@@ -285,13 +278,10 @@ def _told_apart(ranked: list[tuple[float, Run]], spread: float | None, spread_so
     (figure, best), (second_figure, second) = ranked[0], ranked[1]
     lead = figure / second_figure
     if spread is not None and spread >= lead:
-        return False, [
-            f"not told apart: {describe(best)} leads {describe(second)} by {lead:.2f}x in samples/s, but "
-            f"{spread_source} differed by up to {spread:.2f}x; run again on a quiet machine, or with "
-            f"--repeat 3, before choosing between them"]
+        return False, [_advice("not_told_apart", best=describe(best), second=describe(second), lead=lead,
+                             source=spread_source, spread=spread)]
     if spread is None:
-        return True, [f"each configuration ran once for one epoch, so run-to-run variation is unknown: its "
-                      f"{lead:.2f}x lead over {describe(second)} may not repeat (--repeat 3 measures it)"]
+        return True, [_advice("variation_unknown", lead=lead, second=describe(second))]
     return True, []
 
 
@@ -314,14 +304,10 @@ def _accuracy_reasons(best: Run, learners: list[Run], quick: bool | None) -> lis
     top_acc = _get(accurate, "test_accuracy") if accurate is not None else None
     if not learners and best_acc is not None:
         # At chance a gap between two accuracies is noise: compare only runs that learned.
-        advice = ("a quick sweep trains too little; run without --quick" if quick
-                  else "train longer (--epochs N, more training samples) before choosing")
-        return [f"throughput only: its held-out accuracy ({best_acc:.1%}) is below the {LEARNED_ACCURACY:.0%} "
-                f"accuracy floor, as is every run's, so none is recommended ({advice})"]
+        advice = _advice("quick_too_little") if quick else _advice("train_longer")
+        return [_advice("throughput_only", accuracy=best_acc, floor=LEARNED_ACCURACY, advice=advice)]
     if accurate is not None and top_acc is not None and best_acc < top_acc - ACCURACY_GAP:
-        return [f"but it ends at {best_acc:.1%} held-out accuracy against {top_acc:.1%} for "
-                f"{describe(accurate)}: a larger batch takes fewer optimiser steps per epoch, so raise "
-                f"the learning rate or train more epochs before relying on it"]
+        return [_advice("accuracy_gap", accuracy=best_acc, top=top_acc, accurate=describe(accurate))]
     return []
 
 
@@ -330,16 +316,13 @@ def _summary(ranked: list[tuple[float, Run]], device: str, learned_any: bool, to
     """The one-line advice: what to use, or why nothing is recommended; and starvation."""
     best = ranked[0][1]
     if not learned_any:
-        summary = (f"nothing to recommend: no run reached the {LEARNED_ACCURACY:.0%} accuracy floor; "
-                   f"fastest (throughput only): {describe(best)} on {device}")
+        summary = _advice("summary_nothing_learned", floor=LEARNED_ACCURACY, best=describe(best), device=device)
     elif not told_apart:
-        summary = (f"nothing to recommend: {describe(best)} and {describe(ranked[1][1])} on {device} are not "
-                   f"told apart")
+        summary = _advice("summary_not_told_apart", best=describe(best), second=describe(ranked[1][1]), device=device)
     else:
-        summary = f"use {describe(best)} on {device}"
+        summary = _advice("summary_use", best=describe(best), device=device)
     if starved:
-        summary += ("; the DataLoader pipeline starves the GPU" if device == "cuda"
-                    else "; the DataLoader pipeline is the bottleneck")
+        summary += _advice("summary_starves_gpu") if device == "cuda" else _advice("summary_bottleneck")
     return summary
 
 
@@ -354,7 +337,7 @@ def recommend(runs: Iterable[Run], quick: bool | None = None) -> dict[str, Any]:
     errors = [f"{describe(r)} on {_get(r, 'device')}: {_get(r, 'error')}"
               for r in runs if _get(r, "status") == "error"]
     if not _ok(runs):
-        return {"best": None, "summary": "no run finished; nothing to recommend",
+        return {"best": None, "summary": _advice("summary_no_run"),
                 "reasons": errors, "starved": None, "starved_reasons": [], "headroom": None,
                 "oom_batch_sizes": oom, "variation": None}
     device = "cuda" if _ok(runs, "cuda") else "cpu"
