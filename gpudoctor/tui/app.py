@@ -305,9 +305,9 @@ class GpudoctorApp(App[int]):
         self.workload_check = workload_check or workload_available
         self.start_screen = start_screen
         self.startup_doctor = startup_doctor
-        #: the quick report started in a fork before the app (gpudoctor.quick.begin_quick_report)
+        #: the quick report started in a fork before the app (gpudoctor.tui.early.begin_early_start)
         self.early_report = early_report
-        #: the first GPU reading taken in a fork before the app (gpudoctor.tui.early.begin_first_reading)
+        #: the first GPU reading taken in a fork before the app (gpudoctor.tui.early.begin_early_start)
         self.first_reading = first_reading
         #: ``gpudoctor --prometheus URL``: the Fleet screen (f) reads every node from Prometheus.
         self.prometheus = prometheus
