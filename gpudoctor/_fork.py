@@ -98,14 +98,17 @@ class ForkedParts:
     limit in seconds from the fork (None: none). The parts may be read from different threads.
     A part that is not answered within its limit is "Timeout" and the child is killed (the
     parts after it are then "ChildFailed"); :meth:`cancel` of any part kills the child.
-    ``max_bytes``: the most one part may hold (a longer one fails the parts from it on)."""
+    ``count``: the parts the child makes; the last is answered once the child has ended (it is
+    then reaped, as :class:`ForkedCall` reaps its child). ``max_bytes``: the most one part may
+    hold (a longer one fails the parts from it on)."""
 
     _HEADER = 8  # each part: its length (8 bytes, big-endian), then its bytes
 
-    def __init__(self, work: Callable[[], Iterator[bytes]], max_bytes: int = 1 << 20) -> None:
+    def __init__(self, work: Callable[[], Iterator[bytes]], count: int, max_bytes: int = 1 << 20) -> None:
         import threading
 
         self.began = time.monotonic()
+        self.count = count
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
         self._buffer = b""
@@ -139,7 +142,7 @@ class ForkedParts:
         while True:
             with self._lock:
                 self._take_what_came()
-                if len(self._parts) > index:
+                if self._answered(index):
                     return self._parts[index], ""
                 if self._ended:
                     return b"", "ChildFailed"
@@ -157,7 +160,10 @@ class ForkedParts:
         """Whether part ``index`` is there, or the child has ended (no waiting)."""
         with self._lock:
             self._take_what_came()
-            return len(self._parts) > index or self._ended
+            return self._answered(index) or self._ended
+
+    def _answered(self, index: int) -> bool:
+        return len(self._parts) > index and (index < self.count - 1 or self._ended)
 
     def _take_what_came(self) -> None:
         """Read what the pipe holds now and split it into parts (the lock is held)."""

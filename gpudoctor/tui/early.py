@@ -80,7 +80,7 @@ def begin_early_start(replay: str | None = None) -> tuple[ForkedPart | None, For
         from gpudoctor.quick import begin_quick_report
 
         return None, begin_quick_report(replay)
-    call = ForkedParts(_reading_then_report, max_bytes=16 << 20)
+    call = ForkedParts(_reading_then_report, count=2, max_bytes=16 << 20)
     return call.part(0, FIRST_READING_LIMIT_S), call.part(1)
 
 
