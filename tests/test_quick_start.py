@@ -258,6 +258,7 @@ def test_the_tuis_forked_first_reading_and_verdict_are_what_the_app_works_out_it
 # workload's process machinery load after the first frame, if ever.
 NOT_BEFORE_THE_TUIS_FIRST_FRAME = {
     "torch", "pynvml", "psutil", "multiprocessing", "gpudoctor.probes", "gpudoctor.runner", "gpudoctor.workload",
+    "gpudoctor.backends.nvml", "gpudoctor.backends.plausible",
     "gpudoctor.backends.events", "gpudoctor.backends.replay", "gpudoctor.backends.recording", "gpudoctor.why",
     "gpudoctor.fleet", "gpudoctor.render",
 }

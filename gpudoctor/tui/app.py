@@ -799,9 +799,10 @@ def make_app(*, replay: str | None = None, interval: float = DEFAULT_INTERVAL_S,
         def factory() -> Any:
             return ReplayBackend(recording, loop=True, source=str(replay))
     else:
-        from gpudoctor.backends.nvml import NvmlBackend
+        def factory() -> Any:  # NVML's backend loads when the app opens it, after the first frame
+            from gpudoctor.backends.nvml import NvmlBackend
 
-        factory = NvmlBackend
+            return NvmlBackend()
     kw.setdefault("startup_doctor", True)
     return GpudoctorApp(factory, interval=interval, doctor_level=doctor_level, replay=replay, **kw)
 
