@@ -253,12 +253,12 @@ def test_the_tuis_forked_first_reading_and_verdict_are_what_the_app_works_out_it
     assert answer["forks"] == 1, "one child answers both (one pynvml import and NVML start, not two)"
 
 
-# What the TUI's first frame loads besides Textual: the readings are taken in forks
-# (gpudoctor.tui.early, gpudoctor.quick), so NVML's and psutil's modules, the probes and the
-# workload's process machinery load after the first frame, if ever.
+# What the TUI's first frame loads besides Textual: the reading and the quick report are taken in
+# one fork (gpudoctor.tui.early), so NVML's and psutil's modules, NVML's backend, the probes, the
+# workload's process machinery and the Processes screen's DataTable load after the first frame, if ever.
 NOT_BEFORE_THE_TUIS_FIRST_FRAME = {
     "torch", "pynvml", "psutil", "multiprocessing", "gpudoctor.probes", "gpudoctor.runner", "gpudoctor.workload",
-    "gpudoctor.backends.nvml", "gpudoctor.backends.plausible",
+    "gpudoctor.backends.nvml", "gpudoctor.backends.plausible", "textual.widgets._data_table",
     "gpudoctor.backends.events", "gpudoctor.backends.replay", "gpudoctor.backends.recording", "gpudoctor.why",
     "gpudoctor.fleet", "gpudoctor.render",
 }
