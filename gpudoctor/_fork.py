@@ -38,18 +38,9 @@ class ForkedCall:
         self.deadline = None if limit_s is None else self.began + limit_s
         self.max_bytes = max_bytes
         self._answer: tuple[bytes, str] | None = None
-        read_end, write_end = os.pipe()
-        try:
-            pid = os.fork()
-        except OSError:
-            os.close(read_end)
-            os.close(write_end)
-            self.pid, self.fd, self._answer = 0, -1, (b"", "ChildFailed")
-            return
-        if pid == 0:  # the child: never returns
-            _child(work, read_end, write_end, max_bytes)
-        os.close(write_end)
-        self.pid, self.fd = pid, read_end
+        self.pid, self.fd = _start(work, max_bytes)
+        if not self.pid:
+            self._answer = (b"", "ChildFailed")
 
     def answer(self) -> tuple[str, str]:
         """(text, why): why is "" when the child answered, "Timeout" when it did not within the
@@ -113,19 +104,8 @@ class ForkedParts:
         self._lock = threading.Lock()
         self._buffer = b""
         self._parts: list[bytes] = []
-        self._ended = False
-        read_end, write_end = os.pipe()
-        try:
-            pid = os.fork()
-        except OSError:
-            os.close(read_end)
-            os.close(write_end)
-            self.pid, self.fd, self._ended = 0, -1, True
-            return
-        if pid == 0:  # the child: never returns
-            _child(lambda: _framed(work(), max_bytes), read_end, write_end, None)
-        os.close(write_end)
-        self.pid, self.fd = pid, read_end
+        self.pid, self.fd = _start(lambda: _framed(work(), max_bytes), None)
+        self._ended = not self.pid
 
     def part(self, index: int, limit_s: float | None = None) -> ForkedPart:
         return ForkedPart(self, index, None if limit_s is None else self.began + limit_s)
@@ -221,6 +201,22 @@ class ForkedPart:
 
     def cancel(self) -> None:
         self.call.cancel()
+
+
+def _start(work: Callable[[], str | bytes | Iterator[bytes]], max_bytes: int | None) -> tuple[int, int]:
+    """Fork a child that runs ``work`` (see :func:`_child`): (its pid, the pipe's read end), or
+    (0, -1) when the fork failed."""
+    read_end, write_end = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(read_end)
+        os.close(write_end)
+        return 0, -1
+    if pid == 0:  # the child: never returns
+        _child(work, read_end, write_end, max_bytes)
+    os.close(write_end)
+    return pid, read_end
 
 
 def _framed(parts: Iterator[bytes], max_bytes: int) -> Iterator[bytes]:
