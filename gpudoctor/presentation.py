@@ -23,7 +23,7 @@ from gpudoctor._text import MAX_TEXT, plain_text
 from gpudoctor.backends import busy, catalogue
 from gpudoctor.backends.base import MIG_NO_UTILISATION, WHOLE_GPU_ONLY
 from gpudoctor.backends.na import NA, is_na
-from gpudoctor.backends.nvml import throttle_reason_names, throttle_reason_words
+from gpudoctor.backends.clock_reasons import throttle_reason_names, throttle_reason_words
 from gpudoctor.model import Finding
 
 if TYPE_CHECKING:

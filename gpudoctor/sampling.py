@@ -38,7 +38,7 @@ from typing import Any, Callable, Deque, Iterable, Iterator, Mapping
 from gpudoctor.backends import catalogue
 from gpudoctor.backends.base import GpuBackend
 from gpudoctor.backends.na import NA, is_na
-from gpudoctor.backends.nvml import STUCK_S
+from gpudoctor.backends.clock_reasons import STUCK_S
 
 #: History kept per metric for sparklines (samples; at 1 s that is two minutes).
 HISTORY_LENGTH = 120

@@ -210,15 +210,20 @@ def test_the_tuis_early_quick_report_gives_the_verdict_run_here_gives(fault):
 
 # --------------------------------------------------------------------------- the TUI's start
 _FIRST_READING = """
-    import json, threading
+    import json, os, threading
     from gpudoctor.backends.host import PsutilProcessInfo
     from gpudoctor.backends.nvml import NvmlBackend
+    from gpudoctor.quick import quick_report, read_quick_report, verdict_of
     from gpudoctor.sampling import Sampler
-    from gpudoctor.tui.early import begin_first_reading, read_first_reading, take_reading
-    fork = begin_first_reading()
-    assert fork is not None  # one thread: forked
-    forked = read_first_reading(fork)
+    from gpudoctor.tui.early import begin_early_start, read_first_reading, take_reading
+    forks, fork = [], os.fork
+    os.fork = lambda: forks.append(1) or fork()  # counts this process's forks (the child's are its own)
+    first, early = begin_early_start()
+    assert first is not None and early is not None  # one thread: forked
+    forked, report = read_first_reading(first), read_quick_report(early)
+    os.fork = fork
     here = take_reading(Sampler(NvmlBackend(), lambda: {}), PsutilProcessInfo())
+    verdict, verdict_here = verdict_of(report), verdict_of(quick_report())
 
     def facts(reading):
         snap, rows, notes, published = reading
@@ -226,27 +231,34 @@ _FIRST_READING = """
                 "gpus": [[d.index, d.static.get("name"), d.static.get("uuid")] for d in snap.devices],
                 "pids": sorted(r.pid for r in rows), "source": snap.source}
     threading.Thread(target=threading.Event().wait, daemon=True).start()
-    print(json.dumps({"forked": facts(forked), "here": facts(here), "with_threads": begin_first_reading() is None}))
+    print(json.dumps({"forked": facts(forked), "here": facts(here), "with_threads": begin_early_start() == (None, None),
+                      "verdict": [verdict.status.value, verdict.headline],
+                      "verdict_here": [verdict_here.status.value, verdict_here.headline], "forks": len(forks)}))
 """
 
 
-@pytest.mark.parametrize("board", [{}, {"FAKE_NVML_BUSY": "1"}])
-def test_the_tuis_forked_first_reading_is_the_reading_the_app_takes_itself(board):
-    """`gpudoctor` takes its first reading in a fork while it imports Textual (gpudoctor.tui.early):
-    the same GPUs, driver and processes as the app's own reading; with other threads it does not
-    fork (the app reads itself)."""
+@pytest.mark.parametrize("board", [{}, {"FAKE_NVML_BUSY": "1"}, {"FAKE_CUDA_INIT": "802"}])
+def test_the_tuis_forked_first_reading_and_verdict_are_what_the_app_works_out_itself(board):
+    """`gpudoctor` takes its first reading and its header's quick report in ONE fork while it imports
+    Textual (gpudoctor.tui.early): the same GPUs, driver and processes as the app's own reading and
+    the verdict the quick report run here gives; with other threads it does not fork (the app
+    works both out itself)."""
     proc = _child(_FIRST_READING, **board)
     assert proc.returncode == 0, proc.stderr[-2000:]
     answer = json.loads(proc.stdout.strip().splitlines()[-1])
     assert answer["forked"] == answer["here"] and answer["with_threads"]
     assert answer["here"]["gpus"] and answer["here"]["driver"]
+    assert answer["verdict"] == answer["verdict_here"]
+    assert answer["verdict"][0] == ("fail" if "FAKE_CUDA_INIT" in board else "pass")
+    assert answer["forks"] == 1, "one child answers both (one pynvml import and NVML start, not two)"
 
 
-# What the TUI's first frame loads besides Textual: the readings are taken in forks
-# (gpudoctor.tui.early, gpudoctor.quick), so NVML's and psutil's modules, the probes and the
-# workload's process machinery load after the first frame, if ever.
+# What the TUI's first frame loads besides Textual: the reading and the quick report are taken in
+# one fork (gpudoctor.tui.early), so NVML's and psutil's modules, NVML's backend, the probes, the
+# workload's process machinery and the Processes screen's DataTable load after the first frame, if ever.
 NOT_BEFORE_THE_TUIS_FIRST_FRAME = {
     "torch", "pynvml", "psutil", "multiprocessing", "gpudoctor.probes", "gpudoctor.runner", "gpudoctor.workload",
+    "gpudoctor.backends.nvml", "gpudoctor.backends.plausible", "textual.widgets._data_table",
     "gpudoctor.backends.events", "gpudoctor.backends.replay", "gpudoctor.backends.recording", "gpudoctor.why",
     "gpudoctor.fleet", "gpudoctor.render",
 }
@@ -255,9 +267,8 @@ _TUI_START = """
     import json, sys
     from gpudoctor.cli import build_parser
     args = build_parser(("tui",)).parse_args(["tui"])  # as `gpudoctor` registers it (gpudoctor.cli)
-    from gpudoctor.quick import begin_quick_report
-    from gpudoctor.tui.early import begin_first_reading
-    early, first = begin_quick_report(), begin_first_reading()
+    from gpudoctor.tui.early import begin_early_start
+    first, early = begin_early_start()
     from gpudoctor.tui.app import make_app
     app = make_app(early_report=early, first_reading=first)
     early.answer(), first.answer()

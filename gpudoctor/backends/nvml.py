@@ -22,10 +22,11 @@ import weakref
 from types import TracebackType
 from typing import Any, Callable, ClassVar, NewType, Protocol, Union, cast
 
-from gpudoctor.findings import CLOCK_EVENTS
-
 from . import catalogue
 from .base import P2P_KEYS, GpuSample, MemoryReading, MigDeviceReading, ProcessReading, UtilizationReading
+# the clock-event reasons and the gate's limit live in a light module (the TUI's first frame needs them, not NVML)
+from .clock_reasons import (HARMFUL_THROTTLE_MASK, STUCK_S, THROTTLE_REASONS,  # noqa: F401 - also this module's
+                            throttle_reason_names, throttle_reason_words)
 from .na import NA, is_na
 from .plausible import check, screen
 
@@ -41,26 +42,6 @@ class _LazyLog:
 
 
 log = _LazyLog()
-
-# Clock-event ("throttle") reason bits, from nvml.h (nvmlClocksEventReason*), with their words
-# (kept once, in gpudoctor.findings.CLOCK_EVENTS).
-_REASON_BITS = {0x1: "gpu_idle", 0x2: "applications_clocks", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
-                0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake",
-                0x100: "display_clock"}
-THROTTLE_REASONS: dict[int, tuple[str, str]] = {bit: (code, CLOCK_EVENTS[code].words)
-                                                for bit, code in _REASON_BITS.items()}
-
-# Reasons that mean "the clocks are lower than the work needs" (not idle/config).
-HARMFUL_THROTTLE_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
-
-
-def throttle_reason_names(mask: int) -> list[str]:
-    return [THROTTLE_REASONS[bit][0] for bit in sorted(THROTTLE_REASONS) if mask & bit]
-
-
-def throttle_reason_words(mask: int) -> list[str]:
-    return [CLOCK_EVENTS[code].words for code in throttle_reason_names(mask)]
-
 
 def _error_name(exc: BaseException) -> str:
     name = type(exc).__name__
@@ -94,9 +75,6 @@ def normalise_bus_id(bus_id: object) -> str | None:
         return text
 
 
-#: A call into NVML that has not come back after this many seconds is taken as a blocked driver
-#: (healthy calls take micro- to milliseconds; a failing GPU can block one for minutes).
-STUCK_S = 5.0
 DRIVER_NOT_ANSWERING = "DriverNotAnswering"
 
 # Every gate of this process, for :func:`thread_blocked` (weakly: a closed backend's gate goes).

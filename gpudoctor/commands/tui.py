@@ -63,13 +63,11 @@ def run(args: argparse.Namespace) -> int:
         return _once(args)
     if not (is_terminal(sys.stdin) and is_terminal(sys.stdout)):
         raise UsageError("the TUI needs a terminal; for logs use `gpudoctor watch` (or --json)")
-    from gpudoctor.quick import begin_quick_report
-    from gpudoctor.tui.early import begin_first_reading
+    from gpudoctor.tui.early import begin_early_start
 
-    # The header's verdict and the first live reading, each worked out in a fork while this
+    # The first live reading and the header's verdict, worked out in one fork while this
     # process imports Textual (another core): the first frame shows both as soon as it is drawn.
-    early = begin_quick_report(args.replay)
-    first = None if args.replay else begin_first_reading()
+    first, early = begin_early_start(args.replay)
     from gpudoctor.tui.app import make_app
 
     app = make_app(replay=args.replay, interval=args.interval, doctor_level=args.doctor_level,

@@ -305,9 +305,9 @@ class GpudoctorApp(App[int]):
         self.workload_check = workload_check or workload_available
         self.start_screen = start_screen
         self.startup_doctor = startup_doctor
-        #: the quick report started in a fork before the app (gpudoctor.quick.begin_quick_report)
+        #: the quick report started in a fork before the app (gpudoctor.tui.early.begin_early_start)
         self.early_report = early_report
-        #: the first GPU reading taken in a fork before the app (gpudoctor.tui.early.begin_first_reading)
+        #: the first GPU reading taken in a fork before the app (gpudoctor.tui.early.begin_early_start)
         self.first_reading = first_reading
         #: ``gpudoctor --prometheus URL``: the Fleet screen (f) reads every node from Prometheus.
         self.prometheus = prometheus
@@ -799,9 +799,10 @@ def make_app(*, replay: str | None = None, interval: float = DEFAULT_INTERVAL_S,
         def factory() -> Any:
             return ReplayBackend(recording, loop=True, source=str(replay))
     else:
-        from gpudoctor.backends.nvml import NvmlBackend
+        def factory() -> Any:  # NVML's backend loads when the app opens it, after the first frame
+            from gpudoctor.backends.nvml import NvmlBackend
 
-        factory = NvmlBackend
+            return NvmlBackend()
     kw.setdefault("startup_doctor", True)
     return GpudoctorApp(factory, interval=interval, doctor_level=doctor_level, replay=replay, **kw)
 

@@ -20,7 +20,7 @@ from textual.geometry import Region
 from textual.screen import ModalScreen, Screen
 from textual.events import Click
 from textual.widget import Widget
-from textual.widgets import DataTable, Input, Static
+from textual.widgets import Input, Static
 
 from gpudoctor.backends.na import NA
 from gpudoctor.presentation import PROCESS_SORT_KEYS, ProcessRow
@@ -31,6 +31,8 @@ from gpudoctor.tui.widgets import (
 from gpudoctor.tui.workload_runner import field_of
 
 if TYPE_CHECKING:
+    from textual.widgets import DataTable
+
     from gpudoctor.sampling import Snapshot
     from gpudoctor.tui.app import GpudoctorApp
 
@@ -498,13 +500,15 @@ class ProcessesScreen(BaseScreen):
     def compose(self) -> ComposeResult:
         yield TitleBar(id="title")
         yield Input(placeholder="filter: pid, user, command (press / to type, Esc to clear)", id="filter")
+        from textual.widgets import DataTable  # loaded with this screen: not needed by the first frame
+
         table: DataTable[Any] = DataTable(id="procs", cursor_type="row", zebra_stripes=True)
         yield table
         yield Static(id="proc-notes")
         yield KeysFooter()
 
     def on_mount(self) -> None:
-        table = self.query_one("#procs", DataTable)
+        table = self._table()
         for key, label in PROCESS_COLUMNS:
             if key != "time":  # added when a process's start time is known (refresh_view)
                 table.add_column(label, key=key)
@@ -514,6 +518,11 @@ class ProcessesScreen(BaseScreen):
         i = SORT_ORDER.index(self.sort_key)
         self.sort_key = SORT_ORDER[(i + 1) % len(SORT_ORDER)]
         self.refresh_view()
+
+    def _table(self) -> DataTable[Any]:
+        from textual.widgets import DataTable
+
+        return self.query_one("#procs", DataTable)
 
     def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
         self.sort_key = str(event.column_key.value)
@@ -525,25 +534,25 @@ class ProcessesScreen(BaseScreen):
     def action_clear_filter(self) -> None:
         box = self.query_one("#filter", Input)
         box.value = ""
-        self.query_one("#procs", DataTable).focus()
+        self._table().focus()
 
     def on_input_changed(self, event: Input.Changed) -> None:
         self.filter_text = event.value.strip()
         self.refresh_view()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        self.query_one("#procs", DataTable).focus()
+        self._table().focus()
 
     def action_why_selected(self) -> None:
         """Sample the selected process with `gpudoctor why` (in a worker) and show the answer."""
-        table = self.query_one("#procs", DataTable)
+        table = self._table()
         if not table.row_count or table.cursor_row is None:
             self.app.notify("No process selected.", severity="warning")
             return
         self.gapp.start_why(_pid_of_key(table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value))
 
     def _selected_row(self) -> ProcessRow | None:
-        table = self.query_one("#procs", DataTable)
+        table = self._table()
         if not table.row_count or table.cursor_row is None:
             return None
         pid = _pid_of_key(table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value)
@@ -689,7 +698,7 @@ class ProcessesScreen(BaseScreen):
         every = self._rows()
         rows = self._shown_rows(every)
         self.show_title(self._title_info(rows, every))
-        table = self.query_one("#procs", DataTable)
+        table = self._table()
         if not table.columns:
             # A redraw between switch_screen and this screen's mount (a sample landing on a busy
             # machine): on_mount adds the columns and the screen's resume draws the rows.

@@ -20,7 +20,8 @@ from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.widget import Widget
 
-from gpudoctor.backends import busy, catalogue, throttle_reason_names
+from gpudoctor.backends import busy, catalogue
+from gpudoctor.backends.clock_reasons import throttle_reason_names
 from gpudoctor.findings import CLOCK_EVENTS, CLOCKS_FREE, IDLE_BETWEEN_KERNELS
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.presentation import MIG_PANEL_NOTE, busy_verdict, fault_words, mig_summary, no_gpu_words
