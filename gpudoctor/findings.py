@@ -22,7 +22,7 @@ from typing import Any, Iterable, Mapping
 
 from gpudoctor._record import record
 from gpudoctor._text import plain_text
-from gpudoctor.model import Finding, Status
+from gpudoctor.model import Finding, ProbeResult, Status
 
 
 @record(frozen=True)
@@ -552,6 +552,34 @@ PCI_UNREADABLE_FIX = ("First check that this machine has an NVIDIA GPU (`lspci -
 PCI_NVIDIA_SEEN = " The PCI bus shows {count} NVIDIA device(s) ({where}), so the GPU is there."
 
 
+#: The wording tables beside :data:`WORDING`, one per package that words its own codes, by module
+#: name (imported when a code is first looked up: this module stays below every layer). A code's key
+#: is in exactly one table (tests/test_wording_tables.py).
+_TABLES: tuple[str, ...] = (
+    "gpudoctor.probes._wording",  # the probes' codes
+)
+
+
+def tables() -> dict[str, Mapping[str, Wording]]:
+    """Every wording table by module name, this module's :data:`WORDING` first."""
+    from importlib import import_module
+
+    found: dict[str, Mapping[str, Wording]] = {__name__: WORDING}
+    for name in _TABLES:
+        found[name] = import_module(name).WORDING
+    return found
+
+
+def wording(code: str) -> Wording:
+    """The :class:`Wording` of ``code`` (a ``code:way`` key included), from whichever table holds it."""
+    if code in WORDING:
+        return WORDING[code]
+    for table in tables().values():
+        if code in table:
+            return table[code]
+    raise KeyError(f"no wording for finding code {code!r}")
+
+
 def finding(code: str, *, label: str | None = None, device: int | None = None, status: Status | None = None,
             evidence: dict[str, Any] | None = None, **fields: object) -> Finding:
     """The finding ``code`` in :data:`WORDING`'s words, its templates filled from ``fields``.
@@ -560,18 +588,24 @@ def finding(code: str, *, label: str | None = None, device: int | None = None, s
     (``"GPU 0 (NVIDIA H100) failed to remap a memory row."``); without, the phrase after the label
     (``"failed to remap a memory row"``: a fleet row names its GPU)."""
     summary, why, fix = words(code, label=label, **fields)
-    return Finding(status or WORDING[code].status, code.partition(":")[0], summary, why, fix, device,
+    return Finding(status or wording(code).status, code.partition(":")[0], summary, why, fix, device,
                    dict(evidence or {}))
 
 
 def words(code: str, *, label: str | None = None, **fields: object) -> tuple[str, str, str]:
     """(summary, why, fix) of the finding ``code``, its templates filled (see :func:`finding`)."""
-    wording = WORDING[code]
+    said = wording(code)
     if label is None:
-        summary = wording.summary.format(label="", **fields).lstrip(": ")
+        summary = said.summary.format(label="", **fields).lstrip(": ")
     else:
-        summary = wording.summary.format(label=label, **fields) + "."
-    return summary, wording.why.format(**fields), wording.fix.format(**fields)
+        summary = said.summary.format(label=label, **fields) + "."
+    return summary, said.why.format(**fields), said.fix.format(**fields)
+
+
+def skipped(probe: str, code: str, **fields: object) -> ProbeResult:
+    """A probe's ``skip`` result: the finding ``code`` in its table's words, its summary the result's."""
+    summary, why, fix = words(code, **fields)
+    return ProbeResult.skip(probe, summary, code=code.partition(":")[0], why=why, fix=fix)
 
 
 def one_line(f: Finding) -> str:
@@ -735,4 +769,4 @@ def fabric_not_completed(statics: Iterable[Mapping[str, Any]]) -> str:
 __all__ = ["CLOCK_EVENTS", "CLOCKS_FREE", "ClockEvent", "HELD_DOWN", "HW_PROTECTION", "IDLE_BETWEEN_KERNELS",
            "WORDING", "Wording", "clock_event_findings", "clocks_held_down", "ecc_finding", "fabric_findings",
            "fabric_health_problems", "fabric_not_completed", "finding", "one_line",
-           "retired_pages_findings", "row_remap_findings", "words"]
+           "retired_pages_findings", "row_remap_findings", "skipped", "tables", "wording", "words"]
