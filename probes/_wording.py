@@ -17,6 +17,36 @@ from gpudoctor.findings import Wording
 from gpudoctor.model import Status
 
 _XID_DMESG = "Check `dmesg` for Xid errors; the node needs a GPU reset or reboot, and a hardware check if it repeats."
+_CUDA_NOT_STARTED = "torch.cuda.is_available() is False, so training silently runs on the CPU."
+_CUDNN_SUMMARY = "torch {version} was built against cuDNN {compiled} but loaded cuDNN {loaded}{where}{ld_path}."
+_CUDNN_WHY = ("torch refuses a cuDNN of another major version or an older minor than it was built with: "
+              "torch.backends.cudnn.version() and the first convolution or RNN raise 'cuDNN version "
+              "incompatibility'. The usual cause is a system or toolkit libcudnn on LD_LIBRARY_PATH found before "
+              "the copy torch ships with.")
+_CUDNN_OTHER = "; or put cuDNN {compiled} or a newer {major}.x there."
+#: Fragments of the cudnn_mismatch summary and fix (LD_LIBRARY_PATH's part of the story).
+CUDNN_FROM = " from {library}"
+CUDNN_LD_PATH = "; LD_LIBRARY_PATH={ld_path}"
+_JIT_ONCE = (" Meanwhile, `export CUDA_CACHE_MAXSIZE=4294967296` (and keep ~/.nv/ComputeCache between runs) so the "
+             "JIT runs once.")
+_REBUILD = ("rebuild it for this GPU: `TORCH_CUDA_ARCH_LIST=\"{cc}\" pip install --no-build-isolation --no-cache-dir "
+            "--force-reinstall --no-deps --no-binary {package} {package}` (or set TORCH_CUDA_ARCH_LIST=\"{cc}\" "
+            "before `pip install .` / `python setup.py install` in its checkout; the CUDA toolkit used must know "
+            "this GPU; a few packages read their own variable, e.g. flash-attn's FLASH_ATTN_CUDA_ARCHS={cc_digits})")
+_TORCHVISION_BROKEN = Wording(
+    Status.FAIL, "torchvision {tv_version} does not work with torch {version}: {error}",
+    "torchvision's compiled operators (nms, roi_align, the image decoders) are built against one torch release; "
+    "against another they fail to register, so `import torchvision` or its first op raises. The local torch "
+    "2.13.0+cpu wheel with torchvision 0.28.0 from PyPI fails this way ('operator torchvision::nms does not "
+    "exist').",
+    "Install the pair from the same index: `pip install --force-reinstall torch=={torch} \"{pair}\"{from_index}`"
+    "{table} (or let pip choose both: `pip install -U torch torchvision{from_index}`).")
+#: What the torchvision fix adds when the pair for this torch is not known.
+TORCHVISION_TABLE = " (pick the torchvision version for torch {version} from {url})"
+_TV_PAIR_SUMMARY = "torchvision {tv_version} is not the release built for torch {version} (expected {expected}.x)."
+_TV_PAIR_WHY = ("Its compiled operators load and ran a test op now, but a mismatched pair can break on the first "
+                "operator whose signature changed between the two torch releases.")
+_TV_PAIR_FIX = "Install a matched pair: `pip install \"torchvision=={expected}.*\"{from_index}` once it is released"
 
 WORDING: dict[str, Wording] = {
     # -- devices -------------------------------------------------------------------------------
@@ -84,4 +114,77 @@ WORDING: dict[str, Wording] = {
     "gpu_lost:devices": Wording(
         Status.FAIL, "GPU {gpu} has fallen off the bus (NVML: GpuIsLost).",
         "The driver lost contact with the GPU (Xid 79): every CUDA call on it fails.", _XID_DMESG),
+    # -- environment -----------------------------------------------------------------------------
+    "torch_import_failed": Wording(
+        Status.FAIL, "torch does not import: {error}", "Every PyTorch program on this machine fails at `import torch`.",
+        "Reinstall torch in this environment: `pip install --force-reinstall torch`."),
+    "nvidia_driver_unavailable": Wording(
+        Status.FAIL, "No usable NVIDIA driver: {words}.{pci}",
+        "Without the driver no CUDA program can use a GPU; torch falls back to the CPU.", "{fix}"),
+    "torch_cpu_only_build": Wording(
+        Status.FAIL, "torch {version} is a CPU-only build: it cannot use a GPU even when one is present.",
+        "CPU-only wheels (+cpu) have no CUDA kernels; torch.cuda.is_available() is always False.",
+        "Install a CUDA build: `pip install --force-reinstall torch torchvision` from PyPI (its Linux wheels carry "
+        "CUDA) or from https://download.pytorch.org/whl/cu126 etc."),
+    "cuda_init_failed": Wording(
+        Status.FAIL, "NVML sees {count} GPU(s) but torch cannot start CUDA: {reason}", _CUDA_NOT_STARTED,
+        "Read the error above; common causes are CUDA_VISIBLE_DEVICES hiding every GPU, a driver/library mismatch "
+        "after an upgrade without reboot, or a container started without GPUs."),
+    "cuda_init_failed:known": Wording(
+        Status.FAIL, "NVML sees {count} GPU(s) but torch cannot start CUDA: {reason} ({cause})", _CUDA_NOT_STARTED,
+        "{fix}"),
+    "cudnn_mismatch:on_path": Wording(
+        Status.FAIL, _CUDNN_SUMMARY, _CUDNN_WHY,
+        "Remove {named} from LD_LIBRARY_PATH so torch loads the cuDNN {compiled} it ships with ({command}; look in "
+        "the shell profile and module files, and note that sudo can keep the variable)" + _CUDNN_OTHER),
+    "cudnn_mismatch:path_other": Wording(
+        Status.FAIL, _CUDNN_SUMMARY, _CUDNN_WHY,
+        "Find the directory on LD_LIBRARY_PATH that holds the foreign libcudnn (`ls <dir>/libcudnn*` for each of "
+        "{entries}) and remove it from the variable so torch loads the cuDNN {compiled} it ships with"
+        + _CUDNN_OTHER),
+    "cudnn_mismatch": Wording(
+        Status.FAIL, _CUDNN_SUMMARY, _CUDNN_WHY,
+        "Find where the foreign libcudnn comes from (/etc/ld.so.conf.d, a CUDA toolkit's lib64, another job's "
+        "install) and take it off the library search path so torch loads the cuDNN {compiled} it ships with"
+        + _CUDNN_OTHER),
+    "no_kernel_image": Wording(
+        Status.FAIL, "GPU {index} ({name}) has compute capability {cc}, which torch {version} was not compiled for "
+        "({archs}).",
+        "Every CUDA kernel fails with 'no kernel image is available for execution on the device'.", "{fix}"),
+    "ptx_jit_only": Wording(
+        Status.WARN, "GPU {index} ({name}) has compute capability {cc}; torch {version} has no {sm} binary for it, "
+        "only PTX ({ptx}).",
+        "The driver JIT-compiles every PTX kernel for this GPU when it is first used: start-up takes minutes, and "
+        "again whenever the JIT cache (CUDA_CACHE_MAXSIZE, ~/.nv/ComputeCache) is too small or not kept "
+        "(containers, CI); the JIT-compiled code may also run slower.",
+        "{fix}" + _JIT_ONCE),
+    "extension_no_kernel_image": Wording(
+        Status.FAIL, "{path} has no kernel for {named}, compute capability {cc}: it was compiled for {archs}.",
+        "Every call into this extension on that GPU fails with 'CUDA error: no kernel image is available for "
+        "execution on the device' (it imports; its first GPU operation raises), whatever torch itself supports.",
+        "Install the build of {package} made for {sm} (a wheel built with the CUDA release and arch list of this "
+        "GPU's generation), or " + _REBUILD + "."),
+    "extension_ptx_jit_only": Wording(
+        Status.WARN, "{path} has no {sm} binary for {named}, only PTX ({ptx}).",
+        "The driver JIT-compiles every kernel of this extension for the GPU when it is first used: start-up takes "
+        "minutes, and again whenever the JIT cache (CUDA_CACHE_MAXSIZE, ~/.nv/ComputeCache) is too small or not "
+        "kept (containers, CI).",
+        "Install the build of {package} made for {sm}, or " + _REBUILD + "." + _JIT_ONCE),
+    "torchvision_mismatch": _TORCHVISION_BROKEN,
+    "torchvision_ops_broken": _TORCHVISION_BROKEN,
+    "torchvision_version_pair": Wording(
+        Status.WARN, _TV_PAIR_SUMMARY, _TV_PAIR_WHY, _TV_PAIR_FIX + "."),
+    "torchvision_version_pair:torch_known": Wording(
+        Status.WARN, _TV_PAIR_SUMMARY, _TV_PAIR_WHY,
+        _TV_PAIR_FIX + ", or `pip install \"torch=={tv_torch}.*\"{from_index}` to match torchvision {tv_version}."),
+    "python_unusable": Wording(Status.ERROR, "{error}"),
+    "torch_not_recorded": Wording(
+        Status.SKIP, "torch facts were not recorded: the torch checks did not run.",
+        "The recording holds none (made with `record --no-torch`, or where torch is not installed); what was not "
+        "recorded is unknown, not a failure.",
+        "Record on the training environment, with its torch: `gpudoctor record -o FILE` there."),
+    "torch_not_installed": Wording(
+        Status.SKIP, "torch is not installed in {python}: the torch checks did not run.",
+        "gpudoctor's base install has no torch; the checks that start CUDA need the torch your training uses.",
+        "{hint}"),
 }
