@@ -48,6 +48,15 @@ _TV_PAIR_WHY = ("Its compiled operators load and ran a test op now, but a mismat
                 "operator whose signature changed between the two torch releases.")
 _TV_PAIR_FIX = "Install a matched pair: `pip install \"torchvision=={expected}.*\"{from_index}` once it is released"
 
+_RANK_FAILED = Wording(
+    Status.FAIL, "rank {rank} {text}", "One rank that crashes or hangs stalls every collective in a training job.",
+    "Run again with NCCL_DEBUG=INFO (NCCL) or TORCH_DISTRIBUTED_DEBUG=DETAIL to see where that rank stops; check "
+    "its GPU with `gpudoctor report --device N`.")
+_DP_WHY = "Multi-GPU training on this node does not work as is."
+_DP_FIX = "Check the peer-access matrix and `nvidia-smi topo -m`; update the driver."
+#: What the nvlink_link_down summary adds when a GPU has fewer links up than its peers.
+NVLINK_NOTES = " ({notes})"
+
 WORDING: dict[str, Wording] = {
     # -- devices -------------------------------------------------------------------------------
     "index_order_uncertain": Wording(
@@ -187,4 +196,90 @@ WORDING: dict[str, Wording] = {
         Status.SKIP, "torch is not installed in {python}: the torch checks did not run.",
         "gpudoctor's base install has no torch; the checks that start CUDA need the torch your training uses.",
         "{hint}"),
+    # -- distributed -----------------------------------------------------------------------------
+    "store_not_bound": Wording(Status.SKIP, "the rendezvous store listened on {where}"),
+    "nccl_skipped": Wording(Status.SKIP, "NCCL all-reduce not checked: {why}; checked gloo on CPU instead"),
+    "distributed_ok": Wording(
+        Status.PASS, "{world} ranks ({backend}) on {hosts} host(s): all-reduce correct at every size, peak bus "
+        "bandwidth {busbw:.2f} GB/s at {size}; DDP gradients agree"),
+    "rank_stopped": Wording(Status.SKIP, "rank {rank} {text}"),
+    "rank_failed": _RANK_FAILED,
+    "rank_hung": _RANK_FAILED,
+    "allreduce_wrong_result": Wording(
+        Status.FAIL, "all-reduce gave a wrong sum: {wrong}",
+        "A collective that returns wrong numbers silently corrupts training.",
+        "Update the driver and NCCL; run nccl-tests' all_reduce_perf with -c 1 to confirm."),
+    "allreduce_size_failed": Wording(
+        Status.WARN, "all-reduce could not run at {sizes}", fix="Use smaller --sizes, or free device memory."),
+    "ddp_gradients_wrong": Wording(
+        Status.FAIL, "DDP's averaged gradients differ from a hand-made all-reduce by {diff:.3g} (tolerance {tol:.3g})",
+        "DDP is not averaging gradients correctly: the model trains on wrong updates.",
+        "Check that every rank runs the same torch version and the same model code."),
+    "ranks_disagree": Wording(
+        Status.FAIL, "ranks disagree after a DDP step (gradients by {grads:.3g}, parameters by {params:.3g})",
+        "Replicas that drift apart train different models.",
+        "Look for rank-dependent code paths and mixed torch/NCCL versions across nodes."),
+    "straggler_shared_cpu": Wording(
+        Status.PASS, "rank {rank} computed slower ({ms:.2f} ms per step against {ref_ms:.2f} ms on the others); all "
+        "ranks share this host's CPUs, so this is expected"),
+    "straggler": Wording(
+        Status.WARN, "rank {rank} ({host}, {gpu}) is a straggler: {ms:.2f} ms of compute per step against "
+        "{ref_ms:.2f} ms on the others",
+        "Every collective waits for the slowest rank, so the whole job runs at its pace.",
+        "Compare that device with `gpudoctor report --device N` (clocks, throttling, PCIe link) and look for other "
+        "processes on it."),
+    "multi_gpu_skipped": Wording(
+        Status.SKIP, "peer access, NVLink and DataParallel not checked on {host}: {reason}",
+        "These checks need at least two GPUs on one node."),
+    "no_peer_access": Wording(
+        Status.WARN, "{host}: no GPU peer access for {pairs}",
+        "Without peer access NCCL and DataParallel copy between GPUs through host memory, which is slower.",
+        "Check `nvidia-smi topo -m`; on servers, PCIe ACS or an IOMMU in translated mode (common in VMs) blocks "
+        "peer-to-peer; consumer GPUs may not offer it."),
+    "dataparallel_skipped": Wording(
+        Status.SKIP, "{host}: DataParallel not checked: {reason}",
+        "DataParallel needs one process to open a context on every GPU."),
+    "dataparallel_failed": Wording(
+        Status.FAIL, "{host}: DataParallel over {devices} GPUs failed: {error}", _DP_WHY, _DP_FIX),
+    "dataparallel_failed:differs": Wording(
+        Status.FAIL, "{host}: DataParallel over {devices} GPUs failed: output differs from one GPU by {diff}",
+        _DP_WHY, _DP_FIX),
+    "nvlink_not_connected": Wording(
+        Status.PASS, "{host}: no NVLink connected ({gpus} GPU(s) have NVLink ports, none is linked); GPU-to-GPU "
+        "traffic goes over PCIe",
+        "Boards that take an NVLink bridge report every link inactive when none is fitted."),
+    "nvlink_link_down": Wording(
+        Status.WARN, "{host}: NVLink inactive: {down}{notes}",
+        "An inactive NVLink lowers GPU-to-GPU bandwidth; traffic falls back to PCIe.",
+        "Check `nvidia-smi nvlink --status`; reset the GPUs or reseat the bridge."),
+    "no_cuda_device:distributed": Wording(
+        Status.SKIP, "no CUDA device visible: the CPU-only (gloo) check was not run",
+        fix="To check gloo on CPU anyway: gpudoctor distributed --backend gloo"),
+    "quick_mode:distributed": Wording(Status.SKIP, "the distributed check needs torch: not run with --quick"),
+    "distributed_unavailable": Wording(Status.SKIP, "this torch build has no torch.distributed"),
+    "nccl_unavailable": Wording(Status.SKIP, "NCCL asked for, but {why}"),
+    "nccl_unavailable:one_gpu": Wording(Status.SKIP, "one GPU and this torch build has no NCCL: nothing to check"),
+    "gloo_unavailable": Wording(Status.SKIP, "this torch build has no gloo backend"),
+    "not_enough_gpus": Wording(Status.SKIP, "--nproc {nproc} needs {nproc} GPUs for NCCL, {gpus} visible"),
+    "one_rank": Wording(Status.SKIP, "a distributed check needs at least 2 ranks (--nproc 2)"),
+    "nccl_init_failed": Wording(
+        Status.FAIL, "NCCL could not start on the GPU: {error}",
+        "Distributed training with NCCL (DDP, FSDP) fails on this node at init_process_group.",
+        "Run with NCCL_DEBUG=INFO to see which step fails; check that the torch build's NCCL matches the driver "
+        "(`python -c 'import torch; print(torch.cuda.nccl.version())'`)."),
+    "nccl_wrong_result": Wording(
+        Status.FAIL, "NCCL's all-reduce on one GPU returned a wrong result.",
+        "A collective that computes wrong values corrupts gradients silently.",
+        "Update the driver and torch; report it with `gpudoctor report --full --json`."),
+    "one_gpu": Wording(
+        Status.PASS, "One GPU: NCCL initialised and all-reduced as a world of one; bandwidth between GPUs needs two "
+        "or more.",
+        "NCCL loading and starting is what fails first on a broken node; bus bandwidth needs peers.",
+        "On a multi-GPU node `gpudoctor distributed` measures all-reduce bandwidth and DDP."),
+    "gpus_not_checked": Wording(
+        Status.FAIL, "NVML sees {count} GPU(s) but torch sees none: this check ran with gloo on the CPU and says "
+        "nothing about the GPUs or NCCL.",
+        "Training on this node would not use its GPUs: torch.cuda.is_available() is False.",
+        "Run `gpudoctor report` for why torch cannot use the GPUs, fix that, then run `gpudoctor distributed` again "
+        "to check NCCL on them."),
 }

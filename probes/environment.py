@@ -351,7 +351,7 @@ def _cudnn(r: ProbeResult, facts: dict[str, Any], version: str) -> None:
     lib_dir = library.rsplit("/", 1)[0] if library else None
     named = [e for e in entries if lib_dir and e.rstrip("/") == lib_dir.rstrip("/")] or \
             [e for e in entries if "cudnn" in e.lower()]
-    shown = {"version": version, "compiled": compiled, "loaded": loaded, "major": compiled.split(".")[0],
+    shown: dict[str, Any] = {"version": version, "compiled": compiled, "loaded": loaded, "major": compiled.split(".")[0],
              "where": _wording.CUDNN_FROM.format(library=library) if library else "",
              "ld_path": _wording.CUDNN_LD_PATH.format(ld_path=ld_path) if ld_path else ""}
     if named:
@@ -427,7 +427,7 @@ def extension_finding(path: str, package: str, archs: fatbin.FatbinArchs, cc: st
     sm = "sm_" + cc.replace(".", "")
     named = ", ".join(f"GPU {i} ({n})" for i, n in gpus)
     device = gpus[0][0] if len(gpus) == 1 else None
-    fields = {"path": path, "named": named, "cc": cc, "sm": sm, "package": package, "cc_digits": cc.replace(".", "")}
+    fields: dict[str, Any] = {"path": path, "named": named, "cc": cc, "sm": sm, "package": package, "cc_digits": cc.replace(".", "")}
     if judged == "none":
         return findings.finding("extension_no_kernel_image", device=device, archs=archs.describe(), **fields)
     ptx = " ".join(sorted(archs.ptx, key=fatbin.arch_order))
