@@ -57,6 +57,36 @@ _DP_FIX = "Check the peer-access matrix and `nvidia-smi topo -m`; update the dri
 #: What the nvlink_link_down summary adds when a GPU has fewer links up than its peers.
 NVLINK_NOTES = " ({notes})"
 
+_ALLOCATOR_WHY = ("torch.cuda.memory_allocated() counts live tensors; nvidia-smi counts what torch reserved plus the "
+                  "CUDA context. The difference is the cache, not a leak.")
+_WORKLOAD_FAILED = Wording(
+    Status.FAIL, "the MNIST workload did not complete: {error}",
+    "A 0.5M-parameter network at batch 64 needs a few MiB; failing it means the device cannot train at all in this "
+    "state.",
+    "Check `nvidia-smi` for other processes holding the memory; run `gpudoctor report --probe workload -v` again.")
+_XID_APPLICATION_WHY = "This class of Xid is usually raised by a fault in the application, not the GPU."
+#: Parts of the probes' summaries, filled in where a finding has them.
+NO_CUDA_DEVICE_SEEN = "torch sees no CUDA device"
+CPU_MEASURED = " The CPU figure above was measured."
+SM_ACTIVITY = " (SM activity {sm:.0f} %)"
+MATMUL_SHARE = "{mode} {pct:.0f} %"
+CUBLAS_ADDS = ", and the first matmul adds {cublas} (cuBLAS)"
+ALLOCATOR_WALK_RAN = "The caching allocator walk ran; see details.allocator_walk for the numbers."
+LINK_TRAINED = " The link was at gen {gen} x{width} right after the copies."
+LINK_NOTE = " {note}."
+WRONG_NONFINITE = "{count} NaN/Inf values"
+WRONG_NOT_REPEATABLE = "two runs on identical inputs gave different bits"
+WRONG_ERROR = ("error {error:.2e} per element (limit {limit:.1e}), {normwise:.2e} norm-wise (limit "
+               "{normwise_limit:.0e})")
+JUDGED_AS = "{mode} judged as {judged_as}"
+DIVERGED = "training diverged"
+XID_TIMES = "{count} time(s)"
+XID_ONCE = "once"
+ECC_EVENTS = " ({count} such events)"
+KERNEL_LOG_CLOSED = "the kernel log is not readable"
+NO_CUDA_FOR_WORKLOAD = "no CUDA device is usable by torch"
+NO_TORCH_FACTS = " (torch facts not available at this level)"
+
 WORDING: dict[str, Wording] = {
     # -- devices -------------------------------------------------------------------------------
     "index_order_uncertain": Wording(
@@ -282,4 +312,216 @@ WORDING: dict[str, Wording] = {
         "Training on this node would not use its GPUs: torch.cuda.is_available() is False.",
         "Run `gpudoctor report` for why torch cannot use the GPUs, fix that, then run `gpudoctor distributed` again "
         "to check NCCL on them."),
+    # -- the measuring probes' common reasons not to measure (probes/_gpu.py) ---------------------
+    "replay_no_device": Wording(
+        Status.SKIP, "Not measured: a replayed report has no live GPU to exercise.",
+        "Bandwidth, compute and memory figures need the device itself.",
+        "Run `gpudoctor report --full` on the machine with the GPU."),
+    "quick_mode": Wording(
+        Status.SKIP, "Not measured at --quick (no torch import, no CUDA context).",
+        fix="Run `gpudoctor report --full` to measure."),
+    "torch_unavailable": Wording(
+        Status.SKIP, "torch cannot be imported ({reason}).", "Nothing can be measured without torch.",
+        "Install a torch build for this machine (pip install torch)."),
+    "torch_without_cuda": Wording(
+        Status.SKIP, "This torch build ({version}) has no CUDA support.", "GPU measurements need a CUDA build of torch.",
+        "Install a CUDA build: see the selector at https://pytorch.org/get-started/locally/."),
+    "no_cuda_device:measuring": Wording(
+        Status.SKIP, "No CUDA device to measure ({reason}).",
+        "These checks exercise the GPU itself; the devices and environment probes say why none is usable.",
+        "Fix the failures the devices and environment checks list first."),
+    "device_out_of_range": Wording(Status.SKIP, "--device {device_index} does not exist (torch sees {count})."),
+    # -- compute -----------------------------------------------------------------------------------
+    "tf32_override:compute": Wording(
+        Status.PASS, "{note}; the affected rows are shown without a datasheet comparison.",
+        "The environment, not torch's allow_tf32 switch, decides which format cuBLAS runs.",
+        "Nothing to do; unset the variable to let torch's own switch decide."),
+    "tensor_cores_used": Wording(
+        Status.PASS, "The tensor cores of {gpu} were {active:.0f} % active during the bf16 matmul{sm}: bf16 math "
+        "runs on them.",
+        "NVML's GPM counters measured it; utilisation alone cannot tell tensor work from any other.",
+        "Nothing to do."),
+    "tensor_cores_idle": Wording(
+        Status.WARN, "The tensor cores of {gpu} were only {active:.0f} % active during the bf16 matmul.",
+        "A bf16 matrix product should run on the tensor cores; if it did not, bf16 training is several times slower "
+        "than it could be.",
+        "Check the torch build's cuBLAS (`torch.backends.cuda.preferred_blas_library()`), the "
+        "CUBLAS_WORKSPACE_CONFIG and NVIDIA_TF32_OVERRIDE variables, and the clocks."),
+    "gpu_cpu_ratio": Wording(
+        Status.PASS, "{gpu} multiplies matrices {fp32:.0f}x faster than this CPU in fp32 and {best:.0f}x in its "
+        "fastest mode.",
+        "A training run sees this ratio only when the input pipeline keeps the GPU fed; `gpudoctor bench mnist` "
+        "shows how much of it a real loop gets."),
+    "no_datasheet:compute": Wording(
+        Status.PASS, "No datasheet peak for {name} in gpudoctor's table; measured figures are shown alone."),
+    "matmul_slow": Wording(
+        Status.WARN, "{modes} matmul on {gpu} reach(es) only {pct:.0f} % of the {model} datasheet peak ({worst}: "
+        "{tflops:.0f} of {peak:.0f} TFLOP/s).",
+        "Training runs at most this fraction of the speed the hardware is sold for.",
+        "Check clocks and power (health probe: throttling, power cap), other processes on the GPU, MIG slicing, and "
+        "that nvidia-smi shows the expected board."),
+    "matmul_ok": Wording(Status.PASS, "Tensor-core matmul on {gpu} reaches {shares} of the {model} datasheet."),
+    "tf32_available": Wording(
+        Status.PASS, "TF32 runs fp32 matmuls {speedup:.1f}x faster on {gpu}, and torch uses it only when asked.",
+        "torch keeps full fp32 precision for matmuls by default.",
+        "{how} at the start of training (or use bf16 autocast)."),
+    # -- memory ------------------------------------------------------------------------------------
+    "cuda_context_size": Wording(
+        Status.PASS, "The CUDA context costs {context} on {gpu} before any tensor{cublas}.",
+        "Every process that touches this GPU pays it: nvidia-smi shows it although torch reports 0 bytes "
+        "allocated. DataLoader workers or metrics code that call .cuda() each pay it again.",
+        "Keep CUDA out of DataLoader workers (move batches to the GPU in the main process)."),
+    "memory_nearly_full": Wording(
+        Status.WARN, "Only {free} of {total} is free on {gpu}.",
+        "Training on this GPU will run out of memory almost at once.",
+        "See which processes hold it: nvidia-smi, or the process list below."),
+    "allocator_explained": Wording(
+        Status.PASS, "{said}", _ALLOCATOR_WHY,
+        "If your training fails with out-of-memory while much is reserved but unallocated, set "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True. Read torch.cuda.memory_stats() in your loop: "
+        "num_alloc_retries > 0 means memory pressure."),
+    "allocator_explained:expandable": Wording(
+        Status.PASS, "{said}", _ALLOCATOR_WHY, "expandable_segments is on for this environment."),
+    "largest_search_leftover": Wording(
+        Status.WARN, "{leftover} stayed allocated after the largest-allocation search.",
+        "The search must leave nothing behind; this points at a torch allocator problem.",
+        "Report it with the JSON report attached."),
+    "largest_allocation_small": Wording(
+        Status.WARN, "The largest single allocation on {gpu} is {largest}, {pct:.0f} % of its {total}.",
+        "Models, batches or activations larger than this will not fit, whatever nvidia-smi's total says.",
+        "Check the processes holding memory on this GPU (below, or nvidia-smi) and stop idle ones."),
+    "memory_held_by_others": Wording(
+        Status.WARN, "{count} other process(es) hold {held} of {gpu} (pid {pids}).",
+        "Your training gets only what they leave; their kernels also share the GPU's time.",
+        "Stop idle notebooks or old runs (nvidia-smi shows them); in a container the pids are the host's."),
+    # -- transfer ----------------------------------------------------------------------------------
+    "host_link_not_pcie": Wording(
+        Status.PASS, "Pinned host-to-device copies reach {gbs:.1f} GB/s on {gpu}: its host link is NVLink-C2C (a "
+        "Grace superchip), not PCIe, so no PCIe ceiling applies."),
+    "pcie_ceiling_unknown": Wording(
+        Status.PASS, "Pinned host-to-device copies reach {gbs:.1f} GB/s on {gpu}; NVML does not report the PCIe "
+        "link, so there is no ceiling to compare with."),
+    "pcie_link_misreported": Wording(
+        Status.PASS, "Pinned host-to-device copies reach {gbs:.1f} GB/s on {gpu}, more than {link} can carry "
+        "({ceiling:.1f} GB/s): the link NVML reports is not the one the copies used.{trained}",
+        "Only GH200/GB200-class parts have a faster host link (NVLink-C2C), and this is not one. In a virtual "
+        "machine the GPU sits behind a virtual root port that may report a lower PCIe generation or width than the "
+        "physical link, so the ceiling above is wrong, not the copies.",
+        "Nothing to fix in the training setup; compare with the host's own `nvidia-smi -q -d PCIE` (or `lspci -vv` "
+        "on the host) to see the physical link."),
+    "pinned_h2d_slow": Wording(
+        Status.WARN, "Pinned host-to-device copies reach {gbs:.1f} GB/s on {gpu}, {pct:.0f} % of {link} "
+        "({ceiling:.1f} GB/s).{trained}",
+        "Every batch crosses this link; at this rate input copies can starve the GPU.",
+        "Check the slot (x16 electrical?), risers and BIOS PCIe settings; run on the CPU socket nearest the GPU "
+        "(numactl --cpunodebind); look for other transfers sharing the switch."),
+    "pinned_h2d_ok": Wording(
+        Status.PASS, "Pinned host-to-device copies reach {gbs:.1f} GB/s, {pct:.0f} % of {link}.{trained}"),
+    "pin_memory_helps": Wording(
+        Status.PASS, "Pinned memory copies {speedup:.1f}x faster than pageable memory ({pinned:.1f} vs {pageable:.1f} "
+        "GB/s).",
+        "Pageable tensors are first copied into a pinned staging buffer by the driver, and the copy blocks the "
+        "Python thread.",
+        "DataLoader(..., pin_memory=True) and batch.to(device, non_blocking=True)."),
+    "no_datasheet:transfer": Wording(
+        Status.PASS, "No datasheet memory bandwidth for {name} in gpudoctor's table; device-to-device copies reach "
+        "{gbs:.0f} GB/s."),
+    "d2d_slow": Wording(
+        Status.WARN, "Device-to-device copies reach {gbs:.0f} GB/s on {gpu}, {pct:.0f} % of the {model}'s "
+        "{ceiling:.0f} GB/s.",
+        "Memory-bound layers (normalisation, activations, optimiser steps) run this much slower.",
+        "Check memory clocks and throttling (gpudoctor report, health probe), other processes on the GPU, and "
+        "whether this is a MIG slice."),
+    "d2d_ok": Wording(
+        Status.PASS, "Device-to-device copies reach {gbs:.0f} GB/s, {pct:.0f} % of the {model}'s datasheet "
+        "{ceiling:.0f} GB/s."),
+    # -- correctness -------------------------------------------------------------------------------
+    "results_correct": Wording(
+        Status.PASS, "{gpu}: {modes} results agree with float64 within their rounding-error limits; repeated runs "
+        "are bit-identical."),
+    "wrong_results": Wording(
+        Status.FAIL, "{mode} results on {gpu} are wrong: {what}.",
+        "Silent data corruption: training on this GPU can produce garbage weights without any error.",
+        "Re-run `gpudoctor report --full --probe correctness` (seed {seed}); if it repeats, run NVIDIA's DCGM "
+        "diagnostics (dcgmi diag -r 3), check ECC errors and clocks/overclocking, and take the GPU out of service."),
+    "tf32_override:correctness": Wording(
+        Status.PASS, "{why}; {judged}.",
+        "The environment decides what cuBLAS really computes; judging it by the wrong format's limits would call "
+        "normal rounding corruption (or miss real corruption).",
+        "Nothing to do; unset the variable if you want torch's own TF32 switch to decide."),
+    # -- workload ----------------------------------------------------------------------------------
+    "workload_oom": _WORKLOAD_FAILED,
+    "workload_failed": _WORKLOAD_FAILED,
+    "workload_diverged": Wording(
+        Status.FAIL, "{error}",
+        "The reference network does not diverge at lr 0.1 on a working device: its arithmetic gives wrong numbers.",
+        "Run `gpudoctor report --full` again; if it repeats, check the device's ECC errors and clocks, and try "
+        "another driver."),
+    "workload_low_accuracy": Wording(
+        Status.WARN, "held-out accuracy {accuracy:.1%} after one epoch, expected >= {expected:.0%}",
+        "On the built-in set this network reaches 90 % or more on a correct device.",
+        "Re-run; if it stays low, the device computes wrong results (check ECC errors, clocks, and the driver/torch "
+        "versions)."),
+    "workload_measured": Wording(
+        Status.PASS, "{sps:,.0f} samples/s ({mode}, batch {batch}) on {name}; no reference figure for this device "
+        "yet, so there is nothing to compare with"),
+    "workload_slow": Wording(
+        Status.WARN, "{sps:,.0f} samples/s, {share:.0%} of the {figure:,.0f} measured on this GPU model ({source})",
+        "The same run on the same GPU model was at least twice as fast: clocks, power cap, another process or a "
+        "slow host may be holding it back.",
+        "Check `gpudoctor` (live view) for throttling and other processes."),
+    "workload_as_expected": Wording(
+        Status.PASS, "{sps:,.0f} samples/s, {share:.0%} of the {figure:,.0f} expected ({source})"),
+    "replay": Wording(Status.SKIP, "skipped: replaying a recording (the workload needs the live device)"),
+    "no_cuda_device:workload": Wording(
+        Status.SKIP, "skipped: {reason}", "The workload probe measures a GPU.",
+        "Run `gpudoctor bench mnist --device cpu` for a CPU figure."),
+    # -- events ------------------------------------------------------------------------------------
+    "xid_critical": Wording(
+        Status.FAIL, "{gpu}: Xid {xid} {times} since boot: {words}.",
+        "A critical Xid means the GPU or its link failed; it can fail again mid-job.", "{action}."),
+    "xid_application": Wording(
+        Status.PASS, "{gpu}: Xid {xid} {times} since boot: {words}.", _XID_APPLICATION_WHY, "{action}."),
+    "xid_application:follow_up": Wording(
+        Status.PASS, "{gpu}: Xid {xid} {times} since boot: {words}, after Xid {before}: the driver's clean-up of "
+        "that error.", _XID_APPLICATION_WHY, "{action}."),
+    "ecc_event_critical": Wording(
+        Status.FAIL, "{event}, reported by NVML while gpudoctor watched{count}.",
+        "Data in GPU memory was lost or could not be protected: a job on this GPU may have computed wrong results "
+        "or crashed.",
+        "Drain the node and reset the GPU (`nvidia-smi -r` with no process on it) so the bad memory is retired or "
+        "remapped; replace the board if it repeats."),
+    "xid_repeated_on_one_gpu": Wording(
+        Status.WARN, "GPU {gpu}: Xid {xid} {count} times since boot, and none on the node's other {others} GPU(s): "
+        "{words}.",
+        "One such Xid is usually the application's fault; the same one again and again on one GPU, across runs, "
+        "while the other GPUs stay clean, points at that GPU.",
+        "Move the job to another GPU to confirm (e.g. CUDA_VISIBLE_DEVICES set to another index): if the Xid "
+        "follows GPU {gpu} and not the job, drain it and test it (`dcgmi diag -r 3`), and have it replaced if the "
+        "diagnostic fails."),
+    "xid_on_every_gpu": Wording(
+        Status.FAIL, "Xid 31 (GPU memory page fault) on every GPU of the node ({count}) within {minutes} minutes.",
+        "An application fault hits the GPU it runs on, not all of them: a fault on every GPU at once is a "
+        "node-wide episode (the driver, the NVLink fabric, or one job spread over every GPU that corrupted shared "
+        "state), and the GPUs may not recover on their own.",
+        "A reset of the GPUs (or a reboot) is needed: drain the node, reset the GPUs (`nvidia-smi -r` with no "
+        "process on them) or reboot, then run `gpudoctor report --full`; if one job ran on every GPU, check it "
+        "too before putting it back."),
+    "kernel_log_unreadable": Wording(
+        Status.SKIP, "Xids from before now are unknown: {reason}.",
+        "The driver writes Xid errors to the kernel log; without it, only NVML events seen while gpudoctor runs "
+        "(exporter, watch, TUI) are counted.",
+        "Run as root (or with CAP_SYSLOG), or read `sudo dmesg | grep -i xid` yourself."),
+    "events_not_recorded": Wording(
+        Status.SKIP, "the recording holds no event data (made before gpudoctor recorded events)"),
+    "nvml_unavailable:events": Wording(Status.SKIP, "no NVML ({reason}): no GPU to attach events to"),
+    "no_gpu": Wording(Status.SKIP, "no GPU to check"),
+    "device_not_matched": Wording(Status.SKIP, "torch device {device_index} has no NVML device to match"),
+    # -- health, p2p -------------------------------------------------------------------------------
+    "nvml_unavailable:health": Wording(
+        Status.SKIP, "no NVML ({reason}): nothing to check",
+        "Health readings come from the driver's management library (NVML).",
+        "See the environment probe's finding about the driver."),
+    "nvml_unavailable:p2p": Wording(Status.SKIP, "no NVML ({reason}): GPU pairs unknown"),
+    "p2p_single_gpu": Wording(Status.SKIP, "fewer than two GPUs: no peer-to-peer path to check"),
 }
