@@ -291,6 +291,7 @@ WORDING: dict[str, Wording] = {
     "nccl_unavailable:one_gpu": Wording(Status.SKIP, "one GPU and this torch build has no NCCL: nothing to check"),
     "gloo_unavailable": Wording(Status.SKIP, "this torch build has no gloo backend"),
     "not_enough_gpus": Wording(Status.SKIP, "--nproc {nproc} needs {nproc} GPUs for NCCL, {gpus} visible"),
+    "probe_error:no_local_gpu": Wording(Status.ERROR, "local rank {rank} has no GPU ({gpus} visible)"),
     "one_rank": Wording(Status.SKIP, "a distributed check needs at least 2 ranks (--nproc 2)"),
     "nccl_init_failed": Wording(
         Status.FAIL, "NCCL could not start on the GPU: {error}",

@@ -586,7 +586,7 @@ def _run_under_torchrun(ctx: ProbeContext, plan: _Plan) -> ProbeResult:
     world = int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if plan.backend == "nccl" and local_rank >= plan.gpus:
-        return ProbeResult.error("distributed", f"local rank {local_rank} has no GPU ({plan.gpus} visible)")
+        return findings.errored("distributed", "no_local_gpu", rank=local_rank, gpus=plan.gpus)
     everyone = run_rank(rank=int(os.environ["RANK"]), world=world, local_rank=local_rank,
                         backend=plan.backend, sizes=plan.sizes, init_method="env://", timeout_s=plan.timeout_s,
                         target_s=plan.target_s, gather=True)
