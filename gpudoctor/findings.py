@@ -4,7 +4,9 @@ A finding (:class:`gpudoctor.model.Finding`) is built here from its code: :data:
 for each code, its status and its summary, why and fix as templates (``str.format`` fields
 filled from the readings). The health probe, fleet (from Prometheus series), the compute probe,
 the TUI and the exporter take their text from this table, so rewording a finding is one edit in
-this file.
+this file. The codes only the probes make are worded in probes/_wording.py, registered in
+:data:`_TABLES` (the one index of wording tables): :func:`wording` finds a code in whichever
+table holds it, and :func:`finding`, :func:`words`, :func:`skipped` and :func:`errored` build from it.
 
 The judgements are pure functions over readings: the same numbers whether NVML read them on
 this machine or Prometheus holds them for a node (:func:`clock_event_findings`,
@@ -112,6 +114,8 @@ BASELINE_LINK_MAXIMUM = " (link maximum)"
 _DRIVER_TOO_OLD = "The driver ({driver}) supports CUDA up to {driver_cuda}, but torch {torch} is built for CUDA {cuda_build}."
 _STACK_DIFFERS = "A different software stack can explain (and is itself) a difference from the good node."
 _RUNS_TORCH = "This check runs PyTorch on the GPU."
+_P2P_UNKNOWN = ("ACS on the PCIe bridges and the IOMMU decide whether peer-to-peer copies between the GPUs work; "
+                "unknown is not a pass.")
 
 _BUSY_WHY = ("NVML's utilisation is the share of time any kernel ran, so a loop of tiny kernels reads 100 %; "
              "GPM's SM activity (Hopper and later) shows how much of the GPU worked.")
@@ -536,9 +540,12 @@ WORDING: dict[str, Wording] = {
         "Correct, but slower than a direct copy; nothing on the host path between them can break a peer copy."),
     "p2p_unreadable": Wording(
         Status.SKIP, "{label}: {what} not checked: {reason}",
-        "ACS on the PCIe bridges and the IOMMU decide whether peer-to-peer copies between the GPUs work; unknown "
-        "is not a pass.",
+        _P2P_UNKNOWN,
         "{fix}"),
+    "p2p_unreadable:iommu": Wording(
+        Status.SKIP, "{label}: the IOMMU's mode not checked: {reason}",
+        _P2P_UNKNOWN,
+        "Run `gpudoctor report` on the host, or check `cat /proc/cmdline` and /sys/kernel/iommu_groups/*/type there."),
     "p2p_copy_corrupt": Wording(
         Status.FAIL, "{label}: a peer-to-peer copy of {size} delivered wrong bytes ({wrong} of {total} differ)",
         "Data copied directly between the GPUs arrived changed: NCCL's all-reduces between them return wrong "
@@ -634,7 +641,7 @@ WORDING: dict[str, Wording] = {
     "baseline_regression": Wording(
         Status.WARN, "{what}{where}: {value}, {amount} {direction} the baseline's {base} (tolerated: {warn:g}{unit}, "
         "fail beyond {fail:g}{unit}).",
-        "{why}", "Run `gpudoctor report --full --probe {probe} -v` on both nodes and compare their details."),
+        "{why}.", "Run `gpudoctor report --full --probe {probe} -v` on both nodes and compare their details."),
     # -- the runner: a check that could not complete, or had no torch to run (runner.py, model.py) ------
     "probe_error": Wording(
         Status.ERROR, "{summary}", "This check could not complete, so its part of the stack is unverified.",

@@ -65,7 +65,8 @@ _WORKLOAD_FAILED = Wording(
     "state.",
     "Check `nvidia-smi` for other processes holding the memory; run `gpudoctor report --probe workload -v` again.")
 _XID_APPLICATION_WHY = "This class of Xid is usually raised by a fault in the application, not the GPU."
-#: Parts of the probes' summaries, filled in where a finding has them.
+#: Parts of the probes' summaries and fixes, filled in where a finding has them.
+AND_AS_ROOT = ", and run as root"
 NO_CUDA_DEVICE_SEEN = "torch sees no CUDA device"
 CPU_MEASURED = " The CPU figure above was measured."
 SM_ACTIVITY = " (SM activity {sm:.0f} %)"

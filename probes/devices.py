@@ -20,7 +20,7 @@ from gpudoctor import findings
 from gpudoctor.findings import fabric_not_completed
 from gpudoctor.model import ProbeResult, Status
 
-from . import Probe, ProbeContext
+from . import Probe, ProbeContext, _wording
 
 if TYPE_CHECKING:
     from gpudoctor.backends.base import GpuBackend
@@ -284,7 +284,7 @@ def _describe_device(r: ProbeResult, dev: int, n_index: int | None, t: dict[str,
     if not t and s and all(is_na(v) for v in identity) and not (is_na(name) and name.reason == "GpuIsLost"):
         reasons = sorted({v.reason for v in identity if is_na(v)})
         r.findings.append(findings.finding("device_unreadable", device=dev, gpu=dev, reasons=", ".join(reasons),
-                                           as_root=", and run as root" if "NoPermission" in reasons else ""))
+                                           as_root=_wording.AND_AS_ROOT if "NoPermission" in reasons else ""))
         return f"unreadable ({', '.join(reasons)})"
     if is_na(name) and name.reason == "GpuIsLost":
         r.findings.append(findings.finding("gpu_lost:devices", device=dev, gpu=dev))

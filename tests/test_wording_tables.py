@@ -31,7 +31,9 @@ GUARDED = sorted(p for p in (ROOT / "probes").glob("*.py") if p not in TABLE_FIL
 #: Calls whose text arguments are a finding's words: (the name called, the first positional
 #: argument that is words, the keyword arguments that are words).
 _BUILDERS = {"Finding": (2, {"summary", "why", "fix"}), "find": (2, {"summary", "why", "fix"}),
-             "skip": (1, {"summary", "why", "fix"}), "error": (1, {"summary"}), "NoDevice": (1, {"summary", "why", "fix"})}
+             "skip": (1, {"summary", "why", "fix"}), "error": (1, {"summary"}), "NoDevice": (1, {"summary", "why", "fix"}),
+             # a table's template filled with words given in place: "{fix}" with fix="Run ..."
+             "finding": (99, {"summary", "why", "fix"}), "skipped": (99, {"summary", "why", "fix"})}
 #: The calls that name a code of the tables: (the argument that names it, what the call puts before it).
 _LOOKUPS = {"finding": (0, ""), "words": (0, ""), "wording": (0, ""), "skipped": (1, ""),
             "errored": (1, "probe_error:"), "_no_device": (0, "")}
@@ -87,6 +89,7 @@ def test_the_probes_and_the_core_modules_word_no_finding_in_place():
     'Finding(Status.FAIL, "broken", summary, why="It broke.")',
     'ProbeResult.skip("p", "no GPU here", code="no_gpu")',
     'ProbeResult.error(probe.name, f"timed out after {s} s")',
+    'findings.finding("p2p_unreadable", label=label, fix="Run it on the host.")',
     'NoDevice("quick_mode", "Not measured.", fix="Run it fully." if full else "Later.")',
 ])
 def test_the_guard_finds_words_written_in_place(source):
