@@ -17,6 +17,14 @@ from gpudoctor.findings import Wording
 from gpudoctor.model import Status
 
 _XID_DMESG = "Check `dmesg` for Xid errors; the node needs a GPU reset or reboot, and a hardware check if it repeats."
+_SEES_NONE = "NVML sees {visible} GPU(s) but torch sees none: "
+_SEES_NONE_WHY = ("torch.cuda.is_available() is False, so code that falls back to the CPU trains there silently and "
+                  "code that asks for 'cuda' fails.")
+_SEES_NONE_CHECK = ("Check CUDA_VISIBLE_DEVICES in the training environment (an empty or invalid list hides every GPU), "
+                    "reboot after a driver upgrade (driver and library mismatch), and start containers with the GPUs "
+                    "(`docker run --gpus all`).")
+_CUDA_BUILD_FIX = ("Install a CUDA build: `pip install --force-reinstall torch torchvision` from PyPI (its Linux "
+                   "wheels carry CUDA) or from https://download.pytorch.org/whl/cu126 etc.")
 _CUDA_NOT_STARTED = "torch.cuda.is_available() is False, so training silently runs on the CPU."
 _CUDNN_SUMMARY = "torch {version} was built against cuDNN {compiled} but loaded cuDNN {loaded}{where}{ld_path}."
 _CUDNN_WHY = ("torch refuses a cuDNN of another major version or an older minor than it was built with: "
@@ -119,10 +127,16 @@ WORDING: dict[str, Wording] = {
         "CUDA ignores everything after the first invalid or repeated entry.",
         "Fix the list: valid indices are 0..{last}."),
     "torch_sees_no_gpu": Wording(
-        Status.FAIL, "NVML sees {visible} GPU(s) but torch sees none: {reason}.",
-        "torch.cuda.is_available() is False, so code that falls back to the CPU trains there silently and code "
-        "that asks for 'cuda' fails.",
-        "{fix}"),
+        Status.FAIL, _SEES_NONE + "torch.cuda.is_available() is False.", _SEES_NONE_WHY, _SEES_NONE_CHECK),
+    "torch_sees_no_gpu:cuda_error": Wording(
+        Status.FAIL, _SEES_NONE + "torch cannot start CUDA ({error}).", _SEES_NONE_WHY, _SEES_NONE_CHECK),
+    "torch_sees_no_gpu:rocm_build": Wording(
+        Status.FAIL, _SEES_NONE + "torch {version} is a ROCm (HIP) build, which cannot use NVIDIA GPUs.", _SEES_NONE_WHY,
+        "Install a CUDA build of torch (`pip install torch --index-url https://download.pytorch.org/whl/cu126` or the "
+        "index for your driver's CUDA version)."),
+    "torch_sees_no_gpu:cpu_only_build": Wording(
+        Status.FAIL, _SEES_NONE + "torch {version} is a CPU-only build.", _SEES_NONE_WHY, _CUDA_BUILD_FIX),
+    "torch_sees_no_gpu:driver_too_old": Wording(Status.FAIL, _SEES_NONE + "{reason}.", _SEES_NONE_WHY, "{fix}"),
     "device_count_mismatch:changed": Wording(
         Status.WARN, "torch uses {torch_count} device(s) but CUDA_VISIBLE_DEVICES={changed_to!r} now allows "
         "{visible}: the variable was changed after CUDA read it.",
@@ -164,8 +178,7 @@ WORDING: dict[str, Wording] = {
     "torch_cpu_only_build": Wording(
         Status.FAIL, "torch {version} is a CPU-only build: it cannot use a GPU even when one is present.",
         "CPU-only wheels (+cpu) have no CUDA kernels; torch.cuda.is_available() is always False.",
-        "Install a CUDA build: `pip install --force-reinstall torch torchvision` from PyPI (its Linux wheels carry "
-        "CUDA) or from https://download.pytorch.org/whl/cu126 etc."),
+        _CUDA_BUILD_FIX),
     "cuda_init_failed": Wording(
         Status.FAIL, "NVML sees {count} GPU(s) but torch cannot start CUDA: {reason}", _CUDA_NOT_STARTED,
         "Read the error above; common causes are CUDA_VISIBLE_DEVICES hiding every GPU, a driver/library mismatch "

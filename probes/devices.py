@@ -221,8 +221,8 @@ def _torch_agreement(r: ProbeResult, gpu: GpuBackend, facts: dict[str, Any], tor
     """torch's device count against NVML's (after CUDA_VISIBLE_DEVICES); ``changed_to``: the variable's
     value now, when it was changed after torch's CUDA read it."""
     if torch_count == 0 and visible > 0:
-        reason, fix = _why_torch_sees_none(gpu, facts)
-        r.findings.append(findings.finding("torch_sees_no_gpu", visible=visible, reason=reason, fix=fix))
+        way, said = _why_torch_sees_none(gpu, facts)
+        r.findings.append(findings.finding(way, visible=visible, **said))
     elif torch_count != visible and torch_count > 0 and changed_to is not None:
         r.findings.append(findings.finding("device_count_mismatch:changed", torch_count=torch_count,
                                            changed_to=changed_to, visible=visible))
@@ -230,27 +230,22 @@ def _torch_agreement(r: ProbeResult, gpu: GpuBackend, facts: dict[str, Any], tor
         r.findings.append(findings.finding("device_count_mismatch", torch_count=torch_count, visible=visible))
 
 
-def _why_torch_sees_none(gpu: GpuBackend, facts: dict[str, Any]) -> tuple[str, str]:
-    """(the reason in words, the fix) for a torch that sees no GPU where NVML sees some."""
+def _why_torch_sees_none(gpu: GpuBackend, facts: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(the torch_sees_no_gpu way, its fields) for a torch that sees no GPU where NVML sees some."""
     version, cuda_build = facts.get("version") or "", facts.get("cuda_build")
     if facts.get("hip_build") and not cuda_build:
-        return (f"torch {version} is a ROCm (HIP) build, which cannot use NVIDIA GPUs",
-                "Install a CUDA build of torch (`pip install torch --index-url "
-                "https://download.pytorch.org/whl/cu126` or the index for your driver's CUDA version).")
+        return "torch_sees_no_gpu:rocm_build", {"version": version}
     if not cuda_build:
-        return (f"torch {version} is a CPU-only build",
-                "Install a CUDA build: `pip install --force-reinstall torch torchvision` from PyPI (its Linux "
-                "wheels carry CUDA) or from https://download.pytorch.org/whl/cu126 etc.")
+        return "torch_sees_no_gpu:cpu_only_build", {"version": version}
     too_old = [f for f in driver_build_findings(gpu.driver_version(), gpu.cuda_driver_version(), version, cuda_build)
                 if f.code == "driver_too_old"]
     if too_old:
         words = too_old[0].summary.rstrip(".")
-        return words[:1].lower() + words[1:], too_old[0].fix
+        return "torch_sees_no_gpu:driver_too_old", {"reason": words[:1].lower() + words[1:], "fix": too_old[0].fix}
     error = facts.get("cuda_init_error") or "; ".join(facts.get("cuda_warnings") or [])
-    return ((f"torch cannot start CUDA ({error})" if error else "torch.cuda.is_available() is False"),
-            "Check CUDA_VISIBLE_DEVICES in the training environment (an empty or invalid list hides every "
-            "GPU), reboot after a driver upgrade (driver and library mismatch), and start containers with "
-            "the GPUs (`docker run --gpus all`).")
+    if error:
+        return "torch_sees_no_gpu:cuda_error", {"error": error}
+    return "torch_sees_no_gpu", {}
 
 
 def _index_order(r: ProbeResult, torch_devices: list[dict[str, Any]], mapping: dict[int, Any]) -> None:
