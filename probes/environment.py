@@ -30,20 +30,7 @@ if TYPE_CHECKING:
     from gpudoctor.backends.base import GpuBackend
     from gpudoctor.backends.stack import Stack
 
-NVML_REASON_WORDS = {
-    "LibraryNotFound": ("the NVIDIA driver is not installed (libnvidia-ml.so was not found)",
-                        "Install the NVIDIA driver for this GPU (e.g. `sudo apt install nvidia-driver-580` "
-                        "or NVIDIA's .run installer), then reboot; check with `nvidia-smi`."),
-    "DriverNotLoaded": ("the NVIDIA kernel module is not loaded",
-                        "Load it (`sudo modprobe nvidia`) or reboot; `dmesg | grep -i nvrm` shows why it failed "
-                        "(Secure Boot blocking an unsigned module is common)."),
-    "NoPermission": ("this user may not open the NVIDIA device files",
-                     "Check permissions of /dev/nvidia* (add the user to the group that owns them) or, in a "
-                     "container, start it with the NVIDIA runtime (`--gpus all`)."),
-    "PythonBindingMissing": ("the NVML Python binding (nvidia-ml-py) is not installed",
-                             "pip install nvidia-ml-py"),
-    "InsufficientSize": ("NVML could not start", "Run `nvidia-smi` to see the driver's own error."),
-}
+NVML_REASON_WORDS = _wording.NVML_REASON_WORDS  # the words of nvidia_driver_unavailable's NVML reasons
 
 
 def _torch_minor(version: str) -> tuple[int, int] | None:
@@ -281,8 +268,8 @@ def _driver_unavailable(reason: str, stack: Stack | NA) -> Finding:
     named = nvml_failure(reason, stack)
     if named is not None:
         return named
-    words, fix = NVML_REASON_WORDS.get(reason, (f"NVML is unavailable ({reason})",
-                                                "Run `nvidia-smi` to see the driver's own error."))
+    words, fix = NVML_REASON_WORDS.get(reason, (_wording.NVML_UNAVAILABLE.format(reason=reason),
+                                                _wording.NVML_UNAVAILABLE_FIX))
     seen = ""
     if reason in ("LibraryNotFound", "DriverNotLoaded") and not is_na(stack):
         pci = stack.nvidia_pci
