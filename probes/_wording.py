@@ -62,6 +62,11 @@ _RANK_FAILED = Wording(
     "its GPU with `gpudoctor report --device N`.")
 _DP_WHY = "Multi-GPU training on this node does not work as is."
 _DP_FIX = "Check the peer-access matrix and `nvidia-smi topo -m`; update the driver."
+#: How each rank of a failed distributed run ended: the text of its rank_failed, rank_hung or rank_stopped finding.
+RANK_FAILED_AFTER = "failed after rank {first} did ({text})"
+RANK_STOPPED_AFTER = "was stopped after rank {first} failed (in {phase})"
+RANK_HUNG = "did not finish within {seconds:.0f} s (last phase: {phase})"
+RANK_WAITING = "was waiting for rank(s) {ranks} in {phase} when stopped"
 #: What the nvlink_link_down summary adds when a GPU has fewer links up than its peers.
 NVLINK_NOTES = " ({notes})"
 

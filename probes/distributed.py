@@ -285,10 +285,10 @@ def classify_failures(errors: dict[int, str], exited_at: dict[int, float], still
         out[first] = {"kind": "failed", "text": errors[first]}
         for rank, text in errors.items():
             if rank != first:
-                out[rank] = {"kind": "stopped", "text": f"failed after rank {first} did ({text})"}
+                out[rank] = {"kind": "stopped", "text": _wording.RANK_FAILED_AFTER.format(first=first, text=text)}
         for rank in still_running:
             out[rank] = {"kind": "stopped",
-                         "text": f"was stopped after rank {first} failed (in {phases[rank][1]})"}
+                         "text": _wording.RANK_STOPPED_AFTER.format(first=first, phase=phases[rank][1])}
         return out
     if still_running:
         behind = min(phases[r][0] for r in still_running)
@@ -296,11 +296,11 @@ def classify_failures(errors: dict[int, str], exited_at: dict[int, float], still
         for rank in still_running:
             if rank in culprits:
                 out[rank] = {"kind": "hung",
-                             "text": f"did not finish within {timeout_s:.0f} s (last phase: {phases[rank][1]})"}
+                             "text": _wording.RANK_HUNG.format(seconds=timeout_s, phase=phases[rank][1])}
             else:
                 out[rank] = {"kind": "stopped",
-                             "text": f"was waiting for rank(s) {', '.join(map(str, culprits))} "
-                                     f"in {phases[rank][1]} when stopped"}
+                             "text": _wording.RANK_WAITING.format(ranks=", ".join(map(str, culprits)),
+                                                                  phase=phases[rank][1])}
     return out
 
 
