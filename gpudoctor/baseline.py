@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from gpudoctor import findings
 from gpudoctor.model import ProbeResult, Status
 from gpudoctor._text import plain_strings as _plain_strings
 from gpudoctor.safejson import JsonFileError, non_finite, parse_bounded, read_bounded
@@ -323,19 +324,14 @@ def compare(baseline: Baseline, candidate: dict[str, Any], *, force: bool = Fals
         if not force:
             raise BaselineError(f"different GPU models ({words}); comparing them says nothing about this node "
                                 "(use --force to compare anyway)")
-        result.find(Status.WARN, "baseline_model_differs", f"Compared across GPU models, as asked: {words}.",
-                    why="Figures of different models differ by design; only large gaps mean anything.",
-                    fix="Record a baseline on a known-good node of this model.")
+        result.findings.append(findings.finding("baseline_model_differs", models=words))
     _stack_drift(result, mine, theirs)
     judged = _judge(result, baseline, figures(candidate))
     if baseline.outliers:
         result.details["baseline_outliers"] = baseline.outliers
-        result.find(Status.PASS, "baseline_outliers_ignored",
-                    f"The baseline directory holds {len(baseline.outliers)} figure(s) far from its median "
-                    f"(the median ignores them): {'; '.join(baseline.outliers[:3])}"
-                    + (" ..." if len(baseline.outliers) > 3 else ""),
-                    why="One slow node in the baseline set must not lower the bar for the others.",
-                    fix="Check or remove those reports from the baseline directory.")
+        result.findings.append(findings.finding("baseline_outliers_ignored", count=len(baseline.outliers),
+                                                outliers="; ".join(baseline.outliers[:3]),
+                                                more=" ..." if len(baseline.outliers) > 3 else ""))
     if judged == 0 and not failures:
         raise BaselineError(f"nothing to compare: {candidate_name} and the baseline share no measured figure "
                             "(run both with `gpudoctor report --full`)")
@@ -352,28 +348,18 @@ def _failed_reports(result: ProbeResult, baseline: Baseline, candidate: dict[str
     said = []
     if failed(candidate):
         said.append(f"{candidate_name} failed (status fail)")
-        result.find(Status.FAIL, "report_failed", f"{candidate_name} is a failing report: its node is not usable as is, "
-                                                   "whatever its figures.",
-                    why="A comparison judges figures; the report's own failures (a lost GPU, a driver too old...) "
-                        "are not figures and would pass unseen.",
-                    fix=f"Fix the failures that {candidate_name} names first, then compare again.")
+        result.findings.append(findings.finding("report_failed:baseline", name=candidate_name))
     if baseline.failed:
         names = ", ".join(baseline.failed)
         said.append(f"the baseline {names} failed (status fail)")
-        result.find(Status.FAIL, "baseline_report_failed",
-                    f"The baseline is not known-good: {names} has status fail.",
-                    why="A baseline is the bar a node must meet; one from a failing node lowers or bends it.",
-                    fix="Use reports of nodes whose own `gpudoctor report --full` passed as the baseline.")
+        result.findings.append(findings.finding("baseline_report_failed", names=names))
     return said
 
 
 def _stack_drift(result: ProbeResult, mine: dict[str, Any], theirs: dict[str, Any]) -> None:
-    for key, words in (("driver", "NVIDIA driver"), ("torch", "torch"), ("torch_cuda", "torch's CUDA build")):
+    for key in ("driver", "torch", "torch_cuda"):
         if mine[key] is not None and theirs[key] is not None and str(mine[key]) != str(theirs[key]):
-            result.find(Status.WARN, f"baseline_{key}_differs",
-                        f"{words} differs from the baseline: {mine[key]} here, {theirs[key]} there.",
-                        why="A different software stack can explain (and is itself) a difference from the good node.",
-                        fix=f"Install the baseline's {words}, or record a new baseline with this one.")
+            result.findings.append(findings.finding(f"baseline_{key}_differs", mine=mine[key], theirs=theirs[key]))
 
 
 def _judge(result: ProbeResult, baseline: Baseline, mine: dict[tuple[str, str, int | None], float]) -> int:
@@ -399,12 +385,10 @@ def _judge(result: ProbeResult, baseline: Baseline, mine: dict[tuple[str, str, i
             continue
         amount = f"{gap:.1f} C" if tol.absolute else (f"{gap:.0f} %" if math.isfinite(gap) else "infinitely")
         direction = "above" if tol.better == "lower" else "below"
-        what = f"{key[1]}" + (" (link maximum)" if tol.field == "reference" else "")
-        result.find(status, "baseline_regression",
-                    f"{what}{'' if key[2] is None else f' on GPU {key[2]}'}: {_fmt(value)}, {amount} {direction} "
-                    f"the baseline's {_fmt(base)} (tolerated: {tol.warn:g}{' C' if tol.absolute else ' %'}, "
-                    f"fail beyond {tol.fail:g}{' C' if tol.absolute else ' %'}).",
-                    why=tol.why[:1].upper() + tol.why[1:] + ".",
-                    fix=f"Run `gpudoctor report --full --probe {key[0]} -v` on both nodes and compare their details.",
-                    device=key[2])
+        result.findings.append(findings.finding(
+            "baseline_regression", status=status, device=key[2], value=_fmt(value), amount=amount, direction=direction,
+            what=key[1] + (findings.BASELINE_LINK_MAXIMUM if tol.field == "reference" else ""),
+            where="" if key[2] is None else findings.BASELINE_ON_GPU.format(device=key[2]), base=_fmt(base),
+            warn=tol.warn, fail=tol.fail, unit=" C" if tol.absolute else " %", why=tol.why[:1].upper() + tol.why[1:],
+            probe=key[0]))
     return judged

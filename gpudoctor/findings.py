@@ -4,7 +4,9 @@ A finding (:class:`gpudoctor.model.Finding`) is built here from its code: :data:
 for each code, its status and its summary, why and fix as templates (``str.format`` fields
 filled from the readings). The health probe, fleet (from Prometheus series), the compute probe,
 the TUI and the exporter take their text from this table, so rewording a finding is one edit in
-this file.
+this file. The codes only the probes make are worded in probes/_wording.py, registered in
+:data:`_TABLES` (the one index of wording tables): :func:`wording` finds a code in whichever
+table holds it, and :func:`finding`, :func:`words`, :func:`skipped` and :func:`errored` build from it.
 
 The judgements are pure functions over readings: the same numbers whether NVML read them on
 this machine or Prometheus holds them for a node (:func:`clock_event_findings`,
@@ -23,7 +25,7 @@ from typing import Any, Iterable, Mapping
 
 from gpudoctor._record import record
 from gpudoctor._text import plain_text
-from gpudoctor.model import Finding, Status
+from gpudoctor.model import Finding, ProbeResult, Status
 
 
 @record(frozen=True)
@@ -108,6 +110,24 @@ _MIG_ONE_FIX = ("If cuda:1 fails, run one process per MIG device, each started w
 
 #: The words of each finding code. A code worded in more than one way (a straggler by its data wait or
 #: by its steps) has an entry per way, keyed ``code:way``.
+#: What a driver-vs-build finding adds when torch started CUDA all the same.
+STARTED_ANYWAY = "CUDA started anyway: forward compatibility or a newer driver than NVML reports."
+#: Why a CUDA driver that cannot start matters (every cuda_cannot_start way says it).
+CUDA_NOT_STARTING = ("NVML (nvidia-smi) answers, but every CUDA program, torch included, fails to start: "
+                     "torch.cuda.is_available() is False and code that asks for 'cuda' raises.")
+#: The cause of CUDA error 802 when NVML shows the NVLink fabric registration unfinished.
+FABRIC_CAUSE = "the fabric manager has not set the GPUs up: {fabric}"
+#: Where driver_not_answering was met by a check the runner abandoned.
+ABANDONED = " (the {probe} check was abandoned)"
+#: Parts of baseline_regression's summary.
+BASELINE_ON_GPU = " on GPU {device}"
+BASELINE_LINK_MAXIMUM = " (link maximum)"
+_DRIVER_TOO_OLD = "The driver ({driver}) supports CUDA up to {driver_cuda}, but torch {torch} is built for CUDA {cuda_build}."
+_STACK_DIFFERS = "A different software stack can explain (and is itself) a difference from the good node."
+_RUNS_TORCH = "This check runs PyTorch on the GPU."
+_P2P_UNKNOWN = ("ACS on the PCIe bridges and the IOMMU decide whether peer-to-peer copies between the GPUs work; "
+                "unknown is not a pass.")
+
 _BUSY_WHY = ("NVML's utilisation is the share of time any kernel ran, so a loop of tiny kernels reads 100 %; "
              "GPM's SM activity (Hopper and later) shows how much of the GPU worked.")
 
@@ -530,9 +550,12 @@ WORDING: dict[str, Wording] = {
         "Correct, but slower than a direct copy; nothing on the host path between them can break a peer copy."),
     "p2p_unreadable": Wording(
         Status.SKIP, "{label}: {what} not checked: {reason}",
-        "ACS on the PCIe bridges and the IOMMU decide whether peer-to-peer copies between the GPUs work; unknown "
-        "is not a pass.",
+        _P2P_UNKNOWN,
         "{fix}"),
+    "p2p_unreadable:iommu": Wording(
+        Status.SKIP, "{label}: the IOMMU's mode not checked: {reason}",
+        _P2P_UNKNOWN,
+        "Run `gpudoctor report` on the host, or check `cat /proc/cmdline` and /sys/kernel/iommu_groups/*/type there."),
     "p2p_copy_corrupt": Wording(
         Status.FAIL, "{label}: a peer-to-peer copy of {size} delivered wrong bytes ({wrong} of {total} differ)",
         "Data copied directly between the GPUs arrived changed: NCCL's all-reduces between them return wrong "
@@ -552,6 +575,97 @@ WORDING: dict[str, Wording] = {
         "Compare with `nvidia-smi topo -m`; check ACS on the bridges (`sudo lspci -vvv | grep ACSCtl`) and the "
         "slot each GPU sits in; place the ranks that talk most on GPUs under one PCIe switch or NVLink."),
     "p2p_copy_ok": Wording(Status.PASS, "{label}: peer-to-peer copies reach {gbs:.1f} GB/s over {link}, every byte intact"),
+    # -- the driver against torch's CUDA build (backends/cuda_compat.py) -----------------------------
+    "driver_too_old": Wording(
+        Status.FAIL, _DRIVER_TOO_OLD,
+        "CUDA cannot start: torch.cuda.is_available() returns False with 'The NVIDIA driver on your system is too "
+        "old'.",
+        "Upgrade the NVIDIA driver to >= {need}, or install a torch built for CUDA {major}.x (e.g. `pip install torch "
+        "--index-url https://download.pytorch.org/whl/{index}`)."),
+    "driver_too_old:before_11": Wording(
+        Status.FAIL, _DRIVER_TOO_OLD,
+        "Before CUDA 11 a build needs a driver of its own minor release (there is no minor-version compatibility): "
+        "torch.cuda.is_available() returns False.",
+        "Upgrade the NVIDIA driver to >= {need}, or install a torch built for CUDA {driver_cuda}."),
+    "driver_older_than_build": Wording(
+        Status.WARN, "The driver supports CUDA {driver_cuda}; torch is built for CUDA {cuda_build} (same major version, "
+        "newer minor).",
+        "CUDA minor-version compatibility lets this run, but kernels shipped only as newer PTX cannot be "
+        "JIT-compiled by this driver and fail with 'unsupported toolchain'.",
+        "Upgrade the driver when convenient, or use a torch built for the driver's CUDA version."),
+    "driver_too_old:started_anyway": Wording(
+        Status.WARN, "{summary} " + STARTED_ANYWAY,
+        "The driver NVML reports cannot run this build, yet torch started CUDA: the CUDA library in use is newer "
+        "than that driver (a cuda-compat forward-compatibility package, which NVIDIA supports on data-center GPUs), "
+        "or NVML belongs to another driver install than the one CUDA loaded.",
+        "Nothing blocks training now. Keep the forward-compatibility package with the image (without it this build "
+        "fails with 'driver too old'); if there is none, compare `nvidia-smi` with `cat /proc/driver/nvidia/version` "
+        "and remove the stale driver install. {fix}"),
+    "driver_older_than_build:started_anyway": Wording(Status.PASS, "{summary} " + STARTED_ANYWAY, "{why}", "{fix}"),
+    # -- the CUDA driver's own start (backends/cuda_driver.py) ---------------------------------------
+    "cuda_start_hung": Wording(
+        Status.WARN, "The CUDA driver's start (cuInit) was not answered in {limit:g} s.",
+        "A CUDA program here may hang at its first CUDA call.",
+        "Enable persistence mode (`nvidia-smi -pm 1`) if start-up is only slow; check `dmesg` for Xid errors if it "
+        "hangs."),
+    "cuda_start_crashed": Wording(
+        Status.WARN, "The CUDA driver's start-up (cuInit, in a child process) crashed.",
+        "A CUDA program here may crash at its first CUDA call.", "{fix}"),
+    "cuda_cannot_start:error": Wording(
+        Status.FAIL, "NVML sees {visible} GPU(s) but the CUDA driver cannot start: cuInit failed with {name} "
+        "({number}).", CUDA_NOT_STARTING, "{fix}"),
+    "cuda_cannot_start:error_cause": Wording(
+        Status.FAIL, "NVML sees {visible} GPU(s) but the CUDA driver cannot start: cuInit failed with {name} "
+        "({number}): {cause}.", CUDA_NOT_STARTING, "{fix}"),
+    "cuda_cannot_start:none_counted": Wording(
+        Status.FAIL, "NVML sees {visible} GPU(s) but the CUDA driver counts none: {cause}.", CUDA_NOT_STARTING,
+        "{fix}"),
+    # -- a report against a baseline (baseline.py) ---------------------------------------------------
+    "baseline_model_differs": Wording(
+        Status.WARN, "Compared across GPU models, as asked: {models}.",
+        "Figures of different models differ by design; only large gaps mean anything.",
+        "Record a baseline on a known-good node of this model."),
+    "baseline_outliers_ignored": Wording(
+        Status.PASS, "The baseline directory holds {count} figure(s) far from its median (the median ignores them): "
+        "{outliers}{more}",
+        "One slow node in the baseline set must not lower the bar for the others.",
+        "Check or remove those reports from the baseline directory."),
+    "report_failed:baseline": Wording(
+        Status.FAIL, "{name} is a failing report: its node is not usable as is, whatever its figures.",
+        "A comparison judges figures; the report's own failures (a lost GPU, a driver too old...) are not figures "
+        "and would pass unseen.",
+        "Fix the failures that {name} names first, then compare again."),
+    "baseline_report_failed": Wording(
+        Status.FAIL, "The baseline is not known-good: {names} has status fail.",
+        "A baseline is the bar a node must meet; one from a failing node lowers or bends it.",
+        "Use reports of nodes whose own `gpudoctor report --full` passed as the baseline."),
+    "baseline_driver_differs": Wording(
+        Status.WARN, "NVIDIA driver differs from the baseline: {mine} here, {theirs} there.", _STACK_DIFFERS,
+        "Install the baseline's NVIDIA driver, or record a new baseline with this one."),
+    "baseline_torch_differs": Wording(
+        Status.WARN, "torch differs from the baseline: {mine} here, {theirs} there.", _STACK_DIFFERS,
+        "Install the baseline's torch, or record a new baseline with this one."),
+    "baseline_torch_cuda_differs": Wording(
+        Status.WARN, "torch's CUDA build differs from the baseline: {mine} here, {theirs} there.", _STACK_DIFFERS,
+        "Install the baseline's torch's CUDA build, or record a new baseline with this one."),
+    "baseline_regression": Wording(
+        Status.WARN, "{what}{where}: {value}, {amount} {direction} the baseline's {base} (tolerated: {warn:g}{unit}, "
+        "fail beyond {fail:g}{unit}).",
+        "{why}.", "Run `gpudoctor report --full --probe {probe} -v` on both nodes and compare their details."),
+    # -- the runner: a check that could not complete, or had no torch to run (runner.py, model.py) ------
+    "probe_error": Wording(
+        Status.ERROR, "{summary}", "This check could not complete, so its part of the stack is unverified.",
+        "Re-run with --probe {probe} -v; if it repeats, attach the JSON report to a bug report."),
+    # the summaries of probe_error's ways; its why and fix are probe_error's
+    "probe_error:crashed": Wording(Status.ERROR, "probe crashed: {error}"),
+    "probe_error:not_loaded": Wording(Status.ERROR, "cannot load probe: {error}"),
+    "probe_error:not_json": Wording(Status.ERROR, "probe result is not JSON-safe: {error}"),
+    "probe_error:timed_out": Wording(Status.ERROR, "timed out after {seconds:.0f} s"),
+    "probe_error:child_failed": Wording(Status.ERROR, "probe process failed"),
+    "torch_not_installed:interpreter": Wording(
+        Status.SKIP, "torch is not installed in the interpreter {python}", _RUNS_TORCH, "{hint}"),
+    "torch_not_installed:environment": Wording(
+        Status.SKIP, "torch is not installed in this environment ({python})", _RUNS_TORCH, "{hint}"),
     # -- the quick check's verdict (report --quick, the TUI's header, the exporter) -------------
     "quick_all_clear": Wording(Status.PASS, "no problem found by the quick check"),
     "quick_result": Wording(Status.WARN, "{summary}"),
@@ -618,6 +732,7 @@ PCI_NVIDIA_SEEN = " The PCI bus shows {count} NVIDIA device(s) ({where}), so the
 _TABLES: tuple[str, ...] = (
     __name__,
     "gpudoctor.why.wording",
+    "gpudoctor.probes._wording",  # the probes' codes
 )
 
 
@@ -657,6 +772,17 @@ def words(code: str, *, label: str | None = None, **fields: object) -> tuple[str
     else:
         summary = worded.summary.format(label=label, **fields) + "."
     return summary, worded.why.format(**fields), worded.fix.format(**fields)
+
+
+def errored(probe: str, way: str, *, duration_s: float = 0.0, **fields: object) -> ProbeResult:
+    """A probe's ``error`` result, its summary in the words of ``probe_error:<way>``."""
+    return ProbeResult.error(probe, words(f"probe_error:{way}", **fields)[0], duration_s)
+
+
+def skipped(probe: str, code: str, **fields: object) -> ProbeResult:
+    """A probe's ``skip`` result: the finding ``code`` in its table's words, its summary the result's."""
+    summary, why, fix = words(code, **fields)
+    return ProbeResult.skip(probe, summary, code=code.partition(":")[0], why=why, fix=fix)
 
 
 def one_line(f: Finding) -> str:
@@ -820,4 +946,4 @@ def fabric_not_completed(statics: Iterable[Mapping[str, Any]]) -> str:
 __all__ = ["CLOCK_EVENTS", "CLOCKS_FREE", "ClockEvent", "HELD_DOWN", "HW_PROTECTION", "IDLE_BETWEEN_KERNELS",
            "WORDING", "Wording", "clock_event_findings", "clocks_held_down", "ecc_finding", "fabric_findings",
            "fabric_health_problems", "fabric_not_completed", "finding", "one_line",
-           "retired_pages_findings", "row_remap_findings", "words"]
+           "errored", "retired_pages_findings", "row_remap_findings", "skipped", "tables", "wording", "words"]

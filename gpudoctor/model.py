@@ -235,11 +235,11 @@ class ProbeResult:
     @classmethod
     def error(cls, probe: str, summary: str, duration_s: float = 0.0, **details: object) -> "ProbeResult":
         """A probe that could not complete: crashed, hung, or its process died."""
+        from gpudoctor.findings import finding  # its words live there; findings imports this module
+
         result = cls(probe=probe, status=Status.ERROR, summary=summary, duration_s=duration_s,
                      details=dict(details))
-        result.findings.append(Finding(Status.ERROR, "probe_error", summary,
-                                       why="This check could not complete, so its part of the stack is unverified.",
-                                       fix="Re-run with --probe " + probe + " -v; if it repeats, attach the JSON report to a bug report."))
+        result.findings.append(finding("probe_error", summary=summary, probe=probe))
         return result
 
     @classmethod

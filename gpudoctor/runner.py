@@ -125,7 +125,7 @@ def call_probe(probe: Probe, ctx: ProbeContext) -> ProbeResult:
     except BaseException as exc:  # SystemExit from a library too: one result, not the report
         import traceback  # only here: `report --quick` should not pay for its import
 
-        result = ProbeResult.error(probe.name, f"probe crashed: {_one_line(exc)}",
+        result = ProbeResult.error(probe.name, findings.words("probe_error:crashed", error=_one_line(exc))[0],
                                    traceback=traceback.format_exc(limit=8))
     result.probe = probe.name
     result.duration_s = time.monotonic() - start
@@ -173,7 +173,7 @@ def _serve(conn: Connection, spec: RunSpec) -> None:
         except EOFError:
             return
         except Exception as exc:  # the probe's module cannot be imported here
-            conn.send(("result", json.dumps(ProbeResult.error("unknown", f"cannot load probe: {_one_line(exc)}").to_dict())))
+            conn.send(("result", json.dumps(findings.errored("unknown", "not_loaded", error=_one_line(exc)).to_dict())))
             continue
         if probe is None:
             return
@@ -183,8 +183,8 @@ def _serve(conn: Connection, spec: RunSpec) -> None:
         try:
             text = json.dumps(json_safe(result.to_dict()), allow_nan=False)
         except (TypeError, ValueError) as exc:
-            text = json.dumps(ProbeResult.error(probe.name, f"probe result is not JSON-safe: {_one_line(exc)}",
-                                                duration_s=result.duration_s).to_dict())
+            text = json.dumps(findings.errored(probe.name, "not_json", error=_one_line(exc),
+                                               duration_s=result.duration_s).to_dict())
         conn.send(("result", text))
 
 
@@ -382,8 +382,7 @@ def _run_in_thread(probe: Probe, ctx: ProbeContext) -> ProbeResult:
         if not box and thread.ident is not None and thread_blocked(thread.ident):
             return _driver_not_answering(probe.name, time.monotonic() - start)
     if not box:
-        return ProbeResult.error(probe.name, f"timed out after {probe.timeout_s:.0f} s",
-                                 duration_s=time.monotonic() - start)
+        return findings.errored(probe.name, "timed_out", seconds=probe.timeout_s, duration_s=time.monotonic() - start)
     return box[0]
 
 
@@ -393,7 +392,7 @@ def _driver_not_answering(probe: str, duration_s: float) -> ProbeResult:
     result = ProbeResult(probe=probe, status=Status.FAIL, summary="abandoned: the NVIDIA driver is not answering",
                          duration_s=duration_s)
     result.findings.append(findings.finding("driver_not_answering", seconds=f"{STUCK_S:.0f}",
-                                            where=f" (the {probe} check was abandoned)"))
+                                            where=findings.ABANDONED.format(probe=probe)))
     return result
 
 
@@ -419,7 +418,9 @@ class _ProbeChild:
         if payload is None:
             self.child.stop(graceful=False)
             self.child = None
-            return ProbeResult.error(probe.name, why or "probe process failed", duration_s=time.monotonic() - start)
+            if why:  # the child's own account of how it ended
+                return ProbeResult.error(probe.name, why, duration_s=time.monotonic() - start)
+            return findings.errored(probe.name, "child_failed", duration_s=time.monotonic() - start)
         result = ProbeResult.from_dict(json.loads(payload))
         if result.details.get(POISONED):
             # work it queued never finished (a hung peer copy blocks both devices' streams): every
@@ -545,13 +546,12 @@ def _torch_absence(probes: list[Probe], spec: RunSpec, ctx: ProbeContext) -> Cal
     if build.installed:
         return None
     ctx.torch_missing = True
-    where = f"the interpreter {build.python}" if spec.python else f"this environment ({build.python})"
+    where = "torch_not_installed:interpreter" if spec.python else "torch_not_installed:environment"
 
     def answer(probe: Probe) -> ProbeResult:
         if probe.level == "quick":  # answers from NVML and says torch was not checked
             return _run_in_thread(probe, ctx)
-        return ProbeResult.skip(probe.name, f"torch is not installed in {where}", code="torch_not_installed",
-                                why="This check runs PyTorch on the GPU.", fix=CHECK_ANOTHER_ENV_HINT)
+        return findings.skipped(probe.name, where, python=build.python, hint=CHECK_ANOTHER_ENV_HINT)
     return answer
 
 

@@ -14,7 +14,10 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 from gpudoctor.backends.na import is_na
 from gpudoctor.backends.nvml import THROTTLE_REASONS
 from gpudoctor.errors import first_sentence as _first_line
+from gpudoctor.findings import words
 from gpudoctor.model import Finding, ProbeResult, Status
+
+from ._wording import NO_CUDA_DEVICE_SEEN
 
 if TYPE_CHECKING:  # torch is an optional extra: imported for its types only, never at run time here
     import torch as _torch
@@ -54,15 +57,17 @@ def skipped(reason: Finding, probe: str) -> ProbeResult:
     return ProbeResult.skip(probe, reason.summary, code=reason.code, why=reason.why, fix=reason.fix)
 
 
+def _no_device(code: str, **fields: str) -> NoDevice:
+    """The reason ``code`` (a key of probes/_wording.py) in its table's words, filled from ``fields``."""
+    return Finding(Status.SKIP, code.partition(":")[0], *words(code, **fields))
+
+
 def precheck(ctx: ProbeContext) -> NoDevice | None:
     """Reasons not to measure that need no torch import (--quick must never load torch)."""
     if ctx.replay:
-        return Finding(Status.SKIP, "replay_no_device", "Not measured: a replayed report has no live GPU to exercise.",
-                       "Bandwidth, compute and memory figures need the device itself.",
-                       "Run `gpudoctor report --full` on the machine with the GPU.")
+        return _no_device("replay_no_device")
     if not ctx.torch_allowed():
-        return Finding(Status.SKIP, "quick_mode", "Not measured at --quick (no torch import, no CUDA context).",
-                       fix="Run `gpudoctor report --full` to measure.")
+        return _no_device("quick_mode")
     return None
 
 
@@ -72,9 +77,7 @@ def import_torch_or_reason() -> ModuleType | NoDevice:
 
     torch = import_torch()
     if is_na(torch):
-        return Finding(Status.SKIP, "torch_unavailable", f"torch cannot be imported ({torch.reason}).",
-                       "Nothing can be measured without torch.",
-                       "Install a torch build for this machine (pip install torch).")
+        return _no_device("torch_unavailable", reason=str(torch.reason))
     return torch
 
 
@@ -84,9 +87,7 @@ def cuda_devices(ctx: ProbeContext, torch: ModuleType) -> list[Device] | NoDevic
     if early is not None:
         return early
     if not getattr(torch.version, "cuda", None):
-        return Finding(Status.SKIP, "torch_without_cuda", f"This torch build ({torch.__version__}) has no CUDA support.",
-                       "GPU measurements need a CUDA build of torch.",
-                       "Install a CUDA build: see the selector at https://pytorch.org/get-started/locally/.")
+        return _no_device("torch_without_cuda", version=str(torch.__version__))
     try:
         available = torch.cuda.is_available()
     except Exception as exc:  # pragma: no cover - is_available does not raise in practice
@@ -97,16 +98,13 @@ def cuda_devices(ctx: ProbeContext, torch: ModuleType) -> list[Device] | NoDevic
         if not reason:
             try:
                 torch.cuda.init()
-                reason = "torch sees no CUDA device"
+                reason = NO_CUDA_DEVICE_SEEN
             except Exception as exc:
                 reason = _first_line(exc)
-        return Finding(Status.SKIP, "no_cuda_device", f"No CUDA device to measure ({reason}).",
-                       "These checks exercise the GPU itself; the devices and environment probes say why "
-                       "none is usable.",
-                       "Fix the failures the devices and environment checks list first.")
+        return _no_device("no_cuda_device:measuring", reason=reason)
     count = torch.cuda.device_count()
     if ctx.device is not None and not 0 <= ctx.device < count:
-        return Finding(Status.SKIP, "device_out_of_range", f"--device {ctx.device} does not exist (torch sees {count}).")
+        return _no_device("device_out_of_range", device_index=str(ctx.device), count=str(count))
     indices = [ctx.device] if ctx.device is not None else list(range(count))
     nvml_map = _nvml_indices(ctx.gpu, torch, indices)
     devices = []

@@ -200,10 +200,8 @@ def judge(r: ProbeResult, pairs: list[PairPath], host: HostPaths) -> None:
     for (what, reason, fix), group in unknown.items():
         r.findings.append(findings.finding("p2p_unreadable", label=_named(group), what=what, reason=reason, fix=fix))
     if host.iommu is None and any(not p.over_nvlink and p.pcie_p2p() is not False for p in pairs):
-        r.findings.append(findings.finding("p2p_unreadable", label=_named(pairs), what="the IOMMU's mode",
-                               reason=host.reason or "sysfs is not readable here",
-                               fix="Run `gpudoctor report` on the host, or check `cat /proc/cmdline` and "
-                                   "/sys/kernel/iommu_groups/*/type there."))
+        r.findings.append(findings.finding("p2p_unreadable:iommu", label=_named(pairs),
+                                           reason=host.reason or "sysfs is not readable here"))
 
 
 # --------------------------------------------------------------------------- --full: copies

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from gpudoctor import findings
 from gpudoctor.backends.nvml import GPM_MIN_INTERVAL_S, GPM_WARMING, throttle_reason_names
-from gpudoctor.model import ProbeResult, Status
+from gpudoctor.model import Finding, ProbeResult, Status
 
-from . import Probe, ProbeContext, _gpu
+from . import Probe, ProbeContext, _gpu, _wording
 from ._datasheet import GpuSpec, lookup_gpu_spec
 from ._precision import Fp32Precision, Tf32Environment, matmul_tf32_on, tf32_environment, uses_fp32_precision_api
 from ._timing import Clock, CpuClock, Timing, inner_count, matmul_tflops, percent_of, time_op
@@ -157,10 +157,7 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: ModuleType, dev: _gp
     _cpu_ratio_finding(r, dev, rows, cpu_tflops)
     _speed_finding(r, dev, rows, spec)
     if tf32_env.note:
-        r.find(Status.PASS, "tf32_override",
-               f"{tf32_env.note}; the affected rows are shown without a datasheet comparison.",
-               why="The environment, not torch's allow_tf32 switch, decides which format cuBLAS runs.",
-               fix="Nothing to do; unset the variable to let torch's own switch decide.", device=d)
+        r.findings.append(findings.finding("tf32_override:compute", device=d, note=tf32_env.note))
     _throttle_finding(r, dev, reasons, during=bool(load.samples))
     _tf32_available_finding(r, torch, dev, rows)
 
@@ -319,19 +316,10 @@ def _tensor_activity(r: ProbeResult, dev: _gpu.Device, bf16: dict[str, Any]) -> 
         return
     if active >= TENSOR_PROOF_PCT:
         sm = bf16.get("sm_active_pct")  # absent when GPM answered for tensors but not for SMs
-        sm_text = f" (SM activity {sm:.0f} %)" if isinstance(sm, (int, float)) else ""
-        r.find(Status.PASS, "tensor_cores_used",
-               f"The tensor cores of {dev.label} were {active:.0f} % active during the bf16 matmul"
-               f"{sm_text}: bf16 math runs on them.",
-               why="NVML's GPM counters measured it; utilisation alone cannot tell tensor work from any other.",
-               fix="Nothing to do.", device=d)
+        sm_text = _wording.SM_ACTIVITY.format(sm=sm) if isinstance(sm, (int, float)) else ""
+        r.findings.append(findings.finding("tensor_cores_used", device=d, gpu=dev.label, active=active, sm=sm_text))
     else:
-        r.find(Status.WARN, "tensor_cores_idle",
-               f"The tensor cores of {dev.label} were only {active:.0f} % active during the bf16 matmul.",
-               why="A bf16 matrix product should run on the tensor cores; if it did not, bf16 training is "
-                   "several times slower than it could be.",
-               fix="Check the torch build's cuBLAS (`torch.backends.cuda.preferred_blas_library()`), the "
-                   "CUBLAS_WORKSPACE_CONFIG and NVIDIA_TF32_OVERRIDE variables, and the clocks.", device=d)
+        r.findings.append(findings.finding("tensor_cores_idle", device=d, gpu=dev.label, active=active))
 
 
 def _cpu_ratio_finding(r: ProbeResult, dev: _gpu.Device, rows: dict[str, Any], cpu_tflops: float | None) -> None:
@@ -342,11 +330,8 @@ def _cpu_ratio_finding(r: ProbeResult, dev: _gpu.Device, rows: dict[str, Any], c
             r.measure("gpu_cpu_fp32_ratio", round(fp32 / cpu_tflops, 1), "x", device=d)
         best = max((row["tflops"] for row in rows.values() if "tflops" in row), default=None)
         if best and fp32:
-            r.find(Status.PASS, "gpu_cpu_ratio",
-                   f"{dev.label} multiplies matrices {fp32 / cpu_tflops:.0f}x faster than this CPU in fp32 and "
-                   f"{best / cpu_tflops:.0f}x in its fastest mode.",
-                   why="A training run sees this ratio only when the input pipeline keeps the GPU fed; "
-                       "`gpudoctor bench mnist` shows how much of it a real loop gets.", device=d)
+            r.findings.append(findings.finding("gpu_cpu_ratio", device=d, gpu=dev.label, fp32=fp32 / cpu_tflops,
+                                               best=best / cpu_tflops))
 
 
 def _speed_finding(r: ProbeResult, dev: _gpu.Device, rows: dict[str, Any], spec: GpuSpec | None) -> None:
@@ -354,22 +339,16 @@ def _speed_finding(r: ProbeResult, dev: _gpu.Device, rows: dict[str, Any], spec:
     slow = [m for m in ("tf32", "fp16", "bf16")
             if rows[m].get("pct_of_peak") is not None and rows[m]["pct_of_peak"] < SLOW_PCT]
     if spec is None:  # no datasheet: no row has a percentage of its peak, none is slow
-        r.find(Status.PASS, "no_datasheet",
-               f"No datasheet peak for {dev.name} in gpudoctor's table; measured figures are shown alone.", device=d)
+        r.findings.append(findings.finding("no_datasheet:compute", device=d, name=dev.name))
     elif slow:
         worst = min(slow, key=lambda m: rows[m]["pct_of_peak"])
-        r.find(Status.WARN, "matmul_slow",
-               f"{', '.join(slow)} matmul on {dev.label} reach(es) only {rows[worst]['pct_of_peak']:.0f} % of the "
-               f"{spec.model} datasheet peak ({worst}: {rows[worst]['tflops']:.0f} of {rows[worst]['peak_tflops']:.0f} "
-               "TFLOP/s).",
-               why="Training runs at most this fraction of the speed the hardware is sold for.",
-               fix="Check clocks and power (health probe: throttling, power cap), other processes on the GPU, "
-                   "MIG slicing, and that nvidia-smi shows the expected board.", device=d)
+        r.findings.append(findings.finding("matmul_slow", device=d, modes=", ".join(slow), gpu=dev.label,
+                                           pct=rows[worst]["pct_of_peak"], model=spec.model, worst=worst,
+                                           tflops=rows[worst]["tflops"], peak=rows[worst]["peak_tflops"]))
     else:
-        r.find(Status.PASS, "matmul_ok",
-               f"Tensor-core matmul on {dev.label} reaches " + ", ".join(
-                   f"{m} {rows[m]['pct_of_peak']:.0f} %" for m in ("tf32", "fp16", "bf16")
-                   if rows[m].get("pct_of_peak") is not None) + f" of the {spec.model} datasheet.", device=d)
+        shares = ", ".join(_wording.MATMUL_SHARE.format(mode=m, pct=rows[m]["pct_of_peak"])
+                           for m in ("tf32", "fp16", "bf16") if rows[m].get("pct_of_peak") is not None)
+        r.findings.append(findings.finding("matmul_ok", device=d, gpu=dev.label, shares=shares, model=spec.model))
 
 
 def _throttle_finding(r: ProbeResult, dev: _gpu.Device, reasons: object, during: bool) -> None:
@@ -387,11 +366,7 @@ def _tf32_available_finding(r: ProbeResult, torch: ModuleType, dev: _gpu.Device,
     if fp32 and tf32 and tf32 >= 1.5 * fp32 and not matmul_tf32_on(torch):
         how = ('torch.backends.cuda.matmul.fp32_precision = "tf32"' if uses_fp32_precision_api(torch)
                else 'torch.set_float32_matmul_precision("high")')
-        r.find(Status.PASS, "tf32_available",
-               f"TF32 runs fp32 matmuls {tf32 / fp32:.1f}x faster on {dev.label}, and torch uses it only when asked.",
-               why="torch keeps full fp32 precision for matmuls by default.",
-               fix=f"{how} at the start of training (or use bf16 autocast).",
-               device=d)
+        r.findings.append(findings.finding("tf32_available", device=d, speedup=tf32 / fp32, gpu=dev.label, how=how))
 
 
 def run(ctx: ProbeContext) -> ProbeResult:
@@ -409,8 +384,8 @@ def run(ctx: ProbeContext) -> ProbeResult:
               note=f"n={cpu['n']}, {cpu['threads']} threads")
     devices = _gpu.cuda_devices(ctx, torch)
     if isinstance(devices, _gpu.NoDevice):
-        r.find(Status.SKIP, devices.code, devices.summary + " The CPU figure above was measured.",
-               devices.why, devices.fix)
+        r.findings.append(Finding(Status.SKIP, devices.code, devices.summary + _wording.CPU_MEASURED, devices.why,
+                                  devices.fix))
         return r.settle(f"no GPU measured; CPU fp32 matmul {cpu['tflops']:.3g} TFLOP/s")
     for dev in devices:
         _probe_device(ctx, r, torch, dev, _gpu.work_budget(ctx, 8.0, len(devices), reserve_s=4.0), cpu_tflops)

@@ -21,9 +21,10 @@ import os
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from gpudoctor.model import ProbeResult, Status
+from gpudoctor import findings
+from gpudoctor.model import ProbeResult
 
-from . import Probe, ProbeContext, _gpu
+from . import Probe, ProbeContext, _gpu, _wording
 from ._measuring import measure_each_device
 from ._precision import Fp32Precision, Tf32Environment, judge_elementwise, judge_errors, tf32_environment
 
@@ -181,38 +182,29 @@ def _probe_device(ctx: ProbeContext, r: ProbeResult, torch: ModuleType, dev: _gp
             _wrong_results(r, dev, row, seed)
     _override_finding(r, dev, rows)
     if all(row["ok"] for row in rows):
-        r.find(Status.PASS, "results_correct",
-               f"{dev.label}: {', '.join(row['mode'] for row in rows)} results agree with float64 within their "
-               "rounding-error limits; repeated runs are bit-identical.", device=dev.index)
+        r.findings.append(findings.finding("results_correct", device=dev.index, gpu=dev.label,
+                                           modes=", ".join(row["mode"] for row in rows)))
 
 
 def _wrong_results(r: ProbeResult, dev: _gpu.Device, row: dict[str, Any], seed: int) -> None:
     if row["nonfinite"]:
-        what = f"{row['nonfinite']} NaN/Inf values"
+        what = _wording.WRONG_NONFINITE.format(count=row["nonfinite"])
     elif not row["repeat_identical"] and row["componentwise"] is not None \
             and row["componentwise"] <= row["componentwise_limit"]:
-        what = "two runs on identical inputs gave different bits"
+        what = _wording.WRONG_NOT_REPEATABLE
     else:
-        what = (f"error {row['componentwise']:.2e} per element (limit {row['componentwise_limit']:.1e}), "
-                f"{row['normwise']:.2e} norm-wise (limit {row['normwise_limit']:.0e})")
-    r.find(Status.FAIL, "wrong_results",
-           f"{row['mode']} results on {dev.label} are wrong: {what}.",
-           why="Silent data corruption: training on this GPU can produce garbage weights without any error.",
-           fix=f"Re-run `gpudoctor report --full --probe correctness` (seed {seed}); if it "
-               "repeats, run NVIDIA's DCGM diagnostics (dcgmi diag -r 3), check ECC errors and "
-               "clocks/overclocking, and take the GPU out of service.", device=dev.index)
+        what = _wording.WRONG_ERROR.format(error=row["componentwise"], limit=row["componentwise_limit"],
+                                           normwise=row["normwise"], normwise_limit=row["normwise_limit"])
+    r.findings.append(findings.finding("wrong_results", device=dev.index, mode=row["mode"], gpu=dev.label, what=what,
+                                       seed=seed))
 
 
 def _override_finding(r: ProbeResult, dev: _gpu.Device, rows: list[dict[str, Any]]) -> None:
     overridden = [row for row in rows if row.get("judged_as")]
     if overridden:
-        r.find(Status.PASS, "tf32_override",
-               f"{overridden[0]['judged_as_why']}; "
-               + ", ".join(f"{row['mode']} judged as {row['judged_as']}" for row in overridden) + ".",
-               why="The environment decides what cuBLAS really computes; judging it by the wrong "
-                   "format's limits would call normal rounding corruption (or miss real corruption).",
-               fix="Nothing to do; unset the variable if you want torch's own TF32 switch to decide.",
-               device=dev.index)
+        judged = ", ".join(_wording.JUDGED_AS.format(mode=row["mode"], judged_as=row["judged_as"]) for row in overridden)
+        r.findings.append(findings.finding("tf32_override:correctness", device=dev.index,
+                                           why=overridden[0]["judged_as_why"], judged=judged))
 
 
 def _summary(r: ProbeResult) -> str:

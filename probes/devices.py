@@ -21,7 +21,7 @@ from gpudoctor import findings
 from gpudoctor.findings import fabric_not_completed
 from gpudoctor.model import ProbeResult, Status
 
-from . import Probe, ProbeContext
+from . import Probe, ProbeContext, _wording
 
 if TYPE_CHECKING:
     from gpudoctor.backends.base import GpuBackend
@@ -94,12 +94,7 @@ def _torch_to_nvml(r: ProbeResult, gpu: GpuBackend, torch_devices: list[dict[str
         mapping = {}
     r.details["torch_to_nvml"] = {str(k): v for k, v in mapping.items()}
     if caveat:
-        r.find(Status.PASS, "index_order_uncertain",
-               f"torch's device numbers are not certain without torch: {caveat}.",
-               why="The torch -> nvidia-smi map here follows CUDA_VISIBLE_DEVICES' order; with mixed GPUs CUDA "
-                   "may number them otherwise, so a finding about 'device 0' may name another card.",
-               fix="export CUDA_DEVICE_ORDER=PCI_BUS_ID (then cuda:N is nvidia-smi's GPU N), or run the full "
-                   "report, which matches devices by PCI bus id.")
+        r.findings.append(findings.finding("index_order_uncertain", caveat=caveat))
     return mapping
 
 
@@ -186,9 +181,8 @@ def _describe_devices(r: ProbeResult, wanted: list[int], mapping: dict[int, int 
         names.append(_describe_device(r, t_index, n_index, torch_by_index.get(t_index, {}), s, gpu))
     for d in torch_devices:
         if d.get("error"):
-            r.find(Status.FAIL, "device_properties_failed",
-                   f"torch cannot read device {d['index']}: {d['error']}", device=d["index"],
-                   why="CUDA cannot use this device.", fix="Check `nvidia-smi` and `dmesg` for this GPU.")
+            r.findings.append(findings.finding("device_properties_failed", device=d["index"], index=d["index"],
+                                               error=d["error"]))
     return names
 
 
@@ -205,12 +199,10 @@ def _no_device(r: ProbeResult, nvml_na: NA | None, facts: dict[str, Any], stack:
     from ._stack import nvml_failure
 
     named = nvml_failure(nvml_na.reason, stack) if nvml_na is not None else None
-    r.find(Status.FAIL, "no_cuda_device", f"No NVIDIA GPU is visible ({why_none}).",
-           why="PyTorch code written as torch.device('cuda' if torch.cuda.is_available() else 'cpu') "
-               "will silently train on the CPU; code that says 'cuda' fails.",
-           fix=f"{named.summary}: see the environment probe's finding." if named is not None else
-           "Check `nvidia-smi`. In a container pass the GPUs (`docker run --gpus all`); on a VM attach "
-           "the GPU; on a laptop make sure the NVIDIA GPU is not disabled.")
+    if named is not None:
+        r.findings.append(findings.finding("no_cuda_device:named", why_none=why_none, named=named.summary))
+    else:
+        r.findings.append(findings.finding("no_cuda_device", why_none=why_none))
     return "no GPU visible"
 
 
@@ -222,15 +214,10 @@ def _visibility(r: ProbeResult, cvd: str | None, visible: list[int], count: int,
         return
     named = len([t for t in cvd.split(",") if t.strip()])
     if len(visible) == 0:
-        r.find(Status.FAIL, "cuda_visible_devices_hides_all",
-               f"CUDA_VISIBLE_DEVICES={cvd!r} hides every GPU ({count} present).",
-               why="CUDA stops reading the list at the first entry that is not a valid device, so torch sees none.",
-               fix=f"Use indices 0..{count - 1} or GPU UUIDs from `nvidia-smi -L`, or unset CUDA_VISIBLE_DEVICES.")
+        r.findings.append(findings.finding("cuda_visible_devices_hides_all", cvd=cvd, count=count, last=count - 1))
     elif len(visible) < named and "MIG-" not in cvd:  # a MIG device ends the list: the MIG count check says so
-        r.find(Status.WARN, "cuda_visible_devices_truncated",
-               f"CUDA_VISIBLE_DEVICES={cvd!r} names {named} devices but only the first {len(visible)} are valid.",
-               why="CUDA ignores everything after the first invalid or repeated entry.",
-               fix=f"Fix the list: valid indices are 0..{count - 1}.")
+        r.findings.append(findings.finding("cuda_visible_devices_truncated", cvd=cvd, named=named, valid=len(visible),
+                                           last=count - 1))
 
 
 def _visible_mig(r: ProbeResult, gpu: GpuBackend) -> None:
@@ -254,59 +241,37 @@ def _torch_agreement(r: ProbeResult, gpu: GpuBackend, facts: dict[str, Any], tor
     """torch's device count against NVML's (after CUDA_VISIBLE_DEVICES); ``changed_to``: the variable's
     value now, when it was changed after torch's CUDA read it."""
     if torch_count == 0 and visible > 0:
-        reason, fix = _why_torch_sees_none(gpu, facts)
-        r.find(Status.FAIL, "torch_sees_no_gpu",
-               f"NVML sees {visible} GPU(s) but torch sees none: {reason}.",
-               why="torch.cuda.is_available() is False, so code that falls back to the CPU trains there "
-                   "silently and code that asks for 'cuda' fails.",
-               fix=fix)
+        way, said = _why_torch_sees_none(gpu, facts)
+        r.findings.append(findings.finding(way, visible=visible, **said))
     elif torch_count != visible and torch_count > 0 and changed_to is not None:
-        r.find(Status.WARN, "device_count_mismatch",
-               f"torch uses {torch_count} device(s) but CUDA_VISIBLE_DEVICES={changed_to!r} now allows {visible}: "
-               "the variable was changed after CUDA read it.",
-               why="CUDA reads CUDA_VISIBLE_DEVICES once, when it initialises (the first torch.cuda call); "
-                   "setting os.environ afterwards changes nothing for this process, so it keeps the GPUs it "
-                   "started with.",
-               fix="Set CUDA_VISIBLE_DEVICES before the process starts (`CUDA_VISIBLE_DEVICES=1 python train.py`) "
-                   "or at the top of the script before any torch.cuda call; to pick a device later use "
-                   "torch.cuda.set_device(N) or torch.device('cuda:N').")
+        r.findings.append(findings.finding("device_count_mismatch:changed", torch_count=torch_count,
+                                           changed_to=changed_to, visible=visible))
     elif torch_count != visible and torch_count > 0:
-        r.find(Status.WARN, "device_count_mismatch",
-               f"torch sees {torch_count} device(s); NVML with CUDA_VISIBLE_DEVICES says {visible}.",
-               why="Some GPU is hidden from CUDA or failed to initialise (MIG, a lost GPU, a driver error).",
-               fix="Compare `nvidia-smi -L` with torch.cuda.device_count(); check `dmesg` for Xid errors.")
+        r.findings.append(findings.finding("device_count_mismatch", torch_count=torch_count, visible=visible))
 
 
-def _why_torch_sees_none(gpu: GpuBackend, facts: dict[str, Any]) -> tuple[str, str]:
-    """(the reason in words, the fix) for a torch that sees no GPU where NVML sees some."""
+def _why_torch_sees_none(gpu: GpuBackend, facts: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(the torch_sees_no_gpu way, its fields) for a torch that sees no GPU where NVML sees some."""
     version, cuda_build = facts.get("version") or "", facts.get("cuda_build")
     if facts.get("hip_build") and not cuda_build:
-        return (f"torch {version} is a ROCm (HIP) build, which cannot use NVIDIA GPUs",
-                "Install a CUDA build of torch (`pip install torch --index-url "
-                "https://download.pytorch.org/whl/cu126` or the index for your driver's CUDA version).")
+        return "torch_sees_no_gpu:rocm_build", {"version": version}
     if not cuda_build:
-        return (f"torch {version} is a CPU-only build",
-                "Install a CUDA build: `pip install --force-reinstall torch torchvision` from PyPI (its Linux "
-                "wheels carry CUDA) or from https://download.pytorch.org/whl/cu126 etc.")
+        return "torch_sees_no_gpu:cpu_only_build", {"version": version}
     too_old = [f for f in driver_build_findings(gpu.driver_version(), gpu.cuda_driver_version(), version, cuda_build)
                 if f.code == "driver_too_old"]
     if too_old:
         words = too_old[0].summary.rstrip(".")
-        return words[:1].lower() + words[1:], too_old[0].fix
+        return "torch_sees_no_gpu:driver_too_old", {"reason": words[:1].lower() + words[1:], "fix": too_old[0].fix}
     error = facts.get("cuda_init_error") or "; ".join(facts.get("cuda_warnings") or [])
-    return ((f"torch cannot start CUDA ({error})" if error else "torch.cuda.is_available() is False"),
-            "Check CUDA_VISIBLE_DEVICES in the training environment (an empty or invalid list hides every "
-            "GPU), reboot after a driver upgrade (driver and library mismatch), and start containers with "
-            "the GPUs (`docker run --gpus all`).")
+    if error:
+        return "torch_sees_no_gpu:cuda_error", {"error": error}
+    return "torch_sees_no_gpu", {}
 
 
 def _index_order(r: ProbeResult, torch_devices: list[dict[str, Any]], mapping: dict[int, Any]) -> None:
     order = os.environ.get("CUDA_DEVICE_ORDER")
     if torch_devices and any(t != n for t, n in mapping.items() if n is not None) and order != "PCI_BUS_ID":
-        r.find(Status.PASS, "index_order_differs",
-               "torch's device numbers differ from nvidia-smi's (see the torch->NVML map).",
-               why="CUDA orders devices fastest first by default; nvidia-smi orders them by PCI bus.",
-               fix="export CUDA_DEVICE_ORDER=PCI_BUS_ID to make cuda:N match nvidia-smi's GPU N.")
+        r.findings.append(findings.finding("index_order_differs"))
 
 
 def _describe_device(r: ProbeResult, dev: int, n_index: int | None, t: dict[str, Any],
@@ -327,30 +292,17 @@ def _describe_device(r: ProbeResult, dev: int, n_index: int | None, t: dict[str,
     r.measure("mig_mode", None if is_na(mig) or mig is None else ("enabled" if mig else "disabled"),
               device=dev, note=_na_note(mig))
     if mig == 1:
-        r.find(Status.WARN, "mig_enabled",
-               f"GPU {dev} ({name}) is in MIG mode: CUDA sees its MIG instances, not the whole GPU.",
-               why="A process gets one MIG slice (its SMs and memory), so throughput and memory figures are "
-                   "the slice's, and NVML utilisation is not reported per instance.",
-               fix="Select a slice with CUDA_VISIBLE_DEVICES=MIG-<uuid> (nvidia-smi -L), or ask the "
-                   "administrator to disable MIG for whole-GPU training.", device=dev)
+        r.findings.append(findings.finding("mig_enabled", device=dev, gpu=dev, name=f"{name}"))
         if gpu is not None and n_index is not None:
             _mig_slices(r, gpu, dev, n_index)
     identity = [s.get(k) for k in ("name", "uuid", "pci_bus_id", "compute_capability", "memory_total_bytes")]
     if not t and s and all(is_na(v) for v in identity) and not (is_na(name) and name.reason == "GpuIsLost"):
         reasons = sorted({v.reason for v in identity if is_na(v)})
-        r.find(Status.WARN, "device_unreadable",
-               f"GPU {dev}: nothing could be read about it: {', '.join(reasons)}.",
-               why="NVML counts the device but answers nothing about it (name, UUID, PCI bus, memory), so "
-                   "it cannot be identified or matched to torch's devices; every NVIDIA GPU reports these.",
-               fix="Compare with `nvidia-smi -q`; check the driver (`dmesg`), and in a VM or container that the "
-                   "GPU is passed through whole" + (", and run as root" if "NoPermission" in reasons else "") + ".",
-               device=dev)
+        r.findings.append(findings.finding("device_unreadable", device=dev, gpu=dev, reasons=", ".join(reasons),
+                                           as_root=_wording.AND_AS_ROOT if "NoPermission" in reasons else ""))
         return f"unreadable ({', '.join(reasons)})"
     if is_na(name) and name.reason == "GpuIsLost":
-        r.find(Status.FAIL, "gpu_lost", f"GPU {dev} has fallen off the bus (NVML: GpuIsLost).",
-               why="The driver lost contact with the GPU (Xid 79): every CUDA call on it fails.",
-               fix="Check `dmesg` for Xid errors; the node needs a GPU reset or reboot, and a hardware "
-                   "check if it repeats.", device=dev)
+        r.findings.append(findings.finding("gpu_lost:devices", device=dev, gpu=dev))
     return str(name)
 
 

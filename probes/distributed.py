@@ -38,12 +38,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from gpudoctor import _proc
+from gpudoctor import _proc, findings
 from gpudoctor._proc import describe_exit
 from gpudoctor.backends.nvml import nvlink_version_words
 from gpudoctor.model import ProbeResult, Status
 
-from . import Probe, ProbeContext
+from . import Probe, ProbeContext, _wording
 from ._distributed_worker import human as human_size
 
 DEFAULT_SIZES = {"gloo": [64 << 10, 1 << 20, 16 << 20], "nccl": [1 << 20, 16 << 20, 128 << 20, 512 << 20]}
@@ -285,10 +285,10 @@ def classify_failures(errors: dict[int, str], exited_at: dict[int, float], still
         out[first] = {"kind": "failed", "text": errors[first]}
         for rank, text in errors.items():
             if rank != first:
-                out[rank] = {"kind": "stopped", "text": f"failed after rank {first} did ({text})"}
+                out[rank] = {"kind": "stopped", "text": _wording.RANK_FAILED_AFTER.format(first=first, text=text)}
         for rank in still_running:
             out[rank] = {"kind": "stopped",
-                         "text": f"was stopped after rank {first} failed (in {phases[rank][1]})"}
+                         "text": _wording.RANK_STOPPED_AFTER.format(first=first, phase=phases[rank][1])}
         return out
     if still_running:
         behind = min(phases[r][0] for r in still_running)
@@ -296,11 +296,11 @@ def classify_failures(errors: dict[int, str], exited_at: dict[int, float], still
         for rank in still_running:
             if rank in culprits:
                 out[rank] = {"kind": "hung",
-                             "text": f"did not finish within {timeout_s:.0f} s (last phase: {phases[rank][1]})"}
+                             "text": _wording.RANK_HUNG.format(seconds=timeout_s, phase=phases[rank][1])}
             else:
                 out[rank] = {"kind": "stopped",
-                             "text": f"was waiting for rank(s) {', '.join(map(str, culprits))} "
-                                     f"in {phases[rank][1]} when stopped"}
+                             "text": _wording.RANK_WAITING.format(ranks=", ".join(map(str, culprits)),
+                                                                  phase=phases[rank][1])}
     return out
 
 
@@ -320,10 +320,10 @@ def assemble(payloads: dict[int, Any], failures: dict[int, dict[str, str]], worl
     if store_listen:
         result.details["store_listen"] = store_listen
         if store_listen.startswith("all interfaces"):
-            result.find(Status.SKIP, "store_not_bound", f"the rendezvous store listened on {store_listen}")
+            result.findings.append(findings.finding("store_not_bound", where=store_listen))
     result.measure("world_size", world, "ranks")
-    for code, why in skipped or []:
-        result.find(Status.SKIP, code, why)
+    for code, why in skipped or []:  # each code's words say why with {why}
+        result.findings.append(findings.finding(code, why=why))
     _failure_findings(result, failures)
     ranks = [payloads[r] for r in sorted(payloads)]
     if not ranks:
@@ -333,9 +333,8 @@ def assemble(payloads: dict[int, Any], failures: dict[int, dict[str, str]], worl
     _node_findings(result, ranks)
     if not any(f.status in (Status.FAIL, Status.WARN) for f in result.findings) and table and ddp:
         peak = max(table, key=lambda row: row["busbw_GBps"])
-        result.find(Status.PASS, "distributed_ok",
-                    f"{world} ranks ({backend}) on {len(hosts)} host(s): all-reduce correct at every size, "
-                    f"peak bus bandwidth {peak['busbw_GBps']:.2f} GB/s at {peak['size']}; DDP gradients agree")
+        result.findings.append(findings.finding("distributed_ok", world=world, backend=backend, hosts=len(hosts),
+                                                busbw=peak["busbw_GBps"], size=peak["size"]))
     return _finish(result, None)
 
 
@@ -343,12 +342,9 @@ def _failure_findings(result: ProbeResult, failures: dict[int, dict[str, str]]) 
     for rank in sorted(failures):
         kind, text = failures[rank]["kind"], failures[rank]["text"]
         if kind == "stopped":
-            result.find(Status.SKIP, "rank_stopped", f"rank {rank} {text}")
+            result.findings.append(findings.finding("rank_stopped", rank=rank, text=text))
             continue
-        result.find(Status.FAIL, "rank_hung" if kind == "hung" else "rank_failed", f"rank {rank} {text}",
-                    why="One rank that crashes or hangs stalls every collective in a training job.",
-                    fix="Run again with NCCL_DEBUG=INFO (NCCL) or TORCH_DISTRIBUTED_DEBUG=DETAIL to see "
-                        "where that rank stops; check its GPU with `gpudoctor report --device N`.")
+        result.findings.append(findings.finding("rank_hung" if kind == "hung" else "rank_failed", rank=rank, text=text))
     result.details["failures"] = {str(r): f for r, f in sorted(failures.items())}
 
 
@@ -381,12 +377,9 @@ def _allreduce_findings(result: ProbeResult, ranks: list[dict[str, Any]], world:
                        note=f"algbw {algbw:.4f} GB/s, {seconds * 1e6:.1f} us (slowest rank)")
     result.details["allreduce"] = table
     if wrong:
-        result.find(Status.FAIL, "allreduce_wrong_result", "all-reduce gave a wrong sum: " + "; ".join(wrong),
-                    why="A collective that returns wrong numbers silently corrupts training.",
-                    fix="Update the driver and NCCL; run nccl-tests' all_reduce_perf with -c 1 to confirm.")
+        result.findings.append(findings.finding("allreduce_wrong_result", wrong="; ".join(wrong)))
     if size_errors:
-        result.find(Status.WARN, "allreduce_size_failed", "all-reduce could not run at " + "; ".join(size_errors),
-                    fix="Use smaller --sizes, or free device memory.")
+        result.findings.append(findings.finding("allreduce_size_failed", sizes="; ".join(size_errors)))
     if table:
         peak = max(table, key=lambda row: row["busbw_GBps"])
         result.measure("allreduce_busbw_peak", peak["busbw_GBps"], "GB/s", note=f"at {peak['size']}")
@@ -407,17 +400,9 @@ def _ddp_findings(result: ProbeResult, ranks: list[dict[str, Any]], payloads: di
         result.measure("ddp_grad_spread_across_ranks", grad_spread, "", reference=tol)
         result.measure("ddp_param_spread_across_ranks", param_spread, "", reference=tol)
         if vs_manual > tol:
-            result.find(Status.FAIL, "ddp_gradients_wrong",
-                        f"DDP's averaged gradients differ from a hand-made all-reduce by {vs_manual:.3g} "
-                        f"(tolerance {tol:.3g})",
-                        why="DDP is not averaging gradients correctly: the model trains on wrong updates.",
-                        fix="Check that every rank runs the same torch version and the same model code.")
+            result.findings.append(findings.finding("ddp_gradients_wrong", diff=vs_manual, tol=tol))
         if grad_spread > tol or param_spread > tol:
-            result.find(Status.FAIL, "ranks_disagree",
-                        f"ranks disagree after a DDP step (gradients by {grad_spread:.3g}, parameters by "
-                        f"{param_spread:.3g})",
-                        why="Replicas that drift apart train different models.",
-                        fix="Look for rank-dependent code paths and mixed torch/NCCL versions across nodes.")
+            result.findings.append(findings.finding("ranks_disagree", grads=grad_spread, params=param_spread))
         step = {r: statistics.median(d["step_times_s"]) for r, d in ddp.items()}
         compute = {r: statistics.median(d["compute_times_s"]) for r, d in ddp.items()}
         result.measure("ddp_step_time_slowest", round(max(step.values()) * 1e3, 3), "ms",
@@ -434,16 +419,10 @@ def _ddp_findings(result: ProbeResult, ranks: list[dict[str, Any]], payloads: di
             p = payloads[rank]
             if shared_cpus:
                 # CPU ranks on one host compete for the same cores: slower ranks are expected.
-                result.find(Status.PASS, "straggler_shared_cpu",
-                            f"rank {rank} computed slower ({t * 1e3:.2f} ms per step against {ref * 1e3:.2f} ms "
-                            f"on the others); all ranks share this host's CPUs, so this is expected")
+                result.findings.append(findings.finding("straggler_shared_cpu", rank=rank, ms=t * 1e3, ref_ms=ref * 1e3))
                 continue
-            result.find(Status.WARN, "straggler",
-                        f"rank {rank} ({p.get('hostname')}, {p.get('device')}) is a straggler: "
-                        f"{t * 1e3:.2f} ms of compute per step against {ref * 1e3:.2f} ms on the others",
-                        why="Every collective waits for the slowest rank, so the whole job runs at its pace.",
-                        fix="Compare that device with `gpudoctor report --device N` (clocks, throttling, "
-                            "PCIe link) and look for other processes on it.")
+            result.findings.append(findings.finding("straggler", rank=rank, host=f"{p.get('hostname')}",
+                                                    gpu=f"{p.get('device')}", ms=t * 1e3, ref_ms=ref * 1e3))
     return ddp
 
 
@@ -453,30 +432,21 @@ def _node_findings(result: ProbeResult, ranks: list[dict[str, Any]]) -> None:
     for node in nodes:
         host = node.get("hostname", "?")
         if node.get("skip_reason"):
-            result.find(Status.SKIP, "multi_gpu_skipped",
-                        f"peer access, NVLink and DataParallel not checked on {host}: {node['skip_reason']}",
-                        why="These checks need at least two GPUs on one node.")
+            result.findings.append(findings.finding("multi_gpu_skipped", host=host, reason=node["skip_reason"]))
             continue
         matrix = node.get("peer_access") or []
         missing = [f"{i}->{j}" for i, row in enumerate(matrix) for j, ok in enumerate(row) if ok is False]
         if missing:
-            result.find(Status.WARN, "no_peer_access",
-                        f"{host}: no GPU peer access for {', '.join(missing)}",
-                        why="Without peer access NCCL and DataParallel copy between GPUs through host "
-                            "memory, which is slower.",
-                        fix="Check `nvidia-smi topo -m`; on servers, PCIe ACS or an IOMMU in translated "
-                            "mode (common in VMs) blocks peer-to-peer; consumer GPUs may not offer it.")
+            result.findings.append(findings.finding("no_peer_access", host=host, pairs=", ".join(missing)))
         _nvlink_findings(result, host, node.get("nvlink") or [])
         dp = node.get("dataparallel") or {}
         if dp.get("skipped"):
-            result.find(Status.SKIP, "dataparallel_skipped", f"{host}: DataParallel not checked: {dp['skipped']}",
-                        why="DataParallel needs one process to open a context on every GPU.")
+            result.findings.append(findings.finding("dataparallel_skipped", host=host, reason=dp["skipped"]))
         elif dp and not dp.get("ok"):
-            result.find(Status.FAIL, "dataparallel_failed",
-                        f"{host}: DataParallel over {dp.get('devices')} GPUs failed: "
-                        + (dp.get("error") or f"output differs from one GPU by {dp.get('max_abs_diff')}"),
-                        why="Multi-GPU training on this node does not work as is.",
-                        fix="Check the peer-access matrix and `nvidia-smi topo -m`; update the driver.")
+            said = {"host": host, "devices": f"{dp.get('devices')}"}
+            result.findings.append(findings.finding("dataparallel_failed", error=dp["error"], **said) if dp.get("error")
+                                   else findings.finding("dataparallel_failed:differs", diff=f"{dp.get('max_abs_diff')}",
+                                                         **said))
 
 
 def _nvlink_findings(result: ProbeResult, host: str, links: list[Any]) -> None:
@@ -501,10 +471,7 @@ def _nvlink_findings(result: ProbeResult, host: str, links: list[Any]) -> None:
     if not active:
         return
     if total == 0:
-        result.find(Status.PASS, "nvlink_not_connected",
-                    f"{host}: no NVLink connected ({len(active)} GPU(s) have NVLink ports, none is linked); "
-                    "GPU-to-GPU traffic goes over PCIe",
-                    why="Boards that take an NVLink bridge report every link inactive when none is fitted.")
+        result.findings.append(findings.finding("nvlink_not_connected", host=host, gpus=len(active)))
         return
     most = max(active.values())
     down: list[str] = []
@@ -516,10 +483,8 @@ def _nvlink_findings(result: ProbeResult, host: str, links: list[Any]) -> None:
             down += [f"GPU {gpu} link {link}" for link in inactive[gpu]] or [f"GPU {gpu}"]
             notes.append(f"GPU {gpu} has {active[gpu]} link(s) up, a peer {most}")
     if down:
-        result.find(Status.WARN, "nvlink_link_down",
-                    f"{host}: NVLink inactive: {', '.join(down)}" + (f" ({'; '.join(notes)})" if notes else ""),
-                    why="An inactive NVLink lowers GPU-to-GPU bandwidth; traffic falls back to PCIe.",
-                    fix="Check `nvidia-smi nvlink --status`; reset the GPUs or reseat the bridge.")
+        result.findings.append(findings.finding("nvlink_link_down", host=host, down=", ".join(down),
+                                                notes=_wording.NVLINK_NOTES.format(notes="; ".join(notes)) if notes else ""))
 
 
 def _finish(result: ProbeResult, summary: str | None) -> ProbeResult:
@@ -555,15 +520,13 @@ class _Plan:
 
 def run(ctx: ProbeContext) -> ProbeResult:
     if not ctx.torch_allowed():
-        return ProbeResult.skip("distributed", "the distributed check needs torch: not run with --quick",
-                                code="quick_mode")
+        return findings.skipped("distributed", "quick_mode:distributed")
     import torch
     import torch.distributed as dist
 
     opts = ctx.options
     if not dist.is_available():
-        return ProbeResult.skip("distributed", "this torch build has no torch.distributed",
-                                code="distributed_unavailable")
+        return findings.skipped("distributed", "distributed_unavailable")
     cuda = torch.cuda.is_available()
     gpus = torch.cuda.device_count() if cuda else 0
     backend = opts.get("backend") or "auto"
@@ -571,9 +534,7 @@ def run(ctx: ProbeContext) -> ProbeResult:
     if not opts.get("backend") and gpus == 0 and not torchrun:
         # From `report --full` on a machine without a GPU: the CPU gloo run costs 15-25 s and
         # says nothing about the GPUs; the distributed command still runs it when asked.
-        return ProbeResult.skip("distributed", "no CUDA device visible: the CPU-only (gloo) check was not run",
-                                code="no_cuda_device",
-                                fix="To check gloo on CPU anyway: gpudoctor distributed --backend gloo")
+        return findings.skipped("distributed", "no_cuda_device:distributed")
     if backend == "auto" and gpus == 1 and not torchrun and not opts.get("nproc"):
         # One GPU (report --full, or `gpudoctor distributed` without --backend/--nproc): two CPU gloo
         # ranks cost 15-25 s and say nothing about the GPU; NCCL on it, as a world of one, does.
@@ -607,13 +568,13 @@ def _choose_backend(dist: ModuleType, backend: str, cuda: bool, gpus: int,
                    "this torch build has no NCCL" if not dist.is_nccl_available() else
                    f"only {gpus} CUDA device{'s' if gpus != 1 else ''} visible for {local_ranks} ranks on "
                    "this node (NCCL needs one GPU per rank)")
-            skipped.append(("nccl_skipped", f"NCCL all-reduce not checked: {why}; checked gloo on CPU instead"))
+            skipped.append(("nccl_skipped", why))
     if backend == "nccl" and not (cuda and dist.is_nccl_available()):
         why = ("this torch build has no NCCL" if not dist.is_nccl_available() else
                "torch sees no CUDA device (NCCL runs on GPUs; --backend gloo checks on the CPU)")
-        return ProbeResult.skip("distributed", f"NCCL asked for, but {why}", code="nccl_unavailable")
+        return findings.skipped("distributed", "nccl_unavailable", why=why)
     if backend == "gloo" and not dist.is_gloo_available():
-        return ProbeResult.skip("distributed", "this torch build has no gloo backend", code="gloo_unavailable")
+        return findings.skipped("distributed", "gloo_unavailable")
     return backend, skipped
 
 
@@ -625,7 +586,7 @@ def _run_under_torchrun(ctx: ProbeContext, plan: _Plan) -> ProbeResult:
     world = int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if plan.backend == "nccl" and local_rank >= plan.gpus:
-        return ProbeResult.error("distributed", f"local rank {local_rank} has no GPU ({plan.gpus} visible)")
+        return findings.errored("distributed", "no_local_gpu", rank=local_rank, gpus=plan.gpus)
     everyone = run_rank(rank=int(os.environ["RANK"]), world=world, local_rank=local_rank,
                         backend=plan.backend, sizes=plan.sizes, init_method="env://", timeout_s=plan.timeout_s,
                         target_s=plan.target_s, gather=True)
@@ -639,11 +600,9 @@ def _run_local(ctx: ProbeContext, plan: _Plan) -> ProbeResult:
     opts, backend, gpus = ctx.options, plan.backend, plan.gpus
     nproc = int(opts.get("nproc") or (gpus if backend == "nccl" else 2))
     if backend == "nccl" and nproc > gpus:
-        return ProbeResult.skip("distributed", f"--nproc {nproc} needs {nproc} GPUs for NCCL, {gpus} visible",
-                                code="not_enough_gpus")
+        return findings.skipped("distributed", "not_enough_gpus", nproc=nproc, gpus=gpus)
     if nproc < 2:
-        return ProbeResult.skip("distributed", "a distributed check needs at least 2 ranks (--nproc 2)",
-                                code="one_rank")
+        return findings.skipped("distributed", "one_rank")
     payloads, failures = launch_local(nproc, backend, plan.sizes, plan.timeout_s, target_s=plan.target_s,
                                       fault=str(opts.get("fault") or ""))
     return _unseen_gpus(assemble(payloads, failures, nproc, backend, "local", plan.skipped), ctx, gpus, backend)
@@ -660,8 +619,7 @@ def _nccl_on_one_gpu(torch: ModuleType, dist: ModuleType) -> ProbeResult:
     result = ProbeResult(probe="distributed")
     result.details.update(mode="single_gpu", backend="nccl", world_size=1)
     if not dist.is_nccl_available():
-        return ProbeResult.skip("distributed", "one GPU and this torch build has no NCCL: nothing to check",
-                                code="nccl_unavailable")
+        return findings.skipped("distributed", "nccl_unavailable:one_gpu")
     version = getattr(torch.cuda.nccl, "version", lambda: None)()
     shown = ".".join(str(v) for v in version) if isinstance(version, tuple) else str(version or "?")
     result.measure("nccl_version", shown)
@@ -678,21 +636,13 @@ def _nccl_on_one_gpu(torch: ModuleType, dist: ModuleType) -> ProbeResult:
             dist.destroy_process_group()
     except Exception as exc:  # noqa: BLE001 - NCCL's own error is the finding
         text = " ".join(str(exc).split())[:300] or type(exc).__name__
-        result.find(Status.FAIL, "nccl_init_failed", f"NCCL could not start on the GPU: {text}",
-                    why="Distributed training with NCCL (DDP, FSDP) fails on this node at init_process_group.",
-                    fix="Run with NCCL_DEBUG=INFO to see which step fails; check that the torch build's NCCL "
-                        "matches the driver (`python -c 'import torch; print(torch.cuda.nccl.version())'`).")
+        result.findings.append(findings.finding("nccl_init_failed", error=text))
         return _finish(result, None)
     result.measure("nccl_init_and_all_reduce", round(time.monotonic() - start, 3), "s")
     if not correct:
-        result.find(Status.FAIL, "nccl_wrong_result", "NCCL's all-reduce on one GPU returned a wrong result.",
-                    why="A collective that computes wrong values corrupts gradients silently.",
-                    fix="Update the driver and torch; report it with `gpudoctor report --full --json`.")
+        result.findings.append(findings.finding("nccl_wrong_result"))
         return _finish(result, None)
-    result.find(Status.PASS, "one_gpu", "One GPU: NCCL initialised and all-reduced as a world of one; bandwidth "
-                "between GPUs needs two or more.",
-                why="NCCL loading and starting is what fails first on a broken node; bus bandwidth needs peers.",
-                fix="On a multi-GPU node `gpudoctor distributed` measures all-reduce bandwidth and DDP.")
+    result.findings.append(findings.finding("one_gpu"))
     return _finish(result, f"NCCL {shown} starts and all-reduces on the GPU (world of one)")
 
 
@@ -712,12 +662,7 @@ def _unseen_gpus(result: ProbeResult, ctx: ProbeContext, gpus: int, backend: str
     if not isinstance(visible, list) or not visible:
         return result
     result.findings.extend(cuda_start_findings(ctx.cuda_start(), len(visible)))
-    result.find(Status.FAIL, "gpus_not_checked",
-                f"NVML sees {len(visible)} GPU(s) but torch sees none: this check ran with gloo on the CPU "
-                "and says nothing about the GPUs or NCCL.",
-                why="Training on this node would not use its GPUs: torch.cuda.is_available() is False.",
-                fix="Run `gpudoctor report` for why torch cannot use the GPUs, fix that, then run "
-                    "`gpudoctor distributed` again to check NCCL on them.")
+    result.findings.append(findings.finding("gpus_not_checked", count=len(visible)))
     result.status = Status.worst((f.status for f in result.findings), default=Status.PASS)
     result.summary = f"the {len(visible)} GPU(s) NVML sees were not checked (gloo on the CPU); " + result.summary
     return result

@@ -24,26 +24,13 @@ from gpudoctor.backends.na import NA, is_na
 from gpudoctor.backends.cuda_compat import cuda_started, driver_build_findings, started_anyway
 from gpudoctor.model import Finding, ProbeResult, Status
 
-from . import Probe, ProbeContext
+from . import Probe, ProbeContext, _wording
 
 if TYPE_CHECKING:
     from gpudoctor.backends.base import GpuBackend
     from gpudoctor.backends.stack import Stack
 
-NVML_REASON_WORDS = {
-    "LibraryNotFound": ("the NVIDIA driver is not installed (libnvidia-ml.so was not found)",
-                        "Install the NVIDIA driver for this GPU (e.g. `sudo apt install nvidia-driver-580` "
-                        "or NVIDIA's .run installer), then reboot; check with `nvidia-smi`."),
-    "DriverNotLoaded": ("the NVIDIA kernel module is not loaded",
-                        "Load it (`sudo modprobe nvidia`) or reboot; `dmesg | grep -i nvrm` shows why it failed "
-                        "(Secure Boot blocking an unsigned module is common)."),
-    "NoPermission": ("this user may not open the NVIDIA device files",
-                     "Check permissions of /dev/nvidia* (add the user to the group that owns them) or, in a "
-                     "container, start it with the NVIDIA runtime (`--gpus all`)."),
-    "PythonBindingMissing": ("the NVML Python binding (nvidia-ml-py) is not installed",
-                             "pip install nvidia-ml-py"),
-    "InsufficientSize": ("NVML could not start", "Run `nvidia-smi` to see the driver's own error."),
-}
+NVML_REASON_WORDS = _wording.NVML_REASON_WORDS  # the words of nvidia_driver_unavailable's NVML reasons
 
 
 def _torch_minor(version: str) -> tuple[int, int] | None:
@@ -221,9 +208,7 @@ def run(ctx: ProbeContext) -> ProbeResult:
         return _without_torch(r, ctx, facts.reason, driver, driver_cuda)
     r.details["torch"] = facts
     if not facts.get("importable"):
-        r.find(Status.FAIL, "torch_import_failed", f"torch does not import: {facts.get('import_error')}",
-               why="Every PyTorch program on this machine fails at `import torch`.",
-               fix="Reinstall torch in this environment: `pip install --force-reinstall torch`.")
+        r.findings.append(findings.finding("torch_import_failed", error=facts.get("import_error")))
         return r.settle("torch does not import")
     version, cuda_build = _torch_build(r, facts, nvml_na)
     # driver vs torch's CUDA build (the same check as --quick's)
@@ -283,18 +268,17 @@ def _driver_unavailable(reason: str, stack: Stack | NA) -> Finding:
     named = nvml_failure(reason, stack)
     if named is not None:
         return named
-    words, fix = NVML_REASON_WORDS.get(reason, (f"NVML is unavailable ({reason})",
-                                                "Run `nvidia-smi` to see the driver's own error."))
-    summary = f"No usable NVIDIA driver: {words}."
+    words, fix = NVML_REASON_WORDS.get(reason, (_wording.NVML_UNAVAILABLE.format(reason=reason),
+                                                _wording.NVML_UNAVAILABLE_FIX))
+    seen = ""
     if reason in ("LibraryNotFound", "DriverNotLoaded") and not is_na(stack):
         pci = stack.nvidia_pci
         if is_na(pci):
-            summary += findings.PCI_UNREADABLE
+            seen = findings.PCI_UNREADABLE
             fix = findings.PCI_UNREADABLE_FIX + fix[:1].lower() + fix[1:]
         elif pci:
-            summary += findings.PCI_NVIDIA_SEEN.format(count=len(pci), where=", ".join(pci[:4]))
-    return Finding(Status.FAIL, "nvidia_driver_unavailable", summary,
-                   why="Without the driver no CUDA program can use a GPU; torch falls back to the CPU.", fix=fix)
+            seen = findings.PCI_NVIDIA_SEEN.format(count=len(pci), where=", ".join(pci[:4]))
+    return findings.finding("nvidia_driver_unavailable", words=words, pci=seen, fix=fix)
 
 
 def _torch_build(r: ProbeResult, facts: dict[str, Any], nvml_na: NA | None) -> tuple[str, str | None]:
@@ -315,11 +299,8 @@ def _torch_build(r: ProbeResult, facts: dict[str, Any], nvml_na: NA | None) -> t
     r.measure("cuda_available", facts.get("cuda_available") is True)
 
     if not cuda_build and not facts.get("hip_build"):
-        r.find(Status.FAIL if nvml_na is None else Status.WARN, "torch_cpu_only_build",
-               f"torch {version} is a CPU-only build: it cannot use a GPU even when one is present.",
-               why="CPU-only wheels (+cpu) have no CUDA kernels; torch.cuda.is_available() is always False.",
-               fix="Install a CUDA build: `pip install --force-reinstall torch torchvision` from PyPI "
-                   "(its Linux wheels carry CUDA) or from https://download.pytorch.org/whl/cu126 etc.")
+        r.findings.append(findings.finding("torch_cpu_only_build", status=Status.FAIL if nvml_na is None else Status.WARN,
+                                           version=version))
     return version, cuda_build
 
 
@@ -333,13 +314,11 @@ def _cuda_start(r: ProbeResult, facts: dict[str, Any], cuda_build: str | None, c
         if code_of_error_text(reason) == SYSTEM_NOT_READY and gpu is not None:
             # 802 on an NVSwitch board: NVML's view of the fabric registration names the cause
             known = cause_of_error_text(reason, fabric_not_completed(gpu.static(n) for n in range(count)))
-        r.find(Status.FAIL, "cuda_init_failed",
-               f"NVML sees {count} GPU(s) but torch cannot start CUDA: {reason}"
-               + (f" ({known[0]})" if known else ""),
-               why="torch.cuda.is_available() is False, so training silently runs on the CPU.",
-               fix=known[1] if known else
-               "Read the error above; common causes are CUDA_VISIBLE_DEVICES hiding every GPU, a driver/"
-               "library mismatch after an upgrade without reboot, or a container started without GPUs.")
+        if known:
+            r.findings.append(findings.finding("cuda_init_failed:known", count=count, reason=reason, cause=known[0],
+                                               fix=known[1]))
+        else:
+            r.findings.append(findings.finding("cuda_init_failed", count=count, reason=reason))
 
 
 def _cudnn(r: ProbeResult, facts: dict[str, Any], version: str) -> None:
@@ -359,30 +338,17 @@ def _cudnn(r: ProbeResult, facts: dict[str, Any], version: str) -> None:
     lib_dir = library.rsplit("/", 1)[0] if library else None
     named = [e for e in entries if lib_dir and e.rstrip("/") == lib_dir.rstrip("/")] or \
             [e for e in entries if "cudnn" in e.lower()]
-    where = f" from {library}" if library else ""
-    other = f"; or put cuDNN {compiled} or a newer {compiled.split('.')[0]}.x there"
+    shown: dict[str, Any] = {"version": version, "compiled": compiled, "loaded": loaded, "major": compiled.split(".")[0],
+             "where": _wording.CUDNN_FROM.format(library=library) if library else "",
+             "ld_path": _wording.CUDNN_LD_PATH.format(ld_path=ld_path) if ld_path else ""}
     if named:
         kept = ":".join(e for e in entries if e not in named)
-        fix = (f"Remove {', '.join(named)} from LD_LIBRARY_PATH so torch loads the cuDNN {compiled} it ships "
-               "with (" + (f"`export LD_LIBRARY_PATH={kept}`" if kept else "`unset LD_LIBRARY_PATH`")
-               + "; look in the shell profile and module files, and note that sudo can keep the variable)"
-               + other + ".")
+        command = f"`export LD_LIBRARY_PATH={kept}`" if kept else "`unset LD_LIBRARY_PATH`"
+        r.findings.append(findings.finding("cudnn_mismatch:on_path", named=", ".join(named), command=command, **shown))
     elif entries:
-        fix = (f"Find the directory on LD_LIBRARY_PATH that holds the foreign libcudnn (`ls <dir>/libcudnn*` "
-               f"for each of {', '.join(entries[:6])}) and remove it from the variable so torch loads the cuDNN "
-               f"{compiled} it ships with" + other + ".")
+        r.findings.append(findings.finding("cudnn_mismatch:path_other", entries=", ".join(entries[:6]), **shown))
     else:
-        fix = (f"Find where the foreign libcudnn comes from (/etc/ld.so.conf.d, a CUDA toolkit's lib64, another "
-               f"job's install) and take it off the library search path so torch loads the cuDNN {compiled} it "
-               "ships with" + other + ".")
-    r.find(Status.FAIL, "cudnn_mismatch",
-           f"torch {version} was built against cuDNN {compiled} but loaded cuDNN {loaded}{where}"
-           + (f"; LD_LIBRARY_PATH={ld_path}" if ld_path else "") + ".",
-           why="torch refuses a cuDNN of another major version or an older minor than it was built with: "
-               "torch.backends.cudnn.version() and the first convolution or RNN raise 'cuDNN version "
-               "incompatibility'. The usual cause is a system or toolkit libcudnn on LD_LIBRARY_PATH found "
-               "before the copy torch ships with.",
-           fix=fix)
+        r.findings.append(findings.finding("cudnn_mismatch", **shown))
 
 
 def _capabilities(gpu: GpuBackend, facts: dict[str, Any], count: int | NA) -> list[tuple[int, str, str]]:
@@ -408,24 +374,15 @@ def _kernel_images(r: ProbeResult, gpu: GpuBackend, facts: dict[str, Any], versi
     for index, name, cc in _capabilities(gpu, facts, count):
         ok = kernel_image_available(arch_list, cc)
         if ok is False:
-            r.find(Status.FAIL, "no_kernel_image",
-                   f"GPU {index} ({name}) has compute capability {cc}, which torch {version} was not compiled "
-                   f"for ({' '.join(arch_list)}).",
-                   why="Every CUDA kernel fails with 'no kernel image is available for execution on the device'.",
-                   fix=kernel_image_fix(arch_list, cc),
-                   device=index)
+            r.findings.append(findings.finding("no_kernel_image", device=index, index=index, name=name, cc=cc,
+                                               version=version, archs=" ".join(arch_list),
+                                               fix=kernel_image_fix(arch_list, cc)))
         elif ok and ptx_only(arch_list, cc):
             sm = "sm_" + cc.replace(".", "")
-            r.find(Status.WARN, "ptx_jit_only",
-                   f"GPU {index} ({name}) has compute capability {cc}; torch {version} has no {sm} binary for it, "
-                   f"only PTX ({' '.join(a for a in arch_list if a.startswith('compute_'))}).",
-                   why="The driver JIT-compiles every PTX kernel for this GPU when it is first used: start-up "
-                       "takes minutes, and again whenever the JIT cache (CUDA_CACHE_MAXSIZE, ~/.nv/ComputeCache) "
-                       "is too small or not kept (containers, CI); the JIT-compiled code may also run slower.",
-                   fix=kernel_image_fix(arch_list, cc).replace("This GPU is newer than the build: ", "")
-                       + " Meanwhile, `export CUDA_CACHE_MAXSIZE=4294967296` (and keep ~/.nv/ComputeCache between "
-                         "runs) so the JIT runs once.",
-                   device=index)
+            r.findings.append(findings.finding(
+                "ptx_jit_only", device=index, index=index, name=name, cc=cc, version=version, sm=sm,
+                ptx=" ".join(a for a in arch_list if a.startswith("compute_")),
+                fix=kernel_image_fix(arch_list, cc).replace("This GPU is newer than the build: ", "")))
 
 
 def _extensions(r: ProbeResult, ctx: ProbeContext, capabilities: list[tuple[int, str, str]]) -> None:
@@ -457,31 +414,11 @@ def extension_finding(path: str, package: str, archs: fatbin.FatbinArchs, cc: st
     sm = "sm_" + cc.replace(".", "")
     named = ", ".join(f"GPU {i} ({n})" for i, n in gpus)
     device = gpus[0][0] if len(gpus) == 1 else None
-    rebuild = (f"rebuild it for this GPU: `TORCH_CUDA_ARCH_LIST=\"{cc}\" pip install --no-build-isolation "
-               f"--no-cache-dir --force-reinstall --no-deps --no-binary {package} {package}` (or set "
-               f"TORCH_CUDA_ARCH_LIST=\"{cc}\" before `pip install .` / `python setup.py install` in its "
-               "checkout; the CUDA toolkit used must know this GPU; a few packages read their own variable, "
-               f"e.g. flash-attn's FLASH_ATTN_CUDA_ARCHS={cc.replace('.', '')})")
+    fields: dict[str, Any] = {"path": path, "named": named, "cc": cc, "sm": sm, "package": package, "cc_digits": cc.replace(".", "")}
     if judged == "none":
-        return Finding(Status.FAIL, "extension_no_kernel_image",
-                       f"{path} has no kernel for {named}, compute capability {cc}: it was compiled for "
-                       f"{archs.describe()}.",
-                       why="Every call into this extension on that GPU fails with 'CUDA error: no kernel image "
-                           "is available for execution on the device' (it imports; its first GPU operation "
-                           "raises), whatever torch itself supports.",
-                       fix=f"Install the build of {package} made for {sm} (a wheel built with the CUDA release and "
-                           f"arch list of this GPU's generation), or {rebuild}.",
-                       device=device)
+        return findings.finding("extension_no_kernel_image", device=device, archs=archs.describe(), **fields)
     ptx = " ".join(sorted(archs.ptx, key=fatbin.arch_order))
-    return Finding(Status.WARN, "extension_ptx_jit_only",
-                   f"{path} has no {sm} binary for {named}, only PTX ({ptx}).",
-                   why="The driver JIT-compiles every kernel of this extension for the GPU when it is first "
-                       "used: start-up takes minutes, and again whenever the JIT cache (CUDA_CACHE_MAXSIZE, "
-                       "~/.nv/ComputeCache) is too small or not kept (containers, CI).",
-                   fix=f"Install the build of {package} made for {sm}, or {rebuild}. Meanwhile, "
-                       "`export CUDA_CACHE_MAXSIZE=4294967296` (and keep ~/.nv/ComputeCache between runs) so "
-                       "the JIT runs once.",
-                   device=device)
+    return findings.finding("extension_ptx_jit_only", device=device, ptx=ptx, **fields)
 
 
 def _torchvision(r: ProbeResult, facts: dict[str, Any], version: str) -> None:
@@ -497,27 +434,18 @@ def _torchvision(r: ProbeResult, facts: dict[str, Any], version: str) -> None:
             pair = f"torchvision=={expected}.*" if expected else "torchvision"
             index = wheel_index(version)
             from_index = f" --index-url {index}" if index else ""
-            table = "" if expected else f" (pick the torchvision version for torch {version} from {TORCHVISION_TABLE_URL})"
-            r.find(Status.FAIL, "torchvision_mismatch" if mismatch else "torchvision_ops_broken",
-                   f"torchvision {tv_version or '?'} does not work with torch {version}: {error}",
-                   why="torchvision's compiled operators (nms, roi_align, the image decoders) are built against "
-                       "one torch release; against another they fail to register, so `import torchvision` "
-                       "or its first op raises. The local torch 2.13.0+cpu wheel with torchvision 0.28.0 from "
-                       "PyPI fails this way ('operator torchvision::nms does not exist').",
-                   fix=f"Install the pair from the same index: `pip install --force-reinstall torch=={version.split('+')[0]} "
-                       f"\"{pair}\"{from_index}`{table} (or let pip choose both: `pip install -U torch torchvision"
-                       f"{from_index}`).")
+            table = "" if expected else _wording.TORCHVISION_TABLE.format(version=version, url=TORCHVISION_TABLE_URL)
+            r.findings.append(findings.finding("torchvision_mismatch" if mismatch else "torchvision_ops_broken",
+                                               tv_version=tv_version or "?", version=version, error=error,
+                                               torch=version.split("+")[0], pair=pair, from_index=from_index,
+                                               table=table))
         elif expected is not None and tv_version and not tv_version.startswith(expected + "."):
             index = wheel_index(version)
             from_index = f" --index-url {index}" if index else ""
             tv_torch = torch_for_torchvision(tv_version)
-            r.find(Status.WARN, "torchvision_version_pair",
-                   f"torchvision {tv_version} is not the release built for torch {version} (expected {expected}.x).",
-                   why="Its compiled operators load and ran a test op now, but a mismatched pair can break on the "
-                       "first operator whose signature changed between the two torch releases.",
-                   fix=f"Install a matched pair: `pip install \"torchvision=={expected}.*\"{from_index}` once it is "
-                       "released" + (f", or `pip install \"torch=={tv_torch}.*\"{from_index}` to match torchvision "
-                                     f"{tv_version}." if tv_torch else "."))
+            r.findings.append(findings.finding("torchvision_version_pair:torch_known" if tv_torch else
+                                               "torchvision_version_pair", tv_version=tv_version, version=version,
+                                               expected=expected, from_index=from_index, tv_torch=tv_torch))
     else:
         r.measure("torchvision", None, note="not installed")
 
@@ -532,25 +460,17 @@ def _without_torch(r: ProbeResult, ctx: ProbeContext, reason: str, driver: str |
     try:
         build = ctx.torch_build()
     except InterpreterError as exc:
-        r.find(Status.ERROR, "python_unusable", str(exc))
+        r.findings.append(findings.finding("python_unusable", error=str(exc)))
         return r.settle(f"{driver_text}; torch not checked")
     if ctx.replay and not build.installed:
         r.measure("torch", None, note="not recorded")
-        r.find(Status.SKIP, "torch_not_recorded",
-               "torch facts were not recorded: the torch checks did not run.",
-               why="The recording holds none (made with `record --no-torch`, or where torch is not installed); "
-                   "what was not recorded is unknown, not a failure.",
-               fix="Record on the training environment, with its torch: `gpudoctor record -o FILE` there.")
+        r.findings.append(findings.finding("torch_not_recorded"))
         return r.settle(f"{driver_text}; torch not recorded")
     if not ctx.replay:
         r.measure("interpreter", build.python)
     if not build.installed:
         r.measure("torch", None, note="not installed")
-        r.find(Status.SKIP, "torch_not_installed",
-               f"torch is not installed in {build.python}: the torch checks did not run.",
-               why="gpudoctor's base install has no torch; the checks that start CUDA need the torch your "
-                   "training uses.",
-               fix=CHECK_ANOTHER_ENV_HINT)
+        r.findings.append(findings.finding("torch_not_installed", python=build.python, hint=CHECK_ANOTHER_ENV_HINT))
         return r.settle(f"{driver_text}; no torch in {build.python}")
     if build.version is None:
         r.measure("torch", None, note=build.error or "version unreadable")

@@ -32,8 +32,9 @@ from typing import TYPE_CHECKING
 
 from gpudoctor.backends.events import (DeviceEvents, EventSource, GpuEvent, critical_events,
                                        describe_event)
+from gpudoctor import findings
 from gpudoctor.model import ProbeResult, Status
-from gpudoctor.probes import Probe, ProbeContext
+from gpudoctor.probes import Probe, ProbeContext, _wording
 
 if TYPE_CHECKING:
     from gpudoctor.backends.base import GpuBackend
@@ -53,28 +54,19 @@ def _judge_gpu(r: ProbeResult, index: int, state: DeviceEvents) -> None:
         from gpudoctor import xid  # the catalogue's tables, only when there is an Xid to judge
 
         info = xid.explain(code)
-        times = f"{len(events)} time(s)" if len(events) > 1 else "once"
-        summary = f"{label}: Xid {code} {times} since boot: {info.words}."
+        said = {"gpu": label, "xid": code, "words": info.words, "action": info.action[:1].upper() + info.action[1:],
+                "times": _wording.XID_TIMES.format(count=len(events)) if len(events) > 1 else _wording.XID_ONCE}
         if info.severity == "critical":
-            r.find(Status.FAIL, "xid_critical", summary,
-                   why="A critical Xid means the GPU or its link failed; it can fail again mid-job.",
-                   fix=info.action[:1].upper() + info.action[1:] + ".", device=index)
-        else:
-            before = _followed(xids, code)
-            if before:
-                summary = summary[:-1] + f", after Xid {before}: the driver's clean-up of that error."
-            r.find(Status.PASS, "xid_application", summary,
-                   why="This class of Xid is usually raised by a fault in the application, not the GPU.",
-                   fix=info.action[:1].upper() + info.action[1:] + ".", device=index)
+            r.findings.append(findings.finding("xid_critical", device=index, **said))
+            continue
+        before = _followed(xids, code)
+        r.findings.append(findings.finding("xid_application:follow_up", device=index, before=before, **said) if before
+                          else findings.finding("xid_application", device=index, **said))
     hardware = [e for e in critical_events(state) if e.kind != "xid"]
     if hardware:
-        r.find(Status.FAIL, "ecc_event_critical",
-               f"{describe_event(index, hardware[-1])}, reported by NVML while gpudoctor watched"
-               + (f" ({len(hardware)} such events)" if len(hardware) > 1 else "") + ".",
-               why="Data in GPU memory was lost or could not be protected: a job on this GPU may have "
-                   "computed wrong results or crashed.",
-               fix="Drain the node and reset the GPU (`nvidia-smi -r` with no process on it) so the bad "
-                   "memory is retired or remapped; replace the board if it repeats.", device=index)
+        r.findings.append(findings.finding("ecc_event_critical", device=index, event=describe_event(index, hardware[-1]),
+                                           count=_wording.ECC_EVENTS.format(count=len(hardware))
+                                           if len(hardware) > 1 else ""))
 
 
 def _followed(xids: list[GpuEvent], code: int) -> int | None:
@@ -125,29 +117,16 @@ def _judge_node(r: ProbeResult, states: dict[int, DeviceEvents], judged: list[in
         (index, n), = per_gpu.items()
         if n < REPEATED_ON_ONE_GPU or index not in judged:
             continue
-        r.find(Status.WARN, "xid_repeated_on_one_gpu",
-               f"GPU {index}: Xid {code} {n} times since boot, and none on the node's other "
-               f"{len(states) - 1} GPU(s): {xid.explain(code).words}.",
-               why="One such Xid is usually the application's fault; the same one again and again on one GPU, "
-                   "across runs, while the other GPUs stay clean, points at that GPU.",
-               fix=f"Move the job to another GPU to confirm (e.g. CUDA_VISIBLE_DEVICES set to another index): "
-                   f"if the Xid follows GPU {index} and not the job, drain it and test it (`dcgmi diag -r 3`), "
-                   f"and have it replaced if the diagnostic fails.", device=index)
+        r.findings.append(findings.finding("xid_repeated_on_one_gpu", device=index, gpu=index, xid=code, count=n,
+                                           others=len(states) - 1, words=xid.explain(code).words))
     faults = {index: sorted(e.time for e in _xids(state) if e.code == xid.MMU_FAULT_XID)
               for index, state in states.items()}
     if not all(faults.values()):
         return
     for start in sorted(t for times in faults.values() for t in times):
         if all(any(start <= t <= start + EVERY_GPU_WINDOW_S for t in times) for times in faults.values()):
-            r.find(Status.FAIL, "xid_on_every_gpu",
-                   f"Xid 31 (GPU memory page fault) on every GPU of the node ({len(states)}) within "
-                   f"{int(EVERY_GPU_WINDOW_S // 60)} minutes.",
-                   why="An application fault hits the GPU it runs on, not all of them: a fault on every GPU at "
-                       "once is a node-wide episode (the driver, the NVLink fabric, or one job spread over "
-                       "every GPU that corrupted shared state), and the GPUs may not recover on their own.",
-                   fix="A reset of the GPUs (or a reboot) is needed: drain the node, reset the GPUs "
-                       "(`nvidia-smi -r` with no process on them) or reboot, then run `gpudoctor report --full`; "
-                       "if one job ran on every GPU, check it too before putting it back.")
+            r.findings.append(findings.finding("xid_on_every_gpu", count=len(states),
+                                               minutes=int(EVERY_GPU_WINDOW_S // 60)))
             return
 
 
@@ -168,15 +147,11 @@ def _settled(r: ProbeResult, watcher: EventSource, own: bool, indices: list[int]
     if not own:
         r.details["nvml_stream"] = "watched by this process"
     if readable is False:
-        r.find(Status.SKIP, "kernel_log_unreadable",
-               f"Xids from before now are unknown: {watcher.kernel_log_reason or 'the kernel log is not readable'}.",
-               why="The driver writes Xid errors to the kernel log; without it, only NVML events seen while "
-                   "gpudoctor runs (exporter, watch, TUI) are counted.",
-               fix="Run as root (or with CAP_SYSLOG), or read `sudo dmesg | grep -i xid` yourself.")
+        r.findings.append(findings.finding("kernel_log_unreadable",
+                                           reason=watcher.kernel_log_reason or _wording.KERNEL_LOG_CLOSED))
     recorded = [m for m in r.measurements if m.name == "events_supported" and m.note == "NotRecorded"]
     if readable is None and len(recorded) == len(indices):
-        return ProbeResult.skip("events", "the recording holds no event data (made before gpudoctor recorded "
-                                          "events)", code="events_not_recorded")
+        return findings.skipped("events", "events_not_recorded")
     problems = [f for f in r.findings if f.status == Status.FAIL]
     total = sum(m.value for m in r.measurements if m.name == "xid_since_boot")
     if readable is False and not total and not problems:
@@ -196,11 +171,10 @@ def run(ctx: ProbeContext) -> ProbeResult:
     gpu = ctx.gpu
     na = gpu.status()
     if na is not None:
-        return ProbeResult.skip("events", f"no NVML ({na.reason}): no GPU to attach events to",
-                                code="nvml_unavailable")
+        return findings.skipped("events", "nvml_unavailable:events", reason=na.reason)
     count = gpu.device_count()
     if not isinstance(count, int) or count == 0:
-        return ProbeResult.skip("events", "no GPU to check", code="no_gpu")
+        return findings.skipped("events", "no_gpu")
     # A long-running front end (the TUI, the exporter) hands over the watcher it runs: its NVML
     # stream holds what happened while it watched. Otherwise this probe registers its own.
     watcher = ctx.events
@@ -211,8 +185,7 @@ def run(ctx: ProbeContext) -> ProbeResult:
         # --device is torch's index; the events are NVML's (CUDA_VISIBLE_DEVICES=3 --device 0 is GPU 3)
         matched = ctx.nvml_index(ctx.device) if ctx.device is not None else None
         if ctx.device is not None and (matched is None or matched >= count):
-            return ProbeResult.skip("events", f"torch device {ctx.device} has no NVML device to match",
-                                    code="device_not_matched")
+            return findings.skipped("events", "device_not_matched", device_index=ctx.device)
         indices = list(range(count)) if matched is None else [matched]  # matched is None: no --device
         r = ProbeResult("events")
         states = {index: watcher.snapshot(index) for index in range(count)}

@@ -361,18 +361,14 @@ def run(ctx: ProbeContext) -> ProbeResult:
     gpu = ctx.gpu
     na = gpu.status()
     if na is not None:
-        return ProbeResult.skip("health", f"no NVML ({na.reason}): nothing to check",
-                                code="nvml_unavailable",
-                                why="Health readings come from the driver's management library (NVML).",
-                                fix="See the environment probe's finding about the driver.")
+        return findings.skipped("health", "nvml_unavailable:health", reason=na.reason)
     count = gpu.device_count()
     if not isinstance(count, int) or count == 0:
-        return ProbeResult.skip("health", "no GPU to check", code="no_gpu")
+        return findings.skipped("health", "no_gpu")
     if ctx.device is not None:
         n_index = ctx.nvml_index(ctx.device)
         if n_index is None or n_index >= count:
-            return ProbeResult.skip("health", f"torch device {ctx.device} has no NVML device to match",
-                                    code="device_not_matched")
+            return findings.skipped("health", "device_not_matched", device_index=ctx.device)
         nvml_indices = [n_index]
         torch_of = {n_index: ctx.device}
     else:

@@ -27,10 +27,11 @@ from functools import partial
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable
 
+from gpudoctor import findings
 from gpudoctor.backends.na import is_na
-from gpudoctor.model import ProbeResult, Status
+from gpudoctor.model import ProbeResult
 
-from . import Probe, ProbeContext, _gpu
+from . import Probe, ProbeContext, _gpu, _wording
 from ._measuring import measure_each_device
 from ._allocator import LargestAllocation, expandable_segments_enabled, explain_walk, format_bytes, largest_allocation
 from ._timing import MiB
@@ -208,13 +209,10 @@ def _context_size(ctx: ProbeContext, r: ProbeResult, torch: ModuleType, dev: _gp
                   note="NVML used after the first tensor, minus torch's reserved bytes")
         if "cublas_bytes" in context:
             r.measure("cublas_first_matmul", context["cublas_bytes"], "B", device=d)
-        r.find(Status.PASS, "cuda_context_size",
-               f"The CUDA context costs {format_bytes(context['context_bytes'])} on {dev.label} before any "
-               "tensor" + (f", and the first matmul adds {format_bytes(context['cublas_bytes'])} (cuBLAS)"
-                           if "cublas_bytes" in context else "") + ".",
-               why="Every process that touches this GPU pays it: nvidia-smi shows it although torch reports 0 "
-                   "bytes allocated. DataLoader workers or metrics code that call .cuda() each pay it again.",
-               fix="Keep CUDA out of DataLoader workers (move batches to the GPU in the main process).", device=d)
+        cublas = (_wording.CUBLAS_ADDS.format(cublas=format_bytes(context["cublas_bytes"]))
+                  if "cublas_bytes" in context else "")
+        r.findings.append(findings.finding("cuda_context_size", device=d, context=format_bytes(context["context_bytes"]),
+                                           gpu=dev.label, cublas=cublas))
     else:
         r.measure("cuda_context", None, "B", device=d, note=context.get("error", "NVML used not readable"))
 
@@ -228,10 +226,8 @@ def _allocator_walk(ctx: ProbeContext, r: ProbeResult, torch: ModuleType, dev: _
     free, total = torch.cuda.mem_get_info(device)
     big_block = max(4 * MiB, min(256 * MiB, (free // 16) // (2 * MiB) * (2 * MiB)))
     if free < NEARLY_FULL_SHARE * total:
-        r.find(Status.WARN, "memory_nearly_full",
-               f"Only {format_bytes(free)} of {format_bytes(total)} is free on {dev.label}.",
-               why="Training on this GPU will run out of memory almost at once.",
-               fix="See which processes hold it: nvidia-smi, or the process list below.", device=d)
+        r.findings.append(findings.finding("memory_nearly_full", device=d, free=format_bytes(free),
+                                           total=format_bytes(total), gpu=dev.label))
     if free < 4 * big_block + 64 * MiB:
         r.details.setdefault("allocator_walk", {})[str(d)] = {"skipped": "too little free memory"}
     else:
@@ -252,15 +248,8 @@ def _allocator_walk(ctx: ProbeContext, r: ProbeResult, torch: ModuleType, dev: _
                   device=d, note="free pieces of partly used segments in the walk's fragmenting step")
         env = {k: os.environ.get(k) for k in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")}
         expandable = expandable_segments_enabled(env)
-        r.find(Status.PASS, "allocator_explained", " ".join(explained["sentences"]) or
-               "The caching allocator walk ran; see details.allocator_walk for the numbers.",
-               why="torch.cuda.memory_allocated() counts live tensors; nvidia-smi counts what torch reserved "
-                   "plus the CUDA context. The difference is the cache, not a leak.",
-               fix=("expandable_segments is on for this environment." if expandable else
-                    "If your training fails with out-of-memory while much is reserved but unallocated, "
-                    "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True. Read "
-                    "torch.cuda.memory_stats() in your loop: num_alloc_retries > 0 means memory pressure."),
-               device=d)
+        r.findings.append(findings.finding("allocator_explained:expandable" if expandable else "allocator_explained",
+                                           device=d, said=" ".join(explained["sentences"]) or _wording.ALLOCATOR_WALK_RAN))
     return total
 
 
@@ -281,17 +270,11 @@ def _largest_allocation(r: ProbeResult, torch: ModuleType, dev: _gpu.Device, dev
               note=("the search ran out of time before any allocation succeeded" if unfinished else
                     f"{len(search.tries)} tries, {search.oom_count} out-of-memory caught"))
     if leftover > 0:
-        r.find(Status.WARN, "largest_search_leftover",
-               f"{format_bytes(leftover)} stayed allocated after the largest-allocation search.",
-               why="The search must leave nothing behind; this points at a torch allocator problem.",
-               fix="Report it with the JSON report attached.", device=d)
+        r.findings.append(findings.finding("largest_search_leftover", device=d, leftover=format_bytes(leftover)))
     if not unfinished and search.largest_ok < LARGEST_WARN_SHARE * total:
-        r.find(Status.WARN, "largest_allocation_small",
-               f"The largest single allocation on {dev.label} is {format_bytes(search.largest_ok)}, "
-               f"{100 * search.largest_ok / total:.0f} % of its {format_bytes(total)}.",
-               why="Models, batches or activations larger than this will not fit, whatever nvidia-smi's total says.",
-               fix="Check the processes holding memory on this GPU (below, or nvidia-smi) and stop idle ones.",
-               device=d)
+        r.findings.append(findings.finding("largest_allocation_small", device=d, gpu=dev.label,
+                                           largest=format_bytes(search.largest_ok),
+                                           pct=100 * search.largest_ok / total, total=format_bytes(total)))
 
 
 def _held_by_others(ctx: ProbeContext, r: ProbeResult, dev: _gpu.Device, total: int) -> None:
@@ -307,12 +290,8 @@ def _held_by_others(ctx: ProbeContext, r: ProbeResult, dev: _gpu.Device, total: 
         r.details.setdefault("other_processes", {})[str(d)] = others
         if held >= OTHERS_WARN_SHARE * total:
             pids = ", ".join(str(p["pid"]) for p in others[:6])
-            r.find(Status.WARN, "memory_held_by_others",
-                   f"{len(others)} other process(es) hold {format_bytes(held)} of {dev.label} "
-                   f"(pid {pids}).",
-                   why="Your training gets only what they leave; their kernels also share the GPU's time.",
-                   fix="Stop idle notebooks or old runs (nvidia-smi shows them); in a container the pids are "
-                       "the host's.", device=d)
+            r.findings.append(findings.finding("memory_held_by_others", device=d, count=len(others),
+                                               held=format_bytes(held), gpu=dev.label, pids=pids))
 
 
 def _driver_reserved(ctx: ProbeContext, r: ProbeResult, dev: _gpu.Device, total: int) -> None:

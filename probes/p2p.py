@@ -27,6 +27,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
+from gpudoctor import findings
 from gpudoctor.backends.nvml import normalise_bus_id
 from gpudoctor.model import ProbeResult, Status
 
@@ -117,10 +118,10 @@ def run(ctx: ProbeContext) -> ProbeResult:
     gpu = ctx.gpu
     na = gpu.status()
     if na is not None:
-        return ProbeResult.skip("p2p", f"no NVML ({na.reason}): GPU pairs unknown", code="nvml_unavailable")
+        return findings.skipped("p2p", "nvml_unavailable:p2p", reason=na.reason)
     count = gpu.device_count()
     if not isinstance(count, int) or count < 2:
-        return ProbeResult.skip("p2p", "fewer than two GPUs: no peer-to-peer path to check", code="p2p_single_gpu")
+        return findings.skipped("p2p", "p2p_single_gpu")
     # the path readers only where there is a pair (a one-GPU node's --quick loads neither)
     from gpudoctor.backends import pcie_paths
 

@@ -17,9 +17,10 @@ from __future__ import annotations
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from gpudoctor.model import ProbeResult, Status
+from gpudoctor import findings
+from gpudoctor.model import ProbeResult
 
-from . import Probe, ProbeContext, _gpu
+from . import Probe, ProbeContext, _gpu, _wording
 from ._measuring import measure_each_device
 from ._datasheet import GpuSpec, lookup_gpu_spec
 from ._pcie import LinkCeiling, host_link_is_c2c, link_ceiling
@@ -189,50 +190,28 @@ def _host_link_findings(r: ProbeResult, dev: _gpu.Device, pinned_h2d: dict[str, 
     """Pinned host-to-device bandwidth against the link's rate (the link's training itself is
     the health probe's judgement: pcie_gen_degraded, pcie_width_degraded)."""
     d, gbs, pct = dev.index, pinned_h2d["gb_per_s"], pinned_h2d["pct_of_ceiling"]
-    trained = f" The link was at gen {gen_now} x{width_now} right after the copies." if gen_now and width_now else ""
+    trained = _wording.LINK_TRAINED.format(gen=gen_now, width=width_now) if gen_now and width_now else ""
     if link.note:
-        trained += f" {link.note}."
+        trained += _wording.LINK_NOTE.format(note=link.note)
+    said: dict[str, Any] = {"gbs": gbs, "gpu": dev.label, "link": link.label, "ceiling": link.gb_per_s, "trained": trained}
     if host_link_is_c2c(dev.name) and (pct is None or pct > 110):
-        r.find(Status.PASS, "host_link_not_pcie",
-               f"Pinned host-to-device copies reach {gbs:.1f} GB/s on {dev.label}: its host link is NVLink-C2C "
-               "(a Grace superchip), not PCIe, so no PCIe ceiling applies.", device=d)
+        r.findings.append(findings.finding("host_link_not_pcie", device=d, **said))
     elif pct is None:
-        r.find(Status.PASS, "pcie_ceiling_unknown",
-               f"Pinned host-to-device copies reach {gbs:.1f} GB/s on {dev.label}; NVML does "
-               "not report the PCIe link, so there is no ceiling to compare with.", device=d)
+        r.findings.append(findings.finding("pcie_ceiling_unknown", device=d, **said))
     elif pct > 110:
-        r.find(Status.PASS, "pcie_link_misreported",
-               f"Pinned host-to-device copies reach {gbs:.1f} GB/s on {dev.label}, more than {link.label} can "
-               f"carry ({link.gb_per_s:.1f} GB/s): the link NVML reports is not the one the copies used.{trained}",
-               why="Only GH200/GB200-class parts have a faster host link (NVLink-C2C), and this is not one. In a "
-                   "virtual machine the GPU sits behind a virtual root port that may report a lower PCIe "
-                   "generation or width than the physical link, so the ceiling above is wrong, not the copies.",
-               fix="Nothing to fix in the training setup; compare with the host's own `nvidia-smi -q -d PCIE` "
-                   "(or `lspci -vv` on the host) to see the physical link.", device=d)
+        r.findings.append(findings.finding("pcie_link_misreported", device=d, **said))
     elif pct < PINNED_WARN_PCT:
-        r.find(Status.WARN, "pinned_h2d_slow",
-               f"Pinned host-to-device copies reach {gbs:.1f} GB/s on {dev.label}, {pct:.0f} % of "
-               f"{link.label} ({link.gb_per_s:.1f} GB/s).{trained}",
-               why="Every batch crosses this link; at this rate input copies can starve the GPU.",
-               fix="Check the slot (x16 electrical?), risers and BIOS PCIe settings; run on the CPU socket "
-                   "nearest the GPU (numactl --cpunodebind); look for other transfers sharing the switch.",
-               device=d)
+        r.findings.append(findings.finding("pinned_h2d_slow", device=d, pct=pct, **said))
     else:
-        r.find(Status.PASS, "pinned_h2d_ok",
-               f"Pinned host-to-device copies reach {gbs:.1f} GB/s, {pct:.0f} % of {link.label}.{trained}",
-               device=d)
+        r.findings.append(findings.finding("pinned_h2d_ok", device=d, pct=pct, **said))
 
 
 def _pin_memory_finding(r: ProbeResult, dev: _gpu.Device, pinned_h2d: dict[str, Any],
                         pageable_row: dict[str, Any]) -> None:
     pinned, pageable = pinned_h2d["gb_per_s"], pageable_row["gb_per_s"]
     if pageable > 0 and pinned >= 1.3 * pageable:
-        r.find(Status.PASS, "pin_memory_helps",
-               f"Pinned memory copies {pinned / pageable:.1f}x faster than pageable memory "
-               f"({pinned:.1f} vs {pageable:.1f} GB/s).",
-               why="Pageable tensors are first copied into a pinned staging buffer by the driver, and the copy "
-                   "blocks the Python thread.",
-               fix="DataLoader(..., pin_memory=True) and batch.to(device, non_blocking=True).", device=dev.index)
+        r.findings.append(findings.finding("pin_memory_helps", device=dev.index, speedup=pinned / pageable,
+                                           pinned=pinned, pageable=pageable))
 
 
 def _d2d_findings(r: ProbeResult, dev: _gpu.Device, d2d: dict[str, Any], spec: GpuSpec | None) -> None:
@@ -242,20 +221,12 @@ def _d2d_findings(r: ProbeResult, dev: _gpu.Device, d2d: dict[str, Any], spec: G
               note=(f"{d2d['bytes'] // MiB} MiB copies (read+write); {d2d['pct_of_ceiling']:.0f} % of "
                     f"{spec.model} datasheet" if spec else f"no datasheet figure for {dev.name}"))
     if spec is None:
-        r.find(Status.PASS, "no_datasheet",
-               f"No datasheet memory bandwidth for {dev.name} in gpudoctor's table; device-to-device copies "
-               f"reach {d2d['gb_per_s']:.0f} GB/s.", device=d)
-    elif d2d["pct_of_ceiling"] is not None and d2d["pct_of_ceiling"] < D2D_WARN_PCT:
-        r.find(Status.WARN, "d2d_slow",
-               f"Device-to-device copies reach {d2d['gb_per_s']:.0f} GB/s on {dev.label}, "
-               f"{d2d['pct_of_ceiling']:.0f} % of the {spec.model}'s {spec.memory_bandwidth_gbs:.0f} GB/s.",
-               why="Memory-bound layers (normalisation, activations, optimiser steps) run this much slower.",
-               fix="Check memory clocks and throttling (gpudoctor report, health probe), other processes on the "
-                   "GPU, and whether this is a MIG slice.", device=d)
+        r.findings.append(findings.finding("no_datasheet:transfer", device=d, name=dev.name, gbs=d2d["gb_per_s"]))
     else:
-        r.find(Status.PASS, "d2d_ok",
-               f"Device-to-device copies reach {d2d['gb_per_s']:.0f} GB/s, {d2d['pct_of_ceiling']:.0f} % of the "
-               f"{spec.model}'s datasheet {spec.memory_bandwidth_gbs:.0f} GB/s.", device=d)
+        said: dict[str, Any] = {"gbs": d2d["gb_per_s"], "gpu": dev.label, "pct": d2d["pct_of_ceiling"], "model": spec.model,
+                "ceiling": spec.memory_bandwidth_gbs}
+        slow = d2d["pct_of_ceiling"] is not None and d2d["pct_of_ceiling"] < D2D_WARN_PCT
+        r.findings.append(findings.finding("d2d_slow" if slow else "d2d_ok", device=d, **said))
 
 
 def _summary(r: ProbeResult) -> str:

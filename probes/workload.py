@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpudoctor.model import ProbeResult, Status
+from gpudoctor import findings
+from gpudoctor.model import ProbeResult
 
-from . import Probe, ProbeContext
+from . import Probe, ProbeContext, _wording
 
 if TYPE_CHECKING:
     from gpudoctor.workload.run import RunResult
@@ -58,11 +59,7 @@ def measure(result: ProbeResult, device: str, cuda_index: int = 0, data_dir: str
     result.details["dataset"] = data.info()
     if outcome.status != "ok" and outcome.samples_per_s is None:
         code = "workload_oom" if outcome.status == "oom" else "workload_failed"
-        result.find(Status.FAIL, code, f"the MNIST workload did not complete: {outcome.error}",
-                    why="A 0.5M-parameter network at batch 64 needs a few MiB; failing it means the "
-                        "device cannot train at all in this state.",
-                    fix="Check `nvidia-smi` for other processes holding the memory; run "
-                        "`gpudoctor report --probe workload -v` again.", device=dev)
+        result.findings.append(findings.finding(code, device=dev, error=outcome.error))
         return result.settle(f"workload failed ({outcome.status})")
     result.measure("workload_samples_per_s", outcome.samples_per_s, "samples/s", device=dev)
     result.measure("workload_samples_per_joule", outcome.samples_per_joule, "samples/J", device=dev,
@@ -76,17 +73,11 @@ def measure(result: ProbeResult, device: str, cuda_index: int = 0, data_dir: str
     elif device == "cuda":
         result.measure("workload_gpu_util_mean", None, "%", device=dev, note=outcome.gpu_util_note or "")
     if outcome.status == "error":
-        result.find(Status.FAIL, "workload_diverged", outcome.error or "training diverged",
-                    why="The reference network does not diverge at lr 0.1 on a working device: "
-                        "its arithmetic gives wrong numbers.",
-                    fix="Run `gpudoctor report --full` again; if it repeats, check the device's ECC "
-                        "errors and clocks, and try another driver.", device=dev)
+        result.findings.append(findings.finding("workload_diverged", device=dev,
+                                                error=outcome.error or _wording.DIVERGED))
     elif data.source == "synthetic" and (outcome.test_accuracy or 0.0) < MIN_ACCURACY:
-        result.find(Status.WARN, "workload_low_accuracy",
-                    f"held-out accuracy {outcome.test_accuracy:.1%} after one epoch, expected >= {MIN_ACCURACY:.0%}",
-                    why="On the built-in set this network reaches 90 % or more on a correct device.",
-                    fix="Re-run; if it stays low, the device computes wrong results (check ECC errors, "
-                        "clocks, and the driver/torch versions).", device=dev)
+        result.findings.append(findings.finding("workload_low_accuracy", device=dev, accuracy=outcome.test_accuracy,
+                                                expected=MIN_ACCURACY))
     sps = outcome.samples_per_s or 0.0
     _comparison(result, outcome, dev, expected_for(outcome.device_name) if device == "cuda" else None)
     return result.settle(f"{sps:,.0f} samples/s, accuracy {outcome.test_accuracy:.1%}")
@@ -98,43 +89,30 @@ def _comparison(result: ProbeResult, outcome: RunResult, dev: int | None, expect
     sps = outcome.samples_per_s or 0.0
     if expected is None:
         result.details["comparison"] = None
-        result.find(Status.PASS, "workload_measured",
-                    f"{sps:,.0f} samples/s ({PROBE_MODE}, batch {PROBE_BATCH_SIZE}) on {name}; no "
-                    f"reference figure for this device yet, so there is nothing to compare with")
+        result.findings.append(findings.finding("workload_measured", sps=sps, mode=PROBE_MODE, batch=PROBE_BATCH_SIZE,
+                                                name=name))
     else:
         figure, source = expected
         result.measure("workload_expected_samples_per_s", figure, "samples/s", device=dev)
         result.details["comparison"] = {"expected_samples_per_s": figure, "source": source,
                                         "ratio": round(sps / figure, 3)}
-        if sps < SLOW_FRACTION * figure:
-            result.find(Status.WARN, "workload_slow",
-                        f"{sps:,.0f} samples/s, {sps / figure:.0%} of the {figure:,.0f} measured on "
-                        f"this GPU model ({source})",
-                        why="The same run on the same GPU model was at least twice as fast: clocks, "
-                            "power cap, another process or a slow host may be holding it back.",
-                        fix="Check `gpudoctor` (live view) for throttling and other processes.",
-                        device=dev)
-        else:
-            result.find(Status.PASS, "workload_as_expected",
-                        f"{sps:,.0f} samples/s, {sps / figure:.0%} of the {figure:,.0f} expected "
-                        f"({source})", device=dev)
+        result.findings.append(findings.finding("workload_slow" if sps < SLOW_FRACTION * figure else
+                                                "workload_as_expected", device=dev, sps=sps, share=sps / figure,
+                                                figure=figure, source=source))
 
 
 def run(ctx: ProbeContext) -> ProbeResult:
     result = ProbeResult(probe="workload")
     if ctx.replay:
-        return ProbeResult.skip("workload", "skipped: replaying a recording (the workload needs the live device)",
-                                code="replay")
+        return findings.skipped("workload", "replay")
     facts = ctx.torch_facts()
     if not isinstance(facts, dict) or facts.get("cuda_available") is not True:
-        reason = "no CUDA device is usable by torch"
+        reason = _wording.NO_CUDA_FOR_WORKLOAD
         if isinstance(facts, dict) and facts.get("cuda_init_error"):
             reason += f" ({facts['cuda_init_error']})"
         elif not isinstance(facts, dict):
-            reason += " (torch facts not available at this level)"
-        return ProbeResult.skip("workload", f"skipped: {reason}", code="no_cuda_device",
-                                why="The workload probe measures a GPU.",
-                                fix="Run `gpudoctor bench mnist --device cpu` for a CPU figure.")
+            reason += _wording.NO_TORCH_FACTS
+        return findings.skipped("workload", "no_cuda_device:workload", reason=reason)
     index = ctx.device if ctx.device is not None else 0
     return measure(result, "cuda", index, ctx.options.get("data_dir"))
 

@@ -20,7 +20,9 @@ Sources:
 from __future__ import annotations
 
 import re
-from gpudoctor.model import Finding, Status
+
+from gpudoctor.findings import STARTED_ANYWAY, finding
+from gpudoctor.model import Finding
 
 MIN_DRIVER_FOR_CUDA_MAJOR = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
 # A PyTorch wheel index per CUDA major version (download.pytorch.org/whl/<tag>).
@@ -51,35 +53,15 @@ def driver_build_findings(driver: object, driver_cuda: object, torch_version: st
     if supported[0] < build[0]:
         need = MIN_DRIVER_FOR_CUDA_MAJOR.get(build[0], "a newer driver")
         index = WHEEL_INDEX_FOR_CUDA_MAJOR.get(supported[0], "cu126")
-        return [Finding(
-            Status.FAIL, "driver_too_old",
-            f"The driver ({driver}) supports CUDA up to {driver_cuda}, but torch {torch_version} is built "
-            f"for CUDA {cuda_build}.",
-            why="CUDA cannot start: torch.cuda.is_available() returns False with "
-                "'The NVIDIA driver on your system is too old'.",
-            fix=f"Upgrade the NVIDIA driver to >= {need}, or install a torch built for CUDA {supported[0]}.x "
-                f"(e.g. `pip install torch --index-url https://download.pytorch.org/whl/{index}`).")]
+        return [finding("driver_too_old", driver=driver, driver_cuda=driver_cuda, torch=torch_version,
+                        cuda_build=cuda_build, need=need, major=supported[0], index=index)]
     if supported[:2] < build[:2] and build[0] < FIRST_MINOR_COMPATIBLE_CUDA:
         need = MIN_DRIVER_FOR_CUDA_BEFORE_11.get(build[:2], "a newer driver")
-        return [Finding(
-            Status.FAIL, "driver_too_old",
-            f"The driver ({driver}) supports CUDA up to {driver_cuda}, but torch {torch_version} is built "
-            f"for CUDA {cuda_build}.",
-            why="Before CUDA 11 a build needs a driver of its own minor release (there is no minor-version "
-                "compatibility): torch.cuda.is_available() returns False.",
-            fix=f"Upgrade the NVIDIA driver to >= {need}, or install a torch built for CUDA {driver_cuda}.")]
+        return [finding("driver_too_old:before_11", driver=driver, driver_cuda=driver_cuda, torch=torch_version,
+                        cuda_build=cuda_build, need=need)]
     if supported[:2] < build[:2]:
-        return [Finding(
-            Status.WARN, "driver_older_than_build",
-            f"The driver supports CUDA {driver_cuda}; torch is built for CUDA {cuda_build} (same major "
-            f"version, newer minor).",
-            why="CUDA minor-version compatibility lets this run, but kernels shipped only as newer PTX "
-                "cannot be JIT-compiled by this driver and fail with 'unsupported toolchain'.",
-            fix="Upgrade the driver when convenient, or use a torch built for the driver's CUDA version.")]
+        return [finding("driver_older_than_build", driver_cuda=driver_cuda, cuda_build=cuda_build)]
     return []
-
-
-STARTED_ANYWAY = "CUDA started anyway: forward compatibility or a newer driver than NVML reports."
 
 
 def cuda_started(facts: object) -> bool:
@@ -100,20 +82,8 @@ def started_anyway(findings: list[Finding]) -> list[Finding]:
     install), so a driver too old becomes a warning and an older minor a pass, each saying so."""
     out = []
     for f in findings:
-        if f.code == "driver_too_old":
-            out.append(Finding(
-                Status.WARN, f.code, f"{f.summary} {STARTED_ANYWAY}",
-                why="The driver NVML reports cannot run this build, yet torch started CUDA: the CUDA library in "
-                    "use is newer than that driver (a cuda-compat forward-compatibility package, which NVIDIA "
-                    "supports on data-center GPUs), or NVML belongs to another driver install than the one CUDA "
-                    "loaded.",
-                fix="Nothing blocks training now. Keep the forward-compatibility package with the image (without "
-                    "it this build fails with 'driver too old'); if there is none, compare `nvidia-smi` with "
-                    "`cat /proc/driver/nvidia/version` and remove the stale driver install. " + f.fix,
-                device=f.device))
-        elif f.code == "driver_older_than_build":
-            out.append(Finding(Status.PASS, f.code, f"{f.summary} {STARTED_ANYWAY}", why=f.why, fix=f.fix,
-                               device=f.device))
+        if f.code in ("driver_too_old", "driver_older_than_build"):
+            out.append(finding(f"{f.code}:started_anyway", device=f.device, summary=f.summary, why=f.why, fix=f.fix))
         else:
             out.append(f)
     return out

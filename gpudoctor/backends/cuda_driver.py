@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from gpudoctor import findings
 from gpudoctor._record import record
 from gpudoctor.backends.na import NA, is_na
-from gpudoctor.model import Finding, Status
+from gpudoctor.model import Finding
 
 if TYPE_CHECKING:
     from .stack import Container
@@ -355,35 +355,26 @@ def cuda_start_findings(start: CudaStart | NA | None, visible: int, fabric: str 
     libcuda."""
     if start is None or visible <= 0:
         return []
-    why = ("NVML (nvidia-smi) answers, but every CUDA program, torch included, fails to start: "
-           "torch.cuda.is_available() is False and code that asks for 'cuda' raises.")
+    why = findings.CUDA_NOT_STARTING
     if is_na(start):
         if start.reason == "Timeout":
             limit = start.limit_s if isinstance(start, CudaTimeout) else TIMEOUT_S
-            return [Finding(Status.WARN, "cuda_start_hung",
-                            f"The CUDA driver's start (cuInit) was not answered in {limit:g} s.",
-                            why="A CUDA program here may hang at its first CUDA call.",
-                            fix="Enable persistence mode (`nvidia-smi -pm 1`) if start-up is only slow; "
-                                "check `dmesg` for Xid errors if it hangs.")]
+            return [findings.finding("cuda_start_hung", limit=limit)]
         if start.reason == "ChildFailed":
-            return [Finding(Status.WARN, "cuda_start_crashed",
-                            "The CUDA driver's start-up (cuInit, in a child process) crashed.",
-                            why="A CUDA program here may crash at its first CUDA call.", fix=_GENERIC_FIX)]
+            return [findings.finding("cuda_start_crashed", fix=_GENERIC_FIX)]
         return []
     if not start.loaded:
         return [_no_libcuda(start, visible, why, box)]
     if start.code != 0:
         cause, fix = _CAUSES.get(start.code or 0, ("", _GENERIC_FIX))
         if start.code == SYSTEM_NOT_READY and fabric:
-            cause = f"the fabric manager has not set the GPUs up: {fabric}"
-        name = start.name or "CUDA error"
-        return [Finding(Status.FAIL, "cuda_cannot_start",
-                        f"NVML sees {visible} GPU(s) but the CUDA driver cannot start: cuInit failed with "
-                        f"{name} ({start.code})" + (f": {cause}." if cause else "."), why=why, fix=fix)]
+            cause = findings.FABRIC_CAUSE.format(fabric=fabric)
+        return [findings.finding("cuda_cannot_start:error_cause" if cause else "cuda_cannot_start:error",
+                                 visible=visible, name=start.name or "CUDA error", number=start.code, cause=cause,
+                                 fix=fix)]
     if start.device_count == 0:
         cause, fix = _CAUSES[100]
-        return [Finding(Status.FAIL, "cuda_cannot_start",
-                        f"NVML sees {visible} GPU(s) but the CUDA driver counts none: {cause}.", why=why, fix=fix)]
+        return [findings.finding("cuda_cannot_start:none_counted", visible=visible, cause=cause, fix=fix)]
     return []
 
 
