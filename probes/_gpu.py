@@ -48,11 +48,11 @@ class Device:
         return f"cuda:{self.index} ({self.name})"
 
 
-#: Why there is nothing to measure: a ``skip`` finding, which :func:`skipped` makes the probe's result.
+#: Why there is nothing to measure: a ``skip`` finding, which :func:`skip_result` makes the probe's result.
 NoDevice = Finding
 
 
-def skipped(reason: Finding, probe: str) -> ProbeResult:
+def skip_result(reason: Finding, probe: str) -> ProbeResult:
     """The probe's ``skip`` result for the finding that says why nothing was measured."""
     return ProbeResult.skip(probe, reason.summary, code=reason.code, why=reason.why, fix=reason.fix)
 

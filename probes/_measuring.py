@@ -24,13 +24,13 @@ def torch_and_devices(ctx: ProbeContext, probe: str) -> tuple[ModuleType, list[_
     (a replay, ``--quick``, no torch, no CUDA device)."""
     early = _gpu.precheck(ctx)
     if early is not None:
-        return _gpu.skipped(early, probe)
+        return _gpu.skip_result(early, probe)
     torch = _gpu.import_torch_or_reason()
     if isinstance(torch, _gpu.NoDevice):
-        return _gpu.skipped(torch, probe)
+        return _gpu.skip_result(torch, probe)
     devices = _gpu.cuda_devices(ctx, torch)
     if isinstance(devices, _gpu.NoDevice):
-        return _gpu.skipped(devices, probe)
+        return _gpu.skip_result(devices, probe)
     return torch, devices
 
 

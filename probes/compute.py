@@ -372,10 +372,10 @@ def _tf32_available_finding(r: ProbeResult, torch: ModuleType, dev: _gpu.Device,
 def run(ctx: ProbeContext) -> ProbeResult:
     early = _gpu.precheck(ctx)
     if early is not None:
-        return _gpu.skipped(early, "compute")
+        return _gpu.skip_result(early, "compute")
     torch = _gpu.import_torch_or_reason()
     if isinstance(torch, _gpu.NoDevice):
-        return _gpu.skipped(torch, "compute")
+        return _gpu.skip_result(torch, "compute")
     r = ProbeResult("compute")
     cpu = cpu_matmul_tflops(torch, budget_s=min(1.5, max(0.3, ctx.time_left() / 10)))
     r.details["cpu"] = cpu

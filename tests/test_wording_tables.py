@@ -36,7 +36,17 @@ _BUILDERS = {"Finding": (2, {"summary", "why", "fix"}), "find": (2, {"summary", 
              "finding": (99, {"summary", "why", "fix"}), "skipped": (99, {"summary", "why", "fix"})}
 #: The calls that name a code of the tables: (the argument that names it, what the call puts before it).
 _LOOKUPS = {"finding": (0, ""), "words": (0, ""), "wording": (0, ""), "skipped": (1, ""),
-            "errored": (1, "probe_error:"), "_no_device": (0, "")}
+            "errored": (1, "probe_error:"), "_no_device": (0, ""), "_said": (0, "work:")}
+
+
+def _ways(call: ast.Call) -> list[str]:
+    """busy._said(code, way): the ``:way`` suffixes its second argument can give ("" without one):
+    a literal, or either literal of a choice (``"" if ... else "no_util"``)."""
+    if len(call.args) < 2:
+        return [""]
+    way = call.args[1]
+    choices = [way.body, way.orelse] if isinstance(way, ast.IfExp) else [way]
+    return [f":{c.value}" if c.value else "" for c in choices if isinstance(c, ast.Constant) and isinstance(c.value, str)]
 
 
 def _is_text(node: ast.AST) -> bool:
@@ -153,8 +163,9 @@ def _names_in_source() -> tuple[set[str], list[re.Pattern[str]], list[str]]:
                 at, prefix = _LOOKUPS[_called(node)]
                 code = node.args[at]
                 if isinstance(code, ast.Constant) and isinstance(code.value, str):
-                    named.append(f"{path.relative_to(ROOT)}:{node.lineno}: {prefix}{code.value}")
-                    literals.add(prefix + code.value)
+                    for way in _ways(node) if _called(node) == "_said" else [""]:
+                        named.append(f"{path.relative_to(ROOT)}:{node.lineno}: {prefix}{code.value}{way}")
+                        literals.add(prefix + code.value + way)
     return literals, patterns, named
 
 

@@ -153,15 +153,14 @@ def verdict(readings: Mapping[str, Any]) -> Finding:
 def _without_gpm(util: float | None, reason: str, readings: Mapping[str, Any]) -> Finding:
     """What can be said without SM activity: that it cannot be told, and power as weaker evidence."""
     why = _phrase("not_recorded") if reason == "NotRecorded" else reason
-    way = "" if util is not None else "no_util"
     power, limit = _num(readings.get("power_w")), _num(readings.get("power_limit_w"))
     if power is None or limit is None or limit <= 0:
-        return _said("no_gpm", way, basis="none", util=util, reason=why, power="")
+        return _said("no_gpm", "" if util is not None else "no_util", basis="none", util=util, reason=why, power="")
     share = power / limit
     hint = _phrase("power", power=power, limit=limit, share=share)
     if util is not None and util >= BUSY_UTIL_PCT and share < LOW_POWER_SHARE:
         hint += _phrase("power_low")
-    return _said("no_gpm", way, basis="power", util=util, reason=why, power=hint)
+    return _said("no_gpm", "" if util is not None else "no_util", basis="power", util=util, reason=why, power=hint)
 
 
 __all__ = ["Verdict", "verdict", "headline", "basis", "text", "record", "CODES", "READS", "BUSY_UTIL_PCT", "IDLE_PCT", "SM_LOW_PCT", "SM_HIGH_PCT",

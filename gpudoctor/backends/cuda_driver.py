@@ -383,16 +383,16 @@ def _no_libcuda(start: CudaStart, visible: int, why: str, box: Container | None)
     `compute` (the runtime mounted no libcuda); were left to the runtime's default (documented as
     utility,compute, `utility` alone in older toolkits and enroot); or asked for compute and libcuda
     was still not mounted (a CDI spec without it, a failed hook or mount)."""
-    def said(code: str, engine: str = "", capabilities: str = "") -> Finding:
-        return findings.finding(f"cuda_cannot_start:{code}", label="", visible=visible, library=LIBRARY,
+    def cannot_start(way: str, engine: str = "", capabilities: str = "") -> Finding:
+        return findings.finding(f"cuda_cannot_start:{way}", label="", visible=visible, library=LIBRARY,
                                 error=start.error or "not found", why=why, engine=engine, capabilities=capabilities)
 
     if box is None or not box.inside:
-        return said("no_libcuda")
+        return cannot_start("no_libcuda")
     caps = box.capability_list()
     if caps is None:  # unset or empty: the runtime's default, `utility` alone in older toolkits and enroot
-        return said("container_default_capabilities", engine=box.kind or "")
-    return said("libcuda_not_mounted" if caps & {"compute", "all"} else "container_without_compute",
+        return cannot_start("container_default_capabilities", engine=box.kind or "")
+    return cannot_start("libcuda_not_mounted" if caps & {"compute", "all"} else "container_without_compute",
                 engine=box.kind or "", capabilities=(box.capabilities or "").strip()[:60])
 
 
