@@ -33,6 +33,7 @@ from gpudoctor._record import record
 from gpudoctor import _version, findings, signals
 from gpudoctor import _proc
 from gpudoctor._proc import describe_exit, silence_stdio
+from gpudoctor.errors import first_line
 from gpudoctor.backends.nvml import STUCK_S, thread_blocked
 from gpudoctor.model import POISONED, ProbeResult, Report, Status
 from gpudoctor.safejson import json_safe
@@ -107,11 +108,6 @@ def build_context(spec: RunSpec, gpu: GpuBackend | None = None,
                         replay=bool(spec.replay), python=spec.python, events=events)
 
 
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-
-
 def call_probe(probe: Probe, ctx: ProbeContext) -> ProbeResult:
     """Run one probe in this process; never raises (except KeyboardInterrupt)."""
     start = time.monotonic()
@@ -125,7 +121,7 @@ def call_probe(probe: Probe, ctx: ProbeContext) -> ProbeResult:
     except BaseException as exc:  # SystemExit from a library too: one result, not the report
         import traceback  # only here: `report --quick` should not pay for its import
 
-        result = ProbeResult.error(probe.name, f"probe crashed: {_one_line(exc)}",
+        result = ProbeResult.error(probe.name, f"probe crashed: {first_line(exc)}",
                                    traceback=traceback.format_exc(limit=8))
     result.probe = probe.name
     result.duration_s = time.monotonic() - start
@@ -164,7 +160,7 @@ def _serve(conn: Connection, spec: RunSpec) -> None:
     except KeyboardInterrupt:
         raise
     except BaseException as exc:
-        conn.send(("fatal", _one_line(exc)))
+        conn.send(("fatal", first_line(exc)))
         return
     conn.send(("ready", os.getpid()))
     while True:
@@ -173,7 +169,7 @@ def _serve(conn: Connection, spec: RunSpec) -> None:
         except EOFError:
             return
         except Exception as exc:  # the probe's module cannot be imported here
-            conn.send(("result", json.dumps(ProbeResult.error("unknown", f"cannot load probe: {_one_line(exc)}").to_dict())))
+            conn.send(("result", json.dumps(ProbeResult.error("unknown", f"cannot load probe: {first_line(exc)}").to_dict())))
             continue
         if probe is None:
             return
@@ -183,7 +179,7 @@ def _serve(conn: Connection, spec: RunSpec) -> None:
         try:
             text = json.dumps(json_safe(result.to_dict()), allow_nan=False)
         except (TypeError, ValueError) as exc:
-            text = json.dumps(ProbeResult.error(probe.name, f"probe result is not JSON-safe: {_one_line(exc)}",
+            text = json.dumps(ProbeResult.error(probe.name, f"probe result is not JSON-safe: {first_line(exc)}",
                                                 duration_s=result.duration_s).to_dict())
         conn.send(("result", text))
 
@@ -436,7 +432,7 @@ def _new_report(spec: RunSpec, ctx: ProbeContext) -> Report:
     try:
         report.host = ctx.host_facts()  # cached: the environment probe reads the same facts
     except Exception as exc:
-        report.host = {"error": _one_line(exc)}
+        report.host = {"error": first_line(exc)}
     report.host = json_safe(report.host)
     return report
 

@@ -28,6 +28,7 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.worker import get_current_worker
 
+from gpudoctor.errors import first_line
 from gpudoctor.backends.host import PsutilProcessInfo, default_host_sampler
 from gpudoctor.presentation import ProcessRow, process_rows, recorded_process_info
 from gpudoctor.sampling import History, Sampler, Snapshot
@@ -199,11 +200,6 @@ def not_recorded_host() -> Any:
     return NA("NotRecorded")
 
 
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-
-
 # --------------------------------------------------------------------------- app
 #: Seconds after the first reading at which the start-up objects are frozen (see below).
 FREEZE_AFTER_S = 3.0
@@ -364,7 +360,7 @@ class GpudoctorApp(App[int]):
                 if report is None:
                     report = quick_report(replay=self.replay, events=self.event_watcher)
             except Exception as exc:  # the header says the doctor could not run; the app goes on
-                headline = ("error", f"the quick doctor could not run: {_one_line(exc)}")
+                headline = ("error", f"the quick doctor could not run: {first_line(exc)}")
             else:
                 headline = report_headline(report)
             if not self._quitting:
@@ -485,7 +481,7 @@ class GpudoctorApp(App[int]):
                 forget({r.pid for r in rows})
         except Exception as exc:  # a backend is not supposed to raise; if it does, say so and go on
             if not self._quitting:
-                self.post_message(SampleFailed(f"reading failed: {_one_line(exc)}"))
+                self.post_message(SampleFailed(f"reading failed: {first_line(exc)}"))
             return
         try:
             published = _published.read_all()
@@ -551,7 +547,7 @@ class GpudoctorApp(App[int]):
         except GpudoctorError as exc:
             answer = str(exc)
         except Exception as exc:  # never a crash of the screen: the error is the answer
-            answer = _one_line(exc)
+            answer = first_line(exc)
         finally:
             if gpu is not None:
                 gpu.close()
@@ -590,7 +586,7 @@ class GpudoctorApp(App[int]):
         try:
             probes = self.probe_source() if self.probe_source else runner.select_probes(None, level)
         except Exception as exc:
-            self.post_message(DoctorFinished(run_id, error=f"cannot choose probes: {_one_line(exc)}"))
+            self.post_message(DoctorFinished(run_id, error=f"cannot choose probes: {first_line(exc)}"))
             return
         self.post_message(DoctorStarted(run_id, [(p.name, p.title) for p in probes]))
         if not probes:
@@ -610,7 +606,7 @@ class GpudoctorApp(App[int]):
                     on_start=lambda p: self.post_message(DoctorProbeStarted(run_id, p.name)),
                     on_result=lambda r: self.post_message(DoctorResult(run_id, r)), **extra)
             except BaseException as exc:  # the runner is not supposed to raise; if it does, show it
-                box["error"] = _one_line(exc)
+                box["error"] = first_line(exc)
             finally:
                 done.set()
 
@@ -688,7 +684,7 @@ class GpudoctorApp(App[int]):
             proc.start()
         except Exception as exc:
             self.post_message(WorkloadEvent("error", {"message": f"could not start the workload process: "
-                                                                 f"{_one_line(exc)}"}))
+                                                                 f"{first_line(exc)}"}))
             return
         self.post_message(WorkloadEvent("launched", {"pid": proc.pid}))
         try:
