@@ -148,8 +148,7 @@ def _child_main(conn: Connection, spec: RunSpec) -> None:
             pass
         finally:
             # On the way out (multiprocessing's exit functions) a stop just ends the process.
-            for signum in signals.STOP_SIGNALS:
-                signal.signal(signum, signal.SIG_DFL)
+            signals.set_handlers(signal.SIG_DFL)
     except KeyboardInterrupt:  # the parent's stop (SIGTERM) landed while this child was ending
         pass
 
