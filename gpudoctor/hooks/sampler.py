@@ -33,10 +33,10 @@ GPM_EVERY_S = 1.0
 #: stood at import (each sample reads gpudoctor.backends.catalogue.hooks_keys()).
 KEPT_FIELDS = catalogue.hooks_keys()
 
-__all__ = ["GpuSampler", "nvml_index_for", "KEPT_FIELDS"]
+__all__ = ["TrainingSampler", "nvml_index_for", "KEPT_FIELDS"]
 
 
-class GpuSampler:
+class TrainingSampler:
     """The diagnosis fields of one GPU every ``interval_s`` seconds until :meth:`stop`
     (bounded: past ``max_samples`` the kept readings are thinned to every other one)."""
 
