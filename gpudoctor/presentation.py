@@ -19,7 +19,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
-from gpudoctor._num import is_number, number
+from gpudoctor._num import is_number as _is_number, number
 from gpudoctor._text import MAX_TEXT, plain_text
 from gpudoctor.backends import busy, catalogue
 from gpudoctor.backends.base import MIG_NO_UTILISATION, WHOLE_GPU_ONLY
@@ -204,7 +204,7 @@ def fmt_memory(dev: DeviceSnapshot, *, reserved: bool = True) -> str:
     if is_na(used):
         return short_na(used)
     held = dev.sample.get("memory_reserved_bytes") if reserved else None
-    extra = f" +{held / 2**30:.1f} reserved" if is_number(held) and held > 0 else ""
+    extra = f" +{held / 2**30:.1f} reserved" if _is_number(held) and held > 0 else ""
     if isinstance(used, (int, float)) and isinstance(total, (int, float)) and total > 0:
         return f"{used / 2**30:.1f}/{total / 2**30:.1f} GiB{extra}"
     return fmt_bytes(used) + extra
@@ -380,17 +380,17 @@ def _short_text(dev: DeviceSnapshot, reading: catalogue.Reading) -> str:
     """A reading in the short watch line: whole numbers, the unit joined, ``n/a`` without its reason."""
     def num(key: str, unit: str) -> str:
         value = dev.get(key)
-        return f"{value:.0f}{unit}" if is_number(value) and math.isfinite(value) else "n/a"
+        return f"{value:.0f}{unit}" if _is_number(value) and math.isfinite(value) else "n/a"
 
     if reading.fmt == "memory":
         used, total = dev.sample.get("memory_used_bytes"), dev.memory_total
-        if is_number(used) and is_number(total) and total >= 64 * 2**30:
+        if _is_number(used) and _is_number(total) and total >= 64 * 2**30:
             return f"{used / 2**30:.0f}/{total / 2**30:.0f} GiB"
         memory = fmt_memory(dev, reserved=False)
         return "n/a" if memory.startswith("n/a") else memory
     if reading.fmt == "power":
         power, limit = dev.get("power_w"), dev.sample.get("power_limit_w", dev.static.get("power_limit_w"))
-        if is_number(power) and is_number(limit) and math.isfinite(power) and math.isfinite(limit):
+        if _is_number(power) and _is_number(limit) and math.isfinite(power) and math.isfinite(limit):
             return f"{power:.0f}/{limit:.0f}W"
     if reading.fmt == "rate":
         text = fmt_rate_kbps(dev.get(reading.key))
@@ -495,7 +495,7 @@ def compact_grid(devices: list[DeviceSnapshot], width: int, processes: Mapping[i
 
 def fmt_elapsed(seconds: object) -> str:
     """How long a process has run, as ps's etime: ``42:07``, ``3:02:01``, ``2-03:04:05``."""
-    if not is_number(seconds) or not math.isfinite(seconds) or seconds < 0:
+    if not _is_number(seconds) or not math.isfinite(seconds) or seconds < 0:
         return "n/a"
     s = int(seconds)
     days, s = divmod(s, 86400)
@@ -518,7 +518,7 @@ def process_cells(row: ProcessRow, now: float) -> list[str]:
     return [row.gpu_text, str(row.pid), plain_text(row.user or "-", limit=16),
             fmt_bytes(row.gpu_memory_bytes) if row.gpu_memory_bytes is not None else "n/a",
             str(row.sm_util_pct) if row.sm_util_pct is not None else "n/a",
-            f"{row.cpu_pct:.0f}" if is_number(row.cpu_pct) else "n/a",
+            f"{row.cpu_pct:.0f}" if _is_number(row.cpu_pct) else "n/a",
             fmt_elapsed(now - row.started) if row.started is not None else "n/a",
             plain_text(row.command)]
 
@@ -617,7 +617,7 @@ def watch_record(snap: Snapshot, dev: DeviceSnapshot) -> dict[str, Any]:
             record[key] = value
     if "memory_reserved_bytes" in dev.sample:  # read apart (NVML v2); recordings before it lack it
         reserved = dev.sample["memory_reserved_bytes"]
-        record["memory_reserved_bytes"] = reserved if is_number(reserved) else None
+        record["memory_reserved_bytes"] = reserved if _is_number(reserved) else None
         if is_na(reserved):
             na["memory_reserved_bytes"] = reserved.reason
     reasons = dev.get("throttle_reasons")
@@ -651,7 +651,7 @@ def _mig_ids(mig: MigDeviceReading) -> str:
 
 def _mig_memory(mig: MigDeviceReading) -> str:
     used, total = mig.memory_used_bytes, mig.memory_total_bytes
-    if is_number(used) and is_number(total):
+    if _is_number(used) and _is_number(total):
         return f"{used / 2**30:.1f}/{total / 2**30:.1f} GiB"
     return "n/a" if not is_na(used) else short_na(used)
 
@@ -679,7 +679,7 @@ def mig_summary(mig: MigDeviceReading) -> str:
     """One MIG device in a few words, for a panel row: ``mig1.0 3g.40gb 12.0/39.5 GiB smact 42% 2 procs``."""
     profile = plain_text(mig.profile, limit=20) if isinstance(mig.profile, str) else "?"
     parts = [_mig_ids(mig), profile, _mig_memory(mig)]
-    if is_number(mig.sm_active_pct):
+    if _is_number(mig.sm_active_pct):
         parts.append(f"smact {mig.sm_active_pct:.0f}%")
     procs = mig.processes
     parts.append(f"{len(procs)} proc{'s' if len(procs) != 1 else ''}" if isinstance(procs, list)
@@ -706,10 +706,10 @@ def mig_lines(snap: Snapshot, dev: DeviceSnapshot, *, verbose: bool = True) -> l
         active = mig.sm_active_pct
         if not verbose:
             parts = [f"{head} {ids} {profile} mem {_mig_memory(mig)}"]
-            if is_number(active):
+            if _is_number(active):
                 parts.append(f"smact {active:.0f}%")  # SM activity, as on the GPU line (sm: its clock)
             parts.append(f"procs {_mig_processes_text(mig, verbose=False)}")
-            if is_number(mig.gpu_util_pct):  # NVML gives none in MIG mode (the GPU's line says n/a)
+            if _is_number(mig.gpu_util_pct):  # NVML gives none in MIG mode (the GPU's line says n/a)
                 parts.append(f"util {mig.gpu_util_pct:.0f}%")
             line = " ".join(parts)
             if mig_not_per_slice(mig.energy_mj) and len(line) + len(" power/energy: whole GPU") <= WATCH_WIDTH:
@@ -719,7 +719,7 @@ def mig_lines(snap: Snapshot, dev: DeviceSnapshot, *, verbose: bool = True) -> l
         uuid = plain_text(mig.uuid, limit=60) if isinstance(mig.uuid, str) else short_na(mig.uuid)
         sms = str(mig.sm_count) if isinstance(mig.sm_count, int) else short_na(mig.sm_count)
         parts = [f"{head} {ids} {profile}", f"uuid {uuid}", f"sms {sms}", f"mem {_mig_memory(mig)}",
-                 "sm_active " + (f"{active:.1f} %" if is_number(active) else short_na(active)),
+                 "sm_active " + (f"{active:.1f} %" if _is_number(active) else short_na(active)),
                  f"procs {_mig_processes_text(mig, verbose=True)}"]
         for key, word, words in MIG_NOT_PER_SLICE:
             value = mig.get(key)
