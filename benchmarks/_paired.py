@@ -1,12 +1,14 @@
 """What the paired start-up benchmarks share (quick_vs_nvitop, tui_first_frame, watch_first_line):
-the environment both programs run in, the interleaved timing rounds, and the facts a result names
-(date, machine, NVML)."""
+the environment both programs run in, the interleaved timing rounds, the facts a result names
+(date, machine, NVML), and how a result is shown."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -63,3 +65,29 @@ def interleaved(runs: dict[str, Callable[[], float | None]], n: int, warmup: int
             if i >= warmup:
                 times[name].append(took)
     return times, first
+
+
+def paired_result(times: dict[str, list[float]], ours: str, theirs: str, target: float,
+                  fake_nvml: bool) -> tuple[dict, dict[str, float], float]:
+    """What every paired result says: the facts, the runs, each program's median (ms), the ratio of
+    ``ours`` to ``theirs``, the target and whether it is met; with the medians and the ratio unrounded."""
+    medians = {name: statistics.median(t) * 1000 for name, t in times.items()}
+    ratio = medians[ours] / medians[theirs]
+    result = {**run_facts(fake_nvml), "runs": len(times[ours]),
+              **{f"{name}_median_ms": round(m, 1) for name, m in medians.items()},
+              "ratio_of_medians": round(ratio, 3), "target": target, "met": ratio <= target}
+    return result, medians, ratio
+
+
+def show(result: dict, ratio: float, where: str, lines: list[str], as_json: bool) -> int:
+    """Print ``result`` as JSON, or as text: its facts and ``where`` (the programs' folder...), the
+    benchmark's own ``lines``, then the ratio of medians against the target. The exit code: 0 where
+    the target is met, 1 where it is not."""
+    if as_json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"{result['date']}  {result['machine']}  NVML: {result['nvml']}  {where}")
+        for line in lines:
+            print(line)
+        print(f"  ratio of medians {ratio:.2f} (target <= {result['target']}): {'met' if result['met'] else 'NOT met'}")
+    return 0 if result["met"] else 1

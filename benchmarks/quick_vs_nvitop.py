@@ -28,27 +28,18 @@ Exit 0 when the target is met, 1 when not, 2 when a tool could not run.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-FAKE_NVML = HERE / "fake_nvml"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _paired import paired_parser, program_env, run_facts  # noqa: E402
+
 TARGET_RATIO = 0.65
-
-
-def _env(fake: bool) -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("PYTHONDONTWRITEBYTECODE", None)  # an installed package has its bytecode
-    if fake:
-        env["PYTHONPATH"] = os.pathsep.join([str(FAKE_NVML)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    return env
 
 
 def _run_once(cmd: list[str], env: dict[str, str]) -> tuple[float, float, int]:
@@ -70,19 +61,14 @@ def _summary(times: list[float], cpu: list[float]) -> dict[str, float]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-n", type=int, default=30, help="timed runs per tool (default 30)")
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--bin", default=os.path.dirname(sys.executable),
-                        help="folder with the gpudoctor and nvitop commands (default: this Python's)")
-    parser.add_argument("--fake-nvml", action="store_true", help="use benchmarks/fake_nvml (no driver here)")
+    parser = paired_parser(__doc__, runs=30, warmup=3)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
     bin_dir = Path(args.bin)
     ours = [str(bin_dir / "gpudoctor"), "report", "--quick", "--json"]
     theirs = [str(bin_dir / "nvitop"), "-1"]
-    env = _env(args.fake_nvml)
+    env = program_env(args.fake_nvml)
     for cmd in (ours, theirs):
         if not Path(cmd[0]).exists():
             print(f"quick_vs_nvitop: {cmd[0]} not found (pip install nvitop into that venv)", file=sys.stderr)
@@ -103,10 +89,7 @@ def main() -> int:
             codes[key].add(code)
 
     result = {
-        "date": time.strftime("%Y-%m-%d", time.gmtime()),
-        "machine": f"{platform.machine()} {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}, "
-                   f"Python {platform.python_version()}",
-        "nvml": "fake one-GPU H100 PCIe (benchmarks/fake_nvml)" if args.fake_nvml else "real driver",
+        **run_facts(args.fake_nvml),
         "bin": str(bin_dir),
         "gpudoctor": {"cmd": " ".join(ours[1:]), "exit_codes": sorted(codes["ours"]),
                       **_summary(times["ours"], cpu["ours"])},

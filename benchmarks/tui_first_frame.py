@@ -26,7 +26,6 @@ program did not draw its frame within the limit.
 
 from __future__ import annotations
 
-import json
 import statistics
 import subprocess
 import sys
@@ -38,7 +37,7 @@ from typing import Callable
 import pyte
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _paired import interleaved, paired_parser, program_env, run_facts  # noqa: E402
+from _paired import interleaved, paired_parser, paired_result, program_env, show  # noqa: E402
 from pty_terminal import end, read_until_closed, start_on_pty  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -116,32 +115,22 @@ def main() -> int:
         print(f"tui_first_frame: {rounds} drew no full frame within {args.limit:g} s", file=sys.stderr)
         return 2
     times, floor = rounds
-    medians = {name: statistics.median(t) * 1000 for name, t in times.items()}
-    ratio = medians["gpudoctor"] / medians["nvitop"]
-    result = {
-        **run_facts(args.fake_nvml),
-        "terminal": f"{COLS}x{ROWS}", "runs": args.n,
-        **{f"{name}_median_ms": round(m, 1) for name, m in medians.items()},
-        **{f"{name}_runs_ms": [round(t * 1000, 1) for t in times[name]] for name in programs},
-        "ratio_of_medians": round(ratio, 3), "target": TARGET_RATIO, "met": ratio <= TARGET_RATIO,
-    }
+    result, medians, ratio = paired_result(times, "gpudoctor", "nvitop", TARGET_RATIO, args.fake_nvml)
+    result["terminal"] = f"{COLS}x{ROWS}"
+    result.update({f"{name}_runs_ms": [round(t * 1000, 1) for t in times[name]] for name in programs})
     if floor:
         result["import_textual_median_ms"] = round(statistics.median(floor) * 1000, 1)
         result["import_textual_ratio"] = round(statistics.median(floor) * 1000 / medians["nvitop"], 3)
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print(f"{result['date']}  {result['machine']}  NVML: {result['nvml']}  ({bin_dir}), {COLS}x{ROWS}")
-        for name in programs:
-            t = times[name]
-            q = statistics.quantiles(t, n=4) if len(t) > 1 else [t[0]] * 3
-            print(f"  {name:<10} first full frame: median {medians[name]:6.1f} ms  "
-                  f"IQR {q[0] * 1000:6.1f}-{q[2] * 1000:6.1f}  n={len(t)}")
-        if floor:
-            print(f"  python -c 'import textual.app' (whole process): median {result['import_textual_median_ms']:6.1f} ms "
-                  f"= {result['import_textual_ratio']:.2f}x nvitop's first frame")
-        print(f"  ratio of medians {ratio:.2f} (target <= {TARGET_RATIO}): {'met' if result['met'] else 'NOT met'}")
-    return 0 if result["met"] else 1
+    lines = []
+    for name in programs:
+        t = times[name]
+        q = statistics.quantiles(t, n=4) if len(t) > 1 else [t[0]] * 3
+        lines.append(f"  {name:<10} first full frame: median {medians[name]:6.1f} ms  "
+                     f"IQR {q[0] * 1000:6.1f}-{q[2] * 1000:6.1f}  n={len(t)}")
+    if floor:
+        lines.append(f"  python -c 'import textual.app' (whole process): median "
+                     f"{result['import_textual_median_ms']:6.1f} ms = {result['import_textual_ratio']:.2f}x nvitop's first frame")
+    return show(result, ratio, f"({bin_dir}), {COLS}x{ROWS}", lines, args.json)
 
 
 if __name__ == "__main__":

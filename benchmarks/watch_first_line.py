@@ -18,15 +18,13 @@ failed.
 
 from __future__ import annotations
 
-import json
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _paired import interleaved, paired_parser, program_env, run_facts  # noqa: E402
+from _paired import interleaved, paired_parser, paired_result, program_env, show  # noqa: E402
 
 SMI_QUERY = ["nvidia-smi", "--query-gpu=index,name,utilization.gpu,memory.used,memory.total,temperature.gpu,"
              "power.draw,clocks.sm", "--format=csv,noheader"]
@@ -66,24 +64,11 @@ def main() -> int:
     if isinstance(rounds, str):
         print(f"watch_first_line: {rounds} failed", file=sys.stderr)
         return 2
-    times, _ = rounds
-    medians = {name: statistics.median(t) * 1000 for name, t in times.items()}
-    ratio = medians["gpudoctor"] / medians["other"]
-    result = {
-        **run_facts(args.fake_nvml),
-        "ours": " ".join(ours[1:]) + " (first line)", "theirs": " ".join(Path(theirs[0]).name.split() + theirs[1:]),
-        "runs": args.n, "gpudoctor_median_ms": round(medians["gpudoctor"], 1),
-        "other_median_ms": round(medians["other"], 1), "ratio_of_medians": round(ratio, 3), "target": target,
-        "met": ratio <= target,
-    }
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print(f"{result['date']}  {result['machine']}  NVML: {result['nvml']}  ({bin_dir})")
-        print(f"  gpudoctor {result['ours']}: median {result['gpudoctor_median_ms']:.1f} ms;  "
-              f"{result['theirs']}: median {result['other_median_ms']:.1f} ms;  n={args.n}")
-        print(f"  ratio of medians {ratio:.2f} (target <= {target}): {'met' if result['met'] else 'NOT met'}")
-    return 0 if result["met"] else 1
+    result, _medians, ratio = paired_result(rounds[0], "gpudoctor", "other", target, args.fake_nvml)
+    result.update(ours=" ".join(ours[1:]) + " (first line)", theirs=" ".join(Path(theirs[0]).name.split() + theirs[1:]))
+    return show(result, ratio, f"({bin_dir})", [f"  gpudoctor {result['ours']}: median {result['gpudoctor_median_ms']:.1f} ms;  "
+                                              f"{result['theirs']}: median {result['other_median_ms']:.1f} ms;  n={args.n}"],
+                args.json)
 
 
 if __name__ == "__main__":

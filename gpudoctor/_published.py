@@ -141,9 +141,5 @@ def read_all(directory: str | None = None, *, max_age_s: float = 120.0) -> dict[
     return found
 
 
-def read_pid(pid: int, directory: str | None = None) -> dict[str, Any] | None:
-    return read_all(directory).get(pid)
-
-
 __all__ = ["FORMAT", "FORMAT_VERSION", "ENV_SWITCH", "ENV_DIR", "publishing_enabled", "runtime_dir", "path_for",
-           "write", "remove", "read_one", "read_all", "read_pid"]
+           "write", "remove", "read_one", "read_all"]

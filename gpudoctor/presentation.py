@@ -17,8 +17,9 @@ import datetime as _dt
 import math
 import textwrap
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, TypeGuard
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
+from gpudoctor._num import is_number as _is_number, number
 from gpudoctor._text import MAX_TEXT, plain_text
 from gpudoctor.backends import busy, catalogue
 from gpudoctor.backends.base import MIG_NO_UTILISATION, WHOLE_GPU_ONLY
@@ -208,10 +209,6 @@ def fmt_memory(dev: DeviceSnapshot, *, reserved: bool = True) -> str:
     if isinstance(used, (int, float)) and isinstance(total, (int, float)) and total > 0:
         return f"{used / 2**30:.1f}/{total / 2**30:.1f} GiB{extra}"
     return fmt_bytes(used) + extra
-
-
-def _is_number(value: object) -> TypeGuard[int | float]:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def fmt_power(dev: DeviceSnapshot) -> str:
@@ -897,14 +894,10 @@ def process_rows(snap: "Snapshot", info: Callable[[int, Mapping[str, Any]], dict
                 host_memory_bytes=extra.get("host_memory_bytes"),
                 command=str(extra.get("command") or ""),
                 mig=label,
-                started=_number_or_none(extra.get("started")),
+                started=number(extra.get("started"), finite=True),
                 uid=extra.get("uid") if isinstance(extra.get("uid"), int) else None,
             ))
     return rows, notes
-
-
-def _number_or_none(value: object) -> float | None:
-    return float(value) if _is_number(value) and math.isfinite(value) else None
 
 
 def _mig_processes(migs: list[MigDeviceReading] | NA | None) -> list[tuple[str, int, Any]]:

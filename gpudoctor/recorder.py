@@ -387,15 +387,6 @@ class PartWriter:
         return self.paths
 
 
-def record_to_file(path: str | Path, *, seconds: float = 5.0, interval: float = 0.5,
-                   with_torch: bool = True, anonymize: bool = False, gpu: GpuBackend | None = None,
-                   log: Callable[[str], None] | None = None) -> tuple[Path, bool]:
-    """:func:`record_parts` into ``path``; returns (``path``, interrupted)."""
-    _paths, interrupted = record_parts(path, seconds=seconds, interval=interval, with_torch=with_torch,
-                                       anonymize=anonymize, gpu=gpu, log=log)
-    return Path(path), interrupted
-
-
 def record_parts(path: str | Path, *, seconds: float = 5.0, interval: float = 0.5,
                  with_torch: bool = True, anonymize: bool = False, gpu: GpuBackend | None = None,
                  log: Callable[[str], None] | None = None) -> tuple[list[Path], bool]:
@@ -424,4 +415,4 @@ def record_parts(path: str | Path, *, seconds: float = 5.0, interval: float = 0.
     return writers[0].finish(recording), interrupted
 
 
-__all__ = ["capture", "record", "record_to_file", "record_parts", "PartWriter", "torch_facts_in_child", "is_na"]
+__all__ = ["capture", "record", "record_parts", "PartWriter", "torch_facts_in_child", "is_na"]

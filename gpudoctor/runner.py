@@ -33,6 +33,7 @@ from gpudoctor._record import record
 from gpudoctor import _version, findings, signals
 from gpudoctor import _proc
 from gpudoctor._proc import describe_exit, silence_stdio
+from gpudoctor.errors import first_line
 from gpudoctor.backends.nvml import STUCK_S, thread_blocked
 from gpudoctor.model import POISONED, ProbeResult, Report, Status
 from gpudoctor.safejson import json_safe
@@ -107,11 +108,6 @@ def build_context(spec: RunSpec, gpu: GpuBackend | None = None,
                         replay=bool(spec.replay), python=spec.python, events=events)
 
 
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-
-
 def call_probe(probe: Probe, ctx: ProbeContext) -> ProbeResult:
     """Run one probe in this process; never raises (except KeyboardInterrupt)."""
     start = time.monotonic()
@@ -125,7 +121,7 @@ def call_probe(probe: Probe, ctx: ProbeContext) -> ProbeResult:
     except BaseException as exc:  # SystemExit from a library too: one result, not the report
         import traceback  # only here: `report --quick` should not pay for its import
 
-        result = ProbeResult.error(probe.name, findings.words("probe_error:crashed", error=_one_line(exc))[0],
+        result = ProbeResult.error(probe.name, findings.words("probe_error:crashed", error=first_line(exc))[0],
                                    traceback=traceback.format_exc(limit=8))
     result.probe = probe.name
     result.duration_s = time.monotonic() - start
@@ -152,8 +148,7 @@ def _child_main(conn: Connection, spec: RunSpec) -> None:
             pass
         finally:
             # On the way out (multiprocessing's exit functions) a stop just ends the process.
-            for signum in signals.STOP_SIGNALS:
-                signal.signal(signum, signal.SIG_DFL)
+            signals.set_handlers(signal.SIG_DFL)
     except KeyboardInterrupt:  # the parent's stop (SIGTERM) landed while this child was ending
         pass
 
@@ -164,7 +159,7 @@ def _serve(conn: Connection, spec: RunSpec) -> None:
     except KeyboardInterrupt:
         raise
     except BaseException as exc:
-        conn.send(("fatal", _one_line(exc)))
+        conn.send(("fatal", first_line(exc)))
         return
     conn.send(("ready", os.getpid()))
     while True:
@@ -173,7 +168,7 @@ def _serve(conn: Connection, spec: RunSpec) -> None:
         except EOFError:
             return
         except Exception as exc:  # the probe's module cannot be imported here
-            conn.send(("result", json.dumps(findings.errored("unknown", "not_loaded", error=_one_line(exc)).to_dict())))
+            conn.send(("result", json.dumps(findings.errored("unknown", "not_loaded", error=first_line(exc)).to_dict())))
             continue
         if probe is None:
             return
@@ -183,7 +178,7 @@ def _serve(conn: Connection, spec: RunSpec) -> None:
         try:
             text = json.dumps(json_safe(result.to_dict()), allow_nan=False)
         except (TypeError, ValueError) as exc:
-            text = json.dumps(findings.errored(probe.name, "not_json", error=_one_line(exc),
+            text = json.dumps(findings.errored(probe.name, "not_json", error=first_line(exc),
                                                duration_s=result.duration_s).to_dict())
         conn.send(("result", text))
 
@@ -437,7 +432,7 @@ def _new_report(spec: RunSpec, ctx: ProbeContext) -> Report:
     try:
         report.host = ctx.host_facts()  # cached: the environment probe reads the same facts
     except Exception as exc:
-        report.host = {"error": _one_line(exc)}
+        report.host = {"error": first_line(exc)}
     report.host = json_safe(report.host)
     return report
 

@@ -35,6 +35,7 @@ from time import perf_counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Deque, Iterable, Iterator, Mapping
 
+from gpudoctor._num import number
 from gpudoctor.backends import catalogue
 from gpudoctor.backends.base import GpuBackend
 from gpudoctor.backends.na import NA, is_na
@@ -229,11 +230,6 @@ def all_lost(sample: Mapping[str, Any]) -> bool:
 
 
 # --------------------------------------------------------------------------- history
-def _number(dev: DeviceSnapshot, key: str) -> float | None:
-    value = dev.sample.get(key)
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
 def _mem_pct(dev: DeviceSnapshot) -> float | None:
     used, total = dev.sample.get("memory_used_bytes"), dev.memory_total
     if isinstance(used, (int, float)) and isinstance(total, (int, float)) and total > 0:
@@ -245,7 +241,7 @@ def _mem_pct(dev: DeviceSnapshot) -> float | None:
 DERIVED_HISTORY: dict[str, Callable[[DeviceSnapshot], float | None]] = {"memory_used_pct": _mem_pct}
 
 def _reading(key: str) -> Callable[[DeviceSnapshot], float | None]:
-    return lambda dev: _number(dev, key)
+    return lambda dev: number(dev.sample.get(key))
 
 
 @catalogue.per_catalogue

@@ -14,16 +14,22 @@ The probe runner's child installs it too, so that the parent's stop (SIGTERM) ru
 probe's ``finally`` blocks (temporary directories, child ranks) before the child ends; it
 then ends quietly, as it does on a broken pipe to a parent that is gone.
 
+Commands that stop on these signals in a way of their own (``why`` passes them on to the
+command it runs; the exporter, for which they are the normal stop, notes them) set and give
+back their handlers with :func:`set_handlers` and :func:`restore`, the one set-up.
+
 Standard library only (foundation layer).
 """
 
 from __future__ import annotations
 
 import signal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     from types import FrameType
+
+    Handler = Callable[[int, FrameType | None], object]
 
 #: The signals that stop a run as Ctrl-C does (SIGHUP does not exist on Windows).
 STOP_SIGNALS: tuple[int, ...] = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP")
@@ -46,16 +52,30 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise Terminated()
 
 
-def install() -> bool:
-    """Turn SIGTERM and SIGHUP into :class:`Terminated` in this process (main thread only).
-
-    Returns False where no handler can be installed (not the main thread)."""
+def set_handlers(handler: Handler | signal.Handlers) -> dict[int, Any]:
+    """``handler`` for SIGTERM and SIGHUP; the handlers it replaced, for :func:`restore`. Outside
+    the main thread (a command run in-process) no handler can be set: none are replaced."""
+    previous: dict[int, Any] = {}
     try:
         for signum in STOP_SIGNALS:
-            signal.signal(signum, _on_sigterm)
+            previous[signum] = signal.signal(signum, handler)
     except (ValueError, OSError):
-        return False
-    return True
+        pass
+    return previous
+
+
+def restore(previous: dict[int, Any]) -> None:
+    """Give SIGTERM and SIGHUP back the handlers :func:`set_handlers` replaced."""
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
+
+
+def install() -> dict[int, Any]:
+    """Turn SIGTERM and SIGHUP into :class:`Terminated` in this process (main thread only).
+
+    Returns the handlers it replaced, for :func:`restore`: empty (false) where no handler can be
+    installed (not the main thread)."""
+    return set_handlers(_on_sigterm)
 
 
 def terminated() -> bool:
@@ -85,5 +105,5 @@ def reset() -> None:
     _received = 0
 
 
-__all__ = ["Terminated", "STOP_SIGNALS", "install", "terminated", "received", "exit_code", "stopped_word",
+__all__ = ["Terminated", "STOP_SIGNALS", "set_handlers", "restore", "install", "terminated", "received", "exit_code", "stopped_word",
            "reset"]

@@ -157,12 +157,12 @@ def test_committed_recordings_and_the_recorders_output_follow_the_published_sche
 
     # The recorder, on the fake NVML at the gate: one GPU, the fields it lacks NotSupported.
     from gpudoctor.backends import NvmlBackend, NvmlGate
-    from gpudoctor.recorder import record_to_file
+    from gpudoctor.recorder import record_parts
     from nvml_fake import FakePynvml
 
     out = tmp_path / "recorded.json"
-    record_to_file(out, seconds=0.2, interval=0.1, with_torch=False,
-                   gpu=NvmlBackend(NvmlGate(FakePynvml())), anonymize=True)
+    record_parts(out, seconds=0.2, interval=0.1, with_torch=False,
+                 gpu=NvmlBackend(NvmlGate(FakePynvml())), anonymize=True)
     recorded = json.loads(out.read_text(encoding="utf-8"))
     assert recorded["nvml"]["device_count"] == 1 and recorded["nvml"]["samples"]
     assert not [e.message for e in checker.iter_errors(recorded)]
@@ -607,14 +607,14 @@ def test_anonymize_text_report_too():
 
 def test_anonymized_recording_drops_a_short_host_name(tmp_path, monkeypatch):
     from gpudoctor.backends import NvmlBackend, NvmlGate, host
-    from gpudoctor.recorder import record_to_file
+    from gpudoctor.recorder import record_parts
     from nvml_fake import FakePynvml
 
     real = host.host_facts
     monkeypatch.setattr(host, "host_facts", lambda: dict(real(), hostname="g7", note="built on g7"))
     out = tmp_path / "rec.json"
-    record_to_file(out, seconds=0.1, interval=0.1, with_torch=False,
-                   gpu=NvmlBackend(NvmlGate(FakePynvml())), anonymize=True)
+    record_parts(out, seconds=0.1, interval=0.1, with_torch=False,
+                 gpu=NvmlBackend(NvmlGate(FakePynvml())), anonymize=True)
     text = out.read_text()
     assert '"g7"' not in text and "on g7" not in text
     load_recording(out)

@@ -7,7 +7,7 @@ import time
 from types import SimpleNamespace
 
 from gpudoctor.backends import NvmlBackend, NvmlGate
-from gpudoctor.hooks.sampler import GpuSampler, nvml_index_for
+from gpudoctor.hooks.sampler import TrainingSampler, nvml_index_for
 from gpudoctor.hooks.summary import (
     GPU_UNDERUTILISED_PCT, INPUT_BOUND_SHARE, RawTimings, Summary, build_summary, find_stragglers,
 )
@@ -220,7 +220,7 @@ def test_nvml_index_found_by_pci_bus_id():
 
 def test_sampler_thread_keeps_the_diagnosis_fields():
     nvml = two_gpus()
-    sampler = GpuSampler(NvmlBackend(NvmlGate(nvml)), 1, interval_s=0.01)
+    sampler = TrainingSampler(NvmlBackend(NvmlGate(nvml)), 1, interval_s=0.01)
     sampler.start()
     deadline = time.monotonic() + 60
     while nvml.calls["nvmlDeviceGetUtilizationRates"] < 3 and time.monotonic() < deadline:
@@ -241,7 +241,7 @@ def test_sampler_is_the_one_sampling_core_reading_one_device():
     from gpudoctor.sampling import Sampler
 
     nvml = two_gpus()
-    sampler = GpuSampler(NvmlBackend(NvmlGate(nvml)), 1)
+    sampler = TrainingSampler(NvmlBackend(NvmlGate(nvml)), 1)
     assert isinstance(sampler.core, Sampler)
     sampler.sample_once()
     (kept,) = sampler.snapshot()
@@ -275,14 +275,14 @@ def test_sampler_reads_gpm_once_a_second_beside_the_fast_readings(monkeypatch):
     monkeypatch.setattr(nvml_backend, "GPM_MIN_INTERVAL_S", 0.0)  # NVML's 100 ms between GPM samples
 
     nvml = FakePynvml(readings=hopper(sm=12.0, tensor=0.0))
-    sampler = GpuSampler(NvmlBackend(NvmlGate(nvml)), 0)
+    sampler = TrainingSampler(NvmlBackend(NvmlGate(nvml)), 0)
     sampler.sample_once()   # arms GPM (Warming): nothing kept
     sampler._gpm_at -= 2.0  # as if a second and more had passed
     sampler.sample_once()
     sampler.sample_once()   # within the second: no GPM read
     first, second, third = sampler.snapshot()
     assert "sm_active_pct" not in first and second["sm_active_pct"] == 12.0 and "sm_active_pct" not in third
-    plain = GpuSampler(NvmlBackend(NvmlGate(FakePynvml())), 0)  # no GPM: asked once, then never
+    plain = TrainingSampler(NvmlBackend(NvmlGate(FakePynvml())), 0)  # no GPM: asked once, then never
     plain.sample_once()
     plain._gpm_at = None
     plain.sample_once()

@@ -43,7 +43,7 @@ def _cuda_monitor(monkeypatch: pytest.MonkeyPatch, backend: _Backend,
         return found
 
     monkeypatch.setattr(hook_sampler, "nvml_index_for", index_for)
-    monkeypatch.setattr(hook_sampler, "GpuSampler", _Sampler)
+    monkeypatch.setattr(hook_sampler, "TrainingSampler", _Sampler)
     monkeypatch.setattr(torch_support, "cuda_pci_bus_id", lambda index: f"0000:0{index}:00.0")
     monkeypatch.setattr(hook_energy, "nvml_step_energy", lambda gpu, index, interval: ("meter", gpu, index))
     monitor = TrainingMonitor(gpu_backend=backend, publish=False)

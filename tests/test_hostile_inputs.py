@@ -251,7 +251,7 @@ def test_recording_numbers_beyond_range_are_refused_in_one_line(tmp_path):
 def test_record_keeps_impossible_readings_as_na(tmp_path):
     # before: ValueError: Out of range float values are not JSON compliant; the recording was lost
     from gpudoctor.backends import NA, ReplayBackend, load_recording
-    from gpudoctor.recorder import record_to_file
+    from gpudoctor.recorder import record_parts
 
     class Impossible(ReplayBackend):
         def sample(self, index, *args, **kwargs):
@@ -261,7 +261,7 @@ def test_record_keeps_impossible_readings_as_na(tmp_path):
             return reading
 
     gpu = Impossible.from_file(HEALTHY)
-    path, _ = record_to_file(tmp_path / "rec.json", seconds=0.3, interval=0.1, with_torch=False, gpu=gpu)
+    (path, *_), _ = record_parts(tmp_path / "rec.json", seconds=0.3, interval=0.1, with_torch=False, gpu=gpu)
     loaded = load_recording(path)
     device = loaded["nvml"]["samples"][0]["devices"][0]
     assert device["power_w"] == NA("NotFinite") and device["temperature_c"] == NA("NotFinite")

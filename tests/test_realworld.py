@@ -43,7 +43,7 @@ from gpudoctor.backends.cuda_driver import CudaStart
 from gpudoctor.backends.base import MigDeviceReading
 from gpudoctor.backends.stack import Stack
 from gpudoctor.backends.events import DeviceEvents, GpuEvent
-from gpudoctor.backends.na import NA
+from gpudoctor.backends.na import NA, decode
 from gpudoctor.model import ProbeResult, Status
 from gpudoctor.probes import ProbeContext
 from stack_layout import lay_out
@@ -59,13 +59,7 @@ def _load(path: Path) -> dict[str, Any]:
 
 def _na(value: Any) -> Any:
     """``{"NA": reason}`` in a case file stands for gpudoctor's not-available value."""
-    if isinstance(value, dict):
-        if set(value) == {"NA"}:
-            return NA(value["NA"])
-        return {k: _na(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_na(v) for v in value]
-    return value
+    return decode(value, "NA")
 
 
 # --------------------------------------------------------------------------- stand-ins for the backends

@@ -29,7 +29,7 @@ def test_a_mig_slices_impossible_pids_are_left_out_and_the_recording_replays(tmp
     """Before: record filtered impossible PIDs from a GPU's process list but not from a MIG
     slice's, and replay refused the whole recording."""
     backend = NvmlBackend(NvmlGate(FakePynvml(readings=h100_mig(processes=IMPOSSIBLE))))
-    path, _ = recorder.record_to_file(tmp_path / "mig.json", seconds=0.3, interval=0.15, with_torch=False, gpu=backend)
+    (path, *_), _ = recorder.record_parts(tmp_path / "mig.json", seconds=0.3, interval=0.15, with_torch=False, gpu=backend)
     loaded = load_recording(path)
     pids = {p["pid"] for s in loaded["nvml"]["samples"] for m in s["mig"][0] for p in m["processes"]}
     assert pids == {4242}

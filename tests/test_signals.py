@@ -95,6 +95,40 @@ def test_the_first_sigterm_raises_terminated_and_a_second_is_ignored():
     assert not signals.terminated() and signals.stopped_word() == "interrupted"
 
 
+def test_set_handlers_gives_back_what_it_replaced():
+    before = {signum: signal.getsignal(signum) for signum in signals.STOP_SIGNALS}
+    seen: list[int] = []
+    previous = signals.set_handlers(lambda signum, _frame: seen.append(signum))
+    try:
+        assert previous == before
+        os.kill(os.getpid(), signal.SIGTERM)
+        deadline = time.monotonic() + WAIT_S
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert seen == [signal.SIGTERM]
+    finally:
+        signals.restore(previous)
+    assert {signum: signal.getsignal(signum) for signum in signals.STOP_SIGNALS} == before
+
+
+def test_no_module_sets_the_stop_signals_handlers_but_signals():
+    """SIGTERM and SIGHUP are set up in one place (gpudoctor/signals.py): a command with a stop of
+    its own passes its handler to signals.set_handlers (why, the exporter, the runner's child)."""
+    import ast
+
+    found = []
+    for path in [*(ROOT / "gpudoctor").rglob("*.py"), *(ROOT / "probes").rglob("*.py")]:
+        if path == ROOT / "gpudoctor" / "signals.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "signal"
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "signal"):
+                first = node.args[0] if node.args else None
+                if not (isinstance(first, ast.Attribute) and first.attr == "SIGINT"):
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not found, found
+
+
 # --------------------------------------------------------------------------- item 3: Ctrl-C during the child's stop
 # The first wait for the child to end (inside ``_Child.stop``) gets a real SIGINT.
 SIGINT_INSIDE_THE_STOP = """

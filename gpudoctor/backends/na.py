@@ -64,12 +64,12 @@ def encode(obj: object) -> Any:
     return obj
 
 
-def decode(obj: object) -> Any:
-    """Inverse of :func:`encode`."""
+def decode(obj: object, marker: str = "__na__") -> Any:
+    """Inverse of :func:`encode`: every ``{marker: reason}`` becomes ``NA(reason)``."""
     if isinstance(obj, dict):
-        if set(obj) == {"__na__"}:
-            return NA(obj["__na__"])
-        return {k: decode(v) for k, v in obj.items()}
+        if set(obj) == {marker}:
+            return NA(obj[marker])
+        return {k: decode(v, marker) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [decode(v) for v in obj]
+        return [decode(v, marker) for v in obj]
     return obj

@@ -22,6 +22,8 @@ import weakref
 from types import TracebackType
 from typing import Any, Callable, ClassVar, NewType, Protocol, Union, cast
 
+from gpudoctor._num import is_number
+
 from . import catalogue
 from .base import P2P_KEYS, GpuSample, MemoryReading, MigDeviceReading, ProcessReading, UtilizationReading
 # the clock-event reasons and the gate's limit live in a light module (the TUI's first frame needs them, not NVML)
@@ -370,7 +372,7 @@ def _field_value(answer: Any, error_name: Callable[[int], str]) -> Any:
         value = getattr(field.value, _SAMPLE_VALUE_FIELDS.get(int(field.valueType), "uiVal"))
     except (AttributeError, IndexError, KeyError, TypeError, ValueError):
         return NA("NotAFieldValue")
-    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else NA("NotAFieldValue")
+    return value if is_number(value) else NA("NotAFieldValue")
 
 
 def _convert(answer: Any, how: catalogue.NvmlRead, error_name: Callable[[int], str] = str) -> Any:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
+from gpudoctor._num import number
+
 from .catalogue import plausible_ranges
 from .na import NA
 
@@ -62,29 +64,25 @@ TENSOR_OVER_SM_PCT = 5.0
 POWER_OVER_LIMIT = 3.0
 
 
-def _num(value: object) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
 def cross_check(readings: dict[str, Any]) -> dict[str, Any]:
     """Readings that physics ties together, checked against each other: tensor activity at most
     SM activity, memory used at most the total, power at most a few times the limit. An
     impossible combination makes the readings involved NA("implausible value ...") with both
     numbers in the reason: said (the health probe reports implausible values), never judged
     (no verdict is drawn from a pair that cannot both be true)."""
-    tensor, sm = _num(readings.get("tensor_active_pct")), _num(readings.get("sm_active_pct"))
+    tensor, sm = number(readings.get("tensor_active_pct")), number(readings.get("sm_active_pct"))
     if tensor is not None and sm is not None and tensor > sm + TENSOR_OVER_SM_PCT:
         both = NA(f"{IMPLAUSIBLE} together: tensor activity {tensor:g}% above SM activity {sm:g}%")
         for key in ("tensor_active_pct", "tensor_hmma_active_pct", "sm_active_pct"):
             if key in readings:
                 readings[key] = both
-    used, total = _num(readings.get("memory_used_bytes")), _num(readings.get("memory_total_bytes"))
+    used, total = number(readings.get("memory_used_bytes")), number(readings.get("memory_total_bytes"))
     if used is not None and total is not None and used > total:
         both = NA(f"{IMPLAUSIBLE} together: memory used {used:.0f} B above the total {total:.0f} B")
         for key in ("memory_used_bytes", "memory_free_bytes"):
             if key in readings:
                 readings[key] = both
-    power, limit = _num(readings.get("power_w")), _num(readings.get("power_limit_w"))
+    power, limit = number(readings.get("power_w")), number(readings.get("power_limit_w"))
     if power is not None and limit is not None and limit > 0 and power > POWER_OVER_LIMIT * limit:
         readings["power_w"] = NA(f"{IMPLAUSIBLE} together: power {power:g} W, over {POWER_OVER_LIMIT:g} times "
                                  f"the limit {limit:g} W")

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pathlib import Path
 
+from gpudoctor._num import is_number
 from gpudoctor._text import plain_strings as _plain_strings
 from gpudoctor.safejson import MiB, JsonFileError, read_json_file
 
@@ -367,7 +368,7 @@ def validate(value: object, schema: dict[str, Any] | None = None, *, path: str =
             value = int(value)
     if isinstance(value, str) and "maxLength" in schema and len(value) > schema["maxLength"]:
         raise SchemaError(path, f"a string longer than {schema['maxLength']} characters")
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if is_number(value):
         if "minimum" in schema and value < schema["minimum"]:
             raise SchemaError(path, f"{value} is below the minimum {schema['minimum']}")
         if "maximum" in schema and value > schema["maximum"]:

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from gpudoctor import exitcodes
+from gpudoctor import exitcodes, signals
 from gpudoctor.commands.args import (add_command, add_replay, bounded, listen_host, open_backend, seconds,
                                      seconds_or_zero)
 from gpudoctor.errors import UsageError
@@ -64,8 +63,7 @@ def run(args: argparse.Namespace) -> int:
     # SIGTERM and SIGHUP (its terminal closed) are its normal stop, from the first moment: a
     # stop that comes while the first sample is awaited ends it cleanly, not by the signal.
     terminated: list[int] = []
-    previous = {signum: signal.signal(signum, lambda signum, _frame: terminated.append(signum))
-                for signum in _STOP_SIGNALS}
+    previous = signals.set_handlers(lambda signum, _frame: terminated.append(signum))
     sampler = GpuSampler(gpu, args.interval, proc_root=args.proc_root)
     # Sampling starts in its own thread and the endpoint is served at once: a first NVML call
     # that hangs leaves the sample stale (gpudoctor_nvml_up 0), never the endpoint down.
@@ -77,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         server = _serve(args, build_registry(collector))
     except UsageError:
-        _restore(previous)
+        signals.restore(previous)
         gpu.close()
         raise
     events.start(collector)
@@ -90,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         interrupted = True
     finally:
-        _restore(previous)
+        signals.restore(previous)
         server.shutdown()
         server.server_close()
         if reports is not None:
@@ -130,12 +128,6 @@ def _serve(args: argparse.Namespace, registry: CollectorRegistry) -> Any:
         print(f"gpudoctor exporter: warning: listening on {args.host}, reachable from other machines",
               file=sys.stderr, flush=True)
     return server
-
-
-def _restore(previous: dict[int, Any]) -> None:
-    """Give the stop signals back their handlers from before the exporter."""
-    for signum, handler in previous.items():
-        signal.signal(signum, handler)
 
 
 class _EventsInBackground:
@@ -179,9 +171,6 @@ class _EventsInBackground:
             watcher = self.watcher
         if watcher is not None:
             watcher.stop()
-
-
-_STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
 def _wait_for_stop(terminated: list[int], exit_after: float | None) -> None:

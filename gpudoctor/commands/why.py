@@ -18,8 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from types import FrameType
-from typing import TYPE_CHECKING, Any, Callable, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from gpudoctor import exitcodes, signals
 from gpudoctor.commands.args import add_command, add_json, add_output, bounded, check_writable, process_id
@@ -121,62 +120,29 @@ def _diagnose(pid: int, args: argparse.Namespace, wait_start_s: float = 0.0) -> 
         gpu.close()
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM or SIGHUP, handled like Ctrl-C: sampling stops (py-spy with it) and what was
-    sampled is reported."""
-
-
-_signals = {"terminated": 0}
-
-
-def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    if _signals["terminated"]:
-        return  # the first one is being handled: the diagnosis is being written
-    _signals["terminated"] = signum
-    raise _Terminated()
-
-
-def _stop_code(signum: int) -> int:
-    return exitcodes.HANGUP if signum == getattr(signal, "SIGHUP", None) else exitcodes.TERMINATED
-
-
-def _set_handlers(handler: Callable[[int, FrameType | None], object]) -> dict[int, Any]:
-    """``handler`` for SIGTERM and SIGHUP; the handlers it replaced (none outside the main thread)."""
-    previous: dict[int, Any] = {}
-    try:
-        for signum in signals.STOP_SIGNALS:
-            previous[signum] = signal.signal(signum, handler)
-    except ValueError:  # not the main thread (called in-process): no handler to install
-        pass
-    return previous
-
-
-def _restore(previous: dict[int, Any]) -> None:
-    for signum, handler in previous.items():
-        signal.signal(signum, handler)
-
-
 def run(args: argparse.Namespace) -> int:
     pid, command = _target(args)
     check_writable(args.output)
     if command is not None:
         return _run_command(command, args)
     assert pid is not None
-    _signals["terminated"] = 0
-    previous = _set_handlers(_on_sigterm)
+    # SIGTERM and SIGHUP, handled like Ctrl-C: sampling stops (py-spy with it) and what was
+    # sampled is reported
+    signals.reset()
+    previous = signals.install()
     try:
         diag = _diagnose(pid, args)
-    except _Terminated:  # before sampling began: nothing to report
-        return _stop_code(_signals["terminated"])
+    except signals.Terminated:  # before sampling began: nothing to report
+        return signals.exit_code()
     finally:
-        _restore(previous)
-    terminated = _signals["terminated"]
+        signals.restore(previous)
     if not _deliver(diag, args):
         return exitcodes.WRITE_FAILED
     if diag.get("interrupted"):
-        say("gpudoctor why: " + (("hung up" if _stop_code(terminated) == exitcodes.HANGUP else "terminated")
-                                 if terminated else "interrupted") + "; what was sampled is reported")
-        return _stop_code(terminated) if terminated else exitcodes.INTERRUPTED
+        stop = signals.exit_code()
+        say("gpudoctor why: " + {exitcodes.HANGUP: "hung up", exitcodes.TERMINATED: "terminated"}.get(stop, "interrupted")
+            + "; what was sampled is reported")
+        return stop
     if diag.get("ended"):
         say(f"gpudoctor why: process {pid} ended after {diag.get('sampled_s', 0):.1f} s; "
             f"the diagnosis is from what was sampled")
@@ -199,13 +165,13 @@ def _run_command(command: list[str], args: argparse.Namespace) -> int:
     # reaped as soon as it ends, so the sampler sees it gone rather than a zombie
     threading.Thread(target=child.wait, name="gpudoctor-why-child", daemon=True).start()
     # SIGTERM and SIGHUP are passed on: the command decides how to stop, and its code is ours
-    previous = _set_handlers(lambda signum, frame: child.send_signal(signum))
+    previous = signals.set_handlers(lambda signum, frame: child.send_signal(signum))
     try:
         return _exit_code(_sample_command(child, args))
     except KeyboardInterrupt:  # before the sampling began (or while the verdict was written)
         return _exit_code(_stop_after_ctrl_c(child))
     finally:
-        _restore(previous)
+        signals.restore(previous)
 
 
 def _exit_code(returncode: int) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Iterable
 
+from gpudoctor._num import number
 from gpudoctor._text import plain_text
 from gpudoctor.backends.na import is_na
 from gpudoctor.exporter.metrics import (GPU_LABELS, MIG_LABELS, OTHER_METRICS, counter_metrics, gpu_metrics,
@@ -48,11 +49,8 @@ def _gpu_label_values(dev: dict[str, Any]) -> list[str]:
 
 
 def _number(value: object) -> float | None:
-    if isinstance(value, bool):
-        return 1.0 if value else 0.0
-    if isinstance(value, (int, float)):
-        return float(value)
-    return None  # NA, None, text: the series is left out (absent, as Prometheus expects)
+    """A flag is 1 or 0; NA, None, text leave the series out (absent, as Prometheus expects)."""
+    return float(value) if isinstance(value, bool) else number(value)
 
 
 class GpudoctorCollector:

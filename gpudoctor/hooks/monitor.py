@@ -426,13 +426,13 @@ class TrainingMonitor:
         if self._sampler is not None:
             if self._sampler._thread is None or not self._sampler._thread.is_alive():
                 old = self._sampler
-                from .sampler import GpuSampler
+                from .sampler import TrainingSampler
 
-                self._sampler = GpuSampler(old.backend, old.index, self.sample_interval_s)
+                self._sampler = TrainingSampler(old.backend, old.index, self.sample_interval_s)
                 self._sampler.samples = old.snapshot()
                 self._sampler.start()
             return
-        from .sampler import GpuSampler
+        from .sampler import TrainingSampler
 
         backend, index, status = self._nvml_device()
         if status is not None:
@@ -443,7 +443,7 @@ class TrainingMonitor:
             self._notes.append(f"GPU utilisation not sampled: {self._device} not found among NVML's devices")
             self.sample_gpu = False
             return
-        self._sampler = GpuSampler(backend, index, self.sample_interval_s)
+        self._sampler = TrainingSampler(backend, index, self.sample_interval_s)
         self._sampler.start()
 
     def _start_energy(self) -> None:

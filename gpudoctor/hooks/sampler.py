@@ -29,10 +29,10 @@ log = logging.getLogger("gpudoctor.hooks")
 GPM_FIELDS = ("sm_active_pct", "tensor_active_pct")
 GPM_EVERY_S = 1.0
 
-__all__ = ["GpuSampler", "nvml_index_for"]
+__all__ = ["TrainingSampler", "nvml_index_for"]
 
 
-class GpuSampler:
+class TrainingSampler:
     """The diagnosis fields of one GPU every ``interval_s`` seconds until :meth:`stop`
     (bounded: past ``max_samples`` the kept readings are thinned to every other one)."""
 

@@ -15,6 +15,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from gpudoctor._num import is_number, number
 from gpudoctor.fileio import atomic_write_text
 from gpudoctor import findings
 from gpudoctor.model import Finding, Status
@@ -204,7 +205,7 @@ def gpu_stats(samples: Sequence[dict[str, Any]],
     inside = list(samples) if spans is None else in_spans(samples, spans)
 
     def nums(key: str, among: Sequence[dict[str, Any]] = samples) -> list[float]:
-        return [float(s[key]) for s in among if isinstance(s.get(key), (int, float)) and not isinstance(s.get(key), bool)]
+        return [float(s[key]) for s in among if is_number(s.get(key))]
 
     util = sorted(nums("gpu_util_pct", inside))
     used = nums("memory_used_bytes")
@@ -568,12 +569,8 @@ def find_stragglers(ranks: Sequence[dict[str, Any]]) -> list[Finding]:
     if len(ranks) < 2:
         return items
 
-    def num(r: dict[str, Any], key: str) -> float | None:
-        v = r.get(key)
-        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-    waits = {r.get("rank", i): num(r, "data_wait_p50_s") for i, r in enumerate(ranks)}
-    steps = {r.get("rank", i): num(r, "step_time_p50_s") for i, r in enumerate(ranks)}
+    waits = {r.get("rank", i): number(r.get("data_wait_p50_s")) for i, r in enumerate(ranks)}
+    steps = {r.get("rank", i): number(r.get("step_time_p50_s")) for i, r in enumerate(ranks)}
     known_waits = [v for v in waits.values() if v is not None]
     known_steps = [v for v in steps.values() if v is not None]
     if not known_steps:

@@ -28,6 +28,7 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.worker import get_current_worker
 
+from gpudoctor.errors import first_line
 from gpudoctor.backends.host import PsutilProcessInfo, default_host_sampler
 from gpudoctor.presentation import ProcessRow, recorded_process_info
 from gpudoctor.sampling import History, Sampler, Snapshot
@@ -199,11 +200,6 @@ def not_recorded_host() -> Any:
     from gpudoctor.backends.na import NA
 
     return NA("NotRecorded")
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 # --------------------------------------------------------------------------- app
@@ -395,7 +391,7 @@ class GpudoctorApp(App[int]):
                 if report is None:
                     report = quick_report(replay=self.replay, events=self.event_watcher)
             except Exception as exc:  # the header says the doctor could not run; the app goes on
-                headline = ("error", f"the quick doctor could not run: {_one_line(exc)}")
+                headline = ("error", f"the quick doctor could not run: {first_line(exc)}")
             else:
                 headline = report_headline(report)
             if not self._quitting:
@@ -528,7 +524,7 @@ class GpudoctorApp(App[int]):
             reading = take_reading(self.sampler, self.process_info)  # type: ignore[arg-type]
         except Exception as exc:  # a backend is not supposed to raise; if it does, say so and go on
             if not self._quitting:
-                self.post_message(SampleFailed(f"reading failed: {_one_line(exc)}"))
+                self.post_message(SampleFailed(f"reading failed: {first_line(exc)}"))
             return
         if not self._quitting:
             self.post_message(SampleReady(*reading))
@@ -596,7 +592,7 @@ class GpudoctorApp(App[int]):
         except GpudoctorError as exc:
             answer = str(exc)
         except Exception as exc:  # never a crash of the screen: the error is the answer
-            answer = _one_line(exc)
+            answer = first_line(exc)
         finally:
             if gpu is not None:
                 gpu.close()
@@ -635,7 +631,7 @@ class GpudoctorApp(App[int]):
         try:
             probes = self.probe_source() if self.probe_source else runner.select_probes(None, level)
         except Exception as exc:
-            self.post_message(DoctorFinished(run_id, error=f"cannot choose probes: {_one_line(exc)}"))
+            self.post_message(DoctorFinished(run_id, error=f"cannot choose probes: {first_line(exc)}"))
             return
         self.post_message(DoctorStarted(run_id, [(p.name, p.title) for p in probes]))
         if not probes:
@@ -655,7 +651,7 @@ class GpudoctorApp(App[int]):
                     on_start=lambda p: self.post_message(DoctorProbeStarted(run_id, p.name)),
                     on_result=lambda r: self.post_message(DoctorResult(run_id, r)), **extra)
             except BaseException as exc:  # the runner is not supposed to raise; if it does, show it
-                box["error"] = _one_line(exc)
+                box["error"] = first_line(exc)
             finally:
                 done.set()
 
@@ -733,7 +729,7 @@ class GpudoctorApp(App[int]):
             proc.start()
         except Exception as exc:
             self.post_message(WorkloadEvent("error", {"message": f"could not start the workload process: "
-                                                                 f"{_one_line(exc)}"}))
+                                                                 f"{first_line(exc)}"}))
             return
         self.post_message(WorkloadEvent("launched", {"pid": proc.pid}))
         try:

@@ -20,6 +20,7 @@ from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.widget import Widget
 
+from gpudoctor._num import number
 from gpudoctor.backends import busy, catalogue
 from gpudoctor.backends.clock_reasons import throttle_reason_names
 from gpudoctor.findings import CLOCK_EVENTS, CLOCKS_FREE, IDLE_BETWEEN_KERNELS
@@ -112,10 +113,6 @@ def _cells_line(*cells: list[Run]) -> Runs:
             if text:
                 out.append((text, _layered(cell_style, style) if j else cell_style))
     return Runs(out)
-
-
-def _num(value: object) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 class _LinesPanel(Widget):
@@ -333,7 +330,7 @@ class GpuPanel(_LinesPanel):
         text = throttle_text(reasons)
         if text == "none":
             text = CLOCKS_FREE
-        util = _num(g("gpu_util_pct"))
+        util = number(g("gpu_util_pct"))
         if isinstance(reasons, int) and "gpu_idle" in throttle_reason_names(reasons) and util:
             # NVML's idle reason is the state at the instant of reading; utilisation covers the
             # last sample period. Never say "nothing is running" beside a busy reading.
@@ -407,11 +404,11 @@ class GpuPanel(_LinesPanel):
         else:
             text = reading_text(dev, reading)
             for joined in catalogue.readings():
-                if joined.beside == reading.key and _num(dev.get(joined.key)) is not None:
+                if joined.beside == reading.key and number(dev.get(joined.key)) is not None:
                     text += f" · {joined.label} {reading_text(dev, joined)}"
         top_key, top = reading.spark_top
         if top_key:
-            top = _num(dev.sample.get(top_key)) or _num(dev.static.get(top_key)) or top
+            top = number(dev.sample.get(top_key)) or number(dev.static.get(top_key)) or top
         metric = reading.spark or (reading.key if reading.history else "")
         series = hist.series(dev.index, metric) if metric else []
         return reading.label, _value(text, dev.get(reading.key)), lambda w: sparkline(series, w, 0.0, top)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from gpudoctor import _published
+from gpudoctor._num import number
 from gpudoctor.presentation import plain_text
 
 MAX_COMMAND_CHARS = 120
@@ -39,10 +40,6 @@ def metric_names() -> list[str]:
     return list(TRAINING_METRICS) + list(OTHER_TRAINING_METRICS)
 
 
-def _number(value: object) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
 class TrainingCollector:
     """A prometheus_client collector of every publishing process's figures."""
 
@@ -65,7 +62,7 @@ class TrainingCollector:
             labels = [str(pid), plain_text(record.get("command", ""), limit=MAX_COMMAND_CHARS),
                       str(record.get("rank", 0))]
             for name, (_, key) in TRAINING_METRICS.items():
-                value = _number(record.get(key))
+                value = number(record.get(key))
                 if value is not None:
                     families[name].add_metric(labels, value)
             verdicts.add_metric(labels + [plain_text(record.get("verdict", "ok"), limit=40)], 1.0)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
+from gpudoctor._num import is_number
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.why import flightrec
 
@@ -257,7 +258,7 @@ class Readings:
             return
         for key in ("sm_active_pct", "tensor_active_pct"):
             value = found.get(key)
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if is_number(value):
                 self.gpm.setdefault(index, {}).setdefault(key, []).append(float(value))
             elif is_na(value) and value.reason != "Warming":
                 self.gpm_note[index] = value.reason

@@ -276,10 +276,6 @@ def _innermost_torch_part(stack: Stack) -> str | None:
     return None
 
 
-def _indent(text: str) -> int:
-    return len(text) - len(text.lstrip())
-
-
 _GRAD_OFF = ("no_grad", "inference_mode")
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 

@@ -38,7 +38,3 @@ def loss_function() -> Any:
     from torch import nn
 
     return nn.CrossEntropyLoss()
-
-
-def parameter_count() -> int:
-    return sum(n_in * n_out + n_out for n_in, n_out in zip(LAYER_SIZES, LAYER_SIZES[1:]))

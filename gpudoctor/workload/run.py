@@ -34,6 +34,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+from gpudoctor._num import is_number
 from gpudoctor.errors import first_line as _first_line
 from gpudoctor.stats import percentile
 from gpudoctor.workload.config import RunConfig
@@ -256,7 +257,7 @@ class UtilSampler:
         out: dict[str, Any] = {"gpu_sm_active_pct": None, "gpu_tensor_active_pct": None, "gpu_gpm_note": None}
         for key, name in (("sm_active_pct", "gpu_sm_active_pct"), ("tensor_active_pct", "gpu_tensor_active_pct")):
             value = found.get(key)
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if is_number(value):
                 out[name] = round(float(value), 1)
             elif is_na(value) and out["gpu_gpm_note"] is None:
                 out["gpu_gpm_note"] = value.reason
