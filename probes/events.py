@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING
 from gpudoctor.backends.events import (DeviceEvents, EventSource, GpuEvent, critical_events,
                                        describe_event)
 from gpudoctor.model import ProbeResult, Status
-from gpudoctor.probes import Probe, ProbeContext
+
+from . import Probe, ProbeContext
 
 if TYPE_CHECKING:
     from gpudoctor.backends.base import GpuBackend

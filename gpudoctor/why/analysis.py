@@ -91,7 +91,7 @@ def _input_fix(workers: list[ProcessView], idle_cpus: float | None, lines: list[
     cpus = [cpu_by_pid.get(w.pid) for w in busy]
     waiting = bool(cpus) and all(c is not None and c < WAITING_WORKER_CPU_PCT for c in cpus)
     state = f"{len(busy)} of {len(workers)} workers busy loading"
-    kinds: Counter = Counter()
+    kinds: Counter[str] = Counter()
     for w in busy:
         kinds.update(w.details[rules.DATA_LOADING])
     kind = kinds.most_common(1)[0][0] if kinds else ""
@@ -101,7 +101,7 @@ def _input_fix(workers: list[ProcessView], idle_cpus: float | None, lines: list[
         return (f"no CPU is idle for more workers ({state}: they compute ({kind}) but get "
                 f"{max(c or 0.0 for c in cpus):.0f}% of a core at most, the CPUs being taken; {idle}): {cheaper}")
     if waiting:  # the workers wait (disk, network, a sleep): more of them overlap the waits
-        return (f"more DataLoader workers: they load but use little CPU ({max(cpus):.0f}% of a core at most), "
+        return (f"more DataLoader workers: they load but use little CPU ({max(c or 0.0 for c in cpus):.0f}% of a core at most), "
                 f"so they wait on disk or network and more of them overlap the waits ({state}; {idle}); "
                 f"or {cheaper}")
     if idle_cpus is not None and idle_cpus < 1:
@@ -327,7 +327,7 @@ def _problem(code: str, share: float, view: ProcessView, views: dict[int, Proces
         workers = _workers_of(view, views)
         lines = _data_lines(view, workers, source)
         how = (f"{len(workers)} workers" if workers else "no workers: loading in the main process")
-        detail = Counter()
+        detail: Counter[str] = Counter()
         for w in workers:
             detail.update(w.details[rules.DATA_LOADING])
         doing = (f", busy in {_where(lines)}" if lines else ", the dataset's line was not seen") + \
