@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Deque, Iterable, Iterator, Mapping
 
 from gpudoctor.backends import catalogue
-from gpudoctor.backends.base import GpuBackend
+from gpudoctor.backends.base import GpuBackend, GpuSample, MigDeviceReading, ProcessReading
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.backends.nvml import STUCK_S
 
@@ -91,11 +91,11 @@ class DeviceSnapshot:
 
     index: int
     static: dict[str, Any]
-    sample: dict[str, Any]
-    processes: Any  # list of ProcessReading, or NA
+    sample: GpuSample
+    processes: list[ProcessReading] | NA
     #: The MIG devices of a GPU in MIG mode (list of MigDeviceReading, or NA with the reason);
     #: None for a GPU not in MIG mode (not asked).
-    mig: Any = None
+    mig: list[MigDeviceReading] | NA | None = None
 
     @property
     def name(self) -> str:
@@ -109,8 +109,9 @@ class DeviceSnapshot:
 
     def get(self, key: str) -> Any:
         """A reading, or NA("NotRecorded") when the backend did not give it at all."""
-        if key in self.sample:
-            return self.sample[key]
+        readings: Mapping[str, object] = self.sample  # asked by a name known at run time
+        if key in readings:
+            return readings[key]
         fault = self.fault
         if fault is not None:
             return fault
