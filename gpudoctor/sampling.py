@@ -137,7 +137,7 @@ class Snapshot:
     nvml_status: NA | None
     devices: list[DeviceSnapshot]
     host: Any  # dict of host readings, or NA
-    driver_version: Any = None
+    driver_version: str | NA | None = None  # None: not read (no NVML)
     source: str = "live"
     read_s: float = 0.0
     count: int | None = None          # devices NVML reports (None: NVML could not say)
@@ -343,7 +343,7 @@ class Sampler:
         self._full: dict[int, tuple[float, dict[str, Any]]] = {}  # index -> (when, last full sample)
         self._static: dict[int, dict[str, Any]] | None = None
         self._status: NA | None = None
-        self._driver: Any = None
+        self._driver: str | NA | None = None
         self._count: int | None = None
         self._retry_delay = retry_first_s
         self._retry_at: float | None = None

@@ -60,3 +60,22 @@ def test_mypy_checks_every_package_with_one_strictness():
     assert {"gpudoctor", "gpudoctor.*", "probes", "probes.*"} <= covered
     assert all(o.get("disallow_incomplete_defs") for o in strict)
     assert config.get("check_untyped_defs") and config.get("strict_equality")
+
+
+def test_the_exporter_sample_is_what_its_type_says():
+    """The exporter's sampler publishes one ExportedSample per read (each GPU an ExportedDevice,
+    its sample the snapshot's GpuSample itself), which is what the collector is typed against."""
+    from tui_support import DATA
+
+    from gpudoctor.backends.base import GpuSample, MigDeviceReading
+    from gpudoctor.backends.replay import ReplayBackend
+    from gpudoctor.exporter.sampler import ExportedDevice, ExportedSample, GpuSampler
+
+    sampler = GpuSampler(ReplayBackend.from_file(DATA / "handmade_h100_mig_two_slices.json"), 1.0, proc_root=None)
+    snap = sampler.sample_once()
+    assert set(snap) == set(ExportedSample.__annotations__)
+    assert snap["devices"] and all(set(dev) == set(ExportedDevice.__annotations__) for dev in snap["devices"])
+    for dev in snap["devices"]:
+        assert set(dev["sample"]) <= set(GpuSample.__annotations__)
+        assert isinstance(dev["mig"], list) and all(isinstance(m, MigDeviceReading) for m in dev["mig"])
+    assert isinstance(snap["driver_version"], str) and isinstance(snap["count"], int)

@@ -210,11 +210,12 @@ def _say_first_sample(sampler: GpuSampler, wait_s: float = 5.0, stop: list[int] 
         print(f"gpudoctor exporter: the first NVML sample has not come back in {wait_s:g} s; serving it as "
               "stale (gpudoctor_nvml_up 0) until it does", file=sys.stderr, flush=True)
         return
-    latest = sampler.snapshot or {}
-    if latest.get("status") is not None:
-        retry = latest.get("retry_in_s")
+    latest = sampler.snapshot
+    status = latest.get("status") if latest is not None else None
+    if status is not None:
+        retry = latest.get("retry_in_s") if latest is not None else None
         # the reason may come from a recording (--replay) or a driver: shown as plain text
-        print(f"gpudoctor exporter: NVML unavailable ({plain_text(latest['status'].reason, limit=80)}); "
+        print(f"gpudoctor exporter: NVML unavailable ({plain_text(status.reason, limit=80)}); "
               "serving gpudoctor_nvml_up 0"
               + (f", trying again in {retry:.0f} s (then after 10, 20, 40 s, then every 60 s)" if retry is not None else ""),
               file=sys.stderr, flush=True)
