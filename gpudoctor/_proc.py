@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 if TYPE_CHECKING:
     import subprocess
@@ -61,8 +61,12 @@ def silence_stdio() -> None:
 # registered is ended, after any start in flight has finished: a child half started when the
 # parent quits would otherwise print "EOFError: Ran out of input" over the user's terminal.
 
+class _NewGroup(TypedDict):
+    start_new_session: bool
+
+
 #: Keyword arguments for ``subprocess.Popen``: the child leads a new session and process group.
-NEW_GROUP: dict[str, bool] = {"start_new_session": True}
+NEW_GROUP: _NewGroup = {"start_new_session": True}
 
 _registry_lock = threading.RLock()   # held while a child starts, and while the exit ends them
 _tracked: dict[int, float] = {}      # pid -> grace in seconds

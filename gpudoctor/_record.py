@@ -29,7 +29,7 @@ _MISSING = dataclasses.MISSING
 
 
 def _init_method(cls: type, frozen: bool) -> Callable[..., None]:
-    every = dataclasses.fields(cls)  # type: ignore[arg-type]
+    every = dataclasses.fields(cls)
     takes = [f for f in every if f.init]
     names = tuple(f.name for f in takes)
     known = frozenset(names)
@@ -68,20 +68,22 @@ def _init_method(cls: type, frozen: bool) -> Callable[..., None]:
 
 
 def _compared(cls: type) -> Callable[[Any], tuple[Any, ...]]:
-    names = tuple(f.name for f in dataclasses.fields(cls) if f.compare)  # type: ignore[arg-type]
+    names = tuple(f.name for f in dataclasses.fields(cls) if f.compare)
     return lambda obj: tuple(getattr(obj, name) for name in names)
 
 
 def _add_methods(cls: type, frozen: bool, eq: bool) -> None:
-    shown = tuple(f.name for f in dataclasses.fields(cls) if f.repr)  # type: ignore[arg-type]
+    shown = tuple(f.name for f in dataclasses.fields(cls) if f.repr)
     own = cls.__dict__
+    # set through setattr: a checker types `cls.__repr__` as the bound method of the class object
+    methods: dict[str, Callable[..., Any] | None] = {}
     if "__init__" not in own:
-        cls.__init__ = _init_method(cls, frozen)  # type: ignore[misc]
+        methods["__init__"] = _init_method(cls, frozen)
     if "__repr__" not in own:
         def __repr__(self: Any) -> str:
             inner = ", ".join(f"{name}={getattr(self, name)!r}" for name in shown)
             return f"{type(self).__qualname__}({inner})"
-        cls.__repr__ = __repr__  # type: ignore[method-assign]
+        methods["__repr__"] = __repr__
     if eq and "__eq__" not in own:
         values = _compared(cls)
 
@@ -89,15 +91,19 @@ def _add_methods(cls: type, frozen: bool, eq: bool) -> None:
             if other.__class__ is self.__class__:
                 return values(self) == values(other)
             return NotImplemented
-        cls.__eq__ = __eq__  # type: ignore[method-assign, assignment]
+
+        def __hash__(self: Any) -> int:
+            return hash(values(self))
+        methods["__eq__"] = __eq__
         if "__hash__" not in own:
-            cls.__hash__ = (lambda self: hash(values(self))) if frozen else None  # type: ignore[assignment]
+            methods["__hash__"] = __hash__ if frozen else None
     if frozen:
-        _freeze(cls)
+        methods.update(_frozen_methods(cls, frozenset(f.name for f in dataclasses.fields(cls))))
+    for name, method in methods.items():
+        setattr(cls, name, method)
 
 
-def _freeze(cls: type) -> None:
-    names = frozenset(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
+def _frozen_methods(cls: type[object], names: frozenset[str]) -> dict[str, Callable[..., Any] | None]:
 
     def __setattr__(self: Any, name: str, value: Any) -> None:
         if type(self) is cls or name in names:
@@ -108,8 +114,7 @@ def _freeze(cls: type) -> None:
         if type(self) is cls or name in names:
             raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
         super(cls, self).__delattr__(name)
-    cls.__setattr__ = __setattr__  # type: ignore[method-assign, assignment]
-    cls.__delattr__ = __delattr__  # type: ignore[method-assign, assignment]
+    return {"__setattr__": __setattr__, "__delattr__": __delattr__}
 
 
 @dataclass_transform(field_specifiers=(dataclasses.field, dataclasses.Field))

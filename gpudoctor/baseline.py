@@ -189,7 +189,7 @@ def identity(report: dict[str, Any]) -> dict[str, Any]:
         if probe == "devices" and m.get("name") == "name" and isinstance(m.get("value"), str):
             models[int(m.get("device") or 0)] = m["value"]
         if probe == "environment":
-            key = {"nvidia_driver": "driver", "torch": "torch", "torch_cuda_build": "torch_cuda"}.get(m.get("name"))
+            key = {"nvidia_driver": "driver", "torch": "torch", "torch_cuda_build": "torch_cuda"}.get(str(m.get("name")))
             if key and m.get("value") is not None:
                 found[key] = m["value"]
     found["models"] = [models[i] for i in sorted(models)]
@@ -281,9 +281,9 @@ def load_baseline(path: str | Path) -> Baseline:
             if gap is not None and gap > tol.fail:
                 outliers.append(f"{name}: {_label(key)} {_fmt(value)} vs the median {_fmt(medians[key])}")
     merged = dict(ids[0])
-    for key in ("driver", "torch", "torch_cuda"):
-        seen = sorted({str(i[key]) for i in ids if i[key] is not None})
-        merged[key] = seen[0] if len(seen) == 1 else (" / ".join(seen) if seen else None)
+    for part in ("driver", "torch", "torch_cuda"):
+        seen = sorted({str(i[part]) for i in ids if i[part] is not None})
+        merged[part] = seen[0] if len(seen) == 1 else (" / ".join(seen) if seen else None)
     return Baseline(medians, merged, [str(f) for f in files], sorted(outliers), failing)
 
 
@@ -381,7 +381,7 @@ def _judge(result: ProbeResult, baseline: Baseline, mine: dict[tuple[str, str, i
         table.append({"probe": key[0], "figure": key[1], "device": key[2], "baseline": base, "value": value,
                       "unit": "C" if tol.absolute else "%", "worse_by": None if gap is None or not math.isfinite(gap)
                       else round(gap, 2), "status": status.value})
-        if status == Status.PASS:
+        if gap is None or status == Status.PASS:
             continue
         amount = f"{gap:.1f} C" if tol.absolute else (f"{gap:.0f} %" if math.isfinite(gap) else "infinitely")
         direction = "above" if tol.better == "lower" else "below"

@@ -715,7 +715,7 @@ def mig_lines(snap: Snapshot, dev: DeviceSnapshot, *, verbose: bool = True) -> l
         uuid = plain_text(mig.uuid, limit=60) if isinstance(mig.uuid, str) else short_na(mig.uuid)
         sms = str(mig.sm_count) if isinstance(mig.sm_count, int) else short_na(mig.sm_count)
         parts = [f"{head} {ids} {profile}", f"uuid {uuid}", f"sms {sms}", f"mem {_mig_memory(mig)}",
-                 "sm_active " + (f"{active:.1f} %" if _is_number(active) else short_na(active)),
+                 "sm_active " + (short_na(active) if is_na(active) else f"{active:.1f} %"),
                  f"procs {_mig_processes_text(mig, verbose=True)}"]
         for key, word, words in MIG_NOT_PER_SLICE:
             value = mig.get(key)

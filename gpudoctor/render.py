@@ -368,8 +368,8 @@ def report_to_markdown(report: Report, anonymize: bool = True) -> str:
         lines.append("|---|---|---|---|")
         rows: dict[tuple[str, str, str], list[str]] = {}  # the same finding of several checks: one row
         for result, f in findings:
-            key = (status_word(f["status"]), md_text(f.get("summary")), md_text(f.get("fix")))
-            rows.setdefault(key, []).append(md_text(result["probe"], 60))
+            row = (status_word(f["status"]), md_text(f.get("summary")), md_text(f.get("fix")))
+            rows.setdefault(row, []).append(md_text(result["probe"], 60))
         for (word, summary, fix), checks in rows.items():
             lines.append(f"| {word} | {', '.join(checks)} | {summary} | {fix} |")
     else:

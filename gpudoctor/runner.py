@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
 
     from gpudoctor.backends.base import GpuBackend
-    from gpudoctor.backends.events import EventWatcher, ReplayEvents
+    from gpudoctor.backends.events import EventSource
     from gpudoctor.probes import Probe, ProbeContext
 
 # Seconds a child process gets to import torch and start, on top of the probe's own limit.
@@ -98,7 +98,7 @@ def select_probes(names: Iterable[str] | None = None, level: str = "standard") -
 
 
 def build_context(spec: RunSpec, gpu: GpuBackend | None = None,
-                  events: EventWatcher | ReplayEvents | None = None) -> ProbeContext:
+                  events: EventSource | None = None) -> ProbeContext:
     from gpudoctor.backends import open_gpu_backend
     from gpudoctor.probes import ProbeContext
 
@@ -270,8 +270,8 @@ class _InterpreterProcess:
         return self._popen.poll()
 
 
-def _start_interpreter_child(spec: RunSpec) -> tuple[Connection, _InterpreterProcess]:
-    """(connection, process) for a probe child run by ``spec.python``."""
+def _start_interpreter_child(spec: RunSpec, python: str) -> tuple[Connection, _InterpreterProcess]:
+    """(connection, process) for a probe child run by ``python`` (``spec.python``)."""
     import multiprocessing as mp
     import subprocess
 
@@ -281,7 +281,7 @@ def _start_interpreter_child(spec: RunSpec) -> tuple[Connection, _InterpreterPro
         quiet = subprocess.DEVNULL if spec.quiet_child else None  # the TUI owns the terminal
         with _proc.starting():
             popen = subprocess.Popen(
-                [spec.python, "-c", _INTERPRETER_CHILD_BOOT, package, probes, nvml, str(child_conn.fileno())],
+                [python, "-c", _INTERPRETER_CHILD_BOOT, package, probes, nvml, str(child_conn.fileno())],
                 stdin=subprocess.DEVNULL, stdout=quiet, stderr=quiet, pass_fds=(child_conn.fileno(),),
                 close_fds=True, **_proc.NEW_GROUP)
             _proc.track(popen.pid)
@@ -297,7 +297,7 @@ class _Child:
     def __init__(self, spec: RunSpec) -> None:
         self.process: _InterpreterProcess | BaseProcess
         if spec.python:
-            self.conn, self.process = _start_interpreter_child(spec)
+            self.conn, self.process = _start_interpreter_child(spec, spec.python)
             self.ready = False
             return
         import multiprocessing as mp
@@ -445,7 +445,7 @@ def run_probes(
     on_start: Callable[[Probe], None] | None = None,
     on_result: Callable[[ProbeResult], None] | None = None,
     isolate: bool | None = None,
-    events: EventWatcher | ReplayEvents | None = None,
+    events: EventSource | None = None,
 ) -> Report:
     """Run ``probes`` and return a complete report.
 

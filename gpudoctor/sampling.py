@@ -37,7 +37,7 @@ from typing import Any, Callable, Deque, Iterable, Iterator, Mapping
 
 from gpudoctor._num import number
 from gpudoctor.backends import catalogue
-from gpudoctor.backends.base import GpuBackend
+from gpudoctor.backends.base import GpuBackend, GpuSample, MigDeviceReading, ProcessReading
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.backends.clock_reasons import STUCK_S
 
@@ -92,11 +92,11 @@ class DeviceSnapshot:
 
     index: int
     static: dict[str, Any]
-    sample: dict[str, Any]
-    processes: Any  # list of ProcessReading, or NA
+    sample: GpuSample
+    processes: list[ProcessReading] | NA
     #: The MIG devices of a GPU in MIG mode (list of MigDeviceReading, or NA with the reason);
     #: None for a GPU not in MIG mode (not asked).
-    mig: Any = None
+    mig: list[MigDeviceReading] | NA | None = None
 
     @property
     def name(self) -> str:
@@ -110,8 +110,9 @@ class DeviceSnapshot:
 
     def get(self, key: str) -> Any:
         """A reading, or NA("NotRecorded") when the backend did not give it at all."""
-        if key in self.sample:
-            return self.sample[key]
+        readings: Mapping[str, object] = self.sample  # asked by a name known at run time
+        if key in readings:
+            return readings[key]
         fault = self.fault
         if fault is not None:
             return fault
@@ -137,7 +138,7 @@ class Snapshot:
     nvml_status: NA | None
     devices: list[DeviceSnapshot]
     host: Any  # dict of host readings, or NA
-    driver_version: Any = None
+    driver_version: str | NA | None = None  # None: not read (no NVML)
     source: str = "live"
     read_s: float = 0.0
     count: int | None = None          # devices NVML reports (None: NVML could not say)
@@ -327,7 +328,7 @@ class Sampler:
         self._full: dict[int, tuple[float, dict[str, Any]]] = {}  # index -> (when, last full sample)
         self._static: dict[int, dict[str, Any]] | None = None
         self._status: NA | None = None
-        self._driver: Any = None
+        self._driver: str | NA | None = None
         self._count: int | None = None
         self._retry_delay = retry_first_s
         self._retry_at: float | None = None

@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # typing.Unpack is 3.11; these annotations are never evaluate
 
     from gpudoctor.backends.base import GpuBackend
     from gpudoctor.backends.cuda_driver import CudaStart, PendingCudaStart
-    from gpudoctor.backends.events import EventWatcher, ReplayEvents
+    from gpudoctor.backends.events import EventSource
     from gpudoctor.backends.fatbin import ExtensionScan
     from gpudoctor.backends.na import NA
     from gpudoctor.backends.replay import ReplayBackend
@@ -124,7 +124,7 @@ class ProbeContext:
                  python: str | None = None, torch_missing: bool = False,
                  _torch_facts: dict[str, Any] | NA | None = None, _host_facts: dict[str, Any] | None = None,
                  _torch_build: TorchBuild | None = None, _cuda_start: CudaStart | NA | None = None,
-                 events: EventWatcher | ReplayEvents | None = None,
+                 events: EventSource | None = None,
                  _extensions: ExtensionScan | NA | None = None, _stack: Stack | NA | None = None) -> None:
         self.gpu = gpu
         self.device = device

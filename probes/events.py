@@ -34,7 +34,8 @@ from gpudoctor.backends.events import (DeviceEvents, EventSource, GpuEvent, crit
                                        describe_event)
 from gpudoctor import findings
 from gpudoctor.model import ProbeResult, Status
-from gpudoctor.probes import Probe, ProbeContext, _wording
+
+from . import Probe, ProbeContext, _wording
 
 if TYPE_CHECKING:
     from gpudoctor.backends.base import GpuBackend

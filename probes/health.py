@@ -36,8 +36,9 @@ from gpudoctor.backends.nvml import (GPM_MIG, GPM_MIN_INTERVAL_S, GPM_NEEDS_HOPP
                                      power_usage_is_average, throttle_reason_names)
 from gpudoctor.backends.visibility import visible_nvml_indices
 from gpudoctor.model import Finding, ProbeResult, Status
-from gpudoctor.probes import Probe, ProbeContext
-from gpudoctor.probes._clock_events import GPU_IDLE
+
+from . import Probe, ProbeContext
+from ._clock_events import GPU_IDLE
 
 COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
 #: power_draw's note where NVML's power usage is an average (Ampere except GA100, and later: nvml.h).
@@ -79,7 +80,9 @@ class _Device:
 
     def say(self, code: str, **fields: object) -> None:
         """The finding ``code`` about this GPU, in gpudoctor.findings' words."""
-        self.r.findings.append(findings.finding(code, label=self.label, device=self.dev, **fields))
+        # status and evidence named: ``fields`` only fill the wording's templates
+        self.r.findings.append(findings.finding(code, label=self.label, device=self.dev, status=None, evidence=None,
+                                                **fields))
 
     def add(self, found: Iterable[Finding | None]) -> None:
         """Findings of the shared judgements (gpudoctor.findings), in their words."""

@@ -1,8 +1,8 @@
 """The lint gate: ruff and mypy with the project's configuration (pyproject.toml).
 
 CI runs only pytest, so the linters run here, as subprocesses from the repository root: ruff over
-gpudoctor/ probes/ tests/ benchmarks/ with [tool.ruff], mypy over the modules [tool.mypy] names
-(the result model, the backends with the catalogue, the sampler, the probes). A finding fails the test with
+gpudoctor/ probes/ tests/ benchmarks/ with [tool.ruff], mypy over what [tool.mypy] names (every
+package of gpudoctor/ and probes/, one strictness; tests/test_typed_seams.py holds that). A finding fails the test with
 the tool's own output; a tool that is not installed (it comes with the `dev` extra) skips it.
 """
 

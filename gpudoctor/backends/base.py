@@ -245,6 +245,18 @@ class GpuSample(TypedDict, total=False):
     # gpu-sample:end
 
 
+class NvLinkReading(TypedDict, total=False):
+    """One NVLink link of a device (:meth:`GpuBackend.nvlink`); a recording made by an older
+    gpudoctor may lack a key."""
+
+    link: int
+    active: bool
+    version: int | None  # the raw unsigned int NVML answered (nvmlDeviceGetNvLinkVersion)
+    version_name: str | None  # that value read as the binding's nvmlNvlinkVersion_t, None if none
+    remote_pci_bus_id: str | None
+    remote_type: str | None  # gpu, switch, ibmnpu, unknown
+
+
 @runtime_checkable
 class GpuBackend(Protocol):
     """What the probes, the sampling core and the recorder may ask of a GPU backend.
@@ -259,13 +271,13 @@ class GpuBackend(Protocol):
     def status(self) -> NA | None:
         """None when the backend can answer; else NA with the reason (NVML missing...)."""
 
-    def driver_version(self) -> Any: ...
+    def driver_version(self) -> str | NA: ...
 
-    def cuda_driver_version(self) -> Any: ...
+    def cuda_driver_version(self) -> str | NA: ...
 
-    def nvml_version(self) -> Any: ...
+    def nvml_version(self) -> str | NA: ...
 
-    def device_count(self) -> Any: ...
+    def device_count(self) -> int | NA: ...
 
     def identity(self, index: int) -> dict[str, Any]:
         """The device's ``pci_bus_id`` and ``uuid`` (what matches it to torch's device), cheap and kept."""
@@ -285,20 +297,20 @@ class GpuBackend(Protocol):
 
     def processes(self, index: int) -> list[ProcessReading] | NA: ...
 
-    def nvlink(self, index: int) -> Any: ...
+    def nvlink(self, index: int) -> list[NvLinkReading] | NA: ...
 
     def p2p(self, index: int, peer: int) -> dict[str, Any]:
         """The path between two GPUs: NVML's topology level and P2P status per capability."""
 
-    def total_energy_mj(self, index: int) -> Any: ...
+    def total_energy_mj(self, index: int) -> int | NA: ...
 
-    def compute_mode(self, index: int) -> Any: ...
+    def compute_mode(self, index: int) -> int | NA: ...
 
-    def gpm(self, index: int) -> dict[str, Any]:
+    def gpm(self, index: int) -> dict[str, float | NA]:
         """The GPM readings of a whole GPU (SM, tensor, DRAM activity...) since the previous call,
         each NA with the reason where the device, the driver or the source has none."""
 
-    def utilization_samples(self, index: int, since_us: int) -> Any:
+    def utilization_samples(self, index: int, since_us: int) -> list[tuple[int, float]] | NA:
         """NVML's own utilisation samples newer than ``since_us``: [(timestamp_us, percent)] or NA."""
 
     def mig_devices(self, index: int, readings: bool = True) -> list[MigDeviceReading] | NA:

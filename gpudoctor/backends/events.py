@@ -24,6 +24,7 @@ from gpudoctor._record import record
 from .na import NA, is_na
 
 if TYPE_CHECKING:
+    from .base import GpuBackend
     from .nvml import NvmlBackend, NvmlGate, NvmlHandle
     from .replay import ReplayBackend
 
@@ -387,20 +388,20 @@ def describe_event(index: int, event: GpuEvent) -> str:
     return f"GPU {index}: {words.get(event.kind, event.kind)}"
 
 
-def open_event_watcher(gpu: NvmlBackend | ReplayBackend, keep: int = 8) -> EventSource:
+def open_event_watcher(gpu: GpuBackend, keep: int = 8) -> EventSource:
     """The event watcher for a backend: NVML's event set for live NVML, the recorded events for a
     replay. Not started: call ``start()`` (registration makes NVML calls) and ``stop()``."""
     if gpu.kind == "replay":
         return ReplayEvents(cast("ReplayBackend", gpu).recording, keep=keep)
-    gpu = cast("NvmlBackend", gpu)
-    count = gpu.device_count()
+    nvml = cast("NvmlBackend", gpu)
+    count = nvml.device_count()
     if is_na(count):
-        watcher = EventWatcher(gpu.gate, 0, keep=keep)
+        watcher = EventWatcher(nvml.gate, 0, keep=keep)
         watcher.status = count
         return watcher
     bus_ids = {}
     for index in range(count):
-        bus = gpu.static(index).get("pci_bus_id")
+        bus = nvml.static(index).get("pci_bus_id")
         if isinstance(bus, str):
             bus_ids[index] = bus
-    return EventWatcher(gpu.gate, count, bus_ids=bus_ids, keep=keep)
+    return EventWatcher(nvml.gate, count, bus_ids=bus_ids, keep=keep)

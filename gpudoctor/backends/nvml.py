@@ -25,7 +25,8 @@ from typing import Any, Callable, ClassVar, NewType, Protocol, Union, cast
 from gpudoctor._num import is_number
 
 from . import catalogue
-from .base import P2P_KEYS, GpuSample, MemoryReading, MigDeviceReading, ProcessReading, UtilizationReading
+from .base import (P2P_KEYS, GpuSample, MemoryReading, MigDeviceReading, NvLinkReading, ProcessReading,
+                   UtilizationReading)
 # the clock-event reasons and the gate's limit live in a light module (the TUI's first frame needs them, not NVML)
 from .clock_reasons import (HARMFUL_THROTTLE_MASK, STUCK_S, THROTTLE_REASONS,  # noqa: F401 - also this module's
                             throttle_reason_names, throttle_reason_words)
@@ -509,10 +510,10 @@ class NvmlBackend:
     def status(self) -> NA | None:
         return self.gate.start()
 
-    def driver_version(self) -> Any:
+    def driver_version(self) -> str | NA:
         return self.gate.query("nvmlSystemGetDriverVersion")
 
-    def cuda_driver_version(self) -> Any:
+    def cuda_driver_version(self) -> str | NA:
         """Highest CUDA version the driver supports, as 'major.minor' (nvidia-smi's 'CUDA Version')."""
         value = self.gate.query("nvmlSystemGetCudaDriverVersion_v2")
         if is_na(value):
@@ -521,10 +522,10 @@ class NvmlBackend:
             return value
         return f"{value // 1000}.{(value % 1000) // 10}"
 
-    def nvml_version(self) -> Any:
+    def nvml_version(self) -> str | NA:
         return self.gate.query("nvmlSystemGetNVMLVersion")
 
-    def device_count(self) -> Any:
+    def device_count(self) -> int | NA:
         return self.gate.query("nvmlDeviceGetCount")
 
     def _handle(self, index: int) -> NvmlHandle | NA:
@@ -689,7 +690,7 @@ class NvmlBackend:
             out[reading.key] = _convert(answers[call], how, self.gate.error_name)
         return out
 
-    def nvlink(self, index: int) -> Any:
+    def nvlink(self, index: int) -> list[NvLinkReading] | NA:
         """NVLink links of a device: one dict per link that answered, or NA.
 
         ``nvidia-smi nvlink --status`` / ``nvidia-smi topo -m`` show the same. A GPU
@@ -708,7 +709,7 @@ class NvmlBackend:
         remote_types = {self.gate.constant("NVML_NVLINK_DEVICE_TYPE_GPU", 0): "gpu",
                         self.gate.constant("NVML_NVLINK_DEVICE_TYPE_IBMNPU", 1): "ibmnpu",
                         self.gate.constant("NVML_NVLINK_DEVICE_TYPE_SWITCH", 2): "switch"}
-        links: list[dict[str, Any]] = []
+        links: list[NvLinkReading] = []
         first_na: NA | None = None
         for link in range(int(max_links)):
             state = self.gate.query("nvmlDeviceGetNvLinkState", handle, link)
@@ -773,11 +774,11 @@ class NvmlBackend:
         self._nvlink_names = (module, names)
         return names
 
-    def total_energy_mj(self, index: int) -> Any:
+    def total_energy_mj(self, index: int) -> int | NA:
         """Energy used since the driver loaded, in mJ (nvidia-smi --query-gpu=total_energy_consumption)."""
         return check("energy_mj", self._q("nvmlDeviceGetTotalEnergyConsumption", index))
 
-    def utilization_samples(self, index: int, since_us: int) -> Any:
+    def utilization_samples(self, index: int, since_us: int) -> list[tuple[int, float]] | NA:
         """NVML's own ``utilization.gpu`` samples newer than ``since_us``, oldest first, as
         ``[(timestamp_us, percent)]`` (``nvmlDeviceGetSamples`` with
         ``NVML_GPU_UTILIZATION_SAMPLES``; ``since_us`` 0 gives the driver's whole buffer).
@@ -799,7 +800,7 @@ class NvmlBackend:
                 out.append((int(entry.timeStamp), float(value)))
         return sorted(out)
 
-    def compute_mode(self, index: int) -> Any:
+    def compute_mode(self, index: int) -> int | NA:
         """nvmlDeviceGetComputeMode: 0 default, 1 exclusive thread (deprecated), 2 prohibited,
         3 exclusive process (one context on the device at a time). One NVML call."""
         return self._q("nvmlDeviceGetComputeMode", index)
@@ -886,7 +887,7 @@ class NvmlBackend:
         return self._q("nvmlDeviceGetProcessUtilization", index, last_seen)
 
     # -- GPM (Hopper and later) ------------------------------------------------------
-    def gpm(self, index: int) -> dict[str, Any]:
+    def gpm(self, index: int) -> dict[str, float | NA]:
         """The catalogue's GPM readings of a whole GPU (SM activity, occupancy, tensor, DRAM...),
         computed by NVML from this call's GPM sample and the previous one.
 
@@ -906,7 +907,7 @@ class NvmlBackend:
             return self._gpm_na(NA(GPM_MIG))
         return self._gpm_read(index, handle, None)
 
-    def gpm_mig(self, index: int, gpu_instance_id: int) -> dict[str, Any]:
+    def gpm_mig(self, index: int, gpu_instance_id: int) -> dict[str, float | NA]:
         """The GPM readings of one MIG GPU instance of GPU ``index`` (nvmlGpmMigSampleGet), as
         :meth:`gpm` gives them for a whole GPU."""
         handle = self._handle(index)
@@ -1007,7 +1008,7 @@ class NvmlBackend:
         return sorted(out, key=lambda p: p.pid)
 
     @staticmethod
-    def _gpm_na(na: NA) -> dict[str, Any]:
+    def _gpm_na(na: NA) -> dict[str, float | NA]:
         return {r.key: na for r in catalogue.gpm_readings()}
 
     def _gpm_state(self, key: GpmKey, handle: NvmlHandle) -> "_GpmState | NA":
@@ -1038,7 +1039,7 @@ class NvmlBackend:
         self._gpm[key] = found
         return found
 
-    def _gpm_read(self, key: GpmKey, handle: NvmlHandle, gpu_instance: int | None) -> dict[str, Any]:
+    def _gpm_read(self, key: GpmKey, handle: NvmlHandle, gpu_instance: int | None) -> dict[str, float | NA]:
         state = self._gpm_state(key, handle)
         if is_na(state):
             return self._gpm_na(state)

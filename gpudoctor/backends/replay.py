@@ -29,7 +29,8 @@ from gpudoctor.backends.recording import (
 )
 
 from . import catalogue
-from .base import P2P_KEYS, GpuSample, MemoryReading, MigDeviceReading, ProcessReading, UtilizationReading
+from .base import (P2P_KEYS, GpuSample, MemoryReading, MigDeviceReading, NvLinkReading, ProcessReading,
+                   UtilizationReading)
 from .na import NA, is_na
 from .plausible import screen
 
@@ -76,16 +77,16 @@ class ReplayBackend:
         status = self._nvml.get("status")
         return status if is_na(status) else None
 
-    def driver_version(self) -> Any:
+    def driver_version(self) -> str | NA:
         return self._nvml.get("driver_version", NA("NotRecorded"))
 
-    def cuda_driver_version(self) -> Any:
+    def cuda_driver_version(self) -> str | NA:
         return self._nvml.get("cuda_driver_version", NA("NotRecorded"))
 
-    def nvml_version(self) -> Any:
+    def nvml_version(self) -> str | NA:
         return self._nvml.get("nvml_version", NA("NotRecorded"))
 
-    def device_count(self) -> Any:
+    def device_count(self) -> int | NA:
         return self._nvml.get("device_count", NA("NotRecorded"))
 
     def _check(self, index: int) -> NA | None:
@@ -149,7 +150,7 @@ class ReplayBackend:
             fast["memory_reserved_bytes"] = NA("NotRecorded")  # recorded before reserved was read
         return cast(GpuSample, fast)
 
-    def total_energy_mj(self, index: int) -> Any:
+    def total_energy_mj(self, index: int) -> int | NA:
         """The energy counter of the device's next recorded sample (``energy_mj``), or NA."""
         sample = self.sample(index)
         return sample.get("energy_mj", NA("NotRecorded"))
@@ -169,7 +170,7 @@ class ReplayBackend:
         return UtilizationReading(float(t) if isinstance(t, (int, float)) else 0.0,
                                   full.get("gpu_util_pct", missing), full.get("mem_util_pct", missing))
 
-    def utilization_samples(self, index: int, since_us: int) -> Any:
+    def utilization_samples(self, index: int, since_us: int) -> list[tuple[int, float]] | NA:
         """The recorded ``gpu_util_pct`` readings newer than ``since_us`` as
         ``[(timestamp_us, percent)]``, timed by the recording's own clock (its ``t``, seconds
         from the recording's start), which is not the host's. Does not move the replay on."""
@@ -188,7 +189,7 @@ class ReplayBackend:
                 out.append((stamp, float(value)))
         return sorted(out)
 
-    def compute_mode(self, index: int) -> Any:
+    def compute_mode(self, index: int) -> int | NA:
         """The compute mode of the device's next recorded sample, or NA."""
         return self.sample(index).get("compute_mode", NA("NotRecorded"))
 
@@ -218,7 +219,7 @@ class ReplayBackend:
             return entry if is_na(entry) else NA("NotRecorded")
         return [item for item in entry if isinstance(item, dict)]
 
-    def nvlink(self, index: int) -> Any:
+    def nvlink(self, index: int) -> list[NvLinkReading] | NA:
         """Recorded NVLink links of a device (``nvml.nvlink[index]``), else NA."""
         na = self._check(index)
         if na is not None:
@@ -249,7 +250,7 @@ class ReplayBackend:
             return entries
         return [MigDeviceReading.from_mapping(screen(dict(m))) for m in entries]
 
-    def gpm(self, index: int) -> dict[str, Any]:
+    def gpm(self, index: int) -> dict[str, float | NA]:
         """A recording's GPM readings come with its samples (:meth:`sample`); a GPM read of its own
         has nothing to give: every reading NA("NotRecorded"), so a caller stops asking."""
         return {r.key: NA("NotRecorded") for r in catalogue.gpm_readings()}

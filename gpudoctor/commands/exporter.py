@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
     from gpudoctor.backends.base import GpuBackend
-    from gpudoctor.backends.events import EventWatcher, ReplayEvents
+    from gpudoctor.backends.events import EventSource
     from gpudoctor.commands.args import Subcommands
 
 port = bounded(int, minimum=0, maximum=65535, what="a port number")
@@ -138,7 +138,7 @@ class _EventsInBackground:
     def __init__(self, gpu: GpuBackend, sampler: GpuSampler | None = None) -> None:
         self.gpu = gpu
         self.sampler = sampler
-        self.watcher: EventWatcher | ReplayEvents | None = None
+        self.watcher: EventSource | None = None
         self._stopped = False
         self._lock = threading.Lock()
 
@@ -199,11 +199,12 @@ def _say_first_sample(sampler: GpuSampler, wait_s: float = 5.0, stop: list[int] 
         print(f"gpudoctor exporter: the first NVML sample has not come back in {wait_s:g} s; serving it as "
               "stale (gpudoctor_nvml_up 0) until it does", file=sys.stderr, flush=True)
         return
-    first = sampler.snapshot or {}
-    if first.get("status") is not None:
-        retry = first.get("retry_in_s")
+    latest = sampler.snapshot
+    status = latest.get("status") if latest is not None else None
+    if status is not None:
+        retry = latest.get("retry_in_s") if latest is not None else None
         # the reason may come from a recording (--replay) or a driver: shown as plain text
-        print(f"gpudoctor exporter: NVML unavailable ({plain_text(first['status'].reason, limit=80)}); "
+        print(f"gpudoctor exporter: NVML unavailable ({plain_text(status.reason, limit=80)}); "
               "serving gpudoctor_nvml_up 0"
               + (f", trying again in {retry:.0f} s (then after 10, 20, 40 s, then every 60 s)" if retry is not None else ""),
               file=sys.stderr, flush=True)

@@ -97,7 +97,7 @@ def _reason(exc: BaseException) -> str:
 
 
 # --------------------------------------------------------------------------- delivery
-def deliver(show: Callable[[TextIO], None] | None, files: Iterable[tuple[str, Writer]]) -> bool:
+def deliver(show: Callable[[TextIO], object] | None, files: Iterable[tuple[str, Writer]]) -> bool:
     """Print with ``show(sys.stdout)``, then write each ``(path, writer)``.
 
     Returns True when everything was written. Every failure is one line on stderr. A reader

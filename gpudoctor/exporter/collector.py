@@ -12,7 +12,7 @@ from gpudoctor.backends.na import is_na
 from gpudoctor.exporter.metrics import (GPU_LABELS, MIG_LABELS, OTHER_METRICS, counter_metrics, gpu_metrics,
                                        mig_metrics)
 from gpudoctor.exporter.report_status import STATUSES, ReportStatus
-from gpudoctor.exporter.sampler import STALE_AFTER_INTERVALS, GpuSampler
+from gpudoctor.exporter.sampler import STALE_AFTER_INTERVALS, ExportedDevice, ExportedSample, GpuSampler
 
 if TYPE_CHECKING:  # prometheus_client is imported at scrape time, not with the command line
     from prometheus_client.core import GaugeMetricFamily
@@ -42,7 +42,7 @@ def _state_set(family: GaugeMetricFamily, labels: list[str], current: object) ->
         family.add_metric(labels + [status], 1.0 if current == status else 0.0)
 
 
-def _gpu_label_values(dev: dict[str, Any]) -> list[str]:
+def _gpu_label_values(dev: ExportedDevice) -> list[str]:
     """The values of :data:`GPU_LABELS` for one device of a sample."""
     static = dev["static"]
     return [str(dev["index"])] + [_label(static.get(k)) for k in GPU_LABELS[1:]]
@@ -86,7 +86,7 @@ class GpudoctorCollector:
     def _stale_after_s(self) -> float:
         return STALE_AFTER_INTERVALS * self.sampler.interval + 1.0
 
-    def _nvml_metrics(self, snap: dict[str, Any] | None) -> Iterable[Any]:
+    def _nvml_metrics(self, snap: ExportedSample | None) -> Iterable[Any]:
         """gpudoctor_nvml_up and why it is 0: NVML down, or the sample stale (the sampler is
         inside a driver call that has not come back, the first one included)."""
         nvml_up = _gauge("gpudoctor_nvml_up")
@@ -112,7 +112,7 @@ class GpudoctorCollector:
         yield nvml_up
         yield nvml_err
 
-    def _sample_metrics(self, snap: dict[str, Any]) -> Iterable[Any]:
+    def _sample_metrics(self, snap: ExportedSample) -> Iterable[Any]:
         yield _counter("gpudoctor_nvml_reinit_total", value=float(snap.get("reinits") or 0))
         yield _gauge("gpudoctor_sample_timestamp_seconds", value=snap["t"])
         yield _gauge("gpudoctor_sample_duration_seconds", value=snap["duration_s"])
@@ -120,7 +120,7 @@ class GpudoctorCollector:
         if snap.get("count") is not None:
             yield _gauge("gpudoctor_gpu_count", value=snap["count"])
 
-    def _gpu_metrics(self, snap: dict[str, Any]) -> Iterable[Any]:
+    def _gpu_metrics(self, snap: ExportedSample) -> Iterable[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         labels = list(GPU_LABELS)
@@ -142,7 +142,7 @@ class GpudoctorCollector:
         yield _holder_metric(snap["devices"])
         yield from _mig_metrics(snap["devices"])
 
-    def _event_metrics(self, events: EventSource, devices: list[dict[str, Any]]) -> Iterable[Any]:
+    def _event_metrics(self, events: EventSource, devices: list[ExportedDevice]) -> Iterable[Any]:
         gpu_labels = list(GPU_LABELS)
         xids = _counter("gpudoctor_gpu_xid_errors_total", labels=gpu_labels)
         logged = _gauge("gpudoctor_gpu_kernel_log_xids", labels=gpu_labels)
@@ -213,7 +213,7 @@ class GpudoctorCollector:
             yield _gauge("gpudoctor_report_duration_seconds", value=self.reports.duration_s)
 
 
-def _add_device(fam: dict[str, Any], dev: dict[str, Any], driver_version: object) -> None:
+def _add_device(fam: dict[str, Any], dev: ExportedDevice, driver_version: object) -> None:
     """One GPU's series into the families of :meth:`GpudoctorCollector._gpu_metrics`."""
     from gpudoctor.backends.nvml import HARMFUL_THROTTLE_MASK, THROTTLE_REASONS
 
@@ -249,7 +249,7 @@ def _add_device(fam: dict[str, Any], dev: dict[str, Any], driver_version: object
 HOLDER_LABELS = ["kind", "slurm_job", "pod_uid", "container_id", "reason"]
 
 
-def _holder_metric(devices: list[dict[str, Any]]) -> Any:
+def _holder_metric(devices: list[ExportedDevice]) -> Any:
     """gpudoctor_gpu_holder_info: per GPU, one series per Slurm job or Kubernetes pod of its
     processes (from their cgroups), or kind="unknown" with the reason it cannot be told."""
     family = _gauge("gpudoctor_gpu_holder_info", labels=list(GPU_LABELS) + HOLDER_LABELS)
@@ -265,12 +265,12 @@ def _holder_metric(devices: list[dict[str, Any]]) -> Any:
     return family
 
 
-def _mig_metrics(devices: list[dict[str, Any]]) -> Iterable[Any]:
+def _mig_metrics(devices: list[ExportedDevice]) -> Iterable[Any]:
     """The per-MIG-device series (gpudoctor_mig_*), only when some GPU is in MIG mode and its MIG
     devices were read: memory, SMs, processes and GPM SM activity per slice. No utilisation or
     energy per slice: NVML has energy for the whole GPU only (a share would be made up) and no
     utilisation rates in MIG mode."""
-    slices = [(dev["index"], m) for dev in devices if isinstance(dev.get("mig"), list) for m in dev["mig"]]
+    slices = [(dev["index"], m) for dev in devices for mig in [dev.get("mig")] if isinstance(mig, list) for m in mig]
     if not slices:
         return
     labels = list(MIG_LABELS)

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypedDict
 
-from gpudoctor.backends.na import is_na
+from gpudoctor.backends.na import NA, is_na
 
 if TYPE_CHECKING:
-    from gpudoctor.backends.base import GpuBackend
+    from gpudoctor.backends.base import GpuBackend, GpuSample, MigDeviceReading, ProcessReading
+    from gpudoctor.backends.holders import Holder
     from gpudoctor.sampling import Snapshot
 
 DEFAULT_INTERVAL_S = 5.0
@@ -24,7 +25,32 @@ RETRY_FIRST_S = 5.0
 RETRY_MAX_S = 60.0
 
 
-def recoverable_trouble(snap: dict[str, Any]) -> str | None:
+class ExportedDevice(TypedDict):
+    """One GPU of :attr:`GpuSampler.snapshot`: the sampler's DeviceSnapshot with its processes
+    read as the Slurm jobs and Kubernetes pods holding it."""
+
+    index: int
+    static: dict[str, Any]
+    sample: GpuSample
+    mig: list[MigDeviceReading] | NA | None
+    #: the holders, a reason where the processes cannot be read, None where they are not read
+    holders: list[Holder] | str | None
+
+
+class ExportedSample(TypedDict):
+    """What the collector reads from :attr:`GpuSampler.snapshot`: one whole sample."""
+
+    t: float
+    status: NA | None
+    count: int | None
+    driver_version: str | None
+    devices: list[ExportedDevice]
+    reinits: int
+    retry_in_s: float | None
+    duration_s: float
+
+
+def recoverable_trouble(snap: ExportedSample) -> str | None:
     """The reason a fresh NVML start-up may help with this exporter sample, or None."""
     from gpudoctor.sampling import RECOVERABLE_NVML_REASONS, all_lost
 
@@ -53,7 +79,7 @@ class GpuSampler:
 
         self.gpu = gpu
         self.interval = interval
-        self.snapshot: dict[str, Any] | None = None
+        self.snapshot: ExportedSample | None = None
         # Where the processes' cgroups are read to name each GPU's Slurm job or Kubernetes pod
         # (None: processes are not read, no holder series).
         self.proc_root = proc_root
@@ -79,7 +105,7 @@ class GpuSampler:
                          "holders": self._holders(d.processes)} for d in snap.devices],
             "reinits": snap.reinits, "retry_in_s": snap.retry_in_s, "duration_s": snap.read_s}
 
-    def _holders(self, processes: Any) -> Any:
+    def _holders(self, processes: list[ProcessReading] | NA) -> list[Holder] | str | None:
         """The Slurm jobs and Kubernetes pods of a GPU's processes (gpudoctor.backends.holders), a
         reason string where the process list cannot be read, or None when processes are not read."""
         if self.proc_root is None:
@@ -90,7 +116,7 @@ class GpuSampler:
 
         return of_processes((p.pid for p in processes), self.proc_root)
 
-    def sample_once(self) -> dict[str, Any]:
+    def sample_once(self) -> ExportedSample:
         self.core.read()
         assert self.snapshot is not None
         return self.snapshot

@@ -12,7 +12,11 @@ import time
 from typing import TYPE_CHECKING, Any, Union
 
 if TYPE_CHECKING:
+    from socketserver import TCPServer as _MixedInto
+
     from prometheus_client import CollectorRegistry
+else:
+    _MixedInto = object  # the server class it is mixed into (WSGIServer) comes after it in the MRO
 
 #: What socketserver hands a server as a request: a stream server's connected socket, or a datagram
 #: server's (data, socket) pair (never this server's: it serves TCP).
@@ -46,7 +50,7 @@ class _OneLineErrors:
             print(f"gpudoctor exporter: request failed: {lines[-1].strip()[:200]}", file=sys.stderr, flush=True)
 
 
-class _LimitedServer:
+class _LimitedServer(_MixedInto):
     """A thread per connection, at most ``max_connections`` at once, each for at most
     ``request_timeout_s``: idle or half-sent requests (slowloris) cannot hold threads and
     file descriptors until scrapes fail. Connections over the cap are answered 503 and
@@ -69,11 +73,11 @@ class _LimitedServer:
         self.peak_connections = 0  # most connections served at once
         self._active: dict[Any, float] = {}
         self._lock = threading.Lock()
-        super().__init__(address, self.handler_class)  # type: ignore[call-arg]
+        super().__init__(address, self.handler_class)
 
     def get_request(self) -> Any:
         try:
-            return super().get_request()  # type: ignore[misc]
+            return super().get_request()
         except OSError as exc:
             if exc.errno in _FD_SHORTAGE:
                 # The listening socket stays readable: pause instead of spinning, and let
@@ -156,8 +160,10 @@ def _metrics_server_class() -> Any:
         """One connection: a socket timeout on every read and write, no access log."""
 
         def setup(self) -> None:
-            self.timeout = self.server.request_timeout_s  # StreamRequestHandler.setup applies it
             super().setup()
+            server = self.server
+            if isinstance(server, _LimitedServer):  # always: the handler of MetricsServer only
+                self.connection.settimeout(server.request_timeout_s)
 
         def log_message(self, format: str, *args: object) -> None:
             pass

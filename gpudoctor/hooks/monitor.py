@@ -602,7 +602,10 @@ class TrainingMonitor:
             times = sorted(self._host_steps[first:n])
         waits = [w for w in self._waits[first:n] if not math.isnan(w)]
         wall = sum(iteration_spans(self._iter_starts, self._ends, self._passes, first))
-        parts = [f"step {n}: {percentile(times, 50) * 1000:.2f} ms/step (median of the last {n - first})"]
+        median_s = percentile(times, 50)
+        if median_s is None:  # no step since the last line (it is written after a step)
+            return
+        parts = [f"step {n}: {median_s * 1000:.2f} ms/step (median of the last {n - first})"]
         if waits and wall > 0:
             parts.append(f"data wait {sum(waits) / wall * 100:.0f}%")
         if self._sampler is not None:

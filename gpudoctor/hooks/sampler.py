@@ -90,7 +90,7 @@ class TrainingSampler:
         if found is None:  # a backend without GPM answers: stop asking
             self._gpm_ok = False
             return {}
-        if all(is_na(found.get(k)) and found.get(k).reason != "Warming" for k in GPM_FIELDS):
+        if all(is_na(value) and value.reason != "Warming" for value in (found.get(k) for k in GPM_FIELDS)):
             self._gpm_ok = False  # no GPM on this device: no further reads
         return {k: found.get(k) for k in GPM_FIELDS if not is_na(found.get(k))}
 

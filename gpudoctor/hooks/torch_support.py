@@ -385,7 +385,8 @@ class SyncCounter:
             warnings.showwarning = self._saved_showwarning
         if self._filter is not None:
             try:
-                warnings.filters.remove(self._filter)
+                # a list at run time (the module's own functions edit it), typed Sequence by typeshed
+                warnings.filters.remove(self._filter)  # type: ignore[attr-defined]
                 warnings._filters_mutated()  # type: ignore[attr-defined]
             except (ValueError, AttributeError):
                 pass
@@ -430,7 +431,7 @@ class SyncCounter:
             inner_framework: tuple[str, int] | None = None
             if os.path.abspath(filename).startswith(framework) and filename not in _WARNINGS_FILES:
                 inner_framework = (filename, lineno)
-            frame = sys._getframe(1)
+            frame: FrameType | None = sys._getframe(1)
             while frame is not None and _is_library_frame(frame.f_code.co_filename, prefixes):
                 if inner_framework is None and os.path.abspath(frame.f_code.co_filename).startswith(framework):
                     inner_framework = (frame.f_code.co_filename, frame.f_lineno)

@@ -426,11 +426,11 @@ class GpudoctorApp(App[int]):
         screen = self.screen
         if isinstance(screen, PopUp) or (names == SCREEN_NAMES and self.is_screen_installed("fleet")
                                          and screen is self.get_screen("fleet")):
-            screen.refresh_view()  # type: ignore[attr-defined]
+            screen.refresh_view()
             return
         for name in names:
             if self.is_screen_installed(name) and screen is self.get_screen(name):
-                screen.refresh_view()  # type: ignore[attr-defined]
+                screen.refresh_view()
 
     # -- actions --------------------------------------------------------------------
     def action_show(self, name: str) -> None:

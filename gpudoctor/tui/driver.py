@@ -135,7 +135,7 @@ def driver_class() -> Any:
     if parameters != ["debug"]:  # the parser this was written for takes only `debug`
         return None
 
-    class QuietLinuxDriver(LinuxDriver):  # type: ignore[misc, valid-type]
+    class QuietLinuxDriver(LinuxDriver):
         """Textual's Linux driver, whose input thread sleeps until there is input."""
 
         def __init__(self, *args: object, **kw: object) -> None:  # handed on to Textual's driver unchanged

@@ -181,7 +181,7 @@ class Titled:
 
     @property
     def gapp(self) -> "GpudoctorApp":
-        return self.app  # type: ignore[no-any-return]
+        return self.app
 
     def every_s(self) -> float:
         """How often this screen's data is read (the header's ``· every N s``)."""
@@ -235,7 +235,7 @@ class Titled:
             return [(Text("· Doctor: ", style="bold") + Text(f"{waiting} ", style="dim"), KEEP)]
         status, reason, _level = headline
         word, style = status_style(status)
-        parts = [(Text("· Doctor: ", style="bold") + Text(word, style=style), KEEP)]
+        parts: list[tuple[Text, float]] = [(Text("· Doctor: ", style="bold") + Text(word, style=style), KEEP)]
         if reason:  # the Doctor screen's own facts come first there: its page shows every finding
             parts.append((Text(f": {plain_text(reason, limit=60)}"), REASON if self.TITLE != "Doctor" else SCREEN_INFO + 1))
         parts.append((Text(" "), KEEP))
@@ -246,7 +246,7 @@ class Titled:
         """``· live`` or ``· replay`` (kept), the recording's name and the driver version."""
         snap = self._state().snapshot
         replay = bool(getattr(self.gapp, "replay", None)) or (snap is not None and snap.source.startswith("replay"))
-        parts = [(Text("· replay " if replay else "· live ", style="bold magenta" if replay else "bold"), KEEP)]
+        parts: list[tuple[Text, float]] = [(Text("· replay " if replay else "· live ", style="bold magenta" if replay else "bold"), KEEP)]
         if snap is not None and replay:
             name = snap.source.partition(": ")[2] or "recording"
             parts.append((Text(f"{plain_text(name, limit=80)} ", style="dim"), SOURCE_FILE))
@@ -622,8 +622,8 @@ class ProcessesScreen(BaseScreen):
                                                  kind="parent", command=name))
                 parent.setdefault(pid, up[0] if up else None)
         children: dict[int | None, list[int]] = {}
-        for pid, up in parent.items():
-            children.setdefault(up if up in nodes else None, []).append(pid)
+        for pid, parent_pid in parent.items():
+            children.setdefault(parent_pid if parent_pid in nodes else None, []).append(pid)
         out: list[tuple[ProcessRow, int]] = []
 
         def walk(pid: int, depth: int) -> None:
@@ -991,7 +991,7 @@ class HelpScreen(PopUp, ModalScreen[None]):
         self.dismiss(None)
 
     def action_quit_from_help(self) -> None:
-        self.app.action_quit_app()  # type: ignore[attr-defined]
+        self.app.action_quit_app()
 
 
 __all__ = ["OverviewScreen", "ProcessesScreen", "DoctorScreen", "WorkloadScreen", "HelpScreen", "WhyScreen",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import textwrap
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from rich.console import Group
 from rich.segment import Segment
@@ -52,7 +52,7 @@ def _na_text(value: NA) -> str:
 Run = tuple[str, str]
 
 
-class Runs(tuple):  # type: ignore[type-arg]
+class Runs(tuple[Run, ...]):
     """A panel line as runs of ``(text, style)`` side by side, each style complete (what a
     Rich text's overlapping spans add up to, written out: ``"cyan bold"``).
 
@@ -134,12 +134,12 @@ class _LinesPanel(Widget):
     _run_styles: dict[str, Style]
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
-        return len(self.lines(width))  # type: ignore[attr-defined]
+        return len(self.lines(width))
 
     def render_line(self, y: int) -> Strip:
         width = self.content_size.width
         if self._shown is None or width != self._shown_width:
-            self._shown, self._shown_width = self.lines(width), width  # type: ignore[attr-defined]
+            self._shown, self._shown_width = self.lines(width), width
             self._strips = None
         base = self.visual_style.rich_style
         if self._strips is None or base != self._strips_style:  # a new width, a class or theme change
@@ -178,7 +178,7 @@ class _LinesPanel(Widget):
         """Repaint what changed; re-layout too when the number of lines changed (a GPU lost, a
         resize)."""
         width = self.content_size.width
-        lines = self.lines(width)  # type: ignore[attr-defined]
+        lines = self.lines(width)
         old, strips = self._shown, self._strips
         if width == self._shown_width and old is not None and len(old) == len(lines) == self._line_count:
             # Same size: re-render only the lines that changed, each across the whole panel, border
@@ -291,7 +291,7 @@ class GpuPanel(_LinesPanel):
         return self._render_readings(dev, hist, width)
 
     def _render_fault(self, dev: DeviceSnapshot, hist: History, fault: NA, width: int) -> list[Line]:
-        lines = [Text(f"No readings: {plain_text(fault.reason, limit=60)}", style="bold red")]
+        lines: list[Line] = [Text(f"No readings: {plain_text(fault.reason, limit=60)}", style="bold red")]
         for line in textwrap.wrap(plain_text(fault_words(fault.reason)), width)[:3]:
             lines.append(Text(line))
         label = "util"
@@ -452,8 +452,8 @@ def event_lines(events: DeviceEvents | None, width: int, now: float | None = Non
         lines.append(head)
         # All of it: the advice ends with what to check (slot, riser, power, cooling), the part
         # a user most needs; the Overview scrolls when the panels outgrow the screen.
-        for line in textwrap.wrap(plain_text(f"{info.words}; {info.action}"), max(10, width - LABEL_W)):
-            lines.append(Text(" " * LABEL_W + line))
+        for wrapped in textwrap.wrap(plain_text(f"{info.words}; {info.action}"), max(10, width - LABEL_W)):
+            lines.append(Text(" " * LABEL_W + wrapped))
     if serious:
         event = serious[-1]
         line = Text("events".ljust(LABEL_W), style="cyan")
@@ -526,7 +526,7 @@ class HostPanel(_LinesPanel):
         used, total = host.get("ram_used_bytes"), host.get("ram_total_bytes")
         ram = f"RAM {fmt_bytes(used)}/{fmt_bytes(total)}"
 
-        def spark(label: str, series: list[float | None], w: int) -> list[Run]:
+        def spark(label: str, series: Iterable[float | None], w: int) -> list[Run]:
             return [(label, "bold"), (" " + sparkline(series, max(0, w - len(label) - 1), 0, 100), "bold green")]
 
         lines: list[Line]
@@ -585,7 +585,8 @@ def history_graph(series: list[tuple[str, list[float | None], str]], rows: int, 
         height = -(-left // (len(series) - k))  # the rows left, shared out (rounded up)
         left -= height
         data = list(values)[-plot_w:]
-        data = [None] * (plot_w - len(data)) + data
+        padding: list[float | None] = [None] * (plot_w - len(data))
+        data = padding + data
         known = max(known, sum(1 for v in data if v is not None))
         # Each reading as one character that stands for its height in eighths of a row; each
         # row of the graph is then that string translated by the row's table.
@@ -609,7 +610,7 @@ def history_graph(series: list[tuple[str, list[float | None], str]], rows: int, 
     return out
 
 
-class _GraphLevels(dict):  # type: ignore[type-arg]
+class _GraphLevels(dict[float | None, str]):
     """Reading (0-100 %, or None) -> the character standing for its height in a graph ``rows``
     tall: chr(1 + eighths of a row, rounded), or chr(0) for no reading (or NaN). Filled in as
     readings come (they repeat: integer percentages)."""
@@ -819,9 +820,9 @@ class CompactView(_LinesPanel):
         for r in self.processes:
             counts[r.gpu] = counts.get(r.gpu, 0) + 1
         out: list[Line] = []
-        for line in compact_grid(self.devices, width, counts):
+        for grid_row in compact_grid(self.devices, width, counts):
             runs: list[Run] = []
-            for n, (index, cells) in enumerate(line):
+            for n, (index, cells) in enumerate(grid_row):
                 if n:
                     runs.append((" " * COLUMN_GAP, ""))
                 for k, cell in enumerate(cells):

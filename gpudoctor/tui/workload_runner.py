@@ -27,7 +27,7 @@ import importlib.util
 import inspect
 import signal
 import traceback
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 from gpudoctor import _proc
 from gpudoctor._proc import describe_exit, silence_stdio
@@ -101,6 +101,7 @@ def _child_main(conn: Connection, target: str, options: dict[str, Any], quiet: b
         send("error", {"message": f"cannot load {target}: {type(exc).__name__}: {exc}",
                        "traceback": traceback.format_exc(limit=6)})
         return
+    params: Mapping[str, inspect.Parameter]
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):

@@ -74,7 +74,7 @@ def _input_fix(workers: list[ProcessView], idle_cpus: float | None, lines: list[
     cpus = [cpu_by_pid.get(w.pid) for w in busy]
     waiting = bool(cpus) and all(c is not None and c < WAITING_WORKER_CPU_PCT for c in cpus)
     state = phrase("workers_busy", busy=len(busy), workers=len(workers))
-    kinds: Counter = Counter()
+    kinds: Counter[str] = Counter()
     for w in busy:
         kinds.update(w.details[rules.DATA_LOADING])
     kind = kinds.most_common(1)[0][0] if kinds else ""
@@ -275,7 +275,7 @@ def _problem(code: str, share: float, view: ProcessView, views: dict[int, Proces
         workers = _workers_of(view, views)
         lines = _data_lines(view, workers, source)
         how = phrase("workers", n=len(workers)) if workers else phrase("no_workers")
-        detail: Counter = Counter()
+        detail: Counter[str] = Counter()
         for w in workers:
             detail.update(w.details[rules.DATA_LOADING])
         doing = (phrase("busy_in", at=_where(lines)) if lines else phrase("dataset_unseen")) + \

@@ -301,7 +301,7 @@ class Readings:
             return {}
         skip = self._skip()
         now = _others_cpu(skip)
-        used = []
+        used: list[dict[str, Any]] = []  # the result's "others": pid, name, cpu_pct
         for pid, (name, seconds) in now.items():
             before = self.others0.get(pid)
             if before is None or pid in skip:

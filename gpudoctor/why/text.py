@@ -91,8 +91,8 @@ def render_text(d: dict[str, Any], width: int | None = 100) -> str:
         if i and (line.get("share") or 0) < 0.05:
             continue
         code = f"  `{line['code']}`" if line.get("code") else ""
-        share = f" ({line['share']:.0%})" if line.get("share") is not None else ""
-        out.append(plain_text(f"  at {line['file']}:{line['line']} {line['function']}{code}{share}", limit=300))
+        line_share = f" ({line['share']:.0%})" if line.get("share") is not None else ""
+        out.append(plain_text(f"  at {line['file']}:{line['line']} {line['function']}{code}{line_share}", limit=300))
     details = d.get("details") or {}
 
     def share(c: str) -> str:

@@ -210,7 +210,7 @@ def _plot_efficiency(axis: Axes, runs: list[dict[str, Any]]) -> None:
     _label_axis(axis, "Throughput against energy efficiency", "samples per joule", "samples/s",
                 legend=bool(points), log_x=bool(points), grid="major")
     if not points:
-        notes = sorted({run.get("energy_note") for run in runs if run.get("energy_note")})
+        notes = sorted({str(run["energy_note"]) for run in runs if run.get("energy_note")})
         axis.text(0.5, 0.5, "no energy readings\n" + ("\n".join(notes[:2]) if notes else ""),
                   ha="center", va="center", transform=axis.transAxes, fontsize=8, wrap=True)
 

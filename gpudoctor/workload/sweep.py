@@ -83,9 +83,9 @@ class SweepResult:
 
 def sorted_runs(runs: list[RunResult]) -> list[RunResult]:
     """Fastest epoch first; runs without a time (oom, error) last, in run order."""
-    timed = [r for r in runs if r.status == "ok" and r.epoch_s is not None]
+    timed = [(r.epoch_s, r) for r in runs if r.status == "ok" and r.epoch_s is not None]
     untimed = [r for r in runs if not (r.status == "ok" and r.epoch_s is not None)]
-    return sorted(timed, key=lambda r: r.epoch_s) + untimed
+    return [r for _, r in sorted(timed, key=lambda pair: pair[0])] + untimed
 
 
 def cuda_available() -> bool:
