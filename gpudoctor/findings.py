@@ -774,12 +774,12 @@ def words(code: str, *, label: str | None = None, **fields: object) -> tuple[str
     return summary, worded.why.format(**fields), worded.fix.format(**fields)
 
 
-def errored(probe: str, way: str, *, duration_s: float = 0.0, **fields: object) -> ProbeResult:
+def errored(probe: str, way: str, *, duration_s: float = 0.0, **fields: Any) -> ProbeResult:
     """A probe's ``error`` result, its summary in the words of ``probe_error:<way>``."""
     return ProbeResult.error(probe, words(f"probe_error:{way}", **fields)[0], duration_s)
 
 
-def skipped(probe: str, code: str, **fields: object) -> ProbeResult:
+def skipped(probe: str, code: str, **fields: Any) -> ProbeResult:
     """A probe's ``skip`` result: the finding ``code`` in its table's words, its summary the result's."""
     summary, why, fix = words(code, **fields)
     return ProbeResult.skip(probe, summary, code=code.partition(":")[0], why=why, fix=fix)

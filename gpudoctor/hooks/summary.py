@@ -75,7 +75,7 @@ STRAGGLER_MIN_EXCESS_SHARE = 0.05
 DiagnosisItem = Finding
 
 
-def worded(key: str, evidence: dict[str, Any], **fields: object) -> Finding:
+def worded(key: str, evidence: dict[str, Any], **fields: Any) -> Finding:
     """The finding for ``key`` (a code, or ``code:way``) in its wording table's words."""
     return findings.finding(key, evidence=evidence, **fields)
 

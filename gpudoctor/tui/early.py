@@ -36,7 +36,7 @@ def take_reading(sampler: Sampler, process_info: Callable[..., dict[str, Any]]) 
     from gpudoctor.presentation import process_rows
 
     snap = sampler.read()
-    rows, notes = process_rows(snap, process_info)  # type: ignore[arg-type]
+    rows, notes = process_rows(snap, process_info)
     forget = getattr(process_info, "forget_except", None)
     if forget is not None:
         forget({r.pid for r in rows})

@@ -148,9 +148,9 @@ def _with_startup(view: ProcessView, views: dict[int, ProcessView], source: Sour
                "what": what, "lines": lines}
     if share >= STARTUP_SHARE or n - starting < MIN_SAMPLES:
         again = max(5, math.ceil(seconds)) if seconds is not None else 10
-        starting = said("unknown:starting", lines=lines, share=share, what=what, at=_where(lines), again=again)
-        starting.evidence["startup"] = startup
-        return starting
+        unknown = said("unknown:starting", lines=lines, share=share, what=what, at=_where(lines), again=again)
+        unknown.evidence["startup"] = startup
+        return unknown
     decision = decide(_without_startup(view), views, source, **figures)
     took = phrase("startup_took", seconds=seconds) if seconds is not None else ""
     decision.summary += phrase("startup_left_out", share=share, took=took, what=what)
