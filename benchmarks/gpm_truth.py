@@ -96,10 +96,10 @@ def _run_phase(torch: Any, gpu: Any, index: int, phase: str, seconds: float, siz
 
 
 def _judge(result: dict[str, Any]) -> dict[str, Any]:
-    from gpudoctor.backends.busy import verdict
+    from gpudoctor.backends.busy import basis, verdict
 
     found = verdict(result["median"])
-    result["verdict"] = {"code": found.code, "words": found.words, "evidence": found.evidence}
+    result["verdict"] = {"code": found.code, "words": found.summary, "evidence": basis(found)}
     result["expected"] = EXPECTED[result["phase"]]
     result["met"] = found.code == result["expected"]
     return result

@@ -7,6 +7,8 @@ import time
 from typing import TYPE_CHECKING, Any, Iterable
 
 from gpudoctor._num import number
+# imported with the module, never during a scrape: a scrape may run with every file descriptor taken
+from gpudoctor.backends.clock_reasons import HARMFUL_THROTTLE_MASK, THROTTLE_REASONS
 from gpudoctor._text import plain_text
 from gpudoctor.backends.na import is_na
 from gpudoctor.exporter.metrics import (GPU_LABELS, MIG_LABELS, OTHER_METRICS, counter_metrics, gpu_metrics,
@@ -215,8 +217,6 @@ class GpudoctorCollector:
 
 def _add_device(fam: dict[str, Any], dev: ExportedDevice, driver_version: object) -> None:
     """One GPU's series into the families of :meth:`GpudoctorCollector._gpu_metrics`."""
-    from gpudoctor.backends.nvml import HARMFUL_THROTTLE_MASK, THROTTLE_REASONS
-
     static, sample = dev["static"], dev["sample"]
     labels = _gpu_label_values(dev)
     fam["info"].add_metric(labels + [_label(driver_version)], 1.0)

@@ -10,8 +10,25 @@ user's lines responsible and the fix. Nothing here imports torch: it samples oth
 
 from __future__ import annotations
 
-from .analysis import CODES, FORMAT, FORMAT_VERSION, WORDS, diagnose
-from .pyspy import WhyError
-from .session import sample, why
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .analysis import CODES, FORMAT, FORMAT_VERSION, WORDS, diagnose
+    from .pyspy import WhyError
+    from .session import sample, why
+
+# The package's names are loaded on first use (PEP 562): importing one light submodule
+# (why.wording, which gpudoctor.findings' index reads for any finding code) must not pull in the
+# analysis, py-spy and psutil on the quick report's path (tests/test_quick_start.py).
+_LAZY = {"CODES": ".analysis", "FORMAT": ".analysis", "FORMAT_VERSION": ".analysis", "WORDS": ".analysis",
+         "diagnose": ".analysis", "WhyError": ".pyspy", "sample": ".session", "why": ".session"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_LAZY[name], __name__), name)
+
 
 __all__ = ["why", "sample", "diagnose", "WhyError", "CODES", "WORDS", "FORMAT", "FORMAT_VERSION"]
