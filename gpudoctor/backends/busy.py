@@ -16,13 +16,13 @@ This module sits in the backends layer and imports nothing above it.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping
 
 from gpudoctor import findings
+from gpudoctor._num import number
 from gpudoctor.model import Finding
 
-from .na import NA, is_na
+from .na import NA
 
 # --------------------------------------------------------------------------- thresholds
 #: Utilisation at or above this reads "busy": a kernel ran for at least 80 % of the sample period,
@@ -103,9 +103,7 @@ CODES = ("idle", "tensor_bound", "busy_small_kernels", "memory_bound", "sm_bound
 
 
 def _num(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or is_na(value):
-        return None
-    return float(value) if math.isfinite(value) else None
+    return number(value, finite=True)  # NA, bools, text, NaN and the infinities: None
 
 
 def _phrase(name: str, **fields: Any) -> str:
