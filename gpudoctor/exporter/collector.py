@@ -6,9 +6,13 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Iterable
 
+# What a scrape uses is imported with the module (prometheus_client when the collector is made),
+# never during a scrape: a scrape may run with every file descriptor taken, and an import opens files.
+from gpudoctor import _version
 from gpudoctor._num import number
-# imported with the module, never during a scrape: a scrape may run with every file descriptor taken
+from gpudoctor.backends.busy import READS, verdict
 from gpudoctor.backends.clock_reasons import HARMFUL_THROTTLE_MASK, THROTTLE_REASONS
+from gpudoctor.backends.events import critical_events
 from gpudoctor._text import plain_text
 from gpudoctor.backends.na import is_na
 from gpudoctor.exporter.metrics import (GPU_LABELS, MIG_LABELS, OTHER_METRICS, counter_metrics, gpu_metrics,
@@ -64,14 +68,13 @@ class GpudoctorCollector:
         self.reports = reports
         self.source = source
         self.events = events
+        import prometheus_client.core  # noqa: F401 - loaded now, so that no scrape imports it
 
     def describe(self) -> list[Any]:
         return []  # collected on demand; no fixed description
 
     def collect(self) -> Iterable[Any]:
         from prometheus_client.core import InfoMetricFamily
-
-        from gpudoctor import _version
 
         info = InfoMetricFamily("gpudoctor_exporter", OTHER_METRICS["gpudoctor_exporter_info"])
         info.add_metric([], {"version": _version.__version__, "source": self.source})
@@ -181,8 +184,6 @@ class GpudoctorCollector:
         events = self.events
         if events is None:
             return False
-        from gpudoctor.backends.events import critical_events
-
         count = events.count
         indices = range(count) if isinstance(count, int) else ()
         try:
@@ -231,8 +232,6 @@ def _add_device(fam: dict[str, Any], dev: ExportedDevice, driver_version: object
         if value is not None:
             fam[metric.name].add_metric(labels, value * metric.scale)
     if fam["up"].samples[-1].value == 1.0:  # the one busy verdict, on the readings a GPU that answers gave
-        from gpudoctor.backends.busy import READS, verdict
-
         fam["verdict"].add_metric(labels + [verdict({k: sample.get(k, static.get(k)) for k in READS}).code], 1.0)
     mask = sample.get("throttle_reasons")
     if isinstance(mask, int) and not isinstance(mask, bool):
