@@ -16,6 +16,7 @@ from gpudoctor._record import record
 from gpudoctor import findings
 from gpudoctor.backends import pcie_paths
 from gpudoctor.backends.na import is_na
+from gpudoctor.backends.nvml import nvlink_version_words
 from gpudoctor.model import ProbeResult
 
 from ._pcie import pcie_ceiling_gbs
@@ -36,6 +37,13 @@ P2P_STATUS = {0: "OK", 1: "the chipset does not support it", 2: "the GPU does no
 #: 5.0: 50). 3.1 is GA102's (RTX 3090, RTX A6000, A40 bridges): 112.5 GB/s both ways over 4 links,
 #: 14.0625 per link and direction. 2.2 (Turing's bridges): 25. Another minor version: not known.
 NVLINK_LINK_GBS = {"1.0": 20.0, "2.0": 25.0, "2.2": 25.0, "3.0": 25.0, "3.1": 14.0625, "4.0": 25.0, "5.0": 50.0}
+#: The NVLink generations each GPU architecture has (nvmlDeviceGetArchitecture's number: 4 Pascal,
+#: 5 Volta, 6 Turing, 7 Ampere, 9 Hopper, 10 Blackwell). nvml.h answers a link's version as a plain
+#: unsigned int, which the binding's nvmlNvlinkVersion_t names; H100 links have answered 7, named 5.0
+#: (public NCCL benchmark scripts give Hopper 25 GB/s per link over that name). A name its GPU's
+#: architecture has no such generation of is not judged: the ceiling waits for a GPU run to settle it.
+NVLINK_GENERATIONS = {4: {"1.0"}, 5: {"2.0", "2.2"}, 6: {"2.0", "2.2"}, 7: {"3.0", "3.1"}, 9: {"4.0"},
+                      10: {"5.0"}}
 # Ours: a peer copy below this share of its link is slow. A direct copy reaches 70-90 % of the
 # link; one sent through the root complex (ACS redirect, or GPUs on different sockets) far less.
 SLOW_PCT = 40.0
@@ -243,9 +251,15 @@ def link_of(pair: PairPath, static_a: dict[str, Any], static_b: dict[str, Any],
         used = [link for link in nvlinks if link.get("active") and
                 (link.get("remote_type") == "switch" or link.get("remote_pci_bus_id") == peer)]
         versions = {_nvlink_version(link.get("version_name")) for link in used}
-        rate = NVLINK_LINK_GBS.get(versions.pop()) if len(versions) == 1 else None
+        version = versions.pop() if len(versions) == 1 else ""
+        architecture = static_a.get("architecture")
+        if architecture in NVLINK_GENERATIONS and version not in NVLINK_GENERATIONS[architecture]:
+            version = ""  # named as a generation this GPU has none of: not judged (NVLINK_GENERATIONS)
+        rate = NVLINK_LINK_GBS.get(version)
         if used:
-            return Link(f"NVLink ({len(used)} link(s))", rate * len(used) if rate else None)
+            raw = ", ".join(sorted({nvlink_version_words(link.get("version"), link.get("version_name"))
+                                    for link in used}))
+            return Link(f"NVLink ({len(used)} link(s), version {raw})", rate * len(used) if rate else None)
     if pair.over_nvlink:
         return Link("NVLink", None)
     gens = [v for v in (s.get("pcie_gen_max") for s in (static_a, static_b)) if isinstance(v, int)]

@@ -241,9 +241,11 @@ def test_the_rate_is_judged_against_the_link():
     r = ProbeResult("p2p")
     _p2p.judge_copy(r, _pair(), fast, link, "cuda:0 -> cuda:1")
     assert _codes(r) == {"p2p_copy_ok": Status.PASS}
-    nvlinks = [{"link": i, "active": True, "version_name": "4.0", "remote_type": "switch"} for i in range(18)]
+    nvlinks = [{"link": i, "active": True, "version": 6, "version_name": "4.0", "remote_type": "switch"}
+               for i in range(18)]
     over = _p2p.link_of(_pair(nvlink=0), {}, {}, nvlinks)
-    assert over.label == "NVLink (18 link(s))" and over.gb_per_s == 450.0
+    assert over.label == "NVLink (18 link(s), version 6 (as nvmlNvlinkVersion_t: NVLink 4.0))"
+    assert over.gb_per_s == 450.0
 
 
 @pytest.mark.parametrize("version, links, ceiling", [
@@ -255,6 +257,33 @@ def test_the_rate_is_judged_against_the_link():
 def test_the_nvlink_ceiling_is_keyed_on_the_full_version(version, links, ceiling):
     nvlinks = [{"link": i, "active": True, "version_name": version, "remote_type": "switch"} for i in range(links)]
     assert _p2p.link_of(_pair(nvlink=0), {}, {}, nvlinks).gb_per_s == ceiling
+
+
+def test_a_link_named_as_a_generation_its_gpu_lacks_is_shown_raw_and_not_judged():
+    """Issue #40 item 2 in the p2p probe. nvml.h declares nvmlDeviceGetNvLinkVersion's answer a plain
+    unsigned int; H100 links have answered 7, which pynvml's nvmlNvlinkVersion_t names NVLink 5.0
+    (public NCCL benchmark scripts give Hopper 25 GB/s per link over that name). Judged at 5.0's
+    50 GB/s per link, a copy at 80 % of an H100's 450 GB/s read 40 % of a 900 GB/s ceiling: a false
+    p2p_copy_slow. The link shows the raw value beside the enum's name, and a name that the GPU's
+    architecture has no such generation of is not judged until a GPU run settles it."""
+    def links(raw: int, name: str) -> list[dict[str, object]]:
+        return [{"link": i, "active": True, "version": raw, "version_name": name, "remote_type": "switch"}
+                for i in range(18)]
+
+    hopper, blackwell = {"architecture": 9}, {"architecture": 10}
+    link = _p2p.link_of(_pair(nvlink=0), hopper, hopper, links(7, "5.0"))
+    assert link.gb_per_s is None
+    assert link.label == "NVLink (18 link(s), version 7 (as nvmlNvlinkVersion_t: NVLink 5.0))"
+    copy = _p2p.PeerCopy(64 << 20, (64 << 20) / 360e9, 0, 64 << 20)  # 360 GB/s: 80 % of 18 x 25
+    r = ProbeResult("p2p")
+    _p2p.judge_copy(r, _pair(nvlink=0), copy, link, "cuda:0 -> cuda:1")
+    assert _codes(r) == {"p2p_copy_ok": Status.PASS}
+    assert "version 7 (as nvmlNvlinkVersion_t: NVLink 5.0)" in r.measurements[0].note
+    # the names each architecture has are judged: Hopper's 4.0, Blackwell's 5.0
+    assert _p2p.link_of(_pair(nvlink=0), hopper, hopper, links(6, "4.0")).gb_per_s == 450.0
+    assert _p2p.link_of(_pair(nvlink=0), blackwell, blackwell, links(7, "5.0")).gb_per_s == 900.0
+    # an architecture not read (a replay, an old driver): the enum's reading, as before
+    assert _p2p.link_of(_pair(nvlink=0), {"architecture": NA("NotSupported")}, {}, links(7, "5.0")).gb_per_s == 900.0
 
 
 def _coarse_clock():
