@@ -125,7 +125,7 @@ def once_lines(gpu: GpuBackend, width: int, replay: str | None = None, doctor: b
     """``gpudoctor --once``: the TUI's compact view once, as plain lines of at most ``width``
     columns (:func:`gpudoctor.presentation.once_lines`), with the quick doctor's verdict.
 
-    GPM (SM activity) needs two samples at least 100 ms apart: where the first reading is still
+    GPM (SM activity) needs two samples at least nvml.GPM_MIN_INTERVAL_S apart: where the first reading is still
     warming, a live GPU is read again once the sampler's next full read is due."""
     import time
 
