@@ -175,3 +175,19 @@ def test_quick_report_end_to_end_through_the_real_child():
     assert proc.returncode in (exitcodes.OK, exitcodes.WARN), proc.stderr[-2000:]
     found = _devices_findings(json.loads(proc.stdout))
     assert found[CODE]["summary"].startswith("CUDA counts 1 device(s) where NVML shows 2 MIG devices"), found
+
+
+@pytest.mark.parametrize("level", ["standard", "--full"])
+def test_standard_and_full_reports_end_to_end_say_it(level):
+    """The default and the full report, in a child process against benchmarks/fake_nvml (one H100 with
+    two MIG devices, a libcuda counting one): the devices probe says one MIG device per process, and
+    never that a GPU is hidden (device_count_mismatch). torch here has no CUDA, so its own count says
+    nothing; the CUDA start check's count is what is judged, as in `--quick`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FAKE_", "PYTEST", "CUDA_VISIBLE"))}
+    env.update(PYTHONPATH=str(ROOT / "benchmarks" / "fake_nvml"), FAKE_NVML_MIG="1")
+    args = [] if level == "standard" else [level]
+    proc = subprocess.run([sys.executable, "-m", "gpudoctor", "report", "--json", *args, "--probe", "devices"],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=240)
+    found = _devices_findings(json.loads(proc.stdout))
+    assert found[CODE]["summary"].startswith("CUDA counts 1 device(s) where NVML shows 2 MIG devices"), found
+    assert found[CODE]["status"] == "warn" and "device_count_mismatch" not in found

@@ -4,7 +4,8 @@ the PCI bus, each read from files laid out as the kernel and the distribution la
 device per CUDA process in the count check. End to end, the same verdict in ``report --quick``, the
 full report, the exporter's report status and the TUI header (benchmarks/fake_nvml answers nvmlInit
 with the failure; GPUDOCTOR_ROOTFS points the readers at the laid-out files), and once in a real
-mount namespace (``unshare``) where this machine allows it.
+namespace laid out as a container (``unshare --user --mount --pid``, no root needed) where the kernel allows
+user namespaces.
 
 No GPU here; not yet measured on a GPU.
 """
@@ -373,36 +374,148 @@ def test_the_tui_header_fails(tmp_path, case):
     assert_tui_header_fails(_env(tmp_path, files, **fake))
 
 
-# --------------------------------------------------------------------------- a real mount namespace
-def _can_unshare() -> bool:
-    if os.geteuid() != 0 or shutil.which("unshare") is None or not sys.platform.startswith("linux"):
-        return False
-    probe = subprocess.run(["unshare", "--mount", "--fork", "true"], capture_output=True, timeout=30)
-    return probe.returncode == 0
+# --------------------------------------------------------------------------- a real namespace
+#: unshare as any user can run it where the kernel allows user namespaces: the user namespace maps this
+#: user to root inside, which may then mount in its own mount namespace (and its own /proc, pid 1 being
+#: the report), nothing of it seen outside.
+UNSHARE = ["unshare", "--user", "--map-root-user", "--mount", "--pid", "--fork", "--mount-proc"]
 
 
-@pytest.mark.skipif(not _can_unshare(), reason="needs root and mount namespaces (unshare --mount)")
-def test_the_container_finding_in_a_mount_namespace(tmp_path):
-    """The live readers on the live root (no GPUDOCTOR_ROOTFS): in a mount namespace an NVIDIA device is
-    bind-mounted over this machine's PCI bus (/sys/bus/pci/devices; nothing changes outside the
-    namespace), and the process is told it runs in a container the way Podman and systemd-nspawn tell
-    it (container=...; a Docker container has /.dockerenv besides). No driver library or /dev/nvidia* is
-    there, so gpudoctor's quick report, reading / itself, says the container was started without GPUs."""
-    if stack.find_library("libnvidia-ml.so.1", "/", {}).path != NA("NotFound") or stack.container("/", {}).device_nodes:
-        pytest.skip("this machine has an NVIDIA library or device: the namespace would not lack its GPUs")
-    bus = lay_out(tmp_path / "bus", {"0000:65:00.0/vendor": "0x10de\n"})
-    script = (f"set -e; mount --make-rprivate /; mount --bind {bus} /sys/bus/pci/devices; "
-              f"exec {sys.executable} -m gpudoctor report --quick --json")
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("FAKE_", "PYTEST", "NVIDIA_", "GPUDOCTOR_", "LD_LIBRARY_PATH"))}
-    env.update(container="podman", PYTHONPATH="")
-    proc = subprocess.run(["unshare", "--mount", "--fork", "sh", "-c", script], capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=240)
+def _unshare_refusal() -> str:
+    """Why this machine cannot run a command in a user+mount+pid namespace ("" where it can)."""
+    if not sys.platform.startswith("linux") or shutil.which("unshare") is None:
+        return "needs Linux and unshare (util-linux)"
+    try:
+        probe = subprocess.run([*UNSHARE, "sh", "-c", "mount --make-rprivate / && mount -t tmpfs t /run"],
+                               capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unshare did not run: {exc}"
+    return "" if probe.returncode == 0 else f"user namespaces not permitted here: {probe.stderr.strip()[:200]}"
+
+
+UNSHARE_REFUSED = _unshare_refusal()
+#: A Docker container's PID 1 under cgroup v1 and the cgroupfs driver, as /proc/1/cgroup lists it.
+DOCKER_CGROUP = "12:devices:/docker/8d4c2f0b1a6e" + "0" * 52 + "\n0::/\n"
+
+
+def _in_namespace(tmp_path: Path, layout: dict[str, str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    """``report --quick --json`` on the live root (no GPUDOCTOR_ROOTFS) in a namespace laid out as a
+    container is: ``layout`` maps a live path to what is mounted there ("cgroup": /proc/1/cgroup's
+    lines, bound over the file; "containerenv": /run a tmpfs holding Podman's /run/.containerenv;
+    "dev": /dev a tmpfs with the usual nodes and these NVIDIA ones (bound from /dev/null: character
+    devices, as the runtime's are); "module": /proc/driver a tmpfs holding nvidia/version; "devices.list":
+    cgroup v1's devices controller at /sys/fs/cgroup/devices; "pci": a bus bound over
+    /sys/bus/pci/devices). The fake NVML answers as ``env`` says; libcuda is asked of the real loader."""
+    files = tmp_path / "files"
+    files.mkdir()
+    steps = ["set -e", "mount --make-rprivate /"]
+    if "cgroup" in layout:
+        (files / "cgroup").write_text(layout["cgroup"])
+        steps.append(f"mount --bind {files}/cgroup /proc/1/cgroup")
+    if "containerenv" in layout:
+        steps += ["mount -t tmpfs run /run", "touch /run/.containerenv"]
+    if "dev" in layout:
+        (files / "hostdev").mkdir()
+        steps += [f"mount --rbind /dev {files}/hostdev", "mount -t tmpfs dev /dev"]
+        for node in ["null", "zero", "full", "random", "urandom", *layout["dev"].split()]:
+            source = node if node in ("null", "zero", "full", "random", "urandom") else "null"
+            steps += [f"touch /dev/{node}", f"mount --bind {files}/hostdev/{source} /dev/{node}"]
+        steps.append("ln -s /proc/self/fd /dev/fd")
+    if "module" in layout:
+        (files / "version").write_text(layout["module"])
+        steps += ["mount -t tmpfs driver /proc/driver", "mkdir /proc/driver/nvidia",
+                  f"cp {files}/version /proc/driver/nvidia/version"]
+    if "devices.list" in layout:
+        (files / "devices.list").write_text(layout["devices.list"])
+        steps += ["mount -t tmpfs cgroup /sys/fs/cgroup", "mkdir /sys/fs/cgroup/devices",
+                  f"cp {files}/devices.list /sys/fs/cgroup/devices/devices.list"]
+    if "pci" in layout:
+        bus = lay_out(files / "bus", {"0000:65:00.0/vendor": layout["pci"]})
+        steps.append(f"mount --bind {bus} /sys/bus/pci/devices")
+    steps.append(f"exec {sys.executable} -m gpudoctor report --quick --json")
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith(("FAKE_", "PYTEST", "NVIDIA_", "GPUDOCTOR_", "KUBERNETES_", "LD_LIBRARY_PATH"))}
+    clean.pop("container", None)
+    clean.update(env)
+    return subprocess.run([*UNSHARE, "sh", "-c", "; ".join(steps)], capture_output=True, text=True,
+                          env=clean, cwd=ROOT, timeout=240)
+
+
+def _lead(proc: subprocess.CompletedProcess, probe: str) -> dict[str, Any]:
     assert proc.returncode == exitcodes.FAIL, proc.stderr[-2000:]
-    environment = next(r for r in json.loads(proc.stdout)["results"] if r["probe"] == "environment")
-    fails = [f for f in environment["findings"] if f["status"] == "fail"]
-    assert fails[0]["code"] == "container_without_gpus", fails
-    assert "--gpus" in fails[0]["fix"] and "nvidia.com/gpu" in fails[0]["fix"]
+    result = next(r for r in json.loads(proc.stdout)["results"] if r["probe"] == probe)
+    fails = [f for f in result["findings"] if f["status"] == "fail"]
+    assert fails, result["findings"]
+    return fails[0]
+
+
+def _no_driver_here() -> str:
+    live = stack.read_stack("/", {})
+    if not is_na(live.cuda_library.path) or not is_na(live.nvml_library.path) or live.container.device_nodes:
+        return "this machine has an NVIDIA library or device: the namespace would not lack them"
+    return ""
+
+
+#: The namespace's container: a Docker container's cgroup line and Podman's marker, each read by the
+#: live reader from where the engine puts it.
+CONTAINER = {"cgroup": DOCKER_CGROUP, "containerenv": ""}
+NAMESPACE_CASES = {
+    # NVML answers (the runtime mounted libnvidia-ml) but libcuda is on no library path: the driver's
+    # compute capability was not asked for, or was asked for and not mounted
+    "without-compute": ({**CONTAINER, "dev": "nvidia0 nvidiactl nvidia-uvm"},
+                        {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "utility"},
+                        "devices", "cuda_cannot_start", ["NVIDIA_DRIVER_CAPABILITIES=utility, without `compute`"]),
+    "libcuda-not-mounted": ({**CONTAINER, "dev": "nvidia0 nvidiactl nvidia-uvm"},
+                            {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"},
+                            "devices", "cuda_cannot_start", ["libcuda was not mounted"]),
+    # the host's module (/proc/driver/nvidia/version) against the libnvidia-ml mounted into the container
+    "mismatch": ({**CONTAINER, "dev": "nvidia0 nvidiactl", "module": module_version_file("550.90.07")[
+                  "proc/driver/nvidia/version"]}, {"FAKE_NVML_INIT": "18"}, "environment",
+                 "driver_library_mismatch", ["libnvidia-ml is version 550.107.02", "host's kernel module is 550.90.07"]),
+    # a host `systemctl daemon-reload` took the NVIDIA major out of the container's device cgroup
+    "access-lost": ({**CONTAINER, "dev": "nvidia0 nvidiactl", "devices.list": "c 1:3 rwm\nc 195:* m\nc 136:* rwm\n"},
+                    {"FAKE_NVML_INIT": "999", "NVIDIA_VISIBLE_DEVICES": "all"}, "environment",
+                    "container_gpu_access_lost", ["devices.list for major 195: c 195:* m", "daemon-reload"]),
+}
+
+
+@pytest.mark.skipif(bool(UNSHARE_REFUSED), reason=UNSHARE_REFUSED or "-")
+@pytest.mark.parametrize("case", list(NAMESPACE_CASES))
+def test_the_container_findings_in_a_namespace_laid_out_as_a_container(tmp_path, case):
+    """The live readers on the live root: in a user, mount and pid namespace, PID 1's cgroup file, /run,
+    /dev, /proc/driver and the device cgroup are mounted as a container engine lays them out, and
+    gpudoctor's quick report (the fake NVML answering, libcuda asked of the real loader) names the
+    container's fault. A library the runtime mounts is a file on LD_LIBRARY_PATH, named as the driver
+    package names it."""
+    if _no_driver_here():
+        pytest.skip(_no_driver_here())
+    layout, env, probe, code, words = NAMESPACE_CASES[case]
+    libs = lay_out(tmp_path / "libs", driver_library("lib", "libnvidia-ml", "550.107.02"))
+    env = {**env, "PYTHONPATH": str(FAKE_NVML), "FAKE_CUDA": "loader", "LD_LIBRARY_PATH": str(libs / "lib")}
+    found = _lead(_in_namespace(tmp_path, layout, env), probe)
+    assert found["code"] == code, found
+    text = " ".join(found[k] for k in ("summary", "why", "fix"))
+    assert all(w in text for w in words), text
+    assert "install the nvidia driver" not in found["fix"].lower()
+    if code == "container_gpu_access_lost":  # the namespace's own files told the container apart
+        said = found["evidence"]["container"]
+        assert "/run/.containerenv exists" in said and "/proc/1/cgroup: 12:devices:/docker/8d4c2f0b1a6e" in said, said
+    if code == "driver_library_mismatch":  # the library's version came from its real name on the path
+        assert found["evidence"]["library_real"] == f"{libs}/lib/libnvidia-ml.so.550.107.02", found
+
+
+@pytest.mark.skipif(bool(UNSHARE_REFUSED), reason=UNSHARE_REFUSED or "-")
+def test_a_container_started_without_gpus_in_a_namespace(tmp_path):
+    """No driver library and no /dev/nvidia* in a namespace whose PCI bus (bound over
+    /sys/bus/pci/devices; sysfs is the host's in a container) holds an NVIDIA device, and a process
+    told it runs in a container as Podman and systemd-nspawn tell it (container=...): the real NVML
+    cannot start (no libnvidia-ml), and the quick report says the container was started without GPUs."""
+    if _no_driver_here():
+        pytest.skip(_no_driver_here())
+    proc = _in_namespace(tmp_path, {"pci": "0x10de\n", "dev": ""}, {"container": "podman", "PYTHONPATH": ""})
+    found = _lead(proc, "environment")
+    assert found["code"] == "container_without_gpus", found
+    assert "--gpus" in found["fix"] and "nvidia.com/gpu" in found["fix"]
     assert "0x10de" not in proc.stderr  # the namespace's bus was read, not reported as an error
 
 

@@ -21,7 +21,9 @@ Environment:
 - ``FAKE_CUDA_INIT``: the CUresult the fake CUDA driver's cuInit answers (default 0: it starts and
   counts one device; e.g. 802 for a fabric manager that is not running; ``hang``: cuInit never
   returns, as on a faulty GPU); ``FAKE_CUDA=missing``: no
-  libcuda at all, as in a container given only the driver's utility capability.
+  libcuda at all, as in a container given only the driver's utility capability; ``FAKE_CUDA=loader``:
+  the real dynamic loader is asked for libcuda (it fails where no libcuda.so.1 lies on the library
+  path, as in a namespace laid out as such a container).
 - ``FAKE_NVML_BUSY=1``: a training board instead of an idle one: utilisation, memory, power,
   temperature, SM clock and PCIe traffic change every second (the same values for every
   program that reads them in the same second), so a monitor redraws what a busy GPU makes
@@ -601,7 +603,8 @@ class FakeCudaLibrary:
 
 def _fake_cdll(ctypes_module) -> None:
     """ctypes.CDLL('libcuda.so.1') gives FakeCudaLibrary, or fails as on a machine whose driver
-    has no CUDA library when ``FAKE_CUDA=missing``; every other library loads as usual."""
+    has no CUDA library when ``FAKE_CUDA=missing``; with ``FAKE_CUDA=loader`` the real loader is asked
+    for it; every other library loads as usual."""
     real = ctypes_module.CDLL
 
     class CDLL(real):
@@ -609,7 +612,8 @@ def _fake_cdll(ctypes_module) -> None:
             if isinstance(name, str) and name.startswith("libcuda.so"):
                 if os.environ.get("FAKE_CUDA") == "missing":
                     raise OSError(f"{name}: cannot open shared object file: No such file or directory")
-                return FakeCudaLibrary()
+                if os.environ.get("FAKE_CUDA") != "loader":
+                    return FakeCudaLibrary()
             return super().__new__(cls)
 
     ctypes_module.CDLL = CDLL
