@@ -41,6 +41,8 @@ class Wording:
     fix: str = ""
     #: A few words for a log line or a panel's header (the work verdict's headline); "" for most codes.
     short: str = ""
+    #: One word for a compact cell (the work verdict in the TUI's compact Overview); "" for most codes.
+    tag: str = ""
 
 
 @record(frozen=True)
@@ -82,6 +84,78 @@ FRAGMENTED_RETRIES = "the allocator had to free its cache and retry {retries} ti
 FRAGMENTED_SPLIT = "{inactive} of the {reserved} it holds sits in split blocks too small to reuse"
 CPU_LOADER_NOTE = (" On a CPU-only run the loader's workers and the model share the same cores, so give the workers "
                    "a few cores and leave the rest to the model.")
+
+#: What made a host sync in the training loop, by the pattern the hooks or `why` saw: (what, what to do).
+SYNC_PATTERNS: dict[str, tuple[str, str]] = {
+    "item": ("a `.item()` on a CUDA tensor",
+             "Keep running totals on the GPU (`running_loss += loss.detach()`) and call `.item()` "
+             "only every N steps or once per epoch."),
+    "tolist": ("a `.tolist()` on a CUDA tensor",
+               "Collect results on the GPU and copy them to the host once per N steps or per epoch."),
+    "cpu": ("a `.cpu()`/`.numpy()` copy to the host",
+            "Keep metrics on the GPU and copy them to the host every N steps, or copy with "
+            "`.to('cpu', non_blocking=True)` into pinned memory and read them a step later."),
+    "synchronize": ("an explicit `torch.cuda.synchronize()`",
+                    "Remove it from the loop; to time steps use CUDA events (gpudoctor already does)."),
+    "print": ("printing or formatting a CUDA tensor",
+              "Format tensors only every N steps; formatting copies the value to the host."),
+    "nonzero": ("an operation whose output size depends on the data (nonzero, masked_select, "
+                "unique, any/all in a condition)",
+                "Use fixed-size forms (`torch.where`, masks multiplied in) or move the check "
+                "out of the per-step path."),
+    "blocking_copy": ("a blocking host-to-device copy (`.to(device)` or `.cuda()` without non_blocking)",
+                      "Use `DataLoader(..., pin_memory=True)` and `.to(device, non_blocking=True)`, "
+                      "so the copy overlaps with compute instead of waiting for the GPU to drain."),
+    "python_condition": ("a Python `if`/`while`/`assert` on a CUDA tensor's value",
+                         "Decide on the GPU (`torch.where`) or check every N steps."),
+    "other": ("an operation that waits for the GPU",
+              "Move it out of the per-step path or run it every N steps."),
+}
+#: What to do when the line that syncs is the framework's, not the user's.
+FRAMEWORK_SYNC_FIX = (
+    "This line is the framework's, not yours: it runs because of how the training is configured. "
+    "Under Lightning the usual causes are logging a tensor every step (`self.log(..., on_step=True)`, "
+    "`prog_bar=True`, `sync_dist=True`), which Lightning turns into a host number: log every N steps "
+    "(`Trainer(log_every_n_steps=N)`, `on_step=False`) and keep `sync_dist` for epoch-level values. "
+    "Under DistributedDataParallel, `find_unused_parameters=True` and uneven inputs add host work each "
+    "step. If the line names none of these, run one step under `torch.cuda.set_sync_debug_mode('warn')` "
+    "to see the full stack.")
+
+#: CUresult codes cuInit answers with on real machines (CUDA Driver API, "Error Handling": the CUresult
+#: enum), each with its usual cause and fix (gpudoctor.backends.cuda_driver; any other code gets the
+#: generic fix of cuda_init_failed).
+CUDA_START_CAUSES: dict[int, tuple[str, str]] = {
+    34: ("a stub libcuda (the CUDA toolkit's lib64/stubs, for linking only) was loaded instead of the driver's",
+         "Remove the CUDA toolkit's `stubs` directory from LD_LIBRARY_PATH (and from /etc/ld.so.conf.d), "
+         "then check with `ldconfig -p | grep libcuda`."),
+    46: ("every GPU is busy or unavailable to new processes (compute mode Exclusive_Process held by another "
+         "process, or Prohibited)",
+         "Check `nvidia-smi -q -d COMPUTE` and the processes on the GPUs; an administrator can set "
+         "`nvidia-smi -c DEFAULT`."),
+    100: ("CUDA finds no usable device although NVML lists GPUs: the device files (/dev/nvidia*) are missing or "
+          "not allowed for this process, as in a container started without its GPUs",
+          "Start the container with the GPUs (`docker run --gpus all`, or the Kubernetes GPU resource) and check "
+          "that /dev/nvidia0 and /dev/nvidiactl exist and are readable here."),
+    802: ("the system is not yet initialized: on an NVSwitch board (HGX/DGX) the NVIDIA fabric manager is not "
+          "running, or has not finished setting up the fabric",
+          "Start the fabric manager (`sudo systemctl enable --now nvidia-fabricmanager`; its version must match "
+          "the driver's) and check `nvidia-smi -q | grep -A2 Fabric`."),
+    803: ("the user-space CUDA driver (libcuda) and the loaded kernel module are different versions, as after "
+          "a driver upgrade without a reboot, or a CUDA forward-compatibility package that does not fit this "
+          "driver",
+          "Reboot (or reload the nvidia kernel modules) after a driver upgrade; check that `cat "
+          "/proc/driver/nvidia/version` and `nvidia-smi` report the same version."),
+    804: ("CUDA forward compatibility (the cuda-compat package) is not supported on this GPU (it needs a "
+          "data-centre GPU)",
+          "Remove the forward-compatibility libraries from the library path, or upgrade the driver itself."),
+    999: ("cuInit answered CUDA_ERROR_UNKNOWN: often the nvidia-uvm kernel module is not loaded, or the GPU "
+          "was left in a bad state (after a suspend/resume or a driver fault)",
+          "Load the module (`sudo modprobe nvidia-uvm`; `nvidia-smi` alone does not load it), check `dmesg` "
+          "for Xid errors, and reboot the node if it persists."),
+}
+
+CUDA_START_GENERIC_FIX = ("Check `dmesg` for NVIDIA errors, reboot after a driver upgrade, and in a container start it "
+                          "with the GPUs (`docker run --gpus all`).")
 
 _HW_WHY = "The hardware is protecting itself; clocks drop sharply and stay low while it lasts."
 _HW_FIX = ("Check cooling and power delivery (PSU, cables); `nvidia-smi -q -d PERFORMANCE` shows the reason live; "
@@ -673,37 +747,37 @@ WORDING: dict[str, Wording] = {
     # -- the work verdict: is the GPU really busy (gpudoctor.backends.busy; the TUI, watch, the exporter,
     # fleet, why, the hooks). Its codes (idle, waiting...) are keyed ``work:<code>``, ``work:<code>:<way>``;
     # ``short`` is its headline (watch's line, the TUI's panel when the sentence does not fit) ------
-    "work:no_reading": Wording(Status.SKIP, "no utilisation reading: nothing to judge", short="no reading"),
+    "work:no_reading": Wording(Status.SKIP, "no utilisation reading: nothing to judge", short="no reading", tag="n/a"),
     "work:warming": Wording(Status.SKIP, "not enough to judge yet: SM activity needs two GPM samples (next reading)",
-                            short="not enough to judge yet"),
-    "work:idle": Wording(Status.PASS, "idle: kernels ran {util:.0f}% of the time, SM activity {sm:.0f}%", short="idle"),
+                            short="not enough to judge yet", tag="warming"),
+    "work:idle": Wording(Status.PASS, "idle: kernels ran {util:.0f}% of the time, SM activity {sm:.0f}%", short="idle", tag="idle"),
     "work:idle:by_utilisation": Wording(Status.PASS, "idle: kernels ran {util:.0f}% of the time", short="idle"),
     "work:tensor_bound": Wording(
         Status.PASS, "tensor cores {tensor:.0f}% active (SM activity {sm:.0f}%): the GPU is the bottleneck, doing the "
-        "right kind of work", short="tensor cores {tensor:.0f}% active: GPU-bound"),
+        "right kind of work", short="tensor cores {tensor:.0f}% active: GPU-bound", tag="tensor"),
     "work:memory_bound": Wording(
         Status.WARN, "memory-bound: DRAM bandwidth {dram:.0f}% used, SM activity {sm:.0f}%", "",
         "fuse elementwise work (torch.compile), use bf16 to halve the bytes moved, or larger batches for more math "
-        "per byte", short="memory-bound: DRAM {dram:.0f}%, SM {sm:.0f}%"),
+        "per byte", short="memory-bound: DRAM {dram:.0f}%, SM {sm:.0f}%", tag="mem-bound"),
     "work:busy_small_kernels": Wording(
         Status.WARN, "{util_text}, but only {sm:.0f}% of SM cycles active and {tensor_text}: small kernels or fp32 math",
         "", "try larger batches, bf16/TF32 autocast or CUDA graphs",
-        short="busy {util:.0f}% but SM only {sm:.0f}%: small kernels"),
+        short="busy {util:.0f}% but SM only {sm:.0f}%: small kernels", tag="small-kernels"),
     "work:sm_bound": Wording(Status.PASS, "SMs {sm:.0f}% active, tensor cores {tensor:.0f}% active: the GPU is the "
-                             "bottleneck", short="SMs {sm:.0f}% active: GPU-bound"),
+                             "bottleneck", short="SMs {sm:.0f}% active: GPU-bound", tag="sm-bound"),
     "work:sm_bound:no_tensor": Wording(
         Status.PASS, "SMs {sm:.0f}% active with no tensor work: the GPU is the bottleneck on CUDA cores", "",
         "bf16 or TF32 autocast moves matrix math onto the tensor cores", short="SMs {sm:.0f}% active, no tensor work"),
     "work:waiting": Wording(
         Status.WARN, "kernels ran only {util:.0f}% of the time (SM activity {sm:.0f}%): the GPU waits on the host", "",
         "feed it faster: DataLoader workers, pinned memory, fewer host syncs (.item())",
-        short="kernels ran {util:.0f}%: GPU waits on the host"),
+        short="kernels ran {util:.0f}%: GPU waits on the host", tag="waiting"),
     "work:partly_busy": Wording(
         Status.PASS, "{util_text}, SM activity {sm:.0f}% with {tensor_text}: part of the GPU works", "",
-        "larger batches or bf16 autocast give the SMs more to do", short="SM {sm:.0f}% active: partly working"),
+        "larger batches or bf16 autocast give the SMs more to do", short="SM {sm:.0f}% active: partly working", tag="partly"),
     "work:no_gpm": Wording(
         Status.SKIP, "kernels ran {util:.0f}% of the time; how much of the GPU worked cannot be told (SM activity: "
-        "{reason}){power}", short="kernels ran {util:.0f}% of the time; SM activity {reason}"),
+        "{reason}){power}", short="kernels ran {util:.0f}% of the time; SM activity {reason}", tag="no-gpm"),
     "work:no_gpm:no_util": Wording(
         Status.SKIP, "no reading of how often kernels ran; how much of the GPU worked cannot be told (SM activity: "
         "{reason}){power}", short="no reading of how often kernels ran; SM activity {reason}"),
@@ -733,6 +807,7 @@ _TABLES: tuple[str, ...] = (
     __name__,
     "gpudoctor.why.wording",
     "gpudoctor.probes._wording",  # the probes' codes
+    "gpudoctor.workload.wording",  # the sweep's advice (ADVICE)
 )
 
 

@@ -395,10 +395,6 @@ def _short_text(dev: DeviceSnapshot, reading: catalogue.Reading) -> str:
 
 
 # --------------------------------------------------------------------------- compact view
-#: The word of each "is the GPU really busy?" verdict (gpudoctor.backends.busy) in the compact view.
-WORK_WORDS = {"idle": "idle", "tensor_bound": "tensor", "busy_small_kernels": "small-kernels",
-              "memory_bound": "mem-bound", "sm_bound": "sm-bound", "waiting": "waiting", "partly_busy": "partly",
-              "warming": "warming", "no_gpm": "no-gpm", "no_reading": "n/a"}
 #: Ranks of the compact row's own parts (the readings' come from the catalogue's ``short_drop``).
 _WORK_DROP, _PROCS_DROP, _NAME_DROP = 1, 2, 6
 #: Columns between two columns of GPUs.
@@ -416,6 +412,17 @@ class CompactCell:
     drop: int = 0
 
 
+def work_tag(code: str) -> str:
+    """The word of an "is the GPU really busy?" verdict (gpudoctor.backends.busy) in the compact view:
+    its ``tag`` in the findings table."""
+    from gpudoctor import findings
+
+    try:
+        return findings.wording(f"work:{code}").tag or code
+    except KeyError:
+        return code
+
+
 def compact_cells(dev: DeviceSnapshot, processes: int | None = None) -> list[CompactCell]:
     """A GPU's compact row: index, name, the short line's readings (utilisation, SM activity,
     memory, temperature, power, SM clock, throttle), the ``work`` verdict's word and its processes."""
@@ -427,7 +434,7 @@ def compact_cells(dev: DeviceSnapshot, processes: int | None = None) -> list[Com
                                     "fault")]
     cells += [CompactCell(p.key, p.text, "value", p.drop) for p in short_parts(dev)]
     verdict = busy_verdict(dev)
-    cells.append(CompactCell("work", f"work {WORK_WORDS.get(verdict.code, verdict.code)}", f"work:{verdict.code}",
+    cells.append(CompactCell("work", f"work {work_tag(verdict.code)}", f"work:{verdict.code}",
                              _WORK_DROP))
     if processes is not None:
         cells.append(CompactCell("procs", f"{processes} proc{'s' if processes != 1 else ''}", "value", _PROCS_DROP))

@@ -232,6 +232,15 @@ _NO_BUCKET: dict[int, XidInfo] = {info.code: info for info in (
 )}
 
 
+#: The meaning and action of an Xid the catalog does not describe: (meaning, action template).
+_NOT_IN_CATALOG = {
+    "unused": ("listed as unused in NVIDIA's Xid catalog (a GPU older than Ampere may still log it)",
+               "{action}; older GPUs: see {url}"),
+    "unknown": ("unknown: not in NVIDIA's Xid catalog as gpudoctor knows it",
+                "look it up in NVIDIA's Xid catalog ({url}); a newer driver may define it"),
+}
+
+
 def explain(code: int) -> XidInfo:
     """The table's entry; else one made from NVIDIA's catalog (its description and its resolution
     bucket's action); else "unknown", pointing to the catalog."""
@@ -243,11 +252,11 @@ def explain(code: int) -> XidInfo:
         severity, action = _BUCKET_ACTIONS[bucket]
         return XidInfo(code, words, severity, action, bucket)
     if code in _UNUSED:
-        return XidInfo(code, "listed as unused in NVIDIA's Xid catalog (a GPU older than Ampere may still log it)",
-                       "warn", _BUCKET_ACTIONS["CONTACT_SUPPORT"][1] + f"; older GPUs: see {CATALOG_URL}",
-                       "CONTACT_SUPPORT")
-    return XidInfo(code, "unknown: not in NVIDIA's Xid catalog as gpudoctor knows it", "warn",
-                   f"look it up in NVIDIA's Xid catalog ({CATALOG_URL}); a newer driver may define it")
+        words, action = _NOT_IN_CATALOG["unused"]
+        return XidInfo(code, words, "warn", action.format(action=_BUCKET_ACTIONS["CONTACT_SUPPORT"][1],
+                                                          url=CATALOG_URL), "CONTACT_SUPPORT")
+    words, action = _NOT_IN_CATALOG["unknown"]
+    return XidInfo(code, words, "warn", action.format(url=CATALOG_URL))
 
 
 # --------------------------------------------------------------------------- sequences

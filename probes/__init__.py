@@ -157,6 +157,20 @@ class ProbeContext:
     def torch_allowed(self) -> bool:
         return self.level != "quick"
 
+    def nvml_count(self, probe: str, *, at_least: int = 1, fewer: str = "no_gpu") -> int | ProbeResult:
+        """How many GPUs NVML answers for, or the probe's skip result: NVML unusable
+        (``nvml_unavailable:<probe>``) or fewer than ``at_least`` GPUs (the code ``fewer``).
+        The opening of every probe that reads NVML alone."""
+        from gpudoctor import findings
+
+        na = self.gpu.status()
+        if na is not None:
+            return findings.skipped(probe, f"nvml_unavailable:{probe}", reason=na.reason)
+        count = self.gpu.device_count()
+        if not isinstance(count, int) or count < at_least:
+            return findings.skipped(probe, fewer)
+        return count
+
     def torch_facts(self) -> dict[str, Any] | NA:
         """torch facts (live, or from the recording); NA when not allowed or not recorded."""
         from gpudoctor.backends.na import NA

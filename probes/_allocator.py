@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from ._timing import GiB, MiB
+from ._wording import ALLOCATOR_WALK as WALK
 
 
 def format_bytes(n: float) -> str:
@@ -61,11 +62,9 @@ def explain_walk(steps: Sequence[WalkStep | Mapping[str, Any]]) -> dict[str, Any
         cached = freed.reserved - freed.allocated
         facts["cached_after_free"] = cached
         if cached > 0:
-            sentences.append(
-                f"After every tensor was freed, torch still reserved {format_bytes(freed.reserved)} "
-                f"(allocated {format_bytes(freed.allocated)}): the caching allocator keeps freed blocks "
-                "to reuse them without asking the driver again, so nvidia-smi keeps counting them as "
-                "this process's memory." + _still_allocated(freed, base, facts))
+            sentences.append(WALK["cached"].format(reserved=format_bytes(freed.reserved),
+                                                   allocated=format_bytes(freed.allocated))
+                             + _still_allocated(freed, base, facts))
     # fragmentation: the request did not fit in the cache although enough was free in total
     order = [s.label for s in walk]
     if "fragment_alloc" in by and order.index("fragment_alloc") > 0:
@@ -78,22 +77,17 @@ def explain_walk(steps: Sequence[WalkStep | Mapping[str, Any]]) -> dict[str, Any
         facts["fragment_free_in_cache"] = free_before
         facts["fragment_reserved_growth"] = grew
         if grew > 0 and 0 < request <= free_before:
-            sentences.append(
-                f"A {format_bytes(request)} tensor made torch reserve {format_bytes(grew)} more although "
-                f"{format_bytes(free_before)} lay free in its cache: the free blocks were not contiguous "
-                "(fragmentation). PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets segments grow "
-                "instead, which avoids most of this.")
+            sentences.append(WALK["fragmented"].format(request=format_bytes(request), grew=format_bytes(grew),
+                                                       free=format_bytes(free_before)))
     emptied = by.get("empty_cache")
     if freed is not None and emptied is not None:
         returned = freed.reserved - emptied.reserved
         facts["empty_cache_returned"] = returned
         if freed.nvml_used is not None and emptied.nvml_used is not None:
             facts["empty_cache_nvml_drop"] = freed.nvml_used - emptied.nvml_used
-        sentence = (f"torch.cuda.empty_cache() gave {format_bytes(returned)} back to the driver")
-        if "empty_cache_nvml_drop" in facts:
-            sentence += f" (NVML 'used' fell by {format_bytes(facts['empty_cache_nvml_drop'])})"
-        sentence += (". That helps other processes on this GPU; it does not give the calling process "
-                     "more memory or speed, and its next allocations must ask the driver again (slower).")
+        nvml = (WALK["empty_cache_nvml"].format(drop=format_bytes(facts["empty_cache_nvml_drop"]))
+                if "empty_cache_nvml_drop" in facts else "")
+        sentence = WALK["empty_cache"].format(returned=format_bytes(returned), nvml=nvml)
         sentences.append(sentence)
     if base is not None and base.nvml_used is not None and emptied is not None and emptied.nvml_used is not None:
         facts["nvml_used_not_returned"] = emptied.nvml_used - base.nvml_used
@@ -112,14 +106,10 @@ def _still_allocated(freed: WalkStep, base: WalkStep | None, facts: dict[str, An
     held_before = base.allocated if base is not None else 0
     facts["allocated_before_walk"] = held_before
     if held_before <= 0:
-        return (f" The {format_bytes(freed.allocated)} still allocated was not freed by the walk's own "
-                "tensors: something else in this process holds it.")
-    text = (f" The {format_bytes(min(held_before, freed.allocated))} still allocated was allocated before the "
-            "walk began: cuBLAS keeps a workspace per handle and stream (32 MiB on sm_90 GPUs) in the "
-            "caching allocator for the life of the process, from the first matmul on; "
-            "torch._C._cuda_clearCublasWorkspaces() releases it.")
+        return WALK["held_elsewhere"].format(allocated=format_bytes(freed.allocated))
+    text = WALK["held_before"].format(allocated=format_bytes(min(held_before, freed.allocated)))
     if freed.allocated > held_before:
-        text += f" A further {format_bytes(freed.allocated - held_before)} was not freed by the walk."
+        text += WALK["not_freed"].format(allocated=format_bytes(freed.allocated - held_before))
     return text
 
 

@@ -19,19 +19,15 @@ from gpudoctor.backends.na import is_na
 from gpudoctor.backends.nvml import nvlink_version_words
 from gpudoctor.model import ProbeResult
 
+from . import _wording
 from ._pcie import pcie_ceiling_gbs
 
 if TYPE_CHECKING:
     from gpudoctor.backends.base import GpuBackend
 
-#: nvmlDeviceGetTopologyCommonAncestor's levels as ``nvidia-smi topo -m`` names them.
-TOPOLOGY = {0: "the same board", 10: "one PCIe switch (PIX)", 20: "several PCIe switches (PXB)",
-            30: "the CPU's host bridge (PHB)", 40: "the NUMA node's host bridges (NODE)",
-            50: "the link between CPU sockets (SYS)"}
-#: nvmlGpuP2PStatus_t in words.
-P2P_STATUS = {0: "OK", 1: "the chipset does not support it", 2: "the GPU does not support it",
-              3: "the I/O hub topology does not support it", 4: "disabled by the driver's registry key",
-              5: "not supported", 6: "unknown"}
+#: NVML's topology levels and peer-to-peer statuses in words (probes/_wording.py).
+TOPOLOGY, P2P_STATUS = _wording.TOPOLOGY, _wording.P2P_STATUS
+
 #: NVLink's rate per link and direction by version, "major.minor" as NVML names it (its
 #: NVML_NVLINK_VERSION_* constants), in GB/s: NVIDIA's NVLink generations (1.0: 20; 2.0 to 4.0: 25;
 #: 5.0: 50). 3.1 is GA102's (RTX 3090, RTX A6000, A40 bridges): 112.5 GB/s both ways over 4 links,
@@ -150,19 +146,18 @@ def _acs_redirects(pair: PairPath) -> list[pcie_paths.AcsControl]:
 
 def _acs_unknown(pair: PairPath, host: HostPaths) -> tuple[str, str, str] | None:
     """(what, reason, fix) when ACS on this pair's path cannot be read here; None when it was read."""
-    by_hand = "check by hand on the host: `sudo lspci -vvv | grep ACSCtl` and `cat /proc/cmdline`"
+    words, by_hand = _wording.P2P_UNKNOWN, _wording.ACS_BY_HAND
     if host.vm:
-        return ("ACS on the PCIe path", "this is a virtual machine: its PCIe bridges are virtual, the physical "
-                "path and its ACS are the host's", "Ask the host's administrator to " + by_hand + "; inside the VM, "
-                "NCCL_P2P_DISABLE=1 keeps NCCL off that path if jobs hang.")
+        what, reason, fix = words["vm"]
+        return what, reason, fix.format(by_hand=by_hand)
     if pair.bridges is None:
-        reason = host.reason or "the GPUs are not in this machine's sysfs (a container, or another machine's readings)"
-        return ("ACS on the PCIe path", reason, "Run `sudo gpudoctor report` on the host, or " + by_hand + ".")
+        what, reason, fix = words["not_in_sysfs"]
+        return what, host.reason or reason, fix.format(by_hand=by_hand)
     closed = [bdf for bdf, a in pair.acs.items() if isinstance(a, str)]
     if closed:
-        return (f"ACS on the bridges between them ({', '.join(closed)})",
-                str(pair.acs[closed[0]]), f"Run `sudo gpudoctor report`, or by hand: `sudo lspci -vvv -s {closed[0]} "
-                "| grep ACSCtl` for each bridge listed.")
+        what, reason, fix = words["closed"]
+        return (what.format(bridges=", ".join(closed)), reason.format(reason=pair.acs[closed[0]]),
+                fix.format(bridge=closed[0]))
     return None
 
 
@@ -184,8 +179,8 @@ def judge(r: ProbeResult, pairs: list[PairPath], host: HostPaths) -> None:
             continue
         if direct is None:
             reason = next((str(v.reason) for v in pair.nvml.values() if is_na(v)), "no answer")
-            unknown.setdefault(("NVML's peer-to-peer status", f"NVML answered {reason}",
-                                "Run `nvidia-smi topo -p2p rw` on the node."), []).append(pair)
+            what, why_unread, fix = _wording.P2P_UNKNOWN["nvml_status"]
+            unknown.setdefault((what, why_unread.format(reason=reason), fix), []).append(pair)
         bad = [] if host.vm else _acs_redirects(pair)  # a VM's bridges are virtual: their ACS says nothing
         if bad:
             redirected.setdefault(tuple(sorted({a.bdf for a in bad})), []).append(pair)

@@ -41,6 +41,59 @@ _REBUILD = ("rebuild it for this GPU: `TORCH_CUDA_ARCH_LIST=\"{cc}\" pip install
             "--force-reinstall --no-deps --no-binary {package} {package}` (or set TORCH_CUDA_ARCH_LIST=\"{cc}\" "
             "before `pip install .` / `python setup.py install` in its checkout; the CUDA toolkit used must know "
             "this GPU; a few packages read their own variable, e.g. flash-attn's FLASH_ATTN_CUDA_ARCHS={cc_digits})")
+#: nvmlDeviceGetTopologyCommonAncestor's levels as ``nvidia-smi topo -m`` names them.
+TOPOLOGY: dict[int, str] = {0: "the same board", 10: "one PCIe switch (PIX)", 20: "several PCIe switches (PXB)",
+            30: "the CPU's host bridge (PHB)", 40: "the NUMA node's host bridges (NODE)",
+            50: "the link between CPU sockets (SYS)"}
+#: nvmlGpuP2PStatus_t in words.
+P2P_STATUS: dict[int, str] = {0: "OK", 1: "the chipset does not support it", 2: "the GPU does not support it",
+              3: "the I/O hub topology does not support it", 4: "disabled by the driver's registry key",
+              5: "not supported", 6: "unknown"}
+#: The memory probe's allocator walk in words (probes/_allocator.explain_walk), by what it saw.
+ALLOCATOR_WALK = {
+    "cached": ("After every tensor was freed, torch still reserved {reserved} (allocated {allocated}): the caching "
+               "allocator keeps freed blocks to reuse them without asking the driver again, so nvidia-smi keeps "
+               "counting them as this process's memory."),
+    "held_elsewhere": " The {allocated} still allocated was not freed by the walk's own tensors: something else in "
+                      "this process holds it.",
+    "held_before": (" The {allocated} still allocated was allocated before the walk began: cuBLAS keeps a workspace "
+                    "per handle and stream (32 MiB on sm_90 GPUs) in the caching allocator for the life of the "
+                    "process, from the first matmul on; torch._C._cuda_clearCublasWorkspaces() releases it."),
+    "not_freed": " A further {allocated} was not freed by the walk.",
+    "fragmented": ("A {request} tensor made torch reserve {grew} more although {free} lay free in its cache: the "
+                   "free blocks were not contiguous (fragmentation). PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+                   "lets segments grow instead, which avoids most of this."),
+    "empty_cache": ("torch.cuda.empty_cache() gave {returned} back to the driver{nvml}. That helps other processes on "
+                    "this GPU; it does not give the calling process more memory or speed, and its next allocations "
+                    "must ask the driver again (slower)."),
+    "empty_cache_nvml": " (NVML 'used' fell by {drop})",
+}
+#: What to install when torch has no kernel for a GPU (probes/environment.kernel_image_fix), by case.
+KERNEL_IMAGE_FIX = {
+    "newer": "This GPU is newer than the build: ",
+    "newer_known": ("install a torch built with CUDA {cuda} or newer, whose arch list includes {sm} ({index}{since}): "
+                    "`pip install --force-reinstall torch torchvision --index-url "
+                    "https://download.pytorch.org/whl/{index}`."),
+    "newer_known_since": ", torch {first} or later",
+    "newer_unknown": ("install the newest torch built with the newest CUDA (https://pytorch.org/get-started/locally/) "
+                      "and check that torch.cuda.get_arch_list() has {sm}."),
+    "dropped": ("Install a torch build whose arch list includes {sm} (older GPUs need an older CUDA build, e.g. "
+                "cu126 wheels for sm_50..sm_70)."),
+}
+#: What of a GPU pair's peer-to-peer path could not be read, why, and what to do (probes/_p2p):
+#: (what, reason, fix) templates by case.
+ACS_BY_HAND = "check by hand on the host: `sudo lspci -vvv | grep ACSCtl` and `cat /proc/cmdline`"
+P2P_UNKNOWN: dict[str, tuple[str, str, str]] = {
+    "nvml_status": ("NVML's peer-to-peer status", "NVML answered {reason}", "Run `nvidia-smi topo -p2p rw` on the node."),
+    "vm": ("ACS on the PCIe path", "this is a virtual machine: its PCIe bridges are virtual, the physical path and its "
+           "ACS are the host's", "Ask the host's administrator to {by_hand}; inside the VM, NCCL_P2P_DISABLE=1 keeps "
+           "NCCL off that path if jobs hang."),
+    "not_in_sysfs": ("ACS on the PCIe path", "the GPUs are not in this machine's sysfs (a container, or another "
+                     "machine's readings)", "Run `sudo gpudoctor report` on the host, or {by_hand}."),
+    "closed": ("ACS on the bridges between them ({bridges})", "{reason}",
+               "Run `sudo gpudoctor report`, or by hand: `sudo lspci -vvv -s {bridge} | grep ACSCtl` for each "
+               "bridge listed."),
+}
 _TORCHVISION_BROKEN = Wording(
     Status.FAIL, "torchvision {tv_version} does not work with torch {version}: {error}",
     "torchvision's compiled operators (nms, roi_align, the image decoders) are built against one torch release; "

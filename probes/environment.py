@@ -113,10 +113,11 @@ def ptx_only(arch_list: list[str], capability: str) -> bool:
     return True
 
 
-def kernel_image_fix(arch_list: list[str], capability: str) -> str:
+def kernel_image_fix(arch_list: list[str], capability: str, *, say_newer: bool = True) -> str:
     """What to install when torch has no kernel for ``capability``: a newer build for a GPU newer than
-    every target in the list (naming the CUDA release and wheel index it needs), an older build for
-    a GPU the build dropped."""
+    every target in the list (naming the CUDA release and wheel index it needs; ``say_newer``: opening
+    with "This GPU is newer than the build"), an older build for a GPU the build dropped."""
+    words = _wording.KERNEL_IMAGE_FIX
     sm = "sm_" + capability.replace(".", "")
     cap = _capability(capability)
     targets = [(amaj, amin) for _kind, amaj, amin, _suffix in _targets(arch_list)]
@@ -124,14 +125,12 @@ def kernel_image_fix(arch_list: list[str], capability: str) -> str:
         need = BUILD_FOR_NEW_GPU.get(cap[0])
         if need:
             cuda, index, first = need
-            since = f", torch {first} or later" if first else ""
-            return (f"This GPU is newer than the build: install a torch built with CUDA {cuda} or newer, whose "
-                    f"arch list includes {sm} ({index}{since}): `pip install --force-reinstall torch torchvision "
-                    f"--index-url https://download.pytorch.org/whl/{index}`.")
-        return (f"This GPU is newer than the build: install the newest torch built with the newest CUDA "
-                f"(https://pytorch.org/get-started/locally/) and check that torch.cuda.get_arch_list() has {sm}.")
-    return (f"Install a torch build whose arch list includes {sm} (older GPUs need an older CUDA build, e.g. "
-            "cu126 wheels for sm_50..sm_70).")
+            since = words["newer_known_since"].format(first=first) if first else ""
+            fix = words["newer_known"].format(cuda=cuda, sm=sm, index=index, since=since)
+        else:
+            fix = words["newer_unknown"].format(sm=sm)
+        return words["newer"] + fix if say_newer else fix
+    return words["dropped"].format(sm=sm)
 
 
 # torch's words when it refuses the cuDNN it loaded (torch.backends.cudnn.version() raises them):
@@ -382,7 +381,7 @@ def _kernel_images(r: ProbeResult, gpu: GpuBackend, facts: dict[str, Any], versi
             r.findings.append(findings.finding(
                 "ptx_jit_only", device=index, index=index, name=name, cc=cc, version=version, sm=sm,
                 ptx=" ".join(a for a in arch_list if a.startswith("compute_")),
-                fix=kernel_image_fix(arch_list, cc).replace("This GPU is newer than the build: ", "")))
+                fix=kernel_image_fix(arch_list, cc, say_newer=False)))
 
 
 def _extensions(r: ProbeResult, ctx: ProbeContext, capabilities: list[tuple[int, str, str]]) -> None:

@@ -170,12 +170,9 @@ def _settled(r: ProbeResult, watcher: EventSource, own: bool, indices: list[int]
 
 def run(ctx: ProbeContext) -> ProbeResult:
     gpu = ctx.gpu
-    na = gpu.status()
-    if na is not None:
-        return findings.skipped("events", "nvml_unavailable:events", reason=na.reason)
-    count = gpu.device_count()
-    if not isinstance(count, int) or count == 0:
-        return findings.skipped("events", "no_gpu")
+    count = ctx.nvml_count("events")
+    if isinstance(count, ProbeResult):
+        return count
     # A long-running front end (the TUI, the exporter) hands over the watcher it runs: its NVML
     # stream holds what happened while it watched. Otherwise this probe registers its own.
     watcher = ctx.events

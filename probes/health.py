@@ -362,12 +362,9 @@ def _has_gpm(value: object) -> bool:
 def run(ctx: ProbeContext) -> ProbeResult:
     r = ProbeResult("health")
     gpu = ctx.gpu
-    na = gpu.status()
-    if na is not None:
-        return findings.skipped("health", "nvml_unavailable:health", reason=na.reason)
-    count = gpu.device_count()
-    if not isinstance(count, int) or count == 0:
-        return findings.skipped("health", "no_gpu")
+    count = ctx.nvml_count("health")
+    if isinstance(count, ProbeResult):
+        return count
     if ctx.device is not None:
         n_index = ctx.nvml_index(ctx.device)
         if n_index is None or n_index >= count:

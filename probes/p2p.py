@@ -27,7 +27,6 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from gpudoctor import findings
 from gpudoctor.backends.nvml import normalise_bus_id
 from gpudoctor.model import ProbeResult, Status
 
@@ -116,12 +115,9 @@ def _summary(r: ProbeResult, pairs: list[_p2p.PairPath]) -> str:
 
 def run(ctx: ProbeContext) -> ProbeResult:
     gpu = ctx.gpu
-    na = gpu.status()
-    if na is not None:
-        return findings.skipped("p2p", "nvml_unavailable:p2p", reason=na.reason)
-    count = gpu.device_count()
-    if not isinstance(count, int) or count < 2:
-        return findings.skipped("p2p", "p2p_single_gpu")
+    count = ctx.nvml_count("p2p", at_least=2, fewer="p2p_single_gpu")
+    if isinstance(count, ProbeResult):
+        return count
     # the path readers only where there is a pair (a one-GPU node's --quick loads neither)
     from gpudoctor.backends import pcie_paths
 

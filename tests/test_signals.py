@@ -344,11 +344,17 @@ def test_sighup_during_report_full_writes_the_results_stops_the_child_and_exits_
         os.kill(int(started.read_text()), 0)  # the probe's child was stopped, not left behind
 
 
+def _hang_up_after_line(script: str, tmp_path, out_file, words: str, what: str) -> tuple[int, str]:
+    """Run ``script`` writing ``out_file``; SIGHUP once a line of its stderr holds ``words`` (``what``
+    names that moment in a failure): its exit code and stderr."""
+    proc = _start(script, tmp_path, OUT_FILE=str(out_file))
+    code, _out, err = _signal_when_ready(proc, lambda: words in proc.stderr.readline(), what, signal.SIGHUP)
+    return code, err
+
+
 def test_sighup_during_record_keeps_the_recording_and_exits_129(tmp_path):
     out_file = tmp_path / "rec.json"
-    proc = _start(RECORD_ON_REPLAY, tmp_path, OUT_FILE=str(out_file))
-    code, out, err = _signal_when_ready(proc, lambda: "sampling" in proc.stderr.readline(), "start of the sampling",
-                                        signal.SIGHUP)
+    code, err = _hang_up_after_line(RECORD_ON_REPLAY, tmp_path, out_file, "sampling", "start of the sampling")
     assert code == exitcodes.HANGUP, err
     assert "Traceback" not in err and "recording written to" in err
     assert json.loads(out_file.read_text())["format"] == "gpudoctor-recording"
@@ -356,9 +362,7 @@ def test_sighup_during_record_keeps_the_recording_and_exits_129(tmp_path):
 
 def test_sighup_during_bench_mnist_keeps_the_finished_runs_and_exits_129(tmp_path):
     out_file = tmp_path / "bench.json"
-    proc = _start(BENCH, tmp_path, OUT_FILE=str(out_file))
-    code, out, err = _signal_when_ready(proc, lambda: "samples/s" in proc.stderr.readline(), "first finished run",
-                                        signal.SIGHUP)
+    code, err = _hang_up_after_line(BENCH, tmp_path, out_file, "samples/s", "first finished run")
     assert code == exitcodes.HANGUP, err
     assert "hung up (SIGHUP); 1 of 2 runs finished and were kept" in err
     assert json.loads(out_file.read_text())["interrupted"] is True

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tui_support import fixed_host, run_async, screen_lines, take_samples, wait_for
+from tui_support import fixed_host, run_async, running, screen_lines, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -41,9 +41,7 @@ def _gpu_rows(lines: list[str]) -> dict[int, str]:
 async def test_eight_gpus_and_their_processes_fit_80x24_with_the_verdict():
     from gpudoctor.tui.app import HeaderVerdict
 
-    app = _node_app(8)
-    async with app.run_test(size=(80, 24)) as pilot:
-        await take_samples(pilot, app, 2)
+    async with running(_node_app(8), size=(80, 24), samples=2) as (app, pilot):
         app.post_message(HeaderVerdict(("warn", "persistence mode is off")))
         await wait_for(pilot, lambda: app.headline is not None)
         await pilot.pause()
@@ -61,14 +59,11 @@ async def test_eight_gpus_and_their_processes_fit_80x24_with_the_verdict():
         await pilot.press("v")
         await pilot.pause()
         assert app.screen.compact_shown()
-        await pilot.press("q")
 
 
 @run_async
 async def test_sixty_four_gpus_are_navigable_and_enter_opens_one():
-    app = _node_app(64)
-    async with app.run_test(size=(80, 24)) as pilot:
-        await take_samples(pilot, app, 1)
+    async with running(_node_app(64), size=(80, 24), samples=1) as (app, pilot):
         assert app.screen.compact_shown()
         assert 63 not in _gpu_rows(screen_lines(app))
         for _ in range(63):
@@ -83,14 +78,11 @@ async def test_sixty_four_gpus_are_navigable_and_enter_opens_one():
         await pilot.press("up")
         await pilot.pause()
         assert app.screen.selected == 62
-        await pilot.press("q")
 
 
 @run_async
 async def test_a_wide_screen_puts_gpus_in_columns():
-    app = _node_app(8)
-    async with app.run_test(size=(200, 60)) as pilot:
-        await take_samples(pilot, app, 2)
+    async with running(_node_app(8), size=(200, 60), samples=2) as (app, pilot):
         await pilot.press("v") if not app.screen.compact_shown() else None
         await pilot.pause()
         lines = screen_lines(app)
@@ -98,7 +90,6 @@ async def test_a_wide_screen_puts_gpus_in_columns():
         assert sorted(rows) == list(range(8))
         assert len(set(rows.values())) < 8, "one GPU a line on a 200-column screen"
         assert all(len(line) <= 200 for line in lines)
-        await pilot.press("q")
 
 
 @pytest.mark.parametrize("width", [40, 60, 80, 120, 200])

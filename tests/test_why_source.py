@@ -115,25 +115,25 @@ def _within(seconds: float, call):
     return result[0], time.monotonic() - started
 
 
+def _read_for_a_live_process(path: str) -> str:
+    """What the source reader of a running process gives for ``path`` (within 60 s, or the test fails)."""
+    proc = _start()
+    try:
+        text, _ = _within(60.0, lambda: session.source_reader(proc.pid)(path, 1))
+    finally:
+        _stop(proc)
+    return text
+
+
 def test_a_fifo_named_as_a_frame_file_returns_at_once(folder):
     fifo = os.path.join(folder, "frame.py")
     os.mkfifo(fifo, 0o644)
-    proc = _start()
-    try:
-        text, _ = _within(60.0, lambda: session.source_reader(proc.pid)(fifo, 1))
-    finally:
-        _stop(proc)
-    assert text == ""
+    assert _read_for_a_live_process(fifo) == ""
 
 
 @pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom"])
 def test_a_device_named_as_a_frame_file_is_not_read(device):
     if not stat.S_ISCHR(os.stat(device).st_mode):
         pytest.skip(f"{device} is not a device here")
-    proc = _start()
-    try:
-        text, _ = _within(60.0, lambda: session.source_reader(proc.pid)(device, 1))
-    finally:
-        _stop(proc)
-    assert text == ""
+    assert _read_for_a_live_process(device) == ""
 

@@ -195,3 +195,149 @@ def test_rewording_a_core_code_changes_the_error_result(monkeypatch):
     assert (said.code, said.summary, said.why, said.fix) == ("probe_error", "timed out after 30 s",
                                                              "Why (test words).", "Re-run memory (test words).")
     assert ProbeResult.error("memory", "gone").findings[0].why == "Why (test words)."
+
+
+# --------------------------------------------------------------------------- sentences beside findings
+# The words that fill a finding's fields or stand beside it (a fix helper's sentence, the hooks'
+# advice on a host sync, the sweep's advice) live in the tables too: a module outside them keeps
+# no table of words and returns no sentence written in place.
+TABLE_FILES_ALL = TABLE_FILES | {ROOT / "gpudoctor" / "workload" / "wording.py", ROOT / "gpudoctor" / "why" / "wording.py"}
+SENTENCE_GUARDED = sorted(set(GUARDED) | {ROOT / "gpudoctor" / name for name in (
+    "hooks/summary.py", "workload/recommend.py", "backends/busy.py")})
+
+
+def _words_of(node: ast.AST) -> str | None:
+    """The text a node writes in place (a literal, an f-string's fixed parts, a sum of them); None for any other."""
+    if isinstance(node, ast.Constant):
+        return node.value if isinstance(node.value, str) else None
+    if isinstance(node, ast.JoinedStr):
+        return "".join(v.value if isinstance(v, ast.Constant) else " {} " for v in node.values)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        parts = [_words_of(node.left), _words_of(node.right)]
+        return " ".join(p for p in parts if p is not None) if any(p is not None for p in parts) else None
+    return None
+
+
+def _parts(node: ast.AST):
+    """A value and, for a tuple or list, each of its items (a table's (what, fix) pairs)."""
+    if isinstance(node, (ast.Tuple, ast.List)):
+        for item in node.elts:
+            yield from _parts(item)
+    else:
+        yield node
+
+
+def _is_phrase(text: str) -> bool:
+    return len(re.findall(r"[A-Za-z][A-Za-z'-]+", text)) >= 3 and " " in text.strip()
+
+
+def word_tables(source: str, name: str = "<source>") -> list[str]:
+    """Module-level dicts of phrases ('name:line: TABLE'): words kept in a table outside the wording tables."""
+    found = []
+    for node in ast.parse(source).body:
+        target = node.targets[0] if isinstance(node, ast.Assign) else node.target if isinstance(node, ast.AnnAssign) else None
+        if target is None or not isinstance(node.value, ast.Dict):
+            continue
+        if any(_is_phrase(text) for value in node.value.values for part in _parts(value)
+               if (text := _words_of(part)) is not None):
+            found.append(f"{name}:{node.lineno}: {getattr(target, 'id', '?')} holds words")
+    return found
+
+
+def returned_sentences(source: str, name: str = "<source>") -> list[str]:
+    """Where a function returns a whole sentence written in place ('name:line'): a helper wording a
+    finding's fix or reason itself (capitalised, five words or more, a final period)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Return) or node.value is None:
+            continue
+        for part in _parts(node.value):
+            text = (_words_of(part) or "").strip()
+            if len(text.split()) >= 5 and text[:1].isupper() and text.endswith("."):
+                found.append(f"{name}:{node.lineno}: a sentence returned")
+    return found
+
+
+def test_no_words_outside_the_tables_beside_the_findings():
+    hits = []
+    for path in SENTENCE_GUARDED:
+        if path in TABLE_FILES_ALL:
+            continue
+        source, name = path.read_text(encoding="utf-8"), str(path.relative_to(ROOT))
+        hits += word_tables(source, name) + returned_sentences(source, name)
+    assert not hits, "words kept outside the wording tables (move them to the package's table):\n" + "\n".join(hits)
+
+
+@pytest.mark.parametrize("guard, source, finds", [
+    (word_tables, '_SYNC_ADVICE = {"item": ("a `.item()` on a CUDA tensor", "Keep running totals on the GPU.")}', True),
+    (word_tables, 'WORK_WORDS: dict[str, str] = {"busy_small_kernels": "small kernels only"}', True),
+    (word_tables, '_CAUSES = {34: ("a stub libcuda was loaded", "Remove the stubs directory.")}', True),
+    (returned_sentences, 'def fix(sm):\n    return f"Install a torch build whose arch list includes {sm}."', True),
+    (returned_sentences, 'def why(host):\n    return ("ACS on the path", "a VM", "Run `sudo gpudoctor report`, or " + X + ".")',
+     True),
+    (word_tables, 'LIMITS = {"util": (0, 100), "temp": (0, 130)}', False),
+    (word_tables, 'KEYS = {"sm": "sm_active_pct"}', False),
+    (returned_sentences, 'def reason():\n    return "the NVIDIA driver is not answering"', False),
+    (returned_sentences, 'def fix():\n    return _wording.KERNEL_IMAGE_FIX["dropped"].format(sm=sm)', False),
+])
+def test_the_sentence_guards_find_words_kept_in_place_and_nothing_else(guard, source, finds):
+    assert bool(guard(source)) is finds
+
+
+def test_the_sweeps_advice_is_registered_in_the_index():
+    from gpudoctor.workload import wording as workload_wording
+
+    assert findings.tables()["gpudoctor.workload.wording"] is workload_wording.WORDING
+
+
+def test_rewording_the_words_beside_findings_changes_what_is_said(monkeypatch):
+    from gpudoctor import presentation, xid
+    from gpudoctor.backends import cuda_driver
+    from gpudoctor.hooks import summary
+    from gpudoctor.probes import environment
+    from gpudoctor.workload import recommend, wording as workload_wording
+
+    monkeypatch.setitem(findings.WORDING, "work:idle", Wording(Status.PASS, "idle", short="idle", tag="resting"))
+    assert presentation.work_tag("idle") == "resting"
+    monkeypatch.setitem(findings.SYNC_PATTERNS, "item", ("an item (test words)", "Fix (test words)."))
+    assert summary.sync_pattern_words("item") == ("an item (test words)", "Fix (test words).")
+    monkeypatch.setitem(findings.CUDA_START_CAUSES, 34, ("a stub (test words)", "Fix the stub (test words)."))
+    assert cuda_driver.cause_of_error_text("CUDA driver is a stub library") == (
+        "a stub (test words)", "Fix the stub (test words).")
+    monkeypatch.setitem(_wording.KERNEL_IMAGE_FIX, "dropped", "Install {sm} (test words).")
+    assert environment.kernel_image_fix(["sm_80", "sm_90"], "7.0") == "Install sm_70 (test words)."
+    monkeypatch.setitem(xid._NOT_IN_CATALOG, "unknown", ("unknown (test words)", "look it up: {url}"))
+    assert xid.explain(99999).words == "unknown (test words)"
+    monkeypatch.setitem(workload_wording.ADVICE, "oom", "no room at batch {sizes} (test words)")
+    runs = [{"status": "ok", "device": "cpu", "mode": "resident", "batch_size": 64, "workers": None,
+             "samples_per_s": 1000.0, "epoch_s": 1.0, "test_accuracy": 0.9},
+            {"status": "oom", "device": "cpu", "mode": "resident", "batch_size": 4096, "workers": None}]
+    assert "no room at batch 4096 (test words)" in recommend.recommend(runs)["reasons"]
+
+
+#: Modules whose every phrase is in their package's table: no text of three words or more in place
+#: but docstrings.
+ALL_IN_TABLES = [ROOT / "gpudoctor" / "workload" / "recommend.py"]
+
+
+def phrases_in_place(source: str, name: str = "<source>") -> list[str]:
+    """Every phrase written in place outside docstrings ('name:line')."""
+    tree = ast.parse(source)
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                  and node.body and isinstance(node.body[0], ast.Expr)}
+    inner = {id(v) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for v in node.values}
+    return [f"{name}:{node.lineno}: {text.strip()[:40]!r}" for node in ast.walk(tree)
+            if id(node) not in docstrings and id(node) not in inner and isinstance(node, (ast.Constant, ast.JoinedStr))
+            and (text := _words_of(node)) is not None and _is_phrase(text)]
+
+
+def test_the_sweeps_advice_is_worded_only_in_its_table():
+    hits = [hit for path in ALL_IN_TABLES
+            for hit in phrases_in_place(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))]
+    assert not hits, "advice worded in place (move it to gpudoctor/workload/wording.py's ADVICE):\n" + "\n".join(hits)
+
+
+def test_the_phrase_guard_finds_a_reason_written_in_place():
+    assert phrases_in_place('reasons.append(f"out of memory at batch size {sizes}")')
+    assert not phrases_in_place('def f():\n    """Docstring words are not advice."""\n    return _advice("oom")')

@@ -58,7 +58,14 @@ def workload_app(sweep: str, **kw: Any) -> Any:
 async def running_app(path: Path, *, size: tuple[int, int], samples: int, **kw: Any) -> AsyncIterator[tuple[Any, Any]]:
     """The app on recording ``path``, headless at ``size``, after ``samples`` readings: (app, pilot).
     Leaving the block quits it with q."""
-    app = make_test_app(path, **kw)
+    async with running(make_test_app(path, **kw), size=size, samples=samples) as (app, pilot):
+        yield app, pilot
+
+
+@contextlib.asynccontextmanager
+async def running(app: Any, *, size: tuple[int, int], samples: int) -> AsyncIterator[tuple[Any, Any]]:
+    """``app`` headless at ``size``, after ``samples`` readings: (app, pilot). Leaving the block
+    quits it with q."""
     async with app.run_test(size=size) as pilot:
         await take_samples(pilot, app, samples)
         yield app, pilot

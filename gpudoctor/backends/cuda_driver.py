@@ -274,39 +274,10 @@ class _Spawned(PendingCudaStart):
 #: CUDA_ERROR_SYSTEM_NOT_READY: on an NVSwitch board, the fabric manager has not registered the GPUs.
 SYSTEM_NOT_READY = 802
 
-# CUresult codes cuInit answers with on real machines (CUDA Driver API, "Error Handling": the CUresult
-# enum), each with its usual cause and fix. Any other code gets the generic fix below.
-_CAUSES: dict[int, tuple[str, str]] = {
-    34: ("a stub libcuda (the CUDA toolkit's lib64/stubs, for linking only) was loaded instead of the driver's",
-         "Remove the CUDA toolkit's `stubs` directory from LD_LIBRARY_PATH (and from /etc/ld.so.conf.d), "
-         "then check with `ldconfig -p | grep libcuda`."),
-    46: ("every GPU is busy or unavailable to new processes (compute mode Exclusive_Process held by another "
-         "process, or Prohibited)",
-         "Check `nvidia-smi -q -d COMPUTE` and the processes on the GPUs; an administrator can set "
-         "`nvidia-smi -c DEFAULT`."),
-    100: ("CUDA finds no usable device although NVML lists GPUs: the device files (/dev/nvidia*) are missing or "
-          "not allowed for this process, as in a container started without its GPUs",
-          "Start the container with the GPUs (`docker run --gpus all`, or the Kubernetes GPU resource) and check "
-          "that /dev/nvidia0 and /dev/nvidiactl exist and are readable here."),
-    802: ("the system is not yet initialized: on an NVSwitch board (HGX/DGX) the NVIDIA fabric manager is not "
-          "running, or has not finished setting up the fabric",
-          "Start the fabric manager (`sudo systemctl enable --now nvidia-fabricmanager`; its version must match "
-          "the driver's) and check `nvidia-smi -q | grep -A2 Fabric`."),
-    803: ("the user-space CUDA driver (libcuda) and the loaded kernel module are different versions, as after "
-          "a driver upgrade without a reboot, or a CUDA forward-compatibility package that does not fit this "
-          "driver",
-          "Reboot (or reload the nvidia kernel modules) after a driver upgrade; check that `cat "
-          "/proc/driver/nvidia/version` and `nvidia-smi` report the same version."),
-    804: ("CUDA forward compatibility (the cuda-compat package) is not supported on this GPU (it needs a "
-          "data-centre GPU)",
-          "Remove the forward-compatibility libraries from the library path, or upgrade the driver itself."),
-    999: ("cuInit answered CUDA_ERROR_UNKNOWN: often the nvidia-uvm kernel module is not loaded, or the GPU "
-          "was left in a bad state (after a suspend/resume or a driver fault)",
-          "Load the module (`sudo modprobe nvidia-uvm`; `nvidia-smi` alone does not load it), check `dmesg` "
-          "for Xid errors, and reboot the node if it persists."),
-}
-_GENERIC_FIX = ("Check `dmesg` for NVIDIA errors, reboot after a driver upgrade, and in a container start it "
-                "with the GPUs (`docker run --gpus all`).")
+# CUresult codes cuInit answers with on real machines, each with its usual cause and fix: worded in
+# gpudoctor.findings.CUDA_START_CAUSES. Any other code gets the generic fix below.
+_CAUSES = findings.CUDA_START_CAUSES
+_GENERIC_FIX = findings.CUDA_START_GENERIC_FIX
 
 
 # The same errors as the CUDA runtime and torch print them (the runtime's cudaError codes for these

@@ -132,6 +132,13 @@ def add_output(parser: argparse.ArgumentParser, help: str, *, required: bool = F
     parser.add_argument("-o", "--output", type=output_path, metavar="FILE", required=required, help=help)
 
 
+def add_json_document(parser: argparse.ArgumentParser, json_help: str, output_help: str) -> None:
+    """``--json`` and ``-o/--output FILE`` together: a command whose result is one JSON document,
+    printed, written to a file, or both."""
+    add_json(parser, json_help)
+    add_output(parser, output_help)
+
+
 def add_replay(parser: argparse.ArgumentParser, help: str) -> None:
     """``--replay FILE``: read a recording made by ``gpudoctor record`` instead of live NVML."""
     parser.add_argument("--replay", metavar="FILE", help=help)
@@ -200,5 +207,5 @@ def open_backend(replay: str | None, *, loop: bool = False) -> GpuBackend:
 
 
 __all__ = ["bounded", "seconds", "seconds_or_zero", "MAX_SECONDS", "MIN_INTERVAL_S", "refresh_interval", "output_path",
-           "check_writable", "check_recording", "open_backend", "add_command", "add_json", "add_output", "add_replay",
-           "add_refresh_interval", "add_fail_on", "process_id", "listen_host", "MAX_PID"]
+           "check_writable", "check_recording", "open_backend", "add_command", "add_json", "add_output",
+           "add_json_document", "add_replay", "add_refresh_interval", "add_fail_on", "process_id", "listen_host", "MAX_PID"]

@@ -17,6 +17,12 @@ from typing import TYPE_CHECKING
 from gpudoctor import exitcodes
 from gpudoctor.commands.args import add_command, add_fail_on, add_json
 
+#: The command's words in `gpudoctor --help` and `gpudoctor compare --help`.
+HELP = "compare a report's figures with a known-good baseline report (or a directory of them)"
+DESCRIPTION = ("Compare bandwidth, TFLOP/s, CUDA context size, workload throughput and samples per joule, "
+               "idle power and temperature and the PCIe link with a known-good report of the same GPU model "
+               "(or the median of a directory of them). Exit codes: 0 within tolerance, 3 warn, 4 fail, 2 usage.")
+
 if TYPE_CHECKING:
     from gpudoctor.baseline import Baseline
     from gpudoctor.commands.args import Subcommands
@@ -24,11 +30,7 @@ if TYPE_CHECKING:
 
 
 def register(subparsers: Subcommands) -> None:
-    parser = add_command(
-        subparsers, "compare", run, help="compare a report's figures with a known-good baseline report (or a directory of them)",
-        description="Compare bandwidth, TFLOP/s, CUDA context size, workload throughput and samples per joule, "
-                    "idle power and temperature and the PCIe link with a known-good report of the same GPU model "
-                    "(or the median of a directory of them). Exit codes: 0 within tolerance, 3 warn, 4 fail, 2 usage.")
+    parser = add_command(subparsers, "compare", run, help=HELP, description=DESCRIPTION)
     parser.add_argument("baseline", metavar="BASELINE", help="known-good report (JSON) or a directory of them")
     parser.add_argument("report", metavar="REPORT", help="the report to judge (gpudoctor report --full --json)")
     add_json(parser, "print a report document (docs/report.schema.json)")

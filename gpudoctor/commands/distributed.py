@@ -15,9 +15,16 @@ import dataclasses
 import sys
 from typing import TYPE_CHECKING, Any
 
-from gpudoctor.commands.args import (MAX_SECONDS, add_command, add_fail_on, add_json, add_output, bounded,
+from gpudoctor.commands.args import (MAX_SECONDS, add_command, add_fail_on, add_json_document, bounded,
                                      check_writable)
 from gpudoctor.commands.output import emit_report, is_terminal, say, torchrun_rank
+
+#: The command's words in `gpudoctor --help` and `gpudoctor distributed --help`.
+HELP = "check torch.distributed: all-reduce bandwidth, DDP, stragglers, peers"
+DESCRIPTION = ("All-reduce bus bandwidth over message sizes, a DDP step of the reference MNIST "
+               "network with a gradient agreement check, per-rank timings, and on multi-GPU nodes "
+               "peer access, NVLink and DataParallel. NCCL on GPUs, gloo on CPU. Under torchrun it "
+               "joins the job (torchrun --nproc-per-node N -m gpudoctor distributed).")
 
 if TYPE_CHECKING:
     from gpudoctor.commands.args import Subcommands
@@ -41,12 +48,7 @@ def _sizes(text: str) -> list[int]:
 
 
 def register(subparsers: Subcommands) -> None:
-    p = add_command(
-        subparsers, "distributed", run, help="check torch.distributed: all-reduce bandwidth, DDP, stragglers, peers",
-        description="All-reduce bus bandwidth over message sizes, a DDP step of the reference MNIST "
-                    "network with a gradient agreement check, per-rank timings, and on multi-GPU nodes "
-                    "peer access, NVLink and DataParallel. NCCL on GPUs, gloo on CPU. Under torchrun it "
-                    "joins the job (torchrun --nproc-per-node N -m gpudoctor distributed).")
+    p = add_command(subparsers, "distributed", run, help=HELP, description=DESCRIPTION)
     p.add_argument("--nproc", type=nproc, metavar="N",
                    help="ranks to start on this machine (default: one per GPU with NCCL, 2 with gloo); "
                         "ignored under torchrun")
@@ -58,8 +60,7 @@ def register(subparsers: Subcommands) -> None:
     p.add_argument("--timeout", type=time_limit, default=120.0, metavar="S",
                    help="time limit for the whole check; a rank still running then is reported as hung "
                         "(default 120)")
-    add_json(p, "print one JSON report to stdout")
-    add_output(p, "also write the JSON report to FILE (atomically)")
+    add_json_document(p, "print one JSON report to stdout", "also write the JSON report to FILE (atomically)")
     add_fail_on(p)
     p.add_argument("--anonymize", action="store_true", help="strip GPU UUIDs, serial numbers and host names")
     p.add_argument("-v", "--verbose", action="store_true", help="show every measurement")

@@ -22,6 +22,12 @@ from gpudoctor.exporter import (DEFAULT_INTERVAL_S, DEFAULT_PORT, DEFAULT_REPORT
                                 GpudoctorCollector, GpuSampler, ReportStatus, build_registry, quick_report_producer,
                                 serve_metrics, stop_sampler_then_close)
 
+#: The command's words in `gpudoctor --help` and `gpudoctor exporter --help`.
+HELP = "serve Prometheus metrics for every GPU and the last report"
+DESCRIPTION = ("Prometheus exporter: per-GPU utilisation, memory, temperature, power, clocks, PCIe, "
+               "ECC, throttle reasons, and each probe's status in the last quick report. Metric names "
+               "and their dcgm-exporter counterparts: docs/fleet.md.")
+
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
@@ -33,11 +39,7 @@ port = bounded(int, minimum=0, maximum=65535, what="a port number")
 
 
 def register(subparsers: Subcommands) -> None:
-    p = add_command(
-        subparsers, "exporter", run, help="serve Prometheus metrics for every GPU and the last report",
-        description="Prometheus exporter: per-GPU utilisation, memory, temperature, power, clocks, PCIe, "
-                    "ECC, throttle reasons, and each probe's status in the last quick report. Metric names "
-                    "and their dcgm-exporter counterparts: docs/fleet.md.")
+    p = add_command(subparsers, "exporter", run, help=HELP, description=DESCRIPTION)
     p.add_argument("--host", default="127.0.0.1", type=listen_host,
                    help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 opens it to the network)")
     p.add_argument("--port", type=port, default=DEFAULT_PORT,

@@ -17,6 +17,12 @@ from typing import TYPE_CHECKING
 from gpudoctor.commands.args import add_command, add_fail_on, add_json, bounded
 from gpudoctor.commands.output import is_terminal
 
+#: The command's words in `gpudoctor --help` and `gpudoctor fleet --help`.
+HELP = "every node's GPUs from Prometheus, worst first"
+DESCRIPTION = ("Read what Prometheus holds from gpudoctor exporters (and dcgm-exporter) and list "
+               "every node's GPUs, worst first, with the reason. Exit codes: 0 pass, 3 warn, 4 fail, "
+               "5 stale targets, 2 usage or refused query, 6 no GPU series, 8 Prometheus unreachable.")
+
 if TYPE_CHECKING:
     from gpudoctor.commands.args import Subcommands
 
@@ -34,11 +40,7 @@ def _lookback(text: str) -> str:
 
 
 def register(subparsers: Subcommands) -> None:
-    parser = add_command(
-        subparsers, "fleet", run, help="every node's GPUs from Prometheus, worst first",
-        description="Read what Prometheus holds from gpudoctor exporters (and dcgm-exporter) and list "
-                    "every node's GPUs, worst first, with the reason. Exit codes: 0 pass, 3 warn, 4 fail, "
-                    "5 stale targets, 2 usage or refused query, 6 no GPU series, 8 Prometheus unreachable.")
+    parser = add_command(subparsers, "fleet", run, help=HELP, description=DESCRIPTION)
     parser.add_argument("--prometheus", metavar="URL", required=True,
                         help="the Prometheus server, e.g. http://prometheus:9090")
     parser.add_argument("--match", action="append", default=[], metavar="LABEL=VALUE",

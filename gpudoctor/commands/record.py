@@ -13,14 +13,17 @@ from gpudoctor import exitcodes
 from gpudoctor.commands.args import add_command, add_output, check_writable, seconds
 from gpudoctor.commands.output import say
 
+#: The command's words in `gpudoctor --help` and `gpudoctor record --help`.
+HELP = "capture real NVML and torch readings into a recording"
+DESCRIPTION = "Capture device readings for replay and bug reports."
+
 if TYPE_CHECKING:
     from gpudoctor.backends.base import GpuBackend
     from gpudoctor.commands.args import Subcommands
 
 
 def register(subparsers: Subcommands) -> None:
-    record = add_command(subparsers, "record", run, help="capture real NVML and torch readings into a recording",
-                         description="Capture device readings for replay and bug reports.")
+    record = add_command(subparsers, "record", run, help=HELP, description=DESCRIPTION)
     add_output(record, "recording file to write", required=True)
     record.add_argument("--seconds", type=seconds, default=5.0, help="how long to sample (default 5)")
     record.add_argument("--interval", type=seconds, default=0.5, help="seconds between samples (default 0.5)")

@@ -12,6 +12,10 @@ from gpudoctor.commands.args import (add_command, add_fail_on, add_json, add_out
 from gpudoctor.commands.output import Progress, emit_report
 from gpudoctor.errors import DeviceSelectionError, UsageError
 
+#: The command's words in `gpudoctor --help` and `gpudoctor report --help`.
+HELP = "check this machine's GPU stack (text or --json)"
+DESCRIPTION = "Check the GPU stack probe by probe and give a verdict."
+
 if TYPE_CHECKING:
     from gpudoctor.baseline import Baseline
     from gpudoctor.commands.args import Subcommands
@@ -22,8 +26,7 @@ device_index = bounded(int, minimum=0, what="a device index (use 0, 1, ...)",
 
 
 def register(subparsers: Subcommands) -> None:
-    report = add_command(subparsers, "report", run, help="check this machine's GPU stack (text or --json)",
-                         description="Check the GPU stack probe by probe and give a verdict.")
+    report = add_command(subparsers, "report", run, help=HELP, description=DESCRIPTION)
     level = report.add_mutually_exclusive_group()
     level.add_argument("--quick", dest="level", action="store_const", const="quick",
                        help="NVML and host facts only: no torch import, no CUDA context")

@@ -16,16 +16,18 @@ from gpudoctor.commands.args import add_command, add_refresh_interval, add_repla
 from gpudoctor.commands.output import is_terminal
 from gpudoctor.errors import UsageError
 
+#: The command's words in `gpudoctor --help` and `gpudoctor tui --help`.
+HELP = "the live monitor (what `gpudoctor` with no arguments opens)"
+DESCRIPTION = ("Live GPU panels with history, a process table, the Doctor (checks in the background) "
+               "and the MNIST Workload sweep. Keys: o p d w switch screens, ? help, q quit. "
+               "`gpudoctor -i 1` is `gpudoctor tui -i 1`.")
+
 if TYPE_CHECKING:
     from gpudoctor.commands.args import Subcommands
 
 
 def register(subparsers: Subcommands) -> None:
-    parser = add_command(
-        subparsers, "tui", run, help="the live monitor (what `gpudoctor` with no arguments opens)",
-        description="Live GPU panels with history, a process table, the Doctor (checks in the background) "
-                    "and the MNIST Workload sweep. Keys: o p d w switch screens, ? help, q quit. "
-                    "`gpudoctor -i 1` is `gpudoctor tui -i 1`.")
+    parser = add_command(subparsers, "tui", run, help=HELP, description=DESCRIPTION)
     add_refresh_interval(parser)
     add_replay(parser, "show a recording made with `gpudoctor record` (loops)")
     parser.add_argument("--doctor-level", choices=("quick", "standard", "full"), default="standard",

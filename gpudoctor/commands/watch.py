@@ -18,6 +18,16 @@ from gpudoctor import exitcodes
 from gpudoctor.commands.args import add_command, add_json, add_refresh_interval, add_replay, bounded, open_backend
 from gpudoctor.commands.output import say, write_stdout_line
 
+#: The command's words in `gpudoctor --help` and `gpudoctor watch --help`.
+HELP = "one line per GPU per interval, for logs (--json: JSON lines)"
+DESCRIPTION = ("Print one line per GPU every interval, within 100 columns: utilisation, memory used/total, "
+               "temperature, power/limit, SM clock and throttle reasons "
+               "(2026-11-21T05:21:07Z gpu0 util 95% mem 20.5/24.0 GiB 74°C 338/350W sm 1860MHz throttle "
+               "sw_power_cap), and under a GPU in MIG mode one line per MIG device (memory, SM activity, "
+               "processes; utilisation and energy are whole-GPU figures only in NVML). -v adds the memory clock, PCIe, fan, the driver's reserved memory and why a "
+               "reading is n/a. Exit codes: 0 done, 2 usage, 4 a critical GPU event (a critical Xid, an "
+               "uncorrectable ECC error) was reported, 6 no GPU, 130 Ctrl-C.")
+
 if TYPE_CHECKING:
     from gpudoctor.backends.events import EventWatcher, ReplayEvents
     from gpudoctor.commands.args import Subcommands
@@ -26,15 +36,7 @@ count = bounded(int, minimum=1, what="a whole number")
 
 
 def register(subparsers: Subcommands) -> None:
-    parser = add_command(
-        subparsers, "watch", run, help="one line per GPU per interval, for logs (--json: JSON lines)",
-        description="Print one line per GPU every interval, within 100 columns: utilisation, memory used/total, "
-                    "temperature, power/limit, SM clock and throttle reasons "
-                    "(2026-11-21T05:21:07Z gpu0 util 95% mem 20.5/24.0 GiB 74°C 338/350W sm 1860MHz throttle "
-                    "sw_power_cap), and under a GPU in MIG mode one line per MIG device (memory, SM activity, "
-                    "processes; utilisation and energy are whole-GPU figures only in NVML). -v adds the memory clock, PCIe, fan, the driver's reserved memory and why a "
-                    "reading is n/a. Exit codes: 0 done, 2 usage, 4 a critical GPU event (a critical Xid, an "
-                    "uncorrectable ECC error) was reported, 6 no GPU, 130 Ctrl-C.")
+    parser = add_command(subparsers, "watch", run, help=HELP, description=DESCRIPTION)
     add_refresh_interval(parser)
     parser.add_argument("-n", "--count", type=count, metavar="COUNT",
                         help="stop after COUNT intervals (default: until Ctrl-C)")

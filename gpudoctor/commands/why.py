@@ -21,9 +21,18 @@ import time
 from typing import TYPE_CHECKING, Any, TextIO
 
 from gpudoctor import exitcodes, signals
-from gpudoctor.commands.args import add_command, add_json, add_output, bounded, check_writable, process_id
+from gpudoctor.commands.args import add_command, add_json_document, bounded, check_writable, process_id
 from gpudoctor.commands.output import deliver, is_terminal, say
 from gpudoctor.errors import UsageError
+
+#: The command's words in `gpudoctor --help` and `gpudoctor why --help`.
+HELP = "why a running training process's GPU is not busy (no code change)"
+DESCRIPTION = ("Sample a running Python process and its subprocesses (DataLoader workers, torchrun's "
+               "ranks) with py-spy, join NVML and CPU figures, and say what holds it back: input-bound, "
+               "host-sync-bound, CPU-bound, GPU-bound, I/O-bound or idle, with the lines and the fix. "
+               "`gpudoctor why -- CMD ...` starts CMD, samples it and passes its exit code on. "
+               "Exit codes: 0 diagnosed, 2 usage/no such PID/not Python, 9 cannot attach, "
+               "10 the process ended while sampled, 7 write failed.")
 
 if TYPE_CHECKING:
     from gpudoctor.commands.args import Subcommands
@@ -40,17 +49,9 @@ KILL_WAIT_S = 5.0
 
 
 def register(subparsers: Subcommands) -> None:
-    parser = add_command(
-        subparsers, "why", run, help="why a running training process's GPU is not busy (no code change)",
-        usage="gpudoctor why [-h] [--seconds N] [--rate HZ] [--json] [-o FILE] PID\n"
+    parser = add_command(subparsers, "why", run, help=HELP, description=DESCRIPTION, usage="gpudoctor why [-h] [--seconds N] [--rate HZ] [--json] [-o FILE] PID\n"
               "       gpudoctor why [-h] [--seconds N] [--rate HZ] [--json] [-o FILE] [--wait-start N]\n"
-              "                     [--then continue|stop] -- CMD [ARG ...]",
-        description="Sample a running Python process and its subprocesses (DataLoader workers, torchrun's "
-                    "ranks) with py-spy, join NVML and CPU figures, and say what holds it back: input-bound, "
-                    "host-sync-bound, CPU-bound, GPU-bound, I/O-bound or idle, with the lines and the fix. "
-                    "`gpudoctor why -- CMD ...` starts CMD, samples it and passes its exit code on. "
-                    "Exit codes: 0 diagnosed, 2 usage/no such PID/not Python, 9 cannot attach, "
-                    "10 the process ended while sampled, 7 write failed.")
+              "                     [--then continue|stop] -- CMD [ARG ...]")
     parser.add_argument("target", nargs="+", metavar="PID or -- CMD",
                         help="the PID of a running Python process, or -- and a command to start")
     parser.add_argument("--seconds", type=_seconds, default=10.0, metavar="N",
@@ -65,8 +66,7 @@ def register(subparsers: Subcommands) -> None:
     parser.add_argument("--wait-start", type=_wait, default=60.0, metavar="N",
                         help="with -- CMD: wait at most N seconds (default 60, 0 = not at all) for start-up "
                              "(imports, building the model) to end before the sampled window")
-    add_json(parser, "print one JSON document (docs/why.schema.json)")
-    add_output(parser, "also write the JSON here")
+    add_json_document(parser, "print one JSON document (docs/why.schema.json)", "also write the JSON here")
 
 
 def _target(args: argparse.Namespace) -> tuple[int | None, list[str] | None]:

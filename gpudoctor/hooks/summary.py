@@ -380,52 +380,15 @@ def _gib(n: float) -> str:
     return f"{n / (1 << 30):.1f} GiB"
 
 
-_SYNC_ADVICE = {
-    "item": ("a `.item()` on a CUDA tensor",
-             "Keep running totals on the GPU (`running_loss += loss.detach()`) and call `.item()` "
-             "only every N steps or once per epoch."),
-    "tolist": ("a `.tolist()` on a CUDA tensor",
-               "Collect results on the GPU and copy them to the host once per N steps or per epoch."),
-    "cpu": ("a `.cpu()`/`.numpy()` copy to the host",
-            "Keep metrics on the GPU and copy them to the host every N steps, or copy with "
-            "`.to('cpu', non_blocking=True)` into pinned memory and read them a step later."),
-    "synchronize": ("an explicit `torch.cuda.synchronize()`",
-                    "Remove it from the loop; to time steps use CUDA events (gpudoctor already does)."),
-    "print": ("printing or formatting a CUDA tensor",
-              "Format tensors only every N steps; formatting copies the value to the host."),
-    "nonzero": ("an operation whose output size depends on the data (nonzero, masked_select, "
-                "unique, any/all in a condition)",
-                "Use fixed-size forms (`torch.where`, masks multiplied in) or move the check "
-                "out of the per-step path."),
-    "blocking_copy": ("a blocking host-to-device copy (`.to(device)` or `.cuda()` without non_blocking)",
-                      "Use `DataLoader(..., pin_memory=True)` and `.to(device, non_blocking=True)`, "
-                      "so the copy overlaps with compute instead of waiting for the GPU to drain."),
-    "python_condition": ("a Python `if`/`while`/`assert` on a CUDA tensor's value",
-                         "Decide on the GPU (`torch.where`) or check every N steps."),
-    "other": ("an operation that waits for the GPU",
-              "Move it out of the per-step path or run it every N steps."),
-}
-
-
 def sync_pattern_words(pattern: str) -> tuple[str, str]:
-    return _SYNC_ADVICE.get(pattern, _SYNC_ADVICE["other"])
-
-
-_FRAMEWORK_SYNC_ADVICE = (
-    "This line is the framework's, not yours: it runs because of how the training is configured. "
-    "Under Lightning the usual causes are logging a tensor every step (`self.log(..., on_step=True)`, "
-    "`prog_bar=True`, `sync_dist=True`), which Lightning turns into a host number: log every N steps "
-    "(`Trainer(log_every_n_steps=N)`, `on_step=False`) and keep `sync_dist` for epoch-level values. "
-    "Under DistributedDataParallel, `find_unused_parameters=True` and uneven inputs add host work each "
-    "step. If the line names none of these, run one step under `torch.cuda.set_sync_debug_mode('warn')` "
-    "to see the full stack.")
+    return findings.SYNC_PATTERNS.get(pattern, findings.SYNC_PATTERNS["other"])
 
 
 def sync_site_words(site: dict[str, Any]) -> tuple[str, str]:
     """(what made the sync, what to do) for one site; framework lines get framework advice."""
     what, advice = sync_pattern_words(site.get("pattern", "other"))
     if site.get("origin") == "framework":
-        return f"{what} inside framework code", _FRAMEWORK_SYNC_ADVICE
+        return f"{what} inside framework code", findings.FRAMEWORK_SYNC_FIX
     return what, advice
 
 

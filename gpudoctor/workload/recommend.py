@@ -60,8 +60,8 @@ def _ok(runs: Iterable[Run], device: str | None = None) -> list[Run]:
 def speed_phrase(ratio: float) -> str:
     """``2.5x faster`` or ``10.0x slower``: never "0.1x faster"."""
     if ratio >= 1.0:
-        return f"{ratio:.1f}x faster"
-    return f"{1 / ratio:.1f}x slower" if ratio > 0 else "not comparable"
+        return _advice("faster", ratio=ratio)
+    return _advice("slower", ratio=1 / ratio) if ratio > 0 else _advice("not_comparable")
 
 
 def learned(run: Run) -> bool:
@@ -89,10 +89,10 @@ def variation(runs: list[Run]) -> tuple[float | None, str]:
         groups.setdefault((_get(run, "device"),) + _key(run), []).append(_get(run, "samples_per_s"))
     repeats = [s for s in (_spread(v) for v in groups.values()) if s is not None]
     if repeats:
-        return max(repeats), "repeated runs of one configuration"
+        return max(repeats), _advice("spread_repeats")
     epochs = [s for s in (_spread(list(_get(r, "epoch_times_s") or [])[1:]) for r in runs) if s is not None]
     if epochs:
-        return max(epochs), "the epochs of one run"
+        return max(epochs), _advice("spread_epochs")
     return None, ""
 
 
@@ -104,9 +104,9 @@ def _median(values: list[float]) -> float:
 
 def describe(run: Run) -> str:
     workers = _get(run, "workers")
-    text = f"{_get(run, 'mode')} at batch {_get(run, 'batch_size')}"
+    text = _advice("run", mode=_get(run, "mode"), batch_size=_get(run, "batch_size"))
     if workers is not None:
-        text += f" with {workers} worker{'s' if workers != 1 else ''}"
+        text = _advice("run_workers", run=text, workers=workers, plural="s" if workers != 1 else "")
     return text
 
 
@@ -145,7 +145,7 @@ def _really_busy(run: Run, util: float) -> list[str]:
     if sm is None:
         return []
     found = verdict({"gpu_util_pct": util, "sm_active_pct": sm, "tensor_active_pct": _get(run, "gpu_tensor_active_pct")})
-    return [f"GPM: {found.summary}" + (f" ({found.fix})" if found.fix else "")]
+    return [_advice("gpm", summary=found.summary) + (_advice("gpm_fix", fix=found.fix) if found.fix else "")]
 
 
 def _tutorial_baseline(ok: list[Run]) -> Run | None:
@@ -233,13 +233,14 @@ def _most_efficient(on_device: list[Run], fastest: Run) -> dict[str, Any] | None
              "samples_per_joule": _get(best, "samples_per_joule"), "samples_per_s": _get(best, "samples_per_s"),
              "same_as_fastest": best is fastest}
     if best is fastest:
-        entry["text"] = (f"it is also the most energy-efficient run: {_get(best, 'samples_per_joule'):,.1f} samples/J "
-                         f"at {_get(best, 'avg_power_w') or 0:.0f} W")
+        entry["text"] = _advice("efficient_fastest", spj=_get(best, "samples_per_joule"),
+                                power=_get(best, "avg_power_w") or 0)
     else:
-        entry["text"] = (f"the most energy-efficient run is {describe(best)}: {_get(best, 'samples_per_joule'):,.1f} "
-                         f"samples/J at {_get(best, 'samples_per_s'):,.0f} samples/s, against "
-                         + (f"{fast_spj:,.1f} samples/J" if fast_spj else "an unmeasured energy")
-                         + f" at {_get(fastest, 'samples_per_s'):,.0f} samples/s for the fastest")
+        entry["text"] = _advice("efficient_other", run=describe(best), spj=_get(best, "samples_per_joule"),
+                                samples_per_s=_get(best, "samples_per_s"),
+                                fastest_energy=_advice("energy", spj=fast_spj) if fast_spj
+                                else _advice("energy_unmeasured"),
+                                fastest_samples_per_s=_get(fastest, "samples_per_s"))
     return entry
 
 
@@ -257,16 +258,15 @@ def _ranked(pool: list[Run]) -> list[tuple[float, Run]]:
 
 def _lead_reasons(best: Run, figure: float, device: str, learners: list[Run], on_device: list[Run]) -> list[str]:
     """Why ``best`` leads: its figure, and the faster runs left out because they did not learn."""
-    reasons = [f"{describe(best)} on {device} is the fastest"
-               + (f" of the runs that learned (held-out accuracy {LEARNED_ACCURACY:.0%} or more)"
-                  if learners and len(learners) < len(on_device) else "")
-               + f": {figure:,.0f} samples/s, {_get(best, 'epoch_s'):.2f} s per epoch"]
+    some_learned = learners and len(learners) < len(on_device)
+    reasons = [_advice("lead", run=describe(best), device=device, figure=figure, epoch_s=_get(best, "epoch_s"),
+                       learned=_advice("lead_learned", floor=LEARNED_ACCURACY) if some_learned else "")]
     unlearned_faster = [r for r in on_device if not learned(r) and _get(r, "samples_per_s") > figure]
     if learners and unlearned_faster:
-        named = ", ".join(f"{describe(r)} ({_get(r, 'test_accuracy'):.1%})" if _get(r, "test_accuracy") is not None
-                          else describe(r) for r in sorted(unlearned_faster, key=lambda r: -_get(r, "samples_per_s")))
-        reasons.append(f"faster runs that did not learn (below the {LEARNED_ACCURACY:.0%} accuracy floor) are not "
-                       f"recommended: {named}")
+        named = ", ".join(_advice("named_accuracy", run=describe(r), accuracy=_get(r, "test_accuracy"))
+                          if _get(r, "test_accuracy") is not None else describe(r)
+                          for r in sorted(unlearned_faster, key=lambda r: -_get(r, "samples_per_s")))
+        reasons.append(_advice("unlearned_faster", floor=LEARNED_ACCURACY, named=named))
     return reasons
 
 
@@ -289,10 +289,9 @@ def _utilisation_reasons(best: Run, device: str) -> list[str]:
     """How busy the GPU was during the best run, or why that was not measured."""
     util = _get(best, "gpu_util_mean_pct")
     if util is not None:
-        return ([f"GPU busy {util:.0f}% on average (max {_get(best, 'gpu_util_max_pct'):.0f}%) during that run"]
-                + _really_busy(best, util))
+        return [_advice("util_busy", util=util, util_max=_get(best, "gpu_util_max_pct"))] + _really_busy(best, util)
     if device == "cuda" and _get(best, "gpu_util_note"):
-        return [f"GPU utilisation not measured: {_get(best, 'gpu_util_note')}"]
+        return [_advice("util_not_measured", note=_get(best, "gpu_util_note"))]
     return []
 
 
@@ -334,7 +333,7 @@ def recommend(runs: Iterable[Run], quick: bool | None = None) -> dict[str, Any]:
     """
     runs = list(runs)
     oom = sorted({_get(r, "batch_size") for r in runs if _get(r, "status") == "oom"})
-    errors = [f"{describe(r)} on {_get(r, 'device')}: {_get(r, 'error')}"
+    errors = [_advice("run_error", run=describe(r), device=_get(r, "device"), error=_get(r, "error"))
               for r in runs if _get(r, "status") == "error"]
     if not _ok(runs):
         return {"best": None, "summary": _advice("summary_no_run"),
@@ -352,8 +351,8 @@ def recommend(runs: Iterable[Run], quick: bool | None = None) -> dict[str, Any]:
     baseline = _tutorial_baseline(on_device)
     if baseline is not None and baseline is not best:
         ratio = figure / _get(baseline, "samples_per_s")
-        reasons.append(f"{ratio:.1f}x the tutorials' loop ({describe(baseline)}: "
-                       f"{_get(baseline, 'samples_per_s'):,.0f} samples/s)")
+        reasons.append(_advice("tutorials_loop", ratio=ratio, run=describe(baseline),
+                               samples_per_s=_get(baseline, "samples_per_s")))
     reasons += _utilisation_reasons(best, device)
     reasons += _accuracy_reasons(best, learners, quick)
     efficient = _most_efficient(on_device, best)
@@ -361,7 +360,7 @@ def recommend(runs: Iterable[Run], quick: bool | None = None) -> dict[str, Any]:
         reasons.append(efficient["text"])
     starvation = _starvation(on_device, device)
     if oom:
-        reasons.append(f"out of memory at batch size {', '.join(map(str, oom))}")
+        reasons.append(_advice("oom", sizes=", ".join(map(str, oom))))
     reasons.extend(errors)
     return {
         "best": {"device": device, "mode": _get(best, "mode"), "batch_size": _get(best, "batch_size"),

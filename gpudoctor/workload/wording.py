@@ -8,6 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpudoctor.findings import Wording
+
+#: The sweep's finding codes (registered in gpudoctor.findings._TABLES): none yet; its advice is
+#: :data:`ADVICE`, sentences rather than findings.
+WORDING: dict[str, Wording] = {}
+
+#: Every sentence of the sweep's advice, by name.
 ADVICE = {
     # -- the one-line summary
     "summary_nothing_learned": "nothing to recommend: no run reached the {floor:.0%} accuracy floor; fastest "
@@ -45,6 +52,35 @@ ADVICE = {
                       "between them",
     "variation_unknown": "each configuration ran once for one epoch, so run-to-run variation is unknown: its "
                          "{lead:.2f}x lead over {second} may not repeat (--repeat 3 measures it)",
+    # -- why the best run leads
+    "lead": "{run} on {device} is the fastest{learned}: {figure:,.0f} samples/s, {epoch_s:.2f} s per epoch",
+    "lead_learned": " of the runs that learned (held-out accuracy {floor:.0%} or more)",
+    "unlearned_faster": "faster runs that did not learn (below the {floor:.0%} accuracy floor) are not recommended: "
+                        "{named}",
+    "named_accuracy": "{run} ({accuracy:.1%})",
+    "tutorials_loop": "{ratio:.1f}x the tutorials' loop ({run}: {samples_per_s:,.0f} samples/s)",
+    "oom": "out of memory at batch size {sizes}",
+    "run_error": "{run} on {device}: {error}",
+    # -- utilisation
+    "util_busy": "GPU busy {util:.0f}% on average (max {util_max:.0f}%) during that run",
+    "util_not_measured": "GPU utilisation not measured: {note}",
+    "gpm": "GPM: {summary}",
+    "gpm_fix": " ({fix})",
+    # -- energy
+    "efficient_fastest": "it is also the most energy-efficient run: {spj:,.1f} samples/J at {power:.0f} W",
+    "efficient_other": "the most energy-efficient run is {run}: {spj:,.1f} samples/J at {samples_per_s:,.0f} "
+                       "samples/s, against {fastest_energy} at {fastest_samples_per_s:,.0f} samples/s for the fastest",
+    "energy": "{spj:,.1f} samples/J",
+    "energy_unmeasured": "an unmeasured energy",
+    # -- variation: where the run-to-run spread was seen
+    "spread_repeats": "repeated runs of one configuration",
+    "spread_epochs": "the epochs of one run",
+    # -- a run and a speed, as the advice names them
+    "run": "{mode} at batch {batch_size}",
+    "run_workers": "{run} with {workers} worker{plural}",
+    "faster": "{ratio:.1f}x faster",
+    "slower": "{ratio:.1f}x slower",
+    "not_comparable": "not comparable",
     # -- accuracy
     "quick_too_little": "a quick sweep trains too little; run without --quick",
     "train_longer": "train longer (--epochs N, more training samples) before choosing",
