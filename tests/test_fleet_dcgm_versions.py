@@ -153,7 +153,7 @@ def test_mixed_4_8_and_4_9_fleet_same_figures_and_verdicts_unreadable_target_and
             assert {k: old[k] for k in FIGURES} == {k: new[k] for k in FIGURES} == {k: xid[k] for k in FIGURES}
         busy = rows[(inst["49"], "0")]
         assert busy["utilization"] == pytest.approx(0.87) and busy["memory_used_bytes"] == 40000 * 2 ** 20
-        assert busy["memory_total_bytes"] == 80960 * 2 ** 20 and busy["temperature_c"] == 61
+        assert busy["memory_total_bytes"] == 81559 * 2 ** 20 and busy["temperature_c"] == 61
         assert busy["power_w"] == 512.5 and busy["driver_version"] == "570.86.15"
         assert busy["status"] == rows[(inst["48"], "0")]["status"] == "pass"
         assert {rows[(inst[n], "0")]["hostname"] for n in ("48", "49")} == {"node-48", "node-49"}
@@ -218,8 +218,8 @@ def test_a_fleet_that_does_not_know_the_new_names_lists_the_node_instead_of_drop
         assert [(r.gpu, r.status) for r in view.rows] == [("", "stale")]
         assert view.rows[0].reason.startswith(
             "Prometheus holds series from this target that fleet cannot read: DCGM_FI_DEV_BOARD_POWER_WATTS, "
-            "DCGM_FI_DEV_FB_FREE_BYTES, DCGM_FI_DEV_FB_USED_BYTES, DCGM_FI_DEV_GPU_TEMP_CELSIUS, "
-            "DCGM_FI_DEV_GPU_UTIL_RATIO, DCGM_FI_DEV_XID_ERROR: ")
+            "DCGM_FI_DEV_FB_CAPACITY_BYTES, DCGM_FI_DEV_FB_FREE_BYTES, DCGM_FI_DEV_FB_RESERVED_BYTES, "
+            "DCGM_FI_DEV_FB_USED_BYTES, DCGM_FI_DEV_GPU_TEMP_CELSIUS and 2 more: ")
         assert fleet.exit_code(view, "fail") == exitcodes.PROBE_ERROR
     finally:
         stop(prometheus)
