@@ -270,3 +270,28 @@ def test_no_answering_gpu_target_is_left_out_whatever_names_it_exports(tmp_path)
             exporter.stderr.close()
         for server, _port in servers.values():
             server.shutdown()
+
+
+@needs_prometheus
+def test_a_gpu_gone_from_a_live_dcgm_exporter_keeps_its_last_known_xid_instead_of_passing(tmp_path):
+    """GPU 1 of the 4.9 node reports Xid 79 (fallen off the bus), then DCGM stops exporting it while
+    the exporter still answers. It was a PASS row with no readings, 'no problem seen', exit 0."""
+    text = (DATA / "scenario_node_4_9.prom").read_text()
+    server, target = serve(text)
+    prometheus, port = start_prometheus(tmp_path, [target])
+    try:
+        wait_for(lambda: query(port, 'DCGM_FI_DEV_XID_ERROR{gpu="1"} == 79'), 60, "GPU 1's Xid scraped")
+        server.RequestHandlerClass.body = ("\n".join(line for line in text.splitlines() if 'gpu="1"' not in line)
+                                           + "\n").encode()
+        wait_for(lambda: not query(port, '{gpu="1"}') and query(port, '{gpu="0"}'), 60, "GPU 1 gone from the scrape")
+        code, data = fleet_json(port)
+        rows = {r["gpu"]: r for r in data["rows"]}
+        assert rows["0"]["status"] == "pass"
+        gone = rows["1"]
+        assert gone["status"] == "fail" and gone["xid_last"] == 79 and gone["last_known"] is True, gone
+        assert "GPU no longer exported (last seen" in gone["reason"] and "fallen off the bus" in gone["reason"]
+        assert gone["temperature_c"] == 35 and gone["last_known_age_s"] is not None
+        assert code == exitcodes.FAIL
+    finally:
+        stop(prometheus)
+        server.shutdown()

@@ -37,15 +37,13 @@ def collect(client: Prometheus, matchers: Sequence[Matcher] = (), *, stale_after
     _rows_of_other_series(rows, by_metric)
     _unreadable_targets(client, matchers, rows, targets, now)
     gone = _not_exported(rows, by_metric, targets)
-    if gone:  # two more queries, only for the nodes concerned (a healthy fleet costs none)
+    if gone:  # two or three more queries, only for the nodes concerned (a healthy fleet costs none)
         nodes = Matcher("instance", "=~", "|".join(sorted({re.escape(key[0]) for key in gone})))
         # The last value of every kept series (last_over_time keeps the metric name), and when each
         # GPU was last exported (the scrape time of its info series).
         last_known = client.query(f"last_over_time({_selector([*matchers, nodes], names_regex(rules.last_known_metrics()))}"
                                   f"[{lookback}])", at=now)
-        last_seen = client.query(f"last_over_time(timestamp(gpudoctor_gpu_info{_selector([*matchers, nodes])})"
-                                 f"[{lookback}:])", at=now)
-        _ages(rows, gone, targets, sampled_at, {key_of(s.labels): s.value for s in last_seen}, now)
+        _ages(rows, gone, targets, sampled_at, _last_seen(client, [*matchers, nodes], rows, gone, lookback, now), now)
         _keep_last_known(by_metric, last_known, gone, targets)
     rules.judge_gpudoctor(rows, by_metric, now, stale_after_s, report_max_age_s)
     window = (now - _duration_s(lookback), lookback)
@@ -109,11 +107,27 @@ def _rows_of_other_series(rows: dict[Key, FleetRow], by_metric: rules.ByMetric) 
 def _not_exported(rows: dict[Key, FleetRow], by_metric: rules.ByMetric,
                   targets: dict[str, int]) -> dict[Key, float | None]:
     """The GPUs Prometheus no longer gets: those of a target that stopped answering (``up == 0``),
-    and those of a live gpudoctor exporter missing from its latest scrape (seen in the look-back
-    window, no series of them now: they vanished). Their ages are filled in by :func:`_ages`."""
+    and those of a live exporter (gpudoctor's or dcgm-exporter) missing from its latest scrape (seen
+    in the look-back window, no series of them now: they vanished; DCGM stops exporting a GPU that
+    fell off the bus). Their ages are filled in by :func:`_ages`."""
     exported = {key_of(s.labels) for series in by_metric.values() for s in series}
     return {key: None for key, row in rows.items()
-            if targets.get(row.instance, 1) == 0 or (row.source == "gpudoctor" and row.gpu and key not in exported)}
+            if targets.get(row.instance, 1) == 0 or (row.gpu and key not in exported)}
+
+
+def _last_seen(client: Prometheus, matchers: Sequence[Matcher], rows: dict[Key, FleetRow],
+               gone: dict[Key, float | None], lookback: str, now: float) -> dict[Key, float]:
+    """When each GPU of the nodes concerned was last exported: the scrape time of gpudoctor's info
+    series, or the last subquery step at which it had a series dcgm-exporter makes a row from (one
+    more query, only where a dcgm-exporter GPU is gone; counted per GPU first, as timestamp() drops
+    the names and the series of one GPU would then collide)."""
+    seen = {key_of(s.labels): s.value for s in client.query(
+        f"last_over_time(timestamp(gpudoctor_gpu_info{_selector(matchers)})[{lookback}:])", at=now)}
+    if any(rows[key].source == "dcgm-exporter" for key in gone):
+        dcgm = _selector(matchers, names_regex(rules.dcgm_gpu_names()))
+        for s in client.query(f"last_over_time(timestamp(count by (instance, gpu) ({dcgm}))[{lookback}:])", at=now):
+            seen.setdefault(key_of(s.labels), s.value)
+    return seen
 
 
 def _ages(rows: dict[Key, FleetRow], gone: dict[Key, float | None], targets: dict[str, int],
