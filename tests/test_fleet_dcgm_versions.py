@@ -295,3 +295,24 @@ def test_a_gpu_gone_from_a_live_dcgm_exporter_keeps_its_last_known_xid_instead_o
     finally:
         stop(prometheus)
         server.shutdown()
+
+
+@needs_prometheus
+def test_a_gpu_held_by_an_hpc_job_is_named_alike_by_fleet_and_the_deploy_rules(tmp_path):
+    """dcgm-exporter's HPC job mapping labels a GPU with ``hpc_job`` (its transformation/const.go,
+    hpcJobAttribute): GPU 1 of the 4.8 node, idle, held by job 1234 instead of a pod."""
+    text = SCENARIO_48.replace('container="main",namespace="ml",pod="trainer-0"', 'hpc_job="1234"')
+    server, target = serve(text)
+    prometheus, port = start_prometheus(tmp_path, [target], idle.rule_file(WINDOW))
+    try:
+        wait_for(lambda: query(port, "up == 1"), 60, "the node scraped")
+        code, data = wait_for(lambda: (lambda r: r if r[1].get("held_idle") else None)(fleet_json(port)),
+                              90, "fleet listing the held-idle GPU")
+        [entry] = data["held_idle"]
+        assert (entry["gpu"], entry["holder"]) == ("1", "HPC job 1234")
+        assert code == exitcodes.WARN
+        recorded = wait_for(lambda: query(port, "gpudoctor:gpu_held_idle:info"), 60, "the held-idle recording rule")
+        assert [(s["metric"]["gpu"], s["metric"].get("hpc_job")) for s in recorded] == [("1", "1234")]
+    finally:
+        stop(prometheus)
+        server.shutdown()
