@@ -316,3 +316,27 @@ def test_a_gpu_held_by_an_hpc_job_is_named_alike_by_fleet_and_the_deploy_rules(t
     finally:
         stop(prometheus)
         server.shutdown()
+
+
+@needs_prometheus
+def test_a_node_upgraded_to_4_9_then_silent_keeps_its_newest_xid(tmp_path):
+    """Mid-upgrade: the node exported 4.8 names (Xid 0), was upgraded to 4.9 (GPU 1 at Xid 79 under
+    the new name), then stopped answering. Both names hold a last value in the look-back window;
+    the newer release's is the node's last word, so GPU 1 keeps failing instead of showing Xid 0."""
+    server, target = serve(SCENARIO_48)
+    prometheus, port = start_prometheus(tmp_path, [target])
+    try:
+        wait_for(lambda: query(port, "DCGM_FI_DEV_XID_ERRORS"), 60, "the 4.8 node scraped")
+        server.RequestHandlerClass.body = (DATA / "scenario_node_4_9.prom").read_bytes()
+        wait_for(lambda: query(port, "DCGM_FI_DEV_XID_ERROR == 79"), 60, "the node on 4.9 names")
+        server.shutdown()
+        server.server_close()
+        wait_for(lambda: query(port, "up == 0"), 60, "the target down")
+        code, data = fleet_json(port)
+        rows = {r["gpu"]: r for r in data["rows"]}
+        assert rows["1"]["status"] == "fail" and rows["1"]["xid_last"] == 79, rows["1"]
+        assert rows["1"]["last_known"] is True and rows["0"]["status"] == "stale"
+        assert code == exitcodes.FAIL
+    finally:
+        stop(prometheus)
+        server.shutdown()

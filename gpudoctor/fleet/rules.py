@@ -295,18 +295,21 @@ def judge_xid_gauge(row: FleetRow, code: int, history: XidHistory | None,
 # --------------------------------------------------------------------------- dcgm-exporter
 def scaled(m: ByMetric, key: str) -> dict[Key, float]:
     """The reading ``key`` of each GPU from whichever DCGM name a node exports (old or new), in
-    gpudoctor's unit (the catalogue's DCGM units: dcgm-exporter 4.9 changed some)."""
+    gpudoctor's unit (the catalogue's DCGM units: dcgm-exporter 4.9 changed some). Where a GPU has a
+    value under both (the last known values of a node upgraded within the look-back window), the
+    newer release's name wins: it is the node's latest word."""
     out: dict[Key, float] = {}
-    for field in catalogue.dcgm_read(key):
+    for field in reversed(catalogue.dcgm_read(key)):
         for gpu_key, value in one(m, field.name).items():
             out.setdefault(gpu_key, value * (field.scale or 1.0))
     return out
 
 
 def either(m: ByMetric, names: Iterable[str]) -> dict[Key, float]:
-    """A count or flag of each GPU under the first of ``names`` a node exports (old or new name)."""
+    """A count or flag of each GPU under whichever of ``names`` (old, then new) a node exports; the
+    newer name's where both have one (as :func:`scaled`)."""
     out: dict[Key, float] = {}
-    for name in names:
+    for name in reversed(tuple(names)):
         for key, value in one(m, name).items():
             out.setdefault(key, value)
     return out
