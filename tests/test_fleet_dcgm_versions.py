@@ -232,7 +232,8 @@ def test_no_answering_gpu_target_is_left_out_whatever_names_it_exports(tmp_path)
     only the last-Xid gauge (4.9 name; GPU 1 at Xid 79), and gpudoctor's exporter on a node where
     NVML is missing (no GPU series, only its node-wide ones). Both were left out while fleet judged
     the healthy node and exited 0 (the Xid node) or named its own exporter's series as unreadable.
-    A target with no GPU-like series at all (a node exporter) is not a GPU node: no row."""
+    A target with no GPU-like series at all (a node exporter) is not a GPU node: no row. A target
+    that never answered is a stale row of its own."""
     xid_only = "\n".join(line for line in (DATA / "scenario_node_4_9.prom").read_text().splitlines()
                          if line.startswith("#") or "DCGM_FI_DEV_XID_ERROR" in line) + "\n"
     servers = {"healthy": serve(SCENARIO_48.replace('namespace="ml",pod="trainer-0"', 'namespace="",pod=""')),
@@ -247,12 +248,14 @@ def test_no_answering_gpu_target_is_left_out_whatever_names_it_exports(tmp_path)
         assert match, "exporter did not start"
         inst = {name: f"127.0.0.1:{port}" for name, (_server, port) in servers.items()}
         inst["no_nvml"] = f"127.0.0.1:{match.group(1)}"
+        inst["down"] = f"127.0.0.1:{free_port()}"
         prometheus, port = start_prometheus(tmp_path, [int(i.rsplit(":", 1)[1]) for i in inst.values()])
-        wait_for(lambda: len(query(port, "up == 1")) == len(inst) and query(port, "gpudoctor_report_status"), 60,
-                 "every target scraped, the exporter's report included")
+        wait_for(lambda: len(query(port, "up == 1")) == len(inst) - 1 and query(port, "up == 0")
+                 and query(port, "gpudoctor_report_status"), 60, "every target scraped, the exporter's report included")
         code, data = fleet_json(port)
         rows = {(r["instance"], r["gpu"]): r for r in data["rows"]}
-        assert {i for i, _gpu in rows} == {inst["healthy"], inst["xid"], inst["no_nvml"]}, data
+        assert {i for i, _gpu in rows} == {inst["healthy"], inst["xid"], inst["no_nvml"], inst["down"]}, data
+        assert rows[(inst["down"], "")]["status"] == "stale" and "not answering" in rows[(inst["down"], "")]["reason"]
         assert rows[(inst["xid"], "1")]["status"] == "fail" and rows[(inst["xid"], "1")]["xid_last"] == 79
         assert rows[(inst["xid"], "1")]["name"] == "NVIDIA H100 80GB HBM3"
         assert rows[(inst["xid"], "0")]["status"] == "pass"
@@ -260,9 +263,11 @@ def test_no_answering_gpu_target_is_left_out_whatever_names_it_exports(tmp_path)
         assert node["status"] == "fail" and "NVML is down on the node (LibraryNotFound)" in node["reason"], node
         assert "cannot read" not in node["reason"]
         assert code == exitcodes.FAIL
-        for fail_on in ("warn", "fail"):  # the NVML-less node alone: never 0
+        for fail_on in ("warn", "fail"):  # the NVML-less node alone, the silent target alone: never 0
             alone, _ = fleet_json(port, "--match", f"instance={inst['no_nvml']}", "--fail-on", fail_on)
             assert alone == exitcodes.FAIL
+            alone, _ = fleet_json(port, "--match", f"instance={inst['down']}", "--fail-on", fail_on)
+            assert alone == exitcodes.PROBE_ERROR
     finally:
         stop(prometheus)
         stop(exporter)
