@@ -565,6 +565,11 @@ WORDING: dict[str, Wording] = {
         "(a newer exporter release), would otherwise leave the node out unseen.",
         "Run gpudoctor's exporter or dcgm-exporter there, or report the names so fleet learns them "
         "(docs/fleet.md lists the names it reads)."),
+    "target_no_gpu": Wording(
+        Status.ERROR, "the exporter on this target answers but exports no GPU: {names}",
+        "Its node-wide series are judged (NVML, the last report), but no GPU of it can be: NVML is down "
+        "there or sees no GPU, so the node would otherwise be left out unseen.",
+        "Run `gpudoctor report` on the node."),
     "held_idle": Wording(
         Status.WARN, "held by {holder} but idle for {idle_for} ({gpu_hours} GPU-hours{energy})",
         "The GPU is allocated to this job or pod, so nobody else can use it, and it did no work "

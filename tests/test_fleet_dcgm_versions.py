@@ -153,7 +153,7 @@ def test_mixed_4_8_and_4_9_fleet_same_figures_and_verdicts_unreadable_target_and
             assert {k: old[k] for k in FIGURES} == {k: new[k] for k in FIGURES} == {k: xid[k] for k in FIGURES}
         busy = rows[(inst["49"], "0")]
         assert busy["utilization"] == pytest.approx(0.87) and busy["memory_used_bytes"] == 40000 * 2 ** 20
-        assert busy["memory_total_bytes"] == 80960 * 2 ** 20 and busy["temperature_c"] == 61
+        assert busy["memory_total_bytes"] == 81559 * 2 ** 20 and busy["temperature_c"] == 61
         assert busy["power_w"] == 512.5 and busy["driver_version"] == "570.86.15"
         assert busy["status"] == rows[(inst["48"], "0")]["status"] == "pass"
         assert {rows[(inst[n], "0")]["hostname"] for n in ("48", "49")} == {"node-48", "node-49"}
@@ -218,9 +218,130 @@ def test_a_fleet_that_does_not_know_the_new_names_lists_the_node_instead_of_drop
         assert [(r.gpu, r.status) for r in view.rows] == [("", "stale")]
         assert view.rows[0].reason.startswith(
             "Prometheus holds series from this target that fleet cannot read: DCGM_FI_DEV_BOARD_POWER_WATTS, "
-            "DCGM_FI_DEV_FB_FREE_BYTES, DCGM_FI_DEV_FB_USED_BYTES, DCGM_FI_DEV_GPU_TEMP_CELSIUS, "
-            "DCGM_FI_DEV_GPU_UTIL_RATIO, DCGM_FI_DEV_XID_ERROR: ")
+            "DCGM_FI_DEV_FB_CAPACITY_BYTES, DCGM_FI_DEV_FB_FREE_BYTES, DCGM_FI_DEV_FB_RESERVED_BYTES, "
+            "DCGM_FI_DEV_FB_USED_BYTES, DCGM_FI_DEV_GPU_TEMP_CELSIUS and 2 more: ")
         assert fleet.exit_code(view, "fail") == exitcodes.PROBE_ERROR
+    finally:
+        stop(prometheus)
+        server.shutdown()
+
+
+@needs_prometheus
+def test_no_answering_gpu_target_is_left_out_whatever_names_it_exports(tmp_path):
+    """Every answering target with GPU series is a row: a dcgm-exporter whose counters file holds
+    only the last-Xid gauge (4.9 name; GPU 1 at Xid 79), and gpudoctor's exporter on a node where
+    NVML is missing (no GPU series, only its node-wide ones). Both were left out while fleet judged
+    the healthy node and exited 0 (the Xid node) or named its own exporter's series as unreadable.
+    A target with no GPU-like series at all (a node exporter) is not a GPU node: no row. A target
+    that never answered is a stale row of its own."""
+    xid_only = "\n".join(line for line in (DATA / "scenario_node_4_9.prom").read_text().splitlines()
+                         if line.startswith("#") or "DCGM_FI_DEV_XID_ERROR" in line) + "\n"
+    servers = {"healthy": serve(SCENARIO_48.replace('namespace="ml",pod="trainer-0"', 'namespace="",pod=""')),
+               "xid": serve(xid_only), "node": serve("# TYPE node_load1 gauge\nnode_load1 0.5\n")}
+    exporter = subprocess.Popen(
+        [*_PY, "exporter", "--host", "127.0.0.1", "--port", "0", "--replay",
+         str(ROOT / "tests" / "data" / "handmade_no_nvml.json"), "--interval", "0.5", "--report-interval", "0",
+         "--exit-after", "150"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    prometheus = None
+    try:
+        match = re.search(r"http://127\.0\.0\.1:(\d+)/metrics", exporter.stderr.readline())
+        assert match, "exporter did not start"
+        inst = {name: f"127.0.0.1:{port}" for name, (_server, port) in servers.items()}
+        inst["no_nvml"] = f"127.0.0.1:{match.group(1)}"
+        inst["down"] = f"127.0.0.1:{free_port()}"
+        prometheus, port = start_prometheus(tmp_path, [int(i.rsplit(":", 1)[1]) for i in inst.values()])
+        wait_for(lambda: len(query(port, "up == 1")) == len(inst) - 1 and query(port, "up == 0")
+                 and query(port, "gpudoctor_report_status"), 60, "every target scraped, the exporter's report included")
+        code, data = fleet_json(port)
+        rows = {(r["instance"], r["gpu"]): r for r in data["rows"]}
+        assert {i for i, _gpu in rows} == {inst["healthy"], inst["xid"], inst["no_nvml"], inst["down"]}, data
+        assert rows[(inst["down"], "")]["status"] == "stale" and "not answering" in rows[(inst["down"], "")]["reason"]
+        assert rows[(inst["xid"], "1")]["status"] == "fail" and rows[(inst["xid"], "1")]["xid_last"] == 79
+        assert rows[(inst["xid"], "1")]["name"] == "NVIDIA H100 80GB HBM3"
+        assert rows[(inst["xid"], "0")]["status"] == "pass"
+        node = rows[(inst["no_nvml"], "")]
+        assert node["status"] == "fail" and "NVML is down on the node (LibraryNotFound)" in node["reason"], node
+        assert "cannot read" not in node["reason"]
+        assert code == exitcodes.FAIL
+        for fail_on in ("warn", "fail"):  # the NVML-less node alone, the silent target alone: never 0
+            alone, _ = fleet_json(port, "--match", f"instance={inst['no_nvml']}", "--fail-on", fail_on)
+            assert alone == exitcodes.FAIL
+            alone, _ = fleet_json(port, "--match", f"instance={inst['down']}", "--fail-on", fail_on)
+            assert alone == exitcodes.PROBE_ERROR
+    finally:
+        stop(prometheus)
+        stop(exporter)
+        if exporter.stderr is not None:
+            exporter.stderr.close()
+        for server, _port in servers.values():
+            server.shutdown()
+
+
+@needs_prometheus
+def test_a_gpu_gone_from_a_live_dcgm_exporter_keeps_its_last_known_xid_instead_of_passing(tmp_path):
+    """GPU 1 of the 4.9 node reports Xid 79 (fallen off the bus), then DCGM stops exporting it while
+    the exporter still answers. It was a PASS row with no readings, 'no problem seen', exit 0."""
+    text = (DATA / "scenario_node_4_9.prom").read_text()
+    server, target = serve(text)
+    prometheus, port = start_prometheus(tmp_path, [target])
+    try:
+        wait_for(lambda: query(port, 'DCGM_FI_DEV_XID_ERROR{gpu="1"} == 79'), 60, "GPU 1's Xid scraped")
+        server.RequestHandlerClass.body = ("\n".join(line for line in text.splitlines() if 'gpu="1"' not in line)
+                                           + "\n").encode()
+        wait_for(lambda: not query(port, '{gpu="1"}') and query(port, '{gpu="0"}'), 60, "GPU 1 gone from the scrape")
+        code, data = fleet_json(port)
+        rows = {r["gpu"]: r for r in data["rows"]}
+        assert rows["0"]["status"] == "pass"
+        gone = rows["1"]
+        assert gone["status"] == "fail" and gone["xid_last"] == 79 and gone["last_known"] is True, gone
+        assert "GPU no longer exported (last seen" in gone["reason"] and "fallen off the bus" in gone["reason"]
+        assert gone["temperature_c"] == 35 and gone["last_known_age_s"] is not None
+        assert code == exitcodes.FAIL
+    finally:
+        stop(prometheus)
+        server.shutdown()
+
+
+@needs_prometheus
+def test_a_gpu_held_by_an_hpc_job_is_named_alike_by_fleet_and_the_deploy_rules(tmp_path):
+    """dcgm-exporter's HPC job mapping labels a GPU with ``hpc_job`` (its transformation/const.go,
+    hpcJobAttribute): GPU 1 of the 4.8 node, idle, held by job 1234 instead of a pod."""
+    text = SCENARIO_48.replace('container="main",namespace="ml",pod="trainer-0"', 'hpc_job="1234"')
+    server, target = serve(text)
+    prometheus, port = start_prometheus(tmp_path, [target], idle.rule_file(WINDOW))
+    try:
+        wait_for(lambda: query(port, "up == 1"), 60, "the node scraped")
+        code, data = wait_for(lambda: (lambda r: r if r[1].get("held_idle") else None)(fleet_json(port)),
+                              90, "fleet listing the held-idle GPU")
+        [entry] = data["held_idle"]
+        assert (entry["gpu"], entry["holder"]) == ("1", "HPC job 1234")
+        assert code == exitcodes.WARN
+        recorded = wait_for(lambda: query(port, "gpudoctor:gpu_held_idle:info"), 60, "the held-idle recording rule")
+        assert [(s["metric"]["gpu"], s["metric"].get("hpc_job")) for s in recorded] == [("1", "1234")]
+    finally:
+        stop(prometheus)
+        server.shutdown()
+
+
+@needs_prometheus
+def test_a_node_upgraded_to_4_9_then_silent_keeps_its_newest_xid(tmp_path):
+    """Mid-upgrade: the node exported 4.8 names (Xid 0), was upgraded to 4.9 (GPU 1 at Xid 79 under
+    the new name), then stopped answering. Both names hold a last value in the look-back window;
+    the newer release's is the node's last word, so GPU 1 keeps failing instead of showing Xid 0."""
+    server, target = serve(SCENARIO_48)
+    prometheus, port = start_prometheus(tmp_path, [target])
+    try:
+        wait_for(lambda: query(port, "DCGM_FI_DEV_XID_ERRORS"), 60, "the 4.8 node scraped")
+        server.RequestHandlerClass.body = (DATA / "scenario_node_4_9.prom").read_bytes()
+        wait_for(lambda: query(port, "DCGM_FI_DEV_XID_ERROR == 79"), 60, "the node on 4.9 names")
+        server.shutdown()
+        server.server_close()
+        wait_for(lambda: query(port, "up == 0"), 60, "the target down")
+        code, data = fleet_json(port)
+        rows = {r["gpu"]: r for r in data["rows"]}
+        assert rows["1"]["status"] == "fail" and rows["1"]["xid_last"] == 79, rows["1"]
+        assert rows["1"]["last_known"] is True and rows["0"]["status"] == "stale"
+        assert code == exitcodes.FAIL
     finally:
         stop(prometheus)
         server.shutdown()

@@ -34,16 +34,16 @@ def collect(client: Prometheus, matchers: Sequence[Matcher] = (), *, stale_after
     for s in current:
         by_metric.setdefault(s.labels.get("__name__", ""), []).append(s)
     rows, sampled_at = _known_rows(client, matchers, lookback, now)
+    _rows_of_other_series(rows, by_metric)
+    _unreadable_targets(client, matchers, rows, targets, now)
     gone = _not_exported(rows, by_metric, targets)
-    if gone:  # two more queries, only for the nodes concerned (a healthy fleet costs none)
+    if gone:  # two or three more queries, only for the nodes concerned (a healthy fleet costs none)
         nodes = Matcher("instance", "=~", "|".join(sorted({re.escape(key[0]) for key in gone})))
         # The last value of every kept series (last_over_time keeps the metric name), and when each
         # GPU was last exported (the scrape time of its info series).
         last_known = client.query(f"last_over_time({_selector([*matchers, nodes], names_regex(rules.last_known_metrics()))}"
                                   f"[{lookback}])", at=now)
-        last_seen = client.query(f"last_over_time(timestamp(gpudoctor_gpu_info{_selector([*matchers, nodes])})"
-                                 f"[{lookback}:])", at=now)
-        _ages(rows, gone, targets, sampled_at, {key_of(s.labels): s.value for s in last_seen}, now)
+        _ages(rows, gone, targets, sampled_at, _last_seen(client, [*matchers, nodes], rows, gone, lookback, now), now)
         _keep_last_known(by_metric, last_known, gone, targets)
     rules.judge_gpudoctor(rows, by_metric, now, stale_after_s, report_max_age_s)
     window = (now - _duration_s(lookback), lookback)
@@ -51,7 +51,6 @@ def collect(client: Prometheus, matchers: Sequence[Matcher] = (), *, stale_after
     rules.judge_busy(rows)
     rules.mark_last_known(rows, gone)
     rules.judge_targets(rows, targets, sampled_at, now)
-    _unreadable_targets(client, matchers, rows, targets, now)
     idle.judge(client, matchers, rows, now, window=idle_window, lookback=lookback)
     if not rows:
         raise FleetError("empty", f"Prometheus at {client.url} holds no GPU series"
@@ -93,14 +92,42 @@ def _known_rows(client: Prometheus, matchers: Sequence[Matcher], lookback: str,
     return rows, {s.labels.get("instance", ""): s.value for s in last_sample}
 
 
+def _rows_of_other_series(rows: dict[Key, FleetRow], by_metric: rules.ByMetric) -> None:
+    """A row for each GPU a live target exports series of that fleet reads, though none of the names
+    that make a row (a dcgm-exporter whose counters file holds only its last-Xid gauge or its ECC
+    fields): its Xid and memory faults are judged, never left out."""
+    for name in rules.dcgm_metrics():
+        for s in by_metric.get(name, []):
+            key = key_of(s.labels)
+            if key[1] and key not in rows:
+                rows[key] = FleetRow(instance=key[0], gpu=key[1], source="dcgm-exporter", job=s.labels.get("job", ""),
+                                     name=s.labels.get("modelName", ""), uuid=s.labels.get("UUID", ""))
+
+
 def _not_exported(rows: dict[Key, FleetRow], by_metric: rules.ByMetric,
                   targets: dict[str, int]) -> dict[Key, float | None]:
     """The GPUs Prometheus no longer gets: those of a target that stopped answering (``up == 0``),
-    and those of a live gpudoctor exporter missing from its latest scrape (seen in the look-back
-    window, no series of them now: they vanished). Their ages are filled in by :func:`_ages`."""
+    and those of a live exporter (gpudoctor's or dcgm-exporter) missing from its latest scrape (seen
+    in the look-back window, no series of them now: they vanished; DCGM stops exporting a GPU that
+    fell off the bus). Their ages are filled in by :func:`_ages`."""
     exported = {key_of(s.labels) for series in by_metric.values() for s in series}
     return {key: None for key, row in rows.items()
-            if targets.get(row.instance, 1) == 0 or (row.source == "gpudoctor" and key not in exported)}
+            if targets.get(row.instance, 1) == 0 or (row.gpu and key not in exported)}
+
+
+def _last_seen(client: Prometheus, matchers: Sequence[Matcher], rows: dict[Key, FleetRow],
+               gone: dict[Key, float | None], lookback: str, now: float) -> dict[Key, float]:
+    """When each GPU of the nodes concerned was last exported: the scrape time of gpudoctor's info
+    series, or the last subquery step at which it had a series dcgm-exporter makes a row from (one
+    more query, only where a dcgm-exporter GPU is gone; counted per GPU first, as timestamp() drops
+    the names and the series of one GPU would then collide)."""
+    seen = {key_of(s.labels): s.value for s in client.query(
+        f"last_over_time(timestamp(gpudoctor_gpu_info{_selector(matchers)})[{lookback}:])", at=now)}
+    if any(rows[key].source == "dcgm-exporter" for key in gone):
+        dcgm = _selector(matchers, names_regex(rules.dcgm_gpu_names()))
+        for s in client.query(f"last_over_time(timestamp(count by (instance, gpu) ({dcgm}))[{lookback}:])", at=now):
+            seen.setdefault(key_of(s.labels), s.value)
+    return seen
 
 
 def _ages(rows: dict[Key, FleetRow], gone: dict[Key, float | None], targets: dict[str, int],
@@ -183,7 +210,10 @@ def _instance_groups(instances: Sequence[str]) -> list[str]:
 
 def _unreadable_targets(client: Prometheus, matchers: Sequence[Matcher], rows: dict[Key, FleetRow],
                         targets: dict[str, int], now: float) -> None:
-    """A row for each answering target without a row whose GPU-like series fleet cannot read. Only
+    """A row for each answering target without a GPU row that holds GPU-like series: those fleet
+    cannot read are named; a target of only names fleet reads (gpudoctor's exporter on a node where
+    NVML is down or sees no GPU) is judged by its node-wide series (NVML, the report) and says it
+    exports no GPU. Made before the judging, so the node-wide judgements reach these rows too. Only
     those targets are asked about (the series of GPUs fleet reads are never loaded again)."""
     covered = {row.instance for row in rows.values()}
     uncovered = sorted(i for i, up in targets.items() if up and i not in covered)
@@ -192,21 +222,26 @@ def _unreadable_targets(client: Prometheus, matchers: Sequence[Matcher], rows: d
         selector = _selector([*matchers, Matcher("instance", "=~", group)], GPU_LIKE)
         found += client.query(f"group by (instance, __name__) ({selector})", at=now)
     known = set(rules.gpudoctor_metrics() + rules.dcgm_metrics())
-    unknown: dict[str, set[str]] = {}
+    names: dict[str, set[str]] = {}
     for s in found:
         instance, name = s.labels.get("instance", ""), s.labels.get("__name__", "")
         if name and instance in waiting:
-            unknown.setdefault(instance, set())
-            if name not in known:
-                unknown[instance].add(name)
-    for instance, names in unknown.items():
-        if not names:
-            continue  # only names fleet reads, none of a GPU (an exporter whose NVML is down)
-        shown = sorted(names)
-        text = ", ".join(shown[:UNREADABLE_SHOWN]) + (f" and {len(shown) - UNREADABLE_SHOWN} more"
-                                                       if len(shown) > UNREADABLE_SHOWN else "")
-        row = rows[(instance, "")] = FleetRow(instance=instance, gpu="", source="unknown")
-        row.add(findings.finding("target_unreadable", names=text, evidence={"names": shown[:50]}))
+            names.setdefault(instance, set()).add(name)
+    for instance, held in names.items():
+        # gpudoctor's own exporter's names are all known to fleet, read or not
+        unknown = sorted(n for n in held if n not in known and not n.startswith("gpudoctor_"))
+        if unknown:
+            row = rows[(instance, "")] = FleetRow(instance=instance, gpu="", source="unknown")
+            row.add(findings.finding("target_unreadable", names=_some(unknown), evidence={"names": unknown[:50]}))
+        else:
+            row = rows[(instance, "")] = FleetRow(instance=instance, gpu="", source="gpudoctor")
+            row.add(findings.finding("target_no_gpu", names=_some(sorted(held)), evidence={"names": sorted(held)[:50]}))
+
+
+def _some(names: list[str]) -> str:
+    """The first names, then how many more."""
+    return ", ".join(names[:UNREADABLE_SHOWN]) + (f" and {len(names) - UNREADABLE_SHOWN} more"
+                                                   if len(names) > UNREADABLE_SHOWN else "")
 
 
 def _gpu_sort(gpu: str) -> tuple[int, str]:

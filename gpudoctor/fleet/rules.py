@@ -60,6 +60,7 @@ def dcgm_metrics() -> tuple[str, ...]:
     """Every dcgm-exporter series fleet reads."""
     return (
         *dict.fromkeys(dcgm_gpu_names()), *(f.name for f in catalogue.dcgm_read("memory_free_bytes")),
+        *(f.name for f in catalogue.dcgm_read("memory_reserved_bytes")),
         *DCGM_XID, "DCGM_EXP_XID_ERRORS_COUNT", *dcgm_names("ecc_volatile_uncorrected"),
         *dcgm_names("remapped_rows_failure"), *dcgm_names("remapped_rows_pending"), *dcgm_names("throttle_reasons"),
         "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_EXP_CLOCK_EVENTS_COUNT",
@@ -294,18 +295,21 @@ def judge_xid_gauge(row: FleetRow, code: int, history: XidHistory | None,
 # --------------------------------------------------------------------------- dcgm-exporter
 def scaled(m: ByMetric, key: str) -> dict[Key, float]:
     """The reading ``key`` of each GPU from whichever DCGM name a node exports (old or new), in
-    gpudoctor's unit (the catalogue's DCGM units: dcgm-exporter 4.9 changed some)."""
+    gpudoctor's unit (the catalogue's DCGM units: dcgm-exporter 4.9 changed some). Where a GPU has a
+    value under both (the last known values of a node upgraded within the look-back window), the
+    newer release's name wins: it is the node's latest word."""
     out: dict[Key, float] = {}
-    for field in catalogue.dcgm_read(key):
+    for field in reversed(catalogue.dcgm_read(key)):
         for gpu_key, value in one(m, field.name).items():
             out.setdefault(gpu_key, value * (field.scale or 1.0))
     return out
 
 
 def either(m: ByMetric, names: Iterable[str]) -> dict[Key, float]:
-    """A count or flag of each GPU under the first of ``names`` a node exports (old or new name)."""
+    """A count or flag of each GPU under whichever of ``names`` (old, then new) a node exports; the
+    newer name's where both have one (as :func:`scaled`)."""
     out: dict[Key, float] = {}
-    for name in names:
+    for name in reversed(tuple(names)):
         for key, value in one(m, name).items():
             out.setdefault(key, value)
     return out
@@ -363,10 +367,13 @@ def judge_dcgm(rows: Rows, m: ByMetric, xid_history: dict[Key, XidHistory] | Non
         for key, value in scaled(m, r.key).items():
             if key in rows and getattr(rows[key], r.fleet) is None:
                 setattr(rows[key], r.fleet, value)
-    free = scaled(m, "memory_free_bytes")
+    # Without a total (dcgm-exporter 4.8 and earlier do not export FB_TOTAL by default; 4.9 exports
+    # FB_CAPACITY_BYTES) it is used + free + reserved, as NVML's v2 memory info and DCGM count it:
+    # the reserved memory is in neither, so a node on either release shows the same total.
+    free, reserved = scaled(m, "memory_free_bytes"), scaled(m, "memory_reserved_bytes")
     for key, row in rows.items():
         if key in free and row.memory_used_bytes is not None and row.memory_total_bytes is None:
-            row.memory_total_bytes = row.memory_used_bytes + free[key]
+            row.memory_total_bytes = row.memory_used_bytes + free[key] + reserved.get(key, 0.0)
     # dcgm-exporter's windowed count (--xid-count-window-size): one series per GPU and Xid code seen
     # in the window. Where a node exports it, it is judged instead of the last-Xid gauge, which
     # keeps its last value for ever and shows only the newest code (a critical Xid followed by a

@@ -195,4 +195,4 @@ def mig_metrics_table() -> str:
 
 
 _JUDGED = ("ecc_volatile_uncorrected", "remapped_rows_failure", "remapped_rows_pending", "throttle_reasons",
-           "memory_free_bytes")
+           "memory_free_bytes", "memory_reserved_bytes")
