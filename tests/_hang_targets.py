@@ -69,18 +69,22 @@ def line_of(mark: str) -> int:
     return next(n for n, text in enumerate(HUNG_JOB.splitlines(), 1) if mark in text)
 
 
-def start_hung_job(tmp_path: Path, mode: str, nproc: int, timeout: float = 240.0) -> subprocess.Popen:
+def start_hung_job(tmp_path: Path, mode: str, nproc: int, timeout: float = 240.0,
+                   nccl_settings: bool = True) -> subprocess.Popen:
     """torchrun with ``nproc`` gloo ranks; returns once rank 0 waits in the all-reduce. The caller
-    stops it with ``_why_targets.stop_group`` (the launcher's group and every rank)."""
+    stops it with ``_why_targets.stop_group`` (the launcher's group and every rank). With
+    ``nccl_settings`` false, none of the flight recorder's variables is set (a plain gloo job)."""
     from _why_targets import stop_group
 
     path = tmp_path / "hung.py"
     path.write_text(HUNG_JOB, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH_NCCL_", "TORCH_FR_"))}
+    if nccl_settings:
+        env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] = str(tmp_path / "nccl_trace_rank_")
     proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
                              "--standalone", str(path), mode], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             text=True, cwd=tmp_path, start_new_session=True,
-                            env=dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1",
-                                     TORCH_NCCL_DEBUG_INFO_TEMP_FILE=str(tmp_path / "nccl_trace_rank_")))
+                            env=dict(env, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1"))
     assert proc.stdout is not None
     try:
         line = _readline(proc, timeout)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 from pathlib import Path
 
 import jsonschema
@@ -24,10 +25,10 @@ SCHEMA = json.loads((ROOT / "docs" / "why.schema.json").read_text(encoding="utf-
 SECONDS = "3"
 
 
-def why_of(tmp_path, capsys, mode: str, nproc: int, before=None) -> dict:
+def why_of(tmp_path, capsys, mode: str, nproc: int, before=None, nccl_settings: bool = True) -> dict:
     import psutil
 
-    proc = start_hung_job(tmp_path, mode, nproc)
+    proc = start_hung_job(tmp_path, mode, nproc, nccl_settings=nccl_settings)
     tree = psutil.Process(proc.pid).children(recursive=True)
     try:
         if before is not None:
@@ -84,6 +85,19 @@ def test_two_ranks_one_stuck_before_the_all_reduce(tmp_path, capsys):
     assert "TORCH_NCCL_DUMP_ON_TIMEOUT=1" in data["verdict"]["fix"]
     assert data["hang"]["flight_recorder"]["settings"]["1"]["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"].endswith(
         "nccl_trace_rank_")
+
+
+def test_a_gloo_job_with_no_nccl_settings_gets_no_flight_recorder_advice(tmp_path, capsys):
+    """Issue 36, item 6: NCCL's flight-recorder settings were suggested for a gloo job on the host
+    (no GPU, none of the recorder's variables set in any rank): they do not apply there. The wait
+    said is no longer than the ranks have run."""
+    data = why_of(tmp_path, capsys, "stuck", 2, nccl_settings=False)
+    check_held_in_all_reduce(data, 2)
+    words = data["verdict"]["message"] + data["verdict"]["fix"]
+    assert "TORCH_NCCL" not in words and "TORCH_FR" not in words, data["verdict"]
+    assert data["hang"]["flight_recorder"]["advice"] == [] and "does not apply" in data["hang"]["flight_recorder"]["words"]
+    started = re.search(r"the ranks started (\d+) s ago", data["hang"]["waited_words"])
+    assert started is not None and data["hang"]["waited_s"] <= int(started.group(1)), data["hang"]["waited_words"]
 
 
 def test_two_ranks_one_slow_in_backward_is_named_slow(tmp_path, capsys):

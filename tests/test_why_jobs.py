@@ -203,31 +203,56 @@ def test_trainers_with_no_group_are_not_ranks_and_get_no_straggler():
 
 # -- 3. a stopped job leaves nothing behind ----------------------------------------------------------
 
+# stderr goes to a file, not a pipe: a process left running holds a pipe open, so reading it to
+# its end would wait for what was left to end by itself (hogwild's trainers at --seconds), and the
+# subreaper would then count nothing even where nothing had been stopped
 STOP_SCENARIO = r"""
-import subprocess, sys
-run = subprocess.run([sys.executable, "-m", "gpudoctor", "why", "--seconds", "2", "--then", "stop", "--wait-start",
-                      sys.argv[1], "--", sys.executable, sys.argv[2], "--seconds", sys.argv[1]],
-                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+import subprocess, sys, tempfile
+with tempfile.TemporaryFile("w+") as err:
+    code = subprocess.run([sys.executable, "-m", "gpudoctor", "why", "--seconds", "2", "--then", "stop", "--wait-start",
+                           sys.argv[1], "--", sys.executable, sys.argv[2], "--seconds", sys.argv[1], *sys.argv[3:]],
+                          stdout=subprocess.DEVNULL, stderr=err).returncode
+    err.seek(0)
+    text = err.read()
 # the job's own tracebacks first, gpudoctor's lines last (the reaper keeps the tail)
-sys.stderr.write(run.stderr[-1000:] + "\n".join(r for r in run.stderr.splitlines() if r.startswith("gpudoctor")))
-sys.exit(run.returncode)
+sys.stderr.write(text[-1000:] + "\n".join(r for r in text.splitlines() if r.startswith("gpudoctor")))
+sys.exit(code)
 """
+
+
+def _stopped_under_a_subreaper(script: str, *script_args: str) -> dict:
+    """Run STOP_SCENARIO on a script of tests/why_scripts under tests/test_child_trees.py's subreaper:
+    its exit code, stderr and the commands of what was left running below it (killed after)."""
+    from test_child_trees import REAPER
+
+    reaper = REAPER.format(root=str(ROOT))
+    out = subprocess.run([sys.executable, "-c", reaper, STOP_SCENARIO, str(READY_BOUND_S), str(SCRIPTS / script),
+                          *script_args], capture_output=True, text=True, timeout=READY_BOUND_S + 200, cwd=str(ROOT))
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.skipif(not LINUX, reason="/proc and a subreaper")
 def test_then_stop_ends_every_process_the_command_started(tmp_path):
     """hogwild's trainers kept running under PID 1 after `why --then stop` stopped their parent.
     The scenario runs under a subreaper (tests/test_child_trees.py's), which counts what is left."""
-    from test_child_trees import REAPER
-
-    reaper = REAPER.format(root=str(ROOT))
-    out = subprocess.run([sys.executable, "-c", reaper, STOP_SCENARIO, str(READY_BOUND_S), str(SCRIPTS / "hogwild.py")],
-                         capture_output=True, text=True, timeout=READY_BOUND_S + 200, cwd=str(ROOT))
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result = _stopped_under_a_subreaper("hogwild.py")
     assert result["left"] == [], result
     assert "stopping the command (--then stop): SIGINT to pid" in result["stderr"], result["stderr"][-2000:]
     assert "and the 2 processes it started" in result["stderr"] or "and the 3 processes" in result["stderr"], \
         result["stderr"][-2000:]
+
+
+@pytest.mark.skipif(not LINUX, reason="/proc and a subreaper")
+def test_then_stop_ends_a_grandchild_deaf_to_signals_a_new_session_and_a_double_forked_daemon(tmp_path):
+    """Every process the command started, whatever its depth and however it hides: a grandchild
+    that ignores SIGINT and SIGTERM (and the process it started), a child in a session of its own
+    (setsid), a daemon whose two parents ended at once (double fork). What is left: nothing."""
+    result = _stopped_under_a_subreaper("stubborn_tree.py", "--marks", str(tmp_path))
+    started = {path.stem: int(path.read_text(encoding="ascii")) for path in tmp_path.glob("*.pid")}
+    assert set(started) == {"relay", "stubborn", "deepest", "session", "daemon"}, (started, result["stderr"][-2000:])
+    assert result["left"] == [], result
+    assert "stopping the command (--then stop): SIGINT to pid" in result["stderr"], result["stderr"][-2000:]
+    assert "SIGKILL to" in result["stderr"], result["stderr"][-2000:]  # the deaf grandchild needed it
 
 
 # -- 4. the edges of a job's life --------------------------------------------------------------------

@@ -94,3 +94,43 @@ async def test_why_on_a_process_that_is_gone_shows_the_error(tmp_path):
         await wait_for(pilot, lambda: f"no process with PID {gone.pid}" in screen_text(app))
         await pilot.press("escape")
         await pilot.press("q")
+
+
+@run_async
+async def test_the_y_key_on_a_sleeping_gpu_holder_whose_source_cannot_be_read_says_idle(monkeypatch):
+    """Issue 36, item 5, in the TUI: `y` on `python3 -c "import time; time.sleep(900)"` holding a
+    GPU (the NVML stand-in lists it) said "CPU-bound ... computing on the CPU" beside its own
+    "(CPU 0%)". The live path: `why` asks NVML which GPU the process holds."""
+    from gpudoctor import backends
+    from gpudoctor.errors import GpudoctorError
+    from gpudoctor.why.pyspy import find_py_spy
+
+    from test_why_rules import StandInNvml
+
+    try:
+        find_py_spy()
+    except GpudoctorError:
+        pytest.skip("py-spy is not installed: `why` answers at once with its install hint")
+
+    class HeldGpu(StandInNvml):
+        def close(self) -> None:
+            pass
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(900)"],
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        monkeypatch.setattr(backends, "NvmlBackend", lambda: HeldGpu(proc.pid, None))
+        app = make_test_app(STANDIN)
+        app.why_seconds = 2.0
+        async with app.run_test(size=(140, 30)) as pilot:
+            app.replay = None  # as on a live machine: the answer joins NVML's (the stand-in's) figures
+            app.start_why(proc.pid)
+            await wait_for(pilot, lambda: type(app.screen).__name__ == "WhyScreen", timeout=120)
+            await wait_for(pilot, lambda: f"gpudoctor why {proc.pid}" in screen_text(app))  # drawn
+            text = screen_text(app)
+            assert ": idle" in text and "holds a GPU" in text, text
+            assert "CPU-bound" not in text and "computing on the CPU" not in text, text
+            await pilot.press("q")
+    finally:
+        stop(proc)
