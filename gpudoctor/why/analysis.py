@@ -521,6 +521,21 @@ def saw_training(shares: dict[str, float]) -> bool:
     return sum(shares.get(c, 0.0) for c in _TRAINING_WORK) >= SAW_TRAINING_SHARE
 
 
+#: The share of the main thread's samples without a Python frame from which its process is ending.
+ENDING_SHARE = 0.5
+
+
+def interpreter_ending(stacks: Sequence[Stack], pid: int) -> bool:
+    """Whether ``pid``'s interpreter is ending: most of its main thread's samples show no Python frame
+    at all. While a script runs, its main thread always has one (the script's ``<module>`` at
+    least); with the script's last line done (or an exception out of it) the interpreter tears down
+    its modules (torch's teardown took seconds on a busy machine) and py-spy sees the main thread
+    with none. Such a process is said to be ending, never judged: its CPU is not a loop's."""
+    main = [s for s in stacks if s.pid == pid and s.is_main_thread]
+    total = sum(s.count for s in main)
+    return total > 0 and sum(s.count for s in main if not s.frames) >= ENDING_SHARE * total
+
+
 def ended_during_startup(verdict: dict[str, Any], sampled_s: float | None) -> dict[str, Any]:
     """The verdict of a process that ended before its loop ran: no steady-state words (its last
     samples are its exit: a traceback printed, the interpreter ending), the start-up lines kept."""
