@@ -127,3 +127,17 @@ def test_a_probe_that_does_not_wait_for_a_cpu_is_still_cut_at_its_limit(monkeypa
     assert [r.status for r in report.results] == [Status.ERROR, Status.ERROR]
     assert "timed out after 1 s (the probe process was stopped)" in report.results[0].summary
     assert report.results[1].summary == "timed out after 1 s"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the CUDA start is asked on Linux only")
+def test_the_cuda_start_child_is_not_timed_out_while_it_waits_for_a_cpu(monkeypatch):
+    """Before: the child that asks cuInit had 5 s on the clock, its interpreter's start included; on a
+    busy node it was "not answered in 5 s". Here its limit is 1 ms, which no interpreter starts in:
+    only a limit that leaves out its wait for a CPU lets it answer."""
+    from gpudoctor.backends import cuda_driver
+
+    _always_waiting(monkeypatch)
+    answer = cuda_driver._Spawned(0.001).answer()
+    assert not isinstance(answer, cuda_driver.CudaTimeout), answer
+    monkeypatch.setattr(_cpuwait, "process_waits", lambda pid, below=True: {})
+    assert isinstance(cuda_driver._Spawned(0.001).answer(), cuda_driver.CudaTimeout)
