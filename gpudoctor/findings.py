@@ -739,7 +739,7 @@ WORDING: dict[str, Wording] = {
     "probe_error:crashed": Wording(Status.ERROR, "probe crashed: {error}"),
     "probe_error:not_loaded": Wording(Status.ERROR, "cannot load probe: {error}"),
     "probe_error:not_json": Wording(Status.ERROR, "probe result is not JSON-safe: {error}"),
-    "probe_error:timed_out": Wording(Status.ERROR, "timed out after {seconds:.0f} s"),
+    "probe_error:timed_out": Wording(Status.ERROR, "timed out after {limit}"),
     "probe_error:child_failed": Wording(Status.ERROR, "probe process failed"),
     "torch_not_installed:interpreter": Wording(
         Status.SKIP, "torch is not installed in the interpreter {python}", _RUNS_TORCH, "{hint}"),

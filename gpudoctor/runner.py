@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 # starts none, and their imports are a tenth of its run time.
 from gpudoctor._record import record
 from gpudoctor import _version, findings, signals
-from gpudoctor import _proc
+from gpudoctor import _cpuwait, _proc
 from gpudoctor._proc import describe_exit, silence_stdio
 from gpudoctor.errors import first_line
 from gpudoctor.backends.nvml import STUCK_S, thread_blocked
@@ -49,6 +49,9 @@ if TYPE_CHECKING:
 
 # Seconds a child process gets to import torch and start, on top of the probe's own limit.
 CHILD_START_ALLOWANCE_S = 60.0
+# How often a probe child's limit is looked at while it runs: each look reads how long the child's
+# threads waited for a CPU (gpudoctor._cpuwait), which the limit does not count.
+CHILD_POLL_S = 1.0
 # How often a probe run in this process is looked at while it runs: whether it is done, or held
 # inside an NVML call the driver does not answer (then it is abandoned, not waited for).
 PROBE_POLL_S = 0.25
@@ -316,9 +319,22 @@ class _Child:
         child_conn.close()
         self.ready = False
 
+    def _answered(self, limit_s: float) -> str | None:
+        """None once the child has sent something, else the limit it ran past ('60 s', or '60 s of its
+        own time (150 s on the clock, ...)'): the time its threads waited for a CPU is not counted."""
+        from gpudoctor import _cpuwait
+
+        pid = self.process.pid
+        limit = _cpuwait.Limit(limit_s, (lambda: _cpuwait.process_waits(pid)) if pid is not None else dict)
+        while (left := limit.left()) > 0:
+            if self.conn.poll(min(left, CHILD_POLL_S)):
+                return None
+        return limit.describe()
+
     def wait_ready(self, timeout: float) -> str | None:
         """None when ready, else why not."""
-        if self.conn.poll(timeout):
+        late = self._answered(timeout)
+        if late is None:
             try:
                 kind, payload = self.conn.recv()
             except (EOFError, OSError):
@@ -328,7 +344,7 @@ class _Child:
                 self.ready = True
                 return None
             return f"probe process could not start: {payload}"
-        return f"probe process did not start within {timeout:.0f} s"
+        return f"probe process did not start within {late}"
 
     def run(self, probe: Probe, timeout: float) -> tuple[str | None, str | None]:
         try:
@@ -336,8 +352,9 @@ class _Child:
         except (BrokenPipeError, OSError):
             self.process.join(1)
             return None, f"probe process {describe_exit(self.process.exitcode)}"
-        if not self.conn.poll(timeout):
-            return None, f"timed out after {timeout:.0f} s (the probe process was stopped)"
+        late = self._answered(timeout)
+        if late is not None:
+            return None, f"timed out after {late} (the probe process was stopped)"
         try:
             kind, payload = self.conn.recv()
         except (EOFError, OSError):
@@ -371,13 +388,15 @@ def _run_in_thread(probe: Probe, ctx: ProbeContext) -> ProbeResult:
     thread = threading.Thread(target=lambda: box.append(call_probe(probe, ctx)), daemon=True,
                               name=f"gpudoctor-{probe.name}")
     thread.start()
-    deadline = start + probe.timeout_s
-    while not box and (left := deadline - time.monotonic()) > 0:
+    # the limit does not count the time the probe's thread waited for a CPU (gpudoctor._cpuwait)
+    limit = _cpuwait.Limit(probe.timeout_s, _cpuwait.thread_waits(thread.native_id))
+    while not box and (left := limit.left()) > 0:
         thread.join(min(left, PROBE_POLL_S))
         if not box and thread.ident is not None and thread_blocked(thread.ident):
             return _driver_not_answering(probe.name, time.monotonic() - start)
     if not box:
-        return findings.errored(probe.name, "timed_out", seconds=probe.timeout_s, duration_s=time.monotonic() - start)
+        return findings.errored(probe.name, "timed_out", limit=limit.describe(),
+                                duration_s=time.monotonic() - start)
     return box[0]
 
 

@@ -18,6 +18,11 @@ def _hangs(ctx):
     return ProbeResult("hangs")
 
 
+def _slow(ctx):
+    time.sleep(3)  # at least 3 s: past its 1 s limit unless the limit was stretched
+    return _ok(ctx)
+
+
 def _aborts(ctx):
     os.abort()
 
@@ -41,6 +46,8 @@ RAISES = Probe("raises", "raises ValueError", _raises, uses_torch=True, timeout_
 RAISES_INPROC = Probe("raises_inproc", "raises ValueError in-process", _raises, uses_torch=False, timeout_s=30)
 HANGS = Probe("hangs", "sleeps forever in the child", _hangs, uses_torch=True, timeout_s=2)
 HANGS_INPROC = Probe("hangs_inproc", "sleeps forever in a thread", _hangs, uses_torch=False, timeout_s=1)
+SLOW = Probe("slow", "works 3 s against a 1 s limit in the child", _slow, uses_torch=True, timeout_s=1)
+SLOW_INPROC = Probe("slow_inproc", "works 3 s against a 1 s limit in a thread", _slow, uses_torch=False, timeout_s=1)
 ABORTS = Probe("aborts", "os.abort() in the child", _aborts, uses_torch=True, timeout_s=30)
 OK = Probe("ok", "passes", _ok, uses_torch=True, timeout_s=30)
 OK_INPROC = Probe("ok_inproc", "passes in-process", _ok, uses_torch=False, timeout_s=30)

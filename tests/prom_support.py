@@ -33,7 +33,7 @@ def free_port() -> int:
 def query(port: int, expr: str) -> list[dict]:
     """An instant query through Prometheus's HTTP API; the result list."""
     url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-    with urllib.request.urlopen(url, timeout=5) as response:
+    with urllib.request.urlopen(url, timeout=30) as response:
         data = json.load(response)
     assert data["status"] == "success", data
     return data["data"]["result"]

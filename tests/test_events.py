@@ -62,7 +62,7 @@ def _no_log():
     return xid.KernelLog([], False, "cannot read /dev/kmsg: Permission denied (needs root or CAP_SYSLOG)")
 
 
-def _wait_for(predicate, timeout=10.0):
+def _wait_for(predicate, timeout=60.0):
     done = threading.Event()
     for _ in range(int(timeout / 0.01)):
         if predicate():

@@ -45,7 +45,7 @@ def test_prometheus_scrapes_the_exporter(tmp_path):
             [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
              f"--web.listen-address=127.0.0.1:{prom_port}", "--storage.tsdb.retention.time=1h"],
             stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
-        deadline = time.monotonic() + 45
+        deadline = time.monotonic() + 120  # Prometheus starting and scraping on a busy machine
         temperature = up = lost = None
         while time.monotonic() < deadline and prometheus.poll() is None:
             try:

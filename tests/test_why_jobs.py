@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import jsonschema
@@ -266,6 +267,42 @@ def test_a_job_that_dies_at_start_up_is_said_to_with_its_exit_code():
     assert "Dataset not found" in out.stderr  # its own error, passed through unchanged
     for wrong in ("CPU-bound", "input-bound", "-> idle"):
         assert wrong not in out.stderr, out.stderr[-2000:]
+
+
+def _frameless(pid: int, n: int, cpu: float) -> session.Sampled:
+    """What py-spy sees of an interpreter tearing down its modules (after the script's last line, or an
+    exception out of it): a main thread with no Python frame, using CPU."""
+    stacks = list(parse_raw(f'process {pid}:"python dies.py";thread ({pid}): MainThread {n}\n'))
+    assert stacks and not stacks[0].frames and stacks[0].is_main_thread
+    return session.Sampled(stacks, {"processes": {pid: {"cpu_pct": cpu, "threads_cpu_pct": {pid: cpu}}}}, 3.0, 100)
+
+
+def test_an_interpreter_tearing_down_is_said_to_be_ending_not_judged(monkeypatch):
+    """Before: on a busy machine the dying script was still tearing torch down when the window ended,
+    and its 100% "other" samples at full CPU were judged CPU-bound. A main thread without a Python
+    frame is an interpreter ending: the process is waited for (a condition, up to ENDING_WAIT_S)
+    and said to have ended during start-up."""
+    proc = _start("-c", "import time; print('ready', flush=True); time.sleep(900)")
+    try:
+        monkeypatch.setattr(session, "sample", lambda pid, seconds, **kw: _frameless(pid, 290, 99.0))
+        monkeypatch.setattr(session, "ENDING_WAIT_S", 0.5)  # this one does not end: the verdict still holds
+        d = session.why(proc.pid, 3)
+        assert d["verdict"]["words"] == "ended during start-up", d["verdict"]
+        assert d["ended"] is False  # it was ending, and had not ended
+        ending = threading.Timer(1.0, proc.kill)
+        ending.start()
+        monkeypatch.setattr(session, "ENDING_WAIT_S", 300.0)
+        d = session.why(proc.pid, 3)
+        assert d["verdict"]["words"] == "ended during start-up" and d["ended"] is True
+    finally:
+        _kill(proc)
+    assert analysis.interpreter_ending(_frameless(5, 10, 99.0).stacks, 5)
+    running = list(parse_raw(stack_line_of(5, "<module> (/w/t.py:3)", 10)))
+    assert not analysis.interpreter_ending(running + _frameless(5, 9, 99.0).stacks, 5)
+
+
+def stack_line_of(pid: int, frame: str, n: int) -> str:
+    return f'process {pid}:"python t.py";thread ({pid}): MainThread;{frame} {n}\n'
 
 
 def test_a_torchvision_dataset_being_built_is_start_up():

@@ -422,6 +422,32 @@ def test_a_quiet_main_thread_is_idle_and_its_breakdown_says_so():
     assert "main thread: idle 100% (waiting outside Python)" in render_text(d)
 
 
+def test_a_main_thread_starved_of_cpu_by_other_work_is_not_idle():
+    """On a busy machine a thread computing in Python used 19% of a CPU and waited for one the rest of
+    the window: it was called idle ("waits outside Python"). The time it waited to run counts as
+    wanted CPU (/proc schedstat); a thread that neither ran nor waited to run is still idle."""
+    stacks = list(parse_raw(stack_line(["<module> (/w/t.py:3)", "tokenize (/w/t.py:9)"], 100, pids=(1,)) + "\n"))
+    evidence = {"readable": True, "device_files": [], "libcuda": False}
+    starved = {"processes": {1: {"cpu_pct": 19.0, "threads_cpu_pct": {1: 19.0}, "threads_wanted_pct": {1: 98.0},
+                                 "gpu_evidence": evidence}}}
+    d = analysis.diagnose(stacks, starved, src({("/w/t.py", 9): "words = text.lower().split()"}), pid=1)
+    assert d["verdict"]["code"] == "cpu_bound", d["verdict"]
+    waiting = {"processes": {1: {"cpu_pct": 19.0, "threads_cpu_pct": {1: 19.0}, "threads_wanted_pct": {1: 20.0},
+                                 "gpu_evidence": evidence}}}
+    d = analysis.diagnose(stacks, waiting, src({("/w/t.py", 9): "words = text.lower().split()"}), pid=1)
+    assert d["verdict"]["code"] == "idle", d["verdict"]
+
+
+def test_readings_give_each_threads_wanted_cpu_with_its_run_queue_wait():
+    from gpudoctor.why import readings as rd
+
+    assert rd._wanted({1: 19.0, 2: 5.0}, {1: 10.0, 2: 3.0}, {1: 11.6, 2: 3.0}, 2.0) == {1: 99.0, 2: 5.0}
+    assert rd._wanted({1: 19.0}, {}, {}, 2.0) == {}  # no schedstat: nothing is said, the CPU use stands
+    here = rd._thread_waits(os.getpid())
+    if os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/schedstat"):
+        assert os.getpid() in here and all(w >= 0 for w in here.values())
+
+
 def test_why_on_a_worker_names_the_parent_to_ask_about():
     worker = [f"_worker_loop ({SITE}/torch/utils/data/_utils/worker.py:308)",
               f"_MapDatasetFetcher.fetch ({SITE}/torch/utils/data/_utils/fetch.py:52)",

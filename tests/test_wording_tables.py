@@ -191,7 +191,7 @@ def test_rewording_a_probe_code_in_its_table_changes_the_report(monkeypatch):
 def test_rewording_a_core_code_changes_the_error_result(monkeypatch):
     monkeypatch.setitem(findings.WORDING, "probe_error", Wording(Status.ERROR, "{summary}", "Why (test words).",
                                                                  "Re-run {probe} (test words)."))
-    said = findings.errored("memory", "timed_out", seconds=30.0).findings[0]
+    said = findings.errored("memory", "timed_out", limit="30 s").findings[0]
     assert (said.code, said.summary, said.why, said.fix) == ("probe_error", "timed out after 30 s",
                                                              "Why (test words).", "Re-run memory (test words).")
     assert ProbeResult.error("memory", "gone").findings[0].why == "Why (test words)."

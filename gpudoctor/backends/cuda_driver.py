@@ -30,7 +30,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from gpudoctor import findings
+from gpudoctor import _cpuwait, findings
 from gpudoctor._record import record
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.model import Finding
@@ -243,14 +243,26 @@ class _Spawned(PendingCudaStart):
                 _proc.track(self.proc.pid)
         except OSError:
             self.proc, self.value = None, NA("ChildFailed")
+        # the limit leaves out the time the child waited for a CPU (starting Python on a busy node)
+        pid = self.proc.pid if self.proc is not None else None
+        self.limit = _cpuwait.Limit(timeout_s, (lambda: _cpuwait.process_waits(pid)) if pid is not None else dict)
 
-    def answer(self) -> CudaStart | NA:
+    def _communicate(self) -> bytes | None:
+        """The child's output, or None when it ran past its limit."""
         import subprocess
 
-        if self.value is None and self.proc is not None:
+        assert self.proc is not None
+        while (left := self.limit.left()) > 0:
             try:
-                out, _ = self.proc.communicate(timeout=max(0.0, self.began + self.limit_s - time.monotonic()))
+                return self.proc.communicate(timeout=min(left, 0.5))[0]
             except subprocess.TimeoutExpired:
+                continue
+        return None
+
+    def answer(self) -> CudaStart | NA:
+        if self.value is None and self.proc is not None:
+            out = self._communicate()
+            if out is None:
                 self.cancel()
                 self.value = CudaTimeout(self.limit_s)
             else:

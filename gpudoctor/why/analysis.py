@@ -13,6 +13,7 @@ import math
 from collections import Counter
 from typing import Any, Sequence
 
+from gpudoctor._num import is_number
 from gpudoctor.hooks.summary import HOST_SYNC_BOUND, INPUT_BOUND, STRAGGLER, sync_pattern_words
 from gpudoctor.model import Finding
 from gpudoctor.why import hang, rules
@@ -422,7 +423,7 @@ def _across_ranks(decided: list[tuple[ProcessView, Decision]], views: dict[int, 
     decided = ranks_of(decided, views, processes)
     for view, _ in decided:
         info = processes.get(view.pid) or {}
-        ranks.append(hang.Rank(view, info.get("rank"), (info.get("threads_cpu_pct") or {}).get(view.pid),
+        ranks.append(hang.Rank(view, info.get("rank"), main_thread_cpu(processes, view.pid),
                                info.get("age_s")))
 
     def gpu_of(pids: set[int]) -> dict[str, Any]:
@@ -520,6 +521,21 @@ def saw_training(shares: dict[str, float]) -> bool:
     return sum(shares.get(c, 0.0) for c in _TRAINING_WORK) >= SAW_TRAINING_SHARE
 
 
+#: The share of the main thread's samples without a Python frame from which its process is ending.
+ENDING_SHARE = 0.5
+
+
+def interpreter_ending(stacks: Sequence[Stack], pid: int) -> bool:
+    """Whether ``pid``'s interpreter is ending: most of its main thread's samples show no Python frame
+    at all. While a script runs, its main thread always has one (the script's ``<module>`` at
+    least); with the script's last line done (or an exception out of it) the interpreter tears down
+    its modules (torch's teardown took seconds on a busy machine) and py-spy sees the main thread
+    with none. Such a process is said to be ending, never judged: its CPU is not a loop's."""
+    main = [s for s in stacks if s.pid == pid and s.is_main_thread]
+    total = sum(s.count for s in main)
+    return total > 0 and sum(s.count for s in main if not s.frames) >= ENDING_SHARE * total
+
+
 def ended_during_startup(verdict: dict[str, Any], sampled_s: float | None) -> dict[str, Any]:
     """The verdict of a process that ended before its loop ran: no steady-state words (its last
     samples are its exit: a traceback printed, the interpreter ending), the start-up lines kept."""
@@ -549,14 +565,23 @@ def _decide_trainers(views: dict[int, ProcessView], readings: dict[str, Any], gp
     decided: list[tuple[ProcessView, Decision]] = []
     for view in (v for v in views.values() if v.role == "trainer"):
         util, on_gpu, _, why_so = _gpu_for(_tree(view, views), gpu, processes)
-        threads = (processes.get(view.pid) or {}).get("threads_cpu_pct") or {}
         job_cpu = sum(cpu_by_pid.get(p) or 0.0 for p in _tree(view, views))
         decision = decide(view, views, source, gpu_util=util, on_gpu=on_gpu,
-                          idle_cpus=free_cpus(host, job_cpu), main_cpu_pct=threads.get(view.pid),
+                          idle_cpus=free_cpus(host, job_cpu), main_cpu_pct=main_thread_cpu(processes, view.pid),
                           cpu_by_pid=cpu_by_pid, gpu_unknown=why_so, window_s=window_s,
                           gpm=_gpm_of(_tree(view, views), gpu))
         decided.append((view, overloaded(decision, host)))
     return decided
+
+
+def main_thread_cpu(processes: dict[int, Any], pid: int) -> float | None:
+    """The main thread's CPU over the window (100 = one core) as the rules weigh it: what it used,
+    plus the time it was ready to run and waited for a CPU other work held. On a busy machine a
+    thread computing in Python used 19% of a CPU and was called idle ("waits outside Python")."""
+    info = processes.get(pid) or {}
+    used = (info.get("threads_cpu_pct") or {}).get(pid)
+    wanted = (info.get("threads_wanted_pct") or {}).get(pid)
+    return wanted if is_number(wanted) and (used is None or wanted >= used) else used
 
 
 def free_cpus(host: dict[str, Any], job_cpu_pct: float) -> float | None:

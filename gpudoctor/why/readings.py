@@ -69,6 +69,23 @@ def _threads(proc: psutil.Process) -> dict[int, float]:
         return {}
 
 
+def _thread_waits(pid: int) -> dict[int, float]:
+    """Each thread of ``pid`` -> seconds it has spent runnable, waiting for a CPU others held
+    (/proc schedstat; empty where the kernel does not say)."""
+    from gpudoctor._cpuwait import process_waits
+
+    return {tid: waited for (_, tid), waited in process_waits(pid, below=False).items()}
+
+
+def _wanted(cpu_pct: dict[int, float], waits0: dict[int, float], waits1: dict[int, float],
+            wall: float) -> dict[int, float]:
+    """Each thread's CPU use plus the time it waited for a CPU, as a share of the window (100 = all
+    of it): what it would have used on an idle machine. A thread computing on a machine whose CPUs
+    other work holds used 19% of a CPU and wanted 100%: it is not waiting outside Python."""
+    return {tid: round(used + 100.0 * max(0.0, waits1[tid] - waits0.get(tid, waits1[tid])) / wall, 1)
+            for tid, used in cpu_pct.items() if tid in waits1}
+
+
 OTHERS_SHOWN = 5           # the other processes named, busiest first
 MAX_OTHER_PROCESSES = 4096  # processes read for the busy-host figure
 
@@ -161,6 +178,9 @@ class Readings:
         self.first: dict[int, tuple[float, float | None, dict[int, float]]] = {}
         self.last: dict[int, tuple[float, float | None, dict[int, float]]] = {}
         self.names: dict[int, dict[str, Any]] = {}
+        # pid -> thread -> seconds spent runnable and waiting for a CPU, at the first and last reading
+        self.waits_first: dict[int, dict[int, float]] = {}
+        self.waits_last: dict[int, dict[int, float]] = {}
         self.host0 = _host_idle_seconds()
         self.host1 = self.host0
         self.gpu_backend = gpu_backend
@@ -195,6 +215,9 @@ class Readings:
             reading = (now, cpu, _threads(proc))
             self.first.setdefault(proc.pid, reading)
             self.last[proc.pid] = reading
+            waits = _thread_waits(proc.pid)
+            self.waits_first.setdefault(proc.pid, waits)
+            self.waits_last[proc.pid] = waits
             if proc.pid not in self.names:
                 self.names[proc.pid] = _describe(proc)
             else:  # its age as of this reading: the hang verdict caps the wait by it at the window's end
@@ -274,6 +297,8 @@ class Readings:
             entry["cpu_pct"] = round(100.0 * ((cpu1 or 0.0) - (cpu0 or 0.0)) / wall, 1) if t1 > t0 else None
             entry["threads_cpu_pct"] = {tid: round(100.0 * (c - threads0.get(tid, c)) / wall, 1)
                                         for tid, c in threads1.items()} if t1 > t0 else {}
+            entry["threads_wanted_pct"] = _wanted(entry["threads_cpu_pct"], self.waits_first.get(pid, {}),
+                                                  self.waits_last.get(pid, {}), wall)
             if pid in self.gpu_evidence:
                 entry["gpu_evidence"] = self.gpu_evidence[pid]
             processes[pid] = entry

@@ -257,6 +257,20 @@ def _gone(pid: int) -> bool:
         return False
 
 
+#: Seconds a process seen ending (its interpreter tearing down) is waited for to be gone.
+ENDING_WAIT_S = 30.0
+
+
+def _ends(pid: int) -> bool:
+    """Whether ``pid``, seen ending, is gone within ENDING_WAIT_S (waited for, not guessed)."""
+    deadline = time.monotonic() + ENDING_WAIT_S
+    while not _gone(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 def _wait(proc: subprocess.Popen, pid: int, readings: Readings | None, limit_s: float) -> bool:
     """Poll the readings until py-spy ends; True if interrupted (Ctrl-C or SIGTERM)."""
     deadline = time.monotonic() + limit_s
@@ -376,7 +390,8 @@ def why(pid: int, seconds: float, *, rate: int = pyspy.DEFAULT_RATE_HZ, gpu_back
     meanwhile is diagnosed from what the waiting sampled."""
     credentials = process_credentials(pid)  # before sampling: the process may end meanwhile
     last = wait_for_loop(pid, wait_start_s, progress or (lambda line: None)) if wait_start_s > 0 else None
-    if last is not None and (last.ended or last.interrupted):  # a Ctrl-C while waiting ends the sampling
+    # a Ctrl-C while waiting ends the sampling; so does a process seen ending (its interpreter's teardown)
+    if last is not None and (last.ended or last.interrupted or analysis.interpreter_ending(last.stacks, pid)):
         sampled = last
     else:
         sampled = sample(pid, seconds, rate=rate, gpu_backend=gpu_backend)
@@ -390,11 +405,12 @@ def why(pid: int, seconds: float, *, rate: int = pyspy.DEFAULT_RATE_HZ, gpu_back
         sampled.readings["flight_recorder"] = flightrec.find(ranks)
     diagnosis = analysis.diagnose(sampled.stacks, sampled.readings, source_reader(pid, credentials), pid=pid,
                                   own=OWN_PREFIXES, meta=meta)
-    if sampled.ended or _gone(pid):
-        diagnosis["ended"] = True
+    ending = analysis.interpreter_ending(sampled.stacks, pid)
+    if sampled.ended or _gone(pid) or ending:
+        diagnosis["ended"] = sampled.ended or _gone(pid) or _ends(pid)
         # it ended while start-up was waited out, or with no training work seen (its last samples
         # are a traceback being printed, the interpreter ending): there is no loop to judge
-        if (sampled is last and last.ended) or not analysis.saw_training(diagnosis["shares"]):
+        if (sampled is last and (last.ended or ending)) or not analysis.saw_training(diagnosis["shares"]):
             diagnosis["verdict"] = analysis.ended_during_startup(diagnosis["verdict"], sampled.seconds)
             for record in diagnosis["processes"]:
                 record.pop("verdict", None)
@@ -436,7 +452,8 @@ def wait_for_loop(pid: int, limit_s: float, progress: Callable[[str], None]) -> 
         except pyspy.WhyError:
             break
         share, what = startup_share(probe.stacks, source)
-        if probe.ended or probe.interrupted or (share is not None and share < LOOP_STARTUP_SHARE):
+        if probe.ended or probe.interrupted or analysis.interpreter_ending(probe.stacks, pid) or \
+                (share is not None and share < LOOP_STARTUP_SHARE):
             break
         waited = time.monotonic() - started
         progress(f"gpudoctor why: pid {pid} is starting up ({f'{share:.0%} ' if share is not None else ''}"
