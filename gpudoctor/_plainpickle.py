@@ -18,7 +18,11 @@ NEWTRUE/NEWFALSE, STOP; Python's own pickler adds FRAME, MEMOIZE and the short f
 - containers nest at most :data:`MAX_DEPTH` deep, and a container that is already inside
   another cannot be changed (which also rules out cycles);
 - integers have at most :data:`MAX_LONG_BYTES` bytes, and the whole input at most the bytes
-  the caller read (each opcode costs O(1), or O(items) for the ones that take a mark).
+  the caller read (each opcode costs O(1), or O(items) for the ones that take a mark);
+- at most :data:`MAX_CONTAINERS` containers and :data:`MAX_VALUES` values in all are made: a
+  byte or two of input makes an object of 60-250 bytes, so without a count a 64 MiB file of
+  empty dicts would ask for some 16 GiB; with it, 251 MiB (64 MiB of 2-byte strings: 676 MiB), and a dump of
+  2,000 entries with 30 frames each (the buffer size the advice sets) stays well within.
 
 Anything else is :class:`PlainPickleError` with a one-line reason. Standard library only.
 """
@@ -33,6 +37,8 @@ MAX_MEMO = 1 << 20
 MAX_DEPTH = 64
 MAX_LONG_BYTES = 256  # LONG1 holds at most 255; a larger integer is no field of a dump
 MAX_MARKS = MAX_DEPTH
+MAX_CONTAINERS = 1 << 20  # dicts, lists and tuples made (a dump entry makes some 40)
+MAX_VALUES = 1 << 23      # values pushed in all: scalars, containers and memo fetches
 _KEY_INT_BOUND = 1 << 31
 
 
@@ -59,7 +65,8 @@ class _Machine:
     """The decoder's state: the input, the stack, the memo, and what each container is."""
 
     def __init__(self, data: bytes) -> None:
-        self.data = memoryview(data)
+        self.raw = bytes(data)
+        self.data = memoryview(self.raw)
         self.pos = 0
         self.stack: list[Any] = []
         self.marks: list[int] = []
@@ -67,6 +74,7 @@ class _Machine:
         self.depth: dict[int, int] = {}    # id(container) -> its nesting depth
         self.sealed: set[int] = set()      # ids of containers already inside another
         self.keep: list[Any] = []          # keeps every container alive, so that ids stay unique
+        self.values = 0                    # values pushed so far (at most MAX_VALUES)
 
     # ---------------------------------------------------------------- input
     def take(self, n: int) -> bytes:
@@ -77,7 +85,7 @@ class _Machine:
         return chunk
 
     def line(self, limit: int = 128) -> bytes:
-        end = bytes(self.data[self.pos:self.pos + limit]).find(b"\n")
+        end = self.raw.find(b"\n", self.pos, self.pos + limit) - self.pos  # no copy of the window
         if end < 0:
             raise PlainPickleError(f"a text argument longer than {limit} bytes or without its newline")
         return self.take(end + 1)[:-1]
@@ -86,7 +94,14 @@ class _Machine:
         return int.from_bytes(self.take(n), "little")
 
     # ---------------------------------------------------------------- containers
+    def count(self) -> None:
+        self.values += 1
+        if self.values > MAX_VALUES:
+            raise PlainPickleError(f"more than {MAX_VALUES} values: not the shape of a dump")
+
     def new(self, container: Any) -> Any:
+        if len(self.keep) >= MAX_CONTAINERS:
+            raise PlainPickleError(f"more than {MAX_CONTAINERS} dicts, lists and tuples: not the shape of a dump")
         self.keep.append(container)
         self.depth[id(container)] = 1
         return container
@@ -173,6 +188,7 @@ def _put(m: _Machine, index: int) -> None:
 
 
 def _get(m: _Machine, index: int) -> None:
+    m.count()
     try:
         m.stack.append(m.memo[_memo_index(m, index)])
     except KeyError:
@@ -217,6 +233,7 @@ def _mark(m: _Machine) -> None:
 def _filled(kind: type, fill: Callable[[_Machine, list[Any]], None]) -> _Handler:
     """DICT and LIST (protocol 0): a new container of the items since the mark."""
     def run(m: _Machine) -> None:
+        m.count()
         made = m.new(kind())
         items = m.pop_mark()
         m.stack.append(made)
@@ -230,6 +247,7 @@ def _short_tuple(n: int) -> _Handler:
             raise PlainPickleError("not a whole pickle (a tuple of missing items)")
         items = m.stack[-n:]
         del m.stack[-n:]
+        m.count()
         m.stack.append(m.tuple_of(items))
     return run
 
@@ -242,11 +260,15 @@ def _set_item(m: _Machine) -> None:
 def _dup(m: _Machine) -> None:
     if not m.stack or m.stack[-1] is _MARK:
         raise PlainPickleError("not a whole pickle (DUP with nothing to copy)")
+    m.count()
     m.stack.append(m.stack[-1])
 
 
 def _push(make: Callable[[_Machine], object]) -> _Handler:
-    return lambda m: m.stack.append(make(m))
+    def run(m: _Machine) -> None:
+        m.count()
+        m.stack.append(make(m))
+    return run
 
 
 def _global_name(m: _Machine, op: bytes) -> str:
@@ -356,4 +378,4 @@ def loads(data: bytes) -> Any:
     return m.stack[0]
 
 
-__all__ = ["loads", "PlainPickleError", "MAX_MEMO", "MAX_DEPTH", "MAX_LONG_BYTES"]
+__all__ = ["loads", "PlainPickleError", "MAX_MEMO", "MAX_DEPTH", "MAX_LONG_BYTES", "MAX_CONTAINERS", "MAX_VALUES"]

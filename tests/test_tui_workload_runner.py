@@ -80,6 +80,32 @@ def test_cancel_terminates_the_child():
     assert not proc.process.is_alive()
 
 
+def test_cancel_ends_what_the_child_started():
+    """Before: cancel() terminated the child alone; the processes it had started (DataLoader
+    workers) lived on after the TUI's Workload screen was left or the TUI quit."""
+    from gpudoctor import _proc
+
+    proc = WorkloadProcess("tui_workload_double:tree_sweep")
+    proc.start()
+    workers = []
+    deadline = time.monotonic() + 90
+    for kind, payload in proc.events(stop=lambda: bool(workers) or time.monotonic() > deadline):
+        if kind == "progress" and payload.get("worker"):
+            workers.append(payload["worker"])
+    assert workers, "the sweep never reported the process it started"
+    gone_by = time.monotonic() + 30  # a generous bound for the SIGTERM sent to the group to land
+    while _proc._alive(workers[0]) and time.monotonic() < gone_by:
+        time.sleep(0.1)
+    alive = _proc._alive(workers[0])
+    if alive:
+        import os
+        import signal
+
+        os.kill(workers[0], signal.SIGKILL)
+    assert not alive, "the process the sweep started outlived cancel()"
+    assert not proc.process.is_alive()
+
+
 def test_plain_makes_events_json_safe():
     import json
     from dataclasses import dataclass

@@ -300,3 +300,41 @@ def test_memo_and_size_opcodes_spliced_anywhere_cost_nothing(at, op, arg):
     real dump: read or refused in one line, within 1 MiB."""
     data = GOOD[:at] + op + arg + GOOD[at:]
     assert _peak_bytes(lambda: flightrec.summarise(flightrec.loads(data), 0)) < 1 << 20
+
+
+def test_a_dump_of_empty_containers_is_refused_at_a_count_not_grown_to_gigabytes():
+    """Before: each 1-byte EMPTY_DICT made a dict the decoder kept (some 250 bytes in all), so
+    the 64 MiB a dump may have asked for some 16 GiB (1 MiB of them: 263 MiB). Now at most
+    2**20 containers are made: this 1 MiB dump is refused in one line."""
+    data = b"\x80\x04](" + b"}" * ((1 << 20) + 1) + b"e."
+    with pytest.raises(flightrec.DumpError, match="dicts, lists and tuples") as caught:
+        flightrec.loads(data)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_dump_of_tiny_values_is_refused_at_a_count(monkeypatch):
+    """Two bytes of input make a value of up to 60 bytes: their number is bounded too
+    (MAX_VALUES; here lowered so that the test stays small)."""
+    from gpudoctor import _plainpickle
+
+    monkeypatch.setattr(_plainpickle, "MAX_VALUES", 10_000)
+    for one in (b"K\x01", b"\x8c\x02ab", b"h\x00", b"N2", b"N\x85"):
+        data = b"\x80\x04N\x940](" + one * 10_001 + b"e."
+        with pytest.raises(flightrec.DumpError, match="more than 10000 values"):
+            flightrec.loads(data)
+    assert flightrec.loads(b"\x80\x04](" + b"K\x01" * 9_000 + b"e.") == [1] * 9_000
+
+
+def test_a_dump_of_the_advised_size_with_deep_stacks_is_read_within_the_counts():
+    """The counts leave room: TORCH_NCCL_TRACE_BUFFER_SIZE=2000 (the advice) with 30 frames per
+    entry reads whole."""
+    frames = [{"name": f"f{i}", "filename": f"/w/m{i}.py", "line": i} for i in range(30)]
+    entries = [dict(entry(seq, "all_reduce", "completed"), frames=[dict(f) for f in frames]) for seq in range(1, 2001)]
+    summary = flightrec.summarise(flightrec.loads(dump(entries, 2000, 2000)), 0)
+    assert summary["entries"] == 2000 and summary["groups"][0]["last"]["seq"] == 2000
+
+
+def test_a_text_argument_is_found_without_copying_its_window():
+    """UNICODE's line is looked for in place (it copied a 64 KiB window for each string): short
+    lines, and one at the very end, read as before."""
+    assert flightrec.loads(b"\x80\x02" + b"V\n0" * 1000 + b"Vab\n.") == "ab"

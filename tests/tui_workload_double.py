@@ -76,3 +76,14 @@ def busy_sweep(progress, quick: bool = False):
 def torchless_sweep(progress, quick: bool = False):
     """A sweep in an environment without PyTorch: its first import fails as torch's does."""
     raise ModuleNotFoundError("No module named 'torch'", name="torch")
+
+
+def tree_sweep(progress):
+    """A sweep that starts a process of its own (as a DataLoader starts its workers) and runs on."""
+    import subprocess
+
+    worker = subprocess.Popen(["sleep", "600"])
+    for i in range(6000):
+        progress({"done": i, "total": 6000, "worker": worker.pid})
+        time.sleep(0.1)
+    return {"finished": True}
