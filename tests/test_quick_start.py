@@ -39,11 +39,13 @@ def _child(code: str, **extra: str) -> subprocess.CompletedProcess[str]:
 # What `report --quick --json` may load. These were loaded before issue 33 and are not needed
 # for it: the text report (render, presentation), psutil, logging, pathlib (urllib, ipaddress),
 # datetime, socket, platform, secrets (hashlib); torch, textual and the child-process machinery
-# of the full report never.
+# of the full report never. Nor dataclasses, which imports inspect (ast, dis, tokenize, linecache):
+# about 5 ms of the quick report's start; its classes are gpudoctor._record records.
 NOT_ON_THE_QUICK_PATH = {
     "torch", "textual", "multiprocessing", "gpudoctor.workload", "gpudoctor.render", "gpudoctor.presentation",
     "gpudoctor.backends.busy", "gpudoctor.backends.replay", "gpudoctor.backends.recording", "psutil", "logging",
     "pathlib", "urllib", "ipaddress", "datetime", "socket", "platform", "secrets", "hashlib", "textwrap",
+    "dataclasses", "inspect", "ast", "dis", "tokenize", "linecache",
 }
 # The number of modules (standard library included) that the quick path adds to the interpreter's
 # start: 89 on 2026-11-27 in the development venv, 37 of them gpudoctor's (121 and 43 before
