@@ -177,38 +177,61 @@ class _AsDataclass:
         return made[self.attribute]
 
 
+def _writes_dict(cls: type, names: tuple[str, ...], frozen: bool) -> bool:
+    """Whether ``__init__`` may put the values in the instance's ``__dict__`` at once: what
+    ``object.__setattr__`` does where no field is a slot or a data descriptor (a frozen record's
+    own ``__init__`` writes that way; an unfrozen one's only without a ``__setattr__`` of its own)."""
+    if not frozen and cls.__setattr__ is not object.__setattr__:
+        return False
+    return not any(hasattr(type(cls.__dict__.get(name, getattr(cls, name, None))), "__set__") for name in names)
+
+
 def _init_method(cls: type, every: tuple[Field, ...], frozen: bool) -> Callable[..., None]:
-    takes = [f for f in every if f.init]
-    names = tuple(f.name for f in takes)
-    known = frozenset(names)
-    later = [f for f in every if not f.init and (f.default is not MISSING or f.default_factory is not MISSING)]
+    """``__init__`` for the fields: the defaults copied from one dict, the arguments laid over them,
+    then every value set (in the fields' order), one field at a time only where that is needed."""
+    takes = tuple(f.name for f in every if f.init)
+    known = frozenset(takes)
+    plain = {f.name: f.default for f in every if f.init and f.default is not MISSING}
+    factories = tuple((f.name, f.default_factory) for f in every if f.init and f.default is MISSING
+                      and f.default_factory is not MISSING)
+    later = tuple(f for f in every if not f.init and (f.default is not MISSING or f.default_factory is not MISSING))
+    order = takes + tuple(f.name for f in later)
     post_init = getattr(cls, "__post_init__", None) is not None
+    direct = _writes_dict(cls, order, frozen)
     put = object.__setattr__ if frozen else setattr
 
-    def value_of(f: Field, given: dict[str, Any]) -> Any:
-        if f.name in given:
-            return given[f.name]
-        if f.default is not MISSING:
-            return f.default
-        if f.default_factory is not MISSING:
-            return f.default_factory()
-        raise TypeError(f"{cls.__qualname__}.__init__() missing 1 required argument: {f.name!r}")
+    def refuse(args: tuple[Any, ...], kwargs: dict[str, Any], values: dict[str, Any]) -> TypeError:
+        for key in kwargs:
+            if key not in known:
+                return TypeError(f"{cls.__qualname__}.__init__() got an unexpected keyword argument {key!r}")
+            if key in takes[:len(args)]:
+                return TypeError(f"{cls.__qualname__}.__init__() got multiple values for argument {key!r}")
+        missing = next(name for name in takes if name not in values)
+        return TypeError(f"{cls.__qualname__}.__init__() missing 1 required argument: {missing!r}")
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        if len(args) > len(names):
-            raise TypeError(f"{cls.__qualname__}.__init__() takes {len(names) + 1} positional arguments "
+        if len(args) > len(takes):
+            raise TypeError(f"{cls.__qualname__}.__init__() takes {len(takes) + 1} positional arguments "
                             f"but {len(args) + 1} were given")
-        given = dict(zip(names, args))
-        for key, value in kwargs.items():
-            if key not in known:
-                raise TypeError(f"{cls.__qualname__}.__init__() got an unexpected keyword argument {key!r}")
-            if key in given:
-                raise TypeError(f"{cls.__qualname__}.__init__() got multiple values for argument {key!r}")
-            given[key] = value
-        for f in takes:
-            put(self, f.name, value_of(f, given))
+        values = plain.copy()
+        if args:
+            values.update(zip(takes, args))
+        if kwargs:
+            if not known.issuperset(kwargs) or (args and not known.difference(takes[:len(args)]).issuperset(kwargs)):
+                raise refuse(args, kwargs, values)
+            values.update(kwargs)
+        for name, factory in factories:
+            if name not in values:
+                values[name] = factory()
+        if len(values) != len(takes):
+            raise refuse(args, kwargs, values)
         for f in later:
-            put(self, f.name, value_of(f, {}))
+            values[f.name] = f.default if f.default is not MISSING else f.default_factory()
+        if direct:
+            self.__dict__.update({name: values[name] for name in order})
+        else:
+            for name in order:
+                put(self, name, values[name])
         if post_init:
             self.__post_init__()
 
