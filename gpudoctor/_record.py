@@ -168,10 +168,9 @@ class _AsDataclass:
                 default=dataclasses.MISSING if f.default is MISSING else f.default,
                 default_factory=dataclasses.MISSING if f.default_factory is MISSING else f.default_factory,
                 init=f.init, repr=f.repr, hash=f.hash, compare=f.compare, metadata=f.metadata)
-        shadow = dataclasses.dataclass(type(self.owner.__name__, (), namespace), init=False, repr=False, eq=self.eq,
-                                       frozen=self.frozen)
-        made = {"__dataclass_fields__": shadow.__dataclass_fields__,  # type: ignore[attr-defined]
-                "__dataclass_params__": shadow.__dataclass_params__}  # type: ignore[attr-defined]
+        shadow: Any = dataclasses.dataclass(type(self.owner.__name__, (), namespace), init=False, repr=False,
+                                            eq=self.eq, frozen=self.frozen)
+        made = {"__dataclass_fields__": shadow.__dataclass_fields__, "__dataclass_params__": shadow.__dataclass_params__}
         for name, value in made.items():
             setattr(self.owner, name, value)
         return made[self.attribute]
@@ -181,7 +180,8 @@ def _writes_dict(cls: type, names: tuple[str, ...], frozen: bool) -> bool:
     """Whether ``__init__`` may put the values in the instance's ``__dict__`` at once: what
     ``object.__setattr__`` does where no field is a slot or a data descriptor (a frozen record's
     own ``__init__`` writes that way; an unfrozen one's only without a ``__setattr__`` of its own)."""
-    if not frozen and cls.__setattr__ is not object.__setattr__:
+    own_setattr: object = cls.__setattr__
+    if not frozen and own_setattr is not object.__setattr__:
         return False
     return not any(hasattr(type(cls.__dict__.get(name, getattr(cls, name, None))), "__set__") for name in names)
 
@@ -297,7 +297,7 @@ def record(cls: type[_T] | None = None, /, *, frozen: bool = False, eq: bool = T
     def wrap(target: type[_T]) -> type[_T]:
         every = _collect(target)
         target.__record_fields__ = every  # type: ignore[attr-defined]
-        target.__match_args__ = tuple(f.name for f in every if f.init)  # type: ignore[attr-defined]
+        target.__match_args__ = tuple(f.name for f in every if f.init)  # type: ignore[attr-defined,misc]
         for name in ("__dataclass_fields__", "__dataclass_params__"):
             lazy = _AsDataclass(target, frozen, eq)
             lazy.__set_name__(target, name)
