@@ -807,11 +807,14 @@ PCI_NVIDIA_SEEN = " The PCI bus shows {count} NVIDIA device(s) ({where}), so the
 #: Every wording table, by module name, each a module-level ``WORDING`` (code -> :class:`Wording`):
 #: this module's first, then one per package that words its own codes. Registering a package's table
 #: is one line here. Tables are imported when a code is first looked up (by name, so this module
-#: imports nothing above the foundation layer); a code lives in exactly one table.
+#: imports nothing above the foundation layer); a code lives in exactly one table, so their order
+#: changes no answer, only what is imported: the probes' table comes before gpudoctor.why's, so that
+#: `report --quick` (every code of its probes is there) never imports gpudoctor.why (nor the
+#: workload package, last).
 _TABLES: tuple[str, ...] = (
     __name__,
-    "gpudoctor.why.wording",
     "gpudoctor.probes._wording",  # the probes' codes
+    "gpudoctor.why.wording",
     "gpudoctor.workload.wording",  # the sweep's advice (ADVICE)
 )
 

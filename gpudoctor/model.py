@@ -9,10 +9,9 @@ from __future__ import annotations
 import time as _time
 import enum
 import math
-from dataclasses import field
 from typing import Any, Iterable, Mapping
 
-from gpudoctor._record import record
+from gpudoctor._record import field, record
 
 #: Version of the JSON report layout (docs/report.schema.json). Bump the major
 #: part when a field is removed or changes meaning; add fields freely.

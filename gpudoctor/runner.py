@@ -24,12 +24,11 @@ import os
 import signal
 import threading
 import time
-from dataclasses import field
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 # multiprocessing and subprocess are imported where a child starts: `report --quick`
 # starts none, and their imports are a tenth of its run time.
-from gpudoctor._record import record
+from gpudoctor._record import field, record
 from gpudoctor import _version, findings, signals
 from gpudoctor import _cpuwait, _proc
 from gpudoctor._proc import describe_exit, silence_stdio

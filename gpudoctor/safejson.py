@@ -21,7 +21,6 @@ The other way, :func:`json_safe` is the one walker that turns what the project h
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 import math
@@ -177,6 +176,7 @@ def json_safe(obj: object, max_depth: int = 64, _depth: int = 0) -> Any:
                 return json_safe(convert(), max_depth, deeper)
             except Exception:
                 pass
+    import dataclasses  # here, not with the module: dataclasses imports inspect (report --quick's start)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return json_safe(dataclasses.asdict(obj), max_depth, deeper)
     return str(obj)

@@ -7,10 +7,10 @@ only inside functions: these probes run in the runner's child process.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
+from gpudoctor._record import record
 from gpudoctor.backends.na import is_na
 from gpudoctor.backends.nvml import THROTTLE_REASONS
 from gpudoctor.errors import first_sentence as _first_line
@@ -33,7 +33,7 @@ _Answer = TypeVar("_Answer")
 GPU_IDLE = next(bit for bit, (name, _words) in THROTTLE_REASONS.items() if name == "gpu_idle")
 
 
-@dataclass
+@record
 class Device:
     """One torch device to measure, with its NVML index (None when NVML cannot tell)."""
 

@@ -8,10 +8,9 @@ the host's PCIe bridges between them with their ACS control, and the IOMMU's mod
 from __future__ import annotations
 
 import time
-from dataclasses import field
 from typing import TYPE_CHECKING, Any, Callable
 
-from gpudoctor._record import record
+from gpudoctor._record import field, record
 
 from gpudoctor import findings
 from gpudoctor.backends import pcie_paths

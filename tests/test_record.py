@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import pickle
 from dataclasses import field
+from typing import ClassVar
 
 import pytest
 
@@ -94,3 +95,78 @@ def test_eq_false_keeps_the_base_class_equality_and_post_init_runs():
             seen.append(self.value)
 
     assert Reading(1) == Reading(2) and seen == [1, 2]
+
+
+def test_dataclasses_functions_work_on_a_record_and_agree_with_its_own():
+    """dataclasses.fields/replace/asdict/is_dataclass, which code off the quick path calls on
+    records, give what they give on the dataclass; _record.fields/replace (the quick path's) agree."""
+    from gpudoctor import _record
+    for frozen in (False, True):
+        reference, ours = _pair(frozen)
+        assert dataclasses.is_dataclass(ours) and dataclasses.is_dataclass(ours("a"))
+        assert [(f.name, f.init, f.repr, f.compare) for f in dataclasses.fields(ours)] == \
+            [(f.name, f.init, f.repr, f.compare) for f in dataclasses.fields(reference)]
+        assert [f.name for f in _record.fields(ours("a"))] == [f.name for f in dataclasses.fields(reference)]
+        assert dataclasses.asdict(ours("a", 2, [1])) == dataclasses.asdict(reference("a", 2, [1]))
+        assert _record.replace(ours("a", 1), value=2) == dataclasses.replace(ours("a", 1), value=2) == ours("a", 2)
+        with pytest.raises(ValueError):
+            _record.replace(ours("a"), hidden=1)  # init=False: as dataclasses.replace refuses it
+        assert ours.__match_args__ == reference.__match_args__
+        assert ours.__dataclass_params__.frozen is frozen
+
+
+def test_class_attributes_classvars_inheritance_and_refusals_as_dataclass():
+    made = []
+    for decorate in (dataclasses.dataclass, record):
+        @decorate
+        class Base:
+            kind: ClassVar[str] = "base"
+            name: str
+            size: int = 1
+            tags: list = field(default_factory=list)
+            level: int = field(default=4)
+
+        @decorate
+        class Child(Base):
+            extra: str = "x"
+
+        made.append((Base, Child))
+    (dc_base, dc_child), (base, child) = made
+    for ours, theirs in ((base, dc_base), (child, dc_child)):
+        assert [f.name for f in dataclasses.fields(ours)] == [f.name for f in dataclasses.fields(theirs)]
+        assert ours.size == theirs.size == 1 and ours.level == theirs.level == 4 and ours.kind == "base"
+        assert hasattr(ours, "tags") is hasattr(theirs, "tags") is False
+    assert repr(child("n", 2)).split("(", 1)[1] == repr(dc_child("n", 2)).split("(", 1)[1]
+    for bad in ("mutable", "order"):
+        for decorate in (dataclasses.dataclass, record):
+            with pytest.raises(ValueError if bad == "mutable" else TypeError):
+                if bad == "mutable":
+                    decorate(type("Bad", (), {"__annotations__": {"items": "list"}, "items": []}))
+                else:
+                    decorate(type("Bad", (), {"__annotations__": {"a": "int", "b": "int"}, "a": 1}))
+
+
+def test_defining_and_using_records_does_not_import_dataclasses():
+    """The quick path's classes are records so that dataclasses (and inspect, ast, dis...) stay out
+    of `report --quick`'s start; records made, compared, replaced and hashed without it."""
+    import subprocess
+    import sys
+    import textwrap
+    code = textwrap.dedent("""
+        import sys
+        from gpudoctor._record import field, fields, record, replace
+
+        @record(frozen=True)
+        class R:
+            name: str
+            items: tuple = ()
+            extra: dict = field(default_factory=dict, compare=False)
+
+        one = replace(R("a"), items=(1,))
+        assert one == R("a", (1,)) and hash(one) == hash(R("a", (1,), {"x": 1})) and repr(one)
+        assert [f.name for f in fields(R)] == ["name", "items", "extra"]
+        print(sorted(m for m in ("dataclasses", "inspect") if m in sys.modules))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "[]"

@@ -19,11 +19,10 @@ names in docs/recording.schema.json: a recording may hold any subset of them.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar, Protocol, TypedDict, Union, runtime_checkable
 
-from gpudoctor._record import record
+from gpudoctor._record import field, fields, record
 from .na import NA
 
 #: A number the driver gave, or why it gave none.
@@ -51,7 +50,7 @@ class Reading(Mapping[str, Any]):
     def _names(cls) -> tuple[str, ...]:
         names = cls.__dict__.get("_field_names")
         if names is None:
-            names = tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
+            names = tuple(f.name for f in fields(cls))
             cls._field_names = names  # type: ignore[attr-defined]
         return names
 
@@ -95,7 +94,7 @@ class ProcessReading(Reading):
     sm_util_pct: int | None       # None: no utilisation sample for the pid
     #: Further fields a recording holds for the pid (user, command... of hand-made files),
     #: served as mapping keys after the four above.
-    recorded: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    recorded: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
     def _names(cls) -> tuple[str, ...]:

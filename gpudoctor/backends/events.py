@@ -17,10 +17,9 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from dataclasses import field
 from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
 
-from gpudoctor._record import record
+from gpudoctor._record import field, record
 from .na import NA, is_na
 
 if TYPE_CHECKING:

@@ -14,7 +14,6 @@ recording, so probes and front ends cannot tell the two apart.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import threading
 import time
@@ -23,6 +22,7 @@ from types import TracebackType
 from typing import Any, Callable, ClassVar, NewType, Protocol, Union, cast
 
 from gpudoctor._num import is_number
+from gpudoctor._record import replace
 
 from . import catalogue
 from .base import (P2P_KEYS, GpuSample, MemoryReading, MigDeviceReading, NvLinkReading, ProcessReading,
@@ -979,7 +979,7 @@ class NvmlBackend:
             if gi not in sm_active:
                 sm_active[gi] = self.gpm_mig(index, gi).get("sm_active_pct", NA(GPM_NEEDS_HOPPER))
             active = sm_active[gi]
-        return dataclasses.replace(
+        return replace(
             named, sm_count=sm_count, memory_size_bytes=size, memory_used_bytes=used, memory_total_bytes=total,
             gpu_util_pct=util if is_na(util) else check("gpu_util_pct", int(util.gpu)),
             energy_mj=check("energy_mj", energy), sm_active_pct=active, processes=self._mig_processes(mig))

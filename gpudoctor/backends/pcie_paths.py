@@ -25,9 +25,8 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import field
 
-from gpudoctor._record import record
+from gpudoctor._record import field, record
 
 #: The file system root the live probe reads (benchmarks/fake_nvml points it at a laid-out tree).
 ROOT = "/"

@@ -27,10 +27,9 @@ import glob
 import os
 import re
 import struct
-from dataclasses import field
 from typing import Mapping
 
-from gpudoctor._record import record
+from gpudoctor._record import field, record
 
 from gpudoctor._text import plain_text
 
