@@ -186,12 +186,22 @@ def test_mixed_4_8_and_4_9_fleet_same_figures_and_verdicts_unreadable_target_and
             alone, _ = fleet_json(port, "--match", f"instance={inst['v4']}", "--fail-on", fail_on)
             assert alone == exitcodes.PROBE_ERROR
         # the deploy/ rules, evaluated by Prometheus, name the same held-idle GPUs with the same holder
-        recorded = wait_for(lambda: {(s["metric"]["instance"], s["metric"]["gpu"], s["metric"].get("pod"))
-                                     for s in query(port, "gpudoctor:gpu_held_idle:info")} or None,
-                            60, "the held-idle recording rule")
-        assert recorded == {(i, g, "trainer-0") for i, g in listed}
-        alerts = query(port, 'ALERTS{alertname="GpuHeldButIdle"}')
-        assert {(a["metric"]["instance"], a["metric"]["gpu"]) for a in alerts} == set(listed)
+        # The rules are evaluated every few seconds and one GPU may qualify an evaluation after another:
+        # wait until the recorded set is the one fleet listed, not for the first non-empty answer.
+        def settled(promql: str, key, expected: set) -> set | None:
+            seen = {key(s["metric"]) for s in query(port, promql)}
+            seen_sets.append(seen)
+            return seen if seen == expected else None
+
+        seen_sets: list[set] = []
+        expected = {(i, g, "trainer-0") for i, g in listed}
+        try:
+            wait_for(lambda: settled("gpudoctor:gpu_held_idle:info", lambda m: (m["instance"], m["gpu"], m.get("pod")),
+                                     expected), 120, "the held-idle recording rule naming the GPUs fleet listed")
+            wait_for(lambda: settled('ALERTS{alertname="GpuHeldButIdle"}', lambda m: (m["instance"], m["gpu"]),
+                                     set(listed)), 120, "the held-idle alert on the GPUs fleet listed")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; last seen: {seen_sets[-1:]}") from None
     finally:
         stop(prometheus)
         for server, _port in servers.values():
