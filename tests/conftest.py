@@ -25,6 +25,23 @@ except ImportError:  # hypothesis is a dev dependency; only the fuzz tests need 
     pass
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _take_back_ignored_interrupts() -> None:
+    """A run started in the background by a shell without job control (``cmd &`` in a script, some CI runners)
+    inherits SIGINT and SIGQUIT ignored, and so would every process the tests start: the Ctrl-C and ``--then
+    stop`` tests would then send signals nobody receives. Python keeps an ignored SIGINT ignored at start-up, so
+    the suite puts the usual dispositions back for itself and its children (SIGHUP is left as found: ``nohup``
+    asks for it to be ignored on purpose)."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGQUIT) is signal.SIG_IGN:
+        signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
+_take_back_ignored_interrupts()
 DATA = ROOT / "tests" / "data"
 SCHEMA_PATH = ROOT / "docs" / "report.schema.json"
 
