@@ -182,7 +182,7 @@ def test_distributed_probe_with_a_hung_rank_leaves_nothing():
 # A torch whose import starts a helper process and never finishes (a stuck CUDA start).
 _SLOW_TORCH = """
 import os, subprocess, time
-subprocess.Popen(["sleep", "600"], stdin=subprocess.DEVNULL)
+subprocess.Popen(["sleep", "600"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 open(os.environ["FAKE_TORCH_MARKER"], "w").close()
 time.sleep(600)
 """
