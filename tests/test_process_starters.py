@@ -44,6 +44,9 @@ STARTERS: dict[tuple[str, str], str] = {
         "the distributed probe's ranks: in the probe child's group (Ctrl-C reaches them), each ended "
         "with end_tree, and the probe child's own tree with it "
         "(test_child_trees.py::test_distributed_probe_with_a_hung_rank_leaves_nothing)",
+    ("probes/_distributed_worker.py", "_start_helper"):
+        "test hook only (fault hang-tree): a helper in its rank's group, ended with the rank's tree "
+        "(test_child_trees.py::test_distributed_probe_with_a_hung_rank_leaves_nothing)",
     ("gpudoctor/commands/why.py", "_run_command"):
         "why -- CMD: in the terminal's group so that Ctrl-C reaches it as typed; gpudoctor is its "
         "subreaper and _stop_tree ends the command and all it left (test_why_jobs.py)",
