@@ -74,11 +74,7 @@ class ForkedCall:
     def cancel(self) -> None:
         """Kill the child if it still runs (nobody will read its answer)."""
         if self.pid:
-            try:
-                os.kill(self.pid, 9)
-                os.waitpid(self.pid, os.WNOHANG)  # a child stuck in a driver is reaped at our exit
-            except OSError:
-                pass
+            _kill(self.pid)
             self.pid = 0
 
 
@@ -176,11 +172,7 @@ class ForkedParts:
         os.close(self.fd)
         pid, self.pid = self.pid, 0
         if pid:
-            try:
-                os.kill(pid, 9)
-                os.waitpid(pid, os.WNOHANG)  # a child stuck in a driver is reaped at our exit
-            except OSError:
-                pass
+            _kill(pid)
 
 
 class ForkedPart:
@@ -201,6 +193,17 @@ class ForkedPart:
 
     def cancel(self) -> None:
         self.call.cancel()
+
+
+def _kill(pid: int) -> None:
+    """Kill the child and the whole tree it leads (what a driver or a library started in it)."""
+    from gpudoctor import _proc
+
+    _proc.kill_tree(pid)
+    try:
+        os.waitpid(pid, os.WNOHANG)  # a child stuck in a driver is reaped at our exit
+    except OSError:
+        pass
 
 
 def _start(work: Callable[[], str | bytes | Iterator[bytes]], max_bytes: int | None) -> tuple[int, int]:
@@ -232,6 +235,7 @@ def _child(work: Callable[[], str | bytes | Iterator[bytes]], read_end: int, wri
     """Run ``work`` and write its answer (``max_bytes`` None: its parts, each as it comes)."""
     code = 1
     try:
+        os.setpgid(0, 0)  # a group of its own: cancel() ends what it started with it
         os.close(read_end)
         null = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):

@@ -206,6 +206,13 @@ def end_tree(pid: int, grace_s: float = 5.0, *, leader: bool = True) -> list[int
     return [p for p in members if _alive(p)]
 
 
+def kill_tree(pid: int) -> None:
+    """SIGKILL to ``pid``, its descendants and the group it leads, at once, without waiting (a
+    child stuck in a driver may take its time to go; its parent reaps it later)."""
+    me = os.getpid()
+    _signal_all([p for p in tree(pid) if p != me], pid, signal.SIGKILL)
+
+
 def track(pid: int, grace_s: float = 2.0) -> None:
     """Register a running child: ended with its tree at exit unless :func:`untrack` first."""
     global _exit_hook_installed

@@ -476,9 +476,17 @@ def run_rank(*, rank: int, world: int, local_rank: int, backend: str, sizes: lis
             pass
 
 
+def _start_helper() -> None:
+    """The hang-tree fault's helper: a process the rank leaves running, as a DataLoader worker."""
+    import subprocess
+
+    subprocess.Popen(["sleep", "600"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def _fault_injector(fault: str, rank: int) -> Callable[[str], None]:
-    """The test hook: ``fault`` "crash|hang|oom:<rank>:<where>" makes rank ``<rank>`` exit, hang or
-    raise an out-of-memory error when it reaches ``<where>``; "" does nothing."""
+    """The test hook: ``fault`` "crash|hang|hang-tree|oom:<rank>:<where>" makes rank ``<rank>`` exit,
+    hang (after starting a helper process: hang-tree) or raise an out-of-memory error when it
+    reaches ``<where>``; "" does nothing."""
     def inject(where: str) -> None:
         if not fault:
             return
@@ -486,7 +494,9 @@ def _fault_injector(fault: str, rank: int) -> Callable[[str], None]:
         if int(who) == rank and at == where:
             if kind == "crash":
                 os._exit(17)
-            if kind == "hang":
+            if kind == "hang-tree":  # a rank that has started a helper process of its own
+                _start_helper()
+            if kind in ("hang", "hang-tree"):
                 while True:
                     time.sleep(1)
             if kind == "oom":

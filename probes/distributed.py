@@ -126,9 +126,13 @@ def launch_local(nproc: int, backend: str, sizes: list[int], timeout_s: float, *
         cmd = _rank_command(workdir, backend, sizes, timeout_s, target_s, fault)
         for rank in range(nproc):
             with open(workdir / f"rank{rank}.stderr", "wb") as err:
-                # Same process group as us: Ctrl-C in the terminal reaches the ranks too.
+                # Each rank leads a group of its own, so that what it starts (DataLoader workers,
+                # helpers) is ended with it even once the rank itself has gone (_stop_ranks). A stop
+                # (Ctrl-C, SIGTERM) reaches the ranks through the finally below, and a rank whose
+                # launcher is gone leaves by itself (the worker's watch).
                 procs[rank] = subprocess.Popen(cmd, env=_rank_environment(rank, nproc, port),
-                                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+                                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                                               **_proc.NEW_GROUP)
         exited_at, still_running = _wait_for_ranks(procs, timeout_s)
         payloads, errors, phases = _read_ranks(procs, workdir, still_running)
         return payloads, classify_failures(errors, exited_at, still_running, phases, timeout_s)
@@ -198,9 +202,9 @@ def _read_ranks(procs: dict[int, "subprocess.Popen[bytes]"], workdir: Path, stil
 
 
 def _stop_ranks(procs: dict[int, "subprocess.Popen[bytes]"]) -> None:
-    for p in procs.values():
-        if p.poll() is None:  # the rank and what it started (DataLoader workers, NCCL helpers)
-            _proc.end_tree(p.pid, grace_s=0.0)
+    for p in procs.values():  # the rank and what it started (DataLoader workers, NCCL helpers),
+        # or, for a rank that has ended, what it left in its group
+        _proc.end_tree(p.pid, grace_s=0.0, leader=p.poll() is None)
     for p in procs.values():
         try:
             p.wait(5)  # gone before its folder is removed: a dead rank writes nothing more
@@ -264,8 +268,8 @@ def _wait_for_ranks(procs: dict[int, "subprocess.Popen[bytes]"], timeout_s: floa
         time.sleep(0.05)
     still_running = {r for r, p in procs.items() if p.poll() is None}
     for p in procs.values():
-        if p.poll() is None:
-            p.kill()
+        if p.poll() is None:  # with its tree: a rank killed alone leaves its helpers running
+            _proc.end_tree(p.pid, grace_s=0.0)
         p.wait(10)
     return exited_at, still_running
 

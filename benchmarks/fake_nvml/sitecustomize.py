@@ -20,7 +20,7 @@ Environment:
   name and process (which symbols a program calls: the hang guard test's list).
 - ``FAKE_CUDA_INIT``: the CUresult the fake CUDA driver's cuInit answers (default 0: it starts and
   counts one device; e.g. 802 for a fabric manager that is not running; ``hang``: cuInit never
-  returns, as on a faulty GPU); ``FAKE_CUDA=missing``: no
+  returns, as on a faulty GPU; ``hang-tree``: cuInit starts a helper process, then never returns); ``FAKE_CUDA=missing``: no
   libcuda at all, as in a container given only the driver's utility capability; ``FAKE_CUDA=loader``:
   the real dynamic loader is asked for libcuda (it fails where no libcuda.so.1 lies on the library
   path, as in a namespace laid out as such a container).
@@ -582,10 +582,16 @@ class FakeCudaLibrary:
 
     def __init__(self) -> None:
         answer = os.environ.get("FAKE_CUDA_INIT", "0")
-        self._hang = answer == "hang"
+        self._hang = answer in ("hang", "hang-tree")
+        self._tree = answer == "hang-tree"
         self._init = 0 if self._hang else int(answer)
 
     def cuInit(self, flags):
+        if self._tree:  # a driver that has started a helper process of its own, then hangs
+            import subprocess
+
+            subprocess.Popen(["sleep", "600"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
         while self._hang:  # a driver that never finishes starting (a faulty GPU)
             time.sleep(3600)
         return self._init
