@@ -103,3 +103,9 @@ class Limit:
             return f"{self.limit_s:.0f} s"
         return (f"{self.limit_s:.0f} s of its own time ({self.elapsed():.0f} s on the clock, while it waited for a "
                 f"busy CPU)")
+
+
+def of_process(limit_s: float, pid: int | None) -> Limit:
+    """A :class:`Limit` of ``limit_s`` over process ``pid`` and everything it started; the clock's
+    time alone where there is no process (it could not be started)."""
+    return Limit(limit_s, (lambda: process_waits(pid)) if pid is not None else dict)

@@ -321,10 +321,7 @@ class _Child:
     def _answered(self, limit_s: float) -> str | None:
         """None once the child has sent something, else the limit it ran past ('60 s', or '60 s of its
         own time (150 s on the clock, ...)'): the time its threads waited for a CPU is not counted."""
-        from gpudoctor import _cpuwait
-
-        pid = self.process.pid
-        limit = _cpuwait.Limit(limit_s, (lambda: _cpuwait.process_waits(pid)) if pid is not None else dict)
+        limit = _cpuwait.of_process(limit_s, self.process.pid)
         while (left := limit.left()) > 0:
             if self.conn.poll(min(left, CHILD_POLL_S)):
                 return None

@@ -244,8 +244,7 @@ class _Spawned(PendingCudaStart):
         except OSError:
             self.proc, self.value = None, NA("ChildFailed")
         # the limit leaves out the time the child waited for a CPU (starting Python on a busy node)
-        pid = self.proc.pid if self.proc is not None else None
-        self.limit = _cpuwait.Limit(timeout_s, (lambda: _cpuwait.process_waits(pid)) if pid is not None else dict)
+        self.limit = _cpuwait.of_process(timeout_s, self.proc.pid if self.proc is not None else None)
 
     def _communicate(self) -> bytes | None:
         """The child's output, or None when it ran past its limit."""

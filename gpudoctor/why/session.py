@@ -407,7 +407,7 @@ def why(pid: int, seconds: float, *, rate: int = pyspy.DEFAULT_RATE_HZ, gpu_back
                                   own=OWN_PREFIXES, meta=meta)
     ending = analysis.interpreter_ending(sampled.stacks, pid)
     if sampled.ended or _gone(pid) or ending:
-        diagnosis["ended"] = sampled.ended or _gone(pid) or _ends(pid)
+        diagnosis["ended"] = sampled.ended or _ends(pid)  # gone now, or within ENDING_WAIT_S
         # it ended while start-up was waited out, or with no training work seen (its last samples
         # are a traceback being printed, the interpreter ending): there is no loop to judge
         if (sampled is last and (last.ended or ending)) or not analysis.saw_training(diagnosis["shares"]):
