@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 1 <= args.runs <= 50:
         parser.error("--runs must be between 1 and 50")
-    from gpudoctor.fileio import atomic_write_json
+    from gpudoctor.system.fileio import atomic_write_json
 
     result: dict[str, Any] = {"date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                               **persistence_modes(), **measure(args.runs)}

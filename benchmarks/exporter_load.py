@@ -26,7 +26,7 @@ from pathlib import Path
 
 import psutil
 
-from gpudoctor._proc import stop_popen
+from gpudoctor.system._proc import stop_popen
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDING = ROOT / "tests" / "data" / "exporter_gpu_lost_handmade.json"

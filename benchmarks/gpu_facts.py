@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="FILE", required=True, help="write the facts here, section by section")
     parser.add_argument("--smoke", action="store_true", help="short waits: the script's own check")
     args = parser.parse_args(argv)
-    from gpudoctor.fileio import atomic_write_json
+    from gpudoctor.system.fileio import atomic_write_json
 
     try:
         import pynvml as nv

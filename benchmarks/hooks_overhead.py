@@ -29,7 +29,7 @@ import torch
 
 from gpudoctor import TrainingMonitor
 from gpudoctor.backends.host import host_facts
-from gpudoctor.fileio import atomic_write_json
+from gpudoctor.system.fileio import atomic_write_json
 
 
 def _plain(items: list[Any], body: Callable[[Any], None]) -> float:

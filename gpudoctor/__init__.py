@@ -10,8 +10,8 @@ import importlib
 from typing import Any
 
 from gpudoctor._version import __version__
-from gpudoctor.errors import DeviceSelectionError, GpudoctorError, UsageError
-from gpudoctor.model import SCHEMA_VERSION, Finding, Measurement, ProbeResult, Report, Status
+from gpudoctor.core.errors import DeviceSelectionError, GpudoctorError, UsageError
+from gpudoctor.core.model import SCHEMA_VERSION, Finding, Measurement, ProbeResult, Report, Status
 
 # Public names loaded on first use: name -> module that defines it.
 _LAZY: dict[str, str] = {

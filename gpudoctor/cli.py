@@ -2,9 +2,9 @@
 
 This module keeps the parser and :func:`main`; each command lives in its own module under
 :mod:`gpudoctor.commands`. ``main`` maps what escapes a command to the exit codes in
-:mod:`gpudoctor.exitcodes`: a :class:`~gpudoctor.errors.GpudoctorError` is one line on
+:mod:`gpudoctor.core.exitcodes`: a :class:`~gpudoctor.core.errors.GpudoctorError` is one line on
 stderr, Ctrl-C is 130, SIGTERM is 143, SIGHUP 129 (handled like Ctrl-C: finished results are kept and
-written; :mod:`gpudoctor.signals`). It never imports torch or pynvml. JSON goes to stdout,
+written; :mod:`gpudoctor.system.signals`). It never imports torch or pynvml. JSON goes to stdout,
 diagnostics to stderr.
 """
 
@@ -18,11 +18,12 @@ import sys
 from types import FrameType
 from typing import Callable, Sequence
 
-from gpudoctor import exitcodes, signals
+from gpudoctor.core import exitcodes
+from gpudoctor.system import signals
 from gpudoctor._version import __version__
 from gpudoctor.commands import COMMAND_NAMES, register_all
 from gpudoctor.commands.output import ensure_std_streams, say
-from gpudoctor.errors import GpudoctorError
+from gpudoctor.core.errors import GpudoctorError
 
 # What ``gpudoctor`` with no command runs; options alone (``gpudoctor -i 1``) go to it too.
 DEFAULT_COMMAND = "tui"

@@ -2,7 +2,7 @@
 
 Each probe module defines ``PROBE = Probe.define(__name__, run, "title", ...)`` (named after
 the module, described by its docstring's first line), whose ``run(ctx)`` takes a
-:class:`ProbeContext` and returns a :class:`~gpudoctor.model.ProbeResult`. A probe never
+:class:`ProbeContext` and returns a :class:`~gpudoctor.core.model.ProbeResult`. A probe never
 prints and never imports torch at module level (``report --quick`` must not load torch);
 it asks its backends for readings. The runner discovers every module in this package,
 so adding a probe is adding a file (and a line in ``CATALOGUE``, which a test checks).
@@ -29,8 +29,8 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable, TypedDict, cast
 
-from gpudoctor._record import record
-from gpudoctor.model import ProbeResult
+from gpudoctor.core._record import record
+from gpudoctor.core.model import ProbeResult
 
 if TYPE_CHECKING:  # typing.Unpack is 3.11; these annotations are never evaluated at run time
     from typing_extensions import Unpack
@@ -161,7 +161,7 @@ class ProbeContext:
         """How many GPUs NVML answers for, or the probe's skip result: NVML unusable
         (``nvml_unavailable:<probe>``) or fewer than ``at_least`` GPUs (the code ``fewer``).
         The opening of every probe that reads NVML alone."""
-        from gpudoctor import findings
+        from gpudoctor.core import findings
 
         na = self.gpu.status()
         if na is not None:

@@ -5,7 +5,7 @@ training steps of the reference MNIST network and checks that gradients and para
 agree across ranks; local rank 0 of each node also reads the node's peer-access matrix,
 NVLink state and runs a DataParallel smoke test. Everything a rank learns goes into one
 JSON-safe ``payload`` dict; :mod:`gpudoctor.probes.distributed` turns the payloads of all
-ranks into one :class:`~gpudoctor.model.ProbeResult`.
+ranks into one :class:`~gpudoctor.core.model.ProbeResult`.
 
 Two ways in:
 
@@ -33,7 +33,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable
 
-from gpudoctor.errors import first_line as _first_line
+from gpudoctor.core.errors import first_line as _first_line
 
 if TYPE_CHECKING:  # torch is an optional extra: imported for its types only (run_rank imports it)
     import torch as _torch
@@ -576,7 +576,7 @@ def main(argv: list[str] | None = None) -> int:
         payload = {"rank": rank, "error": f"{_first_line(exc)} (in {phases.current})",
                    "traceback": traceback.format_exc(limit=6)}
         code = 1
-    from gpudoctor.fileio import atomic_write_text
+    from gpudoctor.system.fileio import atomic_write_text
 
     atomic_write_text(out / f"rank{rank}.json", json.dumps(payload, default=str))
     return code

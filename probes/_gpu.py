@@ -10,12 +10,12 @@ import os
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
-from gpudoctor._record import record
+from gpudoctor.core._record import record
 from gpudoctor.backends.na import is_na
 from gpudoctor.backends.nvml import THROTTLE_REASONS
-from gpudoctor.errors import first_sentence as _first_line
-from gpudoctor.findings import words
-from gpudoctor.model import Finding, ProbeResult, Status
+from gpudoctor.core.errors import first_sentence as _first_line
+from gpudoctor.core.findings import words
+from gpudoctor.core.model import Finding, ProbeResult, Status
 
 from ._wording import NO_CUDA_DEVICE_SEEN
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # torch is an optional extra: imported for its types only, ne
     import torch as _torch
 
     from gpudoctor.backends.base import GpuBackend, GpuSample
-    from gpudoctor.sampling import Snapshot
+    from gpudoctor.sampling.sampler import Snapshot
 
     from . import ProbeContext
     from ._timing import CudaEventClock
@@ -195,7 +195,7 @@ def has_context(torch: ModuleType, index: int) -> bool:
 
 class LoadSampler:
     """What NVML says while a load runs on ``device``: the one sampler
-    (:class:`gpudoctor.sampling.Sampler`) reading ``fast_sample`` every ``interval_s``.
+    (:class:`gpudoctor.sampling.sampler.Sampler`) reading ``fast_sample`` every ``interval_s``.
 
     Throttle reasons read after a benchmark finds an idle GPU; reading during it finds
     the thermal or power limits the load actually ran into. Collects the union of
@@ -206,7 +206,7 @@ class LoadSampler:
     """
 
     def __init__(self, ctx: ProbeContext, device: Device, interval_s: float = 0.1) -> None:
-        from gpudoctor.sampling import Sampler
+        from gpudoctor.sampling.sampler import Sampler
 
         self.ctx, self.device, self.interval_s = ctx, device, interval_s
         self.reasons = 0

@@ -8,7 +8,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import TYPE_CHECKING, Callable
 
-from gpudoctor.model import ProbeResult
+from gpudoctor.core.model import ProbeResult
 
 from . import _gpu
 

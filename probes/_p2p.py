@@ -10,13 +10,13 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from gpudoctor._record import field, record
+from gpudoctor.core._record import field, record
 
-from gpudoctor import findings
+from gpudoctor.core import findings
 from gpudoctor.backends import pcie_paths
 from gpudoctor.backends.na import is_na
 from gpudoctor.backends.nvml import nvlink_version_words
-from gpudoctor.model import ProbeResult
+from gpudoctor.core.model import ProbeResult
 
 from . import _wording
 from ._pcie import pcie_ceiling_gbs

@@ -1,7 +1,7 @@
 """The stack below NVML, judged: which layer NVML's failure code points at, from the files
 (gpudoctor.backends.stack). Shared by the environment probe (NVML cannot start) and the devices
 probe (no GPU visible), so ``report --quick``, the full report, the exporter's report status and the
-TUI header give one verdict. The words are gpudoctor.findings.WORDING's.
+TUI header give one verdict. The words are gpudoctor.core.findings.WORDING's.
 
 NVML's codes and what the files then tell:
 - LibRmVersionMismatch: the loaded module's version (/proc/driver/nvidia/version) against the one in
@@ -18,10 +18,10 @@ NVML's codes and what the files then tell:
 
 from __future__ import annotations
 
-from gpudoctor import findings
+from gpudoctor.core import findings
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.backends.stack import Container, Stack, version_key
-from gpudoctor.model import Finding
+from gpudoctor.core.model import Finding
 
 #: NVIDIA_VISIBLE_DEVICES values that give a container no GPU (the container toolkit's "void" and "none").
 NO_DEVICES = frozenset({"", "void", "none"})

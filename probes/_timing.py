@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence, TypeVar
 
-from gpudoctor.stats import percentile
+from gpudoctor.core.stats import percentile
 
 if TYPE_CHECKING:  # torch is an optional extra: imported for its types only
     import torch as _torch
@@ -49,7 +49,7 @@ class TimingStats:
 
 
 def summarise(samples: Sequence[float]) -> TimingStats:
-    """Median and quartiles of ``samples`` (at least one), by :func:`gpudoctor.stats.percentile`."""
+    """Median and quartiles of ``samples`` (at least one), by :func:`gpudoctor.core.stats.percentile`."""
     values = sorted(float(s) for s in samples)
     if not values:
         raise ValueError("no samples to summarise")

@@ -1,11 +1,11 @@
 """The words of the probes' own finding codes, once per code.
 
-Registered in gpudoctor.findings' index (``_TABLES``), so :func:`gpudoctor.findings.finding` builds
+Registered in gpudoctor.core.findings' index (``_TABLES``), so :func:`gpudoctor.core.findings.finding` builds
 these codes as it builds its own: ``findings.finding("mig_enabled", device=0, gpu=0, name="H100")``.
-Each entry is a :class:`gpudoctor.findings.Wording`: the code's status and its summary, why and fix
+Each entry is a :class:`gpudoctor.core.findings.Wording`: the code's status and its summary, why and fix
 as ``str.format`` templates filled from the probe's figures. A code worded in more than one way has
 an entry per way, keyed ``code:way`` (the finding's code is the part before the colon). Codes
-several front ends show (health, fleet, the TUI) are worded in gpudoctor/findings.py instead; a key
+several front ends show (health, fleet, the TUI) are worded in gpudoctor/core/findings.py instead; a key
 lives in one table only (tests/test_wording_tables.py).
 
 Standard library and gpudoctor's foundation only: the table is data.
@@ -13,8 +13,8 @@ Standard library and gpudoctor's foundation only: the table is data.
 
 from __future__ import annotations
 
-from gpudoctor.findings import Wording
-from gpudoctor.model import Status
+from gpudoctor.core.findings import Wording
+from gpudoctor.core.model import Status
 
 _XID_DMESG = "Check `dmesg` for Xid errors; the node needs a GPU reset or reboot, and a hardware check if it repeats."
 _SEES_NONE = "NVML sees {visible} GPU(s) but torch sees none: "

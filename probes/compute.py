@@ -17,9 +17,9 @@ import math
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable
 
-from gpudoctor import findings
+from gpudoctor.core import findings
 from gpudoctor.backends.nvml import GPM_MIN_INTERVAL_S, GPM_WARMING, throttle_reason_names
-from gpudoctor.model import Finding, ProbeResult, Status
+from gpudoctor.core.model import Finding, ProbeResult, Status
 
 from . import Probe, ProbeContext, _gpu, _wording
 from ._datasheet import GpuSpec, lookup_gpu_spec

@@ -21,8 +21,8 @@ import os
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from gpudoctor import findings
-from gpudoctor.model import ProbeResult
+from gpudoctor.core import findings
+from gpudoctor.core.model import ProbeResult
 
 from . import Probe, ProbeContext, _gpu, _wording
 from ._measuring import measure_each_device

@@ -17,9 +17,9 @@ from gpudoctor.backends.nvml import DRIVER_NOT_ANSWERING, STUCK_S
 from gpudoctor.backends.visibility import (cuda_enumerated, match_torch_to_nvml, order_caveat, visible_mig_count,
                                            visible_mig_devices, visible_nvml_indices)
 from gpudoctor.backends.cuda_compat import driver_build_findings
-from gpudoctor import findings
-from gpudoctor.findings import fabric_not_completed
-from gpudoctor.model import ProbeResult, Status
+from gpudoctor.core import findings
+from gpudoctor.core.findings import fabric_not_completed
+from gpudoctor.core.model import ProbeResult, Status
 
 from . import Probe, ProbeContext, _wording
 
@@ -223,7 +223,7 @@ def _visibility(r: ProbeResult, cvd: str | None, visible: list[int], count: int,
 def _visible_mig(r: ProbeResult, gpu: GpuBackend) -> None:
     """The MIG devices CUDA_VISIBLE_DEVICES=MIG-... selects: each one's UUID, with its GPU, GPU and
     compute instance and profile in the note (or why NVML cannot say which they are)."""
-    from gpudoctor._text import plain_text
+    from gpudoctor.core._text import plain_text
 
     chosen = visible_mig_devices(gpu)
     if is_na(chosen):
@@ -310,7 +310,7 @@ def _mig_slices(r: ProbeResult, gpu: GpuBackend, dev: int, n_index: int) -> None
     """The MIG devices of GPU ``dev`` (NVML index ``n_index``): one group of measurements per slice,
     named ``mig<GPU instance>.<compute instance>_...``; utilisation (none in MIG mode) and energy (the
     whole GPU's only) are measured as None with a note saying so (never a share of the GPU's)."""
-    from gpudoctor._text import plain_text
+    from gpudoctor.core._text import plain_text
     from gpudoctor.backends.base import MIG_NO_UTILISATION, WHOLE_GPU_ONLY
 
     slices = gpu.mig_devices(n_index)

@@ -38,10 +38,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from gpudoctor import _proc, findings
-from gpudoctor._proc import describe_exit
+from gpudoctor.system import _proc
+from gpudoctor.core import findings
+from gpudoctor.system._proc import describe_exit
 from gpudoctor.backends.nvml import nvlink_version_words
-from gpudoctor.model import ProbeResult, Status
+from gpudoctor.core.model import ProbeResult, Status
 
 from . import Probe, ProbeContext, _wording
 from ._distributed_worker import human as human_size

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 from gpudoctor.backends import fatbin
 from gpudoctor.backends.cuda_driver import SYSTEM_NOT_READY, cause_of_error_text, code_of_error_text
-from gpudoctor import findings
-from gpudoctor.findings import fabric_not_completed
+from gpudoctor.core import findings
+from gpudoctor.core.findings import fabric_not_completed
 from gpudoctor.backends.host import environment_variables
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.backends.cuda_compat import cuda_started, driver_build_findings, started_anyway
-from gpudoctor.model import Finding, ProbeResult, Status
+from gpudoctor.core.model import Finding, ProbeResult, Status
 
 from . import Probe, ProbeContext, _wording
 

@@ -6,7 +6,7 @@ for a replayed recording, the events it holds; NVML's event stream. A one-shot r
 event set and frees it at once (it shows whether each GPU *can* report events); the TUI and the
 exporter pass the watcher they run (``ProbeContext.events``), so the events it saw count here.
 
-Judgement (meanings and actions: gpudoctor/xid.py, from NVIDIA's Xid documentation):
+Judgement (meanings and actions: gpudoctor/core/xid.py, from NVIDIA's Xid documentation):
 * a critical Xid since boot (48, 61, 62, 64, 74, 79, 95, 119, 120, 149, 154): fail, with what to
   do. The GPU may answer now, but the Xid says it failed and that a reset or a hardware check is
   due: the same verdict as the TUI's header, ``watch`` and the exporter give for the same event;
@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 from gpudoctor.backends.events import (DeviceEvents, EventSource, GpuEvent, critical_events,
                                        describe_event)
-from gpudoctor import findings
-from gpudoctor.model import ProbeResult, Status
+from gpudoctor.core import findings
+from gpudoctor.core.model import ProbeResult, Status
 
 from . import Probe, ProbeContext, _wording
 
@@ -52,7 +52,7 @@ def _judge_gpu(r: ProbeResult, index: int, state: DeviceEvents) -> None:
     for event in xids:
         by_code.setdefault(int(event.code or 0), []).append(event)
     for code, events in sorted(by_code.items()):
-        from gpudoctor import xid  # the catalogue's tables, only when there is an Xid to judge
+        from gpudoctor.core import xid  # the catalogue's tables, only when there is an Xid to judge
 
         info = xid.explain(code)
         said: dict[str, Any] = {"gpu": label, "xid": code, "words": info.words, "action": info.action[:1].upper() + info.action[1:],
@@ -72,7 +72,7 @@ def _judge_gpu(r: ProbeResult, index: int, state: DeviceEvents) -> None:
 
 def _followed(xids: list[GpuEvent], code: int) -> int | None:
     """For a follow-up Xid (45), the Xid logged just before its first occurrence, if another."""
-    from gpudoctor import xid
+    from gpudoctor.core import xid
 
     if code not in xid.FOLLOW_UP_XIDS:
         return None
@@ -103,7 +103,7 @@ def _judge_node(r: ProbeResult, states: dict[int, DeviceEvents], judged: list[in
     node (the comparison needs them all); findings about one GPU are made for ``judged`` only."""
     if len(states) < 2:
         return  # nothing to compare with: one GPU cannot stand out from itself
-    from gpudoctor import xid
+    from gpudoctor.core import xid
 
     counts: dict[int, dict[int, int]] = {}
     for index, state in states.items():

@@ -15,7 +15,7 @@ maximum clocks and PCIe link); the interpretation follows NVIDIA's documentation
   management); a lower *width* is not a power-saving state and points at the slot/riser.
 - The NVLink fabric (nvmlDeviceGetGpuFabricInfoV, Hopper and later on NVSwitch boards): until
   the fabric manager has registered the GPU, CUDA fails with error 802; a PCIe board answers
-  NotSupported, which is no finding (gpudoctor.findings.fabric_findings).
+  NotSupported, which is no finding (gpudoctor.core.findings.fabric_findings).
 - Utilisation is shown with SM and tensor activity (GPM, Hopper and later) and the busy verdict
   (gpudoctor.backends.busy): 100 % utilisation with few SM cycles active is a warning. The
   standard report reads GPM over a window of GPM_WINDOW_S (a bounded wait); --quick reads none.
@@ -27,15 +27,15 @@ import os
 import time
 from typing import Any, Iterable, SupportsFloat, SupportsIndex
 
-from gpudoctor._record import record
+from gpudoctor.core._record import record
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.backends.plausible import IMPLAUSIBLE, is_implausible
-from gpudoctor import findings
+from gpudoctor.core import findings
 from gpudoctor.backends import catalogue
 from gpudoctor.backends.nvml import (GPM_MIG, GPM_MIN_INTERVAL_S, GPM_NEEDS_HOPPER, GPM_OLD_DRIVER, GPM_WARMING,
                                      power_usage_is_average, throttle_reason_names)
 from gpudoctor.backends.visibility import visible_nvml_indices
-from gpudoctor.model import Finding, ProbeResult, Status
+from gpudoctor.core.model import Finding, ProbeResult, Status
 
 from . import Probe, ProbeContext
 from ._clock_events import GPU_IDLE
@@ -79,13 +79,13 @@ class _Device:
                        reference=_num(reference), note=value.reason if is_na(value) else note)
 
     def say(self, code: str, **fields: object) -> None:
-        """The finding ``code`` about this GPU, in gpudoctor.findings' words."""
+        """The finding ``code`` about this GPU, in gpudoctor.core.findings' words."""
         # status and evidence named: ``fields`` only fill the wording's templates
         self.r.findings.append(findings.finding(code, label=self.label, device=self.dev, status=None, evidence=None,
                                                 **fields))
 
     def add(self, found: Iterable[Finding | None]) -> None:
-        """Findings of the shared judgements (gpudoctor.findings), in their words."""
+        """Findings of the shared judgements (gpudoctor.core.findings), in their words."""
         self.r.findings.extend(f for f in found if f is not None)
 
 

@@ -27,9 +27,9 @@ from functools import partial
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable
 
-from gpudoctor import findings
+from gpudoctor.core import findings
 from gpudoctor.backends.na import is_na
-from gpudoctor.model import ProbeResult
+from gpudoctor.core.model import ProbeResult
 
 from . import Probe, ProbeContext, _gpu, _wording
 from ._measuring import measure_each_device
@@ -90,7 +90,7 @@ def _context_in_fresh_process(device: _gpu.Device, timeout_s: float) -> dict[str
     # The same import path as this process, so the child finds this gpudoctor whatever the
     # working directory or install method.
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    from gpudoctor import _proc
+    from gpudoctor.system import _proc
 
     try:  # its own group, ended with its tree; its output bounded
         returncode, out, err = _proc.run_bounded([sys.executable, "-c", code, str(device.index), str(device.nvml_index)],

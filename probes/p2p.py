@@ -28,7 +28,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from gpudoctor.backends.nvml import normalise_bus_id
-from gpudoctor.model import ProbeResult, Status
+from gpudoctor.core.model import ProbeResult, Status
 
 from . import Probe, ProbeContext, _gpu
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpudoctor import findings
-from gpudoctor.model import ProbeResult
+from gpudoctor.core import findings
+from gpudoctor.core.model import ProbeResult
 
 from . import Probe, ProbeContext, _wording
 

@@ -68,7 +68,7 @@ def validate_report_dict(data: dict) -> dict:
 
 @pytest.fixture(autouse=True, scope="session")
 def _validate_every_report():
-    from gpudoctor.model import Report
+    from gpudoctor.core.model import Report
 
     original = Report.to_dict
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from gpudoctor.model import ProbeResult, Status
+from gpudoctor.core.model import ProbeResult, Status
 from gpudoctor.probes import Probe
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpudoctor import runner
-from gpudoctor.model import ProbeResult
+from gpudoctor.report import runner
+from gpudoctor.core.model import ProbeResult
 
 
 def run_probe(name: str, recording=None, level: str = "standard", device=None) -> ProbeResult:

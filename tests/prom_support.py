@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor._proc import stop_popen
+from gpudoctor.system._proc import stop_popen
 
 PROMETHEUS = shutil.which("prometheus")
 

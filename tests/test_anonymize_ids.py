@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from gpudoctor.anonymize import REDACTED, anonymize_dict, anonymize_report_dict
+from gpudoctor.core.anonymize import REDACTED, anonymize_dict, anonymize_report_dict
 
 RECORDING = "handmade_nvml_gone_midsession.json"  # two GPUs: the devices probe runs on replay
 FULL = "GPU-7a6b5c4d-3e2f-1a0b-9c8d-7e6f5a4b3c2d"

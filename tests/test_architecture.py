@@ -28,22 +28,22 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Lowest first. Patterns are module names (fnmatch); the first layer that matches wins.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("foundation", ("gpudoctor", "gpudoctor._[!_]*", "gpudoctor.model", "gpudoctor.errors", "gpudoctor.exitcodes",
-                    "gpudoctor.fileio", "gpudoctor.safejson", "gpudoctor.anonymize", "gpudoctor.signals",
-                    "gpudoctor.stats", "gpudoctor.xid", "gpudoctor.kernel_log", "gpudoctor.baseline", "gpudoctor.findings")),
+    ("foundation", ("gpudoctor", "gpudoctor._[!_]*", "gpudoctor.core.model", "gpudoctor.core.errors", "gpudoctor.core.exitcodes",
+                    "gpudoctor.system.fileio", "gpudoctor.system.safejson", "gpudoctor.core.anonymize", "gpudoctor.system.signals",
+                    "gpudoctor.core.stats", "gpudoctor.core.xid", "gpudoctor.core.kernel_log", "gpudoctor.report.baseline", "gpudoctor.core.findings")),
     ("backends", ("gpudoctor.backends", "gpudoctor.backends.*")),
-    ("sampling", ("gpudoctor.sampling", "gpudoctor.presentation")),
+    ("sampling", ("gpudoctor.sampling.sampler", "gpudoctor.sampling.presentation")),
     ("producers", ("gpudoctor.probes", "gpudoctor.probes.*", "gpudoctor.workload", "gpudoctor.workload.*",
-                   "gpudoctor.hooks", "gpudoctor.hooks.*", "gpudoctor.recorder", "gpudoctor.fleet", "gpudoctor.fleet.*",
-                   "gpudoctor.why", "gpudoctor.why.*", "gpudoctor.regenerate")),
-    ("runner", ("gpudoctor.runner", "gpudoctor.quick")),
-    ("front ends", ("gpudoctor.render", "gpudoctor.tui", "gpudoctor.tui.*", "gpudoctor.exporter", "gpudoctor.exporter.*")),
+                   "gpudoctor.hooks", "gpudoctor.hooks.*", "gpudoctor.sampling.recorder", "gpudoctor.fleet", "gpudoctor.fleet.*",
+                   "gpudoctor.why", "gpudoctor.why.*", "gpudoctor.tools.regenerate")),
+    ("runner", ("gpudoctor.report.runner", "gpudoctor.report.quick")),
+    ("front ends", ("gpudoctor.console.render", "gpudoctor.tui", "gpudoctor.tui.*", "gpudoctor.exporter", "gpudoctor.exporter.*")),
     ("commands", ("gpudoctor.commands", "gpudoctor.commands.*")),
     ("cli", ("gpudoctor.cli", "gpudoctor.__main__")),
 ]
 RANK = {name: rank for rank, (name, _) in enumerate(LAYERS)}
 FRONT_END_LAYERS = {"front ends", "commands", "cli"}
-SHARED_FRONT_END = ("gpudoctor.render", "gpudoctor.presentation")
+SHARED_FRONT_END = ("gpudoctor.console.render", "gpudoctor.sampling.presentation")
 HARDWARE = {"torch", "pynvml"}
 
 
@@ -94,7 +94,7 @@ def _imports(module: str) -> tuple[frozenset[str], frozenset[str]]:
             if target.split(".")[0] != "gpudoctor":
                 add(target)
                 continue
-            # `from gpudoctor import runner` imports the module gpudoctor.runner.
+            # `from gpudoctor import runner` imports the module gpudoctor.report.runner.
             for alias in node.names:
                 sub = f"{target}.{alias.name}"
                 add(sub if sub in _modules() else target)
@@ -127,9 +127,9 @@ def test_every_layer_name_is_a_module():
 def test_the_rules_see_the_code():
     """The checker itself: it finds lazy imports and `from gpudoctor import x` modules."""
     cli, _ = _imports("gpudoctor.cli")
-    assert "gpudoctor.commands" in cli and "gpudoctor.exitcodes" in cli
+    assert "gpudoctor.commands" in cli and "gpudoctor.core.exitcodes" in cli
     report, _ = _imports("gpudoctor.commands.report")
-    assert "gpudoctor.runner" in report  # imported inside run()
+    assert "gpudoctor.report.runner" in report  # imported inside run()
     assert _layer("gpudoctor.commands.report") == "commands" and _layer("gpudoctor.probes.health") == "producers"
 
 
@@ -198,7 +198,7 @@ def test_the_command_line_imports_no_command_library_until_it_runs():
     prometheus_client, the TUI app or the runner."""
     assert modules_loaded("import gpudoctor.cli as c; c.build_parser()",
                           ("textual", "torch", "pynvml", "prometheus_client", "gpudoctor.tui.app",
-                           "gpudoctor.runner")) == []
+                           "gpudoctor.report.runner")) == []
 
 
 # --------------------------------------------------------------------------- public surfaces
@@ -243,15 +243,15 @@ def _sampling_loops(tree: ast.AST) -> list[int]:
 
 
 def test_exactly_one_class_samples_gpus_over_time():
-    """gpudoctor.sampling.Sampler is the only loop that reads GPUs over time; the TUI, watch,
+    """gpudoctor.sampling.sampler.Sampler is the only loop that reads GPUs over time; the TUI, watch,
     the exporter, the recorder, the hooks, the workload runs and the probes use it."""
     loops = {}
     for module, path in _modules().items():
         lines = _sampling_loops(ast.parse(path.read_text(encoding="utf-8")))
         if lines:
             loops[module] = lines
-    assert set(loops) == {"gpudoctor.sampling"}, loops
-    tree = ast.parse(_modules()["gpudoctor.sampling"].read_text(encoding="utf-8"))
+    assert set(loops) == {"gpudoctor.sampling.sampler"}, loops
+    tree = ast.parse(_modules()["gpudoctor.sampling.sampler"].read_text(encoding="utf-8"))
     owners = {cls.name for cls in ast.walk(tree) if isinstance(cls, ast.ClassDef)
               if _sampling_loops(cls) or any(isinstance(c, ast.Call) and getattr(c.func, "attr", "") == "Thread"
                                              for c in ast.walk(cls))}

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor import baseline, exitcodes
+from gpudoctor.report import baseline
+from gpudoctor.core import exitcodes
 from gpudoctor.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -241,7 +242,7 @@ def test_a_baseline_directory_reads_one_report_at_a_time_and_links_once(tmp_path
     memory at once (a directory of large reports, or of links to one, was held whole: 2.6 GB)."""
     import os
 
-    from gpudoctor import baseline
+    from gpudoctor.report import baseline
 
     report = {"schema_version": "1.0", "status": "pass", "host": {},
               "results": [{"probe": "compute", "status": "pass", "summary": "",

@@ -7,7 +7,7 @@ function) and find it in a live sample, the recording schema, a recording and it
 report (the health probe's measurements, JSON and text), and fleet (its rows read back from the
 exporter's series, the JSON output valid against the fleet schema made from the catalogue, the
 table and the TUI's Fleet screen). The others check that the files made from the catalogue
-(``python -m gpudoctor.regenerate``) are current and what is still written out matches it.
+(``python -m gpudoctor.tools.regenerate``) are current and what is still written out matches it.
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ WIDGET = catalogue.Reading(
 
 # Modules that keep a copy of a list as the catalogue stood at import (for callers that read the
 # old names): imported before the catalogue is patched, so that no copy holds the test's reading.
-CONSUMERS = ("gpudoctor.backends.plausible", "gpudoctor.backends.replay", "gpudoctor.backends.recording", "gpudoctor.sampling",
-             "gpudoctor.presentation", "gpudoctor.exporter", "gpudoctor.fleet", "gpudoctor.fleet.rules",
+CONSUMERS = ("gpudoctor.backends.plausible", "gpudoctor.backends.replay", "gpudoctor.backends.recording", "gpudoctor.sampling.sampler",
+             "gpudoctor.sampling.presentation", "gpudoctor.exporter", "gpudoctor.fleet", "gpudoctor.fleet.rules",
              "gpudoctor.hooks.sampler", "gpudoctor.tui.widgets", "gpudoctor.tui.fleet", "gpudoctor.commands.watch",
-             "gpudoctor.cli", "gpudoctor.probes.health", "gpudoctor.render", "gpudoctor.regenerate")
+             "gpudoctor.cli", "gpudoctor.probes.health", "gpudoctor.console.render", "gpudoctor.tools.regenerate")
 
 
 @pytest.fixture
@@ -49,7 +49,7 @@ def widget(monkeypatch):
 
 
 def _recorded(nvml, tmp_path):
-    from gpudoctor.recorder import record
+    from gpudoctor.sampling.recorder import record
 
     data, _ = record(NvmlBackend(NvmlGate(nvml)), seconds=0.0, interval=0.01, with_torch=False)
     path = tmp_path / "widget.json"
@@ -108,7 +108,7 @@ def test_a_reading_added_to_the_catalogue_reaches_every_consumer(widget, tmp_pat
 
     # The sampler keeps its history, and the TUI panel draws it as a cell of its own, in two
     # columns and in one.
-    from gpudoctor.sampling import Sampler
+    from gpudoctor.sampling.sampler import Sampler
     from gpudoctor.tui.widgets import GpuPanel
 
     core = Sampler(ReplayBackend.from_file(path, loop=True), None, with_processes=False, reads="full")
@@ -130,7 +130,7 @@ def test_the_panel_lays_out_an_odd_or_even_number_of_cells(monkeypatch):
 
     for name in CONSUMERS:
         importlib.import_module(name)
-    from gpudoctor.sampling import Sampler
+    from gpudoctor.sampling.sampler import Sampler
     from gpudoctor.tui.widgets import GpuPanel
     from nvml_fake import FakePynvml as Fake
 
@@ -141,7 +141,7 @@ def test_the_panel_lays_out_an_odd_or_even_number_of_cells(monkeypatch):
             r if r.key in shown or not r.panel else replace(r, panel=0) for r in catalogue.READINGS))
         snap = Sampler(NvmlBackend(NvmlGate(Fake())), None, with_processes=False, reads="full").read()
         panel = GpuPanel(0)
-        from gpudoctor.sampling import History
+        from gpudoctor.sampling.sampler import History
 
         history = History()
         history.add(snap)
@@ -209,9 +209,9 @@ def test_every_reading_is_well_formed():
 
 # --------------------------------------------------------------------------- the report and fleet
 def test_a_reading_added_to_the_catalogue_reaches_the_report(widget):
-    from gpudoctor.model import Report
+    from gpudoctor.core.model import Report
     from gpudoctor.probes import ProbeContext, health
-    from gpudoctor.render import render_text
+    from gpudoctor.console.render import render_text
     import io
 
     result = health.run(ProbeContext(gpu=NvmlBackend(NvmlGate(widget)), level="quick"))
@@ -262,7 +262,8 @@ def test_a_reading_added_to_the_catalogue_reaches_fleet(widget, tmp_path):
     import jsonschema
     from prometheus_client import generate_latest
 
-    from gpudoctor import fleet, regenerate
+    from gpudoctor import fleet
+    from gpudoctor.tools import regenerate
     from gpudoctor.exporter import GpudoctorCollector, GpuSampler, build_registry
 
     sampler = GpuSampler(ReplayBackend.from_file(_recorded(widget, tmp_path)), 1.0)
@@ -312,15 +313,15 @@ def test_a_reading_added_to_the_catalogue_reaches_fleet(widget, tmp_path):
 
 
 def test_the_files_made_from_the_catalogue_are_current():
-    from gpudoctor import regenerate
+    from gpudoctor.tools import regenerate
 
-    assert regenerate.stale() == [], "run python -m gpudoctor.regenerate"
+    assert regenerate.stale() == [], "run python -m gpudoctor.tools.regenerate"
 
 
 def test_regenerate_rewrites_what_is_behind_and_checks(tmp_path, capsys):
     import shutil
 
-    from gpudoctor import regenerate
+    from gpudoctor.tools import regenerate
 
     for path in regenerate.generated():
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
@@ -342,7 +343,7 @@ def test_regenerate_rewrites_what_is_behind_and_checks(tmp_path, capsys):
 
 def test_mig_readings_are_the_catalogues():
     """A MIG device's readings (MigDeviceReading's fields besides its identity and processes, written
-    by gpudoctor.regenerate) are the catalogue's MIG readings, and the exporter's per-slice gauges and
+    by gpudoctor.tools.regenerate) are the catalogue's MIG readings, and the exporter's per-slice gauges and
     the recording schema's MIG properties are made from them; a device not read has each as NotRead."""
     from gpudoctor.backends.base import MigDeviceReading
     from gpudoctor.backends.recording import mig_fields

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor import _proc
+from gpudoctor.system import _proc
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and a subreaper")
 

@@ -10,7 +10,7 @@ import pytest
 from fresh_interpreter import modules_loaded
 
 from conftest import cuda_available
-from gpudoctor import exitcodes
+from gpudoctor.core import exitcodes
 
 
 def test_version_and_help(cli):
@@ -179,8 +179,8 @@ def test_record_without_a_gpu_exits_6_at_once(cli, tmp_path):
 def test_text_report_shows_brackets_literally(data_dir):
     import io
 
-    from gpudoctor.model import ProbeResult, Report
-    from gpudoctor.render import render_text
+    from gpudoctor.core.model import ProbeResult, Report
+    from gpudoctor.console.render import render_text
 
     r = ProbeResult("health")
     r.measure("temperature", 40, "C", device=1)

@@ -19,7 +19,8 @@ import threading
 import pytest
 
 from conftest import ROOT, run_cli
-from gpudoctor import exitcodes, fileio
+from gpudoctor.core import exitcodes
+from gpudoctor.system import fileio
 from gpudoctor.cli import main
 from gpudoctor.commands.args import bounded, check_writable, output_path
 
@@ -134,7 +135,7 @@ def test_disk_full_after_the_run_prints_then_exits_7(tmp_path, monkeypatch, caps
 
 
 def test_output_directory_removed_during_the_run_is_exit_7(tmp_path, monkeypatch, capsys):
-    from gpudoctor import runner
+    from gpudoctor.report import runner
 
     directory = tmp_path / "gone"
     directory.mkdir()
@@ -268,7 +269,7 @@ def test_bounded_number_type():
 
 
 def test_writable_check(tmp_path):
-    from gpudoctor.errors import UsageError
+    from gpudoctor.core.errors import UsageError
 
     check_writable(str(tmp_path / "new.json"))
     check_writable(None)
@@ -337,8 +338,8 @@ def test_tui_options_without_the_command_open_the_tui():
 
 
 def test_distributed_prints_its_own_header(monkeypatch, capsys):
-    from gpudoctor import runner
-    from gpudoctor.model import ProbeResult, Report
+    from gpudoctor.report import runner
+    from gpudoctor.core.model import ProbeResult, Report
 
     monkeypatch.setattr(runner, "run_probes",
                         lambda probes, spec, **kw: Report(results=[ProbeResult.skip("distributed", "not here")]))

@@ -14,7 +14,7 @@ from fresh_interpreter import modules_loaded
 ROOT = Path(__file__).resolve().parents[1]
 
 # Front ends: they render results or stream samples, never touch hardware libraries.
-FRONT_END_GLOBS = ["gpudoctor/cli.py", "gpudoctor/render.py", "gpudoctor/tui/**/*.py",
+FRONT_END_GLOBS = ["gpudoctor/cli.py", "gpudoctor/console/render.py", "gpudoctor/tui/**/*.py",
                    "gpudoctor/exporter*.py", "gpudoctor/exporter/**/*.py",
                    "gpudoctor/commands/**/*.py"]
 HARDWARE_MODULES = {"torch", "pynvml"}
@@ -60,7 +60,7 @@ def test_hooks_import_torch_only_inside_functions():
 
 
 def test_model_imports_only_the_standard_library():
-    heavy = _imports(ROOT / "gpudoctor/model.py") & {"torch", "pynvml", "textual", "rich", "psutil", "numpy"}
+    heavy = _imports(ROOT / "gpudoctor/core/model.py") & {"torch", "pynvml", "textual", "rich", "psutil", "numpy"}
     assert not heavy
 
 
@@ -84,7 +84,7 @@ def test_probe_modules_do_not_import_torch_at_module_level():
 
 def test_report_path_never_imports_textual_or_torch():
     code = ("import sys, io, contextlib\n"
-            "import gpudoctor, gpudoctor.cli, gpudoctor.render, gpudoctor.runner\n"
+            "import gpudoctor, gpudoctor.cli, gpudoctor.console.render, gpudoctor.report.runner\n"
             "from gpudoctor.probes import registry\n"
             "registry()\n"
             "from gpudoctor.cli import main\n"

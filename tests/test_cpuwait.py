@@ -1,4 +1,4 @@
-"""A probe's time limit does not count the time its work waited for a CPU (gpudoctor._cpuwait).
+"""A probe's time limit does not count the time its work waited for a CPU (gpudoctor.system._cpuwait).
 
 On a busy machine a probe that makes progress was cut off at its limit: importing torch under two
 CPU hogs took four times as long, and `report` exited 5 (a probe timed out) where it should have
@@ -15,8 +15,9 @@ import time
 import pytest
 
 import fault_probes as fp
-from gpudoctor import _cpuwait, runner
-from gpudoctor.model import Status
+from gpudoctor.system import _cpuwait
+from gpudoctor.report import runner
+from gpudoctor.core.model import Status
 
 
 class Clock:

@@ -10,9 +10,9 @@ from types import SimpleNamespace
 
 from gpudoctor.backends import NvmlBackend, NvmlGate
 from gpudoctor.backends.events import DeviceEvents, GpuEvent
-from gpudoctor.model import ProbeResult, Status
+from gpudoctor.core.model import ProbeResult, Status
 from gpudoctor.probes import ProbeContext
-from gpudoctor.runner import _torch_to_nvml
+from gpudoctor.report.runner import _torch_to_nvml
 from nvml_fake import FakePynvml
 
 BUS = ["00000000:1B:00.0", "00000000:3D:00.0", "00000000:9A:00.0", "00000000:CA:00.0"]

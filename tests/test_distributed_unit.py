@@ -197,8 +197,8 @@ def test_quick_level_skips_without_importing_torch():
 def test_anonymize_strips_every_ranks_host_name():
     import json
 
-    from gpudoctor.model import Report
-    from gpudoctor.render import report_to_json
+    from gpudoctor.core.model import Report
+    from gpudoctor.console.render import report_to_json
 
     def _to_json(report, anonymize):
         return report_to_json(report, anonymize=anonymize)
@@ -320,7 +320,7 @@ def test_nvlink_version_is_shown_raw_beside_the_enum_reading_and_never_fails():
     public NCCL benchmarks work around H100s answering 4 where the enum says 6 is "4.0". The raw
     value is shown beside any name the enum gives it, and a value the enum lacks (or a non-number)
     costs nothing."""
-    from gpudoctor.model import ProbeResult
+    from gpudoctor.core.model import ProbeResult
     from gpudoctor.probes.distributed import _nvlink_findings
 
     names = {"1_0": 1, "2_0": 2, "2_2": 3, "3_0": 4, "3_1": 5, "4_0": 6, "5_0": 7}

@@ -9,12 +9,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpudoctor import exitcodes, xid
+from gpudoctor.core import exitcodes, xid
 from gpudoctor.backends import NvmlGate
 from gpudoctor.backends.events import (EVENT_CLOCK, EVENT_DOUBLE_BIT_ECC, EVENT_SINGLE_BIT_ECC, EVENT_XID_CRITICAL,
                                        DeviceEvents, EventWatcher, GpuEvent, ReplayEvents)
 from gpudoctor.backends.na import NA
-from gpudoctor.model import Status
+from gpudoctor.core.model import Status
 from nvml_fake import FakePynvml, nvml_error
 
 
@@ -231,7 +231,7 @@ def test_a_recording_keeps_the_events_and_replays_them():
 
     from gpudoctor.backends import ReplayBackend
     from gpudoctor.backends.na import encode
-    from gpudoctor.recorder import capture
+    from gpudoctor.sampling.recorder import capture
     from gpudoctor.backends.recording import validate
 
     rec = json.loads((Path(__file__).parent / "data" / "handmade_two_gpu_training_standin.json").read_text())

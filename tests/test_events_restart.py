@@ -9,7 +9,7 @@ from typing import Iterator
 
 from gpudoctor.backends import NvmlBackend, NvmlGate
 from gpudoctor.backends.events import EVENT_XID_CRITICAL, EventWatcher
-from gpudoctor.sampling import Sampler
+from gpudoctor.sampling.sampler import Sampler
 from nvml_fake import nvml_error
 from test_events import EventNvml, _no_log, _wait_for
 

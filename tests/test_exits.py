@@ -189,7 +189,7 @@ def test_o_file_is_written_when_the_reader_of_stdout_has_gone(tmp_path):
 
 @pytest.mark.skipif(not hasattr(os, "fchmod"), reason="POSIX modes")
 def test_an_output_over_a_setuid_file_drops_the_setuid_and_setgid_bits(tmp_path):
-    from gpudoctor import fileio
+    from gpudoctor.system import fileio
 
     target = tmp_path / "report.json"
     target.write_text("old")
@@ -201,7 +201,7 @@ def test_an_output_over_a_setuid_file_drops_the_setuid_and_setgid_bits(tmp_path)
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to own files of another user")
 def test_an_output_over_another_users_file_keeps_its_owner(tmp_path):
-    from gpudoctor import fileio
+    from gpudoctor.system import fileio
 
     target = tmp_path / "report.json"
     target.write_text("old")
@@ -255,7 +255,7 @@ class _Trickle:
 def test_fleet_timeout_is_one_deadline_for_the_whole_run():
     import subprocess
 
-    from gpudoctor import exitcodes
+    from gpudoctor.core import exitcodes
 
     server = _Trickle()
     try:

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpudoctor.backends import ReplayBackend
 from gpudoctor.exporter import (GpudoctorCollector, GpuSampler, ReportStatus,
                                 all_metric_names, build_registry, ecc_counters, gpu_metrics)
-from gpudoctor.model import ProbeResult, Report, Status
+from gpudoctor.core.model import ProbeResult, Report, Status
 from prom_support import one_value as value, parse_samples
 
 DATA = Path(__file__).parent / "data"
@@ -111,7 +111,7 @@ def test_stale_sample_turns_nvml_down():
 
 
 def test_report_file_is_read_and_bad_file_sets_report_down(tmp_path):
-    from gpudoctor.render import report_to_json
+    from gpudoctor.console.render import report_to_json
 
     path = tmp_path / "report.json"
     path.write_text(report_to_json(fake_report()))

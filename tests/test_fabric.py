@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor import exitcodes, findings
+from gpudoctor.core import exitcodes, findings
 from gpudoctor.backends import NvmlBackend, NvmlGate
 from gpudoctor.backends.cuda_driver import CudaStart, cause_of_error_text, cuda_start_findings
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.backends.nvml import FABRIC_KEYS
 from gpudoctor.backends.replay import ReplayBackend
-from gpudoctor.model import ProbeResult, Status
+from gpudoctor.core.model import ProbeResult, Status
 from gpudoctor.probes import ProbeContext
 from nvml_fake import FakePynvml, fabric, nvml_error
 from prom_support import assert_exporter_report_fails

@@ -16,7 +16,7 @@ import pytest
 import fatbin_samples as s
 from gpudoctor.backends import fatbin
 from gpudoctor.backends.na import NA
-from gpudoctor.model import Status
+from gpudoctor.core.model import Status
 from gpudoctor.probes import ProbeContext
 
 

@@ -22,7 +22,7 @@ import pytest
 
 from gpudoctor.backends.recording import (MAX_DEVICES, MAX_PROCESSES, MAX_SAMPLES, MAX_TEXT, SCHEMA, RecordingError,
                                  load_recording, schema_text, validate)
-from gpudoctor.safejson import JsonFileError, json_safe, nesting, read_json_file
+from gpudoctor.system.safejson import JsonFileError, json_safe, nesting, read_json_file
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
@@ -157,7 +157,7 @@ def test_committed_recordings_and_the_recorders_output_follow_the_published_sche
 
     # The recorder, on the fake NVML at the gate: one GPU, the fields it lacks NotSupported.
     from gpudoctor.backends import NvmlBackend, NvmlGate
-    from gpudoctor.recorder import record_parts
+    from gpudoctor.sampling.recorder import record_parts
     from nvml_fake import FakePynvml
 
     out = tmp_path / "recorded.json"
@@ -283,8 +283,8 @@ def test_every_replaying_command_exits_2_with_one_line(tmp_path, command):
 
 # --------------------------------------------------------------------------- exporter --report-file
 def _report_text() -> str:
-    from gpudoctor.model import ProbeResult, Report
-    from gpudoctor.render import report_to_json
+    from gpudoctor.core.model import ProbeResult, Report
+    from gpudoctor.console.render import report_to_json
 
     result = ProbeResult("devices")
     result.find("pass", "ok", "fine")
@@ -549,7 +549,7 @@ def test_train_samples_beyond_the_hard_cap_is_exit_2():
 
 
 def test_synthetic_set_must_fit_in_memory(monkeypatch):
-    from gpudoctor.errors import UsageError
+    from gpudoctor.core.errors import UsageError
     from gpudoctor.workload import config as cfg
 
     monkeypatch.setattr(cfg, "available_memory", lambda: 4 * 2**30)
@@ -569,7 +569,7 @@ def test_synthetic_set_must_fit_in_memory(monkeypatch):
 
 # --------------------------------------------------------------------------- --anonymize
 def _report_with_hosts(local: str, other: str):
-    from gpudoctor.model import ProbeResult, Report
+    from gpudoctor.core.model import ProbeResult, Report
 
     devices = ProbeResult("devices")
     devices.measure("visible_to_cuda", 1, note="CUDA_VISIBLE_DEVICES='GPU-0f0e0d0c-0b0a,MIG-1a2b'")
@@ -583,7 +583,7 @@ def _report_with_hosts(local: str, other: str):
 def test_anonymize_strips_uuid_prefixes_and_short_host_names():
     import re
 
-    from gpudoctor.render import REDACTED, report_to_json
+    from gpudoctor.console.render import REDACTED, report_to_json
 
     text = report_to_json(_report_with_hosts("h1", "ab"), anonymize=True)
     data = json.loads(text)
@@ -597,7 +597,7 @@ def test_anonymize_strips_uuid_prefixes_and_short_host_names():
 def test_anonymize_text_report_too():
     import io
 
-    from gpudoctor.render import render_text
+    from gpudoctor.console.render import render_text
 
     buf = io.StringIO()
     render_text(_report_with_hosts("h1", "ab"), buf, verbose=True, color=False, anonymize=True)
@@ -607,7 +607,7 @@ def test_anonymize_text_report_too():
 
 def test_anonymized_recording_drops_a_short_host_name(tmp_path, monkeypatch):
     from gpudoctor.backends import NvmlBackend, NvmlGate, host
-    from gpudoctor.recorder import record_parts
+    from gpudoctor.sampling.recorder import record_parts
     from nvml_fake import FakePynvml
 
     real = host.host_facts

@@ -1,4 +1,4 @@
-"""A finding's words live once, in a wording table registered in ``gpudoctor.findings._TABLES``:
+"""A finding's words live once, in a wording table registered in ``gpudoctor.core.findings._TABLES``:
 rewording a code there (in the test only) changes what every front end says, and no code that
 gpudoctor emits is worded anywhere else.
 
@@ -18,10 +18,10 @@ import pytest
 from test_fleet_unit import gpu, make, view_of
 from tui_support import DATA, make_test_app, run_async, screen_text, take_samples
 
-from gpudoctor import exitcodes, findings
+from gpudoctor.core import exitcodes, findings
 from gpudoctor.cli import main
-from gpudoctor.findings import Wording
-from gpudoctor.model import ProbeResult, Report, Status
+from gpudoctor.core.findings import Wording
+from gpudoctor.core.model import ProbeResult, Report, Status
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -46,7 +46,7 @@ def _report() -> Report:
 
 
 def test_the_report_says_the_new_words_in_json_and_text(reworded):
-    from gpudoctor.render import report_lines, report_to_json
+    from gpudoctor.console.render import report_lines, report_to_json
 
     data = json.loads(report_to_json(_report()))
     [found] = [f for r in data["results"] for f in r["findings"] if f["code"] == "busy_small_kernels"]

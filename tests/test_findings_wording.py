@@ -1,4 +1,4 @@
-"""A finding's words are written once (gpudoctor/findings.py) and every front end takes them from there.
+"""A finding's words are written once (gpudoctor/core/findings.py) and every front end takes them from there.
 
 Each test rewords one code in the table, in the test only, and finds the new words in the health
 probe's finding, in fleet's row (built from Prometheus series) and in the text the TUI and `watch`
@@ -10,11 +10,11 @@ from __future__ import annotations
 import pytest
 from test_fleet_unit import NOW, gpu, make, view_of
 
-from gpudoctor import findings
+from gpudoctor.core import findings
 from gpudoctor.backends.nvml import THROTTLE_REASONS
-from gpudoctor.findings import ClockEvent, Wording
-from gpudoctor.model import ProbeResult, Status
-from gpudoctor.presentation import throttle_text
+from gpudoctor.core.findings import ClockEvent, Wording
+from gpudoctor.core.model import ProbeResult, Status
+from gpudoctor.sampling.presentation import throttle_text
 from gpudoctor.probes.health import check_device
 
 

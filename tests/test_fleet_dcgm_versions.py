@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor import exitcodes
+from gpudoctor.core import exitcodes
 from gpudoctor.fleet import idle, rules
 from gpudoctor.fleet import text as fleet_text
 from prom_support import PROMETHEUS, free_port, needs_prometheus, query, stop

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from gpudoctor import exitcodes
+from gpudoctor.core import exitcodes
 from prom_support import PROMETHEUS, free_port, needs_prometheus, query, stop
 
 ROOT = Path(__file__).resolve().parents[1]

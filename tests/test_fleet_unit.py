@@ -13,7 +13,8 @@ import urllib.parse
 
 import pytest
 
-from gpudoctor import exitcodes, fleet
+from gpudoctor.core import exitcodes
+from gpudoctor import fleet
 from gpudoctor.cli import main
 
 NOW = 1_800_000_000.0

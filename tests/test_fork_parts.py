@@ -1,4 +1,4 @@
-"""gpudoctor._fork.ForkedParts: one forked child answering in parts, each read as it comes (the
+"""gpudoctor.system._fork.ForkedParts: one forked child answering in parts, each read as it comes (the
 TUI's first reading, then its quick verdict: gpudoctor.tui.early)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor._fork import ForkedParts
+from gpudoctor.system._fork import ForkedParts
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forks: Linux only")
 

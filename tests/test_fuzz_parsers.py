@@ -24,7 +24,10 @@ from hypothesis import strategies as st
 
 import fatbin_samples  # tests/ helper: ELF64 files with .nv_fatbin sections
 
-from gpudoctor import baseline, fleet, safejson, xid
+from gpudoctor.report import baseline
+from gpudoctor import fleet
+from gpudoctor.system import safejson
+from gpudoctor.core import xid
 from gpudoctor.backends import fatbin
 from gpudoctor.backends.na import NA
 from gpudoctor.backends.visibility import parse_visible

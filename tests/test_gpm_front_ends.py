@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from gpudoctor import exitcodes
+from gpudoctor.core import exitcodes
 from gpudoctor.backends import NA, NvmlBackend, NvmlGate, ReplayBackend
 from gpudoctor.cli import main
 from nvml_fake import FakePynvml, hopper
@@ -75,7 +75,7 @@ def test_the_exporter_writes_the_gpm_gauges_with_their_dcgm_fields():
 
 
 def test_the_tui_panel_shows_sm_activity_beside_utilisation_and_the_verdict():
-    from gpudoctor.sampling import Sampler
+    from gpudoctor.sampling.sampler import Sampler
     from gpudoctor.tui.widgets import GpuPanel
 
     core = Sampler(ReplayBackend.from_file(GPM), None, with_processes=False, reads="full")
@@ -95,7 +95,7 @@ def test_the_tui_panel_shows_sm_activity_beside_utilisation_and_the_verdict():
 
 
 def test_a_live_recording_carries_the_gpm_readings_through_replay(tmp_path):
-    from gpudoctor.recorder import record
+    from gpudoctor.sampling.recorder import record
 
     nvml = FakePynvml(readings=hopper(sm=12.0, tensor=0.0))
     backend = NvmlBackend(NvmlGate(nvml))

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from conftest import cuda_available
-from gpudoctor import exitcodes
+from gpudoctor.core import exitcodes
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_available(), reason="needs a CUDA GPU")]
 

@@ -54,7 +54,7 @@ def test_a_long_recording_is_written_in_parts_that_each_replay(tmp_path):
     import json as _json
 
     from gpudoctor.backends.replay import ReplayBackend
-    from gpudoctor.recorder import _valid_processes, part_paths, split_recording
+    from gpudoctor.sampling.recorder import _valid_processes, part_paths, split_recording
     from gpudoctor.backends.recording import load_recording, plain_strings
 
     base = _json.loads((DATA / "handmade_two_gpu_training_standin.json").read_text())

@@ -7,10 +7,10 @@ import io
 import json
 
 from gpudoctor.backends import NvmlBackend, NvmlGate
-from gpudoctor.model import Report
+from gpudoctor.core.model import Report
 from gpudoctor.probes import ProbeContext
 from gpudoctor.probes import health
-from gpudoctor.render import render_text
+from gpudoctor.console.render import render_text
 from nvml_fake import FakePynvml, hopper, util
 
 

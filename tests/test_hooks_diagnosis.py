@@ -238,7 +238,7 @@ def test_sampler_thread_keeps_the_diagnosis_fields():
 
 
 def test_sampler_is_the_one_sampling_core_reading_one_device():
-    from gpudoctor.sampling import Sampler
+    from gpudoctor.sampling.sampler import Sampler
 
     nvml = two_gpus()
     sampler = TrainingSampler(NvmlBackend(NvmlGate(nvml)), 1)

@@ -18,7 +18,9 @@ import urllib.parse
 import pytest
 
 from conftest import ROOT, run_cli
-from gpudoctor import baseline, exitcodes, fleet
+from gpudoctor.report import baseline
+from gpudoctor.core import exitcodes
+from gpudoctor import fleet
 from gpudoctor.cli import main
 
 HEALTHY = str(ROOT / "tests" / "data" / "handmade_consumer_notsupported.json")
@@ -251,7 +253,7 @@ def test_recording_numbers_beyond_range_are_refused_in_one_line(tmp_path):
 def test_record_keeps_impossible_readings_as_na(tmp_path):
     # before: ValueError: Out of range float values are not JSON compliant; the recording was lost
     from gpudoctor.backends import NA, ReplayBackend, load_recording
-    from gpudoctor.recorder import record_parts
+    from gpudoctor.sampling.recorder import record_parts
 
     class Impossible(ReplayBackend):
         def sample(self, index, *args, **kwargs):

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor import exitcodes
+from gpudoctor.core import exitcodes
 from gpudoctor.backends.cuda_compat import driver_build_findings
-from gpudoctor.model import Status
+from gpudoctor.core.model import Status
 from gpudoctor.backends.torch_build import (InterpreterError, inspect_interpreter, local_build, parse_version_file,
                                    read_build)
 
@@ -155,7 +155,7 @@ def test_quick_fails_with_a_470_driver_and_a_cu130_torch_on_disk(tmp_path):
 
 def test_quick_verdict_and_the_exporter_agree_with_report_quick():
     from gpudoctor.exporter import quick_report_producer
-    from gpudoctor.quick import quick_verdict
+    from gpudoctor.report.quick import quick_verdict
 
     rec = str(DATA / "handmade_driver_too_old.json")
     verdict = quick_verdict(replay=rec)
@@ -168,8 +168,8 @@ def test_quick_verdict_and_the_exporter_agree_with_report_quick():
 
 
 def test_quick_verdict_is_plain_bounded_text():
-    from gpudoctor.model import Report, ProbeResult
-    from gpudoctor.quick import HEADLINE_MAX, verdict_of
+    from gpudoctor.core.model import Report, ProbeResult
+    from gpudoctor.report.quick import HEADLINE_MAX, verdict_of
 
     result = ProbeResult("environment")
     result.find(Status.WARN, "x", "\x1b[31mred\x1b[0m [bold]markup[/bold]\n" + "y" * 500)
@@ -357,8 +357,8 @@ def test_host_cores_and_memory_without_psutil_agree_with_psutil():
 def test_a_python_child_that_cannot_load_gpudoctor_is_one_error_result(tmp_path, monkeypatch):
     """A broken gpudoctor folder in the child: the probe becomes an error with the reason,
     and no traceback reaches the terminal."""
-    from gpudoctor import runner
-    from gpudoctor.model import ProbeResult
+    from gpudoctor.report import runner
+    from gpudoctor.core.model import ProbeResult
 
     broken = tmp_path / "gpudoctor"
     broken.mkdir()
@@ -392,7 +392,7 @@ def test_a_torch_version_file_that_is_a_fifo_is_refused_not_waited_on(tmp_path):
 def test_an_interpreter_that_prints_without_end_is_stopped_at_the_bound(tmp_path):
     """Before: all of the other interpreter's output was kept (300 MB printed, 1.4 GiB peak).
     Now it is ended, with what it started, once it printed more than the bound."""
-    from gpudoctor import _proc
+    from gpudoctor.system import _proc
     from gpudoctor.backends import torch_build
 
     script = tmp_path / "python"

@@ -232,7 +232,7 @@ def test_mig_slices_get_no_whole_gpu_datasheet():
 
 
 def test_one_percentile_for_the_project():
-    from gpudoctor.stats import percentile
+    from gpudoctor.core.stats import percentile
 
     # linear interpolation between closest ranks (numpy's default, statistics.quantiles "inclusive")
     assert percentile([4.0, 1.0, 3.0, 2.0], 50) == 2.5

@@ -12,7 +12,7 @@ import types
 
 import pytest
 
-from gpudoctor import exitcodes
+from gpudoctor.core import exitcodes
 from gpudoctor.backends import NA, NvmlBackend, NvmlGate, ReplayBackend, is_na
 from gpudoctor.backends import nvml as nvml_backend
 from gpudoctor.backends.base import MIG_NO_UTILISATION, MigDeviceReading
@@ -73,7 +73,7 @@ def test_not_in_mig_mode_no_mig_no_privileges_and_a_lost_gpu_each_say_why():
 
 
 def test_the_sampler_reads_mig_devices_only_for_a_gpu_in_mig_mode():
-    from gpudoctor.sampling import Sampler
+    from gpudoctor.sampling.sampler import Sampler
 
     fake = FakePynvml(count=2, readings=h100_mig())
     fake.devices[1] = dict(fake.devices[1], nvmlDeviceGetMigMode=(0, 0))
@@ -103,8 +103,8 @@ def test_watch_prints_one_line_per_mig_device_under_its_gpu(capsys):
 
 
 def test_watch_json_gives_one_record_per_mig_device():
-    from gpudoctor.presentation import mig_records
-    from gpudoctor.sampling import Sampler
+    from gpudoctor.sampling.presentation import mig_records
+    from gpudoctor.sampling.sampler import Sampler
 
     snap = Sampler(ReplayBackend.from_file(MIG), with_processes=False).read()
     records = mig_records(snap, snap.devices[0])
@@ -191,7 +191,7 @@ def test_cuda_visible_devices_mig_uuid_resolves_to_its_gpu():
 
 def test_a_live_recording_keeps_the_slices_and_replays_them(tmp_path):
     from gpudoctor.backends.recording import load_recording
-    from gpudoctor.recorder import record
+    from gpudoctor.sampling.recorder import record
 
     backend = _backend()
     data, _ = record(backend, seconds=0.3, interval=0.15, with_torch=False)
@@ -291,7 +291,7 @@ def test_the_devices_probe_names_the_slice_cuda_visible_devices_selects(monkeypa
 
 
 def test_the_tui_gpu_panel_lists_the_slices_under_the_readings():
-    from gpudoctor.sampling import Sampler
+    from gpudoctor.sampling.sampler import Sampler
     from gpudoctor.tui.widgets import GpuPanel
 
     core = Sampler(ReplayBackend.from_file(MIG), None, with_processes=True, reads="full")
@@ -311,8 +311,8 @@ def test_the_tui_gpu_panel_lists_the_slices_under_the_readings():
 
 
 def test_processes_are_attributed_to_their_slice_where_the_gpu_list_is_refused():
-    from gpudoctor.presentation import process_rows, recorded_process_info
-    from gpudoctor.sampling import Sampler
+    from gpudoctor.sampling.presentation import process_rows, recorded_process_info
+    from gpudoctor.sampling.sampler import Sampler
 
     snap = Sampler(ReplayBackend.from_file(MIG), None, with_processes=True).read()
     assert snap.devices[0].processes == NA("NoPermission")  # the whole GPU's list needs root in MIG mode

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from gpudoctor import exitcodes, findings
+from gpudoctor.core import exitcodes, findings
 from gpudoctor.backends import NA, NvmlBackend, NvmlGate, is_na
 from gpudoctor.backends import cuda_driver
 from gpudoctor.backends.cuda_driver import CudaStart, CudaTimeout
@@ -140,7 +140,7 @@ def test_the_exporters_quick_report_says_it(monkeypatch):
 
 @run_async
 async def test_the_tui_header_and_doctor_say_it(monkeypatch):
-    from gpudoctor import runner
+    from gpudoctor.report import runner
     from gpudoctor.tui.app import GpudoctorApp
     from tui_support import fixed_host, screen_text, take_samples, wait_for
 

@@ -1,10 +1,10 @@
-"""gpudoctor._num: the one "a reading as a number, or None" every layer uses."""
+"""gpudoctor.core._num: the one "a reading as a number, or None" every layer uses."""
 
 from __future__ import annotations
 
 import math
 
-from gpudoctor._num import is_number, number
+from gpudoctor.core._num import is_number, number
 from gpudoctor.backends.na import NA
 
 

@@ -55,8 +55,8 @@ def test_watch_replay_stamps_lines_with_the_recorded_time():
 
 
 def test_the_short_watch_line_keeps_sm_activity_before_the_clock():
-    from gpudoctor.presentation import WATCH_WIDTH, watch_line_short
-    from gpudoctor.sampling import DeviceSnapshot
+    from gpudoctor.sampling.presentation import WATCH_WIDTH, watch_line_short
+    from gpudoctor.sampling.sampler import DeviceSnapshot
 
     sample = {"gpu_util_pct": 100, "sm_active_pct": 9.0, "memory_used_bytes": int(39.5 * GiB),
               "memory_total_bytes": 40 * GiB, "temperature_c": 84, "power_w": 399.0, "power_limit_w": 400.0,
@@ -74,9 +74,9 @@ def test_the_short_watch_line_keeps_sm_activity_before_the_clock():
 
 
 def test_the_readme_exit_codes_are_exitcodes_py_and_name_the_exporters_exception():
-    """One source: every code of gpudoctor/exitcodes.py has its README row and no other row is
+    """One source: every code of gpudoctor/core/exitcodes.py has its README row and no other row is
     there; the signal rows say the exporter stops with 0 (its SIGTERM/SIGHUP are its normal stop)."""
-    from gpudoctor import exitcodes
+    from gpudoctor.core import exitcodes
 
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     rows = dict(re.findall(r"^\| (\d+) \| (.*) \|$", readme, re.M))
@@ -119,7 +119,7 @@ def test_the_workload_screen_without_torch_says_how_to_install_it():
 def test_the_clocks_line_keeps_every_reason_whole(width):
     """Every clock-event reason's words are on the panel whole, wrapped, never cut mid-word."""
     from gpudoctor.backends import throttle_reason_words
-    from gpudoctor.sampling import DeviceSnapshot, History
+    from gpudoctor.sampling.sampler import DeviceSnapshot, History
     from gpudoctor.tui.widgets import GpuPanel
 
     mask = 0x4 | 0x8 | 0x20 | 0x40 | 0x80

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor import exitcodes
+from gpudoctor.core import exitcodes
 from gpudoctor.backends.cuda_driver import CudaStart, cuda_start_findings, parse_answer
 from gpudoctor.backends.na import NA, is_na
-from gpudoctor.model import Status
+from gpudoctor.core.model import Status
 from prom_support import assert_exporter_report_fails
 from tui_support import assert_tui_header_fails
 

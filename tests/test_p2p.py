@@ -13,7 +13,7 @@ import pytest
 
 from gpudoctor.backends import NvmlBackend, NvmlGate, pcie_paths
 from gpudoctor.backends.na import NA, is_na
-from gpudoctor.model import POISONED, ProbeResult, Status
+from gpudoctor.core.model import POISONED, ProbeResult, Status
 from gpudoctor.probes import ProbeContext, _p2p
 from nvml_fake import FakePynvml, nvml_error, peer_paths
 from pcie_tree import DOWNSTREAM, GPUS, ROOT_PORT, SWITCH_UP, config_space, lay_out
@@ -425,7 +425,7 @@ def _report(env: dict[str, str], level: str) -> tuple[int, dict]:
 
 @pytest.mark.timeout(900)
 def test_quick_and_full_reports_fail_on_acs_redirect_alike(tmp_path):
-    from gpudoctor import exitcodes
+    from gpudoctor.core import exitcodes
 
     env = _fake_env(lay_out(tmp_path, acs=REDIRECT))
     for level in ("--quick", "--full"):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpudoctor import runner
-from gpudoctor.model import ProbeResult, Status
+from gpudoctor.report import runner
+from gpudoctor.core.model import ProbeResult, Status
 from probes_under_test import codes, run_probe
 
 

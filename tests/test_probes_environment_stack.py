@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gpudoctor.backends.na import NA
-from gpudoctor.model import Status
+from gpudoctor.core.model import Status
 from gpudoctor.probes import ProbeContext
 
 HOST = {"python": "3.12", "os": "Linux", "cpu_model": "x", "cpu_logical": 8, "ram_total_bytes": 2 ** 30}

@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 
 from gpudoctor.probes._timing import CpuClock  # noqa: E402
 from gpudoctor.probes._timing import GiB, MiB  # noqa: E402
-from gpudoctor.model import Status  # noqa: E402
+from gpudoctor.core.model import Status  # noqa: E402
 from gpudoctor.probes import ProbeContext  # noqa: E402
 from gpudoctor.probes import _gpu, compute, correctness, memory, transfer  # noqa: E402
 from gpudoctor.backends import NvmlBackend, NvmlGate  # noqa: E402
@@ -411,7 +411,7 @@ def test_the_bf16_tensor_proof_brackets_only_bf16_work(fake_cuda, monkeypatch):
 
 def test_tensor_activity_without_sm_activity_states_no_sm_figure():
     """GPM answered for the tensor cores but not for the SMs: no "SM activity 0 %" is made up."""
-    from gpudoctor.model import ProbeResult
+    from gpudoctor.core.model import ProbeResult
 
     r = ProbeResult("compute")
     dev = SimpleNamespace(index=0, label="GPU 0")

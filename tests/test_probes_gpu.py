@@ -30,7 +30,7 @@ def _ctx(**kw):
 
 def _call(name):
     from gpudoctor.probes import registry
-    from gpudoctor.runner import call_probe
+    from gpudoctor.report.runner import call_probe
 
     result = call_probe(registry()[name], _ctx())
     data = json.loads(json.dumps(result.to_dict(), allow_nan=False))
@@ -95,7 +95,7 @@ def test_correctness_probe_on_gpu():
 
 
 def test_full_report_on_gpu_is_valid_and_timed():
-    from gpudoctor import runner
+    from gpudoctor.report import runner
 
     probes = runner.select_probes(["memory", "correctness", "transfer", "compute"], "full")
     started = time.monotonic()

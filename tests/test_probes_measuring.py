@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 
 from gpudoctor.probes._precision import MATMUL_FORMATS, NORMWISE_LIMIT, componentwise_tolerance  # noqa: E402
 from gpudoctor.probes._timing import CpuClock, MiB, bandwidth_gbs  # noqa: E402
-from gpudoctor.model import ProbeResult, Report, Status  # noqa: E402
+from gpudoctor.core.model import ProbeResult, Report, Status  # noqa: E402
 from gpudoctor.probes import ProbeContext, registry  # noqa: E402
 from gpudoctor.probes import _gpu, compute, correctness, memory, transfer  # noqa: E402
 from nvml_fake import no_driver  # noqa: E402
@@ -237,7 +237,7 @@ def test_first_line_keeps_the_reason_short():
 
 @no_cuda
 def test_full_report_through_runner_is_valid():
-    from gpudoctor import runner
+    from gpudoctor.report import runner
 
     probes = [p for p in runner.select_probes(list(MEASURING), "full")]
     report = runner.run_probes(probes, runner.RunSpec(level="full"), gpu=no_driver())

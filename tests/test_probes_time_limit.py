@@ -18,8 +18,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from gpudoctor import runner  # noqa: E402
-from gpudoctor.model import Status  # noqa: E402
+from gpudoctor.report import runner  # noqa: E402
+from gpudoctor.core.model import Status  # noqa: E402
 from nvml_fake import no_driver  # noqa: E402
 
 HANG = textwrap.dedent("""

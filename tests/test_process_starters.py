@@ -20,21 +20,21 @@ SCANNED = ("gpudoctor", "probes")
 
 #: (file, function) -> how it owns its group and ends its tree; the test that counts what is left.
 STARTERS: dict[tuple[str, str], str] = {
-    ("gpudoctor/_proc.py", "run_bounded"):
+    ("gpudoctor/system/_proc.py", "run_bounded"):
         "NEW_GROUP, tracked; stop_popen on its limit, its output bound and its end "
         "(test_child_trees.py::test_run_bounded_ends_the_tree_a_command_leaves, "
         "test_child_trees.py::test_memory_probe_child_on_its_limit_leaves_nothing)",
-    ("gpudoctor/_fork.py", "_start"):
+    ("gpudoctor/system/_fork.py", "_start"):
         "ForkedCall/ForkedParts: the fork leads its own group (own_group) and cancel() ends its tree "
         "(test_child_trees.py::test_cuda_start_child_past_its_limit_leaves_nothing[forked])",
-    ("gpudoctor/runner.py", "_start_interpreter_child"):
+    ("gpudoctor/report/runner.py", "_start_interpreter_child"):
         "report --python: NEW_GROUP, tracked, end_tree on stop and at exit (test_child_trees.py)",
-    ("gpudoctor/runner.py", "_Child.__init__"):
+    ("gpudoctor/report/runner.py", "_Child.__init__"):
         "the probe child: own_group first, tracked, end_tree on stop and at exit "
         "(test_child_trees.py::test_quitting_while_a_probe_runs_its_tree_leaves_nothing)",
     ("gpudoctor/tui/workload_runner.py", "WorkloadProcess.start"):
         "the TUI's workload child: own_group, tracked, end_tree on cancel (test_tui_workload_runner.py)",
-    ("gpudoctor/recorder.py", "torch_facts_in_child"):
+    ("gpudoctor/sampling/recorder.py", "torch_facts_in_child"):
         "record's torch child: own_group, tracked, end_tree when answered, on its limit and at exit "
         "(test_child_trees.py::test_record_stopped_during_its_torch_step_leaves_nothing)",
     ("gpudoctor/backends/cuda_driver.py", "_Spawned.__init__"):
@@ -127,5 +127,5 @@ def test_the_scan_finds_a_stray_start(tmp_path):
     with open(tmp_path / "gpudoctor" / "quick.py", "a") as fh:
         fh.write("\n\ndef _stray():\n    import subprocess\n    subprocess.run(['true'])\n")
     found = found_starters(tmp_path)
-    assert ("gpudoctor/quick.py", "_stray") in {(f, where) for f, where, _, _ in found}
+    assert ("gpudoctor/report/quick.py", "_stray") in {(f, where) for f, where, _, _ in found}
     assert len({(f, w) for f, w, _, _ in found} & set(STARTERS)) == len(STARTERS)

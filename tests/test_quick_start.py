@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor import exitcodes
+from gpudoctor.core import exitcodes
 from gpudoctor.backends.cuda_driver import CudaTimeout, cuda_start_findings
-from gpudoctor.model import Status
+from gpudoctor.core.model import Status
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_NVML = ROOT / "benchmarks" / "fake_nvml"
@@ -40,10 +40,10 @@ def _child(code: str, **extra: str) -> subprocess.CompletedProcess[str]:
 # for it: the text report (render, presentation), psutil, logging, pathlib (urllib, ipaddress),
 # datetime, socket, platform, secrets (hashlib); torch, textual and the child-process machinery
 # of the full report never. Nor dataclasses, which imports inspect (ast, dis, tokenize, linecache):
-# about 5 ms of the quick report's start; its classes are gpudoctor._record records. Nor gpudoctor.why
+# about 5 ms of the quick report's start; its classes are gpudoctor.core._record records. Nor gpudoctor.why
 # (its wording table was read for every code the probes' table holds).
 NOT_ON_THE_QUICK_PATH = {
-    "torch", "textual", "multiprocessing", "gpudoctor.workload", "gpudoctor.render", "gpudoctor.presentation",
+    "torch", "textual", "multiprocessing", "gpudoctor.workload", "gpudoctor.console.render", "gpudoctor.sampling.presentation",
     "gpudoctor.backends.busy", "gpudoctor.backends.replay", "gpudoctor.backends.recording", "psutil", "logging",
     "pathlib", "urllib", "ipaddress", "datetime", "socket", "platform", "secrets", "hashlib", "textwrap",
     "dataclasses", "inspect", "ast", "dis", "tokenize", "linecache", "gpudoctor.why",
@@ -189,7 +189,7 @@ def test_quick_report_ends_at_once_with_its_output_and_file_complete(tmp_path):
 
 _EARLY = """
     import json, threading
-    from gpudoctor.quick import begin_quick_report, quick_report, read_quick_report, verdict_of
+    from gpudoctor.report.quick import begin_quick_report, quick_report, read_quick_report, verdict_of
     early = begin_quick_report()
     assert early is not None  # one thread: forked
     forked = verdict_of(read_quick_report(early))
@@ -217,8 +217,8 @@ _FIRST_READING = """
     import json, os, threading
     from gpudoctor.backends.host import PsutilProcessInfo
     from gpudoctor.backends.nvml import NvmlBackend
-    from gpudoctor.quick import quick_report, read_quick_report, verdict_of
-    from gpudoctor.sampling import Sampler
+    from gpudoctor.report.quick import quick_report, read_quick_report, verdict_of
+    from gpudoctor.sampling.sampler import Sampler
     from gpudoctor.tui.early import begin_early_start, read_first_reading, take_reading
     forks, fork = [], os.fork
     os.fork = lambda: forks.append(1) or fork()  # counts this process's forks (the child's are its own)
@@ -261,10 +261,10 @@ def test_the_tuis_forked_first_reading_and_verdict_are_what_the_app_works_out_it
 # one fork (gpudoctor.tui.early), so NVML's and psutil's modules, NVML's backend, the probes, the
 # workload's process machinery and the Processes screen's DataTable load after the first frame, if ever.
 NOT_BEFORE_THE_TUIS_FIRST_FRAME = {
-    "torch", "pynvml", "psutil", "multiprocessing", "gpudoctor.probes", "gpudoctor.runner", "gpudoctor.workload",
+    "torch", "pynvml", "psutil", "multiprocessing", "gpudoctor.probes", "gpudoctor.report.runner", "gpudoctor.workload",
     "gpudoctor.backends.nvml", "gpudoctor.backends.plausible", "textual.widgets._data_table",
     "gpudoctor.backends.events", "gpudoctor.backends.replay", "gpudoctor.backends.recording", "gpudoctor.why",
-    "gpudoctor.fleet", "gpudoctor.render",
+    "gpudoctor.fleet", "gpudoctor.console.render",
 }
 
 _TUI_START = """

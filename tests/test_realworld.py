@@ -17,7 +17,7 @@ The checks used are gpudoctor's own pure judgements:
   gpudoctor.backends.stack's live readers (tests/stack_layout.py);
 * ``health``: probes/health.py's check_device() over one GPU's NVML readings (and its process list,
   ``nvml_processes``, where posted);
-* ``kernel_log``: gpudoctor/xid.py's parse_kmsg() over the posted lines, then the events probe's
+* ``kernel_log``: gpudoctor/core/xid.py's parse_kmsg() over the posted lines, then the events probe's
   judgement of the Xids found, GPU by GPU and side by side (probes/events.py);
 * ``fleet``: gpudoctor/fleet.py's collect() over the posted dcgm-exporter series, served by a
   stand-in Prometheus (and, where a case posts it, the last-Xid gauge's history over the window);
@@ -37,14 +37,15 @@ from typing import Any
 
 import pytest
 
-from gpudoctor import fleet, xid
+from gpudoctor import fleet
+from gpudoctor.core import xid
 from gpudoctor.backends import fatbin, stack
 from gpudoctor.backends.cuda_driver import CudaStart
 from gpudoctor.backends.base import MigDeviceReading
 from gpudoctor.backends.stack import Stack
 from gpudoctor.backends.events import DeviceEvents, GpuEvent
 from gpudoctor.backends.na import NA, decode
-from gpudoctor.model import ProbeResult, Status
+from gpudoctor.core.model import ProbeResult, Status
 from gpudoctor.probes import ProbeContext
 from stack_layout import lay_out
 

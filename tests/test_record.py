@@ -1,4 +1,4 @@
-"""gpudoctor._record.record behaves as dataclasses.dataclass for what the quick path's classes use:
+"""gpudoctor.core._record.record behaves as dataclasses.dataclass for what the quick path's classes use:
 the same class written with each gives the same results, errors included."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import ClassVar
 
 import pytest
 
-from gpudoctor._record import record
+from gpudoctor.core._record import record
 
 
 def _pair(frozen: bool, eq: bool = True) -> tuple[type, type]:
@@ -100,7 +100,7 @@ def test_eq_false_keeps_the_base_class_equality_and_post_init_runs():
 def test_dataclasses_functions_work_on_a_record_and_agree_with_its_own():
     """dataclasses.fields/replace/asdict/is_dataclass, which code off the quick path calls on
     records, give what they give on the dataclass; _record.fields/replace (the quick path's) agree."""
-    from gpudoctor import _record
+    from gpudoctor.core import _record
     for frozen in (False, True):
         reference, ours = _pair(frozen)
         assert dataclasses.is_dataclass(ours) and dataclasses.is_dataclass(ours("a"))
@@ -154,7 +154,7 @@ def test_defining_and_using_records_does_not_import_dataclasses():
     import textwrap
     code = textwrap.dedent("""
         import sys
-        from gpudoctor._record import field, fields, record, replace
+        from gpudoctor.core._record import field, fields, record, replace
 
         @record(frozen=True)
         class R:

@@ -25,7 +25,7 @@ def child() -> Any:
 
 def _record(pids: list[int], anonymize: bool = False) -> dict[str, Any]:
     from gpudoctor.backends import NvmlBackend, NvmlGate
-    from gpudoctor.recorder import record
+    from gpudoctor.sampling.recorder import record
     from nvml_fake import FakePynvml
 
     fake = FakePynvml(count=1, readings={"nvmlDeviceGetComputeRunningProcesses": [
@@ -40,8 +40,8 @@ def test_a_recorded_process_keeps_its_user_and_command_and_replays_with_them(chi
     import json
 
     from gpudoctor.backends import ReplayBackend
-    from gpudoctor.presentation import process_rows, recorded_process_info
-    from gpudoctor.sampling import Sampler
+    from gpudoctor.sampling.presentation import process_rows, recorded_process_info
+    from gpudoctor.sampling.sampler import Sampler
 
     data = _record([child.pid, UNSEEN])
     seen, unseen = data["nvml"]["samples"][0]["processes"][0]
@@ -59,7 +59,7 @@ def test_a_recorded_process_keeps_its_user_and_command_and_replays_with_them(chi
 
 
 def test_anonymize_redacts_the_user_of_a_recorded_process(child):
-    from gpudoctor.anonymize import REDACTED
+    from gpudoctor.core.anonymize import REDACTED
 
     proc = _record([child.pid], anonymize=True)["nvml"]["samples"][0]["processes"][0][0]
     assert proc["user"] == REDACTED and proc["command"] == "sleep 600"

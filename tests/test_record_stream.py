@@ -16,7 +16,7 @@ from nvml_fake import FakePynvml, h100_mig
 
 from gpudoctor.backends.nvml import NvmlBackend, NvmlGate
 from gpudoctor.backends.recording import RecordingError, load_recording
-from gpudoctor import recorder
+from gpudoctor.sampling.sampler import recorder
 
 ROOT = Path(__file__).resolve().parents[1]
 HEALTHY = ROOT / "tests" / "data" / "handmade_two_gpu_training_standin.json"
@@ -76,8 +76,8 @@ from gpudoctor import cli
 from gpudoctor.backends import ReplayBackend
 import gpudoctor.backends
 gpudoctor.backends.NvmlBackend = lambda: ReplayBackend.from_file({str(HEALTHY)!r}, loop=True)
-import gpudoctor.recorder
-gpudoctor.recorder.FLUSH_S = 0.2
+import gpudoctor.sampling.recorder
+gpudoctor.sampling.recorder.FLUSH_S = 0.2
 sys.argv = ["gpudoctor", "record", "-o", sys.argv[1], "--seconds", "600", "--interval", "0.1", "--no-torch"]
 raise SystemExit(cli.main())
 """

@@ -11,7 +11,8 @@ import json
 
 from nvml_fake import FakePynvml
 
-from gpudoctor import exitcodes, recorder
+from gpudoctor.core import exitcodes
+from gpudoctor.sampling.sampler import recorder
 from gpudoctor.backends import NvmlBackend, NvmlGate, ReplayBackend
 from gpudoctor.backends.na import NA
 from gpudoctor.cli import main

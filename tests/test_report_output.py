@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpudoctor.model import ProbeResult, Report, Status
-from gpudoctor.render import render_text, report_to_markdown
+from gpudoctor.core.model import ProbeResult, Report, Status
+from gpudoctor.console.render import render_text, report_to_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 LONG = ("The driver supports CUDA up to 12.4, but this torch is built for CUDA 13.2, so CUDA cannot "
@@ -82,7 +82,7 @@ def test_markdown_keeps_code_spans_and_escapes_a_lone_backtick():
     """GitHub shows `\\`` literally: the fixes' commands (`nvidia-smi -r`) stay code spans; a lone
     backtick from driver text is escaped so it opens no span; the <summary> (HTML, no markdown)
     gets <code> and no backslashes."""
-    from gpudoctor.render import md_html, md_text
+    from gpudoctor.console.render import md_html, md_text
 
     assert md_text("reset it (`nvidia-smi -r`), then reboot") == "reset it (`nvidia-smi -r`), then reboot"
     assert md_text("odd ` tick") == "odd \\` tick"
@@ -161,7 +161,7 @@ def test_report_full_without_torch_says_the_torch_skip_once():
 def test_a_detail_not_measured_in_this_mode_is_not_shown_as_a_reading():
     import json
 
-    from gpudoctor.render import report_to_json
+    from gpudoctor.console.render import report_to_json
 
     devices = ProbeResult("devices", summary="no GPU visible", duration_s=0.0)
     devices.measure("nvml_device_count", None, note="LibraryNotFound")  # a reading that failed: shown
@@ -198,7 +198,7 @@ def test_anonymized_markdown_has_no_home_directory(monkeypatch):
 
 
 def test_home_paths_inside_longer_paths_and_words_stay():
-    from gpudoctor.anonymize import strip_home_paths
+    from gpudoctor.core.anonymize import strip_home_paths
 
     kept = ["/data/home/alice/x", "/rootfs/etc", "/srv/Users/x", "homework"]
     assert strip_home_paths(kept, home="/nonexistent-home") == kept
@@ -206,7 +206,7 @@ def test_home_paths_inside_longer_paths_and_words_stay():
 
 
 def test_strip_home_paths_changes_home_paths_only():
-    from gpudoctor.anonymize import strip_home_paths
+    from gpudoctor.core.anonymize import strip_home_paths
 
     data = {"uuid": "board-7", "serial": "1320", "python": "/home/alice/.venv/bin/python"}
     assert strip_home_paths(data, home="/x") == {"uuid": "board-7", "serial": "1320",

@@ -7,8 +7,8 @@ import os
 import pytest
 
 import fault_probes as fp
-from gpudoctor import runner
-from gpudoctor.model import Status
+from gpudoctor.report import runner
+from gpudoctor.core.model import Status
 
 
 def _spec():

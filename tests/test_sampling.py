@@ -1,4 +1,4 @@
-"""gpudoctor.sampling: the one sampler of GPUs over time, and what hangs cannot block.
+"""gpudoctor.sampling.sampler: the one sampler of GPUs over time, and what hangs cannot block.
 
 The NVML stand-in is the pynvml-shaped fake of test_backends (through the real NvmlGate and
 NvmlBackend); the hang cases use a backend whose call waits on an Event that is never set.
@@ -18,7 +18,7 @@ from pathlib import Path
 from test_backends import fake_pynvml, v2_answer, v2_memory_nvml
 
 from gpudoctor.backends import NA, NvmlBackend, NvmlGate, ReplayBackend
-from gpudoctor.sampling import Sampler
+from gpudoctor.sampling.sampler import Sampler
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -239,7 +239,7 @@ def _v2_nvml():
 
 
 def test_reserved_memory_is_shown_apart_in_watch_and_the_tui_text():
-    from gpudoctor.presentation import fmt_memory, watch_line, watch_record
+    from gpudoctor.sampling.presentation import fmt_memory, watch_line, watch_record
 
     snap = Sampler(_v2_nvml(), with_processes=False).read()
     dev = snap.devices[0]
@@ -256,7 +256,7 @@ def test_the_recorder_and_the_exporter_keep_reserved_memory(tmp_path):
     from prometheus_client import generate_latest
 
     from gpudoctor.exporter import GpudoctorCollector, GpuSampler, build_registry
-    from gpudoctor.recorder import record
+    from gpudoctor.sampling.recorder import record
 
     sampler = GpuSampler(_v2_nvml(), interval=1.0)
     sampler.sample_once()

@@ -21,8 +21,10 @@ import pytest
 
 import fault_probes as fp
 from conftest import ROOT
-from gpudoctor import exitcodes, runner, signals
-from gpudoctor.model import Status
+from gpudoctor.core import exitcodes
+from gpudoctor.report import runner
+from gpudoctor.system import signals
+from gpudoctor.core.model import Status
 
 TESTS = str(ROOT / "tests")
 HEALTHY = str(ROOT / "tests" / "data" / "handmade_consumer_notsupported.json")
@@ -112,7 +114,7 @@ def test_set_handlers_gives_back_what_it_replaced():
 
 
 def test_no_module_sets_the_stop_signals_handlers_but_signals():
-    """SIGTERM and SIGHUP are set up in one place (gpudoctor/signals.py): a command with a stop of
+    """SIGTERM and SIGHUP are set up in one place (gpudoctor/system/signals.py): a command with a stop of
     its own passes its handler to signals.set_handlers (why, the exporter, the runner's child)."""
     import ast
 
@@ -244,8 +246,8 @@ RECORD_ON_REPLAY = f"""
 from gpudoctor.backends import ReplayBackend
 import gpudoctor.backends
 gpudoctor.backends.NvmlBackend = lambda: ReplayBackend.from_file({HEALTHY!r}, loop=True)
-import gpudoctor.recorder
-gpudoctor.recorder.FLUSH_S = 0.2  # the part being taken reaches the file quickly: the test waits on it
+import gpudoctor.sampling.recorder
+gpudoctor.sampling.recorder.FLUSH_S = 0.2  # the part being taken reaches the file quickly: the test waits on it
 sys.argv = ["gpudoctor", "record", "-o", os.environ["OUT_FILE"], "--seconds", "600", "--interval", "0.1",
             "--no-torch"]
 raise SystemExit(cli.main())

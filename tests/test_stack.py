@@ -22,11 +22,11 @@ from typing import Any
 
 import pytest
 
-from gpudoctor import exitcodes
+from gpudoctor.core import exitcodes
 from gpudoctor.backends import NvmlBackend, NvmlGate, stack
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.backends.visibility import cuda_enumerated
-from gpudoctor.model import ProbeResult, Status
+from gpudoctor.core.model import ProbeResult, Status
 from gpudoctor.probes import ProbeContext
 from nvml_fake import FakePynvml
 from prom_support import assert_exporter_report_fails

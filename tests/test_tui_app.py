@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from gpudoctor.model import ProbeResult, Status
+from gpudoctor.core.model import ProbeResult, Status
 from gpudoctor.probes import Probe
 from tui_support import (
     GPU_LOST, NO_NVML, NOT_SUPPORTED, NVML_GONE, STANDIN, make_test_app, open_processes, run_async,
@@ -204,7 +204,7 @@ async def test_doctor_shows_each_result_as_it_arrives():
         on_start(probes[1])
         gate.wait(300)  # the second probe "runs" until the test lets it finish
         on_result(ProbeResult("double_hot", summary="second result"))
-        from gpudoctor.model import Report
+        from gpudoctor.core.model import Report
 
         return Report()
 
@@ -228,7 +228,7 @@ async def test_doctor_shows_each_result_as_it_arrives():
 @run_async
 async def test_doctor_with_the_installed_probes_at_quick_level():
     """Whatever probes this build has (none yet on a bare core): the screen says what it ran."""
-    from gpudoctor import runner
+    from gpudoctor.report import runner
 
     installed = runner.select_probes(None, "quick")
     app = make_test_app(NO_NVML, doctor_level="quick")

@@ -96,8 +96,8 @@ async def test_a_wide_screen_puts_gpus_in_columns():
 def test_once_lines_fit_the_width_and_hold_every_gpu(width):
     from fake_node import node
     from gpudoctor.backends import NvmlBackend, NvmlGate
-    from gpudoctor.presentation import once_lines, process_rows
-    from gpudoctor.sampling import Sampler
+    from gpudoctor.sampling.presentation import once_lines, process_rows
+    from gpudoctor.sampling.sampler import Sampler
 
     snap = Sampler(NvmlBackend(NvmlGate(node(8))), fixed_host).read()
     rows, _ = process_rows(snap, lambda pid, p: {"user": "alice", "command": "python train.py " + "x" * 300})

@@ -1,6 +1,6 @@
 """The shipped demo recording (``gpudoctor --demo``) shows its processes: who runs what on each
 GPU, in the compact Overview and in ``--once``, not ``(not recorded)``: ``record`` keeps each
-process's command line beside NVML's readings (gpudoctor.recorder), and the demo was made with it."""
+process's command line beside NVML's readings (gpudoctor.sampling.recorder), and the demo was made with it."""
 
 from __future__ import annotations
 

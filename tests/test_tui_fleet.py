@@ -102,7 +102,7 @@ async def test_without_prometheus_n_does_nothing():
 
 
 def test_tui_refuses_a_bad_prometheus_url(capsys):
-    from gpudoctor import exitcodes
+    from gpudoctor.core import exitcodes
     from gpudoctor.cli import main
 
     assert main(["--prometheus", "not-a-url"]) == exitcodes.USAGE

@@ -51,7 +51,7 @@ def test_tui_process_never_imports_torch(tmp_path):
 
 def test_cli_parser_and_report_path_do_not_import_textual():
     assert modules_loaded("import gpudoctor.cli as c; c.build_parser(); import gpudoctor.commands.watch, "
-                          "gpudoctor.sampling, gpudoctor.presentation, gpudoctor.tui, gpudoctor.commands.tui, gpudoctor.tui.workload_runner",
+                          "gpudoctor.sampling.sampler, gpudoctor.sampling.presentation, gpudoctor.tui, gpudoctor.commands.tui, gpudoctor.tui.workload_runner",
                           ("textual", "torch", "pynvml")) == []
 
 

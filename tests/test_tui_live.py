@@ -8,12 +8,12 @@ import json
 import pytest
 
 from gpudoctor.backends import NA, ReplayBackend
-from gpudoctor.presentation import (
+from gpudoctor.sampling.presentation import (
     PROCESS_SORT_KEYS, fmt_rate_kbps, process_rows, recorded_process_info, sparkline, throttle_text, watch_line,
     watch_record,
 )
-from gpudoctor.sampling import History, device_fault
-from gpudoctor.sampling import Sampler as LiveSampler
+from gpudoctor.sampling.sampler import History, device_fault
+from gpudoctor.sampling.sampler import Sampler as LiveSampler
 from tui_support import GPU_LOST, NO_NVML, NOT_SUPPORTED, NVML_GONE, STANDIN, fixed_host
 
 

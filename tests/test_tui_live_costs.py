@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpudoctor.backends import NA, NvmlBackend, NvmlGate, ReplayBackend
-from gpudoctor.presentation import fmt_rate_kbps, watch_line
-from gpudoctor.sampling import Sampler as LiveSampler
+from gpudoctor.sampling.presentation import fmt_rate_kbps, watch_line
+from gpudoctor.sampling.sampler import Sampler as LiveSampler
 from nvml_fake import FakePynvml, util
 
 STANDIN = Path(__file__).parent / "data" / "handmade_two_gpu_training_standin.json"

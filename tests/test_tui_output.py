@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from rich.style import Style
 
-from gpudoctor.presentation import MAX_TEXT, plain_text
+from gpudoctor.sampling.presentation import MAX_TEXT, plain_text
 from tui_support import (NO_NVML, STANDIN, make_test_app, run_async, run_sweep_on_screen, screen_text, take_samples,
                          wait_for, workload_app)
 
@@ -85,7 +85,7 @@ def test_text_report_prints_no_escape_sequence_from_a_replayed_name(tmp_path):
 
 @run_async
 async def test_header_keeps_the_start_up_quick_doctor_verdict():
-    from gpudoctor.quick import quick_verdict
+    from gpudoctor.report.quick import quick_verdict
 
     verdict = quick_verdict(replay=str(NO_NVML))  # the verdict report --quick and the exporter give
     expected = (verdict.status.value, verdict.headline)

@@ -80,7 +80,7 @@ def assert_title_whole(app: Any, lines: list[str]) -> None:
 # --------------------------------------------------------------------------- overview
 def overview_values(app: Any) -> list[str]:
     """The value of every panel cell, as the model formats it."""
-    from gpudoctor.presentation import fmt_memory, fmt_num, fmt_power, fmt_rate_kbps, tiny_na
+    from gpudoctor.sampling.presentation import fmt_memory, fmt_num, fmt_power, fmt_rate_kbps, tiny_na
     from gpudoctor.backends.na import is_na
 
     def shown(text: str, raw: Any) -> str:
@@ -133,7 +133,7 @@ def test_overview_cells_are_whole(tmp_path, size, gpus):
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_xid_notice_shows_its_advice_to_the_last_word(tmp_path, size):
-    from gpudoctor import xid
+    from gpudoctor.core import xid
 
     lines, values = run_async(_overview)(recording(tmp_path, gpus=2, xid=True), size)
     _show("overview with an Xid", size, lines)
@@ -251,7 +251,7 @@ def test_fleet_table_is_whole(size):
 
 # --------------------------------------------------------------------------- doctor, workload, help
 def _doctor_runner(probes, spec, *, on_start, on_result):
-    from gpudoctor.model import Finding, ProbeResult, Report, Status
+    from gpudoctor.core.model import Finding, ProbeResult, Report, Status
 
     for probe in probes:
         on_start(probe)

@@ -34,8 +34,8 @@ async def test_a_start_screen_other_than_the_overview_is_built_first():
 
 # --------------------------------------------------------------------------- the forks' answers
 # `gpudoctor` takes its first reading and the quick report in forks while it imports Textual
-# (gpudoctor.tui.early, gpudoctor.quick). What the app does with their answers is tested here with
-# stand-ins of the fork (gpudoctor._fork.ForkedCall's methods); the forks themselves in
+# (gpudoctor.tui.early, gpudoctor.report.quick). What the app does with their answers is tested here with
+# stand-ins of the fork (gpudoctor.system._fork.ForkedCall's methods); the forks themselves in
 # tests/test_quick_start.py.
 class AnsweredFork:
     """A fork that has answered (``ready``), or answers only when read (``ready=False``)."""
@@ -60,8 +60,8 @@ def _pickled_reading() -> bytes:
     """A reading of the stand-in recording whose GPUs are named "forked GPU" (the same GPUs, told apart)."""
     import pickle
 
-    from gpudoctor.presentation import recorded_process_info
-    from gpudoctor.sampling import Sampler
+    from gpudoctor.sampling.presentation import recorded_process_info
+    from gpudoctor.sampling.sampler import Sampler
     from gpudoctor.tui.early import take_reading
 
     snap, rows, notes, published = take_reading(Sampler(replay_factory(STANDIN)(), fixed_host), recorded_process_info)
@@ -128,7 +128,7 @@ async def test_a_fork_that_gave_no_reading_costs_nothing_but_itself():
 async def test_a_quick_report_answered_by_the_mount_is_the_headers_verdict_from_the_first_frame():
     import json
 
-    from gpudoctor.model import Finding, ProbeResult, Report, Status
+    from gpudoctor.core.model import Finding, ProbeResult, Report, Status
 
     failed = Report(results=[ProbeResult(probe="devices", status=Status.FAIL, summary="no GPU",
                                          findings=[Finding(status=Status.FAIL, code="x", summary="CUDA cannot start")])])

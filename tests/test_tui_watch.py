@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from gpudoctor import exitcodes
+from gpudoctor.core import exitcodes
 from gpudoctor.cli import main
 from tui_support import GPU_LOST, NO_NVML, NOT_SUPPORTED, STANDIN
 
@@ -45,7 +45,7 @@ def test_verbose_lines_have_every_reading(capsys):
 
 
 def test_a_short_line_keeps_to_100_columns_at_its_widest():
-    from gpudoctor.presentation import WATCH_WIDTH, watch_line_short
+    from gpudoctor.sampling.presentation import WATCH_WIDTH, watch_line_short
 
     class Dev:  # the largest readings a line can hold: 141 GiB, 1000 W, four throttle reasons
         static = {"power_limit_w": 1000.0}

@@ -83,7 +83,7 @@ def test_cancel_terminates_the_child():
 def test_cancel_ends_what_the_child_started():
     """Before: cancel() terminated the child alone; the processes it had started (DataLoader
     workers) lived on after the TUI's Workload screen was left or the TUI quit."""
-    from gpudoctor import _proc
+    from gpudoctor.system import _proc
 
     proc = WorkloadProcess("tui_workload_double:tree_sweep")
     proc.start()

@@ -15,12 +15,12 @@ import json
 
 from nvml_fake import FakePynvml, nvml_error
 
-from gpudoctor import runner
+from gpudoctor.report import runner
 from gpudoctor.backends import NvmlBackend, NvmlGate, ReplayBackend
 from gpudoctor.backends.na import NA, is_na
-from gpudoctor.model import ProbeResult, Report, Status
+from gpudoctor.core.model import ProbeResult, Report, Status
 from gpudoctor.probes import ProbeContext
-from gpudoctor.render import render_text
+from gpudoctor.console.render import render_text
 
 NOT_SUPPORTED = nvml_error("NotSupported")
 NO_PERMISSION = nvml_error("NoPermission")
@@ -122,7 +122,7 @@ def test_impossible_values_in_a_recording_are_na_on_replay(data_dir, tmp_path):
 def test_integer_counters_stay_ints_in_the_health_findings():
     """A count is written from the int the driver gave: through a float (53 bits) 2**53 + 1 would
     print as ...992. (No ECC count is that large, so this drives the judgement directly.)"""
-    from gpudoctor.model import ProbeResult
+    from gpudoctor.core.model import ProbeResult
     from gpudoctor.probes.health import check_device
 
     big = 2**53 + 1

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import generate_latest
 
-from gpudoctor import _published
+from gpudoctor.system import _published
 from gpudoctor.backends import ReplayBackend
 from gpudoctor.exporter import GpudoctorCollector, GpuSampler, build_registry
 from gpudoctor.why.metrics import metric_names

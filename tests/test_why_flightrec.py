@@ -315,7 +315,7 @@ def test_a_dump_of_empty_containers_is_refused_at_a_count_not_grown_to_gigabytes
 def test_a_dump_of_tiny_values_is_refused_at_a_count(monkeypatch):
     """Two bytes of input make a value of up to 60 bytes: their number is bounded too
     (MAX_VALUES; here lowered so that the test stays small)."""
-    from gpudoctor import _plainpickle
+    from gpudoctor.system import _plainpickle
 
     monkeypatch.setattr(_plainpickle, "MAX_VALUES", 10_000)
     for one in (b"K\x01", b"\x8c\x02ab", b"h\x00", b"N2", b"N\x85"):

@@ -11,7 +11,7 @@ import jsonschema
 
 from gpudoctor.why import analysis, hang, rules
 from gpudoctor.why.stacks import parse_raw
-from gpudoctor.model import Finding, Status
+from gpudoctor.core.model import Finding, Status
 from gpudoctor.why.text import render_text
 
 SITE = "/venv/lib/python3.11/site-packages"

@@ -12,7 +12,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from gpudoctor import exitcodes
+from gpudoctor.core import exitcodes
 from gpudoctor.cli import main
 
 from _hang_targets import line_of, start_hung_job

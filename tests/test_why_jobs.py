@@ -21,7 +21,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from gpudoctor import exitcodes
+from gpudoctor.core import exitcodes
 from gpudoctor.cli import main
 from gpudoctor.why import analysis, rules, session
 from gpudoctor.why.stacks import parse_line, parse_raw

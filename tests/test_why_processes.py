@@ -14,7 +14,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from gpudoctor import exitcodes
+from gpudoctor.core import exitcodes
 from gpudoctor.cli import main
 
 from _why_targets import ASLEEP, HEAVY_MODEL, SLOW_DATASET, line_of, start, stop

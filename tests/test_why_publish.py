@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from gpudoctor import _published
+from gpudoctor.system import _published
 
 from _why_targets import MONITORED_LOOP
 

@@ -10,11 +10,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpudoctor import exitcodes
+from gpudoctor.core import exitcodes
 from gpudoctor.why import analysis, pyspy, rules
 from gpudoctor.why.stacks import MAX_FRAMES, Frame, parse_line, parse_raw
 from gpudoctor.why.wording import lines_of, words_of
-from gpudoctor.model import Finding, Status
+from gpudoctor.core.model import Finding, Status
 
 SITE = "/venv/lib/python3.11/site-packages"
 STDLIB = "/usr/lib/python3.11"

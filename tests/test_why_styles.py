@@ -20,7 +20,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from gpudoctor import exitcodes
+from gpudoctor.core import exitcodes
 from gpudoctor.cli import main
 from gpudoctor.why import rules, session
 from gpudoctor.why.stacks import Stack, parse_line

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from gpudoctor import _published
+from gpudoctor.system import _published
 from tui_support import STANDIN, make_test_app, open_processes, run_async, screen_text, wait_for
 
 from _why_targets import ASLEEP, start, stop
@@ -47,7 +47,7 @@ async def test_a_publishing_process_shows_its_diagnosis():
 @run_async
 async def test_the_y_key_runs_why_on_the_selected_process_without_blocking(tmp_path):
     pytest.importorskip("torch")
-    from gpudoctor.errors import GpudoctorError
+    from gpudoctor.core.errors import GpudoctorError
     from gpudoctor.why.pyspy import find_py_spy
 
     try:
@@ -102,7 +102,7 @@ async def test_the_y_key_on_a_sleeping_gpu_holder_whose_source_cannot_be_read_sa
     GPU (the NVML stand-in lists it) said "CPU-bound ... computing on the CPU" beside its own
     "(CPU 0%)". The live path: `why` asks NVML which GPU the process holds."""
     from gpudoctor import backends
-    from gpudoctor.errors import GpudoctorError
+    from gpudoctor.core.errors import GpudoctorError
     from gpudoctor.why.pyspy import find_py_spy
 
     from test_why_rules import StandInNvml

@@ -1,4 +1,4 @@
-"""Each finding code's words live in one wording table: gpudoctor/findings.py's WORDING, or a table
+"""Each finding code's words live in one wording table: gpudoctor/core/findings.py's WORDING, or a table
 registered in its index (findings._TABLES: the probes' own, probes/_wording.py).
 
 The guard scans the probes and the core modules that build findings for a finding whose summary,
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor import findings
-from gpudoctor.findings import Wording
-from gpudoctor.model import ProbeResult, Status
+from gpudoctor.core import findings
+from gpudoctor.core.findings import Wording
+from gpudoctor.core.model import ProbeResult, Status
 from gpudoctor.probes import _wording
 from gpudoctor.probes.distributed import assemble
 
@@ -291,7 +291,8 @@ def test_the_sweeps_advice_is_registered_in_the_index():
 
 
 def test_rewording_the_words_beside_findings_changes_what_is_said(monkeypatch):
-    from gpudoctor import presentation, xid
+    from gpudoctor.sampling.sampler import presentation
+    from gpudoctor.core import xid
     from gpudoctor.backends import cuda_driver
     from gpudoctor.hooks import summary
     from gpudoctor.probes import environment

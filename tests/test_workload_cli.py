@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from fresh_interpreter import modules_loaded
 
-from gpudoctor import exitcodes
+from gpudoctor.core import exitcodes
 from gpudoctor.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -187,7 +187,7 @@ def test_probe_skips_without_cuda():
 
 def test_probe_measurement_without_a_reference_figure():
     """The probe's body on the CPU: the figure is reported, with no comparison invented."""
-    from gpudoctor.model import ProbeResult
+    from gpudoctor.core.model import ProbeResult
     from gpudoctor.probes import workload
 
     assert workload.EXPECTED_SAMPLES_PER_S == {} or all(
@@ -205,7 +205,7 @@ def test_probe_measurement_without_a_reference_figure():
     json.dumps(result.to_dict(), allow_nan=False)
     if SCHEMA.exists():
         jsonschema = pytest.importorskip("jsonschema")
-        from gpudoctor.model import Report
+        from gpudoctor.core.model import Report
 
         jsonschema.validate(Report(results=[result]).to_dict(), json.loads(SCHEMA.read_text()))
 

@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gpudoctor.errors import UsageError  # noqa: E402
+from gpudoctor.core.errors import UsageError  # noqa: E402
 from gpudoctor.workload.config import RunConfig  # noqa: E402
 from gpudoctor.workload.data import (IDX_FILES, WorkloadDataError, load_data, load_mnist,  # noqa: E402
                                      synthetic_mnist)

@@ -7,11 +7,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gpudoctor.errors import UsageError  # noqa: E402
+from gpudoctor.core.errors import UsageError  # noqa: E402
 from gpudoctor.workload import recommend as rec  # noqa: E402
 from gpudoctor.workload.config import RunConfig, SweepConfig, cpu_count  # noqa: E402
 from gpudoctor.workload.data import synthetic_mnist  # noqa: E402
-from gpudoctor.stats import percentile  # noqa: E402
+from gpudoctor.core.stats import percentile  # noqa: E402
 from gpudoctor.workload.run import RunResult, run_one  # noqa: E402
 from gpudoctor.workload.sweep import SweepResult, run_sweep, sorted_runs  # noqa: E402
 from nvml_fake import FakePynvml, nvml_error, util  # noqa: E402

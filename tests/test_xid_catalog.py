@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor import xid
+from gpudoctor.core import xid
 
 DATA = Path(__file__).parent / "data" / "nvidia_xid_catalog" / "rows.json"
 CATALOG = json.loads(DATA.read_text(encoding="utf-8"))

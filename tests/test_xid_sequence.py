@@ -1,4 +1,4 @@
-"""Xids judged as a sequence, not by the last value: gpudoctor.xid.judge_sequence and gauge_steps, and
+"""Xids judged as a sequence, not by the last value: gpudoctor.core.xid.judge_sequence and gauge_steps, and
 fleet over dcgm-exporter's last-Xid gauge with its history in the look-back window (a range
 selector, one query, only where the gauge shows an Xid).
 
@@ -13,7 +13,8 @@ import urllib.parse
 
 import pytest
 
-from gpudoctor import fleet, xid
+from gpudoctor import fleet
+from gpudoctor.core import xid
 
 NOW = 1_800_000_000.0
 LABELS = {"instance": "n1:9400", "job": "dcgm", "gpu": "0", "UUID": "GPU-x", "modelName": "NVIDIA H100 80GB HBM3"}
@@ -178,7 +179,7 @@ def test_xid_31_on_every_gpu_fails_the_quick_standard_and_full_reports(tmp_path)
     import subprocess
     import sys
 
-    from gpudoctor import exitcodes
+    from gpudoctor.core import exitcodes
 
     path = _every_gpu_recording(tmp_path)
     for level in ("--quick", "", "--full"):

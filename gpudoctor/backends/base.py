@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar, Protocol, TypedDict, Union, runtime_checkable
 
-from gpudoctor._record import field, fields, record
+from gpudoctor.core._record import field, fields, record
 from .na import NA
 
 #: A number the driver gave, or why it gave none.
@@ -156,7 +156,7 @@ class MigDeviceReading(Reading):
     uuid: Union[str, NA]
     name: Union[str, NA]
     profile: Union[str, NA]
-    # The readings: the catalogue's MIG_READINGS, written out by python -m gpudoctor.regenerate.
+    # The readings: the catalogue's MIG_READINGS, written out by python -m gpudoctor.tools.regenerate.
     # mig-reading:begin
     sm_count: IntOrNA
     memory_size_bytes: IntOrNA
@@ -189,7 +189,7 @@ class GpuSample(TypedDict, total=False):
 
     Keyed by the readings of gpudoctor.backends.catalogue, where each is defined (and from which
     the recording schema is made); its fields are written out here for type checkers by
-    ``python -m gpudoctor.regenerate`` (tests/test_catalogue.py fails while they are not current).
+    ``python -m gpudoctor.tools.regenerate`` (tests/test_catalogue.py fails while they are not current).
     A recording may hold any subset; an absent key reads as NA.
     """
 

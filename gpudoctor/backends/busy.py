@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from gpudoctor import findings
-from gpudoctor._num import number
-from gpudoctor.model import Finding
+from gpudoctor.core import findings
+from gpudoctor.core._num import number
+from gpudoctor.core.model import Finding
 
 from .na import NA
 
@@ -54,11 +54,11 @@ LOW_POWER_SHARE = 0.4
 _WARMING = {"Warming"}
 
 
-#: The verdict is a :class:`~gpudoctor.model.Finding`: ``code`` (one of :data:`CODES`), ``summary``
+#: The verdict is a :class:`~gpudoctor.core.model.Finding`: ``code`` (one of :data:`CODES`), ``summary``
 #: (the whole sentence with its numbers), ``fix`` (what to try; "" when nothing), and in
 #: ``evidence`` its ``headline`` (a few words for a log line), its ``basis`` ("gpm": SM activity read;
 #: "utilisation": idle by utilisation alone, which bounds activity from above; "power": only the
-#: weaker evidence; "none") and the readings it was judged on. Its words are gpudoctor.findings'
+#: weaker evidence; "none") and the readings it was judged on. Its words are gpudoctor.core.findings'
 #: ``work:<code>`` entries.
 Verdict = Finding
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, TypeVar
 
-from gpudoctor._record import record
+from gpudoctor.core._record import record
 
 # --------------------------------------------------------------------------- plausible ranges
 # The wide bounds of what a reading can possibly be (gpudoctor.backends.plausible applies them):
@@ -134,7 +134,7 @@ class Reading:
     #: Kept in the sampler's history (the TUI's sparklines), under ``key``.
     history: bool = False
     #: The history series the TUI cell draws, when not the reading's own: "memory_used_pct" is
-    #: the share of memory in use, a series the sampler derives (gpudoctor.sampling).
+    #: the share of memory in use, a series the sampler derives (gpudoctor.sampling.sampler).
     spark: str = ""
     #: The TUI cell's label (at most six characters) and its place among the panel's cells
     #: (0: no cell).
@@ -159,7 +159,7 @@ class Reading:
     short_drop: int = 0
     #: Its place in ``watch --json`` records (0: not there).
     watch: int = 0
-    #: How people see it (gpudoctor.presentation): "" a number and its unit; "memory" used/total;
+    #: How people see it (gpudoctor.sampling.presentation): "" a number and its unit; "memory" used/total;
     #: "power" draw/limit; "rate" a throughput in binary units; "throttle" the reasons' names.
     fmt: str = ""
     #: Kept by the training hooks' sampler for their diagnosis.

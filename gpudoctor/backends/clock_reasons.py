@@ -8,10 +8,10 @@ backend imports these names from here; they are the same objects there.
 
 from __future__ import annotations
 
-from gpudoctor.findings import CLOCK_EVENTS
+from gpudoctor.core.findings import CLOCK_EVENTS
 
 # Clock-event ("throttle") reason bits, from nvml.h (nvmlClocksEventReason*), with their words
-# (kept once, in gpudoctor.findings.CLOCK_EVENTS).
+# (kept once, in gpudoctor.core.findings.CLOCK_EVENTS).
 _REASON_BITS = {0x1: "gpu_idle", 0x2: "applications_clocks", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
                 0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake",
                 0x100: "display_clock"}

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import re
 
-from gpudoctor.findings import STARTED_ANYWAY, finding
-from gpudoctor.model import Finding
+from gpudoctor.core.findings import STARTED_ANYWAY, finding
+from gpudoctor.core.model import Finding
 
 MIN_DRIVER_FOR_CUDA_MAJOR = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
 # A PyTorch wheel index per CUDA major version (download.pytorch.org/whl/<tag>).

@@ -30,10 +30,11 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from gpudoctor import _cpuwait, findings
-from gpudoctor._record import record
+from gpudoctor.system import _cpuwait
+from gpudoctor.core import findings
+from gpudoctor.core._record import record
 from gpudoctor.backends.na import NA, is_na
-from gpudoctor.model import Finding
+from gpudoctor.core.model import Finding
 
 if TYPE_CHECKING:
     from .stack import Container
@@ -169,7 +170,7 @@ def begin_cuda_start(timeout_s: float = TIMEOUT_S) -> PendingCudaStart:
     has one thread (no interpreter to start), else starts ``sys.executable``."""
     if not sys.platform.startswith("linux"):
         return Answered(NA("NotLinux"))
-    from gpudoctor._fork import one_thread
+    from gpudoctor.system._fork import one_thread
 
     return _Forked(timeout_s) if one_thread() else _Spawned(timeout_s)
 
@@ -195,11 +196,11 @@ class Answered(PendingCudaStart):
 
 
 class _Forked(PendingCudaStart):
-    """The child is a fork of this (one-thread) process (gpudoctor._fork): it asks libcuda and
+    """The child is a fork of this (one-thread) process (gpudoctor.system._fork): it asks libcuda and
     writes one JSON line."""
 
     def __init__(self, timeout_s: float) -> None:
-        from gpudoctor._fork import ForkedCall
+        from gpudoctor.system._fork import ForkedCall
 
         self.limit_s = timeout_s
         self.value: CudaStart | NA | None = None
@@ -229,12 +230,12 @@ class _Spawned(PendingCudaStart):
     def __init__(self, timeout_s: float) -> None:
         import subprocess
 
-        from gpudoctor import _proc
+        from gpudoctor.system import _proc
 
         self.began = time.monotonic()
         self.limit_s = timeout_s
         self.value: CudaStart | NA | None = None
-        try:  # its own process group, registered so an exit ends it with its tree (gpudoctor._proc)
+        try:  # its own process group, registered so an exit ends it with its tree (gpudoctor.system._proc)
             with _proc.starting():
                 self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(
                     [sys.executable, "-c", _CHILD], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
@@ -267,7 +268,7 @@ class _Spawned(PendingCudaStart):
             else:
                 self.value = (parse_answer(out[:MAX_OUTPUT_BYTES].decode("utf-8", "replace"), self.began)
                               if self.proc.returncode == 0 else NA("ChildFailed"))
-                from gpudoctor import _proc
+                from gpudoctor.system import _proc
 
                 _proc.untrack(self.proc.pid)
             self.proc = None
@@ -276,7 +277,7 @@ class _Spawned(PendingCudaStart):
 
     def cancel(self) -> None:
         if self.proc is not None:
-            from gpudoctor import _proc
+            from gpudoctor.system import _proc
 
             _proc.stop_popen(self.proc, grace_s=0.5)  # its group and tree; reaped, untracked
             self.proc = None
@@ -286,7 +287,7 @@ class _Spawned(PendingCudaStart):
 SYSTEM_NOT_READY = 802
 
 # CUresult codes cuInit answers with on real machines, each with its usual cause and fix: worded in
-# gpudoctor.findings.CUDA_START_CAUSES. Any other code gets the generic fix below.
+# gpudoctor.core.findings.CUDA_START_CAUSES. Any other code gets the generic fix below.
 _CAUSES = findings.CUDA_START_CAUSES
 _GENERIC_FIX = findings.CUDA_START_GENERIC_FIX
 
@@ -332,7 +333,7 @@ def cuda_start_findings(start: CudaStart | NA | None, visible: int, fabric: str 
     CUDA_VISIBLE_DEVICES). Shared by the quick and the full report; nothing when there is no
     GPU to start or the fact is unknown (not Linux, a recording without it). ``fabric``: what NVML
     says of the GPUs' NVLink fabric registration when it is unfinished
-    (gpudoctor.findings.fabric_not_completed): for error 802 that is the cause, named as such. ``box``:
+    (gpudoctor.core.findings.fabric_not_completed): for error 802 that is the cause, named as such. ``box``:
     the container this runs in (gpudoctor.backends.stack), whose driver capabilities explain a missing
     libcuda."""
     if start is None or visible <= 0:

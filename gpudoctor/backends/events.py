@@ -19,7 +19,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
 
-from gpudoctor._record import field, record
+from gpudoctor.core._record import field, record
 from .na import NA, is_na
 
 if TYPE_CHECKING:
@@ -188,14 +188,14 @@ class EventWatcher:
 
     def _read_kernel_log(self) -> None:
         if self._kernel_log is None:
-            from gpudoctor.kernel_log import read_kernel_log
+            from gpudoctor.core.kernel_log import read_kernel_log
 
             log = read_kernel_log()
         else:
             log = self._kernel_log()
         self.kernel_log_readable, self.kernel_log_reason = log.readable, log.reason
         by_bus = {bus.lower(): index for index, bus in self.bus_ids.items() if bus}
-        from gpudoctor.kernel_log import with_named_causes
+        from gpudoctor.core.kernel_log import with_named_causes
 
         with self._lock:
             for entry in with_named_causes(log.xids):
@@ -358,7 +358,7 @@ class ReplayEvents:
 
 
 # Events that are critical whatever their code: an uncorrectable ECC error, and a page retirement
-# (or row remap) the GPU could not record. A critical Xid is one gpudoctor.xid marks critical.
+# (or row remap) the GPU could not record. A critical Xid is one gpudoctor.core.xid marks critical.
 CRITICAL_KINDS = ("ecc_double_bit", "memory_retirement_failure")
 
 
@@ -371,14 +371,14 @@ def critical_events(state: DeviceEvents) -> list[GpuEvent]:
 
 
 def _critical_xid(code: int | None) -> bool:
-    from gpudoctor import xid  # the catalogue's tables, only when there is an Xid to judge
+    from gpudoctor.core import xid  # the catalogue's tables, only when there is an Xid to judge
 
     return xid.explain(int(code or 0)).severity == "critical"
 
 
 def describe_event(index: int, event: GpuEvent) -> str:
     """'GPU 0: Xid 79 (GPU has fallen off the bus: ...)', one line of our own words."""
-    from gpudoctor import xid
+    from gpudoctor.core import xid
 
     if event.kind == "xid":
         return f"GPU {index}: Xid {event.code} ({xid.explain(int(event.code or 0)).words})"

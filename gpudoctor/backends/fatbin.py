@@ -12,7 +12,7 @@ Only headers are read, with positioned reads (``os.pread``): the ELF header, the
 table, the section-name table and each container's and entry's header, never the code itself, so
 a 500 MB library costs a few thousand small reads. Every size is checked against the section and
 the file before it is used; anything malformed is an answer, ``could not read: <reason>``, never an
-exception or an unbounded read. Files are opened with :func:`gpudoctor.fileio.open_regular` (a FIFO
+exception or an unbounded read. Files are opened with :func:`gpudoctor.system.fileio.open_regular` (a FIFO
 or a device named ``x.so`` is refused, not read).
 
 The layout relied on (all little-endian):
@@ -53,7 +53,7 @@ import struct
 import time
 from typing import Callable, Iterator
 
-from gpudoctor.fileio import open_regular
+from gpudoctor.system.fileio import open_regular
 
 FATBIN_MAGIC = 0xBA55ED50
 FATBIN_SECTIONS = (".nv_fatbin", "__nv_relfatbin")

@@ -21,8 +21,8 @@ import weakref
 from types import TracebackType
 from typing import Any, Callable, ClassVar, NewType, Protocol, Union, cast
 
-from gpudoctor._num import is_number
-from gpudoctor._record import replace
+from gpudoctor.core._num import is_number
+from gpudoctor.core._record import replace
 
 from . import catalogue
 from .base import (P2P_KEYS, GpuSample, MemoryReading, MigDeviceReading, NvLinkReading, ProcessReading,

@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import re
 
-from gpudoctor._record import field, record
+from gpudoctor.core._record import field, record
 
 #: The file system root the live probe reads (benchmarks/fake_nvml points it at a laid-out tree).
 ROOT = "/"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from gpudoctor._num import number
+from gpudoctor.core._num import number
 
 from .catalogue import plausible_ranges
 from .na import NA

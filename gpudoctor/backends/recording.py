@@ -5,14 +5,14 @@ input. :func:`load_recording`
 
 1. reads at most :data:`MAX_RECORDING_BYTES` (a link to ``/dev/zero`` or a FIFO is cut
    off there; ``stat`` is never trusted), bounds the nesting depth and the number of
-   objects and arrays before decoding (:mod:`gpudoctor.safejson`);
+   objects and arrays before decoding (:mod:`gpudoctor.system.safejson`);
 2. checks the whole document against :data:`SCHEMA`, published as
    ``docs/recording.schema.json`` (JSON Schema draft 2020-12): every field the replay
    backend serves has its type, every count and list its bound (devices, samples,
    processes, string lengths). The check is done by the small validator below, which
    knows the few keywords the schema uses; ``jsonschema`` (a development dependency) is
    not needed at run time, and a test proves the two agree;
-3. makes every string plain (:func:`gpudoctor._text.plain_text`: escape sequences, control
+3. makes every string plain (:func:`gpudoctor.core._text.plain_text`: escape sequences, control
    and bidi characters become visible marks), so no front end can be handed a string from
    a recording that retitles the terminal or moves its cursor;
 4. decodes ``{"__na__": reason}`` into :class:`~gpudoctor.backends.na.NA` values.
@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pathlib import Path
 
-from gpudoctor._num import is_number
-from gpudoctor._text import plain_strings as _plain_strings
-from gpudoctor.safejson import MiB, JsonFileError, read_json_file
+from gpudoctor.core._num import is_number
+from gpudoctor.core._text import plain_strings as _plain_strings
+from gpudoctor.system.safejson import MiB, JsonFileError, read_json_file
 
 RECORDING_FORMAT = "gpudoctor-recording"
 RECORDING_FORMAT_VERSION = 1

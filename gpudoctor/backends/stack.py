@@ -29,9 +29,9 @@ import re
 import struct
 from typing import Mapping
 
-from gpudoctor._record import field, record
+from gpudoctor.core._record import field, record
 
-from gpudoctor._text import plain_text
+from gpudoctor.core._text import plain_text
 
 from .na import NA
 

@@ -19,7 +19,7 @@ import os
 import sys
 from typing import Any
 
-from gpudoctor import fileio
+from gpudoctor.system import fileio
 
 # Interpreters older than this cannot load gpudoctor's probes (pyproject's requires-python).
 MIN_PYTHON = (3, 10)
@@ -212,7 +212,7 @@ def inspect_interpreter(python: str) -> TorchBuild:
         raise InterpreterError(f"--python {python}: no such file")
     if not os.access(path, os.X_OK):
         raise InterpreterError(f"--python {python}: not executable")
-    from gpudoctor import _proc
+    from gpudoctor.system import _proc
 
     try:  # its own group, ended with its tree; output kept up to INSPECT_MAX_OUTPUT (a site hook may print)
         returncode, stdout, _ = _proc.run_bounded([path, "-c", _INSPECT_SCRIPT], timeout_s=INSPECT_TIMEOUT_S,

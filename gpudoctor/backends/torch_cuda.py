@@ -14,7 +14,7 @@ import warnings
 from types import ModuleType
 from typing import Any, Callable
 
-from gpudoctor.errors import message_line as _first_line
+from gpudoctor.core.errors import message_line as _first_line
 
 from .na import NA
 

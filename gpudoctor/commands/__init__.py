@@ -1,7 +1,7 @@
 """The command layer: one module per ``gpudoctor`` command.
 
 Each command module defines ``register(subparsers)``, which adds its parser and sets
-``handler=run``, and ``run(args) -> int`` (an exit code from :mod:`gpudoctor.exitcodes`).
+``handler=run``, and ``run(args) -> int`` (an exit code from :mod:`gpudoctor.core.exitcodes`).
 A command drives libraries (runner, recorder, exporter, workload, live, tui.app, render)
 and never imports another command; what commands share lives here in two modules that
 are not commands: :mod:`~gpudoctor.commands.args` (argument types) and

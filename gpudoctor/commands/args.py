@@ -11,8 +11,8 @@ import math
 import os
 from typing import TYPE_CHECKING, Any, Callable, Union
 
-from gpudoctor._text import plain_text
-from gpudoctor.errors import UsageError
+from gpudoctor.core._text import plain_text
+from gpudoctor.core.errors import UsageError
 
 if TYPE_CHECKING:
     from gpudoctor.backends.base import GpuBackend
@@ -116,7 +116,7 @@ def listen_host(text: str) -> str:
 def add_command(subparsers: Subcommands, name: str, run: Callable[[argparse.Namespace], int], *, help: str,
                 description: str, usage: str | None = None) -> argparse.ArgumentParser:
     """The parser of command ``name``; ``run(args)`` is called with what it parsed and returns the
-    exit code (:mod:`gpudoctor.exitcodes`)."""
+    exit code (:mod:`gpudoctor.core.exitcodes`)."""
     parser = subparsers.add_parser(name, help=help, description=description, usage=usage)
     parser.set_defaults(handler=run)
     return parser

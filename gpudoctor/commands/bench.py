@@ -13,10 +13,11 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from gpudoctor import exitcodes, signals
+from gpudoctor.core import exitcodes
+from gpudoctor.system import signals
 from gpudoctor.commands.args import add_command, add_json, add_output, check_writable, output_path
 from gpudoctor.commands.output import Progress, deliver, say
-from gpudoctor.errors import UsageError
+from gpudoctor.core.errors import UsageError
 from gpudoctor.workload.config import (DEFAULT_BATCH_SIZES, DEFAULT_WORKERS, DEVICES, MODES,
                                        QUICK_BATCH_SIZES, QUICK_WORKERS, SweepConfig,
                                        parse_choice_list, parse_int_list)

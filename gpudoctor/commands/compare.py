@@ -14,7 +14,7 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
-from gpudoctor import exitcodes
+from gpudoctor.core import exitcodes
 from gpudoctor.commands.args import add_command, add_fail_on, add_json
 
 #: The command's words in `gpudoctor --help` and `gpudoctor compare --help`.
@@ -24,9 +24,9 @@ DESCRIPTION = ("Compare bandwidth, TFLOP/s, CUDA context size, workload throughp
                "(or the median of a directory of them). Exit codes: 0 within tolerance, 3 warn, 4 fail, 2 usage.")
 
 if TYPE_CHECKING:
-    from gpudoctor.baseline import Baseline
+    from gpudoctor.report.baseline import Baseline
     from gpudoctor.commands.args import Subcommands
-    from gpudoctor.model import ProbeResult
+    from gpudoctor.core.model import ProbeResult
 
 
 def register(subparsers: Subcommands) -> None:
@@ -39,8 +39,9 @@ def register(subparsers: Subcommands) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpudoctor import _version, baseline
-    from gpudoctor.model import Report
+    from gpudoctor import _version
+    from gpudoctor.report import baseline
+    from gpudoctor.core.model import Report
 
     try:
         base = baseline.load_baseline(args.baseline)

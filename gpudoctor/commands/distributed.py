@@ -67,7 +67,7 @@ def register(subparsers: Subcommands) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpudoctor import runner
+    from gpudoctor.report import runner
 
     rank = torchrun_rank()
     if rank is None or rank == 0:

@@ -13,11 +13,12 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from gpudoctor import exitcodes, signals
+from gpudoctor.core import exitcodes
+from gpudoctor.system import signals
 from gpudoctor.commands.args import (add_command, add_replay, bounded, listen_host, open_backend, seconds,
                                      seconds_or_zero)
-from gpudoctor.errors import UsageError
-from gpudoctor.presentation import plain_text
+from gpudoctor.core.errors import UsageError
+from gpudoctor.sampling.presentation import plain_text
 from gpudoctor.exporter import (DEFAULT_INTERVAL_S, DEFAULT_PORT, DEFAULT_REPORT_INTERVAL_S, LOOPBACK,
                                 GpudoctorCollector, GpuSampler, ReportStatus, build_registry, quick_report_producer,
                                 serve_metrics, stop_sampler_then_close)

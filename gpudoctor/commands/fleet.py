@@ -1,6 +1,6 @@
 """``gpudoctor fleet --prometheus URL``: every node's GPUs from Prometheus, worst first.
 
-Exit codes (gpudoctor/exitcodes.py): 0 every GPU passes; 3 warnings (with --fail-on warn,
+Exit codes (gpudoctor/core/exitcodes.py): 0 every GPU passes; 3 warnings (with --fail-on warn,
 the default); 4 at least one GPU fails; 5 no failure, but a target stopped answering or its
 readings are stale (its health is unknown); 2 bad arguments or a query Prometheus refused;
 6 Prometheus holds no GPU series for the selection; 8 Prometheus could not be reached.

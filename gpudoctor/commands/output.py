@@ -14,13 +14,14 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, TextIO
 
-from gpudoctor import exitcodes, fileio, signals
-from gpudoctor.errors import WriteFailedError
+from gpudoctor.core import exitcodes
+from gpudoctor.system import fileio, signals
+from gpudoctor.core.errors import WriteFailedError
 
 if TYPE_CHECKING:
     import argparse
 
-    from gpudoctor.model import Report
+    from gpudoctor.core.model import Report
 
 Writer = Callable[[str], Any]  # writes one output file at the path it is given
 
@@ -215,7 +216,7 @@ def emit_report(report: Report, args: argparse.Namespace, *, title: str = "gpudo
         if args.json:
             out.write(text)
             return
-        from gpudoctor.render import render_text, report_to_markdown  # the text report's imports: not for --json
+        from gpudoctor.console.render import render_text, report_to_markdown  # the text report's imports: not for --json
 
         if getattr(args, "format", "text") == "markdown":
             out.write(report_to_markdown(report, anonymize=args.anonymize is not False))

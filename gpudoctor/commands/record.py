@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from gpudoctor import exitcodes
+from gpudoctor.core import exitcodes
 from gpudoctor.commands.args import add_command, add_output, check_writable, seconds
 from gpudoctor.commands.output import say
 
@@ -33,7 +33,7 @@ def register(subparsers: Subcommands) -> None:
 
 def no_gpu_reason(gpu: GpuBackend) -> str | None:
     """Why there is nothing to record (one sentence), or None when NVML sees a GPU."""
-    from gpudoctor.presentation import no_gpu_words
+    from gpudoctor.sampling.presentation import no_gpu_words
 
     status = gpu.status()
     if status is not None:
@@ -47,13 +47,13 @@ def no_gpu_reason(gpu: GpuBackend) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     from gpudoctor.backends import NvmlBackend
-    from gpudoctor.errors import first_line
-    from gpudoctor.recorder import record_parts
+    from gpudoctor.core.errors import first_line
+    from gpudoctor.sampling.recorder import record_parts
 
     check_writable(args.output)
     gpu = NvmlBackend()
     try:
-        from gpudoctor.sampling import bounded_call
+        from gpudoctor.sampling.sampler import bounded_call
 
         reason = bounded_call(lambda: no_gpu_reason(gpu))  # NVML calls, which may hang
         if reason is not None:

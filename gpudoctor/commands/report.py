@@ -6,20 +6,20 @@ import argparse
 import os
 from typing import TYPE_CHECKING, Any
 
-from gpudoctor import exitcodes
+from gpudoctor.core import exitcodes
 from gpudoctor.commands.args import (add_command, add_fail_on, add_json, add_output, add_replay, bounded, check_recording,
                                      check_writable)
 from gpudoctor.commands.output import Progress, emit_report
-from gpudoctor.errors import DeviceSelectionError, UsageError
+from gpudoctor.core.errors import DeviceSelectionError, UsageError
 
 #: The command's words in `gpudoctor --help` and `gpudoctor report --help`.
 HELP = "check this machine's GPU stack (text or --json)"
 DESCRIPTION = "Check the GPU stack probe by probe and give a verdict."
 
 if TYPE_CHECKING:
-    from gpudoctor.baseline import Baseline
+    from gpudoctor.report.baseline import Baseline
     from gpudoctor.commands.args import Subcommands
-    from gpudoctor.model import Report
+    from gpudoctor.core.model import Report
 
 device_index = bounded(int, minimum=0, what="a device index (use 0, 1, ...)",
                        below_message="device index must be >= 0, got {text}")
@@ -86,7 +86,7 @@ def check_device(device: int | None, replay: str | None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpudoctor import runner
+    from gpudoctor.report import runner
 
     if args.json and args.format not in (None, "json"):
         raise UsageError(f"--json is --format json; it cannot be combined with --format {args.format}")
@@ -130,7 +130,7 @@ def load_baseline(path: str | None) -> Baseline | None:
     """The baseline, read before anything runs: a bad one is one line and exit 2, not a lost run."""
     if path is None:
         return None
-    from gpudoctor import baseline
+    from gpudoctor.report import baseline
 
     try:
         return baseline.load_baseline(path)
@@ -145,8 +145,8 @@ def add_baseline_result(report: Report, base: Baseline, *, force: bool) -> None:
     is a usage error, like in ``compare``; the report itself is not lost: it is emitted with a
     ``baseline`` result in error saying why.
     """
-    from gpudoctor import baseline
-    from gpudoctor.model import ProbeResult
+    from gpudoctor.report import baseline
+    from gpudoctor.core.model import ProbeResult
 
     try:
         result = baseline.compare(base, report.to_dict(), force=force)

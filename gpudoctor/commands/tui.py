@@ -11,10 +11,10 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from gpudoctor import exitcodes
+from gpudoctor.core import exitcodes
 from gpudoctor.commands.args import add_command, add_refresh_interval, add_replay, check_recording
 from gpudoctor.commands.output import is_terminal
-from gpudoctor.errors import UsageError
+from gpudoctor.core.errors import UsageError
 
 #: The command's words in `gpudoctor --help` and `gpudoctor tui --help`.
 HELP = "the live monitor (what `gpudoctor` with no arguments opens)"
@@ -86,7 +86,7 @@ def _once(args: argparse.Namespace) -> int:
     import shutil
 
     from gpudoctor.commands.args import open_backend
-    from gpudoctor.quick import once_lines
+    from gpudoctor.report.quick import once_lines
 
     gpu = open_backend(args.replay)
     try:

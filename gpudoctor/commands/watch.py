@@ -1,6 +1,6 @@
 """``gpudoctor watch``: one line per GPU per interval, for logs (JSON lines with --json).
 
-Exit codes (gpudoctor/exitcodes.py): 0 after COUNT intervals; 2 bad arguments or
+Exit codes (gpudoctor/core/exitcodes.py): 0 after COUNT intervals; 2 bad arguments or
 recording; 6 no usable GPU (NVML missing or no device: said on stderr, and as one JSON
 line ``{"error": "no_gpu", ...}`` on stdout with --json); 7 stdout cannot be written;
 130 stopped by Ctrl-C, which is the usual way to end an unbounded watch. A GPU that fails
@@ -14,7 +14,7 @@ import itertools
 import json
 from typing import TYPE_CHECKING
 
-from gpudoctor import exitcodes
+from gpudoctor.core import exitcodes
 from gpudoctor.commands.args import add_command, add_json, add_refresh_interval, add_replay, bounded, open_backend
 from gpudoctor.commands.output import say, write_stdout_line
 
@@ -48,13 +48,13 @@ def register(subparsers: Subcommands) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpudoctor.presentation import mig_lines, mig_records, no_gpu_words, plain_text, watch_line, watch_record
-    from gpudoctor.sampling import Sampler, recorded_snapshot
+    from gpudoctor.sampling.presentation import mig_lines, mig_records, no_gpu_words, plain_text, watch_line, watch_record
+    from gpudoctor.sampling.sampler import Sampler, recorded_snapshot
 
     gpu = open_backend(args.replay, loop=False)
     sampler = Sampler(gpu, host_sampler=None, with_processes=False, interval_s=args.interval)
     from gpudoctor.backends.events import critical_events, open_event_watcher
-    from gpudoctor.sampling import bounded_call
+    from gpudoctor.sampling.sampler import bounded_call
 
     events = bounded_call(lambda: open_event_watcher(gpu))  # it counts the GPUs: NVML calls
     try:
@@ -98,7 +98,7 @@ def _new_events(events: EventWatcher | ReplayEvents, index: int, seen: dict[int,
     """An EVENT line for each critical event (Xid, ECC) the GPU reported since the last interval.
 
     Kernel-log Xids from before the watch began come once, on the first interval."""
-    from gpudoctor.presentation import event_line, event_record
+    from gpudoctor.sampling.presentation import event_line, event_record
 
     state = events.snapshot(index)
     happened = sorted(state.logged_xids + state.recent, key=lambda e: e.time)

@@ -20,10 +20,11 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, TextIO
 
-from gpudoctor import exitcodes, signals
+from gpudoctor.core import exitcodes
+from gpudoctor.system import signals
 from gpudoctor.commands.args import add_command, add_json_document, bounded, check_writable, process_id
 from gpudoctor.commands.output import deliver, is_terminal, say
-from gpudoctor.errors import UsageError
+from gpudoctor.core.errors import UsageError
 
 #: The command's words in `gpudoctor --help` and `gpudoctor why --help`.
 HELP = "why a running training process's GPU is not busy (no code change)"
@@ -87,7 +88,7 @@ def _target(args: argparse.Namespace) -> tuple[int | None, list[str] | None]:
 def _deliver(diag: dict[str, Any], args: argparse.Namespace, block: bool = False) -> bool:
     """Print the diagnosis. ``block`` (why -- CMD): the text goes to stderr as one framed block,
     apart from the command's own stdout; --json stays on stdout."""
-    from gpudoctor import fileio
+    from gpudoctor.system import fileio
     from gpudoctor.why.text import render_text
 
     text = json.dumps(diag, indent=2) + "\n"
@@ -152,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_command(command: list[str], args: argparse.Namespace) -> int:
     """Start ``command``, diagnose it for --seconds (or until it ends), then pass its exit code on."""
-    from gpudoctor import _proc
+    from gpudoctor.system import _proc
 
     _proc.become_subreaper()  # what the command leaves behind stays below gpudoctor, to be stopped with it
     before = set(_proc.descendants(os.getpid()))
@@ -239,7 +240,7 @@ def _signal_name(signum: int) -> str:
 def _left(child: subprocess.Popen) -> list[int]:
     """Every process the command started that still runs: its tree, and what it left behind (re-
     parented to gpudoctor, its subreaper), less what gpudoctor had started before it."""
-    from gpudoctor import _proc
+    from gpudoctor.system import _proc
 
     before = _started.get(child.pid, set())
     return [p for p in _proc.descendants(os.getpid()) if p not in before and _proc.alive(p)]

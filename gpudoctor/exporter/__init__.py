@@ -30,7 +30,7 @@ reading catalogue), :mod:`~gpudoctor.exporter.sampler` (the view on the one samp
 here: ``from gpudoctor.exporter import X`` is the way in.
 
 Metric names, units and their dcgm-exporter counterparts: docs/fleet.md (the table there
-is generated from the catalogue by gpudoctor.regenerate). Units are Prometheus base units
+is generated from the catalogue by gpudoctor.tools.regenerate). Units are Prometheus base units
 (bytes, watts, hertz, ratios 0-1); dcgm-exporter uses MiB, MHz and percent.
 
 Front end: never imports torch or pynvml (NVML goes through gpudoctor.backends).

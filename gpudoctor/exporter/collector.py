@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any, Iterable
 # What a scrape uses is imported with the module (prometheus_client when the collector is made),
 # never during a scrape: a scrape may run with every file descriptor taken, and an import opens files.
 from gpudoctor import _version
-from gpudoctor._num import number
+from gpudoctor.core._num import number
 from gpudoctor.backends.busy import READS, verdict
 from gpudoctor.backends.clock_reasons import HARMFUL_THROTTLE_MASK, THROTTLE_REASONS
 from gpudoctor.backends.events import critical_events
-from gpudoctor._text import plain_text
+from gpudoctor.core._text import plain_text
 from gpudoctor.backends.na import is_na
 from gpudoctor.exporter.metrics import (GPU_LABELS, MIG_LABELS, OTHER_METRICS, counter_metrics, gpu_metrics,
                                        mig_metrics)

@@ -2,7 +2,7 @@
 :mod:`gpudoctor.backends.catalogue`) and every other metric it writes, with its help text.
 
 Metric names, units and their dcgm-exporter counterparts: docs/fleet.md (the table there
-is generated from the catalogue: gpudoctor.regenerate). Units are Prometheus base units
+is generated from the catalogue: gpudoctor.tools.regenerate). Units are Prometheus base units
 (bytes, watts, hertz, ratios 0-1); dcgm-exporter uses MiB, MHz and percent.
 """
 

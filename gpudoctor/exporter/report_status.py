@@ -80,7 +80,7 @@ class ReportStatus:
     def _read_file(self) -> None:
         """Read the report file if it changed. A file that is missing, too big, nested too deep,
         not JSON or not a report sets ``up`` to 0; the next change is read again."""
-        from gpudoctor.safejson import JsonFileError, read_json_file
+        from gpudoctor.system.safejson import JsonFileError, read_json_file
 
         try:
             st = os.stat(self.path)  # type: ignore[arg-type]
@@ -124,7 +124,7 @@ def quick_report_producer(replay: str | None, events: EventSource | None = None)
     """The quick report, run on demand; ``events``: the exporter's running event watcher, whose
     NVML stream the report's events probe reads."""
     def produce() -> Any:
-        from gpudoctor.quick import quick_report  # the verdict report --quick and the TUI give
+        from gpudoctor.report.quick import quick_report  # the verdict report --quick and the TUI give
 
         return quick_report(replay=replay, events=events)
 

@@ -1,4 +1,4 @@
-"""The exporter's view of the one sampler (:class:`gpudoctor.sampling.Sampler`): the latest
+"""The exporter's view of the one sampler (:class:`gpudoctor.sampling.sampler.Sampler`): the latest
 sample as the collector reads it. Scrapes never touch NVML: they serve this sample, so 50
 scrapes a second cost no NVML calls, and an NVML call that blocks (a GPU falling off the bus)
 cannot stall the endpoint.
@@ -15,12 +15,12 @@ from gpudoctor.backends.na import NA, is_na
 if TYPE_CHECKING:
     from gpudoctor.backends.base import GpuBackend, GpuSample, MigDeviceReading, ProcessReading
     from gpudoctor.backends.holders import Holder
-    from gpudoctor.sampling import Snapshot
+    from gpudoctor.sampling.sampler import Snapshot
 
 DEFAULT_INTERVAL_S = 5.0
 STALE_AFTER_INTERVALS = 3
 
-# The sampling (and NVML's restart after a driver reload) is gpudoctor.sampling.Sampler's.
+# The sampling (and NVML's restart after a driver reload) is gpudoctor.sampling.sampler.Sampler's.
 RETRY_FIRST_S = 5.0
 RETRY_MAX_S = 60.0
 
@@ -52,7 +52,7 @@ class ExportedSample(TypedDict):
 
 def recoverable_trouble(snap: ExportedSample) -> str | None:
     """The reason a fresh NVML start-up may help with this exporter sample, or None."""
-    from gpudoctor.sampling import RECOVERABLE_NVML_REASONS, all_lost
+    from gpudoctor.sampling.sampler import RECOVERABLE_NVML_REASONS, all_lost
 
     status = snap.get("status")
     if is_na(status) and status.reason in RECOVERABLE_NVML_REASONS:
@@ -64,7 +64,7 @@ def recoverable_trouble(snap: ExportedSample) -> str | None:
 
 
 class GpuSampler:
-    """The exporter's view of the one sampler (:class:`gpudoctor.sampling.Sampler`): every GPU
+    """The exporter's view of the one sampler (:class:`gpudoctor.sampling.sampler.Sampler`): every GPU
     read in full every ``interval`` seconds in its daemon thread, NVML restarted with
     back-off when a new start-up can cure it (first after ``retry_first_s``, then at doubling
     intervals up to ``retry_max_s``). :attr:`snapshot` is the latest sample as the collector
@@ -75,7 +75,7 @@ class GpuSampler:
     def __init__(self, gpu: GpuBackend, interval: float = DEFAULT_INTERVAL_S, *, retry_first_s: float = RETRY_FIRST_S,
                  retry_max_s: float = RETRY_MAX_S, clock: Callable[[], float] = time.monotonic,
                  proc_root: str | None = "/proc") -> None:
-        from gpudoctor.sampling import Sampler
+        from gpudoctor.sampling.sampler import Sampler
 
         self.gpu = gpu
         self.interval = interval

@@ -10,7 +10,7 @@ Two kinds of series are understood:
 One row per (instance, GPU). A row's status is the worst of its findings:
 
 * ``fail``: the GPU stopped answering NVML, uncorrectable ECC errors since the driver loaded,
-  row remapping failed, a critical Xid (see gpudoctor/xid.py), or the node's last report failed;
+  row remapping failed, a critical Xid (see gpudoctor/core/xid.py), or the node's last report failed;
 * ``stale``: the target stopped answering Prometheus (``up == 0``), or its readings are older
   than ``stale_after_s`` (a sampler stuck in the driver);
 * ``warn``: a reset is pending to activate a row remap or page retirement, clocks held down by
@@ -25,7 +25,7 @@ keeps the row failing.
 
 The package, by job: :mod:`.selector` (``--match`` and the URL), :mod:`.client` (the Prometheus
 client and the reader of its answers), :mod:`.model` (rows, view, series), :mod:`.rules` (the
-series read and each row's findings, with gpudoctor.findings' judgements and words),
+series read and each row's findings, with gpudoctor.core.findings' judgements and words),
 :mod:`.gather` (one look at the fleet), :mod:`.text` (the table and the exit codes).
 
 Front end: no torch, no pynvml; only the standard library's HTTP client.

@@ -16,7 +16,7 @@ import urllib.parse
 import urllib.request
 from typing import Any, Callable, Sequence
 
-from gpudoctor._text import plain_text
+from gpudoctor.core._text import plain_text
 
 from .model import DEFAULT_TIMEOUT_S, FleetError, Series
 from .selector import check_url
@@ -135,7 +135,7 @@ MAX_UNREADABLE = 20  # reasons kept per answer
 
 
 def _decode(body: bytes) -> Any:
-    from gpudoctor.safejson import JsonFileError, parse_bounded
+    from gpudoctor.system.safejson import JsonFileError, parse_bounded
 
     try:
         return parse_bounded(body, max_depth=ANSWER_MAX_DEPTH, max_containers=4 * MAX_SERIES + 16)

@@ -11,8 +11,8 @@ import re
 import time
 from typing import Sequence
 
-from gpudoctor import findings
-from gpudoctor.presentation import fmt_age
+from gpudoctor.core import findings
+from gpudoctor.sampling.presentation import fmt_age
 
 from . import idle, rules
 from .client import Prometheus

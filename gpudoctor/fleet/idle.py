@@ -24,9 +24,9 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from gpudoctor import findings
+from gpudoctor.core import findings
 from gpudoctor.backends import catalogue
-from gpudoctor.presentation import fmt_age
+from gpudoctor.sampling.presentation import fmt_age
 
 from . import rules
 from .model import DEFAULT_IDLE_WINDOW, DEFAULT_LOOKBACK, FleetRow, Key, Series, key_of

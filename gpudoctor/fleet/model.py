@@ -1,7 +1,7 @@
 """fleet's data: a row per (instance, GPU) with its findings, the view of all rows, the series read.
 
-A row's findings are :class:`gpudoctor.model.Finding` (codes and words from gpudoctor.findings).
-Fleet's four statuses map onto :class:`~gpudoctor.model.Status`: ``stale`` is a finding that could
+A row's findings are :class:`gpudoctor.core.model.Finding` (codes and words from gpudoctor.core.findings).
+Fleet's four statuses map onto :class:`~gpudoctor.core.model.Status`: ``stale`` is a finding that could
 not be checked (``Status.ERROR``: the target or its sampler does not answer).
 """
 
@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpudoctor.backends import catalogue
-from gpudoctor.findings import one_line
-from gpudoctor.model import Finding, Status
+from gpudoctor.core.findings import one_line
+from gpudoctor.core.model import Finding, Status
 
 SCHEMA_VERSION = 1
 STATUS_ORDER = {"fail": 0, "stale": 1, "warn": 2, "pass": 3}

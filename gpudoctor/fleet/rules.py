@@ -1,6 +1,6 @@
 """fleet's rules: the series it reads, and each row's findings from them.
 
-The judgements are gpudoctor.findings' (the health probe's, over the same readings built from
+The judgements are gpudoctor.core.findings' (the health probe's, over the same readings built from
 Prometheus series) and their words are that table's; what is fleet's own here is where each
 reading comes from: gpudoctor's exporter (``gpudoctor_gpu_*``) or dcgm-exporter (``DCGM_*``).
 """
@@ -10,11 +10,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable
 
-from gpudoctor import findings, xid
+from gpudoctor.core import findings, xid
 from gpudoctor.backends import busy, catalogue
 from gpudoctor.backends.nvml import THROTTLE_REASONS
-from gpudoctor.model import Finding, Status
-from gpudoctor.presentation import fmt_age
+from gpudoctor.core.model import Finding, Status
+from gpudoctor.sampling.presentation import fmt_age
 
 from .model import FleetRow, Key, Series, key_of
 

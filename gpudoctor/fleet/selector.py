@@ -7,7 +7,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from gpudoctor._text import plain_text
+from gpudoctor.core._text import plain_text
 
 from .model import FleetError
 

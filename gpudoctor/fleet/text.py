@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from gpudoctor.presentation import fmt_age
+from gpudoctor.sampling.presentation import fmt_age
 
 from .model import STATUS_ORDER, FleetError, FleetRow, FleetView
 
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 def exit_code(view: FleetView, fail_on: str = "warn") -> int:
-    from gpudoctor import exitcodes
+    from gpudoctor.core import exitcodes
 
     counts = view.counts()
     if counts["fail"]:
@@ -27,7 +27,7 @@ def exit_code(view: FleetView, fail_on: str = "warn") -> int:
 
 
 def error_exit_code(error: FleetError) -> int:
-    from gpudoctor import exitcodes
+    from gpudoctor.core import exitcodes
 
     return {"usage": exitcodes.USAGE, "query": exitcodes.USAGE, "empty": exitcodes.NO_GPU}.get(
         error.kind, exitcodes.UNREACHABLE)

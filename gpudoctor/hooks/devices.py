@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Iterable, Iterator
 
-from gpudoctor.errors import GpudoctorError
+from gpudoctor.core.errors import GpudoctorError
 
 if TYPE_CHECKING:
     import torch

@@ -30,10 +30,10 @@ from array import array
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Literal
 
-from gpudoctor.errors import UsageError
+from gpudoctor.core.errors import UsageError
 
 from .devices import DeviceMismatchError, explain_device_error
-from gpudoctor.stats import percentile
+from gpudoctor.core.stats import percentile
 
 from .summary import RawTimings, Summary, build_summary, find_stragglers, iteration_spans
 from . import publish

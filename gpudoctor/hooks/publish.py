@@ -1,5 +1,5 @@
 """TrainingMonitor's live summary, published every few seconds for `gpudoctor why`, the TUI's
-Processes screen and the exporter (the files and the directory: :mod:`gpudoctor._published`).
+Processes screen and the exporter (the files and the directory: :mod:`gpudoctor.system._published`).
 
 A daemon thread reads the monitor's recent steps (it never stops the monitor's collection,
 never synchronises the device) and replaces ``<runtime dir>/<pid>.json``; the file is removed
@@ -19,8 +19,8 @@ import weakref
 import time
 from typing import TYPE_CHECKING, Any
 
-from gpudoctor import _published
-from gpudoctor.stats import percentile
+from gpudoctor.system import _published
+from gpudoctor.core.stats import percentile
 
 if TYPE_CHECKING:
     from gpudoctor.hooks.monitor import TrainingMonitor

@@ -1,4 +1,4 @@
-"""GPU readings during training: the one sampler (:class:`gpudoctor.sampling.Sampler`) on
+"""GPU readings during training: the one sampler (:class:`gpudoctor.sampling.sampler.Sampler`) on
 one device, keeping the few fields the diagnosis uses.
 
 The sampler's daemon thread reads the device's cheap readings (``fast_sample``: no PCIe
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpudoctor.backends import catalogue, is_na, throttle_reason_names
 from gpudoctor.backends.visibility import nvml_index_for
-from gpudoctor.sampling import Sampler, Snapshot
+from gpudoctor.sampling.sampler import Sampler, Snapshot
 
 if TYPE_CHECKING:
     from gpudoctor.backends.base import GpuBackend

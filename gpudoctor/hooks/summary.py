@@ -2,7 +2,7 @@
 
 Plain data (no torch): a :class:`Summary` is built from the monitor's raw timings by
 :func:`build_summary`, and :func:`diagnose` turns its figures into findings
-(:class:`~gpudoctor.model.Finding`) with stable codes. The thresholds are named constants below, each with the
+(:class:`~gpudoctor.core.model.Finding`) with stable codes. The thresholds are named constants below, each with the
 reason for its value.
 """
 
@@ -15,12 +15,12 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from gpudoctor._num import is_number, number
-from gpudoctor.fileio import atomic_write_text
-from gpudoctor import findings
-from gpudoctor.model import Finding, Status
-from gpudoctor.safejson import json_safe
-from gpudoctor.stats import percentile
+from gpudoctor.core._num import is_number, number
+from gpudoctor.system.fileio import atomic_write_text
+from gpudoctor.core import findings
+from gpudoctor.core.model import Finding, Status
+from gpudoctor.system.safejson import json_safe
+from gpudoctor.core.stats import percentile
 from .energy import StepEnergy, energy_figures
 
 SUMMARY_FORMAT = "gpudoctor-training-summary"
@@ -70,7 +70,7 @@ STRAGGLER_MIN_EXCESS_S = 0.001
 STRAGGLER_MIN_EXCESS_SHARE = 0.05
 
 
-#: A training loop's finding is gpudoctor's one :class:`~gpudoctor.model.Finding` (its summary the
+#: A training loop's finding is gpudoctor's one :class:`~gpudoctor.core.model.Finding` (its summary the
 #: message, its fix the advice); the name stays for the hooks' public surface.
 DiagnosisItem = Finding
 

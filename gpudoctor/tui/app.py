@@ -6,7 +6,7 @@ The app is built from injected parts so that tests and replays drive the same co
   for a recording); it is read only in worker threads.
 * ``host_sampler()`` returns host readings (psutil by default).
 * ``probe_source()`` / ``doctor_runner(...)`` choose and run the doctor's probes
-  (``gpudoctor.runner``, which runs torch probes in child processes).
+  (``gpudoctor.report.runner``, which runs torch probes in child processes).
 * ``workload_factory(options)`` makes a :class:`WorkloadProcess` (a spawned child).
 
 Threads never touch widgets: workers post :class:`Message` objects and the handlers
@@ -28,11 +28,11 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.worker import get_current_worker
 
-from gpudoctor.errors import first_line
+from gpudoctor.core.errors import first_line
 from gpudoctor.backends.host import PsutilProcessInfo, default_host_sampler
-from gpudoctor.presentation import ProcessRow, recorded_process_info
-from gpudoctor.sampling import History, Sampler, Snapshot
-from gpudoctor.model import ProbeResult, Report
+from gpudoctor.sampling.presentation import ProcessRow, recorded_process_info
+from gpudoctor.sampling.sampler import History, Sampler, Snapshot
+from gpudoctor.core.model import ProbeResult, Report
 from gpudoctor.tui.early import take_reading
 from gpudoctor.tui.screens import (
     DoctorScreen, HelpScreen, OverviewScreen, PopUp, ProcessesScreen, WhyScreen, WorkloadScreen,
@@ -40,7 +40,7 @@ from gpudoctor.tui.screens import (
 from gpudoctor.tui.workload_runner import DEFAULT_TARGET, WorkloadProcess, field_of, workload_available
 
 if TYPE_CHECKING:
-    from gpudoctor._fork import ForkedCall
+    from gpudoctor.system._fork import ForkedCall
     from gpudoctor.backends.base import GpuBackend
 
 MIN_INTERVAL_S = 0.25
@@ -153,9 +153,9 @@ class HeaderVerdict(Message):
 
 def report_headline(report: Report) -> tuple[str, str]:
     """(status, reason) of a finished report for the header, from the verdict the quick check,
-    ``report --quick`` and the exporter share (:func:`gpudoctor.quick.verdict_of`); a pass
+    ``report --quick`` and the exporter share (:func:`gpudoctor.report.quick.verdict_of`); a pass
     carries no reason."""
-    from gpudoctor.quick import verdict_of
+    from gpudoctor.report.quick import verdict_of
 
     verdict = verdict_of(report)
     status = verdict.status.value
@@ -357,7 +357,7 @@ class GpudoctorApp(App[int]):
                 self._keep_reading(*reading)
                 taken = True
         if self.startup_doctor and report is not None and report.ready():
-            from gpudoctor.quick import read_quick_report
+            from gpudoctor.report.quick import read_quick_report
 
             quick = read_quick_report(report)
             if quick is not None:
@@ -384,7 +384,7 @@ class GpudoctorApp(App[int]):
         which can hang on a failing GPU, and Textual's exit (asyncio's executor shutdown) joins
         its worker threads, so `q` waited for the driver."""
         def run() -> None:
-            from gpudoctor.quick import quick_report, read_quick_report
+            from gpudoctor.report.quick import quick_report, read_quick_report
 
             try:
                 report = read_quick_report(self.early_report) if self.early_report is not None else None
@@ -579,7 +579,7 @@ class GpudoctorApp(App[int]):
 
     @work(thread=True, group="why", exit_on_error=False)
     def _why_worker(self, pid: int) -> None:
-        from gpudoctor.errors import GpudoctorError
+        from gpudoctor.core.errors import GpudoctorError
         from gpudoctor.why import why
 
         gpu = None
@@ -623,8 +623,8 @@ class GpudoctorApp(App[int]):
 
     @work(thread=True, exclusive=True, group="doctor", exit_on_error=False)
     def _doctor_worker(self, run_id: int, level: str) -> None:
-        from gpudoctor import runner
-        from gpudoctor.presentation import VERDICT
+        from gpudoctor.report import runner
+        from gpudoctor.sampling.presentation import VERDICT
 
         start_resource_tracker()  # before the runner spawns the torch probes' child
         worker = get_current_worker()

@@ -8,7 +8,7 @@ open and hands that back too. Its imports (pynvml, psutil) and NVML's start then
 core, once, and the first frame shows the GPUs and the verdict as soon as the app is mounted;
 the app opens its own NVML after that frame, for the readings that follow. A recording's
 first reading is the app's own (no NVML to start): only its quick report is forked
-(:func:`gpudoctor.quick.begin_quick_report`).
+(:func:`gpudoctor.report.quick.begin_quick_report`).
 
 The reading comes back pickled: the pipe is this process's own, written only by its own fork,
 so nothing foreign is unpickled. Importing this module imports neither textual nor NVML.
@@ -19,9 +19,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 if TYPE_CHECKING:
-    from gpudoctor._fork import ForkedCall, ForkedPart
-    from gpudoctor.presentation import ProcessRow
-    from gpudoctor.sampling import Sampler, Snapshot
+    from gpudoctor.system._fork import ForkedCall, ForkedPart
+    from gpudoctor.sampling.presentation import ProcessRow
+    from gpudoctor.sampling.sampler import Sampler, Snapshot
 
     Reading = tuple[Snapshot, list[ProcessRow], list[str], dict[int, dict[str, Any]]]
 
@@ -32,8 +32,8 @@ FIRST_READING_LIMIT_S = 10.0
 def take_reading(sampler: Sampler, process_info: Callable[..., dict[str, Any]]) -> Reading:
     """One reading as the TUI shows it: the snapshot, its process rows and notes, and the live
     summaries published by training processes (a file that cannot be read costs its column)."""
-    from gpudoctor import _published
-    from gpudoctor.presentation import process_rows
+    from gpudoctor.system import _published
+    from gpudoctor.sampling.presentation import process_rows
 
     snap = sampler.read()
     rows, notes = process_rows(snap, process_info)
@@ -53,12 +53,12 @@ def _reading_then_report() -> Iterator[bytes]:
 
     from gpudoctor.backends.host import PsutilProcessInfo, default_host_sampler
     from gpudoctor.backends.nvml import NvmlBackend
-    from gpudoctor.sampling import Sampler
+    from gpudoctor.sampling.sampler import Sampler
 
     gpu = NvmlBackend()
     try:
         yield pickle.dumps(take_reading(Sampler(gpu, default_host_sampler()), PsutilProcessInfo()))
-        from gpudoctor.quick import quick_report
+        from gpudoctor.report.quick import quick_report
 
         yield quick_report(gpu=gpu).to_json(indent=None).encode()
     finally:
@@ -67,17 +67,17 @@ def _reading_then_report() -> Iterator[bytes]:
 
 def begin_early_start(replay: str | None = None) -> tuple[ForkedPart | None, ForkedCall | ForkedPart | None]:
     """(the first reading, the quick report), started in one fork: read them with
-    :func:`read_first_reading` and :func:`gpudoctor.quick.read_quick_report`. With a recording,
+    :func:`read_first_reading` and :func:`gpudoctor.report.quick.read_quick_report`. With a recording,
     only the quick report is forked. (None, None) where forking is not safe (other threads) or
     possible (not Linux): the app then works both out itself."""
     import sys
 
-    from gpudoctor._fork import ForkedParts, one_thread
+    from gpudoctor.system._fork import ForkedParts, one_thread
 
     if not sys.platform.startswith("linux") or not one_thread():
         return None, None
     if replay:
-        from gpudoctor.quick import begin_quick_report
+        from gpudoctor.report.quick import begin_quick_report
 
         return None, begin_quick_report(replay)
     call = ForkedParts(_reading_then_report, count=2, max_bytes=16 << 20)

@@ -23,8 +23,8 @@ from textual.widget import Widget
 from textual.widgets import Input, Static
 
 from gpudoctor.backends.na import NA
-from gpudoctor.presentation import PROCESS_SORT_KEYS, ProcessRow
-from gpudoctor.presentation import compact_grid, fmt_bytes, fmt_elapsed, plain_text, status_style, wrap_hanging
+from gpudoctor.sampling.presentation import PROCESS_SORT_KEYS, ProcessRow
+from gpudoctor.sampling.presentation import compact_grid, fmt_bytes, fmt_elapsed, plain_text, status_style, wrap_hanging
 from gpudoctor.tui.widgets import (
     CompactView, GpuPanel, HostPanel, NoGpuPanel, bar, detailed_rows, doctor_renderable, workload_chart,
 )
@@ -33,7 +33,7 @@ from gpudoctor.tui.workload_runner import field_of
 if TYPE_CHECKING:
     from textual.widgets import DataTable
 
-    from gpudoctor.sampling import Snapshot
+    from gpudoctor.sampling.sampler import Snapshot
     from gpudoctor.tui.app import GpudoctorApp
 
 def is_mine(row: ProcessRow) -> bool:

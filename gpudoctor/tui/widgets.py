@@ -20,15 +20,15 @@ from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.widget import Widget
 
-from gpudoctor._num import number
+from gpudoctor.core._num import number
 from gpudoctor.backends import busy, catalogue
 from gpudoctor.backends.clock_reasons import throttle_reason_names
-from gpudoctor.findings import CLOCK_EVENTS, CLOCKS_FREE, IDLE_BETWEEN_KERNELS
+from gpudoctor.core.findings import CLOCK_EVENTS, CLOCKS_FREE, IDLE_BETWEEN_KERNELS
 from gpudoctor.backends.na import NA, is_na
-from gpudoctor.presentation import MIG_PANEL_NOTE, busy_verdict, fault_words, mig_summary, no_gpu_words
-from gpudoctor.sampling import DeviceSnapshot, History, Snapshot
-from gpudoctor.model import ProbeResult
-from gpudoctor.presentation import (
+from gpudoctor.sampling.presentation import MIG_PANEL_NOTE, busy_verdict, fault_words, mig_summary, no_gpu_words
+from gpudoctor.sampling.sampler import DeviceSnapshot, History, Snapshot
+from gpudoctor.core.model import ProbeResult
+from gpudoctor.sampling.presentation import (
     COLUMN_GAP, ProcessRow, compact_grid, process_cells, process_table,
     fmt_bytes, fmt_memory, fmt_num, plain_text, reading_text, sparkline, status_style,
     throttle_text, tiny_na, wrap_hanging,
@@ -430,8 +430,8 @@ def event_lines(events: DeviceEvents | None, width: int, now: float | None = Non
     Xids from the kernel log (before gpudoctor started) count too, marked "logged"."""
     if events is None:
         return []
-    from gpudoctor import xid
-    from gpudoctor.presentation import EVENT_WORDS
+    from gpudoctor.core import xid
+    from gpudoctor.sampling.presentation import EVENT_WORDS
 
     now = time.time() if now is None else now
     counts = {k: v for k, v in events.counts.items() if v and k != "clock_change"}
@@ -468,7 +468,7 @@ def event_lines(events: DeviceEvents | None, width: int, now: float | None = Non
 
 
 def _ago(seconds: float) -> str:
-    from gpudoctor.presentation import fmt_age
+    from gpudoctor.sampling.presentation import fmt_age
 
     return f"{fmt_age(seconds)} ago"
 
@@ -653,7 +653,7 @@ def _graph_rows(rows: int) -> tuple[dict[int, str], ...]:
 
 
 #: Samples a History keeps (the graph's time axis stops where the history does).
-from gpudoctor.sampling import HISTORY_LENGTH as HISTORY_SAMPLES  # noqa: E402
+from gpudoctor.sampling.sampler import HISTORY_LENGTH as HISTORY_SAMPLES  # noqa: E402
 
 
 # --------------------------------------------------------------------------- doctor
@@ -766,7 +766,7 @@ def workload_chart(runs: list[dict[str, Any]], width: int) -> Any:
 
 
 # --------------------------------------------------------------------------- compact overview
-#: Styles of the compact row's parts (gpudoctor.presentation.CompactCell.style).
+#: Styles of the compact row's parts (gpudoctor.sampling.presentation.CompactCell.style).
 COMPACT_STYLES = {"index": "bold", "name": "cyan", "value": "", "fault": "bold red"}
 
 
@@ -784,7 +784,7 @@ def detailed_rows(snapshot: Snapshot, history: History, events: dict[int, Any], 
 
 
 class CompactView(_LinesPanel):
-    """Every GPU on one or two lines (``gpudoctor.presentation.compact_grid``: columns on wide
+    """Every GPU on one or two lines (``gpudoctor.sampling.presentation.compact_grid``: columns on wide
     screens), the selected one marked, and below them the processes of every GPU."""
 
     def __init__(self, **kw: Any) -> None:

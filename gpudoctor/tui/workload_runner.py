@@ -29,9 +29,9 @@ import signal
 import traceback
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
-from gpudoctor import _proc
-from gpudoctor._proc import describe_exit, silence_stdio
-from gpudoctor.safejson import json_safe
+from gpudoctor.system import _proc
+from gpudoctor.system._proc import describe_exit, silence_stdio
+from gpudoctor.system.safejson import json_safe
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection

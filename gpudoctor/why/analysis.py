@@ -13,9 +13,9 @@ import math
 from collections import Counter
 from typing import Any, Sequence
 
-from gpudoctor._num import is_number
+from gpudoctor.core._num import is_number
 from gpudoctor.hooks.summary import HOST_SYNC_BOUND, INPUT_BOUND, STRAGGLER, sync_pattern_words
-from gpudoctor.model import Finding
+from gpudoctor.core.model import Finding
 from gpudoctor.why import hang, rules
 from gpudoctor.why.rules import SourceLine
 from gpudoctor.why.stacks import Stack
@@ -53,7 +53,7 @@ QUIET_GPU_PCT = 10.0        # ... when it holds no GPU, or one busy less than th
 GPU_BUSY_PCT = 85.0         # NVML's busy figure at or above this: the GPU is the bottleneck
 STRAGGLER_GAP = 0.15        # a rank waits this much less than the median rank: it is the straggler
 
-#: A trainer's verdict is a :class:`~gpudoctor.model.Finding` in gpudoctor.why.wording's words (its
+#: A trainer's verdict is a :class:`~gpudoctor.core.model.Finding` in gpudoctor.why.wording's words (its
 #: lines, its own few words and its other JSON fields in ``evidence``: :func:`~.wording.said`).
 Decision = Finding
 

@@ -14,7 +14,7 @@ each ``name``/``filename``/``line``), ``is_p2p`` ...
 
 A file found there is data from another process, perhaps another user's: it is opened as a
 regular file only (never a FIFO or a device), must belong to the job's user, is read up to
-:data:`MAX_DUMP_BYTES`, and is decoded by :mod:`gpudoctor._plainpickle`, a strict decoder of
+:data:`MAX_DUMP_BYTES`, and is decoded by :mod:`gpudoctor.system._plainpickle`, a strict decoder of
 its own that accepts only the opcodes plain data needs (no globals: only dicts, lists, tuples,
 strings, numbers, booleans, None and bytes come out of it), with a bounded memo, nesting and
 dict keys whose hashes cannot collide, so its work is linear in the dump's size. What is kept
@@ -26,8 +26,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from gpudoctor import _plainpickle, fileio
-from gpudoctor._text import plain_text
+from gpudoctor.system import _plainpickle, fileio
+from gpudoctor.core._text import plain_text
 from gpudoctor.why import rules
 
 MAX_DUMP_BYTES = 64 << 20
@@ -50,7 +50,7 @@ class DumpError(ValueError):
 
 
 def loads(data: bytes) -> Any:
-    """The plain data of a dump, decoded by the strict decoder (:mod:`gpudoctor._plainpickle`:
+    """The plain data of a dump, decoded by the strict decoder (:mod:`gpudoctor.system._plainpickle`:
     no globals, bounded memo, depth and keys, work linear in its size); :class:`DumpError` with
     one line otherwise."""
     try:

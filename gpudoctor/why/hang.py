@@ -20,7 +20,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from gpudoctor.model import Finding
+from gpudoctor.core.model import Finding
 from gpudoctor.why import flightrec, rules
 from gpudoctor.why.rules import SourceLine
 from gpudoctor.why.views import ProcessView, data_lines, line_records, where, workers_of
@@ -52,7 +52,7 @@ class Rank:
         return f"rank {self.rank} (pid {self.view.pid})" if self.rank is not None else f"pid {self.view.pid}"
 
 
-#: The hang (or slow-rank) verdict is a :class:`~gpudoctor.model.Finding` in gpudoctor.why.wording's
+#: The hang (or slow-rank) verdict is a :class:`~gpudoctor.core.model.Finding` in gpudoctor.why.wording's
 #: words; its ``evidence`` holds the user's ``lines``, its ``words``, the ``pid`` of the rank named
 #: and the JSON's ``hang`` object (``record``).
 Hang = Finding

@@ -1,5 +1,5 @@
 """Per-process training metrics for the Prometheus exporter, from the live summaries that
-processes using TrainingMonitor publish (:mod:`gpudoctor._published`).
+processes using TrainingMonitor publish (:mod:`gpudoctor.system._published`).
 
 Read at scrape time (a few small files); labelled by ``pid``, ``command`` (bounded, plain) and
 ``rank``. A process that stops publishing leaves at the next scrape. The exporter sees the
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from gpudoctor import _published
-from gpudoctor._num import number
-from gpudoctor.presentation import plain_text
+from gpudoctor.system import _published
+from gpudoctor.core._num import number
+from gpudoctor.sampling.presentation import plain_text
 
 MAX_COMMAND_CHARS = 120
 

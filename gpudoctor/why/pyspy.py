@@ -15,8 +15,8 @@ import sys
 import sysconfig
 from typing import Sequence
 
-from gpudoctor import exitcodes
-from gpudoctor.errors import GpudoctorError
+from gpudoctor.core import exitcodes
+from gpudoctor.core.errors import GpudoctorError
 
 DEFAULT_RATE_HZ = 100
 MAX_STDERR_CHARS = 20_000

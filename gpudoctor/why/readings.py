@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from gpudoctor._num import is_number
+from gpudoctor.core._num import is_number
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.why import flightrec
 
@@ -72,7 +72,7 @@ def _threads(proc: psutil.Process) -> dict[int, float]:
 def _thread_waits(pid: int) -> dict[int, float]:
     """Each thread of ``pid`` -> seconds it has spent runnable, waiting for a CPU others held
     (/proc schedstat; empty where the kernel does not say)."""
-    from gpudoctor._cpuwait import process_waits
+    from gpudoctor.system._cpuwait import process_waits
 
     return {tid: waited for (_, tid), waited in process_waits(pid, below=False).items()}
 

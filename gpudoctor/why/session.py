@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Callable
 import psutil
 
 import gpudoctor
-from gpudoctor import _published, fileio
-from gpudoctor._text import plain_text
+from gpudoctor.system import _published, fileio
+from gpudoctor.core._text import plain_text
 from gpudoctor.why import analysis, flightrec, pyspy, rules
 from gpudoctor.why.readings import Readings, process_exists
 from gpudoctor.why.stacks import Stack, parse_raw

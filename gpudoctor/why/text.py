@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from gpudoctor.presentation import fmt_bytes, plain_text, wrap_hanging
+from gpudoctor.sampling.presentation import fmt_bytes, plain_text, wrap_hanging
 
 _SHOWN = ("startup", "data_wait", "data_loading", "collective", "host_sync", "forward", "backward", "optimizer", "evaluation",
           "checkpoint_io", "idle", "other")

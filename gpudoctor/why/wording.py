@@ -1,13 +1,13 @@
 """The words of `gpudoctor why`'s verdicts, once per code and way: registered in
-gpudoctor.findings' index of wording tables (``findings._TABLES``), so ``findings.wording(key)``
+gpudoctor.core.findings' index of wording tables (``findings._TABLES``), so ``findings.wording(key)``
 finds them and rewording a verdict is one edit here.
 
 Keys are ``code:way`` (the verdict's code, then which of its wordings): ``why`` verdicts share
 their codes with the training hooks' findings (``input_bound``...), worded apart in
-gpudoctor.findings. ``short`` is the verdict's few words (the JSON's ``words``, the TUI's
+gpudoctor.core.findings. ``short`` is the verdict's few words (the JSON's ``words``, the TUI's
 column). :data:`PHRASES` holds the parts the sentences are built from.
 
-A verdict is a :class:`~gpudoctor.model.Finding` (:func:`said`): its summary is the JSON's
+A verdict is a :class:`~gpudoctor.core.model.Finding` (:func:`said`): its summary is the JSON's
 ``message``; its ``evidence`` holds the user's ``lines``, its ``words`` where they differ from
 the code's own (:data:`WORDS`), and the verdict's other JSON fields (``startup``, ``causes``,
 ``host_overloaded``; a hang's ``pid`` and ``record``).
@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from gpudoctor import findings
-from gpudoctor.findings import Wording
-from gpudoctor.model import Finding, Status
+from gpudoctor.core import findings
+from gpudoctor.core.findings import Wording
+from gpudoctor.core.model import Finding, Status
 
 #: The few words of each verdict code (a verdict whose ``short`` is set says its own instead).
 WORDS = {"input_bound": "input-bound", "host_sync_bound": "host-sync-bound", "io_bound": "I/O-bound",

@@ -10,7 +10,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
-from gpudoctor.errors import UsageError
+from gpudoctor.core.errors import UsageError
 
 MODES = ("dataloader", "tuned", "resident")
 DEVICES = ("cpu", "cuda")

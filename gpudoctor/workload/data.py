@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpudoctor import fileio
-from gpudoctor.errors import UsageError
+from gpudoctor.system import fileio
+from gpudoctor.core.errors import UsageError
 
 if TYPE_CHECKING:
     import torch

@@ -7,7 +7,7 @@ import io
 import json
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
-from gpudoctor.fileio import atomic_write_bytes, atomic_write_text
+from gpudoctor.system.fileio import atomic_write_bytes, atomic_write_text
 from gpudoctor.workload.recommend import speed_phrase
 
 if TYPE_CHECKING:
@@ -156,7 +156,7 @@ def render_plot(doc: dict[str, Any]) -> bytes:
     try:
         import matplotlib
     except ImportError:
-        from gpudoctor.errors import UsageError
+        from gpudoctor.core.errors import UsageError
 
         raise UsageError("--plot needs matplotlib: pip install 'gpudoctor[plot]'") from None
     matplotlib.use("Agg", force=True)

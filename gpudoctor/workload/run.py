@@ -34,9 +34,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from gpudoctor._num import is_number
-from gpudoctor.errors import first_line as _first_line
-from gpudoctor.stats import percentile
+from gpudoctor.core._num import is_number
+from gpudoctor.core.errors import first_line as _first_line
+from gpudoctor.core.stats import percentile
 from gpudoctor.workload.config import RunConfig
 from gpudoctor.workload.data import MnistData, MnistItems, normalised
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from gpudoctor import _version
-from gpudoctor.model import utc_now_iso
+from gpudoctor.core.model import utc_now_iso
 from gpudoctor.workload.config import RunConfig, SweepConfig
 from gpudoctor.workload.data import MnistData
 from gpudoctor.workload.run import FaultHook, RunResult, StopRequested
@@ -99,7 +99,7 @@ def cuda_available() -> bool:
 
 def resolve_devices(config: SweepConfig) -> list[str]:
     """The devices to run: the ones asked for (cuda must exist), else cpu (+ cuda if present)."""
-    from gpudoctor.errors import UsageError
+    from gpudoctor.core.errors import UsageError
 
     have_cuda = cuda_available()
     if config.devices is None:
@@ -165,7 +165,7 @@ def run_sweep(config: SweepConfig, *, on_run: OnRun | None = None, on_start: OnS
     ``on_start(run, index, total)`` before each run; ``on_run(result, fraction)`` after
     each. ``should_stop()`` is polled between steps (a TUI cancel). Ctrl-C and stop
     requests do not raise: the result has ``interrupted=True`` and the finished runs.
-    Bad configuration raises :class:`gpudoctor.errors.UsageError` before anything runs;
+    Bad configuration raises :class:`gpudoctor.core.errors.UsageError` before anything runs;
     unreadable data raises :class:`gpudoctor.workload.data.WorkloadDataError`.
     ``data``: an already loaded :class:`MnistData` (tests), else loaded per ``config``.
     """

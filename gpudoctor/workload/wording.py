@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudoctor.findings import Wording
+from gpudoctor.core.findings import Wording
 
-#: The sweep's finding codes (registered in gpudoctor.findings._TABLES): none yet; its advice is
+#: The sweep's finding codes (registered in gpudoctor.core.findings._TABLES): none yet; its advice is
 #: :data:`ADVICE`, sentences rather than findings.
 WORDING: dict[str, Wording] = {}
 

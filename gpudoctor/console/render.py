@@ -1,6 +1,6 @@
 """Report renderers: rich text for people, JSON for scripts (anonymised on request).
 
-Rendering only reads a :class:`~gpudoctor.model.Report`; it never runs probes.
+Rendering only reads a :class:`~gpudoctor.core.model.Report`; it never runs probes.
 """
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import re
 import sys
 from typing import Any, TextIO
 
-from gpudoctor.anonymize import REDACTED, anonymize_dict, anonymize_report_dict  # noqa: F401  (re-exported)
-from gpudoctor.model import Report, Status
-from gpudoctor.presentation import (
+from gpudoctor.core.anonymize import REDACTED, anonymize_dict, anonymize_report_dict  # noqa: F401  (re-exported)
+from gpudoctor.core.model import Report, Status
+from gpudoctor.sampling.presentation import (
     VERDICT, fmt_bytes, plain_text, status_style, wrap_hanging,
 )
-from gpudoctor.presentation import status_word as _status_word
+from gpudoctor.sampling.presentation import status_word as _status_word
 
 
 def report_to_json(report: Report, anonymize: bool = False, indent: int | None = 2) -> str:
@@ -280,7 +280,7 @@ def render_text(report: Report, stream: TextIO | None = None, *, verbose: bool =
     A passing probe is one line (its measurements with ``verbose``). Lines wrap at the
     terminal's width with hanging indents; when not a terminal they are not wrapped
     (:data:`PIPE_WIDTH`). Every string from a driver, a process or a file is printed as
-    plain text (:func:`~gpudoctor.presentation.plain_text`).
+    plain text (:func:`~gpudoctor.sampling.presentation.plain_text`).
     """
     from rich.console import Console
 

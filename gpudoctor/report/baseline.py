@@ -10,7 +10,7 @@ Different GPU models are refused (exit 2) unless forced; a different driver, tor
 is named as a warning, since a changed stack explains (and is itself) a difference from the
 known-good node.
 
-The result is a :class:`~gpudoctor.model.ProbeResult` named ``baseline``, so it travels in the
+The result is a :class:`~gpudoctor.core.model.ProbeResult` named ``baseline``, so it travels in the
 report schema: ``report --baseline`` appends it to the report, ``compare`` prints a report
 holding only it.
 """
@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from gpudoctor import findings
-from gpudoctor.model import ProbeResult, Status
-from gpudoctor._text import plain_strings as _plain_strings
-from gpudoctor.safejson import JsonFileError, non_finite, parse_bounded, read_bounded
+from gpudoctor.core import findings
+from gpudoctor.core.model import ProbeResult, Status
+from gpudoctor.core._text import plain_strings as _plain_strings
+from gpudoctor.system.safejson import JsonFileError, non_finite, parse_bounded, read_bounded
 
 # A --full report is well under 1 MiB; parsed JSON takes about 25 times its size in memory, so
 # this bound keeps one report under half a GiB (it was 64 MiB: 1.6 GiB for one file).
@@ -101,7 +101,7 @@ def read_report(path: str | Path) -> dict[str, Any]:
 def parse_report(data: bytes | str, name: str = "report") -> dict[str, Any]:
     """The report in ``data``, checked where compare reads it; :class:`BaselineError` otherwise.
 
-    Bounded like every JSON input (:mod:`gpudoctor.safejson`); every string is made plain
+    Bounded like every JSON input (:mod:`gpudoctor.system.safejson`); every string is made plain
     text; ``host`` must be an object, a result an object with a text ``probe``, a measurement
     an object with a text ``name`` and a ``device`` that is a GPU index or null. A figure
     that is not a finite number (NaN, Infinity, ``1e400``, an integer of 400 digits) becomes

@@ -28,14 +28,16 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 # multiprocessing and subprocess are imported where a child starts: `report --quick`
 # starts none, and their imports are a tenth of its run time.
-from gpudoctor._record import field, record
-from gpudoctor import _version, findings, signals
-from gpudoctor import _cpuwait, _proc
-from gpudoctor._proc import describe_exit, silence_stdio
-from gpudoctor.errors import first_line
+from gpudoctor.core._record import field, record
+from gpudoctor import _version
+from gpudoctor.core import findings
+from gpudoctor.system import signals
+from gpudoctor.system import _cpuwait, _proc
+from gpudoctor.system._proc import describe_exit, silence_stdio
+from gpudoctor.core.errors import first_line
 from gpudoctor.backends.nvml import STUCK_S, thread_blocked
-from gpudoctor.model import POISONED, ProbeResult, Report, Status
-from gpudoctor.safejson import json_safe
+from gpudoctor.core.model import POISONED, ProbeResult, Report, Status
+from gpudoctor.system.safejson import json_safe
 
 if TYPE_CHECKING:
     import subprocess
@@ -49,7 +51,7 @@ if TYPE_CHECKING:
 # Seconds a child process gets to import torch and start, on top of the probe's own limit.
 CHILD_START_ALLOWANCE_S = 60.0
 # How often a probe child's limit is looked at while it runs: each look reads how long the child's
-# threads waited for a CPU (gpudoctor._cpuwait), which the limit does not count.
+# threads waited for a CPU (gpudoctor.system._cpuwait), which the limit does not count.
 CHILD_POLL_S = 1.0
 # How often a probe run in this process is looked at while it runs: whether it is done, or held
 # inside an NVML call the driver does not answer (then it is abandoned, not waited for).
@@ -135,7 +137,7 @@ def _child_main(conn: Connection, spec: RunSpec) -> None:
     """Child process: serve probes until told to stop.
 
     The parent handles Ctrl-C (keeps finished results, stops us). Its stop, SIGTERM, raises
-    :class:`~gpudoctor.signals.Terminated` here, so the running probe's ``finally`` blocks
+    :class:`~gpudoctor.system.signals.Terminated` here, so the running probe's ``finally`` blocks
     run (the distributed probe's ranks and temporary directory); then the child ends
     quietly, as it does when the parent is gone (a broken pipe): never a traceback."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -213,7 +215,7 @@ try:
             import pynvml
         except ImportError:
             _load("pynvml", sys.argv[3], package=False)
-    from gpudoctor.runner import _child_main
+    from gpudoctor.report.runner import _child_main
     _spec = _conn.recv()
 except BaseException as exc:
     _text = str(exc).strip().splitlines()
@@ -384,7 +386,7 @@ def _run_in_thread(probe: Probe, ctx: ProbeContext) -> ProbeResult:
     thread = threading.Thread(target=lambda: box.append(call_probe(probe, ctx)), daemon=True,
                               name=f"gpudoctor-{probe.name}")
     thread.start()
-    # the limit does not count the time the probe's thread waited for a CPU (gpudoctor._cpuwait)
+    # the limit does not count the time the probe's thread waited for a CPU (gpudoctor.system._cpuwait)
     limit = _cpuwait.Limit(probe.timeout_s, _cpuwait.thread_waits(thread.native_id))
     while not box and (left := limit.left()) > 0:
         thread.join(min(left, PROBE_POLL_S))

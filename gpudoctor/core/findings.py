@@ -1,6 +1,6 @@
 """The words of a finding, once per code, and the judgements that more than one front end makes.
 
-A finding (:class:`gpudoctor.model.Finding`) is built here from its code: :data:`WORDING` holds,
+A finding (:class:`gpudoctor.core.model.Finding`) is built here from its code: :data:`WORDING` holds,
 for each code, its status and its summary, why and fix as templates (``str.format`` fields
 filled from the readings). The health probe, fleet (from Prometheus series), the compute probe,
 the TUI and the exporter take their text from this table, so rewording a finding is one edit in
@@ -15,7 +15,7 @@ this machine or Prometheus holds them for a node (:func:`clock_event_findings`,
 (``hw_slowdown``...; the bits are in gpudoctor.backends.nvml), and worded in
 :data:`CLOCK_EVENTS`.
 
-Standard library and gpudoctor.model only: every layer may use it.
+Standard library and gpudoctor.core.model only: every layer may use it.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from __future__ import annotations
 import importlib
 from typing import Any, Iterable, Mapping
 
-from gpudoctor._record import record
-from gpudoctor._text import plain_text
-from gpudoctor.model import Finding, ProbeResult, Status
+from gpudoctor.core._record import record
+from gpudoctor.core._text import plain_text
+from gpudoctor.core.model import Finding, ProbeResult, Status
 
 
 @record(frozen=True)
@@ -577,7 +577,7 @@ WORDING: dict[str, Wording] = {
         "Ask the owner of {holder} whether it still needs the GPU; end or shrink the job or pod if not."),
     "xid": Wording(Status.WARN, "Xid {xid}{when}: {words}; {action}"),
     "busy_small_kernels": Wording(Status.WARN, "{label}: {words}", _BUSY_WHY),
-    # -- Xids judged as a sequence (the exporter's gauge history, gpudoctor.xid.judge_sequence) -----
+    # -- Xids judged as a sequence (the exporter's gauge history, gpudoctor.core.xid.judge_sequence) -----
     "xid_hidden": Wording(
         Status.FAIL, "Xid {xid} ({words}) came before the Xid {last} the gauge shows now{window}",
         "The last-Xid gauge keeps only the newest code: the harmless Xid {last} that follows a job's end hides "
@@ -832,7 +832,7 @@ def wording(code: str) -> Wording:
         table = importlib.import_module(name).WORDING
         if code in table:
             return table[code]
-    raise KeyError(f"finding code {code!r} has no words in any table of gpudoctor.findings._TABLES")
+    raise KeyError(f"finding code {code!r} has no words in any table of gpudoctor.core.findings._TABLES")
 
 
 def finding(code: str, *, label: str | None = None, device: int | None = None, status: Status | None = None,

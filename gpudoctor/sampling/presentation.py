@@ -1,7 +1,7 @@
 """Presentation shared by every front end: units, "not available" text, status words and
 styles, and the one function that makes foreign text safe to show.
 
-The text report (:mod:`gpudoctor.render`), the TUI (:mod:`gpudoctor.tui`) and ``gpudoctor
+The text report (:mod:`gpudoctor.console.render`), the TUI (:mod:`gpudoctor.tui`) and ``gpudoctor
 watch`` all format values here, so a reading looks the same everywhere. Nothing here reads
 hardware, and this module imports neither textual, nor torch, nor pynvml.
 
@@ -19,19 +19,19 @@ import textwrap
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
-from gpudoctor._num import is_number as _is_number, number
-from gpudoctor._text import MAX_TEXT, plain_text
+from gpudoctor.core._num import is_number as _is_number, number
+from gpudoctor.core._text import MAX_TEXT, plain_text
 from gpudoctor.backends import busy, catalogue
 from gpudoctor.backends.base import MIG_NO_UTILISATION, WHOLE_GPU_ONLY
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.backends.clock_reasons import throttle_reason_names, throttle_reason_words
-from gpudoctor.model import Finding
+from gpudoctor.core.model import Finding
 
 if TYPE_CHECKING:
     from gpudoctor.backends.base import MigDeviceReading
     from gpudoctor.backends.events import GpuEvent
-    from gpudoctor.model import Status
-    from gpudoctor.sampling import DeviceSnapshot, Snapshot
+    from gpudoctor.core.model import Status
+    from gpudoctor.sampling.sampler import DeviceSnapshot, Snapshot
 
 # --------------------------------------------------------------------------- status words
 #: Word and Rich style of each status, for the report, the TUI and the markdown summary.
@@ -54,19 +54,19 @@ VERDICT: dict[str, str] = {
 
 
 def status_word(status: Status | str | None) -> str:
-    """``PASS``, ``WARN``... for a :class:`~gpudoctor.model.Status` or its value."""
+    """``PASS``, ``WARN``... for a :class:`~gpudoctor.core.model.Status` or its value."""
     return status_style(status)[0]
 
 
 def status_style(status: object) -> tuple[str, str]:
-    """(word, Rich style) of a status (a :class:`~gpudoctor.model.Status` or its value); anything else
+    """(word, Rich style) of a status (a :class:`~gpudoctor.core.model.Status` or its value); anything else
     (a status not yet settled, a report's unknown word) is shown as itself, unstyled."""
     key = str(getattr(status, "value", status))
     return STATUS_STYLE.get(key, (plain_text(key, limit=12).upper() or "?", ""))
 
 
 # --------------------------------------------------------------------------- foreign text
-# plain_text and its bound live in the foundation (gpudoctor._text) so that the backends can
+# plain_text and its bound live in the foundation (gpudoctor.core._text) so that the backends can
 # make a recording's strings plain where they are read; re-exported here for the front ends.
 
 
@@ -415,7 +415,7 @@ class CompactCell:
 def work_tag(code: str) -> str:
     """The word of an "is the GPU really busy?" verdict (gpudoctor.backends.busy) in the compact view:
     its ``tag`` in the findings table."""
-    from gpudoctor import findings
+    from gpudoctor.core import findings
 
     try:
         return findings.wording(f"work:{code}").tag or code
@@ -580,7 +580,7 @@ EVENT_WORDS = {
 
 def event_line(index: int, event: GpuEvent) -> str:
     """One log line for a critical GPU event (gpudoctor.backends.events.GpuEvent)."""
-    from gpudoctor import xid
+    from gpudoctor.core import xid
 
     when = _iso(event.time) if event.time > 0 else "(time unknown)"
     head = f"{when} gpu{index} EVENT"
@@ -591,7 +591,7 @@ def event_line(index: int, event: GpuEvent) -> str:
 
 
 def event_record(index: int, event: GpuEvent) -> dict[str, Any]:
-    from gpudoctor import xid
+    from gpudoctor.core import xid
 
     record = {"time": _iso(event.time) if event.time > 0 else None, "gpu": index, "event": event.kind, "code": event.code,
               "source": event.source}

@@ -13,11 +13,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from gpudoctor import _proc, _version
+from gpudoctor.system import _proc
+from gpudoctor import _version
 from gpudoctor.backends.na import NA, encode, is_na
 from gpudoctor.backends.replay import RECORDING_FORMAT, RECORDING_FORMAT_VERSION, torch_not_installed
-from gpudoctor.model import utc_now_iso
-from gpudoctor.sampling import Sampler, Snapshot
+from gpudoctor.core.model import utc_now_iso
+from gpudoctor.sampling.sampler import Sampler, Snapshot
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -69,7 +70,7 @@ def _header(gpu: GpuBackend, interval: float) -> tuple[dict[str, Any], int]:
     """A recording without samples yet: the device count, the static facts, the versions and the
     host; with the number of devices to sample."""
     from gpudoctor.backends.host import host_facts
-    from gpudoctor.sampling import bounded_call
+    from gpudoctor.sampling.sampler import bounded_call
 
     # Every NVML call below may hang on a failing GPU: each group is bounded (sampling.bounded_call),
     # and a blocked driver is recorded as what it answers then, DriverNotAnswering.
@@ -168,7 +169,7 @@ def capture(gpu: GpuBackend, *, seconds: float, interval: float, with_torch: boo
     sample goes to ``stream(header, so_far)``'s answer as it is taken (the recording's samples
     stay empty; ``so_far()`` gives the events and the duration at that moment)."""
     from gpudoctor.backends.events import open_event_watcher
-    from gpudoctor.sampling import bounded_call
+    from gpudoctor.sampling.sampler import bounded_call
 
     recording, n = _header(gpu, interval)
     interrupted = False
@@ -290,7 +291,7 @@ def record(gpu: GpuBackend, *, seconds: float = 5.0, interval: float = 0.5, with
     # and process entries replay would refuse (a PID of -1) left out, so the file always replays.
     data = plain_strings(_valid_processes(data))
     if anonymize:
-        from gpudoctor.anonymize import REDACTED, anonymize_dict
+        from gpudoctor.core.anonymize import REDACTED, anonymize_dict
 
         data = anonymize_dict(data, hostname=recording["host"].get("hostname"))
         data["meta"]["host"] = REDACTED
@@ -332,7 +333,7 @@ class PartWriter:
 
         data: dict[str, Any] = plain_strings(finite_for_file(encode(value)))
         if self.anonymize:
-            from gpudoctor.anonymize import anonymize_dict
+            from gpudoctor.core.anonymize import anonymize_dict
 
             data = anonymize_dict(data, hostname=self.hostname)
         return data
@@ -359,12 +360,12 @@ class PartWriter:
             self._write(last=False)
 
     def _write(self, last: bool, tail: dict[str, Any] | None = None) -> None:
-        from gpudoctor.fileio import write_json
+        from gpudoctor.system.fileio import write_json
 
         tail = self._encoded(tail if tail is not None else self.so_far())
         meta = {**self.header["meta"], **tail["meta"]}
         if self.anonymize:
-            from gpudoctor.anonymize import REDACTED
+            from gpudoctor.core.anonymize import REDACTED
 
             meta["host"] = REDACTED
         if self.cut:

@@ -1,8 +1,8 @@
 """The files made from the reading catalogue (gpudoctor.backends.catalogue), and the one command
 that rewrites them after a reading is added or changed there::
 
-    python -m gpudoctor.regenerate           # rewrite every generated file (or part of one)
-    python -m gpudoctor.regenerate --check   # exit 4 (exitcodes.FAIL) naming those that are not current
+    python -m gpudoctor.tools.regenerate           # rewrite every generated file (or part of one)
+    python -m gpudoctor.tools.regenerate --check   # exit 4 (exitcodes.FAIL) naming those that are not current
 
 What it writes, whole or between its markers:
 
@@ -26,9 +26,9 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: The ``$comment`` that marks a fleet schema property made from the catalogue.
-FROM_CATALOGUE = "generated from gpudoctor.backends.catalogue: python -m gpudoctor.regenerate"
+FROM_CATALOGUE = "generated from gpudoctor.backends.catalogue: python -m gpudoctor.tools.regenerate"
 #: The Python type of a sample's field, by the reading's recorded JSON type.
 _PY_TYPES = {"number": "FloatOrNA", "integer": "IntOrNA", "flag": "Union[int, bool, NA]"}
 
@@ -123,21 +123,21 @@ def stale(root: Path = ROOT) -> list[str]:
 
 
 def main(argv: list[str] | None = None, root: Path = ROOT) -> int:
-    from gpudoctor import exitcodes
-    from gpudoctor.fileio import write_text
+    from gpudoctor.core import exitcodes
+    from gpudoctor.system.fileio import write_text
 
     args = sys.argv[1:] if argv is None else argv
     if args not in ([], ["--check"]):
-        print("usage: python -m gpudoctor.regenerate [--check]", file=sys.stderr)
+        print("usage: python -m gpudoctor.tools.regenerate [--check]", file=sys.stderr)
         return exitcodes.USAGE
     missing = [path for path in generated() if not (root / path).is_file()]
     if missing:
-        print(f"gpudoctor.regenerate: {root / missing[0]} not found: run it in a source checkout", file=sys.stderr)
+        print(f"gpudoctor.tools.regenerate: {root / missing[0]} not found: run it in a source checkout", file=sys.stderr)
         return exitcodes.USAGE
     if args == ["--check"]:
         behind = stale(root)
         for path in behind:
-            print(f"{path} is not current: run python -m gpudoctor.regenerate", file=sys.stderr)
+            print(f"{path} is not current: run python -m gpudoctor.tools.regenerate", file=sys.stderr)
         return exitcodes.FAIL if behind else exitcodes.OK
     for path, make in generated().items():
         old = (root / path).read_text(encoding="utf-8")

@@ -11,7 +11,7 @@ import enum
 import math
 from typing import Any, Iterable, Mapping
 
-from gpudoctor._record import field, record
+from gpudoctor.core._record import field, record
 
 #: Version of the JSON report layout (docs/report.schema.json). Bump the major
 #: part when a field is removed or changes meaning; add fields freely.
@@ -114,7 +114,7 @@ class Finding:
     ``no_cuda_device``...) that scripts may match on. ``evidence`` holds the figures the
     judgement was made on (JSON-safe values); it is written only when there are some, so a
     finding without evidence is the same JSON as before it existed. The words of the codes
-    that several front ends show live in :mod:`gpudoctor.findings`.
+    that several front ends show live in :mod:`gpudoctor.core.findings`.
     """
 
     status: Status
@@ -234,7 +234,7 @@ class ProbeResult:
     @classmethod
     def error(cls, probe: str, summary: str, duration_s: float = 0.0, **details: object) -> "ProbeResult":
         """A probe that could not complete: crashed, hung, or its process died."""
-        from gpudoctor.findings import finding  # its words live there; findings imports this module
+        from gpudoctor.core.findings import finding  # its words live there; findings imports this module
 
         result = cls(probe=probe, status=Status.ERROR, summary=summary, duration_s=duration_s,
                      details=dict(details))
@@ -303,7 +303,7 @@ class Report:
 
         data = self.to_dict()
         if anonymize:
-            from gpudoctor.anonymize import anonymize_report_dict
+            from gpudoctor.core.anonymize import anonymize_report_dict
 
             data = anonymize_report_dict(data)
         return json.dumps(data, indent=indent, allow_nan=False, default=str)

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from gpudoctor._record import record
-# The kernel log's reader (gpudoctor.kernel_log), reachable here as before.
-from gpudoctor.kernel_log import (  # noqa: F401
+from gpudoctor.core._record import record
+# The kernel log's reader (gpudoctor.core.kernel_log), reachable here as before.
+from gpudoctor.core.kernel_log import (  # noqa: F401
     _GPU_NAMED, _XID_LINE, FALLEN_OFF_BUS_XID, FOLLOW_UP_XIDS, KMSG_READ_LIMIT, KernelLog, LoggedXid, _boot_time,
     parse_kmsg, read_kernel_log, with_named_causes,
 )
@@ -261,7 +261,7 @@ def explain(code: int) -> XidInfo:
 
 # --------------------------------------------------------------------------- sequences
 # The follow-up Xids and the cause a follow-up line names live with the log reader
-# (gpudoctor.kernel_log: FOLLOW_UP_XIDS, with_named_causes), reachable here as before.
+# (gpudoctor.core.kernel_log: FOLLOW_UP_XIDS, with_named_causes), reachable here as before.
 _RANK = {"info": 0, "warn": 1, "critical": 2}
 
 

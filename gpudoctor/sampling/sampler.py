@@ -35,7 +35,7 @@ from time import perf_counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Deque, Iterable, Iterator, Mapping
 
-from gpudoctor._num import number
+from gpudoctor.core._num import number
 from gpudoctor.backends import catalogue
 from gpudoctor.backends.base import GpuBackend, GpuSample, MigDeviceReading, ProcessReading
 from gpudoctor.backends.na import NA, is_na

@@ -5,7 +5,7 @@ It runs the quick-level probes (NVML, host facts, and torch's build read from
 A driver too old for torch's CUDA build fails here exactly as in the full report, because
 both use :func:`gpudoctor.backends.cuda_compat.driver_build_findings`.
 
-    from gpudoctor.quick import quick_verdict
+    from gpudoctor.report.quick import quick_verdict
     verdict = quick_verdict()            # or quick_verdict(gpu=backend) in the TUI
     verdict.status                       # Status.FAIL
     verdict.line()                       # "FAIL: The driver (470.57.02) supports CUDA up to 11.4, ..."
@@ -16,10 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpudoctor.model import Finding, Report, Status
+from gpudoctor.core.model import Finding, Report, Status
 
 if TYPE_CHECKING:
-    from gpudoctor._fork import ForkedCall
+    from gpudoctor.system._fork import ForkedCall
     from gpudoctor.backends.base import GpuBackend
     from gpudoctor.backends.events import EventSource
 
@@ -62,7 +62,7 @@ def quick_report(replay: str | None = None, python: str | None = None, gpu: GpuB
     keeps it open), e.g. the TUI's. ``events``: the caller's running event watcher, whose NVML
     stream the events probe reads (a critical event seen there fails the verdict).
     """
-    from gpudoctor import runner
+    from gpudoctor.report import runner
 
     probes = runner.select_probes(None, "quick")
     spec = runner.RunSpec(level="quick", replay=replay, python=python)
@@ -76,7 +76,7 @@ def begin_quick_report(replay: str | None = None) -> ForkedCall | None:
     possible (not Linux): the caller runs :func:`quick_report` itself."""
     import sys
 
-    from gpudoctor._fork import ForkedCall, one_thread
+    from gpudoctor.system._fork import ForkedCall, one_thread
 
     if not sys.platform.startswith("linux") or not one_thread():
         return None
@@ -98,7 +98,7 @@ def read_quick_report(call: ForkedCall) -> Report | None:
 
 def verdict_of(report: Report) -> QuickVerdict:
     """The headline of a finished report (quick or not): its worst finding, in report order."""
-    from gpudoctor import findings
+    from gpudoctor.core import findings
 
     status = report.status
     if status in (Status.PASS,):
@@ -123,15 +123,15 @@ def quick_verdict(replay: str | None = None, python: str | None = None,
 
 def once_lines(gpu: GpuBackend, width: int, replay: str | None = None, doctor: bool = True) -> list[str]:
     """``gpudoctor --once``: the TUI's compact view once, as plain lines of at most ``width``
-    columns (:func:`gpudoctor.presentation.once_lines`), with the quick doctor's verdict.
+    columns (:func:`gpudoctor.sampling.presentation.once_lines`), with the quick doctor's verdict.
 
     GPM (SM activity) needs two samples at least nvml.GPM_MIN_INTERVAL_S apart: where the first reading is still
     warming, a live GPU is read again once the sampler's next full read is due."""
     import time
 
     from gpudoctor.backends.host import PsutilProcessInfo, default_host_sampler
-    from gpudoctor.presentation import busy_verdict, once_lines as lines_of, process_rows, recorded_process_info
-    from gpudoctor.sampling import Sampler, recorded_snapshot
+    from gpudoctor.sampling.presentation import busy_verdict, once_lines as lines_of, process_rows, recorded_process_info
+    from gpudoctor.sampling.sampler import Sampler, recorded_snapshot
 
     sampler = Sampler(gpu, default_host_sampler())
     snap = sampler.read()

@@ -5,7 +5,7 @@ recording, Prometheus or another process is data. :func:`plain_text` turns it in
 bounded line in which terminal escape sequences, control characters (C0, DEL, C1) and bidi
 overrides are replaced by visible marks, so it can neither move the cursor, retitle the
 terminal nor reorder what is around it. The backends apply it where a recording is read;
-the front ends apply it again where they print (:mod:`gpudoctor.presentation` re-exports it).
+the front ends apply it again where they print (:mod:`gpudoctor.sampling.presentation` re-exports it).
 
 Standard library only: every layer may use it.
 """

@@ -28,8 +28,8 @@ import os
 import re
 from typing import Any
 
-from gpudoctor import fileio
-from gpudoctor.errors import first_line
+from gpudoctor.system import fileio
+from gpudoctor.core.errors import first_line
 
 MiB = 1 << 20
 

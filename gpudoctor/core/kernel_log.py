@@ -1,6 +1,6 @@
 """The kernel log's Xid records: read ``/dev/kmsg`` (or dmesg lines) and find each ``NVRM: Xid``
 line, with its GPU's PCI bus id and time. What an Xid means, and what to do, is in
-:mod:`gpudoctor.xid` (which gives these names too); this module is what the event watcher needs to
+:mod:`gpudoctor.core.xid` (which gives these names too); this module is what the event watcher needs to
 read the log, without the Xid catalogue's tables (`report --quick` reads the log on every run and
 judges an Xid only when there is one)."""
 
@@ -10,7 +10,7 @@ import os
 import re
 from typing import Iterable
 
-from gpudoctor._record import record
+from gpudoctor.core._record import record
 
 # NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.
 # Older drivers print the bus id without the "PCI:" prefix: NVRM: Xid (0000:03:00): 31, ...

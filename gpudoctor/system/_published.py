@@ -4,7 +4,7 @@ The directory is per user: ``$XDG_RUNTIME_DIR/gpudoctor`` when that runtime dire
 and is the user's, else ``/tmp/gpudoctor-UID`` created 0700. A directory that is not the
 user's own, not a real directory, or open to others is refused (nothing is published or read
 there), so another user can neither plant nor read summaries. Each file is replaced
-atomically (gpudoctor.fileio: a temporary name, then a rename) and removed when the process exits; a file
+atomically (gpudoctor.system.fileio: a temporary name, then a rename) and removed when the process exits; a file
 whose process is gone is stale and skipped (and removed when it is ours).
 
 The reader is here, below every front end, so the TUI, the exporter and ``gpudoctor why``
@@ -20,7 +20,7 @@ import tempfile
 import time
 from typing import Any
 
-from gpudoctor import fileio, safejson
+from gpudoctor.system import fileio, safejson
 
 FORMAT = "gpudoctor-live"
 FORMAT_VERSION = 1

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpudoctor import exitcodes
+from gpudoctor.core import exitcodes
 
 
 class GpudoctorError(Exception):

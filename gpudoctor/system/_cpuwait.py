@@ -50,7 +50,7 @@ def _threads(pid: int) -> list[int]:
 def process_waits(pid: int, *, below: bool = True) -> dict[Task, float]:
     """Each thread of ``pid`` (and, with ``below``, of every process it started, at any depth: a probe
     that waits on a child it starved waits with it) -> seconds it has waited for a CPU."""
-    from gpudoctor._proc import descendants
+    from gpudoctor.system._proc import descendants
 
     found: dict[Task, float] = {}
     for process in [pid, *(descendants(pid) if below else [])]:

@@ -197,7 +197,7 @@ class ForkedPart:
 
 def _kill(pid: int) -> None:
     """Kill the child and the whole tree it leads (what a driver or a library started in it)."""
-    from gpudoctor import _proc
+    from gpudoctor.system import _proc
 
     _proc.kill_tree(pid)
     try:
