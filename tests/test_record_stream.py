@@ -16,7 +16,7 @@ from nvml_fake import FakePynvml, h100_mig
 
 from gpudoctor.backends.nvml import NvmlBackend, NvmlGate
 from gpudoctor.backends.recording import RecordingError, load_recording
-from gpudoctor.sampling.sampler import recorder
+from gpudoctor.sampling import recorder
 
 ROOT = Path(__file__).resolve().parents[1]
 HEALTHY = ROOT / "tests" / "data" / "handmade_two_gpu_training_standin.json"

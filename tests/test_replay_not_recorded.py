@@ -12,7 +12,7 @@ import json
 from nvml_fake import FakePynvml
 
 from gpudoctor.core import exitcodes
-from gpudoctor.sampling.sampler import recorder
+from gpudoctor.sampling import recorder
 from gpudoctor.backends import NvmlBackend, NvmlGate, ReplayBackend
 from gpudoctor.backends.na import NA
 from gpudoctor.cli import main

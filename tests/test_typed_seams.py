@@ -40,7 +40,7 @@ def test_readings_are_their_type_or_na():
 
 
 def test_the_snapshot_carries_the_sample_type():
-    from gpudoctor.sampling.sampler import sampler as sampling
+    from gpudoctor.sampling import sampler as sampling
     from gpudoctor.backends.base import GpuSample, MigDeviceReading, ProcessReading
     from gpudoctor.backends.na import NA
 

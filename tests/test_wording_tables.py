@@ -291,7 +291,7 @@ def test_the_sweeps_advice_is_registered_in_the_index():
 
 
 def test_rewording_the_words_beside_findings_changes_what_is_said(monkeypatch):
-    from gpudoctor.sampling.sampler import presentation
+    from gpudoctor.sampling import presentation
     from gpudoctor.core import xid
     from gpudoctor.backends import cuda_driver
     from gpudoctor.hooks import summary
