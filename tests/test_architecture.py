@@ -1,23 +1,29 @@
-"""The layer rules of docs/architecture.md, checked on the source (every import, lazy ones too).
+"""The layers of docs/architecture.md, held by import-linter's contracts ([tool.importlinter] in
+pyproject.toml) over every import of the source, lazy ones too:
 
-    foundation <- backends <- sampling <- producers (probes, workload, hooks, recorder, fleet)
-               <- runner <- front ends (render, tui, exporter) <- commands <- cli
+    core <- system <- backends <- sampling <- producers (probes, workload, hooks, fleet, why)
+         <- report (the runner layer) <- front ends (tui | exporter | console) <- commands <- cli, tools
 
-A module may import gpudoctor modules of its own layer or a lower one, never a higher one.
-On top of that: a command never imports another command; front ends never import each
-other (render and presentation are shared by all of them); front ends, commands and the
-CLI never import torch or pynvml; only the TUI imports textual; only backends import pynvml.
+Each package of gpudoctor/ is one layer, so a module's layer is where it lives: the layers
+contract is exhaustive (a new package with no layer fails it). The other contracts: the front
+ends are independent of each other, a command never imports another command, front ends,
+commands and the CLI never import torch or pynvml, only the TUI imports textual, only the
+backends import pynvml, the core imports no third-party package but psutil.
 
-A module that is in no layer fails :func:`test_every_module_has_a_layer`: add it to
-``LAYERS`` here and to the table in docs/architecture.md. A name listed here must name a module
-that exists (:func:`test_every_layer_name_is_a_module`): a module that goes leaves the list.
+What the contracts cannot see is checked here: probes/ is installed as gpudoctor.probes, a mapping
+the import graph cannot follow, so the lower layers' imports of it are read from the source; the
+package's root holds only its face; the contracts themselves catch a planted violation.
 """
 
 from __future__ import annotations
 
 import ast
-import fnmatch
 import importlib
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
 from functools import cache
 from pathlib import Path
 
@@ -25,31 +31,16 @@ import pytest
 from fresh_interpreter import modules_loaded
 
 ROOT = Path(__file__).resolve().parents[1]
-
-# Lowest first. Patterns are module names (fnmatch); the first layer that matches wins.
-LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("foundation", ("gpudoctor", "gpudoctor._[!_]*", "gpudoctor.core.model", "gpudoctor.core.errors", "gpudoctor.core.exitcodes",
-                    "gpudoctor.system.fileio", "gpudoctor.system.safejson", "gpudoctor.core.anonymize", "gpudoctor.system.signals",
-                    "gpudoctor.core.stats", "gpudoctor.core.xid", "gpudoctor.core.kernel_log", "gpudoctor.report.baseline", "gpudoctor.core.findings")),
-    ("backends", ("gpudoctor.backends", "gpudoctor.backends.*")),
-    ("sampling", ("gpudoctor.sampling.sampler", "gpudoctor.sampling.presentation")),
-    ("producers", ("gpudoctor.probes", "gpudoctor.probes.*", "gpudoctor.workload", "gpudoctor.workload.*",
-                   "gpudoctor.hooks", "gpudoctor.hooks.*", "gpudoctor.sampling.recorder", "gpudoctor.fleet", "gpudoctor.fleet.*",
-                   "gpudoctor.why", "gpudoctor.why.*", "gpudoctor.tools.regenerate")),
-    ("runner", ("gpudoctor.report.runner", "gpudoctor.report.quick")),
-    ("front ends", ("gpudoctor.console.render", "gpudoctor.tui", "gpudoctor.tui.*", "gpudoctor.exporter", "gpudoctor.exporter.*")),
-    ("commands", ("gpudoctor.commands", "gpudoctor.commands.*")),
-    ("cli", ("gpudoctor.cli", "gpudoctor.__main__")),
-]
-RANK = {name: rank for rank, (name, _) in enumerate(LAYERS)}
-FRONT_END_LAYERS = {"front ends", "commands", "cli"}
-SHARED_FRONT_END = ("gpudoctor.console.render", "gpudoctor.sampling.presentation")
-HARDWARE = {"torch", "pynvml"}
+#: gpudoctor/'s root: the package's face, nothing else.
+FACE = {"__init__", "__main__", "cli", "_version"}
+#: The layers below the producers, which never import the probes.
+BELOW_PRODUCERS = ("gpudoctor.core", "gpudoctor.system", "gpudoctor.backends", "gpudoctor.sampling")
+LINT_IMPORTS = "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
 
 
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    if parts[0] == "probes":  # installed as gpudoctor.probes (pyproject maps it)
+    if parts[0] == "probes":  # installed as gpudoctor.probes (setup.py maps it)
         parts.insert(0, "gpudoctor")
     if parts[-1] == "__init__":
         parts.pop()
@@ -62,135 +53,92 @@ def _modules() -> dict[str, Path]:
     return {_module_name(p): p for p in sorted(files)}
 
 
-def _layer(module: str) -> str | None:
-    for name, patterns in LAYERS:
-        if any(fnmatch.fnmatchcase(module, pattern) for pattern in patterns):
-            return name
-    return None
-
-
-@cache
-def _imports(module: str) -> tuple[frozenset[str], frozenset[str]]:
-    """(gpudoctor modules, other top-level packages) imported anywhere in ``module``."""
-    path = _modules()[module]
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    ours: set[str] = set()
-    others: set[str] = set()
-
-    def add(name: str) -> None:
-        (ours if name.split(".")[0] == "gpudoctor" else others).add(name if name.startswith("gpudoctor")
-                                                                      else name.split(".")[0])
-
+def _imported(path: Path, package: str) -> set[str]:
+    """Every module name ``path`` imports, at any depth (relative imports resolved in ``package``)."""
+    found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
         if isinstance(node, ast.Import):
-            for alias in node.names:
-                add(alias.name)
+            found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
             if node.level:
-                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
-            if target.split(".")[0] != "gpudoctor":
-                add(target)
-                continue
-            # `from gpudoctor import runner` imports the module gpudoctor.report.runner.
-            for alias in node.names:
-                sub = f"{target}.{alias.name}"
-                add(sub if sub in _modules() else target)
-    ours.discard(module)
-    return frozenset(ours), frozenset(others)
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - (node.level - 1)] + ([node.module] if node.module else []))
+            found |= {base} | {f"{base}.{alias.name}" for alias in node.names}
+    return found
 
 
-def _owner(imported: str) -> str:
-    """The module an import names, or the closest package that exists."""
-    name = imported
-    while name not in _modules() and "." in name:
-        name = name.rpartition(".")[0]
-    return name
+def _lint_imports(cwd: Path) -> subprocess.CompletedProcess[str]:
+    if importlib.util.find_spec("importlinter") is None:
+        if os.environ.get("CI"):
+            pytest.fail("import-linter is missing: the dev extra installs it", pytrace=False)
+        pytest.skip("import-linter is not installed (pip install -e '.[dev]' brings it)")
+    env = {**os.environ, "PYTHONPATH": str(cwd)}
+    return subprocess.run([sys.executable, "-c", LINT_IMPORTS, "--config", "pyproject.toml", "--no-cache"],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=240, check=False)
 
 
-def test_every_module_has_a_layer():
-    missing = [m for m in _modules() if _layer(m) is None]
-    assert not missing, (f"{missing}: in no layer; add each to LAYERS in tests/test_architecture.py and to "
-                         "docs/architecture.md")
+def test_the_import_contracts_are_kept():
+    done = _lint_imports(ROOT)
+    assert done.returncode == 0, f"lint-imports exited {done.returncode}:\n{done.stdout[-6000:]}{done.stderr[-2000:]}"
+    assert "Contracts: 7 kept, 0 broken." in done.stdout, done.stdout[-3000:]
 
 
-def test_every_layer_name_is_a_module():
-    """Each name in LAYERS matches at least one module of the tree (a pattern, at least one)."""
-    modules = _modules()
-    stale = [(layer, name) for layer, names in LAYERS for name in names
-             if not any(fnmatch.fnmatchcase(m, name) for m in modules)]
-    assert not stale, f"{stale}: LAYERS names modules that do not exist; remove them here and in docs/architecture.md"
+def test_the_contracts_catch_a_lazy_upward_import_and_a_package_with_no_layer(tmp_path):
+    """The contracts read the copied tree, not the installed one: a lazy import of the TUI from the
+    core, and a new package that no layer names, each break them."""
+    for name in ("gpudoctor", "probes"):
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    stats = tmp_path / "gpudoctor" / "core" / "stats.py"
+    stats.write_text(stats.read_text(encoding="utf-8") + "\n\ndef _planted():\n    from gpudoctor.tui import app\n"
+                     "    return app\n", encoding="utf-8")
+    (tmp_path / "gpudoctor" / "stray").mkdir()
+    (tmp_path / "gpudoctor" / "stray" / "__init__.py").write_text("", encoding="utf-8")
+    done = _lint_imports(tmp_path)
+    assert done.returncode != 0, done.stdout[-3000:]
+    assert "gpudoctor.core.stats -> gpudoctor.tui.app" in done.stdout, done.stdout[-3000:]
+    assert "gpudoctor.stray" in done.stdout, done.stdout[-3000:]
 
 
-def test_the_rules_see_the_code():
-    """The checker itself: it finds lazy imports and `from gpudoctor import x` modules."""
-    cli, _ = _imports("gpudoctor.cli")
-    assert "gpudoctor.commands" in cli and "gpudoctor.core.exitcodes" in cli
-    report, _ = _imports("gpudoctor.commands.report")
-    assert "gpudoctor.report.runner" in report  # imported inside run()
-    assert _layer("gpudoctor.commands.report") == "commands" and _layer("gpudoctor.probes.health") == "producers"
+def test_the_root_holds_only_the_face_and_every_folder_is_a_package():
+    root = {p.stem for p in (ROOT / "gpudoctor").glob("*.py")}
+    assert root == FACE, f"{sorted(root - FACE)}: move into the package of its layer (docs/architecture.md)"
+    for folder in (ROOT / "gpudoctor").iterdir():
+        if folder.is_dir() and folder.name not in ("__pycache__", "demo") and any(folder.glob("*.py")):
+            assert (folder / "__init__.py").is_file(), folder
 
 
-def test_no_module_imports_a_higher_layer():
-    upward = []
-    for module in _modules():
-        layer = _layer(module)
-        if layer is None:
-            continue
-        for imported in _imports(module)[0]:
-            target = _layer(_owner(imported))
-            if target is not None and RANK[target] > RANK[layer]:
-                upward.append(f"{module} ({layer}) imports {imported} ({target})")
-    assert not upward, "\n".join(upward)
+def test_no_layer_below_the_producers_imports_the_probes():
+    """gpudoctor.probes is invisible to the import graph (probes/ is mapped), so it is read here."""
+    offenders = []
+    for module, path in _modules().items():
+        if module.startswith(BELOW_PRODUCERS):
+            package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+            hits = sorted(i for i in _imported(path, package) if i == "gpudoctor.probes" or i.startswith("gpudoctor.probes."))
+            if hits:
+                offenders.append(f"{module} imports {hits}")
+    assert not offenders, "\n".join(offenders)
+    # the reader itself sees a lazy relative import
+    assert "gpudoctor.probes.health" in _imported(_modules()["gpudoctor.report.runner"], "gpudoctor.report") or \
+        "gpudoctor.probes" in _imported(_modules()["gpudoctor.report.runner"], "gpudoctor.report")
 
 
 def test_no_command_imports_another_command():
+    """The independence contract lists the commands by hand: it must list every one of them."""
     from gpudoctor import commands
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
     command_modules = {commands.load(name).__name__ for name in commands.COMMAND_NAMES}
     shared = {f"gpudoctor.commands.{name}" for name in commands.SHARED}
     assert command_modules and not command_modules & shared
-    for module in _modules():
-        if _layer(module) != "commands" or module == "gpudoctor.commands":
-            continue
-        others = {_owner(i) for i in _imports(module)[0] if _layer(_owner(i)) == "commands"} - shared - {module}
-        assert not others, f"{module} imports the command(s) {sorted(others)}; share code through commands.args/output"
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]["contracts"]
+    independent = next(c for c in contracts if c["id"] == "commands")["modules"]
+    assert set(independent) == command_modules
     for name in commands.COMMAND_NAMES:
         command = commands.load(name)
         assert callable(command.register) and callable(command.run), command.__name__
-
-
-def test_front_ends_do_not_import_each_other():
-    """tui, exporter and render are separate front ends; render and presentation are shared."""
-    def package(module: str) -> str:
-        parts = module.split(".")
-        return ".".join(parts[:2])
-
-    crossing = []
-    for module in _modules():
-        if _layer(module) != "front ends":
-            continue
-        for imported in _imports(module)[0]:
-            owner = _owner(imported)
-            if _layer(owner) == "front ends" and package(owner) != package(module) and owner not in SHARED_FRONT_END:
-                crossing.append(f"{module} imports {owner}")
-    assert not crossing, "\n".join(crossing)
-
-
-def test_front_ends_commands_and_cli_never_import_torch_or_pynvml():
-    offenders = {m: sorted(_imports(m)[1] & HARDWARE) for m in _modules() if _layer(m) in FRONT_END_LAYERS}
-    assert not {m: found for m, found in offenders.items() if found}
-
-
-def test_only_the_tui_imports_textual_and_only_backends_import_pynvml():
-    for module in _modules():
-        others = _imports(module)[1]
-        if "textual" in others:
-            assert module.startswith("gpudoctor.tui."), module
-        if "pynvml" in others:
-            assert module.startswith("gpudoctor.backends."), module
 
 
 def test_the_command_line_imports_no_command_library_until_it_runs():

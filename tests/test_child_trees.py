@@ -24,7 +24,7 @@ TESTS = Path(__file__).resolve().parent
 SCENARIO = r"""
 import os, sys, threading, time
 sys.path.insert(0, {tests!r})
-from gpudoctor import runner
+from gpudoctor.report import runner
 import fault_probes
 marker, delay = sys.argv[1], float(sys.argv[2])
 os.environ["GPUDOCTOR_TEST_TREE_MARKER"] = marker
@@ -43,7 +43,7 @@ REAPER = r"""
 import ctypes, json, os, subprocess, sys, time
 ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 sys.path.insert(0, {root!r})
-from gpudoctor import _proc
+from gpudoctor.system import _proc
 run = subprocess.run([sys.executable, "-c", sys.argv[1], *sys.argv[2:]], capture_output=True, text=True, timeout=280)
 def reap():
     while True:
@@ -152,7 +152,7 @@ def test_run_bounded_past_its_limit_leaves_nothing():
     """The memory probe's fresh process (and every run_bounded command) on its limit: its tree ends."""
     seen = _left_after("""
         import os, subprocess, sys
-        from gpudoctor import _proc
+        from gpudoctor.system import _proc
         code = "import subprocess, time; subprocess.Popen(['sleep', '600']); print('up', flush=True); time.sleep(600)"
         try:
             _proc.run_bounded([sys.executable, "-c", code], timeout_s=5.0, max_output=1 << 16)
@@ -197,7 +197,7 @@ def test_record_stopped_during_its_torch_step_leaves_nothing(tmp_path, how):
     marker = tmp_path / "torch.started"
     seen = _left_after(f"""
         import os, signal, sys, threading, time
-        from gpudoctor import recorder
+        from gpudoctor.sampling import recorder
         def stop(*_):
             raise KeyboardInterrupt
         def stop_once_started():

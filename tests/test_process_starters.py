@@ -124,7 +124,7 @@ def test_the_scan_finds_a_stray_start(tmp_path):
 
     for top in SCANNED:
         shutil.copytree(ROOT / top, tmp_path / top, ignore=shutil.ignore_patterns("__pycache__"))
-    with open(tmp_path / "gpudoctor" / "quick.py", "a") as fh:
+    with open(tmp_path / "gpudoctor" / "report" / "quick.py", "a") as fh:
         fh.write("\n\ndef _stray():\n    import subprocess\n    subprocess.run(['true'])\n")
     found = found_starters(tmp_path)
     assert ("gpudoctor/report/quick.py", "_stray") in {(f, where) for f, where, _, _ in found}

@@ -101,7 +101,7 @@ def test_quiet_child_keeps_the_terminal_clean():
 
     code = ("import sys; sys.path.insert(0, 'tests')\n"
             "import fault_probes as fp\n"
-            "from gpudoctor import runner\n"
+            "from gpudoctor.report import runner\n"
             "quiet = sys.argv[1] == 'quiet'\n"
             "r = runner.run_probes([fp.NOISY], runner.RunSpec(quiet_child=quiet))\n"
             "assert r.results[0].summary == 'printed'\n")

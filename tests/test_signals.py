@@ -35,7 +35,8 @@ PRELUDE = f"""
 import os, signal, sys, time
 sys.path.insert(0, {TESTS!r})
 import fault_probes as fp
-from gpudoctor import cli, runner
+from gpudoctor import cli
+from gpudoctor.report import runner
 """
 
 
@@ -120,7 +121,7 @@ def test_no_module_sets_the_stop_signals_handlers_but_signals():
 
     found = []
     for path in [*(ROOT / "gpudoctor").rglob("*.py"), *(ROOT / "probes").rglob("*.py")]:
-        if path == ROOT / "gpudoctor" / "signals.py":
+        if path == ROOT / "gpudoctor" / "system" / "signals.py":
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "signal"

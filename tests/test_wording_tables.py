@@ -23,11 +23,11 @@ from gpudoctor.probes import _wording
 from gpudoctor.probes.distributed import assemble
 
 ROOT = Path(__file__).resolve().parents[1]
-TABLE_FILES = {ROOT / "gpudoctor" / "findings.py", ROOT / "probes" / "_wording.py"}
+TABLE_FILES = {ROOT / "gpudoctor" / "core" / "findings.py", ROOT / "probes" / "_wording.py"}
 #: The modules that build findings and take their words from the tables.
 GUARDED = sorted(p for p in (ROOT / "probes").glob("*.py") if p not in TABLE_FILES) + [
-    ROOT / "gpudoctor" / name for name in ("backends/cuda_compat.py", "backends/cuda_driver.py", "baseline.py",
-                                           "model.py", "runner.py")]
+    ROOT / "gpudoctor" / name for name in ("backends/cuda_compat.py", "backends/cuda_driver.py", "report/baseline.py",
+                                           "core/model.py", "report/runner.py")]
 #: Calls whose text arguments are a finding's words: (the name called, the first positional
 #: argument that is words, the keyword arguments that are words).
 _BUILDERS = {"Finding": (2, {"summary", "why", "fix"}), "find": (2, {"summary", "why", "fix"}),
