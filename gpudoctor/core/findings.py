@@ -699,7 +699,7 @@ WORDING: dict[str, Wording] = {
     "cuda_cannot_start:none_counted": Wording(
         Status.FAIL, "NVML sees {visible} GPU(s) but the CUDA driver counts none: {cause}.", CUDA_NOT_STARTING,
         "{fix}"),
-    # -- a report against a baseline (baseline.py) ---------------------------------------------------
+    # -- a report against a baseline (report/baseline.py) ------------------------------------------------
     "baseline_model_differs": Wording(
         Status.WARN, "Compared across GPU models, as asked: {models}.",
         "Figures of different models differ by design; only large gaps mean anything.",
@@ -731,7 +731,7 @@ WORDING: dict[str, Wording] = {
         Status.WARN, "{what}{where}: {value}, {amount} {direction} the baseline's {base} (tolerated: {warn:g}{unit}, "
         "fail beyond {fail:g}{unit}).",
         "{why}.", "Run `gpudoctor report --full --probe {probe} -v` on both nodes and compare their details."),
-    # -- the runner: a check that could not complete, or had no torch to run (runner.py, model.py) ------
+    # -- the runner: a check that could not complete, or had no torch to run (report/runner.py, core/model.py)
     "probe_error": Wording(
         Status.ERROR, "{summary}", "This check could not complete, so its part of the stack is unverified.",
         "Re-run with --probe {probe} -v; if it repeats, attach the JSON report to a bug report."),
