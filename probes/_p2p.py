@@ -8,6 +8,7 @@ the host's PCIe bridges between them with their ACS control, and the IOMMU's mod
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Callable
 
 from gpudoctor.core._record import field, record
@@ -22,7 +23,7 @@ from . import _wording
 from ._pcie import pcie_ceiling_gbs
 
 if TYPE_CHECKING:
-    from gpudoctor.backends.base import GpuBackend
+    from gpudoctor.backends.base import GpuBackend, IntOrNA
 
 #: NVML's topology levels and peer-to-peer statuses in words (probes/_wording.py).
 TOPOLOGY, P2P_STATUS = _wording.TOPOLOGY, _wording.P2P_STATUS
@@ -58,13 +59,14 @@ class HostPaths:
 
 @record
 class PairPath:
-    """Two GPUs (NVML indices), NVML's answer for them (``GpuBackend.p2p``), the PCIe bridges
-    between them (None: not known here) and each bridge's ACS control (an AcsControl, None for a
-    bridge without ACS, or why it cannot be read)."""
+    """Two GPUs (NVML indices), NVML's answer for them (``GpuBackend.p2p``'s P2PReading; a real
+    case may post only some of its fields), the PCIe bridges between them (None: not known here)
+    and each bridge's ACS control (an AcsControl, None for a bridge without ACS, or why it cannot
+    be read)."""
 
     a: int
     b: int
-    nvml: dict[str, Any]
+    nvml: Mapping[str, IntOrNA]
     bus_ids: tuple[str | None, str | None] = (None, None)
     bridges: list[str] | None = None
     acs: dict[str, pcie_paths.AcsControl | None | str] = field(default_factory=dict)

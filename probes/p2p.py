@@ -124,7 +124,7 @@ def run(ctx: ProbeContext) -> ProbeResult:
     from . import _p2p
 
     indices = list(range(count))
-    bus_ids = {i: normalise_bus_id(gpu.identity(i).get("pci_bus_id")) for i in indices}
+    bus_ids = {i: normalise_bus_id(gpu.identity(i).pci_bus_id) for i in indices}
     root = pcie_paths.ROOT
     host = host_paths(ctx, root)
     if host.readable:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from gpudoctor.backends.base import DeviceIdentity
 from gpudoctor.backends.na import NA
 from gpudoctor.core.model import Status
 from gpudoctor.probes import ProbeContext
@@ -36,9 +37,9 @@ class _Gpu:
         return {"index": 0, "name": "GPU", "compute_capability": self._cc, "uuid": "GPU-1",
                 "pci_bus_id": "00000000:01:00.0", "mig_mode": 0}
 
-    def identity(self, index: int) -> dict[str, Any]:
+    def identity(self, index: int) -> DeviceIdentity:
         """What the torch-to-NVML resolver reads: the device's bus id and UUID."""
-        return {k: self.static(index).get(k) for k in ("pci_bus_id", "uuid")}
+        return DeviceIdentity(self.static(index).get("pci_bus_id"), self.static(index).get("uuid"))
 
 
 def _facts(**over: Any) -> dict[str, Any]:

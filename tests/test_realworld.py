@@ -41,7 +41,7 @@ from gpudoctor import fleet
 from gpudoctor.core import xid
 from gpudoctor.backends import fatbin, stack
 from gpudoctor.backends.cuda_driver import CudaStart
-from gpudoctor.backends.base import MigDeviceReading
+from gpudoctor.backends.base import DeviceIdentity, MigDeviceReading
 from gpudoctor.backends.stack import Stack
 from gpudoctor.backends.events import DeviceEvents, GpuEvent
 from gpudoctor.backends.na import NA, decode
@@ -99,9 +99,9 @@ class FakeGpu:
             out["compute_capability"] = g["compute_capability"]
         return out
 
-    def identity(self, index: int) -> dict[str, Any]:
+    def identity(self, index: int) -> DeviceIdentity:
         """What the torch-to-NVML resolver reads: the device's bus id and UUID."""
-        return {k: self.static(index).get(k) for k in ("pci_bus_id", "uuid")}
+        return DeviceIdentity(self.static(index).get("pci_bus_id"), self.static(index).get("uuid"))
 
     def mig_devices(self, index: int, readings: bool = True) -> Any:
         """NVML's MIG devices of GPU ``index`` where the thread posted them (``nvidia-smi -L``: their

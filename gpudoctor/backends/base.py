@@ -10,7 +10,7 @@ A reading the driver cannot give is :class:`~gpudoctor.backends.na.NA` (with the
 in place of the number: NA is part of every record's field types.
 
 The small readings are records (:class:`MemoryReading`, :class:`UtilizationReading`,
-:class:`ProcessReading`): frozen dataclasses with typed attributes. They are also
+:class:`ProcessReading`, :class:`DeviceIdentity`, :class:`P2PReading`...): frozen dataclasses with typed attributes. They are also
 read-only mappings of their field names (``reading["memory_used_bytes"]``), so the JSON
 writers and the recorder store them as they stored the dictionaries before. The whole
 samples (``sample``/``fast_sample``) and the static facts stay dictionaries keyed by the
@@ -123,14 +123,41 @@ class ProcessReading(Reading):
                    recorded={k: v for k, v in data.items() if k not in cls._names()})
 
 
+@record(frozen=True, eq=False)
+class DeviceIdentity(Reading):
+    """What matches an NVML device to torch's (:meth:`GpuBackend.identity`): its PCI bus id in
+    one form (``0000:65:00.0``, as ``normalise_bus_id`` writes it; None where the driver's text is
+    no bus id) and its UUID (``GPU-...``), each NA with the reason where NVML cannot give it."""
+
+    pci_bus_id: Union[str, NA, None]
+    uuid: Union[str, NA]
+
+
+@record(frozen=True, eq=False)
+class P2PReading(Reading):
+    """The path between two GPUs as NVML sees it (:meth:`GpuBackend.p2p`; ``nvidia-smi topo -m``
+    and ``topo -p2p``). ``topology``: nvmlDeviceGetTopologyCommonAncestor's level (0 the same
+    board ... 50 across sockets); ``read``, ``write``, ``nvlink``, ``atomics``: nvmlDeviceGetP2PStatus
+    for that capability (0 OK, else why not). Each is NA with the reason where it is not known."""
+
+    topology: IntOrNA
+    read: IntOrNA
+    write: IntOrNA
+    nvlink: IntOrNA
+    atomics: IntOrNA
+
+    @classmethod
+    def unknown(cls, na: NA) -> "P2PReading":
+        """Every field ``na`` (a device that cannot be read, a source that holds no path)."""
+        return cls(**{name: na for name in cls._names()})
+
+
 #: What the front ends say for a MIG device's power and energy: NVML gives them for the whole GPU
 #: only (NotSupported on a MIG handle). Never split between the slices.
 WHOLE_GPU_ONLY = "whole-GPU figure only"
 #: What they say for a MIG device's utilisation: NVML gives no utilisation rates on a GPU in MIG
 #: mode, for a slice or for the whole GPU (nvidia-smi shows N/A); GPM's SM activity is read per GPU
 #: instance instead.
-#: The keys of GpuBackend.p2p: NVML's topology level between two GPUs and its P2P status per capability.
-P2P_KEYS = ("topology", "read", "write", "nvlink", "atomics")
 MIG_NO_UTILISATION = "not given in MIG mode (no NVML utilisation rates, per slice or whole GPU); see SM activity"
 
 
@@ -278,7 +305,7 @@ class GpuBackend(Protocol):
 
     def device_count(self) -> int | NA: ...
 
-    def identity(self, index: int) -> dict[str, Any]:
+    def identity(self, index: int) -> DeviceIdentity:
         """The device's ``pci_bus_id`` and ``uuid`` (what matches it to torch's device), cheap and kept."""
 
     def static(self, index: int) -> dict[str, Any]:
@@ -298,7 +325,7 @@ class GpuBackend(Protocol):
 
     def nvlink(self, index: int) -> list[NvLinkReading] | NA: ...
 
-    def p2p(self, index: int, peer: int) -> dict[str, Any]:
+    def p2p(self, index: int, peer: int) -> P2PReading:
         """The path between two GPUs: NVML's topology level and P2P status per capability."""
 
     def total_energy_mj(self, index: int) -> int | NA: ...
@@ -325,4 +352,4 @@ class GpuBackend(Protocol):
 
 
 __all__ = ["GpuBackend", "GpuSample", "MemoryReading", "UtilizationReading", "ProcessReading", "Reading", "IntOrNA",
-           "FloatOrNA", "MigDeviceReading", "WHOLE_GPU_ONLY", "MIG_NO_UTILISATION"]
+           "FloatOrNA", "DeviceIdentity", "P2PReading", "MigDeviceReading", "WHOLE_GPU_ONLY", "MIG_NO_UTILISATION"]

@@ -25,8 +25,8 @@ from gpudoctor.core._num import is_number
 from gpudoctor.core._record import replace
 
 from . import catalogue
-from .base import (P2P_KEYS, GpuSample, MemoryReading, MigDeviceReading, NvLinkReading, ProcessReading,
-                   UtilizationReading)
+from .base import (DeviceIdentity, GpuSample, MemoryReading, MigDeviceReading, NvLinkReading, P2PReading,
+                   ProcessReading, UtilizationReading)
 # the clock-event reasons and the gate's limit live in a light module (the TUI's first frame needs them, not NVML)
 from .clock_reasons import (HARMFUL_THROTTLE_MASK, STUCK_S, THROTTLE_REASONS,  # noqa: F401 - also this module's
                             throttle_reason_names, throttle_reason_words)
@@ -494,7 +494,7 @@ class NvmlBackend:
     def __init__(self, gate: NvmlGate | None = None) -> None:
         self.gate = gate or NvmlGate()
         self._handles: dict[int, NvmlHandle] = {}
-        self._identities: dict[int, dict[str, Any]] = {}  # index -> PCI bus id and UUID, read once
+        self._identities: dict[int, DeviceIdentity] = {}  # index -> PCI bus id and UUID, read once
         self._process_util_seen: dict[int, int] = {}
         # Devices (by index) whose driver or binding answered that it has no
         # nvmlDeviceGetProcessesUtilizationInfo: kept per device, since a GPU in MIG mode answers
@@ -543,19 +543,19 @@ class NvmlBackend:
         return self.gate.query(function, handle, *args)
 
     # -- per device, read once ------------------------------------------------------
-    def identity(self, index: int) -> dict[str, Any]:
+    def identity(self, index: int) -> DeviceIdentity:
         """The device's PCI bus id and UUID: two NVML calls, kept until NVML restarts (a device
         keeps both for as long as the driver runs). What the torch-to-NVML resolver needs, on a
         training thread at the first monitored step, without :meth:`static`'s twenty-odd calls."""
         if index not in self._identities:
             pci = self._q("nvmlDeviceGetPciInfo", index)
-            found = {"pci_bus_id": pci if is_na(pci) else normalise_bus_id(_text(getattr(pci, "busId", None))),
-                     "uuid": self._q("nvmlDeviceGetUUID", index)}
+            found = DeviceIdentity(pci if is_na(pci) else normalise_bus_id(_text(getattr(pci, "busId", None))),
+                                   self._q("nvmlDeviceGetUUID", index))
             if any(is_na(v) and v.reason in ("Uninitialized", "DriverNotAnswering", "GpuIsLost")
                    for v in found.values()):
                 return found  # a passing state: asked again next time
             self._identities[index] = found
-        return dict(self._identities[index])
+        return self._identities[index]  # a frozen record: shared safely
 
     def static(self, index: int) -> dict[str, Any]:
         c = self.gate.constant
@@ -734,7 +734,7 @@ class NvmlBackend:
             return first_na if first_na is not None else NA("NotSupported")
         return links
 
-    def p2p(self, index: int, peer: int) -> dict[str, Any]:
+    def p2p(self, index: int, peer: int) -> P2PReading:
         """The path between two GPUs as NVML sees it (``nvidia-smi topo -m`` and ``topo -p2p``).
 
         ``topology``: nvmlDeviceGetTopologyCommonAncestor's level (0 the same board, 10 one PCIe
@@ -748,11 +748,11 @@ class NvmlBackend:
         handles = self._handle(index), self._handle(peer)
         for handle in handles:
             if is_na(handle):
-                return {key: handle for key in P2P_KEYS}
+                return P2PReading.unknown(handle)
         out["topology"] = self.gate.query("nvmlDeviceGetTopologyCommonAncestor", *handles)
         for key, constant, default in _P2P_CAPS:
             out[key] = self.gate.query("nvmlDeviceGetP2PStatus", *handles, self.gate.constant(constant, default))
-        return {key: value if is_na(value) else int(value) for key, value in out.items()}
+        return P2PReading(**{key: value if is_na(value) else int(value) for key, value in out.items()})
 
     def _nvlink_version_names(self) -> dict[int, str]:
         """nvmlNvlinkVersion_t values -> "4.0" etc., from the binding's NVML_NVLINK_VERSION_*

@@ -29,8 +29,8 @@ from gpudoctor.backends.recording import (
 )
 
 from . import catalogue
-from .base import (P2P_KEYS, GpuSample, MemoryReading, MigDeviceReading, NvLinkReading, ProcessReading,
-                   UtilizationReading)
+from .base import (DeviceIdentity, GpuSample, MemoryReading, MigDeviceReading, NvLinkReading, P2PReading,
+                   ProcessReading, UtilizationReading)
 from .na import NA, is_na
 from .plausible import screen
 
@@ -100,9 +100,9 @@ class ReplayBackend:
             return NA("InvalidArgument")
         return None
 
-    def identity(self, index: int) -> dict[str, Any]:
+    def identity(self, index: int) -> DeviceIdentity:
         static = self.static(index)
-        return {"pci_bus_id": static.get("pci_bus_id", NA("NotRecorded")), "uuid": static.get("uuid", NA("NotRecorded"))}
+        return DeviceIdentity(static.get("pci_bus_id", NA("NotRecorded")), static.get("uuid", NA("NotRecorded")))
 
     def static(self, index: int) -> dict[str, Any]:
         na = self._check(index)
@@ -229,12 +229,12 @@ class ReplayBackend:
             return NA("NotRecorded")
         return links[index]
 
-    def p2p(self, index: int, peer: int) -> dict[str, Any]:
-        """Recordings hold no peer-to-peer path: every key NA("NotRecorded") (or the device's NA)."""
+    def p2p(self, index: int, peer: int) -> P2PReading:
+        """Recordings hold no peer-to-peer path: every field NA("NotRecorded") (or the device's NA)."""
         na = self._check(index)
         if na is None:
             na = self._check(peer)
-        return {key: NA("NotRecorded") if na is None else na for key in P2P_KEYS}
+        return P2PReading.unknown(NA("NotRecorded") if na is None else na)
 
     def mig_devices(self, index: int, readings: bool = True) -> list[MigDeviceReading] | NA:
         """The MIG devices of the sample last served for the device (``samples[].mig[index]``):

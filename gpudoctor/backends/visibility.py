@@ -124,7 +124,7 @@ def visible_mig_count(gpu: GpuBackend, visible: list[int], mig_modes: Mapping[in
     value = env.get("CUDA_VISIBLE_DEVICES")
     if value is None:
         return len(table)
-    uuids = [gpu.identity(i).get("uuid") for i in range(count)]
+    uuids = [gpu.identity(i).uuid for i in range(count)]
     named: set[tuple[int, str]] = set()
     for kind, index, uuid in _entries(value, uuids, table):
         named.update([(index, str(uuid))] if kind == "mig" else [(m[1], str(m[0])) for m in table if m[1] == index])
@@ -147,7 +147,7 @@ def visible_nvml_indices(gpu: GpuBackend, env: Mapping[str, str] | None = None) 
     if is_na(count):
         return count
     value = env.get("CUDA_VISIBLE_DEVICES")
-    uuids = [gpu.identity(i).get("uuid") for i in range(count)] if value else [None] * count
+    uuids = [gpu.identity(i).uuid for i in range(count)] if value else [None] * count
     return parse_visible(value, uuids, mig_slices(gpu, count) if value and "MIG-" in value else None)
 
 
@@ -180,7 +180,7 @@ def visible_mig_devices(gpu: GpuBackend, env: Mapping[str, str] | None = None) -
             by_uuid.update({(m.uuid, index): m for m in slices})
     if not by_uuid:
         return NA("MigInstancesSelected")
-    uuids = [gpu.identity(i).get("uuid") for i in range(count)]
+    uuids = [gpu.identity(i).uuid for i in range(count)]
     table = [(m.uuid, index, m.gpu_instance_id, m.compute_instance_id) for (_, index), m in by_uuid.items()]
     out = []
     for raw in value.split(","):
@@ -243,7 +243,7 @@ def nvml_index_for(backend: GpuBackend, cuda_index: int, pci_bus_id: str | None 
     if is_na(count) or not isinstance(count, int):
         return None
     if pci_bus_id or uuid:
-        static = [dict(backend.identity(i), index=i) for i in range(count)]
+        static = [dict(backend.identity(i).to_dict(), index=i) for i in range(count)]
         found = match_torch_to_nvml([{"index": cuda_index, "pci_bus_id": pci_bus_id, "uuid": uuid}],
                                     static).get(cuda_index)
         if found is not None:
