@@ -103,7 +103,7 @@ def test_stale_sample_turns_nvml_down():
     sampler = GpuSampler(ReplayBackend.from_file(GPU_LOST), interval=1.0)
     registry = build_registry(GpudoctorCollector(sampler, None))
     sampler.sample_once()
-    sampler.snapshot["t"] -= 60  # as if the sampler had been stuck in the driver for a minute
+    sampler.snapshot.time -= 60  # as if the sampler had been stuck in the driver for a minute
     samples = scrape(registry)
     assert value(samples, "gpudoctor_nvml_up") == 0.0
     assert value(samples, "gpudoctor_nvml_error_info", reason="SampleStale") == 1.0

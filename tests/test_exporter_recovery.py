@@ -46,37 +46,37 @@ def test_driver_loaded_after_the_exporter_started():
     fake = fake_nvml(init_failures=2)
     sampler, clock = make(fake)
     snap = sampler.sample_once()
-    assert snap["status"].reason == "DriverNotLoaded" and snap["retry_in_s"] == 5.0
+    assert snap.nvml_status.reason == "DriverNotLoaded" and snap.retry_in_s == 5.0
     assert scrape(sampler)[("gpudoctor_nvml_up", ())] == 0.0
     clock.now += 4.9
     sampler.sample_once()
     assert fake.init_calls == 1  # no new nvmlInit before the backoff is over
     clock.now += 0.1
     snap = sampler.sample_once()  # second try: still no driver; the wait doubles
-    assert fake.init_calls == 2 and snap["status"].reason == "DriverNotLoaded"
-    assert snap["retry_in_s"] == 10.0
+    assert fake.init_calls == 2 and snap.nvml_status.reason == "DriverNotLoaded"
+    assert snap.retry_in_s == 10.0
     clock.now += 9.0
     sampler.sample_once()
     assert fake.init_calls == 2
     clock.now += 1.0
     snap = sampler.sample_once()  # third try: the driver is there
-    assert fake.init_calls == 3 and snap["status"] is None and snap["retry_in_s"] is None
+    assert fake.init_calls == 3 and snap.nvml_status is None and snap.retry_in_s is None
     samples = scrape(sampler)
     assert samples[("gpudoctor_nvml_up", ())] == 1.0
     assert samples[("gpudoctor_gpu_count", ())] == 1.0
     assert samples[("gpudoctor_nvml_reinit_total", ())] == 2.0
     util = [v for (name, _), v in samples.items() if name == "gpudoctor_gpu_utilization_ratio"]
     assert util == [0.42]
-    assert sampler.snapshot["devices"][0]["static"]["name"] == "Fake GPU"
+    assert sampler.snapshot.devices[0].static["name"] == "Fake GPU"
 
 
 def test_backoff_doubles_up_to_60_s():
     fake = fake_nvml(init_failures=10**6)
     sampler, clock = make(fake)
-    waits = [sampler.sample_once()["retry_in_s"]]
+    waits = [sampler.sample_once().retry_in_s]
     for _ in range(6):
         clock.now += waits[-1]
-        waits.append(sampler.sample_once()["retry_in_s"])
+        waits.append(sampler.sample_once().retry_in_s)
     assert waits == [5.0, 10.0, 20.0, 40.0, 60.0, 60.0, 60.0]
     assert fake.init_calls == 7
 
@@ -84,17 +84,17 @@ def test_backoff_doubles_up_to_60_s():
 def test_driver_reload_drops_stale_handles_and_reinitialises():
     fake = fake_nvml()
     sampler, clock = make(fake)
-    assert sampler.sample_once()["status"] is None
+    assert sampler.sample_once().nvml_status is None
     assert fake.handle_calls == 1
     fake.mode = "unloaded"  # driver reloaded: every call answers Uninitialized
     snap = sampler.sample_once()
-    assert snap["status"].reason == "Uninitialized"
+    assert snap.nvml_status.reason == "Uninitialized"
     assert scrape(sampler)[("gpudoctor_nvml_up", ())] == 0.0
     clock.now += 5.0
     snap = sampler.sample_once()
     assert fake.shutdown_calls == 1 and fake.init_calls == 2
     assert fake.handle_calls == 2  # a fresh handle: the old one belongs to the old session
-    assert snap["status"] is None and snap["devices"][0]["sample"]["gpu_util_pct"] == 42
+    assert snap.nvml_status is None and snap.devices[0].sample["gpu_util_pct"] == 42
     samples = scrape(sampler)
     assert samples[("gpudoctor_nvml_up", ())] == 1.0
     assert samples[("gpudoctor_gpu_up", (("gpu", "0"),))] == 1.0
@@ -106,13 +106,13 @@ def test_every_gpu_lost_then_reset_recovers():
     sampler.sample_once()
     fake.mode = "lost"
     snap = sampler.sample_once()
-    assert snap["status"] is None and snap["retry_in_s"] == 5.0
+    assert snap.nvml_status is None and snap.retry_in_s == 5.0
     assert scrape(sampler)[("gpudoctor_gpu_up", (("gpu", "0"),))] == 0.0
     fake.mode = "ok"  # the GPU was reset (nvidia-smi -r): old handles are stale
     clock.now += 5.0
     snap = sampler.sample_once()
     assert fake.init_calls == 2 and fake.handle_calls == 2
-    assert snap["retry_in_s"] is None
+    assert snap.retry_in_s is None
     assert scrape(sampler)[("gpudoctor_gpu_up", (("gpu", "0"),))] == 1.0
 
 
@@ -127,7 +127,7 @@ def test_no_retry_for_a_missing_python_binding_or_a_replay():
             return NA("DriverNotLoaded")
 
     sampler = GpuSampler(NoReset(), interval=1.0)
-    assert sampler.sample_once()["retry_in_s"] is None  # a recording cannot be restarted
+    assert sampler.sample_once().retry_in_s is None  # a recording cannot be restarted
 
 
 class BlockingBackend:

@@ -62,20 +62,25 @@ def test_mypy_checks_every_package_with_one_strictness():
     assert config.get("check_untyped_defs") and config.get("strict_equality")
 
 
-def test_the_exporter_sample_is_what_its_type_says():
-    """The exporter's sampler publishes one ExportedSample per read (each GPU an ExportedDevice,
-    its sample the snapshot's GpuSample itself), which is what the collector is typed against."""
+def test_the_exporter_publishes_the_snapshot_itself():
+    """The exporter's sampler publishes the sampling core's Snapshot as it is (no repacking into
+    dictionaries), with the holders per device beside it, and the collector is typed against it."""
     from tui_support import DATA
 
-    from gpudoctor.backends.base import GpuSample, MigDeviceReading
+    from gpudoctor.exporter import collector
+    from gpudoctor.exporter.sampler import GpuSampler, Published
+    from gpudoctor.backends.base import MigDeviceReading
     from gpudoctor.backends.replay import ReplayBackend
-    from gpudoctor.exporter.sampler import ExportedDevice, ExportedSample, GpuSampler
+    from gpudoctor.sampling.sampler import DeviceSnapshot, Snapshot
 
     sampler = GpuSampler(ReplayBackend.from_file(DATA / "handmade_h100_mig_two_slices.json"), 1.0, proc_root=None)
     snap = sampler.sample_once()
-    assert set(snap) == set(ExportedSample.__annotations__)
-    assert snap["devices"] and all(set(dev) == set(ExportedDevice.__annotations__) for dev in snap["devices"])
-    for dev in snap["devices"]:
-        assert set(dev["sample"]) <= set(GpuSample.__annotations__)
-        assert isinstance(dev["mig"], list) and all(isinstance(m, MigDeviceReading) for m in dev["mig"])
-    assert isinstance(snap["driver_version"], str) and isinstance(snap["count"], int)
+    published = sampler.published
+    assert isinstance(published, Published) and published.snapshot is snap is sampler.core.latest
+    assert isinstance(snap, Snapshot) and snap.devices and all(isinstance(d, DeviceSnapshot) for d in snap.devices)
+    assert published.holders == {d.index: None for d in snap.devices}  # processes not read: no holders
+    assert all(isinstance(d.mig, list) and all(isinstance(m, MigDeviceReading) for m in d.mig) for d in snap.devices)
+    names = {**vars(collector), "DeviceSnapshot": DeviceSnapshot}  # imported there for type checkers only
+    hints = {name: typing.get_type_hints(fn, names) for name, fn in
+             (("_add_device", collector._add_device), ("_mig_metrics", collector._mig_metrics))}
+    assert hints["_add_device"]["dev"] is DeviceSnapshot and hints["_mig_metrics"]["devices"] == list[DeviceSnapshot]

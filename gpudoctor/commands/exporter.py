@@ -203,9 +203,9 @@ def _say_first_sample(sampler: GpuSampler, wait_s: float = 5.0, stop: list[int] 
               "stale (gpudoctor_nvml_up 0) until it does", file=sys.stderr, flush=True)
         return
     latest = sampler.snapshot
-    status = latest.get("status") if latest is not None else None
+    status = latest.nvml_status if latest is not None else None
     if status is not None:
-        retry = latest.get("retry_in_s") if latest is not None else None
+        retry = latest.retry_in_s if latest is not None else None
         # the reason may come from a recording (--replay) or a driver: shown as plain text
         print(f"gpudoctor exporter: NVML unavailable ({plain_text(status.reason, limit=80)}); "
               "serving gpudoctor_nvml_up 0"

@@ -45,11 +45,11 @@ from gpudoctor.exporter.report_status import (DEFAULT_REPORT_INTERVAL_S, REPORT_
                                               REPORT_FILE_MAX_DEPTH, REPORT_FILE_MAX_RESULTS, STATUSES,
                                               ReportStatus, quick_report_producer)
 from gpudoctor.exporter.sampler import (DEFAULT_INTERVAL_S, RETRY_FIRST_S, RETRY_MAX_S, STALE_AFTER_INTERVALS,
-                                        GpuSampler, recoverable_trouble, stop_sampler_then_close)
+                                        GpuSampler, Published, stop_sampler_then_close)
 from gpudoctor.exporter.server import (DEFAULT_MAX_CONNECTIONS, DEFAULT_PORT, DEFAULT_REQUEST_TIMEOUT_S, LOOPBACK,
                                        serve_metrics)
 
-__all__ = ["GpuSampler", "ReportStatus", "serve_metrics", "stop_sampler_then_close", "recoverable_trouble",
+__all__ = ["GpuSampler", "Published", "ReportStatus", "serve_metrics", "stop_sampler_then_close",
            "GpudoctorCollector", "build_registry", "ecc_counters", "OTHER_METRICS", "all_metric_names",
            "gpu_metrics", "counter_metrics", "mig_metrics",
            # the constants and the rest the command and the tests import

@@ -18,12 +18,14 @@ from gpudoctor.backends.na import is_na
 from gpudoctor.exporter.metrics import (GPU_LABELS, MIG_LABELS, OTHER_METRICS, counter_metrics, gpu_metrics,
                                        mig_metrics)
 from gpudoctor.exporter.report_status import STATUSES, ReportStatus
-from gpudoctor.exporter.sampler import STALE_AFTER_INTERVALS, ExportedDevice, ExportedSample, GpuSampler
+from gpudoctor.exporter.sampler import STALE_AFTER_INTERVALS, GpuSampler, Published
 
 if TYPE_CHECKING:  # prometheus_client is imported at scrape time, not with the command line
     from prometheus_client.core import GaugeMetricFamily
 
     from gpudoctor.backends.events import EventSource
+    from gpudoctor.backends.holders import Holder
+    from gpudoctor.sampling.sampler import DeviceSnapshot, Snapshot
 
 
 def _gauge(name: str, labels: list[str] | None = None, value: float | None = None, help_text: str = "") -> Any:
@@ -48,10 +50,10 @@ def _state_set(family: GaugeMetricFamily, labels: list[str], current: object) ->
         family.add_metric(labels + [status], 1.0 if current == status else 0.0)
 
 
-def _gpu_label_values(dev: ExportedDevice) -> list[str]:
+def _gpu_label_values(dev: DeviceSnapshot) -> list[str]:
     """The values of :data:`GPU_LABELS` for one device of a sample."""
-    static = dev["static"]
-    return [str(dev["index"])] + [_label(static.get(k)) for k in GPU_LABELS[1:]]
+    static = dev.static
+    return [str(dev.index)] + [_label(static.get(k)) for k in GPU_LABELS[1:]]
 
 
 def _number(value: object) -> float | None:
@@ -79,19 +81,20 @@ class GpudoctorCollector:
         info = InfoMetricFamily("gpudoctor_exporter", OTHER_METRICS["gpudoctor_exporter_info"])
         info.add_metric([], {"version": _version.__version__, "source": self.source})
         yield info
-        snap = self.sampler.snapshot  # one read: the sampler thread swaps in whole samples
+        published = self.sampler.published  # one read: the sampler thread swaps in whole samples
+        snap = None if published is None else published.snapshot
         yield from self._nvml_metrics(snap)
-        if snap is not None:
+        if published is not None and snap is not None:
             yield from self._sample_metrics(snap)
-            yield from self._gpu_metrics(snap)
+            yield from self._gpu_metrics(published)
             if self.events is not None:
-                yield from self._event_metrics(self.events, snap["devices"])
+                yield from self._event_metrics(self.events, snap.devices)
         yield from self._report_metrics()
 
     def _stale_after_s(self) -> float:
         return STALE_AFTER_INTERVALS * self.sampler.interval + 1.0
 
-    def _nvml_metrics(self, snap: ExportedSample | None) -> Iterable[Any]:
+    def _nvml_metrics(self, snap: Snapshot | None) -> Iterable[Any]:
         """gpudoctor_nvml_up and why it is 0: NVML down, or the sample stale (the sampler is
         inside a driver call that has not come back, the first one included)."""
         nvml_up = _gauge("gpudoctor_nvml_up")
@@ -107,8 +110,8 @@ class GpudoctorCollector:
             if waited is not None:
                 yield _gauge("gpudoctor_sample_age_seconds", value=max(0.0, waited))
             return
-        stale = time.time() - snap["t"] > self._stale_after_s()
-        status = snap["status"]
+        stale = time.time() - snap.time > self._stale_after_s()
+        status = snap.nvml_status
         nvml_up.add_metric([], 0.0 if (status is not None or stale) else 1.0)
         if status is not None:
             nvml_err.add_metric([status.reason if is_na(status) else str(status)], 1.0)
@@ -117,15 +120,15 @@ class GpudoctorCollector:
         yield nvml_up
         yield nvml_err
 
-    def _sample_metrics(self, snap: ExportedSample) -> Iterable[Any]:
-        yield _counter("gpudoctor_nvml_reinit_total", value=float(snap.get("reinits") or 0))
-        yield _gauge("gpudoctor_sample_timestamp_seconds", value=snap["t"])
-        yield _gauge("gpudoctor_sample_duration_seconds", value=snap["duration_s"])
-        yield _gauge("gpudoctor_sample_age_seconds", value=max(0.0, time.time() - snap["t"]))
-        if snap.get("count") is not None:
-            yield _gauge("gpudoctor_gpu_count", value=snap["count"])
+    def _sample_metrics(self, snap: Snapshot) -> Iterable[Any]:
+        yield _counter("gpudoctor_nvml_reinit_total", value=float(snap.reinits or 0))
+        yield _gauge("gpudoctor_sample_timestamp_seconds", value=snap.time)
+        yield _gauge("gpudoctor_sample_duration_seconds", value=snap.read_s)
+        yield _gauge("gpudoctor_sample_age_seconds", value=max(0.0, time.time() - snap.time))
+        if snap.count is not None:
+            yield _gauge("gpudoctor_gpu_count", value=snap.count)
 
-    def _gpu_metrics(self, snap: ExportedSample) -> Iterable[Any]:
+    def _gpu_metrics(self, published: Published) -> Iterable[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         labels = list(GPU_LABELS)
@@ -141,13 +144,14 @@ class GpudoctorCollector:
                                          labels=labels + [label for label, _ in readings[0].labels])
                for name, readings in counter_metrics().items()},
         }
-        for dev in snap["devices"]:
-            _add_device(fam, dev, snap.get("driver_version"))
+        devices = published.snapshot.devices
+        for dev in devices:
+            _add_device(fam, dev, published.snapshot.driver_version)
         yield from fam.values()
-        yield _holder_metric(snap["devices"])
-        yield from _mig_metrics(snap["devices"])
+        yield _holder_metric(devices, published.holders)
+        yield from _mig_metrics(devices)
 
-    def _event_metrics(self, events: EventSource, devices: list[ExportedDevice]) -> Iterable[Any]:
+    def _event_metrics(self, events: EventSource, devices: list[DeviceSnapshot]) -> Iterable[Any]:
         gpu_labels = list(GPU_LABELS)
         xids = _counter("gpudoctor_gpu_xid_errors_total", labels=gpu_labels)
         logged = _gauge("gpudoctor_gpu_kernel_log_xids", labels=gpu_labels)
@@ -158,7 +162,7 @@ class GpudoctorCollector:
         unsupported = _gauge("gpudoctor_gpu_events_error_info", labels=gpu_labels + ["reason"])
         for dev in devices:
             labels = _gpu_label_values(dev)
-            state = events.snapshot(dev["index"])
+            state = events.snapshot(dev.index)
             supported.add_metric(labels, 0.0 if state.supported is not None else 1.0)
             if state.supported is not None:
                 unsupported.add_metric(labels + [state.supported.reason], 1.0)
@@ -216,9 +220,9 @@ class GpudoctorCollector:
             yield _gauge("gpudoctor_report_duration_seconds", value=self.reports.duration_s)
 
 
-def _add_device(fam: dict[str, Any], dev: ExportedDevice, driver_version: object) -> None:
+def _add_device(fam: dict[str, Any], dev: DeviceSnapshot, driver_version: object) -> None:
     """One GPU's series into the families of :meth:`GpudoctorCollector._gpu_metrics`."""
-    static, sample = dev["static"], dev["sample"]
+    static, sample = dev.static, dev.sample
     labels = _gpu_label_values(dev)
     fam["info"].add_metric(labels + [_label(driver_version)], 1.0)
     if any(k != "t" for k, v in sample.items() if not is_na(v)):
@@ -248,12 +252,12 @@ def _add_device(fam: dict[str, Any], dev: ExportedDevice, driver_version: object
 HOLDER_LABELS = ["kind", "slurm_job", "pod_uid", "container_id", "reason"]
 
 
-def _holder_metric(devices: list[ExportedDevice]) -> Any:
+def _holder_metric(devices: list[DeviceSnapshot], held: dict[int, list[Holder] | str | None]) -> Any:
     """gpudoctor_gpu_holder_info: per GPU, one series per Slurm job or Kubernetes pod of its
     processes (from their cgroups), or kind="unknown" with the reason it cannot be told."""
     family = _gauge("gpudoctor_gpu_holder_info", labels=list(GPU_LABELS) + HOLDER_LABELS)
     for dev in devices:
-        holders = dev.get("holders")
+        holders = held.get(dev.index)
         labels = _gpu_label_values(dev)
         if isinstance(holders, str):
             family.add_metric(labels + ["unknown", "", "", "", holders[:200]], 1.0)
@@ -264,12 +268,12 @@ def _holder_metric(devices: list[ExportedDevice]) -> Any:
     return family
 
 
-def _mig_metrics(devices: list[ExportedDevice]) -> Iterable[Any]:
+def _mig_metrics(devices: list[DeviceSnapshot]) -> Iterable[Any]:
     """The per-MIG-device series (gpudoctor_mig_*), only when some GPU is in MIG mode and its MIG
     devices were read: memory, SMs, processes and GPM SM activity per slice. No utilisation or
     energy per slice: NVML has energy for the whole GPU only (a share would be made up) and no
     utilisation rates in MIG mode."""
-    slices = [(dev["index"], m) for dev in devices for mig in [dev.get("mig")] if isinstance(mig, list) for m in mig]
+    slices = [(dev.index, m) for dev in devices if isinstance(dev.mig, list) for m in dev.mig]
     if not slices:
         return
     labels = list(MIG_LABELS)

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Callable, TypedDict
+from typing import TYPE_CHECKING, Callable
 
 from gpudoctor.backends.na import NA, is_na
+from gpudoctor.core._record import record
 
 if TYPE_CHECKING:
-    from gpudoctor.backends.base import GpuBackend, GpuSample, MigDeviceReading, ProcessReading
+    from gpudoctor.backends.base import GpuBackend, ProcessReading
     from gpudoctor.backends.holders import Holder
     from gpudoctor.sampling.sampler import Snapshot
 
@@ -25,51 +26,25 @@ RETRY_FIRST_S = 5.0
 RETRY_MAX_S = 60.0
 
 
-class ExportedDevice(TypedDict):
-    """One GPU of :attr:`GpuSampler.snapshot`: the sampler's DeviceSnapshot with its processes
-    read as the Slurm jobs and Kubernetes pods holding it."""
+@record(frozen=True, eq=False)
+class Published:
+    """What the collector reads (:attr:`GpuSampler.published`): the sampler's Snapshot itself, as
+    the sampling core made it (its DeviceSnapshots typed with the catalogue's GpuSample), and what
+    is the exporter's own: each device's holders, worked out once per sample, not per scrape."""
 
-    index: int
-    static: dict[str, Any]
-    sample: GpuSample
-    mig: list[MigDeviceReading] | NA | None
-    #: the holders, a reason where the processes cannot be read, None where they are not read
-    holders: list[Holder] | str | None
-
-
-class ExportedSample(TypedDict):
-    """What the collector reads from :attr:`GpuSampler.snapshot`: one whole sample."""
-
-    t: float
-    status: NA | None
-    count: int | None
-    driver_version: str | None
-    devices: list[ExportedDevice]
-    reinits: int
-    retry_in_s: float | None
-    duration_s: float
-
-
-def recoverable_trouble(snap: ExportedSample) -> str | None:
-    """The reason a fresh NVML start-up may help with this exporter sample, or None."""
-    from gpudoctor.sampling.sampler import RECOVERABLE_NVML_REASONS, all_lost
-
-    status = snap.get("status")
-    if is_na(status) and status.reason in RECOVERABLE_NVML_REASONS:
-        return status.reason
-    devices = snap.get("devices") or []
-    if devices and all(all_lost(dev["sample"]) for dev in devices):
-        return "GpuIsLost"
-    return None
+    snapshot: Snapshot
+    #: NVML index -> the Slurm jobs and Kubernetes pods holding the GPU, a reason where its
+    #: processes cannot be read, None where processes are not read (no holder series).
+    holders: dict[int, list[Holder] | str | None]
 
 
 class GpuSampler:
     """The exporter's view of the one sampler (:class:`gpudoctor.sampling.sampler.Sampler`): every GPU
     read in full every ``interval`` seconds in its daemon thread, NVML restarted with
     back-off when a new start-up can cure it (first after ``retry_first_s``, then at doubling
-    intervals up to ``retry_max_s``). :attr:`snapshot` is the latest sample as the collector
+    intervals up to ``retry_max_s``). :attr:`published` is the latest sample as the collector
     reads it (None until the first read comes back: scrapes are served before that, the
-    sample counted stale).
+    sample counted stale); :attr:`snapshot` its Snapshot.
     """
 
     def __init__(self, gpu: GpuBackend, interval: float = DEFAULT_INTERVAL_S, *, retry_first_s: float = RETRY_FIRST_S,
@@ -79,7 +54,7 @@ class GpuSampler:
 
         self.gpu = gpu
         self.interval = interval
-        self.snapshot: ExportedSample | None = None
+        self.published: Published | None = None
         # Where the processes' cgroups are read to name each GPU's Slurm job or Kubernetes pod
         # (None: processes are not read, no holder series).
         self.proc_root = proc_root
@@ -96,14 +71,15 @@ class GpuSampler:
     def started_at(self) -> float | None:
         return self.core.started_at
 
+    @property
+    def snapshot(self) -> Snapshot | None:
+        """The latest Snapshot the collector serves (None before the first read comes back)."""
+        published = self.published
+        return None if published is None else published.snapshot
+
     def _publish(self, snap: Snapshot) -> None:
-        driver = snap.driver_version
-        self.snapshot = {  # one reference swap: scrapes see a whole sample or the previous one
-            "t": snap.time, "status": snap.nvml_status, "count": snap.count,
-            "driver_version": None if is_na(driver) else driver,
-            "devices": [{"index": d.index, "static": d.static, "sample": d.sample, "mig": d.mig,
-                         "holders": self._holders(d.processes)} for d in snap.devices],
-            "reinits": snap.reinits, "retry_in_s": snap.retry_in_s, "duration_s": snap.read_s}
+        holders = {d.index: self._holders(d.processes) for d in snap.devices}
+        self.published = Published(snap, holders)  # one reference swap: scrapes see a whole sample or the previous one
 
     def _holders(self, processes: list[ProcessReading] | NA) -> list[Holder] | str | None:
         """The Slurm jobs and Kubernetes pods of a GPU's processes (gpudoctor.backends.holders), a
@@ -116,10 +92,11 @@ class GpuSampler:
 
         return of_processes((p.pid for p in processes), self.proc_root)
 
-    def sample_once(self) -> ExportedSample:
+    def sample_once(self) -> Snapshot:
         self.core.read()
-        assert self.snapshot is not None
-        return self.snapshot
+        snap = self.snapshot
+        assert snap is not None
+        return snap
 
     def start(self) -> None:
         self.core.start()
