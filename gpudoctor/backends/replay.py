@@ -29,7 +29,7 @@ from gpudoctor.backends.recording import (
 )
 
 from . import catalogue
-from .base import (P2P_KEYS, GpuSample, MemoryReading, MigDeviceReading, NvLinkReading, ProcessReading,
+from .base import (P2P_KEYS, DeviceStatic, GpuSample, MemoryReading, MigDeviceReading, NvLinkReading, ProcessReading,
                    UtilizationReading)
 from .na import NA, is_na
 from .plausible import screen
@@ -104,12 +104,14 @@ class ReplayBackend:
         static = self.static(index)
         return {"pci_bus_id": static.get("pci_bus_id", NA("NotRecorded")), "uuid": static.get("uuid", NA("NotRecorded"))}
 
-    def static(self, index: int) -> dict[str, Any]:
+    def static(self, index: int) -> DeviceStatic:
+        """The recorded static facts of the device (the catalogue's static facts, as recorded: an
+        older recording may lack some), screened with their plausible ranges."""
         na = self._check(index)
         static = self._nvml.get("static") or []
         if na is not None or index >= len(static):
             return {"index": index, "name": na if na is not None else NA("NotRecorded")}
-        return screen(dict(static[index]))
+        return cast(DeviceStatic, screen(dict(static[index])))
 
     def _next_sample(self, index: int) -> dict[str, Any] | None:
         samples = self._nvml.get("samples") or []

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Callable, TypedDict
+from typing import TYPE_CHECKING, Callable, TypedDict
 
 from gpudoctor.backends.na import NA, is_na
 
 if TYPE_CHECKING:
-    from gpudoctor.backends.base import GpuBackend, GpuSample, MigDeviceReading, ProcessReading
+    from gpudoctor.backends.base import DeviceStatic, GpuBackend, GpuSample, MigDeviceReading, ProcessReading
     from gpudoctor.backends.holders import Holder
     from gpudoctor.sampling.sampler import Snapshot
 
@@ -30,7 +30,7 @@ class ExportedDevice(TypedDict):
     read as the Slurm jobs and Kubernetes pods holding it."""
 
     index: int
-    static: dict[str, Any]
+    static: DeviceStatic
     sample: GpuSample
     mig: list[MigDeviceReading] | NA | None
     #: the holders, a reason where the processes cannot be read, None where they are not read
