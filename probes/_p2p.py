@@ -22,7 +22,8 @@ from . import _wording
 from ._pcie import pcie_ceiling_gbs
 
 if TYPE_CHECKING:
-    from gpudoctor.backends.base import DeviceStatic, GpuBackend
+    from gpudoctor.backends.base import GpuBackend
+    from gpudoctor.backends.base import DeviceStatic
 
 #: NVML's topology levels and peer-to-peer statuses in words (probes/_wording.py).
 TOPOLOGY, P2P_STATUS = _wording.TOPOLOGY, _wording.P2P_STATUS

@@ -370,5 +370,6 @@ class GpuBackend(Protocol):
     def close(self) -> None: ...
 
 
-__all__ = ["GpuBackend", "GpuSample", "DeviceStatic", "TextOrNA", "OptionalTextOrNA", "MemoryReading", "UtilizationReading", "ProcessReading", "Reading", "IntOrNA",
+__all__ = ["GpuBackend", "GpuSample", "MemoryReading", "UtilizationReading", "ProcessReading", "Reading", "IntOrNA",
            "FloatOrNA", "MigDeviceReading", "WHOLE_GPU_ONLY", "MIG_NO_UTILISATION"]
+__all__ += ["DeviceStatic", "TextOrNA", "OptionalTextOrNA"]

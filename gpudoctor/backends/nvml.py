@@ -25,7 +25,8 @@ from gpudoctor.core._num import is_number
 from gpudoctor.core._record import replace
 
 from . import catalogue
-from .base import (P2P_KEYS, DeviceStatic, GpuSample, MemoryReading, MigDeviceReading, NvLinkReading, ProcessReading,
+from .base import DeviceStatic
+from .base import (P2P_KEYS, GpuSample, MemoryReading, MigDeviceReading, NvLinkReading, ProcessReading,
                    UtilizationReading)
 # the clock-event reasons and the gate's limit live in a light module (the TUI's first frame needs them, not NVML)
 from .clock_reasons import (HARMFUL_THROTTLE_MASK, STUCK_S, THROTTLE_REASONS,  # noqa: F401 - also this module's
@@ -548,7 +549,9 @@ class NvmlBackend:
         keeps both for as long as the driver runs). What the torch-to-NVML resolver needs, on a
         training thread at the first monitored step, without :meth:`static`'s twenty-odd calls."""
         if index not in self._identities:
-            found = {**self._static_pci(index), "uuid": self._q("nvmlDeviceGetUUID", index)}
+            pci = self._q("nvmlDeviceGetPciInfo", index)
+            found = {"pci_bus_id": pci if is_na(pci) else normalise_bus_id(_text(getattr(pci, "busId", None))),
+                     "uuid": self._q("nvmlDeviceGetUUID", index)}
             if any(is_na(v) and v.reason in ("Uninitialized", "DriverNotAnswering", "GpuIsLost")
                    for v in found.values()):
                 return found  # a passing state: asked again next time

@@ -29,7 +29,8 @@ from gpudoctor.backends.recording import (
 )
 
 from . import catalogue
-from .base import (P2P_KEYS, DeviceStatic, GpuSample, MemoryReading, MigDeviceReading, NvLinkReading, ProcessReading,
+from .base import DeviceStatic
+from .base import (P2P_KEYS, GpuSample, MemoryReading, MigDeviceReading, NvLinkReading, ProcessReading,
                    UtilizationReading)
 from .na import NA, is_na
 from .plausible import screen
