@@ -16,6 +16,7 @@ from gpudoctor.core import findings
 from gpudoctor.backends import pcie_paths
 from gpudoctor.backends.na import is_na
 from gpudoctor.backends.nvml import nvlink_version_words
+from gpudoctor.backends.base import DeviceStatic
 from gpudoctor.core.model import ProbeResult
 
 from . import _wording
@@ -23,7 +24,6 @@ from ._pcie import pcie_ceiling_gbs
 
 if TYPE_CHECKING:
     from gpudoctor.backends.base import GpuBackend
-    from gpudoctor.backends.base import DeviceStatic
 
 #: NVML's topology levels and peer-to-peer statuses in words (probes/_wording.py).
 TOPOLOGY, P2P_STATUS = _wording.TOPOLOGY, _wording.P2P_STATUS

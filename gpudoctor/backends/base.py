@@ -372,4 +372,3 @@ class GpuBackend(Protocol):
 
 __all__ = ["GpuBackend", "GpuSample", "MemoryReading", "UtilizationReading", "ProcessReading", "Reading", "IntOrNA",
            "FloatOrNA", "MigDeviceReading", "WHOLE_GPU_ONLY", "MIG_NO_UTILISATION"]
-__all__ += ["DeviceStatic", "TextOrNA", "OptionalTextOrNA"]

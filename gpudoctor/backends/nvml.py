@@ -25,7 +25,6 @@ from gpudoctor.core._num import is_number
 from gpudoctor.core._record import replace
 
 from . import catalogue
-from .base import DeviceStatic
 from .base import (P2P_KEYS, GpuSample, MemoryReading, MigDeviceReading, NvLinkReading, ProcessReading,
                    UtilizationReading)
 # the clock-event reasons and the gate's limit live in a light module (the TUI's first frame needs them, not NVML)
@@ -33,6 +32,7 @@ from .clock_reasons import (HARMFUL_THROTTLE_MASK, STUCK_S, THROTTLE_REASONS,  #
                             throttle_reason_names, throttle_reason_words)
 from .na import NA, is_na
 from .plausible import check, screen
+from .base import DeviceStatic  # the static facts' type, made from the catalogue
 
 
 class _LazyLog:

@@ -29,11 +29,11 @@ from gpudoctor.backends.recording import (
 )
 
 from . import catalogue
-from .base import DeviceStatic
 from .base import (P2P_KEYS, GpuSample, MemoryReading, MigDeviceReading, NvLinkReading, ProcessReading,
                    UtilizationReading)
 from .na import NA, is_na
 from .plausible import screen
+from .base import DeviceStatic  # the static facts' type, made from the catalogue
 
 if TYPE_CHECKING:  # pathlib costs `report --quick` ~5 ms of imports; only replays need it
     from pathlib import Path
