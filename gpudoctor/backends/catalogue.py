@@ -13,6 +13,12 @@ A new NVML reading is one :class:`Reading` here: with an :class:`NvmlRead` the l
 attributes it sets show it. Readings that take more than one call's answer (utilisation, memory)
 are read by their own backend methods and carry ``nvml=None``.
 
+The facts read once per device (``static()``: name, identity, limits, modes) are :data:`STATIC_FACTS`,
+one :class:`StaticFact` each, in the same way: the live backend reads each through the gate (its
+``NvmlRead``, or a reader of the backend for a fact that takes more than one call), the recording
+schema's ``static`` part and ``DeviceStatic`` are made from them, and the exporter and the report
+show those whose attributes say so.
+
 Consumers call the functions below (:func:`readings`, :func:`fast_keys`...) when they need the list,
 rather than copying it at import, so a reading added to :data:`READINGS` (a test may monkeypatch it)
 reaches every one of them.
