@@ -76,7 +76,7 @@ def test_a_static_fact_added_to_the_catalogue_reaches_static_the_type_and_the_re
     assert "    board_part_number: TextOrNA\n" in fields and "    widget_limit_w: FloatOrNA\n" in fields
     base = (regenerate.ROOT / "gpudoctor" / "backends" / "base.py").read_text(encoding="utf-8")
     assert "    widget_limit_w: FloatOrNA\n" in regenerate.base_text(base)
-    assert regenerate.stale() == ["docs/recording.schema.json", "gpudoctor/backends/base.py"]
+    assert regenerate.stale() == ["docs/recording.schema.json", "docs/fleet.md", "gpudoctor/backends/base.py"]
 
     # the recording schema has both, with their types
     from gpudoctor.backends.recording import RecordingError, current_schema, load_recording, schema_text
@@ -120,6 +120,11 @@ def test_a_static_fact_added_to_the_catalogue_reaches_the_exporter(facts, tmp_pa
     assert gauge[0][0]["gpu"] == "0" and gauge[0][0]["name"] == "Fake GPU"  # labelled as every per-GPU series
     assert "# HELP gpudoctor_gpu_widget_limit_watts Power limit of the widget" in text
     assert "gpudoctor_gpu_widget_limit_watts" in all_metric_names()
+    # docs/fleet.md's generated metric table has its row (python -m gpudoctor.tools.regenerate writes it)
+    from gpudoctor.tools import regenerate
+
+    doc = regenerate.fleet_md_text((regenerate.ROOT / "docs" / "fleet.md").read_text(encoding="utf-8"))
+    assert "| `gpudoctor_gpu_widget_limit_watts` | Power limit of the widget (read once per GPU) | W | none |" in doc
 
 
 def test_a_static_fact_added_to_the_catalogue_reaches_the_report(facts):
