@@ -22,7 +22,7 @@ from ._wording import NO_CUDA_DEVICE_SEEN
 if TYPE_CHECKING:  # torch is an optional extra: imported for its types only, never at run time here
     import torch as _torch
 
-    from gpudoctor.backends.base import GpuBackend, GpuSample
+    from gpudoctor.backends.base import DeviceStatic, GpuBackend, GpuSample
     from gpudoctor.sampling.sampler import Snapshot
 
     from . import ProbeContext
@@ -154,7 +154,7 @@ def nvml_used(ctx: ProbeContext, device: Device) -> int | None:
     return int(value) if isinstance(value, int) else None
 
 
-def nvml_static(ctx: ProbeContext, device: Device) -> dict[str, Any]:
+def nvml_static(ctx: ProbeContext, device: Device) -> DeviceStatic | dict[str, Any]:
     return _nvml_read(device, lambda index: ctx.gpu.static(index))
 
 

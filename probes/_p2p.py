@@ -17,6 +17,7 @@ from gpudoctor.core import findings
 from gpudoctor.backends import pcie_paths
 from gpudoctor.backends.na import is_na
 from gpudoctor.backends.nvml import nvlink_version_words
+from gpudoctor.backends.base import DeviceStatic
 from gpudoctor.core.model import ProbeResult
 
 from . import _wording
@@ -237,7 +238,7 @@ def _nvlink_version(name: object) -> str:
     return f"{text}.0" if text.isdigit() else text
 
 
-def link_of(pair: PairPath, static_a: dict[str, Any], static_b: dict[str, Any],
+def link_of(pair: PairPath, static_a: DeviceStatic, static_b: DeviceStatic,
             nvlinks: Any = None) -> Link:
     """The link a copy between the pair runs over: NVLink (active links to the peer or to a switch,
     times the version's rate) where NVML says peer-to-peer goes over NVLink; else the narrower of
@@ -249,7 +250,8 @@ def link_of(pair: PairPath, static_a: dict[str, Any], static_b: dict[str, Any],
         versions = {_nvlink_version(link.get("version_name")) for link in used}
         version = versions.pop() if len(versions) == 1 else ""
         architecture = static_a.get("architecture")
-        if architecture in NVLINK_GENERATIONS and version not in NVLINK_GENERATIONS[architecture]:
+        if isinstance(architecture, int) and architecture in NVLINK_GENERATIONS and \
+                version not in NVLINK_GENERATIONS[architecture]:
             version = ""  # named as a generation this GPU has none of: not judged (NVLINK_GENERATIONS)
         rate = NVLINK_LINK_GBS.get(version)
         if used:

@@ -24,7 +24,7 @@ from gpudoctor.core.model import ProbeResult, Status
 from . import Probe, ProbeContext, _wording
 
 if TYPE_CHECKING:
-    from gpudoctor.backends.base import GpuBackend
+    from gpudoctor.backends.base import DeviceStatic, GpuBackend
     from gpudoctor.backends.stack import Stack
 
 T = TypeVar("T")
@@ -78,7 +78,7 @@ def run(ctx: ProbeContext) -> ProbeResult:
 
 
 def _torch_to_nvml(r: ProbeResult, gpu: GpuBackend, torch_devices: list[dict[str, Any]],
-                   nvml_static: list[dict[str, Any]], visible: list[int] | NA) -> dict[int, int | None]:
+                   nvml_static: list[DeviceStatic], visible: list[int] | NA) -> dict[int, int | None]:
     """torch index -> NVML index: by PCI bus id where torch listed its devices, else in
     CUDA_VISIBLE_DEVICES' order (a finding says when that order is uncertain)."""
     caveat = ""
@@ -169,7 +169,7 @@ def _cuda_start_time(r: ProbeResult, start: CudaStart | NA) -> None:
 
 
 def _describe_devices(r: ProbeResult, wanted: list[int], mapping: dict[int, int | None],
-                      torch_devices: list[dict[str, Any]], nvml_static: list[dict[str, Any]],
+                      torch_devices: list[dict[str, Any]], nvml_static: list[DeviceStatic],
                       gpu: GpuBackend | None = None) -> list[str]:
     """Each wanted device's identity (torch's, else NVML's), and the devices torch could not read;
     returns the devices' names."""
@@ -275,7 +275,7 @@ def _index_order(r: ProbeResult, torch_devices: list[dict[str, Any]], mapping: d
 
 
 def _describe_device(r: ProbeResult, dev: int, n_index: int | None, t: dict[str, Any],
-                     s: dict[str, Any], gpu: GpuBackend | None = None) -> str:
+                     s: DeviceStatic, gpu: GpuBackend | None = None) -> str:
     """One device's identity from torch (``t``) or NVML (``s``), its MIG mode and loss; returns its name."""
     name = t.get("name") or s.get("name")
     r.measure("name", name if not is_na(name) else None, device=dev, note=_na_note(name))

@@ -359,8 +359,9 @@ def _capabilities(gpu: GpuBackend, facts: dict[str, Any], count: int | NA) -> li
     if not capabilities and isinstance(count, int):
         for i in range(count):
             s = gpu.static(i)
-            if isinstance(s.get("compute_capability"), str):
-                capabilities.append((i, s.get("name", "?"), s["compute_capability"]))
+            name, capability = s.get("name"), s.get("compute_capability")
+            if isinstance(capability, str):
+                capabilities.append((i, name if isinstance(name, str) else "?", capability))
     return capabilities
 
 

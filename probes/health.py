@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Iterable, SupportsFloat, SupportsIndex
+from typing import Any, Iterable, Mapping, SupportsFloat, SupportsIndex
 
 from gpudoctor.core._record import record
+from gpudoctor.backends.base import DeviceStatic
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.backends.plausible import IMPLAUSIBLE, is_implausible
 from gpudoctor.core import findings
@@ -69,7 +70,7 @@ class _Device:
 
     r: ProbeResult
     dev: int
-    s: dict[str, Any]  # static facts
+    s: DeviceStatic  # static facts
     x: dict[str, Any]  # a sample
     label: str = ""
     processes: Any = None  # the processes holding a context on it (read where the compute mode needs them)
@@ -89,7 +90,7 @@ class _Device:
         self.r.findings.extend(f for f in found if f is not None)
 
 
-def check_device(r: ProbeResult, dev: int, s: dict[str, Any], x: dict[str, Any], processes: Any = None) -> None:
+def check_device(r: ProbeResult, dev: int, s: DeviceStatic, x: dict[str, Any], processes: Any = None) -> None:
     """Add measurements and findings for one device: ``s`` static facts, ``x`` a sample, ``processes``
     the processes holding a context on it (NVML's list, or NA; None: not read)."""
     name = s.get("name")
@@ -130,12 +131,22 @@ CHECKED = frozenset({
     "remapped_rows_correctable", "pcie_gen_current", "pcie_width_current", "persistence_mode", "compute_mode"})
 
 
+#: The static facts with a report name that the devices probe measures (torch's value first, NVML's
+#: where torch has none): not measured again here.
+STATIC_MEASURED_ELSEWHERE = frozenset({"uuid", "pci_bus_id", "compute_capability"})
+
+
 def _measure_the_rest(d: _Device) -> None:
-    """Every reading of the catalogue with a report name that no check here measures: a reading
-    added to the catalogue with ``report=`` shows in the report with no change to this probe."""
+    """Every reading and static fact of the catalogue with a report name that no check measures: a
+    reading or fact added to the catalogue with ``report=`` shows in the report with no change to
+    this probe."""
     for r in catalogue.report_readings():
         if r.key not in CHECKED and r.key in d.x:
             d.m(r.report, d.x[r.key], r.unit)
+    facts: Mapping[str, object] = d.s  # asked by names known at run time
+    for f in catalogue.report_static_facts():
+        if f.key not in STATIC_MEASURED_ELSEWHERE and f.key in facts:
+            d.m(f.report, facts[f.key], f.unit)
 
 
 def _check_busy(d: _Device) -> None:

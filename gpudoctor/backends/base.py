@@ -28,6 +28,9 @@ from .na import NA
 #: A number the driver gave, or why it gave none.
 IntOrNA = Union[int, NA]
 FloatOrNA = Union[float, NA]
+#: A string the driver gave (or null where it gave none: a bus id it could not parse), or why not.
+TextOrNA = Union[str, NA]
+OptionalTextOrNA = Union[str, None, NA]
 
 
 class Reading(Mapping[str, Any]):
@@ -271,6 +274,49 @@ class GpuSample(TypedDict, total=False):
     # gpu-sample:end
 
 
+class DeviceStatic(TypedDict, total=False):
+    """One device's facts read once (``static``): its name, identity, limits and modes.
+
+    Keyed by the static facts of gpudoctor.backends.catalogue (``STATIC_FACTS``), where each is
+    defined (and from which the recording schema's ``static`` part is made); its fields are
+    written out here for type checkers by ``python -m gpudoctor.tools.regenerate``
+    (tests/test_catalogue.py fails while they are not current). A recording made by an older
+    gpudoctor may lack a key.
+    """
+
+    # device-static:begin
+    index: int
+    name: TextOrNA
+    uuid: TextOrNA
+    serial: TextOrNA
+    pci_bus_id: OptionalTextOrNA
+    memory_total_bytes: IntOrNA
+    compute_capability: TextOrNA
+    architecture: IntOrNA
+    vbios_version: TextOrNA
+    temperature_slowdown_c: FloatOrNA
+    temperature_shutdown_c: FloatOrNA
+    temperature_gpu_max_c: FloatOrNA
+    power_limit_w: FloatOrNA
+    power_default_limit_w: FloatOrNA
+    clock_sm_max_mhz: IntOrNA
+    clock_mem_max_mhz: IntOrNA
+    pcie_gen_max: IntOrNA
+    pcie_gen_gpu_max: IntOrNA
+    pcie_width_max: IntOrNA
+    memory_bus_width_bits: IntOrNA
+    mig_mode: IntOrNA
+    ecc_mode: IntOrNA
+    num_fans: IntOrNA
+    fabric_state: IntOrNA
+    fabric_status: TextOrNA
+    fabric_clique_id: IntOrNA
+    fabric_cluster_uuid: OptionalTextOrNA
+    fabric_health_mask: IntOrNA
+    fabric_health_summary: IntOrNA
+    # device-static:end
+
+
 class NvLinkReading(TypedDict, total=False):
     """One NVLink link of a device (:meth:`GpuBackend.nvlink`); a recording made by an older
     gpudoctor may lack a key."""
@@ -308,8 +354,8 @@ class GpuBackend(Protocol):
     def identity(self, index: int) -> DeviceIdentity:
         """The device's ``pci_bus_id`` and ``uuid`` (what matches it to torch's device), cheap and kept."""
 
-    def static(self, index: int) -> dict[str, Any]:
-        """Facts read once per device (name, uuid, bus id, limits)."""
+    def static(self, index: int) -> DeviceStatic:
+        """Facts read once per device (name, uuid, bus id, limits): the catalogue's static facts."""
 
     def sample(self, index: int) -> GpuSample:
         """Every reading gpudoctor shows (PCIe counters, ECC and modes included)."""

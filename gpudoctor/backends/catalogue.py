@@ -13,6 +13,12 @@ A new NVML reading is one :class:`Reading` here: with an :class:`NvmlRead` the l
 attributes it sets show it. Readings that take more than one call's answer (utilisation, memory)
 are read by their own backend methods and carry ``nvml=None``.
 
+The facts read once per device (``static()``: name, identity, limits, modes) are :data:`STATIC_FACTS`,
+one :class:`StaticFact` each, in the same way: the live backend reads each through the gate (its
+``NvmlRead``, or a reader of the backend for a fact that takes more than one call), the recording
+schema's ``static`` part and ``DeviceStatic`` are made from them, and the exporter and the report
+show those whose attributes say so.
+
 Consumers call the functions below (:func:`readings`, :func:`fast_keys`...) when they need the list,
 rather than copying it at import, so a reading added to :data:`READINGS` (a test may monkeypatch it)
 reaches every one of them.
@@ -68,22 +74,6 @@ PSTATE = (0, 32)
 GPM_MIBPS = (0, 1 << 24)
 # GPM's PCIe and NVLink rates are MiB/s; NVLink 5 moves about 1.8e6 MiB/s per GPU in both
 # directions together, so 2**24 MiB/s (16 TiB/s) is beyond any link in sight.
-
-#: Facts read once per device (``static``), not per sample: their ranges, by fact name.
-STATIC_RANGES: dict[str, tuple[int, int]] = {
-    "temperature_slowdown_c": C_THRESHOLD,
-    "temperature_shutdown_c": C_THRESHOLD,
-    "temperature_gpu_max_c": C_THRESHOLD,
-    "power_limit_w": WATTS,
-    "power_default_limit_w": WATTS,
-    "clock_sm_max_mhz": SM_MHZ,
-    "clock_mem_max_mhz": MEM_MHZ,
-    "memory_total_bytes": BYTES,
-    "pcie_gen_max": PCIE_GEN,
-    "pcie_gen_gpu_max": PCIE_GEN,
-    "pcie_width_max": PCIE_WIDTH,
-}
-
 
 # --------------------------------------------------------------------------- the records
 @record(frozen=True)
@@ -447,6 +437,93 @@ READINGS: tuple[Reading, ...] = (
 )
 
 
+# --------------------------------------------------------------------------- static facts
+@record(frozen=True)
+class StaticFact:
+    """One fact read once per device (``static()``): the device's name, identity, limits and modes.
+    Only ``key``, ``unit``, ``value`` and how it is read are required; every other attribute says
+    where it appears (left at its default: not there)."""
+
+    #: The one name inside gpudoctor: ``static()``, ``DeviceStatic``, the recording's ``static`` part.
+    key: str
+    #: The unit of the stored value, as :attr:`Reading.unit`.
+    unit: str
+    #: Its JSON type in recordings: "index" (the device's index, 0..255), "text" (a string or NA),
+    #: "optional_text" (a string, null or NA), "integer" or "number" (or NA).
+    value: str
+    #: How live NVML reads it with one call (the gate's first answering function, as for a reading).
+    nvml: NvmlRead | None = None
+    #: Or the backend's reader that makes it from more than one call or an answer's attribute
+    #: (gpudoctor.backends.nvml's STATIC_READERS): "index", "pci" (the bus id, normalised),
+    #: "memory" (the total of the memory answer), "compute_capability" ("8.0"), "fabric" (the
+    #: NVLink fabric registration: six facts from one structure). A reader gives a dictionary of the
+    #: facts it makes; each is called once per ``static()``.
+    reader: str = ""
+    #: The lowest and highest possible values, both included (None: no bound).
+    plausible: tuple[int, int] | None = None
+    #: The nvidia-smi --query-gpu field it corresponds to.
+    smi: str = ""
+    #: The exporter: its place among the labels of every per-GPU series (``gpu`` first; 0: not
+    #: one); whether it is a label of ``gpudoctor_gpu_info`` only (the series labels are on it
+    #: too); or a gauge of its own (name, factor to its base unit, help; "": none).
+    series_label: int = 0
+    info_label: bool = False
+    prometheus: str = ""
+    scale: float = 1.0
+    help: str = ""
+    #: Its measurement name in ``gpudoctor report`` ("": not measured). The health probe measures
+    #: every fact named here that no probe measures itself (``probes/health.py``'s STATIC_CHECKED).
+    report: str = ""
+
+
+_THRESHOLD = "NVML_TEMPERATURE_THRESHOLD_"
+#: Every static fact, in the order of ``static()`` (and of the recording schema).
+STATIC_FACTS: tuple[StaticFact, ...] = (
+    StaticFact("index", "", "index", reader="index"),
+    StaticFact("name", "", "text", _q("nvmlDeviceGetName"), smi="name", series_label=2),
+    StaticFact("uuid", "", "text", _q("nvmlDeviceGetUUID"), smi="uuid", series_label=1,
+               report="uuid"),
+    StaticFact("serial", "", "text", _q("nvmlDeviceGetSerial"), smi="serial"),
+    StaticFact("pci_bus_id", "", "optional_text", reader="pci", smi="pci.bus_id", series_label=3,
+               report="pci_bus_id"),
+    StaticFact("memory_total_bytes", "B", "integer", reader="memory", plausible=BYTES, smi="memory.total"),
+    StaticFact("compute_capability", "", "text", reader="compute_capability", smi="compute_cap",
+               report="compute_capability"),
+    StaticFact("architecture", "", "integer", _q("nvmlDeviceGetArchitecture")),
+    StaticFact("vbios_version", "", "text", _q("nvmlDeviceGetVbiosVersion"), smi="vbios_version"),
+    *(StaticFact(f"temperature_{name}_c", "°C", "number",
+                 _q("nvmlDeviceGetTemperatureThreshold", args=(_c(_THRESHOLD + constant, value),)),
+                 plausible=C_THRESHOLD)
+      for name, constant, value in (("slowdown", "SLOWDOWN", 1), ("shutdown", "SHUTDOWN", 0),
+                                    ("gpu_max", "GPU_MAX", 3))),
+    StaticFact("power_limit_w", "W", "number", _q("nvmlDeviceGetEnforcedPowerLimit", divide=1000), plausible=WATTS,
+               smi="enforced.power.limit"),
+    StaticFact("power_default_limit_w", "W", "number", _q("nvmlDeviceGetPowerManagementDefaultLimit", divide=1000),
+               plausible=WATTS, smi="power.default_limit"),
+    StaticFact("clock_sm_max_mhz", "MHz", "integer", _q("nvmlDeviceGetMaxClockInfo", args=(_c("NVML_CLOCK_SM", 1),)),
+               plausible=SM_MHZ, smi="clocks.max.sm"),
+    StaticFact("clock_mem_max_mhz", "MHz", "integer", _q("nvmlDeviceGetMaxClockInfo", args=(_c("NVML_CLOCK_MEM", 2),)),
+               plausible=MEM_MHZ, smi="clocks.max.memory"),
+    StaticFact("pcie_gen_max", "", "integer", _q("nvmlDeviceGetMaxPcieLinkGeneration"), plausible=PCIE_GEN,
+               smi="pcie.link.gen.max"),
+    StaticFact("pcie_gen_gpu_max", "", "integer", _q("nvmlDeviceGetGpuMaxPcieLinkGeneration"), plausible=PCIE_GEN,
+               smi="pcie.link.gen.gpumax"),
+    StaticFact("pcie_width_max", "", "integer", _q("nvmlDeviceGetMaxPcieLinkWidth"), plausible=PCIE_WIDTH,
+               smi="pcie.link.width.max"),
+    StaticFact("memory_bus_width_bits", "", "integer", _q("nvmlDeviceGetMemoryBusWidth")),
+    StaticFact("mig_mode", "", "integer", _q("nvmlDeviceGetMigMode", item=0, convert="int"), smi="mig.mode.current"),
+    StaticFact("ecc_mode", "", "integer", _q("nvmlDeviceGetEccMode", item=0, convert="int"), smi="ecc.mode.current"),
+    StaticFact("num_fans", "", "integer", _q("nvmlDeviceGetNumFans")),
+    # NVLink fabric registration (NvmlBackend.fabric); older recordings have none of these
+    StaticFact("fabric_state", "", "integer", reader="fabric"),
+    StaticFact("fabric_status", "", "text", reader="fabric"),
+    StaticFact("fabric_clique_id", "", "integer", reader="fabric"),
+    StaticFact("fabric_cluster_uuid", "", "optional_text", reader="fabric"),
+    StaticFact("fabric_health_mask", "", "integer", reader="fabric"),
+    StaticFact("fabric_health_summary", "", "integer", reader="fabric"),
+)
+
+
 # --------------------------------------------------------------------------- MIG devices
 @record(frozen=True)
 class MigReading:
@@ -492,15 +569,16 @@ _F = TypeVar("_F", bound=Callable[[], Any])
 
 
 def per_catalogue(derive: _F) -> _F:
-    """``derive`` computed once per :data:`READINGS` (again when READINGS is replaced): the
-    samplers ask for these views many times a second. What it gives is shared: read, never change."""
-    cache: list[Any] = [None, None]
+    """``derive`` computed once per :data:`READINGS` and :data:`STATIC_FACTS` (again when either is
+    replaced): the samplers ask for these views many times a second. What it gives is shared: read,
+    never change."""
+    cache: list[Any] = [None, None, None]
 
     @functools.wraps(derive)
     def view() -> Any:
-        if cache[0] is not READINGS:
+        if cache[0] is not READINGS or cache[2] is not STATIC_FACTS:
             cache[1] = derive()
-            cache[0] = READINGS
+            cache[0], cache[2] = READINGS, STATIC_FACTS
         return cache[1]
     return view  # type: ignore[return-value]
 
@@ -636,12 +714,49 @@ DCGM_LABELS: tuple[tuple[str, str, str], ...] = (
 def plausible_ranges() -> dict[str, tuple[int, int]]:
     """Reading or static fact -> its (lowest, highest) possible value: the one table of ranges."""
     ranges = {r.key: r.plausible for r in READINGS if r.plausible is not None}
-    for key, bounds in STATIC_RANGES.items():
-        ranges.setdefault(key, bounds)
+    for fact in STATIC_FACTS:
+        if fact.plausible is not None:
+            ranges.setdefault(fact.key, fact.plausible)
     return ranges
 
 
-__all__ = ["Reading", "NvmlRead", "READINGS", "STATIC_RANGES", "readings", "by_key", "keys", "fast_keys",
+def static_facts() -> tuple[StaticFact, ...]:
+    """Every static fact, in ``static()`` order (read at call time, as :func:`readings`)."""
+    return STATIC_FACTS
+
+
+@per_catalogue
+def static_keys() -> tuple[str, ...]:
+    """The keys ``static()`` may hold: ``DeviceStatic``'s fields and the recording schema's properties."""
+    return tuple(f.key for f in STATIC_FACTS)
+
+
+@per_catalogue
+def series_labels() -> tuple[str, ...]:
+    """The static facts that label every per-GPU series of the exporter (after ``gpu``), in order."""
+    return tuple(f.key for f in sorted((f for f in STATIC_FACTS if f.series_label), key=lambda f: f.series_label))
+
+
+@per_catalogue
+def info_labels() -> tuple[str, ...]:
+    """The static facts that label ``gpudoctor_gpu_info`` beside :func:`series_labels`, in catalogue order."""
+    return tuple(f.key for f in STATIC_FACTS if f.info_label and not f.series_label)
+
+
+@per_catalogue
+def static_gauges() -> tuple[StaticFact, ...]:
+    """The static facts the exporter writes as gauges of their own."""
+    return tuple(f for f in STATIC_FACTS if f.prometheus)
+
+
+@per_catalogue
+def report_static_facts() -> tuple[StaticFact, ...]:
+    """The static facts ``gpudoctor report`` measures, each under its ``report`` name."""
+    return tuple(f for f in STATIC_FACTS if f.report)
+
+
+__all__ = ["Reading", "NvmlRead", "READINGS", "StaticFact", "STATIC_FACTS", "static_facts", "static_keys",
+           "series_labels", "info_labels", "static_gauges", "report_static_facts", "readings", "by_key", "keys", "fast_keys",
            "history_keys", "per_catalogue", "DcgmField", "DCGM_UNITS", "DCGM_LABELS", "dcgm_fields", "dcgm_read", "gpm_readings", "watch_keys", "hooks_keys", "placed", "exported", "fleet_readings",
            "report_readings", "fleet_columns", "MigReading", "MIG_READINGS", "mig_readings",
            "plausible_ranges"]

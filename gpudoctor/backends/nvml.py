@@ -32,6 +32,7 @@ from .clock_reasons import (HARMFUL_THROTTLE_MASK, STUCK_S, THROTTLE_REASONS,  #
                             throttle_reason_names, throttle_reason_words)
 from .na import NA, is_na
 from .plausible import check, screen
+from .base import DeviceStatic  # the static facts' type, made from the catalogue
 
 
 class _LazyLog:
@@ -358,10 +359,6 @@ def power_usage_is_average(architecture: object, compute_capability: object) -> 
     return True if architecture in (8, 9, 10, 13) else None
 
 
-def _mw_to_w(value: float | NA) -> float | NA:
-    return value if is_na(value) else value / 1000.0
-
-
 def _field_value(answer: Any, error_name: Callable[[int], str]) -> Any:
     """The first field of an ``nvmlDeviceGetFieldValues`` answer (``nvmlFieldValue_t``): its value by
     its ``valueType``, or NA with the field's own return code (a field the GPU lacks: NotSupported)."""
@@ -400,9 +397,13 @@ def _memory_reading(used: int | NA, free: int | NA, total: int | NA, reserved: i
                          check("memory_total_bytes", total), check("memory_reserved_bytes", reserved))
 
 
+#: A static fact's ``reader`` (gpudoctor.backends.catalogue.StaticFact) -> the method of
+#: :class:`NvmlBackend` that reads it: a dictionary of the facts it makes, by key.
+STATIC_READERS = {"index": "_static_index", "pci": "_static_pci", "memory": "_static_memory",
+                  "compute_capability": "_static_compute_capability", "fabric": "fabric"}
+
 #: The static facts :meth:`NvmlBackend.fabric` adds to a device's static facts.
-FABRIC_KEYS = ("fabric_state", "fabric_status", "fabric_clique_id", "fabric_cluster_uuid", "fabric_health_mask",
-               "fabric_health_summary")
+FABRIC_KEYS = tuple(f.key for f in catalogue.STATIC_FACTS if f.reader == "fabric")
 # The calls tried in turn, with the binding's structure for each (nvidia-ml-py names): the
 # versioned call with the v3 structure (health summary), with v2 (health mask), then the first call.
 _FABRIC_CALLS = (("nvmlDeviceGetGpuFabricInfoV", "c_nvmlGpuFabricInfo_v3_t"),
@@ -557,44 +558,39 @@ class NvmlBackend:
             self._identities[index] = found
         return self._identities[index]  # a frozen record: shared safely
 
-    def static(self, index: int) -> dict[str, Any]:
-        c = self.gate.constant
-        q = self._q
-        pci = q("nvmlDeviceGetPciInfo", index)
-        bus_id = pci if is_na(pci) else normalise_bus_id(_text(getattr(pci, "busId", None)))
-        memory = q("nvmlDeviceGetMemoryInfo", index)
-        cc = q("nvmlDeviceGetCudaComputeCapability", index)
-        mig = q("nvmlDeviceGetMigMode", index)
-        ecc_mode = q("nvmlDeviceGetEccMode", index)
-        return screen({
-            "index": index,
-            "name": q("nvmlDeviceGetName", index),
-            "uuid": q("nvmlDeviceGetUUID", index),
-            "serial": q("nvmlDeviceGetSerial", index),
-            "pci_bus_id": bus_id,
-            "memory_total_bytes": memory if is_na(memory) else int(memory.total),
-            "compute_capability": cc if is_na(cc) else f"{cc[0]}.{cc[1]}",
-            "architecture": q("nvmlDeviceGetArchitecture", index),
-            "vbios_version": q("nvmlDeviceGetVbiosVersion", index),
-            "temperature_slowdown_c": q("nvmlDeviceGetTemperatureThreshold", index,
-                                        c("NVML_TEMPERATURE_THRESHOLD_SLOWDOWN", 1)),
-            "temperature_shutdown_c": q("nvmlDeviceGetTemperatureThreshold", index,
-                                        c("NVML_TEMPERATURE_THRESHOLD_SHUTDOWN", 0)),
-            "temperature_gpu_max_c": q("nvmlDeviceGetTemperatureThreshold", index,
-                                       c("NVML_TEMPERATURE_THRESHOLD_GPU_MAX", 3)),
-            "power_limit_w": _mw_to_w(q("nvmlDeviceGetEnforcedPowerLimit", index)),
-            "power_default_limit_w": _mw_to_w(q("nvmlDeviceGetPowerManagementDefaultLimit", index)),
-            "clock_sm_max_mhz": q("nvmlDeviceGetMaxClockInfo", index, c("NVML_CLOCK_SM", 1)),
-            "clock_mem_max_mhz": q("nvmlDeviceGetMaxClockInfo", index, c("NVML_CLOCK_MEM", 2)),
-            "pcie_gen_max": q("nvmlDeviceGetMaxPcieLinkGeneration", index),
-            "pcie_gen_gpu_max": q("nvmlDeviceGetGpuMaxPcieLinkGeneration", index),
-            "pcie_width_max": q("nvmlDeviceGetMaxPcieLinkWidth", index),
-            "memory_bus_width_bits": q("nvmlDeviceGetMemoryBusWidth", index),
-            "mig_mode": mig if is_na(mig) else int(mig[0]),
-            "ecc_mode": ecc_mode if is_na(ecc_mode) else int(ecc_mode[0]),
-            "num_fans": q("nvmlDeviceGetNumFans", index),
-            **self.fabric(index),
-        })
+    def static(self, index: int) -> DeviceStatic:
+        """Facts read once per device: one per static fact of the catalogue
+        (gpudoctor.backends.catalogue.STATIC_FACTS), in its order, each read through the gate (an
+        NVML error is NA) by its :class:`~gpudoctor.backends.catalogue.NvmlRead` or by the reader it
+        names (:data:`STATIC_READERS`: each called once), then screened with its plausible range."""
+        answers: dict[tuple[Any, ...], Any] = {}
+        made: dict[str, dict[str, Any]] = {}
+        out: dict[str, Any] = {}
+        for fact in catalogue.static_facts():
+            if fact.nvml is not None:
+                out[fact.key] = self._read_nvml(index, fact.nvml, answers)
+                continue
+            if fact.reader not in made:
+                made[fact.reader] = getattr(self, STATIC_READERS[fact.reader])(index)
+            out[fact.key] = made[fact.reader].get(fact.key, NA("NotRead"))
+        return cast(DeviceStatic, screen(out))
+
+    # The static facts that take more than one call's answer as it is (STATIC_READERS): each gives
+    # the facts it makes, by key.
+    def _static_index(self, index: int) -> dict[str, Any]:
+        return {"index": index}
+
+    def _static_pci(self, index: int) -> dict[str, Any]:
+        pci = self._q("nvmlDeviceGetPciInfo", index)
+        return {"pci_bus_id": pci if is_na(pci) else normalise_bus_id(_text(getattr(pci, "busId", None)))}
+
+    def _static_memory(self, index: int) -> dict[str, Any]:
+        memory = self._q("nvmlDeviceGetMemoryInfo", index)
+        return {"memory_total_bytes": memory if is_na(memory) else int(memory.total)}
+
+    def _static_compute_capability(self, index: int) -> dict[str, Any]:
+        cc = self._q("nvmlDeviceGetCudaComputeCapability", index)
+        return {"compute_capability": cc if is_na(cc) else f"{cc[0]}.{cc[1]}"}
 
     def fabric(self, index: int) -> dict[str, Any]:
         """The GPU's NVLink fabric registration (``nvidia-smi -q``'s "Fabric" section): on an
@@ -673,22 +669,23 @@ class NvmlBackend:
         """The catalogue's readings of one kind of read ("fast", "full") that have NVML calls of
         their own, in catalogue order. A call that gives several readings (remapped rows) is made once."""
         answers: dict[tuple[Any, ...], Any] = {}
-        out: dict[str, Any] = {}
-        for reading in catalogue.readings():
-            how = reading.nvml
-            if how is None or reading.read != read:
-                continue
-            args = tuple(self.gate.constant(name, default) for name, default in how.args)
-            call = (how.functions, args)
-            if call not in answers:
-                answer: Any = NA("FunctionNotFound")
-                for function in how.functions:
-                    answer = self._q(function, index, *((list(args),) if how.convert == "field" else args))
-                    if not is_na(answer):
-                        break
-                answers[call] = answer
-            out[reading.key] = _convert(answers[call], how, self.gate.error_name)
-        return out
+        return {reading.key: self._read_nvml(index, reading.nvml, answers)
+                for reading in catalogue.readings() if reading.nvml is not None and reading.read == read}
+
+    def _read_nvml(self, index: int, how: catalogue.NvmlRead, answers: dict[tuple[Any, ...], Any]) -> Any:
+        """What the catalogue's ``how`` reads of the device: the first of its functions that
+        answers, converted (NA where none does). ``answers`` keeps each call's answer, so a call that
+        gives several readings or facts is made once."""
+        args = tuple(self.gate.constant(name, default) for name, default in how.args)
+        call = (how.functions, args)
+        if call not in answers:
+            answer: Any = NA("FunctionNotFound")
+            for function in how.functions:
+                answer = self._q(function, index, *((list(args),) if how.convert == "field" else args))
+                if not is_na(answer):
+                    break
+            answers[call] = answer
+        return _convert(answers[call], how, self.gate.error_name)
 
     def nvlink(self, index: int) -> list[NvLinkReading] | NA:
         """NVLink links of a device: one dict per link that answered, or NA.

@@ -14,7 +14,7 @@ never a reading that is merely unusual.
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 from gpudoctor.core._num import number
 
@@ -89,7 +89,7 @@ def cross_check(readings: dict[str, Any]) -> dict[str, Any]:
     return readings
 
 
-def is_implausible(value: object) -> bool:
+def is_implausible(value: object) -> TypeGuard[NA]:
     return isinstance(value, NA) and value.reason.startswith(IMPLAUSIBLE)
 
 

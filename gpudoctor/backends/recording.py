@@ -74,19 +74,9 @@ _OPT_TEXT = {"$ref": "#/$defs/optional_text"}
 _OPT_INT = {"$ref": "#/$defs/optional_integer"}
 _FLAG = {"$ref": "#/$defs/flag"}
 
-_STATIC_FIELDS = {
-    "index": {"type": "integer", "minimum": 0, "maximum": MAX_DEVICES - 1},
-    "name": _TEXT_NA, "uuid": _TEXT_NA, "serial": _TEXT_NA, "pci_bus_id": _OPT_TEXT,
-    "memory_total_bytes": _INT_NA, "compute_capability": _TEXT_NA, "architecture": _INT_NA,
-    "vbios_version": _TEXT_NA, "temperature_slowdown_c": _NUM_NA, "temperature_shutdown_c": _NUM_NA,
-    "temperature_gpu_max_c": _NUM_NA, "power_limit_w": _NUM_NA, "power_default_limit_w": _NUM_NA,
-    "clock_sm_max_mhz": _INT_NA, "clock_mem_max_mhz": _INT_NA, "pcie_gen_max": _INT_NA,
-    "pcie_gen_gpu_max": _INT_NA, "pcie_width_max": _INT_NA, "memory_bus_width_bits": _INT_NA,
-    "mig_mode": _INT_NA, "ecc_mode": _INT_NA, "num_fans": _INT_NA,
-    # NVLink fabric registration (NvmlBackend.fabric); older recordings have none of these
-    "fabric_state": _INT_NA, "fabric_status": _TEXT_NA, "fabric_clique_id": _INT_NA,
-    "fabric_cluster_uuid": _OPT_TEXT, "fabric_health_mask": _INT_NA, "fabric_health_summary": _INT_NA,
-}
+# The static facts' properties: one per static fact of gpudoctor.backends.catalogue, by its recorded
+# type (filled by current_schema, as the samples' properties).
+_STATIC_PROPERTIES: dict[str, Any] = {}
 
 #: The MIG devices a MIG-mode GPU had in a sample (gpudoctor.backends.base.MigDeviceReading).
 MAX_MIG_DEVICES = 64
@@ -104,7 +94,8 @@ _MIG_PROPERTIES: dict[str, Any] = {}
 # recorded type. Filled by :func:`schema` (the catalogue is imported there, not here: the
 # backends package imports this module).
 _SAMPLE_PROPERTIES: dict[str, Any] = {}
-_RECORDED_TYPES = {"number": _NUM_NA, "integer": _INT_NA, "flag": _FLAG}
+_RECORDED_TYPES = {"number": _NUM_NA, "integer": _INT_NA, "flag": _FLAG, "text": _TEXT_NA, "optional_text": _OPT_TEXT,
+                   "index": {"type": "integer", "minimum": 0, "maximum": MAX_DEVICES - 1}}
 
 MAX_EVENTS = 10_000  # per device
 MAX_EVENT_TIME = 253_402_300_799  # Unix time of 9999-12-31T23:59:59Z, the last second a date can show
@@ -187,7 +178,7 @@ _SCHEMA: dict[str, Any] = {
             "driver_version": _OPT_TEXT, "cuda_driver_version": _OPT_TEXT, "nvml_version": _OPT_TEXT,
             "device_count": _or_na({"type": "integer", "minimum": 0, "maximum": MAX_DEVICES},
                                    f"a device count 0..{MAX_DEVICES} or NA"),
-            "static": _array({"type": "object", "required": ["index", "name"], "properties": _STATIC_FIELDS},
+            "static": _array({"type": "object", "required": ["index", "name"], "properties": _STATIC_PROPERTIES},
                              MAX_DEVICES),
             "samples": _array({"type": "object", "properties": {
                 "t": {"type": "number"},
@@ -246,10 +237,18 @@ def mig_fields() -> dict[str, Any]:
     return {**_MIG_IDENTITY, **{r.key: _RECORDED_TYPES[r.value] for r in mig_readings()}, "processes": _MIG_PROCESSES}
 
 
+def static_fields() -> dict[str, Any]:
+    """The schema of one device's recorded static facts: a property per static fact of the catalogue."""
+    from gpudoctor.backends.catalogue import static_facts
+
+    return {f.key: _RECORDED_TYPES[f.value] for f in static_facts()}
+
+
 def current_schema() -> dict[str, Any]:
-    """The recording schema (:data:`SCHEMA`), its samples' and MIG devices' properties as the
-    catalogue has them now."""
-    for now, fields in ((_SAMPLE_PROPERTIES, sample_fields()), (_MIG_PROPERTIES, mig_fields())):
+    """The recording schema (:data:`SCHEMA`), its samples', static facts' and MIG devices' properties
+    as the catalogue has them now."""
+    for now, fields in ((_SAMPLE_PROPERTIES, sample_fields()), (_STATIC_PROPERTIES, static_fields()),
+                        (_MIG_PROPERTIES, mig_fields())):
         if fields != now or list(fields) != list(now):
             now.clear()
             now.update(fields)

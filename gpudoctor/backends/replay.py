@@ -33,6 +33,7 @@ from .base import (DeviceIdentity, GpuSample, MemoryReading, MigDeviceReading, N
                    ProcessReading, UtilizationReading)
 from .na import NA, is_na
 from .plausible import screen
+from .base import DeviceStatic  # the static facts' type, made from the catalogue
 
 if TYPE_CHECKING:  # pathlib costs `report --quick` ~5 ms of imports; only replays need it
     from pathlib import Path
@@ -104,12 +105,14 @@ class ReplayBackend:
         static = self.static(index)
         return DeviceIdentity(static.get("pci_bus_id", NA("NotRecorded")), static.get("uuid", NA("NotRecorded")))
 
-    def static(self, index: int) -> dict[str, Any]:
+    def static(self, index: int) -> DeviceStatic:
+        """The recorded static facts of the device (the catalogue's static facts, as recorded: an
+        older recording may lack some), screened with their plausible ranges."""
         na = self._check(index)
         static = self._nvml.get("static") or []
         if na is not None or index >= len(static):
             return {"index": index, "name": na if na is not None else NA("NotRecorded")}
-        return screen(dict(static[index]))
+        return cast(DeviceStatic, screen(dict(static[index])))
 
     def _next_sample(self, index: int) -> dict[str, Any] | None:
         samples = self._nvml.get("samples") or []

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 from .na import NA, is_na
 from .nvml import normalise_bus_id
@@ -210,7 +210,7 @@ def order_caveat(gpu: GpuBackend, visible: list[int], env: Mapping[str, str] | N
             "first, so torch's index may not be nvidia-smi's")
 
 
-def match_torch_to_nvml(torch_devices: list[dict[str, Any]], nvml_static: list[dict[str, Any]]) -> dict[int, int | None]:
+def match_torch_to_nvml(torch_devices: list[dict[str, Any]], nvml_static: Sequence[Mapping[str, Any]]) -> dict[int, int | None]:
     """torch index -> NVML index, by PCI bus id, else by UUID (None where nothing matches).
 
     ``torch_devices``: dicts with ``index`` and ``pci_bus_id`` (and optionally ``uuid``), as

@@ -15,8 +15,9 @@ from gpudoctor.backends.clock_reasons import HARMFUL_THROTTLE_MASK, THROTTLE_REA
 from gpudoctor.backends.events import critical_events
 from gpudoctor.core._text import plain_text
 from gpudoctor.backends.na import is_na
-from gpudoctor.exporter.metrics import (GPU_LABELS, MIG_LABELS, OTHER_METRICS, counter_metrics, gpu_metrics,
-                                       mig_metrics)
+from gpudoctor.backends import catalogue
+from gpudoctor.exporter.metrics import (GPU_LABELS, MIG_LABELS, OTHER_METRICS, counter_metrics, gpu_info_help,
+                                       gpu_info_labels, gpu_metrics, mig_metrics, static_metrics)
 from gpudoctor.exporter.report_status import STATUSES, ReportStatus
 from gpudoctor.exporter.sampler import STALE_AFTER_INTERVALS, GpuSampler, Published
 
@@ -133,11 +134,11 @@ class GpudoctorCollector:
 
         labels = list(GPU_LABELS)
         fam = {
-            "info": _gauge("gpudoctor_gpu_info", labels=labels + ["driver_version"]),
+            "info": _gauge("gpudoctor_gpu_info", labels=list(gpu_info_labels()), help_text=gpu_info_help()),
             "up": _gauge("gpudoctor_gpu_up", labels=["gpu"]),
             "err": _gauge("gpudoctor_gpu_error_info", labels=["gpu", "reason"]),
             **{m.name: GaugeMetricFamily(m.name, m.help + (f" (DCGM: {m.dcgm})" if m.dcgm else ""), labels=labels)
-               for m in gpu_metrics()},
+               for m in gpu_metrics() + static_metrics()},
             "throttled": _gauge("gpudoctor_gpu_throttled", labels=labels + ["reason"]),
             "verdict": _gauge("gpudoctor_gpu_work_verdict_info", labels=labels + ["verdict"]),
             **{name: CounterMetricFamily(name[:-len("_total")], readings[0].help,
@@ -224,7 +225,12 @@ def _add_device(fam: dict[str, Any], dev: DeviceSnapshot, driver_version: object
     """One GPU's series into the families of :meth:`GpudoctorCollector._gpu_metrics`."""
     static, sample = dev.static, dev.sample
     labels = _gpu_label_values(dev)
-    fam["info"].add_metric(labels + [_label(driver_version)], 1.0)
+    fam["info"].add_metric(labels + [_label(driver_version)] + [_label(static.get(k)) for k in catalogue.info_labels()],
+                           1.0)
+    for metric in static_metrics():
+        fact = _number(static.get(metric.key))
+        if fact is not None:
+            fam[metric.name].add_metric(labels, fact * metric.scale)
     if any(k != "t" for k, v in sample.items() if not is_na(v)):
         fam["up"].add_metric([labels[0]], 1.0)
     else:

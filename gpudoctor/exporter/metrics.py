@@ -46,6 +46,25 @@ def counter_metrics() -> dict[str, tuple[catalogue.Reading, ...]]:
     return names
 
 
+@catalogue.per_catalogue
+def static_metrics() -> tuple[GpuMetric, ...]:
+    """The per-GPU gauges of static facts (gpudoctor.backends.catalogue.STATIC_FACTS with a Prometheus
+    name): read once per device, written with every sample, labelled as the readings' gauges."""
+    return tuple(GpuMetric(f.prometheus, f.key, f.scale, f.help) for f in catalogue.static_gauges())
+
+
+def gpu_info_labels() -> tuple[str, ...]:
+    """The labels of ``gpudoctor_gpu_info``: :data:`GPU_LABELS`, ``driver_version``, then the static
+    facts the catalogue makes its labels (``info_label``)."""
+    return GPU_LABELS + ("driver_version",) + catalogue.info_labels()
+
+
+def gpu_info_help() -> str:
+    """``gpudoctor_gpu_info``'s help, naming the catalogue's info labels after the fixed ones."""
+    extra = catalogue.info_labels()
+    return OTHER_METRICS["gpudoctor_gpu_info"] + (", " + ", ".join(extra) if extra else "")
+
+
 def mig_metrics() -> tuple[catalogue.MigReading, ...]:
     """The per-MIG-device gauges (gpudoctor_mig_*): the catalogue's MIG readings with a Prometheus name."""
     return tuple(r for r in catalogue.mig_readings() if r.prometheus)
@@ -110,10 +129,14 @@ OTHER_METRICS: dict[str, str] = {
 #: at all (NVML has no utilisation rates in MIG mode).
 MIG_LABELS = ("gpu", "gpu_instance", "compute_instance", "uuid")
 
-GPU_LABELS = ("gpu", "uuid", "name", "pci_bus_id")
+#: The labels of every per-GPU series: ``gpu`` (NVML's index), then the static facts the catalogue
+#: places there (``series_label``: uuid, name, pci_bus_id), as the catalogue stood at import (a
+#: series' identity: a change to it is a change to every series).
+GPU_LABELS = ("gpu",) + catalogue.series_labels()
 
 
 def all_metric_names() -> list[str]:
-    return ([m.name for m in gpu_metrics()] + list(counter_metrics()) + [r.prometheus for r in mig_metrics()]
+    return ([m.name for m in gpu_metrics()] + list(counter_metrics()) + [m.name for m in static_metrics()]
+            + [r.prometheus for r in mig_metrics()]
             + list(OTHER_METRICS))
 

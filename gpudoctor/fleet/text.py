@@ -159,7 +159,8 @@ def dcgm_names_table() -> str:
 def gpu_metrics_table() -> str:
     """The Markdown table of docs/fleet.md of every per-GPU metric the exporter writes from the
     catalogue: its name, meaning (the help, then the reading's ``doc``), unit and DCGM counterpart.
-    Readings that share a metric (the ECC counts) are one row, their labels and DCGM fields joined."""
+    Readings that share a metric (the ECC counts) are one row, their labels and DCGM fields joined;
+    the static facts' gauges follow."""
     from gpudoctor.backends import catalogue
 
     lines = ["| metric | meaning | unit | dcgm-exporter counterpart |", "|--------|---------|------|---------------------------|"]
@@ -175,6 +176,8 @@ def gpu_metrics_table() -> str:
             unit += f" (DCGM: {first.dcgm_unit})"
         dcgm = ", ".join(r.dcgm for r in shared if r.dcgm) or "none"
         lines.append(f"| `{name}` | {meaning} | {unit} | {dcgm} |")
+    for fact in catalogue.static_gauges():  # static facts with a gauge of their own, after the readings
+        lines.append(f"| `{fact.prometheus}` | {fact.help} (read once per GPU) | {_base_unit(fact.prometheus)} | none |")
     return "\n".join(lines) + "\n"
 
 

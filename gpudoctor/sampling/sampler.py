@@ -37,7 +37,7 @@ from typing import Any, Callable, Deque, Iterable, Iterator, Mapping
 
 from gpudoctor.core._num import number
 from gpudoctor.backends import catalogue
-from gpudoctor.backends.base import GpuBackend, GpuSample, MigDeviceReading, ProcessReading
+from gpudoctor.backends.base import DeviceStatic, GpuBackend, GpuSample, MigDeviceReading, ProcessReading
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.backends.clock_reasons import STUCK_S
 
@@ -91,7 +91,7 @@ class DeviceSnapshot:
     """One device at one moment: its static facts, its sample and its processes."""
 
     index: int
-    static: dict[str, Any]
+    static: DeviceStatic
     sample: GpuSample
     processes: list[ProcessReading] | NA
     #: The MIG devices of a GPU in MIG mode (list of MigDeviceReading, or NA with the reason);
@@ -116,8 +116,9 @@ class DeviceSnapshot:
         fault = self.fault
         if fault is not None:
             return fault
-        if key in self.static:
-            return self.static[key]
+        facts: Mapping[str, object] = self.static  # asked by a name known at run time
+        if key in facts:
+            return facts[key]
         return NA("NotRecorded")
 
     @property
@@ -326,7 +327,7 @@ class Sampler:
         self.started_at: float | None = None  # time.monotonic() of start()
         self._clock = clock
         self._full: dict[int, tuple[float, dict[str, Any]]] = {}  # index -> (when, last full sample)
-        self._static: dict[int, dict[str, Any]] | None = None
+        self._static: dict[int, DeviceStatic] | None = None
         self._status: NA | None = None
         self._driver: str | NA | None = None
         self._count: int | None = None
@@ -384,7 +385,7 @@ class Sampler:
         """Status, device count, driver version; static facts of devices not read yet."""
         previous = self._static or {}
         self._status, self._count = self._call(lambda: self.gpu.status()), None
-        static: dict[int, dict[str, Any]] = {}
+        static: dict[int, DeviceStatic] = {}
         if self._status is None:
             raw = self._call(lambda: self.gpu.device_count())
             if is_na(raw) or not isinstance(raw, int):

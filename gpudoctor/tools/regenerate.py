@@ -6,13 +6,15 @@ that rewrites them after a reading is added or changed there::
 
 What it writes, whole or between its markers:
 
-- docs/recording.schema.json: the recording schema (gpudoctor.backends.recording.schema_text);
+- docs/recording.schema.json: the recording schema (gpudoctor.backends.recording.schema_text), its
+  samples' and its static facts' properties from the catalogue;
 - docs/fleet.schema.json: the rows' reading properties (those with the catalogue's ``$comment``);
 - docs/fleet.md: the per-GPU metric table (``gpu-metrics``), the MIG table (``mig-metrics``) and the
   DCGM name table (``dcgm-names``), from gpudoctor.fleet.text;
 - deploy/prometheus/gpudoctor-held-idle.rules.yml (gpudoctor.fleet.idle.rule_file);
 - gpudoctor/backends/base.py: the fields of ``GpuSample`` (``gpu-sample``), the sample type for
-  type checkers, and the reading fields of ``MigDeviceReading`` (``mig-reading``).
+  type checkers, the reading fields of ``MigDeviceReading`` (``mig-reading``) and the fields of
+  ``DeviceStatic`` (``device-static``), the static facts' type.
 
 tests/test_catalogue.py fails while one of them is not current. Run from a source checkout: the
 paths are the repository's.
@@ -30,7 +32,8 @@ ROOT = Path(__file__).resolve().parents[2]
 #: The ``$comment`` that marks a fleet schema property made from the catalogue.
 FROM_CATALOGUE = "generated from gpudoctor.backends.catalogue: python -m gpudoctor.tools.regenerate"
 #: The Python type of a sample's field, by the reading's recorded JSON type.
-_PY_TYPES = {"number": "FloatOrNA", "integer": "IntOrNA", "flag": "Union[int, bool, NA]"}
+_PY_TYPES = {"number": "FloatOrNA", "integer": "IntOrNA", "flag": "Union[int, bool, NA]", "index": "int",
+             "text": "TextOrNA", "optional_text": "OptionalTextOrNA"}
 
 
 def between(text: str, name: str, body: str, comment: str = "<!-- {} -->") -> str:
@@ -95,8 +98,16 @@ def mig_reading_fields() -> str:
     return "".join(f"    {r.key}: {_PY_TYPES[r.value]}\n" for r in catalogue.mig_readings())
 
 
+def device_static_fields() -> str:
+    """The fields of ``DeviceStatic`` (gpudoctor/backends/base.py), one per static fact, in ``static()`` order."""
+    from gpudoctor.backends import catalogue
+
+    return "".join(f"    {f.key}: {_PY_TYPES[f.value]}\n" for f in catalogue.static_facts())
+
+
 def base_text(old: str) -> str:
     old = between(old, "gpu-sample", gpu_sample_fields(), comment="# {}")
+    old = between(old, "device-static", device_static_fields(), comment="# {}")
     return between(old, "mig-reading", mig_reading_fields(), comment="# {}")
 
 
@@ -148,7 +159,7 @@ def main(argv: list[str] | None = None, root: Path = ROOT) -> int:
     return exitcodes.OK
 
 
-__all__ = ["between", "fleet_schema_text", "fleet_md_text", "gpu_sample_fields", "mig_reading_fields", "generated",
+__all__ = ["between", "fleet_schema_text", "fleet_md_text", "gpu_sample_fields", "mig_reading_fields", "device_static_fields", "generated",
            "stale", "main"]
 
 if __name__ == "__main__":
