@@ -2,7 +2,7 @@
 
 Every package under gpudoctor/ is found, and the top-level probes/ folder (with any
 subpackage it grows) is installed as gpudoctor.probes. A package added later needs no
-entry here: tests/test_wheel_install.py fails if the wheel lacks a module of the tree.
+entry here: tests/project/test_wheel_install.py fails if the wheel lacks a module of the tree.
 """
 
 from setuptools import find_packages, setup

@@ -117,9 +117,9 @@ cmd_rest() {
   setup 30 torch pynvml pytest jsonschema textual psutil -- gpustat nvitop
   # Named files, not `-m gpu` over the tree: a collection error elsewhere cannot cancel them.
   step pytest_gpu 120 "$PY" -m pytest "${PYTEST_ARGS[@]}" -v -rs --continue-on-collection-errors -m gpu \
-    --junitxml "$R/pytest_gpu.xml" "$REPO/tests/test_gpu_core.py" "$REPO/tests/test_probes_gpu.py" \
-    "$REPO/tests/test_workload_gpu.py" "$REPO/tests/test_distributed_gpu.py" "$REPO/tests/test_hooks_syncs.py" \
-    "$REPO/tests/test_hooks_sync_waits.py" "$REPO/tests/test_cli.py"
+    --junitxml "$R/pytest_gpu.xml" "$REPO/tests/probes/test_gpu_core.py" "$REPO/tests/probes/test_probes_gpu.py" \
+    "$REPO/tests/workload/test_workload_gpu.py" "$REPO/tests/probes/test_distributed_gpu.py" "$REPO/tests/hooks/test_hooks_syncs.py" \
+    "$REPO/tests/hooks/test_hooks_sync_waits.py" "$REPO/tests/cli/test_cli.py"
   step quick_vs_gpustat 25 "$PY" "$REPO/benchmarks/quick_vs_gpustat.py" -n "$(big 10 2)" --json
   step quick_vs_nvitop 30 "$PY" "$REPO/benchmarks/quick_vs_nvitop.py" -n "$(big 10 2)" --warmup "$(big 1 0)" \
     --bin "$BIN" --json

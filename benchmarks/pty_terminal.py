@@ -1,6 +1,6 @@
 """A program on a pseudo-terminal of a fixed size, its output read as fast as it comes, as a
 terminal would read it: what the TUI's CPU benchmark (benchmarks/tui_cpu.py) measures on and what
-the TUI's terminal tests (tests/tui_support.py, PtyApp) drive. POSIX only."""
+the TUI's terminal tests (tests/support/tui_support.py, PtyApp) drive. POSIX only."""
 
 from __future__ import annotations
 

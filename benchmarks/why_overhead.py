@@ -30,7 +30,7 @@ taking its share of the very core the job runs on. ``--no-free-core CPU`` is tha
 (``--pin CPU,CPU``, what ``taskset -c CPU`` does to both), and the result says so: on a fully
 loaded node the wall-clock slowdown, with its interval, is what sampling costs the job.
 
-``--script PATH`` times one of the training scripts of tests/why_scripts/ (or any script that
+``--script PATH`` times one of the training scripts of tests/support/why_scripts/ (or any script that
 prints ``progress T STEP CPU`` lines with ``--progress``) instead of the built-in loop, with
 ``--script-args`` passed on (``--script-args "--batch-size 4"``); the whole job, DataLoader
 workers included, runs on the pinned CPU, and py-spy samples it all as `gpudoctor why` does

@@ -47,7 +47,7 @@ if TYPE_CHECKING:  # typing.Unpack is 3.11; these annotations are never evaluate
 LEVELS = ("quick", "standard", "full")
 
 # probe name -> (module in this package, level). Must agree with each module's PROBE
-# (tests/test_install_split.py checks it); lets registry(level=...) import only what runs.
+# (tests/project/test_install_split.py checks it); lets registry(level=...) import only what runs.
 CATALOGUE: dict[str, tuple[str, str]] = {
     "environment": ("environment", "quick"),
     "devices": ("devices", "quick"),

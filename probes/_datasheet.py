@@ -54,7 +54,7 @@ def _geforce(model: str, fp32: float, bandwidth: float, source: str) -> GpuSpec:
 #: (regular expression on the normalised device name, spec). First match wins, so more
 #: specific names come first. Names as NVML / torch report them, e.g. "NVIDIA H100 80GB HBM3"
 #: (SXM), "NVIDIA H100 PCIe", "NVIDIA A100-SXM4-80GB", "Tesla T4", "NVIDIA GeForce RTX 4090";
-#: tests/test_measure_timing.py lists the exact strings every row must match. Data-centre names
+#: tests/probes/test_measure_timing.py lists the exact strings every row must match. Data-centre names
 #: (and device ids) as the driver reports them: the compatible-GPU table in the README of NVIDIA's
 #: open-gpu-kernel-modules; figures from each row's datasheet, named in its ``source``.
 DATASHEET: list[tuple[str, GpuSpec]] = [

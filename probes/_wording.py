@@ -6,7 +6,7 @@ Each entry is a :class:`gpudoctor.core.findings.Wording`: the code's status and 
 as ``str.format`` templates filled from the probe's figures. A code worded in more than one way has
 an entry per way, keyed ``code:way`` (the finding's code is the part before the colon). Codes
 several front ends show (health, fleet, the TUI) are worded in gpudoctor/core/findings.py instead; a key
-lives in one table only (tests/test_wording_tables.py).
+lives in one table only (tests/core/test_wording_tables.py).
 
 Standard library and gpudoctor's foundation only: the table is data.
 """

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-try:  # property-based fuzzing (tests/test_fuzz_parsers.py): HYPOTHESIS_PROFILE=long for the long run
+try:  # property-based fuzzing (tests/cli/test_fuzz_parsers.py): HYPOTHESIS_PROFILE=long for the long run
     from hypothesis import settings as _hypothesis_settings
 
     _hypothesis_settings.register_profile("default-run", deadline=None)
@@ -149,11 +149,11 @@ def _private_published_summaries(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def _cuda_driver_beside_the_fake_nvml(request, monkeypatch):
-    """In-process tests fake NVML (tests/nvml_fake.py, recordings); the CUDA driver's start
+    """In-process tests fake NVML (tests/support/nvml_fake.py, recordings); the CUDA driver's start
     (gpudoctor.backends.cuda_driver.cuda_start) is asked in a child process that cannot see that
     fake, and this machine has no libcuda. So in-process it answers as a driver that started with
     one device, beside the fake GPU. The real function is exercised by the subprocess tests
-    (tests/test_one_verdict.py, with benchmarks/fake_nvml's fake libcuda) and by its unit tests;
+    (tests/probes/test_one_verdict.py, with benchmarks/fake_nvml's fake libcuda) and by its unit tests;
     a test that needs another answer sets ProbeContext(_cuda_start=...) or monkeypatches it, or
     asks for the real one with @pytest.mark.real_cuda_driver."""
     if request.node.get_closest_marker("real_cuda_driver"):

@@ -58,7 +58,7 @@ Environment:
   nvmlDeviceGetTopologyCommonAncestor answers ``FAKE_NVML_TOPOLOGY`` (default 10, one PCIe switch)
   and nvmlDeviceGetP2PStatus ``FAKE_NVML_P2P`` for reads and writes (default 0, OK; NVLink: 5, not
   supported).
-- ``FAKE_SYSFS_ROOT``: a directory laid out as /sys and /proc are (tests/pcie_tree.py) that
+- ``FAKE_SYSFS_ROOT``: a directory laid out as /sys and /proc are (tests/support/pcie_tree.py) that
   gpudoctor's PCIe path readers read instead of ``/`` (``gpudoctor.backends.pcie_paths.ROOT``).
 
 Not a reading of real hardware: timings taken with it measure the tools' own Python

@@ -2,7 +2,7 @@
 
 Two backends satisfy :class:`GpuBackend`: :class:`~gpudoctor.backends.nvml.NvmlBackend`
 (live NVML through the gate) and :class:`~gpudoctor.backends.replay.ReplayBackend` (a
-recording made by ``gpudoctor record``). ``tests/test_backends.py`` checks that both have
+recording made by ``gpudoctor record``). ``tests/backends/test_backends.py`` checks that both have
 every method with the same parameters and give the same record types for the same calls,
 so callers never probe a backend with ``getattr``.
 
@@ -219,7 +219,7 @@ class GpuSample(TypedDict, total=False):
 
     Keyed by the readings of gpudoctor.backends.catalogue, where each is defined (and from which
     the recording schema is made); its fields are written out here for type checkers by
-    ``python -m gpudoctor.tools.regenerate`` (tests/test_catalogue.py fails while they are not current).
+    ``python -m gpudoctor.tools.regenerate`` (tests/backends/test_catalogue.py fails while they are not current).
     A recording may hold any subset; an absent key reads as NA.
     """
 
@@ -280,7 +280,7 @@ class DeviceStatic(TypedDict, total=False):
     Keyed by the static facts of gpudoctor.backends.catalogue (``STATIC_FACTS``), where each is
     defined (and from which the recording schema's ``static`` part is made); its fields are
     written out here for type checkers by ``python -m gpudoctor.tools.regenerate``
-    (tests/test_catalogue.py fails while they are not current). A recording made by an older
+    (tests/backends/test_catalogue.py fails while they are not current). A recording made by an older
     gpudoctor may lack a key.
     """
 

@@ -10,7 +10,7 @@ to the recovery action that Xid 154 then reports, e.g. "Node Reboot Required"), 
 dynamic page retirement and row remapping documentation for 48, 63, 64, 92, 94, 95. Every Xid the
 catalog lists (1 to 172) has an entry: the common ones below in words of our own, the others
 from the catalog's description and bucket (:data:`CATALOG`). The catalog's rows as published are
-in tests/data/nvidia_xid_catalog/rows.json; tests/test_xid_catalog.py holds this table to them.
+in tests/data/nvidia_xid_catalog/rows.json; tests/core/test_xid_catalog.py holds this table to them.
 The words and the advice below are ours, written for people who run training jobs: the action
 says what to do on the node, in the order a cluster operator would try it.
 

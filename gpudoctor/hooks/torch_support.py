@@ -3,7 +3,7 @@ allocator statistics and torch.distributed facts.
 
 Nothing here imports torch at module import time; the rest of :mod:`gpudoctor.hooks`
 reaches torch only through these functions, so ``import gpudoctor`` stays free of torch
-(tests/test_contracts.py checks it). None of the helpers that run once per step
+(tests/project/test_contracts.py checks it). None of the helpers that run once per step
 synchronises the device: events are recorded, and later *queried*, never waited on.
 """
 

@@ -16,7 +16,7 @@ What it writes, whole or between its markers:
   type checkers, the reading fields of ``MigDeviceReading`` (``mig-reading``) and the fields of
   ``DeviceStatic`` (``device-static``), the static facts' type.
 
-tests/test_catalogue.py fails while one of them is not current. Run from a source checkout: the
+tests/backends/test_catalogue.py fails while one of them is not current. Run from a source checkout: the
 paths are the repository's.
 """
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 # The package's names are loaded on first use (PEP 562): importing one light submodule
 # (why.wording, which gpudoctor.core.findings' index reads for any finding code) must not pull in the
-# analysis, py-spy and psutil on the quick report's path (tests/test_quick_start.py).
+# analysis, py-spy and psutil on the quick report's path (tests/report/test_quick_start.py).
 _LAZY = {"CODES": ".analysis", "FORMAT": ".analysis", "FORMAT_VERSION": ".analysis", "WORDS": ".analysis",
          "diagnose": ".analysis", "WhyError": ".pyspy", "sample": ".session", "why": ".session"}
 

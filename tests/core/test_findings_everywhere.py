@@ -1,0 +1,182 @@
+"""A finding's words live once, in a wording table registered in ``gpudoctor.core.findings._TABLES``:
+rewording a code there (in the test only) changes what every front end says, and no code that
+gpudoctor emits is worded anywhere else.
+
+The reworded code is the work verdict's ``busy_small_kernels`` (``work:busy_small_kernels``): the
+report (its health finding, in JSON and text), ``watch`` (line and JSON), the TUI (headless),
+the exporter (the last report's findings as ``gpudoctor_report_finding_info``), fleet (a row's
+reason) and ``why`` (the launch-bound verdict, JSON and text) all show its new words.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+from support.fleet_doubles import gpu, make, view_of
+from support.tui_support import DATA, make_test_app, run_async, screen_text, take_samples
+
+from gpudoctor.core import exitcodes, findings
+from gpudoctor.cli import main
+from gpudoctor.core.findings import Wording
+from gpudoctor.core.model import ProbeResult, Report, Status
+
+pytestmark = pytest.mark.timeout(180)
+
+ROOT = Path(__file__).resolve().parents[2]
+GPM = DATA / "handmade_h100_gpm_small_kernels.json"
+SMALL_KERNELS = {"gpu_util_pct": 100.0, "sm_active_pct": 9.0, "tensor_active_pct": 0.0}
+REWORDED = Wording(Status.WARN, "kernels tiny (test words) at SM {sm:.0f}%", "", "batch them (test words)",
+                   short="tiny kernels (test headline)")
+
+
+@pytest.fixture
+def reworded(monkeypatch):
+    monkeypatch.setitem(findings.WORDING, "work:busy_small_kernels", REWORDED)
+
+
+def _report() -> Report:
+    from gpudoctor.probes.health import check_device
+
+    result = ProbeResult("health")
+    check_device(result, 0, {"name": "NVIDIA H100 80GB HBM3"}, dict(SMALL_KERNELS))
+    return Report(results=[result.settle()])
+
+
+def test_the_report_says_the_new_words_in_json_and_text(reworded):
+    from gpudoctor.console.render import report_lines, report_to_json
+
+    data = json.loads(report_to_json(_report()))
+    [found] = [f for r in data["results"] for f in r["findings"] if f["code"] == "busy_small_kernels"]
+    assert found["summary"] == "GPU 0 (NVIDIA H100 80GB HBM3): kernels tiny (test words) at SM 9%; batch them (test words)."
+    text = "\n".join(str(getattr(line, "plain", line)) for line in report_lines(data, width=200, verbose=True))
+    assert "kernels tiny (test words) at SM 9%" in text and "only 9% of SM cycles" not in text
+
+
+def test_watch_says_the_new_words_in_its_line_and_json(reworded, capsys):
+    assert main(["watch", "-n", "3", "-v", "--replay", str(GPM)]) == exitcodes.OK
+    line = capsys.readouterr().out.splitlines()[2]
+    assert line.endswith("| verdict tiny kernels (test headline)")
+    assert main(["watch", "-n", "3", "--json", "--replay", str(GPM)]) == exitcodes.OK
+    verdict = json.loads(capsys.readouterr().out.splitlines()[2])["verdict"]
+    assert verdict == {"code": "busy_small_kernels", "headline": "tiny kernels (test headline)",
+                       "words": "kernels tiny (test words) at SM 10%", "fix": "batch them (test words)",
+                       "evidence": "gpm"}
+
+
+@run_async
+async def test_the_tui_says_the_new_words(reworded):
+    app = make_test_app(GPM)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await take_samples(pilot, app, 2)
+        shown = screen_text(app)
+        assert "kernels tiny (test words) at SM" in shown, shown
+        assert "of SM cycles active" not in shown
+        await pilot.press("q")
+
+
+def test_the_exporter_shows_the_last_reports_finding_in_the_new_words(reworded):
+    from prometheus_client import generate_latest
+
+    from gpudoctor.backends import ReplayBackend
+    from gpudoctor.exporter import GpudoctorCollector, GpuSampler, build_registry
+    from gpudoctor.exporter.report_status import ReportStatus
+
+    sampler = GpuSampler(ReplayBackend.from_file(GPM), 1.0)
+    sampler.sample_once()
+    reports = ReportStatus(produce=_report)
+    reports.refresh()
+    text = generate_latest(build_registry(GpudoctorCollector(sampler, reports))).decode()
+    [series] = [line for line in text.splitlines() if line.startswith("gpudoctor_report_finding_info{")]
+    assert 'code="busy_small_kernels"' in series and 'status="warn"' in series
+    assert "kernels tiny (test words) at SM 9%; batch them (test words)." in series
+
+
+def test_fleet_says_the_new_words(reworded):
+    extra = [(dict(gpu("a:9402", 0), __name__="gpudoctor_gpu_sm_active_ratio"), 0.08),
+             (dict(gpu("a:9402", 0), __name__="gpudoctor_gpu_tensor_active_ratio"), 0.0)]
+    row = view_of(make([("a:9402", 1)], extra=extra)).rows[0]
+    assert row.status == "warn" and "kernels tiny (test words) at SM 8%" in row.reason
+
+
+def test_why_says_the_new_words_in_json_and_text(reworded):
+    from gpudoctor.why import analysis
+    from gpudoctor.why.stacks import parse_raw
+    from gpudoctor.why.text import render_text
+
+    site = "/usr/lib/python3.12/site-packages"
+    frames = ["<module> (/w/train.py:30)", f"Linear.forward ({site}/torch/nn/modules/linear.py:116)"]
+    raw = 'process 1:"python train.py";thread (1): MainThread;' + ";".join(frames) + " 100\n"
+    readings = {"gpu": {"available": True, "devices": [
+        {"index": 0, "util_mean_pct": 97.0, "sm_active_mean_pct": 6.0, "tensor_active_mean_pct": 0.0,
+         "processes": [{"pid": 1}]}]}}
+    d = analysis.diagnose(list(parse_raw(raw)), readings, lambda f, n: "", pid=1)
+    assert d["verdict"]["code"] == "launch_bound", d["verdict"]
+    assert d["verdict"]["message"] == "kernels tiny (test words) at SM 6%"
+    assert d["verdict"]["fix"].startswith("batch them (test words)")
+    assert "kernels tiny (test words) at SM 6%" in render_text(d, width=200)
+
+
+# --------------------------------------------------------------------------- the guard
+#: Files whose inline-worded findings move into wording tables in a change of their own (issue 39:
+#: probes/, and these five); the guard covers every other file of gpudoctor/.
+WORDED_ELSEWHERE: set[str] = set()  # every module of gpudoctor/ is held to it
+#: Calls that take a finding code (or ``code:way``) first and look its words up in the tables.
+WORDED_BY_KEY = {"finding", "words", "wording", "said", "worded"}
+
+
+def _sources():
+    for path in sorted((ROOT / "gpudoctor").rglob("*.py")):
+        rel = path.relative_to(ROOT / "gpudoctor").as_posix()
+        if rel not in WORDED_ELSEWHERE:
+            yield rel, ast.parse(path.read_text(encoding="utf-8"))
+
+
+def _name(func: ast.expr) -> str:
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+
+
+def _worded_inline(call: ast.Call) -> bool:
+    """A Finding(...) whose summary, why or fix is written at the call: a literal or an f-string."""
+    texts = call.args[2:5] + [k.value for k in call.keywords if k.arg in ("summary", "why", "fix")]
+    return any(isinstance(t, ast.JoinedStr) or (isinstance(t, ast.Constant) and isinstance(t.value, str) and t.value)
+               for t in texts)
+
+
+def test_every_finding_code_gpudoctor_emits_has_its_words_in_a_table():
+    """No Finding is worded at the call (its words come from a table), and every code looked up by
+    name (findings.finding("code"), said("code:way"), busy's _said("code", "way")) is in one."""
+    inline, missing = [], []
+    for rel, tree in _sources():
+        for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
+            name = _name(call.func)
+            if name == "Finding" and _worded_inline(call):
+                inline.append(f"{rel}:{call.lineno}")
+            first = call.args[0] if call.args else None
+            if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
+                continue
+            if name in WORDED_BY_KEY:
+                key = first.value
+            elif name == "_said" and rel == "backends/busy.py":
+                way = call.args[1].value if len(call.args) > 1 and isinstance(call.args[1], ast.Constant) else ""
+                key = f"work:{first.value}" + (f":{way}" if way else "")
+            else:
+                continue
+            try:
+                findings.wording(key)
+            except KeyError:
+                missing.append(f"{rel}:{call.lineno} {key}")
+    assert not inline, f"findings worded at the call, not in a wording table: {inline}"
+    assert not missing, f"finding codes with no words in any table: {missing}"
+
+
+def test_every_code_of_the_work_verdict_and_of_why_is_worded():
+    from gpudoctor.backends import busy
+    from gpudoctor.why import CODES
+
+    keys = {key for table in findings.tables().values() for key in table}
+    assert {f"work:{code}" for code in busy.CODES} <= {k.rpartition(":")[0] if k.count(":") == 2 else k
+                                                        for k in keys}
+    assert {code for code in CODES} <= {k.partition(":")[0] for k in keys}

@@ -1,0 +1,344 @@
+"""Each finding code's words live in one wording table: gpudoctor/core/findings.py's WORDING, or a table
+registered in its index (findings._TABLES: the probes' own, probes/_wording.py).
+
+The guard scans the probes and the core modules that build findings for a finding whose summary,
+why or fix is written where it is built (a ``Finding(...)``, ``ProbeResult.find/skip/error``, or
+the measuring probes' ``NoDevice``, given text rather than a table's words), so a new inline
+wording fails here with its file and line. The tables are checked both ways: every code a call
+names has its words, and every table entry is named somewhere (no dead words).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.core import findings
+from gpudoctor.core.findings import Wording
+from gpudoctor.core.model import ProbeResult, Status
+from gpudoctor.probes import _wording
+from gpudoctor.probes.distributed import assemble
+
+ROOT = Path(__file__).resolve().parents[2]
+TABLE_FILES = {ROOT / "gpudoctor" / "core" / "findings.py", ROOT / "probes" / "_wording.py"}
+#: The modules that build findings and take their words from the tables.
+GUARDED = sorted(p for p in (ROOT / "probes").glob("*.py") if p not in TABLE_FILES) + [
+    ROOT / "gpudoctor" / name for name in ("backends/cuda_compat.py", "backends/cuda_driver.py", "report/baseline.py",
+                                           "core/model.py", "report/runner.py")]
+#: Calls whose text arguments are a finding's words: (the name called, the first positional
+#: argument that is words, the keyword arguments that are words).
+_BUILDERS = {"Finding": (2, {"summary", "why", "fix"}), "find": (2, {"summary", "why", "fix"}),
+             "skip": (1, {"summary", "why", "fix"}), "error": (1, {"summary"}), "NoDevice": (1, {"summary", "why", "fix"}),
+             # a table's template filled with words given in place: "{fix}" with fix="Run ..."
+             "finding": (99, {"summary", "why", "fix"}), "skipped": (99, {"summary", "why", "fix"})}
+#: The calls that name a code of the tables: (the argument that names it, what the call puts before it).
+_LOOKUPS = {"finding": (0, ""), "words": (0, ""), "wording": (0, ""), "skipped": (1, ""),
+            "errored": (1, "probe_error:"), "_no_device": (0, ""), "_said": (0, "work:")}
+
+
+def _ways(call: ast.Call) -> list[str]:
+    """busy._said(code, way): the ``:way`` suffixes its second argument can give ("" without one):
+    a literal, or either literal of a choice (``"" if ... else "no_util"``)."""
+    if len(call.args) < 2:
+        return [""]
+    way = call.args[1]
+    choices = [way.body, way.orelse] if isinstance(way, ast.IfExp) else [way]
+    return [f":{c.value}" if c.value else "" for c in choices if isinstance(c, ast.Constant) and isinstance(c.value, str)]
+
+
+def _is_text(node: ast.AST) -> bool:
+    """Written words: a string literal, an f-string, or a sum or choice with one in it."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str) and bool(node.value.strip())
+    if isinstance(node, ast.JoinedStr):
+        return True
+    if isinstance(node, ast.BinOp):
+        return _is_text(node.left) or _is_text(node.right)
+    if isinstance(node, ast.IfExp):
+        return _is_text(node.body) or _is_text(node.orelse)
+    return False
+
+
+def _called(node: ast.Call) -> str:
+    return node.func.id if isinstance(node.func, ast.Name) else node.func.attr if isinstance(node.func, ast.Attribute) else ""
+
+
+def inline_wordings(source: str, name: str = "<source>") -> list[str]:
+    """Where ``source`` builds a finding with words written in place: 'name:line: call'."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call) or _called(node) not in _BUILDERS:
+            continue
+        first, keywords = _BUILDERS[_called(node)]
+        if _called(node) == "find" and len(node.args) < 3:
+            continue  # str.find, bytes.find: not a finding
+        texts = [a for a in node.args[first:] if _is_text(a)] + [k.value for k in node.keywords
+                                                                 if k.arg in keywords and _is_text(k.value)]
+        if texts:
+            found.append(f"{name}:{node.lineno}: {_called(node)}(...) with words written in place")
+    return found
+
+
+def _sources() -> dict[Path, str]:
+    return {path: path.read_text(encoding="utf-8")
+            for folder in ("gpudoctor", "probes") for path in sorted((ROOT / folder).rglob("*.py"))}
+
+
+def test_the_probes_and_the_core_modules_word_no_finding_in_place():
+    inline = [hit for path in GUARDED for hit in inline_wordings(path.read_text(encoding="utf-8"),
+                                                                 str(path.relative_to(ROOT)))]
+    assert not inline, "findings worded outside the wording tables (move the words there):\n" + "\n".join(inline)
+
+
+@pytest.mark.parametrize("source", [
+    'r.find(Status.WARN, "slow", f"{x} is slow.", why="Why.", fix="Fix.")',
+    'r.find(Status.PASS, "ok", "All good " + name)',
+    'Finding(Status.FAIL, "broken", summary, why="It broke.")',
+    'ProbeResult.skip("p", "no GPU here", code="no_gpu")',
+    'ProbeResult.error(probe.name, f"timed out after {s} s")',
+    'findings.finding("p2p_unreadable", label=label, fix="Run it on the host.")',
+    'NoDevice("quick_mode", "Not measured.", fix="Run it fully." if full else "Later.")',
+])
+def test_the_guard_finds_words_written_in_place(source):
+    assert inline_wordings(source)
+
+
+@pytest.mark.parametrize("source", [
+    'r.findings.append(findings.finding("slow", gpu=label, pct=pct))',
+    'ProbeResult.error(probe.name, why, duration_s=1.0)',
+    'ProbeResult.skip(probe, summary, code=code.partition(":")[0], why=why, fix=fix)',
+    'text.find("\\n")',
+    'Finding(Status.SKIP, devices.code, devices.summary + _wording.CPU_MEASURED, devices.why, devices.fix)',
+])
+def test_the_guard_lets_table_words_through(source):
+    assert not inline_wordings(source)
+
+
+def test_a_key_lives_in_one_table_and_the_probes_table_is_in_the_index():
+    tables = findings.tables()
+    assert "gpudoctor.probes._wording" in tables and tables["gpudoctor.probes._wording"] is _wording.WORDING
+    seen: dict[str, str] = {}
+    for name, table in tables.items():
+        for key, wording in table.items():
+            assert key not in seen, f"{key} is worded in {seen[key]} and in {name}"
+            seen[key] = name
+            assert isinstance(wording, Wording) and isinstance(wording.status, Status) and wording.summary, key
+    assert findings.wording("index_order_differs") is _wording.WORDING["index_order_differs"]
+    with pytest.raises(KeyError):
+        findings.wording("no_such_code")
+
+
+def _pattern(node: ast.JoinedStr) -> re.Pattern[str] | None:
+    """An f-string that builds a code (``f"throttle_{reason}"``) as a pattern; None for any other
+    f-string (one of words, or ``f"{x}"``, would match every key)."""
+    fixed = "".join(v.value for v in node.values if isinstance(v, ast.Constant) and isinstance(v.value, str))
+    if not re.fullmatch(r"[a-z0-9_:]*[a-z][a-z0-9_:]*", fixed):
+        return None
+    parts = [re.escape(v.value) if isinstance(v, ast.Constant) else "[a-z0-9_]+" for v in node.values]
+    return re.compile("".join(parts) + "$")
+
+
+def _names_in_source() -> tuple[set[str], list[re.Pattern[str]], list[str]]:
+    """Every string literal and code-building f-string of gpudoctor/ and probes/ but the tables' keys,
+    and the codes the table lookups name as literals ('file:line: code')."""
+    literals: set[str] = set()
+    patterns: list[re.Pattern[str]] = []
+    named: list[str] = []
+    for path, source in _sources().items():
+        tree = ast.parse(source)
+        keys = {id(key) for node in ast.walk(tree) if isinstance(node, ast.AnnAssign)
+                and isinstance(node.target, ast.Name) and node.target.id == "WORDING" and isinstance(node.value, ast.Dict)
+                for key in node.value.keys}  # a table's own keys name nothing
+        for node in ast.walk(tree):
+            if id(node) in keys:
+                continue
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                literals.add(node.value)
+            elif isinstance(node, ast.JoinedStr) and (pattern := _pattern(node)) is not None:
+                patterns.append(pattern)
+            if isinstance(node, ast.Call) and _called(node) in _LOOKUPS and len(node.args) > _LOOKUPS[_called(node)][0]:
+                at, prefix = _LOOKUPS[_called(node)]
+                code = node.args[at]
+                if isinstance(code, ast.Constant) and isinstance(code.value, str):
+                    for way in _ways(node) if _called(node) == "_said" else [""]:
+                        named.append(f"{path.relative_to(ROOT)}:{node.lineno}: {prefix}{code.value}{way}")
+                        literals.add(prefix + code.value + way)
+    return literals, patterns, named
+
+
+def test_every_code_named_has_words_and_every_entry_is_named():
+    keys = {key for table in findings.tables().values() for key in table}
+    literals, patterns, named = _names_in_source()
+    unworded = [site for site in named if site.rsplit(": ", 1)[1] not in keys]
+    assert not unworded, "codes built from the tables without an entry there:\n" + "\n".join(unworded)
+    dead = sorted(key for key in keys if key not in literals and not any(p.match(key) for p in patterns))
+    assert not dead, "table entries no code names (dead words): " + ", ".join(dead)
+
+
+def test_rewording_a_probe_code_in_its_table_changes_the_report(monkeypatch):
+    monkeypatch.setitem(_wording.WORDING, "rank_failed",
+                        Wording(Status.FAIL, "rank {rank} fell over: {text} (test words)", "Why (test words).",
+                                "Fix (test words)."))
+    result = assemble({}, {1: {"kind": "failed", "text": "exit code 1"}}, 2, "gloo", "local")
+    said = next(f for f in result.to_dict()["findings"] if f["code"] == "rank_failed")
+    assert (said["summary"], said["why"], said["fix"]) == ("rank 1 fell over: exit code 1 (test words)",
+                                                           "Why (test words).", "Fix (test words).")
+
+
+def test_rewording_a_core_code_changes_the_error_result(monkeypatch):
+    monkeypatch.setitem(findings.WORDING, "probe_error", Wording(Status.ERROR, "{summary}", "Why (test words).",
+                                                                 "Re-run {probe} (test words)."))
+    said = findings.errored("memory", "timed_out", limit="30 s").findings[0]
+    assert (said.code, said.summary, said.why, said.fix) == ("probe_error", "timed out after 30 s",
+                                                             "Why (test words).", "Re-run memory (test words).")
+    assert ProbeResult.error("memory", "gone").findings[0].why == "Why (test words)."
+
+
+# --------------------------------------------------------------------------- sentences beside findings
+# The words that fill a finding's fields or stand beside it (a fix helper's sentence, the hooks'
+# advice on a host sync, the sweep's advice) live in the tables too: a module outside them keeps
+# no table of words and returns no sentence written in place.
+TABLE_FILES_ALL = TABLE_FILES | {ROOT / "gpudoctor" / "workload" / "wording.py", ROOT / "gpudoctor" / "why" / "wording.py"}
+SENTENCE_GUARDED = sorted(set(GUARDED) | {ROOT / "gpudoctor" / name for name in (
+    "hooks/summary.py", "workload/recommend.py", "backends/busy.py")})
+
+
+def _words_of(node: ast.AST) -> str | None:
+    """The text a node writes in place (a literal, an f-string's fixed parts, a sum of them); None for any other."""
+    if isinstance(node, ast.Constant):
+        return node.value if isinstance(node.value, str) else None
+    if isinstance(node, ast.JoinedStr):
+        return "".join(v.value if isinstance(v, ast.Constant) else " {} " for v in node.values)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        parts = [_words_of(node.left), _words_of(node.right)]
+        return " ".join(p for p in parts if p is not None) if any(p is not None for p in parts) else None
+    return None
+
+
+def _parts(node: ast.AST):
+    """A value and, for a tuple or list, each of its items (a table's (what, fix) pairs)."""
+    if isinstance(node, (ast.Tuple, ast.List)):
+        for item in node.elts:
+            yield from _parts(item)
+    else:
+        yield node
+
+
+def _is_phrase(text: str) -> bool:
+    return len(re.findall(r"[A-Za-z][A-Za-z'-]+", text)) >= 3 and " " in text.strip()
+
+
+def word_tables(source: str, name: str = "<source>") -> list[str]:
+    """Module-level dicts of phrases ('name:line: TABLE'): words kept in a table outside the wording tables."""
+    found = []
+    for node in ast.parse(source).body:
+        target = node.targets[0] if isinstance(node, ast.Assign) else node.target if isinstance(node, ast.AnnAssign) else None
+        if target is None or not isinstance(node.value, ast.Dict):
+            continue
+        if any(_is_phrase(text) for value in node.value.values for part in _parts(value)
+               if (text := _words_of(part)) is not None):
+            found.append(f"{name}:{node.lineno}: {getattr(target, 'id', '?')} holds words")
+    return found
+
+
+def returned_sentences(source: str, name: str = "<source>") -> list[str]:
+    """Where a function returns a whole sentence written in place ('name:line'): a helper wording a
+    finding's fix or reason itself (capitalised, five words or more, a final period)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Return) or node.value is None:
+            continue
+        for part in _parts(node.value):
+            text = (_words_of(part) or "").strip()
+            if len(text.split()) >= 5 and text[:1].isupper() and text.endswith("."):
+                found.append(f"{name}:{node.lineno}: a sentence returned")
+    return found
+
+
+def test_no_words_outside_the_tables_beside_the_findings():
+    hits = []
+    for path in SENTENCE_GUARDED:
+        if path in TABLE_FILES_ALL:
+            continue
+        source, name = path.read_text(encoding="utf-8"), str(path.relative_to(ROOT))
+        hits += word_tables(source, name) + returned_sentences(source, name)
+    assert not hits, "words kept outside the wording tables (move them to the package's table):\n" + "\n".join(hits)
+
+
+@pytest.mark.parametrize("guard, source, finds", [
+    (word_tables, '_SYNC_ADVICE = {"item": ("a `.item()` on a CUDA tensor", "Keep running totals on the GPU.")}', True),
+    (word_tables, 'WORK_WORDS: dict[str, str] = {"busy_small_kernels": "small kernels only"}', True),
+    (word_tables, '_CAUSES = {34: ("a stub libcuda was loaded", "Remove the stubs directory.")}', True),
+    (returned_sentences, 'def fix(sm):\n    return f"Install a torch build whose arch list includes {sm}."', True),
+    (returned_sentences, 'def why(host):\n    return ("ACS on the path", "a VM", "Run `sudo gpudoctor report`, or " + X + ".")',
+     True),
+    (word_tables, 'LIMITS = {"util": (0, 100), "temp": (0, 130)}', False),
+    (word_tables, 'KEYS = {"sm": "sm_active_pct"}', False),
+    (returned_sentences, 'def reason():\n    return "the NVIDIA driver is not answering"', False),
+    (returned_sentences, 'def fix():\n    return _wording.KERNEL_IMAGE_FIX["dropped"].format(sm=sm)', False),
+])
+def test_the_sentence_guards_find_words_kept_in_place_and_nothing_else(guard, source, finds):
+    assert bool(guard(source)) is finds
+
+
+def test_the_sweeps_advice_is_registered_in_the_index():
+    from gpudoctor.workload import wording as workload_wording
+
+    assert findings.tables()["gpudoctor.workload.wording"] is workload_wording.WORDING
+
+
+def test_rewording_the_words_beside_findings_changes_what_is_said(monkeypatch):
+    from gpudoctor.sampling import presentation
+    from gpudoctor.core import xid
+    from gpudoctor.backends import cuda_driver
+    from gpudoctor.hooks import summary
+    from gpudoctor.probes import environment
+    from gpudoctor.workload import recommend, wording as workload_wording
+
+    monkeypatch.setitem(findings.WORDING, "work:idle", Wording(Status.PASS, "idle", short="idle", tag="resting"))
+    assert presentation.work_tag("idle") == "resting"
+    monkeypatch.setitem(findings.SYNC_PATTERNS, "item", ("an item (test words)", "Fix (test words)."))
+    assert summary.sync_pattern_words("item") == ("an item (test words)", "Fix (test words).")
+    monkeypatch.setitem(findings.CUDA_START_CAUSES, 34, ("a stub (test words)", "Fix the stub (test words)."))
+    assert cuda_driver.cause_of_error_text("CUDA driver is a stub library") == (
+        "a stub (test words)", "Fix the stub (test words).")
+    monkeypatch.setitem(_wording.KERNEL_IMAGE_FIX, "dropped", "Install {sm} (test words).")
+    assert environment.kernel_image_fix(["sm_80", "sm_90"], "7.0") == "Install sm_70 (test words)."
+    monkeypatch.setitem(xid._NOT_IN_CATALOG, "unknown", ("unknown (test words)", "look it up: {url}"))
+    assert xid.explain(99999).words == "unknown (test words)"
+    monkeypatch.setitem(workload_wording.ADVICE, "oom", "no room at batch {sizes} (test words)")
+    runs = [{"status": "ok", "device": "cpu", "mode": "resident", "batch_size": 64, "workers": None,
+             "samples_per_s": 1000.0, "epoch_s": 1.0, "test_accuracy": 0.9},
+            {"status": "oom", "device": "cpu", "mode": "resident", "batch_size": 4096, "workers": None}]
+    assert "no room at batch 4096 (test words)" in recommend.recommend(runs)["reasons"]
+
+
+#: Modules whose every phrase is in their package's table: no text of three words or more in place
+#: but docstrings.
+ALL_IN_TABLES = [ROOT / "gpudoctor" / "workload" / "recommend.py"]
+
+
+def phrases_in_place(source: str, name: str = "<source>") -> list[str]:
+    """Every phrase written in place outside docstrings ('name:line')."""
+    tree = ast.parse(source)
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                  and node.body and isinstance(node.body[0], ast.Expr)}
+    inner = {id(v) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for v in node.values}
+    return [f"{name}:{node.lineno}: {text.strip()[:40]!r}" for node in ast.walk(tree)
+            if id(node) not in docstrings and id(node) not in inner and isinstance(node, (ast.Constant, ast.JoinedStr))
+            and (text := _words_of(node)) is not None and _is_phrase(text)]
+
+
+def test_the_sweeps_advice_is_worded_only_in_its_table():
+    hits = [hit for path in ALL_IN_TABLES
+            for hit in phrases_in_place(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))]
+    assert not hits, "advice worded in place (move it to gpudoctor/workload/wording.py's ADVICE):\n" + "\n".join(hits)
+
+
+def test_the_phrase_guard_finds_a_reason_written_in_place():
+    assert phrases_in_place('reasons.append(f"out of memory at batch size {sizes}")')
+    assert not phrases_in_place('def f():\n    """Docstring words are not advice."""\n    return _advice("oom")')
