@@ -461,7 +461,7 @@ def test_slow_drip_request_is_cut_at_the_whole_request_timeout():
 EMFILE_SERVER = """
 import resource, sys
 sys.path.insert(0, sys.argv[1])
-from tests.test_faults_inputs import _registry
+from tests.cli.test_faults_inputs import _registry
 from gpudoctor.exporter import serve_metrics
 registry = _registry()
 resource.setrlimit(resource.RLIMIT_NOFILE, (48, 48))
