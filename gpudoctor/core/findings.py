@@ -205,6 +205,41 @@ _P2P_UNKNOWN = ("ACS on the PCIe bridges and the IOMMU decide whether peer-to-pe
 _BUSY_WHY = ("NVML's utilisation is the share of time any kernel ran, so a loop of tiny kernels reads 100 %; "
              "GPM's SM activity (Hopper and later) shows how much of the GPU worked.")
 
+#: A GPU whose every reading answers one NVML error (watch's FAULT line, the TUI's panel), by that error: the
+#: code whose entry words it, in its ``short`` (the report's finding of the same fault: one entry words both)
+#: or, for a code only the live views say, its summary; any other error is ``device_fault``'s, with its name.
+DEVICE_FAULTS: dict[str, str] = {
+    "GpuIsLost": "gpu_lost", "Timeout": "driver_not_answering", "Uninitialized": "device_fault:nvml_unloaded",
+    "DriverNotLoaded": "device_fault:driver_not_loaded", "LibraryNotFound": "device_fault:no_library",
+    "ResetRequired": "device_fault:reset_required"}
+#: A machine where NVML is unusable, by the reason NVML gives (watch, record, the TUI's panel, ``--once``).
+NO_GPU: dict[str, str] = {
+    "LibraryNotFound": "No NVIDIA driver found (libnvidia-ml.so is missing)",
+    "DriverNotLoaded": "The NVIDIA kernel driver is not loaded",
+    "PythonBindingMissing": "The NVML Python binding (nvidia-ml-py) is not installed",
+    "NoPermission": "No permission to talk to the NVIDIA driver",
+    "NoDevices": "NVML works but reports no NVIDIA GPU",
+}
+#: The same for any other reason, and where NVML started but gave no reason (watch).
+NO_GPU_OTHER = "NVML is not usable ({reason})"
+NO_GPU_UNSTATED = "NVML reports no NVIDIA GPU"
+#: NVML's critical events other than an Xid (watch's EVENT line, the TUI's events), by their kind
+#: (gpudoctor.backends.events); an Xid is worded by core/xid.py's catalogue.
+GPU_EVENTS: dict[str, str] = {
+    "ecc_double_bit": "double-bit (uncorrectable) ECC error",
+    "ecc_single_bit_storm": "many single-bit ECC errors within a minute",
+    "memory_retirement": "a page or row of GPU memory was retired",
+    "memory_retirement_failure": "retiring faulty GPU memory failed",
+}
+#: The report's verdict, one sentence per overall status (the text report, the TUI's Doctor screen).
+REPORT_VERDICT: dict[str, str] = {
+    "pass": "Healthy: no problem found by the checks that ran.",
+    "skip": "Nothing could be checked.",
+    "warn": "Usable, with warnings: read the findings above.",
+    "fail": "Not usable as is: fix the failures above.",
+    "error": "Incomplete: a check could not finish (see the errors above).",
+}
+
 WORDING: dict[str, Wording] = {
     # -- clock events (health probe, compute probe, fleet) -------------------------------------
     "throttle_hw_slowdown": Wording(Status.FAIL, "{label}: {words}", _HW_WHY, _HW_FIX),
@@ -254,13 +289,26 @@ WORDING: dict[str, Wording] = {
         Status.FAIL, "{label} has fallen off the bus (NVML: GpuIsLost)",
         "The driver lost contact with the GPU (Xid 79); every CUDA call on it fails.",
         "Check `dmesg` for Xid errors; the node needs a GPU reset or reboot, and a hardware check (power, seating, "
-        "cooling) if it repeats."),
+        "cooling) if it repeats.",
+        short="GPU lost: it fell off the bus. Check `dmesg` for Xid 79, then reset the GPU (nvidia-smi -r) or reboot."),
     "driver_not_answering": Wording(
         Status.FAIL, "The NVIDIA driver is not answering: an NVML call made no answer in {seconds} s{where}",
         "A failing GPU (fallen off the bus, Xid 79), a driver in recovery or a stuck nvidia-persistenced holds every "
         "caller of the driver: nvidia-smi and CUDA programs on this node hang too, so nothing else could be checked.",
         "Check the kernel log (`sudo dmesg | grep -i -e xid -e nvrm`) and whether `nvidia-smi` answers; a GPU that "
-        "stays blocked needs a GPU reset with no process on it, or a reboot."),
+        "stays blocked needs a GPU reset with no process on it, or a reboot.",
+        short="The driver did not answer in time."),
+    # -- a GPU whose every reading fails where no report finding names the cause (watch, the TUI: DEVICE_FAULTS)
+    "device_fault": Wording(Status.FAIL, "The driver answers {reason} for every reading of this GPU."),
+    "device_fault:nvml_unloaded": Wording(
+        Status.FAIL, "NVML is gone: the driver was unloaded or restarted under this session. Restart gpudoctor once "
+        "the driver is back."),
+    "device_fault:driver_not_loaded": Wording(
+        Status.FAIL, "NVML is gone: the NVIDIA kernel driver is not loaded. Load it (modprobe nvidia) or reboot."),
+    "device_fault:no_library": Wording(
+        Status.FAIL, "NVML library not found (libnvidia-ml.so): no NVIDIA driver on this machine, or it is not "
+        "visible in this container."),
+    "device_fault:reset_required": Wording(Status.FAIL, "The GPU needs a reset (nvidia-smi -r) or a reboot."),
     "gpu_unreachable": Wording(
         Status.FAIL, "GPU {dev} does not answer: NVML returns Unknown Error for its name, UUID and PCI bus id",
         "The driver lists the GPU but cannot read even its identity: CUDA programs on it fail or hang, as with a "
