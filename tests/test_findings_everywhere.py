@@ -180,3 +180,77 @@ def test_every_code_of_the_work_verdict_and_of_why_is_worded():
     assert {f"work:{code}" for code in busy.CODES} <= {k.rpartition(":")[0] if k.count(":") == 2 else k
                                                         for k in keys}
     assert {code for code in CODES} <= {k.partition(":")[0] for k in keys}
+
+
+# --------------------------------------------------------------------------- a fault, a machine without NVML, an event
+# What the live views say of a GPU lost, of a machine where NVML is unusable and of an ECC event is
+# worded in core/findings.py too: the fault line is its code's entry (gpu_lost words the report's
+# finding and, in its ``short``, watch's FAULT line and the TUI's panel), so one entry rewords all.
+GPU_LOST = DATA / "handmade_gpu_lost_midsession.json"
+NO_NVML = DATA / "handmade_no_nvml.json"
+LOST = Wording(Status.FAIL, "{label} is gone (test words)", "Why (test words).", "Reseat it (test words).",
+               short="lost for good (test words): reseat it.")
+
+
+@pytest.fixture
+def lost_reworded(monkeypatch):
+    monkeypatch.setitem(findings.WORDING, "gpu_lost", LOST)
+
+
+def test_a_reworded_fault_code_changes_the_report(lost_reworded):
+    from gpudoctor.backends.na import NA
+    from gpudoctor.console.render import report_lines, report_to_json
+    from gpudoctor.probes.health import check_device
+
+    result = ProbeResult("health")
+    check_device(result, 0, {"name": "NVIDIA GeForce RTX 3090"}, {"gpu_util_pct": NA("GpuIsLost")})
+    data = json.loads(report_to_json(Report(results=[result.settle()])))
+    [found] = [f for r in data["results"] for f in r["findings"] if f["code"] == "gpu_lost"]
+    assert (found["summary"], found["fix"]) == ("GPU 0 (NVIDIA GeForce RTX 3090) is gone (test words).",
+                                                "Reseat it (test words).")
+    text = "\n".join(str(getattr(line, "plain", line)) for line in report_lines(data, width=200, verbose=True))
+    assert "is gone (test words)" in text and "fallen off the bus" not in text
+
+
+def test_a_reworded_fault_code_changes_watch(lost_reworded, capsys):
+    assert main(["watch", "-n", "8", "--replay", str(GPU_LOST)]) == exitcodes.OK
+    faults = [line for line in capsys.readouterr().out.splitlines() if " FAULT " in line]
+    assert faults and all(line.endswith("FAULT GpuIsLost: lost for good (test words): reseat it.") for line in faults)
+
+
+@run_async
+async def test_a_reworded_fault_code_changes_the_tui(lost_reworded):
+    app = make_test_app(GPU_LOST)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await take_samples(pilot, app, 8)
+        shown = screen_text(app)
+        assert "lost for good (test words): reseat it." in shown, shown
+        assert "fell off the bus" not in shown
+        await pilot.press("q")
+
+
+def test_the_no_gpu_sentence_and_the_event_words_are_the_tables(monkeypatch, capsys):
+    from gpudoctor.backends.events import DeviceEvents, GpuEvent
+    from gpudoctor.sampling.presentation import event_line
+    from gpudoctor.tui.widgets import event_lines
+
+    monkeypatch.setitem(findings.NO_GPU, "LibraryNotFound", "No driver here (test words)")
+    assert main(["watch", "-n", "2", "--replay", str(NO_NVML)]) == exitcodes.NO_GPU
+    assert "nothing to watch: No driver here (test words) (NVML: LibraryNotFound)" in capsys.readouterr().err
+    monkeypatch.setitem(findings.GPU_EVENTS, "ecc_double_bit", "memory broke (test words)")
+    event = GpuEvent(10.0, "ecc_double_bit")
+    assert event_line(0, event).endswith("gpu0 EVENT memory broke (test words)")
+    shown = "\n".join(line.plain for line in event_lines(DeviceEvents(counts={"ecc_double_bit": 1}, recent=[event]),
+                                                           200, now=70.0))
+    assert "memory broke (test words), 60 s ago" in shown
+
+
+@run_async
+async def test_a_reworded_no_gpu_sentence_changes_the_tui(monkeypatch):
+    monkeypatch.setitem(findings.NO_GPU, "LibraryNotFound", "No driver here (test words)")
+    app = make_test_app(NO_NVML)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await take_samples(pilot, app, 1)
+        shown = screen_text(app)
+        assert "No driver here (test words)." in shown, shown
+        await pilot.press("q")
