@@ -191,10 +191,25 @@ CUDA_NOT_STARTING = ("NVML (nvidia-smi) answers, but every CUDA program, torch i
                      "torch.cuda.is_available() is False and code that asks for 'cuda' raises.")
 #: The cause of CUDA error 802 when NVML shows the NVLink fabric registration unfinished.
 FABRIC_CAUSE = "the fabric manager has not set the GPUs up: {fabric}"
-#: Where driver_not_answering was met by a check the runner abandoned.
+#: Where driver_not_answering was met by a check the runner abandoned, and that check's summary.
 ABANDONED = " (the {probe} check was abandoned)"
+ABANDONED_SUMMARY = "abandoned: the NVIDIA driver is not answering"
+#: What probe_error:timed_out adds when the runner stopped the probe's process.
+PROBE_PROCESS_STOPPED = " (the probe process was stopped)"
 #: Parts of baseline_regression's summary.
 BASELINE_ON_GPU = " on GPU {device}"
+#: The models of baseline_model_differs, and why models that differ stop the comparison (without --force).
+BASELINE_MODELS = "{mine} here, {theirs} in the baseline"
+BASELINE_MODELS_DIFFER = ("different GPU models ({models}); comparing them says nothing about this node "
+                          "(use --force to compare anyway)")
+BASELINE_NOTHING_IN_COMMON = ("nothing to compare: {name} and the baseline share no measured figure (run both with "
+                              "`gpudoctor report --full`)")
+#: The baseline result's summary: the failing reports, then what was compared.
+BASELINE_CANDIDATE_FAILED = "{name} failed (status fail)"
+BASELINE_BASE_FAILED = "the baseline {names} failed (status fail)"
+BASELINE_COMPARED = "{judged} figure(s) compared with {reports} baseline report(s): {worse}"
+BASELINE_WORSE = "{count} worse than tolerated"
+BASELINE_NONE_WORSE = "none worse than tolerated"
 BASELINE_LINK_MAXIMUM = " (link maximum)"
 _DRIVER_TOO_OLD = "The driver ({driver}) supports CUDA up to {driver_cuda}, but torch {torch} is built for CUDA {cuda_build}."
 _STACK_DIFFERS = "A different software stack can explain (and is itself) a difference from the good node."
@@ -789,6 +804,12 @@ WORDING: dict[str, Wording] = {
     "probe_error:not_json": Wording(Status.ERROR, "probe result is not JSON-safe: {error}"),
     "probe_error:timed_out": Wording(Status.ERROR, "timed out after {limit}"),
     "probe_error:child_failed": Wording(Status.ERROR, "probe process failed"),
+    "probe_error:child_exited": Wording(Status.ERROR, "probe process {exit}"),
+    "probe_error:child_exited_starting": Wording(Status.ERROR, "probe process {exit} while starting"),
+    "probe_error:child_not_started": Wording(Status.ERROR, "probe process could not start: {error}"),
+    "probe_error:child_start_timed_out": Wording(Status.ERROR, "probe process did not start within {limit}"),
+    # a baseline that could not be read or compared (report --baseline)
+    "probe_error:not_compared": Wording(Status.ERROR, "not compared with the baseline: {error}"),
     "torch_not_installed:interpreter": Wording(
         Status.SKIP, "torch is not installed in the interpreter {python}", _RUNS_TORCH, "{hint}"),
     "torch_not_installed:environment": Wording(
