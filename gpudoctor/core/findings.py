@@ -204,6 +204,20 @@ BASELINE_MODELS_DIFFER = ("different GPU models ({models}); comparing them says 
                           "(use --force to compare anyway)")
 BASELINE_NOTHING_IN_COMMON = ("nothing to compare: {name} and the baseline share no measured figure (run both with "
                               "`gpudoctor report --full`)")
+#: Parts of fleet's findings: how old a GPU's last readings are (gpu_not_exported, target_down, the
+#: findings of a GPU no longer exported), an Xid's time, count and window, nvml_down without a reason,
+#: and a row with no finding.
+FLEET_LAST_SEEN = " (last seen {age} ago)"
+FLEET_LAST_READING = " (last reading {age} ago)"
+FLEET_LAST_KNOWN = "last known"
+FLEET_AGO = " ({age} ago)"
+FLEET_IN_THE_LAST = " in the last {age}"
+FLEET_XID_AGO = ", {age} ago"
+FLEET_XID_COUNT = " ({count} time(s){window})"
+FLEET_XID_LAST = "last {window}"
+FLEET_XID_WITHIN = " (within the {window})"
+FLEET_NO_REASON = "no reason given"
+FLEET_ALL_CLEAR = "no problem seen"
 #: The baseline result's summary: the failing reports, then what was compared.
 BASELINE_CANDIDATE_FAILED = "{name} failed (status fail)"
 BASELINE_BASE_FAILED = "the baseline {names} failed (status fail)"
