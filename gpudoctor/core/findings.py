@@ -218,6 +218,22 @@ FLEET_XID_LAST = "last {window}"
 FLEET_XID_WITHIN = " (within the {window})"
 FLEET_NO_REASON = "no reason given"
 FLEET_ALL_CLEAR = "no problem seen"
+#: Why a figure of baseline_regression matters (its {why}), by the figures it is said of (report/baseline.py's
+#: TOLERANCES).
+BASELINE_WHY: dict[str, str] = {
+    "copies": "host/device copies feed every batch; a slower link or a downgraded slot shows here",
+    "d2d": "device memory bandwidth bounds most kernels",
+    "matmul": "matmul throughput is what training buys; clocks held down or a bad GPU show here",
+    "cpu_matmul": "the host CPU's matmul rate: the input pipeline and every CPU-side step run on it",
+    "context": "a larger CUDA context leaves less memory for the job (driver or CUDA build change)",
+    "samples": "the reference MNIST loop's throughput: input pipeline, host and GPU together",
+    "energy": "energy per sample: the same work costing more power",
+    "idle_power": "idle power well above the good node's hints at a stuck process or clocks held high",
+    "temperature": "a hotter idle GPU than its peers points at cooling (fans, airflow, a blocked inlet)",
+    "link_gen": "the link's maximum generation: a lower one means a slot, riser or BIOS setting differs",
+    "link_width": "the link's maximum width: fewer lanes halve host/device bandwidth",
+    "allreduce": "collective bandwidth between GPUs (NVLink/PCIe/network)",
+}
 #: The baseline result's summary: the failing reports, then what was compared.
 BASELINE_CANDIDATE_FAILED = "{name} failed (status fail)"
 BASELINE_BASE_FAILED = "the baseline {names} failed (status fail)"

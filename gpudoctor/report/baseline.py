@@ -60,30 +60,30 @@ class Tolerance:
 # a warn starts well above that noise; a fail is a gap that no noise explains.
 TOLERANCES: tuple[Tolerance, ...] = (
     *(Tolerance("transfer", f"{kind}_bandwidth", "higher", 10, 25,
-                why="host/device copies feed every batch; a slower link or a downgraded slot shows here")
+                why=findings.BASELINE_WHY["copies"])
       for kind in ("pinned_h2d", "pinned_d2h", "pageable_h2d", "pageable_d2h")),
-    Tolerance("transfer", "d2d_bandwidth", "higher", 10, 25, why="device memory bandwidth bounds most kernels"),
+    Tolerance("transfer", "d2d_bandwidth", "higher", 10, 25, why=findings.BASELINE_WHY["d2d"]),
     *(Tolerance("compute", f"{mode}_matmul", "higher", 10, 25,
-                why="matmul throughput is what training buys; clocks held down or a bad GPU show here")
+                why=findings.BASELINE_WHY["matmul"])
       for mode in ("fp32", "tf32", "fp16", "bf16")),
     Tolerance("compute", "cpu_fp32_matmul", "higher", 15, 30,
-              why="the host CPU's matmul rate: the input pipeline and every CPU-side step run on it"),
+              why=findings.BASELINE_WHY["cpu_matmul"]),
     Tolerance("memory", "cuda_context", "lower", 20, 50,
-              why="a larger CUDA context leaves less memory for the job (driver or CUDA build change)"),
+              why=findings.BASELINE_WHY["context"]),
     Tolerance("workload", "workload_samples_per_s", "higher", 15, 30,
-              why="the reference MNIST loop's throughput: input pipeline, host and GPU together"),
+              why=findings.BASELINE_WHY["samples"]),
     Tolerance("workload", "workload_samples_per_joule", "higher", 15, 30,
-              why="energy per sample: the same work costing more power"),
+              why=findings.BASELINE_WHY["energy"]),
     Tolerance("health", "power_draw", "lower", 20, 50,
-              why="idle power well above the good node's hints at a stuck process or clocks held high"),
+              why=findings.BASELINE_WHY["idle_power"]),
     Tolerance("health", "temperature", "lower", 10, 20, absolute=True,
-              why="a hotter idle GPU than its peers points at cooling (fans, airflow, a blocked inlet)"),
+              why=findings.BASELINE_WHY["temperature"]),
     Tolerance("health", "pcie_link_gen", "higher", 0.01, 0.01, field="reference",
-              why="the link's maximum generation: a lower one means a slot, riser or BIOS setting differs"),
+              why=findings.BASELINE_WHY["link_gen"]),
     Tolerance("health", "pcie_link_width", "higher", 0.01, 0.01, field="reference",
-              why="the link's maximum width: fewer lanes halve host/device bandwidth"),
+              why=findings.BASELINE_WHY["link_width"]),
     Tolerance("distributed", "allreduce_busbw_peak", "higher", 10, 25,
-              why="collective bandwidth between GPUs (NVLink/PCIe/network)"),
+              why=findings.BASELINE_WHY["allreduce"]),
 )
 
 
