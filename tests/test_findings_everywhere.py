@@ -218,15 +218,20 @@ def test_a_reworded_fault_code_changes_watch(lost_reworded, capsys):
     assert faults and all(line.endswith("FAULT GpuIsLost: lost for good (test words): reseat it.") for line in faults)
 
 
+async def _shown(recording: Path, samples: int) -> str:
+    """The TUI's screen on ``recording`` after ``samples`` readings."""
+    app = make_test_app(recording)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await take_samples(pilot, app, samples)
+        shown = screen_text(app)
+        await pilot.press("q")
+    return shown
+
+
 @run_async
 async def test_a_reworded_fault_code_changes_the_tui(lost_reworded):
-    app = make_test_app(GPU_LOST)
-    async with app.run_test(size=(160, 40)) as pilot:
-        await take_samples(pilot, app, 8)
-        shown = screen_text(app)
-        assert "lost for good (test words): reseat it." in shown, shown
-        assert "fell off the bus" not in shown
-        await pilot.press("q")
+    shown = await _shown(GPU_LOST, 8)
+    assert "lost for good (test words): reseat it." in shown and "fell off the bus" not in shown, shown
 
 
 def test_the_no_gpu_sentence_and_the_event_words_are_the_tables(monkeypatch, capsys):
@@ -248,9 +253,5 @@ def test_the_no_gpu_sentence_and_the_event_words_are_the_tables(monkeypatch, cap
 @run_async
 async def test_a_reworded_no_gpu_sentence_changes_the_tui(monkeypatch):
     monkeypatch.setitem(findings.NO_GPU, "LibraryNotFound", "No driver here (test words)")
-    app = make_test_app(NO_NVML)
-    async with app.run_test(size=(100, 30)) as pilot:
-        await take_samples(pilot, app, 1)
-        shown = screen_text(app)
-        assert "No driver here (test words)." in shown, shown
-        await pilot.press("q")
+    shown = await _shown(NO_NVML, 1)
+    assert "No driver here (test words)." in shown, shown
