@@ -212,6 +212,13 @@ def test_a_reworded_fault_code_changes_the_report(lost_reworded):
     assert "is gone (test words)" in text and "fallen off the bus" not in text
 
 
+def test_a_reworded_fault_code_changes_fleet(lost_reworded):
+    extra = [(dict(gpu("a:9402", 0), __name__="gpudoctor_gpu_up"), 0),
+             (dict(gpu("a:9402", 0), __name__="gpudoctor_gpu_error_info", reason="GpuIsLost"), 1)]
+    row = view_of(make([("a:9402", 1)], extra=extra)).rows[0]
+    assert row.status == "fail" and row.reason == "is gone (test words): reseat it (test words)"
+
+
 def test_a_reworded_fault_code_changes_watch(lost_reworded, capsys):
     assert main(["watch", "-n", "8", "--replay", str(GPU_LOST)]) == exitcodes.OK
     faults = [line for line in capsys.readouterr().out.splitlines() if " FAULT " in line]

@@ -205,8 +205,8 @@ BASELINE_MODELS_DIFFER = ("different GPU models ({models}); comparing them says 
 BASELINE_NOTHING_IN_COMMON = ("nothing to compare: {name} and the baseline share no measured figure (run both with "
                               "`gpudoctor report --full`)")
 #: Parts of fleet's findings: how old a GPU's last readings are (gpu_not_exported, target_down, the
-#: findings of a GPU no longer exported), an Xid's time, count and window, nvml_down without a reason,
-#: and a row with no finding.
+#: findings of a GPU no longer exported), an Xid's time, count and window, nvml_down and gpu_not_answering
+#: without a reason, and a row with no finding.
 FLEET_LAST_SEEN = " (last seen {age} ago)"
 FLEET_LAST_READING = " (last reading {age} ago)"
 FLEET_LAST_KNOWN = "last known"
@@ -217,6 +217,7 @@ FLEET_XID_COUNT = " ({count} time(s){window})"
 FLEET_XID_LAST = "last {window}"
 FLEET_XID_WITHIN = " (within the {window})"
 FLEET_NO_REASON = "no reason given"
+FLEET_NO_READING = "no reading"
 FLEET_ALL_CLEAR = "no problem seen"
 #: Why a figure of baseline_regression matters (its {why}), by the figures it is said of (report/baseline.py's
 #: TOLERANCES).

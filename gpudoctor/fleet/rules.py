@@ -138,7 +138,7 @@ def judge_gpudoctor(rows: Rows, m: ByMetric, now: float, stale_after_s: float, r
             reasons = [r for r in errors.get(key, []) if r]
             # a GPU lost to the bus is the health probe's gpu_lost, in its words
             rows[key].add(findings.finding("gpu_lost") if "GpuIsLost" in reasons else
-                          findings.finding("gpu_not_answering", reason=", ".join(reasons) or "no reading"))
+                          findings.finding("gpu_not_answering", reason=", ".join(reasons) or findings.FLEET_NO_READING))
     uncorrected = {key: sum(s.value for s in series if s.labels.get("error_type") == "uncorrected"
                             and s.labels.get("counter") == "volatile")
                    for key, series in values(m, "gpudoctor_gpu_ecc_errors_total").items()}
