@@ -197,19 +197,41 @@ def lost_reworded(monkeypatch):
     monkeypatch.setitem(findings.WORDING, "gpu_lost", LOST)
 
 
-def test_a_reworded_fault_code_changes_the_report(lost_reworded):
+def _lost_report() -> Report:
     from gpudoctor.backends.na import NA
-    from gpudoctor.console.render import report_lines, report_to_json
     from gpudoctor.probes.health import check_device
 
     result = ProbeResult("health")
     check_device(result, 0, {"name": "NVIDIA GeForce RTX 3090"}, {"gpu_util_pct": NA("GpuIsLost")})
-    data = json.loads(report_to_json(Report(results=[result.settle()])))
+    return Report(results=[result.settle()])
+
+
+def test_a_reworded_fault_code_changes_the_report(lost_reworded):
+    from gpudoctor.console.render import report_lines, report_to_json
+
+    data = json.loads(report_to_json(_lost_report()))
     [found] = [f for r in data["results"] for f in r["findings"] if f["code"] == "gpu_lost"]
     assert (found["summary"], found["fix"]) == ("GPU 0 (NVIDIA GeForce RTX 3090) is gone (test words).",
                                                 "Reseat it (test words).")
     text = "\n".join(str(getattr(line, "plain", line)) for line in report_lines(data, width=200, verbose=True))
     assert "is gone (test words)" in text and "fallen off the bus" not in text
+
+
+def test_a_reworded_fault_code_changes_the_exporters_report_findings(lost_reworded):
+    from prometheus_client import generate_latest
+
+    from gpudoctor.backends import ReplayBackend
+    from gpudoctor.exporter import GpudoctorCollector, GpuSampler, build_registry
+    from gpudoctor.exporter.report_status import ReportStatus
+
+    sampler = GpuSampler(ReplayBackend.from_file(GPU_LOST), 1.0)
+    sampler.sample_once()
+    reports = ReportStatus(produce=_lost_report)
+    reports.refresh()
+    text = generate_latest(build_registry(GpudoctorCollector(sampler, reports))).decode()
+    [series] = [line for line in text.splitlines()
+                if line.startswith("gpudoctor_report_finding_info{") and 'code="gpu_lost"' in line]
+    assert "is gone (test words)" in series and "fallen off the bus" not in series
 
 
 def test_a_reworded_fault_code_changes_fleet(lost_reworded):
