@@ -5,7 +5,9 @@ gpudoctor emits is worded anywhere else.
 The reworded code is the work verdict's ``busy_small_kernels`` (``work:busy_small_kernels``): the
 report (its health finding, in JSON and text), ``watch`` (line and JSON), the TUI (headless),
 the exporter (the last report's findings as ``gpudoctor_report_finding_info``), fleet (a row's
-reason) and ``why`` (the launch-bound verdict, JSON and text) all show its new words.
+reason) and ``why`` (the launch-bound verdict, JSON and text) all show its new words. A fault's
+code, ``gpu_lost``, is reworded too: the report, the exporter, fleet, ``watch``'s FAULT line and the
+TUI's panel show it; and the no-GPU sentence and the event words (``watch``, the TUI).
 """
 
 from __future__ import annotations
