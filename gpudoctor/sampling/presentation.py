@@ -43,6 +43,7 @@ STATUS_STYLE: dict[str, tuple[str, str]] = {
     "error": ("ERROR", "bold magenta"),
 }
 
+
 def status_word(status: Status | str | None) -> str:
     """``PASS``, ``WARN``... for a :class:`~gpudoctor.core.model.Status` or its value."""
     return status_style(status)[0]
