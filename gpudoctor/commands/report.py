@@ -145,13 +145,13 @@ def add_baseline_result(report: Report, base: Baseline, *, force: bool) -> None:
     is a usage error, like in ``compare``; the report itself is not lost: it is emitted with a
     ``baseline`` result in error saying why.
     """
+    from gpudoctor.core import findings
     from gpudoctor.report import baseline
-    from gpudoctor.core.model import ProbeResult
 
     try:
         result = baseline.compare(base, report.to_dict(), force=force)
     except baseline.BaselineError as exc:
-        result = ProbeResult.error("baseline", f"not compared with the baseline: {exc}")
+        result = findings.errored("baseline", "not_compared", error=exc)
     report.results.append(result)
 
 

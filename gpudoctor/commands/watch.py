@@ -48,6 +48,7 @@ def register(subparsers: Subcommands) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from gpudoctor.core import findings
     from gpudoctor.sampling.presentation import mig_lines, mig_records, no_gpu_words, plain_text, watch_line, watch_record
     from gpudoctor.sampling.sampler import Sampler, recorded_snapshot
 
@@ -62,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         snap = next(reads)
         if not snap.has_gpu:
             reason = snap.nvml_status.reason if snap.nvml_status is not None else "NoDevices"
-            words = no_gpu_words(reason) if snap.nvml_status is not None else "NVML reports no NVIDIA GPU"
+            words = no_gpu_words(reason) if snap.nvml_status is not None else findings.NO_GPU_UNSTATED
             say(f"gpudoctor watch: nothing to watch: {plain_text(words)} (NVML: {plain_text(reason, limit=80)}). "
                 "`gpudoctor report` says why.")
             if args.json:

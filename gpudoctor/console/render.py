@@ -10,9 +10,10 @@ import sys
 from typing import Any, TextIO
 
 from gpudoctor.core.anonymize import REDACTED, anonymize_dict, anonymize_report_dict  # noqa: F401  (re-exported)
+from gpudoctor.core.findings import REPORT_VERDICT
 from gpudoctor.core.model import Report, Status
 from gpudoctor.sampling.presentation import (
-    VERDICT, fmt_bytes, plain_text, status_style, wrap_hanging,
+    fmt_bytes, plain_text, status_style, wrap_hanging,
 )
 from gpudoctor.sampling.presentation import status_word as _status_word
 
@@ -229,7 +230,7 @@ def verdict_sentence(data: dict[str, Any]) -> str:
     checks skipped: memory, ...``), never a bare "Healthy". A failure needs no such list: it is
     not usable whatever the skipped checks would say."""
     status = data["status"]
-    sentence = VERDICT.get(status, "")
+    sentence = REPORT_VERDICT.get(status, "")
     skipped = [plain_text(r["probe"], limit=60) for r in data.get("results") or [] if r.get("status") == "skip"]
     if skipped and status in ("pass", "warn"):
         told = f"{len(skipped)} check{'s' if len(skipped) != 1 else ''} skipped: {', '.join(skipped)}."

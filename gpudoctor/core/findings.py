@@ -191,10 +191,56 @@ CUDA_NOT_STARTING = ("NVML (nvidia-smi) answers, but every CUDA program, torch i
                      "torch.cuda.is_available() is False and code that asks for 'cuda' raises.")
 #: The cause of CUDA error 802 when NVML shows the NVLink fabric registration unfinished.
 FABRIC_CAUSE = "the fabric manager has not set the GPUs up: {fabric}"
-#: Where driver_not_answering was met by a check the runner abandoned.
+#: Where driver_not_answering was met by a check the runner abandoned, and that check's summary.
 ABANDONED = " (the {probe} check was abandoned)"
+ABANDONED_SUMMARY = "abandoned: the NVIDIA driver is not answering"
+#: What probe_error:timed_out adds when the runner stopped the probe's process.
+PROBE_PROCESS_STOPPED = " (the probe process was stopped)"
 #: Parts of baseline_regression's summary.
 BASELINE_ON_GPU = " on GPU {device}"
+#: The models of baseline_model_differs, and why models that differ stop the comparison (without --force).
+BASELINE_MODELS = "{mine} here, {theirs} in the baseline"
+BASELINE_MODELS_DIFFER = ("different GPU models ({models}); comparing them says nothing about this node "
+                          "(use --force to compare anyway)")
+BASELINE_NOTHING_IN_COMMON = ("nothing to compare: {name} and the baseline share no measured figure (run both with "
+                              "`gpudoctor report --full`)")
+#: Parts of fleet's findings: how old a GPU's last readings are (gpu_not_exported, target_down, the
+#: findings of a GPU no longer exported), an Xid's time, count and window, nvml_down and gpu_not_answering
+#: without a reason, and a row with no finding.
+FLEET_LAST_SEEN = " (last seen {age} ago)"
+FLEET_LAST_READING = " (last reading {age} ago)"
+FLEET_LAST_KNOWN = "last known"
+FLEET_AGO = " ({age} ago)"
+FLEET_IN_THE_LAST = " in the last {age}"
+FLEET_XID_AGO = ", {age} ago"
+FLEET_XID_COUNT = " ({count} time(s){window})"
+FLEET_XID_LAST = "last {window}"
+FLEET_XID_WITHIN = " (within the {window})"
+FLEET_NO_REASON = "no reason given"
+FLEET_NO_READING = "no reading"
+FLEET_ALL_CLEAR = "no problem seen"
+#: Why a figure of baseline_regression matters (its {why}), by the figures it is said of (report/baseline.py's
+#: TOLERANCES).
+BASELINE_WHY: dict[str, str] = {
+    "copies": "host/device copies feed every batch; a slower link or a downgraded slot shows here",
+    "d2d": "device memory bandwidth bounds most kernels",
+    "matmul": "matmul throughput is what training buys; clocks held down or a bad GPU show here",
+    "cpu_matmul": "the host CPU's matmul rate: the input pipeline and every CPU-side step run on it",
+    "context": "a larger CUDA context leaves less memory for the job (driver or CUDA build change)",
+    "samples": "the reference MNIST loop's throughput: input pipeline, host and GPU together",
+    "energy": "energy per sample: the same work costing more power",
+    "idle_power": "idle power well above the good node's hints at a stuck process or clocks held high",
+    "temperature": "a hotter idle GPU than its peers points at cooling (fans, airflow, a blocked inlet)",
+    "link_gen": "the link's maximum generation: a lower one means a slot, riser or BIOS setting differs",
+    "link_width": "the link's maximum width: fewer lanes halve host/device bandwidth",
+    "allreduce": "collective bandwidth between GPUs (NVLink/PCIe/network)",
+}
+#: The baseline result's summary: the failing reports, then what was compared.
+BASELINE_CANDIDATE_FAILED = "{name} failed (status fail)"
+BASELINE_BASE_FAILED = "the baseline {names} failed (status fail)"
+BASELINE_COMPARED = "{judged} figure(s) compared with {reports} baseline report(s): {worse}"
+BASELINE_WORSE = "{count} worse than tolerated"
+BASELINE_NONE_WORSE = "none worse than tolerated"
 BASELINE_LINK_MAXIMUM = " (link maximum)"
 _DRIVER_TOO_OLD = "The driver ({driver}) supports CUDA up to {driver_cuda}, but torch {torch} is built for CUDA {cuda_build}."
 _STACK_DIFFERS = "A different software stack can explain (and is itself) a difference from the good node."
@@ -204,6 +250,41 @@ _P2P_UNKNOWN = ("ACS on the PCIe bridges and the IOMMU decide whether peer-to-pe
 
 _BUSY_WHY = ("NVML's utilisation is the share of time any kernel ran, so a loop of tiny kernels reads 100 %; "
              "GPM's SM activity (Hopper and later) shows how much of the GPU worked.")
+
+#: A GPU whose every reading answers one NVML error (watch's FAULT line, the TUI's panel), by that error: the
+#: code whose entry words it, in its ``short`` (the report's finding of the same fault: one entry words both)
+#: or, for a code only the live views say, its summary; any other error is ``device_fault``'s, with its name.
+DEVICE_FAULTS: dict[str, str] = {
+    "GpuIsLost": "gpu_lost", "Timeout": "driver_not_answering", "Uninitialized": "device_fault:nvml_unloaded",
+    "DriverNotLoaded": "device_fault:driver_not_loaded", "LibraryNotFound": "device_fault:no_library",
+    "ResetRequired": "device_fault:reset_required"}
+#: A machine where NVML is unusable, by the reason NVML gives (watch, record, the TUI's panel, ``--once``).
+NO_GPU: dict[str, str] = {
+    "LibraryNotFound": "No NVIDIA driver found (libnvidia-ml.so is missing)",
+    "DriverNotLoaded": "The NVIDIA kernel driver is not loaded",
+    "PythonBindingMissing": "The NVML Python binding (nvidia-ml-py) is not installed",
+    "NoPermission": "No permission to talk to the NVIDIA driver",
+    "NoDevices": "NVML works but reports no NVIDIA GPU",
+}
+#: The same for any other reason, and where NVML started but gave no reason (watch).
+NO_GPU_OTHER = "NVML is not usable ({reason})"
+NO_GPU_UNSTATED = "NVML reports no NVIDIA GPU"
+#: NVML's critical events other than an Xid (watch's EVENT line, the TUI's events), by their kind
+#: (gpudoctor.backends.events); an Xid is worded by core/xid.py's catalogue.
+GPU_EVENTS: dict[str, str] = {
+    "ecc_double_bit": "double-bit (uncorrectable) ECC error",
+    "ecc_single_bit_storm": "many single-bit ECC errors within a minute",
+    "memory_retirement": "a page or row of GPU memory was retired",
+    "memory_retirement_failure": "retiring faulty GPU memory failed",
+}
+#: The report's verdict, one sentence per overall status (the text report, the TUI's Doctor screen).
+REPORT_VERDICT: dict[str, str] = {
+    "pass": "Healthy: no problem found by the checks that ran.",
+    "skip": "Nothing could be checked.",
+    "warn": "Usable, with warnings: read the findings above.",
+    "fail": "Not usable as is: fix the failures above.",
+    "error": "Incomplete: a check could not finish (see the errors above).",
+}
 
 WORDING: dict[str, Wording] = {
     # -- clock events (health probe, compute probe, fleet) -------------------------------------
@@ -254,13 +335,26 @@ WORDING: dict[str, Wording] = {
         Status.FAIL, "{label} has fallen off the bus (NVML: GpuIsLost)",
         "The driver lost contact with the GPU (Xid 79); every CUDA call on it fails.",
         "Check `dmesg` for Xid errors; the node needs a GPU reset or reboot, and a hardware check (power, seating, "
-        "cooling) if it repeats."),
+        "cooling) if it repeats.",
+        short="GPU lost: it fell off the bus. Check `dmesg` for Xid 79, then reset the GPU (nvidia-smi -r) or reboot."),
     "driver_not_answering": Wording(
         Status.FAIL, "The NVIDIA driver is not answering: an NVML call made no answer in {seconds} s{where}",
         "A failing GPU (fallen off the bus, Xid 79), a driver in recovery or a stuck nvidia-persistenced holds every "
         "caller of the driver: nvidia-smi and CUDA programs on this node hang too, so nothing else could be checked.",
         "Check the kernel log (`sudo dmesg | grep -i -e xid -e nvrm`) and whether `nvidia-smi` answers; a GPU that "
-        "stays blocked needs a GPU reset with no process on it, or a reboot."),
+        "stays blocked needs a GPU reset with no process on it, or a reboot.",
+        short="The driver did not answer in time."),
+    # -- a GPU whose every reading fails where no report finding names the cause (watch, the TUI: DEVICE_FAULTS)
+    "device_fault": Wording(Status.FAIL, "The driver answers {reason} for every reading of this GPU."),
+    "device_fault:nvml_unloaded": Wording(
+        Status.FAIL, "NVML is gone: the driver was unloaded or restarted under this session. Restart gpudoctor once "
+        "the driver is back."),
+    "device_fault:driver_not_loaded": Wording(
+        Status.FAIL, "NVML is gone: the NVIDIA kernel driver is not loaded. Load it (modprobe nvidia) or reboot."),
+    "device_fault:no_library": Wording(
+        Status.FAIL, "NVML library not found (libnvidia-ml.so): no NVIDIA driver on this machine, or it is not "
+        "visible in this container."),
+    "device_fault:reset_required": Wording(Status.FAIL, "The GPU needs a reset (nvidia-smi -r) or a reboot."),
     "gpu_unreachable": Wording(
         Status.FAIL, "GPU {dev} does not answer: NVML returns Unknown Error for its name, UUID and PCI bus id",
         "The driver lists the GPU but cannot read even its identity: CUDA programs on it fail or hang, as with a "
@@ -741,6 +835,12 @@ WORDING: dict[str, Wording] = {
     "probe_error:not_json": Wording(Status.ERROR, "probe result is not JSON-safe: {error}"),
     "probe_error:timed_out": Wording(Status.ERROR, "timed out after {limit}"),
     "probe_error:child_failed": Wording(Status.ERROR, "probe process failed"),
+    "probe_error:child_exited": Wording(Status.ERROR, "probe process {exit}"),
+    "probe_error:child_exited_starting": Wording(Status.ERROR, "probe process {exit} while starting"),
+    "probe_error:child_not_started": Wording(Status.ERROR, "probe process could not start: {error}"),
+    "probe_error:child_start_timed_out": Wording(Status.ERROR, "probe process did not start within {limit}"),
+    # a baseline that could not be read or compared (report --baseline)
+    "probe_error:not_compared": Wording(Status.ERROR, "not compared with the baseline: {error}"),
     "torch_not_installed:interpreter": Wording(
         Status.SKIP, "torch is not installed in the interpreter {python}", _RUNS_TORCH, "{hint}"),
     "torch_not_installed:environment": Wording(

@@ -208,7 +208,7 @@ def parse_answer(body: bytes, url: str = "Prometheus") -> tuple[list[Series], li
     series: list[Series] = []
     unreadable: list[str] = []
 
-    def skip(labels: dict[str, str], why: str) -> None:
+    def leave_out(labels: dict[str, str], why: str) -> None:
         if len(unreadable) < MAX_UNREADABLE:
             name = labels.get("__name__") or "a series"
             where = ", ".join(f"{k}={labels[k]}" for k in ("instance", "gpu") if labels.get(k))
@@ -219,12 +219,12 @@ def parse_answer(body: bytes, url: str = "Prometheus") -> tuple[list[Series], li
         sample = item.get("value") if isinstance(item, dict) else None
         if (not isinstance(metric, dict) or not isinstance(sample, list) or len(sample) != 2
                 or not all(isinstance(v, str) for v in metric.values())):
-            skip({}, "not a series of Prometheus's instant vector")
+            leave_out({}, "not a series of Prometheus's instant vector")
             continue
         labels = {plain_text(k, limit=LABEL_MAX): _label_text(k, v) for k, v in metric.items()}
         missing = [label for label in REQUIRED_LABELS.get(labels.get("__name__", ""), ()) if label not in labels]
         if missing:
-            skip(labels, f"no {missing[0]!r} label")
+            leave_out(labels, f"no {missing[0]!r} label")
             continue
         raw = sample[1]
         try:
@@ -232,7 +232,7 @@ def parse_answer(body: bytes, url: str = "Prometheus") -> tuple[list[Series], li
         except ValueError:
             value = math.nan
         if not math.isfinite(value):
-            skip(labels, f"not a finite number ({plain_text(raw, limit=24)}); NA")
+            leave_out(labels, f"not a finite number ({plain_text(raw, limit=24)}); NA")
             continue
         series.append(Series(labels, value))
     return series, unreadable

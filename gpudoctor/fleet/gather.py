@@ -140,7 +140,7 @@ def _ages(rows: dict[Key, FleetRow], gone: dict[Key, float | None], targets: dic
         age = gone[key] = now - since if since else None
         if targets.get(row.instance, 1) != 0:
             row.add(findings.finding("gpu_not_exported",
-                                     since=f" (last seen {fmt_age(age)} ago)" if age is not None else ""))
+                                     since=findings.FLEET_LAST_SEEN.format(age=fmt_age(age)) if age is not None else ""))
 
 
 def _keep_last_known(by_metric: rules.ByMetric, last_known: list[Series],

@@ -60,30 +60,30 @@ class Tolerance:
 # a warn starts well above that noise; a fail is a gap that no noise explains.
 TOLERANCES: tuple[Tolerance, ...] = (
     *(Tolerance("transfer", f"{kind}_bandwidth", "higher", 10, 25,
-                why="host/device copies feed every batch; a slower link or a downgraded slot shows here")
+                why=findings.BASELINE_WHY["copies"])
       for kind in ("pinned_h2d", "pinned_d2h", "pageable_h2d", "pageable_d2h")),
-    Tolerance("transfer", "d2d_bandwidth", "higher", 10, 25, why="device memory bandwidth bounds most kernels"),
+    Tolerance("transfer", "d2d_bandwidth", "higher", 10, 25, why=findings.BASELINE_WHY["d2d"]),
     *(Tolerance("compute", f"{mode}_matmul", "higher", 10, 25,
-                why="matmul throughput is what training buys; clocks held down or a bad GPU show here")
+                why=findings.BASELINE_WHY["matmul"])
       for mode in ("fp32", "tf32", "fp16", "bf16")),
     Tolerance("compute", "cpu_fp32_matmul", "higher", 15, 30,
-              why="the host CPU's matmul rate: the input pipeline and every CPU-side step run on it"),
+              why=findings.BASELINE_WHY["cpu_matmul"]),
     Tolerance("memory", "cuda_context", "lower", 20, 50,
-              why="a larger CUDA context leaves less memory for the job (driver or CUDA build change)"),
+              why=findings.BASELINE_WHY["context"]),
     Tolerance("workload", "workload_samples_per_s", "higher", 15, 30,
-              why="the reference MNIST loop's throughput: input pipeline, host and GPU together"),
+              why=findings.BASELINE_WHY["samples"]),
     Tolerance("workload", "workload_samples_per_joule", "higher", 15, 30,
-              why="energy per sample: the same work costing more power"),
+              why=findings.BASELINE_WHY["energy"]),
     Tolerance("health", "power_draw", "lower", 20, 50,
-              why="idle power well above the good node's hints at a stuck process or clocks held high"),
+              why=findings.BASELINE_WHY["idle_power"]),
     Tolerance("health", "temperature", "lower", 10, 20, absolute=True,
-              why="a hotter idle GPU than its peers points at cooling (fans, airflow, a blocked inlet)"),
+              why=findings.BASELINE_WHY["temperature"]),
     Tolerance("health", "pcie_link_gen", "higher", 0.01, 0.01, field="reference",
-              why="the link's maximum generation: a lower one means a slot, riser or BIOS setting differs"),
+              why=findings.BASELINE_WHY["link_gen"]),
     Tolerance("health", "pcie_link_width", "higher", 0.01, 0.01, field="reference",
-              why="the link's maximum width: fewer lanes halve host/device bandwidth"),
+              why=findings.BASELINE_WHY["link_width"]),
     Tolerance("distributed", "allreduce_busbw_peak", "higher", 10, 25,
-              why="collective bandwidth between GPUs (NVLink/PCIe/network)"),
+              why=findings.BASELINE_WHY["allreduce"]),
 )
 
 
@@ -308,7 +308,7 @@ def _fmt(value: float) -> str:
 
 def _label(key: tuple[str, str, int | None]) -> str:
     probe, name, device = key
-    return f"{name}" + (f" on GPU {device}" if device is not None else "")
+    return f"{name}" + (findings.BASELINE_ON_GPU.format(device=device) if device is not None else "")
 
 
 def compare(baseline: Baseline, candidate: dict[str, Any], *, force: bool = False,
@@ -320,10 +320,9 @@ def compare(baseline: Baseline, candidate: dict[str, Any], *, force: bool = Fals
     failures = _failed_reports(result, baseline, candidate, candidate_name)
     mine, theirs = identity(candidate), baseline.identity
     if mine["models"] and theirs["models"] and mine["models"] != theirs["models"]:
-        words = f"{', '.join(mine['models'])} here, {', '.join(theirs['models'])} in the baseline"
+        words = findings.BASELINE_MODELS.format(mine=", ".join(mine["models"]), theirs=", ".join(theirs["models"]))
         if not force:
-            raise BaselineError(f"different GPU models ({words}); comparing them says nothing about this node "
-                                "(use --force to compare anyway)")
+            raise BaselineError(findings.BASELINE_MODELS_DIFFER.format(models=words))
         result.findings.append(findings.finding("baseline_model_differs", models=words))
     _stack_drift(result, mine, theirs)
     judged = _judge(result, baseline, figures(candidate))
@@ -333,12 +332,11 @@ def compare(baseline: Baseline, candidate: dict[str, Any], *, force: bool = Fals
                                                 outliers="; ".join(baseline.outliers[:3]),
                                                 more=" ..." if len(baseline.outliers) > 3 else ""))
     if judged == 0 and not failures:
-        raise BaselineError(f"nothing to compare: {candidate_name} and the baseline share no measured figure "
-                            "(run both with `gpudoctor report --full`)")
+        raise BaselineError(findings.BASELINE_NOTHING_IN_COMMON.format(name=candidate_name))
     regressions = [f for f in result.findings if f.code == "baseline_regression"]
-    result.settle("; ".join(failures + [
-        f"{judged} figure(s) compared with {len(baseline.sources)} baseline report(s): "
-        + (f"{len(regressions)} worse than tolerated" if regressions else "none worse than tolerated")]))
+    worse = findings.BASELINE_WORSE.format(count=len(regressions)) if regressions else findings.BASELINE_NONE_WORSE
+    result.settle("; ".join(failures + [findings.BASELINE_COMPARED.format(judged=judged, reports=len(baseline.sources),
+                                                                          worse=worse)]))
     return result
 
 
@@ -347,11 +345,11 @@ def _failed_reports(result: ProbeResult, baseline: Baseline, candidate: dict[str
     say nothing about a node whose report failed, and a failing baseline is no known-good node."""
     said = []
     if failed(candidate):
-        said.append(f"{candidate_name} failed (status fail)")
+        said.append(findings.BASELINE_CANDIDATE_FAILED.format(name=candidate_name))
         result.findings.append(findings.finding("report_failed:baseline", name=candidate_name))
     if baseline.failed:
         names = ", ".join(baseline.failed)
-        said.append(f"the baseline {names} failed (status fail)")
+        said.append(findings.BASELINE_BASE_FAILED.format(names=names))
         result.findings.append(findings.finding("baseline_report_failed", names=names))
     return said
 

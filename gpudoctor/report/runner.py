@@ -337,27 +337,27 @@ class _Child:
                 kind, payload = self.conn.recv()
             except (EOFError, OSError):
                 self.process.join(1)
-                return f"probe process {describe_exit(self.process.exitcode)} while starting"
+                return findings.words("probe_error:child_exited_starting", exit=describe_exit(self.process.exitcode))[0]
             if kind == "ready":
                 self.ready = True
                 return None
-            return f"probe process could not start: {payload}"
-        return f"probe process did not start within {late}"
+            return findings.words("probe_error:child_not_started", error=payload)[0]
+        return findings.words("probe_error:child_start_timed_out", limit=late)[0]
 
     def run(self, probe: Probe, timeout: float) -> tuple[str | None, str | None]:
         try:
             self.conn.send(probe)
         except (BrokenPipeError, OSError):
             self.process.join(1)
-            return None, f"probe process {describe_exit(self.process.exitcode)}"
+            return None, findings.words("probe_error:child_exited", exit=describe_exit(self.process.exitcode))[0]
         late = self._answered(timeout)
         if late is not None:
-            return None, f"timed out after {late} (the probe process was stopped)"
+            return None, findings.words("probe_error:timed_out", limit=late)[0] + findings.PROBE_PROCESS_STOPPED
         try:
             kind, payload = self.conn.recv()
         except (EOFError, OSError):
             self.process.join(2)
-            return None, f"probe process {describe_exit(self.process.exitcode)}"
+            return None, findings.words("probe_error:child_exited", exit=describe_exit(self.process.exitcode))[0]
         return payload, None
 
     def stop(self, graceful: bool = True) -> None:
@@ -401,7 +401,7 @@ def _run_in_thread(probe: Probe, ctx: ProbeContext) -> ProbeResult:
 def _driver_not_answering(probe: str, duration_s: float) -> ProbeResult:
     """A probe abandoned inside an NVML call the driver does not answer: the driver's state is the
     finding (FAIL, with its cause and fix), not an unexplained error of the check."""
-    result = ProbeResult(probe=probe, status=Status.FAIL, summary="abandoned: the NVIDIA driver is not answering",
+    result = ProbeResult(probe=probe, status=Status.FAIL, summary=findings.ABANDONED_SUMMARY,
                          duration_s=duration_s)
     result.findings.append(findings.finding("driver_not_answering", seconds=f"{STUCK_S:.0f}",
                                             where=findings.ABANDONED.format(probe=probe)))

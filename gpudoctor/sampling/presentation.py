@@ -43,15 +43,6 @@ STATUS_STYLE: dict[str, tuple[str, str]] = {
     "error": ("ERROR", "bold magenta"),
 }
 
-#: One sentence per overall status.
-VERDICT: dict[str, str] = {
-    "pass": "Healthy: no problem found by the checks that ran.",
-    "skip": "Nothing could be checked.",
-    "warn": "Usable, with warnings: read the findings above.",
-    "fail": "Not usable as is: fix the failures above.",
-    "error": "Incomplete: a check could not finish (see the errors above).",
-}
-
 
 def status_word(status: Status | str | None) -> str:
     """``PASS``, ``WARN``... for a :class:`~gpudoctor.core.model.Status` or its value."""
@@ -570,12 +561,11 @@ def once_lines(snap: Snapshot, rows: list[ProcessRow], width: int, headline: str
     return lines
 
 
-EVENT_WORDS = {
-    "ecc_double_bit": "double-bit (uncorrectable) ECC error",
-    "ecc_single_bit_storm": "many single-bit ECC errors within a minute",
-    "memory_retirement": "a page or row of GPU memory was retired",
-    "memory_retirement_failure": "retiring faulty GPU memory failed",
-}
+def event_words(kind: str) -> str:
+    """A critical GPU event other than an Xid in words (``findings.GPU_EVENTS``), or its kind."""
+    from gpudoctor.core import findings
+
+    return findings.GPU_EVENTS.get(kind, kind)
 
 
 def event_line(index: int, event: GpuEvent) -> str:
@@ -587,7 +577,7 @@ def event_line(index: int, event: GpuEvent) -> str:
     if event.kind == "xid":
         info = xid.explain(int(event.code or 0))
         return f"{head} Xid {event.code} ({info.severity}): {plain_text(info.words)}; {plain_text(info.action)}"
-    return f"{head} {plain_text(EVENT_WORDS.get(event.kind, event.kind))}"
+    return f"{head} {plain_text(event_words(event.kind))}"
 
 
 def event_record(index: int, event: GpuEvent) -> dict[str, Any]:
@@ -774,39 +764,25 @@ def mig_records(snap: Snapshot, dev: DeviceSnapshot) -> list[dict[str, Any]]:
 
 
 # --------------------------------------------------------------------------- device faults
-# What a device-wide NA reason means, in words, and what to do about it.
-FAULT_WORDS: dict[str, str] = {
-    "GpuIsLost": "GPU lost: it fell off the bus. Check `dmesg` for Xid 79, then reset the GPU "
-                 "(nvidia-smi -r) or reboot.",
-    "Uninitialized": "NVML is gone: the driver was unloaded or restarted under this session. "
-                     "Restart gpudoctor once the driver is back.",
-    "DriverNotLoaded": "NVML is gone: the NVIDIA kernel driver is not loaded. "
-                       "Load it (modprobe nvidia) or reboot.",
-    "LibraryNotFound": "NVML library not found (libnvidia-ml.so): no NVIDIA driver on this machine, "
-                       "or it is not visible in this container.",
-    "ResetRequired": "The GPU needs a reset (nvidia-smi -r) or a reboot.",
-    "Timeout": "The driver did not answer in time.",
-}
-
 # NVML gate reasons that mean "there is no NVML at all" (as opposed to one device failing).
 NO_NVML_REASONS = {"LibraryNotFound", "DriverNotLoaded", "PythonBindingMissing", "NoPermission",
                    "Uninitialized", "Unknown"}
 
 
 def fault_words(reason: str) -> str:
-    return FAULT_WORDS.get(reason, f"The driver answers {reason} for every reading of this GPU.")
+    """What a device-wide NA reason means, and what to do about it: the words of its code in the
+    wording tables (``findings.DEVICE_FAULTS``; ``gpu_lost``'s ``short`` for a GPU lost)."""
+    from gpudoctor.core import findings
+
+    worded = findings.wording(findings.DEVICE_FAULTS.get(reason, "device_fault"))
+    return (worded.short or worded.summary).format(reason=reason)
 
 
 def no_gpu_words(reason: str) -> str:
-    """One sentence for a machine where NVML is unusable."""
-    base = {
-        "LibraryNotFound": "No NVIDIA driver found (libnvidia-ml.so is missing)",
-        "DriverNotLoaded": "The NVIDIA kernel driver is not loaded",
-        "PythonBindingMissing": "The NVML Python binding (nvidia-ml-py) is not installed",
-        "NoPermission": "No permission to talk to the NVIDIA driver",
-        "NoDevices": "NVML works but reports no NVIDIA GPU",
-    }.get(reason, f"NVML is not usable ({reason})")
-    return base
+    """One sentence for a machine where NVML is unusable (``findings.NO_GPU``)."""
+    from gpudoctor.core import findings
+
+    return findings.NO_GPU.get(reason) or findings.NO_GPU_OTHER.format(reason=reason)
 
 
 # --------------------------------------------------------------------------- process rows
@@ -924,9 +900,9 @@ def _mig_processes(migs: list[MigDeviceReading] | NA | None) -> list[tuple[str, 
 
 
 __all__ = [
-    "busy_verdict", "EVENT_WORDS", "event_line", "event_record", "fmt_age", "MAX_TEXT", "SPARK_CHARS", "STATUS_STYLE", "VERDICT", "fmt_bytes", "fmt_memory",
+    "busy_verdict", "event_words", "event_line", "event_record", "fmt_age", "MAX_TEXT", "SPARK_CHARS", "STATUS_STYLE", "fmt_bytes", "fmt_memory",
     "fmt_num", "fmt_power", "fmt_rate_kbps", "plain_text", "short_na", "sparkline", "status_style",
     "status_word", "throttle_text", "tiny_na", "WATCH_WIDTH", "watch_line", "watch_line_short", "watch_record", "reading_text", "wrap_hanging",
-    "FAULT_WORDS", "NO_NVML_REASONS", "fault_words", "no_gpu_words", "ProcessRow", "PROCESS_SORT_KEYS",
+    "NO_NVML_REASONS", "fault_words", "no_gpu_words", "ProcessRow", "PROCESS_SORT_KEYS",
     "process_rows", "recorded_process_info",
 ]

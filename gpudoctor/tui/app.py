@@ -624,7 +624,7 @@ class GpudoctorApp(App[int]):
     @work(thread=True, exclusive=True, group="doctor", exit_on_error=False)
     def _doctor_worker(self, run_id: int, level: str) -> None:
         from gpudoctor.report import runner
-        from gpudoctor.sampling.presentation import VERDICT
+        from gpudoctor.core.findings import REPORT_VERDICT
 
         start_resource_tracker()  # before the runner spawns the torch probes' child
         worker = get_current_worker()
@@ -666,7 +666,7 @@ class GpudoctorApp(App[int]):
         headline = None
         if report is not None:
             status = str(report.status)
-            verdict = f"Verdict: {status.upper()}. {VERDICT.get(status, '')}"
+            verdict = f"Verdict: {status.upper()}. {REPORT_VERDICT.get(status, '')}"
             headline = report_headline(report)
         self.post_message(DoctorFinished(run_id, verdict=verdict, error=box.get("error", ""), headline=headline))
 

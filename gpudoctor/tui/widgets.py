@@ -431,7 +431,7 @@ def event_lines(events: DeviceEvents | None, width: int, now: float | None = Non
     if events is None:
         return []
     from gpudoctor.core import xid
-    from gpudoctor.sampling.presentation import EVENT_WORDS
+    from gpudoctor.sampling.presentation import event_words
 
     now = time.time() if now is None else now
     counts = {k: v for k, v in events.counts.items() if v and k != "clock_change"}
@@ -457,7 +457,7 @@ def event_lines(events: DeviceEvents | None, width: int, now: float | None = Non
     if serious:
         event = serious[-1]
         line = Text("events".ljust(LABEL_W), style="cyan")
-        line.append(f"{plain_text(EVENT_WORDS.get(event.kind, event.kind))}, {_ago(now - event.time)}",
+        line.append(f"{plain_text(event_words(event.kind))}, {_ago(now - event.time)}",
                     style="bold red")
         others = sum(v for k, v in counts.items() if k != "xid") - 1
         if others > 0:

@@ -5,7 +5,9 @@ gpudoctor emits is worded anywhere else.
 The reworded code is the work verdict's ``busy_small_kernels`` (``work:busy_small_kernels``): the
 report (its health finding, in JSON and text), ``watch`` (line and JSON), the TUI (headless),
 the exporter (the last report's findings as ``gpudoctor_report_finding_info``), fleet (a row's
-reason) and ``why`` (the launch-bound verdict, JSON and text) all show its new words.
+reason) and ``why`` (the launch-bound verdict, JSON and text) all show its new words. A fault's
+code, ``gpu_lost``, is reworded too: the report, the exporter, fleet, ``watch``'s FAULT line and the
+TUI's panel show it; and the no-GPU sentence and the event words (``watch``, the TUI).
 """
 
 from __future__ import annotations
@@ -180,3 +182,107 @@ def test_every_code_of_the_work_verdict_and_of_why_is_worded():
     assert {f"work:{code}" for code in busy.CODES} <= {k.rpartition(":")[0] if k.count(":") == 2 else k
                                                         for k in keys}
     assert {code for code in CODES} <= {k.partition(":")[0] for k in keys}
+
+
+# --------------------------------------------------------------------------- a fault, a machine without NVML, an event
+# What the live views say of a GPU lost, of a machine where NVML is unusable and of an ECC event is
+# worded in core/findings.py too: the fault line is its code's entry (gpu_lost words the report's
+# finding and, in its ``short``, watch's FAULT line and the TUI's panel), so one entry rewords all.
+GPU_LOST = DATA / "handmade_gpu_lost_midsession.json"
+NO_NVML = DATA / "handmade_no_nvml.json"
+LOST = Wording(Status.FAIL, "{label} is gone (test words)", "Why (test words).", "Reseat it (test words).",
+               short="lost for good (test words): reseat it.")
+
+
+@pytest.fixture
+def lost_reworded(monkeypatch):
+    monkeypatch.setitem(findings.WORDING, "gpu_lost", LOST)
+
+
+def _lost_report() -> Report:
+    from gpudoctor.backends.na import NA
+    from gpudoctor.probes.health import check_device
+
+    result = ProbeResult("health")
+    check_device(result, 0, {"name": "NVIDIA GeForce RTX 3090"}, {"gpu_util_pct": NA("GpuIsLost")})
+    return Report(results=[result.settle()])
+
+
+def test_a_reworded_fault_code_changes_the_report(lost_reworded):
+    from gpudoctor.console.render import report_lines, report_to_json
+
+    data = json.loads(report_to_json(_lost_report()))
+    [found] = [f for r in data["results"] for f in r["findings"] if f["code"] == "gpu_lost"]
+    assert (found["summary"], found["fix"]) == ("GPU 0 (NVIDIA GeForce RTX 3090) is gone (test words).",
+                                                "Reseat it (test words).")
+    text = "\n".join(str(getattr(line, "plain", line)) for line in report_lines(data, width=200, verbose=True))
+    assert "is gone (test words)" in text and "fallen off the bus" not in text
+
+
+def test_a_reworded_fault_code_changes_the_exporters_report_findings(lost_reworded):
+    from prometheus_client import generate_latest
+
+    from gpudoctor.backends import ReplayBackend
+    from gpudoctor.exporter import GpudoctorCollector, GpuSampler, build_registry
+    from gpudoctor.exporter.report_status import ReportStatus
+
+    sampler = GpuSampler(ReplayBackend.from_file(GPU_LOST), 1.0)
+    sampler.sample_once()
+    reports = ReportStatus(produce=_lost_report)
+    reports.refresh()
+    text = generate_latest(build_registry(GpudoctorCollector(sampler, reports))).decode()
+    [series] = [line for line in text.splitlines()
+                if line.startswith("gpudoctor_report_finding_info{") and 'code="gpu_lost"' in line]
+    assert "is gone (test words)" in series and "fallen off the bus" not in series
+
+
+def test_a_reworded_fault_code_changes_fleet(lost_reworded):
+    extra = [(dict(gpu("a:9402", 0), __name__="gpudoctor_gpu_up"), 0),
+             (dict(gpu("a:9402", 0), __name__="gpudoctor_gpu_error_info", reason="GpuIsLost"), 1)]
+    row = view_of(make([("a:9402", 1)], extra=extra)).rows[0]
+    assert row.status == "fail" and row.reason == "is gone (test words): reseat it (test words)"
+
+
+def test_a_reworded_fault_code_changes_watch(lost_reworded, capsys):
+    assert main(["watch", "-n", "8", "--replay", str(GPU_LOST)]) == exitcodes.OK
+    faults = [line for line in capsys.readouterr().out.splitlines() if " FAULT " in line]
+    assert faults and all(line.endswith("FAULT GpuIsLost: lost for good (test words): reseat it.") for line in faults)
+
+
+async def _shown(recording: Path, samples: int) -> str:
+    """The TUI's screen on ``recording`` after ``samples`` readings."""
+    app = make_test_app(recording)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await take_samples(pilot, app, samples)
+        shown = screen_text(app)
+        await pilot.press("q")
+    return shown
+
+
+@run_async
+async def test_a_reworded_fault_code_changes_the_tui(lost_reworded):
+    shown = await _shown(GPU_LOST, 8)
+    assert "lost for good (test words): reseat it." in shown and "fell off the bus" not in shown, shown
+
+
+def test_the_no_gpu_sentence_and_the_event_words_are_the_tables(monkeypatch, capsys):
+    from gpudoctor.backends.events import DeviceEvents, GpuEvent
+    from gpudoctor.sampling.presentation import event_line
+    from gpudoctor.tui.widgets import event_lines
+
+    monkeypatch.setitem(findings.NO_GPU, "LibraryNotFound", "No driver here (test words)")
+    assert main(["watch", "-n", "2", "--replay", str(NO_NVML)]) == exitcodes.NO_GPU
+    assert "nothing to watch: No driver here (test words) (NVML: LibraryNotFound)" in capsys.readouterr().err
+    monkeypatch.setitem(findings.GPU_EVENTS, "ecc_double_bit", "memory broke (test words)")
+    event = GpuEvent(10.0, "ecc_double_bit")
+    assert event_line(0, event).endswith("gpu0 EVENT memory broke (test words)")
+    shown = "\n".join(line.plain for line in event_lines(DeviceEvents(counts={"ecc_double_bit": 1}, recent=[event]),
+                                                           200, now=70.0))
+    assert "memory broke (test words), 60 s ago" in shown
+
+
+@run_async
+async def test_a_reworded_no_gpu_sentence_changes_the_tui(monkeypatch):
+    monkeypatch.setitem(findings.NO_GPU, "LibraryNotFound", "No driver here (test words)")
+    shown = await _shown(NO_NVML, 1)
+    assert "No driver here (test words)." in shown, shown

@@ -342,3 +342,81 @@ def test_the_sweeps_advice_is_worded_only_in_its_table():
 def test_the_phrase_guard_finds_a_reason_written_in_place():
     assert phrases_in_place('reasons.append(f"out of memory at batch size {sizes}")')
     assert not phrases_in_place('def f():\n    """Docstring words are not advice."""\n    return _advice("oom")')
+
+
+# --------------------------------------------------------------------------- the report layer, the live views, fleet
+# What the front ends share (sampling/presentation.py: a fault, the no-GPU sentence, the events, the
+# report's verdict), the report layer (the runner, report --baseline, the baseline comparison) and fleet
+# take their words from the tables too (issue 39): no table of words kept there, no finding worded at
+# the call, and in the modules that build findings or results no field of one filled with a phrase
+# written in place.
+WIDENED = [ROOT / "gpudoctor" / name for name in ("sampling/presentation.py", "report/runner.py", "commands/report.py",
+                                                  "report/baseline.py")] + sorted((ROOT / "gpudoctor" / "fleet").glob("*.py"))
+#: Of those, the modules that build findings or results (fleet's client, idle rules and text write
+#: queries and layout, not findings).
+FILLS_FINDINGS = [ROOT / "gpudoctor" / name for name in ("report/runner.py", "commands/report.py", "report/baseline.py",
+                                                         "fleet/gather.py", "fleet/rules.py", "fleet/model.py")]
+#: The keyword arguments that hold a finding's or a result's words, whatever is called (Tolerance(why=...)).
+_WORD_KEYWORDS = {"summary", "why", "fix"}
+
+
+def _phrases(node: ast.AST) -> list[ast.AST]:
+    """The phrases written in ``node`` (a literal, an f-string, a sum, either side of a choice or an ``or``)."""
+    if isinstance(node, ast.IfExp):
+        return _phrases(node.body) + _phrases(node.orelse)
+    if isinstance(node, ast.BoolOp):
+        return [p for value in node.values for p in _phrases(value)]
+    return [part for part in _parts(node) if (text := _words_of(part)) is not None and _is_phrase(text)]
+
+
+def filled_in_place(source: str, name: str = "<source>") -> list[str]:
+    """Where a finding's field or a result's summary is a phrase written in place ('name:line: words'):
+    a field of a code looked up in the tables (``finding("gpu_not_exported", since=f" (last seen {age} ago)")``),
+    a summary, why or fix given to any call, a result settled or a row's reason set with words, or a
+    phrase a function returns (the runner's account of a probe process that failed)."""
+    found: dict[str, None] = {}
+    for node in ast.walk(ast.parse(source)):
+        hits: list[ast.AST] = []
+        if isinstance(node, ast.Call):
+            hits += [p for k in node.keywords if _called(node) in _LOOKUPS or k.arg in _WORD_KEYWORDS
+                     for p in _phrases(k.value)]
+            if _called(node) == "settle":
+                hits += [p for arg in node.args for n in ast.walk(arg) for p in _phrases(n)]
+        elif isinstance(node, ast.Return) and node.value is not None:
+            hits += _phrases(node.value)
+        elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr in ("reason", "summary")
+                                                  for t in node.targets):
+            hits += _phrases(node.value)
+        found.update((f"{name}:{node.lineno}: {(_words_of(hit) or '').strip()[:40]!r}", None) for hit in hits)
+    return list(found)
+
+
+def test_the_report_layer_the_live_views_and_fleet_keep_no_words_in_place():
+    hits = []
+    for path in WIDENED:
+        source, name = path.read_text(encoding="utf-8"), str(path.relative_to(ROOT))
+        hits += inline_wordings(source, name) + word_tables(source, name) + returned_sentences(source, name)
+        if path in FILLS_FINDINGS:
+            hits += filled_in_place(source, name)
+    assert not hits, "words kept outside the wording tables (move them to core/findings.py):\n" + "\n".join(hits)
+
+
+@pytest.mark.parametrize("source, finds", [
+    ('FAULT_WORDS: dict[str, str] = {"GpuIsLost": "GPU lost: it fell off the bus."}', True),
+    ('EVENT_WORDS = {"ecc_double_bit": "double-bit (uncorrectable) ECC error"}', True),
+    ('row.add(findings.finding("gpu_not_exported", since=f" (last seen {fmt_age(age)} ago)" if age else ""))', True),
+    ('row.add(findings.finding("nvml_down", reasons=", ".join(reasons) or "no reason given"))', True),
+    ('def wait():\n    return f"probe process {describe_exit(code)} while starting"', True),
+    ('def run():\n    return None, f"timed out after {late} (the probe process was stopped)"', True),
+    ('result = ProbeResult(probe=probe, status=Status.FAIL, summary="abandoned: the driver is not answering")', True),
+    ('Tolerance("transfer", "d2d_bandwidth", "higher", 10, 25, why="device memory bandwidth bounds most kernels")', True),
+    ('result.settle("; ".join(failures + [f"{judged} figure(s) compared with {n} baseline report(s)"]))', True),
+    ('self.reason = "; ".join(one_line(f) for f in ordered) if ordered else "no problem seen"', True),
+    ('row.add(findings.finding("gpu_not_exported", since=findings.FLEET_LAST_SEEN.format(age=age) if age else ""))',
+     False),
+    ('def wait():\n    return findings.words("probe_error:child_exited", exit=describe_exit(code))[0]', False),
+    ('self.reason = "; ".join(one_line(f) for f in ordered) if ordered else FLEET_ALL_CLEAR', False),
+    ('result.measure(name, value, unit, note=f"baseline {base}; tolerance {warn} (warn)")', False),
+])
+def test_the_field_guard_finds_words_filled_in_place_and_nothing_else(source, finds):
+    assert bool(filled_in_place(source) + word_tables(source)) is finds
