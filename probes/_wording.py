@@ -190,6 +190,8 @@ WHY_NONE_ZERO = "NVML reports 0 devices"
 WHY_NONE_TORCH = "; torch: {error}"
 DEVICES_DRIVER_NOT_ANSWERING = "the NVIDIA driver is not answering"
 DEVICES_NONE_VISIBLE = "no GPU visible"
+#: The note of cuda_init_s when the child that starts CUDA did not answer (cuda_init_timeout's words too).
+CUDA_INIT_NOT_ANSWERED = "not answered in {limit:g} s"
 
 WORDING: dict[str, Wording] = {
     # -- devices -------------------------------------------------------------------------------

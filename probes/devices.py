@@ -165,7 +165,7 @@ def _cuda_start_time(r: ProbeResult, start: CudaStart | NA) -> None:
             r.measure("cuda_start_check_s", start.elapsed_s, "s",
                       note="from starting the child to its answer (cuInit, cuDeviceGetCount)")
     elif start.reason == "Timeout":
-        r.measure("cuda_init_s", None, "s", note=f"not answered in {getattr(start, 'limit_s', 0):g} s")
+        r.measure("cuda_init_s", None, "s", note=_wording.CUDA_INIT_NOT_ANSWERED.format(limit=getattr(start, "limit_s", 0)))
 
 
 def _describe_devices(r: ProbeResult, wanted: list[int], mapping: dict[int, int | None],

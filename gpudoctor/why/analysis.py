@@ -459,7 +459,7 @@ def diagnose(stacks: Sequence[Stack], readings: dict[str, Any], source: SourceLi
              own: Sequence[str] = (), meta: dict[str, Any] | None = None) -> dict[str, Any]:
     """The whole diagnosis as a JSON-safe dict (docs/why.schema.json)."""
     views = build_views(stacks, source, own)
-    gpu = readings.get("gpu") or {"available": False, "reason": "not read", "devices": []}
+    gpu = readings.get("gpu") or {"available": False, "reason": phrase("not_read"), "devices": []}
     host = readings.get("host") or {}
     window_s = (meta or {}).get("sampled_s")
     processes = readings.get("processes") or {}
