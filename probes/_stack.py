@@ -23,6 +23,8 @@ from gpudoctor.backends.na import NA, is_na
 from gpudoctor.backends.stack import Container, Stack, version_key
 from gpudoctor.core.model import Finding
 
+from . import _wording
+
 #: NVIDIA_VISIBLE_DEVICES values that give a container no GPU (the container toolkit's "void" and "none").
 NO_DEVICES = frozenset({"", "void", "none"})
 
@@ -61,7 +63,7 @@ def _mismatch(stack: Stack) -> Finding:
     evidence = {"module": _text(module), "library": _text(library), "library_path": _text(lib.path),
                 "library_real": _text(lib.real)}
     if is_na(module) or is_na(library):  # say what could not be read, and why
-        module, library = (f"cannot be read ({v.reason})" if is_na(v) else v for v in (module, library))
+        module, library = (_wording.STACK_UNREADABLE.format(reason=v.reason) if is_na(v) else v for v in (module, library))
     if is_na(module) or is_na(library):
         code = "driver_library_mismatch:unknown"
     elif stack.container.inside:
@@ -77,8 +79,8 @@ def _mismatch(stack: Stack) -> Finding:
 def _access_lost(box: Container) -> Finding:
     rules = box.device_rules
     if isinstance(rules, tuple) and not any(r.startswith("a ") or r.endswith(("rw", "rwm")) for r in rules):
-        seen = "; ".join(rules) if rules else "none"
-        said = f": its device cgroup no longer lets it open the NVIDIA devices (devices.list for major 195: {seen})"
+        seen = "; ".join(rules) if rules else _wording.ACCESS_LOST_NO_RULES
+        said = _wording.ACCESS_LOST_RULES.format(seen=seen)
     else:
         said = ""
     return findings.finding("container_gpu_access_lost", engine=box.kind or "", rules=said,
@@ -91,13 +93,13 @@ def _container_without(stack: Stack) -> Finding:
     visible = box.visible_devices
     missing = []
     if not box.device_nodes:
-        missing.append("no /dev/nvidia* device")
+        missing.append(_wording.CONTAINER_LACKS["device_nodes"])
     if is_na(nml.path):
-        missing.append("no libnvidia-ml.so.1")
+        missing.append(_wording.CONTAINER_LACKS["nvml_library"])
     if visible is None:
-        missing.append("NVIDIA_VISIBLE_DEVICES is unset")
+        missing.append(_wording.CONTAINER_LACKS["visible_unset"])
     elif visible.strip().lower() in NO_DEVICES:
-        missing.append(f"NVIDIA_VISIBLE_DEVICES={visible.strip()[:40]}")
+        missing.append(_wording.CONTAINER_LACKS["visible_none"].format(visible=visible.strip()[:40]))
     evidence = {"container": ", ".join(box.evidence), "device_nodes": ", ".join(box.device_nodes),
                 "libnvidia_ml": _text(nml.path)}
     engine = box.kind or ""
@@ -108,13 +110,13 @@ def _container_without(stack: Stack) -> Finding:
     if box.device_nodes and is_na(nml.path):  # devices without libraries: CDI, or nodes passed by hand
         unset = visible is None and box.capabilities is None
         return findings.finding("container_libraries_missing", engine=engine, nodes=", ".join(box.device_nodes[:4]),
-                                variables=", and no NVIDIA_* variable, as with CDI" if unset else "",
+                                variables=_wording.NO_NVIDIA_VARIABLES if unset else "",
                                 evidence=evidence)
     if visible is not None and visible.strip().lower() not in NO_DEVICES and not box.device_nodes:
         return findings.finding("container_runtime_not_used", engine=engine, visible=visible.strip()[:60],
                                 missing=", ".join(missing), evidence=evidence)
     return findings.finding("container_without_gpus", engine=engine,
-                            missing=", ".join(missing) or "the NVIDIA driver cannot be reached from it",
+                            missing=", ".join(missing) or _wording.DRIVER_UNREACHABLE,
                             evidence=evidence)
 
 

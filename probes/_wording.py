@@ -170,6 +170,28 @@ ECC_EVENTS = " ({count} such events)"
 KERNEL_LOG_CLOSED = "the kernel log is not readable"
 NO_CUDA_FOR_WORKLOAD = "no CUDA device is usable by torch"
 NO_TORCH_FACTS = " (torch facts not available at this level)"
+#: The container findings' fields (probes/_stack.py): a version that could not be read, the device
+#: rules that lock the GPUs out ({rules}), what the container lacks ({missing}), the variables ({variables}).
+STACK_UNREADABLE = "cannot be read ({reason})"
+ACCESS_LOST_RULES = ": its device cgroup no longer lets it open the NVIDIA devices (devices.list for major 195: {seen})"
+ACCESS_LOST_NO_RULES = "none"
+CONTAINER_LACKS = {"device_nodes": "no /dev/nvidia* device", "nvml_library": "no libnvidia-ml.so.1",
+                   "visible_unset": "NVIDIA_VISIBLE_DEVICES is unset", "visible_none": "NVIDIA_VISIBLE_DEVICES={visible}"}
+NO_NVIDIA_VARIABLES = ", and no NVIDIA_* variable, as with CDI"
+DRIVER_UNREACHABLE = "the NVIDIA driver cannot be reached from it"
+#: Why the distributed check runs no NCCL (the {why} of nccl_skipped and nccl_unavailable).
+NCCL_NO_DEVICE = "no CUDA device is visible"
+NCCL_NOT_BUILT = "this torch build has no NCCL"
+NCCL_TOO_FEW_GPUS = "only {gpus} CUDA device{plural} visible for {ranks} ranks on this node (NCCL needs one GPU per rank)"
+NCCL_NO_CUDA = "torch sees no CUDA device (NCCL runs on GPUs; --backend gloo checks on the CPU)"
+#: Why no GPU is visible (no_cuda_device's {why_none}), and the devices probe's summary then.
+WHY_NONE_NVML = "NVML: {reason}"
+WHY_NONE_ZERO = "NVML reports 0 devices"
+WHY_NONE_TORCH = "; torch: {error}"
+DEVICES_DRIVER_NOT_ANSWERING = "the NVIDIA driver is not answering"
+DEVICES_NONE_VISIBLE = "no GPU visible"
+#: The note of cuda_init_s when the child that starts CUDA did not answer (cuda_init_timeout's words too).
+CUDA_INIT_NOT_ANSWERED = "not answered in {limit:g} s"
 
 WORDING: dict[str, Wording] = {
     # -- devices -------------------------------------------------------------------------------

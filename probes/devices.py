@@ -165,7 +165,7 @@ def _cuda_start_time(r: ProbeResult, start: CudaStart | NA) -> None:
             r.measure("cuda_start_check_s", start.elapsed_s, "s",
                       note="from starting the child to its answer (cuInit, cuDeviceGetCount)")
     elif start.reason == "Timeout":
-        r.measure("cuda_init_s", None, "s", note=f"not answered in {getattr(start, 'limit_s', 0):g} s")
+        r.measure("cuda_init_s", None, "s", note=_wording.CUDA_INIT_NOT_ANSWERED.format(limit=getattr(start, "limit_s", 0)))
 
 
 def _describe_devices(r: ProbeResult, wanted: list[int], mapping: dict[int, int | None],
@@ -191,10 +191,10 @@ def _no_device(r: ProbeResult, nvml_na: NA | None, facts: dict[str, Any], stack:
     if nvml_na is not None and nvml_na.reason == DRIVER_NOT_ANSWERING:
         # The driver holds NVML: whether a GPU is there cannot be told, and "no GPU" would mislead.
         r.findings.append(findings.finding("driver_not_answering", seconds=f"{STUCK_S:.0f}", where=""))
-        return "the NVIDIA driver is not answering"
-    why_none = f"NVML: {nvml_na.reason}" if nvml_na is not None else "NVML reports 0 devices"
+        return _wording.DEVICES_DRIVER_NOT_ANSWERING
+    why_none = _wording.WHY_NONE_NVML.format(reason=nvml_na.reason) if nvml_na is not None else _wording.WHY_NONE_ZERO
     if facts.get("cuda_init_error"):
-        why_none += f"; torch: {facts['cuda_init_error']}"
+        why_none += _wording.WHY_NONE_TORCH.format(error=facts["cuda_init_error"])
     # the cause the stack's files name (no NVIDIA device on the bus, a container without its GPUs...)
     from ._stack import nvml_failure
 
@@ -203,7 +203,7 @@ def _no_device(r: ProbeResult, nvml_na: NA | None, facts: dict[str, Any], stack:
         r.findings.append(findings.finding("no_cuda_device:named", why_none=why_none, named=named.summary))
     else:
         r.findings.append(findings.finding("no_cuda_device", why_none=why_none))
-    return "no GPU visible"
+    return _wording.DEVICES_NONE_VISIBLE
 
 
 def _visibility(r: ProbeResult, cvd: str | None, visible: list[int], count: int, changed: bool = False) -> None:

@@ -569,14 +569,12 @@ def _choose_backend(dist: ModuleType, backend: str, cuda: bool, gpus: int,
     if backend == "auto":
         backend = "nccl" if gpus >= local_ranks and gpus > 0 and dist.is_nccl_available() else "gloo"
         if backend == "gloo":
-            why = ("no CUDA device is visible" if gpus == 0 else
-                   "this torch build has no NCCL" if not dist.is_nccl_available() else
-                   f"only {gpus} CUDA device{'s' if gpus != 1 else ''} visible for {local_ranks} ranks on "
-                   "this node (NCCL needs one GPU per rank)")
+            why = (_wording.NCCL_NO_DEVICE if gpus == 0 else
+                   _wording.NCCL_NOT_BUILT if not dist.is_nccl_available() else
+                   _wording.NCCL_TOO_FEW_GPUS.format(gpus=gpus, plural="s" if gpus != 1 else "", ranks=local_ranks))
             skipped.append(("nccl_skipped", why))
     if backend == "nccl" and not (cuda and dist.is_nccl_available()):
-        why = ("this torch build has no NCCL" if not dist.is_nccl_available() else
-               "torch sees no CUDA device (NCCL runs on GPUs; --backend gloo checks on the CPU)")
+        why = _wording.NCCL_NOT_BUILT if not dist.is_nccl_available() else _wording.NCCL_NO_CUDA
         return findings.skipped("distributed", "nccl_unavailable", why=why)
     if backend == "gloo" and not dist.is_gloo_available():
         return findings.skipped("distributed", "gloo_unavailable")

@@ -82,6 +82,22 @@ KERNEL_RUNNING = " NVML saw a kernel running {util:.0f}% of the training time."
 #: What a fragmentation finding saw: allocation retries, and memory held in split blocks.
 FRAGMENTED_RETRIES = "the allocator had to free its cache and retry {retries} time(s) because no free block was large enough"
 FRAGMENTED_SPLIT = "{inactive} of the {reserved} it holds sits in split blocks too small to reuse"
+#: Where input_bound's loop would rather be busy ({where}): on the GPU, or in the model on the CPU.
+INPUT_BOUND_WHERE_GPU = "the GPU"
+INPUT_BOUND_WHERE_CPU = "the model"
+#: A host sync on a line of the framework's ({what}: SYNC_PATTERNS' words).
+FRAMEWORK_SYNC = "{what} inside framework code"
+#: host_sync_bound's {others}: the other lines that sync every step ({sites}: "file:line (what)"; ...).
+SYNC_ALSO_EVERY_STEP = " Also every step: {sites}."
+#: The training summary's notes: what it could not measure, and why.
+NOTE_NO_STEPS = "no steps were recorded: wrap the body of the training loop in `with monitor.step():` to measure it"
+NOTE_OUTSIDE_WRAP = "steps ran outside monitor.wrap(loader): data wait was not measured"
+NOTE_SOME_OUTSIDE_WRAP = "{outside} of {steps} steps ran outside monitor.wrap(loader): data wait was not measured for them"
+NOTE_NO_DEVICE_TIME = "{count} step(s) had no device time yet"
+NOTE_GPU_OUTSIDE_STEPS = ("{outside} of {samples} GPU samples fell outside the measured steps (warm-up, validation, "
+                          "checkpoints, epoch boundaries) and are left out of utilisation, power and clocks")
+#: training_all_clear's {also} on a GPU: what else the loop is not waiting on.
+ALL_CLEAR_ALSO_ON_GPU = ", host syncs or memory"
 CPU_LOADER_NOTE = (" On a CPU-only run the loader's workers and the model share the same cores, so give the workers "
                    "a few cores and leave the rest to the model.")
 
@@ -846,6 +862,8 @@ WORDING: dict[str, Wording] = {
     "torch_not_installed:environment": Wording(
         Status.SKIP, "torch is not installed in this environment ({python})", _RUNS_TORCH, "{hint}"),
     # -- the quick check's verdict (report --quick, the TUI's header, the exporter) -------------
+    # -- the training summary's all-clear (gpudoctor.hooks.summary.render_text)
+    "training_all_clear": Wording(Status.PASS, "No problem found: the loop is not waiting on data{also}."),
     "quick_all_clear": Wording(Status.PASS, "no problem found by the quick check"),
     "quick_result": Wording(Status.WARN, "{summary}"),
     "quick_nothing_checked": Wording(Status.ERROR, "nothing could be checked"),

@@ -282,8 +282,7 @@ def build_summary(raw: RawTimings) -> Summary:
                       timing="cuda_events" if raw.device_steps is not None else "host_clock")
     summary.notes.extend(raw.notes)
     if steps == 0:
-        summary.notes.append("no steps were recorded: wrap the body of the training loop in "
-                             "`with monitor.step():` to measure it")
+        summary.notes.append(findings.NOTE_NO_STEPS)
         summary.host_syncs = raw.host_syncs
         summary.gpu = gpu_stats(raw.gpu_samples, spans=[])
         summary.memory = raw.memory
@@ -318,14 +317,14 @@ def _data_wait_figures(summary: Summary, waits: list[float], wall: float) -> Non
     """How long the loop waited for its batches (NaN: a step outside ``monitor.wrap(loader)``)."""
     known_waits = [w for w in waits if not math.isnan(w)]
     if not known_waits:
-        summary.notes.append("steps ran outside monitor.wrap(loader): data wait was not measured")
+        summary.notes.append(findings.NOTE_OUTSIDE_WRAP)
         return
     summary.data_wait_total_s = sum(known_waits)
     summary.data_wait_p50_s = percentile(sorted(known_waits), 50)
     summary.data_wait_share = min(1.0, max(0.0, sum(known_waits) / wall))
     if len(known_waits) < len(waits):
-        summary.notes.append(f"{len(waits) - len(known_waits)} of {len(waits)} steps ran outside "
-                             "monitor.wrap(loader): data wait was not measured for them")
+        summary.notes.append(findings.NOTE_SOME_OUTSIDE_WRAP.format(outside=len(waits) - len(known_waits),
+                                                                    steps=len(waits)))
 
 
 def _step_time_figures(summary: Summary, raw: RawTimings, host: list[float], skip: int, wall: float) -> None:
@@ -337,7 +336,7 @@ def _step_time_figures(summary: Summary, raw: RawTimings, host: list[float], ski
         if len(device) == len(raw.host_steps):
             device = device[skip:]
         if len(device) < len(host):
-            summary.notes.append(f"{len(host) - len(device)} step(s) had no device time yet")
+            summary.notes.append(findings.NOTE_NO_DEVICE_TIME.format(count=len(host) - len(device)))
         times = sorted(device)
         if device:
             summary.device_span_share = min(1.0, sum(device) * (len(host) / len(device)) / wall)
@@ -357,9 +356,8 @@ def _throughput_figures(summary: Summary, raw: RawTimings, spans: list[tuple[flo
         summary.notes.append(energy_note)
     summary.gpu = gpu_stats(raw.gpu_samples, spans=spans)
     if summary.gpu is not None and summary.gpu["samples"] > summary.gpu["samples_in_steps"]:
-        summary.notes.append(f"{summary.gpu['samples'] - summary.gpu['samples_in_steps']} of {summary.gpu['samples']} "
-                             "GPU samples fell outside the measured steps (warm-up, validation, checkpoints, "
-                             "epoch boundaries) and are left out of utilisation, power and clocks")
+        summary.notes.append(findings.NOTE_GPU_OUTSIDE_STEPS.format(
+            outside=summary.gpu["samples"] - summary.gpu["samples_in_steps"], samples=summary.gpu["samples"]))
 
 
 # -- diagnosis ----------------------------------------------------------------------------------
@@ -388,7 +386,7 @@ def sync_site_words(site: dict[str, Any]) -> tuple[str, str]:
     """(what made the sync, what to do) for one site; framework lines get framework advice."""
     what, advice = sync_pattern_words(site.get("pattern", "other"))
     if site.get("origin") == "framework":
-        return f"{what} inside framework code", findings.FRAMEWORK_SYNC_FIX
+        return findings.FRAMEWORK_SYNC.format(what=what), findings.FRAMEWORK_SYNC_FIX
     return what, advice
 
 
@@ -420,7 +418,7 @@ def _input_bound(s: Summary, on_cuda: bool, util: float | None) -> Finding | Non
              "step_time_p50_s": s.step_time_p50_s, "gpu_util_mean_pct": util if on_cuda else None,
              "device_span_share": s.device_span_share},
             share=_pct(s.data_wait_share), wait=_ms(s.data_wait_p50_s), step=_ms(s.step_time_p50_s),
-            where="the GPU" if on_cuda else "the model", busy=_kernel_running(on_cuda, util),
+            where=findings.INPUT_BOUND_WHERE_GPU if on_cuda else findings.INPUT_BOUND_WHERE_CPU, busy=_kernel_running(on_cuda, util),
             cpu_note="" if on_cuda else findings.CPU_LOADER_NOTE)
 
     return None
@@ -437,8 +435,8 @@ def _host_sync_bound(s: Summary, on_cuda: bool, util: float | None) -> Finding |
         code_text = f" (`{top['code']}`)" if top.get("code") else ""
         others = ""
         if len(frequent) > 1:
-            others = " Also every step: " + "; ".join(
-                f"{site['file']}:{site['line']} ({sync_site_words(site)[0]})" for site in frequent[1:4]) + "."
+            others = findings.SYNC_ALSO_EVERY_STEP.format(sites="; ".join(
+                f"{site['file']}:{site['line']} ({sync_site_words(site)[0]})" for site in frequent[1:4]))
         return worded(
             HOST_SYNC_BOUND, {"per_step": syncs.get("per_step"), "sites": frequent[:4]},
             per_step=syncs.get("per_step", 0), what=what, where=where, code_text=code_text,
@@ -598,8 +596,8 @@ def render_text(s: Summary) -> str:
             lines.append(f"[{item.code}] {item.summary}")
             lines.append(f"  What to do: {item.fix}")
     else:
-        lines.append("No problem found: the loop is not waiting on data"
-                     + (", host syncs or memory." if s.device.startswith("cuda") else "."))
+        also = findings.ALL_CLEAR_ALSO_ON_GPU if s.device.startswith("cuda") else ""
+        lines.append(findings.words("training_all_clear", also=also)[0])
     for note in s.notes:
         lines.append(f"  note: {note}")
     if s.ranks:

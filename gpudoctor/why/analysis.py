@@ -102,12 +102,13 @@ def _without_startup(view: ProcessView) -> ProcessView:
 def startup_words(view: ProcessView) -> str:
     """"imports and building the model/optimizer" from the start-up details seen."""
     found = [d for d, _ in view.details[rules.STARTUP].most_common()]
-    kinds = ["imports" if d == "import" else d for d in found if not d.startswith("building ")]
-    built = [d.removeprefix("building ") for d in found if d.startswith("building ")]
+    building = phrase("detail_building", what="")
+    kinds = [phrase("detail_imports") if d == "import" else d for d in found if not d.startswith(building)]
+    built = [d.removeprefix(building) for d in found if d.startswith(building)]
     if built:
         the = all(b.startswith("the ") for b in built)
-        kinds.append("building " + ("the " if the else "") + "/".join(b.removeprefix("the ") for b in built))
-    return " and ".join(kinds) or "start-up"
+        kinds.append(building + ("the " if the else "") + "/".join(b.removeprefix("the ") for b in built))
+    return " and ".join(kinds) or phrase("start_up")
 
 
 def decide(view: ProcessView, views: dict[int, ProcessView], source: SourceLine, *,
@@ -182,7 +183,7 @@ def _waiting(view: ProcessView, source: SourceLine, main_cpu_pct: float | None, 
     moved = view.counts[rules.OTHER]
     view.counts[rules.IDLE] += moved
     view.counts[rules.OTHER] = 0
-    view.details[rules.IDLE]["waiting outside Python"] += moved
+    view.details[rules.IDLE][phrase("detail_outside_python")] += moved
     view.lines[rules.IDLE].update(view.lines.pop(rules.OTHER, Counter()))
     held = "" if not on_gpu else (phrase("holds_gpu_unknown") if gpu_util is None
                                   else phrase("holds_gpu_busy", util=gpu_util))
@@ -309,17 +310,18 @@ def _gpu_for(pids: set[int], gpu: dict[str, Any], processes: dict[int, dict[str,
     utils = [d["util_mean_pct"] for d in held if d.get("util_mean_pct") is not None]
     util = (sum(utils) / len(utils)) if utils else None
     if held:
-        return util, True, held, "NVML lists it on " + ", ".join(f"GPU {d['index']}" for d in held)
+        return util, True, held, phrase("gpu_evidence_nvml", gpus=", ".join(phrase("gpu_evidence_gpu", index=d["index"])
+                                                                            for d in held))
     evidence = [(processes or {}).get(pid, {}).get("gpu_evidence") for pid in sorted(pids)]
     files = sorted({f for e in evidence if e for f in e.get("device_files", [])})
     if files:
-        return util, True, held, "holds " + ", ".join(files[:4]) + " open"
+        return util, True, held, phrase("gpu_evidence_files", files=", ".join(files[:4]))
     if any(e and e.get("libcuda") for e in evidence):
-        return util, True, held, "libcuda.so is loaded"
+        return util, True, held, phrase("gpu_evidence_libcuda")
     if evidence and all(e and e.get("readable") for e in evidence):
-        return util, False, held, "no GPU device file open, libcuda.so not loaded"
-    nvml = gpu.get("process_list_reason") or gpu.get("reason") or "NVML not read"
-    return util, None, held, f"/proc of the process could not be read, and {nvml}"
+        return util, False, held, phrase("gpu_evidence_none")
+    nvml = gpu.get("process_list_reason") or gpu.get("reason") or phrase("gpu_evidence_nvml_unread")
+    return util, None, held, phrase("gpu_evidence_unknown", nvml=nvml)
 
 
 def _gpm_of(pids: set[int], gpu: dict[str, Any]) -> dict[str, Any]:
@@ -457,7 +459,7 @@ def diagnose(stacks: Sequence[Stack], readings: dict[str, Any], source: SourceLi
              own: Sequence[str] = (), meta: dict[str, Any] | None = None) -> dict[str, Any]:
     """The whole diagnosis as a JSON-safe dict (docs/why.schema.json)."""
     views = build_views(stacks, source, own)
-    gpu = readings.get("gpu") or {"available": False, "reason": "not read", "devices": []}
+    gpu = readings.get("gpu") or {"available": False, "reason": phrase("not_read"), "devices": []}
     host = readings.get("host") or {}
     window_s = (meta or {}).get("sampled_s")
     processes = readings.get("processes") or {}

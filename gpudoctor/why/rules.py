@@ -43,6 +43,7 @@ from typing import Callable, Sequence
 
 from gpudoctor.hooks.torch_support import classify_sync_line
 from gpudoctor.why.stacks import Frame, Stack
+from gpudoctor.why.wording import phrase
 
 DATA_WAIT = "data_wait"
 DATA_LOADING = "data_loading"
@@ -72,9 +73,10 @@ _DECODE_MARKS = ("PIL/", "cv2", "imageio", "decode", "torchvision/io", "simplejp
 _TRANSFORM_MARKS = ("torchvision/transforms", "albumentations", "transforms")
 _READ_MARKS = ("read", "open", "load", "np.load", "numpy/lib/npyio", "h5py", "zipfile", "tarfile")
 _COMPILING = ("torch/_dynamo/convert_frame.py", "torch/_inductor/compile_fx.py")
-_BUILDING = (("torch/nn/", "the model"), ("torch/optim/", "the optimizer"), ("torch/utils/data/", "the dataset"),
-             ("torchvision/datasets/", "the dataset"), ("torchaudio/datasets/", "the dataset"),
-             ("torchtext/datasets/", "the dataset"))
+#: What an ``__init__`` under each package builds (the name of its words in why.wording's PHRASES).
+_BUILDING = (("torch/nn/", "detail_the_model"), ("torch/optim/", "detail_the_optimizer"),
+             ("torch/utils/data/", "detail_the_dataset"), ("torchvision/datasets/", "detail_the_dataset"),
+             ("torchaudio/datasets/", "detail_the_dataset"), ("torchtext/datasets/", "detail_the_dataset"))
 _NO_GRAD_MARKS = ("no_grad(", "inference_mode(")
 NO_GRAD_LOOKBACK = 120      # source lines read upward from a frame's line for an enclosing no_grad block
 _BUILDER_RE = re.compile(r"^(make|build|prepare|create|generate|load|setup|init)_?(\w*_)?"
@@ -167,7 +169,7 @@ def _loading_detail(stack: Stack) -> str:
         return "decode"
     leaf = stack.frames[-1].function.lower() if stack.frames else ""
     if any(mark in leaf for mark in _READ_MARKS):
-        return "disk read"
+        return phrase("detail_disk_read")
     return "dataset"
 
 
@@ -197,7 +199,7 @@ def classify(stack: Stack, source: SourceLine, *, worker: bool | None = None,
             fetcher = next((i for i, f in enumerate(stack.frames) if _in(f, "torch/utils/data/")), 0)
             inner = [f for f in stack.frames[fetcher:] if f in users]
             return Verdict(DATA_LOADING, _loading_detail(stack), inner[-1] if inner else _getitem(stack))
-        return Verdict(IDLE, "worker waiting for work", user)
+        return Verdict(IDLE, phrase("detail_worker_idle"), user)
     if _in_dataloader_next(stack):
         # with no workers everything in the iterator is loading: the fetch, and the sampler too
         loading = any(_in(f, "torch/utils/data/_utils/fetch.py") or "_SingleProcessDataLoaderIter" in f.function
@@ -207,8 +209,8 @@ def classify(stack: Stack, source: SourceLine, *, worker: bool | None = None,
             inner = [f for f in stack.frames[first:] if f in users]
             # none inside (the sampler, collate): no line, not the caller's (a `for` line, or
             # `trainer.fit(...)` when a framework runs the loop)
-            return Verdict(DATA_WAIT, "loading in the main process", inner[-1] if inner else _getitem(stack))
-        return Verdict(DATA_WAIT, "waiting for workers", None)  # the workers' lines say where, not the caller's
+            return Verdict(DATA_WAIT, phrase("detail_loading_main"), inner[-1] if inner else _getitem(stack))
+        return Verdict(DATA_WAIT, phrase("waiting_for_workers"), None)  # the workers' lines say where, not the caller's
     leaf_text = source(user.file, user.line) if user is not None and user.line is not None else ""
     starting = startup_detail(stack, source, own)
     if starting:
@@ -354,23 +356,23 @@ def startup_detail(stack: Stack, source: SourceLine, own: Sequence[str] = ()) ->
         if any(_in(f, part) for part in _COMPILING):
             return "torch.compile"
         if _in(f, "torch/serialization.py") and _leaf_name(f) == "load":
-            return "loading a checkpoint"
+            return phrase("detail_loading_checkpoint")
     users = user_frames(stack, own)
     for f in reversed(stack.frames):
         if _leaf_name(f) != "__init__" or "LoaderIter." in f.function:
             continue  # a DataLoader iterator's __init__ starts the workers each epoch: the loop's cost
         for part, what in _BUILDING:
             if _in(f, part):
-                return f"building {what}"
+                return phrase("detail_building", what=phrase(what))
         if f in users and re.search(r"(Dataset|Data|Set)\.__init__$", f.function):
-            return "building the dataset"
+            return phrase("detail_building", what=phrase("detail_the_dataset"))
     for outer, f in zip(stack.frames, stack.frames[1:]):  # an object built at the top of the script
         if f in users and _leaf_name(f) == "__init__" and outer.function in ("<module>", "main"):
-            return f"building {f.function.rpartition('.')[0] or 'an object'}"
+            return phrase("detail_building", what=f.function.rpartition('.')[0] or phrase("detail_an_object"))
         # a function of the script's top level that builds the data or the model once
         # (make_corpus(), build_model(), load_dataset()): named so, and not per batch or step
         if f in users and outer.function in ("<module>", "main") and _BUILDER_RE.search(_leaf_name(f)):
-            return f"building {_leaf_name(f)}()"
+            return phrase("detail_building", what=f"{_leaf_name(f)}()")
     if users and stack.frames[-1] == users[-1] and users[-1].function == "<module>" and users[-1].line:
         if source(users[-1].file, users[-1].line).startswith(("import ", "from ")):
             return "import"

@@ -15,6 +15,7 @@ from typing import Any, Sequence
 from gpudoctor.why import rules
 from gpudoctor.why.rules import SourceLine
 from gpudoctor.why.stacks import Stack
+from gpudoctor.why.wording import phrase
 
 MAX_LINES = 5               # user lines named per verdict
 
@@ -130,7 +131,7 @@ def data_lines(view: ProcessView, workers: list[ProcessView], source: SourceLine
         total += worker.counts[rules.DATA_LOADING]
     if not total and not workers:
         # no workers: the dataset's lines in the main process, never the loop's own `for` line
-        inside = view.details[rules.DATA_WAIT]["loading in the main process"]
+        inside = view.details[rules.DATA_WAIT][phrase("detail_loading_main")]
         merged = Counter({f: c for f, c in view.lines[rules.DATA_WAIT].items() if f.function != "<module>"
                           and not (f.line and source(f.file, f.line).startswith("for "))})
         total = inside or view.counts[rules.DATA_WAIT]
@@ -140,7 +141,7 @@ def data_lines(view: ProcessView, workers: list[ProcessView], source: SourceLine
 def where(lines: list[dict[str, Any]]) -> str:
     """The main line, and a second one when it holds a real part of the time too."""
     kept = [r for i, r in enumerate(lines[:2]) if i == 0 or (r.get("share") or 0) >= 0.10]
-    return ", ".join(f"{r['file'].rsplit('/', 1)[-1]}:{r['line']} {r['function']}" for r in kept) or "no line seen"
+    return ", ".join(f"{r['file'].rsplit('/', 1)[-1]}:{r['line']} {r['function']}" for r in kept) or phrase("no_line_seen")
 
 
 __all__ = ["ProcessView", "build_views", "children_of", "line_records", "workers_of", "data_lines", "where", "MAX_LINES"]

@@ -225,6 +225,27 @@ PHRASES = {
     "flight_enqueued": ", enqueued {seconds:.0f} s before its dump was written",
     "flight_rank_ahead": "rank {rank} is",
     "flight_ranks_ahead": "ranks {ranks} are",
+    # -- what a sampled stack was doing (rules.Verdict.detail): the breakdown's words, the verdicts' {what}
+    "detail_disk_read": "disk read",
+    "detail_worker_idle": "worker waiting for work",
+    "detail_loading_main": "loading in the main process",
+    "detail_loading_checkpoint": "loading a checkpoint",
+    "detail_building": "building {what}",
+    "detail_the_model": "the model",
+    "detail_the_optimizer": "the optimizer",
+    "detail_the_dataset": "the dataset",
+    "detail_an_object": "an object",
+    "detail_imports": "imports",
+    "detail_outside_python": "waiting outside Python",
+    "no_line_seen": "no line seen",
+    # -- whether a process uses a GPU: the evidence, or why it is unknown (cpu_bound:gpu_unknown's {unknown})
+    "gpu_evidence_nvml": "NVML lists it on {gpus}",
+    "gpu_evidence_gpu": "GPU {index}",
+    "gpu_evidence_files": "holds {files} open",
+    "gpu_evidence_libcuda": "libcuda.so is loaded",
+    "gpu_evidence_none": "no GPU device file open, libcuda.so not loaded",
+    "gpu_evidence_nvml_unread": "NVML not read",
+    "gpu_evidence_unknown": "/proc of the process could not be read, and {nvml}",
 }
 
 

@@ -39,6 +39,7 @@ from gpudoctor.core.errors import first_line as _first_line
 from gpudoctor.core.stats import percentile
 from gpudoctor.workload.config import RunConfig
 from gpudoctor.workload.data import MnistData, MnistItems, normalised
+from gpudoctor.workload.wording import UTIL_REASON_WORDS
 
 if TYPE_CHECKING:
     import torch
@@ -128,17 +129,6 @@ class RunResult:
 #: NVML's utilisation sample period is between 1/6 s and 1 s depending on the product
 #: (nvmlUtilization_t). When too few samples are seen to measure it, the longest is assumed.
 NVML_MAX_UTIL_PERIOD_S = 1.0
-
-#: NA reasons of a run's utilisation (``gpu_util_reason``) and what they say.
-UTIL_REASON_WORDS = {
-    "RunShorterThanNvmlPeriod": ("the run lasted {run_ms:.0f} ms, shorter than NVML's utilisation sample period "
-                                 "({period_ms:.0f} ms): every sample NVML has also averages time before or after "
-                                 "the run, so no utilisation figure is given"),
-    "NoSampleInsideRun": ("no NVML utilisation sample covers only the run ({run_ms:.0f} ms; NVML's sample period "
-                          "{period_ms:.0f} ms), so no utilisation figure is given"),
-    "NvmlClockMismatch": ("NVML's sample timestamps do not match this host's clock, so samples cannot be placed "
-                          "inside the run"),
-}
 
 #: How far (s) NVML's newest sample may lie ahead of the host clock before the two clocks are
 #: taken to differ (NVML stamps samples with the CPU's time in microseconds).

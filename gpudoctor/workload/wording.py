@@ -95,3 +95,15 @@ ADVICE = {
 def advice(name: str, **fields: Any) -> str:
     """One of :data:`ADVICE`, filled."""
     return ADVICE[name].format(**fields)
+
+
+#: NA reasons of a run's utilisation (gpudoctor.workload.run's ``gpu_util_reason``) and what they say.
+UTIL_REASON_WORDS = {
+    "RunShorterThanNvmlPeriod": ("the run lasted {run_ms:.0f} ms, shorter than NVML's utilisation sample period "
+                                 "({period_ms:.0f} ms): every sample NVML has also averages time before or after "
+                                 "the run, so no utilisation figure is given"),
+    "NoSampleInsideRun": ("no NVML utilisation sample covers only the run ({run_ms:.0f} ms; NVML's sample period "
+                          "{period_ms:.0f} ms), so no utilisation figure is given"),
+    "NvmlClockMismatch": ("NVML's sample timestamps do not match this host's clock, so samples cannot be placed "
+                          "inside the run"),
+}

@@ -204,6 +204,8 @@ def test_rewording_a_core_code_changes_the_error_result(monkeypatch):
 TABLE_FILES_ALL = TABLE_FILES | {ROOT / "gpudoctor" / "workload" / "wording.py", ROOT / "gpudoctor" / "why" / "wording.py"}
 SENTENCE_GUARDED = sorted(set(GUARDED) | {ROOT / "gpudoctor" / name for name in (
     "hooks/summary.py", "workload/recommend.py", "backends/busy.py")})
+#: why's modules that fill its verdicts' fields, and the sweep's runner (#39: their words in why/wording.py, workload/wording.py).
+SENTENCE_GUARDED += [ROOT / "gpudoctor" / name for name in ("why/rules.py", "why/analysis.py", "why/views.py", "workload/run.py")]
 
 
 def _words_of(node: ast.AST) -> str | None:
@@ -319,6 +321,8 @@ def test_rewording_the_words_beside_findings_changes_what_is_said(monkeypatch):
 #: Modules whose every phrase is in their package's table: no text of three words or more in place
 #: but docstrings.
 ALL_IN_TABLES = [ROOT / "gpudoctor" / "workload" / "recommend.py"]
+#: why's analysis and views: every phrase in why/wording.py's PHRASES (#39).
+ALL_IN_TABLES += [ROOT / "gpudoctor" / "why" / name for name in ("analysis.py", "views.py")]
 
 
 def phrases_in_place(source: str, name: str = "<source>") -> list[str]:
