@@ -25,7 +25,7 @@ from gpudoctor.core import findings
 from gpudoctor.core.findings import Wording
 from gpudoctor.core.model import Status
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TABLE_MODULES = ("gpudoctor.core.findings", "gpudoctor.probes._wording", "gpudoctor.why.wording",
                  "gpudoctor.workload.wording")
 TABLE_FILES = {ROOT / "gpudoctor" / "core" / "findings.py", ROOT / "probes" / "_wording.py",
