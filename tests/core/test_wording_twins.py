@@ -32,6 +32,8 @@ TABLE_FILES = {ROOT / "gpudoctor" / "core" / "findings.py", ROOT / "probes" / "_
                ROOT / "gpudoctor" / "why" / "wording.py", ROOT / "gpudoctor" / "workload" / "wording.py"}
 #: A word (a path like /dev/nvidia* or libcuda.so counts as one).
 _WORDS = re.compile(r"[A-Za-z][A-Za-z'*/.-]+")
+#: A finding code (``driver_not_answering``, ``device_fault:nvml_unloaded``): a name, not words.
+_CODE = re.compile(r"[a-z0-9]+(_[a-z0-9]+)*(:[a-z0-9_]+)?")
 
 
 def _strings(value: Any) -> Iterator[str]:
@@ -66,6 +68,7 @@ def table_phrases() -> set[str]:
             if attr.startswith("__") or callable(value) and not isinstance(value, Wording):
                 continue
             found.update(_skeleton_of_template(text) for text in _strings(value))
+    found = {p for p in found if not _CODE.fullmatch(p)}
     return {p for p in found if len(_WORDS.findall(p)) >= 2 or (" " in p.strip() and len(p.strip()) >= 6)}
 
 
@@ -89,7 +92,7 @@ def twins(source: str, phrases: set[str], name: str = "<source>") -> list[str]:
         if id(node) in docstrings or id(node) in inner:
             continue
         text = _skeleton(node)
-        if text is None or len(_WORDS.findall(text)) < 2:
+        if text is None or _CODE.fullmatch(text) or len(_WORDS.findall(text)) < 2:
             continue  # a word alone ("decode", "GPU {}") names a thing; it is no phrase to word
         piece = len(_WORDS.findall(text)) >= 3 and " " in text.strip()
         if text in phrases or (piece and any(text in p for p in phrases)):
