@@ -14,9 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 ALIKE = {
-    "Reading": {"gpudoctor/backends/base.py", "gpudoctor/backends/catalogue.py"},
     "Stack": {"gpudoctor/backends/stack.py", "gpudoctor/why/stacks.py"},
-    "Verdict": {"gpudoctor/backends/busy.py", "gpudoctor/why/rules.py"},
 }
 
 
