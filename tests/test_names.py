@@ -14,7 +14,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 ALIKE = {
-    "Stack": {"gpudoctor/backends/stack.py", "gpudoctor/why/stacks.py"},
 }
 
 
