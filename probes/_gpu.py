@@ -10,6 +10,7 @@ import os
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
+from gpudoctor.core._num import is_number
 from gpudoctor.core._record import record
 from gpudoctor.backends.na import is_na
 from gpudoctor.backends.nvml import THROTTLE_REASONS
@@ -232,12 +233,11 @@ class LoadSampler:
 
     def _keep_power(self, instant: object, usage: object) -> None:
         """The highest power: instant readings once one came (a 1-second average is never mixed in)."""
-        if isinstance(instant, (int, float)) and not isinstance(instant, bool):
+        if is_number(instant):
             if self.max_power_source != "instant":
                 self.max_power_w, self.max_power_source = None, "instant"
             power = float(instant)
-        elif (self.max_power_source != "instant" and isinstance(usage, (int, float))
-              and not isinstance(usage, bool)):
+        elif self.max_power_source != "instant" and is_number(usage):
             power, self.max_power_source = float(usage), "power usage"
         else:
             return

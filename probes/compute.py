@@ -18,6 +18,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable
 
 from gpudoctor.core import findings
+from gpudoctor.core._num import is_number
 from gpudoctor.backends.nvml import GPM_MIN_INTERVAL_S, GPM_WARMING, throttle_reason_names
 from gpudoctor.core.model import Finding, ProbeResult, Status
 
@@ -260,7 +261,7 @@ def _gpm_row(readings: dict[str, Any]) -> dict[str, Any]:
         value = readings.get(key)
         if is_na(value):
             out.setdefault("gpm_note", value.reason)
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        elif is_number(value):
             out[key] = round(float(value), 1)
     return out
 

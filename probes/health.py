@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Iterable, Mapping, SupportsFloat, SupportsIndex
+from typing import Any, Iterable, Mapping
 
+from gpudoctor.core._num import exact_number, is_number
 from gpudoctor.core._record import record
 from gpudoctor.backends.base import DeviceStatic
 from gpudoctor.backends.na import NA, is_na
@@ -50,20 +51,6 @@ RETIRED_PAGES_RMA = 60
 SHUTDOWN_MARGIN_C = 3
 
 
-def _num(value: object) -> int | float | None:
-    """A reading as a number, or None. Integers stay ints: a counter is never rounded through a float."""
-    if is_na(value) or value is None or isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return value
-    if not isinstance(value, (str, bytes, bytearray, memoryview, SupportsFloat, SupportsIndex)):
-        return None  # what float() refuses with a TypeError
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
-
-
 @record
 class _Device:
     """One device's readings and where its measurements and findings go."""
@@ -77,7 +64,7 @@ class _Device:
 
     def m(self, key_name: str, value: object, unit: str = "", reference: object = None, note: str = "") -> None:
         self.r.measure(key_name, None if is_na(value) else value, unit, device=self.dev,
-                       reference=_num(reference), note=value.reason if is_na(value) else note)
+                       reference=exact_number(reference, parse=True), note=value.reason if is_na(value) else note)
 
     def say(self, code: str, **fields: object) -> None:
         """The finding ``code`` about this GPU, in gpudoctor.core.findings' words."""
@@ -204,7 +191,8 @@ def _check_lost(d: _Device) -> bool:
 
 def _check_temperature(d: _Device) -> None:
     s, x = d.s, d.x
-    temp, slow, shut = _num(x.get("temperature_c")), _num(s.get("temperature_slowdown_c")), _num(s.get("temperature_shutdown_c"))
+    temp, slow, shut = (exact_number(v, parse=True) for v in (
+        x.get("temperature_c"), s.get("temperature_slowdown_c"), s.get("temperature_shutdown_c")))
     d.m(_name("temperature_c"), x.get("temperature_c"), "C", reference=s.get("temperature_slowdown_c"))
     if temp is None:
         return
@@ -215,14 +203,14 @@ def _check_temperature(d: _Device) -> None:
 
 
 def _check_power(d: _Device) -> None:
-    limit = _num(d.x.get("power_limit_w")) or _num(d.s.get("power_limit_w"))
+    limit = exact_number(d.x.get("power_limit_w"), parse=True) or exact_number(d.s.get("power_limit_w"), parse=True)
     average = power_usage_is_average(d.s.get("architecture"), d.s.get("compute_capability"))
     d.m(_name("power_w"), d.x.get("power_w"), "W", reference=limit,
         note="" if average is None else POWER_AVERAGE_NOTE if average else "instantaneous")
     instant = d.x.get("power_instant_w")
-    if _num(instant) is not None:  # NVML_FI_DEV_POWER_INSTANT, where the driver gives it
+    if exact_number(instant, parse=True) is not None:  # NVML_FI_DEV_POWER_INSTANT, where the driver gives it
         d.m(_name("power_instant_w"), instant, "W", reference=limit)
-    default_limit = _num(d.s.get("power_default_limit_w"))
+    default_limit = exact_number(d.s.get("power_default_limit_w"), parse=True)
     if limit is not None and default_limit is not None and limit < 0.9 * default_limit:
         d.say("power_limit_lowered", limit=limit, default=default_limit)
 
@@ -242,8 +230,9 @@ def _check_clocks(d: _Device) -> None:
 
 def _check_ecc(d: _Device) -> None:
     x = d.x
-    vol_unc, agg_unc = _num(x.get("ecc_volatile_uncorrected")), _num(x.get("ecc_aggregate_uncorrected"))
-    vol_cor = _num(x.get("ecc_volatile_corrected"))
+    vol_unc, agg_unc = (exact_number(x.get(k), parse=True)
+                        for k in ("ecc_volatile_uncorrected", "ecc_aggregate_uncorrected"))
+    vol_cor = exact_number(x.get("ecc_volatile_corrected"), parse=True)
     ecc_mode = d.s.get("ecc_mode")
     d.m("ecc_mode", ("enabled" if ecc_mode else "disabled") if isinstance(ecc_mode, int) else ecc_mode)
     for key in ("ecc_volatile_corrected", "ecc_volatile_uncorrected", "ecc_aggregate_corrected",
@@ -257,7 +246,7 @@ def _check_retired_pages(d: _Device) -> None:
     sbe, dbe, pending = d.x.get("retired_pages_sbe"), d.x.get("retired_pages_dbe"), d.x.get("retired_pages_pending")
     if is_na(sbe) and is_na(dbe):
         return
-    total = (_num(sbe) or 0) + (_num(dbe) or 0)
+    total = (exact_number(sbe, parse=True) or 0) + (exact_number(dbe, parse=True) or 0)
     d.m("retired_pages", int(total))
     d.add(findings.retired_pages_findings(pending is True or pending == 1, total, RETIRED_PAGES_RMA,
                                           label=d.label, device=d.dev))
@@ -279,12 +268,14 @@ def _check_pcie(d: _Device) -> None:
     """The PCIe link's generation and width against the device's maximum (the one place the
     link's training is judged)."""
     s, x = d.s, d.x
-    gen, gen_max = _num(x.get("pcie_gen_current")), _num(s.get("pcie_gen_max"))
-    width, width_max = _num(x.get("pcie_width_current")), _num(s.get("pcie_width_max"))
+    gen, gen_max = exact_number(x.get("pcie_gen_current"), parse=True), exact_number(s.get("pcie_gen_max"), parse=True)
+    width = exact_number(x.get("pcie_width_current"), parse=True)
+    width_max = exact_number(s.get("pcie_width_max"), parse=True)
     d.m(_name("pcie_gen_current"), x.get("pcie_gen_current"), reference=s.get("pcie_gen_max"))
     d.m(_name("pcie_width_current"), x.get("pcie_width_current"), "lanes", reference=s.get("pcie_width_max"))
     reasons = x.get("throttle_reasons")
-    idle = (isinstance(reasons, int) and reasons & GPU_IDLE) or (_num(x.get("gpu_util_pct")) == 0)
+    idle = ((isinstance(reasons, int) and reasons & GPU_IDLE)
+            or exact_number(x.get("gpu_util_pct"), parse=True) == 0)
     if gen is not None and gen_max is not None and gen < gen_max:
         d.say("pcie_gen_idle_downshift" if idle else "pcie_gen_degraded", gen=gen, gen_max=gen_max)
     if width is not None and width_max is not None and width < width_max:
@@ -366,7 +357,7 @@ def _gpm_window(ctx: ProbeContext, samples: dict[int, dict[str, Any]], opened: d
 def _has_gpm(value: object) -> bool:
     """Whether an opening GPM reading shows a GPU whose GPM answers (a number, or waiting for its
     second sample), not one without GPM (before Hopper, MIG mode, an old driver)."""
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)) or (
+    return is_number(value) or (
         is_na(value) and value.reason == GPM_WARMING)
 
 

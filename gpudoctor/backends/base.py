@@ -33,7 +33,7 @@ TextOrNA = Union[str, NA]
 OptionalTextOrNA = Union[str, None, NA]
 
 
-class Reading(Mapping[str, Any]):
+class MappingRecord(Mapping[str, Any]):
     """A record that is also a read-only mapping of its fields (for JSON and recordings)."""
 
     __slots__ = ()
@@ -62,7 +62,7 @@ class Reading(Mapping[str, Any]):
 
 
 @record(frozen=True, eq=False)
-class MemoryReading(Reading):
+class MemoryReading(MappingRecord):
     """Device (framebuffer) memory, as nvidia-smi shows it.
 
     ``memory_used_bytes`` is what processes hold (NVML's v2 structure, like nvidia-smi);
@@ -78,7 +78,7 @@ class MemoryReading(Reading):
 
 
 @record(frozen=True, eq=False)
-class UtilizationReading(Reading):
+class UtilizationReading(MappingRecord):
     """NVML utilization rates: the share of the last sample period a kernel ran / memory was used
     (NVML answers whole percents; a recording may hold any number, as the schema says)."""
 
@@ -88,7 +88,7 @@ class UtilizationReading(Reading):
 
 
 @record(frozen=True, eq=False)
-class ProcessReading(Reading):
+class ProcessReading(MappingRecord):
     """One process holding a context on a device (NVML running processes)."""
 
     pid: int
@@ -127,7 +127,7 @@ class ProcessReading(Reading):
 
 
 @record(frozen=True, eq=False)
-class DeviceIdentity(Reading):
+class DeviceIdentity(MappingRecord):
     """What matches an NVML device to torch's (:meth:`GpuBackend.identity`): its PCI bus id in
     one form (``0000:65:00.0``, as ``normalise_bus_id`` writes it; None where the driver's text is
     no bus id) and its UUID (``GPU-...``), each NA with the reason where NVML cannot give it."""
@@ -137,7 +137,7 @@ class DeviceIdentity(Reading):
 
 
 @record(frozen=True, eq=False)
-class P2PReading(Reading):
+class P2PReading(MappingRecord):
     """The path between two GPUs as NVML sees it (:meth:`GpuBackend.p2p`; ``nvidia-smi topo -m``
     and ``topo -p2p``). ``topology``: nvmlDeviceGetTopologyCommonAncestor's level (0 the same
     board ... 50 across sockets); ``read``, ``write``, ``nvlink``, ``atomics``: nvmlDeviceGetP2PStatus
@@ -165,7 +165,7 @@ MIG_NO_UTILISATION = "not given in MIG mode (no NVML utilisation rates, per slic
 
 
 @record(frozen=True, eq=False)
-class MigDeviceReading(Reading):
+class MigDeviceReading(MappingRecord):
     """One MIG device (a compute instance of a GPU instance) of a GPU in MIG mode, read on its own
     MIG handle.
 
@@ -397,5 +397,5 @@ class GpuBackend(Protocol):
     def close(self) -> None: ...
 
 
-__all__ = ["GpuBackend", "GpuSample", "MemoryReading", "UtilizationReading", "ProcessReading", "Reading", "IntOrNA",
+__all__ = ["GpuBackend", "GpuSample", "MemoryReading", "UtilizationReading", "ProcessReading", "MappingRecord", "IntOrNA",
            "FloatOrNA", "DeviceIdentity", "P2PReading", "MigDeviceReading", "WHOLE_GPU_ONLY", "MIG_NO_UTILISATION"]

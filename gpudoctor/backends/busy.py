@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from gpudoctor.core import findings
-from gpudoctor.core._num import number
+from gpudoctor.core._num import is_number, number
 from gpudoctor.core.model import Finding
 
 from .na import NA
@@ -89,7 +89,7 @@ def _said(code: str, way: str = "", *, basis: str = "gpm", **fields: Any) -> Fin
     key = f"work:{code}" + (f":{way}" if way else "")
     worded = findings.wording(key)
     summary, _why, fix = findings.words(key, **fields)
-    figures = {k: v for k, v in fields.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    figures = {k: v for k, v in fields.items() if is_number(v)}
     return Finding(worded.status, code, summary, "", fix,
                    evidence={"basis": basis, "headline": worded.short.format(**fields), **figures})
 
@@ -102,10 +102,6 @@ CODES = ("idle", "tensor_bound", "busy_small_kernels", "memory_bound", "sm_bound
          "warming", "no_gpm", "no_reading")
 
 
-def _num(value: object) -> float | None:
-    return number(value, finite=True)  # NA, bools, text, NaN and the infinities: None
-
-
 def _phrase(name: str, **fields: Any) -> str:
     return findings.WORK_PHRASES[name].format(**fields)
 
@@ -114,9 +110,9 @@ def verdict(readings: Mapping[str, Any]) -> Finding:
     """Whether the GPU really works, in words, from a sample's readings (``gpu_util_pct``,
     ``sm_active_pct``, ``tensor_active_pct``, ``dram_active_pct``, ``fp32_active_pct``,
     ``power_w``, ``power_limit_w``): percent, NA where not read."""
-    util = _num(readings.get("gpu_util_pct"))
+    util = number(readings.get("gpu_util_pct"), finite=True)
     sm_raw = readings.get("sm_active_pct", NA("NotRecorded"))
-    sm = _num(sm_raw)
+    sm = number(sm_raw, finite=True)
     if util is None and sm is None:
         return _said("no_reading", basis="none")
     if sm is None:
@@ -126,8 +122,8 @@ def verdict(readings: Mapping[str, Any]) -> Finding:
         if util is not None and util < IDLE_PCT:  # utilisation bounds activity from above: certain
             return _said("idle", "by_utilisation", basis="utilisation", util=util)
         return _without_gpm(util, reason, readings)
-    tensor = _num(readings.get("tensor_active_pct"))
-    dram = _num(readings.get("dram_active_pct"))
+    tensor = number(readings.get("tensor_active_pct"), finite=True)
+    dram = number(readings.get("dram_active_pct"), finite=True)
     util_text = _phrase("util", util=util) if util is not None else _phrase("util_unknown")
     if (util is None or util < IDLE_PCT) and sm < IDLE_PCT:
         return _said("idle", util=util or 0.0, sm=sm)
@@ -151,7 +147,7 @@ def verdict(readings: Mapping[str, Any]) -> Finding:
 def _without_gpm(util: float | None, reason: str, readings: Mapping[str, Any]) -> Finding:
     """What can be said without SM activity: that it cannot be told, and power as weaker evidence."""
     why = _phrase("not_recorded") if reason == "NotRecorded" else reason
-    power, limit = _num(readings.get("power_w")), _num(readings.get("power_limit_w"))
+    power, limit = number(readings.get("power_w"), finite=True), number(readings.get("power_limit_w"), finite=True)
     if power is None or limit is None or limit <= 0:
         return _said("no_gpm", "" if util is not None else "no_util", basis="none", util=util, reason=why, power="")
     share = power / limit

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from gpudoctor.system import _cpuwait
 from gpudoctor.core import findings
+from gpudoctor.core._num import is_number
 from gpudoctor.core._record import record
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.core.model import Finding
@@ -129,7 +130,7 @@ def _text(value: object, limit: int) -> str:
 
 
 def _seconds(value: object) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1e6 else None
+    return float(value) if is_number(value) and 0 <= value < 1e6 else None
 
 
 def parse_answer(raw: str, began: float | None = None) -> CudaStart | NA:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, TypeGuard, TypeVar
 
-from gpudoctor.core._num import number
+from gpudoctor.core._num import is_number, number
 
 from .catalogue import plausible_ranges
 from .na import NA
@@ -40,11 +40,12 @@ def implausible(value: object) -> NA:
 def check(key: str, value: _T) -> _T | NA:
     """``value``, or NA("implausible value <v>") when it is a number outside ``key``'s range."""
     bounds = plausible_ranges().get(key)
-    if bounds is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+    reading: object = value  # narrowed below; ``value`` keeps its type for the caller
+    if bounds is None or not is_number(reading):
         return value
     low, high = bounds
-    if value != value or not low <= value <= high:  # value != value: NaN
-        return implausible(value)
+    if reading != reading or not low <= reading <= high:  # reading != reading: NaN
+        return implausible(reading)
     return value
 
 

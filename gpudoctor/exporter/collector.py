@@ -57,7 +57,7 @@ def _gpu_label_values(dev: DeviceSnapshot) -> list[str]:
     return [str(dev.index)] + [_label(static.get(k)) for k in GPU_LABELS[1:]]
 
 
-def _number(value: object) -> float | None:
+def _gauge_value(value: object) -> float | None:
     """A flag is 1 or 0; NA, None, text leave the series out (absent, as Prometheus expects)."""
     return float(value) if isinstance(value, bool) else number(value)
 
@@ -228,7 +228,7 @@ def _add_device(fam: dict[str, Any], dev: DeviceSnapshot, driver_version: object
     fam["info"].add_metric(labels + [_label(driver_version)] + [_label(static.get(k)) for k in catalogue.info_labels()],
                            1.0)
     for metric in static_metrics():
-        fact = _number(static.get(metric.key))
+        fact = _gauge_value(static.get(metric.key))
         if fact is not None:
             fam[metric.name].add_metric(labels, fact * metric.scale)
     if any(k != "t" for k, v in sample.items() if not is_na(v)):
@@ -238,7 +238,7 @@ def _add_device(fam: dict[str, Any], dev: DeviceSnapshot, driver_version: object
         reasons = [v.reason for v in sample.values() if is_na(v)]
         fam["err"].add_metric([labels[0], reasons[0] if reasons else "NoReading"], 1.0)
     for metric in gpu_metrics():
-        value = _number(sample.get(metric.key))
+        value = _gauge_value(sample.get(metric.key))
         if value is not None:
             fam[metric.name].add_metric(labels, value * metric.scale)
     if fam["up"].samples[-1].value == 1.0:  # the one busy verdict, on the readings a GPU that answers gave
@@ -250,7 +250,7 @@ def _add_device(fam: dict[str, Any], dev: DeviceSnapshot, driver_version: object
         fam["throttled"].add_metric(labels + ["any_harmful"], 1.0 if mask & HARMFUL_THROTTLE_MASK else 0.0)
     for name, readings in counter_metrics().items():
         for reading in readings:
-            value = _number(sample.get(reading.key))
+            value = _gauge_value(sample.get(reading.key))
             if value is not None:  # divided by the reciprocal: mJ -> J is the exact / 1000
                 fam[name].add_metric(labels + [v for _, v in reading.labels], value / (1.0 / reading.scale))
 
@@ -292,7 +292,7 @@ def _mig_metrics(devices: list[DeviceSnapshot]) -> Iterable[Any]:
         info.add_metric(values + [_label(mig.profile)], 1.0)
         for key, (family, scale) in families.items():
             raw = mig.get(key)
-            value = float(len(raw)) if key == "processes" and isinstance(raw, list) else _number(raw)
+            value = float(len(raw)) if key == "processes" and isinstance(raw, list) else _gauge_value(raw)
             if value is not None:
                 family.add_metric(values, value * scale)
     yield info

@@ -11,6 +11,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
+from gpudoctor.core._num import is_number
+
 if TYPE_CHECKING:
     from gpudoctor.backends.events import EventSource
 
@@ -42,7 +44,7 @@ def _report_duration(data: object) -> float:
                 or len(result["probe"]) > 200 or not isinstance(result.get("status"), (str, type(None))):
             raise ValueError("a result is not a probe result")
         duration = result.get("duration_s")
-        if isinstance(duration, (int, float)) and not isinstance(duration, bool) and duration == duration:
+        if is_number(duration) and duration == duration:  # NaN is no duration
             total += float(duration)
     return total
 

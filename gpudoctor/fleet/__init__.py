@@ -24,7 +24,7 @@ from the look-back window, judged as before and said to be last known: a critica
 keeps the row failing.
 
 The package, by job: :mod:`.selector` (``--match`` and the URL), :mod:`.client` (the Prometheus
-client and the reader of its answers), :mod:`.model` (rows, view, series), :mod:`.rules` (the
+client and the reader of its answers), :mod:`.rows` (rows, view, series), :mod:`.rules` (the
 series read and each row's findings, with gpudoctor.core.findings' judgements and words),
 :mod:`.gather` (one look at the fleet), :mod:`.text` (the table and the exit codes).
 
@@ -38,7 +38,7 @@ import urllib.request  # noqa: F401
 
 from .client import LABEL_MAX, MAX_ANSWER_BYTES, MAX_SERIES, Prometheus, parse_answer
 from .gather import collect
-from .model import (DEFAULT_LOOKBACK, DEFAULT_REPORT_MAX_AGE_S, DEFAULT_STALE_AFTER_S, DEFAULT_TIMEOUT_S,
+from .rows import (DEFAULT_LOOKBACK, DEFAULT_REPORT_MAX_AGE_S, DEFAULT_STALE_AFTER_S, DEFAULT_TIMEOUT_S,
                     SCHEMA_VERSION, STATUS_ORDER, FleetError, FleetRow, FleetView, Series)
 from .rules import dcgm_metrics, gpudoctor_metrics, judge_clocks, last_known_metrics
 from .selector import Matcher, check_url, parse_match

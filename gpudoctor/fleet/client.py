@@ -2,8 +2,8 @@
 deadline for all of them together, and one-line errors; and the one reader of its answers.
 
 Whatever the server (or whatever answers at its address) sends, the rest of fleet sees only
-:class:`~gpudoctor.fleet.model.Series` with sanitised text labels and a finite value, or a
-:class:`~gpudoctor.fleet.model.FleetError`.
+:class:`~gpudoctor.fleet.rows.Series` with sanitised text labels and a finite value, or a
+:class:`~gpudoctor.fleet.rows.FleetError`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 
 from gpudoctor.core._text import plain_text
 
-from .model import DEFAULT_TIMEOUT_S, FleetError, Series
+from .rows import DEFAULT_TIMEOUT_S, FleetError, Series
 from .selector import check_url
 
 MAX_SERIES = 200_000  # an answer larger than this is refused rather than held in memory

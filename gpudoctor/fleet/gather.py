@@ -16,7 +16,7 @@ from gpudoctor.sampling.presentation import fmt_age
 
 from . import idle, rules
 from .client import Prometheus
-from .model import (DEFAULT_IDLE_WINDOW, DEFAULT_LOOKBACK, DEFAULT_REPORT_MAX_AGE_S, DEFAULT_STALE_AFTER_S, STATUS_ORDER, FleetError,
+from .rows import (DEFAULT_IDLE_WINDOW, DEFAULT_LOOKBACK, DEFAULT_REPORT_MAX_AGE_S, DEFAULT_STALE_AFTER_S, STATUS_ORDER, FleetError,
                     FleetRow, FleetView, Key, Series, key_of)
 from .selector import Matcher, names_regex, selector as _selector
 

@@ -29,7 +29,7 @@ from gpudoctor.backends import catalogue
 from gpudoctor.sampling.presentation import fmt_age
 
 from . import rules
-from .model import DEFAULT_IDLE_WINDOW, DEFAULT_LOOKBACK, FleetRow, Key, Series, key_of
+from .rows import DEFAULT_IDLE_WINDOW, DEFAULT_LOOKBACK, FleetRow, Key, Series, key_of
 from .selector import Matcher, names_regex, selector as _selector
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from gpudoctor.backends.nvml import THROTTLE_REASONS
 from gpudoctor.core.model import Finding, Status
 from gpudoctor.sampling.presentation import fmt_age
 
-from .model import FleetRow, Key, Series, key_of
+from .rows import FleetRow, Key, Series, key_of
 
 # The series read, by source. Each query is one HTTP request; the selector is the user's --match.
 # The readings a row shows are the catalogue's fleet readings (gpudoctor.backends.catalogue): their

@@ -9,7 +9,7 @@ from typing import Iterable, Sequence
 
 from gpudoctor.core._text import plain_text
 
-from .model import FleetError
+from .rows import FleetError
 
 _MATCH = re.compile(r"^\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*(.*?)\s*$", re.S)
 

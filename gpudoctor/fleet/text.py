@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from gpudoctor.sampling.presentation import fmt_age
 
-from .model import STATUS_ORDER, FleetError, FleetRow, FleetView
+from .rows import STATUS_ORDER, FleetError, FleetRow, FleetView
 
 if TYPE_CHECKING:
     from gpudoctor.backends.catalogue import Reading

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from gpudoctor.core import findings
+from gpudoctor.core._num import number
 from gpudoctor.core.model import ProbeResult, Status
 from gpudoctor.core._text import plain_strings as _plain_strings
 from gpudoctor.system.safejson import JsonFileError, non_finite, parse_bounded, read_bounded
@@ -205,8 +206,8 @@ def figures(report: dict[str, Any]) -> dict[tuple[str, str, int | None], float]:
         if tol is None:
             continue
         value = m.get(tol.field)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            out[(probe, tol.name, m.get("device"))] = float(value)
+        if (figure := number(value, finite=True)) is not None:
+            out[(probe, tol.name, m.get("device"))] = figure
     return out
 
 

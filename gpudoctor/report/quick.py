@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gpudoctor.core._text import plain_text
 from gpudoctor.core.model import Finding, Report, Status
 
 if TYPE_CHECKING:
@@ -151,8 +152,9 @@ def once_lines(gpu: GpuBackend, width: int, replay: str | None = None, doctor: b
 
 
 def _one_line(text: str) -> str:
-    line = "".join(ch for ch in " ".join(str(text).split()) if ch.isprintable())  # no escapes
-    return line if len(line) <= HEADLINE_MAX else line[:HEADLINE_MAX - 1] + "…"
+    """One bounded line: line breaks become spaces, escapes and other control characters are marked
+    (``␛``), never silently dropped (core._text.plain_text)."""
+    return plain_text(" ".join(str(text).split()), limit=HEADLINE_MAX)
 
 
 __all__ = ["QuickVerdict", "begin_quick_report", "once_lines", "quick_report", "quick_verdict", "read_quick_report",

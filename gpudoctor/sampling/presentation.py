@@ -154,7 +154,7 @@ def tiny_na(value: NA) -> str:
 def fmt_bytes(n: object) -> str:
     if is_na(n):
         return short_na(n)
-    if not isinstance(n, (int, float)) or isinstance(n, bool):
+    if not _is_number(n):
         return "n/a"
     value = float(n)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
@@ -169,7 +169,7 @@ def fmt_rate_kbps(kbps: object) -> str:
     nvitop read it), in binary units: ``512 KiB/s``, ``1.2 GiB/s``."""
     if is_na(kbps):
         return short_na(kbps)
-    if not isinstance(kbps, (int, float)) or isinstance(kbps, bool):
+    if not _is_number(kbps):
         return "n/a"
     bps = float(kbps) * 1024.0
     for unit in ("B/s", "KiB/s", "MiB/s", "GiB/s"):
@@ -182,7 +182,7 @@ def fmt_rate_kbps(kbps: object) -> str:
 def fmt_num(value: object, unit: str = "", digits: int = 0) -> str:
     if is_na(value):
         return short_na(value)
-    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not _is_number(value):
         return "n/a"
     text = f"{value:.{digits}f}"
     return f"{text}{unit}" if unit in ("%", "°C") else f"{text} {unit}".rstrip()

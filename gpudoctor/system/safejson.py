@@ -29,6 +29,7 @@ import re
 from typing import Any
 
 from gpudoctor.system import fileio
+from gpudoctor.core._num import is_number
 from gpudoctor.core.errors import first_line
 
 MiB = 1 << 20
@@ -185,7 +186,7 @@ def json_safe(obj: object, max_depth: int = 64, _depth: int = 0) -> Any:
 def non_finite(value: object) -> bool:
     """Whether ``value`` is a number JSON cannot carry: NaN, an infinity (or an integer too
     large for a float, which :func:`parse_bounded` reads as one)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_number(value):
         return False
     if isinstance(value, int):
         return value.bit_length() > 1023

@@ -18,7 +18,7 @@ from gpudoctor.hooks.summary import HOST_SYNC_BOUND, INPUT_BOUND, STRAGGLER, syn
 from gpudoctor.core.model import Finding
 from gpudoctor.why import hang, rules
 from gpudoctor.why.rules import SourceLine
-from gpudoctor.why.stacks import Stack
+from gpudoctor.why.stacks import CallStack
 from gpudoctor.why.views import ProcessView, build_views, children_of
 from gpudoctor.why.views import data_lines as _data_lines
 from gpudoctor.why.views import line_records as _line_records
@@ -455,7 +455,7 @@ def ranks_of(decided: list[tuple[ProcessView, Decision]], views: dict[int, Proce
     return found if len(found) > 1 else []
 
 
-def diagnose(stacks: Sequence[Stack], readings: dict[str, Any], source: SourceLine, *, pid: int,
+def diagnose(stacks: Sequence[CallStack], readings: dict[str, Any], source: SourceLine, *, pid: int,
              own: Sequence[str] = (), meta: dict[str, Any] | None = None) -> dict[str, Any]:
     """The whole diagnosis as a JSON-safe dict (docs/why.schema.json)."""
     views = build_views(stacks, source, own)
@@ -527,7 +527,7 @@ def saw_training(shares: dict[str, float]) -> bool:
 ENDING_SHARE = 0.5
 
 
-def interpreter_ending(stacks: Sequence[Stack], pid: int) -> bool:
+def interpreter_ending(stacks: Sequence[CallStack], pid: int) -> bool:
     """Whether ``pid``'s interpreter is ending: most of its main thread's samples show no Python frame
     at all. While a script runs, its main thread always has one (the script's ``<module>`` at
     least); with the script's last line done (or an exception out of it) the interpreter tears down

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from gpudoctor.hooks.torch_support import classify_sync_line
-from gpudoctor.why.stacks import Frame, Stack
+from gpudoctor.why.stacks import Frame, CallStack
 from gpudoctor.why.wording import phrase
 
 DATA_WAIT = "data_wait"
@@ -117,15 +117,15 @@ class Verdict:
     user: Frame | None = None
 
 
-def user_frames(stack: Stack, own: Sequence[str] = ()) -> list[Frame]:
+def user_frames(stack: CallStack, own: Sequence[str] = ()) -> list[Frame]:
     return [f for f in stack.frames if f.file and not is_library(f.file, own)]
 
 
-def is_worker(stack: Stack) -> bool:
+def is_worker(stack: CallStack) -> bool:
     return any(f.function.endswith("_worker_loop") and _in(f, "torch/utils/data/") for f in stack.frames)
 
 
-def is_launcher(stack: Stack) -> bool:
+def is_launcher(stack: CallStack) -> bool:
     return any(_in(f, "torch/distributed/elastic/") or _in(f, "torch/distributed/run.py")
                for f in stack.frames)
 
@@ -134,12 +134,12 @@ _HELPERS = ("multiprocessing/resource_tracker.py", "multiprocessing/forkserver.p
             "multiprocessing/semaphore_tracker.py")
 
 
-def is_helper(stack: Stack) -> bool:
+def is_helper(stack: CallStack) -> bool:
     """multiprocessing's own helper processes (the resource tracker, the forkserver): never trainers."""
     return any(_in(f, part) for f in stack.frames[:3] for part in _HELPERS)
 
 
-def in_distributed(stack: Stack) -> bool:
+def in_distributed(stack: CallStack) -> bool:
     """A torch.distributed frame (not torchrun's launcher) or DistributedDataParallel's: the
     process joined a process group."""
     return any((_in(f, "torch/distributed/") and not _in(f, "torch/distributed/elastic/")
@@ -147,12 +147,12 @@ def in_distributed(stack: Stack) -> bool:
                for f in stack.frames)
 
 
-def _in_dataloader_next(stack: Stack) -> bool:
+def _in_dataloader_next(stack: CallStack) -> bool:
     return any(_in(f, "torch/utils/data/dataloader.py") and _leaf_name(f) in ("__next__", "_next_data")
                for f in stack.frames)
 
 
-def _is_waiting(stack: Stack, text: str, own: Sequence[str]) -> bool:
+def _is_waiting(stack: CallStack, text: str, own: Sequence[str]) -> bool:
     leaf = stack.frames[-1] if stack.frames else None
     if leaf is None:
         return False
@@ -161,7 +161,7 @@ def _is_waiting(stack: Stack, text: str, own: Sequence[str]) -> bool:
     return not is_library(leaf.file, own) and any(mark in text.replace(" ", "") for mark in _WAIT_TEXT)
 
 
-def _loading_detail(stack: Stack) -> str:
+def _loading_detail(stack: CallStack) -> str:
     files = " ".join(_norm(f.file) + " " + f.function for f in stack.frames)
     if any(mark in files for mark in _TRANSFORM_MARKS):  # transforms call PIL's functions: not a decode
         return "transforms"
@@ -173,7 +173,7 @@ def _loading_detail(stack: Stack) -> str:
     return "dataset"
 
 
-def _sync(stack: Stack, users: list[Frame], source: SourceLine, own: Sequence[str]) -> Verdict | None:
+def _sync(stack: CallStack, users: list[Frame], source: SourceLine, own: Sequence[str]) -> Verdict | None:
     for f in stack.frames:
         if _in(f, "torch/cuda/") and _leaf_name(f) in ("synchronize", "wait_event", "wait_stream", "query"):
             return Verdict(HOST_SYNC, "synchronize", users[-1] if users else None)
@@ -187,7 +187,7 @@ def _sync(stack: Stack, users: list[Frame], source: SourceLine, own: Sequence[st
     return None
 
 
-def classify(stack: Stack, source: SourceLine, *, worker: bool | None = None,
+def classify(stack: CallStack, source: SourceLine, *, worker: bool | None = None,
              own: Sequence[str] = ()) -> Verdict:
     """The category of one stack (the table in this module's docstring, first match wins)."""
     users = user_frames(stack, own)
@@ -237,7 +237,7 @@ def classify(stack: Stack, source: SourceLine, *, worker: bool | None = None,
     return Verdict(OTHER, "", user)
 
 
-def _getitem(stack: Stack) -> Frame | None:
+def _getitem(stack: CallStack) -> Frame | None:
     """The dataset's ``__getitem__`` frame (a library's dataset, e.g. torchvision's, has no user
     line inside the loader): where the per-sample work is."""
     return next((f for f in reversed(stack.frames) if f.function.endswith(("__getitem__", "__getitems__"))
@@ -253,7 +253,7 @@ def _outside_torch(frame: Frame) -> bool:
     return "/site-packages/" in path or "/dist-packages/" in path or not is_library(path)
 
 
-def _innermost_torch_part(stack: Stack) -> str | None:
+def _innermost_torch_part(stack: CallStack) -> str | None:
     """backward, optimizer or forward: whichever torch frame is innermost (the forward pass inside
     ``optimizer.step(closure)`` is forward; the optimizer's own update is optimizer). A torch.optim
     frame that called into the user's or a framework's code, other than an optimizer's own
@@ -347,7 +347,7 @@ def _under_no_grad(frame: Frame, source: SourceLine) -> bool:
     return False
 
 
-def startup_detail(stack: Stack, source: SourceLine, own: Sequence[str] = ()) -> str:
+def startup_detail(stack: CallStack, source: SourceLine, own: Sequence[str] = ()) -> str:
     """What start-up work the stack does ("import", "torch.compile", "building the model", ...),
     or "" when it is not start-up."""
     for f in stack.frames:

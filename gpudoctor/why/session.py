@@ -22,7 +22,7 @@ from gpudoctor.system import _published, fileio
 from gpudoctor.core._text import plain_text
 from gpudoctor.why import analysis, flightrec, pyspy, rules
 from gpudoctor.why.readings import Readings, process_exists
-from gpudoctor.why.stacks import Stack, parse_raw
+from gpudoctor.why.stacks import CallStack, parse_raw
 
 if TYPE_CHECKING:
     from gpudoctor.backends.base import GpuBackend
@@ -34,7 +34,7 @@ OWN_PREFIXES = (os.path.dirname(os.path.abspath(gpudoctor.__file__)) + os.sep,)
 
 @dataclass
 class Sampled:
-    stacks: list[Stack]
+    stacks: list[CallStack]
     readings: dict[str, Any]
     seconds: float
     rate_hz: int
@@ -332,7 +332,7 @@ def namespace_ids(pid: int, proc_root: str = "/proc") -> dict[int, int]:
     return found
 
 
-def to_this_namespace(stacks: list[Stack], proc_root: str = "/proc") -> list[Stack]:
+def to_this_namespace(stacks: list[CallStack], proc_root: str = "/proc") -> list[CallStack]:
     """py-spy names a thread by its id inside the process's PID namespace (a container's main
     thread is 1), while the process ids and the readings are this namespace's: the thread ids are
     mapped here, so that the main thread (its id equal to its process's) is known as such."""
@@ -427,7 +427,7 @@ STARTUP_PROBE_HZ = 50
 LOOP_STARTUP_SHARE = 0.25   # the loop runs once start-up is under this share of a probe's samples
 
 
-def startup_share(stacks: list[Stack], source: Callable[[str, int], str]) -> tuple[float | None, str]:
+def startup_share(stacks: list[CallStack], source: Callable[[str, int], str]) -> tuple[float | None, str]:
     """The share of start-up in the busiest trainer's main-thread samples (None: too few), and what."""
     views = [v for v in analysis.build_views(stacks, source, OWN_PREFIXES).values() if v.role == "trainer"]
     if not views:

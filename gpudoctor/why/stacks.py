@@ -38,7 +38,7 @@ class Frame:
 
 
 @dataclass(frozen=True)
-class Stack:
+class CallStack:
     """One distinct stack and how many samples showed it."""
 
     pids: tuple[int, ...]        # the attached process first, the sampled one last
@@ -69,8 +69,8 @@ def parse_frame(text: str) -> Frame:
     return Frame(_clip(match.group(1)), _clip(match.group(2), 1000), int(line) if line and len(line) < 10 else None)
 
 
-def parse_line(line: str) -> Stack | None:
-    """One raw line as a :class:`Stack`; None for a line that is not a stack."""
+def parse_line(line: str) -> CallStack | None:
+    """One raw line as a :class:`CallStack`; None for a line that is not a stack."""
     line = line.rstrip("\n")
     if len(line) > MAX_LINE_CHARS:
         return None
@@ -96,7 +96,7 @@ def parse_line(line: str) -> Stack | None:
         pos = match.end()
     rest = body[pos:]
     frames = tuple(parse_frame(part) for part in rest.split(";")[-MAX_FRAMES:]) if rest else ()
-    return Stack(pids=tuple(pids) or (0,), cmdline=_clip(cmdline, MAX_CMDLINE_CHARS), tid=tid,
+    return CallStack(pids=tuple(pids) or (0,), cmdline=_clip(cmdline, MAX_CMDLINE_CHARS), tid=tid,
                  thread=_clip(thread), frames=frames, count=int(count_text))
 
 
@@ -118,7 +118,7 @@ def split_records(text: str) -> list[str]:
     return records
 
 
-def parse_raw(text: str | Iterable[str]) -> Iterator[Stack]:
+def parse_raw(text: str | Iterable[str]) -> Iterator[CallStack]:
     """Every stack in py-spy's raw output (at most :data:`MAX_LINES`)."""
     records = split_records(text if isinstance(text, str) else "".join(text))
     for record in records[:MAX_LINES]:
@@ -127,4 +127,4 @@ def parse_raw(text: str | Iterable[str]) -> Iterator[Stack]:
             yield stack
 
 
-__all__ = ["Frame", "Stack", "parse_frame", "parse_line", "parse_raw", "split_records", "MAX_LINES", "MAX_FRAMES"]
+__all__ = ["Frame", "CallStack", "parse_frame", "parse_line", "parse_raw", "split_records", "MAX_LINES", "MAX_FRAMES"]

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 from gpudoctor.why import rules
 from gpudoctor.why.rules import SourceLine
-from gpudoctor.why.stacks import Stack
+from gpudoctor.why.stacks import CallStack
 from gpudoctor.why.wording import phrase
 
 MAX_LINES = 5               # user lines named per verdict
@@ -39,7 +39,7 @@ class ProcessView:
         return {c: round(self.share(c), 4) for c in rules.CATEGORIES}
 
 
-def build_views(stacks: Sequence[Stack], source: SourceLine, own: Sequence[str] = ()) -> dict[int, ProcessView]:
+def build_views(stacks: Sequence[CallStack], source: SourceLine, own: Sequence[str] = ()) -> dict[int, ProcessView]:
     """One :class:`ProcessView` per sampled process, its main thread's samples counted by category."""
     views: dict[int, ProcessView] = {}
     for stack in stacks:

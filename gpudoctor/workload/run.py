@@ -433,7 +433,7 @@ def _train_and_measure(run: RunConfig, data: MnistData, device: torch.device, ep
                        state: dict[str, Any]) -> None:
     import torch
 
-    from gpudoctor.workload.model import build_model, build_optimizer
+    from gpudoctor.workload.network import build_model, build_optimizer
 
     cuda = device.type == "cuda"
     hook = fault_hook or (lambda phase, r: None)
@@ -486,7 +486,7 @@ def _energy_top_up(meter: RunEnergy, run: RunConfig, model: torch.nn.Module, bat
     the network so the run's own accuracy is unchanged. Returns the number of extra epochs."""
     import copy
 
-    from gpudoctor.workload.model import build_optimizer
+    from gpudoctor.workload.network import build_optimizer
 
     if not meter.needs_more():
         return 0
@@ -505,7 +505,7 @@ def _warm_up(run: RunConfig, device: torch.device, seed: int, n_train: int) -> N
     """One step on a throw-away network: CUDA/cuBLAS start-up, and an early out-of-memory."""
     import torch
 
-    from gpudoctor.workload.model import build_model, build_optimizer, loss_function
+    from gpudoctor.workload.network import build_model, build_optimizer, loss_function
 
     warm_model = build_model(device, seed)
     warm_opt = build_optimizer(warm_model)
@@ -551,7 +551,7 @@ def _train_epochs(run: RunConfig, model: torch.nn.Module, optimizer: torch.optim
                   result: RunResult) -> _Trained:
     import torch
 
-    from gpudoctor.workload.model import loss_function
+    from gpudoctor.workload.network import loss_function
 
     cuda = device.type == "cuda"
     criterion = loss_function()

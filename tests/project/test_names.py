@@ -14,9 +14,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 ALIKE = {
-    "Reading": {"gpudoctor/backends/base.py", "gpudoctor/backends/catalogue.py"},
-    "Stack": {"gpudoctor/backends/stack.py", "gpudoctor/why/stacks.py"},
-    "Verdict": {"gpudoctor/backends/busy.py", "gpudoctor/why/rules.py"},
 }
 
 
@@ -33,3 +30,11 @@ def test_no_two_public_classes_share_a_name():
     shared = {name: files for name, files in _public_classes().items() if len(files) > 1}
     assert {name: files for name, files in shared.items() if ALIKE.get(name) != files} == {}
 
+
+
+def test_model_py_is_the_report_model_only():
+    """``model.py`` means the report model (core/model.py); fleet's rows and the MNIST network
+    live in fleet/rows.py and workload/network.py."""
+    found = sorted(p.relative_to(ROOT).as_posix()
+                   for p in [*(ROOT / "gpudoctor").rglob("model.py"), *(ROOT / "probes").rglob("model.py")])
+    assert found == ["gpudoctor/core/model.py"]

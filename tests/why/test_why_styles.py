@@ -23,7 +23,7 @@ import pytest
 from gpudoctor.core import exitcodes
 from gpudoctor.cli import main
 from gpudoctor.why import rules, session
-from gpudoctor.why.stacks import Stack, parse_line
+from gpudoctor.why.stacks import CallStack, parse_line
 
 from support._why_targets import line_of
 
@@ -35,7 +35,7 @@ WINDOW = "4"
 START_BOUND_S = 240  # an upper bound on a script's start-up, which `why -- CMD` waits out by condition
 
 
-def _stack(frames: list[str], pids: tuple[int, ...] = (100,)) -> Stack:
+def _stack(frames: list[str], pids: tuple[int, ...] = (100,)) -> CallStack:
     procs = ";".join(f'process {p}:"python train.py"' for p in pids)
     parsed = parse_line(f"{procs};thread ({pids[-1]}): MainThread;" + ";".join(frames) + " 10")
     assert parsed is not None
@@ -144,7 +144,7 @@ def _kill(proc: subprocess.Popen) -> None:
     proc.wait(timeout=60)
 
 
-def _why_pid(name: str, capsys, monkeypatch, *args: str) -> tuple[dict, list[Stack], int]:
+def _why_pid(name: str, capsys, monkeypatch, *args: str) -> tuple[dict, list[CallStack], int]:
     """`gpudoctor why --json PID` on the running script; the stacks it sampled kept for the rules."""
     taken: list[session.Sampled] = []
     real = session.sample
@@ -189,7 +189,7 @@ def _why_cmd(name: str, tmp_path: Path, *args: str) -> tuple[dict, str]:
     return data, stderr
 
 
-def _main_categories(stacks: list[Stack], pid: int, line: int, name: str) -> Counter:
+def _main_categories(stacks: list[CallStack], pid: int, line: int, name: str) -> Counter:
     """Categories of the main thread's samples whose innermost line of the script is ``line``."""
     path, lines = str(SCRIPTS / f"{name}.py"), _source(name).splitlines()
 
