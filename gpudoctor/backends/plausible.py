@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from gpudoctor.core._num import number
 
-from .catalogue import plausible_ranges
+from .catalogue import mig_readings, plausible_ranges
 from .na import NA
 
 _T = TypeVar("_T")
@@ -39,13 +39,26 @@ def implausible(value: object) -> NA:
 
 def check(key: str, value: _T) -> _T | NA:
     """``value``, or NA("implausible value <v>") when it is a number outside ``key``'s range."""
-    bounds = plausible_ranges().get(key)
+    return within(plausible_ranges().get(key), value)
+
+
+def within(bounds: tuple[int, int] | None, value: _T) -> _T | NA:
+    """``value``, or NA("implausible value <v>") when it is a number outside ``bounds`` (None: any)."""
     if bounds is None or isinstance(value, bool) or not isinstance(value, (int, float)):
         return value
     low, high = bounds
     if value != value or not low <= value <= high:  # value != value: NaN
         return implausible(value)
     return value
+
+
+def screen_mig(readings: dict[str, Any]) -> dict[str, Any]:
+    """A MIG device's readings (a recording's ``mig`` entry) as :func:`screen` gives a sample's, by the
+    ranges of the catalogue's MIG readings (``MigReading.plausible``)."""
+    for r in mig_readings():
+        if r.plausible is not None and r.key in readings:
+            readings[r.key] = within(r.plausible, readings[r.key])
+    return cross_check(readings)
 
 
 def screen(readings: dict[str, Any]) -> dict[str, Any]:
@@ -93,4 +106,4 @@ def is_implausible(value: object) -> bool:
     return isinstance(value, NA) and value.reason.startswith(IMPLAUSIBLE)
 
 
-__all__ = ["IMPLAUSIBLE", "check", "screen", "implausible", "is_implausible"]
+__all__ = ["IMPLAUSIBLE", "check", "within", "screen", "screen_mig", "implausible", "is_implausible"]
