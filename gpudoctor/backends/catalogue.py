@@ -80,17 +80,20 @@ GPM_MIBPS = (0, 1 << 24)
 class NvmlRead:
     """How the live backend reads a reading with NVML calls of its own: the first of
     ``functions`` that answers (an older driver names it differently), called with the device
-    handle and ``args`` (NVML constants by name, with nvml.h's value for a binding that lacks
-    them); then ``item`` of a tuple answer, ``convert`` ("int", "bool", "len": how many in a
-    list; "field": ``args`` are field ids of ``nvmlDeviceGetFieldValues``, passed as one list, and
-    the answer is the first field's value, or NA with its own return code) and ``divide``
-    (mW -> W: 1000)."""
+    handle (a MIG device's own handle for a :class:`MigReading`) and ``args`` (NVML constants by
+    name, with nvml.h's value for a binding that lacks them); then ``item`` of a tuple answer or
+    ``attribute`` of a structure answer (a mapping's key, for a MIG reader's mapping), ``convert``
+    ("int", "bool", "len": how many in a list; "field": ``args`` are field ids of
+    ``nvmlDeviceGetFieldValues``, passed as one list, and the answer is the first field's value, or
+    NA with its own return code), ``multiply`` (MiB -> B: 1 << 20) and ``divide`` (mW -> W: 1000)."""
 
     functions: tuple[str, ...]
     args: tuple[tuple[str, int], ...] = ()
     item: int | None = None
     convert: str = ""
     divide: int = 1
+    attribute: str = ""
+    multiply: int = 1
 
 
 
@@ -532,7 +535,17 @@ class MigReading:
     ``mig`` entries, by ``key``. ``value`` is its JSON type in recordings ("number", "integer");
     ``prometheus`` its exporter gauge (labels gpu, gpu_instance, compute_instance, uuid; "": not
     exported), ``scale`` the factor to the gauge's unit, ``help`` its help and ``dcgm`` the words
-    of docs/fleet.md's DCGM column."""
+    of docs/fleet.md's DCGM column.
+
+    Live NVML reads it as ``nvml`` says, on the MIG handle, through the gate (an error becomes NA;
+    readings that share a call make it once per MIG device). A reading that takes more than one call
+    names its ``reader`` instead (gpudoctor.backends.nvml.MIG_READERS: "memory", the v2 memory call
+    with the v1 call as fallback; "gpm", the GPM readings of the device's GPU instance, read once per
+    GPU instance), and ``nvml`` (with no functions) says how the reader's answer becomes the reading.
+    The value is then screened with ``plausible`` (the lowest and highest possible values; None: no
+    bound), live and in replay. ``word``: its word in ``watch``'s MIG lines and the TUI's MIG rows,
+    before its value and unit ("": shown there only in ``watch --json``; the memory, SM activity and
+    the readings NVML gives for the whole GPU only are written there in forms of their own)."""
 
     key: str
     unit: str
@@ -541,6 +554,10 @@ class MigReading:
     scale: float = 1.0
     help: str = ""
     dcgm: str = "none"
+    nvml: NvmlRead | None = None
+    reader: str = ""
+    plausible: tuple[int, int] | None = None
+    word: str = ""
 
 
 #: Every per-MIG-device reading, in recording order. NVML gives power and energy for the whole GPU
@@ -548,19 +565,25 @@ class MigReading:
 #: ``energy_mj`` are recorded as NVML answers them (NA) and never exported per slice.
 MIG_READINGS: tuple[MigReading, ...] = (
     MigReading("sm_count", "", "integer", "gpudoctor_mig_sm_count",
-               help="Streaming multiprocessors of the MIG device (its attributes)"),
-    MigReading("memory_size_bytes", "B", "integer"),
+               help="Streaming multiprocessors of the MIG device (its attributes)",
+               nvml=_q("nvmlDeviceGetAttributes", attribute="multiprocessorCount", convert="int")),
+    MigReading("memory_size_bytes", "B", "integer", plausible=BYTES,
+               nvml=_q("nvmlDeviceGetAttributes", attribute="memorySizeMB", convert="int", multiply=1 << 20)),
     MigReading("memory_used_bytes", "B", "integer", "gpudoctor_mig_memory_used_bytes",
                help="Memory in use on the MIG device (its own figure, per slice)",
-               dcgm="DCGM_FI_DEV_FB_USED per GPU instance"),
+               dcgm="DCGM_FI_DEV_FB_USED per GPU instance", plausible=BYTES,
+               reader="memory", nvml=_q(attribute="used", convert="int")),
     MigReading("memory_total_bytes", "B", "integer", "gpudoctor_mig_memory_total_bytes",
-               help="Memory of the MIG device (its own figure, per slice)", dcgm="DCGM_FI_DEV_FB_TOTAL per GPU instance"),
-    MigReading("gpu_util_pct", "%", "integer"),
-    MigReading("energy_mj", "mJ", "integer"),
+               help="Memory of the MIG device (its own figure, per slice)", dcgm="DCGM_FI_DEV_FB_TOTAL per GPU instance",
+               plausible=BYTES, reader="memory", nvml=_q(attribute="total", convert="int")),
+    MigReading("gpu_util_pct", "%", "integer", plausible=PCT,
+               nvml=_q("nvmlDeviceGetUtilizationRates", attribute="gpu", convert="int")),
+    MigReading("energy_mj", "mJ", "integer", plausible=ENERGY_MJ, nvml=_q("nvmlDeviceGetTotalEnergyConsumption")),
     MigReading("sm_active_pct", "%", "number", "gpudoctor_mig_sm_active_ratio", 0.01,
                help="SM activity of the MIG device's GPU instance, 0-1 (GPM per GPU instance, Hopper and later; "
                     "shared by the compute instances of one GPU instance)",
-               dcgm="DCGM_FI_PROF_SM_ACTIVE per GPU instance"),
+               dcgm="DCGM_FI_PROF_SM_ACTIVE per GPU instance", plausible=PCT,
+               reader="gpm", nvml=_q(attribute="sm_active_pct")),
 )
 
 

@@ -31,7 +31,7 @@ from .base import (DeviceIdentity, GpuSample, MemoryReading, MigDeviceReading, N
 from .clock_reasons import (HARMFUL_THROTTLE_MASK, STUCK_S, THROTTLE_REASONS,  # noqa: F401 - also this module's
                             throttle_reason_names, throttle_reason_words)
 from .na import NA, is_na
-from .plausible import check, screen
+from .plausible import check, screen, within
 from .base import DeviceStatic  # the static facts' type, made from the catalogue
 
 
@@ -374,7 +374,8 @@ def _field_value(answer: Any, error_name: Callable[[int], str]) -> Any:
 
 
 def _convert(answer: Any, how: catalogue.NvmlRead, error_name: Callable[[int], str] = str) -> Any:
-    """An NVML answer as the catalogue's reading: its ``item``, converted, divided (NA stays NA)."""
+    """An NVML answer as the catalogue's reading: its ``item`` or ``attribute``, converted, multiplied,
+    divided (NA stays NA)."""
     if is_na(answer):
         return answer
     if how.convert == "field":
@@ -382,12 +383,16 @@ def _convert(answer: Any, how: catalogue.NvmlRead, error_name: Callable[[int], s
         if is_na(answer):
             return answer
     value = answer[how.item] if how.item is not None else answer
+    if how.attribute:
+        value = value[how.attribute] if isinstance(value, dict) else getattr(value, how.attribute)
     if how.convert == "len":
         value = len(value)
     elif how.convert == "int":
         value = int(value)
     elif how.convert == "bool":
         value = bool(value)
+    if how.multiply != 1:
+        value = value * how.multiply
     return value / float(how.divide) if how.divide != 1 else value
 
 
@@ -482,6 +487,16 @@ def nvlink_version_words(version: object, name: object) -> str:
     if isinstance(name, str) and name:
         return f"{version} (as nvmlNvlinkVersion_t: NVLink {name})"
     return f"{version} (not a value of the binding's nvmlNvlinkVersion_t)"
+
+
+class _MigSlice:
+    """One MIG device being read: its GPU's index, its GPU instance id (or NA), its MIG handle, and
+    the GPM readings of each GPU instance, shared by every MIG device of one :meth:`NvmlBackend.mig_devices`."""
+
+    __slots__ = ("index", "gpu_instance_id", "handle", "gpm")
+
+    def __init__(self, index: int, gpu_instance_id: int | NA, handle: NvmlHandle, gpm: dict[int, Any]) -> None:
+        self.index, self.gpu_instance_id, self.handle, self.gpm = index, gpu_instance_id, handle, gpm
 
 
 class NvmlBackend:
@@ -673,19 +688,26 @@ class NvmlBackend:
                 for reading in catalogue.readings() if reading.nvml is not None and reading.read == read}
 
     def _read_nvml(self, index: int, how: catalogue.NvmlRead, answers: dict[tuple[Any, ...], Any]) -> Any:
-        """What the catalogue's ``how`` reads of the device: the first of its functions that
-        answers, converted (NA where none does). ``answers`` keeps each call's answer, so a call that
-        gives several readings or facts is made once."""
+        """What the catalogue's ``how`` reads of the device, converted (NA where no function
+        answers); ``answers`` keeps each call's answer, so a call that gives several readings or
+        facts is made once (:meth:`_call`)."""
+        return _convert(self._call(how, answers, self._q, index), how, self.gate.error_name)
+
+    def _call(self, how: catalogue.NvmlRead, answers: dict[tuple[Any, ...], Any], ask: Callable[..., Any],
+              target: object) -> Any:
+        """The answer to ``how``'s call: the first of its functions that answers, asked as
+        ``ask(function, target, *args)`` (``target``: a device index for :meth:`_q`, a MIG handle for
+        the gate); kept in ``answers``, so readings that share a call make it once."""
         args = tuple(self.gate.constant(name, default) for name, default in how.args)
         call = (how.functions, args)
         if call not in answers:
             answer: Any = NA("FunctionNotFound")
             for function in how.functions:
-                answer = self._q(function, index, *((list(args),) if how.convert == "field" else args))
+                answer = ask(function, target, *((list(args),) if how.convert == "field" else args))
                 if not is_na(answer):
                     break
             answers[call] = answer
-        return _convert(answers[call], how, self.gate.error_name)
+        return answers[call]
 
     def nvlink(self, index: int) -> list[NvLinkReading] | NA:
         """NVLink links of a device: one dict per link that answered, or NA.
@@ -935,14 +957,14 @@ class NvmlBackend:
         if is_na(slots):
             return slots
         found: list[MigDeviceReading] = []
-        sm_active: dict[int, Any] = {}  # GPM per GPU instance (by its id), read once per call
+        gpm: dict[int, Any] = {}  # GPM per GPU instance (by its id), read once per call
         for slot in range(min(int(slots), 64)):
             mig = self.gate.query("nvmlDeviceGetMigDeviceHandleByIndex", handle, slot)
             if is_na(mig):
                 if mig.reason in ("NotFound", "InvalidArgument"):
                     continue  # an empty slot
                 return mig  # the device failed (GpuIsLost, DriverNotAnswering...)
-            found.append(self._mig_device(index, slot, mig, sm_active) if readings
+            found.append(self._mig_device(index, slot, mig, gpm) if readings
                          else self._mig_identity(index, slot, mig))
         return found
 
@@ -957,39 +979,51 @@ class NvmlBackend:
             compute_instance_id=ci if is_na(ci) else int(ci), uuid=q("nvmlDeviceGetUUID", mig), name=name,
             profile=_mig_profile(name), processes=NA("NotRead"), **skipped)
 
-    def _mig_device(self, index: int, slot: int, mig: NvmlHandle, sm_active: dict[int, Any]) -> MigDeviceReading:
-        """A MIG device's names (:meth:`_mig_identity`) with its readings."""
-        q = self.gate.query
+    def _mig_device(self, index: int, slot: int, mig: NvmlHandle, gpm: dict[int, Any]) -> MigDeviceReading:
+        """A MIG device's names (:meth:`_mig_identity`) with its readings: each of the catalogue's MIG
+        readings from its NVML call on the MIG handle (made once for the readings that share it) or
+        its reader (:data:`MIG_READERS`), converted as its ``nvml`` says and screened with its range;
+        then its processes. ``gpm``: the GPM readings of each GPU instance, read once per call of
+        :meth:`mig_devices`."""
         named = self._mig_identity(index, slot, mig)
-        gi = named.gpu_instance_id
-        attributes = q("nvmlDeviceGetAttributes", mig)
-        sm_count = attributes if is_na(attributes) else int(attributes.multiprocessorCount)
-        size = attributes if is_na(attributes) else check("memory_total_bytes", int(attributes.memorySizeMB) << 20)
-        memory = self._mig_memory(mig)
-        used = memory if is_na(memory) else check("memory_used_bytes", int(memory.used))
-        total = memory if is_na(memory) else check("memory_total_bytes", int(memory.total))
-        util = q("nvmlDeviceGetUtilizationRates", mig)
-        energy = q("nvmlDeviceGetTotalEnergyConsumption", mig)
-        if is_na(gi):
-            active: Any = gi
-        else:
-            if gi not in sm_active:
-                sm_active[gi] = self.gpm_mig(index, gi).get("sm_active_pct", NA(GPM_NEEDS_HOPPER))
-            active = sm_active[gi]
-        return replace(
-            named, sm_count=sm_count, memory_size_bytes=size, memory_used_bytes=used, memory_total_bytes=total,
-            gpu_util_pct=util if is_na(util) else check("gpu_util_pct", int(util.gpu)),
-            energy_mj=check("energy_mj", energy), sm_active_pct=active, processes=self._mig_processes(mig))
+        at = _MigSlice(index, named.gpu_instance_id, mig, gpm)
+        answers: dict[tuple[Any, ...], Any] = {}
+        read = {r.key: self._mig_reading(r, at, answers) for r in catalogue.mig_readings()}
+        return replace(named, **read, processes=self._mig_processes(mig))
 
-    def _mig_memory(self, mig: NvmlHandle) -> Any:
-        """A MIG device's memory info: the v2 call where the driver has it (used without the driver's
-        reserved memory, as nvidia-smi shows it), else the v1 call."""
+    def _mig_reading(self, reading: catalogue.MigReading, at: "_MigSlice", answers: dict[tuple[Any, ...], Any]) -> Any:
+        """One catalogue MIG reading of the MIG device ``at``."""
+        how = reading.nvml
+        if reading.reader:
+            if (reading.reader,) not in answers:
+                answers[(reading.reader,)] = MIG_READERS[reading.reader](self, at)
+            answer = answers[(reading.reader,)]
+        elif how is not None:
+            answer = self._call(how, answers, self.gate.query, at.handle)
+        else:
+            answer = NA("NotRead")  # a reading with neither a call nor a reader (the catalogue's test refuses one)
+        return within(reading.plausible, _convert(answer, how, self.gate.error_name) if how is not None else answer)
+
+    def _mig_memory(self, at: "_MigSlice") -> Any:
+        """A MIG device's memory info (MIG reader "memory"): the v2 call where the driver has it (used
+        without the driver's reserved memory, as nvidia-smi shows it), else the v1 call."""
         version = self.gate.constant("nvmlMemory_v2", 0)
         if version and self._memory_v2:
-            memory = self.gate.query("nvmlDeviceGetMemoryInfo", mig, version)
+            memory = self.gate.query("nvmlDeviceGetMemoryInfo", at.handle, version)
             if not is_na(memory) or memory.reason not in _NO_V2_REASONS:
                 return memory
-        return self.gate.query("nvmlDeviceGetMemoryInfo", mig)
+        return self.gate.query("nvmlDeviceGetMemoryInfo", at.handle)
+
+    def _mig_gpm(self, at: "_MigSlice") -> dict[str, float | NA] | NA:
+        """The GPM readings of a MIG device's GPU instance (MIG reader "gpm"; :meth:`gpm_mig`), read
+        once per GPU instance in one call of :meth:`mig_devices`: the compute instances of one GPU
+        instance share them. NA where the GPU instance id is."""
+        gi = at.gpu_instance_id
+        if is_na(gi):
+            return gi
+        if gi not in at.gpm:
+            at.gpm[gi] = self.gpm_mig(at.index, gi)
+        return at.gpm[gi]
 
     def _mig_processes(self, mig: NvmlHandle) -> list[ProcessReading] | NA:
         """The compute processes on one MIG device (pid, memory; NVML gives no per-process SM
@@ -1113,3 +1147,12 @@ class NvmlBackend:
         self._handles.clear()
         self._identities.clear()
         self.gate.shutdown()
+
+
+#: The readers of the MIG readings that take more than one NVML call, by the name a catalogue entry's
+#: ``reader`` gives (gpudoctor.backends.catalogue.MigReading): each answers for one MIG device, and the
+#: entry's ``nvml`` says how its answer becomes the reading.
+MIG_READERS: dict[str, Callable[[NvmlBackend, _MigSlice], Any]] = {
+    "memory": NvmlBackend._mig_memory,
+    "gpm": NvmlBackend._mig_gpm,
+}

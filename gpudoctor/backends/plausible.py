@@ -18,7 +18,7 @@ from typing import Any, TypeGuard, TypeVar
 
 from gpudoctor.core._num import is_number, number
 
-from .catalogue import plausible_ranges
+from .catalogue import mig_readings, plausible_ranges
 from .na import NA
 
 _T = TypeVar("_T")
@@ -39,7 +39,11 @@ def implausible(value: object) -> NA:
 
 def check(key: str, value: _T) -> _T | NA:
     """``value``, or NA("implausible value <v>") when it is a number outside ``key``'s range."""
-    bounds = plausible_ranges().get(key)
+    return within(plausible_ranges().get(key), value)
+
+
+def within(bounds: tuple[int, int] | None, value: _T) -> _T | NA:
+    """``value``, or NA("implausible value <v>") when it is a number outside ``bounds`` (None: any)."""
     reading: object = value  # narrowed below; ``value`` keeps its type for the caller
     if bounds is None or not is_number(reading):
         return value
@@ -47,6 +51,15 @@ def check(key: str, value: _T) -> _T | NA:
     if reading != reading or not low <= reading <= high:  # reading != reading: NaN
         return implausible(reading)
     return value
+
+
+def screen_mig(readings: dict[str, Any]) -> dict[str, Any]:
+    """A MIG device's readings (a recording's ``mig`` entry) as :func:`screen` gives a sample's, by the
+    ranges of the catalogue's MIG readings (``MigReading.plausible``)."""
+    for r in mig_readings():
+        if r.plausible is not None and r.key in readings:
+            readings[r.key] = within(r.plausible, readings[r.key])
+    return cross_check(readings)
 
 
 def screen(readings: dict[str, Any]) -> dict[str, Any]:
@@ -94,4 +107,4 @@ def is_implausible(value: object) -> TypeGuard[NA]:
     return isinstance(value, NA) and value.reason.startswith(IMPLAUSIBLE)
 
 
-__all__ = ["IMPLAUSIBLE", "check", "screen", "implausible", "is_implausible"]
+__all__ = ["IMPLAUSIBLE", "check", "within", "screen", "screen_mig", "implausible", "is_implausible"]

@@ -32,7 +32,7 @@ from . import catalogue
 from .base import (DeviceIdentity, GpuSample, MemoryReading, MigDeviceReading, NvLinkReading, P2PReading,
                    ProcessReading, UtilizationReading)
 from .na import NA, is_na
-from .plausible import screen
+from .plausible import screen, screen_mig
 from .base import DeviceStatic  # the static facts' type, made from the catalogue
 
 if TYPE_CHECKING:  # pathlib costs `report --quick` ~5 ms of imports; only replays need it
@@ -251,7 +251,7 @@ class ReplayBackend:
             return NA("MigDisabled") if self.static(index).get("mig_mode") == 0 else NA("NotRecorded")
         if is_na(entries):
             return entries
-        return [MigDeviceReading.from_mapping(screen(dict(m))) for m in entries]
+        return [MigDeviceReading.from_mapping(screen_mig(dict(m))) for m in entries]
 
     def gpm(self, index: int) -> dict[str, float | NA]:
         """A recording's GPM readings come with its samples (:meth:`sample`); a GPM read of its own

@@ -664,6 +664,13 @@ def _mig_processes_text(mig: MigDeviceReading, *, verbose: bool) -> str:
     return f"{len(procs)} ({', '.join(shown)}{more})"
 
 
+def _mig_worded(mig: MigDeviceReading, *, numbers_only: bool) -> list[str]:
+    """The catalogue's MIG readings that have a word of their own (``MigReading.word``), each as
+    ``word value``: ``sms 60``; with ``numbers_only``, only those that are a number."""
+    return [f"{r.word} {fmt_num(mig.get(r.key), r.unit)}" for r in catalogue.mig_readings()
+            if r.word and (_is_number(mig.get(r.key)) or not numbers_only)]
+
+
 #: What the TUI's GPU panel says under a GPU's MIG devices.
 MIG_PANEL_NOTE = "util n/a in MIG mode; power and energy are the whole GPU's"
 
@@ -674,6 +681,7 @@ def mig_summary(mig: MigDeviceReading) -> str:
     parts = [_mig_ids(mig), profile, _mig_memory(mig)]
     if _is_number(mig.sm_active_pct):
         parts.append(f"smact {mig.sm_active_pct:.0f}%")
+    parts += _mig_worded(mig, numbers_only=True)
     procs = mig.processes
     parts.append(f"{len(procs)} proc{'s' if len(procs) != 1 else ''}" if isinstance(procs, list)
                  else f"procs {short_na(procs)}")
@@ -701,6 +709,7 @@ def mig_lines(snap: Snapshot, dev: DeviceSnapshot, *, verbose: bool = True) -> l
             parts = [f"{head} {ids} {profile} mem {_mig_memory(mig)}"]
             if _is_number(active):
                 parts.append(f"smact {active:.0f}%")  # SM activity, as on the GPU line (sm: its clock)
+            parts += _mig_worded(mig, numbers_only=True)
             parts.append(f"procs {_mig_processes_text(mig, verbose=False)}")
             if _is_number(mig.gpu_util_pct):  # NVML gives none in MIG mode (the GPU's line says n/a)
                 parts.append(f"util {mig.gpu_util_pct:.0f}%")
@@ -713,7 +722,7 @@ def mig_lines(snap: Snapshot, dev: DeviceSnapshot, *, verbose: bool = True) -> l
         sms = str(mig.sm_count) if isinstance(mig.sm_count, int) else short_na(mig.sm_count)
         parts = [f"{head} {ids} {profile}", f"uuid {uuid}", f"sms {sms}", f"mem {_mig_memory(mig)}",
                  "sm_active " + (short_na(active) if is_na(active) else f"{active:.1f} %"),
-                 f"procs {_mig_processes_text(mig, verbose=True)}"]
+                 *_mig_worded(mig, numbers_only=False), f"procs {_mig_processes_text(mig, verbose=True)}"]
         for key, word, words in MIG_NOT_PER_SLICE:
             value = mig.get(key)
             if mig_not_per_slice(value):
