@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -94,17 +95,23 @@ from test_why_styles import _kill  # noqa: E402  (the script and its children: t
 
 def _start(*argv: str, readies: int = 1) -> subprocess.Popen:
     """Start a script of tests/support/why_scripts in a session of its own; return once ``readies``
-    processes printed ready (their loops run)."""
-    proc = subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    processes printed ready (their loops run). If the script ends first, the error carries the end
+    of what it wrote to stderr (a trainer's traceback, say)."""
+    err = tempfile.TemporaryFile()
+    proc = subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE, stderr=err, text=True,
                             start_new_session=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
     assert proc.stdout is not None
     seen = 0
     for row in proc.stdout:
         seen += row.strip() == "ready"
         if seen >= readies:
+            err.close()
             return proc
     _kill(proc)
-    raise AssertionError(f"{argv} did not reach its loop (exit {proc.returncode})")
+    err.seek(0)
+    said = err.read().decode(errors="replace")[-3000:]
+    err.close()
+    raise AssertionError(f"{argv} did not reach its loop (exit {proc.returncode}); its stderr ends:\n{said}")
 
 
 def _why_json(pid: int, capsys, seconds: str = "3") -> dict:

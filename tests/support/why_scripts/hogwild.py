@@ -8,6 +8,8 @@ Each trainer prints ``ready`` once its loop runs. ``gpudoctor why`` on the paren
 trainers (not the waiting parent), and use no rank or collective words: there are no ranks.
 """
 
+import sys
+
 import torch
 import torch.multiprocessing as mp
 from torch import nn
@@ -46,3 +48,6 @@ if __name__ == "__main__":
         processes.append(p)
     for p in processes:
         p.join()  # PARENT JOIN
+    failed = [(p.pid, p.exitcode) for p in processes if p.exitcode != 0]
+    if failed:
+        sys.exit(f"trainers ended with a failure (pid, exit code): {failed}")
