@@ -122,6 +122,33 @@ def _why_json(pid: int, capsys, seconds: str = "3") -> dict:
     return data
 
 
+def test_the_scripts_write_each_line_in_one_piece(monkeypatch):
+    """Several trainers share one stdout pipe: a line written in pieces (``print`` under
+    PYTHONUNBUFFERED writes the word, then the newline) interleaves with another trainer's into
+    "readyready", and the test never sees two readies. Each line is one write."""
+    from support.script_loader import load_script
+
+    harness = load_script(SCRIPTS / "_harness.py", "_harness")
+    writes: list[str] = []
+
+    class Pipe:
+        def write(self, text: str) -> int:
+            writes.append(text)
+            return len(text)
+
+        def flush(self) -> None:
+            pass
+
+    monkeypatch.setattr(sys, "stdout", Pipe())
+    options = harness.parser("doc", 8).parse_args(["--progress", "--steps", "3"])
+    clock = harness.StepClock(options)
+    ended = [clock.tick() for _ in range(3)]
+    assert ended == [False, False, True]
+    assert len(writes) == 4 and writes[2] == "ready\n", writes
+    assert all(text.endswith("\n") and text.count("\n") == 1 for text in writes), writes
+    assert [text.split()[0] for text in writes] == ["progress", "progress", "ready", "progress"], writes
+
+
 @pytest.mark.parametrize("style", ["functions", "module"])
 def test_training_scripts_with_a_no_grad_test_are_not_called_evaluation(style, capsys):
     proc = _start(str(SCRIPTS / "epochs.py"), "--style", style, "--seconds", str(READY_BOUND_S))

@@ -7,6 +7,7 @@ A script run as ``python tests/support/why_scripts/NAME.py`` finds this module b
 """
 
 import argparse
+import sys
 import time
 
 
@@ -22,6 +23,15 @@ def parser(doc, batch_size, workers=None):
     return options
 
 
+def say(*words):
+    """Print one line in a single write. ``print`` writes its words, separators and end one by one
+    when stdout is unbuffered (PYTHONUNBUFFERED, as the tests run these scripts), so the lines of
+    several trainers sharing one pipe interleave ("readyready" then an empty line); one write of a
+    whole line under PIPE_BUF bytes reaches the pipe in one piece."""
+    sys.stdout.write(" ".join(str(word) for word in words) + "\n")
+    sys.stdout.flush()
+
+
 class StepClock:
     """Counts training steps: prints ``ready`` after the third, a progress line after each with
     ``--progress`` (monotonic time, steps done, the process's CPU seconds), and says when
@@ -35,8 +45,8 @@ class StepClock:
         """One step done; True when the run should end."""
         self.steps += 1
         if self.steps == 3:
-            print("ready", flush=True)
+            say("ready")
         if self.show:
-            print("progress", time.monotonic(), self.steps, time.process_time(), flush=True)
+            say("progress", time.monotonic(), self.steps, time.process_time())
         return bool((self.limit and self.steps >= self.limit)
                     or (self.seconds and time.monotonic() - self.started >= self.seconds))
