@@ -6,9 +6,10 @@ the module, described by its docstring's first line), whose ``run(ctx)`` takes a
 prints and never imports torch at module level (``report --quick`` must not load torch);
 it asks its backends for readings. The runner discovers every module in this package,
 so adding a probe is adding a file (and a line in ``CATALOGUE``, which a test checks).
-Probe modules import this package relatively (``from . import Probe, ProbeContext``): mypy,
-which checks them, knows this folder as ``probes``, not as ``gpudoctor.probes``; torch's
-types are imported under ``TYPE_CHECKING`` only.
+Probe modules import this package relatively (``from . import Probe, ProbeContext``): it is
+``gpudoctor.probes`` when installed, and mypy checks it under that name too (on the installed
+tree, ``python -m gpudoctor.tools.typecheck``); torch's types are imported under
+``TYPE_CHECKING`` only.
 
 ``CATALOGUE`` names each probe's module and level so that choosing probes imports only
 the modules that will run: ``report --quick`` never imports the measuring probes (and
