@@ -278,9 +278,10 @@ class PartWriter:
 
         data: dict[str, Any] = plain_strings(finite_for_file(encode(value)))
         if self.anonymize:
+            from gpudoctor.backends.catalogue import identifying_keys
             from gpudoctor.core.anonymize import anonymize_dict
 
-            data = anonymize_dict(data, hostname=self.hostname)
+            data = anonymize_dict(data, identifying_keys(), hostname=self.hostname)
         return data
 
     def add(self, sample: dict[str, Any]) -> None:

@@ -147,6 +147,68 @@ def test_a_static_fact_added_to_the_catalogue_reaches_the_report(facts):
     assert any(f.code == "implausible_reading" and "widget_limit_w 9000" in f.summary for f in result.findings)
 
 
+# --------------------------------------------------------------------------- --anonymize
+#: A fact that names the board, marked so in the catalogue alone: no list of secret keys names it.
+MODULE_SERIAL = catalogue.StaticFact("module_serial", "", "text", catalogue.NvmlRead(("nvmlDeviceGetModuleSerial",)),
+                                     report="module_serial", identifying=True)
+SERIAL = "MS-3318-7781"
+
+
+@pytest.fixture
+def identifying(monkeypatch):
+    import importlib
+
+    for name in CONSUMERS:
+        importlib.import_module(name)
+    monkeypatch.setattr(catalogue, "STATIC_FACTS", catalogue.STATIC_FACTS + (MODULE_SERIAL,))
+    return FakePynvml(readings={"nvmlDeviceGetModuleSerial": SERIAL})
+
+
+def test_an_identifying_static_fact_is_stripped_by_anonymize_from_the_recording_and_the_report(
+        identifying, tmp_path, capsys):
+    import io
+
+    from gpudoctor.cli import main
+    from gpudoctor.console.render import REDACTED, render_text, report_to_json, report_to_markdown
+    from gpudoctor.core.model import Report
+    from gpudoctor.probes import ProbeContext, health
+    from support.recorded import record_file
+
+    from gpudoctor.core.anonymize import HOST_KEYS
+
+    assert "module_serial" in catalogue.identifying_keys()
+    assert not HOST_KEYS & set(catalogue.static_keys())  # the anonymiser names no GPU fact by hand
+    # record: kept as read without --anonymize, struck out with it
+    plain, _ = record_file(NvmlBackend(NvmlGate(identifying)), tmp_path / "plain.json", seconds=0.0, interval=0.01)
+    assert plain["nvml"]["static"][0]["module_serial"] == SERIAL
+    hidden, _ = record_file(NvmlBackend(NvmlGate(identifying)), tmp_path / "hidden.json", seconds=0.0,
+                            interval=0.01, anonymize=True)
+    assert hidden["nvml"]["static"][0]["module_serial"] == REDACTED
+    assert SERIAL not in (tmp_path / "hidden.json").read_text()
+    identifying.devices[0]["nvmlDeviceGetModuleSerial"] = nvml_error("NotSupported")  # no value: nothing to strip
+    unknown, _ = record_file(NvmlBackend(NvmlGate(identifying)), tmp_path / "unknown.json", seconds=0.0,
+                             interval=0.01, anonymize=True)
+    assert unknown["nvml"]["static"][0]["module_serial"] == {"__na__": "NotSupported"}
+    identifying.devices[0]["nvmlDeviceGetModuleSerial"] = SERIAL
+
+    # report: the health probe measures it under its report name; every anonymised output strips it
+    result = health.run(ProbeContext(gpu=NvmlBackend(NvmlGate(identifying)), level="quick"))
+    report = Report(results=[result])
+    assert SERIAL in report.to_json()
+    text = io.StringIO()
+    render_text(report, text, color=False, width=120, verbose=True, anonymize=True)
+    for out in (report_to_json(report, anonymize=True), text.getvalue()):
+        assert SERIAL not in out and "module_serial" in out, out
+    assert SERIAL not in report_to_markdown(report)  # the markdown summary (anonymised by default)
+    assert {m["name"]: m["value"] for m in json.loads(report_to_json(report, anonymize=True))["results"][0]
+            ["measurements"]}["module_serial"] == REDACTED
+    # the command itself, on the recording: --json --anonymize
+    assert main(["report", "--json", "--anonymize", "--probe", "health", "--replay", str(tmp_path / "plain.json")]) \
+        in (0, 1)
+    out = capsys.readouterr().out
+    assert "module_serial" in out and SERIAL not in out, out
+
+
 # --------------------------------------------------------------------------- what the catalogue replaced
 #: An H100 in MIG mode as a fake NVML answers every static call.
 H100 = {"nvmlDeviceGetName": "NVIDIA H100 80GB HBM3", "nvmlDeviceGetUUID": "GPU-5e2f", "nvmlDeviceGetSerial": "1654",
