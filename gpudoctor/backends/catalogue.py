@@ -769,6 +769,17 @@ def info_labels() -> tuple[str, ...]:
     return tuple(f.key for f in STATIC_FACTS if f.info_label and not f.series_label)
 
 
+#: The one label of the exporter's ``gpudoctor_gpu_info`` that is no static fact: the driver's version.
+DRIVER_LABEL = "driver_version"
+
+
+@per_catalogue
+def gpu_info_labels() -> tuple[str, ...]:
+    """The labels of the exporter's ``gpudoctor_gpu_info``, in order: ``gpu``, :func:`series_labels`,
+    :data:`DRIVER_LABEL`, then :func:`info_labels` (the exporter's series and docs/fleet.md's row)."""
+    return ("gpu",) + series_labels() + (DRIVER_LABEL,) + info_labels()
+
+
 @per_catalogue
 def static_gauges() -> tuple[StaticFact, ...]:
     """The static facts the exporter writes as gauges of their own."""
@@ -790,7 +801,7 @@ def report_static_facts() -> tuple[StaticFact, ...]:
 
 
 __all__ = ["Reading", "NvmlRead", "READINGS", "StaticFact", "STATIC_FACTS", "static_facts", "static_keys",
-           "series_labels", "info_labels", "identifying_keys", "static_gauges", "report_static_facts", "readings", "by_key", "keys", "fast_keys",
+           "series_labels", "info_labels", "identifying_keys", "DRIVER_LABEL", "gpu_info_labels", "static_gauges", "report_static_facts", "readings", "by_key", "keys", "fast_keys",
            "history_keys", "per_catalogue", "DcgmField", "DCGM_UNITS", "DCGM_LABELS", "dcgm_fields", "dcgm_read", "gpm_readings", "watch_keys", "hooks_keys", "placed", "exported", "fleet_readings",
            "report_readings", "fleet_columns", "MigReading", "MIG_READINGS", "mig_readings",
            "plausible_ranges"]

@@ -13,6 +13,7 @@ lists that follow the catalogue.
 from __future__ import annotations
 
 import json
+import re
 from types import SimpleNamespace
 from typing import get_type_hints
 
@@ -124,6 +125,28 @@ def test_a_static_fact_added_to_the_catalogue_reaches_the_exporter(facts, tmp_pa
 
     doc = regenerate.fleet_md_text((regenerate.ROOT / "docs" / "fleet.md").read_text(encoding="utf-8"))
     assert "| `gpudoctor_gpu_widget_limit_watts` | Power limit of the widget (read once per GPU) | W | none |" in doc
+    # and gpudoctor_gpu_info's row names the new label, in the catalogue's order: the committed row is stale
+    row = ("| `gpudoctor_gpu_info` | 1 per GPU; labels `uuid`, `name`, `pci_bus_id`, `driver_version`, "
+           "`board_part_number` | |")
+    assert row in doc and row not in (regenerate.ROOT / "docs" / "fleet.md").read_text(encoding="utf-8")
+    line = next(ln for ln in text.splitlines() if ln.startswith("gpudoctor_gpu_info{"))
+    served = set(re.findall(r'(\w+)="', line)) - {"gpu"}
+    assert set(re.findall(r"`(\w+)`", row.split("labels ")[1])) == served  # the labels the series has
+
+
+def test_an_info_label_alone_leaves_docs_fleet_md_behind_until_regenerated(monkeypatch):
+    """gpudoctor_gpu_info's row in docs/fleet.md is generated: a static fact that only labels the
+    info series (no gauge of its own) makes `regenerate --check` name docs/fleet.md, and the
+    regenerated text has the label in that row, the only one of the series."""
+    from gpudoctor.tools import regenerate
+
+    assert "docs/fleet.md" not in regenerate.stale()
+    monkeypatch.setattr(catalogue, "STATIC_FACTS", catalogue.STATIC_FACTS + (PART,))
+    assert "docs/fleet.md" in regenerate.stale()
+    doc = regenerate.fleet_md_text((regenerate.ROOT / "docs" / "fleet.md").read_text(encoding="utf-8"))
+    rows = [line for line in doc.splitlines() if line.startswith("| `gpudoctor_gpu_info` |")]
+    assert len(rows) == 1 and "`driver_version`, `board_part_number` |" in rows[0]
+    assert regenerate.fleet_md_text(doc) == doc
 
 
 def test_a_static_fact_added_to_the_catalogue_reaches_the_report(facts):
