@@ -5,9 +5,10 @@ The first tests add two facts in this file only (a board part number, shown as a
 ``gpudoctor_gpu_info``; a widget power limit with a range, an exporter gauge and a report name),
 each answered by a fake NVML function, and find them in ``static()``, the type for type checkers
 (``DeviceStatic``, made by ``python -m gpudoctor.tools.regenerate``), the recording schema, a
-recording and its replay, the exporter's exposition and the report. The others hold what the
-catalogue replaced: ``static()``'s keys and values as they were written out by hand, and the
-lists that follow the catalogue.
+recording and its replay, the exporter's exposition (and docs/fleet.md's ``gpudoctor_gpu_info``
+row) and the report; a third, identifying fact is struck out by ``--anonymize``. The others hold
+what the catalogue replaced: ``static()``'s keys and values as they were written out by hand, and
+the lists that follow the catalogue.
 """
 
 from __future__ import annotations
