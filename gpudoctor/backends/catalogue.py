@@ -477,6 +477,9 @@ class StaticFact:
     #: Its measurement name in ``gpudoctor report`` ("": not measured). The health probe measures
     #: every fact named here that no probe measures itself (``probes/health.py``'s STATIC_CHECKED).
     report: str = ""
+    #: Its value names this very board (a UUID, a serial number): ``--anonymize`` strips it from
+    #: reports and recordings, under its key and under its ``report`` name (:func:`identifying_keys`).
+    identifying: bool = False
 
 
 _THRESHOLD = "NVML_TEMPERATURE_THRESHOLD_"
@@ -485,8 +488,8 @@ STATIC_FACTS: tuple[StaticFact, ...] = (
     StaticFact("index", "", "index", reader="index"),
     StaticFact("name", "", "text", _q("nvmlDeviceGetName"), smi="name", series_label=2),
     StaticFact("uuid", "", "text", _q("nvmlDeviceGetUUID"), smi="uuid", series_label=1,
-               report="uuid"),
-    StaticFact("serial", "", "text", _q("nvmlDeviceGetSerial"), smi="serial"),
+               report="uuid", identifying=True),
+    StaticFact("serial", "", "text", _q("nvmlDeviceGetSerial"), smi="serial", identifying=True),
     StaticFact("pci_bus_id", "", "optional_text", reader="pci", smi="pci.bus_id", series_label=3,
                report="pci_bus_id"),
     StaticFact("memory_total_bytes", "B", "integer", reader="memory", plausible=BYTES, smi="memory.total"),
@@ -521,7 +524,7 @@ STATIC_FACTS: tuple[StaticFact, ...] = (
     StaticFact("fabric_state", "", "integer", reader="fabric"),
     StaticFact("fabric_status", "", "text", reader="fabric"),
     StaticFact("fabric_clique_id", "", "integer", reader="fabric"),
-    StaticFact("fabric_cluster_uuid", "", "optional_text", reader="fabric"),
+    StaticFact("fabric_cluster_uuid", "", "optional_text", reader="fabric", identifying=True),
     StaticFact("fabric_health_mask", "", "integer", reader="fabric"),
     StaticFact("fabric_health_summary", "", "integer", reader="fabric"),
 )
@@ -766,10 +769,29 @@ def info_labels() -> tuple[str, ...]:
     return tuple(f.key for f in STATIC_FACTS if f.info_label and not f.series_label)
 
 
+#: The one label of the exporter's ``gpudoctor_gpu_info`` that is no static fact: the driver's version.
+DRIVER_LABEL = "driver_version"
+
+
+@per_catalogue
+def gpu_info_labels() -> tuple[str, ...]:
+    """The labels of the exporter's ``gpudoctor_gpu_info``, in order: ``gpu``, :func:`series_labels`,
+    :data:`DRIVER_LABEL`, then :func:`info_labels` (the exporter's series and docs/fleet.md's row)."""
+    return ("gpu",) + series_labels() + (DRIVER_LABEL,) + info_labels()
+
+
 @per_catalogue
 def static_gauges() -> tuple[StaticFact, ...]:
     """The static facts the exporter writes as gauges of their own."""
     return tuple(f for f in STATIC_FACTS if f.prometheus)
+
+
+@per_catalogue
+def identifying_keys() -> frozenset[str]:
+    """The names under which a value that identifies a board is stored or reported (the keys and
+    ``report`` names of the identifying static facts): what ``--anonymize`` strips, with the host's
+    keys (``core.anonymize.HOST_KEYS``). A MIG device's ``uuid`` goes by the GPU's key."""
+    return frozenset(name for f in STATIC_FACTS if f.identifying for name in (f.key, f.report) if name)
 
 
 @per_catalogue
@@ -779,7 +801,7 @@ def report_static_facts() -> tuple[StaticFact, ...]:
 
 
 __all__ = ["Reading", "NvmlRead", "READINGS", "StaticFact", "STATIC_FACTS", "static_facts", "static_keys",
-           "series_labels", "info_labels", "static_gauges", "report_static_facts", "readings", "by_key", "keys", "fast_keys",
+           "series_labels", "info_labels", "identifying_keys", "DRIVER_LABEL", "gpu_info_labels", "static_gauges", "report_static_facts", "readings", "by_key", "keys", "fast_keys",
            "history_keys", "per_catalogue", "DcgmField", "DCGM_UNITS", "DCGM_LABELS", "dcgm_fields", "dcgm_read", "gpm_readings", "watch_keys", "hooks_keys", "placed", "exported", "fleet_readings",
            "report_readings", "fleet_columns", "MigReading", "MIG_READINGS", "mig_readings",
            "plausible_ranges"]

@@ -210,7 +210,9 @@ def emit_report(report: Report, args: argparse.Namespace, *, title: str = "gpudo
         # exits non-zero, which could kill rank 0 before it has written the report.
         return exitcodes.PROBE_ERROR if report.status.value == "error" else exitcodes.OK
     anonymize = bool(args.anonymize)  # None (not given): off, except for markdown (--no-anonymize there)
-    text = report.to_json(anonymize=anonymize) + "\n"
+    from gpudoctor.backends.catalogue import identifying_keys
+
+    text = report.to_json(anonymize=identifying_keys() if anonymize else None) + "\n"
 
     def show(out: TextIO) -> None:
         if args.json:

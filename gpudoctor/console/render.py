@@ -9,6 +9,7 @@ import re
 import sys
 from typing import Any, TextIO
 
+from gpudoctor.backends.catalogue import identifying_keys
 from gpudoctor.core.anonymize import REDACTED, anonymize_dict, anonymize_report_dict  # noqa: F401  (re-exported)
 from gpudoctor.core.findings import REPORT_VERDICT
 from gpudoctor.core.model import Report, Status
@@ -19,7 +20,7 @@ from gpudoctor.sampling.presentation import status_word as _status_word
 
 
 def report_to_json(report: Report, anonymize: bool = False, indent: int | None = 2) -> str:
-    return report.to_json(anonymize=anonymize, indent=indent)
+    return report.to_json(indent=indent, anonymize=identifying_keys() if anonymize else None)
 
 
 # --------------------------------------------------------------------------- text
@@ -287,7 +288,7 @@ def render_text(report: Report, stream: TextIO | None = None, *, verbose: bool =
 
     data = report.to_dict()
     if anonymize:
-        data = anonymize_report_dict(data)
+        data = anonymize_report_dict(data, identifying_keys())
     if width is None:
         width = terminal_width(stream)
     console = Console(file=stream, force_terminal=color, no_color=(color is False), highlight=False,
@@ -340,7 +341,7 @@ def report_to_markdown(report: Report, anonymize: bool = True) -> str:
     """
     data = report.to_dict()
     if anonymize:
-        data = anonymize_report_dict(data)
+        data = anonymize_report_dict(data, identifying_keys())
     status = data["status"]
     counts = ", ".join(f"{n} {k}" for k, n in (data.get("counts") or {}).items() if n)
     verdict = f"{status_word(status)}: {verdict_sentence(data)}" + (f" ({counts})" if counts else "")

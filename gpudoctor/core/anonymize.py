@@ -1,15 +1,17 @@
 """Anonymisation (``--anonymize``): strip GPU UUIDs, serial numbers and host names from
 plain JSON data (a report's ``to_dict()``, a recording) before it leaves the machine.
 
-Standard library only: the report renderers and the recorder both use it.
+Standard library only: the report renderers and the recorder both use it. Which keys hold a
+GPU's identifiers is the reading catalogue's to say (``StaticFact.identifying``), and core imports
+no other layer: the callers pass them (``backends.catalogue.identifying_keys()``); the host's own
+keys are :data:`HOST_KEYS`, here.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from typing import Any
-
+from typing import Any, Collection
 
 
 def _hostname() -> str:
@@ -20,14 +22,15 @@ def _hostname() -> str:
 
     return socket.gethostname()
 
-def anonymize_report_dict(data: dict[str, Any]) -> dict[str, Any]:
+
+def anonymize_report_dict(data: dict[str, Any], identifying: Collection[str]) -> dict[str, Any]:
     """:func:`anonymize_dict`, also stripping every other host a result names
     (``details.hosts``: the ranks of a distributed check on other nodes)."""
-    data = anonymize_dict(data)
+    data = anonymize_dict(data, identifying)
     for result in data.get("results", []):
         for host in list((result.get("details") or {}).get("hosts") or []):
             if isinstance(host, str) and host not in ("", "?", REDACTED):
-                data = anonymize_dict(data, hostname=host)
+                data = anonymize_dict(data, identifying, hostname=host)
     return data
 
 
@@ -38,8 +41,10 @@ def anonymize_report_dict(data: dict[str, Any]) -> dict[str, Any]:
 _UUID_RE = re.compile(r"\b(GPU|MIG)-[0-9a-f]+(-[0-9a-f]+)*\b", re.IGNORECASE)
 # The same UUID without its prefix (nvidia-container-toolkit and some schedulers write it so).
 _BARE_UUID_RE = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.IGNORECASE)
-#: ``user``: the account of a process in a recording, as a home directory names it.
-_SECRET_KEYS = {"uuid", "serial", "hostname", "host_name", "board_serial", "user"}
+#: The keys whose values name this host or its people, not a GPU (host facts, which the reading
+#: catalogue does not hold): the host's name, and ``user``, the account of a process in a recording,
+#: as a home directory names it. A GPU's identifying keys (uuid, serial...) are the catalogue's.
+HOST_KEYS = frozenset({"hostname", "host_name", "user"})
 # Variables whose entries name devices: every entry that is not a plain index is an identifier,
 # whatever its spelling, and is struck out wherever it appears.
 _DEVICE_LIST_VARS = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
@@ -47,14 +52,17 @@ _DEVICE_LIST_VARS = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "ROCR_VIS
 REDACTED = "<redacted>"
 
 
-def anonymize_dict(data: object, hostname: str | None = None) -> Any:
+def anonymize_dict(data: object, identifying: Collection[str], hostname: str | None = None) -> Any:
     """Strip GPU UUIDs, serial numbers and the host name, wherever they appear: values, keys,
     lists and free text (findings, notes), and every device named in a *_VISIBLE_DEVICES
-    variable (of this process or recorded in ``data``)."""
+    variable (of this process or recorded in ``data``). ``identifying``: the keys whose values
+    identify a device (the catalogue's, ``backends.catalogue.identifying_keys()``); the value under
+    such a key, or under one of :data:`HOST_KEYS`, is struck out whole, and so is a named value's
+    (``{"name": "uuid", "value": ...}``, a report's measurement)."""
     if hostname is None:
         found = _find_key(data, "hostname")
         hostname = found if isinstance(found, str) and found else _hostname()
-    return _Anonymizer(hostname, _device_names(data), _home_patterns())(data)
+    return _Anonymizer(hostname, _device_names(data), _home_patterns(), HOST_KEYS | frozenset(identifying))(data)
 
 
 def _find_key(data: object, key: str) -> Any:
@@ -101,9 +109,15 @@ def _device_names(data: object) -> list[str]:
     return sorted(names, key=len, reverse=True)  # longest first: a prefix never splits a whole name
 
 
+def _unknown(value: object) -> bool:
+    """Nothing to strip: no value, or a recording's "not available" (``{"__na__": reason}``, which
+    says why NVML gave none: a fabric's NotSupported must stay that, not read as a redacted UUID)."""
+    return value in (None, "") or (isinstance(value, dict) and list(value) == ["__na__"])
+
+
 class _Anonymizer:
     def __init__(self, hostname: str, device_names: list[str], homes: list[re.Pattern[str]] | None = None,
-                 secret_keys: frozenset[str] | set[str] = frozenset(_SECRET_KEYS)) -> None:
+                 secret_keys: frozenset[str] = frozenset()) -> None:
         self.hostname = hostname
         self.homes = homes or []
         self.secret_keys = secret_keys
@@ -113,11 +127,14 @@ class _Anonymizer:
     def __call__(self, data: object) -> Any:
         if isinstance(data, dict):
             out: dict[Any, Any] = {}
+            name = data.get("name")
+            named = isinstance(name, str) and name in self.secret_keys  # a measurement {"name": "uuid", "value": ...}
             for key, value in data.items():
                 clean = self.text(key) if isinstance(key, str) else key
                 while clean in out:  # two keys that differed only in an identifier
                     clean = f"{clean}'"
-                out[clean] = REDACTED if key in self.secret_keys and value not in (None, "") else self(value)
+                secret = key in self.secret_keys or (named and key == "value")
+                out[clean] = REDACTED if secret and not _unknown(value) else self(value)
             return out
         if isinstance(data, (list, tuple)):
             return [self(v) for v in data]
@@ -167,4 +184,4 @@ def strip_home_paths(data: object, home: str | None = None) -> Any:
     return _Anonymizer("", [], _home_patterns(home), secret_keys=frozenset())(data)
 
 
-__all__ = ["HOME", "REDACTED", "anonymize_dict", "anonymize_report_dict", "strip_home_paths"]
+__all__ = ["HOME", "HOST_KEYS", "REDACTED", "anonymize_dict", "anonymize_report_dict", "strip_home_paths"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time as _time
 import enum
 import math
-from typing import Any, Iterable, Mapping
+from typing import Any, Collection, Iterable, Mapping
 
 from gpudoctor.core._record import field, record
 
@@ -295,17 +295,18 @@ class Report:
             "results": [r.to_dict() for r in self.results],
         }
 
-    def to_json(self, anonymize: bool = False, indent: int | None = 2) -> str:
-        """The JSON document ``report --json`` prints (host names and GPU serials stripped with
-        ``anonymize``). Here rather than in the text renderer, so that `report --quick --json`
-        imports nothing of the text report."""
+    def to_json(self, indent: int | None = 2, *, anonymize: Collection[str] | None = None) -> str:
+        """The JSON document ``report --json`` prints; with ``anonymize`` (the keys whose values
+        identify a device: ``backends.catalogue.identifying_keys()``, which core cannot import),
+        host names, GPU UUIDs and serials stripped. Here rather than in the text renderer, so that
+        `report --quick --json` imports nothing of the text report."""
         import json
 
         data = self.to_dict()
-        if anonymize:
+        if anonymize is not None:
             from gpudoctor.core.anonymize import anonymize_report_dict
 
-            data = anonymize_report_dict(data)
+            data = anonymize_report_dict(data, anonymize)
         return json.dumps(data, indent=indent, allow_nan=False, default=str)
 
     @classmethod

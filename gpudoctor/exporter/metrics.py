@@ -55,8 +55,8 @@ def static_metrics() -> tuple[GpuMetric, ...]:
 
 def gpu_info_labels() -> tuple[str, ...]:
     """The labels of ``gpudoctor_gpu_info``: :data:`GPU_LABELS`, ``driver_version``, then the static
-    facts the catalogue makes its labels (``info_label``)."""
-    return GPU_LABELS + ("driver_version",) + catalogue.info_labels()
+    facts the catalogue makes its labels (``info_label``): the catalogue's :func:`gpu_info_labels`."""
+    return catalogue.gpu_info_labels()
 
 
 def gpu_info_help() -> str:

@@ -160,7 +160,8 @@ def gpu_metrics_table() -> str:
     """The Markdown table of docs/fleet.md of every per-GPU metric the exporter writes from the
     catalogue: its name, meaning (the help, then the reading's ``doc``), unit and DCGM counterpart.
     Readings that share a metric (the ECC counts) are one row, their labels and DCGM fields joined;
-    the static facts' gauges follow."""
+    the static facts' gauges follow, then ``gpudoctor_gpu_info`` with its labels (the series labels,
+    the driver's version and the static facts labelled there: ``catalogue.gpu_info_labels()``)."""
     from gpudoctor.backends import catalogue
 
     lines = ["| metric | meaning | unit | dcgm-exporter counterpart |", "|--------|---------|------|---------------------------|"]
@@ -178,6 +179,9 @@ def gpu_metrics_table() -> str:
         lines.append(f"| `{name}` | {meaning} | {unit} | {dcgm} |")
     for fact in catalogue.static_gauges():  # static facts with a gauge of their own, after the readings
         lines.append(f"| `{fact.prometheus}` | {fact.help} (read once per GPU) | {_base_unit(fact.prometheus)} | none |")
+    labels = ", ".join(f"`{label}`" for label in catalogue.gpu_info_labels() if label != "gpu")
+    lines.append(f"| `gpudoctor_gpu_info` | 1 per GPU; labels {labels} | | "
+                 f"DCGM_FI_DRIVER_VERSION is a label there too |")
     return "\n".join(lines) + "\n"
 
 

@@ -210,16 +210,10 @@ def _tail(events: Any, n: int, start: float) -> dict[str, Any]:
             "meta": {"duration_s": round(time.monotonic() - start, 3)}}
 
 
-def _valid_processes(data: dict[str, Any]) -> dict[str, Any]:
-    """Process entries replay would refuse (a PID of -1, or past any PID a process can have)
-    removed from every sample: a GPU's list and each MIG slice's, by the recording schema's own
-    validator (:func:`gpudoctor.backends.recording.valid_process`)."""
-    for sample in data.get("nvml", {}).get("samples", []):
-        _clean_sample(sample)
-    return data
-
-
 def _clean_sample(sample: dict[str, Any]) -> dict[str, Any]:
+    """Process entries replay would refuse (a PID of -1, or past any PID a process can have)
+    removed from a sample: a GPU's list and each MIG slice's, by the recording schema's own
+    validator (:func:`gpudoctor.backends.recording.valid_process`)."""
     from gpudoctor.backends.recording import valid_process
 
     def kept(procs: object) -> object:
@@ -234,37 +228,9 @@ def _clean_sample(sample: dict[str, Any]) -> dict[str, Any]:
     return sample
 
 
-# A part of a recording stays below what --replay reads (64 MiB, 100,000 samples), with room for
-# the part's header (static facts, torch facts, events).
-PART_BYTES = 48 * 1024 * 1024
+# A part of a recording stays below what --replay reads (100,000 samples), with room for the
+# part's header (static facts, torch facts, events).
 PART_SAMPLES = 90_000
-
-
-def split_recording(data: dict[str, Any], *, max_bytes: int = PART_BYTES,
-                    max_samples: int = PART_SAMPLES) -> list[dict[str, Any]]:
-    """``data`` as one or more recordings that each replay: the samples cut where a part would pass
-    ``max_bytes`` of JSON or ``max_samples`` samples; every part keeps the header (devices, torch,
-    host, events) and says which part of how many it is (``meta.part``, ``meta.parts``)."""
-    import json
-
-    samples = data["nvml"]["samples"]
-    parts: list[list[Any]] = [[]]
-    size = 0
-    for sample in samples:
-        length = len(json.dumps(sample, separators=(",", ":"))) + 1
-        if parts[-1] and (size + length > max_bytes or len(parts[-1]) >= max_samples):
-            parts.append([])
-            size = 0
-        parts[-1].append(sample)
-        size += length
-    if len(parts) == 1:
-        return [data]
-    out = []
-    for k, chunk in enumerate(parts, start=1):
-        part = {**data, "meta": {**data["meta"], "part": k, "parts": len(parts)},
-                "nvml": {**data["nvml"], "samples": chunk}}
-        out.append(part)
-    return out
 
 
 def part_paths(path: str | Path, parts: int) -> list[Path]:
@@ -275,27 +241,6 @@ def part_paths(path: str | Path, parts: int) -> list[Path]:
 
 def _events_of(state: DeviceEvents) -> list[GpuEvent]:
     return sorted(state.logged_xids + state.recent, key=lambda e: e.time)
-
-
-def record(gpu: GpuBackend, *, seconds: float = 5.0, interval: float = 0.5, with_torch: bool = True,
-           anonymize: bool = False, log: Callable[[str], None] | None = None) -> tuple[dict[str, Any], bool]:
-    """Capture a recording as plain JSON data; returns (data, interrupted).
-
-    ``anonymize`` strips GPU UUIDs, serial numbers and host names (``record --anonymize``).
-    """
-    recording, interrupted = capture(gpu, seconds=seconds, interval=interval, with_torch=with_torch, log=log)
-    from gpudoctor.backends.recording import finite_for_file, plain_strings
-
-    data = finite_for_file(encode(recording))  # an impossible reading (NaN) is NA, not a lost recording
-    # What the driver says is data: strings bounded as replay bounds them (a 5,000-character name),
-    # and process entries replay would refuse (a PID of -1) left out, so the file always replays.
-    data = plain_strings(_valid_processes(data))
-    if anonymize:
-        from gpudoctor.core.anonymize import REDACTED, anonymize_dict
-
-        data = anonymize_dict(data, hostname=recording["host"].get("hostname"))
-        data["meta"]["host"] = REDACTED
-    return data, interrupted
 
 
 #: A recording written as it is taken is cut into parts of at most this much JSON, and the
@@ -333,9 +278,10 @@ class PartWriter:
 
         data: dict[str, Any] = plain_strings(finite_for_file(encode(value)))
         if self.anonymize:
+            from gpudoctor.backends.catalogue import identifying_keys
             from gpudoctor.core.anonymize import anonymize_dict
 
-            data = anonymize_dict(data, hostname=self.hostname)
+            data = anonymize_dict(data, identifying_keys(), hostname=self.hostname)
         return data
 
     def add(self, sample: dict[str, Any]) -> None:
@@ -416,4 +362,4 @@ def record_parts(path: str | Path, *, seconds: float = 5.0, interval: float = 0.
     return writers[0].finish(recording), interrupted
 
 
-__all__ = ["capture", "record", "record_parts", "PartWriter", "torch_facts_in_child", "is_na"]
+__all__ = ["capture", "record_parts", "PartWriter", "torch_facts_in_child", "is_na"]

@@ -9,7 +9,7 @@ What it writes, whole or between its markers:
 - docs/recording.schema.json: the recording schema (gpudoctor.backends.recording.schema_text), its
   samples' and its static facts' properties from the catalogue;
 - docs/fleet.schema.json: the rows' reading properties (those with the catalogue's ``$comment``);
-- docs/fleet.md: the per-GPU metric table (``gpu-metrics``), the MIG table (``mig-metrics``) and the
+- docs/fleet.md: the per-GPU metric table (``gpu-metrics``, ``gpudoctor_gpu_info``'s labels included), the MIG table (``mig-metrics``) and the
   DCGM name table (``dcgm-names``), from gpudoctor.fleet.text;
 - deploy/prometheus/gpudoctor-held-idle.rules.yml (gpudoctor.fleet.idle.rule_file);
 - gpudoctor/backends/base.py: the fields of ``GpuSample`` (``gpu-sample``), the sample type for

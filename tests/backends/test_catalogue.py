@@ -49,11 +49,10 @@ def widget(monkeypatch):
 
 
 def _recorded(nvml, tmp_path):
-    from gpudoctor.sampling.recorder import record
+    from support.recorded import record_file
 
-    data, _ = record(NvmlBackend(NvmlGate(nvml)), seconds=0.0, interval=0.01, with_torch=False)
     path = tmp_path / "widget.json"
-    path.write_text(json.dumps(data))
+    record_file(NvmlBackend(NvmlGate(nvml)), path, seconds=0.0, interval=0.01)
     return path
 
 

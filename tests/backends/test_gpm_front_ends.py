@@ -95,15 +95,14 @@ def test_the_tui_panel_shows_sm_activity_beside_utilisation_and_the_verdict():
 
 
 def test_a_live_recording_carries_the_gpm_readings_through_replay(tmp_path):
-    from gpudoctor.sampling.recorder import record
+    from support.recorded import record_file
 
     nvml = FakePynvml(readings=hopper(sm=12.0, tensor=0.0))
     backend = NvmlBackend(NvmlGate(nvml))
-    data, _ = record(backend, seconds=0.35, interval=0.15, with_torch=False)
+    path = tmp_path / "h100.json"
+    data, _ = record_file(backend, path, seconds=0.35, interval=0.15)
     assert len(nvml.gpm_buffers) == 2  # one pair for the one device, allocated once
     backend.close()
-    path = tmp_path / "h100.json"
-    path.write_text(json.dumps(data))
     replay = ReplayBackend.from_file(path)
     readings = [replay.sample(0) for _ in range(len(data["nvml"]["samples"]))]
     assert readings[0]["sm_active_pct"] == NA("Warming")

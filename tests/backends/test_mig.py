@@ -191,13 +191,12 @@ def test_cuda_visible_devices_mig_uuid_resolves_to_its_gpu():
 
 def test_a_live_recording_keeps_the_slices_and_replays_them(tmp_path):
     from gpudoctor.backends.recording import load_recording
-    from gpudoctor.sampling.recorder import record
+    from support.recorded import record_file
 
     backend = _backend()
-    data, _ = record(backend, seconds=0.3, interval=0.15, with_torch=False)
-    backend.close()
     path = tmp_path / "mig.json"
-    path.write_text(json.dumps(data))
+    record_file(backend, path, seconds=0.3, interval=0.15)
+    backend.close()
     load_recording(path)  # within the schema
     replay = ReplayBackend.from_file(path)
     replay.sample(0)

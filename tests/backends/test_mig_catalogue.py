@@ -78,13 +78,12 @@ def widget(monkeypatch):
 
 
 def _recorded(nvml, tmp_path):
-    from gpudoctor.sampling.recorder import record
+    from support.recorded import record_file
 
     backend = NvmlBackend(NvmlGate(nvml))
-    data, _ = record(backend, seconds=0.0, interval=0.01, with_torch=False)
-    backend.close()
     path = tmp_path / "mig_widget.json"
-    path.write_text(json.dumps(data))
+    record_file(backend, path, seconds=0.0, interval=0.01)
+    backend.close()
     return path
 
 

@@ -5,14 +5,16 @@ The first tests add two facts in this file only (a board part number, shown as a
 ``gpudoctor_gpu_info``; a widget power limit with a range, an exporter gauge and a report name),
 each answered by a fake NVML function, and find them in ``static()``, the type for type checkers
 (``DeviceStatic``, made by ``python -m gpudoctor.tools.regenerate``), the recording schema, a
-recording and its replay, the exporter's exposition and the report. The others hold what the
-catalogue replaced: ``static()``'s keys and values as they were written out by hand, and the
-lists that follow the catalogue.
+recording and its replay, the exporter's exposition (and docs/fleet.md's ``gpudoctor_gpu_info``
+row) and the report; a third, identifying fact is struck out by ``--anonymize``. The others hold
+what the catalogue replaced: ``static()``'s keys and values as they were written out by hand, and
+the lists that follow the catalogue.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from types import SimpleNamespace
 from typing import get_type_hints
 
@@ -48,11 +50,10 @@ def facts(monkeypatch):
 
 
 def _recorded(nvml, tmp_path):
-    from gpudoctor.sampling.recorder import record
+    from support.recorded import record_file
 
-    data, _ = record(NvmlBackend(NvmlGate(nvml)), seconds=0.0, interval=0.01, with_torch=False)
     path = tmp_path / "facts.json"
-    path.write_text(json.dumps(data))
+    record_file(NvmlBackend(NvmlGate(nvml)), path, seconds=0.0, interval=0.01)
     return path
 
 
@@ -125,6 +126,28 @@ def test_a_static_fact_added_to_the_catalogue_reaches_the_exporter(facts, tmp_pa
 
     doc = regenerate.fleet_md_text((regenerate.ROOT / "docs" / "fleet.md").read_text(encoding="utf-8"))
     assert "| `gpudoctor_gpu_widget_limit_watts` | Power limit of the widget (read once per GPU) | W | none |" in doc
+    # and gpudoctor_gpu_info's row names the new label, in the catalogue's order: the committed row is stale
+    row = ("| `gpudoctor_gpu_info` | 1 per GPU; labels `uuid`, `name`, `pci_bus_id`, `driver_version`, "
+           "`board_part_number` | |")
+    assert row in doc and row not in (regenerate.ROOT / "docs" / "fleet.md").read_text(encoding="utf-8")
+    line = next(ln for ln in text.splitlines() if ln.startswith("gpudoctor_gpu_info{"))
+    served = set(re.findall(r'(\w+)="', line)) - {"gpu"}
+    assert set(re.findall(r"`(\w+)`", row.split("labels ")[1])) == served  # the labels the series has
+
+
+def test_an_info_label_alone_leaves_docs_fleet_md_behind_until_regenerated(monkeypatch):
+    """gpudoctor_gpu_info's row in docs/fleet.md is generated: a static fact that only labels the
+    info series (no gauge of its own) makes `regenerate --check` name docs/fleet.md, and the
+    regenerated text has the label in that row, the only one of the series."""
+    from gpudoctor.tools import regenerate
+
+    assert "docs/fleet.md" not in regenerate.stale()
+    monkeypatch.setattr(catalogue, "STATIC_FACTS", catalogue.STATIC_FACTS + (PART,))
+    assert "docs/fleet.md" in regenerate.stale()
+    doc = regenerate.fleet_md_text((regenerate.ROOT / "docs" / "fleet.md").read_text(encoding="utf-8"))
+    rows = [line for line in doc.splitlines() if line.startswith("| `gpudoctor_gpu_info` |")]
+    assert len(rows) == 1 and "`driver_version`, `board_part_number` |" in rows[0]
+    assert regenerate.fleet_md_text(doc) == doc
 
 
 def test_a_static_fact_added_to_the_catalogue_reaches_the_report(facts):
@@ -146,6 +169,68 @@ def test_a_static_fact_added_to_the_catalogue_reaches_the_report(facts):
     facts.devices[0]["nvmlDeviceGetWidgetPowerLimit"] = 9_000_000
     result = health.run(ProbeContext(gpu=NvmlBackend(NvmlGate(facts)), level="quick"))
     assert any(f.code == "implausible_reading" and "widget_limit_w 9000" in f.summary for f in result.findings)
+
+
+# --------------------------------------------------------------------------- --anonymize
+#: A fact that names the board, marked so in the catalogue alone: no list of secret keys names it.
+MODULE_SERIAL = catalogue.StaticFact("module_serial", "", "text", catalogue.NvmlRead(("nvmlDeviceGetModuleSerial",)),
+                                     report="module_serial", identifying=True)
+SERIAL = "MS-3318-7781"
+
+
+@pytest.fixture
+def identifying(monkeypatch):
+    import importlib
+
+    for name in CONSUMERS:
+        importlib.import_module(name)
+    monkeypatch.setattr(catalogue, "STATIC_FACTS", catalogue.STATIC_FACTS + (MODULE_SERIAL,))
+    return FakePynvml(readings={"nvmlDeviceGetModuleSerial": SERIAL})
+
+
+def test_an_identifying_static_fact_is_stripped_by_anonymize_from_the_recording_and_the_report(
+        identifying, tmp_path, capsys):
+    import io
+
+    from gpudoctor.cli import main
+    from gpudoctor.console.render import REDACTED, render_text, report_to_json, report_to_markdown
+    from gpudoctor.core.model import Report
+    from gpudoctor.probes import ProbeContext, health
+    from support.recorded import record_file
+
+    from gpudoctor.core.anonymize import HOST_KEYS
+
+    assert "module_serial" in catalogue.identifying_keys()
+    assert not HOST_KEYS & set(catalogue.static_keys())  # the anonymiser names no GPU fact by hand
+    # record: kept as read without --anonymize, struck out with it
+    plain, _ = record_file(NvmlBackend(NvmlGate(identifying)), tmp_path / "plain.json", seconds=0.0, interval=0.01)
+    assert plain["nvml"]["static"][0]["module_serial"] == SERIAL
+    hidden, _ = record_file(NvmlBackend(NvmlGate(identifying)), tmp_path / "hidden.json", seconds=0.0,
+                            interval=0.01, anonymize=True)
+    assert hidden["nvml"]["static"][0]["module_serial"] == REDACTED
+    assert SERIAL not in (tmp_path / "hidden.json").read_text()
+    identifying.devices[0]["nvmlDeviceGetModuleSerial"] = nvml_error("NotSupported")  # no value: nothing to strip
+    unknown, _ = record_file(NvmlBackend(NvmlGate(identifying)), tmp_path / "unknown.json", seconds=0.0,
+                             interval=0.01, anonymize=True)
+    assert unknown["nvml"]["static"][0]["module_serial"] == {"__na__": "NotSupported"}
+    identifying.devices[0]["nvmlDeviceGetModuleSerial"] = SERIAL
+
+    # report: the health probe measures it under its report name; every anonymised output strips it
+    result = health.run(ProbeContext(gpu=NvmlBackend(NvmlGate(identifying)), level="quick"))
+    report = Report(results=[result])
+    assert SERIAL in report.to_json()
+    text = io.StringIO()
+    render_text(report, text, color=False, width=120, verbose=True, anonymize=True)
+    for out in (report_to_json(report, anonymize=True), text.getvalue()):
+        assert SERIAL not in out and "module_serial" in out, out
+    assert SERIAL not in report_to_markdown(report)  # the markdown summary (anonymised by default)
+    assert {m["name"]: m["value"] for m in json.loads(report_to_json(report, anonymize=True))["results"][0]
+            ["measurements"]}["module_serial"] == REDACTED
+    # the command itself, on the recording: --json --anonymize
+    assert main(["report", "--json", "--anonymize", "--probe", "health", "--replay", str(tmp_path / "plain.json")]) \
+        in (0, 1)
+    out = capsys.readouterr().out
+    assert "module_serial" in out and SERIAL not in out, out
 
 
 # --------------------------------------------------------------------------- what the catalogue replaced

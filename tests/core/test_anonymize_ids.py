@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from gpudoctor.backends.catalogue import identifying_keys
 from gpudoctor.core.anonymize import REDACTED, anonymize_dict, anonymize_report_dict
 
 RECORDING = "handmade_nvml_gone_midsession.json"  # two GPUs: the devices probe runs on replay
@@ -44,9 +45,9 @@ def test_uuids_in_keys_lists_and_text_are_struck_out():
         "order": [FULL.lower(), "0"],
         "note": f"slice {FORMS['mig-lowercase']} (from {FORMS['bare']})",
     }
-    text = json.dumps(anonymize_dict(data, hostname="builder-host"))
+    text = json.dumps(anonymize_dict(data, identifying_keys(), hostname="builder-host"))
     assert "7a6b5c4d" not in text.lower() and "9f8e7d6c" not in text.lower(), text
-    out = anonymize_dict(data, hostname="builder-host")
+    out = anonymize_dict(data, identifying_keys(), hostname="builder-host")
     assert [v["util"] for v in out["per_gpu"].values()] == [5, 6]  # both kept, under distinct keys
     assert out["order"][1] == "0"  # an index is not an identifier
 
@@ -58,7 +59,7 @@ def test_a_device_name_recorded_in_the_data_is_struck_everywhere(monkeypatch):
     data = {"host": {"env": [{"name": "CUDA_VISIBLE_DEVICES", "value": "0,slot-alpha-7"}]},
             "results": [{"probe": "devices", "findings": [{"summary": "slot-alpha-7 is busy"}],
                          "details": {"hosts": ["n1"]}}]}
-    text = json.dumps(anonymize_report_dict(data))
+    text = json.dumps(anonymize_report_dict(data, identifying_keys()))
     assert "slot-alpha-7" not in text and '"0,' + REDACTED in text, text
 
 
@@ -68,6 +69,6 @@ def test_an_nvswitch_fabric_cluster_uuid_is_struck_out():
     cluster = "5e1f00d2-77aa-4b3c-9d8e-0f1e2d3c4b5a"
     data = {"results": [{"probe": "devices", "details": {"static": [{"fabric_cluster_uuid": cluster,
                                                                       "fabric_clique_id": 3}]}}]}
-    text = json.dumps(anonymize_report_dict(data))
+    text = json.dumps(anonymize_report_dict(data, identifying_keys()))
     assert "5e1f00d2" not in text and REDACTED in text, text
     assert '"fabric_clique_id": 3' in text  # a small number within the domain, not an identifier

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import getpass
 import subprocess
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -23,15 +24,15 @@ def child() -> Any:
     proc.wait()
 
 
-def _record(pids: list[int], anonymize: bool = False) -> dict[str, Any]:
+def _record(pids: list[int], where: Path, anonymize: bool = False) -> dict[str, Any]:
     from gpudoctor.backends import NvmlBackend, NvmlGate
-    from gpudoctor.sampling.recorder import record
     from support.nvml_fake import FakePynvml
+    from support.recorded import record_file
 
     fake = FakePynvml(count=1, readings={"nvmlDeviceGetComputeRunningProcesses": [
         SimpleNamespace(pid=pid, usedGpuMemory=GiB) for pid in pids], "nvmlDeviceGetGraphicsRunningProcesses": []})
-    data, interrupted = record(NvmlBackend(NvmlGate(fake)), seconds=0.2, interval=0.1, with_torch=False,
-                               anonymize=anonymize)
+    data, interrupted = record_file(NvmlBackend(NvmlGate(fake)), where / "rec.json", seconds=0.2, interval=0.1,
+                                    anonymize=anonymize)
     assert not interrupted
     return data
 
@@ -43,7 +44,7 @@ def test_a_recorded_process_keeps_its_user_and_command_and_replays_with_them(chi
     from gpudoctor.sampling.presentation import process_rows, recorded_process_info
     from gpudoctor.sampling.sampler import Sampler
 
-    data = _record([child.pid, UNSEEN])
+    data = _record([child.pid, UNSEEN], tmp_path)
     seen, unseen = data["nvml"]["samples"][0]["processes"][0]
     assert seen["pid"] == child.pid and seen["command"] == "sleep 600" and seen["user"] == getpass.getuser()
     assert isinstance(seen["host_memory_bytes"], int) and seen["gpu_memory_bytes"] == GiB
@@ -58,8 +59,8 @@ def test_a_recorded_process_keeps_its_user_and_command_and_replays_with_them(chi
     assert by_pid[UNSEEN].command == "(not recorded)"
 
 
-def test_anonymize_redacts_the_user_of_a_recorded_process(child):
+def test_anonymize_redacts_the_user_of_a_recorded_process(child, tmp_path):
     from gpudoctor.core.anonymize import REDACTED
 
-    proc = _record([child.pid], anonymize=True)["nvml"]["samples"][0]["processes"][0][0]
+    proc = _record([child.pid], tmp_path, anonymize=True)["nvml"]["samples"][0]["processes"][0][0]
     assert proc["user"] == REDACTED and proc["command"] == "sleep 600"

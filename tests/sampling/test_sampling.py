@@ -7,7 +7,6 @@ No timed assertions beyond generous bounds.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import threading
@@ -256,15 +255,14 @@ def test_the_recorder_and_the_exporter_keep_reserved_memory(tmp_path):
     from prometheus_client import generate_latest
 
     from gpudoctor.exporter import GpudoctorCollector, GpuSampler, build_registry
-    from gpudoctor.sampling.recorder import record
+    from support.recorded import record_file
 
     sampler = GpuSampler(_v2_nvml(), interval=1.0)
     sampler.sample_once()
     body = generate_latest(build_registry(GpudoctorCollector(sampler, None, "nvml"))).decode()
     assert "gpudoctor_gpu_memory_reserved_bytes{" in body and "5.36870912e+08" in body
-    data, interrupted = record(_v2_nvml(), seconds=0.2, interval=0.1, with_torch=False)
-    assert not interrupted and data["nvml"]["samples"][0]["devices"][0]["memory_reserved_bytes"] == 1 << 29
     path = tmp_path / "v2.json"
-    path.write_text(json.dumps(data), encoding="utf-8")
+    data, interrupted = record_file(_v2_nvml(), path, seconds=0.2, interval=0.1)
+    assert not interrupted and data["nvml"]["samples"][0]["devices"][0]["memory_reserved_bytes"] == 1 << 29
     replay = ReplayBackend.from_file(path)  # the loader checks it against docs/recording.schema.json
     assert replay.memory(0).memory_reserved_bytes == 1 << 29
