@@ -28,7 +28,8 @@ pytestmark = pytest.mark.timeout(120)
 WIDGET = catalogue.MigReading(
     "widget_temp_c", "°C", "number", "gpudoctor_mig_widget_temperature_celsius",
     help="Temperature of the MIG device's widget", nvml=catalogue.NvmlRead(("nvmlDeviceGetMigWidgetTemperature",)),
-    plausible=catalogue.C_SENSOR, word="widget")
+    plausible=catalogue.C_SENSOR, word="widget", line=4, short_word="widget", short=3, label="widget", panel=3,
+    report=("widget_temp", 4))
 
 # Modules that read the catalogue's MIG readings: imported before it is patched.
 CONSUMERS = ("gpudoctor.backends.plausible", "gpudoctor.backends.replay", "gpudoctor.backends.recording",
