@@ -589,10 +589,12 @@ class MigReading:
     #: "activity" a share: ``42%`` in the short line and the TUI, ``41.5 %`` in the verbose line.
     fmt: str = ""
     #: For a reading NVML gives for the whole GPU only (NA NotSupported on a MIG handle): the words
-    #: said instead of a number (the verbose line, ``watch --json``'s notes, the report's note), and
-    #: the words the short line ends with while it has room ("": none).
+    #: said instead of a number (the verbose line, ``watch --json``'s notes, the report's note), the
+    #: words the short line ends with while it has room, and its part of the note under the TUI
+    #: panel's MIG rows ("": none).
     whole_gpu: str = ""
     whole_gpu_short: str = ""
+    whole_gpu_panel: str = ""
     #: The devices probe's measurement in ``gpudoctor report`` (``mig<GPU instance>.<compute
     #: instance>_<name>``, in ``unit``) and its place among the MIG device's measurements ("": not
     #: measured).
@@ -621,9 +623,11 @@ MIG_READINGS: tuple[MigReading, ...] = (
     MigReading("gpu_util_pct", "%", "integer", plausible=PCT,
                nvml=_q("nvmlDeviceGetUtilizationRates", attribute="gpu", convert="int"),
                word="util", line=11, short_word="util", short=11, whole_gpu=MIG_NO_UTILISATION,
+               whole_gpu_panel="util n/a in MIG mode",
                report=("gpu_util", 12)),
     MigReading("energy_mj", "mJ", "integer", plausible=ENERGY_MJ, nvml=_q("nvmlDeviceGetTotalEnergyConsumption"),
                word="energy", line=12, whole_gpu=WHOLE_GPU_ONLY, whole_gpu_short="power/energy: whole GPU",
+               whole_gpu_panel="power and energy are the whole GPU's",
                report=("energy", 13)),
     MigReading("sm_active_pct", "%", "number", "gpudoctor_mig_sm_active_ratio", 0.01,
                help="SM activity of the MIG device's GPU instance, 0-1 (GPM per GPU instance, Hopper and later; "

@@ -691,8 +691,10 @@ def _mig_parts(mig: MigDeviceReading, place: str, processes: str) -> list[str]:
     return [text for _, text in sorted(placed, key=lambda part: part[0])]
 
 
-#: What the TUI's GPU panel says under a GPU's MIG devices.
-MIG_PANEL_NOTE = "util n/a in MIG mode; power and energy are the whole GPU's"
+def mig_panel_note() -> str:
+    """What the TUI's GPU panel says under a GPU's MIG devices: the ``whole_gpu_panel`` words of the
+    catalogue's MIG readings (``util n/a in MIG mode; power and energy are the whole GPU's``)."""
+    return "; ".join(r.whole_gpu_panel for r in catalogue.mig_readings() if r.whole_gpu_panel)
 
 
 def mig_summary(mig: MigDeviceReading) -> str:

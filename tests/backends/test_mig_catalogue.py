@@ -193,7 +193,7 @@ def test_a_mig_reading_added_to_the_catalogue_reaches_every_place_mig_readings_g
 def test_the_front_ends_show_the_existing_mig_readings_as_the_catalogue_says(monkeypatch, capsys):
     """The words, places, formatters and whole-GPU words of the MIG readings already in the catalogue,
     changed there alone, change watch's MIG lines (short and verbose), its JSON notes, the TUI's MIG
-    rows and the report: no front end writes memory, SM activity, SMs, utilisation or energy by hand."""
+    rows and their note, and the report: no front end writes memory, SM activity, SMs, utilisation or energy by hand."""
     from gpudoctor.core._record import replace
 
     from support.tui_support import DATA
@@ -204,7 +204,7 @@ def test_the_front_ends_show_the_existing_mig_readings_as_the_catalogue_says(mon
                "memory_used_bytes": dict(word="used", short_word="used", label="used", report=("in_use", 2)),
                "sm_active_pct": dict(word="gi_sm", line=13, short_word="gism", short=12, label="gism", panel=14,
                                      fmt="", report=("gi_sm", 1)),
-               "gpu_util_pct": dict(whole_gpu="no rates here", report=("util", 12)),
+               "gpu_util_pct": dict(whole_gpu="no rates here", whole_gpu_panel="no rates in MIG", report=("util", 12)),
                "energy_mj": dict(whole_gpu_short="", short=0, word="joules")}
     monkeypatch.setattr(catalogue, "MIG_READINGS",
                         tuple(replace(r, **changed.get(r.key, {})) for r in catalogue.MIG_READINGS))
@@ -229,8 +229,10 @@ def test_the_front_ends_show_the_existing_mig_readings_as_the_catalogue_says(mon
     core.read()
     panel = GpuPanel(0)
     panel.show(core.read().devices[0], core.history)
-    row = next(getattr(line, "plain", str(line)) for line in panel.lines(100) if "mig1.0" in getattr(line, "plain", str(line)))
+    rows = [getattr(line, "plain", str(line)) for line in panel.lines(100)]
+    row = next(line for line in rows if "mig1.0" in line)
     assert row.endswith("mig1.0 3g.40gb used 12.0/39.5 GiB 2 procs gism 42%"), row
+    assert rows[rows.index(row) + 2].strip() == "no rates in MIG; power and energy are the whole GPU's", rows
 
     assert main(["report", "--quick", "--json", "--replay", str(mig)]) in (exitcodes.OK, exitcodes.WARN)
     probe = next(p for p in json.loads(capsys.readouterr().out)["results"] if p["probe"] == "devices")
@@ -306,8 +308,8 @@ def test_an_nvml_error_on_a_mig_handle_is_na_for_the_readings_of_that_call_only(
 
 def test_every_mig_readings_places_and_formatter_are_ones_the_front_ends_know():
     """No MIG reading takes the processes' place, none shares a place or a report name with another,
-    its formatter is one presentation.mig_reading_text knows, and short whole-GPU words come with the
-    whole-GPU words."""
+    its formatter is one presentation.mig_reading_text knows, and the short line's and the panel's
+    whole-GPU words come with the whole-GPU words."""
     readings = catalogue.mig_readings()
     for place in ("line", "short", "panel", "report"):
         placed = catalogue.mig_placed(place)
@@ -317,5 +319,5 @@ def test_every_mig_readings_places_and_formatter_are_ones_the_front_ends_know():
     assert all(names) and len(set(names)) == len(names) and "processes" not in names and "uuid" not in names
     for r in readings:
         assert r.fmt in ("", "memory", "activity"), r.key
-        assert not r.whole_gpu_short or r.whole_gpu, r.key
+        assert not (r.whole_gpu_short or r.whole_gpu_panel) or r.whole_gpu, r.key
         assert bool(r.report[0]) == bool(r.report[1]), r.key
