@@ -317,9 +317,9 @@ def _mig_slices(r: ProbeResult, gpu: GpuBackend, dev: int, n_index: int) -> None
 
     slices = gpu.mig_devices(n_index)
     if (not is_na(slices) and gpu.kind == "nvml"
-            and any(is_na(m.sm_active_pct) and m.sm_active_pct.reason == "Warming" for m in slices)):
-        # GPM compares two samples: the first read has none before it. Read again once GPM's
-        # minimum interval between samples has passed (a GPU in MIG mode only).
+            and any(is_na(m.get(x.key)) and m.get(x.key).reason == "Warming" for m in slices for x in catalogue.mig_readings())):
+        # GPM compares two samples: the first read has none before it (its MIG readings are NA
+        # Warming). Read again once GPM's minimum interval between samples has passed.
         import time
 
         from gpudoctor.backends.nvml import GPM_MIN_INTERVAL_S
