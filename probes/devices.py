@@ -317,7 +317,8 @@ def _mig_slices(r: ProbeResult, gpu: GpuBackend, dev: int, n_index: int) -> None
 
     slices = gpu.mig_devices(n_index)
     if (not is_na(slices) and gpu.kind == "nvml"
-            and any(is_na(m.get(x.key)) and m.get(x.key).reason == "Warming" for m in slices for x in catalogue.mig_readings())):
+            and any(v.reason == "Warming" for m in slices for v in map(m.get, [x.key for x in catalogue.mig_readings()])
+                    if is_na(v))):
         # GPM compares two samples: the first read has none before it (its MIG readings are NA
         # Warming). Read again once GPM's minimum interval between samples has passed.
         import time
