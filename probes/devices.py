@@ -24,7 +24,8 @@ from gpudoctor.core.model import ProbeResult, Status
 from . import Probe, ProbeContext, _wording
 
 if TYPE_CHECKING:
-    from gpudoctor.backends.base import DeviceStatic, GpuBackend
+    from gpudoctor.backends.base import DeviceStatic, GpuBackend, MigDeviceReading
+    from gpudoctor.backends.catalogue import MigReading
     from gpudoctor.backends.stack import Stack
 
 T = TypeVar("T")
@@ -308,16 +309,18 @@ def _describe_device(r: ProbeResult, dev: int, n_index: int | None, t: dict[str,
 
 def _mig_slices(r: ProbeResult, gpu: GpuBackend, dev: int, n_index: int) -> None:
     """The MIG devices of GPU ``dev`` (NVML index ``n_index``): one group of measurements per slice,
-    named ``mig<GPU instance>.<compute instance>_...``; utilisation (none in MIG mode) and energy (the
+    named ``mig<GPU instance>.<compute instance>_...`` (the UUID, the catalogue's MIG readings with a
+    ``report`` name, the process count); utilisation (none in MIG mode) and energy (the
     whole GPU's only) are measured as None with a note saying so (never a share of the GPU's)."""
+    from gpudoctor.backends import catalogue
     from gpudoctor.core._text import plain_text
-    from gpudoctor.backends.base import MIG_NO_UTILISATION, WHOLE_GPU_ONLY
 
     slices = gpu.mig_devices(n_index)
     if (not is_na(slices) and gpu.kind == "nvml"
-            and any(is_na(m.sm_active_pct) and m.sm_active_pct.reason == "Warming" for m in slices)):
-        # GPM compares two samples: the first read has none before it. Read again once GPM's
-        # minimum interval between samples has passed (a GPU in MIG mode only).
+            and any(v.reason == "Warming" for m in slices for v in map(m.get, [x.key for x in catalogue.mig_readings()])
+                    if is_na(v))):
+        # GPM compares two samples: the first read has none before it (its MIG readings are NA
+        # Warming). Read again once GPM's minimum interval between samples has passed.
         import time
 
         from gpudoctor.backends.nvml import GPM_MIN_INTERVAL_S
@@ -335,24 +338,28 @@ def _mig_slices(r: ProbeResult, gpu: GpuBackend, dev: int, n_index: int) -> None
         uuid = plain_text(m.uuid, limit=80) if isinstance(m.uuid, str) else None
         profile = plain_text(m.profile, limit=40) if isinstance(m.profile, str) else None
         r.measure(f"{ids}_uuid", uuid, device=dev, note=profile or _na_note(m.uuid))
-        r.measure(f"{ids}_sm_count", _known(m.sm_count), device=dev, note=_na_note(m.sm_count))
-        r.measure(f"{ids}_memory_used", _known(m.memory_used_bytes), "B", device=dev,
-                  note=_na_note(m.memory_used_bytes))
-        r.measure(f"{ids}_memory_total", _known(m.memory_total_bytes), "B", device=dev,
-                  note=_na_note(m.memory_total_bytes))
+        placed = catalogue.mig_placed("report")  # the catalogue's MIG readings, the processes among them
+        for reading in (x for x in placed if x.report[1] < catalogue.MIG_PROCESSES_PLACE):
+            _mig_measure(r, reading, m, ids, dev)
         procs = m.processes
         r.measure(f"{ids}_processes", None if is_na(procs) else len(procs), device=dev,
                   note=(procs.reason + (": in MIG mode NVML asks for privileges to list processes (run as root)" if procs.reason == "NoPermission"
                                         else "")) if is_na(procs) else "")
-        r.measure(f"{ids}_sm_active", _known(m.sm_active_pct), "%", device=dev, note=_na_note(m.sm_active_pct))
-        for key, word, words in (("gpu_util_pct", "gpu_util", MIG_NO_UTILISATION), ("energy_mj", "energy", WHOLE_GPU_ONLY)):
-            value = m.get(key)
-            note = (f"{words} ({value.reason} on a MIG device)"
-                    if is_na(value) and value.reason in ("NotSupported", "FunctionNotFound") else _na_note(value))
-            r.measure(f"{ids}_{word}", _known(value), "%" if key == "gpu_util_pct" else "mJ", device=dev, note=note)
+        for reading in (x for x in placed if x.report[1] > catalogue.MIG_PROCESSES_PLACE):
+            _mig_measure(r, reading, m, ids, dev)
         listed.append({"gpu_instance_id": _known(m.gpu_instance_id), "compute_instance_id": _known(m.compute_instance_id),
                        "uuid": uuid, "profile": profile, "slot": m.slot})
     r.details.setdefault("mig_devices", {})[str(dev)] = listed
+
+
+def _mig_measure(r: ProbeResult, reading: MigReading, m: MigDeviceReading, ids: str, dev: int) -> None:
+    """One catalogue MIG reading of a MIG device, as ``<ids>_<its report name>`` in its unit; a reading
+    NVML gives for the whole GPU only is None with its ``whole_gpu`` words (never a share of the GPU's)."""
+    value = m.get(reading.key)
+    note = (f"{reading.whole_gpu} ({value.reason} on a MIG device)"
+            if reading.whole_gpu and is_na(value) and value.reason in ("NotSupported", "FunctionNotFound")
+            else _na_note(value))
+    r.measure(f"{ids}_{reading.report[0]}", _known(value), reading.unit, device=dev, note=note)
 
 
 PROBE = Probe.define(__name__, run, "GPUs seen by NVML and by torch, and how their indices map",

@@ -23,6 +23,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar, Protocol, TypedDict, Union, runtime_checkable
 
 from gpudoctor.core._record import field, fields, record
+from .catalogue import MIG_NO_UTILISATION, WHOLE_GPU_ONLY  # the words said for them (re-exported)
 from .na import NA
 
 #: A number the driver gave, or why it gave none.
@@ -153,15 +154,6 @@ class P2PReading(MappingRecord):
     def unknown(cls, na: NA) -> "P2PReading":
         """Every field ``na`` (a device that cannot be read, a source that holds no path)."""
         return cls(**{name: na for name in cls._names()})
-
-
-#: What the front ends say for a MIG device's power and energy: NVML gives them for the whole GPU
-#: only (NotSupported on a MIG handle). Never split between the slices.
-WHOLE_GPU_ONLY = "whole-GPU figure only"
-#: What they say for a MIG device's utilisation: NVML gives no utilisation rates on a GPU in MIG
-#: mode, for a slice or for the whole GPU (nvidia-smi shows N/A); GPM's SM activity is read per GPU
-#: instance instead.
-MIG_NO_UTILISATION = "not given in MIG mode (no NVML utilisation rates, per slice or whole GPU); see SM activity"
 
 
 @record(frozen=True, eq=False)

@@ -531,14 +531,25 @@ STATIC_FACTS: tuple[StaticFact, ...] = (
 
 
 # --------------------------------------------------------------------------- MIG devices
+#: What the front ends say for a MIG device's power and energy: NVML gives them for the whole GPU
+#: only (NotSupported on a MIG handle). Never split between the slices.
+WHOLE_GPU_ONLY = "whole-GPU figure only"
+#: What they say for a MIG device's utilisation: NVML gives no utilisation rates on a GPU in MIG
+#: mode, for a slice or for the whole GPU (nvidia-smi shows N/A); GPM's SM activity is read per GPU
+#: instance instead.
+MIG_NO_UTILISATION = "not given in MIG mode (no NVML utilisation rates, per slice or whole GPU); see SM activity"
+#: The place of a MIG device's processes (no reading: a list) in watch's MIG lines, the TUI's MIG
+#: rows and the report's measurements of a MIG device: a reading placed lower comes before it, higher after.
+MIG_PROCESSES_PLACE = 10
+
+
 @record(frozen=True)
 class MigReading:
     """One reading of a MIG device (a compute instance of a GPU in MIG mode), read on its own MIG
     handle: a field of :class:`~gpudoctor.backends.base.MigDeviceReading` and of the recording's
-    ``mig`` entries, by ``key``. ``value`` is its JSON type in recordings ("number", "integer");
-    ``prometheus`` its exporter gauge (labels gpu, gpu_instance, compute_instance, uuid; "": not
-    exported), ``scale`` the factor to the gauge's unit, ``help`` its help and ``dcgm`` the words
-    of docs/fleet.md's DCGM column.
+    ``mig`` entries, by ``key``, and of ``watch --json``'s MIG records. Only ``key``, ``unit`` and
+    ``value`` are required; every other attribute says how it is read and where it appears (left at
+    its default: not there).
 
     Live NVML reads it as ``nvml`` says, on the MIG handle, through the gate (an error becomes NA;
     readings that share a call make it once per MIG device). A reading that takes more than one call
@@ -546,21 +557,51 @@ class MigReading:
     with the v1 call as fallback; "gpm", the GPM readings of the device's GPU instance, read once per
     GPU instance), and ``nvml`` (with no functions) says how the reader's answer becomes the reading.
     The value is then screened with ``plausible`` (the lowest and highest possible values; None: no
-    bound), live and in replay. ``word``: its word in ``watch``'s MIG lines and the TUI's MIG rows,
-    before its value and unit ("": shown there only in ``watch --json``; the memory, SM activity and
-    the readings NVML gives for the whole GPU only are written there in forms of their own)."""
+    bound), live and in replay."""
 
+    #: The one name inside gpudoctor: MigDeviceReading's field, the recording's, ``watch --json``'s.
     key: str
+    #: The unit of the stored value ("%", "B", "mJ", "°C", "": a count).
     unit: str
+    #: Its JSON type in recordings: "number" or "integer".
     value: str
+    #: The exporter's gauge (labels gpu, gpu_instance, compute_instance, uuid; "": not exported),
+    #: the factor to the gauge's unit, its help, and the words of docs/fleet.md's DCGM column.
     prometheus: str = ""
     scale: float = 1.0
     help: str = ""
     dcgm: str = "none"
+    #: How live NVML reads it (above), its reader, and its plausible range.
     nvml: NvmlRead | None = None
     reader: str = ""
     plausible: tuple[int, int] | None = None
+    # -- for people ---------------------------------------------------------------------------
+    #: Its word and place in the verbose ``watch`` MIG line (0: not there; word "": the value alone),
+    #: shown as a number or NA in words. Places are shared with the processes
+    #: (:data:`MIG_PROCESSES_PLACE`).
     word: str = ""
+    line: int = 0
+    #: Its word and place in the short ``watch`` MIG line, and in the TUI panel's MIG row (``label``,
+    #: ``panel``): shown there only when it is a number (a ``fmt`` "memory" pair always).
+    short_word: str = ""
+    short: int = 0
+    label: str = ""
+    panel: int = 0
+    #: How people see its value (gpudoctor.sampling.presentation): "" a number and its unit;
+    #: "memory" used/total GiB, with ``memory_total_bytes`` (a pair: "n/a" where either is missing);
+    #: "activity" a share: ``42%`` in the short line and the TUI, ``41.5 %`` in the verbose line.
+    fmt: str = ""
+    #: For a reading NVML gives for the whole GPU only (NA NotSupported on a MIG handle): the words
+    #: said instead of a number (the verbose line, ``watch --json``'s notes, the report's note), the
+    #: words the short line ends with while it has room, and its part of the note under the TUI
+    #: panel's MIG rows ("": none).
+    whole_gpu: str = ""
+    whole_gpu_short: str = ""
+    whole_gpu_panel: str = ""
+    #: The devices probe's measurement in ``gpudoctor report`` (``mig<GPU instance>.<compute
+    #: instance>_<name>``, in ``unit``) and its place among the MIG device's measurements ("": not
+    #: measured).
+    report: tuple[str, int] = ("", 0)
 
 
 #: Every per-MIG-device reading, in recording order. NVML gives power and energy for the whole GPU
@@ -569,24 +610,36 @@ class MigReading:
 MIG_READINGS: tuple[MigReading, ...] = (
     MigReading("sm_count", "", "integer", "gpudoctor_mig_sm_count",
                help="Streaming multiprocessors of the MIG device (its attributes)",
-               nvml=_q("nvmlDeviceGetAttributes", attribute="multiprocessorCount", convert="int")),
+               nvml=_q("nvmlDeviceGetAttributes", attribute="multiprocessorCount", convert="int"),
+               word="sms", line=1, report=("sm_count", 1)),
     MigReading("memory_size_bytes", "B", "integer", plausible=BYTES,
                nvml=_q("nvmlDeviceGetAttributes", attribute="memorySizeMB", convert="int", multiply=1 << 20)),
     MigReading("memory_used_bytes", "B", "integer", "gpudoctor_mig_memory_used_bytes",
                help="Memory in use on the MIG device (its own figure, per slice)",
                dcgm="DCGM_FI_DEV_FB_USED per GPU instance", plausible=BYTES,
-               reader="memory", nvml=_q(attribute="used", convert="int")),
+               reader="memory", nvml=_q(attribute="used", convert="int"),
+               word="mem", line=2, short_word="mem", short=1, panel=1, fmt="memory", report=("memory_used", 2)),
     MigReading("memory_total_bytes", "B", "integer", "gpudoctor_mig_memory_total_bytes",
                help="Memory of the MIG device (its own figure, per slice)", dcgm="DCGM_FI_DEV_FB_TOTAL per GPU instance",
-               plausible=BYTES, reader="memory", nvml=_q(attribute="total", convert="int")),
+               plausible=BYTES, reader="memory", nvml=_q(attribute="total", convert="int"),
+               report=("memory_total", 3)),
     MigReading("gpu_util_pct", "%", "integer", plausible=PCT,
-               nvml=_q("nvmlDeviceGetUtilizationRates", attribute="gpu", convert="int")),
-    MigReading("energy_mj", "mJ", "integer", plausible=ENERGY_MJ, nvml=_q("nvmlDeviceGetTotalEnergyConsumption")),
+               nvml=_q("nvmlDeviceGetUtilizationRates", attribute="gpu", convert="int"),
+               word="util", line=11, short_word="util", short=11, whole_gpu=MIG_NO_UTILISATION,
+               whole_gpu_panel="util n/a in MIG mode",
+               report=("gpu_util", 12)),
+    MigReading("energy_mj", "mJ", "integer", plausible=ENERGY_MJ, nvml=_q("nvmlDeviceGetTotalEnergyConsumption"),
+               word="energy", line=12, whole_gpu=WHOLE_GPU_ONLY, whole_gpu_short="power/energy: whole GPU",
+               whole_gpu_panel="power and energy are the whole GPU's",
+               report=("energy", 13)),
     MigReading("sm_active_pct", "%", "number", "gpudoctor_mig_sm_active_ratio", 0.01,
                help="SM activity of the MIG device's GPU instance, 0-1 (GPM per GPU instance, Hopper and later; "
                     "shared by the compute instances of one GPU instance)",
                dcgm="DCGM_FI_PROF_SM_ACTIVE per GPU instance", plausible=PCT,
-               reader="gpm", nvml=_q(attribute="sm_active_pct")),
+               reader="gpm", nvml=_q(attribute="sm_active_pct"),
+               # "smact" in the short line and the TUI, as on the GPU's lines ("sm" is the SM clock there)
+               word="sm_active", line=3, short_word="smact", short=2, label="smact", panel=2, fmt="activity",
+               report=("sm_active", 11)),
 )
 
 
@@ -688,6 +741,15 @@ def fleet_columns() -> tuple[Reading, ...]:
 def mig_readings() -> tuple[MigReading, ...]:
     """Every per-MIG-device reading (read at call time, as :func:`readings`)."""
     return MIG_READINGS
+
+
+def mig_placed(place: str) -> list[MigReading]:
+    """The MIG readings a front end shows, in its order: ``place`` is "line" (the verbose watch MIG
+    line), "short" (the short one), "panel" (the TUI's MIG row) or "report" (the devices probe's
+    measurements). The processes sit at :data:`MIG_PROCESSES_PLACE` among them."""
+    def at(r: MigReading) -> int:
+        return r.report[1] if place == "report" else int(getattr(r, place))
+    return sorted((r for r in MIG_READINGS if at(r)), key=at)
 
 
 #: A DCGM field's unit -> the factor to the unit of gpudoctor's exporter gauges (Prometheus base
@@ -803,5 +865,6 @@ def report_static_facts() -> tuple[StaticFact, ...]:
 __all__ = ["Reading", "NvmlRead", "READINGS", "StaticFact", "STATIC_FACTS", "static_facts", "static_keys",
            "series_labels", "info_labels", "identifying_keys", "DRIVER_LABEL", "gpu_info_labels", "static_gauges", "report_static_facts", "readings", "by_key", "keys", "fast_keys",
            "history_keys", "per_catalogue", "DcgmField", "DCGM_UNITS", "DCGM_LABELS", "dcgm_fields", "dcgm_read", "gpm_readings", "watch_keys", "hooks_keys", "placed", "exported", "fleet_readings",
-           "report_readings", "fleet_columns", "MigReading", "MIG_READINGS", "mig_readings",
+           "report_readings", "fleet_columns", "MigReading", "MIG_READINGS", "mig_readings", "mig_placed",
+           "MIG_PROCESSES_PLACE", "WHOLE_GPU_ONLY", "MIG_NO_UTILISATION",
            "plausible_ranges"]

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 from gpudoctor.core._num import is_number as _is_number, number
 from gpudoctor.core._text import MAX_TEXT, plain_text
 from gpudoctor.backends import busy, catalogue
-from gpudoctor.backends.base import MIG_NO_UTILISATION, WHOLE_GPU_ONLY
 from gpudoctor.backends.na import NA, is_na
 from gpudoctor.backends.clock_reasons import throttle_reason_names, throttle_reason_words
 from gpudoctor.core.model import Finding
@@ -623,10 +622,9 @@ def watch_record(snap: Snapshot, dev: DeviceSnapshot) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- MIG devices
-#: The readings NVML does not give per MIG device (NotSupported on a MIG handle): the word watch
-#: uses for each and what the front ends say instead of a number. Energy (and power) is the whole
-#: GPU's only; utilisation rates NVML gives for no part of a GPU in MIG mode.
-MIG_NOT_PER_SLICE = (("gpu_util_pct", "util", MIG_NO_UTILISATION), ("energy_mj", "energy", WHOLE_GPU_ONLY))
+# Every MIG reading a front end shows comes from the catalogue (catalogue.MIG_READINGS): its word,
+# place, formatter and whole-GPU words; the identity (ids, profile, UUID) and the processes are no
+# readings and are written here.
 #: NA reasons on a MIG handle that mean "NVML does not give this per slice".
 _NOT_PER_SLICE_REASONS = frozenset({"NotSupported", "FunctionNotFound", "InvalidArgument"})
 
@@ -664,36 +662,59 @@ def _mig_processes_text(mig: MigDeviceReading, *, verbose: bool) -> str:
     return f"{len(procs)} ({', '.join(shown)}{more})"
 
 
-def _mig_worded(mig: MigDeviceReading, *, numbers_only: bool) -> list[str]:
-    """The catalogue's MIG readings that have a word of their own (``MigReading.word``), each as
-    ``word value``: ``sms 60``; with ``numbers_only``, only those that are a number."""
-    return [f"{r.word} {fmt_num(mig.get(r.key), r.unit)}" for r in catalogue.mig_readings()
-            if r.word and (_is_number(mig.get(r.key)) or not numbers_only)]
+def mig_reading_text(mig: MigDeviceReading, reading: catalogue.MigReading, *, verbose: bool) -> str:
+    """A MIG reading's value as people see it (its ``fmt``): ``12.0/39.5 GiB``, ``42%`` (``41.5 %``
+    in the verbose line), ``60``; NA in words (the whole-GPU words for a reading NVML gives for the
+    whole GPU only, in the verbose line)."""
+    value = mig.get(reading.key)
+    if reading.fmt == "memory":
+        return _mig_memory(mig)
+    if verbose and reading.whole_gpu and mig_not_per_slice(value):
+        return f"n/a: {reading.whole_gpu}"
+    if verbose and reading.fmt == "activity" and _is_number(value):
+        return f"{value:.1f} {reading.unit}"
+    return fmt_num(value, reading.unit)
 
 
-#: What the TUI's GPU panel says under a GPU's MIG devices.
-MIG_PANEL_NOTE = "util n/a in MIG mode; power and energy are the whole GPU's"
+def _mig_parts(mig: MigDeviceReading, place: str, processes: str) -> list[str]:
+    """The catalogue's MIG readings placed in ``place`` ("line", "short" or "panel"), each as
+    ``word value`` (the value alone where the word is ""), with ``processes`` at its place. Outside
+    the verbose line only numbers are shown (and a "memory" pair, which says n/a itself)."""
+    verbose = place == "line"
+    placed: list[tuple[int, str]] = [(catalogue.MIG_PROCESSES_PLACE, processes)]
+    for r in catalogue.mig_placed(place):
+        if not verbose and r.fmt != "memory" and not _is_number(mig.get(r.key)):
+            continue
+        word = {"line": r.word, "short": r.short_word, "panel": r.label}[place]
+        text = mig_reading_text(mig, r, verbose=verbose)
+        placed.append((getattr(r, place), f"{word} {text}" if word else text))
+    return [text for _, text in sorted(placed, key=lambda part: part[0])]
+
+
+def mig_panel_note() -> str:
+    """What the TUI's GPU panel says under a GPU's MIG devices: the ``whole_gpu_panel`` words of the
+    catalogue's MIG readings (``util n/a in MIG mode; power and energy are the whole GPU's``)."""
+    return "; ".join(r.whole_gpu_panel for r in catalogue.mig_readings() if r.whole_gpu_panel)
 
 
 def mig_summary(mig: MigDeviceReading) -> str:
-    """One MIG device in a few words, for a panel row: ``mig1.0 3g.40gb 12.0/39.5 GiB smact 42% 2 procs``."""
+    """One MIG device in a few words, for a panel row: ``mig1.0 3g.40gb 12.0/39.5 GiB smact 42% 2 procs``
+    (the catalogue's MIG readings with a ``panel`` place)."""
     profile = plain_text(mig.profile, limit=20) if isinstance(mig.profile, str) else "?"
-    parts = [_mig_ids(mig), profile, _mig_memory(mig)]
-    if _is_number(mig.sm_active_pct):
-        parts.append(f"smact {mig.sm_active_pct:.0f}%")
-    parts += _mig_worded(mig, numbers_only=True)
     procs = mig.processes
-    parts.append(f"{len(procs)} proc{'s' if len(procs) != 1 else ''}" if isinstance(procs, list)
+    processes = (f"{len(procs)} proc{'s' if len(procs) != 1 else ''}" if isinstance(procs, list)
                  else f"procs {short_na(procs)}")
-    return " ".join(parts)
+    return " ".join([_mig_ids(mig), profile, *_mig_parts(mig, "panel", processes)])
 
 
 def mig_lines(snap: Snapshot, dev: DeviceSnapshot, *, verbose: bool = True) -> list[str]:
     """The lines ``watch`` prints under a GPU in MIG mode, one per MIG device, e.g.
     ``...Z gpu0 mig1.0 3g.40gb mem 12.0/39.5 GiB smact 41% procs 2 power/energy: whole GPU``
-    (``mig<GPU instance>.<compute instance>``). NVML gives power and energy for the whole GPU only,
-    and no utilisation rates in MIG mode (the GPU's line shows ``util n/a``): the line says so
-    instead of a number (``-v`` says both in words). Empty for a GPU not in MIG mode."""
+    (``mig<GPU instance>.<compute instance>``): the catalogue's MIG readings placed in the short
+    line (``short``) or the verbose one (``line``). NVML gives power and energy for the whole GPU
+    only, and no utilisation rates in MIG mode (the GPU's line shows ``util n/a``): the line says so
+    instead of a number (the readings' ``whole_gpu`` words; ``-v`` says each in words). Empty for a
+    GPU not in MIG mode."""
     head = f"{_iso(snap.time)} gpu{dev.index}"
     migs = dev.mig
     if migs is None or dev.fault is not None:
@@ -704,42 +725,27 @@ def mig_lines(snap: Snapshot, dev: DeviceSnapshot, *, verbose: bool = True) -> l
     for mig in migs:
         ids = _mig_ids(mig)
         profile = plain_text(mig.profile, limit=20) if isinstance(mig.profile, str) else "?"
-        active = mig.sm_active_pct
         if not verbose:
-            parts = [f"{head} {ids} {profile} mem {_mig_memory(mig)}"]
-            if _is_number(active):
-                parts.append(f"smact {active:.0f}%")  # SM activity, as on the GPU line (sm: its clock)
-            parts += _mig_worded(mig, numbers_only=True)
-            parts.append(f"procs {_mig_processes_text(mig, verbose=False)}")
-            if _is_number(mig.gpu_util_pct):  # NVML gives none in MIG mode (the GPU's line says n/a)
-                parts.append(f"util {mig.gpu_util_pct:.0f}%")
-            line = " ".join(parts)
-            if mig_not_per_slice(mig.energy_mj) and len(line) + len(" power/energy: whole GPU") <= WATCH_WIDTH:
-                line += " power/energy: whole GPU"  # the watts on the GPU's line are the whole GPU's
+            line = " ".join([f"{head} {ids} {profile}",
+                             *_mig_parts(mig, "short", f"procs {_mig_processes_text(mig, verbose=False)}")])
+            for r in catalogue.mig_readings():  # the whole-GPU words, while the line has room
+                if r.whole_gpu_short and mig_not_per_slice(mig.get(r.key)) \
+                        and len(line) + 1 + len(r.whole_gpu_short) <= WATCH_WIDTH:
+                    line += " " + r.whole_gpu_short
             lines.append(line)
             continue
         uuid = plain_text(mig.uuid, limit=60) if isinstance(mig.uuid, str) else short_na(mig.uuid)
-        sms = str(mig.sm_count) if isinstance(mig.sm_count, int) else short_na(mig.sm_count)
-        parts = [f"{head} {ids} {profile}", f"uuid {uuid}", f"sms {sms}", f"mem {_mig_memory(mig)}",
-                 "sm_active " + (short_na(active) if is_na(active) else f"{active:.1f} %"),
-                 *_mig_worded(mig, numbers_only=False), f"procs {_mig_processes_text(mig, verbose=True)}"]
-        for key, word, words in MIG_NOT_PER_SLICE:
-            value = mig.get(key)
-            if mig_not_per_slice(value):
-                parts.append(f"{word} n/a: {words}")
-            elif is_na(value):
-                parts.append(f"{word} {short_na(value)}")
-            else:
-                parts.append(f"{word} {value}")
+        parts = [f"{head} {ids} {profile}", f"uuid {uuid}",
+                 *_mig_parts(mig, "line", f"procs {_mig_processes_text(mig, verbose=True)}")]
         lines.append(" | ".join(parts))
     return lines
 
 
 def mig_records(snap: Snapshot, dev: DeviceSnapshot) -> list[dict[str, Any]]:
     """``watch --json``'s records for the MIG devices of a GPU in MIG mode: one per MIG device,
-    ``{"time", "gpu": parent index, "mig": {ids, uuid, profile, sm_count, memory..., processes},
-    "notes": {key: why NVML gives no number per slice}, "na": {key: reason}}``; when the slices
-    cannot be read, one record whose ``mig`` is null with the reason in ``na``."""
+    ``{"time", "gpu": parent index, "mig": {ids, uuid, profile, every MIG reading, processes},
+    "notes": {key: why NVML gives no number per slice (its ``whole_gpu`` words)}, "na": {key: reason}}``;
+    when the slices cannot be read, one record whose ``mig`` is null with the reason in ``na``."""
     migs = dev.mig
     if migs is None or dev.fault is not None:
         return []
@@ -747,11 +753,11 @@ def mig_records(snap: Snapshot, dev: DeviceSnapshot) -> list[dict[str, Any]]:
     if is_na(migs):
         return [{"time": time_text, "gpu": dev.index, "mig": None, "notes": {}, "na": {"mig": migs.reason}}]
     records = []
+    not_per_slice = {r.key: r.whole_gpu for r in catalogue.mig_readings() if r.whole_gpu}
     for mig in migs:
         fields: dict[str, Any] = {}
         na: dict[str, str] = {}
         notes: dict[str, str] = {}
-        not_per_slice = {key: words for key, _, words in MIG_NOT_PER_SLICE}
         for key, value in mig.to_dict().items():
             if key == "parent":
                 continue

@@ -25,7 +25,7 @@ from gpudoctor.backends import busy, catalogue
 from gpudoctor.backends.clock_reasons import throttle_reason_names
 from gpudoctor.core.findings import CLOCK_EVENTS, CLOCKS_FREE, IDLE_BETWEEN_KERNELS
 from gpudoctor.backends.na import NA, is_na
-from gpudoctor.sampling.presentation import MIG_PANEL_NOTE, busy_verdict, fault_words, mig_summary, no_gpu_words
+from gpudoctor.sampling.presentation import busy_verdict, fault_words, mig_panel_note, mig_summary, no_gpu_words
 from gpudoctor.sampling.sampler import DeviceSnapshot, History, Snapshot
 from gpudoctor.core.model import ProbeResult
 from gpudoctor.sampling.presentation import (
@@ -375,8 +375,9 @@ class GpuPanel(_LinesPanel):
 
     @staticmethod
     def _mig_lines(dev: DeviceSnapshot, width: int) -> list[Line]:
-        """A GPU in MIG mode: one row per MIG device (memory, SM activity, processes), then what
-        NVML gives for the whole GPU only. Nothing for a GPU not in MIG mode."""
+        """A GPU in MIG mode: one row per MIG device (the catalogue's MIG readings with a panel place:
+        memory, SM activity; its processes), then what NVML gives for the whole GPU only. Nothing for a
+        GPU not in MIG mode."""
         migs = dev.mig
         if migs is None:
             return []
@@ -388,7 +389,7 @@ class GpuPanel(_LinesPanel):
             for mig in migs:
                 rows.append(label + Text(mig_summary(mig)))
                 label = Text(" " * LABEL_W)
-            rows.append(label + Text(MIG_PANEL_NOTE, style="dim"))
+            rows.append(label + Text(mig_panel_note(), style="dim"))
         for row in rows:
             row.truncate(width, overflow="ellipsis")
         return list(rows)

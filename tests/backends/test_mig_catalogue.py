@@ -6,9 +6,11 @@ answered by a fake NVML function on the MIG handle) and finds it in the live MIG
 the gate: an NVML error is NA, an impossible value is NA), ``MigDeviceReading`` as
 ``python -m gpudoctor.tools.regenerate`` writes it (made in memory here, base.py untouched), the
 recording schema, a recording and its replay, the exporter's per-MIG-device gauges and docs/fleet.md's
-MIG table, ``watch`` (its MIG lines and JSON records) and the TUI's MIG rows. The second adds one read
-by an existing reader (GPM per GPU instance). The others hold the catalogue's MIG entries to what the
-backend can read.
+MIG table, ``watch`` (its MIG lines and JSON records), the TUI's MIG rows and the report's JSON. The
+second changes the words, places and whole-GPU words of the existing MIG readings in the catalogue
+alone and finds every front end following (none writes a MIG reading by hand). The third adds one
+read by an existing reader (GPM per GPU instance). The others hold the catalogue's MIG entries to what
+the backend can read.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import sys
 import pytest
 
 from gpudoctor.backends import NA, NvmlBackend, NvmlGate, ReplayBackend, catalogue
+from gpudoctor.core import exitcodes
 from gpudoctor.backends import nvml as nvml_backend
 from support.nvml_fake import FakePynvml, h100_mig, nvml_error
 
@@ -28,7 +31,8 @@ pytestmark = pytest.mark.timeout(120)
 WIDGET = catalogue.MigReading(
     "widget_temp_c", "°C", "number", "gpudoctor_mig_widget_temperature_celsius",
     help="Temperature of the MIG device's widget", nvml=catalogue.NvmlRead(("nvmlDeviceGetMigWidgetTemperature",)),
-    plausible=catalogue.C_SENSOR, word="widget")
+    plausible=catalogue.C_SENSOR, word="widget", line=4, short_word="widget", short=3, label="widget", panel=3,
+    report=("widget_temp", 4))
 
 # Modules that read the catalogue's MIG readings: imported before it is patched.
 CONSUMERS = ("gpudoctor.backends.plausible", "gpudoctor.backends.replay", "gpudoctor.backends.recording",
@@ -175,6 +179,68 @@ def test_a_mig_reading_added_to_the_catalogue_reaches_every_place_mig_readings_g
     assert "widget 47°C" in row, rows
     assert "widget" not in next(line for line in rows if "mig2.0" in line)
 
+    # The report's JSON: the devices probe measures it per MIG device, at its place (before the processes).
+    assert main(["report", "--quick", "--json", "--replay", str(path)]) in (exitcodes.OK, exitcodes.WARN)
+    probe = next(p for p in json.loads(capsys.readouterr().out)["results"] if p["probe"] == "devices")
+    names = [m["name"] for m in probe["measurements"]]
+    measured = {m["name"]: m for m in probe["measurements"]}
+    assert (measured["mig1.0_widget_temp"]["value"], measured["mig1.0_widget_temp"]["unit"]) == (47, "°C")
+    assert measured["mig2.0_widget_temp"]["value"] is None and measured["mig2.0_widget_temp"]["note"] == "NotSupported"
+    assert names.index("mig1.0_memory_total") < names.index("mig1.0_widget_temp") < names.index("mig1.0_processes")
+
+
+def test_the_front_ends_show_the_existing_mig_readings_as_the_catalogue_says(monkeypatch, capsys):
+    """The words, places, formatters and whole-GPU words of the MIG readings already in the catalogue,
+    changed there alone, change watch's MIG lines (short and verbose), its JSON notes, the TUI's MIG
+    rows and their note, and the report: no front end writes memory, SM activity, SMs, utilisation or energy by hand."""
+    from gpudoctor.core._record import replace
+
+    from support.tui_support import DATA
+
+    for name in CONSUMERS:
+        importlib.import_module(name)
+    changed = {"sm_count": dict(word="", line=0, report=("", 0)),
+               "memory_used_bytes": dict(word="used", short_word="used", label="used", report=("in_use", 2)),
+               "sm_active_pct": dict(word="gi_sm", line=13, short_word="gism", short=12, label="gism", panel=14,
+                                     fmt="", report=("gi_sm", 1)),
+               "gpu_util_pct": dict(whole_gpu="no rates here", whole_gpu_panel="no rates in MIG", report=("util", 12)),
+               "energy_mj": dict(whole_gpu_short="", short=0, word="joules")}
+    monkeypatch.setattr(catalogue, "MIG_READINGS",
+                        tuple(replace(r, **changed.get(r.key, {})) for r in catalogue.MIG_READINGS))
+    mig = DATA / "handmade_h100_mig_two_slices.json"
+    from gpudoctor.cli import main
+
+    assert main(["watch", "--replay", str(mig), "-n", "2", "-i", "0.25"]) == 0
+    short = [line for line in capsys.readouterr().out.splitlines() if " mig1.0 " in line][-1]
+    assert short.endswith(" mig1.0 3g.40gb used 12.0/39.5 GiB procs 2 gism 42%"), short
+    assert main(["watch", "--replay", str(mig), "-n", "2", "-i", "0.25", "-v"]) == 0
+    verbose = [line for line in capsys.readouterr().out.splitlines() if " mig1.0 " in line][-1]
+    assert "| used 12.0/39.5 GiB | procs 2 (" in verbose and "sms" not in verbose, verbose
+    assert verbose.endswith("| util n/a: no rates here | joules n/a: whole-GPU figure only | gi_sm 42%"), verbose
+    assert main(["watch", "--replay", str(mig), "-n", "1", "--json"]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert next(r for r in records if r.get("mig"))["notes"]["gpu_util_pct"] == "no rates here"
+
+    from gpudoctor.sampling.sampler import Sampler
+    from gpudoctor.tui.widgets import GpuPanel
+
+    core = Sampler(ReplayBackend.from_file(mig), None, with_processes=False, reads="full")
+    core.read()
+    panel = GpuPanel(0)
+    panel.show(core.read().devices[0], core.history)
+    rows = [getattr(line, "plain", str(line)) for line in panel.lines(100)]
+    row = next(line for line in rows if "mig1.0" in line)
+    assert row.endswith("mig1.0 3g.40gb used 12.0/39.5 GiB 2 procs gism 42%"), row
+    assert rows[rows.index(row) + 2].strip() == "no rates in MIG; power and energy are the whole GPU's", rows
+
+    assert main(["report", "--quick", "--json", "--replay", str(mig)]) in (exitcodes.OK, exitcodes.WARN)
+    probe = next(p for p in json.loads(capsys.readouterr().out)["results"] if p["probe"] == "devices")
+    names = [m["name"] for m in probe["measurements"] if m["name"].startswith("mig1.0_")]
+    assert names == ["mig1.0_uuid", "mig1.0_gi_sm", "mig1.0_in_use", "mig1.0_memory_total", "mig1.0_processes",
+                     "mig1.0_util", "mig1.0_energy"], names
+    util = next(m for m in probe["measurements"] if m["name"] == "mig1.0_util")
+    assert util["note"] == "no rates here (NotSupported on a MIG device)"
+
 
 def test_a_mig_reading_read_by_an_existing_reader_needs_only_its_catalogue_entry(monkeypatch):
     """Tensor activity per GPU instance: the "gpm" reader's answer, by the GPM reading's key; GPM
@@ -237,3 +303,20 @@ def test_an_nvml_error_on_a_mig_handle_is_na_for_the_readings_of_that_call_only(
     assert second.memory_total_bytes == 40448 << 20
     # a call that gives two readings is made once per MIG device
     assert fake.calls["nvmlDeviceGetAttributes"] == 2
+
+
+def test_every_mig_readings_places_and_formatter_are_ones_the_front_ends_know():
+    """No MIG reading takes the processes' place, none shares a place or a report name with another,
+    its formatter is one presentation.mig_reading_text knows, and the short line's and the panel's
+    whole-GPU words come with the whole-GPU words."""
+    readings = catalogue.mig_readings()
+    for place in ("line", "short", "panel", "report"):
+        placed = catalogue.mig_placed(place)
+        at = [r.report[1] if place == "report" else getattr(r, place) for r in placed]
+        assert catalogue.MIG_PROCESSES_PLACE not in at and len(set(at)) == len(at), place
+    names = [r.report[0] for r in catalogue.mig_placed("report")]
+    assert all(names) and len(set(names)) == len(names) and "processes" not in names and "uuid" not in names
+    for r in readings:
+        assert r.fmt in ("", "memory", "activity"), r.key
+        assert not (r.whole_gpu_short or r.whole_gpu_panel) or r.whole_gpu, r.key
+        assert bool(r.report[0]) == bool(r.report[1]), r.key
