@@ -221,6 +221,18 @@ def _session_sample(*, util: float, mem_util: float, used_gib: float, total_gib:
     }
 
 
+def _gpus(count: int, name: str, **facts) -> list[dict]:
+    """The static facts of ``count`` GPUs of one model (indices 0..count-1)."""
+    return [_session_static(i, name, **facts) for i in range(count)]
+
+
+def _tick(k: int, devices: list[dict], processes: list, **more) -> dict:
+    """Sample ``k`` of a session, one second apart: every device reading and the sample carry t = k."""
+    for device in devices:
+        device["t"] = float(k)
+    return {"t": float(k), "devices": devices, "processes": processes, **more}
+
+
 def _all_na(reason: str, template: dict) -> dict:
     return {k: (v if k == "t" else _na(reason)) for k, v in template.items()}
 
@@ -247,8 +259,8 @@ def _session_recording(meta_: dict, statics: list[dict], samples: list[dict], st
 def two_gpu_training() -> dict:
     """GPU 0 trains (busy, power-capped now and then), GPU 1 sits idle; datacenter GPUs without fans."""
     name = "NVIDIA A100-SXM4-40GB"
-    statics = [_session_static(i, name, memory_gib=40, power_limit=400.0, sm_max=1410, mem_max=1215, fans=0, ecc=1,
-                               cc="8.0", arch=7) for i in range(2)]
+    statics = _gpus(2, name, memory_gib=40, power_limit=400.0, sm_max=1410, mem_max=1215, fans=0, ecc=1,
+                    cc="8.0", arch=7)
     samples = []
     for k in range(30):
         wave = math.sin(k / 3.0)
@@ -260,7 +272,6 @@ def two_gpu_training() -> dict:
         idle = _session_sample(util=0, mem_util=0, used_gib=0.4, total_gib=40, temp=31, power=52.5, limit=400.0,
                                sm=210, mem=1215, reasons=0x1, pstate=0, rx_kbps=0, tx_kbps=0,
                                fan=_na("NotSupported"), ecc=0)
-        busy["t"] = idle["t"] = float(k)
         procs0 = [
             {"pid": 424242, "type": "compute", "gpu_memory_bytes": int(30.4 * GiB), "sm_util_pct": int(85 + 10 * wave),
              "user": "alice", "command": "python train.py --batch-size 256", "cpu_pct": 182.0 + 10 * wave,
@@ -274,7 +285,7 @@ def two_gpu_training() -> dict:
              "user": "carol", "command": "python eval.py", "cpu_pct": 0.5,
              "host_memory_bytes": int(2.1 * GiB)},
         ]
-        samples.append({"t": float(k), "devices": [busy, idle], "processes": [procs0, procs1]})
+        samples.append(_tick(k, [busy, idle], [procs0, procs1]))
     return _session_recording(_session_meta(
         "STAND-IN, hand-made: two A100-SXM4-40GB-like devices, GPU 0 training (utilisation 78-98 %, "
         "software power cap at times), GPU 1 idle; fans NotSupported as on SXM boards. Process "
@@ -297,8 +308,8 @@ def h100_gpm_small_kernels() -> dict:
     10 % active, no tensor work) for 10 samples, then bf16 matrix math on the tensor cores; GPU 1 idle.
     The first sample has no previous GPM sample: its GPM readings are Warming."""
     name = "NVIDIA H100 PCIe"
-    statics = [_session_static(i, name, memory_gib=80, power_limit=350.0, sm_max=1755, mem_max=1593, fans=0, ecc=1,
-                               cc="9.0", arch=9) for i in range(2)]
+    statics = _gpus(2, name, memory_gib=80, power_limit=350.0, sm_max=1755, mem_max=1593, fans=0, ecc=1,
+                    cc="9.0", arch=9)
     warming = {key: _na("Warming") for key in _gpm(sm=0, occupancy=0, tensor=0, dram=0, fp32=0, pcie_tx=0,
                                                    pcie_rx=0)}
     samples = []
@@ -318,8 +329,7 @@ def h100_gpm_small_kernels() -> dict:
         if k == 0:
             busy.update(warming)
             idle.update(warming)
-        busy["t"] = idle["t"] = float(k)
-        samples.append({"t": float(k), "devices": [busy, idle], "processes": [[], []]})
+        samples.append(_tick(k, [busy, idle], [[], []]))
     return _session_recording(_session_meta(
         "HAND-MADE GPM scenario, not a reading of real hardware: two H100 PCIe boards; GPU 0 busy 100 % with "
         "small fp32 kernels (SM activity 9-11 %, no tensor work) for 10 samples, then tensor-bound (SM 86 %, "
@@ -354,7 +364,6 @@ def h100_mig_two_slices() -> dict:
                                  tx_kbps=60_000, fan=_na("NotSupported"), ecc=0)
         sample.update({key: _na("MIG mode: GPM is read per GPU instance") for key in _gpm(
             sm=0, occupancy=0, tensor=0, dram=0, fp32=0, pcie_tx=0, pcie_rx=0)})
-        sample["t"] = float(k)
         sample["gpu_util_pct"] = sample["mem_util_pct"] = _na("NotSupported")
         first_sm = _na("Warming") if k == 0 else 41.0 + k
         second_sm = _na("Warming") if k == 0 else 0.0
@@ -362,7 +371,7 @@ def h100_mig_two_slices() -> dict:
                  {"pid": 4243, "type": "compute", "gpu_memory_bytes": 4 * GiB, "sm_util_pct": None}]
         mig = [_mig_device(0, 1, used_gib=12.0, sm_active=first_sm, processes=procs),
                _mig_device(2, 2, used_gib=0.0, sm_active=second_sm, processes=[])]
-        samples.append({"t": float(k), "devices": [sample], "processes": [_na("NoPermission")], "mig": [mig]})
+        samples.append(_tick(k, [sample], [_na("NoPermission")], mig=[mig]))
     return _session_recording(_session_meta(
         "HAND-MADE MIG scenario, not a reading of real hardware: one H100 80GB HBM3 in MIG mode with two "
         "3g.40gb slices (GPU instances 1 and 2, compute instance 0 each); two processes (8 and 4 GiB) on the "
@@ -375,22 +384,20 @@ def h100_mig_two_slices() -> dict:
 def gpu_lost_midsession() -> dict:
     """One GPU works for 6 samples, then falls off the bus: every reading is GpuIsLost."""
     name = "NVIDIA GeForce RTX 3090"
-    statics = [_session_static(0, name, memory_gib=24, power_limit=350.0, sm_max=2100, mem_max=9751, fans=2,
-                               ecc=_na("NotSupported"), cc="8.6", arch=7)]
+    statics = _gpus(1, name, memory_gib=24, power_limit=350.0, sm_max=2100, mem_max=9751, fans=2,
+                    ecc=_na("NotSupported"), cc="8.6", arch=7)
     samples = []
     for k in range(12):
         good = _session_sample(util=95, mem_util=60, used_gib=20.5, total_gib=24, temp=74 + k, power=338.0, limit=350.0,
                                sm=1860, mem=9751, reasons=0x4, pstate=2, rx_kbps=1_200_000, tx_kbps=80_000, fan=71,
                                ecc=_na("NotSupported"))
-        good["t"] = float(k)
         if k < 6:
             procs = [{"pid": 31337, "type": "compute", "gpu_memory_bytes": int(20.1 * GiB), "sm_util_pct": 93,
                       "user": "dave", "command": "python finetune.py", "cpu_pct": 99.0,
                       "host_memory_bytes": int(6 * GiB)}]
-            samples.append({"t": float(k), "devices": [good], "processes": [procs]})
+            samples.append(_tick(k, [good], [procs]))
         else:
-            samples.append({"t": float(k), "devices": [_all_na("GpuIsLost", good)],
-                            "processes": [_na("GpuIsLost")]})
+            samples.append(_tick(k, [_all_na("GpuIsLost", good)], [_na("GpuIsLost")]))
     return _session_recording(_session_meta(
         "FAULT, hand-made: a GeForce RTX 3090 under load falls off the bus after sample 6 (Xid 79); "
         "from then on every NVML reading answers GpuIsLost.", [name], "550.120"), statics, samples)
@@ -399,8 +406,8 @@ def gpu_lost_midsession() -> dict:
 def notsupported_fields() -> dict:
     """A GPU on which several fields are NotSupported; power goes NotSupported mid-session."""
     name = "NVIDIA GeForce GTX 1080"
-    statics = [_session_static(0, name, memory_gib=8, power_limit=_na("NotSupported"), sm_max=1911, mem_max=5005,
-                               fans=1, ecc=_na("NotSupported"), cc="6.1", arch=4)]
+    statics = _gpus(1, name, memory_gib=8, power_limit=_na("NotSupported"), sm_max=1911, mem_max=5005,
+                    fans=1, ecc=_na("NotSupported"), cc="6.1", arch=4)
     samples = []
     for k in range(10):
         s = _session_sample(util=40 + 3 * k, mem_util=20, used_gib=3.2, total_gib=8, temp=61, power=120.0,
@@ -409,11 +416,10 @@ def notsupported_fields() -> dict:
         if k >= 4:
             s["power_w"] = _na("NotSupported")
         s["throttle_reasons"] = _na("NotSupported") if k >= 7 else 0
-        s["t"] = float(k)
         procs = [{"pid": 2024, "type": "compute", "gpu_memory_bytes": None, "sm_util_pct": None,
                   "user": "erin", "command": "python train_small.py", "cpu_pct": 45.0,
                   "host_memory_bytes": int(1.5 * GiB)}]
-        samples.append({"t": float(k), "devices": [s], "processes": [procs]})
+        samples.append(_tick(k, [s], [procs]))
     return _session_recording(_session_meta(
         "FAULT, hand-made: an older GeForce on which PCIe throughput, ECC, the power limit and per-process "
         "memory are NotSupported; the power reading becomes NotSupported after sample 4 and the throttle "
@@ -423,8 +429,8 @@ def notsupported_fields() -> dict:
 def nvml_gone_midsession() -> dict:
     """Two GPUs; after 5 samples NVML answers Uninitialized for everything (driver reloaded)."""
     name = "NVIDIA L4"
-    statics = [_session_static(i, name, memory_gib=22.5, power_limit=72.0, sm_max=2040, mem_max=6251, fans=0, ecc=1,
-                               cc="8.9", arch=8) for i in range(2)]
+    statics = _gpus(2, name, memory_gib=22.5, power_limit=72.0, sm_max=2040, mem_max=6251, fans=0, ecc=1,
+                    cc="8.9", arch=8)
     samples = []
     for k in range(10):
         devs = []
@@ -432,10 +438,8 @@ def nvml_gone_midsession() -> dict:
             s = _session_sample(util=60 if i == 0 else 10, mem_util=30, used_gib=10, total_gib=22.5, temp=50, power=55.0,
                                 limit=72.0, sm=1800, mem=6251, reasons=0, pstate=0, rx_kbps=10_000, tx_kbps=5_000,
                                 fan=_na("NotSupported"), ecc=0)
-            s["t"] = float(k)
             devs.append(_all_na("Uninitialized", s) if k >= 5 else s)
-        procs = [_na("Uninitialized")] * 2 if k >= 5 else [[], []]
-        samples.append({"t": float(k), "devices": devs, "processes": procs})
+        samples.append(_tick(k, devs, [_na("Uninitialized")] * 2 if k >= 5 else [[], []]))
     return _session_recording(_session_meta(
         "FAULT, hand-made: two L4 GPUs; after sample 5 the driver is reloaded under the session and NVML "
         "answers Uninitialized for every reading.", [name, name], "570.86.15"), statics, samples)
