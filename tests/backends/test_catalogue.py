@@ -208,23 +208,16 @@ def test_every_reading_is_well_formed():
 
 # --------------------------------------------------------------------------- the report and fleet
 def test_a_reading_added_to_the_catalogue_reaches_the_report(widget):
-    from gpudoctor.core.model import Report
-    from gpudoctor.probes import ProbeContext, health
-    from gpudoctor.console.render import render_text
-    import io
+    from support.probes_under_test import health_on
 
-    result = health.run(ProbeContext(gpu=NvmlBackend(NvmlGate(widget)), level="quick"))
-    data = json.loads(json.dumps(Report(results=[result]).to_dict()))
-    measured = {(m["name"], m["device"]): m for m in data["results"][0]["measurements"]}
+    _, measured, text = health_on(widget)
     assert measured[("widget_temperature", 0)]["value"] == 47 and measured[("widget_temperature", 0)]["unit"] == "°C"
     # the measurements the report had before keep their names (the catalogue's ``report``)
     assert {"gpu_utilization", "temperature", "power_draw", "sm_clock", "fan_speed"} <= {n for n, _ in measured}
-    out = io.StringIO()
-    render_text(Report(results=[result]), out, color=False, width=120, verbose=True)
-    assert "widget_temperature" in out.getvalue()
+    assert "widget_temperature" in text
     # an impossible value is said to be one, by its report name
     widget.devices[0]["nvmlDeviceGetWidgetTemperature"] = 4000
-    result = health.run(ProbeContext(gpu=NvmlBackend(NvmlGate(widget)), level="quick"))
+    result, _, _ = health_on(widget)
     assert any(f.code == "implausible_reading" and "widget_temperature 4000" in f.summary for f in result.findings)
 
 

@@ -151,23 +151,15 @@ def test_an_info_label_alone_leaves_docs_fleet_md_behind_until_regenerated(monke
 
 
 def test_a_static_fact_added_to_the_catalogue_reaches_the_report(facts):
-    import io
+    from support.probes_under_test import health_on
 
-    from gpudoctor.console.render import render_text
-    from gpudoctor.core.model import Report
-    from gpudoctor.probes import ProbeContext, health
-
-    result = health.run(ProbeContext(gpu=NvmlBackend(NvmlGate(facts)), level="quick"))
-    data = json.loads(json.dumps(Report(results=[result]).to_dict()))
-    measured = {(m["name"], m["device"]): m for m in data["results"][0]["measurements"]}
+    _, measured, text = health_on(facts)
     assert measured[("widget_limit", 0)]["value"] == 450.0 and measured[("widget_limit", 0)]["unit"] == "W"
     assert not any(name == "board_part_number" for name, _ in measured)  # no report name: not measured
-    out = io.StringIO()
-    render_text(Report(results=[result]), out, color=False, width=120, verbose=True)
-    assert "widget_limit" in out.getvalue()
+    assert "widget_limit" in text
     # an impossible value is said to be one, by its name
     facts.devices[0]["nvmlDeviceGetWidgetPowerLimit"] = 9_000_000
-    result = health.run(ProbeContext(gpu=NvmlBackend(NvmlGate(facts)), level="quick"))
+    result, _, _ = health_on(facts)
     assert any(f.code == "implausible_reading" and "widget_limit_w 9000" in f.summary for f in result.findings)
 
 
