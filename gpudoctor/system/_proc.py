@@ -277,8 +277,8 @@ class ChildOutputTooLarge(Exception):
 
 
 def run_bounded(argv: list[str], *, timeout_s: float, max_output: int, env: dict[str, str] | None = None,
-                text: bool = False) -> tuple[int, bytes, bytes]:
-    """Run ``argv`` in a group of its own with stdin closed: (exit status, stdout, stderr), each
+                text: bool = False, cwd: str | os.PathLike[str] | None = None) -> tuple[int, bytes, bytes]:
+    """Run ``argv`` (in ``cwd``, when given) in a group of its own with stdin closed: (exit status, stdout, stderr), each
     stream kept up to ``max_output`` bytes. A child that prints more is ended with its tree
     (:class:`ChildOutputTooLarge`), one that runs past ``timeout_s`` too (:class:`ChildTimeout`):
     neither its time nor its output is unbounded. OSError when it cannot start."""
@@ -288,7 +288,7 @@ def run_bounded(argv: list[str], *, timeout_s: float, max_output: int, env: dict
 
     with starting():
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env=env, **NEW_GROUP)
+                                env=env, cwd=cwd, **NEW_GROUP)
         track(proc.pid)
     kept: dict[int, list[bytes]] = {1: [], 2: []}
     sizes = {1: 0, 2: 0}

@@ -12,7 +12,9 @@ whose entries link to the source's, and ``gpudoctor/probes`` linking to probes/)
 source's (``gpudoctor/probes/health.py`` reads ``probes/health.py``). mypy's options (``--name``
 or ``--name=value``) are passed to it. The exit status is mypy's (0: no finding, 1: findings, 2:
 mypy's usage error); 2 (exitcodes.USAGE) also when mypy is not installed (the ``dev`` extra brings
-it) or a path is outside gpudoctor/ and probes/. Run from a source checkout.
+it) or a path is outside gpudoctor/ and probes/; 1 (exitcodes.INTERNAL), with one line, when mypy
+cannot start, runs past its limit or prints without end (it is ended with its tree). Run from a
+source checkout.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ ROOT = Path(__file__).resolve().parents[2]
 #: ``package_dir`` maps them; the longest first (a path is mapped by the first that holds it).
 PACKAGE_DIRS = (("gpudoctor/probes", "probes"), ("gpudoctor", "gpudoctor"))
 SKIPPED = {"__pycache__"}
+#: What mypy may print before its run is ended as runaway (its whole-tree report is a few KiB).
+MAX_OUTPUT = 16 * 1024 * 1024
 
 
 def build_tree(dest: Path, root: Path = ROOT) -> Path:
@@ -74,13 +78,16 @@ def to_source(text: str, tree: Path, root: Path = ROOT) -> str:
 def run_mypy(tree: Path, targets: Sequence[str], options: Sequence[str] = (), root: Path = ROOT,
              timeout_s: float = 240) -> subprocess.CompletedProcess[str]:
     """mypy on ``targets`` (paths relative to ``tree``) with ``root``'s pyproject.toml, run in
-    ``tree`` with no incremental cache (the run never depends on, or leaves behind, an earlier one);
+    ``tree`` with no incremental cache (the run never depends on, or leaves behind, an earlier one),
+    through the bounded starter (its own group, ended with its tree; ChildTimeout past ``timeout_s``);
     stdout and stderr as the source's paths."""
-    done = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(root / "pyproject.toml"),
-                           "--no-incremental", "--cache-dir", "/dev/null", *options, "--", *targets],
-                          cwd=tree, capture_output=True, text=True, timeout=timeout_s, check=False)
-    done.stdout, done.stderr = to_source(done.stdout, tree, root), to_source(done.stderr, tree, root)
-    return done
+    from gpudoctor.system import _proc
+
+    argv = [sys.executable, "-m", "mypy", "--config-file", str(root / "pyproject.toml"), "--no-incremental",
+            "--cache-dir", "/dev/null", *options, "--", *targets]
+    code, out, err = _proc.run_bounded(argv, timeout_s=timeout_s, max_output=MAX_OUTPUT, cwd=tree)
+    return subprocess.CompletedProcess(argv, code, to_source(out.decode(errors="replace"), tree, root),
+                                       to_source(err.decode(errors="replace"), tree, root))
 
 
 def main(argv: list[str] | None = None, root: Path = ROOT) -> int:
@@ -97,9 +104,15 @@ def main(argv: list[str] | None = None, root: Path = ROOT) -> int:
         print(f"gpudoctor.tools.typecheck: give paths under gpudoctor/ or probes/ of a source checkout ({root})",
               file=sys.stderr)
         return exitcodes.USAGE
+    from gpudoctor.system._proc import ChildOutputTooLarge, ChildTimeout
+
     with tempfile.TemporaryDirectory(prefix="gpudoctor-typecheck-") as folder:
         build_tree(Path(folder), root)
-        done = run_mypy(Path(folder), [t for t in targets if t is not None], options, root)
+        try:
+            done = run_mypy(Path(folder), [t for t in targets if t is not None], options, root)
+        except (ChildTimeout, ChildOutputTooLarge, OSError) as failed:
+            print(f"gpudoctor.tools.typecheck: mypy {failed}", file=sys.stderr)
+            return exitcodes.INTERNAL
     sys.stdout.write(done.stdout)
     sys.stderr.write(done.stderr)
     return done.returncode

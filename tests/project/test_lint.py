@@ -148,3 +148,18 @@ def test_code_health_targets_hold():
     assert figures["functions"] > 1000 and figures["parameters"] > 1000  # the whole tree was read
     assert figures["long_functions"] == [], f"split these by meaning: {figures['long_functions']}"
     assert figures["typed_any_pct"] <= figures["typed_any_target_pct"], figures["typed_any_pct"]
+
+
+def test_typecheck_says_in_one_line_when_mypy_cannot_finish(monkeypatch, capsys):
+    _skip_without("mypy")
+    from gpudoctor.core import exitcodes
+    from gpudoctor.system._proc import ChildTimeout
+    from gpudoctor.tools import typecheck
+
+    def runaway(*args, **kwargs):
+        raise ChildTimeout("did not finish within 240 s")
+
+    monkeypatch.setattr(typecheck, "run_mypy", runaway)
+    assert typecheck.main([]) == exitcodes.INTERNAL
+    err = capsys.readouterr().err
+    assert err == "gpudoctor.tools.typecheck: mypy did not finish within 240 s\n", err
