@@ -39,10 +39,14 @@ class Wording:
     summary: str
     why: str = ""
     fix: str = ""
-    #: A few words for a log line or a panel's header (the work verdict's headline); "" for most codes.
+    #: A few words for a log line or a panel's header (the work verdict's headline), or a fault's line (watch's
+    #: FAULT line, the TUI's panel: :data:`DEVICE_FAULTS`); "" for most codes.
     short: str = ""
     #: One word for a compact cell (the work verdict in the TUI's compact Overview); "" for most codes.
     tag: str = ""
+    #: What the live views say of a machine where NVML cannot be used for this code's reason (watch, record, the
+    #: TUI's panel: :data:`NVML_UNUSABLE`), one sentence without its final period; "" for most codes.
+    no_gpu: str = ""
 
 
 @record(frozen=True)
@@ -272,19 +276,24 @@ _BUSY_WHY = ("NVML's utilisation is the share of time any kernel ran, so a loop 
 #: or, for a code only the live views say, its summary; any other error is ``device_fault``'s, with its name.
 DEVICE_FAULTS: dict[str, str] = {
     "GpuIsLost": "gpu_lost", "Timeout": "driver_not_answering", "Uninitialized": "device_fault:nvml_unloaded",
-    "DriverNotLoaded": "device_fault:driver_not_loaded", "LibraryNotFound": "device_fault:no_library",
-    "ResetRequired": "device_fault:reset_required"}
-#: A machine where NVML is unusable, by the reason NVML gives (watch, record, the TUI's panel, ``--once``).
-NO_GPU: dict[str, str] = {
-    "LibraryNotFound": "No NVIDIA driver found (libnvidia-ml.so is missing)",
-    "DriverNotLoaded": "The NVIDIA kernel driver is not loaded",
-    "PythonBindingMissing": "The NVML Python binding (nvidia-ml-py) is not installed",
-    "NoPermission": "No permission to talk to the NVIDIA driver",
-    "NoDevices": "NVML works but reports no NVIDIA GPU",
+    "DriverNotLoaded": "nvidia_driver_unavailable:driver_not_loaded",
+    "LibraryNotFound": "nvidia_driver_unavailable:no_library", "ResetRequired": "device_fault:reset_required"}
+#: A machine where NVML cannot be used, by the reason NVML gives: the code whose entry words it, in the
+#: report (the environment probe's finding: summary and fix) and in the live views (watch, record, the TUI's
+#: panel, ``--once``: its ``no_gpu``, or, for a code only the live views say, its summary); any other reason
+#: is ``nvidia_driver_unavailable``'s, with its name.
+NVML_UNUSABLE: dict[str, str] = {
+    "LibraryNotFound": "nvidia_driver_unavailable:no_library",
+    "DriverNotLoaded": "nvidia_driver_unavailable:driver_not_loaded",
+    "NoPermission": "nvidia_driver_unavailable:no_permission",
+    "PythonBindingMissing": "nvidia_driver_unavailable:no_binding",
+    "InsufficientSize": "nvidia_driver_unavailable:insufficient_size",
+    "NoDevices": "nvml_no_gpu",
 }
-#: The same for any other reason, and where NVML started but gave no reason (watch).
-NO_GPU_OTHER = "NVML is not usable ({reason})"
-NO_GPU_UNSTATED = "NVML reports no NVIDIA GPU"
+_NO_DRIVER = "No usable NVIDIA driver: "
+_NO_DRIVER_WHY = "Without the driver no CUDA program can use a GPU; torch falls back to the CPU."
+_NVML_NOT_USABLE = "NVML is not usable ({reason})"
+_NVIDIA_SMI_SAYS = "Run `nvidia-smi` to see the driver's own error."
 #: NVML's critical events other than an Xid (watch's EVENT line, the TUI's events), by their kind
 #: (gpudoctor.backends.events); an Xid is worded by core/xid.py's catalogue.
 GPU_EVENTS: dict[str, str] = {
@@ -365,12 +374,37 @@ WORDING: dict[str, Wording] = {
     "device_fault:nvml_unloaded": Wording(
         Status.FAIL, "NVML is gone: the driver was unloaded or restarted under this session. Restart gpudoctor once "
         "the driver is back."),
-    "device_fault:driver_not_loaded": Wording(
-        Status.FAIL, "NVML is gone: the NVIDIA kernel driver is not loaded. Load it (modprobe nvidia) or reboot."),
-    "device_fault:no_library": Wording(
-        Status.FAIL, "NVML library not found (libnvidia-ml.so): no NVIDIA driver on this machine, or it is not "
-        "visible in this container."),
     "device_fault:reset_required": Wording(Status.FAIL, "The GPU needs a reset (nvidia-smi -r) or a reboot."),
+    # -- NVML unusable on this machine, by its reason (NVML_UNUSABLE): the environment probe's finding; ``no_gpu``
+    # for watch, record and the TUI's panel; ``short`` for the FAULT line when every reading answers it (DEVICE_FAULTS)
+    "nvidia_driver_unavailable": Wording(
+        Status.FAIL, _NO_DRIVER + "NVML is unavailable ({reason}).{pci}", _NO_DRIVER_WHY, _NVIDIA_SMI_SAYS,
+        no_gpu=_NVML_NOT_USABLE),
+    "nvidia_driver_unavailable:no_library": Wording(
+        Status.FAIL, _NO_DRIVER + "the NVIDIA driver is not installed (libnvidia-ml.so was not found).{pci}",
+        _NO_DRIVER_WHY, "Install the NVIDIA driver for this GPU (e.g. `sudo apt install nvidia-driver-580` or NVIDIA's "
+        ".run installer), then reboot; check with `nvidia-smi`.",
+        short="NVML library not found (libnvidia-ml.so): no NVIDIA driver on this machine, or it is not visible in "
+        "this container.", no_gpu="No NVIDIA driver found (libnvidia-ml.so is missing)"),
+    "nvidia_driver_unavailable:driver_not_loaded": Wording(
+        Status.FAIL, _NO_DRIVER + "the NVIDIA kernel module is not loaded.{pci}", _NO_DRIVER_WHY,
+        "Load it (`sudo modprobe nvidia`) or reboot; `dmesg | grep -i nvrm` shows why it failed (Secure Boot "
+        "blocking an unsigned module is common).",
+        short="NVML is gone: the NVIDIA kernel driver is not loaded. Load it (modprobe nvidia) or reboot.",
+        no_gpu="The NVIDIA kernel driver is not loaded"),
+    "nvidia_driver_unavailable:no_permission": Wording(
+        Status.FAIL, _NO_DRIVER + "this user may not open the NVIDIA device files.{pci}", _NO_DRIVER_WHY,
+        "Check permissions of /dev/nvidia* (add the user to the group that owns them) or, in a container, start it "
+        "with the NVIDIA runtime (`--gpus all`).", no_gpu="No permission to talk to the NVIDIA driver"),
+    "nvidia_driver_unavailable:no_binding": Wording(
+        Status.FAIL, _NO_DRIVER + "the NVML Python binding (nvidia-ml-py) is not installed.{pci}", _NO_DRIVER_WHY,
+        "pip install nvidia-ml-py", no_gpu="The NVML Python binding (nvidia-ml-py) is not installed"),
+    "nvidia_driver_unavailable:insufficient_size": Wording(
+        Status.FAIL, _NO_DRIVER + "NVML could not start.{pci}", _NO_DRIVER_WHY, _NVIDIA_SMI_SAYS,
+        no_gpu=_NVML_NOT_USABLE),
+    # NVML started and lists no GPU: only the live views say it (its summary), the devices probe words its own
+    "nvml_no_gpu": Wording(Status.SKIP, "NVML works but reports no NVIDIA GPU"),
+    "nvml_no_gpu:unstated": Wording(Status.SKIP, "NVML reports no NVIDIA GPU"),
     "gpu_unreachable": Wording(
         Status.FAIL, "GPU {dev} does not answer: NVML returns Unknown Error for its name, UUID and PCI bus id",
         "The driver lists the GPU but cannot read even its identity: CUDA programs on it fail or hang, as with a "

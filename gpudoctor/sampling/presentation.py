@@ -788,10 +788,12 @@ def fault_words(reason: str) -> str:
 
 
 def no_gpu_words(reason: str) -> str:
-    """One sentence for a machine where NVML is unusable (``findings.NO_GPU``)."""
+    """One sentence for a machine where NVML is unusable: the ``no_gpu`` words of the reason's code in the
+    wording tables (``findings.NVML_UNUSABLE``; the summary of a code only the live views say)."""
     from gpudoctor.core import findings
 
-    return findings.NO_GPU.get(reason) or findings.NO_GPU_OTHER.format(reason=reason)
+    worded = findings.wording(findings.NVML_UNUSABLE.get(reason, "nvidia_driver_unavailable"))
+    return (worded.no_gpu or worded.summary).format(reason=reason)
 
 
 # --------------------------------------------------------------------------- process rows
