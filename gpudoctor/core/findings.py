@@ -50,27 +50,36 @@ class Wording:
 
 
 @record(frozen=True)
-class ClockEvent:
-    """A clock-event reason in words: ``words`` in full (the TUI, ``watch``, the health
-    probe), ``short`` where several are listed on one line (fleet)."""
+class ReasonWords:
+    """A reason in words: ``words`` in full, ``short`` where room is short. A clock-event reason
+    (:data:`CLOCK_EVENTS`: in full in the TUI, ``watch`` and the health probe, short where several are
+    listed on one line, in fleet); why a reading is not available (:data:`NA_REASONS`: in full in
+    ``watch -v`` and the TUI's wide cells, short in its narrow value cells)."""
 
     words: str
     short: str
 
 
 #: NVML's clock-event reasons by code (nvml.h nvmlClocksEventReason*; bits in backends/nvml.py).
-CLOCK_EVENTS: dict[str, ClockEvent] = {
-    "gpu_idle": ClockEvent("GPU idle: nothing is running, clocks are lowered to save power", "idle"),
-    "applications_clocks": ClockEvent("application clocks setting caps the clocks", "application clocks"),
-    "sw_power_cap": ClockEvent("software power cap: the board is at its power limit", "power cap"),
-    "hw_slowdown": ClockEvent("hardware slowdown: clocks halved (high temperature, power brake or bad power "
-                              "supply)", "hardware slowdown"),
-    "sync_boost": ClockEvent("sync boost: clocks matched to another GPU in the group", "sync boost"),
-    "sw_thermal_slowdown": ClockEvent("software thermal slowdown: the GPU is too hot", "thermal slowdown (software)"),
-    "hw_thermal_slowdown": ClockEvent("hardware thermal slowdown: the GPU is far too hot",
-                                      "thermal slowdown (hardware)"),
-    "hw_power_brake": ClockEvent("hardware power brake: external power brake asserted", "power brake"),
-    "display_clock": ClockEvent("display clock setting", "display clock"),
+CLOCK_EVENTS: dict[str, ReasonWords] = {
+    "gpu_idle": ReasonWords("GPU idle: nothing is running, clocks are lowered to save power", "idle"),
+    "applications_clocks": ReasonWords("application clocks setting caps the clocks", "application clocks"),
+    "sw_power_cap": ReasonWords("software power cap: the board is at its power limit", "power cap"),
+    "hw_slowdown": ReasonWords("hardware slowdown: clocks halved (high temperature, power brake or bad power "
+                               "supply)", "hardware slowdown"),
+    "sync_boost": ReasonWords("sync boost: clocks matched to another GPU in the group", "sync boost"),
+    "sw_thermal_slowdown": ReasonWords("software thermal slowdown: the GPU is too hot", "thermal slowdown (software)"),
+    "hw_thermal_slowdown": ReasonWords("hardware thermal slowdown: the GPU is far too hot",
+                                       "thermal slowdown (hardware)"),
+    "hw_power_brake": ReasonWords("hardware power brake: external power brake asserted", "power brake"),
+    "display_clock": ReasonWords("display clock setting", "display clock"),
+}
+#: Why a reading is not available, by the NVML error (or gpudoctor's own reason) its NA carries: ``n/a (GPU lost)``,
+#: ``n/a (lost)`` in a narrow cell (sampling/presentation.py's short_na, tiny_na); any other reason is shown by name.
+NA_REASONS: dict[str, ReasonWords] = {
+    "NotSupported": ReasonWords("not supported", "not sup."), "NoPermission": ReasonWords("no permission", "no perm."),
+    "GpuIsLost": ReasonWords("GPU lost", "lost"), "NotRecorded": ReasonWords("not recorded", "not rec."),
+    "FunctionNotFound": ReasonWords("old driver", "old drv."),
 }
 #: The hardware protecting itself: clocks drop sharply while it lasts.
 HW_PROTECTION = frozenset({"hw_slowdown", "hw_thermal_slowdown", "hw_power_brake"})
@@ -1178,7 +1187,7 @@ def fabric_not_completed(statics: Iterable[Mapping[str, Any]]) -> str:
     return "NVML shows the NVLink fabric registration unfinished (" + "; ".join(named) + ")"
 
 
-__all__ = ["CLOCK_EVENTS", "CLOCKS_FREE", "ClockEvent", "HELD_DOWN", "HW_PROTECTION", "IDLE_BETWEEN_KERNELS",
+__all__ = ["CLOCK_EVENTS", "CLOCKS_FREE", "NA_REASONS", "ReasonWords", "HELD_DOWN", "HW_PROTECTION", "IDLE_BETWEEN_KERNELS",
            "WORDING", "Wording", "clock_event_findings", "clocks_held_down", "ecc_finding", "fabric_findings",
            "fabric_health_problems", "fabric_not_completed", "finding", "one_line",
            "errored", "retired_pages_findings", "row_remap_findings", "skipped", "tables", "wording", "words"]

@@ -356,3 +356,26 @@ def test_a_reason_both_faults_and_nvml_unusable_name_is_one_entry():
         code = findings.DEVICE_FAULTS[reason]
         assert code == findings.NVML_UNUSABLE[reason], reason
         assert findings.wording(code).short and findings.wording(code).no_gpu, code
+
+
+# --------------------------------------------------------------------------- why a reading is n/a
+# The words of a reading's n/a reason live in findings.NA_REASONS (in full for watch -v and the TUI's wide cells,
+# short for its narrow value cells): presentation keeps none of its own.
+NOT_SUPPORTED = DATA / "handmade_notsupported_fields.json"
+
+
+@pytest.fixture
+def na_reworded(monkeypatch):
+    monkeypatch.setitem(findings.NA_REASONS, "NotSupported", findings.ReasonWords("no such thing (test words)", "nope"))
+
+
+def test_a_reworded_na_reason_changes_watch(na_reworded, capsys):
+    assert main(["watch", "-n", "9", "-v", "--replay", str(NOT_SUPPORTED)]) == exitcodes.OK
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert "power n/a (no such thing (test words))" in last and "not supported" not in last, last
+
+
+@run_async
+async def test_a_reworded_na_reason_changes_the_tui(na_reworded):
+    shown = await _shown(NOT_SUPPORTED, 9)
+    assert "power  n/a (nope)" in shown and "not sup." not in shown, shown

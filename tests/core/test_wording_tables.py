@@ -428,6 +428,46 @@ def test_the_field_guard_finds_words_filled_in_place_and_nothing_else(source, fi
 
 def test_every_guarded_path_is_a_file():
     """A module renamed or moved must not drop out of a guard unseen (the guards test membership)."""
-    guarded = set(GUARDED) | set(SENTENCE_GUARDED) | set(WIDENED) | set(FILLS_FINDINGS) | set(ALL_IN_TABLES)
+    guarded = set(GUARDED) | set(SENTENCE_GUARDED) | set(WIDENED) | set(FILLS_FINDINGS) | set(ALL_IN_TABLES) | set(
+        BY_REASON_GUARDED)
     missing = sorted(str(p.relative_to(ROOT)) for p in guarded if not p.is_file())
     assert not missing, f"guarded modules that do not exist (renamed or moved?): {missing}"
+
+
+# --------------------------------------------------------------------------- words by NVML's reason
+#: The live views and the commands that say them: what a reading's n/a reason, a GPU's fault or a machine without
+#: NVML means is worded in core/findings.py (NA_REASONS, DEVICE_FAULTS' and NVML_UNUSABLE's entries), never in a
+#: table of their own keyed by NVML's error (#39: presentation's n/a words, NO_GPU).
+BY_REASON_GUARDED = [ROOT / "gpudoctor" / name for name in (
+    "sampling/presentation.py", "tui/widgets.py", "commands/watch.py", "commands/record.py")] + [ROOT / "probes" / "environment.py"]
+
+
+def reason_tables(source: str, name: str = "<source>") -> list[str]:
+    """Module-level dicts keyed by an NVML error whose values hold text ('name:line: TABLE')."""
+    reasons = set(findings.NA_REASONS) | set(findings.DEVICE_FAULTS) | set(findings.NVML_UNUSABLE)
+    found = []
+    for node in ast.parse(source).body:
+        target = node.targets[0] if isinstance(node, ast.Assign) else node.target if isinstance(node, ast.AnnAssign) else None
+        if target is None or not isinstance(node.value, ast.Dict):
+            continue
+        keys = {k.value for k in node.value.keys if isinstance(k, ast.Constant)}
+        if keys & reasons and any(_words_of(part) for value in node.value.values for part in _parts(value)):
+            found.append(f"{name}:{node.lineno}: {getattr(target, 'id', '?')} words NVML's reasons")
+    return found
+
+
+def test_no_module_words_nvmls_reasons_in_a_table_of_its_own():
+    hits = [hit for path in BY_REASON_GUARDED
+            for hit in reason_tables(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))]
+    assert not hits, "NVML's reasons worded outside core/findings.py (use NA_REASONS or the reason's entry):\n" + \
+        "\n".join(hits)
+
+
+@pytest.mark.parametrize("source, finds", [
+    ('_NA_SHORT = {"NotSupported": "n/a (not sup.)", "GpuIsLost": "n/a (lost)"}', True),
+    ('NVML_REASON_WORDS = {"DriverNotLoaded": ("the NVIDIA kernel module is not loaded", "Load it.")}', True),
+    ('_STYLE = {"GpuIsLost": 3}', False),
+    ('NO_NVML_REASONS = {"LibraryNotFound", "DriverNotLoaded"}', False),
+])
+def test_the_reason_guard_finds_a_table_of_reasons_and_nothing_else(source, finds):
+    assert bool(reason_tables(source)) is finds

@@ -105,8 +105,10 @@ def twins(source: str, phrases: set[str], name: str = "<source>") -> list[str]:
 TWINS_GUARDED = [ROOT / "gpudoctor" / name for name in (
     "why/rules.py", "why/analysis.py", "why/views.py", "hooks/summary.py", "workload/run.py")] + [
     ROOT / "probes" / name for name in ("_stack.py", "distributed.py", "devices.py")]
-#: The commands and the TUI's panel that say a machine has no usable NVML (#39: NVML's reasons in their entries).
-TWINS_GUARDED += [ROOT / "gpudoctor" / name for name in ("commands/watch.py", "commands/record.py", "tui/widgets.py")]
+#: The commands and the TUI's panel that say a machine has no usable NVML, and the live views' shared words (#39:
+#: NVML's reasons in their entries, a reading's n/a reasons in findings.NA_REASONS).
+TWINS_GUARDED += [ROOT / "gpudoctor" / name for name in ("commands/watch.py", "commands/record.py", "tui/widgets.py",
+                                                         "sampling/presentation.py")]
 #: Literals that equal a table's words but are not words said: (file, text). torch's own error text
 #: that marks an out-of-memory error.
 NOT_WORDS = {("gpudoctor/workload/run.py", "out of memory")}
