@@ -277,6 +277,8 @@ _RUNS_TORCH = "This check runs PyTorch on the GPU."
 _P2P_UNKNOWN = ("ACS on the PCIe bridges and the IOMMU decide whether peer-to-peer copies between the GPUs work; "
                 "unknown is not a pass.")
 
+#: What helps small kernels: the work verdict's fix (busy_small_kernels), and the training hooks' launch_bound's.
+_SMALL_KERNELS_HELP = "larger batches, bf16/TF32 autocast or CUDA graphs"
 _BUSY_WHY = ("NVML's utilisation is the share of time any kernel ran, so a loop of tiny kernels reads 100 %; "
              "GPM's SM activity (Hopper and later) shows how much of the GPU worked.")
 
@@ -671,7 +673,7 @@ WORDING: dict[str, Wording] = {
         "`torch.compile`."),
     "launch_bound": Wording(
         Status.WARN, "Launch-bound: {words} (median of {samples} GPM readings during the steps).", "",
-        "{verdict_fix}; fuse small operations with torch.compile."),
+        "Try " + _SMALL_KERNELS_HELP + "; fuse small operations with torch.compile."),
     "memory_near_limit:allocator": Wording(
         Status.WARN, "Memory is near the limit: PyTorch's allocator held up to {peak} of the GPU's {total} "
                      "({share}). " + _OOM_AHEAD, "", _MEMORY_FIX),
@@ -927,7 +929,7 @@ WORDING: dict[str, Wording] = {
         "per byte", short="memory-bound: DRAM {dram:.0f}%, SM {sm:.0f}%", tag="mem-bound"),
     "work:busy_small_kernels": Wording(
         Status.WARN, "{util_text}, but only {sm:.0f}% of SM cycles active and {tensor_text}: small kernels or fp32 math",
-        "", "try larger batches, bf16/TF32 autocast or CUDA graphs",
+        "", "try " + _SMALL_KERNELS_HELP,
         short="busy {util:.0f}% but SM only {sm:.0f}%: small kernels", tag="small-kernels"),
     "work:sm_bound": Wording(Status.PASS, "SMs {sm:.0f}% active, tensor cores {tensor:.0f}% active: the GPU is the "
                              "bottleneck", short="SMs {sm:.0f}% active: GPU-bound", tag="sm-bound"),

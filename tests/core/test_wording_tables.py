@@ -471,3 +471,41 @@ def test_no_module_words_nvmls_reasons_in_a_table_of_its_own():
 ])
 def test_the_reason_guard_finds_a_table_of_reasons_and_nothing_else(source, finds):
     assert bool(reason_tables(source)) is finds
+
+
+# --------------------------------------------------------------------------- the table's words as they are
+#: The front ends say a table's words as the table holds them: no re-capitalised fix (#39: the hooks' launch_bound
+#: wrote the work verdict's fix with a capital; its entry now holds the form it says).
+AS_THEY_ARE = sorted(p for package in ("hooks", "why", "tui", "console", "exporter", "sampling", "commands")
+                     for p in (ROOT / "gpudoctor" / package).rglob("*.py"))
+
+
+def recased(source: str, name: str = "<source>") -> list[str]:
+    """Where words change case in place ('name:line'): ``text[:1].upper()``, ``text[0].lower()``, ``.capitalize()``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        method, of = node.func.attr, node.func.value
+        first = isinstance(of, ast.Subscript) and (
+            (isinstance(of.slice, ast.Slice) and of.slice.lower is None and isinstance(of.slice.upper, ast.Constant)
+             and of.slice.upper.value == 1) or (isinstance(of.slice, ast.Constant) and of.slice.value == 0))
+        if method in ("capitalize", "title") or (method in ("upper", "lower") and first):
+            found.append(f"{name}:{node.lineno}: {ast.unparse(node)[:50]}")
+    return found
+
+
+def test_no_front_end_recases_a_tables_words():
+    hits = [hit for path in AS_THEY_ARE for hit in recased(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))]
+    assert not hits, "words re-cased in place (hold the form said in the table):\n" + "\n".join(hits)
+
+
+@pytest.mark.parametrize("source, finds", [
+    ('worded(LAUNCH_BOUND, fix=f"{found.fix[:1].upper()}{found.fix[1:]}")', True),
+    ('action = earlier.action[:1].upper() + earlier.action[1:] + "."', True),
+    ('why = tol.why.capitalize()', True),
+    ('label = row.status.upper()', False),
+    ('key = name[0].isupper()', False),
+])
+def test_the_case_guard_finds_words_recased_and_nothing_else(source, finds):
+    assert bool(recased(source)) is finds

@@ -197,3 +197,21 @@ def test_rewording_a_hooks_phrase_changes_the_training_summary(monkeypatch):
     text = summary.render_text(summary.build_summary(raw))
     assert "All clear (test words) on the GPU too." in text
     assert "note: 1 step(s) lacked device time (test words)" in text
+
+
+def test_the_launch_bound_fix_is_its_entrys_words_as_written(monkeypatch):
+    """The training summary's launch_bound says its entry's fix as the table holds it (it once re-capitalised the
+    work verdict's fix at the call); the text is the one it always said."""
+    from gpudoctor.hooks import summary
+
+    gpm = [{"gpu_util_pct": 98.0, "memory_used_bytes": 10 * 2**30, "memory_total_bytes": 80 * 2**30,
+            "sm_active_pct": 7.0, "tensor_active_pct": 0.0} for _ in range(5)]
+    raw = summary.RawTimings(waits=[0.001] * 50, host_steps=[0.01] * 50, iter_starts=[i * 0.011 for i in range(50)],
+                             ends=[(i + 1) * 0.011 for i in range(50)], passes=[1] * 50, device_steps=[0.01] * 50,
+                             device="cuda:0", gpu_samples=gpm)
+    [item] = summary.build_summary(raw).diagnosis
+    assert item.fix == ("Try larger batches, bf16/TF32 autocast or CUDA graphs; fuse small operations with "
+                        "torch.compile.")
+    monkeypatch.setitem(findings.WORDING, "launch_bound", Wording(Status.WARN, "{words}", "", "Fuse it (test words)."))
+    [item] = summary.build_summary(raw).diagnosis
+    assert item.fix == "Fuse it (test words)."
