@@ -323,6 +323,8 @@ def test_rewording_the_words_beside_findings_changes_what_is_said(monkeypatch):
 ALL_IN_TABLES = [ROOT / "gpudoctor" / "workload" / "recommend.py"]
 #: why's analysis and views: every phrase in why/wording.py's PHRASES (#39).
 ALL_IN_TABLES += [ROOT / "gpudoctor" / "why" / name for name in ("analysis.py", "views.py")]
+#: why's text report: its lines' fixed phrases in PHRASES too (#39).
+ALL_IN_TABLES += [ROOT / "gpudoctor" / "why" / "text.py"]
 
 
 def phrases_in_place(source: str, name: str = "<source>") -> list[str]:

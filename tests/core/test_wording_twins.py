@@ -108,7 +108,7 @@ TWINS_GUARDED = [ROOT / "gpudoctor" / name for name in (
 #: The commands and the TUI's panel that say a machine has no usable NVML, and the live views' shared words (#39:
 #: NVML's reasons in their entries, a reading's n/a reasons in findings.NA_REASONS).
 TWINS_GUARDED += [ROOT / "gpudoctor" / name for name in ("commands/watch.py", "commands/record.py", "tui/widgets.py",
-                                                         "sampling/presentation.py")]
+                                                         "sampling/presentation.py", "why/text.py")]
 #: Literals that equal a table's words but are not words said: (file, text). torch's own error text
 #: that marks an out-of-memory error.
 NOT_WORDS = {("gpudoctor/workload/run.py", "out of memory")}
@@ -215,3 +215,16 @@ def test_the_launch_bound_fix_is_its_entrys_words_as_written(monkeypatch):
     monkeypatch.setitem(findings.WORDING, "launch_bound", Wording(Status.WARN, "{words}", "", "Fuse it (test words)."))
     [item] = summary.build_summary(raw).diagnosis
     assert item.fix == "Fuse it (test words)."
+
+
+def test_rewording_a_why_text_phrase_changes_the_text_report(monkeypatch):
+    """render_text's fixed phrases (the fix label, the main thread's line, the sampling line) are why/wording.py's."""
+    from gpudoctor.why import wording
+    from gpudoctor.why.text import render_text
+
+    monkeypatch.setitem(wording.PHRASES, "text_fix", "do this (test words): ")
+    monkeypatch.setitem(wording.PHRASES, "text_main_thread", "the main thread did (test words): {shares}")
+    monkeypatch.setitem(wording.PHRASES, "text_sampled", "looked {seconds:.1f} s (test words){ended}{interrupted}")
+    text = render_text(_why({"readable": True, "device_files": [], "libcuda": False}))
+    assert "  do this (test words): " in text and "  the main thread did (test words): forward 100%" in text
+    assert "looked 0.0 s (test words)" in text and "sampled " not in text and "  fix: " not in text, text
