@@ -339,9 +339,13 @@ def phrases_in_place(source: str, name: str = "<source>") -> list[str]:
             and (text := _words_of(node)) is not None and _is_phrase(text)]
 
 
+def guard_hits(paths, check) -> list[str]:
+    """What ``check(source, name)`` finds in each of ``paths`` (name: the path from the repository's root)."""
+    return [hit for path in paths for hit in check(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))]
+
+
 def test_the_sweeps_advice_is_worded_only_in_its_table():
-    hits = [hit for path in ALL_IN_TABLES
-            for hit in phrases_in_place(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))]
+    hits = guard_hits(ALL_IN_TABLES, phrases_in_place)
     assert not hits, "advice worded in place (move it to gpudoctor/workload/wording.py's ADVICE):\n" + "\n".join(hits)
 
 
@@ -459,8 +463,7 @@ def reason_tables(source: str, name: str = "<source>") -> list[str]:
 
 
 def test_no_module_words_nvmls_reasons_in_a_table_of_its_own():
-    hits = [hit for path in BY_REASON_GUARDED
-            for hit in reason_tables(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))]
+    hits = guard_hits(BY_REASON_GUARDED, reason_tables)
     assert not hits, "NVML's reasons worded outside core/findings.py (use NA_REASONS or the reason's entry):\n" + \
         "\n".join(hits)
 
@@ -498,7 +501,7 @@ def recased(source: str, name: str = "<source>") -> list[str]:
 
 
 def test_no_front_end_recases_a_tables_words():
-    hits = [hit for path in AS_THEY_ARE for hit in recased(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))]
+    hits = guard_hits(AS_THEY_ARE, recased)
     assert not hits, "words re-cased in place (hold the form said in the table):\n" + "\n".join(hits)
 
 
