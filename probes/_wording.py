@@ -131,23 +131,6 @@ _WORKLOAD_FAILED = Wording(
     "state.",
     "Check `nvidia-smi` for other processes holding the memory; run `gpudoctor report --probe workload -v` again.")
 _XID_APPLICATION_WHY = "This class of Xid is usually raised by a fault in the application, not the GPU."
-#: What nvidia_driver_unavailable says (its ``words`` and ``fix``) for each reason NVML gives for not starting.
-NVML_REASON_WORDS = {
-    "LibraryNotFound": ("the NVIDIA driver is not installed (libnvidia-ml.so was not found)",
-                        "Install the NVIDIA driver for this GPU (e.g. `sudo apt install nvidia-driver-580` "
-                        "or NVIDIA's .run installer), then reboot; check with `nvidia-smi`."),
-    "DriverNotLoaded": ("the NVIDIA kernel module is not loaded",
-                        "Load it (`sudo modprobe nvidia`) or reboot; `dmesg | grep -i nvrm` shows why it failed "
-                        "(Secure Boot blocking an unsigned module is common)."),
-    "NoPermission": ("this user may not open the NVIDIA device files",
-                     "Check permissions of /dev/nvidia* (add the user to the group that owns them) or, in a "
-                     "container, start it with the NVIDIA runtime (`--gpus all`)."),
-    "PythonBindingMissing": ("the NVML Python binding (nvidia-ml-py) is not installed",
-                             "pip install nvidia-ml-py"),
-    "InsufficientSize": ("NVML could not start", "Run `nvidia-smi` to see the driver's own error."),
-}
-NVML_UNAVAILABLE = "NVML is unavailable ({reason})"
-NVML_UNAVAILABLE_FIX = "Run `nvidia-smi` to see the driver's own error."
 #: Parts of the probes' summaries and fixes, filled in where a finding has them.
 AND_AS_ROOT = ", and run as root"
 NO_CUDA_DEVICE_SEEN = "torch sees no CUDA device"
@@ -269,9 +252,6 @@ WORDING: dict[str, Wording] = {
     "torch_import_failed": Wording(
         Status.FAIL, "torch does not import: {error}", "Every PyTorch program on this machine fails at `import torch`.",
         "Reinstall torch in this environment: `pip install --force-reinstall torch`."),
-    "nvidia_driver_unavailable": Wording(
-        Status.FAIL, "No usable NVIDIA driver: {words}.{pci}",
-        "Without the driver no CUDA program can use a GPU; torch falls back to the CPU.", "{fix}"),
     "torch_cpu_only_build": Wording(
         Status.FAIL, "torch {version} is a CPU-only build: it cannot use a GPU even when one is present.",
         "CPU-only wheels (+cpu) have no CUDA kernels; torch.cuda.is_available() is always False.",

@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from gpudoctor.backends.base import GpuBackend
     from gpudoctor.backends.stack import Stack
 
-NVML_REASON_WORDS = _wording.NVML_REASON_WORDS  # the words of nvidia_driver_unavailable's NVML reasons
 
 
 def _torch_minor(version: str) -> tuple[int, int] | None:
@@ -267,17 +266,17 @@ def _driver_unavailable(reason: str, stack: Stack | NA) -> Finding:
     named = nvml_failure(reason, stack)
     if named is not None:
         return named
-    words, fix = NVML_REASON_WORDS.get(reason, (_wording.NVML_UNAVAILABLE.format(reason=reason),
-                                                _wording.NVML_UNAVAILABLE_FIX))
+    code = findings.NVML_UNUSABLE.get(reason, "nvidia_driver_unavailable")
     seen = ""
     if reason in ("LibraryNotFound", "DriverNotLoaded") and not is_na(stack):
         pci = stack.nvidia_pci
         if is_na(pci):
-            seen = findings.PCI_UNREADABLE
-            fix = findings.PCI_UNREADABLE_FIX + fix[:1].lower() + fix[1:]
-        elif pci:
+            found = findings.finding(code, reason=reason, pci=findings.PCI_UNREADABLE)
+            found.fix = findings.PCI_UNREADABLE_FIX + found.fix[:1].lower() + found.fix[1:]
+            return found
+        if pci:
             seen = findings.PCI_NVIDIA_SEEN.format(count=len(pci), where=", ".join(pci[:4]))
-    return findings.finding("nvidia_driver_unavailable", words=words, pci=seen, fix=fix)
+    return findings.finding(code, reason=reason, pci=seen)
 
 
 def _torch_build(r: ProbeResult, facts: dict[str, Any], nvml_na: NA | None) -> tuple[str, str | None]:

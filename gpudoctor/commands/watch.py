@@ -63,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
         snap = next(reads)
         if not snap.has_gpu:
             reason = snap.nvml_status.reason if snap.nvml_status is not None else "NoDevices"
-            words = no_gpu_words(reason) if snap.nvml_status is not None else findings.NO_GPU_UNSTATED
+            words = (no_gpu_words(reason) if snap.nvml_status is not None
+                     else findings.wording("nvml_no_gpu:unstated").summary)
             say(f"gpudoctor watch: nothing to watch: {plain_text(words)} (NVML: {plain_text(reason, limit=80)}). "
                 "`gpudoctor report` says why.")
             if args.json:

@@ -39,34 +39,47 @@ class Wording:
     summary: str
     why: str = ""
     fix: str = ""
-    #: A few words for a log line or a panel's header (the work verdict's headline); "" for most codes.
+    #: A few words for a log line or a panel's header (the work verdict's headline), or a fault's line (watch's
+    #: FAULT line, the TUI's panel: :data:`DEVICE_FAULTS`); "" for most codes.
     short: str = ""
     #: One word for a compact cell (the work verdict in the TUI's compact Overview); "" for most codes.
     tag: str = ""
+    #: What the live views say of a machine where NVML cannot be used for this code's reason (watch, record, the
+    #: TUI's panel: :data:`NVML_UNUSABLE`), one sentence without its final period; "" for most codes.
+    no_gpu: str = ""
 
 
 @record(frozen=True)
-class ClockEvent:
-    """A clock-event reason in words: ``words`` in full (the TUI, ``watch``, the health
-    probe), ``short`` where several are listed on one line (fleet)."""
+class ReasonWords:
+    """A reason in words: ``words`` in full, ``short`` where room is short. A clock-event reason
+    (:data:`CLOCK_EVENTS`: in full in the TUI, ``watch`` and the health probe, short where several are
+    listed on one line, in fleet); why a reading is not available (:data:`NA_REASONS`: in full in
+    ``watch -v`` and the TUI's wide cells, short in its narrow value cells)."""
 
     words: str
     short: str
 
 
 #: NVML's clock-event reasons by code (nvml.h nvmlClocksEventReason*; bits in backends/nvml.py).
-CLOCK_EVENTS: dict[str, ClockEvent] = {
-    "gpu_idle": ClockEvent("GPU idle: nothing is running, clocks are lowered to save power", "idle"),
-    "applications_clocks": ClockEvent("application clocks setting caps the clocks", "application clocks"),
-    "sw_power_cap": ClockEvent("software power cap: the board is at its power limit", "power cap"),
-    "hw_slowdown": ClockEvent("hardware slowdown: clocks halved (high temperature, power brake or bad power "
-                              "supply)", "hardware slowdown"),
-    "sync_boost": ClockEvent("sync boost: clocks matched to another GPU in the group", "sync boost"),
-    "sw_thermal_slowdown": ClockEvent("software thermal slowdown: the GPU is too hot", "thermal slowdown (software)"),
-    "hw_thermal_slowdown": ClockEvent("hardware thermal slowdown: the GPU is far too hot",
-                                      "thermal slowdown (hardware)"),
-    "hw_power_brake": ClockEvent("hardware power brake: external power brake asserted", "power brake"),
-    "display_clock": ClockEvent("display clock setting", "display clock"),
+CLOCK_EVENTS: dict[str, ReasonWords] = {
+    "gpu_idle": ReasonWords("GPU idle: nothing is running, clocks are lowered to save power", "idle"),
+    "applications_clocks": ReasonWords("application clocks setting caps the clocks", "application clocks"),
+    "sw_power_cap": ReasonWords("software power cap: the board is at its power limit", "power cap"),
+    "hw_slowdown": ReasonWords("hardware slowdown: clocks halved (high temperature, power brake or bad power "
+                               "supply)", "hardware slowdown"),
+    "sync_boost": ReasonWords("sync boost: clocks matched to another GPU in the group", "sync boost"),
+    "sw_thermal_slowdown": ReasonWords("software thermal slowdown: the GPU is too hot", "thermal slowdown (software)"),
+    "hw_thermal_slowdown": ReasonWords("hardware thermal slowdown: the GPU is far too hot",
+                                       "thermal slowdown (hardware)"),
+    "hw_power_brake": ReasonWords("hardware power brake: external power brake asserted", "power brake"),
+    "display_clock": ReasonWords("display clock setting", "display clock"),
+}
+#: Why a reading is not available, by the NVML error (or gpudoctor's own reason) its NA carries: ``n/a (GPU lost)``,
+#: ``n/a (lost)`` in a narrow cell (sampling/presentation.py's short_na, tiny_na); any other reason is shown by name.
+NA_REASONS: dict[str, ReasonWords] = {
+    "NotSupported": ReasonWords("not supported", "not sup."), "NoPermission": ReasonWords("no permission", "no perm."),
+    "GpuIsLost": ReasonWords("GPU lost", "lost"), "NotRecorded": ReasonWords("not recorded", "not rec."),
+    "FunctionNotFound": ReasonWords("old driver", "old drv."),
 }
 #: The hardware protecting itself: clocks drop sharply while it lasts.
 HW_PROTECTION = frozenset({"hw_slowdown", "hw_thermal_slowdown", "hw_power_brake"})
@@ -264,6 +277,8 @@ _RUNS_TORCH = "This check runs PyTorch on the GPU."
 _P2P_UNKNOWN = ("ACS on the PCIe bridges and the IOMMU decide whether peer-to-peer copies between the GPUs work; "
                 "unknown is not a pass.")
 
+#: What helps small kernels: the work verdict's fix (busy_small_kernels), and the training hooks' launch_bound's.
+_SMALL_KERNELS_HELP = "larger batches, bf16/TF32 autocast or CUDA graphs"
 _BUSY_WHY = ("NVML's utilisation is the share of time any kernel ran, so a loop of tiny kernels reads 100 %; "
              "GPM's SM activity (Hopper and later) shows how much of the GPU worked.")
 
@@ -272,19 +287,24 @@ _BUSY_WHY = ("NVML's utilisation is the share of time any kernel ran, so a loop 
 #: or, for a code only the live views say, its summary; any other error is ``device_fault``'s, with its name.
 DEVICE_FAULTS: dict[str, str] = {
     "GpuIsLost": "gpu_lost", "Timeout": "driver_not_answering", "Uninitialized": "device_fault:nvml_unloaded",
-    "DriverNotLoaded": "device_fault:driver_not_loaded", "LibraryNotFound": "device_fault:no_library",
-    "ResetRequired": "device_fault:reset_required"}
-#: A machine where NVML is unusable, by the reason NVML gives (watch, record, the TUI's panel, ``--once``).
-NO_GPU: dict[str, str] = {
-    "LibraryNotFound": "No NVIDIA driver found (libnvidia-ml.so is missing)",
-    "DriverNotLoaded": "The NVIDIA kernel driver is not loaded",
-    "PythonBindingMissing": "The NVML Python binding (nvidia-ml-py) is not installed",
-    "NoPermission": "No permission to talk to the NVIDIA driver",
-    "NoDevices": "NVML works but reports no NVIDIA GPU",
+    "DriverNotLoaded": "nvidia_driver_unavailable:driver_not_loaded",
+    "LibraryNotFound": "nvidia_driver_unavailable:no_library", "ResetRequired": "device_fault:reset_required"}
+#: A machine where NVML cannot be used, by the reason NVML gives: the code whose entry words it, in the
+#: report (the environment probe's finding: summary and fix) and in the live views (watch, record, the TUI's
+#: panel, ``--once``: its ``no_gpu``, or, for a code only the live views say, its summary); any other reason
+#: is ``nvidia_driver_unavailable``'s, with its name.
+NVML_UNUSABLE: dict[str, str] = {
+    "LibraryNotFound": "nvidia_driver_unavailable:no_library",
+    "DriverNotLoaded": "nvidia_driver_unavailable:driver_not_loaded",
+    "NoPermission": "nvidia_driver_unavailable:no_permission",
+    "PythonBindingMissing": "nvidia_driver_unavailable:no_binding",
+    "InsufficientSize": "nvidia_driver_unavailable:insufficient_size",
+    "NoDevices": "nvml_no_gpu",
 }
-#: The same for any other reason, and where NVML started but gave no reason (watch).
-NO_GPU_OTHER = "NVML is not usable ({reason})"
-NO_GPU_UNSTATED = "NVML reports no NVIDIA GPU"
+_NO_DRIVER = "No usable NVIDIA driver: "
+_NO_DRIVER_WHY = "Without the driver no CUDA program can use a GPU; torch falls back to the CPU."
+_NVML_NOT_USABLE = "NVML is not usable ({reason})"
+_NVIDIA_SMI_SAYS = "Run `nvidia-smi` to see the driver's own error."
 #: NVML's critical events other than an Xid (watch's EVENT line, the TUI's events), by their kind
 #: (gpudoctor.backends.events); an Xid is worded by core/xid.py's catalogue.
 GPU_EVENTS: dict[str, str] = {
@@ -365,12 +385,37 @@ WORDING: dict[str, Wording] = {
     "device_fault:nvml_unloaded": Wording(
         Status.FAIL, "NVML is gone: the driver was unloaded or restarted under this session. Restart gpudoctor once "
         "the driver is back."),
-    "device_fault:driver_not_loaded": Wording(
-        Status.FAIL, "NVML is gone: the NVIDIA kernel driver is not loaded. Load it (modprobe nvidia) or reboot."),
-    "device_fault:no_library": Wording(
-        Status.FAIL, "NVML library not found (libnvidia-ml.so): no NVIDIA driver on this machine, or it is not "
-        "visible in this container."),
     "device_fault:reset_required": Wording(Status.FAIL, "The GPU needs a reset (nvidia-smi -r) or a reboot."),
+    # -- NVML unusable on this machine, by its reason (NVML_UNUSABLE): the environment probe's finding; ``no_gpu``
+    # for watch, record and the TUI's panel; ``short`` for the FAULT line when every reading answers it (DEVICE_FAULTS)
+    "nvidia_driver_unavailable": Wording(
+        Status.FAIL, _NO_DRIVER + "NVML is unavailable ({reason}).{pci}", _NO_DRIVER_WHY, _NVIDIA_SMI_SAYS,
+        no_gpu=_NVML_NOT_USABLE),
+    "nvidia_driver_unavailable:no_library": Wording(
+        Status.FAIL, _NO_DRIVER + "the NVIDIA driver is not installed (libnvidia-ml.so was not found).{pci}",
+        _NO_DRIVER_WHY, "Install the NVIDIA driver for this GPU (e.g. `sudo apt install nvidia-driver-580` or NVIDIA's "
+        ".run installer), then reboot; check with `nvidia-smi`.",
+        short="NVML library not found (libnvidia-ml.so): no NVIDIA driver on this machine, or it is not visible in "
+        "this container.", no_gpu="No NVIDIA driver found (libnvidia-ml.so is missing)"),
+    "nvidia_driver_unavailable:driver_not_loaded": Wording(
+        Status.FAIL, _NO_DRIVER + "the NVIDIA kernel module is not loaded.{pci}", _NO_DRIVER_WHY,
+        "Load it (`sudo modprobe nvidia`) or reboot; `dmesg | grep -i nvrm` shows why it failed (Secure Boot "
+        "blocking an unsigned module is common).",
+        short="NVML is gone: the NVIDIA kernel driver is not loaded. Load it (modprobe nvidia) or reboot.",
+        no_gpu="The NVIDIA kernel driver is not loaded"),
+    "nvidia_driver_unavailable:no_permission": Wording(
+        Status.FAIL, _NO_DRIVER + "this user may not open the NVIDIA device files.{pci}", _NO_DRIVER_WHY,
+        "Check permissions of /dev/nvidia* (add the user to the group that owns them) or, in a container, start it "
+        "with the NVIDIA runtime (`--gpus all`).", no_gpu="No permission to talk to the NVIDIA driver"),
+    "nvidia_driver_unavailable:no_binding": Wording(
+        Status.FAIL, _NO_DRIVER + "the NVML Python binding (nvidia-ml-py) is not installed.{pci}", _NO_DRIVER_WHY,
+        "pip install nvidia-ml-py", no_gpu="The NVML Python binding (nvidia-ml-py) is not installed"),
+    "nvidia_driver_unavailable:insufficient_size": Wording(
+        Status.FAIL, _NO_DRIVER + "NVML could not start.{pci}", _NO_DRIVER_WHY, _NVIDIA_SMI_SAYS,
+        no_gpu=_NVML_NOT_USABLE),
+    # NVML started and lists no GPU: only the live views say it (its summary), the devices probe words its own
+    "nvml_no_gpu": Wording(Status.SKIP, "NVML works but reports no NVIDIA GPU"),
+    "nvml_no_gpu:unstated": Wording(Status.SKIP, "NVML reports no NVIDIA GPU"),
     "gpu_unreachable": Wording(
         Status.FAIL, "GPU {dev} does not answer: NVML returns Unknown Error for its name, UUID and PCI bus id",
         "The driver lists the GPU but cannot read even its identity: CUDA programs on it fail or hang, as with a "
@@ -628,7 +673,7 @@ WORDING: dict[str, Wording] = {
         "`torch.compile`."),
     "launch_bound": Wording(
         Status.WARN, "Launch-bound: {words} (median of {samples} GPM readings during the steps).", "",
-        "{verdict_fix}; fuse small operations with torch.compile."),
+        "Try " + _SMALL_KERNELS_HELP + "; fuse small operations with torch.compile."),
     "memory_near_limit:allocator": Wording(
         Status.WARN, "Memory is near the limit: PyTorch's allocator held up to {peak} of the GPU's {total} "
                      "({share}). " + _OOM_AHEAD, "", _MEMORY_FIX),
@@ -884,7 +929,7 @@ WORDING: dict[str, Wording] = {
         "per byte", short="memory-bound: DRAM {dram:.0f}%, SM {sm:.0f}%", tag="mem-bound"),
     "work:busy_small_kernels": Wording(
         Status.WARN, "{util_text}, but only {sm:.0f}% of SM cycles active and {tensor_text}: small kernels or fp32 math",
-        "", "try larger batches, bf16/TF32 autocast or CUDA graphs",
+        "", "try " + _SMALL_KERNELS_HELP,
         short="busy {util:.0f}% but SM only {sm:.0f}%: small kernels", tag="small-kernels"),
     "work:sm_bound": Wording(Status.PASS, "SMs {sm:.0f}% active, tensor cores {tensor:.0f}% active: the GPU is the "
                              "bottleneck", short="SMs {sm:.0f}% active: GPU-bound", tag="sm-bound"),
@@ -1144,7 +1189,7 @@ def fabric_not_completed(statics: Iterable[Mapping[str, Any]]) -> str:
     return "NVML shows the NVLink fabric registration unfinished (" + "; ".join(named) + ")"
 
 
-__all__ = ["CLOCK_EVENTS", "CLOCKS_FREE", "ClockEvent", "HELD_DOWN", "HW_PROTECTION", "IDLE_BETWEEN_KERNELS",
+__all__ = ["CLOCK_EVENTS", "CLOCKS_FREE", "NA_REASONS", "ReasonWords", "HELD_DOWN", "HW_PROTECTION", "IDLE_BETWEEN_KERNELS",
            "WORDING", "Wording", "clock_event_findings", "clocks_held_down", "ecc_finding", "fabric_findings",
            "fabric_health_problems", "fabric_not_completed", "finding", "one_line",
            "errored", "retired_pages_findings", "row_remap_findings", "skipped", "tables", "wording", "words"]

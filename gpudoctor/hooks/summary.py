@@ -474,7 +474,7 @@ def _launch_bound(gpu: dict[str, Any], util: float | None) -> Finding | None:
     return worded(
         LAUNCH_BOUND, {"util_mean_pct": util, "sm_active_p50_pct": gpu.get("sm_active_p50_pct"),
                        "tensor_active_p50_pct": gpu.get("tensor_active_p50_pct")},
-        words=found.summary, samples=gpu["gpm_samples"], verdict_fix=f"{found.fix[:1].upper()}{found.fix[1:]}")
+        words=found.summary, samples=gpu["gpm_samples"])
 
 
 def _memory_near_limit(s: Summary, gpu: dict[str, Any]) -> Finding | None:

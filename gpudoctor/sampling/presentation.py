@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from gpudoctor.core._num import is_number as _is_number, number
+from gpudoctor.core import findings
 from gpudoctor.core._text import MAX_TEXT, plain_text
 from gpudoctor.backends import busy, catalogue
 from gpudoctor.backends.na import NA, is_na
@@ -134,20 +135,16 @@ class _SparkTable(dict[float | None, str]):
 _SPARK_TABLES: dict[tuple[float, float], _SparkTable] = {}
 
 
-_NA_WORDS = {"NotSupported": "not supported", "NoPermission": "no permission", "GpuIsLost": "GPU lost",
-             "NotRecorded": "not recorded", "FunctionNotFound": "old driver"}
-_NA_SHORT = {"NotSupported": "n/a (not sup.)", "NoPermission": "n/a (no perm.)", "GpuIsLost": "n/a (lost)",
-             "NotRecorded": "n/a (not rec.)", "FunctionNotFound": "n/a (old drv.)"}
-
-
 def short_na(value: NA) -> str:
-    """``n/a (reason in words)``."""
-    return f"n/a ({_NA_WORDS.get(value.reason, plain_text(value.reason, limit=40))})"
+    """``n/a (reason in words)``: the reason's words in ``findings.NA_REASONS``, else its name."""
+    said = findings.NA_REASONS.get(value.reason)
+    return f"n/a ({said.words if said is not None else plain_text(value.reason, limit=40)})"
 
 
 def tiny_na(value: NA) -> str:
-    """``n/a`` with an abbreviated reason, for the TUI's narrow value cells."""
-    return _NA_SHORT.get(value.reason, f"n/a ({plain_text(value.reason, limit=40)})")
+    """``n/a`` with an abbreviated reason (its ``short`` words), for the TUI's narrow value cells."""
+    said = findings.NA_REASONS.get(value.reason)
+    return f"n/a ({said.short if said is not None else plain_text(value.reason, limit=40)})"
 
 
 def fmt_bytes(n: object) -> str:
@@ -405,8 +402,6 @@ class CompactCell:
 def work_tag(code: str) -> str:
     """The word of an "is the GPU really busy?" verdict (gpudoctor.backends.busy) in the compact view:
     its ``tag`` in the findings table."""
-    from gpudoctor.core import findings
-
     try:
         return findings.wording(f"work:{code}").tag or code
     except KeyError:
@@ -562,8 +557,6 @@ def once_lines(snap: Snapshot, rows: list[ProcessRow], width: int, headline: str
 
 def event_words(kind: str) -> str:
     """A critical GPU event other than an Xid in words (``findings.GPU_EVENTS``), or its kind."""
-    from gpudoctor.core import findings
-
     return findings.GPU_EVENTS.get(kind, kind)
 
 
@@ -787,17 +780,15 @@ NO_NVML_REASONS = {"LibraryNotFound", "DriverNotLoaded", "PythonBindingMissing",
 def fault_words(reason: str) -> str:
     """What a device-wide NA reason means, and what to do about it: the words of its code in the
     wording tables (``findings.DEVICE_FAULTS``; ``gpu_lost``'s ``short`` for a GPU lost)."""
-    from gpudoctor.core import findings
-
     worded = findings.wording(findings.DEVICE_FAULTS.get(reason, "device_fault"))
     return (worded.short or worded.summary).format(reason=reason)
 
 
 def no_gpu_words(reason: str) -> str:
-    """One sentence for a machine where NVML is unusable (``findings.NO_GPU``)."""
-    from gpudoctor.core import findings
-
-    return findings.NO_GPU.get(reason) or findings.NO_GPU_OTHER.format(reason=reason)
+    """One sentence for a machine where NVML is unusable: the ``no_gpu`` words of the reason's code in the
+    wording tables (``findings.NVML_UNUSABLE``; the summary of a code only the live views say)."""
+    worded = findings.wording(findings.NVML_UNUSABLE.get(reason, "nvidia_driver_unavailable"))
+    return (worded.no_gpu or worded.summary).format(reason=reason)
 
 
 # --------------------------------------------------------------------------- process rows

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -265,12 +266,17 @@ async def test_a_reworded_fault_code_changes_the_tui(lost_reworded):
     assert "lost for good (test words): reseat it." in shown and "fell off the bus" not in shown, shown
 
 
+def _no_library_reworded(monkeypatch) -> None:
+    code = findings.NVML_UNUSABLE["LibraryNotFound"]
+    monkeypatch.setitem(findings.WORDING, code, replace(findings.WORDING[code], no_gpu="No driver here (test words)"))
+
+
 def test_the_no_gpu_sentence_and_the_event_words_are_the_tables(monkeypatch, capsys):
     from gpudoctor.backends.events import DeviceEvents, GpuEvent
     from gpudoctor.sampling.presentation import event_line
     from gpudoctor.tui.widgets import event_lines
 
-    monkeypatch.setitem(findings.NO_GPU, "LibraryNotFound", "No driver here (test words)")
+    _no_library_reworded(monkeypatch)
     assert main(["watch", "-n", "2", "--replay", str(NO_NVML)]) == exitcodes.NO_GPU
     assert "nothing to watch: No driver here (test words) (NVML: LibraryNotFound)" in capsys.readouterr().err
     monkeypatch.setitem(findings.GPU_EVENTS, "ecc_double_bit", "memory broke (test words)")
@@ -283,6 +289,93 @@ def test_the_no_gpu_sentence_and_the_event_words_are_the_tables(monkeypatch, cap
 
 @run_async
 async def test_a_reworded_no_gpu_sentence_changes_the_tui(monkeypatch):
-    monkeypatch.setitem(findings.NO_GPU, "LibraryNotFound", "No driver here (test words)")
+    _no_library_reworded(monkeypatch)
     shown = await _shown(NO_NVML, 1)
     assert "No driver here (test words)." in shown, shown
+
+
+# --------------------------------------------------------------------------- NVML unusable: one entry per reason
+# A driver not loaded is one entry (findings.NVML_UNUSABLE's code): the environment probe's finding (summary, why,
+# fix), the FAULT line when every reading of a GPU answers it mid-session (short, watch and the TUI's panel) and
+# the no-GPU sentence of a machine where NVML cannot start (no_gpu, watch and the TUI).
+NOT_LOADED = Wording(Status.FAIL, "the driver sleeps (test words).{pci}", "Why it sleeps (test words).",
+                     "Wake it (test words).", short="the driver fell asleep (test words).",
+                     no_gpu="The driver sleeps here (test words)")
+
+
+@pytest.fixture
+def not_loaded_reworded(monkeypatch):
+    monkeypatch.setitem(findings.WORDING, findings.NVML_UNUSABLE["DriverNotLoaded"], NOT_LOADED)
+
+
+def _answering(recording: Path, reason: str, tmp_path: Path) -> Path:
+    """A copy of the hand-made ``recording`` whose NVML errors (GpuIsLost, LibraryNotFound) are ``reason``."""
+    text = recording.read_text(encoding="utf-8")
+    copy = tmp_path / f"{reason}_{recording.name}"
+    copy.write_text(text.replace('"GpuIsLost"', f'"{reason}"').replace('"LibraryNotFound"', f'"{reason}"'),
+                    encoding="utf-8")
+    return copy
+
+
+def test_a_reworded_driver_not_loaded_entry_changes_the_report(not_loaded_reworded):
+    from gpudoctor.backends import NvmlBackend, NvmlGate
+    from gpudoctor.backends.na import NA
+    from gpudoctor.probes import ProbeContext, environment
+    from support.nvml_fake import FakePynvml
+
+    ctx = ProbeContext(NvmlBackend(NvmlGate(FakePynvml(init_error="DriverNotLoaded"))), level="quick",
+                       _stack=NA("NotRead"), _host_facts={"python": "3.12"})
+    [found] = [f for f in environment.run(ctx).findings if f.code == "nvidia_driver_unavailable"]
+    assert (found.summary, found.why, found.fix) == ("the driver sleeps (test words).", "Why it sleeps (test words).",
+                                                     "Wake it (test words).")
+
+
+def test_a_reworded_driver_not_loaded_entry_changes_watch(not_loaded_reworded, capsys, tmp_path):
+    assert main(["watch", "-n", "8", "--replay", str(_answering(GPU_LOST, "DriverNotLoaded", tmp_path))]) == exitcodes.OK
+    faults = [line for line in capsys.readouterr().out.splitlines() if " FAULT " in line]
+    assert faults and all(line.endswith("FAULT DriverNotLoaded: the driver fell asleep (test words).")
+                          for line in faults), faults
+    assert main(["watch", "-n", "2", "--replay", str(_answering(NO_NVML, "DriverNotLoaded", tmp_path))]) == exitcodes.NO_GPU
+    assert "nothing to watch: The driver sleeps here (test words) (NVML: DriverNotLoaded)" in capsys.readouterr().err
+
+
+@run_async
+async def test_a_reworded_driver_not_loaded_entry_changes_the_tui(not_loaded_reworded, tmp_path):
+    shown = await _shown(_answering(GPU_LOST, "DriverNotLoaded", tmp_path), 8)
+    assert "the driver fell asleep (test words)." in shown and "NVML is gone" not in shown, shown
+    shown = await _shown(_answering(NO_NVML, "DriverNotLoaded", tmp_path), 1)
+    assert "The driver sleeps here (test words)." in shown, shown
+
+
+def test_a_reason_both_faults_and_nvml_unusable_name_is_one_entry():
+    """A driver not loaded or a library not found mid-session (the FAULT line) and at start (the no-GPU sentence,
+    the report's finding) are one code's entry, not two wordings."""
+    shared = set(findings.DEVICE_FAULTS) & set(findings.NVML_UNUSABLE)
+    assert {"DriverNotLoaded", "LibraryNotFound"} <= shared
+    for reason in shared:
+        code = findings.DEVICE_FAULTS[reason]
+        assert code == findings.NVML_UNUSABLE[reason], reason
+        assert findings.wording(code).short and findings.wording(code).no_gpu, code
+
+
+# --------------------------------------------------------------------------- why a reading is n/a
+# The words of a reading's n/a reason live in findings.NA_REASONS (in full for watch -v and the TUI's wide cells,
+# short for its narrow value cells): presentation keeps none of its own.
+NOT_SUPPORTED = DATA / "handmade_notsupported_fields.json"
+
+
+@pytest.fixture
+def na_reworded(monkeypatch):
+    monkeypatch.setitem(findings.NA_REASONS, "NotSupported", findings.ReasonWords("no such thing (test words)", "nope"))
+
+
+def test_a_reworded_na_reason_changes_watch(na_reworded, capsys):
+    assert main(["watch", "-n", "9", "-v", "--replay", str(NOT_SUPPORTED)]) == exitcodes.OK
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert "power n/a (no such thing (test words))" in last and "not supported" not in last, last
+
+
+@run_async
+async def test_a_reworded_na_reason_changes_the_tui(na_reworded):
+    shown = await _shown(NOT_SUPPORTED, 9)
+    assert "power  n/a (nope)" in shown and "not sup." not in shown, shown

@@ -12,7 +12,7 @@ from support.fleet_doubles import NOW, gpu, make, view_of
 
 from gpudoctor.core import findings
 from gpudoctor.backends.nvml import THROTTLE_REASONS
-from gpudoctor.core.findings import ClockEvent, Wording
+from gpudoctor.core.findings import ReasonWords, Wording
 from gpudoctor.core.model import ProbeResult, Status
 from gpudoctor.sampling.presentation import throttle_text
 from gpudoctor.probes.health import check_device
@@ -44,7 +44,7 @@ def test_rewording_a_memory_finding_changes_the_health_probe_and_fleet(monkeypat
 
 def test_rewording_a_clock_event_changes_the_health_probe_fleet_and_the_tui(monkeypatch):
     monkeypatch.setitem(findings.CLOCK_EVENTS, "hw_thermal_slowdown",
-                        ClockEvent("scorching (test words)", "scorching (short test words)"))
+                        ReasonWords("scorching (test words)", "scorching (short test words)"))
     hw_thermal = 0x40
     finding = next(f for f in _health({"throttle_reasons": hw_thermal}).findings
                    if f.code == "throttle_hw_thermal_slowdown")

@@ -323,6 +323,8 @@ def test_rewording_the_words_beside_findings_changes_what_is_said(monkeypatch):
 ALL_IN_TABLES = [ROOT / "gpudoctor" / "workload" / "recommend.py"]
 #: why's analysis and views: every phrase in why/wording.py's PHRASES (#39).
 ALL_IN_TABLES += [ROOT / "gpudoctor" / "why" / name for name in ("analysis.py", "views.py")]
+#: why's text report: its lines' fixed phrases in PHRASES too (#39).
+ALL_IN_TABLES += [ROOT / "gpudoctor" / "why" / "text.py"]
 
 
 def phrases_in_place(source: str, name: str = "<source>") -> list[str]:
@@ -337,9 +339,13 @@ def phrases_in_place(source: str, name: str = "<source>") -> list[str]:
             and (text := _words_of(node)) is not None and _is_phrase(text)]
 
 
+def guard_hits(paths, check) -> list[str]:
+    """What ``check(source, name)`` finds in each of ``paths`` (name: the path from the repository's root)."""
+    return [hit for path in paths for hit in check(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))]
+
+
 def test_the_sweeps_advice_is_worded_only_in_its_table():
-    hits = [hit for path in ALL_IN_TABLES
-            for hit in phrases_in_place(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))]
+    hits = guard_hits(ALL_IN_TABLES, phrases_in_place)
     assert not hits, "advice worded in place (move it to gpudoctor/workload/wording.py's ADVICE):\n" + "\n".join(hits)
 
 
@@ -428,6 +434,83 @@ def test_the_field_guard_finds_words_filled_in_place_and_nothing_else(source, fi
 
 def test_every_guarded_path_is_a_file():
     """A module renamed or moved must not drop out of a guard unseen (the guards test membership)."""
-    guarded = set(GUARDED) | set(SENTENCE_GUARDED) | set(WIDENED) | set(FILLS_FINDINGS) | set(ALL_IN_TABLES)
+    guarded = set(GUARDED) | set(SENTENCE_GUARDED) | set(WIDENED) | set(FILLS_FINDINGS) | set(ALL_IN_TABLES) | set(
+        BY_REASON_GUARDED)
     missing = sorted(str(p.relative_to(ROOT)) for p in guarded if not p.is_file())
     assert not missing, f"guarded modules that do not exist (renamed or moved?): {missing}"
+
+
+# --------------------------------------------------------------------------- words by NVML's reason
+#: The live views and the commands that say them: what a reading's n/a reason, a GPU's fault or a machine without
+#: NVML means is worded in core/findings.py (NA_REASONS, DEVICE_FAULTS' and NVML_UNUSABLE's entries), never in a
+#: table of their own keyed by NVML's error (#39: presentation's n/a words, NO_GPU).
+BY_REASON_GUARDED = [ROOT / "gpudoctor" / name for name in (
+    "sampling/presentation.py", "tui/widgets.py", "commands/watch.py", "commands/record.py")] + [ROOT / "probes" / "environment.py"]
+
+
+def reason_tables(source: str, name: str = "<source>") -> list[str]:
+    """Module-level dicts keyed by an NVML error whose values hold text ('name:line: TABLE')."""
+    reasons = set(findings.NA_REASONS) | set(findings.DEVICE_FAULTS) | set(findings.NVML_UNUSABLE)
+    found = []
+    for node in ast.parse(source).body:
+        target = node.targets[0] if isinstance(node, ast.Assign) else node.target if isinstance(node, ast.AnnAssign) else None
+        if target is None or not isinstance(node.value, ast.Dict):
+            continue
+        keys = {k.value for k in node.value.keys if isinstance(k, ast.Constant)}
+        if keys & reasons and any(_words_of(part) for value in node.value.values for part in _parts(value)):
+            found.append(f"{name}:{node.lineno}: {getattr(target, 'id', '?')} words NVML's reasons")
+    return found
+
+
+def test_no_module_words_nvmls_reasons_in_a_table_of_its_own():
+    hits = guard_hits(BY_REASON_GUARDED, reason_tables)
+    assert not hits, "NVML's reasons worded outside core/findings.py (use NA_REASONS or the reason's entry):\n" + \
+        "\n".join(hits)
+
+
+@pytest.mark.parametrize("source, finds", [
+    ('_NA_SHORT = {"NotSupported": "n/a (not sup.)", "GpuIsLost": "n/a (lost)"}', True),
+    ('NVML_REASON_WORDS = {"DriverNotLoaded": ("the NVIDIA kernel module is not loaded", "Load it.")}', True),
+    ('_STYLE = {"GpuIsLost": 3}', False),
+    ('NO_NVML_REASONS = {"LibraryNotFound", "DriverNotLoaded"}', False),
+])
+def test_the_reason_guard_finds_a_table_of_reasons_and_nothing_else(source, finds):
+    assert bool(reason_tables(source)) is finds
+
+
+# --------------------------------------------------------------------------- the table's words as they are
+#: The front ends say a table's words as the table holds them: no re-capitalised fix (#39: the hooks' launch_bound
+#: wrote the work verdict's fix with a capital; its entry now holds the form it says).
+AS_THEY_ARE = sorted(p for package in ("hooks", "why", "tui", "console", "exporter", "sampling", "commands")
+                     for p in (ROOT / "gpudoctor" / package).rglob("*.py"))
+
+
+def recased(source: str, name: str = "<source>") -> list[str]:
+    """Where words change case in place ('name:line'): ``text[:1].upper()``, ``text[0].lower()``, ``.capitalize()``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        method, of = node.func.attr, node.func.value
+        first = isinstance(of, ast.Subscript) and (
+            (isinstance(of.slice, ast.Slice) and of.slice.lower is None and isinstance(of.slice.upper, ast.Constant)
+             and of.slice.upper.value == 1) or (isinstance(of.slice, ast.Constant) and of.slice.value == 0))
+        if method in ("capitalize", "title") or (method in ("upper", "lower") and first):
+            found.append(f"{name}:{node.lineno}: {ast.unparse(node)[:50]}")
+    return found
+
+
+def test_no_front_end_recases_a_tables_words():
+    hits = guard_hits(AS_THEY_ARE, recased)
+    assert not hits, "words re-cased in place (hold the form said in the table):\n" + "\n".join(hits)
+
+
+@pytest.mark.parametrize("source, finds", [
+    ('worded(LAUNCH_BOUND, fix=f"{found.fix[:1].upper()}{found.fix[1:]}")', True),
+    ('action = earlier.action[:1].upper() + earlier.action[1:] + "."', True),
+    ('why = tol.why.capitalize()', True),
+    ('label = row.status.upper()', False),
+    ('key = name[0].isupper()', False),
+])
+def test_the_case_guard_finds_words_recased_and_nothing_else(source, finds):
+    assert bool(recased(source)) is finds

@@ -105,6 +105,10 @@ def twins(source: str, phrases: set[str], name: str = "<source>") -> list[str]:
 TWINS_GUARDED = [ROOT / "gpudoctor" / name for name in (
     "why/rules.py", "why/analysis.py", "why/views.py", "hooks/summary.py", "workload/run.py")] + [
     ROOT / "probes" / name for name in ("_stack.py", "distributed.py", "devices.py")]
+#: The commands and the TUI's panel that say a machine has no usable NVML, and the live views' shared words (#39:
+#: NVML's reasons in their entries, a reading's n/a reasons in findings.NA_REASONS).
+TWINS_GUARDED += [ROOT / "gpudoctor" / name for name in ("commands/watch.py", "commands/record.py", "tui/widgets.py",
+                                                         "sampling/presentation.py", "why/text.py")]
 #: Literals that equal a table's words but are not words said: (file, text). torch's own error text
 #: that marks an out-of-memory error.
 NOT_WORDS = {("gpudoctor/workload/run.py", "out of memory")}
@@ -193,3 +197,34 @@ def test_rewording_a_hooks_phrase_changes_the_training_summary(monkeypatch):
     text = summary.render_text(summary.build_summary(raw))
     assert "All clear (test words) on the GPU too." in text
     assert "note: 1 step(s) lacked device time (test words)" in text
+
+
+def test_the_launch_bound_fix_is_its_entrys_words_as_written(monkeypatch):
+    """The training summary's launch_bound says its entry's fix as the table holds it (it once re-capitalised the
+    work verdict's fix at the call); the text is the one it always said."""
+    from gpudoctor.hooks import summary
+
+    gpm = [{"gpu_util_pct": 98.0, "memory_used_bytes": 10 * 2**30, "memory_total_bytes": 80 * 2**30,
+            "sm_active_pct": 7.0, "tensor_active_pct": 0.0} for _ in range(5)]
+    raw = summary.RawTimings(waits=[0.001] * 50, host_steps=[0.01] * 50, iter_starts=[i * 0.011 for i in range(50)],
+                             ends=[(i + 1) * 0.011 for i in range(50)], passes=[1] * 50, device_steps=[0.01] * 50,
+                             device="cuda:0", gpu_samples=gpm)
+    [item] = summary.build_summary(raw).diagnosis
+    assert item.fix == ("Try larger batches, bf16/TF32 autocast or CUDA graphs; fuse small operations with "
+                        "torch.compile.")
+    monkeypatch.setitem(findings.WORDING, "launch_bound", Wording(Status.WARN, "{words}", "", "Fuse it (test words)."))
+    [item] = summary.build_summary(raw).diagnosis
+    assert item.fix == "Fuse it (test words)."
+
+
+def test_rewording_a_why_text_phrase_changes_the_text_report(monkeypatch):
+    """render_text's fixed phrases (the fix label, the main thread's line, the sampling line) are why/wording.py's."""
+    from gpudoctor.why import wording
+    from gpudoctor.why.text import render_text
+
+    monkeypatch.setitem(wording.PHRASES, "text_fix", "do this (test words): ")
+    monkeypatch.setitem(wording.PHRASES, "text_main_thread", "the main thread did (test words): {shares}")
+    monkeypatch.setitem(wording.PHRASES, "text_sampled", "looked {seconds:.1f} s (test words){ended}{interrupted}")
+    text = render_text(_why({"readable": True, "device_files": [], "libcuda": False}))
+    assert "  do this (test words): " in text and "  the main thread did (test words): forward 100%" in text
+    assert "looked 0.0 s (test words)" in text and "sampled " not in text and "  fix: " not in text, text
