@@ -136,6 +136,11 @@ class _LinesPanel(Widget):
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return len(self.lines(width))
 
+    @staticmethod
+    def waiting() -> list[Line]:
+        """What a panel shows before its first reading."""
+        return [Text("waiting for the first reading ...", style="dim")]
+
     def render_line(self, y: int) -> Strip:
         width = self.content_size.width
         if self._shown is None or width != self._shown_width:
@@ -283,7 +288,7 @@ class GpuPanel(_LinesPanel):
     def _build_lines(self, width: int) -> list[Line]:
         dev, hist = self.device, self.history
         if dev is None or hist is None:
-            return [Text("waiting for the first reading ...", style="dim")]
+            return self.waiting()
         width = max(20, width)
         fault = dev.fault
         if fault is not None:
@@ -511,7 +516,7 @@ class HostPanel(_LinesPanel):
     def lines(self, width: int) -> list[Line]:
         snap, hist = self.snapshot, self.history
         if snap is None or hist is None:
-            return [Text("waiting for the first reading ...", style="dim")]
+            return self.waiting()
         width = max(20, width)
         host = snap.host
         if not isinstance(host, dict):
