@@ -40,12 +40,17 @@ def reworded(monkeypatch):
     monkeypatch.setitem(findings.WORDING, "work:busy_small_kernels", REWORDED)
 
 
-def _report() -> Report:
+def _health_report(name: str, sample: dict) -> Report:
+    """The report of the health probe's judgement of one GPU (``name``) on one ``sample``."""
     from gpudoctor.probes.health import check_device
 
     result = ProbeResult("health")
-    check_device(result, 0, {"name": "NVIDIA H100 80GB HBM3"}, dict(SMALL_KERNELS))
+    check_device(result, 0, {"name": name}, sample)
     return Report(results=[result.settle()])
+
+
+def _report() -> Report:
+    return _health_report("NVIDIA H100 80GB HBM3", dict(SMALL_KERNELS))
 
 
 def test_the_report_says_the_new_words_in_json_and_text(reworded):
@@ -80,19 +85,25 @@ async def test_the_tui_says_the_new_words(reworded):
         await pilot.press("q")
 
 
-def test_the_exporter_shows_the_last_reports_finding_in_the_new_words(reworded):
+def _finding_series(recording: Path, produce) -> list[str]:
+    """The exporter's ``gpudoctor_report_finding_info`` series, scraped once after one sample of
+    ``recording`` and one report from ``produce``."""
     from prometheus_client import generate_latest
 
     from gpudoctor.backends import ReplayBackend
     from gpudoctor.exporter import GpudoctorCollector, GpuSampler, build_registry
     from gpudoctor.exporter.report_status import ReportStatus
 
-    sampler = GpuSampler(ReplayBackend.from_file(GPM), 1.0)
+    sampler = GpuSampler(ReplayBackend.from_file(recording), 1.0)
     sampler.sample_once()
-    reports = ReportStatus(produce=_report)
+    reports = ReportStatus(produce=produce)
     reports.refresh()
     text = generate_latest(build_registry(GpudoctorCollector(sampler, reports))).decode()
-    [series] = [line for line in text.splitlines() if line.startswith("gpudoctor_report_finding_info{")]
+    return [line for line in text.splitlines() if line.startswith("gpudoctor_report_finding_info{")]
+
+
+def test_the_exporter_shows_the_last_reports_finding_in_the_new_words(reworded):
+    [series] = _finding_series(GPM, _report)
     assert 'code="busy_small_kernels"' in series and 'status="warn"' in series
     assert "kernels tiny (test words) at SM 9%; batch them (test words)." in series
 
@@ -202,11 +213,8 @@ def lost_reworded(monkeypatch):
 
 def _lost_report() -> Report:
     from gpudoctor.backends.na import NA
-    from gpudoctor.probes.health import check_device
 
-    result = ProbeResult("health")
-    check_device(result, 0, {"name": "NVIDIA GeForce RTX 3090"}, {"gpu_util_pct": NA("GpuIsLost")})
-    return Report(results=[result.settle()])
+    return _health_report("NVIDIA GeForce RTX 3090", {"gpu_util_pct": NA("GpuIsLost")})
 
 
 def test_a_reworded_fault_code_changes_the_report(lost_reworded):
@@ -221,19 +229,7 @@ def test_a_reworded_fault_code_changes_the_report(lost_reworded):
 
 
 def test_a_reworded_fault_code_changes_the_exporters_report_findings(lost_reworded):
-    from prometheus_client import generate_latest
-
-    from gpudoctor.backends import ReplayBackend
-    from gpudoctor.exporter import GpudoctorCollector, GpuSampler, build_registry
-    from gpudoctor.exporter.report_status import ReportStatus
-
-    sampler = GpuSampler(ReplayBackend.from_file(GPU_LOST), 1.0)
-    sampler.sample_once()
-    reports = ReportStatus(produce=_lost_report)
-    reports.refresh()
-    text = generate_latest(build_registry(GpudoctorCollector(sampler, reports))).decode()
-    [series] = [line for line in text.splitlines()
-                if line.startswith("gpudoctor_report_finding_info{") and 'code="gpu_lost"' in line]
+    [series] = [line for line in _finding_series(GPU_LOST, _lost_report) if 'code="gpu_lost"' in line]
     assert "is gone (test words)" in series and "fallen off the bus" not in series
 
 
