@@ -262,7 +262,7 @@ def _why_torch_sees_none(gpu: GpuBackend, facts: dict[str, Any]) -> tuple[str, d
                 if f.code == "driver_too_old"]
     if too_old:
         words = too_old[0].summary.rstrip(".")
-        return "torch_sees_no_gpu:driver_too_old", {"reason": words[:1].lower() + words[1:], "fix": too_old[0].fix}
+        return "torch_sees_no_gpu:driver_too_old", {"reason": findings.clause(words), "fix": too_old[0].fix}
     error = facts.get("cuda_init_error") or "; ".join(facts.get("cuda_warnings") or [])
     if error:
         return "torch_sees_no_gpu:cuda_error", {"error": error}

@@ -272,7 +272,7 @@ def _driver_unavailable(reason: str, stack: Stack | NA) -> Finding:
         pci = stack.nvidia_pci
         if is_na(pci):
             found = findings.finding(code, reason=reason, pci=findings.PCI_UNREADABLE)
-            found.fix = findings.PCI_UNREADABLE_FIX + found.fix[:1].lower() + found.fix[1:]
+            found.fix = findings.PCI_UNREADABLE_FIX + findings.clause(found.fix)
             return found
         if pci:
             seen = findings.PCI_NVIDIA_SEEN.format(count=len(pci), where=", ".join(pci[:4]))

@@ -55,7 +55,7 @@ def _judge_gpu(r: ProbeResult, index: int, state: DeviceEvents) -> None:
         from gpudoctor.core import xid  # the catalogue's tables, only when there is an Xid to judge
 
         info = xid.explain(code)
-        said: dict[str, Any] = {"gpu": label, "xid": code, "words": info.words, "action": info.action[:1].upper() + info.action[1:],
+        said: dict[str, Any] = {"gpu": label, "xid": code, "words": info.words, "action": findings.sentence(info.action),
                 "times": _wording.XID_TIMES.format(count=len(events)) if len(events) > 1 else _wording.XID_ONCE}
         if info.severity == "critical":
             r.findings.append(findings.finding("xid_critical", device=index, **said))

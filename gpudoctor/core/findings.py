@@ -60,6 +60,20 @@ class ReasonWords:
     short: str
 
 
+def sentence(words: str) -> str:
+    """A table's words begun as a sentence of their own (an Xid's action, which the catalogue holds
+    mid-sentence, said as a finding's own sentence): the first letter made capital. With
+    :func:`clause`, the one place a table's words change case; tests/core/test_wording_tables.py
+    holds every other module to saying them as they are."""
+    return words[:1].upper() + words[1:]
+
+
+def clause(words: str) -> str:
+    """A table's words joined after a colon or into another sentence (a fix after a fleet row's
+    summary): the first letter made small."""
+    return words[:1].lower() + words[1:]
+
+
 #: NVML's clock-event reasons by code (nvml.h nvmlClocksEventReason*; bits in backends/nvml.py).
 CLOCK_EVENTS: dict[str, ReasonWords] = {
     "gpu_idle": ReasonWords("GPU idle: nothing is running, clocks are lowered to save power", "idle"),
@@ -639,8 +653,7 @@ WORDING: dict[str, Wording] = {
         _FABRIC_WHY, _FABRIC_FIX),
     "fabric_not_ready:in_progress": Wording(
         Status.FAIL, "{label}: its NVLink fabric registration is still in progress (NVML fabric state: In Progress)",
-        _FABRIC_WHY, "Wait a minute and check again; if it stays In Progress, " + _FABRIC_FIX[:1].lower()
-        + _FABRIC_FIX[1:]),
+        _FABRIC_WHY, "Wait a minute and check again; if it stays In Progress, " + clause(_FABRIC_FIX)),
     "fabric_failed": Wording(
         Status.FAIL, "{label}: its NVLink fabric registration completed with an error ({result})",
         "The fabric manager finished but could not set this GPU up: CUDA programs fail to start on it, or "
@@ -1035,7 +1048,7 @@ def one_line(f: Finding) -> str:
     """A finding on one line (a fleet row's reason): its summary, then what to do."""
     if not f.fix:
         return f.summary
-    return f"{f.summary}: {f.fix[:1].lower()}{f.fix[1:].rstrip('.')}"
+    return f"{f.summary}: {clause(f.fix).rstrip('.')}"
 
 
 # -- judgements --------------------------------------------------------------------------------
@@ -1190,6 +1203,6 @@ def fabric_not_completed(statics: Iterable[Mapping[str, Any]]) -> str:
 
 
 __all__ = ["CLOCK_EVENTS", "CLOCKS_FREE", "NA_REASONS", "ReasonWords", "HELD_DOWN", "HW_PROTECTION", "IDLE_BETWEEN_KERNELS",
-           "WORDING", "Wording", "clock_event_findings", "clocks_held_down", "ecc_finding", "fabric_findings",
+           "WORDING", "Wording", "clause", "clock_event_findings", "clocks_held_down", "ecc_finding", "fabric_findings",
            "fabric_health_problems", "fabric_not_completed", "finding", "one_line",
-           "errored", "retired_pages_findings", "row_remap_findings", "skipped", "tables", "wording", "words"]
+           "errored", "retired_pages_findings", "row_remap_findings", "sentence", "skipped", "tables", "wording", "words"]

@@ -285,7 +285,7 @@ def judge_xid_gauge(row: FleetRow, code: int, history: XidHistory | None,
     add_xid(row, code, None, None, 0.0)
     for hidden in sequence.hidden:
         earlier = xid.explain(hidden)
-        action = earlier.action[:1].upper() + earlier.action[1:] + "."
+        action = findings.sentence(earlier.action) + "."
         row.add(findings.finding("xid_hidden", xid=hidden, last=code, words=earlier.words, action=action,
                                  window=findings.FLEET_XID_WITHIN.format(window=words) if words else "", evidence={"xid": hidden}))
     if sequence.worst is not None:

@@ -388,6 +388,6 @@ def _judge(result: ProbeResult, baseline: Baseline, mine: dict[tuple[str, str, i
             "baseline_regression", status=status, device=key[2], value=_fmt(value), amount=amount, direction=direction,
             what=key[1] + (findings.BASELINE_LINK_MAXIMUM if tol.field == "reference" else ""),
             where="" if key[2] is None else findings.BASELINE_ON_GPU.format(device=key[2]), base=_fmt(base),
-            warn=tol.warn, fail=tol.fail, unit=" C" if tol.absolute else " %", why=tol.why[:1].upper() + tol.why[1:],
+            warn=tol.warn, fail=tol.fail, unit=" C" if tol.absolute else " %", why=findings.sentence(tol.why),
             probe=key[0]))
     return judged

@@ -479,17 +479,23 @@ def test_the_reason_guard_finds_a_table_of_reasons_and_nothing_else(source, find
 
 
 # --------------------------------------------------------------------------- the table's words as they are
-#: The front ends say a table's words as the table holds them: no re-capitalised fix (#39: the hooks' launch_bound
-#: wrote the work verdict's fix with a capital; its entry now holds the form it says).
-AS_THEY_ARE = sorted(p for package in ("hooks", "why", "tui", "console", "exporter", "sampling", "commands")
-                     for p in (ROOT / "gpudoctor" / package).rglob("*.py"))
+#: Every module says a table's words as the table holds them: no re-capitalised fix (#39: the hooks' launch_bound
+#: wrote the work verdict's fix with a capital; its entry now holds the form it says). Where words are joined into
+#: another sentence, or begin one of their own, the case changes in one place: findings.clause and findings.sentence.
+AS_THEY_ARE = sorted([*(ROOT / "gpudoctor").rglob("*.py"), *(ROOT / "probes").rglob("*.py")])
+#: The functions allowed to change the case of words: (file, function).
+RECASERS = {("gpudoctor/core/findings.py", "sentence"), ("gpudoctor/core/findings.py", "clause")}
 
 
 def recased(source: str, name: str = "<source>") -> list[str]:
-    """Where words change case in place ('name:line'): ``text[:1].upper()``, ``text[0].lower()``, ``.capitalize()``."""
+    """Where words change case in place ('name:line'): ``text[:1].upper()``, ``text[0].lower()``, ``.capitalize()``,
+    outside the functions of :data:`RECASERS`."""
+    tree = ast.parse(source)
+    allowed = {id(inner) for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and (name, node.name) in RECASERS
+               for inner in ast.walk(node)}
     found = []
-    for node in ast.walk(ast.parse(source)):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+    for node in ast.walk(tree):
+        if id(node) in allowed or not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
             continue
         method, of = node.func.attr, node.func.value
         first = isinstance(of, ast.Subscript) and (
@@ -500,9 +506,10 @@ def recased(source: str, name: str = "<source>") -> list[str]:
     return found
 
 
-def test_no_front_end_recases_a_tables_words():
+def test_no_module_recases_a_tables_words():
     hits = guard_hits(AS_THEY_ARE, recased)
-    assert not hits, "words re-cased in place (hold the form said in the table):\n" + "\n".join(hits)
+    assert not hits, ("words re-cased in place (hold the form said in the table, or join them with findings.clause "
+                      "or findings.sentence):\n" + "\n".join(hits))
 
 
 @pytest.mark.parametrize("source, finds", [
@@ -511,6 +518,14 @@ def test_no_front_end_recases_a_tables_words():
     ('why = tol.why.capitalize()', True),
     ('label = row.status.upper()', False),
     ('key = name[0].isupper()', False),
+    ('action = findings.sentence(earlier.action) + "."', False),
 ])
 def test_the_case_guard_finds_words_recased_and_nothing_else(source, finds):
     assert bool(recased(source)) is finds
+
+
+def test_only_findings_clause_and_sentence_may_recase():
+    source = (ROOT / "gpudoctor" / "core" / "findings.py").read_text(encoding="utf-8")
+    assert recased(source, "gpudoctor/core/findings.py") == []
+    assert len(recased(source, "gpudoctor/fleet/rules.py")) == 2  # the same functions anywhere else are found
+    assert findings.sentence("reset the GPU") == "Reset the GPU" and findings.clause("Reset it.") == "reset it."
