@@ -212,7 +212,7 @@ def emit_report(report: Report, args: argparse.Namespace, *, title: str = "gpudo
     anonymize = bool(args.anonymize)  # None (not given): off, except for markdown (--no-anonymize there)
     from gpudoctor.backends.catalogue import identifying_keys
 
-    text = report.to_json(anonymize=identifying_keys() if anonymize else None) + "\n"
+    text = report.to_json(anonymize=identifying_keys() if anonymize else False) + "\n"
 
     def show(out: TextIO) -> None:
         if args.json:

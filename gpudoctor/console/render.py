@@ -20,7 +20,7 @@ from gpudoctor.sampling.presentation import status_word as _status_word
 
 
 def report_to_json(report: Report, anonymize: bool = False, indent: int | None = 2) -> str:
-    return report.to_json(indent=indent, anonymize=identifying_keys() if anonymize else None)
+    return report.to_json(indent=indent, anonymize=identifying_keys() if anonymize else False)
 
 
 # --------------------------------------------------------------------------- text

@@ -295,18 +295,27 @@ class Report:
             "results": [r.to_dict() for r in self.results],
         }
 
-    def to_json(self, indent: int | None = 2, *, anonymize: Collection[str] | None = None) -> str:
-        """The JSON document ``report --json`` prints; with ``anonymize`` (the keys whose values
-        identify a device: ``backends.catalogue.identifying_keys()``, which core cannot import),
-        host names, GPU UUIDs and serials stripped. Here rather than in the text renderer, so that
+    def to_json(self, anonymize: bool | Collection[str] = False, indent: int | None = 2) -> str:
+        """The JSON document ``report --json`` prints; with ``anonymize``, host names, GPU UUIDs and
+        serials stripped. ``True`` strips the keys the reading catalogue marks identifying
+        (``backends.catalogue.identifying_keys()``, loaded by name: core imports no layer above it);
+        a collection of keys strips those. Here rather than in the text renderer, so that
         `report --quick --json` imports nothing of the text report."""
         import json
 
         data = self.to_dict()
-        if anonymize is not None:
+        if anonymize is not False:
             from gpudoctor.core.anonymize import anonymize_report_dict
 
-            data = anonymize_report_dict(data, anonymize)
+            if isinstance(anonymize, str):
+                raise TypeError("anonymize: True, or a collection of keys (not one string)")
+            if isinstance(anonymize, bool):  # True: the catalogue's identifying keys
+                import importlib
+
+                keys: Collection[str] = importlib.import_module("gpudoctor.backends.catalogue").identifying_keys()
+            else:
+                keys = anonymize
+            data = anonymize_report_dict(data, keys)
         return json.dumps(data, indent=indent, allow_nan=False, default=str)
 
     @classmethod

@@ -107,7 +107,11 @@ def main(argv: list[str] | None = None, root: Path = ROOT) -> int:
     from gpudoctor.system._proc import ChildOutputTooLarge, ChildTimeout
 
     with tempfile.TemporaryDirectory(prefix="gpudoctor-typecheck-") as folder:
-        build_tree(Path(folder), root)
+        try:
+            build_tree(Path(folder), root)
+        except FileExistsError as taken:
+            print(f"gpudoctor.tools.typecheck: {taken}", file=sys.stderr)
+            return exitcodes.USAGE
         try:
             done = run_mypy(Path(folder), [t for t in targets if t is not None], options, root)
         except (ChildTimeout, ChildOutputTooLarge, OSError) as failed:

@@ -72,3 +72,20 @@ def test_an_nvswitch_fabric_cluster_uuid_is_struck_out():
     text = json.dumps(anonymize_report_dict(data, identifying_keys()))
     assert "5e1f00d2" not in text and REDACTED in text, text
     assert '"fabric_clique_id": 3' in text  # a small number within the domain, not an identifier
+
+
+def test_report_to_json_anonymizes_as_it_always_was_called():
+    """``Report.to_json(anonymize=True)``, or ``True`` first as before: the host's name and the keys the
+    catalogue marks identifying are struck out (a bare True must not read as an indent and strip nothing)."""
+    from gpudoctor.core.model import Measurement, ProbeResult, Report
+
+    result = ProbeResult("devices", details={"hostname": "secret-node-42"})
+    result.measurements.append(Measurement("uuid", "GPU-0f0e0d0c-1111-2222-3333-444455556666", device=0))
+    report = Report(results=[result])
+    for text in (report.to_json(True), report.to_json(anonymize=True), report.to_json(anonymize=identifying_keys())):
+        assert "secret-node-42" not in text and "GPU-0f0e0d0c" not in text, text
+        assert json.loads(text)["results"][0]["measurements"][0]["value"] == REDACTED
+    assert "secret-node-42" in report.to_json() and "GPU-0f0e0d0c" in report.to_json(False, None)
+    assert "\n" not in report.to_json(False, None)  # the indent stays the second argument
+    with pytest.raises(TypeError):
+        report.to_json("uuid")

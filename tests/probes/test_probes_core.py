@@ -189,3 +189,20 @@ def test_clock_event_bits_by_name_are_nvml_h_values():
     # HwThermalSlowdown 0x40, HwPowerBrakeSlowdown 0x80
     assert (GPU_IDLE, SW_POWER_CAP, SW_THERMAL_SLOWDOWN) == (0x1, 0x4, 0x20)
     assert HW_PROTECTION == 0x8 | 0x40 | 0x80 and HEAT_OR_HW == 0x8 | 0x20 | 0x40 | 0x80
+
+
+@pytest.mark.parametrize("reason", ["NoDevices", "LibraryNotFound", "DriverNotLoaded", "NoPermission",
+                                    "PythonBindingMissing", "InsufficientSize", "SomethingNew"])
+def test_nvml_unusable_is_a_failed_driver_for_every_reason(data_dir, tmp_path, reason):
+    """NVML could not start: the environment probe fails with nvidia_driver_unavailable whatever the
+    reason, NoDevices included (its nvml_no_gpu words are the live views' own, a skip)."""
+    import json
+
+    data = json.loads((data_dir / "handmade_no_nvml.json").read_text(encoding="utf-8"))
+    data["nvml"]["status"] = {"__na__": reason}
+    recording = tmp_path / f"no_nvml_{reason}.json"
+    recording.write_text(json.dumps(data), encoding="utf-8")
+    result = run_probe("environment", recording)
+    [found] = [f for f in result.findings if f.code == "nvidia_driver_unavailable"]
+    assert found.status == Status.FAIL and result.status == Status.FAIL, (found, result.status)
+    assert found.fix

@@ -163,3 +163,15 @@ def test_typecheck_says_in_one_line_when_mypy_cannot_finish(monkeypatch, capsys)
     assert typecheck.main([]) == exitcodes.INTERNAL
     err = capsys.readouterr().err
     assert err == "gpudoctor.tools.typecheck: mypy did not finish within 240 s\n", err
+
+
+def test_typecheck_says_in_one_line_when_the_checkout_holds_gpudoctor_probes(tmp_path, capsys):
+    _skip_without("mypy")
+    from gpudoctor.core import exitcodes
+    from gpudoctor.tools import typecheck
+
+    (tmp_path / "gpudoctor" / "probes").mkdir(parents=True)
+    (tmp_path / "probes").mkdir()
+    assert typecheck.main([], root=tmp_path) == exitcodes.USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("gpudoctor.tools.typecheck: ") and err.count("\n") == 1, err
