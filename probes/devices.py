@@ -316,9 +316,9 @@ def _mig_slices(r: ProbeResult, gpu: GpuBackend, dev: int, n_index: int) -> None
     from gpudoctor.core._text import plain_text
 
     slices = gpu.mig_devices(n_index)
+    keys = [reading.key for reading in catalogue.mig_readings()]
     if (not is_na(slices) and gpu.kind == "nvml"
-            and any(v.reason == "Warming" for m in slices for v in map(m.get, [x.key for x in catalogue.mig_readings()])
-                    if is_na(v))):
+            and any(is_na(value) and value.reason == "Warming" for m in slices for value in map(m.get, keys))):
         # GPM compares two samples: the first read has none before it (its MIG readings are NA
         # Warming). Read again once GPM's minimum interval between samples has passed.
         import time

@@ -23,7 +23,6 @@ from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar, Protocol, TypedDict, Union, runtime_checkable
 
 from gpudoctor.core._record import field, fields, record
-from .catalogue import MIG_NO_UTILISATION, WHOLE_GPU_ONLY  # the words said for them (re-exported)
 from .na import NA
 
 #: A number the driver gave, or why it gave none.
@@ -390,4 +389,4 @@ class GpuBackend(Protocol):
 
 
 __all__ = ["GpuBackend", "GpuSample", "MemoryReading", "UtilizationReading", "ProcessReading", "MappingRecord", "IntOrNA",
-           "FloatOrNA", "DeviceIdentity", "P2PReading", "MigDeviceReading", "WHOLE_GPU_ONLY", "MIG_NO_UTILISATION"]
+           "FloatOrNA", "DeviceIdentity", "P2PReading", "MigDeviceReading"]

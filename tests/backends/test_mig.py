@@ -15,7 +15,8 @@ import pytest
 from gpudoctor.core import exitcodes
 from gpudoctor.backends import NA, NvmlBackend, NvmlGate, ReplayBackend, is_na
 from gpudoctor.backends import nvml as nvml_backend
-from gpudoctor.backends.base import MIG_NO_UTILISATION, MigDeviceReading
+from gpudoctor.backends.base import MigDeviceReading
+from gpudoctor.backends.catalogue import MIG_NO_UTILISATION
 from gpudoctor.backends.visibility import parse_visible, visible_mig_devices, visible_nvml_indices
 from gpudoctor.cli import main
 from support.nvml_fake import FakePynvml, h100_mig, nvml_error
