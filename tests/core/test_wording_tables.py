@@ -21,6 +21,7 @@ from gpudoctor.core.findings import Wording
 from gpudoctor.core.model import ProbeResult, Status
 from gpudoctor.probes import _wording
 from gpudoctor.probes.distributed import assemble
+from test_wording_twins import table_phrases, twins
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLE_FILES = {ROOT / "gpudoctor" / "core" / "findings.py", ROOT / "probes" / "_wording.py"}
@@ -92,29 +93,6 @@ def test_the_probes_and_the_core_modules_word_no_finding_in_place():
                                                                  str(path.relative_to(ROOT)))]
     assert not inline, "findings worded outside the wording tables (move the words there):\n" + "\n".join(inline)
 
-
-@pytest.mark.parametrize("source", [
-    'r.find(Status.WARN, "slow", f"{x} is slow.", why="Why.", fix="Fix.")',
-    'r.find(Status.PASS, "ok", "All good " + name)',
-    'Finding(Status.FAIL, "broken", summary, why="It broke.")',
-    'ProbeResult.skip("p", "no GPU here", code="no_gpu")',
-    'ProbeResult.error(probe.name, f"timed out after {s} s")',
-    'findings.finding("p2p_unreadable", label=label, fix="Run it on the host.")',
-    'NoDevice("quick_mode", "Not measured.", fix="Run it fully." if full else "Later.")',
-])
-def test_the_guard_finds_words_written_in_place(source):
-    assert inline_wordings(source)
-
-
-@pytest.mark.parametrize("source", [
-    'r.findings.append(findings.finding("slow", gpu=label, pct=pct))',
-    'ProbeResult.error(probe.name, why, duration_s=1.0)',
-    'ProbeResult.skip(probe, summary, code=code.partition(":")[0], why=why, fix=fix)',
-    'text.find("\\n")',
-    'Finding(Status.SKIP, devices.code, devices.summary + _wording.CPU_MEASURED, devices.why, devices.fix)',
-])
-def test_the_guard_lets_table_words_through(source):
-    assert not inline_wordings(source)
 
 
 def test_a_key_lives_in_one_table_and_the_probes_table_is_in_the_index():
@@ -270,21 +248,6 @@ def test_no_words_outside_the_tables_beside_the_findings():
     assert not hits, "words kept outside the wording tables (move them to the package's table):\n" + "\n".join(hits)
 
 
-@pytest.mark.parametrize("guard, source, finds", [
-    (word_tables, '_SYNC_ADVICE = {"item": ("a `.item()` on a CUDA tensor", "Keep running totals on the GPU.")}', True),
-    (word_tables, 'WORK_WORDS: dict[str, str] = {"busy_small_kernels": "small kernels only"}', True),
-    (word_tables, '_CAUSES = {34: ("a stub libcuda was loaded", "Remove the stubs directory.")}', True),
-    (returned_sentences, 'def fix(sm):\n    return f"Install a torch build whose arch list includes {sm}."', True),
-    (returned_sentences, 'def why(host):\n    return ("ACS on the path", "a VM", "Run `sudo gpudoctor report`, or " + X + ".")',
-     True),
-    (word_tables, 'LIMITS = {"util": (0, 100), "temp": (0, 130)}', False),
-    (word_tables, 'KEYS = {"sm": "sm_active_pct"}', False),
-    (returned_sentences, 'def reason():\n    return "the NVIDIA driver is not answering"', False),
-    (returned_sentences, 'def fix():\n    return _wording.KERNEL_IMAGE_FIX["dropped"].format(sm=sm)', False),
-])
-def test_the_sentence_guards_find_words_kept_in_place_and_nothing_else(guard, source, finds):
-    assert bool(guard(source)) is finds
-
 
 def test_the_sweeps_advice_is_registered_in_the_index():
     from gpudoctor.workload import wording as workload_wording
@@ -411,26 +374,6 @@ def test_the_report_layer_the_live_views_and_fleet_keep_no_words_in_place():
     assert not hits, "words kept outside the wording tables (move them to core/findings.py):\n" + "\n".join(hits)
 
 
-@pytest.mark.parametrize("source, finds", [
-    ('FAULT_WORDS: dict[str, str] = {"GpuIsLost": "GPU lost: it fell off the bus."}', True),
-    ('EVENT_WORDS = {"ecc_double_bit": "double-bit (uncorrectable) ECC error"}', True),
-    ('row.add(findings.finding("gpu_not_exported", since=f" (last seen {fmt_age(age)} ago)" if age else ""))', True),
-    ('row.add(findings.finding("nvml_down", reasons=", ".join(reasons) or "no reason given"))', True),
-    ('def wait():\n    return f"probe process {describe_exit(code)} while starting"', True),
-    ('def run():\n    return None, f"timed out after {late} (the probe process was stopped)"', True),
-    ('result = ProbeResult(probe=probe, status=Status.FAIL, summary="abandoned: the driver is not answering")', True),
-    ('Tolerance("transfer", "d2d_bandwidth", "higher", 10, 25, why="device memory bandwidth bounds most kernels")', True),
-    ('result.settle("; ".join(failures + [f"{judged} figure(s) compared with {n} baseline report(s)"]))', True),
-    ('self.reason = "; ".join(one_line(f) for f in ordered) if ordered else "no problem seen"', True),
-    ('row.add(findings.finding("gpu_not_exported", since=findings.FLEET_LAST_SEEN.format(age=age) if age else ""))',
-     False),
-    ('def wait():\n    return findings.words("probe_error:child_exited", exit=describe_exit(code))[0]', False),
-    ('self.reason = "; ".join(one_line(f) for f in ordered) if ordered else FLEET_ALL_CLEAR', False),
-    ('result.measure(name, value, unit, note=f"baseline {base}; tolerance {warn} (warn)")', False),
-])
-def test_the_field_guard_finds_words_filled_in_place_and_nothing_else(source, finds):
-    assert bool(filled_in_place(source) + word_tables(source)) is finds
-
 
 def test_every_guarded_path_is_a_file():
     """A module renamed or moved must not drop out of a guard unseen (the guards test membership)."""
@@ -468,15 +411,6 @@ def test_no_module_words_nvmls_reasons_in_a_table_of_its_own():
         "\n".join(hits)
 
 
-@pytest.mark.parametrize("source, finds", [
-    ('_NA_SHORT = {"NotSupported": "n/a (not sup.)", "GpuIsLost": "n/a (lost)"}', True),
-    ('NVML_REASON_WORDS = {"DriverNotLoaded": ("the NVIDIA kernel module is not loaded", "Load it.")}', True),
-    ('_STYLE = {"GpuIsLost": 3}', False),
-    ('NO_NVML_REASONS = {"LibraryNotFound", "DriverNotLoaded"}', False),
-])
-def test_the_reason_guard_finds_a_table_of_reasons_and_nothing_else(source, finds):
-    assert bool(reason_tables(source)) is finds
-
 
 # --------------------------------------------------------------------------- the table's words as they are
 #: Every module says a table's words as the table holds them: no re-capitalised fix (#39: the hooks' launch_bound
@@ -512,20 +446,139 @@ def test_no_module_recases_a_tables_words():
                       "or findings.sentence):\n" + "\n".join(hits))
 
 
-@pytest.mark.parametrize("source, finds", [
-    ('worded(LAUNCH_BOUND, fix=f"{found.fix[:1].upper()}{found.fix[1:]}")', True),
-    ('action = earlier.action[:1].upper() + earlier.action[1:] + "."', True),
-    ('why = tol.why.capitalize()', True),
-    ('label = row.status.upper()', False),
-    ('key = name[0].isupper()', False),
-    ('action = findings.sentence(earlier.action) + "."', False),
-])
-def test_the_case_guard_finds_words_recased_and_nothing_else(source, finds):
-    assert bool(recased(source)) is finds
-
 
 def test_only_findings_clause_and_sentence_may_recase():
     source = (ROOT / "gpudoctor" / "core" / "findings.py").read_text(encoding="utf-8")
     assert recased(source, "gpudoctor/core/findings.py") == []
     assert len(recased(source, "gpudoctor/fleet/rules.py")) == 2  # the same functions anywhere else are found
     assert findings.sentence("reset the GPU") == "Reset the GPU" and findings.clause("Reset it.") == "reset it."
+
+
+# --------------------------------------------------------------------------- the guards themselves
+def _field_guard(source: str) -> list[str]:
+    return filled_in_place(source) + word_tables(source)
+
+
+def _twin_guard(source: str) -> list[str]:
+    return twins(source, table_phrases())
+
+
+#: Each guard of this file and of test_wording_twins, whether it must find (True) or let through (False) the source below.
+GUARD_CASES = [
+    # the inline guard: a finding worded where it is built
+    (inline_wordings, True,
+     'r.find(Status.WARN, "slow", f"{x} is slow.", why="Why.", fix="Fix.")'),
+    (inline_wordings, True,
+     'r.find(Status.PASS, "ok", "All good " + name)'),
+    (inline_wordings, True,
+     'Finding(Status.FAIL, "broken", summary, why="It broke.")'),
+    (inline_wordings, True,
+     'ProbeResult.skip("p", "no GPU here", code="no_gpu")'),
+    (inline_wordings, True,
+     'ProbeResult.error(probe.name, f"timed out after {s} s")'),
+    (inline_wordings, True,
+     'findings.finding("p2p_unreadable", label=label, fix="Run it on the host.")'),
+    (inline_wordings, True,
+     'NoDevice("quick_mode", "Not measured.", fix="Run it fully." if full else "Later.")'),
+    (inline_wordings, False,
+     'r.findings.append(findings.finding("slow", gpu=label, pct=pct))'),
+    (inline_wordings, False,
+     'ProbeResult.error(probe.name, why, duration_s=1.0)'),
+    (inline_wordings, False,
+     'ProbeResult.skip(probe, summary, code=code.partition(":")[0], why=why, fix=fix)'),
+    (inline_wordings, False,
+     'text.find("\\n")'),
+    (inline_wordings, False,
+     'Finding(Status.SKIP, devices.code, devices.summary + _wording.CPU_MEASURED, devices.why, devices.fix)'),
+    # the word-table guard: a module's own table of words
+    (word_tables, True,
+     '_SYNC_ADVICE = {"item": ("a `.item()` on a CUDA tensor", "Keep running totals on the GPU.")}'),
+    (word_tables, True,
+     'WORK_WORDS: dict[str, str] = {"busy_small_kernels": "small kernels only"}'),
+    (word_tables, True,
+     '_CAUSES = {34: ("a stub libcuda was loaded", "Remove the stubs directory.")}'),
+    (word_tables, False,
+     'LIMITS = {"util": (0, 100), "temp": (0, 130)}'),
+    (word_tables, False,
+     'KEYS = {"sm": "sm_active_pct"}'),
+    # the returned-sentence guard: a function that returns a sentence
+    (returned_sentences, True,
+     'def fix(sm):\n    return f"Install a torch build whose arch list includes {sm}."'),
+    (returned_sentences, True,
+     'def why(host):\n    return ("ACS on the path", "a VM", "Run `sudo gpudoctor report`, or " + X + ".")'),
+    (returned_sentences, False,
+     'def reason():\n    return "the NVIDIA driver is not answering"'),
+    (returned_sentences, False,
+     'def fix():\n    return _wording.KERNEL_IMAGE_FIX["dropped"].format(sm=sm)'),
+    # the field guard: words filled into a finding's fields in place, or a table of them
+    (_field_guard, True,
+     'FAULT_WORDS: dict[str, str] = {"GpuIsLost": "GPU lost: it fell off the bus."}'),
+    (_field_guard, True,
+     'EVENT_WORDS = {"ecc_double_bit": "double-bit (uncorrectable) ECC error"}'),
+    (_field_guard, True,
+     'row.add(findings.finding("gpu_not_exported", since=f" (last seen {fmt_age(age)} ago)" if age else ""))'),
+    (_field_guard, True,
+     'row.add(findings.finding("nvml_down", reasons=", ".join(reasons) or "no reason given"))'),
+    (_field_guard, True,
+     'def wait():\n    return f"probe process {describe_exit(code)} while starting"'),
+    (_field_guard, True,
+     'def run():\n    return None, f"timed out after {late} (the probe process was stopped)"'),
+    (_field_guard, True,
+     'result = ProbeResult(probe=probe, status=Status.FAIL, summary="abandoned: the driver is not answering")'),
+    (_field_guard, True,
+     'Tolerance("transfer", "d2d_bandwidth", "higher", 10, 25, why="device memory bandwidth bounds most kernels")'),
+    (_field_guard, True,
+     'result.settle("; ".join(failures + [f"{judged} figure(s) compared with {n} baseline report(s)"]))'),
+    (_field_guard, True,
+     'self.reason = "; ".join(one_line(f) for f in ordered) if ordered else "no problem seen"'),
+    (_field_guard, False,
+     'row.add(findings.finding("gpu_not_exported", since=findings.FLEET_LAST_SEEN.format(age=age) if age else ""))'),
+    (_field_guard, False,
+     'def wait():\n    return findings.words("probe_error:child_exited", exit=describe_exit(code))[0]'),
+    (_field_guard, False,
+     'self.reason = "; ".join(one_line(f) for f in ordered) if ordered else FLEET_ALL_CLEAR'),
+    (_field_guard, False,
+     'result.measure(name, value, unit, note=f"baseline {base}; tolerance {warn} (warn)")'),
+    # the reason guard: a table of words keyed by NVML's reasons
+    (reason_tables, True,
+     '_NA_SHORT = {"NotSupported": "n/a (not sup.)", "GpuIsLost": "n/a (lost)"}'),
+    (reason_tables, True,
+     'NVML_REASON_WORDS = {"DriverNotLoaded": ("the NVIDIA kernel module is not loaded", "Load it.")}'),
+    (reason_tables, False,
+     '_STYLE = {"GpuIsLost": 3}'),
+    (reason_tables, False,
+     'NO_NVML_REASONS = {"LibraryNotFound", "DriverNotLoaded"}'),
+    # the case guard: words re-cased in place
+    (recased, True,
+     'worded(LAUNCH_BOUND, fix=f"{found.fix[:1].upper()}{found.fix[1:]}")'),
+    (recased, True,
+     'action = earlier.action[:1].upper() + earlier.action[1:] + "."'),
+    (recased, True,
+     'why = tol.why.capitalize()'),
+    (recased, False,
+     'label = row.status.upper()'),
+    (recased, False,
+     'key = name[0].isupper()'),
+    (recased, False,
+     'action = findings.sentence(earlier.action) + "."'),
+    # the twin guard (test_wording_twins): a table's words written again in place
+    (_twin_guard, True,
+     'return Verdict(DATA_WAIT, "loading in the main process", None)'),
+    (_twin_guard, True,
+     'why = f"only {gpus} CUDA device{s} visible for {n} ranks on this node (NCCL needs one GPU per rank)"'),
+    (_twin_guard, True,
+     'others = " Also every step: " + "; ".join(sites) + "."'),
+    (_twin_guard, True,
+     'missing.append("no /dev/nvidia* device")'),
+    (_twin_guard, False,
+     'why = phrase("detail_loading_main")'),
+    (_twin_guard, False,
+     'key = "cuda"'),
+    (_twin_guard, False,
+     'def f():\n    """No problem found: the loop is not waiting on data."""'),
+]
+
+
+@pytest.mark.parametrize("guard, finds, source", GUARD_CASES)
+def test_each_guard_finds_its_cases_and_nothing_else(guard, finds, source):
+    assert bool(guard(source)) is finds
