@@ -200,6 +200,118 @@ CUDA_START_CAUSES: dict[int, tuple[str, str]] = {
 CUDA_START_GENERIC_FIX = ("Check `dmesg` for NVIDIA errors, reboot after a driver upgrade, and in a container start it "
                           "with the GPUs (`docker run --gpus all`).")
 
+#: What a driver-vs-build finding adds when torch started CUDA all the same.
+STARTED_ANYWAY = "CUDA started anyway: forward compatibility or a newer driver than NVML reports."
+#: Why a CUDA driver that cannot start matters (every cuda_cannot_start way says it).
+CUDA_NOT_STARTING = ("NVML (nvidia-smi) answers, but every CUDA program, torch included, fails to start: "
+                     "torch.cuda.is_available() is False and code that asks for 'cuda' raises.")
+#: The cause of CUDA error 802 when NVML shows the NVLink fabric registration unfinished.
+FABRIC_CAUSE = "the fabric manager has not set the GPUs up: {fabric}"
+#: Where driver_not_answering was met by a check the runner abandoned, and that check's summary.
+ABANDONED = " (the {probe} check was abandoned)"
+ABANDONED_SUMMARY = "abandoned: the NVIDIA driver is not answering"
+#: What probe_error:timed_out adds when the runner stopped the probe's process.
+PROBE_PROCESS_STOPPED = " (the probe process was stopped)"
+#: The baseline comparison's parts of sentences (report/baseline.py), by name: baseline_regression's GPU
+#: (``on_gpu``) and the link's figures (``link_maximum``), baseline_model_differs' models and why models that
+#: differ stop the comparison without --force, a comparison with nothing in common, and the result's summary
+#: (the failing reports, then what was compared).
+BASELINE_PHRASES: dict[str, str] = {
+    "on_gpu": " on GPU {device}",
+    "link_maximum": " (link maximum)",
+    "models": "{mine} here, {theirs} in the baseline",
+    "models_differ": ("different GPU models ({models}); comparing them says nothing about this node "
+                      "(use --force to compare anyway)"),
+    "nothing_in_common": ("nothing to compare: {name} and the baseline share no measured figure (run both with "
+                          "`gpudoctor report --full`)"),
+    "candidate_failed": "{name} failed (status fail)",
+    "base_failed": "the baseline {names} failed (status fail)",
+    "compared": "{judged} figure(s) compared with {reports} baseline report(s): {worse}",
+    "worse": "{count} worse than tolerated",
+    "none_worse": "none worse than tolerated",
+}
+#: Fleet's parts of sentences (gpudoctor/fleet), by name: how old a GPU's last readings are (gpu_not_exported,
+#: target_down, the findings of a GPU no longer exported), an Xid's time, count and window, nvml_down and
+#: gpu_not_answering without a reason, and a row with no finding.
+FLEET_PHRASES: dict[str, str] = {
+    "last_seen": " (last seen {age} ago)",
+    "last_reading": " (last reading {age} ago)",
+    "last_known": "last known",
+    "ago": " ({age} ago)",
+    "in_the_last": " in the last {age}",
+    "xid_ago": ", {age} ago",
+    "xid_count": " ({count} time(s){window})",
+    "xid_last": "last {window}",
+    "xid_within": " (within the {window})",
+    "no_reason": "no reason given",
+    "no_reading": "no reading",
+    "all_clear": "no problem seen",
+}
+
+
+def baseline_phrase(phrase: str, /, **fields: object) -> str:
+    """One of :data:`BASELINE_PHRASES`, its fields filled (any field name, ``name`` included)."""
+    return BASELINE_PHRASES[phrase].format(**fields)
+
+
+def fleet_phrase(phrase: str, /, **fields: object) -> str:
+    """One of :data:`FLEET_PHRASES`, its fields filled (any field name, ``name`` included)."""
+    return FLEET_PHRASES[phrase].format(**fields)
+
+
+#: Why a figure of baseline_regression matters (its {why}), by the figures it is said of (report/baseline.py's
+#: TOLERANCES).
+BASELINE_WHY: dict[str, str] = {
+    "copies": "host/device copies feed every batch; a slower link or a downgraded slot shows here",
+    "d2d": "device memory bandwidth bounds most kernels",
+    "matmul": "matmul throughput is what training buys; clocks held down or a bad GPU show here",
+    "cpu_matmul": "the host CPU's matmul rate: the input pipeline and every CPU-side step run on it",
+    "context": "a larger CUDA context leaves less memory for the job (driver or CUDA build change)",
+    "samples": "the reference MNIST loop's throughput: input pipeline, host and GPU together",
+    "energy": "energy per sample: the same work costing more power",
+    "idle_power": "idle power well above the good node's hints at a stuck process or clocks held high",
+    "temperature": "a hotter idle GPU than its peers points at cooling (fans, airflow, a blocked inlet)",
+    "link_gen": "the link's maximum generation: a lower one means a slot, riser or BIOS setting differs",
+    "link_width": "the link's maximum width: fewer lanes halve host/device bandwidth",
+    "allreduce": "collective bandwidth between GPUs (NVLink/PCIe/network)",
+}
+#: A GPU whose every reading answers one NVML error (watch's FAULT line, the TUI's panel), by that error: the
+#: code whose entry words it, in its ``short`` (the report's finding of the same fault: one entry words both)
+#: or, for a code only the live views say, its summary; any other error is ``device_fault``'s, with its name.
+DEVICE_FAULTS: dict[str, str] = {
+    "GpuIsLost": "gpu_lost", "Timeout": "driver_not_answering", "Uninitialized": "device_fault:nvml_unloaded",
+    "DriverNotLoaded": "nvidia_driver_unavailable:driver_not_loaded",
+    "LibraryNotFound": "nvidia_driver_unavailable:no_library", "ResetRequired": "device_fault:reset_required"}
+#: A machine where NVML cannot be used, by the reason NVML gives: the code whose entry words it, in the
+#: report (the environment probe's finding: summary and fix) and in the live views (watch, record, the TUI's
+#: panel, ``--once``: its ``no_gpu``, or, for a code only the live views say, its summary); any other reason
+#: is ``nvidia_driver_unavailable``'s, with its name.
+NVML_UNUSABLE: dict[str, str] = {
+    "LibraryNotFound": "nvidia_driver_unavailable:no_library",
+    "DriverNotLoaded": "nvidia_driver_unavailable:driver_not_loaded",
+    "NoPermission": "nvidia_driver_unavailable:no_permission",
+    "PythonBindingMissing": "nvidia_driver_unavailable:no_binding",
+    "InsufficientSize": "nvidia_driver_unavailable:insufficient_size",
+    "NoDevices": "nvml_no_gpu",
+}
+#: NVML's critical events other than an Xid (watch's EVENT line, the TUI's events), by their kind
+#: (gpudoctor.backends.events); an Xid is worded by core/xid.py's catalogue.
+GPU_EVENTS: dict[str, str] = {
+    "ecc_double_bit": "double-bit (uncorrectable) ECC error",
+    "ecc_single_bit_storm": "many single-bit ECC errors within a minute",
+    "memory_retirement": "a page or row of GPU memory was retired",
+    "memory_retirement_failure": "retiring faulty GPU memory failed",
+}
+#: The report's verdict, one sentence per overall status (the text report, the TUI's Doctor screen).
+REPORT_VERDICT: dict[str, str] = {
+    "pass": "Healthy: no problem found by the checks that ran.",
+    "skip": "Nothing could be checked.",
+    "warn": "Usable, with warnings: read the findings above.",
+    "fail": "Not usable as is: fix the failures above.",
+    "error": "Incomplete: a check could not finish (see the errors above).",
+}
+
+#: Parts that several entries of WORDING share.
 _HW_WHY = "The hardware is protecting itself; clocks drop sharply and stay low while it lasts."
 _HW_FIX = ("Check cooling and power delivery (PSU, cables); `nvidia-smi -q -d PERFORMANCE` shows the reason live; "
            "repeated HW slowdown warrants a hardware check.")
@@ -225,66 +337,6 @@ _MIG_ONE_WHY = (
 _MIG_ONE_FIX = ("If cuda:1 fails, run one process per MIG device, each started with CUDA_VISIBLE_DEVICES=MIG-<uuid> "
                 "(`nvidia-smi -L` lists them).")
 
-#: The words of each finding code. A code worded in more than one way (a straggler by its data wait or
-#: by its steps) has an entry per way, keyed ``code:way``.
-#: What a driver-vs-build finding adds when torch started CUDA all the same.
-STARTED_ANYWAY = "CUDA started anyway: forward compatibility or a newer driver than NVML reports."
-#: Why a CUDA driver that cannot start matters (every cuda_cannot_start way says it).
-CUDA_NOT_STARTING = ("NVML (nvidia-smi) answers, but every CUDA program, torch included, fails to start: "
-                     "torch.cuda.is_available() is False and code that asks for 'cuda' raises.")
-#: The cause of CUDA error 802 when NVML shows the NVLink fabric registration unfinished.
-FABRIC_CAUSE = "the fabric manager has not set the GPUs up: {fabric}"
-#: Where driver_not_answering was met by a check the runner abandoned, and that check's summary.
-ABANDONED = " (the {probe} check was abandoned)"
-ABANDONED_SUMMARY = "abandoned: the NVIDIA driver is not answering"
-#: What probe_error:timed_out adds when the runner stopped the probe's process.
-PROBE_PROCESS_STOPPED = " (the probe process was stopped)"
-#: Parts of baseline_regression's summary.
-BASELINE_ON_GPU = " on GPU {device}"
-#: The models of baseline_model_differs, and why models that differ stop the comparison (without --force).
-BASELINE_MODELS = "{mine} here, {theirs} in the baseline"
-BASELINE_MODELS_DIFFER = ("different GPU models ({models}); comparing them says nothing about this node "
-                          "(use --force to compare anyway)")
-BASELINE_NOTHING_IN_COMMON = ("nothing to compare: {name} and the baseline share no measured figure (run both with "
-                              "`gpudoctor report --full`)")
-#: Parts of fleet's findings: how old a GPU's last readings are (gpu_not_exported, target_down, the
-#: findings of a GPU no longer exported), an Xid's time, count and window, nvml_down and gpu_not_answering
-#: without a reason, and a row with no finding.
-FLEET_LAST_SEEN = " (last seen {age} ago)"
-FLEET_LAST_READING = " (last reading {age} ago)"
-FLEET_LAST_KNOWN = "last known"
-FLEET_AGO = " ({age} ago)"
-FLEET_IN_THE_LAST = " in the last {age}"
-FLEET_XID_AGO = ", {age} ago"
-FLEET_XID_COUNT = " ({count} time(s){window})"
-FLEET_XID_LAST = "last {window}"
-FLEET_XID_WITHIN = " (within the {window})"
-FLEET_NO_REASON = "no reason given"
-FLEET_NO_READING = "no reading"
-FLEET_ALL_CLEAR = "no problem seen"
-#: Why a figure of baseline_regression matters (its {why}), by the figures it is said of (report/baseline.py's
-#: TOLERANCES).
-BASELINE_WHY: dict[str, str] = {
-    "copies": "host/device copies feed every batch; a slower link or a downgraded slot shows here",
-    "d2d": "device memory bandwidth bounds most kernels",
-    "matmul": "matmul throughput is what training buys; clocks held down or a bad GPU show here",
-    "cpu_matmul": "the host CPU's matmul rate: the input pipeline and every CPU-side step run on it",
-    "context": "a larger CUDA context leaves less memory for the job (driver or CUDA build change)",
-    "samples": "the reference MNIST loop's throughput: input pipeline, host and GPU together",
-    "energy": "energy per sample: the same work costing more power",
-    "idle_power": "idle power well above the good node's hints at a stuck process or clocks held high",
-    "temperature": "a hotter idle GPU than its peers points at cooling (fans, airflow, a blocked inlet)",
-    "link_gen": "the link's maximum generation: a lower one means a slot, riser or BIOS setting differs",
-    "link_width": "the link's maximum width: fewer lanes halve host/device bandwidth",
-    "allreduce": "collective bandwidth between GPUs (NVLink/PCIe/network)",
-}
-#: The baseline result's summary: the failing reports, then what was compared.
-BASELINE_CANDIDATE_FAILED = "{name} failed (status fail)"
-BASELINE_BASE_FAILED = "the baseline {names} failed (status fail)"
-BASELINE_COMPARED = "{judged} figure(s) compared with {reports} baseline report(s): {worse}"
-BASELINE_WORSE = "{count} worse than tolerated"
-BASELINE_NONE_WORSE = "none worse than tolerated"
-BASELINE_LINK_MAXIMUM = " (link maximum)"
 _DRIVER_TOO_OLD = "The driver ({driver}) supports CUDA up to {driver_cuda}, but torch {torch} is built for CUDA {cuda_build}."
 _STACK_DIFFERS = "A different software stack can explain (and is itself) a difference from the good node."
 _RUNS_TORCH = "This check runs PyTorch on the GPU."
@@ -296,46 +348,14 @@ _SMALL_KERNELS_HELP = "larger batches, bf16/TF32 autocast or CUDA graphs"
 _BUSY_WHY = ("NVML's utilisation is the share of time any kernel ran, so a loop of tiny kernels reads 100 %; "
              "GPM's SM activity (Hopper and later) shows how much of the GPU worked.")
 
-#: A GPU whose every reading answers one NVML error (watch's FAULT line, the TUI's panel), by that error: the
-#: code whose entry words it, in its ``short`` (the report's finding of the same fault: one entry words both)
-#: or, for a code only the live views say, its summary; any other error is ``device_fault``'s, with its name.
-DEVICE_FAULTS: dict[str, str] = {
-    "GpuIsLost": "gpu_lost", "Timeout": "driver_not_answering", "Uninitialized": "device_fault:nvml_unloaded",
-    "DriverNotLoaded": "nvidia_driver_unavailable:driver_not_loaded",
-    "LibraryNotFound": "nvidia_driver_unavailable:no_library", "ResetRequired": "device_fault:reset_required"}
-#: A machine where NVML cannot be used, by the reason NVML gives: the code whose entry words it, in the
-#: report (the environment probe's finding: summary and fix) and in the live views (watch, record, the TUI's
-#: panel, ``--once``: its ``no_gpu``, or, for a code only the live views say, its summary); any other reason
-#: is ``nvidia_driver_unavailable``'s, with its name.
-NVML_UNUSABLE: dict[str, str] = {
-    "LibraryNotFound": "nvidia_driver_unavailable:no_library",
-    "DriverNotLoaded": "nvidia_driver_unavailable:driver_not_loaded",
-    "NoPermission": "nvidia_driver_unavailable:no_permission",
-    "PythonBindingMissing": "nvidia_driver_unavailable:no_binding",
-    "InsufficientSize": "nvidia_driver_unavailable:insufficient_size",
-    "NoDevices": "nvml_no_gpu",
-}
 _NO_DRIVER = "No usable NVIDIA driver: "
 _NO_DRIVER_WHY = "Without the driver no CUDA program can use a GPU; torch falls back to the CPU."
 _NVML_NOT_USABLE = "NVML is not usable ({reason})"
 _NVIDIA_SMI_SAYS = "Run `nvidia-smi` to see the driver's own error."
-#: NVML's critical events other than an Xid (watch's EVENT line, the TUI's events), by their kind
-#: (gpudoctor.backends.events); an Xid is worded by core/xid.py's catalogue.
-GPU_EVENTS: dict[str, str] = {
-    "ecc_double_bit": "double-bit (uncorrectable) ECC error",
-    "ecc_single_bit_storm": "many single-bit ECC errors within a minute",
-    "memory_retirement": "a page or row of GPU memory was retired",
-    "memory_retirement_failure": "retiring faulty GPU memory failed",
-}
-#: The report's verdict, one sentence per overall status (the text report, the TUI's Doctor screen).
-REPORT_VERDICT: dict[str, str] = {
-    "pass": "Healthy: no problem found by the checks that ran.",
-    "skip": "Nothing could be checked.",
-    "warn": "Usable, with warnings: read the findings above.",
-    "fail": "Not usable as is: fix the failures above.",
-    "error": "Incomplete: a check could not finish (see the errors above).",
-}
 
+
+#: The words of each finding code. A code worded in more than one way (a straggler by its data wait or
+#: by its steps) has an entry per way, keyed ``code:way``.
 WORDING: dict[str, Wording] = {
     # -- clock events (health probe, compute probe, fleet) -------------------------------------
     "throttle_hw_slowdown": Wording(Status.FAIL, "{label}: {words}", _HW_WHY, _HW_FIX),

@@ -139,8 +139,8 @@ def _ages(rows: dict[Key, FleetRow], gone: dict[Key, float | None], targets: dic
         since = sampled_at.get(row.instance) if targets.get(row.instance, 1) == 0 else seen_at.get(key)
         age = gone[key] = now - since if since else None
         if targets.get(row.instance, 1) != 0:
-            row.add(findings.finding("gpu_not_exported",
-                                     since=findings.FLEET_LAST_SEEN.format(age=fmt_age(age)) if age is not None else ""))
+            last_seen = findings.fleet_phrase("last_seen", age=fmt_age(age)) if age is not None else ""
+            row.add(findings.finding("gpu_not_exported", since=last_seen))
 
 
 def _keep_last_known(by_metric: rules.ByMetric, last_known: list[Series],

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpudoctor.backends import catalogue
-from gpudoctor.core.findings import FLEET_ALL_CLEAR, one_line
+from gpudoctor.core.findings import fleet_phrase, one_line
 from gpudoctor.core.model import Finding, Status
 
 SCHEMA_VERSION = 1
@@ -91,7 +91,7 @@ class FleetRow:
     def settle(self) -> None:
         ordered = sorted(self.findings, key=lambda f: STATUS_ORDER[FLEET_STATUS[f.status]])
         self.status = FLEET_STATUS[ordered[0].status] if ordered else "pass"
-        self.reason = "; ".join(one_line(f) for f in ordered) if ordered else FLEET_ALL_CLEAR
+        self.reason = "; ".join(one_line(f) for f in ordered) if ordered else fleet_phrase("all_clear")
 
     def __getattr__(self, name: str) -> float | None:
         # only for names that are not fields: a fleet reading of the catalogue reads as its value

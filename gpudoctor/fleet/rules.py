@@ -120,7 +120,7 @@ def _window(series: Iterable[Series]) -> str:
     for s in series:
         ms = s.labels.get("window_size_in_ms", "")
         if ms.isascii() and ms.isdigit() and 0 < len(ms) <= 10:
-            window = findings.FLEET_IN_THE_LAST.format(age=fmt_age(int(ms) / 1000))
+            window = findings.fleet_phrase("in_the_last", age=fmt_age(int(ms) / 1000))
     return window
 
 
@@ -138,7 +138,8 @@ def judge_gpudoctor(rows: Rows, m: ByMetric, now: float, stale_after_s: float, r
             reasons = [r for r in errors.get(key, []) if r]
             # a GPU lost to the bus is the health probe's gpu_lost, in its words
             rows[key].add(findings.finding("gpu_lost") if "GpuIsLost" in reasons else
-                          findings.finding("gpu_not_answering", reason=", ".join(reasons) or findings.FLEET_NO_READING))
+                          findings.finding("gpu_not_answering",
+                                           reason=", ".join(reasons) or findings.fleet_phrase("no_reading")))
     uncorrected = {key: sum(s.value for s in series if s.labels.get("error_type") == "uncorrected"
                             and s.labels.get("counter") == "volatile")
                    for key, series in values(m, "gpudoctor_gpu_ecc_errors_total").items()}
@@ -195,7 +196,7 @@ def judge_instances(rows: Rows, m: ByMetric, now: float, stale_after_s: float, r
         reasons = [r for r in nvml_errors.get(instance, []) if r]
         for row in by_instance.get(instance, []):
             row.add(findings.finding("sampler_stuck") if "SampleStale" in reasons else
-                    findings.finding("nvml_down", reasons=", ".join(reasons) or findings.FLEET_NO_REASON))
+                    findings.finding("nvml_down", reasons=", ".join(reasons) or findings.fleet_phrase("no_reason")))
     for instance, series in per_instance(m, "gpudoctor_sample_age_seconds").items():
         if series[0].value > stale_after_s:
             for row in by_instance.get(instance, []):
@@ -227,7 +228,7 @@ def add_xid(row: FleetRow, code: int, count: float | None, when: float | None, n
     row.xid_last = code
     row.xid_last_time = when
     row.xid_last_words = xid.explain(code).words
-    row.add(_xid_finding(code, findings.FLEET_XID_AGO.format(age=fmt_age(now - when)) if when else ""))
+    row.add(_xid_finding(code, findings.fleet_phrase("xid_ago", age=fmt_age(now - when)) if when else ""))
     if count is not None:
         row.xid_count = int(count)
 
@@ -245,7 +246,7 @@ def judge_xid_window(row: FleetRow, series: list[Series]) -> None:
     window = _window(s for s in series if s.value > 0)
     ranked = sorted(counts, key=lambda c: (xid.explain(c).severity == "critical", c))
     for number in ranked:
-        row.add(_xid_finding(number, findings.FLEET_XID_COUNT.format(count=counts[number], window=window)))
+        row.add(_xid_finding(number, findings.fleet_phrase("xid_count", count=counts[number], window=window)))
     row.xid_last, row.xid_last_words = ranked[-1], xid.explain(ranked[-1]).words
     row.xid_count = sum(counts.values())
 
@@ -270,7 +271,7 @@ def judge_xid_gauge(row: FleetRow, code: int, history: XidHistory | None,
         codes.append(code)  # the instant query may be newer than the history's last sample
     sequence = xid.judge_sequence(codes)
     entry = xid.explain(code)
-    words = findings.FLEET_XID_LAST.format(window=window[1]) if window else ""
+    words = findings.fleet_phrase("xid_last", window=window[1]) if window else ""
     if window and history and len(steps) == 1 and steps[0][1] == code and len(sequence.codes) == 1 \
             and steps[0][0] <= window[0] + _WINDOW_START_SLACK * (history[-1][0] - window[0]):
         variant = "xid_gauge_stale:critical" if entry.severity == "critical" else "xid_gauge_stale"
@@ -287,7 +288,8 @@ def judge_xid_gauge(row: FleetRow, code: int, history: XidHistory | None,
         earlier = xid.explain(hidden)
         action = findings.sentence(earlier.action) + "."
         row.add(findings.finding("xid_hidden", xid=hidden, last=code, words=earlier.words, action=action,
-                                 window=findings.FLEET_XID_WITHIN.format(window=words) if words else "", evidence={"xid": hidden}))
+                                 window=findings.fleet_phrase("xid_within", window=words) if words else "",
+                                 evidence={"xid": hidden}))
     if sequence.worst is not None:
         row.xid_last, row.xid_last_words = sequence.worst, xid.explain(sequence.worst).words
 
@@ -447,7 +449,8 @@ def judge_targets(rows: Rows, targets: dict[str, int], sampled_at: dict[str, flo
     for row in rows.values():
         if targets.get(row.instance, 1) == 0:
             since = sampled_at.get(row.instance)
-            row.add(findings.finding("target_down", since=findings.FLEET_LAST_READING.format(age=fmt_age(now - since)) if since else ""))
+            row.add(findings.finding("target_down",
+                                     since=findings.fleet_phrase("last_reading", age=fmt_age(now - since)) if since else ""))
     covered = {row.instance for row in rows.values()}
     for instance, value in targets.items():
         if value == 0 and instance not in covered:
@@ -461,6 +464,7 @@ def mark_last_known(rows: Rows, gone: dict[Key, float | None]) -> None:
     for key, age in gone.items():
         row = rows[key]
         row.last_known, row.last_known_age_s = True, age
-        words = findings.FLEET_LAST_KNOWN + (findings.FLEET_AGO.format(age=fmt_age(age)) if age is not None else "")
+        words = findings.fleet_phrase("last_known") + (
+            findings.fleet_phrase("ago", age=fmt_age(age)) if age is not None else "")
         row.findings = [f if f.code == "gpu_not_exported" else dataclasses.replace(f, summary=f"{words}: {f.summary}")
                         for f in row.findings]

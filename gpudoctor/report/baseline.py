@@ -309,7 +309,7 @@ def _fmt(value: float) -> str:
 
 def _label(key: tuple[str, str, int | None]) -> str:
     probe, name, device = key
-    return f"{name}" + (findings.BASELINE_ON_GPU.format(device=device) if device is not None else "")
+    return f"{name}" + (findings.baseline_phrase("on_gpu", device=device) if device is not None else "")
 
 
 def compare(baseline: Baseline, candidate: dict[str, Any], *, force: bool = False,
@@ -321,9 +321,9 @@ def compare(baseline: Baseline, candidate: dict[str, Any], *, force: bool = Fals
     failures = _failed_reports(result, baseline, candidate, candidate_name)
     mine, theirs = identity(candidate), baseline.identity
     if mine["models"] and theirs["models"] and mine["models"] != theirs["models"]:
-        words = findings.BASELINE_MODELS.format(mine=", ".join(mine["models"]), theirs=", ".join(theirs["models"]))
+        words = findings.baseline_phrase("models", mine=", ".join(mine["models"]), theirs=", ".join(theirs["models"]))
         if not force:
-            raise BaselineError(findings.BASELINE_MODELS_DIFFER.format(models=words))
+            raise BaselineError(findings.baseline_phrase("models_differ", models=words))
         result.findings.append(findings.finding("baseline_model_differs", models=words))
     _stack_drift(result, mine, theirs)
     judged = _judge(result, baseline, figures(candidate))
@@ -333,11 +333,12 @@ def compare(baseline: Baseline, candidate: dict[str, Any], *, force: bool = Fals
                                                 outliers="; ".join(baseline.outliers[:3]),
                                                 more=" ..." if len(baseline.outliers) > 3 else ""))
     if judged == 0 and not failures:
-        raise BaselineError(findings.BASELINE_NOTHING_IN_COMMON.format(name=candidate_name))
+        raise BaselineError(findings.baseline_phrase("nothing_in_common", name=candidate_name))
     regressions = [f for f in result.findings if f.code == "baseline_regression"]
-    worse = findings.BASELINE_WORSE.format(count=len(regressions)) if regressions else findings.BASELINE_NONE_WORSE
-    result.settle("; ".join(failures + [findings.BASELINE_COMPARED.format(judged=judged, reports=len(baseline.sources),
-                                                                          worse=worse)]))
+    worse = (findings.baseline_phrase("worse", count=len(regressions)) if regressions
+             else findings.baseline_phrase("none_worse"))
+    compared = findings.baseline_phrase("compared", judged=judged, reports=len(baseline.sources), worse=worse)
+    result.settle("; ".join(failures + [compared]))
     return result
 
 
@@ -346,11 +347,11 @@ def _failed_reports(result: ProbeResult, baseline: Baseline, candidate: dict[str
     say nothing about a node whose report failed, and a failing baseline is no known-good node."""
     said = []
     if failed(candidate):
-        said.append(findings.BASELINE_CANDIDATE_FAILED.format(name=candidate_name))
+        said.append(findings.baseline_phrase("candidate_failed", name=candidate_name))
         result.findings.append(findings.finding("report_failed:baseline", name=candidate_name))
     if baseline.failed:
         names = ", ".join(baseline.failed)
-        said.append(findings.BASELINE_BASE_FAILED.format(names=names))
+        said.append(findings.baseline_phrase("base_failed", names=names))
         result.findings.append(findings.finding("baseline_report_failed", names=names))
     return said
 
@@ -386,8 +387,8 @@ def _judge(result: ProbeResult, baseline: Baseline, mine: dict[tuple[str, str, i
         direction = "above" if tol.better == "lower" else "below"
         result.findings.append(findings.finding(
             "baseline_regression", status=status, device=key[2], value=_fmt(value), amount=amount, direction=direction,
-            what=key[1] + (findings.BASELINE_LINK_MAXIMUM if tol.field == "reference" else ""),
-            where="" if key[2] is None else findings.BASELINE_ON_GPU.format(device=key[2]), base=_fmt(base),
+            what=key[1] + (findings.baseline_phrase("link_maximum") if tol.field == "reference" else ""),
+            where="" if key[2] is None else findings.baseline_phrase("on_gpu", device=key[2]), base=_fmt(base),
             warn=tol.warn, fail=tol.fail, unit=" C" if tol.absolute else " %", why=findings.sentence(tol.why),
             probe=key[0]))
     return judged

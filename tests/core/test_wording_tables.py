@@ -262,6 +262,8 @@ def test_rewording_the_words_beside_findings_changes_what_is_said(monkeypatch):
     from gpudoctor.hooks import summary
     from gpudoctor.probes import environment
     from gpudoctor.workload import recommend, wording as workload_wording
+    from gpudoctor.fleet.rows import FleetRow
+    from gpudoctor.report import baseline
 
     monkeypatch.setitem(findings.WORDING, "work:idle", Wording(Status.PASS, "idle", short="idle", tag="resting"))
     assert presentation.work_tag("idle") == "resting"
@@ -279,6 +281,12 @@ def test_rewording_the_words_beside_findings_changes_what_is_said(monkeypatch):
              "samples_per_s": 1000.0, "epoch_s": 1.0, "test_accuracy": 0.9},
             {"status": "oom", "device": "cpu", "mode": "resident", "batch_size": 4096, "workers": None}]
     assert "no room at batch 4096 (test words)" in recommend.recommend(runs)["reasons"]
+    monkeypatch.setitem(findings.FLEET_PHRASES, "all_clear", "all quiet (test words)")
+    row = FleetRow("node-a:9400", "0")
+    row.settle()
+    assert row.reason == "all quiet (test words)"
+    monkeypatch.setitem(findings.BASELINE_PHRASES, "on_gpu", " on card {device} (test words)")
+    assert baseline._label(("transfer", "h2d_bandwidth", 3)) == "h2d_bandwidth on card 3 (test words)"
 
 
 #: Modules whose every phrase is in their package's table: no text of three words or more in place
@@ -373,6 +381,24 @@ def test_the_report_layer_the_live_views_and_fleet_keep_no_words_in_place():
             hits += filled_in_place(source, name)
     assert not hits, "words kept outside the wording tables (move them to core/findings.py):\n" + "\n".join(hits)
 
+
+
+#: The named phrases said through a function of findings, with their tables: fleet's and the baseline comparison's.
+NAMED_PHRASES = {"fleet_phrase": findings.FLEET_PHRASES, "baseline_phrase": findings.BASELINE_PHRASES}
+
+
+def test_every_named_phrase_said_is_in_its_table_and_every_one_is_said():
+    said: dict[str, set[str]] = {function: set() for function in NAMED_PHRASES}
+    for source in _sources().values():
+        for node in ast.walk(ast.parse(source)):
+            function = getattr(node, "func", None)
+            function = getattr(function, "attr", getattr(function, "id", ""))
+            if isinstance(node, ast.Call) and function in said:
+                assert node.args and isinstance(node.args[0], ast.Constant), f"{function} takes a phrase's name as is"
+                said[function].add(node.args[0].value)
+    for function, table in NAMED_PHRASES.items():
+        assert said[function] - set(table) == set(), f"{function}: names no phrase of its table"
+        assert set(table) - said[function] == set(), f"{function}: phrases no module says"
 
 
 def test_every_guarded_path_is_a_file():
@@ -532,11 +558,11 @@ GUARD_CASES = [
     (_field_guard, True,
      'self.reason = "; ".join(one_line(f) for f in ordered) if ordered else "no problem seen"'),
     (_field_guard, False,
-     'row.add(findings.finding("gpu_not_exported", since=findings.FLEET_LAST_SEEN.format(age=age) if age else ""))'),
+     'row.add(findings.finding("gpu_not_exported", since=findings.fleet_phrase("last_seen", age=age) if age else ""))'),
     (_field_guard, False,
      'def wait():\n    return findings.words("probe_error:child_exited", exit=describe_exit(code))[0]'),
     (_field_guard, False,
-     'self.reason = "; ".join(one_line(f) for f in ordered) if ordered else FLEET_ALL_CLEAR'),
+     'self.reason = "; ".join(one_line(f) for f in ordered) if ordered else fleet_phrase("all_clear")'),
     (_field_guard, False,
      'result.measure(name, value, unit, note=f"baseline {base}; tolerance {warn} (warn)")'),
     # the reason guard: a table of words keyed by NVML's reasons
