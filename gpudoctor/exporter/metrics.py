@@ -60,9 +60,11 @@ def gpu_info_labels() -> tuple[str, ...]:
 
 
 def gpu_info_help() -> str:
-    """``gpudoctor_gpu_info``'s help, naming the catalogue's info labels after the fixed ones."""
-    extra = catalogue.info_labels()
-    return OTHER_METRICS["gpudoctor_gpu_info"] + (", " + ", ".join(extra) if extra else "")
+    """``gpudoctor_gpu_info``'s help, naming its labels from the catalogue: the series labels (in catalogue
+    order), ``driver_version``, then the info labels."""
+    series = [f.key for f in catalogue.STATIC_FACTS if f.series_label]
+    labels = series + [catalogue.DRIVER_LABEL] + list(catalogue.info_labels())
+    return OTHER_METRICS["gpudoctor_gpu_info"].format(labels=", ".join(labels))
 
 
 def mig_metrics() -> tuple[catalogue.MigReading, ...]:
@@ -88,7 +90,7 @@ OTHER_METRICS: dict[str, str] = {
     "gpudoctor_sample_timestamp_seconds": "Unix time of the last sample",
     "gpudoctor_sample_duration_seconds": "How long reading every GPU took, last sample",
     "gpudoctor_sample_age_seconds": "Seconds since the last sample, at scrape time",
-    "gpudoctor_gpu_info": "1 per GPU, with labels name, uuid, pci_bus_id, driver_version",
+    "gpudoctor_gpu_info": "1 per GPU, with labels {labels}",
     "gpudoctor_gpu_up": "1 when the GPU answered the last sample, 0 when it did not (e.g. GpuIsLost)",
     "gpudoctor_gpu_error_info": "Why a GPU is down (label reason), 1 while it is",
     "gpudoctor_gpu_work_verdict_info": "Whether the GPU really works, as gpudoctor judges utilisation with SM, tensor "

@@ -150,6 +150,18 @@ def test_an_info_label_alone_leaves_docs_fleet_md_behind_until_regenerated(monke
     assert regenerate.fleet_md_text(doc) == doc
 
 
+def test_gpu_info_help_names_every_label_the_catalogue_gives_it(monkeypatch):
+    """gpudoctor_gpu_info's help is made from the catalogue: a series label added there is named in it,
+    as an info label is, with no list of labels written out by hand."""
+    from gpudoctor.exporter import metrics
+
+    board = catalogue.StaticFact("board_id", "", "text", catalogue.NvmlRead(("nvmlDeviceGetBoardId",)), series_label=4)
+    monkeypatch.setattr(catalogue, "STATIC_FACTS", catalogue.STATIC_FACTS + (PART, board))
+    words = metrics.gpu_info_help()
+    assert words == "1 per GPU, with labels name, uuid, pci_bus_id, board_id, driver_version, board_part_number"
+    assert set(words.partition("labels ")[2].split(", ")) == set(catalogue.gpu_info_labels()) - {"gpu"}
+
+
 def test_a_static_fact_added_to_the_catalogue_reaches_the_report(facts):
     from support.probes_under_test import health_on
 
