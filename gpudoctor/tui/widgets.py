@@ -505,18 +505,18 @@ class HostPanel(_LinesPanel):
 
     def __init__(self, **kw: Any) -> None:
         super().__init__(id="host", classes="panel", **kw)
-        self.snapshot: Snapshot | None = None
-        self.history: History | None = None
+        #: The snapshot and history shown (None before the first reading).
+        self.shown: tuple[Snapshot, History] | None = None
 
     def show(self, snapshot: Snapshot, history: History) -> None:
-        self.snapshot, self.history = snapshot, history
+        self.shown = snapshot, history
         self.set_borders("Host")
         self.refresh_sized()
 
     def lines(self, width: int) -> list[Line]:
-        snap, hist = self.snapshot, self.history
-        if snap is None or hist is None:
+        if self.shown is None:
             return self.waiting()
+        snap, hist = self.shown
         width = max(20, width)
         host = snap.host
         if not isinstance(host, dict):
@@ -780,7 +780,7 @@ def detailed_rows(snapshot: Snapshot, history: History, events: dict[int, Any], 
     """Rows the detailed GPU panels and the host panel take at ``width`` (borders included, no tall
     graph): whether they fit the screen decides the Overview's view."""
     host = HostPanel()
-    host.snapshot, host.history = snapshot, history
+    host.shown = snapshot, history
     total = len(host.lines(max(20, width - 2))) + 2
     for dev in snapshot.devices:
         panel = GpuPanel(dev.index)
