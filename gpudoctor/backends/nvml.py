@@ -62,6 +62,36 @@ def _text(value: object) -> object:
     return value
 
 
+def binding_file() -> str:
+    """This interpreter's NVML binding (nvidia-ml-py's ``pynvml.py``) as a file another interpreter can load
+    (``report --python``'s child, through :func:`load_binding`); '' when there is none or it is no plain
+    source file. Found, not imported."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("pynvml")
+    except (ImportError, ValueError):
+        return ""
+    return spec.origin if spec is not None and spec.origin and spec.origin.endswith(".py") else ""
+
+
+def load_binding(path: str) -> None:
+    """In another interpreter (``report --python``'s child): its own NVML binding when it has one, else the
+    file at ``path`` (from :func:`binding_file`) loaded as ``pynvml``, so the gate finds a binding."""
+    import importlib.util
+    import sys
+
+    try:
+        import pynvml  # noqa: F401 - the interpreter's own binding
+    except ImportError:
+        spec = importlib.util.spec_from_file_location("pynvml", path)
+        if spec is None or spec.loader is None:
+            raise
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["pynvml"] = module
+        spec.loader.exec_module(module)
+
+
 def normalise_bus_id(bus_id: object) -> str | None:
     """'00000000:65:00.0' or '0000:65:00.0' -> '0000:65:00.0' (lower case).
 

@@ -199,10 +199,9 @@ signal.signal(signal.SIGINT, signal.SIG_IGN)
 import importlib.util, os, sys
 from multiprocessing.connection import Connection
 _conn = Connection(int(sys.argv[4]))
-def _load(name, path, package=True):
-    init = os.path.join(path, "__init__.py") if package else path
+def _load(name, path):
     spec = importlib.util.spec_from_file_location(
-        name, init, submodule_search_locations=[path] if package else None)
+        name, os.path.join(path, "__init__.py"), submodule_search_locations=[path])
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
@@ -211,10 +210,8 @@ try:
     _pkg = _load("gpudoctor", sys.argv[1])
     _pkg.probes = _load("gpudoctor.probes", sys.argv[2])
     if sys.argv[3]:
-        try:
-            import pynvml
-        except ImportError:
-            _load("pynvml", sys.argv[3], package=False)
+        from gpudoctor.backends.nvml import load_binding
+        load_binding(sys.argv[3])
     from gpudoctor.report.runner import _child_main
     _spec = _conn.recv()
 except BaseException as exc:
@@ -227,19 +224,11 @@ _child_main(_conn, _spec)
 
 def _installation_paths() -> tuple[str, str, str]:
     """This gpudoctor's package folders and its NVML binding's file ('' when absent)."""
-    import importlib.util
-
     import gpudoctor
     import gpudoctor.probes
+    from gpudoctor.backends.nvml import binding_file
 
-    nvml = ""
-    try:
-        spec = importlib.util.find_spec("pynvml")
-        if spec is not None and spec.origin and spec.origin.endswith(".py"):
-            nvml = spec.origin
-    except (ImportError, ValueError):
-        pass
-    return list(gpudoctor.__path__)[0], list(gpudoctor.probes.__path__)[0], nvml
+    return list(gpudoctor.__path__)[0], list(gpudoctor.probes.__path__)[0], binding_file()
 
 
 class _InterpreterProcess:
