@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from gpudoctor.backends.stack import Stack
 
 
-
 def _torch_minor(version: str) -> tuple[int, int] | None:
     m = re.match(r"(\d+)\.(\d+)", version or "")
     return (int(m.group(1)), int(m.group(2))) if m else None
@@ -266,9 +265,7 @@ def _driver_unavailable(reason: str, stack: Stack | NA) -> Finding:
     named = nvml_failure(reason, stack)
     if named is not None:
         return named
-    code = findings.NVML_UNUSABLE.get(reason, "")
-    if not code.startswith("nvidia_driver_unavailable"):  # a reason only the live views word (NoDevices): NVML's own
-        code = "nvidia_driver_unavailable"
+    code = findings.NVML_UNUSABLE.get(reason, "nvidia_driver_unavailable")
     seen = ""
     if reason in ("LibraryNotFound", "DriverNotLoaded") and not is_na(stack):
         pci = stack.nvidia_pci

@@ -45,7 +45,7 @@ class Wording:
     #: One word for a compact cell (the work verdict in the TUI's compact Overview); "" for most codes.
     tag: str = ""
     #: What the live views say of a machine where NVML cannot be used for this code's reason (watch, record, the
-    #: TUI's panel: :data:`NVML_UNUSABLE`), one sentence without its final period; "" for most codes.
+    #: TUI's panel: :data:`NO_GPU_CODES`), one sentence without its final period; "" for most codes.
     no_gpu: str = ""
 
 
@@ -283,17 +283,20 @@ DEVICE_FAULTS: dict[str, str] = {
     "DriverNotLoaded": "nvidia_driver_unavailable:driver_not_loaded",
     "LibraryNotFound": "nvidia_driver_unavailable:no_library", "ResetRequired": "device_fault:reset_required"}
 #: A machine where NVML cannot be used, by the reason NVML gives: the code whose entry words it, in the
-#: report (the environment probe's finding: summary and fix) and in the live views (watch, record, the TUI's
-#: panel, ``--once``: its ``no_gpu``, or, for a code only the live views say, its summary); any other reason
-#: is ``nvidia_driver_unavailable``'s, with its name.
+#: report (the environment probe's finding: summary and fix) and in the live views (:data:`NO_GPU_CODES`); any
+#: other reason is ``nvidia_driver_unavailable``'s, with its name.
 NVML_UNUSABLE: dict[str, str] = {
     "LibraryNotFound": "nvidia_driver_unavailable:no_library",
     "DriverNotLoaded": "nvidia_driver_unavailable:driver_not_loaded",
     "NoPermission": "nvidia_driver_unavailable:no_permission",
     "PythonBindingMissing": "nvidia_driver_unavailable:no_binding",
     "InsufficientSize": "nvidia_driver_unavailable:insufficient_size",
-    "NoDevices": "nvml_no_gpu",
 }
+#: A machine with no GPU to read, by NVML's reason, as the live views say it (watch, record, the TUI's panel,
+#: ``--once``: the code's ``no_gpu``, or, for a code only they say, its summary): NVML unusable
+#: (:data:`NVML_UNUSABLE`), or NVML working and finding no GPU (NoDevices: ``nvml_no_gpu``, a code only they
+#: say); any other reason is ``nvidia_driver_unavailable``'s, with its name.
+NO_GPU_CODES: dict[str, str] = {**NVML_UNUSABLE, "NoDevices": "nvml_no_gpu"}
 #: NVML's critical events other than an Xid (watch's EVENT line, the TUI's events), by their kind
 #: (gpudoctor.backends.events); an Xid is worded by core/xid.py's catalogue.
 GPU_EVENTS: dict[str, str] = {

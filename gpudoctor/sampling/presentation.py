@@ -786,8 +786,8 @@ def fault_words(reason: str) -> str:
 
 def no_gpu_words(reason: str) -> str:
     """One sentence for a machine where NVML is unusable: the ``no_gpu`` words of the reason's code in the
-    wording tables (``findings.NVML_UNUSABLE``; the summary of a code only the live views say)."""
-    worded = findings.wording(findings.NVML_UNUSABLE.get(reason, "nvidia_driver_unavailable"))
+    wording tables (``findings.NO_GPU_CODES``; the summary of a code only the live views say)."""
+    worded = findings.wording(findings.NO_GPU_CODES.get(reason, "nvidia_driver_unavailable"))
     return (worded.no_gpu or worded.summary).format(reason=reason)
 
 

@@ -411,7 +411,7 @@ def test_every_guarded_path_is_a_file():
 
 # --------------------------------------------------------------------------- words by NVML's reason
 #: The live views and the commands that say them: what a reading's n/a reason, a GPU's fault or a machine without
-#: NVML means is worded in core/findings.py (NA_REASONS, DEVICE_FAULTS' and NVML_UNUSABLE's entries), never in a
+#: NVML means is worded in core/findings.py (NA_REASONS, DEVICE_FAULTS' and NO_GPU_CODES' entries), never in a
 #: table of their own keyed by NVML's error (#39: presentation's n/a words, NO_GPU).
 BY_REASON_GUARDED = [ROOT / "gpudoctor" / name for name in (
     "sampling/presentation.py", "tui/widgets.py", "commands/watch.py", "commands/record.py")] + [ROOT / "probes" / "environment.py"]
@@ -419,7 +419,7 @@ BY_REASON_GUARDED = [ROOT / "gpudoctor" / name for name in (
 
 def reason_tables(source: str, name: str = "<source>") -> list[str]:
     """Module-level dicts keyed by an NVML error whose values hold text ('name:line: TABLE')."""
-    reasons = set(findings.NA_REASONS) | set(findings.DEVICE_FAULTS) | set(findings.NVML_UNUSABLE)
+    reasons = set(findings.NA_REASONS) | set(findings.DEVICE_FAULTS) | set(findings.NO_GPU_CODES)
     found = []
     for node in ast.parse(source).body:
         target = node.targets[0] if isinstance(node, ast.Assign) else node.target if isinstance(node, ast.AnnAssign) else None
